@@ -1,0 +1,475 @@
+//! Loading `mcp-resources.toml`: strict parsing (unknown keys and bad values are errors that
+//! name the file, line and key), `${NAME}` expansion from the environment, and conversion
+//! into provider configs.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use mcpr_core::{CacheHints, CacheScope};
+use mcpr_provider_files::{FilesConfig, ListWatchMode, TemplateConfig};
+use serde::Deserialize;
+use toml::Spanned;
+
+/// The largest `max_read_bytes` accepted. Past this a single stdio message (base64 adds a
+/// third) outgrows what common clients buffer; windows are the way to read more.
+pub const MAX_READ_LIMIT: u64 = 64 * 1024 * 1024;
+
+/// A validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `[server]`.
+    pub server: mcpr_server::Settings,
+    /// The mounts in order.
+    pub mounts: Vec<MountConfig>,
+}
+
+/// One validated mount.
+#[derive(Debug, Clone)]
+pub enum MountConfig {
+    /// `kind = "files"`.
+    Files(FilesConfig),
+}
+
+impl MountConfig {
+    /// The kind as written in config.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            MountConfig::Files(_) => "files",
+        }
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            server: mcpr_server::Settings::default(),
+            mounts: Vec::new(),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    server: Option<RawServer>,
+    #[serde(default)]
+    mount: Vec<Spanned<RawMount>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawServer {
+    name: Option<Spanned<String>>,
+    page_size: Option<Spanned<IntOrString>>,
+    max_read_bytes: Option<Spanned<IntOrString>>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum IntOrString {
+    Int(i64),
+    Str(String),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMount {
+    kind: Spanned<String>,
+    root: Option<Spanned<String>>,
+    deny: Option<Vec<Spanned<String>>>,
+    respect_gitignore: Option<bool>,
+    hidden: Option<bool>,
+    debounce_ms: Option<Spanned<IntOrString>>,
+    list_changed: Option<Spanned<String>>,
+    poll_interval_ms: Option<Spanned<IntOrString>>,
+    ttl_ms: Option<Spanned<IntOrString>>,
+    cache_scope: Option<Spanned<String>>,
+    #[serde(default)]
+    template: Vec<RawTemplate>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTemplate {
+    uri_template: Spanned<String>,
+    name: Spanned<String>,
+    description: Option<Spanned<String>>,
+}
+
+/// A config error: the message already names file, line and key.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+struct Ctx<'a> {
+    file: &'a Path,
+    text: &'a str,
+    env: &'a dyn Fn(&str) -> Option<String>,
+}
+
+impl Ctx<'_> {
+    fn line(&self, span: std::ops::Range<usize>) -> usize {
+        self.text[..span.start.min(self.text.len())]
+            .bytes()
+            .filter(|&b| b == b'\n')
+            .count()
+            + 1
+    }
+
+    fn err<T>(
+        &self,
+        span: std::ops::Range<usize>,
+        key: &str,
+        msg: impl std::fmt::Display,
+    ) -> Result<T, ConfigError> {
+        Err(ConfigError(format!(
+            "{}:{}: `{key}`: {msg}",
+            self.file.display(),
+            self.line(span)
+        )))
+    }
+
+    /// Expand `${NAME}` (and `$$` for a literal `$`) in a string value.
+    fn expand(&self, v: &Spanned<String>, key: &str) -> Result<String, ConfigError> {
+        let s = v.get_ref();
+        let mut out = String::with_capacity(s.len());
+        let mut rest = s.as_str();
+        while let Some(i) = rest.find('$') {
+            out.push_str(&rest[..i]);
+            let tail = &rest[i..];
+            if let Some(t) = tail.strip_prefix("$$") {
+                out.push('$');
+                rest = t;
+            } else if let Some(t) = tail.strip_prefix("${") {
+                let Some(end) = t.find('}') else {
+                    return self.err(
+                        v.span(),
+                        key,
+                        "unclosed `${` (write `$$` for a literal `$`)",
+                    );
+                };
+                let name = &t[..end];
+                if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+                {
+                    return self.err(
+                        v.span(),
+                        key,
+                        format!("`${{{name}}}` is not a valid environment variable name"),
+                    );
+                }
+                match (self.env)(name) {
+                    Some(val) => out.push_str(&val),
+                    None => {
+                        return self.err(
+                            v.span(),
+                            key,
+                            format!("environment variable `{name}` is not set"),
+                        );
+                    }
+                }
+                rest = &t[end + 1..];
+            } else {
+                out.push('$');
+                rest = &tail[1..];
+            }
+        }
+        out.push_str(rest);
+        Ok(out)
+    }
+
+    fn int(
+        &self,
+        v: &Spanned<IntOrString>,
+        key: &str,
+        min: i64,
+        max: i64,
+    ) -> Result<u64, ConfigError> {
+        let n = match v.get_ref() {
+            IntOrString::Int(n) => *n,
+            IntOrString::Str(s) => {
+                let s = self.expand(&Spanned::new(v.span(), s.clone()), key)?;
+                match s.trim().parse::<i64>() {
+                    Ok(n) => n,
+                    Err(_) => {
+                        return self.err(
+                            v.span(),
+                            key,
+                            format!("expected a whole number, got {s:?}"),
+                        );
+                    }
+                }
+            }
+        };
+        if n < min || n > max {
+            return self.err(
+                v.span(),
+                key,
+                format!("{n} is out of range; allowed {min}..={max}"),
+            );
+        }
+        Ok(n as u64)
+    }
+
+    fn size(&self, v: &Spanned<IntOrString>, key: &str) -> Result<u64, ConfigError> {
+        let n = match v.get_ref() {
+            IntOrString::Int(n) if *n > 0 => *n as u64,
+            IntOrString::Int(n) => return self.err(v.span(), key, format!("{n} must be positive")),
+            IntOrString::Str(s) => {
+                let s = self.expand(&Spanned::new(v.span(), s.clone()), key)?;
+                match parse_size(&s) {
+                    Some(n) if n > 0 => n,
+                    _ => {
+                        return self.err(v.span(), key, format!(
+                            "{s:?} is not a size; write bytes or a number with KiB, MiB, GiB, KB, MB or GB"
+                        ));
+                    }
+                }
+            }
+        };
+        if n > MAX_READ_LIMIT {
+            return self.err(
+                v.span(),
+                key,
+                format!("{n} bytes is more than the maximum of {MAX_READ_LIMIT} bytes (64MiB)"),
+            );
+        }
+        Ok(n)
+    }
+}
+
+/// `8MiB`, `512 KiB`, `10MB`, `1048576`.
+pub fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num.parse().ok()?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kib" | "k" => 1 << 10,
+        "mib" | "m" => 1 << 20,
+        "gib" | "g" => 1 << 30,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        _ => return None,
+    };
+    n.checked_mul(mult)
+}
+
+/// Read and validate the file at `path`.
+pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ConfigError(format!("{}: cannot read config: {e}", path.display())))?;
+    parse(path, &text, &|name| std::env::var(name).ok())
+}
+
+/// Validate config `text` (from `file`, for messages) with environment lookup `env`.
+pub fn parse(
+    file: &Path,
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, ConfigError> {
+    let raw: RawConfig =
+        toml::from_str(text).map_err(|e| ConfigError(format!("{}: {e}", file.display())))?;
+    let cx = Ctx { file, text, env };
+    let base = file.parent().map(Path::to_path_buf).unwrap_or_default();
+    let mut cfg = Config::default();
+    if let Some(s) = raw.server {
+        if let Some(n) = &s.name {
+            cfg.server.name = cx.expand(n, "server.name")?;
+        }
+        if let Some(p) = &s.page_size {
+            cfg.server.page_size = cx.int(p, "server.page_size", 1, 1000)? as usize;
+        }
+        if let Some(m) = &s.max_read_bytes {
+            cfg.server.max_read_bytes = cx.size(m, "server.max_read_bytes")?;
+        }
+    }
+    for m in raw.mount {
+        let span = m.span();
+        let m = m.into_inner();
+        let kind = m.kind.get_ref().as_str();
+        match kind {
+            "files" => cfg
+                .mounts
+                .push(MountConfig::Files(files_mount(&cx, &base, m)?)),
+            "sqlite" | "postgres" | "mysql" | "git" | "api" | "web" | "s3" => {
+                return cx.err(
+                    m.kind.span(),
+                    "mount.kind",
+                    format!(
+                        "mount kind `{kind}` is not available in this version; available: files"
+                    ),
+                );
+            }
+            _ => {
+                return cx.err(
+                    m.kind.span(),
+                    "mount.kind",
+                    format!("unknown mount kind `{kind}`; available: files"),
+                );
+            }
+        }
+        let _ = span;
+    }
+    Ok(cfg)
+}
+
+fn files_mount(cx: &Ctx<'_>, base: &Path, m: RawMount) -> Result<FilesConfig, ConfigError> {
+    let Some(root) = &m.root else {
+        return cx.err(
+            m.kind.span(),
+            "mount.root",
+            "a files mount needs `root`, the directory to serve",
+        );
+    };
+    let root_s = cx.expand(root, "mount.root")?;
+    let mut root_path = PathBuf::from(&root_s);
+    if root_path.is_relative() {
+        // Relative roots are relative to the config file, not to wherever the server started.
+        root_path = base.join(root_path);
+    }
+    match std::fs::metadata(&root_path) {
+        Ok(md) if md.is_dir() => {}
+        Ok(_) => {
+            return cx.err(
+                root.span(),
+                "mount.root",
+                format!("{} is not a directory", root_path.display()),
+            );
+        }
+        Err(e) => {
+            return cx.err(
+                root.span(),
+                "mount.root",
+                format!("{}: {e}", root_path.display()),
+            );
+        }
+    }
+    let mut fc = FilesConfig::new(root_path);
+    for d in m.deny.iter().flatten() {
+        let pat = cx.expand(d, "mount.deny")?;
+        if let Err(e) = ignore::gitignore::GitignoreBuilder::new("/").add_line(None, &pat) {
+            return cx.err(d.span(), "mount.deny", format!("bad pattern {pat:?}: {e}"));
+        }
+        fc.deny.push(pat);
+    }
+    if let Some(v) = m.respect_gitignore {
+        fc.respect_gitignore = v;
+    }
+    if let Some(v) = m.hidden {
+        fc.hidden = v;
+    }
+    if let Some(v) = &m.debounce_ms {
+        fc.debounce = Duration::from_millis(cx.int(v, "mount.debounce_ms", 0, 60_000)?);
+    }
+    if let Some(v) = &m.poll_interval_ms {
+        fc.poll_interval =
+            Duration::from_millis(cx.int(v, "mount.poll_interval_ms", 100, 3_600_000)?);
+    }
+    if let Some(v) = &m.list_changed {
+        fc.list_watch = match cx.expand(v, "mount.list_changed")?.as_str() {
+            "auto" => ListWatchMode::Auto,
+            "poll" => ListWatchMode::Poll,
+            "off" => ListWatchMode::Off,
+            other => {
+                return cx.err(
+                    v.span(),
+                    "mount.list_changed",
+                    format!("{other:?} is not one of \"auto\", \"poll\", \"off\""),
+                );
+            }
+        };
+    }
+    let mut cache = CacheHints::default();
+    if let Some(v) = &m.ttl_ms {
+        cache.ttl_ms = cx.int(v, "mount.ttl_ms", 0, i64::from(u32::MAX))?;
+    }
+    if let Some(v) = &m.cache_scope {
+        cache.scope = match cx.expand(v, "mount.cache_scope")?.as_str() {
+            "public" => CacheScope::Public,
+            "private" => CacheScope::Private,
+            other => {
+                return cx.err(
+                    v.span(),
+                    "mount.cache_scope",
+                    format!("{other:?} is not \"public\" or \"private\""),
+                );
+            }
+        };
+    }
+    fc.cache = cache;
+    for t in &m.template {
+        let uri_template = cx.expand(&t.uri_template, "mount.template.uri_template")?;
+        if let Err(e) = mcpr_core::UriTemplate::parse(&uri_template) {
+            return cx.err(t.uri_template.span(), "mount.template.uri_template", e);
+        }
+        fc.templates.push(TemplateConfig {
+            uri_template,
+            name: cx.expand(&t.name, "mount.template.name")?,
+            description: t
+                .description
+                .as_ref()
+                .map(|d| cx.expand(d, "mount.template.description"))
+                .transpose()?,
+        });
+    }
+    Ok(fc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_str(text: &str) -> Result<Config, ConfigError> {
+        parse(Path::new("test.toml"), text, &|n| {
+            (n == "DOCS").then(|| "/tmp".to_owned())
+        })
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("8MiB"), Some(8 << 20));
+        assert_eq!(parse_size("512 KiB"), Some(512 << 10));
+        assert_eq!(parse_size("10MB"), Some(10_000_000));
+        assert_eq!(parse_size("12"), Some(12));
+        assert_eq!(parse_size("8 parsecs"), None);
+    }
+
+    #[test]
+    fn valid_config_with_env() {
+        let c = parse_str("[server]\npage_size = 7\nmax_read_bytes = \"1MiB\"\n[[mount]]\nkind = \"files\"\nroot = \"${DOCS}\"\ndeny = [\"*.sqlite\"]\n").unwrap();
+        assert_eq!(c.server.page_size, 7);
+        assert_eq!(c.server.max_read_bytes, 1 << 20);
+        let MountConfig::Files(f) = &c.mounts[0];
+        assert_eq!(f.root, PathBuf::from("/tmp"));
+        assert_eq!(f.deny, vec!["*.sqlite".to_owned()]);
+    }
+
+    #[test]
+    fn errors_name_file_line_and_key() {
+        let e = parse_str("[server]\npage_size = 5000\n").unwrap_err().0;
+        assert!(
+            e.contains("test.toml:2") && e.contains("server.page_size") && e.contains("1..=1000"),
+            "{e}"
+        );
+        let e = parse_str("[server]\nnope = 1\n").unwrap_err().0;
+        assert!(
+            e.contains("test.toml") && e.contains("line 2") && e.contains("nope"),
+            "{e}"
+        );
+        let e = parse_str("[[mount]]\nkind = \"files\"\nroot = \"${MISSING}\"\n")
+            .unwrap_err()
+            .0;
+        assert!(e.contains("test.toml:3") && e.contains("MISSING"), "{e}");
+        let e = parse_str("[[mount]]\nkind = \"ftp\"\n").unwrap_err().0;
+        assert!(e.contains("test.toml:2") && e.contains("ftp"), "{e}");
+        let e = parse_str("[server]\nmax_read_bytes = \"1GiB\"\n")
+            .unwrap_err()
+            .0;
+        assert!(
+            e.contains("max_read_bytes") && e.contains("67108864"),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,24 @@
+//! The vocabulary of mcp-resources: what a provider is, how resources are named, paged,
+//! read, completed and watched, and the one error type every layer speaks.
+//!
+//! Nothing in this crate knows about JSON-RPC, sessions, protocol eras or the network:
+//! the `server` crate translates between this vocabulary and MCP.
+
+pub mod capabilities;
+pub mod change;
+pub mod cursor;
+pub mod error;
+pub mod provider;
+pub mod template;
+pub mod uri;
+
+pub use capabilities::Capabilities;
+pub use change::{ChangeBus, ChangeEvent, ChangeSink, LocalBus, WatchGuard};
+pub use cursor::{CursorCodec, CursorError, PageCursor};
+pub use error::{Error, ErrorKind, Result};
+pub use provider::{
+    CacheHints, CacheScope, Completion, CompletionRequest, Contents, ContentsBody, Page,
+    PageRequest, Provider, ProviderInfo, ReadLimits, ResourceMeta, TemplateMeta,
+};
+pub use template::UriTemplate;
+pub use uri::ResourceUri;

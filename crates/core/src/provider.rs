@@ -1,0 +1,221 @@
+//! The seam between the server and a data source: the [`Provider`] trait and the plain
+//! data types it speaks. A provider knows nothing about JSON-RPC, sessions or protocol eras.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+
+use crate::capabilities::Capabilities;
+use crate::change::{ChangeSink, WatchGuard};
+use crate::error::{Error, Result};
+use crate::uri::ResourceUri;
+
+/// Who may cache a result (2026-07-28 `cacheScope`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CacheScope {
+    /// Any cache may keep it: the answer does not depend on who asks.
+    #[default]
+    Public,
+    /// Only the asking client may keep it.
+    Private,
+}
+
+/// Freshness hints a mount attaches to its results.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheHints {
+    /// How long a result may be treated as fresh, in milliseconds.
+    pub ttl_ms: u64,
+    /// Who may cache it.
+    pub scope: CacheScope,
+}
+
+impl Default for CacheHints {
+    fn default() -> Self {
+        Self {
+            ttl_ms: 0,
+            scope: CacheScope::Public,
+        }
+    }
+}
+
+/// Static facts about one mounted provider.
+#[derive(Debug, Clone)]
+pub struct ProviderInfo {
+    /// The provider kind as written in config (`files`, ...).
+    pub kind: &'static str,
+    /// A human-readable label for logs and errors (for files: the root).
+    pub label: String,
+    /// URI prefixes this mount owns. A URI belongs to the mount with the longest prefix that
+    /// matches at a boundary (the prefix ends in `/`, or the URI continues with `/`, `?`, `#`
+    /// or ends), so `file:///srv/docs` never claims `file:///srv/docs-evil`.
+    pub uri_prefixes: Vec<String>,
+    /// The operations it supports.
+    pub capabilities: Capabilities,
+    /// Cache hints for its results.
+    pub cache: CacheHints,
+}
+
+/// One page request: resume after `after` (a position from a previous page), at most `limit`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PageRequest {
+    /// The keyset position of the last entry already served; `None` for the first page.
+    pub after: Option<Vec<u8>>,
+    /// The most entries to return (at least 1).
+    pub limit: usize,
+}
+
+/// One page of results.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Page<T> {
+    /// The entries, in the provider's stable order.
+    pub items: Vec<T>,
+    /// Where to resume; `None` when this was the last page.
+    pub next: Option<Vec<u8>>,
+}
+
+/// A resource as listed.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ResourceMeta {
+    /// Its URI.
+    pub uri: String,
+    /// Its programmatic name.
+    pub name: String,
+    /// A display title.
+    pub title: Option<String>,
+    /// What it is.
+    pub description: Option<String>,
+    /// Its MIME type, when known.
+    pub mime_type: Option<String>,
+    /// Its size in bytes, when known.
+    pub size: Option<u64>,
+    /// Last modification time as RFC 3339.
+    pub last_modified: Option<String>,
+}
+
+/// A URI template a provider advertises.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TemplateMeta {
+    /// The RFC 6570 template.
+    pub uri_template: String,
+    /// Programmatic name.
+    pub name: String,
+    /// Display title.
+    pub title: Option<String>,
+    /// What it addresses and how to fill it.
+    pub description: Option<String>,
+    /// MIME type shared by every expansion, when uniform.
+    pub mime_type: Option<String>,
+}
+
+/// Limits that apply to one read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadLimits {
+    /// The most bytes of content one read may return.
+    pub max_bytes: u64,
+}
+
+/// The body of one content item.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ContentsBody {
+    /// Valid UTF-8.
+    Text(String),
+    /// Anything else; the server base64-encodes it.
+    Blob(Vec<u8>),
+}
+
+/// One item of a read result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Contents {
+    /// The URI this item is the content of.
+    pub uri: String,
+    /// Its MIME type.
+    pub mime_type: Option<String>,
+    /// The data.
+    pub body: ContentsBody,
+    /// Extra facts about this item (for windows: the range actually returned).
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// A `completion/complete` request for one argument of one of the provider's templates.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompletionRequest {
+    /// The template, exactly as the provider advertised it.
+    pub template: String,
+    /// The argument being completed.
+    pub argument: String,
+    /// What the user typed so far.
+    pub value: String,
+    /// Other arguments already resolved.
+    pub context: BTreeMap<String, String>,
+}
+
+/// Completion suggestions.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Completion {
+    /// At most 100 values.
+    pub values: Vec<String>,
+    /// How many matched in all, when known.
+    pub total: Option<u32>,
+    /// Whether there are more than `values` holds.
+    pub has_more: bool,
+}
+
+/// One mounted data source.
+///
+/// Every method that a provider does not declare in [`ProviderInfo::capabilities`] answers
+/// [`Error::unsupported`] by default, never an empty result that looks real.
+#[async_trait]
+pub trait Provider: Send + Sync + 'static {
+    /// Static facts: kind, URI prefixes, capabilities.
+    fn info(&self) -> &ProviderInfo;
+
+    /// Whether the source can serve requests right now.
+    async fn ready(&self) -> bool {
+        true
+    }
+
+    /// One page of resources, resuming after `page.after`.
+    async fn list(&self, page: PageRequest) -> Result<Page<ResourceMeta>> {
+        let _ = page;
+        Err(Error::unsupported(format!(
+            "{} mounts cannot list resources",
+            self.info().kind
+        )))
+    }
+
+    /// The contents of `uri`, which the router has already matched to this mount.
+    async fn read(&self, uri: &ResourceUri, limits: &ReadLimits) -> Result<Vec<Contents>>;
+
+    /// The URI templates this mount advertises.
+    fn templates(&self) -> &[TemplateMeta] {
+        &[]
+    }
+
+    /// Suggestions for one template argument.
+    async fn complete(&self, req: CompletionRequest) -> Result<Completion> {
+        let _ = req;
+        Err(Error::unsupported(format!(
+            "{} mounts do not complete arguments",
+            self.info().kind
+        )))
+    }
+
+    /// Start reporting changes of `uri` to `sink` until the guard is dropped.
+    /// The registry calls this once per URI however many clients subscribe.
+    async fn watch(&self, uri: &ResourceUri, sink: ChangeSink) -> Result<WatchGuard> {
+        let _ = (uri, sink);
+        Err(Error::unsupported(format!(
+            "{} mounts cannot be watched",
+            self.info().kind
+        )))
+    }
+
+    /// Start reporting changes of the set of resources to `sink` until the guard is dropped.
+    async fn watch_list(&self, sink: ChangeSink) -> Result<WatchGuard> {
+        let _ = sink;
+        Err(Error::unsupported(format!(
+            "{} mounts do not report list changes",
+            self.info().kind
+        )))
+    }
+}

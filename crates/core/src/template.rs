@@ -1,0 +1,2045 @@
+//! RFC 6570 URI templates: parse, expand, and match a concrete URI back to variable values.
+//!
+//! [`UriTemplate::parse`] accepts the full RFC 6570 syntax (levels 1–4),
+//! [`UriTemplate::expand`] implements §3.2 for string values, and
+//! [`UriTemplate::matches`] is the inverse used to route a concrete URI to a
+//! template and recover the variable values.
+//!
+//! # Matching rules
+//!
+//! * Literals match byte-for-byte (no case folding, no re-encoding).
+//! * `{var}` matches a run of characters other than `/ ? # &` (and `,` when
+//!   the expression lists several variables); `{.var}` one `.label`;
+//!   `{/var}` one `/segment`; `{;var}` `;name` or `;name=value`.
+//! * `{+var}` may contain `/` but stops before `?` and `#`; `{#var}` starts at
+//!   `#` and may contain anything.
+//! * A `{?..}` expression together with the `{&..}` expressions directly
+//!   after it matches an optional query string with keys in any order, each
+//!   key at most once. An undeclared key makes the whole URI not match; a key
+//!   without `=` yields `""`; absent keys are absent from the result.
+//! * A prefix modifier `:N` limits the matched value to `N` decoded characters.
+//! * When a variable appears several times, every occurrence must agree.
+//! * When a URI can be split in more than one way, later pieces take the
+//!   shortest non-empty match, which makes earlier pieces greedy:
+//!   `{+path}/{file}` against `a/b/c` gives `path = a/b`, `file = c`, and
+//!   `{name}{.ext}` against `a.tar.gz` gives `name = a.tar`, `ext = gz`.
+//!
+//! # Cost of matching
+//!
+//! Matching never backtracks. A forward pass computes, for each template
+//! piece in turn, the *set* of URI offsets where that piece can end (like a
+//! Thompson NFA simulation); a backward pass then picks one parse. Each
+//! expression enumerates its possible ends from a start offset in O(k)
+//! (k = variables in the expression) using precomputed next-delimiter
+//! tables, and overlapping ranges are merged with a sweep. For a URI of L
+//! bytes and a template of P pieces the time is O(P · L · k) plus literal
+//! comparisons (at most L · |literal| per literal, in practice far less), and
+//! the memory O(P · L / 8) bytes for the offset sets plus a few O(L) tables.
+//! A 100 KB URI against `{+a}/{+b}/{+c}` therefore costs milliseconds, not
+//! the O(L³) of naive backtracking.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::ops::ControlFlow;
+use std::str::FromStr;
+
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
+
+/// Longest template accepted by [`UriTemplate::parse`], in bytes.
+pub const MAX_TEMPLATE_LEN: usize = 8 * 1024;
+
+/// Largest prefix modifier (`{var:N}`) RFC 6570 §2.4.1 allows.
+pub const MAX_PREFIX: u16 = 9999;
+
+/// Why a string is not a valid URI template. Offsets are byte offsets into the template.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum TemplateError {
+    /// The template is longer than [`MAX_TEMPLATE_LEN`].
+    #[error("URI template is {len} bytes long; the maximum is {max} bytes")]
+    TooLong {
+        /// Length of the rejected template in bytes.
+        len: usize,
+        /// The limit, [`MAX_TEMPLATE_LEN`].
+        max: usize,
+    },
+    /// A `{` has no matching `}`.
+    #[error("unclosed expression: '{{' at byte offset {offset} has no matching '}}'")]
+    UnclosedExpression {
+        /// Offset of the opening `{`.
+        offset: usize,
+    },
+    /// A `}` appears outside an expression.
+    #[error("unmatched '}}' at byte offset {offset}")]
+    UnmatchedClose {
+        /// Offset of the stray `}`.
+        offset: usize,
+    },
+    /// `{}` contains nothing.
+    #[error("empty expression '{{}}' at byte offset {offset}")]
+    EmptyExpression {
+        /// Offset of the opening `{`.
+        offset: usize,
+    },
+    /// One of the operators RFC 6570 reserves for future use: `= , ! @ |`.
+    #[error("operator '{op}' at byte offset {offset} is reserved by RFC 6570 and not supported")]
+    ReservedOperator {
+        /// Offset of the operator character.
+        offset: usize,
+        /// The operator character.
+        op: char,
+    },
+    /// An operator, `,` or `}` where a variable name should start.
+    #[error("missing variable name at byte offset {offset}")]
+    MissingVarName {
+        /// Offset where the name should have started.
+        offset: usize,
+    },
+    /// A character that may not appear in a variable name at that point.
+    #[error(
+        "invalid character {found:?} in variable name at byte offset {offset} \
+         (names are letters, digits, '_' and %XX, with single '.' between them)"
+    )]
+    InvalidVarName {
+        /// Offset of the offending character.
+        offset: usize,
+        /// The offending character.
+        found: char,
+    },
+    /// A `:N` prefix modifier that is not an integer from 1 to 9999.
+    #[error(
+        "invalid prefix modifier ':{digits}' at byte offset {offset}: \
+         expected an integer from 1 to 9999 without leading zeros"
+    )]
+    InvalidPrefix {
+        /// Offset of the `:`.
+        offset: usize,
+        /// The digits that followed the `:` (possibly none).
+        digits: String,
+    },
+    /// Something other than `,` or `}` after a variable specification.
+    #[error("unexpected character {found:?} at byte offset {offset}: expected ',' or '}}'")]
+    UnexpectedChar {
+        /// Offset of the offending character.
+        offset: usize,
+        /// The offending character.
+        found: char,
+    },
+    /// A character RFC 6570 §2.1 does not allow in a literal (space, `"`, `<`, control characters, ...).
+    #[error("character {found:?} at byte offset {offset} is not allowed in a URI template literal")]
+    InvalidLiteral {
+        /// Offset of the offending character.
+        offset: usize,
+        /// The offending character.
+        found: char,
+    },
+    /// A `%` not followed by two hex digits.
+    #[error("'%' at byte offset {offset} is not followed by two hex digits")]
+    InvalidPercentEncoding {
+        /// Offset of the `%`.
+        offset: usize,
+    },
+}
+
+/// The operator of an expression (RFC 6570 §2.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Operator {
+    /// `{var}`: simple string expansion.
+    Simple,
+    /// `{+var}`: reserved expansion; reserved characters pass through.
+    Reserved,
+    /// `{#var}`: fragment expansion, prefixed by `#`.
+    Fragment,
+    /// `{.var}`: label expansion, prefixed by `.`.
+    Label,
+    /// `{/var}`: path segments, prefixed by `/`.
+    Path,
+    /// `{;var}`: path-style parameters `;name=value`.
+    PathParam,
+    /// `{?var}`: form-style query `?name=value&...`.
+    Query,
+    /// `{&var}`: form-style query continuation `&name=value`.
+    QueryCont,
+}
+
+impl Operator {
+    /// The operator character, or `None` for [`Operator::Simple`].
+    pub fn as_char(self) -> Option<char> {
+        match self {
+            Self::Simple => None,
+            Self::Reserved => Some('+'),
+            Self::Fragment => Some('#'),
+            Self::Label => Some('.'),
+            Self::Path => Some('/'),
+            Self::PathParam => Some(';'),
+            Self::Query => Some('?'),
+            Self::QueryCont => Some('&'),
+        }
+    }
+
+    fn from_char(c: char) -> Option<Self> {
+        Some(match c {
+            '+' => Self::Reserved,
+            '#' => Self::Fragment,
+            '.' => Self::Label,
+            '/' => Self::Path,
+            ';' => Self::PathParam,
+            '?' => Self::Query,
+            '&' => Self::QueryCont,
+            _ => return None,
+        })
+    }
+
+    /// The expansion table of RFC 6570 Appendix A for this operator.
+    fn spec(self) -> OpSpec {
+        let (first, sep, named, ifemp, allow_reserved) = match self {
+            Self::Simple => ("", ",", false, "", false),
+            Self::Reserved => ("", ",", false, "", true),
+            Self::Fragment => ("#", ",", false, "", true),
+            Self::Label => (".", ".", false, "", false),
+            Self::Path => ("/", "/", false, "", false),
+            Self::PathParam => (";", ";", true, "", false),
+            Self::Query => ("?", "&", true, "=", false),
+            Self::QueryCont => ("&", "&", true, "=", false),
+        };
+        OpSpec {
+            first,
+            sep,
+            named,
+            ifemp,
+            allow_reserved,
+        }
+    }
+}
+
+/// One row of RFC 6570 Appendix A.
+struct OpSpec {
+    first: &'static str,
+    sep: &'static str,
+    named: bool,
+    ifemp: &'static str,
+    allow_reserved: bool,
+}
+
+/// A variable reference inside an expression, with its modifier.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct VarSpec {
+    /// The variable name exactly as written (may contain `.` and `%XX`).
+    pub name: String,
+    /// The `*` explode modifier. It has no effect on string values.
+    pub explode: bool,
+    /// The `:N` prefix modifier, 1..=9999.
+    pub prefix: Option<u16>,
+}
+
+/// A `{...}` expression: an operator and one or more variables.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Expression {
+    /// The operator.
+    pub op: Operator,
+    /// The variables, in template order (never empty).
+    pub vars: Vec<VarSpec>,
+}
+
+/// A piece of a parsed template.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Part {
+    /// Literal text, copied verbatim on expansion and compared byte-wise on matching.
+    Literal(String),
+    /// A `{...}` expression.
+    Expr(Expression),
+}
+
+/// A parsed RFC 6570 URI template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UriTemplate {
+    source: String,
+    parts: Vec<Part>,
+}
+
+impl UriTemplate {
+    /// Parses a template, rejecting anything RFC 6570 does not allow.
+    pub fn parse(template: &str) -> Result<Self, TemplateError> {
+        if template.len() > MAX_TEMPLATE_LEN {
+            return Err(TemplateError::TooLong {
+                len: template.len(),
+                max: MAX_TEMPLATE_LEN,
+            });
+        }
+        let mut cur = Cursor {
+            src: template,
+            pos: 0,
+        };
+        let mut parts = Vec::new();
+        let mut literal_start = 0;
+        while let Some(c) = cur.peek() {
+            match c {
+                '{' => {
+                    push_literal(&mut parts, template, literal_start, cur.pos);
+                    parts.push(Part::Expr(parse_expression(&mut cur)?));
+                    literal_start = cur.pos;
+                }
+                '}' => return Err(TemplateError::UnmatchedClose { offset: cur.pos }),
+                '%' => {
+                    if !is_triplet(template.as_bytes(), cur.pos) {
+                        return Err(TemplateError::InvalidPercentEncoding { offset: cur.pos });
+                    }
+                    cur.pos += 3;
+                }
+                c if is_literal_char(c) => cur.pos += c.len_utf8(),
+                found => {
+                    return Err(TemplateError::InvalidLiteral {
+                        offset: cur.pos,
+                        found,
+                    });
+                }
+            }
+        }
+        push_literal(&mut parts, template, literal_start, cur.pos);
+        Ok(Self {
+            source: template.to_owned(),
+            parts,
+        })
+    }
+
+    /// The template text as given to [`UriTemplate::parse`].
+    pub fn as_str(&self) -> &str {
+        &self.source
+    }
+
+    /// The parsed literals and expressions, in order.
+    pub fn parts(&self) -> &[Part] {
+        &self.parts
+    }
+
+    /// Variable names in order of first appearance.
+    pub fn variables(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = Vec::new();
+        for var in self.expressions().flat_map(|e| &e.vars) {
+            if !names.contains(&var.name.as_str()) {
+                names.push(&var.name);
+            }
+        }
+        names
+    }
+
+    /// The literal text before the first expression (used to route a template to a mount by prefix).
+    pub fn literal_prefix(&self) -> &str {
+        match self.parts.first() {
+            Some(Part::Literal(text)) => text,
+            _ => "",
+        }
+    }
+
+    /// RFC 6570 expansion of string values (missing/undefined variables are skipped as the RFC says).
+    ///
+    /// Literals are copied verbatim; they are already valid URI characters
+    /// because [`UriTemplate::parse`] rejects anything else.
+    pub fn expand(&self, vars: &BTreeMap<String, String>) -> String {
+        let mut out = String::with_capacity(self.source.len());
+        for part in &self.parts {
+            match part {
+                Part::Literal(text) => out.push_str(text),
+                Part::Expr(expr) => expand_expression(expr, vars, &mut out),
+            }
+        }
+        out
+    }
+
+    /// Match a concrete URI against the template. Returns the PERCENT-DECODED value of each
+    /// variable that appears (query variables that are absent from the URI are simply missing
+    /// from the map). Returns None when the URI does not match, or when a decoded value would
+    /// not be valid UTF-8.
+    ///
+    /// A value containing an invalid escape (`%zz`, a truncated `%4`) also makes
+    /// the URI not match.
+    pub fn matches(&self, uri: &str) -> Option<BTreeMap<String, String>> {
+        let captures = self.match_spans(uri)?;
+        collect_values(&captures, uri, true)
+    }
+
+    /// Like `matches` but returns the raw (still percent-encoded) substrings.
+    ///
+    /// Invalid escapes are returned as they are rather than rejected. When a
+    /// variable occurs more than once, its occurrences are compared after
+    /// (lenient) decoding, and the longest one is returned.
+    pub fn matches_raw(&self, uri: &str) -> Option<BTreeMap<String, String>> {
+        let captures = self.match_spans(uri)?;
+        collect_values(&captures, uri, false)
+    }
+
+    fn expressions(&self) -> impl Iterator<Item = &Expression> {
+        self.parts.iter().filter_map(|part| match part {
+            Part::Expr(expr) => Some(expr),
+            Part::Literal(_) => None,
+        })
+    }
+
+    /// Regroups the parts into the units the matcher works on.
+    fn pieces(&self) -> Vec<Piece<'_>> {
+        let mut pieces: Vec<Piece<'_>> = Vec::with_capacity(self.parts.len());
+        for part in &self.parts {
+            let expr = match part {
+                Part::Literal(text) => {
+                    pieces.push(Piece::Literal(text));
+                    continue;
+                }
+                Part::Expr(expr) => expr,
+            };
+            let tagged = |in_lead: bool| {
+                expr.vars
+                    .iter()
+                    .map(move |spec| QueryVar { spec, in_lead })
+                    .collect::<Vec<_>>()
+            };
+            match expr.op {
+                Operator::PathParam => pieces.push(Piece::Params { vars: &expr.vars }),
+                Operator::Query => pieces.push(Piece::Query {
+                    lead: b'?',
+                    vars: tagged(true),
+                }),
+                Operator::QueryCont => {
+                    // `{?a}{&b}` expands to one query string, so it is matched as one
+                    // (which is what lets its keys come in any order).
+                    if let Some(Piece::Query { vars, .. }) = pieces.last_mut() {
+                        vars.extend(tagged(false));
+                    } else {
+                        pieces.push(Piece::Query {
+                            lead: b'&',
+                            vars: tagged(false),
+                        });
+                    }
+                }
+                op => pieces.push(list_piece(op, &expr.vars)),
+            }
+        }
+        pieces
+    }
+
+    /// Finds one parse of `uri`: the byte range each variable occurrence covers.
+    fn match_spans(&self, uri: &str) -> Option<Vec<Capture<'_>>> {
+        let pieces = self.pieces();
+        let len = uri.len();
+        let mut scan = Scan::new(uri);
+
+        // sets[i] = offsets where piece i can start, i.e. where pieces[..i] can end.
+        let mut sets: Vec<PosSet> = Vec::with_capacity(pieces.len() + 1);
+        let mut start = PosSet::new(len + 1);
+        start.insert(0);
+        sets.push(start);
+        let mut reach: Vec<usize> = Vec::new();
+        for piece in &pieces {
+            let prev = sets.last()?;
+            let mut next = PosSet::new(len + 1);
+            if let Piece::Literal(lit) = piece {
+                for s in prev.iter() {
+                    if uri
+                        .as_bytes()
+                        .get(s..)
+                        .is_some_and(|rest| rest.starts_with(lit.as_bytes()))
+                    {
+                        next.insert(s + lit.len());
+                    }
+                }
+            } else {
+                // reach[lo] = one past the furthest end of any range starting at lo;
+                // a single sweep then unions all ranges in O(L) however much they overlap.
+                reach.clear();
+                reach.resize(len + 1, 0);
+                for s in prev.iter() {
+                    let _ = walk(piece, &mut scan, s, &mut |lo, hi, _, _| {
+                        if let Some(r) = reach.get_mut(lo) {
+                            *r = (*r).max(hi + 1);
+                        }
+                        ControlFlow::Continue(())
+                    });
+                }
+                let mut covered_until = 0;
+                for (pos, &r) in reach.iter().enumerate() {
+                    covered_until = covered_until.max(r);
+                    if pos < covered_until && scan.can_cut(pos) {
+                        next.insert(pos);
+                    }
+                }
+            }
+            if next.is_empty() {
+                return None;
+            }
+            sets.push(next);
+        }
+        if !sets.last()?.contains(len) {
+            return None;
+        }
+
+        // Backward pass: every offset in the sets is reachable from 0, so picking any
+        // predecessor always succeeds; taking the largest one makes later pieces short
+        // and therefore earlier ones greedy.
+        let mut end = len;
+        let mut captures = Vec::new();
+        for (i, piece) in pieces.iter().enumerate().rev() {
+            if let Piece::Literal(lit) = piece {
+                end = end.checked_sub(lit.len())?;
+                continue;
+            }
+            let starts: Vec<usize> = sets.get(i)?.iter().take_while(|&s| s <= end).collect();
+            // Shortest non-empty match first, and the empty match only as a last
+            // resort: `{name}{.ext}` should read `readme.md` as `readme` + `md`.
+            let order = starts.iter().rev().filter(|&&s| s < end);
+            let order = order.chain(starts.last().filter(|&&s| s == end));
+            let mut found = None;
+            for &s in order {
+                let _ = walk(piece, &mut scan, s, &mut |lo, hi, committed, open| {
+                    if lo <= end && end <= hi {
+                        let mut caps = committed.to_vec();
+                        if let Some((var, start)) = open {
+                            caps.push(Capture { var, start, end });
+                        }
+                        found = Some((s, caps));
+                        ControlFlow::Break(())
+                    } else {
+                        ControlFlow::Continue(())
+                    }
+                });
+                if found.is_some() {
+                    break;
+                }
+            }
+            debug_assert!(found.is_some(), "forward and backward passes disagree");
+            let (s, caps) = found?;
+            captures.extend(caps);
+            end = s;
+        }
+        Some(captures)
+    }
+}
+
+impl FromStr for UriTemplate {
+    type Err = TemplateError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::parse(s)
+    }
+}
+
+impl fmt::Display for UriTemplate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.source)
+    }
+}
+
+impl serde::Serialize for UriTemplate {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.source)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for UriTemplate {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        Self::parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Parsing
+
+struct Cursor<'a> {
+    src: &'a str,
+    /// Always on a char boundary: it only ever advances by whole characters.
+    pos: usize,
+}
+
+impl Cursor<'_> {
+    fn peek(&self) -> Option<char> {
+        self.src.get(self.pos..)?.chars().next()
+    }
+
+    fn bump(&mut self) {
+        if let Some(c) = self.peek() {
+            self.pos += c.len_utf8();
+        }
+    }
+}
+
+fn push_literal(parts: &mut Vec<Part>, template: &str, start: usize, end: usize) {
+    if let Some(text) = template.get(start..end).filter(|t| !t.is_empty()) {
+        parts.push(Part::Literal(text.to_owned()));
+    }
+}
+
+fn parse_expression(cur: &mut Cursor<'_>) -> Result<Expression, TemplateError> {
+    let open = cur.pos;
+    cur.bump(); // '{'
+    let op = match cur.peek() {
+        None => return Err(TemplateError::UnclosedExpression { offset: open }),
+        Some('}') => return Err(TemplateError::EmptyExpression { offset: open }),
+        Some(op @ ('=' | ',' | '!' | '@' | '|')) => {
+            return Err(TemplateError::ReservedOperator {
+                offset: cur.pos,
+                op,
+            });
+        }
+        Some(c) => match Operator::from_char(c) {
+            Some(op) => {
+                cur.bump();
+                op
+            }
+            None => Operator::Simple,
+        },
+    };
+    let mut vars = Vec::new();
+    loop {
+        let name = parse_varname(cur, open)?;
+        let mut spec = VarSpec {
+            name,
+            explode: false,
+            prefix: None,
+        };
+        match cur.peek() {
+            Some('*') => {
+                cur.bump();
+                spec.explode = true;
+            }
+            Some(':') => {
+                let colon = cur.pos;
+                cur.bump();
+                let digits_start = cur.pos;
+                while cur.peek().is_some_and(|c| c.is_ascii_digit()) {
+                    cur.bump();
+                }
+                let digits = cur.src.get(digits_start..cur.pos).unwrap_or_default();
+                // Length is checked before parsing so that 99999999999 cannot overflow.
+                let prefix = (!digits.starts_with('0') && (1..=4).contains(&digits.len()))
+                    .then(|| digits.parse::<u16>().ok())
+                    .flatten()
+                    .filter(|n| (1..=MAX_PREFIX).contains(n));
+                match prefix {
+                    Some(n) => spec.prefix = Some(n),
+                    None => {
+                        return Err(TemplateError::InvalidPrefix {
+                            offset: colon,
+                            digits: digits.to_owned(),
+                        });
+                    }
+                }
+            }
+            _ => {}
+        }
+        vars.push(spec);
+        match cur.peek() {
+            Some(',') => cur.bump(),
+            Some('}') => {
+                cur.bump();
+                return Ok(Expression { op, vars });
+            }
+            None => return Err(TemplateError::UnclosedExpression { offset: open }),
+            Some(found) => {
+                return Err(TemplateError::UnexpectedChar {
+                    offset: cur.pos,
+                    found,
+                });
+            }
+        }
+    }
+}
+
+/// varname = varchar *( ["."] varchar ); varchar = ALPHA / DIGIT / "_" / pct-encoded
+fn parse_varname(cur: &mut Cursor<'_>, open: usize) -> Result<String, TemplateError> {
+    let start = cur.pos;
+    // True at the start of the name and right after a '.', where a varchar is required.
+    let mut need_varchar = true;
+    loop {
+        match cur.peek() {
+            Some(c) if c.is_ascii_alphanumeric() || c == '_' => {
+                cur.bump();
+                need_varchar = false;
+            }
+            Some('%') => {
+                if !is_triplet(cur.src.as_bytes(), cur.pos) {
+                    return Err(TemplateError::InvalidPercentEncoding { offset: cur.pos });
+                }
+                cur.pos += 3;
+                need_varchar = false;
+            }
+            Some('.') if !need_varchar => {
+                cur.bump();
+                need_varchar = true;
+            }
+            next => {
+                if !need_varchar {
+                    return Ok(cur.src.get(start..cur.pos).unwrap_or_default().to_owned());
+                }
+                return Err(match next {
+                    None => TemplateError::UnclosedExpression { offset: open },
+                    Some('}' | ',') if cur.pos == start => {
+                        TemplateError::MissingVarName { offset: cur.pos }
+                    }
+                    // "a.}" or "a.,": blame the dangling dot rather than what follows it.
+                    Some('}' | ',') => TemplateError::InvalidVarName {
+                        offset: cur.pos - 1,
+                        found: '.',
+                    },
+                    Some(found) => TemplateError::InvalidVarName {
+                        offset: cur.pos,
+                        found,
+                    },
+                });
+            }
+        }
+    }
+}
+
+/// RFC 6570 §2.1 `literals`, minus `%` which is handled as pct-encoded.
+fn is_literal_char(c: char) -> bool {
+    match c {
+        '!' | '#' | '$' | '&' | '('..=';' | '=' | '?'..='[' | ']' | '_' | 'a'..='z' | '~' => true,
+        c if c.is_ascii() => false,
+        c => {
+            let cp = u32::from(c);
+            match cp {
+                // ucschar and iprivate in the BMP.
+                0xA0..=0xD7FF | 0xE000..=0xFDCF | 0xFDF0..=0xFFEF => true,
+                // Planes 1–16 minus each plane's last two code points, and minus
+                // E0000-E0FFF (tags and variation selectors), per RFC 3987.
+                0x1_0000..=0x10_FFFF => {
+                    (cp & 0xFFFF) <= 0xFFFD && !(0xE_0000..=0xE_0FFF).contains(&cp)
+                }
+                _ => false,
+            }
+        }
+    }
+}
+
+fn is_triplet(bytes: &[u8], i: usize) -> bool {
+    bytes.get(i) == Some(&b'%')
+        && bytes.get(i + 1).is_some_and(u8::is_ascii_hexdigit)
+        && bytes.get(i + 2).is_some_and(u8::is_ascii_hexdigit)
+}
+
+// ---------------------------------------------------------------------------
+// Expansion
+
+/// Everything but `unreserved` is encoded (RFC 6570 "U").
+const ENCODE_UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// `unreserved` and `reserved` pass through (RFC 6570 "U+R"). `%` stays in the
+/// set: valid triplets are copied separately, a lone `%` must become `%25`.
+const ENCODE_RESERVED: &AsciiSet = &ENCODE_UNRESERVED
+    .remove(b':')
+    .remove(b'/')
+    .remove(b'?')
+    .remove(b'#')
+    .remove(b'[')
+    .remove(b']')
+    .remove(b'@')
+    .remove(b'!')
+    .remove(b'$')
+    .remove(b'&')
+    .remove(b'\'')
+    .remove(b'(')
+    .remove(b')')
+    .remove(b'*')
+    .remove(b'+')
+    .remove(b',')
+    .remove(b';')
+    .remove(b'=');
+
+fn expand_expression(expr: &Expression, vars: &BTreeMap<String, String>, out: &mut String) {
+    let spec = expr.op.spec();
+    let mut first = true;
+    for var in &expr.vars {
+        let Some(value) = vars.get(&var.name) else {
+            continue;
+        };
+        out.push_str(if first { spec.first } else { spec.sep });
+        first = false;
+        if spec.named {
+            out.push_str(&var.name);
+            if value.is_empty() {
+                out.push_str(spec.ifemp);
+                continue;
+            }
+            out.push('=');
+        }
+        let value = match var.prefix {
+            Some(n) => truncate_chars(value, usize::from(n)),
+            None => value,
+        };
+        push_encoded(value, spec.allow_reserved, out);
+    }
+}
+
+fn push_encoded(value: &str, allow_reserved: bool, out: &mut String) {
+    if !allow_reserved {
+        out.extend(utf8_percent_encode(value, ENCODE_UNRESERVED));
+        return;
+    }
+    let bytes = value.as_bytes();
+    let (mut copied, mut i) = (0, 0);
+    while i < bytes.len() {
+        if is_triplet(bytes, i) {
+            out.extend(utf8_percent_encode(
+                value.get(copied..i).unwrap_or_default(),
+                ENCODE_RESERVED,
+            ));
+            out.push_str(value.get(i..i + 3).unwrap_or_default());
+            i += 3;
+            copied = i;
+        } else {
+            i += 1;
+        }
+    }
+    out.extend(utf8_percent_encode(
+        value.get(copied..).unwrap_or_default(),
+        ENCODE_RESERVED,
+    ));
+}
+
+/// The first `n` Unicode scalar values of `s` (RFC 6570 counts characters, not bytes).
+fn truncate_chars(s: &str, n: usize) -> &str {
+    match s.char_indices().nth(n) {
+        Some((i, _)) => s.get(..i).unwrap_or(s),
+        None => s,
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Matching
+
+/// A unit of matching: one literal, one expression, or one query group.
+enum Piece<'t> {
+    Literal(&'t str),
+    /// Unnamed values: `{a}`, `{+a}`, `{#a}`, `{.a}`, `{/a}`.
+    List {
+        /// Character that opens a non-empty expansion (`#`, `.`, `/`).
+        first: Option<u8>,
+        /// Separator between values.
+        sep: u8,
+        /// Delimiter classes (`D_*`) a value cannot contain.
+        stops: u8,
+        vars: &'t [VarSpec],
+    },
+    /// `{;a,b}`: `;name[=value]` items in template order.
+    Params {
+        vars: &'t [VarSpec],
+    },
+    /// A `{?..}` or `{&..}` expression plus the `{&..}` expressions right after it.
+    Query {
+        lead: u8,
+        vars: Vec<QueryVar<'t>>,
+    },
+}
+
+struct QueryVar<'t> {
+    spec: &'t VarSpec,
+    /// Declared by the group's leading `{?..}` expression.
+    in_lead: bool,
+}
+
+fn list_piece(op: Operator, vars: &[VarSpec]) -> Piece<'_> {
+    // ',' only separates values when there are several; a lone `{var}` may contain it.
+    let comma = if vars.len() > 1 { D_COMMA } else { 0 };
+    let (first, sep, stops) = match op {
+        Operator::Reserved => (None, b',', D_QUESTION | D_HASH | comma),
+        Operator::Fragment => (Some(b'#'), b',', comma),
+        Operator::Label => (Some(b'.'), b'.', D_SLASH | D_QUESTION | D_HASH | D_DOT),
+        Operator::Path => (Some(b'/'), b'/', D_SLASH | D_QUESTION | D_HASH),
+        _ => (None, b',', D_SLASH | D_QUESTION | D_HASH | D_AMP | comma),
+    };
+    Piece::List {
+        first,
+        sep,
+        stops,
+        vars,
+    }
+}
+
+/// The byte range of one variable occurrence in the URI.
+#[derive(Clone, Copy)]
+struct Capture<'t> {
+    var: &'t VarSpec,
+    start: usize,
+    end: usize,
+}
+
+/// Receives the ends a piece can reach from a start offset, as inclusive ranges
+/// `lo..=hi`, together with the captures a parse ending there implies: the
+/// finished ones, plus an open one (variable, start) that runs to the chosen end.
+type Visit<'v, 't> =
+    dyn FnMut(usize, usize, &[Capture<'t>], Option<(&'t VarSpec, usize)>) -> ControlFlow<()> + 'v;
+
+/// Enumerates how `piece` can match starting at `s`. The same walk serves the
+/// forward pass (collect every range) and the backward pass (stop at the range
+/// holding the chosen end), so the two cannot disagree.
+fn walk<'t>(
+    piece: &Piece<'t>,
+    scan: &mut Scan<'_>,
+    s: usize,
+    visit: &mut Visit<'_, 't>,
+) -> ControlFlow<()> {
+    match piece {
+        Piece::Literal(_) => ControlFlow::Continue(()),
+        Piece::List {
+            first,
+            sep,
+            stops,
+            vars,
+        } => walk_list(*first, *sep, *stops, vars, scan, s, visit),
+        Piece::Params { vars } => walk_params(vars, scan, s, visit),
+        Piece::Query { lead, vars } => walk_query(*lead, vars, scan, s, visit),
+    }
+}
+
+fn walk_list<'t>(
+    first: Option<u8>,
+    sep: u8,
+    stops: u8,
+    vars: &'t [VarSpec],
+    scan: &mut Scan<'_>,
+    s: usize,
+    visit: &mut Visit<'_, 't>,
+) -> ControlFlow<()> {
+    let mut committed = Vec::new();
+    let mut item = s;
+    if let Some(first) = first {
+        // Nothing at all: every variable undefined.
+        visit(s, s, &committed, None)?;
+        if scan.byte(s) != Some(first) {
+            return ControlFlow::Continue(());
+        }
+        item = s + 1;
+    }
+    for (j, var) in vars.iter().enumerate() {
+        let run_end = scan.next_in(stops, item);
+        let item_end = match var.prefix {
+            Some(n) => scan.limit_chars(item, run_end, usize::from(n)),
+            None => run_end,
+        };
+        visit(item, item_end, &committed, Some((var, item)))?;
+        let more = j + 1 < vars.len() && item_end == run_end && scan.byte(run_end) == Some(sep);
+        if !more {
+            break;
+        }
+        committed.push(Capture {
+            var,
+            start: item,
+            end: run_end,
+        });
+        item = run_end + 1;
+    }
+    ControlFlow::Continue(())
+}
+
+fn walk_params<'t>(
+    vars: &'t [VarSpec],
+    scan: &mut Scan<'_>,
+    s: usize,
+    visit: &mut Visit<'_, 't>,
+) -> ControlFlow<()> {
+    visit(s, s, &[], None)?;
+    let mut committed = Vec::new();
+    let mut pos = s;
+    let mut next_var = 0;
+    while scan.byte(pos) == Some(b';') {
+        let name_start = pos + 1;
+        let mut continued = false;
+        for (vi, var) in vars.iter().enumerate().skip(next_var) {
+            if !scan.has_at(name_start, &var.name) {
+                continue;
+            }
+            let name_end = name_start + var.name.len();
+            // `;name` alone: an empty value (whatever follows may be a literal).
+            visit(name_end, name_end, &committed, Some((var, name_end)))?;
+            let value_end = match scan.byte(name_end) {
+                Some(b'=') => {
+                    let value_start = name_end + 1;
+                    let run_end = scan.next_in(D_SEMI | D_SLASH | D_QUESTION | D_HASH, value_start);
+                    let item_end = match var.prefix {
+                        Some(n) => scan.limit_chars(value_start, run_end, usize::from(n)),
+                        None => run_end,
+                    };
+                    visit(value_start, item_end, &committed, Some((var, value_start)))?;
+                    (item_end == run_end && scan.byte(run_end) == Some(b';'))
+                        .then_some((value_start, run_end))
+                }
+                Some(b';') => Some((name_end, name_end)),
+                _ => None,
+            };
+            // A name followed by '=' or ';' fixes the item, and taking the first
+            // unused variable with that name leaves the most room for the rest.
+            if let Some((start, end)) = value_end {
+                committed.push(Capture { var, start, end });
+                pos = end;
+                next_var = vi + 1;
+                continued = true;
+                break;
+            }
+        }
+        if !continued {
+            break;
+        }
+    }
+    ControlFlow::Continue(())
+}
+
+fn walk_query<'t>(
+    lead: u8,
+    vars: &[QueryVar<'t>],
+    scan: &mut Scan<'_>,
+    s: usize,
+    visit: &mut Visit<'_, 't>,
+) -> ControlFlow<()> {
+    // No query string at all.
+    visit(s, s, &[], None)?;
+    let lead_keys_allowed = match (lead, scan.byte(s)) {
+        (b'?', Some(b'?')) | (b'&', Some(b'&')) => true,
+        // `{?a}{&b}` with `a` undefined expands to `&b=..`: then no key of the
+        // leading `?` expression may appear.
+        (b'?', Some(b'&')) if vars.iter().any(|v| !v.in_lead) => false,
+        _ => return ControlFlow::Continue(()),
+    };
+    let mut used = vec![false; vars.len()];
+    let mut committed = Vec::new();
+    let mut pos = s;
+    loop {
+        let key_start = pos + 1;
+        let key_end = scan.next_in(D_EQ | D_AMP | D_HASH, key_start);
+        let key = scan.text.get(key_start..key_end).unwrap_or_default();
+        let found = vars.iter().zip(&used).position(|(v, &taken)| {
+            !taken && v.spec.name == key && (lead_keys_allowed || !v.in_lead)
+        });
+        // Undeclared or repeated key: the query string cannot continue here.
+        let Some((vi, var)) = found.and_then(|vi| Some((vi, vars.get(vi)?.spec))) else {
+            break;
+        };
+        let (value_start, value_end) = if scan.byte(key_end) == Some(b'=') {
+            (key_end + 1, scan.next_in(D_AMP | D_HASH, key_end + 1))
+        } else {
+            (key_end, key_end)
+        };
+        if let Some(n) = var.prefix
+            && scan.char_count(value_start, value_end) > usize::from(n)
+        {
+            break;
+        }
+        if let Some(u) = used.get_mut(vi) {
+            *u = true;
+        }
+        committed.push(Capture {
+            var,
+            start: value_start,
+            end: value_end,
+        });
+        visit(value_end, value_end, &committed, None)?;
+        pos = value_end;
+        if scan.byte(pos) != Some(b'&') {
+            break;
+        }
+    }
+    ControlFlow::Continue(())
+}
+
+// Delimiter classes, one bit each, so a value's stop set is a mask.
+const D_SLASH: u8 = 1;
+const D_QUESTION: u8 = 1 << 1;
+const D_HASH: u8 = 1 << 2;
+const D_AMP: u8 = 1 << 3;
+const D_COMMA: u8 = 1 << 4;
+const D_DOT: u8 = 1 << 5;
+const D_SEMI: u8 = 1 << 6;
+const D_EQ: u8 = 1 << 7;
+
+fn delimiter_class(b: u8) -> u8 {
+    match b {
+        b'/' => D_SLASH,
+        b'?' => D_QUESTION,
+        b'#' => D_HASH,
+        b'&' => D_AMP,
+        b',' => D_COMMA,
+        b'.' => D_DOT,
+        b';' => D_SEMI,
+        b'=' => D_EQ,
+        _ => 0,
+    }
+}
+
+/// Per-URI lookup tables that make each step of a walk O(1) or O(log L).
+struct Scan<'u> {
+    text: &'u str,
+    /// Offsets where a value may end: char boundaries that do not split a `%XX`.
+    cuts: PosSet,
+    /// For each stop mask used so far: `next[i]` = first offset >= i holding one of its delimiters.
+    next: Vec<(u8, Vec<usize>)>,
+    /// `counts[i]` = decoded characters that start before offset i; built on first use.
+    counts: Option<Vec<usize>>,
+}
+
+impl<'u> Scan<'u> {
+    fn new(text: &'u str) -> Self {
+        let bytes = text.as_bytes();
+        let mut cuts = PosSet::new(bytes.len() + 1);
+        let mut i = 0;
+        while i <= bytes.len() {
+            if text.is_char_boundary(i) {
+                cuts.insert(i);
+            }
+            // Skip the inside of a triplet: a template expansion never splits one.
+            i += if is_triplet(bytes, i) { 3 } else { 1 };
+        }
+        Self {
+            text,
+            cuts,
+            next: Vec::new(),
+            counts: None,
+        }
+    }
+
+    fn byte(&self, i: usize) -> Option<u8> {
+        self.text.as_bytes().get(i).copied()
+    }
+
+    fn has_at(&self, i: usize, needle: &str) -> bool {
+        self.text
+            .as_bytes()
+            .get(i..)
+            .is_some_and(|rest| rest.starts_with(needle.as_bytes()))
+    }
+
+    fn can_cut(&self, i: usize) -> bool {
+        self.cuts.contains(i)
+    }
+
+    /// First offset >= `from` holding a delimiter in `mask`, or the URI length.
+    fn next_in(&mut self, mask: u8, from: usize) -> usize {
+        let len = self.text.len();
+        if mask == 0 || from >= len {
+            return len;
+        }
+        let index = match self.next.iter().position(|(m, _)| *m == mask) {
+            Some(index) => index,
+            None => {
+                let bytes = self.text.as_bytes();
+                let mut table = vec![len; len + 1];
+                for i in (0..len).rev() {
+                    table[i] = if delimiter_class(bytes[i]) & mask != 0 {
+                        i
+                    } else {
+                        table[i + 1]
+                    };
+                }
+                self.next.push((mask, table));
+                self.next.len() - 1
+            }
+        };
+        self.next
+            .get(index)
+            .and_then(|(_, table)| table.get(from))
+            .copied()
+            .unwrap_or(len)
+    }
+
+    fn counts(&mut self) -> &[usize] {
+        self.counts.get_or_insert_with(|| {
+            let bytes = self.text.as_bytes();
+            let mut counts = vec![0; bytes.len() + 1];
+            let (mut i, mut seen) = (0, 0);
+            while i < bytes.len() {
+                let (width, chars) = if is_triplet(bytes, i) {
+                    // A decoded UTF-8 continuation byte does not start a character.
+                    let byte = hex_value(bytes[i + 1]) << 4 | hex_value(bytes[i + 2]);
+                    (3, usize::from(byte & 0xC0 != 0x80))
+                } else {
+                    (utf8_width(bytes[i]), 1)
+                };
+                seen += chars;
+                let stop = (i + width).min(bytes.len());
+                for slot in counts.iter_mut().take(stop + 1).skip(i + 1) {
+                    *slot = seen;
+                }
+                i = stop;
+            }
+            counts
+        })
+    }
+
+    /// Decoded characters in `a..e`.
+    fn char_count(&mut self, a: usize, e: usize) -> usize {
+        let counts = self.counts();
+        let at = |i: usize| counts.get(i).copied().unwrap_or(0);
+        at(e).saturating_sub(at(a))
+    }
+
+    /// The largest `e` in `a..=hi` such that `a..e` holds at most `n` decoded characters.
+    fn limit_chars(&mut self, a: usize, hi: usize, n: usize) -> usize {
+        let counts = self.counts();
+        let Some(window) = counts.get(a..=hi) else {
+            return a;
+        };
+        let limit = window.first().copied().unwrap_or(0).saturating_add(n);
+        a + window.partition_point(|&c| c <= limit).saturating_sub(1)
+    }
+}
+
+fn hex_value(b: u8) -> u8 {
+    match b {
+        b'0'..=b'9' => b - b'0',
+        b'a'..=b'f' => b - b'a' + 10,
+        b'A'..=b'F' => b - b'A' + 10,
+        _ => 0,
+    }
+}
+
+/// Length of the UTF-8 sequence a leading byte starts.
+fn utf8_width(b: u8) -> usize {
+    match b {
+        0xF0.. => 4,
+        0xE0.. => 3,
+        0xC0.. => 2,
+        _ => 1,
+    }
+}
+
+/// A set of offsets `0..n`, stored as bits: one per URI byte per piece.
+struct PosSet {
+    words: Vec<u64>,
+}
+
+impl PosSet {
+    fn new(n: usize) -> Self {
+        Self {
+            words: vec![0; n.div_ceil(64)],
+        }
+    }
+
+    fn insert(&mut self, i: usize) {
+        if let Some(word) = self.words.get_mut(i / 64) {
+            *word |= 1 << (i % 64);
+        }
+    }
+
+    fn contains(&self, i: usize) -> bool {
+        self.words
+            .get(i / 64)
+            .is_some_and(|w| w & (1 << (i % 64)) != 0)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.words.iter().all(|&w| w == 0)
+    }
+
+    /// Members in increasing order.
+    fn iter(&self) -> impl Iterator<Item = usize> + '_ {
+        self.words.iter().enumerate().flat_map(|(wi, &word)| {
+            let mut rest = word;
+            std::iter::from_fn(move || {
+                if rest == 0 {
+                    return None;
+                }
+                let bit = rest.trailing_zeros() as usize;
+                rest &= rest - 1;
+                Some(wi * 64 + bit)
+            })
+        })
+    }
+}
+
+/// Turns captures into the result map, decoding and checking that repeated
+/// variables and prefix modifiers are consistent.
+fn collect_values(
+    captures: &[Capture<'_>],
+    uri: &str,
+    decode: bool,
+) -> Option<BTreeMap<String, String>> {
+    struct Seen {
+        /// What the caller gets back.
+        value: String,
+        /// Decoded form, for comparing occurrences encoded differently (`{a}` vs `{+a}`).
+        decoded: String,
+        prefix: Option<u16>,
+    }
+    let mut by_name: BTreeMap<&str, Vec<Seen>> = BTreeMap::new();
+    for capture in captures {
+        let raw = uri.get(capture.start..capture.end)?;
+        let seen = if decode {
+            let decoded = decode_strict(raw)?;
+            if let Some(n) = capture.var.prefix
+                && decoded.chars().count() > usize::from(n)
+            {
+                return None;
+            }
+            Seen {
+                value: decoded.clone(),
+                decoded,
+                prefix: capture.var.prefix,
+            }
+        } else {
+            Seen {
+                value: raw.to_owned(),
+                decoded: percent_decode_str(raw).decode_utf8_lossy().into_owned(),
+                prefix: capture.var.prefix,
+            }
+        };
+        by_name.entry(&capture.var.name).or_default().push(seen);
+    }
+    let mut values = BTreeMap::new();
+    for (name, seen) in by_name {
+        // The longest occurrence is the fullest view of the value; every other
+        // occurrence must be it, or its first N characters for a `:N` prefix.
+        let best = seen.iter().max_by_key(|s| s.decoded.chars().count())?;
+        for other in &seen {
+            let expected = match other.prefix {
+                Some(n) => truncate_chars(&best.decoded, usize::from(n)),
+                None => &best.decoded,
+            };
+            if other.decoded != expected {
+                return None;
+            }
+        }
+        values.insert(name.to_owned(), best.value.clone());
+    }
+    Some(values)
+}
+
+/// Percent-decodes `raw`, rejecting malformed escapes and non-UTF-8 results.
+fn decode_strict(raw: &str) -> Option<String> {
+    if !raw.contains('%') {
+        return Some(raw.to_owned());
+    }
+    let bytes = raw.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        if b == b'%' {
+            if !is_triplet(bytes, i) {
+                return None;
+            }
+            out.push(hex_value(bytes[i + 1]) << 4 | hex_value(bytes[i + 2]));
+            i += 3;
+        } else {
+            out.push(b);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    fn t(template: &str) -> UriTemplate {
+        UriTemplate::parse(template).unwrap_or_else(|e| panic!("{template:?}: {e}"))
+    }
+
+    /// The string variables of RFC 6570 §1.2 and §3.2.
+    fn rfc_vars() -> BTreeMap<String, String> {
+        vars(&[
+            ("dub", "me/too"),
+            ("hello", "Hello World!"),
+            ("half", "50%"),
+            ("var", "value"),
+            ("who", "fred"),
+            ("base", "http://example.com/home/"),
+            ("path", "/foo/bar"),
+            ("v", "6"),
+            ("x", "1024"),
+            ("y", "768"),
+            ("empty", ""),
+        ])
+    }
+
+    // Every string-valued example of RFC 6570 (§1.2 levels 1-4 and §3.2.2-3.2.9).
+    const RFC_EXAMPLES: &[(&str, &str)] = &[
+        // Level 1 / §3.2.2 simple
+        ("{var}", "value"),
+        ("{hello}", "Hello%20World%21"),
+        ("{half}", "50%25"),
+        ("O{empty}X", "OX"),
+        ("O{undef}X", "OX"),
+        ("{x,y}", "1024,768"),
+        ("{x,hello,y}", "1024,Hello%20World%21,768"),
+        ("?{x,empty}", "?1024,"),
+        ("?{x,undef}", "?1024"),
+        ("?{undef,y}", "?768"),
+        ("{var:3}", "val"),
+        ("{var:30}", "value"),
+        ("map?{x,y}", "map?1024,768"),
+        // Level 2 / §3.2.3 reserved
+        ("{+var}", "value"),
+        ("{+hello}", "Hello%20World!"),
+        ("{+half}", "50%25"),
+        ("{base}index", "http%3A%2F%2Fexample.com%2Fhome%2Findex"),
+        ("{+base}index", "http://example.com/home/index"),
+        ("O{+empty}X", "OX"),
+        ("O{+undef}X", "OX"),
+        ("{+path}/here", "/foo/bar/here"),
+        ("here?ref={+path}", "here?ref=/foo/bar"),
+        ("up{+path}{var}/here", "up/foo/barvalue/here"),
+        ("{+x,hello,y}", "1024,Hello%20World!,768"),
+        ("{+path,x}/here", "/foo/bar,1024/here"),
+        ("{+path:6}/here", "/foo/b/here"),
+        // §3.2.4 fragment
+        ("{#var}", "#value"),
+        ("{#hello}", "#Hello%20World!"),
+        ("{#half}", "#50%25"),
+        ("foo{#empty}", "foo#"),
+        ("foo{#undef}", "foo"),
+        ("X{#var}", "X#value"),
+        ("X{#hello}", "X#Hello%20World!"),
+        ("{#x,hello,y}", "#1024,Hello%20World!,768"),
+        ("{#path,x}/here", "#/foo/bar,1024/here"),
+        ("{#path:6}/here", "#/foo/b/here"),
+        // §3.2.5 label
+        ("{.who}", ".fred"),
+        ("{.who,who}", ".fred.fred"),
+        ("{.half,who}", ".50%25.fred"),
+        ("X{.var}", "X.value"),
+        ("X{.x,y}", "X.1024.768"),
+        ("X{.empty}", "X."),
+        ("X{.undef}", "X"),
+        ("X{.var:3}", "X.val"),
+        // §3.2.6 path
+        ("{/who}", "/fred"),
+        ("{/who,who}", "/fred/fred"),
+        ("{/half,who}", "/50%25/fred"),
+        ("{/who,dub}", "/fred/me%2Ftoo"),
+        ("{/var}", "/value"),
+        ("{/var,empty}", "/value/"),
+        ("{/var,undef}", "/value"),
+        ("{/var,x}/here", "/value/1024/here"),
+        ("{/var:1,var}", "/v/value"),
+        // §3.2.7 path-style parameters
+        ("{;who}", ";who=fred"),
+        ("{;half}", ";half=50%25"),
+        ("{;empty}", ";empty"),
+        ("{;v,empty,who}", ";v=6;empty;who=fred"),
+        ("{;v,bar,who}", ";v=6;who=fred"),
+        ("{;x,y}", ";x=1024;y=768"),
+        ("{;x,y,empty}", ";x=1024;y=768;empty"),
+        ("{;x,y,undef}", ";x=1024;y=768"),
+        ("{;hello:5}", ";hello=Hello"),
+        // §3.2.8 query
+        ("{?who}", "?who=fred"),
+        ("{?half}", "?half=50%25"),
+        ("{?x,y}", "?x=1024&y=768"),
+        ("{?x,y,empty}", "?x=1024&y=768&empty="),
+        ("{?x,y,undef}", "?x=1024&y=768"),
+        ("{?var:3}", "?var=val"),
+        // §3.2.9 query continuation
+        ("{&who}", "&who=fred"),
+        ("{&half}", "&half=50%25"),
+        ("?fixed=yes{&x}", "?fixed=yes&x=1024"),
+        ("{&x,y,empty}", "&x=1024&y=768&empty="),
+        ("{&var:3}", "&var=val"),
+    ];
+
+    #[test]
+    fn rfc_examples_expand() {
+        let values = rfc_vars();
+        for (template, expected) in RFC_EXAMPLES {
+            assert_eq!(
+                &t(template).expand(&values),
+                expected,
+                "template {template:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn rfc_examples_match_back() {
+        let all = rfc_vars();
+        // Split points that are ambiguous by construction (adjacent expressions,
+        // or values containing their own separators) are left out.
+        let ambiguous = ["up{+path}{var}/here", "?{undef,y}"];
+        for (template, uri) in RFC_EXAMPLES {
+            if ambiguous.contains(template) {
+                continue;
+            }
+            let tpl = t(template);
+            let got = tpl
+                .matches(uri)
+                .unwrap_or_else(|| panic!("{template:?} should match {uri:?}"));
+            // Re-expanding what was matched must give the same URI.
+            assert_eq!(&tpl.expand(&got), uri, "template {template:?}");
+            for (name, value) in &got {
+                // `O{undef}X` reads back as an empty `undef`, which expands the same.
+                let full = all.get(name).map_or("", String::as_str);
+                assert!(
+                    full.starts_with(value.as_str()),
+                    "{template:?}: {name} = {value:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn expand_edge_cases() {
+        let values = vars(&[("a", "é/ ~%zz%41"), ("b", "日本語")]);
+        assert_eq!(t("{a}").expand(&values), "%C3%A9%2F%20~%25zz%2541");
+        // Reserved expansion keeps valid triplets and encodes a lone '%'.
+        assert_eq!(t("{+a}").expand(&values), "%C3%A9/%20~%25zz%41");
+        // Prefixes count characters, not bytes.
+        assert_eq!(t("{b:2}").expand(&values), "%E6%97%A5%E6%9C%AC");
+        assert_eq!(t("{a*}").expand(&values), t("{a}").expand(&values));
+        assert_eq!(t("x{?undef}").expand(&values), "x");
+        assert_eq!(t("{?a:1,b:1}").expand(&values), "?a=%C3%A9&b=%E6%97%A5");
+        assert_eq!(t("lit%20eral").expand(&values), "lit%20eral");
+    }
+
+    #[test]
+    fn parse_accepts_valid_syntax() {
+        for template in [
+            "",
+            "plain",
+            "{a:9999}",
+            "{a.b.c}",
+            "{%20a}",
+            "{_}",
+            "{a*}",
+            "{+a,b*,c:3}",
+            "{#a}{.b}{/c}{;d}{?e}{&f}",
+            "file:///srv/docs/{+path}{?offset,length,head,tail}",
+            "caf\u{e9}/{x}",
+            "%7E{x}",
+        ] {
+            let parsed = t(template);
+            assert_eq!(parsed.as_str(), template);
+            assert_eq!(parsed.to_string(), template);
+            assert_eq!(template.parse::<UriTemplate>().as_ref(), Ok(&parsed));
+        }
+        let parsed = t("x{+a,b*,c:3}");
+        assert_eq!(
+            parsed.parts(),
+            &[
+                Part::Literal("x".into()),
+                Part::Expr(Expression {
+                    op: Operator::Reserved,
+                    vars: vec![
+                        VarSpec {
+                            name: "a".into(),
+                            explode: false,
+                            prefix: None
+                        },
+                        VarSpec {
+                            name: "b".into(),
+                            explode: true,
+                            prefix: None
+                        },
+                        VarSpec {
+                            name: "c".into(),
+                            explode: false,
+                            prefix: Some(3)
+                        },
+                    ],
+                }),
+            ]
+        );
+    }
+
+    #[test]
+    fn parse_errors_name_the_offset() {
+        use TemplateError as E;
+        let cases: &[(&str, TemplateError)] = &[
+            ("{", E::UnclosedExpression { offset: 0 }),
+            ("ab{cd", E::UnclosedExpression { offset: 2 }),
+            ("x{a,b", E::UnclosedExpression { offset: 1 }),
+            (
+                "x{a:",
+                E::InvalidPrefix {
+                    offset: 3,
+                    digits: String::new(),
+                },
+            ),
+            ("}", E::UnmatchedClose { offset: 0 }),
+            ("a}b", E::UnmatchedClose { offset: 1 }),
+            ("x{}", E::EmptyExpression { offset: 1 }),
+            ("{=a}", E::ReservedOperator { offset: 1, op: '=' }),
+            ("{,a}", E::ReservedOperator { offset: 1, op: ',' }),
+            ("{!a}", E::ReservedOperator { offset: 1, op: '!' }),
+            ("{@a}", E::ReservedOperator { offset: 1, op: '@' }),
+            ("{|a}", E::ReservedOperator { offset: 1, op: '|' }),
+            (
+                "{a:0}",
+                E::InvalidPrefix {
+                    offset: 2,
+                    digits: "0".into(),
+                },
+            ),
+            (
+                "{a:01}",
+                E::InvalidPrefix {
+                    offset: 2,
+                    digits: "01".into(),
+                },
+            ),
+            (
+                "{a:10000}",
+                E::InvalidPrefix {
+                    offset: 2,
+                    digits: "10000".into(),
+                },
+            ),
+            (
+                "{a:}",
+                E::InvalidPrefix {
+                    offset: 2,
+                    digits: String::new(),
+                },
+            ),
+            (
+                "{a b}",
+                E::UnexpectedChar {
+                    offset: 2,
+                    found: ' ',
+                },
+            ),
+            (
+                "{a*:3}",
+                E::UnexpectedChar {
+                    offset: 3,
+                    found: ':',
+                },
+            ),
+            (
+                "{a{b}}",
+                E::UnexpectedChar {
+                    offset: 2,
+                    found: '{',
+                },
+            ),
+            ("{a,}", E::MissingVarName { offset: 3 }),
+            ("{+}", E::MissingVarName { offset: 2 }),
+            (
+                "{a..b}",
+                E::InvalidVarName {
+                    offset: 3,
+                    found: '.',
+                },
+            ),
+            (
+                "{.a.}",
+                E::InvalidVarName {
+                    offset: 3,
+                    found: '.',
+                },
+            ),
+            (
+                "{..a}",
+                E::InvalidVarName {
+                    offset: 2,
+                    found: '.',
+                },
+            ),
+            (
+                "{a-b}",
+                E::UnexpectedChar {
+                    offset: 2,
+                    found: '-',
+                },
+            ),
+            (
+                "{\u{e9}}",
+                E::InvalidVarName {
+                    offset: 1,
+                    found: '\u{e9}',
+                },
+            ),
+            ("{%zz}", E::InvalidPercentEncoding { offset: 1 }),
+            ("a%zz", E::InvalidPercentEncoding { offset: 1 }),
+            ("a%4", E::InvalidPercentEncoding { offset: 1 }),
+            (
+                "a b",
+                E::InvalidLiteral {
+                    offset: 1,
+                    found: ' ',
+                },
+            ),
+            (
+                "a\"b",
+                E::InvalidLiteral {
+                    offset: 1,
+                    found: '"',
+                },
+            ),
+            (
+                "a\u{7f}",
+                E::InvalidLiteral {
+                    offset: 1,
+                    found: '\u{7f}',
+                },
+            ),
+        ];
+        for (template, expected) in cases {
+            assert_eq!(
+                UriTemplate::parse(template).as_ref(),
+                Err(expected),
+                "{template:?}"
+            );
+        }
+        let message = UriTemplate::parse("ab{cd")
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(message.contains("byte offset 2"), "{message}");
+        let message = UriTemplate::parse("{a:0}")
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.contains("byte offset 2") && message.contains(":0"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn parse_length_limit() {
+        let ok = "a".repeat(MAX_TEMPLATE_LEN);
+        assert!(UriTemplate::parse(&ok).is_ok());
+        let long = "a".repeat(MAX_TEMPLATE_LEN + 1);
+        assert_eq!(
+            UriTemplate::parse(&long),
+            Err(TemplateError::TooLong {
+                len: MAX_TEMPLATE_LEN + 1,
+                max: MAX_TEMPLATE_LEN
+            })
+        );
+    }
+
+    #[test]
+    fn accessors() {
+        let tpl = t("file:///srv/docs/{+path}{?offset,length}{&path}");
+        assert_eq!(tpl.literal_prefix(), "file:///srv/docs/");
+        assert_eq!(tpl.variables(), ["path", "offset", "length"]);
+        assert_eq!(t("{x}/y").literal_prefix(), "");
+        assert_eq!(Operator::QueryCont.as_char(), Some('&'));
+        assert_eq!(Operator::Simple.as_char(), None);
+    }
+
+    #[test]
+    fn serde_round_trip() {
+        let tpl = t("db://users/{id}");
+        let json = serde_json::to_string(&tpl).unwrap();
+        assert_eq!(json, "\"db://users/{id}\"");
+        assert_eq!(serde_json::from_str::<UriTemplate>(&json).unwrap(), tpl);
+        let err = serde_json::from_str::<UriTemplate>("\"db://{\"").unwrap_err();
+        assert!(err.to_string().contains("byte offset 5"), "{err}");
+    }
+
+    #[test]
+    fn files_template() {
+        let tpl = t("file:///srv/docs/{+path}");
+        assert_eq!(tpl.matches("file:///srv/docs-evil/x"), None);
+        assert_eq!(
+            tpl.matches("file:///srv/docs/a%20b.md"),
+            Some(vars(&[("path", "a b.md")]))
+        );
+        assert_eq!(
+            tpl.matches_raw("file:///srv/docs/a%20b.md"),
+            Some(vars(&[("path", "a%20b.md")]))
+        );
+        assert_eq!(
+            tpl.matches("file:///srv/docs/a/b/c.md"),
+            Some(vars(&[("path", "a/b/c.md")]))
+        );
+        assert_eq!(
+            tpl.matches("file:///srv/docs/"),
+            Some(vars(&[("path", "")]))
+        );
+        // `+` stops before '?' and '#': this template has no query expression.
+        assert_eq!(tpl.matches("file:///srv/docs/a?x=1"), None);
+        assert_eq!(tpl.matches("file:///srv/docs/a%zz"), None);
+        assert_eq!(tpl.matches("file:///srv/docs/a%4"), None);
+        assert_eq!(tpl.matches("file:///srv/docs/a%"), None);
+        assert_eq!(
+            tpl.matches_raw("file:///srv/docs/a%zz"),
+            Some(vars(&[("path", "a%zz")]))
+        );
+        // Decodes to invalid UTF-8.
+        assert_eq!(tpl.matches("file:///srv/docs/%FF"), None);
+        assert_eq!(
+            tpl.matches("file:///srv/docs/%C3%A9"),
+            Some(vars(&[("path", "\u{e9}")]))
+        );
+    }
+
+    #[test]
+    fn files_template_with_query() {
+        let tpl = t("file:///srv/docs/{+path}{?offset,length,head,tail}");
+        assert_eq!(
+            tpl.matches("file:///srv/docs/a/b.md?head=10"),
+            Some(vars(&[("path", "a/b.md"), ("head", "10")]))
+        );
+        assert_eq!(
+            tpl.matches("file:///srv/docs/a/b.md"),
+            Some(vars(&[("path", "a/b.md")]))
+        );
+        let expected = vars(&[
+            ("path", "a.md"),
+            ("tail", "5"),
+            ("offset", "1"),
+            ("length", ""),
+        ]);
+        assert_eq!(
+            tpl.matches("file:///srv/docs/a.md?tail=5&offset=1&length"),
+            Some(expected)
+        );
+        assert_eq!(
+            tpl.matches("file:///srv/docs/a.md?length=&head=%3D"),
+            Some(vars(&[("path", "a.md"), ("length", ""), ("head", "=")]))
+        );
+        // Unknown key, repeated key, stray separators.
+        assert_eq!(tpl.matches("file:///srv/docs/a.md?foo=1"), None);
+        assert_eq!(tpl.matches("file:///srv/docs/a.md?head=1&foo=1"), None);
+        assert_eq!(tpl.matches("file:///srv/docs/a.md?head=1&head=2"), None);
+        assert_eq!(tpl.matches("file:///srv/docs/a.md?head=1&"), None);
+        assert_eq!(tpl.matches("file:///srv/docs/a.md?"), None);
+        assert_eq!(
+            tpl.matches("file:///srv/docs/a.md&head=1"),
+            Some(vars(&[("path", "a.md&head=1")]))
+        );
+        assert_eq!(tpl.matches("file:///srv/docs/a.md?head=%zz"), None);
+    }
+
+    #[test]
+    fn query_groups() {
+        let tpl = t("x{?a}{&b}");
+        assert_eq!(
+            tpl.matches("x?b=1&a=2"),
+            Some(vars(&[("a", "2"), ("b", "1")]))
+        );
+        assert_eq!(
+            tpl.matches("x?a=2&b=1"),
+            Some(vars(&[("a", "2"), ("b", "1")]))
+        );
+        // What the RFC expands `a` undefined to.
+        assert_eq!(tpl.matches("x&b=1"), Some(vars(&[("b", "1")])));
+        assert_eq!(tpl.matches("x&a=1"), None);
+        assert_eq!(t("x{?a}").matches("x&a=1"), None);
+        let continued = t("x?fixed=yes{&a,b}");
+        assert_eq!(
+            continued.matches("x?fixed=yes&b=2"),
+            Some(vars(&[("b", "2")]))
+        );
+        assert_eq!(continued.matches("x?fixed=yes"), Some(vars(&[])));
+        assert_eq!(continued.matches("x?fixed=no&b=2"), None);
+        // A query value followed by a fragment expression.
+        let with_fragment = t("x{?a}{#f}");
+        assert_eq!(
+            with_fragment.matches("x?a=1#top/x"),
+            Some(vars(&[("a", "1"), ("f", "top/x")]))
+        );
+        // Prefix modifiers limit query values too.
+        assert_eq!(t("x{?a:2}").matches("x?a=ab"), Some(vars(&[("a", "ab")])));
+        assert_eq!(t("x{?a:2}").matches("x?a=abc"), None);
+    }
+
+    #[test]
+    fn simple_values() {
+        let tpl = t("db://users/{status}/list");
+        assert_eq!(
+            tpl.matches("db://users/active/list"),
+            Some(vars(&[("status", "active")]))
+        );
+        assert_eq!(tpl.matches("db://users/a/b/list"), None);
+        assert_eq!(tpl.matches("db://users/a?b/list"), None);
+        assert_eq!(tpl.matches("db://users/a/list/"), None);
+        let tpl = t("test://template/{id}/data");
+        assert_eq!(
+            tpl.matches("test://template/123/data"),
+            Some(vars(&[("id", "123")]))
+        );
+        assert_eq!(tpl.matches("test://template/123/data2"), None);
+        // A lone variable may contain ','; several split on it.
+        assert_eq!(t("x/{a}").matches("x/1,2"), Some(vars(&[("a", "1,2")])));
+        assert_eq!(
+            t("x/{a,b}").matches("x/1,2"),
+            Some(vars(&[("a", "1"), ("b", "2")]))
+        );
+        assert_eq!(t("x/{a,b}").matches("x/1"), Some(vars(&[("a", "1")])));
+        assert_eq!(t("x/{a,b}").matches("x/1,2,3"), None);
+        assert_eq!(t("x/{a}").matches("x/a&b"), None);
+        assert_eq!(
+            t("x/{a}").matches("x/\u{e9}t\u{e9}"),
+            Some(vars(&[("a", "\u{e9}t\u{e9}")]))
+        );
+    }
+
+    #[test]
+    fn backtracking_over_literals() {
+        let md = t("{+path}.md");
+        assert_eq!(md.matches("a/b.md"), Some(vars(&[("path", "a/b")])));
+        assert_eq!(md.matches("a.md/b.md"), Some(vars(&[("path", "a.md/b")])));
+        assert_eq!(md.matches("a/b.txt"), None);
+        let raw = t("repo://{+path}/raw");
+        assert_eq!(
+            raw.matches("repo://a/b/raw"),
+            Some(vars(&[("path", "a/b")]))
+        );
+        assert_eq!(
+            raw.matches("repo://a/raw/raw"),
+            Some(vars(&[("path", "a/raw")]))
+        );
+        let two = t("{+dir}/{file}");
+        assert_eq!(
+            two.matches("a/b/c"),
+            Some(vars(&[("dir", "a/b"), ("file", "c")]))
+        );
+        let ext = t("x/{name}{.ext}");
+        assert_eq!(
+            ext.matches("x/readme.md"),
+            Some(vars(&[("name", "readme"), ("ext", "md")]))
+        );
+        assert_eq!(ext.matches("x/readme"), Some(vars(&[("name", "readme")])));
+    }
+
+    #[test]
+    fn operators_match() {
+        assert_eq!(
+            t("x{/a,b}").matches("x/1/2"),
+            Some(vars(&[("a", "1"), ("b", "2")]))
+        );
+        assert_eq!(t("x{/a}").matches("x/1/2"), None);
+        assert_eq!(t("x{/a}/").matches("x/1/"), Some(vars(&[("a", "1")])));
+        assert_eq!(t("x{.a}").matches("x.1.2"), None);
+        assert_eq!(
+            t("x{.a,b}").matches("x.1.2"),
+            Some(vars(&[("a", "1"), ("b", "2")]))
+        );
+        assert_eq!(
+            t("x{#a}").matches("x#a/b?c#d"),
+            Some(vars(&[("a", "a/b?c#d")]))
+        );
+        assert_eq!(t("x{#a}").matches("x"), Some(vars(&[])));
+        assert_eq!(
+            t("x{;a,b}").matches("x;a=1;b"),
+            Some(vars(&[("a", "1"), ("b", "")]))
+        );
+        assert_eq!(t("x{;a,b}").matches("x;b=1"), Some(vars(&[("b", "1")])));
+        // Path-style parameters come in template order.
+        assert_eq!(t("x{;a,b}").matches("x;b=1;a=2"), None);
+        assert_eq!(t("x{;a,b}").matches("x;c=1"), None);
+        // Names that are prefixes of one another.
+        assert_eq!(t("x{;a,ab}").matches("x;ab=1"), Some(vars(&[("ab", "1")])));
+        assert_eq!(t("x{;a}b").matches("x;ab"), Some(vars(&[("a", "")])));
+    }
+
+    #[test]
+    fn prefixes_and_repeats() {
+        assert_eq!(t("x/{a:3}").matches("x/abc"), Some(vars(&[("a", "abc")])));
+        assert_eq!(t("x/{a:3}").matches("x/abcd"), None);
+        // Three characters, nine bytes of escapes.
+        assert_eq!(
+            t("x/{a:3}").matches("x/%C3%A9%C3%A9%C3%A9"),
+            Some(vars(&[("a", "\u{e9}\u{e9}\u{e9}")]))
+        );
+        assert_eq!(
+            t("x/{a:2}{b}").matches("x/abcd"),
+            Some(vars(&[("a", "ab"), ("b", "cd")]))
+        );
+        let repeat = t("{/var:1,var}");
+        assert_eq!(repeat.matches("/v/value"), Some(vars(&[("var", "value")])));
+        assert_eq!(repeat.matches("/x/value"), None);
+        let twice = t("x/{a}/{+a}");
+        assert_eq!(twice.matches("x/a%2Fb/a/b"), Some(vars(&[("a", "a/b")])));
+        assert_eq!(twice.matches("x/a/b"), None);
+        assert_eq!(twice.matches("x/a/c"), None);
+    }
+
+    #[test]
+    fn empty_values_round_trip() {
+        // RFC expansion of "" differs per operator; each form must match back to "".
+        for template in [
+            "x/{a}", "x{+a}", "x{#a}", "x{.a}", "x{/a}", "x{;a}", "x{?a}", "x{&a}",
+        ] {
+            let tpl = t(template);
+            let values = vars(&[("a", "")]);
+            let uri = tpl.expand(&values);
+            assert_eq!(tpl.matches(&uri), Some(values), "{template:?} -> {uri:?}");
+        }
+        let tpl = t("x/{a,b}/{/c,d}{?e,f}");
+        let values = vars(&[
+            ("a", ""),
+            ("b", "2"),
+            ("c", ""),
+            ("d", ""),
+            ("e", ""),
+            ("f", ""),
+        ]);
+        let uri = tpl.expand(&values);
+        assert_eq!(uri, "x/,2///?e=&f=");
+        assert_eq!(tpl.matches(&uri), Some(values));
+    }
+
+    #[test]
+    fn literal_only_templates() {
+        let tpl = t("mem://config");
+        assert_eq!(tpl.matches("mem://config"), Some(BTreeMap::new()));
+        assert_eq!(tpl.matches("mem://config/"), None);
+        assert_eq!(tpl.matches(""), None);
+        assert_eq!(t("").matches(""), Some(BTreeMap::new()));
+    }
+
+    #[test]
+    fn hostile_inputs_do_not_panic() {
+        let templates = [
+            "{a}{b}{c}",
+            "{+a}{+b}",
+            "x{a:1}{b:2}",
+            "{;a,a,a}",
+            "{?a,a}{&a}",
+            "{.a:3,b}{/c:1,d}",
+            "%41{#a,b}",
+        ];
+        let uris = [
+            "",
+            "%",
+            "%%",
+            "%4",
+            "%zz",
+            "%C3",
+            "%C3%",
+            "\u{e9}",
+            "\u{1f600}%",
+            "?&=#;,./",
+            ";a;a;a=%",
+            "?a&a=&a",
+            "a%C3%A9b",
+            "%E6%97%A5%",
+            "/%/%2F/%",
+        ];
+        for template in templates {
+            let tpl = t(template);
+            for uri in uris {
+                let _ = tpl.matches(uri);
+                let _ = tpl.matches_raw(uri);
+            }
+        }
+    }
+
+    #[test]
+    fn long_uris_stay_linear() {
+        // Naive backtracking would need ~L^3 steps here; the set-based matcher is O(P·L).
+        let tpl = t("x:{+a}/{+b}/{+c}");
+        let mut uri = String::from("x:");
+        uri.push_str(&"ab/".repeat(34_000));
+        let started = std::time::Instant::now();
+        let got = tpl.matches(&uri).expect("matches");
+        assert_eq!(format!("x:{}/{}/{}", got["a"], got["b"], got["c"]), uri);
+        assert_eq!(tpl.matches(&format!("{uri}?")), None);
+        let no_match = t("x:{+a}/{+b}/{+c}.md");
+        assert_eq!(no_match.matches(&uri), None);
+        let dense = t("x:{+a}{b}{+c}z");
+        assert_eq!(dense.matches(&uri), None);
+        assert!(started.elapsed() < std::time::Duration::from_secs(20));
+    }
+}

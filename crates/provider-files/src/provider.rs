@@ -1,0 +1,270 @@
+//! [`FilesProvider`]: one sandboxed root, implementing the core `Provider` trait.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use cap_std::ambient_authority;
+use cap_std::fs::{Dir, Metadata};
+use mcpr_core::{
+    Capabilities, ChangeSink, Completion, CompletionRequest, Contents, Error, Page, PageRequest,
+    Provider, ProviderInfo, ReadLimits, ResourceMeta, ResourceUri, Result, TemplateMeta,
+    UriTemplate, WatchGuard,
+};
+
+use crate::config::{BUILTIN_DENY, FilesConfig, ListWatchMode};
+use crate::path::{RelPath, RootUri};
+use crate::read::{INLINE_READ_MAX, mime_by_extension, read_path};
+use crate::rules::Rules;
+use crate::watch::Watcher;
+
+/// State shared by the provider's operations and its watcher threads.
+pub(crate) struct Inner {
+    /// The capability handle every file operation goes through.
+    pub(crate) root: Dir,
+    /// The root's canonical absolute path (for `/proc/self/fd` checks and inotify paths).
+    pub(crate) canonical_root: PathBuf,
+    pub(crate) root_uri: RootUri,
+    pub(crate) rules: Rules,
+    pub(crate) config: FilesConfig,
+}
+
+impl Inner {
+    /// Decode `uri` into a path the mount may serve; `None` for anything else.
+    pub(crate) fn resolve(&self, uri: &ResourceUri) -> Option<RelPath> {
+        let rel = self.root_uri.decode(uri.without_query())?;
+        // The directory flag is unknown before a stat; patterns that only match directories
+        // (`.ssh/`) are caught through `matched_path_or_any_parents` on the file's parents,
+        // and the post-open real-path check catches the directory itself.
+        if self.rules.is_denied(&rel, false) || self.rules.is_denied(&rel, true) {
+            return None;
+        }
+        Some(rel)
+    }
+
+    /// The listing entry for a regular file.
+    pub(crate) fn resource_meta(&self, rel: &RelPath, md: &Metadata) -> ResourceMeta {
+        ResourceMeta {
+            uri: self.root_uri.uri_of(rel),
+            name: rel.display(),
+            title: None,
+            description: None,
+            mime_type: mime_by_extension(rel.as_bytes()).map(str::to_owned),
+            size: Some(md.len()),
+            last_modified: rfc3339(md),
+        }
+    }
+}
+
+/// Last modification time as RFC 3339 (UTC, seconds).
+pub(crate) fn rfc3339(md: &Metadata) -> Option<String> {
+    let t = md.modified().ok()?.into_std();
+    Some(humantime::format_rfc3339_seconds(t).to_string())
+}
+
+/// The `file://` provider for one root.
+pub struct FilesProvider {
+    inner: Arc<Inner>,
+    info: ProviderInfo,
+    templates: Vec<TemplateMeta>,
+    parsed_templates: Vec<UriTemplate>,
+    watcher: Watcher,
+}
+
+impl FilesProvider {
+    /// Open the root and validate the config. Fails when the root is not a readable
+    /// directory or a pattern or template is malformed.
+    pub fn new(config: FilesConfig) -> Result<Self> {
+        let canonical_root = std::fs::canonicalize(&config.root).map_err(|e| {
+            Error::invalid_params(format!(
+                "files root {} cannot be opened: {e}",
+                config.root.display()
+            ))
+        })?;
+        if !canonical_root.is_dir() {
+            return Err(Error::invalid_params(format!(
+                "files root {} is not a directory",
+                canonical_root.display()
+            )));
+        }
+        let root = Dir::open_ambient_dir(&canonical_root, ambient_authority()).map_err(|e| {
+            Error::invalid_params(format!(
+                "files root {} cannot be opened: {e}",
+                canonical_root.display()
+            ))
+        })?;
+        let rules = Rules::new(
+            BUILTIN_DENY,
+            &config.deny,
+            config.hidden,
+            config.respect_gitignore,
+        )?;
+        let root_uri = RootUri::new(&canonical_root);
+        let prefix = root_uri.prefix().to_owned();
+        let shown = canonical_root.display().to_string();
+
+        let mut templates = vec![
+            TemplateMeta {
+                uri_template: format!("{prefix}/{{+path}}"),
+                name: format!("files:{shown}"),
+                title: Some(format!("Files under {shown}")),
+                description: Some(format!(
+                    "Any file or directory under {shown}; `path` is relative to that root. A directory reads as a JSON list of its entries."
+                )),
+                mime_type: None,
+            },
+            TemplateMeta {
+                uri_template: format!("{prefix}/{{+path}}{{?offset,length,head,tail}}"),
+                name: format!("files-window:{shown}"),
+                title: Some(format!("Part of a large file under {shown}")),
+                description: Some(
+                    "A window of a file: `offset` and `length` select bytes; `head` or `tail` the first or last N lines (of the byte range when one is given). Use it for files over the read limit, such as logs.".into(),
+                ),
+                mime_type: None,
+            },
+        ];
+        for t in &config.templates {
+            let parsed = UriTemplate::parse(&t.uri_template).map_err(|e| {
+                Error::invalid_params(format!("template {:?}: {e}", t.uri_template))
+            })?;
+            if !parsed.literal_prefix().starts_with(&format!("{prefix}/")) {
+                return Err(Error::invalid_params(format!(
+                    "template {:?} must start with this mount's root {prefix}/",
+                    t.uri_template
+                )));
+            }
+            templates.push(TemplateMeta {
+                uri_template: t.uri_template.clone(),
+                name: t.name.clone(),
+                title: None,
+                description: t.description.clone(),
+                mime_type: None,
+            });
+        }
+        let parsed_templates = templates
+            .iter()
+            .map(|t| UriTemplate::parse(&t.uri_template))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| Error::internal(format!("built-in template does not parse: {e}")))?;
+
+        let info = ProviderInfo {
+            kind: "files",
+            label: shown,
+            uri_prefixes: vec![prefix],
+            capabilities: Capabilities {
+                list_changed: config.list_watch != ListWatchMode::Off,
+                ..Capabilities::ALL
+            },
+            cache: config.cache,
+        };
+        let inner = Arc::new(Inner {
+            root,
+            canonical_root,
+            root_uri,
+            rules,
+            config,
+        });
+        let watcher = Watcher::new(inner.clone());
+        Ok(Self {
+            inner,
+            info,
+            templates,
+            parsed_templates,
+            watcher,
+        })
+    }
+
+    /// The canonical root directory.
+    pub fn root(&self) -> &std::path::Path {
+        &self.inner.canonical_root
+    }
+}
+
+#[async_trait]
+impl Provider for FilesProvider {
+    fn info(&self) -> &ProviderInfo {
+        &self.info
+    }
+
+    async fn ready(&self) -> bool {
+        self.inner.root.metadata(".").is_ok_and(|m| m.is_dir())
+    }
+
+    async fn list(&self, page: PageRequest) -> Result<Page<ResourceMeta>> {
+        let inner = self.inner.clone();
+        // A page reads a few directories: cheap, but still blocking I/O, so off the runtime.
+        tokio::task::spawn_blocking(move || {
+            crate::list::list_page(&inner, page.after.as_deref(), page.limit.max(1))
+        })
+        .await
+        .map_err(|e| Error::internal(format!("listing task failed: {e}")))?
+    }
+
+    async fn read(&self, uri: &ResourceUri, limits: &ReadLimits) -> Result<Vec<Contents>> {
+        let rel = self
+            .inner
+            .resolve(uri)
+            .ok_or_else(|| Error::not_found(uri.as_str()))?;
+        // Small whole-file reads run right here: a hop to the blocking pool would cost more
+        // than the read. Big files, windows and directories go to the pool.
+        let small = uri.query().is_none()
+            && self
+                .inner
+                .root
+                .metadata(rel.as_path())
+                .is_ok_and(|m| m.is_file() && m.len() <= INLINE_READ_MAX);
+        if small {
+            return read_path(&self.inner, &rel, uri, limits);
+        }
+        let inner = self.inner.clone();
+        let uri = uri.clone();
+        let limits = *limits;
+        tokio::task::spawn_blocking(move || read_path(&inner, &rel, &uri, &limits))
+            .await
+            .map_err(|e| Error::internal(format!("read task failed: {e}")))?
+    }
+
+    fn templates(&self) -> &[TemplateMeta] {
+        &self.templates
+    }
+
+    async fn complete(&self, req: CompletionRequest) -> Result<Completion> {
+        let Some(idx) = self
+            .templates
+            .iter()
+            .position(|t| t.uri_template == req.template)
+        else {
+            return Err(Error::invalid_params(format!(
+                "unknown template {:?}",
+                req.template
+            )));
+        };
+        let template = self.parsed_templates[idx].clone();
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || crate::complete::complete(&inner, &template, &req))
+            .await
+            .map_err(|e| Error::internal(format!("completion task failed: {e}")))?
+    }
+
+    async fn watch(&self, uri: &ResourceUri, sink: ChangeSink) -> Result<WatchGuard> {
+        let rel = self
+            .inner
+            .resolve(uri)
+            .ok_or_else(|| Error::not_found(uri.as_str()))?;
+        crate::read::Window::parse(uri)?;
+        self.watcher.watch(uri.as_str(), rel, sink)
+    }
+
+    async fn watch_list(&self, sink: ChangeSink) -> Result<WatchGuard> {
+        if self.inner.config.list_watch == ListWatchMode::Off {
+            return Err(Error::unsupported(
+                "list change notifications are off for this mount",
+            ));
+        }
+        // The first list watch walks the whole tree to add inotify watches: blocking work.
+        let watcher = self.watcher.clone();
+        tokio::task::spawn_blocking(move || watcher.watch_list(sink))
+            .await
+            .map_err(|e| Error::internal(format!("watch task failed: {e}")))?
+    }
+}

@@ -1,0 +1,441 @@
+//! Reading files: whole files as text or blob, windows of large files, and directories.
+//!
+//! A window is asked for with query parameters on the file URI (see `docs.md`):
+//! `offset`/`length` select a byte range, `head`/`tail` the first or last lines of the
+//! (optional) range. Tail reads go backwards from the end in blocks, so the last lines of a
+//! 31 GB log cost a few blocks, not the file.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::ffi::OsStrExt;
+
+use mcpr_core::{Contents, ContentsBody, Error, ErrorKind, ReadLimits, ResourceUri, Result};
+use percent_encoding::percent_decode_str;
+
+use crate::error::map_io;
+use crate::list::dir_listing;
+use crate::path::RelPath;
+use crate::provider::Inner;
+
+/// Files up to this size are read on the calling task: cheaper than a hop to the blocking
+/// pool, and short enough not to stall the runtime.
+pub(crate) const INLINE_READ_MAX: u64 = 256 * 1024;
+/// Block size for backward (tail) scans.
+const TAIL_BLOCK: u64 = 64 * 1024;
+
+/// What the query of a file URI asks for.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct Window {
+    pub(crate) offset: Option<u64>,
+    pub(crate) length: Option<u64>,
+    pub(crate) head: Option<u64>,
+    pub(crate) tail: Option<u64>,
+    /// For directories: continue after this entry name.
+    pub(crate) after: Option<Vec<u8>>,
+}
+
+impl Window {
+    pub(crate) fn is_whole(&self) -> bool {
+        self.offset.is_none() && self.length.is_none() && self.head.is_none() && self.tail.is_none()
+    }
+
+    /// Parse the query of `uri`. Unknown or repeated keys and non-numbers are refused with a
+    /// message that lists what is accepted.
+    pub(crate) fn parse(uri: &ResourceUri) -> Result<Self> {
+        let mut w = Window::default();
+        for (key, value) in uri.query_pairs() {
+            let num = |slot: &mut Option<u64>| -> Result<()> {
+                if slot.is_some() {
+                    return Err(Error::invalid_params(format!(
+                        "query parameter `{key}` given twice in {uri}"
+                    )));
+                }
+                let n = value.parse::<u64>().map_err(|_| {
+                    Error::invalid_params(format!(
+                        "query parameter `{key}` must be a non-negative integer, got {value:?}"
+                    ))
+                })?;
+                *slot = Some(n);
+                Ok(())
+            };
+            match key {
+                "offset" => num(&mut w.offset)?,
+                "length" => num(&mut w.length)?,
+                "head" => num(&mut w.head)?,
+                "tail" => num(&mut w.tail)?,
+                "after" => w.after = Some(percent_decode_str(value).collect()),
+                _ => {
+                    return Err(Error::invalid_params(format!(
+                        "unknown query parameter `{key}` in {uri}; file URIs accept offset, length, head and tail (directories: after)"
+                    )));
+                }
+            }
+        }
+        if w.head.is_some() && w.tail.is_some() {
+            return Err(Error::invalid_params(
+                "ask for either `head` or `tail` lines, not both",
+            ));
+        }
+        Ok(w)
+    }
+}
+
+/// Read `rel` (already checked against the rules) for `uri`.
+pub(crate) fn read_path(
+    inner: &Inner,
+    rel: &RelPath,
+    uri: &ResourceUri,
+    limits: &ReadLimits,
+) -> Result<Vec<Contents>> {
+    let uri_s = uri.as_str();
+    let window = Window::parse(uri)?;
+    // Stat first so a FIFO, socket or device is never opened at all.
+    let md = inner
+        .root
+        .metadata(rel.as_path())
+        .map_err(|e| map_io(e, uri_s))?;
+    if md.is_dir() {
+        if !window.is_whole() {
+            return Err(Error::invalid_params(format!(
+                "{uri_s} is a directory; offset, length, head and tail apply to files"
+            )));
+        }
+        check_real_path(inner, rel, true, uri_s)?;
+        let text = dir_listing(inner, rel, uri_s, window.after.as_deref())?;
+        return Ok(vec![Contents {
+            uri: uri_s.to_owned(),
+            mime_type: Some("application/json".into()),
+            body: ContentsBody::Text(text),
+            meta: None,
+        }]);
+    }
+    if !md.is_file() {
+        return Err(Error::not_found(uri_s));
+    }
+    if window.after.is_some() {
+        return Err(Error::invalid_params("`after` applies to directories only"));
+    }
+    let file = open_regular(inner, rel, uri_s)?;
+    let size = file.metadata().map_err(|e| map_io(e, uri_s))?.len();
+    let ext_mime = mime_by_extension(rel.as_bytes());
+    if window.is_whole() {
+        if size > limits.max_bytes {
+            return Err(too_large(uri_s, size, limits.max_bytes));
+        }
+        let mut buf = Vec::with_capacity(size as usize);
+        // +1 detects a file that grew past the limit between the stat and the read.
+        file.take(limits.max_bytes + 1)
+            .read_to_end(&mut buf)
+            .map_err(|e| map_io(e, uri_s))?;
+        if buf.len() as u64 > limits.max_bytes {
+            return Err(too_large(uri_s, buf.len() as u64, limits.max_bytes));
+        }
+        return Ok(vec![make_contents(uri_s, buf, ext_mime, None)]);
+    }
+    read_window(file, size, &window, uri_s, limits, ext_mime)
+}
+
+/// Open a regular file through the sandbox without blocking on FIFOs, then re-check that
+/// what was opened is still a regular file whose real path the rules allow (a symlink named
+/// `notes.txt` pointing at `.env` is refused here).
+fn open_regular(inner: &Inner, rel: &RelPath, uri: &str) -> Result<File> {
+    use cap_std::fs::OpenOptionsExt as _;
+    let mut opts = cap_std::fs::OpenOptions::new();
+    opts.read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY);
+    let file = inner
+        .root
+        .open_with(rel.as_path(), &opts)
+        .map_err(|e| map_io(e, uri))?;
+    let file = file.into_std();
+    let md = file.metadata().map_err(|e| map_io(e, uri))?;
+    if !md.is_file() {
+        return Err(Error::not_found(uri));
+    }
+    check_real_fd(inner, &file, false, uri)?;
+    Ok(file)
+}
+
+/// Where `fd` really is, relative to the root, from `/proc/self/fd`.
+fn real_rel_of_fd(inner: &Inner, file: &File) -> Option<RelPath> {
+    use std::os::fd::AsRawFd as _;
+    let link = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).ok()?;
+    let rest = link.strip_prefix(&inner.canonical_root).ok()?;
+    RelPath::from_bytes(rest.as_os_str().as_bytes())
+}
+
+fn check_real_fd(inner: &Inner, file: &File, is_dir: bool, uri: &str) -> Result<()> {
+    match real_rel_of_fd(inner, file) {
+        Some(real) if !inner.rules.is_denied(&real, is_dir) => Ok(()),
+        _ => Err(Error::not_found(uri)),
+    }
+}
+
+fn check_real_path(inner: &Inner, rel: &RelPath, is_dir: bool, uri: &str) -> Result<()> {
+    let real = inner
+        .root
+        .canonicalize(rel.as_path())
+        .map_err(|e| map_io(e, uri))?;
+    let real = if real.as_os_str() == "." || real.as_os_str().is_empty() {
+        Some(RelPath::root())
+    } else {
+        RelPath::from_bytes(real.as_os_str().as_bytes())
+    };
+    match real {
+        Some(real) if !inner.rules.is_denied(&real, is_dir) => Ok(()),
+        _ => Err(Error::not_found(uri)),
+    }
+}
+
+pub(crate) fn too_large(uri: &str, size: u64, limit: u64) -> Error {
+    Error::new(
+        ErrorKind::TooLarge,
+        format!(
+            "{uri} is {size} bytes, more than the read limit of {limit} bytes (max_read_bytes); \
+             read it in windows with ?offset=N&length=M, ?head=N or ?tail=N"
+        ),
+    )
+    .with_uri(uri)
+    .with_detail("size", size)
+    .with_detail("limit", limit)
+}
+
+fn read_window(
+    mut file: File,
+    size: u64,
+    w: &Window,
+    uri: &str,
+    limits: &ReadLimits,
+    ext_mime: Option<&'static str>,
+) -> Result<Vec<Contents>> {
+    let start = w.offset.unwrap_or(0).min(size);
+    let end = match w.length {
+        Some(len) => start.saturating_add(len).min(size),
+        None => size,
+    };
+    let io = |e| map_io(e, uri);
+    let (from, bytes) = if let Some(n) = w.head {
+        file.seek(SeekFrom::Start(start)).map_err(io)?;
+        let mut buf = Vec::new();
+        let mut reader = std::io::BufReader::with_capacity(64 * 1024, (&file).take(end - start));
+        let mut lines = 0;
+        while lines < n {
+            let before = buf.len();
+            let got = std::io::BufRead::read_until(&mut reader, b'\n', &mut buf).map_err(io)?;
+            if got == 0 {
+                break;
+            }
+            if buf.len() as u64 > limits.max_bytes {
+                return Err(window_too_large(uri, limits.max_bytes, "head"));
+            }
+            lines += 1;
+            let _ = before;
+        }
+        (start, buf)
+    } else if let Some(n) = w.tail {
+        let from = tail_start(&mut file, start, end, n, limits.max_bytes)
+            .map_err(io)?
+            .ok_or_else(|| window_too_large(uri, limits.max_bytes, "tail"))?;
+        file.seek(SeekFrom::Start(from)).map_err(io)?;
+        let mut buf = Vec::with_capacity((end - from) as usize);
+        (&file).take(end - from).read_to_end(&mut buf).map_err(io)?;
+        (from, buf)
+    } else {
+        if end - start > limits.max_bytes {
+            return Err(window_too_large(uri, limits.max_bytes, "length"));
+        }
+        file.seek(SeekFrom::Start(start)).map_err(io)?;
+        let mut buf = Vec::with_capacity((end - start) as usize);
+        (&file)
+            .take(end - start)
+            .read_to_end(&mut buf)
+            .map_err(io)?;
+        (start, buf)
+    };
+    let (from, bytes) = trim_to_utf8(from, bytes);
+    let mut meta = serde_json::Map::new();
+    meta.insert("offset".into(), from.into());
+    meta.insert("length".into(), (bytes.len() as u64).into());
+    meta.insert("fileSize".into(), size.into());
+    let mut wrapper = serde_json::Map::new();
+    wrapper.insert(
+        "io.github.mcp-resources/window".into(),
+        serde_json::Value::Object(meta),
+    );
+    Ok(vec![make_contents(uri, bytes, ext_mime, Some(wrapper))])
+}
+
+fn window_too_large(uri: &str, limit: u64, what: &str) -> Error {
+    Error::new(
+        ErrorKind::TooLarge,
+        format!("the requested {what} window of {uri} is more than the read limit of {limit} bytes (max_read_bytes); ask for less"),
+    )
+    .with_uri(uri)
+    .with_detail("limit", limit)
+}
+
+/// The offset where the last `n` lines of `[start, end)` begin, scanning backwards in blocks.
+/// `None` when those lines are longer than `max` bytes. A final newline ends the last line
+/// rather than starting an empty one, as `tail` does.
+fn tail_start(
+    file: &mut File,
+    start: u64,
+    end: u64,
+    n: u64,
+    max: u64,
+) -> std::io::Result<Option<u64>> {
+    if n == 0 {
+        return Ok(Some(end));
+    }
+    let mut pos = end;
+    let mut newlines = 0u64;
+    let mut block = vec![0u8; TAIL_BLOCK as usize];
+    let mut first = true;
+    while pos > start {
+        let len = (pos - start).min(TAIL_BLOCK);
+        pos -= len;
+        file.seek(SeekFrom::Start(pos))?;
+        let buf = &mut block[..len as usize];
+        file.read_exact(buf)?;
+        let mut i = buf.len();
+        while i > 0 {
+            i -= 1;
+            if buf[i] == b'\n' {
+                // The newline that ends the window's last line does not count.
+                if first && pos + i as u64 + 1 == end {
+                    first = false;
+                    continue;
+                }
+                newlines += 1;
+                if newlines == n {
+                    let from = pos + i as u64 + 1;
+                    return Ok((end - from <= max).then_some(from));
+                }
+            }
+            first = false;
+        }
+        if end - pos > max {
+            return Ok(None);
+        }
+    }
+    Ok((end - start <= max).then_some(start))
+}
+
+/// A byte window may cut a UTF-8 character at either edge. When the bytes are text but for
+/// such cuts, drop the partial characters (at most 3 bytes each side) so the client gets text;
+/// `offset`/`length` in the content's `_meta` report exactly what was returned.
+fn trim_to_utf8(from: u64, bytes: Vec<u8>) -> (u64, Vec<u8>) {
+    if std::str::from_utf8(&bytes).is_ok() {
+        return (from, bytes);
+    }
+    let lead = bytes
+        .iter()
+        .take(3)
+        .take_while(|&&b| b & 0xC0 == 0x80)
+        .count();
+    let body = &bytes[lead..];
+    let valid = match std::str::from_utf8(body) {
+        Ok(_) => body.len(),
+        Err(e) if e.error_len().is_none() => e.valid_up_to(),
+        Err(_) => return (from, bytes),
+    };
+    if std::str::from_utf8(&body[..valid]).is_ok() && body.len() - valid <= 3 {
+        (from + lead as u64, body[..valid].to_vec())
+    } else {
+        (from, bytes)
+    }
+}
+
+fn make_contents(
+    uri: &str,
+    bytes: Vec<u8>,
+    ext_mime: Option<&'static str>,
+    meta: Option<serde_json::Map<String, serde_json::Value>>,
+) -> Contents {
+    match String::from_utf8(bytes) {
+        Ok(text) => Contents {
+            uri: uri.to_owned(),
+            mime_type: Some(ext_mime.unwrap_or("text/plain").to_owned()),
+            body: ContentsBody::Text(text),
+            meta,
+        },
+        Err(e) => {
+            let bytes = e.into_bytes();
+            let mime = ext_mime
+                .filter(|m| !m.starts_with("text/"))
+                .or_else(|| sniff(&bytes))
+                .unwrap_or("application/octet-stream");
+            Contents {
+                uri: uri.to_owned(),
+                mime_type: Some(mime.to_owned()),
+                body: ContentsBody::Blob(bytes),
+                meta,
+            }
+        }
+    }
+}
+
+/// MIME type from the file name's extension, when it has a known one.
+pub(crate) fn mime_by_extension(path: &[u8]) -> Option<&'static str> {
+    let name = path.rsplit(|&b| b == b'/').next()?;
+    let dot = name.iter().rposition(|&b| b == b'.')?;
+    let ext = std::str::from_utf8(&name[dot + 1..]).ok()?;
+    match ext.to_ascii_lowercase().as_str() {
+        // mime_guess maps these to types clients do not treat as text.
+        "md" | "markdown" => Some("text/markdown"),
+        "ts" | "mts" | "cts" | "tsx" => Some("text/x-typescript"),
+        "rs" => Some("text/x-rust"),
+        "toml" => Some("application/toml"),
+        "yaml" | "yml" => Some("application/yaml"),
+        _ => mime_guess::from_ext(ext).first_raw(),
+    }
+}
+
+/// MIME type from the first bytes, for binary files without a telling extension.
+fn sniff(b: &[u8]) -> Option<&'static str> {
+    const MAGIC: &[(&[u8], &str)] = &[
+        (b"\x89PNG\r\n\x1a\n", "image/png"),
+        (b"\xff\xd8\xff", "image/jpeg"),
+        (b"GIF87a", "image/gif"),
+        (b"GIF89a", "image/gif"),
+        (b"%PDF-", "application/pdf"),
+        (b"PK\x03\x04", "application/zip"),
+        (b"\x1f\x8b", "application/gzip"),
+        (b"\x7fELF", "application/x-elf"),
+        (b"SQLite format 3\0", "application/vnd.sqlite3"),
+        (b"\x28\xb5\x2f\xfd", "application/zstd"),
+        (b"BZh", "application/x-bzip2"),
+        (b"\xfd7zXZ\0", "application/x-xz"),
+    ];
+    if b.len() >= 12 && &b[..4] == b"RIFF" && &b[8..12] == b"WEBP" {
+        return Some("image/webp");
+    }
+    MAGIC
+        .iter()
+        .find(|(m, _)| b.starts_with(m))
+        .map(|(_, t)| *t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trims_cut_characters_only() {
+        let s = "héllo wörld".as_bytes().to_vec();
+        // Cut inside 'é' at the start and inside 'ö' at the end.
+        let (from, out) = trim_to_utf8(2, s[2..9].to_vec());
+        assert_eq!(from, 3);
+        assert_eq!(std::str::from_utf8(&out).unwrap(), "llo w");
+        let bin = vec![0xff, 0xfe, 0x00, 0x41];
+        assert_eq!(trim_to_utf8(0, bin.clone()), (0, bin));
+    }
+
+    #[test]
+    fn mime_by_extension_and_content() {
+        assert_eq!(mime_by_extension(b"a/b.md"), Some("text/markdown"));
+        assert_eq!(mime_by_extension(b"x.png"), Some("image/png"));
+        assert_eq!(mime_by_extension(b"Makefile"), None);
+        assert_eq!(sniff(b"\x89PNG\r\n\x1a\nxxxx"), Some("image/png"));
+    }
+}

@@ -1,0 +1,163 @@
+//! What a mount hides: the deny list, dot-files, and `.gitignore` / `.ignore` rules.
+//!
+//! Deny and hidden rules apply to everything (list, read, completion, watch). Ignore files
+//! shape listings and completion only: a gitignored file is noise, not a secret, and stays
+//! readable by its URI. Matchers work on virtual paths under `/r` so the real root never
+//! leaks into pattern matching.
+
+use std::io::Read as _;
+use std::path::Path;
+
+use cap_std::fs::Dir;
+use ignore::gitignore::{Gitignore, GitignoreBuilder};
+use mcpr_core::{Error, Result};
+
+use crate::path::RelPath;
+
+/// The biggest ignore file read; larger ones are skipped with a warning rather than loaded.
+const MAX_IGNORE_FILE: u64 = 1024 * 1024;
+
+/// The deny and hidden rules of one mount.
+#[derive(Debug)]
+pub(crate) struct Rules {
+    deny: Gitignore,
+    hidden: bool,
+    pub(crate) respect_gitignore: bool,
+}
+
+impl Rules {
+    /// Build from the built-in list plus `extra` patterns; a bad pattern is a config error.
+    pub(crate) fn new(
+        builtin: &[&str],
+        extra: &[String],
+        hidden: bool,
+        respect_gitignore: bool,
+    ) -> Result<Self> {
+        let mut b = GitignoreBuilder::new("/r");
+        for pat in builtin
+            .iter()
+            .copied()
+            .chain(extra.iter().map(String::as_str))
+        {
+            b.add_line(None, pat)
+                .map_err(|e| Error::invalid_params(format!("bad deny pattern {pat:?}: {e}")))?;
+        }
+        let deny = b
+            .build()
+            .map_err(|e| Error::invalid_params(format!("bad deny list: {e}")))?;
+        Ok(Self {
+            deny,
+            hidden,
+            respect_gitignore,
+        })
+    }
+
+    /// Whether `rel` (a file when `is_dir` is false) may not be served at all: denied by
+    /// pattern, inside a denied directory, or a dot-file while hidden files are off.
+    pub(crate) fn is_denied(&self, rel: &RelPath, is_dir: bool) -> bool {
+        if rel.is_root() {
+            return false;
+        }
+        if !self.hidden && rel.components().any(|c| c.first() == Some(&b'.')) {
+            return true;
+        }
+        self.deny
+            .matched_path_or_any_parents(rel.virtual_path(), is_dir)
+            .is_ignore()
+    }
+
+    /// Whether one directory entry named `name` inside an allowed directory is denied. Cheaper
+    /// than [`Rules::is_denied`] because the parents were already checked by the walk.
+    pub(crate) fn entry_denied(&self, rel: &RelPath, name: &[u8], is_dir: bool) -> bool {
+        if !self.hidden && name.first() == Some(&b'.') {
+            return true;
+        }
+        self.deny.matched(rel.virtual_path(), is_dir).is_ignore()
+    }
+}
+
+/// The ignore rules in force at one directory: one matcher per ancestor that has an ignore
+/// file, innermost last, because a deeper `.gitignore` overrides a shallower one.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct IgnoreStack {
+    levels: Vec<std::sync::Arc<Gitignore>>,
+}
+
+impl IgnoreStack {
+    /// The stack for a child directory whose ignore files (if any) were loaded as `own`.
+    pub(crate) fn push(&self, own: Option<Gitignore>) -> Self {
+        let mut levels = self.levels.clone();
+        if let Some(g) = own {
+            levels.push(std::sync::Arc::new(g));
+        }
+        Self { levels }
+    }
+
+    /// Whether `rel` is ignored by the innermost matcher that has an opinion.
+    pub(crate) fn is_ignored(&self, rel: &RelPath, is_dir: bool) -> bool {
+        let path = rel.virtual_path();
+        for g in self.levels.iter().rev() {
+            let m = g.matched(&path, is_dir);
+            if m.is_ignore() {
+                return true;
+            }
+            if m.is_whitelist() {
+                return false;
+            }
+        }
+        false
+    }
+}
+
+/// Load `.gitignore` and `.ignore` of directory `rel` (if present and small) through the
+/// sandbox. Errors reading them are not fatal: the listing goes on without those rules.
+pub(crate) fn load_ignore(root: &Dir, rel: &RelPath) -> Option<Gitignore> {
+    let mut builder = GitignoreBuilder::new(rel.virtual_path());
+    let mut any = false;
+    for name in [".gitignore", ".ignore"] {
+        let file_rel = rel.join(name.as_bytes());
+        let Ok(mut f) = root.open(file_rel.as_path()) else {
+            continue;
+        };
+        let Ok(meta) = f.metadata() else { continue };
+        if !meta.is_file() {
+            continue;
+        }
+        if meta.len() > MAX_IGNORE_FILE {
+            tracing::warn!(path = %file_rel.display(), "ignore file larger than 1 MiB skipped");
+            continue;
+        }
+        let mut text = String::new();
+        if (&mut f)
+            .take(MAX_IGNORE_FILE)
+            .read_to_string(&mut text)
+            .is_err()
+        {
+            continue;
+        }
+        for line in text.lines() {
+            // A malformed line is skipped, like git does, instead of dropping the whole file.
+            let _ = builder.add_line(Some(Path::new(name).to_path_buf()), line);
+            any = true;
+        }
+    }
+    if !any {
+        return None;
+    }
+    builder.build().ok()
+}
+
+/// The ignore stack for directory `rel`, loading each ancestor's ignore files.
+pub(crate) fn stack_for(root: &Dir, rel: &RelPath, respect: bool) -> IgnoreStack {
+    let mut stack = IgnoreStack::default();
+    if !respect {
+        return stack;
+    }
+    stack = stack.push(load_ignore(root, &RelPath::root()));
+    let mut cur = RelPath::root();
+    for comp in rel.components() {
+        cur = cur.join(comp);
+        stack = stack.push(load_ignore(root, &cur));
+    }
+    stack
+}

@@ -1,0 +1,306 @@
+//! The provider behaviour suite against a real directory tree, plus the sandbox escapes.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use mcpr_core::{ErrorKind, PageRequest, Provider, ReadLimits, ResourceUri};
+use mcpr_provider_files::{FilesConfig, FilesProvider, encode_path_uri};
+use mcpr_testkit::{Fixture, run_suite};
+
+struct Tree {
+    root: PathBuf,
+    files: Vec<(PathBuf, Vec<u8>)>,
+}
+
+fn uri(p: &Path) -> String {
+    encode_path_uri(p)
+}
+
+impl Tree {
+    fn new(dir: &Path) -> Self {
+        let root = dir.canonicalize().unwrap();
+        let mut files = Vec::new();
+        let mut put = |rel: &str, bytes: &[u8]| {
+            let p = root.join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(&p, bytes).unwrap();
+            files.push((p, bytes.to_vec()));
+        };
+        put("README.md", b"# hello\n");
+        put("My Notes.md", "notes with ünïcödé\n".as_bytes());
+        put("a/b/c.txt", b"deep\n");
+        put("a/b/d #1?.txt", b"odd name\n");
+        put("bin/blob.bin", &[0, 159, 146, 150, 255, 0, 1]);
+        for i in 0..25 {
+            put(&format!("many/f{i:03}.txt"), format!("{i}\n").as_bytes());
+        }
+        // Present but never served.
+        for (rel, bytes) in [
+            (".env", "SECRET=1"),
+            ("keys/server.pem", "x"),
+            (".git/config", "[core]"),
+            ("id_rsa", "k"),
+            ("ignored/x.log", "l"),
+        ] {
+            let p = root.join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, bytes).unwrap();
+        }
+        std::fs::write(root.join(".gitignore"), "ignored/\n").unwrap();
+        Self { root, files }
+    }
+}
+
+#[async_trait]
+impl Fixture for Tree {
+    fn expected(&self) -> Vec<(String, Vec<u8>)> {
+        self.files
+            .iter()
+            .map(|(p, b)| (uri(p), b.clone()))
+            .collect()
+    }
+    fn missing_uri(&self) -> String {
+        uri(&self.root.join("nope.txt"))
+    }
+    fn forbidden_uris(&self) -> Vec<String> {
+        let r = uri(&self.root);
+        vec![
+            format!("{r}/.env"),
+            format!("{r}/keys/server.pem"),
+            format!("{r}/.git/config"),
+            format!("{r}/id_rsa"),
+            format!("{r}/../etc/passwd"),
+            format!("{r}/%2e%2e/%2e%2e/etc/passwd"),
+            format!("{r}/a%2Fb%2Fc.txt"),
+            format!("{r}/a%00"),
+            format!("{r}/{}", "x".repeat(300)),
+            format!("{r}-evil/secret.txt"),
+            "file:///etc/passwd".into(),
+        ]
+    }
+    async fn modify(&self, uri_s: &str) {
+        let (p, _) = self
+            .files
+            .iter()
+            .find(|(p, _)| uri(p) == uri_s)
+            .expect("known file");
+        std::fs::write(p, format!("changed {:?}\n", std::time::SystemTime::now())).unwrap();
+    }
+    async fn add(&self) -> String {
+        let p = self.root.join("a/new-file.txt");
+        std::fs::write(&p, b"new").unwrap();
+        uri(&p)
+    }
+    fn completion_case(&self) -> Option<(String, String, String, String)> {
+        Some((
+            format!("{}/{{+path}}", uri(&self.root)),
+            "path".into(),
+            "a/b/".into(),
+            "a/b/c.txt".into(),
+        ))
+    }
+}
+
+fn provider(root: &Path) -> Arc<dyn Provider> {
+    let mut cfg = FilesConfig::new(root);
+    cfg.debounce = std::time::Duration::from_millis(20);
+    Arc::new(FilesProvider::new(cfg).unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behaviour_suite() {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = Tree::new(dir.path());
+    // The out-of-root target for the sibling-prefix case must exist to prove it is refused.
+    let evil = PathBuf::from(format!("{}-evil", tree.root.display()));
+    std::fs::create_dir_all(&evil).unwrap();
+    std::fs::write(evil.join("secret.txt"), "no").unwrap();
+    run_suite(provider(&tree.root), &tree).await;
+    std::fs::remove_dir_all(evil).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn symlinks_inside_followed_outside_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::write(root.join("real.txt"), "inside").unwrap();
+    std::fs::write(root.join(".env"), "SECRET").unwrap();
+    std::fs::write(outside.path().join("secret.txt"), "outside").unwrap();
+    std::os::unix::fs::symlink("real.txt", root.join("link.txt")).unwrap();
+    std::os::unix::fs::symlink(outside.path().join("secret.txt"), root.join("escape.txt")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), root.join("escape-dir")).unwrap();
+    std::os::unix::fs::symlink(".env", root.join("innocent.txt")).unwrap();
+    let p = provider(&root);
+    let limits = ReadLimits { max_bytes: 1 << 20 };
+    let read = |name: &str| {
+        let u = ResourceUri::parse(&format!("{}/{name}", uri(&root))).unwrap();
+        let p = p.clone();
+        async move { p.read(&u, &limits).await }
+    };
+    assert!(read("link.txt").await.is_ok());
+    for bad in ["escape.txt", "escape-dir/secret.txt", "innocent.txt"] {
+        assert_eq!(
+            read(bad).await.unwrap_err().kind,
+            ErrorKind::NotFound,
+            "{bad}"
+        );
+    }
+    let page = p
+        .list(PageRequest {
+            after: None,
+            limit: 100,
+        })
+        .await
+        .unwrap();
+    let names: Vec<_> = page.items.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(names, vec!["link.txt", "real.txt"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifo_neither_listed_nor_hangs_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::write(root.join("a.txt"), "a").unwrap();
+    let fifo = root.join("pipe");
+    let status = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let p = provider(&root);
+    let page = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        p.list(PageRequest {
+            after: None,
+            limit: 10,
+        }),
+    )
+    .await
+    .expect("list must not hang on a FIFO")
+    .unwrap();
+    assert_eq!(page.items.len(), 1);
+    let u = ResourceUri::parse(&uri(&fifo)).unwrap();
+    let err = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        p.read(&u, &ReadLimits { max_bytes: 1024 }),
+    )
+    .await
+    .expect("read must not hang on a FIFO")
+    .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::NotFound);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn size_limit_and_windows() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let mut log = String::new();
+    for i in 0..10_000 {
+        log.push_str(&format!("line {i}\n"));
+    }
+    std::fs::write(root.join("big.log"), &log).unwrap();
+    let p = provider(&root);
+    let limits = ReadLimits { max_bytes: 1000 };
+    let base = uri(&root.join("big.log"));
+    let err = p
+        .read(&ResourceUri::parse(&base).unwrap(), &limits)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::TooLarge);
+    assert!(
+        err.message.contains(&log.len().to_string()) && err.message.contains("1000"),
+        "{}",
+        err.message
+    );
+    let text = |c: &[mcpr_core::Contents]| match &c[0].body {
+        mcpr_core::ContentsBody::Text(t) => t.clone(),
+        other => panic!("expected text, got {other:?}"),
+    };
+    let r = p
+        .read(
+            &ResourceUri::parse(&format!("{base}?head=2")).unwrap(),
+            &limits,
+        )
+        .await
+        .unwrap();
+    assert_eq!(text(&r), "line 0\nline 1\n");
+    let r = p
+        .read(
+            &ResourceUri::parse(&format!("{base}?tail=2")).unwrap(),
+            &limits,
+        )
+        .await
+        .unwrap();
+    assert_eq!(text(&r), "line 9998\nline 9999\n");
+    let r = p
+        .read(
+            &ResourceUri::parse(&format!("{base}?offset=7&length=6")).unwrap(),
+            &limits,
+        )
+        .await
+        .unwrap();
+    assert_eq!(text(&r), "line 1");
+    let r = p
+        .read(
+            &ResourceUri::parse(&format!("{base}?offset=7&head=1")).unwrap(),
+            &limits,
+        )
+        .await
+        .unwrap();
+    assert_eq!(text(&r), "line 1\n");
+    let err = p
+        .read(
+            &ResourceUri::parse(&format!("{base}?length=5000")).unwrap(),
+            &limits,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::TooLarge);
+    let err = p
+        .read(
+            &ResourceUri::parse(&format!("{base}?bogus=1")).unwrap(),
+            &limits,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::InvalidParams);
+    assert!(
+        err.message.contains("offset, length, head and tail"),
+        "{}",
+        err.message
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn directory_reads_as_entries() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::create_dir(root.join("sub")).unwrap();
+    std::fs::write(root.join("sub/x.txt"), "x").unwrap();
+    std::fs::write(root.join("sub/.env"), "x").unwrap();
+    std::fs::create_dir(root.join("sub/inner")).unwrap();
+    let p = provider(&root);
+    let c = p
+        .read(
+            &ResourceUri::parse(&uri(&root.join("sub"))).unwrap(),
+            &ReadLimits { max_bytes: 1 << 20 },
+        )
+        .await
+        .unwrap();
+    assert_eq!(c[0].mime_type.as_deref(), Some("application/json"));
+    let mcpr_core::ContentsBody::Text(t) = &c[0].body else {
+        panic!("text")
+    };
+    let v: serde_json::Value = serde_json::from_str(t).unwrap();
+    let names: Vec<&str> = v["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, vec!["inner", "x.txt"]);
+    assert_eq!(v["entries"][0]["type"], "directory");
+    assert_eq!(v["truncated"], false);
+}

@@ -1,0 +1,474 @@
+//! [`McpHandler`]: the rmcp `ServerHandler` serving both protocol eras over any transport.
+//!
+//! One handler value is one session in the legacy era (stdio, or one `Mcp-Session-Id` over
+//! HTTP): its subscriptions are released when it is dropped. In the 2026-07-28 era every
+//! request stands alone and each `subscriptions/listen` stream registers for its own lifetime.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, OnceLock};
+
+use base64::Engine as _;
+use mcpr_core::{
+    CacheHints, Contents, ContentsBody, Error, PageRequest, ReadLimits, ResourceMeta, ResourceUri,
+};
+use rmcp::model::{
+    Annotations, CacheScope, CompleteRequestParams, CompleteResult, CompletionInfo, Implementation,
+    ListResourceTemplatesResult, ListResourcesResult, MetaObject, PaginatedRequestParams,
+    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
+    Reference, Resource, ResourceContents, ResourceTemplate, ResourceUpdatedNotificationParam,
+    ServerCapabilities, ServerConfig, SubscribeRequestParams, SubscriptionFilter,
+    UnsubscribeRequestParams,
+};
+use rmcp::service::{NotificationContext, RequestContext, RoleServer, SubscriptionContext};
+use rmcp::{ErrorData, Peer, ServerHandler};
+
+use crate::errors::{to_mcp_error, uri_data};
+use crate::registry::Notice;
+use crate::router::Router;
+use crate::{ServerState, Settings};
+
+/// Position tag in a cursor: resume at the start of the mount, or after a provider position.
+const AT_START: u8 = 0;
+const AFTER: u8 = 1;
+
+/// The capabilities and identity announced by `initialize` and `server/discover`.
+pub(crate) fn server_info(settings: &Settings, router: &Router) -> ServerConfig {
+    let any = |f: fn(&mcpr_core::Capabilities) -> bool| {
+        router
+            .mounts()
+            .iter()
+            .any(|m| f(&m.provider.info().capabilities))
+    };
+    let mut resources = ServerCapabilities::builder()
+        .enable_resources()
+        .enable_completions();
+    let _ = &mut resources;
+    let mut caps = resources.build();
+    if let Some(r) = caps.resources.as_mut() {
+        r.subscribe = Some(any(|c| c.watch));
+        r.list_changed = Some(any(|c| c.list_changed));
+    }
+    let mounts: Vec<String> = router
+        .mounts()
+        .iter()
+        .map(|m| {
+            let info = m.provider.info();
+            format!(
+                "- {} mount {} ({})",
+                info.kind,
+                info.label,
+                info.uri_prefixes.join(", ")
+            )
+        })
+        .collect();
+    let instructions = format!(
+        "Read-only access to these sources as MCP resources. List them with resources/list, read by URI, and use the URI templates (resources/templates/list) to address files, including windows of large files.\n{}",
+        mounts.join("\n")
+    );
+    ServerConfig::new(caps)
+        .with_server_info(Implementation::new(
+            settings.name.clone(),
+            settings.version.clone(),
+        ))
+        .with_instructions(instructions)
+}
+
+/// Per-session state of a legacy session: its subscriber id in the registry, created on
+/// first need, removed when the session (this handler) is dropped.
+struct Session {
+    state: Arc<ServerState>,
+    subscriber: OnceLock<u64>,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if let Some(id) = self.subscriber.get() {
+            self.state.registry.remove(*id);
+        }
+    }
+}
+
+/// The MCP handler. Create one per session with [`McpHandler::new`].
+pub struct McpHandler {
+    state: Arc<ServerState>,
+    session: Session,
+}
+
+impl McpHandler {
+    /// A handler (one session) over the shared server state.
+    pub fn new(state: Arc<ServerState>) -> Self {
+        Self {
+            session: Session {
+                state: state.clone(),
+                subscriber: OnceLock::new(),
+            },
+            state,
+        }
+    }
+
+    /// This session's subscriber id, registering it (and its delivery task) on first use.
+    fn legacy_subscriber(&self, peer: &Peer<RoleServer>) -> u64 {
+        *self.session.subscriber.get_or_init(|| {
+            let (id, mut rx) = self.state.registry.add_subscriber();
+            let peer = peer.clone();
+            tokio::spawn(async move {
+                while let Some(notice) = rx.recv().await {
+                    let sent = match notice {
+                        Notice::Updated(uri) => {
+                            peer.notify_resource_updated(ResourceUpdatedNotificationParam::new(uri))
+                                .await
+                        }
+                        Notice::ListChanged => peer.notify_resource_list_changed().await,
+                    };
+                    if sent.is_err() {
+                        break;
+                    }
+                }
+            });
+            id
+        })
+    }
+}
+
+/// Whether the request is from a 2026-07-28 (or later) peer, which wants cache hints.
+fn is_modern(ctx: &RequestContext<RoleServer>) -> bool {
+    ctx.protocol_version()
+        .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str())
+}
+
+fn scope(h: CacheHints) -> CacheScope {
+    match h.scope {
+        mcpr_core::CacheScope::Public => CacheScope::Public,
+        mcpr_core::CacheScope::Private => CacheScope::Private,
+    }
+}
+
+fn parse_uri(raw: &str) -> Result<ResourceUri, ErrorData> {
+    ResourceUri::parse(raw).map_err(|e| ErrorData::invalid_params(e.message, uri_data(raw)))
+}
+
+fn resource_of(m: ResourceMeta) -> Resource {
+    let mut r = Resource::new(m.uri, m.name);
+    r.title = m.title;
+    r.description = m.description;
+    r.mime_type = m.mime_type;
+    r.size = m.size;
+    if let Some(t) = m.last_modified {
+        let mut a = Annotations::default();
+        a.last_modified = Some(t);
+        r.annotations = Some(a);
+    }
+    r
+}
+
+fn contents_of(c: Contents) -> ResourceContents {
+    let meta = c.meta.map(MetaObject);
+    match c.body {
+        ContentsBody::Text(text) => ResourceContents::TextResourceContents {
+            uri: c.uri,
+            mime_type: c.mime_type,
+            text,
+            meta,
+        },
+        ContentsBody::Blob(bytes) => ResourceContents::BlobResourceContents {
+            uri: c.uri,
+            mime_type: c.mime_type,
+            blob: base64::engine::general_purpose::STANDARD.encode(bytes),
+            meta,
+        },
+    }
+}
+
+impl ServerHandler for McpHandler {
+    fn get_info(&self) -> ServerConfig {
+        self.state.info.clone()
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let state = &self.state;
+        let mounts = state.router.mounts();
+        let (mut idx, mut after) = match request.and_then(|r| r.cursor) {
+            None => (0usize, None),
+            Some(c) => {
+                let bad =
+                    |why: String| ErrorData::invalid_params(format!("invalid cursor: {why}"), None);
+                let pc = state.codec.decode(&c).map_err(|e| bad(e.to_string()))?;
+                if pc.mount as usize >= mounts.len() {
+                    return Err(bad("it names a mount this server does not have".into()));
+                }
+                let after = match pc.position.split_first() {
+                    Some((&AT_START, [])) => None,
+                    Some((&AFTER, rest)) => Some(rest.to_vec()),
+                    _ => return Err(bad("unknown position".into())),
+                };
+                (pc.mount as usize, after)
+            }
+        };
+        let page_size = state.settings.page_size;
+        let mut items = Vec::with_capacity(page_size);
+        let mut next = None;
+        while idx < mounts.len() {
+            let provider = &mounts[idx].provider;
+            if !provider.info().capabilities.list {
+                idx += 1;
+                after = None;
+                continue;
+            }
+            let page = provider
+                .list(PageRequest {
+                    after: after.take(),
+                    limit: page_size - items.len(),
+                })
+                .await
+                .map_err(to_mcp_error)?;
+            items.extend(page.items.into_iter().map(resource_of));
+            if let Some(pos) = page.next {
+                let mut p = vec![AFTER];
+                p.extend_from_slice(&pos);
+                next = Some((idx, p));
+                break;
+            }
+            idx += 1;
+            if items.len() >= page_size {
+                if idx < mounts.len() {
+                    next = Some((idx, vec![AT_START]));
+                }
+                break;
+            }
+        }
+        let mut result = ListResourcesResult::with_all_items(items);
+        result.next_cursor = next.map(|(m, position)| {
+            state.codec.encode(&mcpr_core::PageCursor {
+                mount: m as u32,
+                position,
+            })
+        });
+        if is_modern(&ctx) {
+            result = result
+                .with_ttl_ms(state.list_cache.ttl_ms)
+                .with_cache_scope(scope(state.list_cache));
+        }
+        Ok(result)
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        let templates = self
+            .state
+            .router
+            .mounts()
+            .iter()
+            .flat_map(|m| m.provider.templates().iter())
+            .map(|t| {
+                let mut rt = ResourceTemplate::new(t.uri_template.clone(), t.name.clone());
+                rt.title = t.title.clone();
+                rt.description = t.description.clone();
+                rt.mime_type = t.mime_type.clone();
+                rt
+            })
+            .collect();
+        let mut result = ListResourceTemplatesResult::with_all_items(templates);
+        if is_modern(&ctx) {
+            let c = self.state.list_cache;
+            result = result.with_ttl_ms(c.ttl_ms).with_cache_scope(scope(c));
+        }
+        Ok(result)
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let uri = parse_uri(&request.uri)?;
+        let mount = self
+            .state
+            .router
+            .route(&uri)
+            .ok_or_else(|| to_mcp_error(Error::not_found(uri.as_str())))?;
+        let info = mount.provider.info();
+        if !info.capabilities.read {
+            return Err(to_mcp_error(Error::unsupported(format!(
+                "{} mounts cannot be read",
+                info.kind
+            ))));
+        }
+        let limits = ReadLimits {
+            max_bytes: self.state.settings.max_read_bytes,
+        };
+        let contents = mount
+            .provider
+            .read(&uri, &limits)
+            .await
+            .map_err(to_mcp_error)?;
+        let mut result = ReadResourceResult::new(contents.into_iter().map(contents_of).collect());
+        if is_modern(&ctx) {
+            result = result
+                .with_ttl_ms(info.cache.ttl_ms)
+                .with_cache_scope(scope(info.cache));
+        }
+        Ok(result.into())
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        let Reference::Resource(r) = &request.r#ref else {
+            return Err(ErrorData::invalid_params(
+                "this server has no prompts; complete ref/resource templates",
+                None,
+            ));
+        };
+        let mount = self.state.router.route_template(&r.uri).ok_or_else(|| {
+            ErrorData::invalid_params(
+                format!(
+                    "no resource template {:?}; see resources/templates/list",
+                    r.uri
+                ),
+                None,
+            )
+        })?;
+        if !mount.provider.info().capabilities.complete {
+            return Ok(CompleteResult::default());
+        }
+        let context: BTreeMap<String, String> = request
+            .context
+            .and_then(|c| c.arguments)
+            .map(|a| a.into_iter().collect())
+            .unwrap_or_default();
+        let done = mount
+            .provider
+            .complete(mcpr_core::CompletionRequest {
+                template: r.uri.clone(),
+                argument: request.argument.name.clone(),
+                value: request.argument.value.clone(),
+                context,
+            })
+            .await
+            .map_err(to_mcp_error)?;
+        let mut info = CompletionInfo::new(
+            done.values
+                .into_iter()
+                .take(CompletionInfo::MAX_VALUES)
+                .collect(),
+        )
+        .map_err(|e| ErrorData::internal_error(e, None))?;
+        info.total = done.total;
+        info.has_more = Some(done.has_more);
+        let mut result = CompleteResult::default();
+        result.completion = info;
+        Ok(result)
+    }
+
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let uri = parse_uri(&request.uri)?;
+        let id = self.legacy_subscriber(&ctx.peer);
+        self.state
+            .registry
+            .subscribe(id, &uri)
+            .await
+            .map_err(to_mcp_error)
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let id = self.legacy_subscriber(&ctx.peer);
+        self.state.registry.unsubscribe(id, &request.uri);
+        Ok(())
+    }
+
+    async fn on_initialized(&self, ctx: NotificationContext<RoleServer>) {
+        // Legacy clients cannot opt in or out of list_changed: the capability promises them.
+        if self
+            .state
+            .info
+            .capabilities
+            .resources
+            .as_ref()
+            .and_then(|r| r.list_changed)
+            == Some(true)
+        {
+            let id = self.legacy_subscriber(&ctx.peer);
+            self.state.registry.add_list_listener(id).await;
+        }
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        let mut accepted = requested.clone();
+        accepted.tools_list_changed = None;
+        accepted.prompts_list_changed = None;
+        if let Some(uris) = accepted.resource_subscriptions.as_mut() {
+            // Only URIs a watch-capable mount owns; the rest are left out of the acknowledgment.
+            uris.retain(|u| {
+                ResourceUri::parse(u).ok().and_then(|u| {
+                    self.state
+                        .router
+                        .route(&u)
+                        .map(|m| m.provider.info().capabilities.watch)
+                }) == Some(true)
+            });
+        }
+        Some(accepted)
+    }
+
+    async fn listen(&self, ctx: SubscriptionContext) -> Result<(), ErrorData> {
+        let registry = self.state.registry.clone();
+        let (id, mut rx) = registry.add_subscriber();
+        // Removes the subscriber however this future ends, cancellation included.
+        struct Release(Arc<crate::Registry>, u64);
+        impl Drop for Release {
+            fn drop(&mut self) {
+                self.0.remove(self.1);
+            }
+        }
+        let _release = Release(registry.clone(), id);
+        let accepted = ctx.accepted().clone();
+        if accepted.resources_list_changed == Some(true) {
+            registry.add_list_listener(id).await;
+        }
+        for uri in accepted.resource_subscriptions.iter().flatten() {
+            let Ok(parsed) = ResourceUri::parse(uri) else {
+                continue;
+            };
+            if let Err(e) = registry.subscribe(id, &parsed).await {
+                tracing::debug!(%uri, error = %e, "listen: cannot watch");
+            }
+        }
+        let sink = ctx.sink().clone();
+        loop {
+            tokio::select! {
+                () = ctx.cancelled() => break,
+                notice = rx.recv() => {
+                    let Some(notice) = notice else { break };
+                    let sent = match notice {
+                        Notice::Updated(uri) => sink.notify_resource_updated(uri).await,
+                        Notice::ListChanged => sink.notify_resource_list_changed().await,
+                    };
+                    if sent.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}

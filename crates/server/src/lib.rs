@@ -1,0 +1,124 @@
+//! The MCP side of mcp-resources: the rmcp `ServerHandler` for both protocol eras, the router
+//! that maps a URI to its mount, and the registry that fans change events out to subscribers.
+//!
+//! Providers never see anything from here but core types; everything that knows about
+//! JSON-RPC, sessions, cursors on the wire or protocol eras lives in this crate.
+
+mod errors;
+mod handler;
+mod registry;
+mod router;
+
+pub use errors::to_mcp_error;
+pub use handler::McpHandler;
+pub use registry::{Notice, Registry, RegistryStats};
+pub use router::{Mount, Router};
+
+use std::sync::Arc;
+
+use mcpr_core::{CacheHints, CacheScope, ChangeBus, CursorCodec, LocalBus, Provider};
+
+/// Server-wide settings, from the `[server]` table.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// `serverInfo.name`.
+    pub name: String,
+    /// `serverInfo.version`.
+    pub version: String,
+    /// Entries per `resources/list` page.
+    pub page_size: usize,
+    /// The most bytes one `resources/read` returns.
+    pub max_read_bytes: u64,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            name: "mcp-resources".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            page_size: 100,
+            max_read_bytes: 8 * 1024 * 1024,
+        }
+    }
+}
+
+/// Everything the handler needs, shared by every session.
+pub struct ServerState {
+    pub(crate) settings: Settings,
+    pub(crate) router: Router,
+    pub(crate) codec: CursorCodec,
+    pub(crate) registry: Arc<Registry>,
+    /// The cache hints of a list: the shortest TTL and the strictest scope over all mounts,
+    /// because one list spans mounts and every page must carry the same scope.
+    pub(crate) list_cache: CacheHints,
+    pub(crate) info: rmcp::model::ServerConfig,
+}
+
+impl ServerState {
+    /// Build the state for `providers` (in mount order) with the in-process change bus.
+    /// Must be called inside a tokio runtime: the registry starts its fan-out task.
+    pub fn new(settings: Settings, providers: Vec<Arc<dyn Provider>>) -> Arc<Self> {
+        Self::with_bus(settings, providers, Arc::new(LocalBus::default()))
+    }
+
+    /// Like [`ServerState::new`] with an explicit change bus.
+    pub fn with_bus(
+        settings: Settings,
+        providers: Vec<Arc<dyn Provider>>,
+        bus: Arc<dyn ChangeBus>,
+    ) -> Arc<Self> {
+        let router = Router::new(providers);
+        // Cursors from another build or another mount layout must not verify.
+        let mut fingerprint = Vec::new();
+        for m in router.mounts() {
+            fingerprint.extend_from_slice(m.provider.info().kind.as_bytes());
+            fingerprint.push(0);
+            for p in &m.provider.info().uri_prefixes {
+                fingerprint.extend_from_slice(p.as_bytes());
+                fingerprint.push(0);
+            }
+            fingerprint.push(1);
+        }
+        let codec = CursorCodec::new(
+            concat!(env!("CARGO_PKG_NAME"), "@", env!("CARGO_PKG_VERSION")),
+            &fingerprint,
+        );
+        let list_cache = router
+            .mounts()
+            .iter()
+            .map(|m| m.provider.info().cache)
+            .fold(None, |acc: Option<CacheHints>, c| {
+                Some(match acc {
+                    None => c,
+                    Some(a) => CacheHints {
+                        ttl_ms: a.ttl_ms.min(c.ttl_ms),
+                        scope: if a.scope == CacheScope::Private || c.scope == CacheScope::Private {
+                            CacheScope::Private
+                        } else {
+                            CacheScope::Public
+                        },
+                    },
+                })
+            });
+        let registry = Registry::new(router.clone(), bus);
+        let info = handler::server_info(&settings, &router);
+        Arc::new(Self {
+            settings,
+            router,
+            codec,
+            registry,
+            list_cache: list_cache.unwrap_or_default(),
+            info,
+        })
+    }
+
+    /// The subscription registry (for metrics and tests).
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    /// The router of mounts.
+    pub fn router(&self) -> &Router {
+        &self.router
+    }
+}

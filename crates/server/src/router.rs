@@ -1,0 +1,78 @@
+//! The router: which mount owns a URI (longest prefix at a boundary) or a template.
+
+use std::sync::Arc;
+
+use mcpr_core::{Provider, ResourceUri};
+
+/// One mounted provider and its position in the mount list.
+#[derive(Clone)]
+pub struct Mount {
+    /// Position in config order; cursors and change events name mounts by it.
+    pub index: u32,
+    /// The provider.
+    pub provider: Arc<dyn Provider>,
+}
+
+/// Maps URIs and templates to mounts.
+#[derive(Clone)]
+pub struct Router {
+    mounts: Arc<Vec<Mount>>,
+    /// (prefix, mount index), longest prefix first, so the first match is the best one.
+    prefixes: Arc<Vec<(String, u32)>>,
+}
+
+impl Router {
+    /// A router over `providers` in mount order.
+    pub fn new(providers: Vec<Arc<dyn Provider>>) -> Self {
+        let mounts: Vec<Mount> = providers
+            .into_iter()
+            .enumerate()
+            .map(|(i, provider)| Mount {
+                index: i as u32,
+                provider,
+            })
+            .collect();
+        let mut prefixes: Vec<(String, u32)> = mounts
+            .iter()
+            .flat_map(|m| {
+                m.provider
+                    .info()
+                    .uri_prefixes
+                    .iter()
+                    .map(move |p| (p.clone(), m.index))
+            })
+            .collect();
+        prefixes.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+        Self {
+            mounts: Arc::new(mounts),
+            prefixes: Arc::new(prefixes),
+        }
+    }
+
+    /// Every mount in order.
+    pub fn mounts(&self) -> &[Mount] {
+        &self.mounts
+    }
+
+    /// The mount owning `uri`: the longest prefix that matches at a boundary, so that
+    /// `file:///srv/docs` does not own `file:///srv/docs-evil/x`.
+    pub fn route(&self, uri: &ResourceUri) -> Option<&Mount> {
+        let s = uri.as_str();
+        self.prefixes.iter().find_map(|(p, idx)| {
+            let rest = s.strip_prefix(p.as_str())?;
+            let at_boundary =
+                p.ends_with('/') || rest.is_empty() || rest.starts_with(['/', '?', '#']);
+            at_boundary.then(|| &self.mounts[*idx as usize])
+        })
+    }
+
+    /// The mount that advertises `template` exactly.
+    pub fn route_template(&self, template: &str) -> Option<&Mount> {
+        self.mounts.iter().find(|m| {
+            m.provider
+                .templates()
+                .iter()
+                .any(|t| t.uri_template == template)
+        })
+    }
+}
