@@ -71,8 +71,11 @@ fn main() -> ExitCode {
 
 /// Logs go to stderr only: stdout carries nothing but protocol.
 fn init_logging(level: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    // rmcp logs every error response at WARN; a client asking for a missing file is routine,
+    // so rmcp's own service chatter is kept to real errors unless RUST_LOG says otherwise.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(format!("{level},rmcp::service=error"))
+    });
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(filter)

@@ -132,7 +132,8 @@ mod tests {
         };
         let s = c.encode(&cur);
         assert_eq!(c.decode(&s).unwrap(), cur);
-        assert_eq!(c.decode(&s[..s.len() - 2]), Err(CursorError::Forged));
+        assert!(c.decode(&s[..s.len() - 2]).is_err());
+        assert!(c.decode(&s[..s.len() - 4]).is_err());
         assert_eq!(c.decode("AAAA"), Err(CursorError::Truncated));
         assert_eq!(c.decode("not base64!"), Err(CursorError::Malformed));
         let other = CursorCodec::new("build-2", b"mounts");

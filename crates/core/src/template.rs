@@ -1015,26 +1015,38 @@ fn walk_query<'t>(
         let Some((vi, var)) = found.and_then(|vi| Some((vi, vars.get(vi)?.spec))) else {
             break;
         };
-        let (value_start, value_end) = if scan.byte(key_end) == Some(b'=') {
-            (key_end + 1, scan.next_in(D_AMP | D_HASH, key_end + 1))
-        } else {
-            (key_end, key_end)
-        };
-        if let Some(n) = var.prefix
-            && scan.char_count(value_start, value_end) > usize::from(n)
-        {
-            break;
-        }
         if let Some(u) = used.get_mut(vi) {
             *u = true;
         }
-        committed.push(Capture {
-            var,
-            start: value_start,
-            end: value_end,
-        });
-        visit(value_end, value_end, &committed, None)?;
-        pos = value_end;
+        if scan.byte(key_end) == Some(b'=') {
+            // Like any other value, the last one may end early (before a literal
+            // that follows the expression); only a complete one can be followed by '&'.
+            let value_start = key_end + 1;
+            let run_end = scan.next_in(D_AMP | D_HASH, value_start);
+            let item_end = match var.prefix {
+                Some(n) => scan.limit_chars(value_start, run_end, usize::from(n)),
+                None => run_end,
+            };
+            visit(value_start, item_end, &committed, Some((var, value_start)))?;
+            if item_end != run_end {
+                break;
+            }
+            committed.push(Capture {
+                var,
+                start: value_start,
+                end: run_end,
+            });
+            pos = run_end;
+        } else {
+            // `?key` without '=': an empty value.
+            committed.push(Capture {
+                var,
+                start: key_end,
+                end: key_end,
+            });
+            visit(key_end, key_end, &committed, None)?;
+            pos = key_end;
+        }
         if scan.byte(pos) != Some(b'&') {
             break;
         }
@@ -1163,13 +1175,6 @@ impl<'u> Scan<'u> {
             }
             counts
         })
-    }
-
-    /// Decoded characters in `a..e`.
-    fn char_count(&mut self, a: usize, e: usize) -> usize {
-        let counts = self.counts();
-        let at = |i: usize| counts.get(i).copied().unwrap_or(0);
-        at(e).saturating_sub(at(a))
     }
 
     /// The largest `e` in `a..=hi` such that `a..e` holds at most `n` decoded characters.
@@ -1837,6 +1842,13 @@ mod tests {
         assert_eq!(
             with_fragment.matches("x?a=1#top/x"),
             Some(vars(&[("a", "1"), ("f", "top/x")]))
+        );
+        // A literal after a query expression (legal, if unusual) ends the last value.
+        assert_eq!(t("x{?a}!").matches("x?a=1!"), Some(vars(&[("a", "1")])));
+        assert_eq!(t("x{?a}!").matches("x?a=1"), None);
+        assert_eq!(
+            t("x{?a}{?b}").matches("x?a=1?b=2"),
+            Some(vars(&[("a", "1"), ("b", "2")]))
         );
         // Prefix modifiers limit query values too.
         assert_eq!(t("x{?a:2}").matches("x?a=ab"), Some(vars(&[("a", "ab")])));

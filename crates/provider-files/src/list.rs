@@ -184,14 +184,15 @@ pub(crate) fn list_page(
 /// Metadata of a listed file, or `None` when it should not be listed: a symlink is listed
 /// only when it resolves, inside the root, to a regular file the rules allow.
 fn file_meta(inner: &Inner, rel: &RelPath, symlink: bool) -> Option<ResourceMeta> {
-    if symlink {
-        let target = inner.root.canonicalize(rel.as_path()).ok()?;
-        let target = RelPath::from_bytes(target.as_os_str().as_bytes())?;
+    let md = if symlink {
+        let target = inner.resolve_links(rel)?;
         if inner.rules.is_denied(&target, false) {
             return None;
         }
-    }
-    let md = inner.root.metadata(rel.as_path()).ok()?;
+        inner.root.metadata(target.as_path()).ok()?
+    } else {
+        inner.root.metadata(rel.as_path()).ok()?
+    };
     if !md.is_file() {
         return None;
     }

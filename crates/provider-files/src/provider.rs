@@ -30,16 +30,88 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
-    /// Decode `uri` into a path the mount may serve; `None` for anything else.
+    /// Decode `uri` into the real path (symlinks resolved) the mount may serve; `None` for
+    /// anything else, including a link whose target is denied or outside the root.
     pub(crate) fn resolve(&self, uri: &ResourceUri) -> Option<RelPath> {
         let rel = self.root_uri.decode(uri.without_query())?;
-        // The directory flag is unknown before a stat; patterns that only match directories
-        // (`.ssh/`) are caught through `matched_path_or_any_parents` on the file's parents,
-        // and the post-open real-path check catches the directory itself.
-        if self.rules.is_denied(&rel, false) || self.rules.is_denied(&rel, true) {
+        if self.denied_either(&rel) {
             return None;
         }
-        Some(rel)
+        let real = self.resolve_links(&rel)?;
+        if real != rel && self.denied_either(&real) {
+            return None;
+        }
+        Some(real)
+    }
+
+    /// The directory flag is unknown before a stat, so a path is refused when it would be
+    /// denied as either a file or a directory (`.ssh/` only matches directories).
+    fn denied_either(&self, rel: &RelPath) -> bool {
+        self.rules.is_denied(rel, false) || self.rules.is_denied(rel, true)
+    }
+
+    /// Resolve every symlink on `rel`, component by component, through the sandbox handle.
+    ///
+    /// cap-std already follows relative links that stay beneath the root, but refuses
+    /// absolute ones even when they point inside it (`docs/latest -> /srv/docs/v2`); this
+    /// resolves those too. A link leading outside the root, a `..` above it, or more than 40
+    /// links yields `None`. The result only names real entries, so deny rules see what
+    /// would really be opened. Opening still goes through cap-std, so a link swapped after
+    /// this check cannot escape either.
+    pub(crate) fn resolve_links(&self, rel: &RelPath) -> Option<RelPath> {
+        use std::collections::VecDeque;
+        use std::os::unix::ffi::OsStrExt as _;
+        let mut pending: VecDeque<Vec<u8>> = rel.components().map(<[u8]>::to_vec).collect();
+        let mut done = RelPath::root();
+        let mut stack: Vec<RelPath> = Vec::new();
+        let mut hops = 0;
+        while let Some(comp) = pending.pop_front() {
+            match comp.as_slice() {
+                b"." => continue,
+                b".." => {
+                    done = stack.pop()?;
+                    continue;
+                }
+                _ => {}
+            }
+            let candidate = done.join(&comp);
+            match self.root.read_link_contents(candidate.as_path()) {
+                Ok(target) => {
+                    hops += 1;
+                    if hops > 40 {
+                        return None;
+                    }
+                    let target = target.as_os_str().as_bytes();
+                    let rest: &[u8] = if target.starts_with(b"/") {
+                        // Absolute: only meaningful when it points under the root.
+                        let t = std::path::Path::new(std::ffi::OsStr::from_bytes(target));
+                        let under = t.strip_prefix(&self.canonical_root).ok()?;
+                        done = RelPath::root();
+                        stack.clear();
+                        let under = under.as_os_str().as_bytes().to_vec();
+                        for c in under.split(|&b| b == b'/').filter(|c| !c.is_empty()).rev() {
+                            pending.push_front(c.to_vec());
+                        }
+                        &[]
+                    } else {
+                        target
+                    };
+                    for c in rest.split(|&b| b == b'/').filter(|c| !c.is_empty()).rev() {
+                        pending.push_front(c.to_vec());
+                    }
+                }
+                // Not a link (EINVAL) or not there: a real component, or a missing one that
+                // the open will report as not found.
+                Err(_) => {
+                    if !crate::path::valid_component(&comp) {
+                        return None;
+                    }
+                    stack.push(done.clone());
+                    done = candidate;
+                }
+            }
+        }
+        Some(done)
     }
 
     /// The listing entry for a regular file.
@@ -124,7 +196,14 @@ impl FilesProvider {
             },
         ];
         for t in &config.templates {
-            let parsed = UriTemplate::parse(&t.uri_template).map_err(|e| {
+            // A template without a scheme is relative to the root, so a config file does not
+            // have to repeat the root's absolute path.
+            let full = if t.uri_template.contains("://") {
+                t.uri_template.clone()
+            } else {
+                format!("{prefix}/{}", t.uri_template.trim_start_matches('/'))
+            };
+            let parsed = UriTemplate::parse(&full).map_err(|e| {
                 Error::invalid_params(format!("template {:?}: {e}", t.uri_template))
             })?;
             if !parsed.literal_prefix().starts_with(&format!("{prefix}/")) {
@@ -134,7 +213,7 @@ impl FilesProvider {
                 )));
             }
             templates.push(TemplateMeta {
-                uri_template: t.uri_template.clone(),
+                uri_template: full,
                 name: t.name.clone(),
                 title: None,
                 description: t.description.clone(),

@@ -80,7 +80,7 @@ impl Window {
     }
 }
 
-/// Read `rel` (already checked against the rules) for `uri`.
+/// Read `rel` (the real path from `Inner::resolve`, already checked against the rules).
 pub(crate) fn read_path(
     inner: &Inner,
     rel: &RelPath,
@@ -100,7 +100,6 @@ pub(crate) fn read_path(
                 "{uri_s} is a directory; offset, length, head and tail apply to files"
             )));
         }
-        check_real_path(inner, rel, true, uri_s)?;
         let text = dir_listing(inner, rel, uri_s, window.after.as_deref())?;
         return Ok(vec![Contents {
             uri: uri_s.to_owned(),
@@ -166,22 +165,6 @@ fn real_rel_of_fd(inner: &Inner, file: &File) -> Option<RelPath> {
 
 fn check_real_fd(inner: &Inner, file: &File, is_dir: bool, uri: &str) -> Result<()> {
     match real_rel_of_fd(inner, file) {
-        Some(real) if !inner.rules.is_denied(&real, is_dir) => Ok(()),
-        _ => Err(Error::not_found(uri)),
-    }
-}
-
-fn check_real_path(inner: &Inner, rel: &RelPath, is_dir: bool, uri: &str) -> Result<()> {
-    let real = inner
-        .root
-        .canonicalize(rel.as_path())
-        .map_err(|e| map_io(e, uri))?;
-    let real = if real.as_os_str() == "." || real.as_os_str().is_empty() {
-        Some(RelPath::root())
-    } else {
-        RelPath::from_bytes(real.as_os_str().as_bytes())
-    };
-    match real {
         Some(real) if !inner.rules.is_denied(&real, is_dir) => Ok(()),
         _ => Err(Error::not_found(uri)),
     }
