@@ -79,7 +79,7 @@ async def complete(c, root, value: str):
         ("t", ["top.txt"]),
         ("sub/se", []),  # secret.pem: denied
         ("sub/id", []),  # id_rsa: denied
-        ("sub/fil", ["sub/file1.txt", "sub/file2.txt", "sub/final/"]),  # fill.log/filtered.log: gitignored
+        ("sub/fil", ["sub/file1.txt", "sub/file2.txt"]),  # fill.log/filtered.log: gitignored
         ("sub/.", []),  # .env and .hidden-file: hidden (and .env denied)
         ("nope/x", []),
     ],

@@ -70,7 +70,7 @@ async def test_tail_without_trailing_newline(serve, mode, base):
     assert content_bytes(h2) == b"first\nsecond\n"
 
 
-async def test_windowed_read_binary_is_content_bytes(serve, mode, base):
+async def test_windowed_read_binary_is_exact(serve, mode, base):
     root = base / "root"
     data = bytes(random.Random(3).getrandbits(8) for _ in range(100_000))
     write(root / "blob.bin", data)

@@ -15,7 +15,7 @@ use toml::Spanned;
 pub const MAX_READ_LIMIT: u64 = 64 * 1024 * 1024;
 
 /// A validated configuration.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Config {
     /// `[server]`.
     pub server: mcpr_server::Settings,
@@ -35,15 +35,6 @@ impl MountConfig {
     pub fn kind(&self) -> &'static str {
         match self {
             MountConfig::Files(_) => "files",
-        }
-    }
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Self {
-            server: mcpr_server::Settings::default(),
-            mounts: Vec::new(),
         }
     }
 }

@@ -42,7 +42,7 @@ impl Router {
                     .map(move |p| (p.clone(), m.index))
             })
             .collect();
-        prefixes.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+        prefixes.sort_by_key(|p| std::cmp::Reverse(p.0.len()));
         Self {
             mounts: Arc::new(mounts),
             prefixes: Arc::new(prefixes),
