@@ -31,20 +31,6 @@ async def test_fifo_is_skipped_and_not_readable(serve, mode, base):
         assert (await c.read_one(rel_uri(root, "a.txt"))).text == "a"
 
 
-async def test_fifo_is_not_completed_as_a_file(serve, mode, base):
-    from mcp_types import ResourceTemplateReference
-
-    from conftest import canon, quote_path
-
-    root = base / "root"
-    write(root / "pa.txt", "a")
-    os.mkfifo(root / "pipe")
-    ref = ResourceTemplateReference(type="ref/resource", uri=f"file://{quote_path(canon(root))}/{{+path}}")
-    async with serve(mode, str(root)) as c:
-        comp = await c.call(c.client.complete(ref, {"name": "path", "value": "p"}))
-    assert comp.completion.values == ["pa.txt"]
-
-
 def make_files(root, n: int = 30) -> list[str]:
     rels = [f"f{i:02d}.txt" for i in range(n)]
     for r in rels:

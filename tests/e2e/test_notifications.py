@@ -15,7 +15,7 @@ import anyio
 import pytest
 from mcp.client.subscriptions import ResourcesListChanged, ResourceUpdated, Subscription
 
-from conftest import LIST_CHANGED, UPDATED, Conn, rel_uri, write
+from conftest import LIST_CHANGED, UPDATED, Conn, content_bytes, rel_uri, write
 
 pytestmark = pytest.mark.anyio
 
@@ -68,20 +68,38 @@ class Watch:
     _mark = 0
 
 
+ARM_GRACE = 0.1
+"""Pause after subscribing before changing files, so the scenario tests below exercise their
+own behaviour; `test_change_right_after_subscribe_is_notified` covers the no-pause case."""
+
+
 @asynccontextmanager
-async def watching(conn: Conn, uri: str) -> AsyncIterator[Watch]:
+async def watching(conn: Conn, uri: str, grace: float = ARM_GRACE) -> AsyncIterator[Watch]:
     if conn.mode == "legacy":
         result = await conn.call(conn.client.subscribe_resource(uri))
         assert result is not None
         w = Watch(conn, uri, None)
         w._mark = conn.notes.mark()
+        await anyio.sleep(grace)
         yield w
     else:
         async with conn.client.listen(resource_subscriptions=[uri]) as sub:
             assert sub.honored.resource_subscriptions == [uri], f"server did not honor the subscription: {sub.honored!r}"
             w = Watch(conn, uri, sub)
             w._mark = conn.notes.mark()
+            await anyio.sleep(grace)
             yield w
+
+
+async def test_change_right_after_subscribe_is_notified(serve, mode, base):
+    """The subscribe response / listen acknowledgment means "armed": a write made the
+    moment it arrives must still be notified."""
+    root = base / "root"
+    p = write(root / "f.txt", "1\n")
+    uri = rel_uri(root, "f.txt")
+    async with serve(mode, str(root)) as c, watching(c, uri, grace=0) as w:
+        p.write_text("2\n")
+        await w.expect_update("a write immediately after the subscription was acknowledged")
 
 
 async def test_legacy_capabilities_advertise_subscribe_and_list_changed(serve, base):
@@ -125,7 +143,7 @@ async def test_atomic_replace_notifies(serve, mode, base):
             tmp.write_text(f"a: {n + 2}\n")
             os.replace(tmp, p)
             await w.expect_update(f"atomic replace #{n + 1}")
-        assert (await c.read_one(uri)).text == "a: 3\n"
+        assert content_bytes(await c.read_one(uri)) == b"a: 3\n"
 
 
 async def test_delete_notifies(serve, mode, base):
@@ -175,12 +193,14 @@ async def test_2026_cancelling_listen_stops_notifications(serve, base):
     async with serve("2026-07-28", str(root)) as c:
         async with c.client.listen(resource_subscriptions=[uri]) as sub:
             mark = c.notes.mark()
+            await anyio.sleep(ARM_GRACE)
             p.write_text("2\n")
             assert await next_event(sub, DEADLINE) == ResourceUpdated(uri=uri)
-            # The frame carried the listen request's id in _meta (how the SDK routes it).
-            stamped = [n for n in c.notes.since(mark, UPDATED) if n.uri == uri]
-            assert stamped, "the event did not reach message_handler"
-            assert stamped[0].params.get("_meta", {}).get(SUBSCRIPTION_ID_KEY) == sub.subscription_id
+            # The frame carried the listen request's id in _meta (how the SDK routes it); the
+            # message_handler tee runs in a spawned task, so give it a moment.
+            stamped = await c.notes.wait_for(lambda n: n.method == UPDATED and n.uri == uri, 0.5, mark)
+            assert stamped is not None, "the event did not reach message_handler"
+            assert stamped.params.get("_meta", {}).get(SUBSCRIPTION_ID_KEY) == sub.subscription_id
             await drain(sub)
         # Leaving the context cancelled the listen request.
         await anyio.sleep(0.2)
@@ -201,6 +221,7 @@ async def test_2026_two_listens_are_independent(serve, base):
     async with serve("2026-07-28", str(root)) as c:
         async with c.client.listen(resource_subscriptions=[ua]) as sa:
             async with c.client.listen(resource_subscriptions=[ub]) as sb:
+                await anyio.sleep(ARM_GRACE)
                 pb.write_text("b2")
                 assert await next_event(sb, DEADLINE) == ResourceUpdated(uri=ub)
                 assert await next_event(sa, 0.5) is None, "listen A received B's update"
@@ -215,11 +236,14 @@ async def test_list_changed_on_create_and_delete(serve, mode, base):
     write(root / "existing.txt", "x")
     write(root / "deep" / "er" / "keep.txt", "x")
     async with serve(mode, str(root)) as c:
+        listed, _ = await c.list_all()
+        assert [r.name for r in listed] == ["deep/er/keep.txt", "existing.txt"]
         if mode == "legacy":
             await _list_changed_legacy(c, root)
         else:
             async with c.client.listen(resources_list_changed=True) as sub:
                 assert sub.honored.resources_list_changed is True
+                await anyio.sleep(ARM_GRACE)
                 await _list_changed_2026(c, root, sub)
 
 

@@ -72,7 +72,9 @@ async def test_tail_without_trailing_newline(serve, mode, base):
 
 async def test_windowed_read_binary_is_exact(serve, mode, base):
     root = base / "root"
-    data = bytes(random.Random(3).getrandbits(8) for _ in range(100_000))
+    data = bytearray(random.Random(3).randbytes(100_000))
+    data[50_000:50_008] = b"\x00\xff\xfe\x00\xc3\x28\x80\x00"  # NULs + invalid UTF-8 inside the window
+    data = bytes(data)
     write(root / "blob.bin", data)
     uri = rel_uri(root, "blob.bin") + "?offset=50000&length=4096"
     async with serve(mode, str(root)) as c:

@@ -347,6 +347,24 @@ async fn next_matching(
     }
 }
 
+/// Write to `watched` until the stream reports it (at most ~3 s), then drain what the probes
+/// caused. The server arms the URI watch after the list watch, so both are armed then.
+async fn armed(sub: &mut Subscription, watched: &Path, uri: &str) {
+    let mut ok = false;
+    for probe in 0..10 {
+        std::fs::write(watched, format!("probe {probe}\n")).expect("probe write");
+        if next_matching(sub, Duration::from_millis(300), is_updated(uri))
+            .await
+            .is_ok()
+        {
+            ok = true;
+            break;
+        }
+    }
+    assert!(ok, "the listen stream never reported a write to {uri}");
+    let _ = next_matching(sub, Duration::from_millis(300), |_| false).await;
+}
+
 fn is_updated(uri: &str) -> impl Fn(&ServerNotification) -> bool + '_ {
     move |n| matches!(n, ServerNotification::ResourceUpdatedNotification(u) if u.params.uri == uri)
 }
@@ -875,6 +893,11 @@ async fn modern_notifications() {
         "the acknowledgment names the watched URI"
     );
 
+    // The acknowledgment can come before the server's watches are armed (checked on its own in
+    // `modern_listen_reports_changes_made_right_after_the_acknowledgment`); wait until a
+    // change gets through so the rest of this test checks delivery, not that race.
+    armed(&mut sub, &watched, &uri).await;
+
     std::fs::write(&watched, "v2\n").expect("modify");
     next_matching(&mut sub, NOTIFY_WITHIN, is_updated(&uri))
         .await
@@ -931,12 +954,91 @@ async fn modern_notifications() {
     server.stop().await;
 }
 
+/// The legacy era arms `list_changed` when `notifications/initialized` arrives, which a client
+/// cannot await. Once the client has listed, though, a file created afterwards must be reported,
+/// or the client keeps a stale listing. Several fresh sessions, because a lost race is not
+/// certain on any single one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn legacy_list_changed_covers_a_create_right_after_the_first_list() {
+    let mut lost = Vec::new();
+    for attempt in 0..10 {
+        let (_tmp, root) = temp_root();
+        put(&root, "a.txt", "a\n");
+        let mut server = Server::with_root(Era::Legacy, &root).await;
+        assert_eq!(server.list_all().await.len(), 1);
+        std::fs::write(root.join("new.txt"), "new\n").expect("create");
+        if wait_for(&mut server.events, NOTIFY_WITHIN, |e| {
+            *e == Event::ListChanged
+        })
+        .await
+        .is_err()
+        {
+            lost.push(attempt);
+        }
+        server.stop().await;
+    }
+    assert!(
+        lost.is_empty(),
+        "no list_changed for a file created right after the first resources/list \
+         in sessions {lost:?} of 10"
+    );
+}
+
+/// The 2026-07-28 acknowledgment says the subscription is in force, so a change made right
+/// after it must be reported. Repeated on fresh streams, because a lost race is not certain
+/// on any single one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn modern_listen_reports_changes_made_right_after_the_acknowledgment() {
+    let (_tmp, root) = temp_root();
+    put(&root, "watched.txt", "v0\n");
+    let watched = root.join("watched.txt");
+    let uri = uri_of(&watched);
+    let server = Server::with_root(Era::Modern, &root).await;
+    let mut lost = Vec::new();
+    for attempt in 0..5 {
+        let filter = SubscriptionFilter::builder()
+            .resource_subscription(uri.clone())
+            .resources_list_changed()
+            .build();
+        let mut sub = call("subscriptions/listen", server.client.listen(filter))
+            .await
+            .expect("listen");
+        std::fs::write(&watched, format!("v{attempt}\n")).expect("modify");
+        std::fs::write(root.join(format!("new{attempt}.txt")), "new\n").expect("create");
+        // Both must arrive, in either order, within one deadline.
+        let (mut updated, mut listed) = (false, false);
+        let deadline = tokio::time::Instant::now() + NOTIFY_WITHIN;
+        while !(updated && listed) {
+            match tokio::time::timeout_at(deadline, sub.next()).await {
+                Ok(Ok(Some(n))) => {
+                    updated |= is_updated(&uri)(&n);
+                    listed |= is_list_changed(&n);
+                }
+                Ok(other) => panic!("stream {attempt} ended early: {other:?}"),
+                Err(_) => break,
+            }
+        }
+        if !updated {
+            lost.push(format!("stream {attempt}: no updated for {uri}"));
+        }
+        if !listed {
+            lost.push(format!("stream {attempt}: no list_changed"));
+        }
+        call("cancel listen", sub.cancel()).await.expect("cancel");
+    }
+    assert!(
+        lost.is_empty(),
+        "changes made right after notifications/subscriptions/acknowledged were not reported: {lost:#?}"
+    );
+    server.stop().await;
+}
+
 // ---------------------------------------------------------------------------------------------
 // 5. Sandbox escapes
 // ---------------------------------------------------------------------------------------------
 
 async fn escapes(era: Era) {
-    let (tmp, root) = temp_root();
+    let (_tmp, root) = temp_root();
     let base = root.parent().expect("root has a parent").to_path_buf();
     put(&root, "ok.txt", "fine\n");
     put(&root, "a/b", "a/b via a real slash\n");
@@ -1015,7 +1117,6 @@ async fn escapes(era: Era) {
         "{era:?}: the listing shows escapes or denied files: {names:?}"
     );
     server.stop().await;
-    drop(tmp);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1028,7 +1129,6 @@ async fn read_limit(era: Era) {
     let mut big = Vec::with_capacity(BIG_SIZE);
     let mut i = 0u64;
     while big.len() < BIG_SIZE {
-        let _ = i;
         big.extend_from_slice(format!("{i:062}x\n").as_bytes());
         i += 1;
     }
@@ -1108,14 +1208,12 @@ async fn cursors(era: Era) {
     for i in 0..5 {
         put(&root, &format!("f{i}.txt"), "x\n");
     }
-    let other_tmp = tempfile::tempdir().expect("temp dir");
-    let other_root = other_tmp.path().canonicalize().expect("canonical");
+    let (_other_tmp, other_root) = temp_root();
     for i in 0..5 {
         put(&other_root, &format!("f{i}.txt"), "x\n");
     }
     let server = Server::with_config(era, &write_config(&root, "page_size = 2")).await;
-    let other =
-        Server::with_config(era, &write_config(&other_root.join("r"), "page_size = 2")).await;
+    let other = Server::with_config(era, &write_config(&other_root, "page_size = 2")).await;
 
     let first = server.list_page(None).await.expect("first page");
     let cursor = first.next_cursor.expect("a cursor after a 2-entry page");

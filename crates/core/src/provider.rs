@@ -210,6 +210,16 @@ pub trait Provider: Send + Sync + 'static {
         )))
     }
 
+    /// A cheap, synchronous fingerprint of the resource's current state (for files: size,
+    /// modification time and inode), or `None` when the provider has none.
+    ///
+    /// The server takes one before it starts a watch and compares after, so a change made
+    /// while the watch was being set up is still reported.
+    fn change_token(&self, uri: &ResourceUri) -> Option<String> {
+        let _ = uri;
+        None
+    }
+
     /// Start reporting changes of the set of resources to `sink` until the guard is dropped.
     async fn watch_list(&self, sink: ChangeSink) -> Result<WatchGuard> {
         let _ = sink;

@@ -80,10 +80,15 @@ pub(crate) fn complete(
     };
     let (dir_uri, name_prefix_enc) = typed.split_at(slash);
     let name_prefix: Vec<u8> = percent_decode_str(&name_prefix_enc[1..]).collect();
-    let Some(dir) = inner.root_uri.decode(dir_uri) else {
+    // The directory is listed at its real path, so a symlink to a denied directory reveals
+    // nothing: `cfg -> .ssh` must not complete to `cfg/known_hosts`.
+    let Some(typed_dir) = inner.root_uri.decode(dir_uri) else {
         return Ok(Completion::default());
     };
-    if inner.rules.is_denied(&dir, true) {
+    let Some(dir) = inner.resolve_links(&typed_dir) else {
+        return Ok(Completion::default());
+    };
+    if inner.rules.is_denied(&typed_dir, true) || inner.rules.is_denied(&dir, true) {
         return Ok(Completion::default());
     }
     let ignores = stack_for(&inner.root, &dir, inner.rules.respect_gitignore);

@@ -334,6 +334,18 @@ impl Provider for FilesProvider {
         self.watcher.watch(uri.as_str(), rel, sink)
     }
 
+    fn change_token(&self, uri: &ResourceUri) -> Option<String> {
+        use cap_std::fs::MetadataExt as _;
+        let rel = self.inner.resolve(uri)?;
+        Some(match self.inner.root.metadata(rel.as_path()) {
+            Ok(md) => {
+                let mtime = md.modified().ok().map(|t| t.into_std());
+                format!("{}:{}:{:?}", md.ino(), md.len(), mtime)
+            }
+            Err(_) => "absent".to_owned(),
+        })
+    }
+
     async fn watch_list(&self, sink: ChangeSink) -> Result<WatchGuard> {
         if self.inner.config.list_watch == ListWatchMode::Off {
             return Err(Error::unsupported(

@@ -13,13 +13,13 @@ use mcpr_core::{
 };
 use rmcp::model::{
     Annotations, CacheScope, CompleteRequestParams, CompleteResult, CompletionInfo, Implementation,
-    ListResourceTemplatesResult, ListResourcesResult, MetaObject, PaginatedRequestParams,
-    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
-    Reference, Resource, ResourceContents, ResourceTemplate, ResourceUpdatedNotificationParam,
-    ServerCapabilities, ServerConfig, SubscribeRequestParams, SubscriptionFilter,
-    UnsubscribeRequestParams,
+    InitializeRequestParams, InitializeResult, ListResourceTemplatesResult, ListResourcesResult,
+    MetaObject, PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams,
+    ReadResourceResponse, ReadResourceResult, Reference, Resource, ResourceContents,
+    ResourceTemplate, ResourceUpdatedNotificationParam, ServerCapabilities, ServerConfig,
+    SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
 };
-use rmcp::service::{NotificationContext, RequestContext, RoleServer, SubscriptionContext};
+use rmcp::service::{RequestContext, RoleServer, SubscriptionContext};
 use rmcp::{ErrorData, Peer, ServerHandler};
 
 use crate::errors::{to_mcp_error, uri_data};
@@ -190,6 +190,9 @@ impl ServerHandler for McpHandler {
         ctx: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
         let state = &self.state;
+        // A listing must not be answered before the list watches a session asked for are
+        // in place, or a change right after it would go unreported.
+        state.registry.wait_list_ready().await;
         let mounts = state.router.mounts();
         let (mut idx, mut after) = match request.and_then(|r| r.cursor) {
             None => (0usize, None),
@@ -393,8 +396,16 @@ impl ServerHandler for McpHandler {
         Ok(())
     }
 
-    async fn on_initialized(&self, ctx: NotificationContext<RoleServer>) {
-        // Legacy clients cannot opt in or out of list_changed: the capability promises them.
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        ctx.peer.set_peer_info(request.clone());
+        // Legacy clients cannot opt in or out of list_changed: the capability promises it.
+        // Registering here, before the answer, means no change after the client's first
+        // listing can be missed; the watches start in the background and `list_resources`
+        // waits for them.
         if self
             .state
             .info
@@ -405,8 +416,12 @@ impl ServerHandler for McpHandler {
             == Some(true)
         {
             let id = self.legacy_subscriber(&ctx.peer);
-            self.state.registry.add_list_listener(id).await;
+            if self.state.registry.register_list_listener(id) {
+                let registry = self.state.registry.clone();
+                tokio::spawn(async move { registry.acquire_list_watches().await });
+            }
         }
+        self.negotiate_initialize(&request)
     }
 
     fn accepted_subscription_filter(
@@ -442,18 +457,43 @@ impl ServerHandler for McpHandler {
         }
         let _release = Release(registry.clone(), id);
         let accepted = ctx.accepted().clone();
-        if accepted.resources_list_changed == Some(true) {
-            registry.add_list_listener(id).await;
-        }
+        let sink = ctx.sink().clone();
+        // The acknowledgment is already on its way, and setting up watches takes a moment: take
+        // a fingerprint of every resource first and compare once the watches are in place, so
+        // a change made in between is still reported.
+        let mut before = Vec::new();
         for uri in accepted.resource_subscriptions.iter().flatten() {
             let Ok(parsed) = ResourceUri::parse(uri) else {
                 continue;
             };
-            if let Err(e) = registry.subscribe(id, &parsed).await {
-                tracing::debug!(%uri, error = %e, "listen: cannot watch");
+            let token = self
+                .state
+                .router
+                .route(&parsed)
+                .and_then(|m| m.provider.change_token(&parsed));
+            before.push((parsed, token));
+        }
+        let fresh_list =
+            accepted.resources_list_changed == Some(true) && registry.add_list_listener(id).await;
+        for (parsed, token) in &before {
+            if let Err(e) = registry.subscribe(id, parsed).await {
+                tracing::debug!(uri = %parsed, error = %e, "listen: cannot watch");
+                continue;
+            }
+            let now = self
+                .state
+                .router
+                .route(parsed)
+                .and_then(|m| m.provider.change_token(parsed));
+            if token.is_some() && now != *token {
+                let _ = sink.notify_resource_updated(parsed.as_str()).await;
             }
         }
-        let sink = ctx.sink().clone();
+        if fresh_list {
+            // This stream had to start the list watches; anything created meanwhile was not
+            // seen, so say once that the list may have changed.
+            let _ = sink.notify_resource_list_changed().await;
+        }
         loop {
             tokio::select! {
                 () = ctx.cancelled() => break,

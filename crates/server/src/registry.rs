@@ -59,6 +59,8 @@ pub struct Registry {
     router: Router,
     bus: Arc<dyn ChangeBus>,
     inner: Mutex<Inner>,
+    /// False while list watches are being started.
+    list_ready: tokio::sync::watch::Sender<bool>,
 }
 
 impl Registry {
@@ -68,6 +70,7 @@ impl Registry {
             router,
             bus: bus.clone(),
             inner: Mutex::new(Inner::default()),
+            list_ready: tokio::sync::watch::Sender::new(true),
         });
         tokio::spawn(fan_out(Arc::downgrade(&this), bus.subscribe()));
         this
@@ -152,23 +155,32 @@ impl Registry {
         drop(released);
     }
 
-    /// Tell `id` about list changes of every mount that reports them.
-    pub async fn add_list_listener(&self, id: u64) {
-        {
-            let mut inner = self.inner.lock().expect("registry lock");
-            let Some(sub) = inner.subs.get_mut(&id) else {
-                return;
-            };
-            if sub.list {
-                return;
-            }
-            sub.list = true;
-            inner.list_refs += 1;
-            if inner.list_refs > 1 || inner.list_acquiring {
-                return;
-            }
-            inner.list_acquiring = true;
+    /// Register `id` for list changes without waiting for the watches. Returns true when the
+    /// caller must now run [`Registry::acquire_list_watches`] (nobody holds them yet).
+    ///
+    /// Split from the waiting part so a legacy session can register while answering
+    /// `initialize` and still answer at once; `list_resources` then waits for the watches
+    /// (see [`Registry::wait_list_ready`]), so no change after a first listing is missed.
+    pub fn register_list_listener(&self, id: u64) -> bool {
+        let mut inner = self.inner.lock().expect("registry lock");
+        let Some(sub) = inner.subs.get_mut(&id) else {
+            return false;
+        };
+        if sub.list {
+            return false;
         }
+        sub.list = true;
+        inner.list_refs += 1;
+        if inner.list_refs > 1 || inner.list_acquiring {
+            return false;
+        }
+        inner.list_acquiring = true;
+        self.list_ready.send_replace(false);
+        true
+    }
+
+    /// Start every mount's list watch (after [`Registry::register_list_listener`] said so).
+    pub async fn acquire_list_watches(&self) {
         let mut guards = Vec::new();
         for m in self.router.mounts() {
             if !m.provider.info().capabilities.list_changed {
@@ -187,12 +199,34 @@ impl Registry {
         }
         let mut inner = self.inner.lock().expect("registry lock");
         inner.list_acquiring = false;
-        if inner.list_refs > 0 {
+        let unused = if inner.list_refs > 0 {
             inner.list_guards = guards;
+            Vec::new()
         } else {
-            drop(inner);
-            drop(guards);
+            guards
+        };
+        drop(inner);
+        self.list_ready.send_replace(true);
+        drop(unused);
+    }
+
+    /// Register `id` for list changes and wait until the watches are in place. Returns true
+    /// when this call started them, so changes made meanwhile may have been missed.
+    pub async fn add_list_listener(&self, id: u64) -> bool {
+        if self.register_list_listener(id) {
+            self.acquire_list_watches().await;
+            true
+        } else {
+            self.wait_list_ready().await;
+            false
         }
+    }
+
+    /// Wait while list watches are being started.
+    pub async fn wait_list_ready(&self) {
+        let mut rx = self.list_ready.subscribe();
+        // An error means the sender is gone, which cannot happen while `self` lives.
+        let _ = rx.wait_for(|ready| *ready).await;
     }
 
     /// Forget subscriber `id` and release every watch only it needed.
