@@ -305,3 +305,19 @@ async def test_2026_no_notifications_without_listen(serve, base):
             got = [(n.method, n.params) for n in c.notes.since(mark)]
             assert all(m != LIST_CHANGED for m, _ in got), got
             assert await next_event(sub, 0.1) is None
+
+
+async def test_burst_of_writes_is_debounced(serve, mode, base):
+    """30 writes within a few milliseconds are coalesced (debounce 50 ms), not 30 notifications."""
+    root = base / "root"
+    p = write(root / "f.txt", "0\n")
+    uri = rel_uri(root, "f.txt")
+    async with serve(mode, str(root)) as c, watching(c, uri):
+        mark = c.notes.mark()
+        with open(p, "a") as f:
+            for i in range(30):
+                f.write(f"{i}\n")
+                f.flush()  # one write(2) each; the whole burst takes well under the 50 ms debounce
+        await anyio.sleep(DEADLINE)
+        got = [n for n in c.notes.since(mark, UPDATED) if n.uri == uri]
+        assert 1 <= len(got) <= 3, f"expected the burst coalesced into 1-3 notifications, got {len(got)}"

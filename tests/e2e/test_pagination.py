@@ -135,6 +135,27 @@ async def test_list_excludes_directories_hidden_and_gitignored(serve, mode, base
     assert [r.uri for r in resources] == [rel_uri(root, "keep.txt"), rel_uri(root, "sub/keep2.txt")]
 
 
+@pytest.mark.parametrize("hidden,respect_gitignore", [(True, True), (False, False), (True, False)])
+async def test_list_honours_hidden_and_respect_gitignore(serve, mode, base, hidden, respect_gitignore):
+    root = base / "root"
+    write(root / "keep.txt", "k")
+    write(root / ".hidden.txt", "h")
+    write(root / ".gitignore", "*.log\n")
+    (root / ".git").mkdir()
+    write(root / ".git" / "HEAD", "ref: refs/heads/main\n")
+    write(root / "debug.log", "ignored unless respect_gitignore = false")
+    write(root / ".env", "always denied")
+    cfg = write_config(base / "cfg.toml", [root], hidden=hidden, respect_gitignore=respect_gitignore)
+    async with serve(mode, config=cfg) as c:
+        resources, _ = await c.list_all()
+    expected = ["keep.txt"]
+    if hidden:
+        expected += [".gitignore", ".hidden.txt"]
+    if not respect_gitignore:
+        expected += ["debug.log"]
+    assert [r.name for r in resources] == sorted(expected, key=sort_key)
+
+
 async def test_list_entry_metadata(serve, mode, base):
     root = base / "root"
     files = {

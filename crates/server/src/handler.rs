@@ -4,8 +4,9 @@
 //! HTTP): its subscriptions are released when it is dropped. In the 2026-07-28 era every
 //! request stands alone and each `subscriptions/listen` stream registers for its own lifetime.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use mcpr_core::{
@@ -88,10 +89,17 @@ impl Drop for Session {
     }
 }
 
+/// Fingerprints taken before a listen is acknowledged, per URI, oldest first; see `listen`.
+type PendingTokens = std::sync::Mutex<HashMap<String, VecDeque<(Instant, Option<String>)>>>;
+
+/// How long an unclaimed fingerprint is kept (a listen whose acknowledgment failed).
+const TOKEN_TTL: Duration = Duration::from_secs(30);
+
 /// The MCP handler. Create one per session with [`McpHandler::new`].
 pub struct McpHandler {
     state: Arc<ServerState>,
     session: Session,
+    pending_tokens: PendingTokens,
 }
 
 impl McpHandler {
@@ -103,7 +111,38 @@ impl McpHandler {
                 subscriber: OnceLock::new(),
             },
             state,
+            pending_tokens: Default::default(),
         }
+    }
+
+    /// Remember the current fingerprint of `uri` for the listen about to be acknowledged.
+    fn stash_token(&self, uri: &ResourceUri) {
+        let token = self
+            .state
+            .router
+            .route(uri)
+            .and_then(|m| m.provider.change_token(uri));
+        let now = Instant::now();
+        let mut map = self.pending_tokens.lock().expect("token lock");
+        map.retain(|_, q| {
+            q.retain(|(t, _)| now.duration_since(*t) < TOKEN_TTL);
+            !q.is_empty()
+        });
+        map.entry(uri.as_str().to_owned())
+            .or_default()
+            .push_back((now, token));
+    }
+
+    /// The oldest fingerprint stashed for `uri`: if two listens race, the older one can
+    /// only cause an extra notification, never a missed one.
+    fn take_token(&self, uri: &ResourceUri) -> Option<Option<String>> {
+        let mut map = self.pending_tokens.lock().expect("token lock");
+        let q = map.get_mut(uri.as_str())?;
+        let (_, token) = q.pop_front()?;
+        if q.is_empty() {
+            map.remove(uri.as_str());
+        }
+        Some(token)
     }
 
     /// This session's subscriber id, registering it (and its delivery task) on first use.
@@ -434,12 +473,20 @@ impl ServerHandler for McpHandler {
         if let Some(uris) = accepted.resource_subscriptions.as_mut() {
             // Only URIs a watch-capable mount owns; the rest are left out of the acknowledgment.
             uris.retain(|u| {
-                ResourceUri::parse(u).ok().and_then(|u| {
-                    self.state
-                        .router
-                        .route(&u)
-                        .map(|m| m.provider.info().capabilities.watch)
-                }) == Some(true)
+                let Ok(parsed) = ResourceUri::parse(u) else {
+                    return false;
+                };
+                let watchable = self
+                    .state
+                    .router
+                    .route(&parsed)
+                    .is_some_and(|m| m.provider.info().capabilities.watch);
+                if watchable {
+                    // This runs before the acknowledgment is sent; a client may change the
+                    // resource the moment it sees it, before `listen` has set up a watch.
+                    self.stash_token(&parsed);
+                }
+                watchable
             });
         }
         Some(accepted)
@@ -458,19 +505,22 @@ impl ServerHandler for McpHandler {
         let _release = Release(registry.clone(), id);
         let accepted = ctx.accepted().clone();
         let sink = ctx.sink().clone();
-        // The acknowledgment is already on its way, and setting up watches takes a moment: take
-        // a fingerprint of every resource first and compare once the watches are in place, so
-        // a change made in between is still reported.
+        // The acknowledgment went out before this ran, and setting up watches takes a moment:
+        // compare each resource with the fingerprint taken before the acknowledgment once its
+        // watch is in place, so a change made in between is still reported.
         let mut before = Vec::new();
         for uri in accepted.resource_subscriptions.iter().flatten() {
             let Ok(parsed) = ResourceUri::parse(uri) else {
                 continue;
             };
-            let token = self
-                .state
-                .router
-                .route(&parsed)
-                .and_then(|m| m.provider.change_token(&parsed));
+            let token = match self.take_token(&parsed) {
+                Some(t) => t,
+                None => self
+                    .state
+                    .router
+                    .route(&parsed)
+                    .and_then(|m| m.provider.change_token(&parsed)),
+            };
             before.push((parsed, token));
         }
         let fresh_list =

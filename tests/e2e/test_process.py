@@ -1,0 +1,59 @@
+"""Transport-level behaviour of the stdio server process (raw pipes, no SDK)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+from conftest import BIN, write
+
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
+}
+
+
+def test_exits_promptly_when_stdin_closes(base):
+    root = base / "root"
+    write(root / "f.txt", "x")
+    proc = subprocess.Popen(
+        [str(BIN), "serve", str(root)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    try:
+        proc.stdin.write((json.dumps(INIT) + "\n").encode())
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline())["id"] == 1
+        t0 = time.monotonic()
+        proc.stdin.close()
+        rc = proc.wait(timeout=5)
+        assert rc == 0, f"exit status {rc}"
+        assert time.monotonic() - t0 < 2.0, "the SDK would SIGTERM a server that lingers past 2 s"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_stdout_carries_only_json_rpc(base):
+    """Logs go to stderr: every stdout line is a JSON-RPC message, answered in order."""
+    root = base / "root"
+    write(root / "f.txt", "x")
+    msgs = [
+        INIT,
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "resources/list", "params": {}},
+    ]
+    out = subprocess.run(
+        [str(BIN), "serve", str(root)],
+        input="".join(json.dumps(m) + "\n" for m in msgs).encode(),
+        capture_output=True,
+        timeout=10,
+    ).stdout.decode()
+    parsed = [json.loads(line) for line in out.splitlines() if line.strip()]
+    assert all(p.get("jsonrpc") == "2.0" for p in parsed), parsed
+    responses = {p["id"]: p for p in parsed if "id" in p}
+    assert sorted(responses) == [1, 2]
+    assert [r["name"] for r in responses[2]["result"]["resources"]] == ["f.txt"]
