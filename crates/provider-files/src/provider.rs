@@ -253,6 +253,11 @@ impl FilesProvider {
         })
     }
 
+    #[cfg(test)]
+    pub(crate) fn watcher_for_tests(&self) -> Watcher {
+        self.watcher.clone()
+    }
+
     /// The canonical root directory.
     pub fn root(&self) -> &std::path::Path {
         &self.inner.canonical_root

@@ -520,3 +520,99 @@ async fn debounce(mut rx: mpsc::UnboundedReceiver<Fire>, delay: Duration) {
         f.fire();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use mcpr_core::{ChangeBus, ChangeEvent, ChangeSink, LocalBus};
+    use notify::event::Flag;
+
+    use super::*;
+    use crate::config::FilesConfig;
+    use crate::provider::FilesProvider;
+
+    /// A kernel queue overflow arrives as one `Rescan` event with no paths; only the files
+    /// that really changed since their snapshot may be reported, and nothing may panic.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn rescan_rechecks_snapshots() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::write(root.join("a.txt"), "a").unwrap();
+        std::fs::write(root.join("b.txt"), "b").unwrap();
+        let mut cfg = FilesConfig::new(&root);
+        cfg.debounce = Duration::ZERO;
+        let provider = FilesProvider::new(cfg).unwrap();
+        let watcher = provider.watcher_for_tests();
+        let bus = Arc::new(LocalBus::default());
+        let mut rx = bus.subscribe();
+        let a = RelPath::from_bytes(b"a.txt").unwrap();
+        let b = RelPath::from_bytes(b"b.txt").unwrap();
+        let _ga = watcher
+            .watch("uri:a", a, ChangeSink::new(bus.clone(), 0))
+            .unwrap();
+        let _gb = watcher
+            .watch("uri:b", b, ChangeSink::new(bus.clone(), 0))
+            .unwrap();
+        // Drop whatever the real watcher reports, then change a.txt behind its back.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        std::fs::write(root.join("a.txt"), "a changed, longer").unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        while rx.try_recv().is_ok() {}
+        // Pretend the snapshot of a.txt is stale, as after lost events.
+        {
+            let mut st = watcher.shared.state.lock().unwrap();
+            for t in st.file_targets.values_mut().flatten() {
+                if t.uri == "uri:a" {
+                    t.snapshot = None;
+                }
+            }
+        }
+        on_file_event(
+            &watcher,
+            Event::new(EventKind::Other).set_flag(Flag::Rescan),
+        );
+        let ev = tokio::time::timeout(Duration::from_secs(2), rx.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            ev,
+            ChangeEvent::Updated {
+                uri: "uri:a".into()
+            }
+        );
+        let more = tokio::time::timeout(Duration::from_millis(300), rx.recv()).await;
+        assert!(
+            more.is_err(),
+            "b.txt did not change and must not be reported: {more:?}"
+        );
+    }
+
+    /// With `list_changed = "poll"` (or past the inotify limit) creations are still reported.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn polling_reports_list_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::create_dir(root.join("sub")).unwrap();
+        let mut cfg = FilesConfig::new(&root);
+        cfg.list_watch = ListWatchMode::Poll;
+        cfg.poll_interval = Duration::from_millis(100);
+        cfg.debounce = Duration::ZERO;
+        let provider = FilesProvider::new(cfg).unwrap();
+        let bus = Arc::new(LocalBus::default());
+        let mut rx = bus.subscribe();
+        let _g = provider
+            .watcher_for_tests()
+            .watch_list(ChangeSink::new(bus.clone(), 3))
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        std::fs::write(root.join("sub/new.txt"), "n").unwrap();
+        let ev = tokio::time::timeout(Duration::from_secs(3), rx.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(ev, ChangeEvent::ListChanged { mount: 3 });
+    }
+}
