@@ -81,8 +81,9 @@ async def test_mime_types_and_exact_bytes(serve, mode, base, name, data, mime, k
         assert getattr(content, "blob", None) is not None, f"{name} should be a blob"
     if mime is not None:
         assert mime_base(content.mime_type) == mime
-    # The list entry and the read agree on the MIME type.
+    # Contract: every list entry carries a mimeType, and it agrees with the read.
     (entry,) = [r for r in listed if r.uri == uri]
+    assert entry.mime_type is not None, f"list entry for {name} has no mimeType (read says {content.mime_type!r})"
     assert mime_base(entry.mime_type) == mime_base(content.mime_type)
 
 

@@ -90,7 +90,7 @@ async def test_completion_lists_the_typed_directory(serve, mode, base, value, ex
     async with serve(mode, str(root)) as c:
         comp = await complete(c, root, value)
     assert comp.values == expected
-    assert comp.total == len(expected)
+    assert comp.total == len(expected), f"completion.total should be set: {comp!r}"
     assert comp.has_more is False
 
 

@@ -6,7 +6,7 @@ use mcpr_core::{Completion, CompletionRequest, Error, Result, UriTemplate};
 use percent_encoding::percent_decode_str;
 
 use crate::list::{Kind, read_entries};
-use crate::path::{RelPath, encode_component};
+use crate::path::encode_component;
 use crate::provider::Inner;
 use crate::rules::stack_for;
 
@@ -109,8 +109,26 @@ pub(crate) fn complete(
         if !e.name.starts_with(&name_prefix) || !e.name.ends_with(suffix.as_bytes()) {
             continue;
         }
-        let is_dir =
-            e.kind == Kind::Dir || (e.kind == Kind::Symlink && is_dir_link(inner, &dir, &e.name));
+        // Only what could be read is offered: no FIFOs or sockets, no links leading out of
+        // the root or to denied entries.
+        let is_dir = match e.kind {
+            Kind::Dir => true,
+            Kind::File => false,
+            Kind::Other => continue,
+            Kind::Symlink => match inner.resolve_links(&dir.join(&e.name)) {
+                Some(real)
+                    if !inner.rules.is_denied(&real, false)
+                        && !inner.rules.is_denied(&real, true) =>
+                {
+                    match inner.root.metadata(real.as_path()) {
+                        Ok(m) if m.is_dir() => true,
+                        Ok(m) if m.is_file() => false,
+                        _ => continue,
+                    }
+                }
+                _ => continue,
+            },
+        };
         if dirs_only && !is_dir {
             continue;
         }
@@ -136,13 +154,6 @@ pub(crate) fn complete(
         total: Some(total),
         values,
     })
-}
-
-fn is_dir_link(inner: &Inner, dir: &RelPath, name: &[u8]) -> bool {
-    inner
-        .root
-        .metadata(dir.join(name).as_path())
-        .is_ok_and(|m| m.is_dir())
 }
 
 /// One expression back as template text, so it can be expanded on its own.

@@ -184,19 +184,20 @@ pub(crate) fn list_page(
 /// Metadata of a listed file, or `None` when it should not be listed: a symlink is listed
 /// only when it resolves, inside the root, to a regular file the rules allow.
 fn file_meta(inner: &Inner, rel: &RelPath, symlink: bool) -> Option<ResourceMeta> {
-    let md = if symlink {
+    let real = if symlink {
         let target = inner.resolve_links(rel)?;
         if inner.rules.is_denied(&target, false) {
             return None;
         }
-        inner.root.metadata(target.as_path()).ok()?
+        target
     } else {
-        inner.root.metadata(rel.as_path()).ok()?
+        rel.clone()
     };
+    let md = inner.root.metadata(real.as_path()).ok()?;
     if !md.is_file() {
         return None;
     }
-    Some(inner.resource_meta(rel, &md))
+    Some(inner.resource_meta(rel, &real, &md))
 }
 
 /// The number of entries a directory read returns at most; beyond, it says `truncated`.

@@ -115,13 +115,25 @@ impl Inner {
     }
 
     /// The listing entry for a regular file.
-    pub(crate) fn resource_meta(&self, rel: &RelPath, md: &Metadata) -> ResourceMeta {
+    /// `real` is where the bytes are (differs from `rel` for a symlink).
+    pub(crate) fn resource_meta(
+        &self,
+        rel: &RelPath,
+        real: &RelPath,
+        md: &Metadata,
+    ) -> ResourceMeta {
+        // Without a telling extension, look at the first bytes, as a read would: a listing
+        // must not promise a type that reading the file then contradicts.
+        let mime_type = match mime_by_extension(rel.as_bytes()) {
+            Some(m) => Some(m.to_owned()),
+            None => crate::read::sniff_file(self, real).map(str::to_owned),
+        };
         ResourceMeta {
             uri: self.root_uri.uri_of(rel),
             name: rel.display(),
             title: None,
             description: None,
-            mime_type: mime_by_extension(rel.as_bytes()).map(str::to_owned),
+            mime_type,
             size: Some(md.len()),
             last_modified: rfc3339(md),
         }

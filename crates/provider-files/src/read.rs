@@ -344,10 +344,7 @@ fn make_contents(
         },
         Err(e) => {
             let bytes = e.into_bytes();
-            let mime = ext_mime
-                .filter(|m| !m.starts_with("text/"))
-                .or_else(|| sniff(&bytes))
-                .unwrap_or("application/octet-stream");
+            let mime = binary_mime(&bytes, ext_mime);
             Contents {
                 uri: uri.to_owned(),
                 mime_type: Some(mime.to_owned()),
@@ -356,6 +353,35 @@ fn make_contents(
             }
         }
     }
+}
+
+/// The type of bytes that are not text: the extension's unless it claims text, else magic.
+fn binary_mime(bytes: &[u8], ext_mime: Option<&'static str>) -> &'static str {
+    ext_mime
+        .filter(|m| !m.starts_with("text/"))
+        .or_else(|| sniff(bytes))
+        .unwrap_or("application/octet-stream")
+}
+
+/// How many leading bytes a listing looks at to type a file without a known extension.
+const SNIFF_LEN: u64 = 1024;
+
+/// The MIME type a read of `rel` would report, judged from its first bytes; for listing
+/// entries without a telling extension. `None` when the file cannot be opened.
+pub(crate) fn sniff_file(inner: &Inner, rel: &RelPath) -> Option<&'static str> {
+    let file = open_regular(inner, rel, "").ok()?;
+    let mut head = Vec::with_capacity(SNIFF_LEN as usize);
+    file.take(SNIFF_LEN).read_to_end(&mut head).ok()?;
+    let text = match std::str::from_utf8(&head) {
+        Ok(_) => true,
+        // A character cut by the 1 KiB boundary is still text.
+        Err(e) => e.error_len().is_none() && head.len() as u64 == SNIFF_LEN,
+    };
+    Some(if text {
+        "text/plain"
+    } else {
+        binary_mime(&head, None)
+    })
 }
 
 /// MIME type from the file name's extension, when it has a known one.

@@ -404,7 +404,8 @@ impl ServerHandler for McpHandler {
                 .collect(),
         )
         .map_err(|e| ErrorData::internal_error(e, None))?;
-        info.total = done.total;
+        // `total` is always given, so a client can tell "nothing matched" from "unknown".
+        info.total = Some(done.total.unwrap_or(info.values.len() as u32));
         info.has_more = Some(done.has_more);
         let mut result = CompleteResult::default();
         result.completion = info;
