@@ -37,7 +37,8 @@ enum Command {
         #[arg(long, short = 'c', value_name = "FILE")]
         config: Option<PathBuf>,
         /// Log level for stderr: error, warn, info, debug or trace; RUST_LOG overrides it.
-        #[arg(long, value_name = "LEVEL", default_value = "info")]
+        #[arg(long, value_name = "LEVEL", default_value = "info",
+              value_parser = ["off", "error", "warn", "info", "debug", "trace"])]
         log_level: String,
     },
     /// Validate a configuration file and print the mounts it declares.
