@@ -114,7 +114,15 @@ pub(crate) fn list_page(
     if let Some(after) = after {
         // Rebuild the walk position: at each level, continue after the cursor's component;
         // descend only while the component is still a directory we would have walked into.
-        let after = RelPath::from_bytes(after).unwrap_or_default();
+        // Only a forged cursor can carry a position that is not a valid path.
+        let after = RelPath::from_bytes(after)
+            .filter(|p| !p.is_root())
+            .ok_or_else(|| {
+                mcpr_core::Error::new(
+                    mcpr_core::ErrorKind::InvalidCursor,
+                    "invalid cursor: its position is not a path under the root",
+                )
+            })?;
         let comps: Vec<&[u8]> = after.components().collect();
         for (depth, comp) in comps.iter().enumerate() {
             let level = stack.last_mut().expect("stack is never empty here");
