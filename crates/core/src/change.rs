@@ -84,6 +84,11 @@ impl ChangeSink {
         Self { bus, mount }
     }
 
+    /// The mount this sink reports for.
+    pub fn mount(&self) -> u32 {
+        self.mount
+    }
+
     /// Report that the resource `uri` changed.
     pub fn updated(&self, uri: impl Into<String>) {
         self.bus.publish(ChangeEvent::Updated { uri: uri.into() });

@@ -47,7 +47,7 @@ impl Fire {
         match self {
             Fire::Updated { uri, .. } => uri.clone(),
             // A URI never starts with a space, so this key cannot collide with one.
-            Fire::ListChanged { .. } => " list".into(),
+            Fire::ListChanged { sink } => format!(" list {}", sink.mount()),
         }
     }
 
