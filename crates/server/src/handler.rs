@@ -5,6 +5,7 @@
 //! request stands alone and each `subscriptions/listen` stream registers for its own lifetime.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::future::Future;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -218,12 +219,52 @@ fn contents_of(c: Contents) -> ResourceContents {
     }
 }
 
-impl ServerHandler for McpHandler {
-    fn get_info(&self) -> ServerConfig {
-        self.state.info.clone()
+/// The request implementations; the `ServerHandler` methods wrap them with metrics.
+impl McpHandler {
+    /// Run `fut` and record its method, outcome and latency.
+    async fn timed<T>(
+        &self,
+        method: &'static str,
+        fut: impl Future<Output = Result<T, ErrorData>>,
+    ) -> Result<T, ErrorData> {
+        let start = Instant::now();
+        let result = fut.await;
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(e) => crate::metrics::outcome_of(e.code.0),
+        };
+        self.state.metrics.record(method, outcome, start.elapsed());
+        result
     }
 
-    async fn list_resources(
+    /// Bound a provider call by `request_timeout`, so a stuck source answers a clear error
+    /// instead of holding the request (and its client) forever.
+    async fn within_timeout<T>(
+        &self,
+        uri: Option<&str>,
+        fut: impl Future<Output = mcpr_core::Result<T>>,
+    ) -> mcpr_core::Result<T> {
+        let limit = self.state.settings.request_timeout;
+        match tokio::time::timeout(limit, fut).await {
+            Ok(r) => r,
+            Err(_) => {
+                let what = uri.map_or_else(|| "the request".to_owned(), |u| u.to_owned());
+                let e = Error::new(
+                    mcpr_core::ErrorKind::Timeout,
+                    format!(
+                        "{what} did not finish within {} ms (request_timeout)",
+                        limit.as_millis()
+                    ),
+                );
+                Err(match uri {
+                    Some(u) => e.with_uri(u),
+                    None => e,
+                })
+            }
+        }
+    }
+
+    async fn do_list_resources(
         &self,
         request: Option<PaginatedRequestParams>,
         ctx: RequestContext<RoleServer>,
@@ -260,11 +301,14 @@ impl ServerHandler for McpHandler {
                 after = None;
                 continue;
             }
-            let page = provider
-                .list(PageRequest {
-                    after: after.take(),
-                    limit: page_size - items.len(),
-                })
+            let page = self
+                .within_timeout(
+                    None,
+                    provider.list(PageRequest {
+                        after: after.take(),
+                        limit: page_size - items.len(),
+                    }),
+                )
                 .await
                 .map_err(to_mcp_error)?;
             items.extend(page.items.into_iter().map(resource_of));
@@ -297,7 +341,7 @@ impl ServerHandler for McpHandler {
         Ok(result)
     }
 
-    async fn list_resource_templates(
+    async fn do_list_resource_templates(
         &self,
         _request: Option<PaginatedRequestParams>,
         ctx: RequestContext<RoleServer>,
@@ -324,7 +368,7 @@ impl ServerHandler for McpHandler {
         Ok(result)
     }
 
-    async fn read_resource(
+    async fn do_read_resource(
         &self,
         request: ReadResourceRequestParams,
         ctx: RequestContext<RoleServer>,
@@ -345,9 +389,8 @@ impl ServerHandler for McpHandler {
         let limits = ReadLimits {
             max_bytes: self.state.settings.max_read_bytes,
         };
-        let contents = mount
-            .provider
-            .read(&uri, &limits)
+        let contents = self
+            .within_timeout(Some(uri.as_str()), mount.provider.read(&uri, &limits))
             .await
             .map_err(to_mcp_error)?;
         let mut result = ReadResourceResult::new(contents.into_iter().map(contents_of).collect());
@@ -359,7 +402,7 @@ impl ServerHandler for McpHandler {
         Ok(result.into())
     }
 
-    async fn complete(
+    async fn do_complete(
         &self,
         request: CompleteRequestParams,
         _ctx: RequestContext<RoleServer>,
@@ -387,14 +430,16 @@ impl ServerHandler for McpHandler {
             .and_then(|c| c.arguments)
             .map(|a| a.into_iter().collect())
             .unwrap_or_default();
-        let done = mount
-            .provider
-            .complete(mcpr_core::CompletionRequest {
-                template: r.uri.clone(),
-                argument: request.argument.name.clone(),
-                value: request.argument.value.clone(),
-                context,
-            })
+        let done = self
+            .within_timeout(
+                None,
+                mount.provider.complete(mcpr_core::CompletionRequest {
+                    template: r.uri.clone(),
+                    argument: request.argument.name.clone(),
+                    value: request.argument.value.clone(),
+                    context,
+                }),
+            )
             .await
             .map_err(to_mcp_error)?;
         let mut info = CompletionInfo::new(
@@ -412,13 +457,24 @@ impl ServerHandler for McpHandler {
         Ok(result)
     }
 
-    async fn subscribe(
+    async fn do_subscribe(
         &self,
         request: SubscribeRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         let uri = parse_uri(&request.uri)?;
         let id = self.legacy_subscriber(&ctx.peer);
+        let max = self.state.settings.max_subscriptions_per_session;
+        if !self.state.registry.is_subscribed(id, uri.as_str())
+            && self.state.registry.subscription_count(id) >= max
+        {
+            return Err(ErrorData::invalid_params(
+                format!(
+                    "this session already has {max} subscriptions, the limit (max_subscriptions_per_session); unsubscribe from some first"
+                ),
+                uri_data(uri.as_str()),
+            ));
+        }
         self.state
             .registry
             .subscribe(id, &uri)
@@ -426,7 +482,7 @@ impl ServerHandler for McpHandler {
             .map_err(to_mcp_error)
     }
 
-    async fn unsubscribe(
+    async fn do_unsubscribe(
         &self,
         request: UnsubscribeRequestParams,
         ctx: RequestContext<RoleServer>,
@@ -434,6 +490,69 @@ impl ServerHandler for McpHandler {
         let id = self.legacy_subscriber(&ctx.peer);
         self.state.registry.unsubscribe(id, &request.uri);
         Ok(())
+    }
+}
+
+impl ServerHandler for McpHandler {
+    fn get_info(&self) -> ServerConfig {
+        self.state.info.clone()
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        self.timed("resources/list", self.do_list_resources(request, ctx))
+            .await
+    }
+
+    async fn list_resource_templates(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        self.timed(
+            "resources/templates/list",
+            self.do_list_resource_templates(request, ctx),
+        )
+        .await
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        self.timed("resources/read", self.do_read_resource(request, ctx))
+            .await
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        self.timed("completion/complete", self.do_complete(request, ctx))
+            .await
+    }
+
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.timed("resources/subscribe", self.do_subscribe(request, ctx))
+            .await
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.timed("resources/unsubscribe", self.do_unsubscribe(request, ctx))
+            .await
     }
 
     async fn initialize(
@@ -472,6 +591,9 @@ impl ServerHandler for McpHandler {
         accepted.tools_list_changed = None;
         accepted.prompts_list_changed = None;
         if let Some(uris) = accepted.resource_subscriptions.as_mut() {
+            // One stream may hold at most `max_subscriptions_per_session` URIs; the rest are
+            // left out of the acknowledgment, which tells the client what is honoured.
+            uris.truncate(self.state.settings.max_subscriptions_per_session);
             // Only URIs a watch-capable mount owns; the rest are left out of the acknowledgment.
             uris.retain(|u| {
                 let Ok(parsed) = ResourceUri::parse(u) else {

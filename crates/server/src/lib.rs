@@ -6,6 +6,7 @@
 
 mod errors;
 mod handler;
+pub mod metrics;
 mod registry;
 mod router;
 
@@ -29,6 +30,10 @@ pub struct Settings {
     pub page_size: usize,
     /// The most bytes one `resources/read` returns.
     pub max_read_bytes: u64,
+    /// The longest a provider may take to answer one request.
+    pub request_timeout: std::time::Duration,
+    /// The most resources one session (or one listen stream) may subscribe to.
+    pub max_subscriptions_per_session: usize,
 }
 
 impl Default for Settings {
@@ -38,6 +43,8 @@ impl Default for Settings {
             version: env!("CARGO_PKG_VERSION").into(),
             page_size: 100,
             max_read_bytes: 8 * 1024 * 1024,
+            request_timeout: std::time::Duration::from_secs(30),
+            max_subscriptions_per_session: 1000,
         }
     }
 }
@@ -52,6 +59,7 @@ pub struct ServerState {
     /// because one list spans mounts and every page must carry the same scope.
     pub(crate) list_cache: CacheHints,
     pub(crate) info: rmcp::model::ServerConfig,
+    pub(crate) metrics: metrics::Metrics,
 }
 
 impl ServerState {
@@ -109,12 +117,32 @@ impl ServerState {
             registry,
             list_cache: list_cache.unwrap_or_default(),
             info,
+            metrics: metrics::Metrics::default(),
         })
     }
 
     /// The subscription registry (for metrics and tests).
     pub fn registry(&self) -> &Arc<Registry> {
         &self.registry
+    }
+
+    /// Request metrics.
+    pub fn metrics(&self) -> &metrics::Metrics {
+        &self.metrics
+    }
+
+    /// The settings in force.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// Whether every mount can serve requests right now.
+    pub async fn ready(&self) -> Vec<(String, bool)> {
+        let mut out = Vec::new();
+        for m in self.router.mounts() {
+            out.push((m.provider.info().label.clone(), m.provider.ready().await));
+        }
+        out
     }
 
     /// The router of mounts.

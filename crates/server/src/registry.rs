@@ -253,6 +253,18 @@ impl Registry {
         drop(released_list);
     }
 
+    /// How many URIs subscriber `id` is subscribed to.
+    pub fn subscription_count(&self, id: u64) -> usize {
+        let inner = self.inner.lock().expect("registry lock");
+        inner.subs.get(&id).map_or(0, |s| s.uris.len())
+    }
+
+    /// Whether subscriber `id` is already subscribed to `uri`.
+    pub fn is_subscribed(&self, id: u64, uri: &str) -> bool {
+        let inner = self.inner.lock().expect("registry lock");
+        inner.subs.get(&id).is_some_and(|s| s.uris.contains(uri))
+    }
+
     /// Current counts.
     pub fn stats(&self) -> RegistryStats {
         let inner = self.inner.lock().expect("registry lock");
