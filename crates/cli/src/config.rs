@@ -20,7 +20,39 @@ pub struct Config {
     /// `[server]`.
     pub server: mcpr_server::Settings,
     /// The mounts in order.
-    pub mounts: Vec<MountConfig>,
+    pub mounts: Vec<Mount>,
+    /// `[http]`, when present.
+    pub http: Option<HttpConfig>,
+}
+
+/// One mount: what it serves, and who may see it over HTTP.
+#[derive(Debug, Clone)]
+pub struct Mount {
+    /// The provider configuration.
+    pub source: MountConfig,
+    /// The token scope needed to see it over authenticated HTTP.
+    pub scope: Option<String>,
+}
+
+/// `[http]`: the Streamable HTTP transport.
+#[derive(Debug, Clone, Default)]
+pub struct HttpConfig {
+    /// `listen`, when given.
+    pub listen: Option<std::net::SocketAddr>,
+    /// `path`.
+    pub path: Option<String>,
+    /// `allowed_hosts`.
+    pub allowed_hosts: Option<Vec<String>>,
+    /// `allowed_origins`.
+    pub allowed_origins: Vec<String>,
+    /// `public_url`: this endpoint's externally visible URL (for OAuth metadata).
+    pub public_url: Option<String>,
+    /// Resolved bearer tokens with their scopes (`None` = every mount).
+    pub tokens: Vec<(String, Option<Vec<String>>)>,
+    /// `json_response`.
+    pub json_response: Option<bool>,
+    /// Limits.
+    pub limits: mcpr_server::http::HttpLimits,
 }
 
 /// One validated mount.
@@ -43,8 +75,45 @@ impl MountConfig {
 #[serde(deny_unknown_fields)]
 struct RawConfig {
     server: Option<RawServer>,
+    http: Option<RawHttp>,
     #[serde(default)]
     mount: Vec<Spanned<RawMount>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHttp {
+    listen: Option<Spanned<String>>,
+    path: Option<Spanned<String>>,
+    allowed_hosts: Option<Vec<Spanned<String>>>,
+    allowed_origins: Option<Vec<Spanned<String>>>,
+    public_url: Option<Spanned<String>>,
+    json_response: Option<bool>,
+    max_body_bytes: Option<Spanned<IntOrString>>,
+    max_concurrent_requests: Option<Spanned<IntOrString>>,
+    rate_limit_per_second: Option<Spanned<IntOrString>>,
+    rate_limit_burst: Option<Spanned<IntOrString>>,
+    max_sessions: Option<Spanned<IntOrString>>,
+    session_idle_timeout_ms: Option<Spanned<IntOrString>>,
+    shutdown_grace_ms: Option<Spanned<IntOrString>>,
+    event_store_capacity: Option<Spanned<IntOrString>>,
+    auth: Option<RawAuth>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAuth {
+    #[serde(default)]
+    bearer_tokens: Vec<Spanned<String>>,
+    #[serde(default)]
+    scoped_token: Vec<RawScopedToken>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawScopedToken {
+    token: Spanned<String>,
+    scopes: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -53,6 +122,8 @@ struct RawServer {
     name: Option<Spanned<String>>,
     page_size: Option<Spanned<IntOrString>>,
     max_read_bytes: Option<Spanned<IntOrString>>,
+    request_timeout_ms: Option<Spanned<IntOrString>>,
+    max_subscriptions_per_session: Option<Spanned<IntOrString>>,
 }
 
 #[derive(Deserialize)]
@@ -75,6 +146,7 @@ struct RawMount {
     poll_interval_ms: Option<Spanned<IntOrString>>,
     ttl_ms: Option<Spanned<IntOrString>>,
     cache_scope: Option<Spanned<String>>,
+    scope: Option<Spanned<String>>,
     #[serde(default)]
     template: Vec<RawTemplate>,
 }
@@ -275,15 +347,28 @@ pub fn parse(
         if let Some(m) = &s.max_read_bytes {
             cfg.server.max_read_bytes = cx.size(m, "server.max_read_bytes")?;
         }
+        if let Some(v) = &s.request_timeout_ms {
+            cfg.server.request_timeout =
+                Duration::from_millis(cx.int(v, "server.request_timeout_ms", 1, 3_600_000)?);
+        }
+        if let Some(v) = &s.max_subscriptions_per_session {
+            cfg.server.max_subscriptions_per_session =
+                cx.int(v, "server.max_subscriptions_per_session", 1, 1_000_000)? as usize;
+        }
+    }
+    if let Some(h) = raw.http {
+        cfg.http = Some(http_config(&cx, h)?);
     }
     for m in raw.mount {
-        let span = m.span();
         let m = m.into_inner();
         let kind = m.kind.get_ref().as_str();
-        match kind {
-            "files" => cfg
-                .mounts
-                .push(MountConfig::Files(files_mount(&cx, &base, m)?)),
+        let scope = m
+            .scope
+            .as_ref()
+            .map(|v| cx.expand(v, "mount.scope"))
+            .transpose()?;
+        let source = match kind {
+            "files" => MountConfig::Files(files_mount(&cx, &base, m)?),
             "sqlite" | "postgres" | "mysql" | "git" | "api" | "web" | "s3" => {
                 return cx.err(
                     m.kind.span(),
@@ -300,10 +385,137 @@ pub fn parse(
                     format!("unknown mount kind `{kind}`; available: files"),
                 );
             }
-        }
-        let _ = span;
+        };
+        cfg.mounts.push(Mount { source, scope });
     }
     Ok(cfg)
+}
+
+fn http_config(cx: &Ctx<'_>, h: RawHttp) -> Result<HttpConfig, ConfigError> {
+    let mut out = HttpConfig::default();
+    if let Some(v) = &h.listen {
+        let s = cx.expand(v, "http.listen")?;
+        out.listen = Some(match s.parse() {
+            Ok(a) => a,
+            Err(_) => {
+                return cx.err(
+                    v.span(),
+                    "http.listen",
+                    format!("{s:?} is not an address like 127.0.0.1:8080"),
+                );
+            }
+        });
+    }
+    if let Some(v) = &h.path {
+        let p = cx.expand(v, "http.path")?;
+        if !p.starts_with('/') {
+            return cx.err(v.span(), "http.path", format!("{p:?} must start with '/'"));
+        }
+        out.path = Some(p);
+    }
+    if let Some(list) = &h.allowed_hosts {
+        out.allowed_hosts = Some(
+            list.iter()
+                .map(|v| cx.expand(v, "http.allowed_hosts"))
+                .collect::<Result<_, _>>()?,
+        );
+    }
+    for v in h.allowed_origins.iter().flatten() {
+        let o = cx.expand(v, "http.allowed_origins")?;
+        if !o.contains("://") && o != "null" {
+            return cx.err(
+                v.span(),
+                "http.allowed_origins",
+                format!("{o:?} needs a scheme, like https://app.example.com"),
+            );
+        }
+        out.allowed_origins.push(o);
+    }
+    if let Some(v) = &h.public_url {
+        out.public_url = Some(cx.expand(v, "http.public_url")?);
+    }
+    out.json_response = h.json_response;
+    let l = &mut out.limits;
+    if let Some(v) = &h.max_body_bytes {
+        l.max_body_bytes = cx.size(v, "http.max_body_bytes")? as usize;
+    }
+    if let Some(v) = &h.max_concurrent_requests {
+        l.max_concurrent_requests =
+            cx.int(v, "http.max_concurrent_requests", 1, 1_000_000)? as usize;
+    }
+    if let Some(v) = &h.rate_limit_per_second {
+        l.rate_limit_per_second = cx.int(v, "http.rate_limit_per_second", 0, 1_000_000)? as f64;
+    }
+    if let Some(v) = &h.rate_limit_burst {
+        l.rate_limit_burst = cx.int(v, "http.rate_limit_burst", 1, 1_000_000)? as u32;
+    }
+    if let Some(v) = &h.max_sessions {
+        l.max_sessions = cx.int(v, "http.max_sessions", 1, 10_000_000)? as usize;
+    }
+    if let Some(v) = &h.session_idle_timeout_ms {
+        l.session_idle_timeout =
+            Duration::from_millis(cx.int(v, "http.session_idle_timeout_ms", 1000, 86_400_000)?);
+    }
+    if let Some(v) = &h.shutdown_grace_ms {
+        l.shutdown_grace =
+            Duration::from_millis(cx.int(v, "http.shutdown_grace_ms", 0, 600_000)?);
+    }
+    if let Some(v) = &h.event_store_capacity {
+        l.event_store_capacity = cx.int(v, "http.event_store_capacity", 1, 10_000_000)? as usize;
+    }
+    if let Some(auth) = &h.auth {
+        for t in &auth.bearer_tokens {
+            for tok in token_source(cx, t, "http.auth.bearer_tokens")? {
+                out.tokens.push((tok, None));
+            }
+        }
+        for st in &auth.scoped_token {
+            for tok in token_source(cx, &st.token, "http.auth.scoped_token.token")? {
+                out.tokens.push((tok, Some(st.scopes.clone())));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Resolve a token source: `env:NAME` (the variable's value) or `file:PATH` (one token per
+/// non-empty line, `#` comments allowed). Tokens never appear literally in the config, so the
+/// file can be shared and committed.
+fn token_source(cx: &Ctx<'_>, v: &Spanned<String>, key: &str) -> Result<Vec<String>, ConfigError> {
+    let s = v.get_ref();
+    if let Some(name) = s.strip_prefix("env:") {
+        return match (cx.env)(name) {
+            Some(t) if !t.trim().is_empty() => Ok(vec![t.trim().to_owned()]),
+            _ => cx.err(
+                v.span(),
+                key,
+                format!("environment variable `{name}` is not set or empty"),
+            ),
+        };
+    }
+    if let Some(path) = s.strip_prefix("file:") {
+        return match std::fs::read_to_string(path) {
+            Ok(text) => {
+                let toks: Vec<String> = text
+                    .lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                    .map(str::to_owned)
+                    .collect();
+                if toks.is_empty() {
+                    cx.err(v.span(), key, format!("{path} holds no token"))
+                } else {
+                    Ok(toks)
+                }
+            }
+            Err(e) => cx.err(v.span(), key, format!("cannot read {path}: {e}")),
+        };
+    }
+    cx.err(
+        v.span(),
+        key,
+        "a token source must be `env:NAME` or `file:PATH`; tokens do not belong in the config file",
+    )
 }
 
 fn files_mount(cx: &Ctx<'_>, base: &Path, m: RawMount) -> Result<FilesConfig, ConfigError> {
@@ -432,7 +644,7 @@ mod tests {
         let c = parse_str("[server]\npage_size = 7\nmax_read_bytes = \"1MiB\"\n[[mount]]\nkind = \"files\"\nroot = \"${DOCS}\"\ndeny = [\"*.sqlite\"]\n").unwrap();
         assert_eq!(c.server.page_size, 7);
         assert_eq!(c.server.max_read_bytes, 1 << 20);
-        let MountConfig::Files(f) = &c.mounts[0];
+        let MountConfig::Files(f) = &c.mounts[0].source;
         assert_eq!(f.root, PathBuf::from("/tmp"));
         assert_eq!(f.deny, vec!["*.sqlite".to_owned()]);
     }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use config::{Config, MountConfig};
+use config::{Config, Mount, MountConfig};
 use mcpr_core::Provider;
 use mcpr_provider_files::{FilesConfig, FilesProvider};
 use mcpr_server::{McpHandler, ServerState};
@@ -36,6 +36,14 @@ enum Command {
         /// A TOML configuration file (see the README's configuration reference).
         #[arg(long, short = 'c', value_name = "FILE")]
         config: Option<PathBuf>,
+        /// Serve MCP Streamable HTTP on this address (e.g. 127.0.0.1:8080) instead of stdio;
+        /// overrides `[http] listen`.
+        #[arg(long, value_name = "ADDR")]
+        http: Option<std::net::SocketAddr>,
+        /// Allow listening on a non-loopback address without `[http.auth]`; only for a
+        /// reverse proxy that authenticates in front. Loudly logged.
+        #[arg(long)]
+        insecure_no_auth: bool,
         /// Log level for stderr: error, warn, info, debug or trace; RUST_LOG overrides it.
         #[arg(long, value_name = "LEVEL", default_value = "info",
               value_parser = ["off", "error", "warn", "info", "debug", "trace"])]
@@ -54,10 +62,12 @@ fn main() -> ExitCode {
         Command::Serve {
             paths,
             config,
+            http,
+            insecure_no_auth,
             log_level,
         } => {
             init_logging(&log_level);
-            serve(paths, config)
+            serve(paths, config, http, insecure_no_auth)
         }
         Command::CheckConfig { file } => check_config(&file),
     };
@@ -92,7 +102,10 @@ fn load_config(paths: Vec<PathBuf>, config: Option<PathBuf>) -> anyhow::Result<C
     for p in paths {
         let md = std::fs::metadata(&p).with_context(|| format!("cannot serve {}", p.display()))?;
         anyhow::ensure!(md.is_dir(), "cannot serve {}: not a directory", p.display());
-        cfg.mounts.push(MountConfig::Files(FilesConfig::new(p)));
+        cfg.mounts.push(Mount {
+            source: MountConfig::Files(FilesConfig::new(p)),
+            scope: None,
+        });
     }
     anyhow::ensure!(
         !cfg.mounts.is_empty(),
@@ -101,11 +114,11 @@ fn load_config(paths: Vec<PathBuf>, config: Option<PathBuf>) -> anyhow::Result<C
     Ok(cfg)
 }
 
-fn build_providers(cfg: &Config) -> anyhow::Result<Vec<Arc<dyn Provider>>> {
-    let mut providers: Vec<Arc<dyn Provider>> = Vec::new();
+fn build_providers(cfg: &Config) -> anyhow::Result<Vec<(Arc<dyn Provider>, Option<String>)>> {
+    let mut providers: Vec<(Arc<dyn Provider>, Option<String>)> = Vec::new();
     let mut prefixes = std::collections::HashMap::new();
     for m in &cfg.mounts {
-        let p: Arc<dyn Provider> = match m {
+        let p: Arc<dyn Provider> = match &m.source {
             MountConfig::Files(fc) => {
                 Arc::new(FilesProvider::new(fc.clone()).map_err(|e| anyhow::anyhow!("{e}"))?)
             }
@@ -115,13 +128,22 @@ fn build_providers(cfg: &Config) -> anyhow::Result<Vec<Arc<dyn Provider>>> {
                 anyhow::bail!("two mounts serve the same URI prefix {prefix} ({other})");
             }
         }
-        providers.push(p);
+        providers.push((p, m.scope.clone()));
     }
     Ok(providers)
 }
 
-fn serve(paths: Vec<PathBuf>, config: Option<PathBuf>) -> anyhow::Result<()> {
+fn serve(
+    paths: Vec<PathBuf>,
+    config: Option<PathBuf>,
+    http: Option<std::net::SocketAddr>,
+    insecure_no_auth: bool,
+) -> anyhow::Result<()> {
     let cfg = load_config(paths, config)?;
+    let http_settings = match http {
+        Some(addr) => Some(http_settings(&cfg, addr, insecure_no_auth)?),
+        None => None,
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -129,23 +151,103 @@ fn serve(paths: Vec<PathBuf>, config: Option<PathBuf>) -> anyhow::Result<()> {
         .context("cannot start the async runtime")?;
     rt.block_on(async move {
         let providers = build_providers(&cfg)?;
-        for p in &providers {
-            tracing::info!(kind = p.info().kind, mount = %p.info().label, "mounted");
+        for (p, scope) in &providers {
+            tracing::info!(kind = p.info().kind, mount = %p.info().label, scope = scope.as_deref().unwrap_or("-"), "mounted");
         }
-        let state = ServerState::new(cfg.server.clone(), providers);
-        let service = McpHandler::new(state)
-            .serve(rmcp::transport::stdio())
-            .await
-            .context("the client closed the connection before it began")?;
-        service
-            .waiting()
-            .await
-            .context("the stdio session failed")?;
+        let state = ServerState::with_bus(cfg.server.clone(), providers, Arc::new(mcpr_core::LocalBus::default()));
+        match http_settings {
+            Some(settings) => {
+                let server = mcpr_server::http::serve(state, settings, shutdown_signal())
+                    .await
+                    .map_err(|e| anyhow::anyhow!(e))?;
+                eprintln!("mcp-resources: serving MCP on http://{}{}", server.local_addr, cfg.http.as_ref().and_then(|h| h.path.clone()).unwrap_or_else(|| "/mcp".into()));
+                server.wait().await.map_err(|e| anyhow::anyhow!(e))?;
+            }
+            None => {
+                let service = McpHandler::new(state)
+                    .serve(rmcp::transport::stdio())
+                    .await
+                    .context("the client closed the connection before it began")?;
+                service.waiting().await.context("the stdio session failed")?;
+            }
+        }
         anyhow::Ok(())
     })?;
     // Watcher threads and blocking reads must not keep a finished server alive.
     rt.shutdown_timeout(std::time::Duration::from_millis(200));
     Ok(())
+}
+
+/// The HTTP settings: `[http]` from the config, with `--http` overriding the address.
+fn http_settings(
+    cfg: &Config,
+    addr: std::net::SocketAddr,
+    insecure_no_auth: bool,
+) -> anyhow::Result<mcpr_server::http::HttpSettings> {
+    use mcpr_server::http::{AuthSettings, HttpSettings, StaticToken};
+    let mut s = HttpSettings::new(addr);
+    s.insecure_no_auth = insecure_no_auth;
+    if let Some(h) = &cfg.http {
+        if let Some(p) = &h.path {
+            s.path = p.clone();
+        }
+        if let Some(hosts) = &h.allowed_hosts {
+            s.allowed_hosts = hosts.clone();
+        }
+        s.allowed_origins = h.allowed_origins.clone();
+        s.limits = h.limits.clone();
+        if let Some(j) = h.json_response {
+            s.json_response = j;
+        }
+        if !h.tokens.is_empty() {
+            let resource = h.public_url.clone();
+            let metadata_url = resource.as_ref().and_then(|r| {
+                let (scheme, rest) = r.split_once("://")?;
+                let (host, path) = rest.split_once('/').map_or((rest, ""), |(h, p)| (h, p));
+                Some(
+                    format!("{scheme}://{host}/.well-known/oauth-protected-resource/{path}")
+                        .trim_end_matches('/')
+                        .to_owned(),
+                )
+            });
+            s.auth = Some(AuthSettings {
+                tokens: h
+                    .tokens
+                    .iter()
+                    .map(|(t, scopes)| StaticToken {
+                        token: t.clone(),
+                        scopes: scopes.as_ref().map(|v| v.iter().cloned().collect()),
+                    })
+                    .collect(),
+                resource_metadata_url: metadata_url,
+                resource,
+            });
+        }
+    }
+    s.check().map_err(|e| anyhow::anyhow!(e))?;
+    Ok(s)
+}
+
+/// Resolves on SIGTERM or SIGINT (Ctrl-C), starting a graceful shutdown.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
 }
 
 fn check_config(file: &std::path::Path) -> anyhow::Result<()> {
@@ -156,10 +258,10 @@ fn check_config(file: &std::path::Path) -> anyhow::Result<()> {
         "server: name={} page_size={} max_read_bytes={}",
         cfg.server.name, cfg.server.page_size, cfg.server.max_read_bytes
     );
-    for (m, p) in cfg.mounts.iter().zip(&providers) {
+    for (m, (p, _)) in cfg.mounts.iter().zip(&providers) {
         println!(
             "mount {}: {} -> {}",
-            m.kind(),
+            m.source.kind(),
             p.info().label,
             p.info().uri_prefixes.join(", ")
         );

@@ -25,8 +25,9 @@ use rmcp::service::{RequestContext, RoleServer, SubscriptionContext};
 use rmcp::{ErrorData, Peer, ServerHandler};
 
 use crate::errors::{to_mcp_error, uri_data};
+use crate::http::Grant;
 use crate::registry::Notice;
-use crate::router::Router;
+use crate::router::{Mount, Router};
 use crate::{ServerState, Settings};
 
 /// Position tag in a cursor: resume at the start of the mount, or after a provider position.
@@ -147,9 +148,10 @@ impl McpHandler {
     }
 
     /// This session's subscriber id, registering it (and its delivery task) on first use.
-    fn legacy_subscriber(&self, peer: &Peer<RoleServer>) -> u64 {
+    fn legacy_subscriber(&self, peer: &Peer<RoleServer>, grant: Option<&Grant>) -> u64 {
         *self.session.subscriber.get_or_init(|| {
-            let (id, mut rx) = self.state.registry.add_subscriber();
+            let mounts = visible_mounts(&self.state.router, grant);
+            let (id, mut rx) = self.state.registry.add_scoped_subscriber(mounts);
             let peer = peer.clone();
             tokio::spawn(async move {
                 while let Some(notice) = rx.recv().await {
@@ -168,6 +170,38 @@ impl McpHandler {
             id
         })
     }
+}
+
+/// The caller's grant, when the request came over authenticated HTTP.
+fn grant_of(ext: &rmcp::model::Extensions) -> Option<Grant> {
+    ext.get::<http::request::Parts>()
+        .and_then(|p| p.extensions.get::<Grant>())
+        .cloned()
+}
+
+/// Whether a caller holding `grant` may see `mount`.
+fn visible(grant: Option<&Grant>, mount: &Mount) -> bool {
+    grant.is_none_or(|g| g.allows(mount.scope.as_deref()))
+}
+
+/// Cache hints for a caller: answers that depend on who asks are `private`.
+fn hints_for(grant: Option<&Grant>, mut hints: CacheHints) -> CacheHints {
+    if grant.is_some_and(|g| g.personal) {
+        hints.scope = mcpr_core::CacheScope::Private;
+    }
+    hints
+}
+
+/// The mounts a caller holding `grant` may hear list changes of; `None` for all.
+fn visible_mounts(router: &Router, grant: Option<&Grant>) -> Option<Vec<u32>> {
+    grant.filter(|g| g.scopes.is_some()).map(|g| {
+        router
+            .mounts()
+            .iter()
+            .filter(|m| g.allows(m.scope.as_deref()))
+            .map(|m| m.index)
+            .collect()
+    })
 }
 
 /// Whether the request is from a 2026-07-28 (or later) peer, which wants cache hints.
@@ -291,12 +325,13 @@ impl McpHandler {
                 (pc.mount as usize, after)
             }
         };
+        let grant = grant_of(&ctx.extensions);
         let page_size = state.settings.page_size;
         let mut items = Vec::with_capacity(page_size);
         let mut next = None;
         while idx < mounts.len() {
             let provider = &mounts[idx].provider;
-            if !provider.info().capabilities.list {
+            if !provider.info().capabilities.list || !visible(grant.as_ref(), &mounts[idx]) {
                 idx += 1;
                 after = None;
                 continue;
@@ -334,9 +369,10 @@ impl McpHandler {
             })
         });
         if is_modern(&ctx) {
+            let hints = hints_for(grant.as_ref(), state.list_cache);
             result = result
-                .with_ttl_ms(state.list_cache.ttl_ms)
-                .with_cache_scope(scope(state.list_cache));
+                .with_ttl_ms(hints.ttl_ms)
+                .with_cache_scope(scope(hints));
         }
         Ok(result)
     }
@@ -346,11 +382,13 @@ impl McpHandler {
         _request: Option<PaginatedRequestParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        let grant = grant_of(&ctx.extensions);
         let templates = self
             .state
             .router
             .mounts()
             .iter()
+            .filter(|m| visible(grant.as_ref(), m))
             .flat_map(|m| m.provider.templates().iter())
             .map(|t| {
                 let mut rt = ResourceTemplate::new(t.uri_template.clone(), t.name.clone());
@@ -362,7 +400,7 @@ impl McpHandler {
             .collect();
         let mut result = ListResourceTemplatesResult::with_all_items(templates);
         if is_modern(&ctx) {
-            let c = self.state.list_cache;
+            let c = hints_for(grant.as_ref(), self.state.list_cache);
             result = result.with_ttl_ms(c.ttl_ms).with_cache_scope(scope(c));
         }
         Ok(result)
@@ -374,10 +412,13 @@ impl McpHandler {
         ctx: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
         let uri = parse_uri(&request.uri)?;
+        let grant = grant_of(&ctx.extensions);
+        // A mount the caller's token does not cover answers exactly like a missing resource.
         let mount = self
             .state
             .router
             .route(&uri)
+            .filter(|m| visible(grant.as_ref(), m))
             .ok_or_else(|| to_mcp_error(Error::not_found(uri.as_str())))?;
         let info = mount.provider.info();
         if !info.capabilities.read {
@@ -395,9 +436,10 @@ impl McpHandler {
             .map_err(to_mcp_error)?;
         let mut result = ReadResourceResult::new(contents.into_iter().map(contents_of).collect());
         if is_modern(&ctx) {
+            let hints = hints_for(grant.as_ref(), info.cache);
             result = result
-                .with_ttl_ms(info.cache.ttl_ms)
-                .with_cache_scope(scope(info.cache));
+                .with_ttl_ms(hints.ttl_ms)
+                .with_cache_scope(scope(hints));
         }
         Ok(result.into())
     }
@@ -405,23 +447,29 @@ impl McpHandler {
     async fn do_complete(
         &self,
         request: CompleteRequestParams,
-        _ctx: RequestContext<RoleServer>,
+        ctx: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
+        let grant = grant_of(&ctx.extensions);
         let Reference::Resource(r) = &request.r#ref else {
             return Err(ErrorData::invalid_params(
                 "this server has no prompts; complete ref/resource templates",
                 None,
             ));
         };
-        let mount = self.state.router.route_template(&r.uri).ok_or_else(|| {
-            ErrorData::invalid_params(
-                format!(
-                    "no resource template {:?}; see resources/templates/list",
-                    r.uri
-                ),
-                None,
-            )
-        })?;
+        let mount = self
+            .state
+            .router
+            .route_template(&r.uri)
+            .filter(|m| visible(grant.as_ref(), m))
+            .ok_or_else(|| {
+                ErrorData::invalid_params(
+                    format!(
+                        "no resource template {:?}; see resources/templates/list",
+                        r.uri
+                    ),
+                    None,
+                )
+            })?;
         if !mount.provider.info().capabilities.complete {
             return Ok(CompleteResult::default());
         }
@@ -463,7 +511,16 @@ impl McpHandler {
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         let uri = parse_uri(&request.uri)?;
-        let id = self.legacy_subscriber(&ctx.peer);
+        let grant = grant_of(&ctx.extensions);
+        if self
+            .state
+            .router
+            .route(&uri)
+            .is_some_and(|m| !visible(grant.as_ref(), m))
+        {
+            return Err(to_mcp_error(Error::not_found(uri.as_str())));
+        }
+        let id = self.legacy_subscriber(&ctx.peer, grant.as_ref());
         let max = self.state.settings.max_subscriptions_per_session;
         if !self.state.registry.is_subscribed(id, uri.as_str())
             && self.state.registry.subscription_count(id) >= max
@@ -487,7 +544,7 @@ impl McpHandler {
         request: UnsubscribeRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let id = self.legacy_subscriber(&ctx.peer);
+        let id = self.legacy_subscriber(&ctx.peer, grant_of(&ctx.extensions).as_ref());
         self.state.registry.unsubscribe(id, &request.uri);
         Ok(())
     }
@@ -574,7 +631,7 @@ impl ServerHandler for McpHandler {
             .and_then(|r| r.list_changed)
             == Some(true)
         {
-            let id = self.legacy_subscriber(&ctx.peer);
+            let id = self.legacy_subscriber(&ctx.peer, grant_of(&ctx.extensions).as_ref());
             if self.state.registry.register_list_listener(id) {
                 let registry = self.state.registry.clone();
                 tokio::spawn(async move { registry.acquire_list_watches().await });
@@ -617,7 +674,9 @@ impl ServerHandler for McpHandler {
 
     async fn listen(&self, ctx: SubscriptionContext) -> Result<(), ErrorData> {
         let registry = self.state.registry.clone();
-        let (id, mut rx) = registry.add_subscriber();
+        let grant = grant_of(&ctx.request_context().extensions);
+        let (id, mut rx) =
+            registry.add_scoped_subscriber(visible_mounts(&self.state.router, grant.as_ref()));
         // Removes the subscriber however this future ends, cancellation included.
         struct Release(Arc<crate::Registry>, u64);
         impl Drop for Release {
@@ -636,6 +695,17 @@ impl ServerHandler for McpHandler {
             let Ok(parsed) = ResourceUri::parse(uri) else {
                 continue;
             };
+            // The acknowledgment is sent before the caller's token can be consulted; a URI of a
+            // mount it may not see is simply never watched for it.
+            if self
+                .state
+                .router
+                .route(&parsed)
+                .is_some_and(|m| !visible(grant.as_ref(), m))
+            {
+                let _ = self.take_token(&parsed);
+                continue;
+            }
             let token = match self.take_token(&parsed) {
                 Some(t) => t,
                 None => self

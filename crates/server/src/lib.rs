@@ -6,6 +6,7 @@
 
 mod errors;
 mod handler;
+pub mod http;
 pub mod metrics;
 mod registry;
 mod router;
@@ -66,13 +67,14 @@ impl ServerState {
     /// Build the state for `providers` (in mount order) with the in-process change bus.
     /// Must be called inside a tokio runtime: the registry starts its fan-out task.
     pub fn new(settings: Settings, providers: Vec<Arc<dyn Provider>>) -> Arc<Self> {
-        Self::with_bus(settings, providers, Arc::new(LocalBus::default()))
+        let mounts = providers.into_iter().map(|p| (p, None)).collect();
+        Self::with_bus(settings, mounts, Arc::new(LocalBus::default()))
     }
 
-    /// Like [`ServerState::new`] with an explicit change bus.
+    /// Like [`ServerState::new`] with per-mount scopes and an explicit change bus.
     pub fn with_bus(
         settings: Settings,
-        providers: Vec<Arc<dyn Provider>>,
+        providers: Vec<(Arc<dyn Provider>, Option<String>)>,
         bus: Arc<dyn ChangeBus>,
     ) -> Arc<Self> {
         let router = Router::new(providers);

@@ -35,6 +35,8 @@ pub struct RegistryStats {
 
 struct Sub {
     tx: mpsc::UnboundedSender<Notice>,
+    /// Mounts whose list changes this subscriber may hear of; `None` for all.
+    mounts: Option<Vec<u32>>,
     uris: HashSet<String>,
     list: bool,
 }
@@ -79,6 +81,15 @@ impl Registry {
     /// Register a subscriber; its notices arrive on the returned receiver until
     /// [`Registry::remove`] is called with its id.
     pub fn add_subscriber(&self) -> (u64, mpsc::UnboundedReceiver<Notice>) {
+        self.add_scoped_subscriber(None)
+    }
+
+    /// Like [`Registry::add_subscriber`], hearing list changes only of `mounts` (a caller
+    /// whose token lacks a mount's scope must not learn that its contents changed).
+    pub fn add_scoped_subscriber(
+        &self,
+        mounts: Option<Vec<u32>>,
+    ) -> (u64, mpsc::UnboundedReceiver<Notice>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let mut inner = self.inner.lock().expect("registry lock");
         inner.next_id += 1;
@@ -87,6 +98,7 @@ impl Registry {
             id,
             Sub {
                 tx,
+                mounts,
                 uris: HashSet::new(),
                 list: false,
             },
@@ -288,8 +300,10 @@ impl Registry {
                     }
                 }
             }
-            Some(ChangeEvent::ListChanged { .. }) => {
-                for s in inner.subs.values().filter(|s| s.list) {
+            Some(ChangeEvent::ListChanged { mount }) => {
+                let hears =
+                    |s: &&Sub| s.list && s.mounts.as_ref().is_none_or(|m| m.contains(&mount));
+                for s in inner.subs.values().filter(hears) {
                     let _ = s.tx.send(Notice::ListChanged);
                 }
             }

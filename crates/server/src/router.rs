@@ -11,6 +11,8 @@ pub struct Mount {
     pub index: u32,
     /// The provider.
     pub provider: Arc<dyn Provider>,
+    /// The token scope a caller needs to see this mount over HTTP; `None` for everyone.
+    pub scope: Option<String>,
 }
 
 /// Maps URIs and templates to mounts.
@@ -22,14 +24,15 @@ pub struct Router {
 }
 
 impl Router {
-    /// A router over `providers` in mount order.
-    pub fn new(providers: Vec<Arc<dyn Provider>>) -> Self {
+    /// A router over `providers` (each with the scope it requires) in mount order.
+    pub fn new(providers: Vec<(Arc<dyn Provider>, Option<String>)>) -> Self {
         let mounts: Vec<Mount> = providers
             .into_iter()
             .enumerate()
-            .map(|(i, provider)| Mount {
+            .map(|(i, (provider, scope))| Mount {
                 index: i as u32,
                 provider,
+                scope,
             })
             .collect();
         let mut prefixes: Vec<(String, u32)> = mounts

@@ -1,0 +1,256 @@
+//! `resources/list`: the branches and tags, then the tree of the default ref recursively,
+//! with stateless keyset cursors.
+//!
+//! A position is `r<full ref name>` in the first part and `t<path>` in the second. The tree
+//! walk is a pre-order walk in git's tree order; resuming decodes only the trees on the
+//! cursor's path (cached by id), so a page costs O(page + depth) tree lookups and memory
+//! never holds the whole tree.
+
+use gix::ObjectId;
+use mcpr_core::{Error, ErrorKind, Page, ResourceMeta, Result};
+
+use crate::history::last_changed;
+use crate::provider::Inner;
+use crate::read::mime_by_extension;
+use crate::repo::{Entry, Kind, Repo, Tree, git_order, rfc3339};
+use crate::uri::{TreePath, commit_uri, path_uri};
+
+/// Where a listing resumes.
+enum Position {
+    Start,
+    /// After this full ref name.
+    Ref(String),
+    /// After this path in the default ref's tree.
+    Tree(TreePath),
+}
+
+fn decode_position(after: Option<&[u8]>) -> Result<Position> {
+    let bad = || {
+        Error::new(
+            ErrorKind::InvalidCursor,
+            "invalid cursor: its position is not a git listing position",
+        )
+    };
+    let Some(a) = after else {
+        return Ok(Position::Start);
+    };
+    match a.split_first() {
+        Some((b'r', name)) => Ok(Position::Ref(
+            std::str::from_utf8(name).map_err(|_| bad())?.to_owned(),
+        )),
+        Some((b't', path)) => {
+            let p = TreePath::from_bytes(path).filter(|p| !p.is_root());
+            Ok(Position::Tree(p.ok_or_else(bad)?))
+        }
+        _ => Err(bad()),
+    }
+}
+
+/// One page of the listing.
+pub(crate) fn list_page(
+    inner: &Inner,
+    after: Option<&[u8]>,
+    limit: usize,
+) -> Result<Page<ResourceMeta>> {
+    let pos = decode_position(after)?;
+    let h = inner.repo.handle();
+    let base = inner.bases.canonical();
+    // (position bytes, meta) for up to limit + 1 items: the extra one proves a next page.
+    let mut items: Vec<(Vec<u8>, ResourceMeta)> = Vec::new();
+
+    let tree_after = match pos {
+        Position::Tree(p) => Some(p),
+        Position::Start | Position::Ref(_) => {
+            let refs = inner.repo.branches_and_tags(&h)?;
+            let start = match &pos {
+                Position::Ref(r) => refs.partition_point(|(n, _)| n.as_str() <= r.as_str()),
+                _ => 0,
+            };
+            let all = inner.repo.all_ref_names(&h)?;
+            let hex_len = Repo::hex_len(&h);
+            for (full, target) in &refs[start..] {
+                if items.len() > limit {
+                    break;
+                }
+                // A tag of a tree or blob is no commit resource; skip it.
+                let Some(commit) = inner.repo.peel_to_commit(&h, *target)? else {
+                    continue;
+                };
+                let info = inner.repo.commit(&h, commit)?;
+                let rev = inner.repo.uri_rev(full, &all, hex_len);
+                let what = if full.starts_with("refs/tags/") {
+                    "tag"
+                } else {
+                    "branch"
+                };
+                let meta = ResourceMeta {
+                    uri: commit_uri(base, &rev),
+                    name: rev.clone(),
+                    title: Some(format!("{what} {rev}")),
+                    description: Some(format!(
+                        "{what} {full} at {}: {}",
+                        &commit.to_hex_with_len(12),
+                        info.summary()
+                    )),
+                    mime_type: Some("application/json".into()),
+                    size: None,
+                    last_modified: Some(rfc3339(info.committer.seconds)),
+                };
+                let mut p = b"r".to_vec();
+                p.extend_from_slice(full.as_bytes());
+                items.push((p, meta));
+            }
+            None
+        }
+    };
+
+    if items.len() <= limit {
+        let want = limit + 1 - items.len();
+        let rev = inner.repo.default_rev(&h, inner.config.default_ref.as_deref());
+        if let Some(commit) = inner.repo.resolve_rev(&h, &rev)? {
+            let (root, _, _) = inner.repo.commit_links(&h, commit)?;
+            let found = walk(inner, &h, root, tree_after.as_ref(), want)?;
+            // Only the entries that will be served need sizes and dates.
+            let served = found.len().min(limit - items.len());
+            let paths: Vec<TreePath> = found[..served].iter().map(|(p, _)| p.clone()).collect();
+            let dates = last_changed(inner, &h, commit, &paths)?;
+            for (i, (path, entry)) in found.into_iter().enumerate() {
+                let meta = if i < served {
+                    entry_meta(inner, &h, base, &rev, &path, &entry, dates[i])?
+                } else {
+                    ResourceMeta::default()
+                };
+                let mut p = b"t".to_vec();
+                p.extend_from_slice(path.as_bytes());
+                items.push((p, meta));
+            }
+        }
+    }
+
+    let next = if items.len() > limit {
+        items.truncate(limit);
+        items.last().map(|(p, _)| p.clone())
+    } else {
+        None
+    };
+    Ok(Page {
+        items: items.into_iter().map(|(_, m)| m).collect(),
+        next,
+    })
+}
+
+/// The listing entry of a non-tree entry at `path`.
+fn entry_meta(
+    inner: &Inner,
+    h: &gix::Repository,
+    base: &str,
+    rev: &str,
+    path: &TreePath,
+    entry: &Entry,
+    date: Option<i64>,
+) -> Result<ResourceMeta> {
+    let (mime, size, description) = match entry.kind {
+        Kind::Blob | Kind::Exec => (
+            mime_by_extension(path.as_bytes()).map(str::to_owned),
+            Some(inner.repo.size(h, entry.id)?),
+            None,
+        ),
+        Kind::Link => (
+            Some("inode/symlink".to_owned()),
+            Some(inner.repo.size(h, entry.id)?),
+            Some("symbolic link (reads as its target path; never followed)".to_owned()),
+        ),
+        Kind::Submodule => (
+            Some("application/json".to_owned()),
+            None,
+            Some(format!("submodule at commit {}", entry.id)),
+        ),
+        Kind::Tree => (None, None, None),
+    };
+    Ok(ResourceMeta {
+        uri: path_uri(base, rev, path),
+        name: path.display(),
+        title: None,
+        description,
+        mime_type: mime,
+        size,
+        last_modified: date.map(rfc3339),
+    })
+}
+
+/// One level of the walk: a tree and the next index to visit.
+struct Level {
+    path: TreePath,
+    tree: Tree,
+    next: usize,
+}
+
+/// Up to `want` non-tree entries after `after`, in pre-order git tree order.
+pub(crate) fn walk(
+    inner: &Inner,
+    h: &gix::Repository,
+    root: ObjectId,
+    after: Option<&TreePath>,
+    want: usize,
+) -> Result<Vec<(TreePath, Entry)>> {
+    let mut stack = vec![Level {
+        path: TreePath::root(),
+        tree: inner.repo.tree(h, root)?,
+        next: 0,
+    }];
+    if let Some(after) = after {
+        // Rebuild the walk position. Every component but the last was a tree when the
+        // cursor was made; the last was a non-tree entry. Keys compare in git's order.
+        let comps: Vec<&[u8]> = after.components().collect();
+        for (depth, comp) in comps.iter().enumerate() {
+            let is_last = depth + 1 == comps.len();
+            let level = stack.last_mut().expect("never empty here");
+            let pos = level
+                .tree
+                .partition_point(|e| git_order(&e.name, e.kind == Kind::Tree, comp, !is_last).is_le());
+            level.next = pos;
+            if is_last {
+                break;
+            }
+            let descend = pos > 0
+                && level.tree[pos - 1].name.as_slice() == *comp
+                && level.tree[pos - 1].kind == Kind::Tree;
+            if !descend {
+                break;
+            }
+            let child = Level {
+                path: level.path.join(comp),
+                tree: inner.repo.tree(h, level.tree[pos - 1].id)?,
+                next: 0,
+            };
+            stack.push(child);
+        }
+    }
+    let mut out = Vec::new();
+    while let Some(level) = stack.last_mut() {
+        if out.len() == want {
+            break;
+        }
+        let Some(entry) = level.tree.get(level.next) else {
+            stack.pop();
+            continue;
+        };
+        level.next += 1;
+        // A crafted tree may hold names no URI can address (`..`, `.git`): skip them.
+        if !crate::uri::valid_component(&entry.name) {
+            continue;
+        }
+        let path = level.path.join(&entry.name);
+        if entry.kind == Kind::Tree {
+            let tree = inner.repo.tree(h, entry.id)?;
+            stack.push(Level {
+                path,
+                tree,
+                next: 0,
+            });
+        } else {
+            out.push((path, entry.clone()));
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,180 @@
+//! Bearer-token authentication at the HTTP edge.
+//!
+//! Static tokens are compared in constant time. A request that authenticates gets a
+//! [`Grant`] in its extensions, which the MCP handler reads (through the HTTP parts rmcp
+//! passes along) to decide which mounts the caller may see.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use http::{HeaderValue, StatusCode, header};
+use subtle::ConstantTimeEq as _;
+
+/// What an authenticated caller may do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    /// Scopes the token carries; `None` means unrestricted (a static token without scopes).
+    pub scopes: Option<BTreeSet<String>>,
+    /// Whether the answer depends on who asks (cache hints become `private`).
+    pub personal: bool,
+}
+
+impl Grant {
+    /// Whether a mount that requires `scope` is visible to this caller.
+    pub fn allows(&self, scope: Option<&str>) -> bool {
+        match (scope, &self.scopes) {
+            (None, _) | (_, None) => true,
+            (Some(s), Some(have)) => have.contains(s),
+        }
+    }
+}
+
+/// One accepted static token and the scopes it grants.
+#[derive(Clone)]
+pub struct StaticToken {
+    /// The secret.
+    pub token: String,
+    /// Scopes; `None` grants every mount.
+    pub scopes: Option<BTreeSet<String>>,
+}
+
+impl std::fmt::Debug for StaticToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the secret, not even in debug logs.
+        f.debug_struct("StaticToken")
+            .field("scopes", &self.scopes)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The authentication settings of the HTTP edge.
+#[derive(Debug, Clone, Default)]
+pub struct AuthSettings {
+    /// Accepted static bearer tokens.
+    pub tokens: Vec<StaticToken>,
+    /// The URL of this server's `/.well-known/oauth-protected-resource` document, announced
+    /// in `WWW-Authenticate`.
+    pub resource_metadata_url: Option<String>,
+    /// The resource identifier (this server's MCP URL) for the protected-resource metadata.
+    pub resource: Option<String>,
+}
+
+/// State of the auth middleware.
+pub struct Auth {
+    pub(crate) settings: AuthSettings,
+}
+
+impl Auth {
+    /// The middleware state for `settings`.
+    pub fn new(settings: AuthSettings) -> Arc<Self> {
+        Arc::new(Self { settings })
+    }
+
+    fn check(&self, presented: &str) -> Option<Grant> {
+        let mut found = None;
+        // Compare against every token, so the time taken says nothing about which matched.
+        for t in &self.settings.tokens {
+            if bool::from(t.token.as_bytes().ct_eq(presented.as_bytes())) && found.is_none() {
+                found = Some(Grant {
+                    scopes: t.scopes.clone(),
+                    personal: t.scopes.is_some(),
+                });
+            }
+        }
+        found
+    }
+
+    fn challenge(&self, error: Option<&str>, description: &str) -> Response {
+        let mut value = String::from("Bearer");
+        let mut params = Vec::new();
+        if let Some(url) = &self.settings.resource_metadata_url {
+            params.push(format!("resource_metadata=\"{url}\""));
+        }
+        if let Some(e) = error {
+            params.push(format!("error=\"{e}\""));
+            params.push(format!("error_description=\"{description}\""));
+        }
+        if !params.is_empty() {
+            value.push(' ');
+            value.push_str(&params.join(", "));
+        }
+        let body = serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": null,
+            "error": {"code": -32001, "message": format!("unauthorized: {description}")}
+        });
+        let mut resp = (StatusCode::UNAUTHORIZED, axum::Json(body)).into_response();
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            resp.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+        }
+        resp
+    }
+}
+
+/// Require a valid bearer token on every request it wraps.
+pub async fn require_bearer(
+    State(auth): State<Arc<Auth>>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    let Some(value) = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return auth.challenge(None, "a bearer token is required (Authorization: Bearer …)");
+    };
+    let Some(token) = value
+        .strip_prefix("Bearer ")
+        .or_else(|| value.strip_prefix("bearer "))
+    else {
+        return auth.challenge(
+            Some("invalid_request"),
+            "the Authorization header must use the Bearer scheme",
+        );
+    };
+    match auth.check(token.trim()) {
+        Some(grant) => {
+            req.extensions_mut().insert(grant);
+            next.run(req).await
+        }
+        None => auth.challenge(Some("invalid_token"), "the token is not valid"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scopes_gate_mounts() {
+        let all = Grant {
+            scopes: None,
+            personal: false,
+        };
+        assert!(all.allows(Some("docs")) && all.allows(None));
+        let docs = Grant {
+            scopes: Some(["docs".to_owned()].into()),
+            personal: true,
+        };
+        assert!(docs.allows(Some("docs")) && docs.allows(None) && !docs.allows(Some("finance")));
+    }
+
+    #[test]
+    fn tokens_compare_whole() {
+        let auth = Auth::new(AuthSettings {
+            tokens: vec![StaticToken {
+                token: "s3cret".into(),
+                scopes: None,
+            }],
+            ..Default::default()
+        });
+        assert!(auth.check("s3cret").is_some());
+        assert!(auth.check("s3cre").is_none());
+        assert!(auth.check("s3cret!").is_none());
+        assert!(auth.check("").is_none());
+    }
+}

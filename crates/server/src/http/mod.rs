@@ -1,0 +1,305 @@
+//! Streamable HTTP: both protocol eras on one endpoint (rmcp's `StreamableHttpService` inside
+//! axum), behind tower/axum layers for Host/Origin checks, authentication and limits, plus
+//! `/healthz`, `/readyz` and `/metrics`.
+
+mod auth;
+mod edge;
+mod events;
+
+pub use auth::{AuthSettings, Grant, StaticToken};
+pub use edge::HttpLimits;
+pub use events::BoundedEventStore;
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use axum::Router;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use http::StatusCode;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use tokio_util::sync::CancellationToken;
+
+use crate::{McpHandler, ServerState};
+
+/// Settings of the HTTP transport, from `[http]` and the command line.
+#[derive(Debug, Clone)]
+pub struct HttpSettings {
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// Path of the MCP endpoint.
+    pub path: String,
+    /// Accepted `Host` values (names or `host:port`); empty accepts any (not recommended).
+    pub allowed_hosts: Vec<String>,
+    /// Accepted `Origin` values (with scheme); requests carrying another Origin get 403.
+    pub allowed_origins: Vec<String>,
+    /// Authentication; `None` means none.
+    pub auth: Option<AuthSettings>,
+    /// Allow a non-loopback listen address without authentication.
+    pub insecure_no_auth: bool,
+    /// Answer 2026-07-28 requests with plain JSON when the reply is one message (SSE only
+    /// when notifications come first, and always for `subscriptions/listen`).
+    pub json_response: bool,
+    /// Limits.
+    pub limits: HttpLimits,
+}
+
+impl HttpSettings {
+    /// Defaults for `listen`: the MCP endpoint at `/mcp`, loopback hosts only.
+    pub fn new(listen: SocketAddr) -> Self {
+        Self {
+            listen,
+            path: "/mcp".into(),
+            allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "::1".into()],
+            allowed_origins: Vec::new(),
+            auth: None,
+            insecure_no_auth: false,
+            json_response: true,
+            limits: HttpLimits::default(),
+        }
+    }
+
+    /// Refuse configurations that would expose data to the network without authentication.
+    pub fn check(&self) -> Result<(), String> {
+        let open = self.auth.as_ref().is_none_or(|a| a.tokens.is_empty());
+        if open && !self.listen.ip().is_loopback() {
+            if self.insecure_no_auth {
+                tracing::warn!(listen = %self.listen,
+                    "serving WITHOUT AUTHENTICATION on a non-loopback address (--insecure-no-auth): anyone who can reach it can read every mount");
+            } else {
+                return Err(format!(
+                    "refusing to listen on {} without authentication: anyone on the network could read every mount. \
+                     Configure [http.auth] bearer_tokens, listen on 127.0.0.1, or pass --insecure-no-auth if a proxy in front authenticates",
+                    self.listen
+                ));
+            }
+        }
+        if !self.path.starts_with('/') {
+            return Err(format!(
+                "[http] path must start with '/', got {:?}",
+                self.path
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A running HTTP server.
+pub struct HttpServer {
+    /// The address actually bound (useful with port 0).
+    pub local_addr: SocketAddr,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl HttpServer {
+    /// Wait until the server has shut down.
+    pub async fn wait(self) -> Result<(), String> {
+        match self.task.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(format!("HTTP server failed: {e}")),
+            Err(e) => Err(format!("HTTP server task failed: {e}")),
+        }
+    }
+}
+
+struct Ops {
+    state: Arc<ServerState>,
+    edge: Arc<edge::Edge>,
+    events: Arc<BoundedEventStore>,
+    metadata: Option<serde_json::Value>,
+}
+
+/// Bind and start serving; `shutdown` resolving starts a graceful shutdown: new requests are
+/// refused, in-flight ones get `shutdown_grace` to finish, then streams are closed.
+pub async fn serve(
+    state: Arc<ServerState>,
+    settings: HttpSettings,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<HttpServer, String> {
+    settings.check()?;
+    let limits = settings.limits.clone();
+    let events = Arc::new(BoundedEventStore::new(limits.event_store_capacity));
+    let mut manager = LocalSessionManager::default().with_event_store(events.clone());
+    manager.session_config.keep_alive = Some(limits.session_idle_timeout);
+    let manager = Arc::new(manager);
+    let streams = CancellationToken::new();
+    let mut config = StreamableHttpServerConfig::default()
+        .with_allowed_hosts(settings.allowed_hosts.clone())
+        .with_cancellation_token(streams.child_token())
+        .with_max_request_body_bytes(limits.max_body_bytes)
+        .with_json_response(settings.json_response);
+    if settings.allowed_origins.is_empty() {
+        // With no browser origin configured, any request that carries an Origin is refused:
+        // a local server has no business answering web pages (DNS rebinding, CSRF).
+        config = config.enforce_origin_validation();
+    } else {
+        config = config.with_allowed_origins(settings.allowed_origins.clone());
+    }
+    if settings.allowed_hosts.is_empty() {
+        config = config.disable_allowed_hosts();
+    }
+    let factory_state = state.clone();
+    let mcp = StreamableHttpService::new(
+        move || Ok(McpHandler::new(factory_state.clone())),
+        manager.clone(),
+        config,
+    );
+
+    let edge = edge::Edge::new(limits.clone(), manager);
+    let metadata = settings.auth.as_ref().and_then(|a| {
+        a.resource.as_ref().map(|r| {
+            serde_json::json!({
+                "resource": r,
+                "bearer_methods_supported": ["header"],
+                "resource_name": state.settings.name,
+            })
+        })
+    });
+    let ops = Arc::new(Ops {
+        state: state.clone(),
+        edge: edge.clone(),
+        events,
+        metadata,
+    });
+
+    let mut mcp_route = Router::new().route_service(&settings.path, mcp);
+    if let Some(auth) = settings.auth.clone().filter(|a| !a.tokens.is_empty()) {
+        mcp_route = mcp_route.layer(axum::middleware::from_fn_with_state(
+            auth::Auth::new(auth),
+            auth::require_bearer,
+        ));
+    }
+    let mcp_route = mcp_route.layer(axum::middleware::from_fn_with_state(
+        edge.clone(),
+        edge::edge,
+    ));
+    let app = Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route(
+            "/.well-known/oauth-protected-resource",
+            get(resource_metadata),
+        )
+        .route(
+            &format!("/.well-known/oauth-protected-resource{}", settings.path),
+            get(resource_metadata),
+        )
+        .with_state(ops)
+        .merge(mcp_route);
+
+    let listener = tokio::net::TcpListener::bind(settings.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", settings.listen))?;
+    let local_addr = listener.local_addr().map_err(|e| e.to_string())?;
+    tracing::info!(%local_addr, path = %settings.path, "serving MCP over Streamable HTTP");
+    let graceful = async move {
+        shutdown.await;
+        tracing::info!("shutting down: refusing new requests, finishing in-flight ones");
+        edge.drain().await;
+        streams.cancel();
+    };
+    let task = tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(graceful)
+        .await
+    });
+    Ok(HttpServer { local_addr, task })
+}
+
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+async fn readyz(State(ops): State<Arc<Ops>>) -> Response {
+    let mounts = ops.state.ready().await;
+    let all = mounts.iter().all(|(_, ok)| *ok);
+    let mut body = String::new();
+    for (label, ok) in &mounts {
+        let _ = writeln!(body, "{} {label}", if *ok { "ready" } else { "NOT READY" });
+    }
+    let status = if all {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, body).into_response()
+}
+
+async fn metrics(State(ops): State<Arc<Ops>>) -> Response {
+    let mut out = String::new();
+    ops.state.metrics().render(&mut out);
+    let stats = ops.state.registry().stats();
+    let sessions = ops.edge.sessions.sessions.read().await.len();
+    let gauges = [
+        (
+            "mcp_sessions",
+            "Open legacy (2025-11-25 and earlier) HTTP sessions.",
+            sessions,
+        ),
+        (
+            "mcp_subscribers",
+            "Live subscribers: legacy sessions and listen streams.",
+            stats.subscribers,
+        ),
+        (
+            "mcp_watched_resources",
+            "Resources with a change watch.",
+            stats.watched_uris,
+        ),
+        (
+            "mcp_list_listeners",
+            "Subscribers listening for list changes.",
+            stats.list_listeners,
+        ),
+        (
+            "mcp_list_watch_active",
+            "Whether the mounts' list watches are running (0 or 1).",
+            usize::from(stats.list_watch_active),
+        ),
+        (
+            "mcp_http_inflight_requests",
+            "HTTP requests being answered (streams excluded).",
+            ops.edge.inflight(),
+        ),
+        (
+            "mcp_sse_events_buffered",
+            "SSE events held for Last-Event-ID resumption.",
+            ops.events.len(),
+        ),
+    ];
+    for (name, help, v) in gauges {
+        let _ = write!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}\n"
+        );
+    }
+    out.push_str("# HELP mcp_http_responses_total HTTP responses of the MCP endpoint by status class.\n# TYPE mcp_http_responses_total counter\n");
+    for (i, class) in ["2xx", "3xx", "4xx", "5xx"].iter().enumerate() {
+        let n = ops.edge.by_status[i].load(Ordering::Relaxed);
+        let _ = writeln!(out, "mcp_http_responses_total{{class=\"{class}\"}} {n}");
+    }
+    (
+        [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        out,
+    )
+        .into_response()
+}
+
+async fn resource_metadata(State(ops): State<Arc<Ops>>) -> Response {
+    match &ops.metadata {
+        Some(m) => axum::Json(m.clone()).into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            "no authorization is configured for this server\n",
+        )
+            .into_response(),
+    }
+}
