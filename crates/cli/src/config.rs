@@ -44,7 +44,7 @@ pub struct HttpConfig {
     /// `allowed_hosts`.
     pub allowed_hosts: Option<Vec<String>>,
     /// `allowed_origins`.
-    pub allowed_origins: Vec<String>,
+    pub allowed_origins: Option<Vec<String>>,
     /// `public_url`: this endpoint's externally visible URL (for OAuth metadata).
     pub public_url: Option<String>,
     /// Resolved bearer tokens with their scopes (`None` = every mount).
@@ -60,6 +60,8 @@ pub struct HttpConfig {
 pub enum MountConfig {
     /// `kind = "files"`.
     Files(FilesConfig),
+    /// `kind = "conformance"`: the official conformance suite's fixtures (tests only).
+    Conformance,
 }
 
 impl MountConfig {
@@ -67,6 +69,7 @@ impl MountConfig {
     pub fn kind(&self) -> &'static str {
         match self {
             MountConfig::Files(_) => "files",
+            MountConfig::Conformance => "conformance",
         }
     }
 }
@@ -369,6 +372,17 @@ pub fn parse(
             .transpose()?;
         let source = match kind {
             "files" => MountConfig::Files(files_mount(&cx, &base, m)?),
+            "conformance" => {
+                // The fixtures provider takes no settings; anything else is a mistake.
+                if m.root.is_some() || m.deny.is_some() || !m.template.is_empty() {
+                    return cx.err(
+                        m.kind.span(),
+                        "mount.kind",
+                        "a conformance mount takes no settings besides `scope`",
+                    );
+                }
+                MountConfig::Conformance
+            }
             "sqlite" | "postgres" | "mysql" | "git" | "api" | "web" | "s3" => {
                 return cx.err(
                     m.kind.span(),
@@ -420,16 +434,20 @@ fn http_config(cx: &Ctx<'_>, h: RawHttp) -> Result<HttpConfig, ConfigError> {
                 .collect::<Result<_, _>>()?,
         );
     }
-    for v in h.allowed_origins.iter().flatten() {
-        let o = cx.expand(v, "http.allowed_origins")?;
-        if !o.contains("://") && o != "null" {
-            return cx.err(
-                v.span(),
-                "http.allowed_origins",
-                format!("{o:?} needs a scheme, like https://app.example.com"),
-            );
+    if let Some(list) = &h.allowed_origins {
+        let mut origins = Vec::new();
+        for v in list {
+            let o = cx.expand(v, "http.allowed_origins")?;
+            if !o.contains("://") && o != "null" {
+                return cx.err(
+                    v.span(),
+                    "http.allowed_origins",
+                    format!("{o:?} needs a scheme, like https://app.example.com"),
+                );
+            }
+            origins.push(o);
         }
-        out.allowed_origins.push(o);
+        out.allowed_origins = Some(origins);
     }
     if let Some(v) = &h.public_url {
         out.public_url = Some(cx.expand(v, "http.public_url")?);
@@ -644,7 +662,9 @@ mod tests {
         let c = parse_str("[server]\npage_size = 7\nmax_read_bytes = \"1MiB\"\n[[mount]]\nkind = \"files\"\nroot = \"${DOCS}\"\ndeny = [\"*.sqlite\"]\n").unwrap();
         assert_eq!(c.server.page_size, 7);
         assert_eq!(c.server.max_read_bytes, 1 << 20);
-        let MountConfig::Files(f) = &c.mounts[0].source;
+        let MountConfig::Files(f) = &c.mounts[0].source else {
+            panic!("expected a files mount");
+        };
         assert_eq!(f.root, PathBuf::from("/tmp"));
         assert_eq!(f.deny, vec!["*.sqlite".to_owned()]);
     }

@@ -114,11 +114,19 @@ fn load_config(paths: Vec<PathBuf>, config: Option<PathBuf>) -> anyhow::Result<C
     Ok(cfg)
 }
 
-fn build_providers(cfg: &Config) -> anyhow::Result<Vec<(Arc<dyn Provider>, Option<String>)>> {
-    let mut providers: Vec<(Arc<dyn Provider>, Option<String>)> = Vec::new();
+/// A built provider with the scope its mount requires.
+type ScopedProvider = (Arc<dyn Provider>, Option<String>);
+
+fn build_providers(cfg: &Config) -> anyhow::Result<Vec<ScopedProvider>> {
+    let mut providers: Vec<ScopedProvider> = Vec::new();
     let mut prefixes = std::collections::HashMap::new();
     for m in &cfg.mounts {
         let p: Arc<dyn Provider> = match &m.source {
+            MountConfig::Conformance => {
+                Arc::new(mcpr_provider_conformance::ConformanceProvider::new(
+                    std::time::Duration::from_millis(500),
+                ))
+            }
             MountConfig::Files(fc) => {
                 Arc::new(FilesProvider::new(fc.clone()).map_err(|e| anyhow::anyhow!("{e}"))?)
             }
@@ -194,7 +202,9 @@ fn http_settings(
         if let Some(hosts) = &h.allowed_hosts {
             s.allowed_hosts = hosts.clone();
         }
-        s.allowed_origins = h.allowed_origins.clone();
+        if let Some(origins) = &h.allowed_origins {
+            s.allowed_origins = origins.clone();
+        }
         s.limits = h.limits.clone();
         if let Some(j) = h.json_response {
             s.json_response = j;

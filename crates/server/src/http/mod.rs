@@ -26,6 +26,16 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{McpHandler, ServerState};
 
+/// Browser origins accepted by default: pages on this machine, any port.
+pub const LOCAL_ORIGINS: &[&str] = &[
+    "http://localhost:*",
+    "https://localhost:*",
+    "http://127.0.0.1:*",
+    "https://127.0.0.1:*",
+    "http://[::1]:*",
+    "https://[::1]:*",
+];
+
 /// Settings of the HTTP transport, from `[http]` and the command line.
 #[derive(Debug, Clone)]
 pub struct HttpSettings {
@@ -35,7 +45,8 @@ pub struct HttpSettings {
     pub path: String,
     /// Accepted `Host` values (names or `host:port`); empty accepts any (not recommended).
     pub allowed_hosts: Vec<String>,
-    /// Accepted `Origin` values (with scheme); requests carrying another Origin get 403.
+    /// Accepted `Origin` values (with scheme; `:*` for any port); a request carrying another
+    /// Origin gets 403. Empty refuses every request that carries an Origin.
     pub allowed_origins: Vec<String>,
     /// Authentication; `None` means none.
     pub auth: Option<AuthSettings>,
@@ -55,7 +66,8 @@ impl HttpSettings {
             listen,
             path: "/mcp".into(),
             allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "::1".into()],
-            allowed_origins: Vec::new(),
+            // Pages served from this machine may talk to a local server; nothing else may.
+            allowed_origins: LOCAL_ORIGINS.iter().map(|s| (*s).to_owned()).collect(),
             auth: None,
             insecure_no_auth: false,
             json_response: true,
