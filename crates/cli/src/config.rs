@@ -49,6 +49,8 @@ pub struct HttpConfig {
     pub public_url: Option<String>,
     /// Resolved bearer tokens with their scopes (`None` = every mount).
     pub tokens: Vec<(String, Option<Vec<String>>)>,
+    /// OAuth 2.1 resource-server mode.
+    pub jwt: Option<mcpr_server::http::JwtSettings>,
     /// `json_response`.
     pub json_response: Option<bool>,
     /// Limits.
@@ -108,6 +110,12 @@ struct RawHttp {
 struct RawAuth {
     #[serde(default)]
     bearer_tokens: Vec<Spanned<String>>,
+    issuer: Option<Spanned<String>>,
+    jwks_url: Option<Spanned<String>>,
+    audience: Option<Spanned<String>>,
+    leeway_s: Option<Spanned<IntOrString>>,
+    #[serde(default)]
+    required_scopes: Vec<String>,
     #[serde(default)]
     scoped_token: Vec<RawScopedToken>,
 }
@@ -485,6 +493,44 @@ fn http_config(cx: &Ctx<'_>, h: RawHttp) -> Result<HttpConfig, ConfigError> {
         for t in &auth.bearer_tokens {
             for tok in token_source(cx, t, "http.auth.bearer_tokens")? {
                 out.tokens.push((tok, None));
+            }
+        }
+        match (&auth.issuer, &auth.jwks_url, &auth.audience) {
+            (None, None, None) => {}
+            (Some(iss), Some(jwks), Some(aud)) => {
+                let leeway = match &auth.leeway_s {
+                    Some(v) => cx.int(v, "http.auth.leeway_s", 0, 600)?,
+                    None => 30,
+                };
+                let jwks_url = cx.expand(jwks, "http.auth.jwks_url")?;
+                if !jwks_url.starts_with("https://") && !jwks_url.starts_with("http://") {
+                    return cx.err(
+                        jwks.span(),
+                        "http.auth.jwks_url",
+                        format!("{jwks_url:?} is not an http(s) URL"),
+                    );
+                }
+                out.jwt = Some(mcpr_server::http::JwtSettings {
+                    issuer: cx.expand(iss, "http.auth.issuer")?,
+                    jwks_url,
+                    audience: cx.expand(aud, "http.auth.audience")?,
+                    leeway: Duration::from_secs(leeway),
+                    required_scopes: auth.required_scopes.clone(),
+                });
+            }
+            _ => {
+                let span = auth
+                    .issuer
+                    .as_ref()
+                    .or(auth.jwks_url.as_ref())
+                    .or(auth.audience.as_ref())
+                    .map(|v| v.span())
+                    .unwrap_or(0..0);
+                return cx.err(
+                    span,
+                    "http.auth",
+                    "OAuth mode needs all three of `issuer`, `jwks_url` and `audience`",
+                );
             }
         }
         for st in &auth.scoped_token {

@@ -209,8 +209,12 @@ fn http_settings(
         if let Some(j) = h.json_response {
             s.json_response = j;
         }
-        if !h.tokens.is_empty() {
-            let resource = h.public_url.clone();
+        if !h.tokens.is_empty() || h.jwt.is_some() {
+            // The resource's canonical URI: `public_url`, else the OAuth audience.
+            let resource = h
+                .public_url
+                .clone()
+                .or_else(|| h.jwt.as_ref().map(|j| j.audience.clone()));
             let metadata_url = resource.as_ref().and_then(|r| {
                 let (scheme, rest) = r.split_once("://")?;
                 let (host, path) = rest.split_once('/').map_or((rest, ""), |(h, p)| (h, p));
@@ -231,6 +235,7 @@ fn http_settings(
                     .collect(),
                 resource_metadata_url: metadata_url,
                 resource,
+                jwt: h.jwt.clone(),
             });
         }
     }

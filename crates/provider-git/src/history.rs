@@ -112,7 +112,10 @@ pub(crate) fn last_changed(
     // (index into paths, entry id at the commit being looked at)
     let mut open: Vec<(usize, ObjectId)> = Vec::new();
     {
-        let cache = inner.last_modified.lock().unwrap_or_else(|e| e.into_inner());
+        let cache = inner
+            .last_modified
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         for (i, p) in paths.iter().enumerate() {
             if let Some(hit) = cache.get(&(commit, p.clone())) {
                 out[i] = *hit;
@@ -150,7 +153,10 @@ pub(crate) fn last_changed(
         }
         (cur_tree, cur_date, parent) = (ptree, pdate, pparent);
     }
-    let mut cache = inner.last_modified.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cache = inner
+        .last_modified
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     if cache.len() + computed.len() > LAST_MODIFIED_CACHE {
         cache.clear();
     }

@@ -4,9 +4,16 @@
 //! bytes, commits and path histories read as JSON, and ref moves notify subscribers only
 //! when what they subscribed to changed. See `docs.md` for the capability checklist.
 
+mod complete;
 mod config;
 mod error;
+mod history;
+mod list;
+mod provider;
+mod read;
 mod repo;
 mod uri;
+mod watch;
 
 pub use config::{GitConfig, RefWatchMode};
+pub use provider::GitProvider;

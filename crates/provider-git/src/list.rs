@@ -106,7 +106,9 @@ pub(crate) fn list_page(
 
     if items.len() <= limit {
         let want = limit + 1 - items.len();
-        let rev = inner.repo.default_rev(&h, inner.config.default_ref.as_deref());
+        let rev = inner
+            .repo
+            .default_rev(&h, inner.config.default_ref.as_deref());
         if let Some(commit) = inner.repo.resolve_rev(&h, &rev)? {
             let (root, _, _) = inner.repo.commit_links(&h, commit)?;
             let found = walk(inner, &h, root, tree_after.as_ref(), want)?;
@@ -205,9 +207,9 @@ pub(crate) fn walk(
         for (depth, comp) in comps.iter().enumerate() {
             let is_last = depth + 1 == comps.len();
             let level = stack.last_mut().expect("never empty here");
-            let pos = level
-                .tree
-                .partition_point(|e| git_order(&e.name, e.kind == Kind::Tree, comp, !is_last).is_le());
+            let pos = level.tree.partition_point(|e| {
+                git_order(&e.name, e.kind == Kind::Tree, comp, !is_last).is_le()
+            });
             level.next = pos;
             if is_last {
                 break;

@@ -60,17 +60,32 @@ pub struct AuthSettings {
     pub resource_metadata_url: Option<String>,
     /// The resource identifier (this server's MCP URL) for the protected-resource metadata.
     pub resource: Option<String>,
+    /// OAuth 2.1 resource-server mode: JWT access tokens from an authorization server.
+    pub jwt: Option<super::jwt::JwtSettings>,
+}
+
+impl AuthSettings {
+    /// Whether any way to authenticate is configured.
+    pub fn is_enabled(&self) -> bool {
+        !self.tokens.is_empty() || self.jwt.is_some()
+    }
 }
 
 /// State of the auth middleware.
 pub struct Auth {
     pub(crate) settings: AuthSettings,
+    jwt: Option<super::jwt::JwtValidator>,
 }
 
 impl Auth {
     /// The middleware state for `settings`.
-    pub fn new(settings: AuthSettings) -> Arc<Self> {
-        Arc::new(Self { settings })
+    pub fn new(settings: AuthSettings) -> Result<Arc<Self>, String> {
+        let jwt = settings
+            .jwt
+            .clone()
+            .map(super::jwt::JwtValidator::new)
+            .transpose()?;
+        Ok(Arc::new(Self { settings, jwt }))
     }
 
     fn check(&self, presented: &str) -> Option<Grant> {
@@ -88,6 +103,16 @@ impl Auth {
     }
 
     fn challenge(&self, error: Option<&str>, description: &str) -> Response {
+        self.challenge_with(StatusCode::UNAUTHORIZED, error, description, None)
+    }
+
+    fn challenge_with(
+        &self,
+        status: StatusCode,
+        error: Option<&str>,
+        description: &str,
+        scope: Option<&str>,
+    ) -> Response {
         let mut value = String::from("Bearer");
         let mut params = Vec::new();
         if let Some(url) = &self.settings.resource_metadata_url {
@@ -95,7 +120,14 @@ impl Auth {
         }
         if let Some(e) = error {
             params.push(format!("error=\"{e}\""));
-            params.push(format!("error_description=\"{description}\""));
+            // Quotes would end the parameter early; the description is for humans anyway.
+            params.push(format!(
+                "error_description=\"{}\"",
+                description.replace('"', "'")
+            ));
+        }
+        if let Some(s) = scope {
+            params.push(format!("scope=\"{s}\""));
         }
         if !params.is_empty() {
             value.push(' ');
@@ -106,7 +138,7 @@ impl Auth {
             "id": null,
             "error": {"code": -32001, "message": format!("unauthorized: {description}")}
         });
-        let mut resp = (StatusCode::UNAUTHORIZED, axum::Json(body)).into_response();
+        let mut resp = (status, axum::Json(body)).into_response();
         if let Ok(v) = HeaderValue::from_str(&value) {
             resp.headers_mut().insert(header::WWW_AUTHENTICATE, v);
         }
@@ -136,13 +168,35 @@ pub async fn require_bearer(
             "the Authorization header must use the Bearer scheme",
         );
     };
-    match auth.check(token.trim()) {
-        Some(grant) => {
-            req.extensions_mut().insert(grant);
-            next.run(req).await
-        }
-        None => auth.challenge(Some("invalid_token"), "the token is not valid"),
-    }
+    let token = token.trim();
+    let grant = match (auth.check(token), &auth.jwt) {
+        (Some(grant), _) => grant,
+        (None, Some(jwt)) => match jwt.validate(token).await {
+            Ok(grant) => grant,
+            Err(super::jwt::JwtError::Invalid(why)) => {
+                return auth.challenge(Some("invalid_token"), &why);
+            }
+            Err(super::jwt::JwtError::InsufficientScope(scopes)) => {
+                return auth.challenge_with(
+                    StatusCode::FORBIDDEN,
+                    Some("insufficient_scope"),
+                    &format!("the token lacks the scope(s) {scopes}"),
+                    Some(&scopes),
+                );
+            }
+            Err(super::jwt::JwtError::KeysUnavailable(why)) => {
+                tracing::warn!(%why, "cannot validate tokens: the authorization server's keys are unavailable");
+                return super::edge::refuse(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    -32603,
+                    "cannot validate the token right now: the authorization server's keys are unavailable".into(),
+                );
+            }
+        },
+        (None, None) => return auth.challenge(Some("invalid_token"), "the token is not valid"),
+    };
+    req.extensions_mut().insert(grant);
+    next.run(req).await
 }
 
 #[cfg(test)]

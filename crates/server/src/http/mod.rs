@@ -5,11 +5,14 @@
 mod auth;
 mod edge;
 mod events;
+mod jwt;
 
 pub use auth::{AuthSettings, Grant, StaticToken};
 pub use edge::HttpLimits;
 pub use events::BoundedEventStore;
+pub use jwt::JwtSettings;
 
+use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -77,7 +80,7 @@ impl HttpSettings {
 
     /// Refuse configurations that would expose data to the network without authentication.
     pub fn check(&self) -> Result<(), String> {
-        let open = self.auth.as_ref().is_none_or(|a| a.tokens.is_empty());
+        let open = self.auth.as_ref().is_none_or(|a| !a.is_enabled());
         if open && !self.listen.ip().is_loopback() {
             if self.insecure_no_auth {
                 tracing::warn!(listen = %self.listen,
@@ -162,14 +165,24 @@ pub async fn serve(
     );
 
     let edge = edge::Edge::new(limits.clone(), manager);
-    let metadata = settings.auth.as_ref().and_then(|a| {
-        a.resource.as_ref().map(|r| {
-            serde_json::json!({
-                "resource": r,
-                "bearer_methods_supported": ["header"],
-                "resource_name": state.settings.name,
-            })
-        })
+    // RFC 9728 protected-resource metadata: where clients find the authorization server.
+    let metadata = settings.auth.as_ref().filter(|a| a.is_enabled()).map(|a| {
+        let scopes: BTreeSet<&str> = state
+            .router()
+            .mounts()
+            .iter()
+            .filter_map(|m| m.scope.as_deref())
+            .collect();
+        let mut m = serde_json::json!({
+            "resource": a.resource.clone().or_else(|| a.jwt.as_ref().map(|j| j.audience.clone())),
+            "bearer_methods_supported": ["header"],
+            "resource_name": state.settings.name,
+            "scopes_supported": scopes,
+        });
+        if let Some(j) = &a.jwt {
+            m["authorization_servers"] = serde_json::json!([j.issuer]);
+        }
+        m
     });
     let ops = Arc::new(Ops {
         state: state.clone(),
@@ -179,9 +192,10 @@ pub async fn serve(
     });
 
     let mut mcp_route = Router::new().route_service(&settings.path, mcp);
-    if let Some(auth) = settings.auth.clone().filter(|a| !a.tokens.is_empty()) {
+    if let Some(auth) = settings.auth.clone().filter(|a| a.is_enabled()) {
+        let auth = auth::Auth::new(auth)?;
         mcp_route = mcp_route.layer(axum::middleware::from_fn_with_state(
-            auth::Auth::new(auth),
+            auth,
             auth::require_bearer,
         ));
     }

@@ -1,0 +1,243 @@
+//! [`GitProvider`]: one repository, implementing the core `Provider` trait.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use gix::ObjectId;
+use mcpr_core::{
+    Capabilities, ChangeSink, Completion, CompletionRequest, Contents, Error, Page, PageRequest,
+    Provider, ProviderInfo, ReadLimits, ResourceMeta, ResourceUri, Result, TemplateMeta,
+    UriTemplate, WatchGuard,
+};
+
+use crate::config::{GitConfig, RefWatchMode};
+use crate::repo::Repo;
+use crate::uri::{Bases, TreePath};
+use crate::watch::Watcher;
+
+/// State shared by the provider's operations and its watch thread.
+pub(crate) struct Inner {
+    pub(crate) repo: Repo,
+    pub(crate) bases: Bases,
+    pub(crate) config: GitConfig,
+    /// (commit, path) → committer date of the commit that last changed the path.
+    pub(crate) last_modified: Mutex<HashMap<(ObjectId, TreePath), Option<i64>>>,
+}
+
+/// The `git://` provider for one repository.
+pub struct GitProvider {
+    inner: Arc<Inner>,
+    info: ProviderInfo,
+    templates: Vec<TemplateMeta>,
+    /// The variables of each template, in the same order.
+    variables: Vec<Vec<String>>,
+    watcher: Watcher,
+}
+
+impl GitProvider {
+    /// Open the repository and validate the config. Fails when the path is not a git
+    /// repository gix can read, a setting is out of range, or `default_ref` names no commit.
+    pub fn new(config: GitConfig) -> Result<Self> {
+        config.validate()?;
+        let repo = Repo::open(&config.repo)?;
+        if let Some(r) = &config.default_ref {
+            let h = repo.handle();
+            if repo.resolve_rev(&h, r)?.is_none() {
+                return Err(Error::invalid_params(format!(
+                    "git default_ref {r:?} names no commit in {}",
+                    config.repo.display()
+                )));
+            }
+        }
+        let bases = Bases::new(config.default, config.name.as_deref());
+        let label = match &config.name {
+            Some(n) => format!("{n} ({})", config.repo.display()),
+            None => config.repo.display().to_string(),
+        };
+        let templates = templates(&bases, &label);
+        let variables = templates
+            .iter()
+            .map(|t| {
+                UriTemplate::parse(&t.uri_template)
+                    .map(|p| p.variables().into_iter().map(str::to_owned).collect())
+                    .map_err(|e| Error::internal(format!("built-in template does not parse: {e}")))
+            })
+            .collect::<Result<Vec<Vec<String>>>>()?;
+        let watches = config.watch != RefWatchMode::Off;
+        let info = ProviderInfo {
+            kind: "git",
+            label,
+            uri_prefixes: bases.router_prefixes(),
+            capabilities: Capabilities {
+                watch: watches,
+                list_changed: watches,
+                ..Capabilities::ALL
+            },
+            cache: config.cache,
+        };
+        let inner = Arc::new(Inner {
+            repo,
+            bases,
+            config,
+            last_modified: Mutex::default(),
+        });
+        let watcher = Watcher::new(inner.clone());
+        Ok(Self {
+            inner,
+            info,
+            templates,
+            variables,
+            watcher,
+        })
+    }
+
+    /// The repository's git directory.
+    pub fn git_dir(&self) -> &std::path::Path {
+        &self.inner.repo.git_dir
+    }
+
+    /// Run `f` on the blocking pool: every gix call is blocking I/O.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        what: &'static str,
+        f: impl FnOnce(&Inner) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || f(&inner))
+            .await
+            .map_err(|e| Error::internal(format!("git {what} task failed: {e}")))?
+    }
+}
+
+/// The templates of a mount, for each URI base it answers to.
+fn templates(bases: &Bases, label: &str) -> Vec<TemplateMeta> {
+    let mut out = Vec::new();
+    for base in bases.all() {
+        let suffix = if base == "git://" {
+            String::new()
+        } else {
+            format!(
+                ":{}",
+                base.trim_start_matches("git://@").trim_end_matches('/')
+            )
+        };
+        out.push(TemplateMeta {
+            uri_template: format!("{base}{{ref}}/{{+path}}"),
+            name: format!("git-file{suffix}"),
+            title: Some(format!("A file or directory of {label} at a ref")),
+            description: Some(
+                "`ref` is a branch, tag, full ref name, HEAD or commit id (a `/` in it is sent as %2F); `path` is a path in its tree. Files read as text or bytes; directories as a JSON list of entries; symlinks as their target (never followed); submodules as JSON.".into(),
+            ),
+            mime_type: None,
+        });
+        out.push(TemplateMeta {
+            uri_template: format!("{base}{{ref}}"),
+            name: format!("git-commit{suffix}"),
+            title: Some(format!("The commit a ref of {label} points at")),
+            description: Some(
+                "JSON: id, message, author, committer, dates and parents of the commit `ref` resolves to.".into(),
+            ),
+            mime_type: Some("application/json".into()),
+        });
+        out.push(TemplateMeta {
+            uri_template: format!("{base}{{ref}}/{{+path}}{{?history,after,limit}}"),
+            name: format!("git-history{suffix}"),
+            title: Some(format!("History of a path in {label}")),
+            description: Some(
+                "With `history`: the first-parent commits that changed `path` (empty path: the whole tree), newest first, `limit` (1-100, default 20) per page; `after` (a commit id from the previous page's `next`) continues. Without `history`, `after` continues a directory listing after an entry name.".into(),
+            ),
+            mime_type: Some("application/json".into()),
+        });
+    }
+    out
+}
+
+#[async_trait]
+impl Provider for GitProvider {
+    fn info(&self) -> &ProviderInfo {
+        &self.info
+    }
+
+    async fn ready(&self) -> bool {
+        self.blocking("ready", |inner| {
+            let h = inner.repo.handle();
+            Ok(h.references().is_ok())
+        })
+        .await
+        .unwrap_or(false)
+    }
+
+    async fn list(&self, page: PageRequest) -> Result<Page<ResourceMeta>> {
+        self.blocking("listing", move |inner| {
+            crate::list::list_page(inner, page.after.as_deref(), page.limit.max(1))
+        })
+        .await
+    }
+
+    async fn read(&self, uri: &ResourceUri, limits: &ReadLimits) -> Result<Vec<Contents>> {
+        let target = crate::uri::parse(&self.inner.bases, uri)?;
+        let uri = uri.clone();
+        let limits = *limits;
+        self.blocking("read", move |inner| {
+            crate::read::read(inner, &uri, &target, &limits)
+        })
+        .await
+    }
+
+    fn templates(&self) -> &[TemplateMeta] {
+        &self.templates
+    }
+
+    async fn complete(&self, req: CompletionRequest) -> Result<Completion> {
+        let Some(idx) = self
+            .templates
+            .iter()
+            .position(|t| t.uri_template == req.template)
+        else {
+            return Err(Error::invalid_params(format!(
+                "unknown template {:?}",
+                req.template
+            )));
+        };
+        let variables = self.variables[idx].clone();
+        self.blocking("completion", move |inner| {
+            crate::complete::complete(inner, &variables, &req)
+        })
+        .await
+    }
+
+    async fn watch(&self, uri: &ResourceUri, sink: ChangeSink) -> Result<WatchGuard> {
+        if self.inner.config.watch == RefWatchMode::Off {
+            return Err(Error::unsupported(
+                "change notifications are off for this git mount",
+            ));
+        }
+        let target = crate::uri::parse(&self.inner.bases, uri)?;
+        let watcher = self.watcher.clone();
+        let uri = uri.as_str().to_owned();
+        tokio::task::spawn_blocking(move || watcher.watch(&uri, target, sink))
+            .await
+            .map_err(|e| Error::internal(format!("git watch task failed: {e}")))?
+    }
+
+    fn change_token(&self, uri: &ResourceUri) -> Option<String> {
+        let target = crate::uri::parse(&self.inner.bases, uri).ok()?;
+        let h = self.inner.repo.handle();
+        crate::watch::fingerprint(&self.inner, &h, &target, None, &mut HashMap::new())
+            .ok()
+            .map(|f| f.token())
+    }
+
+    async fn watch_list(&self, sink: ChangeSink) -> Result<WatchGuard> {
+        if self.inner.config.watch == RefWatchMode::Off {
+            return Err(Error::unsupported(
+                "list change notifications are off for this git mount",
+            ));
+        }
+        let watcher = self.watcher.clone();
+        tokio::task::spawn_blocking(move || watcher.watch_list(sink))
+            .await
+            .map_err(|e| Error::internal(format!("git watch task failed: {e}")))?
+    }
+}

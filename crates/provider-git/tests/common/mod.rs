@@ -1,0 +1,155 @@
+//! Real repositories in temp dirs, built with the git CLI, for the provider's tests.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicI64, Ordering};
+
+/// A repository with a work tree in a temp dir, and a clock for commit dates.
+pub struct TestRepo {
+    pub dir: tempfile::TempDir,
+    clock: AtomicI64,
+}
+
+impl TestRepo {
+    /// `git init -b main` in a fresh temp dir.
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let r = Self {
+            dir,
+            clock: AtomicI64::new(1_700_000_000),
+        };
+        r.git(&["init", "-q", "-b", "main"]);
+        r
+    }
+
+    pub fn path(&self) -> PathBuf {
+        self.dir.path().canonicalize().unwrap()
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let t = self.clock.load(Ordering::SeqCst);
+        let mut c = Command::new("git");
+        c.current_dir(self.dir.path())
+            .args(args)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_AUTHOR_NAME", "Ada Lovelace")
+            .env("GIT_AUTHOR_EMAIL", "ada@example.com")
+            .env("GIT_COMMITTER_NAME", "Charles Babbage")
+            .env("GIT_COMMITTER_EMAIL", "charles@example.com")
+            .env("GIT_AUTHOR_DATE", format!("@{t} +0000"))
+            .env("GIT_COMMITTER_DATE", format!("@{t} +0000"));
+        c
+    }
+
+    /// Run git; panic with its stderr on failure; return stdout.
+    pub fn git(&self, args: &[&str]) -> Vec<u8> {
+        let out = self.command(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    }
+
+    /// Run git with `input` on stdin.
+    pub fn git_stdin(&self, args: &[&str], input: &[u8]) -> Vec<u8> {
+        use std::io::Write;
+        let mut child = self
+            .command(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let input = input.to_vec();
+        let writer = std::thread::spawn(move || stdin.write_all(&input));
+        let out = child.wait_with_output().unwrap();
+        writer.join().unwrap().unwrap();
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    }
+
+    pub fn git_str(&self, args: &[&str]) -> String {
+        String::from_utf8(self.git(args)).unwrap().trim().to_owned()
+    }
+
+    /// Write a file in the work tree (creating directories).
+    pub fn write(&self, rel: &str, bytes: &[u8]) {
+        let p = self.dir.path().join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, bytes).unwrap();
+    }
+
+    /// `git add -A` and commit with `msg`, one clock tick later; returns the commit id.
+    pub fn commit(&self, msg: &str) -> String {
+        self.clock.fetch_add(60, Ordering::SeqCst);
+        self.git(&["add", "-A"]);
+        self.git(&["commit", "-q", "--allow-empty", "-m", msg]);
+        self.git_str(&["rev-parse", "HEAD"])
+    }
+
+    /// The current clock (the date of the last commit).
+    pub fn now(&self) -> i64 {
+        self.clock.load(Ordering::SeqCst)
+    }
+
+    /// Add a gitlink (submodule) at `path` pointing at `commit`, with a .gitmodules entry.
+    pub fn add_submodule(&self, path: &str, commit: &str, url: &str) {
+        let mut gm =
+            std::fs::read_to_string(self.dir.path().join(".gitmodules")).unwrap_or_default();
+        gm.push_str(&format!(
+            "[submodule \"{path}\"]\n\tpath = {path}\n\turl = {url}\n"
+        ));
+        self.write(".gitmodules", gm.as_bytes());
+        // An empty directory stands for the submodule not checked out; without it the next
+        // `git add -A` would stage the gitlink's deletion.
+        std::fs::create_dir_all(self.dir.path().join(path)).unwrap();
+        self.git(&[
+            "update-index",
+            "--add",
+            "--cacheinfo",
+            &format!("160000,{commit},{path}"),
+        ]);
+    }
+}
+
+/// RFC 3339 UTC for epoch seconds, as the provider writes dates.
+pub fn rfc3339(secs: i64) -> String {
+    humantime_like(secs)
+}
+
+fn humantime_like(secs: i64) -> String {
+    // Civil-from-days (Howard Hinnant), to avoid a dependency just for the tests.
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Whether `p` exists (for packed-refs checks).
+pub fn exists(p: &Path) -> bool {
+    p.exists()
+}

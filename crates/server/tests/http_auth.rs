@@ -1,0 +1,299 @@
+//! The HTTP edge end to end: a real loopback HTTP server, a real JWKS endpoint, tokens signed
+//! with real RSA and EC keys, and per-mount scopes.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use mcpr_core::Provider;
+use mcpr_provider_files::{FilesConfig, FilesProvider, encode_path_uri};
+use mcpr_server::http::{AuthSettings, HttpSettings, JwtSettings, StaticToken};
+use mcpr_server::{ServerState, Settings};
+use serde_json::{Value, json};
+
+const RSA_N: &str = "osS2TMOznRIYaTDJJBpDvSem6JGZy_cU0YsFCaMRng00G_CNfwRDwepV43ryO2DY__qQJtyEvmAQ2a6b4AUplS-pI4ggJuln-lEKR_vxz1_NuIMq89az1hoAQ6gIq3Y5P9sBn3bi0qjSeP2zd9DCTPPLPehoqF0SvPkR3DAe6PleIBUex_xRu0PbVcy6U6wmtPIfTba6Nk6jGW21gY0qliaooPrqzfQ6ieTDnMvXuhJPq27nR78JpmG9NfXyNwAdRtL2Ovb6F_5ysMgx0zRMGkPCLdipLJY2uKGTckWUl5JYVKpGp-6OWYVJ85VLipw0M4tRWjHH83l2tB5XN-ZmdQ";
+const EC_X: &str = "UhQpON9RgK0h1_c9igsWEpDukCSyMOOoFmeYU6k8d-E";
+const EC_Y: &str = "EirxryuW8m_PR-AHCknvAgGcZTv093-t-Bts_3G_oZU";
+const ISSUER: &str = "https://auth.example.test";
+const AUDIENCE: &str = "https://mcp.example.test/mcp";
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+fn token(alg: Algorithm, kid: &str, key_file: &str, claims: Value) -> String {
+    let pem = std::fs::read(format!(
+        "{}/tests/fixtures/{key_file}",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let key = match alg {
+        Algorithm::RS256 => EncodingKey::from_rsa_pem(&pem).unwrap(),
+        _ => EncodingKey::from_ec_pem(&pem).unwrap(),
+    };
+    let mut header = Header::new(alg);
+    header.kid = Some(kid.into());
+    jsonwebtoken::encode(&header, &claims, &key).unwrap()
+}
+
+fn claims(scope: &str) -> Value {
+    json!({"iss": ISSUER, "aud": AUDIENCE, "exp": now() + 600, "sub": "alice", "scope": scope})
+}
+
+/// A JWKS endpoint on loopback serving the RSA and EC test keys.
+async fn jwks_server() -> String {
+    let jwks = json!({"keys": [
+        {"kty": "RSA", "kid": "rsa1", "alg": "RS256", "use": "sig", "n": RSA_N, "e": "AQAB"},
+        {"kty": "EC", "kid": "ec1", "alg": "ES256", "use": "sig", "crv": "P-256", "x": EC_X, "y": EC_Y},
+    ]});
+    let app = axum::Router::new().route(
+        "/jwks.json",
+        axum::routing::get(move || async move { axum::Json(jwks.clone()) }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}/jwks.json")
+}
+
+struct Fixture {
+    _dirs: Vec<tempfile::TempDir>,
+    docs: String,
+    finance: String,
+    url: String,
+    base: String,
+    http: reqwest::Client,
+}
+
+async fn start() -> Fixture {
+    let jwks_url = jwks_server().await;
+    let docs_dir = tempfile::tempdir().unwrap();
+    let fin_dir = tempfile::tempdir().unwrap();
+    std::fs::write(docs_dir.path().join("guide.md"), "# guide").unwrap();
+    std::fs::write(fin_dir.path().join("ledger.csv"), "a,b").unwrap();
+    let docs: Arc<dyn Provider> =
+        Arc::new(FilesProvider::new(FilesConfig::new(docs_dir.path())).unwrap());
+    let fin: Arc<dyn Provider> =
+        Arc::new(FilesProvider::new(FilesConfig::new(fin_dir.path())).unwrap());
+    let state = ServerState::with_bus(
+        Settings::default(),
+        vec![(docs, Some("docs".into())), (fin, Some("finance".into()))],
+        Arc::new(mcpr_core::LocalBus::default()),
+    );
+    let mut settings = HttpSettings::new("127.0.0.1:0".parse().unwrap());
+    settings.auth = Some(AuthSettings {
+        tokens: vec![StaticToken {
+            token: "static-all".into(),
+            scopes: None,
+        }],
+        resource_metadata_url: Some(
+            "http://127.0.0.1/.well-known/oauth-protected-resource/mcp".into(),
+        ),
+        resource: Some(AUDIENCE.into()),
+        jwt: Some(JwtSettings {
+            issuer: ISSUER.into(),
+            jwks_url,
+            audience: AUDIENCE.into(),
+            leeway: std::time::Duration::from_secs(5),
+            required_scopes: vec!["mcp".into()],
+        }),
+    });
+    let server = mcpr_server::http::serve(state, settings, std::future::pending())
+        .await
+        .unwrap();
+    let base = format!("http://{}", server.local_addr);
+    tokio::spawn(async move {
+        let _ = server.wait().await;
+    });
+    Fixture {
+        docs: encode_path_uri(&docs_dir.path().canonicalize().unwrap().join("guide.md")),
+        finance: encode_path_uri(&fin_dir.path().canonicalize().unwrap().join("ledger.csv")),
+        _dirs: vec![docs_dir, fin_dir],
+        url: format!("{base}/mcp"),
+        base,
+        http: reqwest::Client::new(),
+    }
+}
+
+const META: &str = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}"#;
+
+impl Fixture {
+    /// POST one 2026-07-28 request; the HTTP status, `WWW-Authenticate`, and the JSON body.
+    async fn call(&self, token: Option<&str>, method: &str, params: Value) -> (u16, String, Value) {
+        let mut params = params;
+        params["_meta"] = serde_json::from_str(META).unwrap();
+        let mut req = self
+            .http
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", method);
+        if let Some(uri) = params.get("uri").and_then(Value::as_str) {
+            req = req.header("mcp-name", uri);
+        }
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        let resp = req
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        let www = resp
+            .headers()
+            .get("www-authenticate")
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_default();
+        let body = resp.text().await.unwrap();
+        let json = serde_json::from_str(&body).unwrap_or(Value::Null);
+        (status, www, json)
+    }
+
+    async fn listed(&self, token: &str) -> Vec<String> {
+        let (status, _, body) = self.call(Some(token), "resources/list", json!({})).await;
+        assert_eq!(status, 200, "{body}");
+        body["result"]["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["uri"].as_str().unwrap().to_owned())
+            .collect()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jwt_validation_and_scopes() {
+    let f = start().await;
+    let rs = |c| token(Algorithm::RS256, "rsa1", "test-rsa.pem", c);
+
+    // A valid RS256 token with scope docs sees only the docs mount, privately cacheable.
+    let docs_only = rs(claims("mcp docs"));
+    assert_eq!(f.listed(&docs_only).await, vec![f.docs.clone()]);
+    let (_, _, body) = f.call(Some(&docs_only), "resources/list", json!({})).await;
+    assert_eq!(body["result"]["cacheScope"], "private");
+    let (status, _, body) = f
+        .call(
+            Some(&docs_only),
+            "resources/read",
+            json!({"uri": f.finance}),
+        )
+        .await;
+    assert_eq!(body["error"]["code"], -32602, "{status} {body}");
+    assert_eq!(body["error"]["data"]["uri"], f.finance.as_str());
+    let (_, _, body) = f
+        .call(Some(&docs_only), "resources/templates/list", json!({}))
+        .await;
+    let templates = body["result"]["resourceTemplates"].as_array().unwrap();
+    assert!(templates.iter().all(|t| {
+        !t["uriTemplate"]
+            .as_str()
+            .unwrap()
+            .contains(&f.finance[..f.finance.len() - 11])
+    }));
+
+    // A valid ES256 token with both scopes sees both.
+    let both = token(
+        Algorithm::ES256,
+        "ec1",
+        "test-ec.pem",
+        claims("mcp docs finance"),
+    );
+    assert_eq!(f.listed(&both).await.len(), 2);
+    // A static token without scopes sees everything and stays publicly cacheable.
+    assert_eq!(f.listed("static-all").await.len(), 2);
+
+    // Refusals.
+    let cases = [
+        ("missing", None, 401, ""),
+        (
+            "unknown static",
+            Some("nope".to_owned()),
+            401,
+            "invalid_token",
+        ),
+        (
+            "expired",
+            Some(rs(
+                json!({"iss": ISSUER, "aud": AUDIENCE, "exp": now() - 3600, "scope": "mcp docs"}),
+            )),
+            401,
+            "expired",
+        ),
+        (
+            "wrong audience",
+            Some(rs(
+                json!({"iss": ISSUER, "aud": "https://other.test", "exp": now() + 600, "scope": "mcp"}),
+            )),
+            401,
+            "not meant for",
+        ),
+        (
+            "wrong issuer",
+            Some(rs(
+                json!({"iss": "https://evil.test", "aud": AUDIENCE, "exp": now() + 600, "scope": "mcp"}),
+            )),
+            401,
+            "not issued by",
+        ),
+        (
+            "bad signature",
+            Some(token(
+                Algorithm::RS256,
+                "rsa1",
+                "test-rsa-other.pem",
+                claims("mcp docs"),
+            )),
+            401,
+            "signature",
+        ),
+        (
+            "unknown key",
+            Some(token(
+                Algorithm::RS256,
+                "rsa9",
+                "test-rsa.pem",
+                claims("mcp docs"),
+            )),
+            401,
+            "key id",
+        ),
+        (
+            "no required scope",
+            Some(rs(claims("docs"))),
+            403,
+            "insufficient_scope",
+        ),
+    ];
+    for (what, tok, want, needle) in cases {
+        let (status, www, body) = f.call(tok.as_deref(), "resources/list", json!({})).await;
+        assert_eq!(status, want, "{what}: {www} {body}");
+        assert!(www.starts_with("Bearer "), "{what}: {www}");
+        assert!(www.contains("resource_metadata=\""), "{what}: {www}");
+        assert!(
+            www.contains(needle) || body.to_string().contains(needle),
+            "{what}: {www} {body}"
+        );
+    }
+
+    // RFC 9728 metadata names the resource and the authorization server.
+    let meta: Value = f
+        .http
+        .get(format!(
+            "{}/.well-known/oauth-protected-resource/mcp",
+            f.base
+        ))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(meta["resource"], AUDIENCE);
+    assert_eq!(meta["authorization_servers"], json!([ISSUER]));
+    assert_eq!(meta["scopes_supported"], json!(["docs", "finance"]));
+}
