@@ -64,6 +64,8 @@ pub enum MountConfig {
     Files(FilesConfig),
     /// `kind = "conformance"`: the official conformance suite's fixtures (tests only).
     Conformance,
+    /// `kind = "git"`.
+    Git(mcpr_provider_git::GitConfig),
 }
 
 impl MountConfig {
@@ -72,6 +74,7 @@ impl MountConfig {
         match self {
             MountConfig::Files(_) => "files",
             MountConfig::Conformance => "conformance",
+            MountConfig::Git(_) => "git",
         }
     }
 }
@@ -160,6 +163,14 @@ struct RawMount {
     scope: Option<Spanned<String>>,
     #[serde(default)]
     template: Vec<RawTemplate>,
+    // git
+    repo: Option<Spanned<String>>,
+    name: Option<Spanned<String>>,
+    default: Option<bool>,
+    default_ref: Option<Spanned<String>>,
+    watch: Option<Spanned<String>>,
+    last_modified_depth: Option<Spanned<IntOrString>>,
+    history_scan_limit: Option<Spanned<IntOrString>>,
 }
 
 #[derive(Deserialize)]
@@ -391,12 +402,13 @@ pub fn parse(
                 }
                 MountConfig::Conformance
             }
-            "sqlite" | "postgres" | "mysql" | "git" | "api" | "web" | "s3" => {
+            "git" => MountConfig::Git(git_mount(&cx, &base, m)?),
+            "sqlite" | "postgres" | "mysql" | "api" | "web" | "s3" => {
                 return cx.err(
                     m.kind.span(),
                     "mount.kind",
                     format!(
-                        "mount kind `{kind}` is not available in this version; available: files"
+                        "mount kind `{kind}` is not available in this version; available: files, git"
                     ),
                 );
             }
@@ -404,7 +416,7 @@ pub fn parse(
                 return cx.err(
                     m.kind.span(),
                     "mount.kind",
-                    format!("unknown mount kind `{kind}`; available: files"),
+                    format!("unknown mount kind `{kind}`; available: files, git"),
                 );
             }
         };
@@ -582,6 +594,125 @@ fn token_source(cx: &Ctx<'_>, v: &Spanned<String>, key: &str) -> Result<Vec<Stri
     )
 }
 
+/// Keys that belong to one kind of mount; a key of another kind is a mistake worth naming.
+fn reject_foreign(
+    cx: &Ctx<'_>,
+    kind: &str,
+    present: &[(&str, Option<std::ops::Range<usize>>)],
+) -> Result<(), ConfigError> {
+    for (key, span) in present {
+        if let Some(span) = span {
+            return cx.err(
+                span.clone(),
+                &format!("mount.{key}"),
+                format!("`{key}` is not a setting of {kind} mounts"),
+            );
+        }
+    }
+    Ok(())
+}
+
+fn git_mount(
+    cx: &Ctx<'_>,
+    base: &Path,
+    m: RawMount,
+) -> Result<mcpr_provider_git::GitConfig, ConfigError> {
+    use mcpr_provider_git::{GitConfig, RefWatchMode};
+    reject_foreign(
+        cx,
+        "git",
+        &[
+            ("root", m.root.as_ref().map(|v| v.span())),
+            (
+                "deny",
+                m.deny.as_ref().and_then(|d| d.first()).map(|v| v.span()),
+            ),
+            ("list_changed", m.list_changed.as_ref().map(|v| v.span())),
+        ],
+    )?;
+    let Some(repo) = &m.repo else {
+        return cx.err(
+            m.kind.span(),
+            "mount.repo",
+            "a git mount needs `repo`, the repository to serve",
+        );
+    };
+    let repo_s = cx.expand(repo, "mount.repo")?;
+    let mut path = PathBuf::from(&repo_s);
+    if path.is_relative() {
+        path = base.join(path);
+    }
+    if !path.is_dir() {
+        return cx.err(
+            repo.span(),
+            "mount.repo",
+            format!("{} is not a directory", path.display()),
+        );
+    }
+    let mut g = GitConfig::new(path);
+    if let Some(v) = &m.name {
+        g.name = Some(cx.expand(v, "mount.name")?);
+        // A named mount is reached through git://@{name}/… unless it is marked default.
+        g.default = false;
+    }
+    if let Some(d) = m.default {
+        g.default = d;
+    }
+    if let Some(v) = &m.default_ref {
+        g.default_ref = Some(cx.expand(v, "mount.default_ref")?);
+    }
+    if let Some(v) = &m.debounce_ms {
+        g.debounce = Duration::from_millis(cx.int(v, "mount.debounce_ms", 0, 60_000)?);
+    }
+    if let Some(v) = &m.poll_interval_ms {
+        g.poll_interval =
+            Duration::from_millis(cx.int(v, "mount.poll_interval_ms", 100, 3_600_000)?);
+    }
+    if let Some(v) = &m.watch {
+        g.watch = match cx.expand(v, "mount.watch")?.as_str() {
+            "auto" => RefWatchMode::Auto,
+            "poll" => RefWatchMode::Poll,
+            "off" => RefWatchMode::Off,
+            other => {
+                return cx.err(
+                    v.span(),
+                    "mount.watch",
+                    format!("{other:?} is not one of \"auto\", \"poll\", \"off\""),
+                );
+            }
+        };
+    }
+    if let Some(v) = &m.last_modified_depth {
+        g.last_modified_depth = cx.int(v, "mount.last_modified_depth", 0, 1_000_000)? as usize;
+    }
+    if let Some(v) = &m.history_scan_limit {
+        g.history_scan_limit = cx.int(v, "mount.history_scan_limit", 1, 10_000_000)? as usize;
+    }
+    g.cache = cache_hints(cx, &m)?;
+    Ok(g)
+}
+
+fn cache_hints(cx: &Ctx<'_>, m: &RawMount) -> Result<CacheHints, ConfigError> {
+    let mut cache = CacheHints::default();
+    if let Some(v) = &m.ttl_ms {
+        cache.ttl_ms = cx.int(v, "mount.ttl_ms", 0, i64::from(u32::MAX))?;
+    }
+    if let Some(v) = &m.cache_scope {
+        cache.scope = match cx.expand(v, "mount.cache_scope")?.as_str() {
+            "public" => CacheScope::Public,
+            "private" => CacheScope::Private,
+            other => {
+                return cx.err(
+                    v.span(),
+                    "mount.cache_scope",
+                    format!("{other:?} is not \"public\" or \"private\""),
+                );
+            }
+        };
+    }
+    Ok(cache)
+}
+
 fn files_mount(cx: &Ctx<'_>, base: &Path, m: RawMount) -> Result<FilesConfig, ConfigError> {
     let Some(root) = &m.root else {
         return cx.err(
@@ -648,24 +779,7 @@ fn files_mount(cx: &Ctx<'_>, base: &Path, m: RawMount) -> Result<FilesConfig, Co
             }
         };
     }
-    let mut cache = CacheHints::default();
-    if let Some(v) = &m.ttl_ms {
-        cache.ttl_ms = cx.int(v, "mount.ttl_ms", 0, i64::from(u32::MAX))?;
-    }
-    if let Some(v) = &m.cache_scope {
-        cache.scope = match cx.expand(v, "mount.cache_scope")?.as_str() {
-            "public" => CacheScope::Public,
-            "private" => CacheScope::Private,
-            other => {
-                return cx.err(
-                    v.span(),
-                    "mount.cache_scope",
-                    format!("{other:?} is not \"public\" or \"private\""),
-                );
-            }
-        };
-    }
-    fc.cache = cache;
+    fc.cache = cache_hints(cx, &m)?;
     for t in &m.template {
         let uri_template = cx.expand(&t.uri_template, "mount.template.uri_template")?;
         if let Err(e) = mcpr_core::UriTemplate::parse(&uri_template) {

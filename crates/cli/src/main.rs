@@ -122,6 +122,10 @@ fn build_providers(cfg: &Config) -> anyhow::Result<Vec<ScopedProvider>> {
     let mut prefixes = std::collections::HashMap::new();
     for m in &cfg.mounts {
         let p: Arc<dyn Provider> = match &m.source {
+            MountConfig::Git(gc) => Arc::new(
+                mcpr_provider_git::GitProvider::new(gc.clone())
+                    .map_err(|e| anyhow::anyhow!("{e}"))?,
+            ),
             MountConfig::Conformance => {
                 Arc::new(mcpr_provider_conformance::ConformanceProvider::new(
                     std::time::Duration::from_millis(500),

@@ -1300,3 +1300,121 @@ in_both_eras! {
     fifo_is_skipped_legacy, fifo_is_skipped_modern => fifo();
     tampered_cursors_legacy, tampered_cursors_modern => cursors();
 }
+
+// ---------------------------------------------------------------------------------------------
+// 9. git:// mounts through the binary
+// ---------------------------------------------------------------------------------------------
+
+/// Run git in `repo` with a fixed identity; the test fails loudly if git does.
+fn git(repo: &Path, args: &[&str]) {
+    let status = std::process::Command::new("git")
+        .current_dir(repo)
+        .args([
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@example.com",
+            "-c",
+            "commit.gpgsign=false",
+        ])
+        .args(args)
+        .status()
+        .expect("run git");
+    assert!(status.success(), "git {args:?} failed");
+}
+
+fn git_repo() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let repo = tmp.path().join("repo");
+    std::fs::create_dir_all(repo.join("docs")).expect("mkdir");
+    git(&repo, &["init", "-q", "-b", "main"]);
+    std::fs::write(repo.join("docs/CHANGELOG.md"), "# Changelog\n").expect("write");
+    std::fs::write(repo.join("x"), "x v1\n").expect("write");
+    std::fs::write(repo.join("y"), "y v1\n").expect("write");
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-q", "-m", "init"]);
+    let config = tmp.path().join("git.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[mount]]\nkind = \"git\"\nrepo = {:?}\ndebounce_ms = 20\n",
+            repo.display().to_string()
+        ),
+    )
+    .expect("write config");
+    (tmp, repo, config)
+}
+
+async fn git_end_to_end(era: Era) {
+    let (_tmp, repo, config) = git_repo();
+    let mut server = Server::with_config(era, &config).await;
+    // The form users have already seen works exactly as written.
+    let (mime, _) = server.read_one("git://main/docs/CHANGELOG.md").await;
+    assert_eq!(mime.as_deref(), Some("text/markdown"));
+    assert_eq!(
+        server.read_text("git://main/docs/CHANGELOG.md").await,
+        "# Changelog\n"
+    );
+    server.assert_not_found("git://nope/x").await;
+    server.assert_not_found("git://main/../x").await;
+
+    // A commit that changes x notifies git://main/x; one that does not change x does not.
+    let uri = "git://main/x";
+    match era {
+        Era::Legacy => {
+            call(
+                "subscribe",
+                server.client.subscribe(SubscribeRequestParams::new(uri)),
+            )
+            .await
+            .expect("subscribe");
+            std::fs::write(repo.join("y"), "y v2\n").expect("write");
+            git(&repo, &["commit", "-q", "-am", "only y"]);
+            let seen = collect_for(&mut server.events, QUIET_FOR).await;
+            assert!(
+                !seen.contains(&Event::Updated(uri.into())),
+                "a commit not touching x notified it: {seen:?}"
+            );
+            std::fs::write(repo.join("x"), "x v2\n").expect("write");
+            git(&repo, &["commit", "-q", "-am", "x"]);
+            wait_for(&mut server.events, NOTIFY_WITHIN, |e| {
+                *e == Event::Updated(uri.into())
+            })
+            .await
+            .unwrap_or_else(|seen| {
+                panic!("no update of {uri} within {NOTIFY_WITHIN:?}; saw {seen:?}")
+            });
+        }
+        Era::Modern => {
+            let filter = SubscriptionFilter::builder()
+                .resource_subscription(uri)
+                .build();
+            let mut sub = call("listen", server.client.listen(filter))
+                .await
+                .expect("listen");
+            std::fs::write(repo.join("y"), "y v2\n").expect("write");
+            git(&repo, &["commit", "-q", "-am", "only y"]);
+            let early = next_matching(&mut sub, QUIET_FOR, is_updated(uri)).await;
+            assert!(early.is_err(), "a commit not touching x notified it");
+            std::fs::write(repo.join("x"), "x v2\n").expect("write");
+            git(&repo, &["commit", "-q", "-am", "x"]);
+            next_matching(&mut sub, NOTIFY_WITHIN, is_updated(uri))
+                .await
+                .unwrap_or_else(|seen| {
+                    panic!("no update of {uri} within {NOTIFY_WITHIN:?}; saw {seen:?}")
+                });
+        }
+    }
+    assert_eq!(server.read_text(uri).await, "x v2\n");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn git_mount_legacy() {
+    git_end_to_end(Era::Legacy).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn git_mount_modern() {
+    git_end_to_end(Era::Modern).await;
+}

@@ -225,7 +225,8 @@ mod tests {
                 scopes: None,
             }],
             ..Default::default()
-        });
+        })
+        .unwrap();
         assert!(auth.check("s3cret").is_some());
         assert!(auth.check("s3cre").is_none());
         assert!(auth.check("s3cret!").is_none());
