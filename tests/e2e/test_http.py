@@ -672,7 +672,7 @@ async def test_2026_raw_listen_stream_close_releases(http_serve, base):
     uri = rel_uri(root, "f.txt")
     srv = http_serve.start(str(root))
     async with raw_client() as h:
-        kw = raw_2026("subscriptions/listen", {"filter": {"resourceSubscriptions": [uri]}})
+        kw = raw_2026("subscriptions/listen", {"notifications": {"resourceSubscriptions": [uri]}})
         async with h.stream("POST", srv.url, timeout=STREAM_TIMEOUT, **kw) as resp:
             assert resp.status_code == 200
             assert resp.headers.get("content-type", "").startswith("text/event-stream")

@@ -1362,12 +1362,7 @@ async fn git_end_to_end(era: Era) {
     let uri = "git://main/x";
     match era {
         Era::Legacy => {
-            call(
-                "subscribe",
-                server.client.subscribe(SubscribeRequestParams::new(uri)),
-            )
-            .await
-            .expect("subscribe");
+            legacy_subscribe(&server, uri).await.expect("subscribe");
             std::fs::write(repo.join("y"), "y v2\n").expect("write");
             git(&repo, &["commit", "-q", "-am", "only y"]);
             let seen = collect_for(&mut server.events, QUIET_FOR).await;
