@@ -33,8 +33,10 @@ pub(crate) struct Fingerprint {
 impl Fingerprint {
     /// A short string form, for `change_token`.
     pub(crate) fn token(&self) -> String {
-        let s = |o: &Option<ObjectId>| o.map_or_else(|| "-".to_owned(), |i| i.to_string());
-        format!("{}:{}", s(&self.commit), s(&self.what))
+        // Only what the URI shows counts: a commit that leaves this path's entry alone must
+        // not look like a change of it (the commit is part of `what` where it matters:
+        // commit URIs and whole-ref history).
+        self.what.map_or_else(|| "-".to_owned(), |i| i.to_string())
     }
 }
 
