@@ -35,7 +35,7 @@ pub struct HttpLimits {
     pub session_idle_timeout: Duration,
     /// How long shutdown waits for in-flight requests.
     pub shutdown_grace: Duration,
-    /// SSE events kept for `Last-Event-ID` resumption.
+    /// Events of a session's notification stream kept for `Last-Event-ID` resumption.
     pub event_store_capacity: usize,
 }
 
@@ -49,7 +49,7 @@ impl Default for HttpLimits {
             max_sessions: 1000,
             session_idle_timeout: Duration::from_secs(300),
             shutdown_grace: Duration::from_secs(10),
-            event_store_capacity: 10_000,
+            event_store_capacity: 64,
         }
     }
 }

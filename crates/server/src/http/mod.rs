@@ -4,12 +4,10 @@
 
 mod auth;
 mod edge;
-mod events;
 mod jwt;
 
 pub use auth::{AuthSettings, Grant, StaticToken};
 pub use edge::HttpLimits;
-pub use events::BoundedEventStore;
 pub use jwt::JwtSettings;
 
 use std::collections::BTreeSet;
@@ -124,7 +122,6 @@ impl HttpServer {
 struct Ops {
     state: Arc<ServerState>,
     edge: Arc<edge::Edge>,
-    events: Arc<BoundedEventStore>,
     metadata: Option<serde_json::Value>,
 }
 
@@ -137,9 +134,14 @@ pub async fn serve(
 ) -> Result<HttpServer, String> {
     settings.check()?;
     let limits = settings.limits.clone();
-    let events = Arc::new(BoundedEventStore::new(limits.event_store_capacity));
-    let mut manager = LocalSessionManager::default().with_event_store(events.clone());
+    // No shared event store: rmcp's session keeps the last `event_store_capacity` events of
+    // its notification stream and replays them on `Last-Event-ID`, which is what a client
+    // whose stream dropped needs. A shared store would also make every 2026-07-28 stream
+    // outlive its connection (rmcp then decouples the handler from the socket for
+    // resumption), so closing a `subscriptions/listen` stream would no longer end it.
+    let mut manager = LocalSessionManager::default();
     manager.session_config.keep_alive = Some(limits.session_idle_timeout);
+    manager.session_config.channel_capacity = limits.event_store_capacity.max(1);
     let manager = Arc::new(manager);
     let streams = CancellationToken::new();
     let mut config = StreamableHttpServerConfig::default()
@@ -187,7 +189,6 @@ pub async fn serve(
     let ops = Arc::new(Ops {
         state: state.clone(),
         edge: edge.clone(),
-        events,
         metadata,
     });
 
@@ -294,11 +295,6 @@ async fn metrics(State(ops): State<Arc<Ops>>) -> Response {
             "mcp_http_inflight_requests",
             "HTTP requests being answered (streams excluded).",
             ops.edge.inflight(),
-        ),
-        (
-            "mcp_sse_events_buffered",
-            "SSE events held for Last-Event-ID resumption.",
-            ops.events.len(),
         ),
     ];
     for (name, help, v) in gauges {
