@@ -8,6 +8,7 @@ pub mod capabilities;
 pub mod change;
 pub mod cursor;
 pub mod error;
+pub mod mime;
 pub mod provider;
 pub mod template;
 pub mod uri;

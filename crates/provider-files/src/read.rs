@@ -344,7 +344,7 @@ fn make_contents(
         },
         Err(e) => {
             let bytes = e.into_bytes();
-            let mime = binary_mime(&bytes, ext_mime);
+            let mime = mcpr_core::mime::of_binary(&bytes, ext_mime);
             Contents {
                 uri: uri.to_owned(),
                 mime_type: Some(mime.to_owned()),
@@ -353,14 +353,6 @@ fn make_contents(
             }
         }
     }
-}
-
-/// The type of bytes that are not text: the extension's unless it claims text, else magic.
-fn binary_mime(bytes: &[u8], ext_mime: Option<&'static str>) -> &'static str {
-    ext_mime
-        .filter(|m| !m.starts_with("text/"))
-        .or_else(|| sniff(bytes))
-        .unwrap_or("application/octet-stream")
 }
 
 /// How many leading bytes a listing looks at to type a file without a known extension.
@@ -380,49 +372,13 @@ pub(crate) fn sniff_file(inner: &Inner, rel: &RelPath) -> Option<&'static str> {
     Some(if text {
         "text/plain"
     } else {
-        binary_mime(&head, None)
+        mcpr_core::mime::of_binary(&head, None)
     })
 }
 
 /// MIME type from the file name's extension, when it has a known one.
 pub(crate) fn mime_by_extension(path: &[u8]) -> Option<&'static str> {
-    let name = path.rsplit(|&b| b == b'/').next()?;
-    let dot = name.iter().rposition(|&b| b == b'.')?;
-    let ext = std::str::from_utf8(&name[dot + 1..]).ok()?;
-    match ext.to_ascii_lowercase().as_str() {
-        // mime_guess maps these to types clients do not treat as text.
-        "md" | "markdown" => Some("text/markdown"),
-        "ts" | "mts" | "cts" | "tsx" => Some("text/x-typescript"),
-        "rs" => Some("text/x-rust"),
-        "toml" => Some("application/toml"),
-        "yaml" | "yml" => Some("application/yaml"),
-        _ => mime_guess::from_ext(ext).first_raw(),
-    }
-}
-
-/// MIME type from the first bytes, for binary files without a telling extension.
-fn sniff(b: &[u8]) -> Option<&'static str> {
-    const MAGIC: &[(&[u8], &str)] = &[
-        (b"\x89PNG\r\n\x1a\n", "image/png"),
-        (b"\xff\xd8\xff", "image/jpeg"),
-        (b"GIF87a", "image/gif"),
-        (b"GIF89a", "image/gif"),
-        (b"%PDF-", "application/pdf"),
-        (b"PK\x03\x04", "application/zip"),
-        (b"\x1f\x8b", "application/gzip"),
-        (b"\x7fELF", "application/x-elf"),
-        (b"SQLite format 3\0", "application/vnd.sqlite3"),
-        (b"\x28\xb5\x2f\xfd", "application/zstd"),
-        (b"BZh", "application/x-bzip2"),
-        (b"\xfd7zXZ\0", "application/x-xz"),
-    ];
-    if b.len() >= 12 && &b[..4] == b"RIFF" && &b[8..12] == b"WEBP" {
-        return Some("image/webp");
-    }
-    MAGIC
-        .iter()
-        .find(|(m, _)| b.starts_with(m))
-        .map(|(_, t)| *t)
+    mcpr_core::mime::by_extension(path)
 }
 
 #[cfg(test)]
@@ -438,13 +394,5 @@ mod tests {
         assert_eq!(std::str::from_utf8(&out).unwrap(), "llo w");
         let bin = vec![0xff, 0xfe, 0x00, 0x41];
         assert_eq!(trim_to_utf8(0, bin.clone()), (0, bin));
-    }
-
-    #[test]
-    fn mime_by_extension_and_content() {
-        assert_eq!(mime_by_extension(b"a/b.md"), Some("text/markdown"));
-        assert_eq!(mime_by_extension(b"x.png"), Some("image/png"));
-        assert_eq!(mime_by_extension(b"Makefile"), None);
-        assert_eq!(sniff(b"\x89PNG\r\n\x1a\nxxxx"), Some("image/png"));
     }
 }

@@ -20,35 +20,7 @@ const META_KEY: &str = "io.github.mcp-resources/git";
 
 /// MIME type from the file name's extension, when it has a known one.
 pub(crate) fn mime_by_extension(path: &[u8]) -> Option<&'static str> {
-    let name = path.rsplit(|&b| b == b'/').next()?;
-    let name = std::str::from_utf8(name).ok()?;
-    let (stem, ext) = name.rsplit_once('.')?;
-    if stem.is_empty() {
-        return None;
-    }
-    mime_guess::from_ext(ext).first_raw()
-}
-
-/// MIME type from content, for names without a telling extension.
-fn sniff(bytes: &[u8]) -> &'static str {
-    const MAGIC: &[(&[u8], &str)] = &[
-        (b"\x89PNG\r\n\x1a\n", "image/png"),
-        (b"\xff\xd8\xff", "image/jpeg"),
-        (b"GIF87a", "image/gif"),
-        (b"GIF89a", "image/gif"),
-        (b"%PDF-", "application/pdf"),
-        (b"PK\x03\x04", "application/zip"),
-        (b"\x1f\x8b", "application/gzip"),
-        (b"\x7fELF", "application/x-executable"),
-    ];
-    if let Some((_, m)) = MAGIC.iter().find(|(magic, _)| bytes.starts_with(magic)) {
-        return m;
-    }
-    if std::str::from_utf8(bytes).is_ok() {
-        "text/plain"
-    } else {
-        "application/octet-stream"
-    }
+    mcpr_core::mime::by_extension(path)
 }
 
 fn too_large(uri: &str, size: u64, limit: u64) -> Error {
@@ -158,7 +130,7 @@ fn blob_contents(uri: &str, path: &TreePath, entry: &Entry, bytes: Vec<u8>) -> C
         );
         ("inode/symlink", Some(m))
     } else {
-        let mime = mime_by_extension(path.as_bytes()).unwrap_or_else(|| sniff(&bytes));
+        let mime = mcpr_core::mime::of_contents(path.as_bytes(), &bytes);
         (mime, None)
     };
     let body = match String::from_utf8(bytes) {
