@@ -283,7 +283,21 @@ impl Provider for FilesProvider {
     }
 
     async fn ready(&self) -> bool {
-        self.inner.root.metadata(".").is_ok_and(|m| m.is_dir())
+        // The handle opened at start keeps working after the directory is deleted or
+        // replaced, so compare it with what the root path names now.
+        use cap_std::fs::MetadataExt as _;
+        use std::os::unix::fs::MetadataExt as _;
+        let (Ok(held), Ok(now)) = (
+            self.inner.root.metadata("."),
+            std::fs::metadata(&self.inner.canonical_root),
+        ) else {
+            return false;
+        };
+        held.is_dir()
+            && now.is_dir()
+            && held.ino() == now.ino()
+            && held.dev() == now.dev()
+            && held.nlink() > 0
     }
 
     async fn list(&self, page: PageRequest) -> Result<Page<ResourceMeta>> {

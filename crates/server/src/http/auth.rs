@@ -75,17 +75,27 @@ impl AuthSettings {
 pub struct Auth {
     pub(crate) settings: AuthSettings,
     jwt: Option<super::jwt::JwtValidator>,
+    /// The mounts, to keep a scoped caller's listen filter to what it may see.
+    router: Option<crate::Router>,
 }
 
 impl Auth {
-    /// The middleware state for `settings`.
-    pub fn new(settings: AuthSettings) -> Result<Arc<Self>, String> {
+    /// The middleware state for `settings`; `router` lets it hide mounts a scoped caller may
+    /// not see from its listen filter.
+    pub(crate) fn with_router(
+        settings: AuthSettings,
+        router: Option<crate::Router>,
+    ) -> Result<Arc<Self>, String> {
         let jwt = settings
             .jwt
             .clone()
             .map(super::jwt::JwtValidator::new)
             .transpose()?;
-        Ok(Arc::new(Self { settings, jwt }))
+        Ok(Arc::new(Self {
+            settings,
+            jwt,
+            router,
+        }))
     }
 
     fn check(&self, presented: &str) -> Option<Grant> {
@@ -147,11 +157,7 @@ impl Auth {
 }
 
 /// Require a valid bearer token on every request it wraps.
-pub async fn require_bearer(
-    State(auth): State<Arc<Auth>>,
-    mut req: Request,
-    next: Next,
-) -> Response {
+pub async fn require_bearer(State(auth): State<Arc<Auth>>, req: Request, next: Next) -> Response {
     let Some(value) = req
         .headers()
         .get(header::AUTHORIZATION)
@@ -195,8 +201,54 @@ pub async fn require_bearer(
         },
         (None, None) => return auth.challenge(Some("invalid_token"), "the token is not valid"),
     };
+    let req = match (&auth.router, grant.scopes.is_some()) {
+        (Some(router), true) => drop_hidden_subscriptions(req, router, &grant).await,
+        _ => req,
+    };
+    let mut req = req;
     req.extensions_mut().insert(grant);
     next.run(req).await
+}
+
+/// rmcp acknowledges a `subscriptions/listen` filter before the handler can see who asks,
+/// so for a caller with scopes the URIs of mounts it may not see are taken out of the
+/// request here. They then look exactly like URIs outside every mount: left out of the
+/// acknowledgment, never watched.
+async fn drop_hidden_subscriptions(req: Request, router: &crate::Router, grant: &Grant) -> Request {
+    use http_body_util::BodyExt as _;
+    if req.method() != http::Method::POST {
+        return req;
+    }
+    let (parts, body) = req.into_parts();
+    // The edge middleware has already bounded the body size.
+    let bytes = match body.collect().await {
+        Ok(c) => c.to_bytes(),
+        Err(_) => return Request::from_parts(parts, axum::body::Body::empty()),
+    };
+    let rewritten = serde_json::from_slice::<serde_json::Value>(&bytes)
+        .ok()
+        .and_then(|mut v| {
+            if v.get("method")?.as_str()? != "subscriptions/listen" {
+                return None;
+            }
+            let uris = v
+                .pointer_mut("/params/notifications/resourceSubscriptions")?
+                .as_array_mut()?;
+            let before = uris.len();
+            uris.retain(|u| {
+                let Some(Ok(uri)) = u.as_str().map(mcpr_core::ResourceUri::parse) else {
+                    return true;
+                };
+                router
+                    .route(&uri)
+                    .is_none_or(|m| grant.allows(m.scope.as_deref()))
+            });
+            (uris.len() != before)
+                .then(|| serde_json::to_vec(&v).ok())
+                .flatten()
+        });
+    let body = rewritten.map(bytes::Bytes::from).unwrap_or(bytes);
+    Request::from_parts(parts, axum::body::Body::from(body))
 }
 
 #[cfg(test)]
@@ -219,13 +271,16 @@ mod tests {
 
     #[test]
     fn tokens_compare_whole() {
-        let auth = Auth::new(AuthSettings {
-            tokens: vec![StaticToken {
-                token: "s3cret".into(),
-                scopes: None,
-            }],
-            ..Default::default()
-        })
+        let auth = Auth::with_router(
+            AuthSettings {
+                tokens: vec![StaticToken {
+                    token: "s3cret".into(),
+                    scopes: None,
+                }],
+                ..Default::default()
+            },
+            None,
+        )
         .unwrap();
         assert!(auth.check("s3cret").is_some());
         assert!(auth.check("s3cre").is_none());

@@ -5,6 +5,7 @@
 mod auth;
 mod edge;
 mod jwt;
+mod sessions;
 
 pub use auth::{AuthSettings, Grant, StaticToken};
 pub use edge::HttpLimits;
@@ -143,6 +144,7 @@ pub async fn serve(
     manager.session_config.keep_alive = Some(limits.session_idle_timeout);
     manager.session_config.channel_capacity = limits.event_store_capacity.max(1);
     let manager = Arc::new(manager);
+    let sessions = Arc::new(sessions::ResumeAfter::new(manager.clone()));
     let streams = CancellationToken::new();
     let mut config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(settings.allowed_hosts.clone())
@@ -162,7 +164,7 @@ pub async fn serve(
     let factory_state = state.clone();
     let mcp = StreamableHttpService::new(
         move || Ok(McpHandler::new(factory_state.clone())),
-        manager.clone(),
+        sessions,
         config,
     );
 
@@ -194,7 +196,7 @@ pub async fn serve(
 
     let mut mcp_route = Router::new().route_service(&settings.path, mcp);
     if let Some(auth) = settings.auth.clone().filter(|a| a.is_enabled()) {
-        let auth = auth::Auth::new(auth)?;
+        let auth = auth::Auth::with_router(auth, Some(state.router().clone()))?;
         mcp_route = mcp_route.layer(axum::middleware::from_fn_with_state(
             auth,
             auth::require_bearer,
