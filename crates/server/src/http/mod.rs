@@ -226,19 +226,36 @@ pub async fn serve(
         .map_err(|e| format!("cannot listen on {}: {e}", settings.listen))?;
     let local_addr = listener.local_addr().map_err(|e| e.to_string())?;
     tracing::info!(%local_addr, path = %settings.path, "serving MCP over Streamable HTTP");
-    let graceful = async move {
-        shutdown.await;
-        tracing::info!("shutting down: refusing new requests, finishing in-flight ones");
-        edge.drain().await;
-        streams.cancel();
+    let drained = Arc::new(tokio::sync::Notify::new());
+    let graceful = {
+        let drained = drained.clone();
+        async move {
+            shutdown.await;
+            tracing::info!("shutting down: refusing new requests, finishing in-flight ones");
+            edge.drain().await;
+            streams.cancel();
+            drained.notify_one();
+        }
     };
     let task = tokio::spawn(async move {
-        axum::serve(
+        let serve = axum::serve(
             listener,
             app.into_make_service_with_connect_info::<SocketAddr>(),
         )
-        .with_graceful_shutdown(graceful)
-        .await
+        .with_graceful_shutdown(graceful);
+        // After the grace period, axum would still wait for every open connection; requests
+        // that outlived the grace are cut off instead (dropping the server drops them), so a
+        // shutdown is bounded as configured. The second allows clean SSE closes to flush.
+        tokio::select! {
+            r = serve => r,
+            () = async {
+                drained.notified().await;
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            } => {
+                tracing::warn!("requests still open after the shutdown grace period were cut off");
+                Ok(())
+            }
+        }
     });
     Ok(HttpServer { local_addr, task })
 }
