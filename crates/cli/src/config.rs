@@ -66,6 +66,8 @@ pub enum MountConfig {
     Conformance,
     /// `kind = "git"`.
     Git(mcpr_provider_git::GitConfig),
+    /// `kind = "sqlite"`.
+    Sqlite(mcpr_provider_sql::SqlConfig),
 }
 
 impl MountConfig {
@@ -75,6 +77,7 @@ impl MountConfig {
             MountConfig::Files(_) => "files",
             MountConfig::Conformance => "conformance",
             MountConfig::Git(_) => "git",
+            MountConfig::Sqlite(_) => "sqlite",
         }
     }
 }
@@ -171,6 +174,35 @@ struct RawMount {
     watch: Option<Spanned<String>>,
     last_modified_depth: Option<Spanned<IntOrString>>,
     history_scan_limit: Option<Spanned<IntOrString>>,
+    // sqlite
+    url: Option<Spanned<String>>,
+    page_size: Option<Spanned<IntOrString>>,
+    max_rows: Option<Spanned<IntOrString>>,
+    max_bytes: Option<Spanned<IntOrString>>,
+    statement_timeout_ms: Option<Spanned<IntOrString>>,
+    max_connections: Option<Spanned<IntOrString>>,
+    #[serde(default)]
+    query: Vec<RawQuery>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawQuery {
+    uri: Spanned<String>,
+    sql: Spanned<String>,
+    description: Option<String>,
+    #[serde(default)]
+    params: std::collections::BTreeMap<String, RawParam>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawParam {
+    #[serde(rename = "enum")]
+    allowed: Option<Vec<String>>,
+    pattern: Option<String>,
+    #[serde(rename = "type")]
+    kind: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -403,12 +435,13 @@ pub fn parse(
                 MountConfig::Conformance
             }
             "git" => MountConfig::Git(git_mount(&cx, &base, m)?),
-            "sqlite" | "postgres" | "mysql" | "api" | "web" | "s3" => {
+            "sqlite" => MountConfig::Sqlite(sqlite_mount(&cx, &base, m)?),
+            "postgres" | "mysql" | "api" | "web" | "s3" => {
                 return cx.err(
                     m.kind.span(),
                     "mount.kind",
                     format!(
-                        "mount kind `{kind}` is not available in this version; available: files, git"
+                        "mount kind `{kind}` is not available in this version; available: files, git, sqlite"
                     ),
                 );
             }
@@ -416,7 +449,7 @@ pub fn parse(
                 return cx.err(
                     m.kind.span(),
                     "mount.kind",
-                    format!("unknown mount kind `{kind}`; available: files, git"),
+                    format!("unknown mount kind `{kind}`; available: files, git, sqlite"),
                 );
             }
         };
@@ -690,6 +723,95 @@ fn git_mount(
     }
     g.cache = cache_hints(cx, &m)?;
     Ok(g)
+}
+
+fn sqlite_mount(
+    cx: &Ctx<'_>,
+    base: &Path,
+    m: RawMount,
+) -> Result<mcpr_provider_sql::SqlConfig, ConfigError> {
+    use mcpr_provider_sql::{NamedQuery, ParamSpec, ParamType, SqlConfig};
+    reject_foreign(
+        cx,
+        "sqlite",
+        &[
+            ("root", m.root.as_ref().map(|v| v.span())),
+            ("repo", m.repo.as_ref().map(|v| v.span())),
+            ("default_ref", m.default_ref.as_ref().map(|v| v.span())),
+        ],
+    )?;
+    let (Some(name), Some(url)) = (&m.name, &m.url) else {
+        return cx.err(
+            m.kind.span(),
+            "mount",
+            "a sqlite mount needs `name` (db://{name}/…) and `url` (sqlite://PATH)",
+        );
+    };
+    let name = cx.expand(name, "mount.name")?;
+    let mut url_s = cx.expand(url, "mount.url")?;
+    match url_s.strip_prefix("sqlite://") {
+        // A relative database path is relative to the config file, like every other path.
+        Some(path) if !path.starts_with('/') => {
+            url_s = format!("sqlite://{}", base.join(path).display())
+        }
+        Some(_) => {}
+        None => {
+            return cx.err(
+                url.span(),
+                "mount.url",
+                format!("{url_s:?} is not a sqlite:// URL"),
+            );
+        }
+    }
+    let mut c = SqlConfig::new(name, url_s);
+    if let Some(v) = &m.page_size {
+        c.page_size = cx.int(v, "mount.page_size", 1, 10_000)? as usize;
+    }
+    if let Some(v) = &m.max_rows {
+        c.max_rows = cx.int(v, "mount.max_rows", 1, 1_000_000)? as usize;
+    }
+    if let Some(v) = &m.max_bytes {
+        c.max_bytes = cx.size(v, "mount.max_bytes")?;
+    }
+    if let Some(v) = &m.statement_timeout_ms {
+        c.statement_timeout =
+            Duration::from_millis(cx.int(v, "mount.statement_timeout_ms", 10, 600_000)?);
+    }
+    if let Some(v) = &m.max_connections {
+        c.max_connections = cx.int(v, "mount.max_connections", 1, 64)? as usize;
+    }
+    c.cache = cache_hints(cx, &m)?;
+    for q in &m.query {
+        let mut params = std::collections::BTreeMap::new();
+        for (k, p) in &q.params {
+            let kind = match p.kind.as_deref() {
+                None | Some("text") => ParamType::Text,
+                Some("integer") => ParamType::Integer,
+                Some(other) => {
+                    return cx.err(
+                        q.uri.span(),
+                        "mount.query.params",
+                        format!("parameter `{k}`: type {other:?} is not \"text\" or \"integer\""),
+                    );
+                }
+            };
+            params.insert(
+                k.clone(),
+                ParamSpec {
+                    kind,
+                    allowed: p.allowed.clone(),
+                    pattern: p.pattern.clone(),
+                },
+            );
+        }
+        c.queries.push(NamedQuery {
+            uri: cx.expand(&q.uri, "mount.query.uri")?,
+            sql: q.sql.get_ref().clone(),
+            params,
+            description: q.description.clone(),
+        });
+    }
+    Ok(c)
 }
 
 fn cache_hints(cx: &Ctx<'_>, m: &RawMount) -> Result<CacheHints, ConfigError> {

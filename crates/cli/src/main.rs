@@ -117,11 +117,16 @@ fn load_config(paths: Vec<PathBuf>, config: Option<PathBuf>) -> anyhow::Result<C
 /// A built provider with the scope its mount requires.
 type ScopedProvider = (Arc<dyn Provider>, Option<String>);
 
-fn build_providers(cfg: &Config) -> anyhow::Result<Vec<ScopedProvider>> {
+async fn build_providers(cfg: &Config) -> anyhow::Result<Vec<ScopedProvider>> {
     let mut providers: Vec<ScopedProvider> = Vec::new();
     let mut prefixes = std::collections::HashMap::new();
     for m in &cfg.mounts {
         let p: Arc<dyn Provider> = match &m.source {
+            MountConfig::Sqlite(sc) => Arc::new(
+                mcpr_provider_sql::SqlProvider::new(sc.clone())
+                    .await
+                    .map_err(|e| anyhow::anyhow!("{e}"))?,
+            ),
             MountConfig::Git(gc) => Arc::new(
                 mcpr_provider_git::GitProvider::new(gc.clone())
                     .map_err(|e| anyhow::anyhow!("{e}"))?,
@@ -162,7 +167,7 @@ fn serve(
         .build()
         .context("cannot start the async runtime")?;
     rt.block_on(async move {
-        let providers = build_providers(&cfg)?;
+        let providers = build_providers(&cfg).await?;
         for (p, scope) in &providers {
             tracing::info!(kind = p.info().kind, mount = %p.info().label, scope = scope.as_deref().unwrap_or("-"), "mounted");
         }
@@ -271,7 +276,12 @@ async fn shutdown_signal() {
 
 fn check_config(file: &std::path::Path) -> anyhow::Result<()> {
     let cfg = config::load(file)?;
-    let providers = build_providers(&cfg)?;
+    // Opening some sources (databases) is async; a small runtime does it here too.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let providers = rt.block_on(build_providers(&cfg))?;
     println!("{}: OK", file.display());
     println!(
         "server: name={} page_size={} max_read_bytes={}",

@@ -1413,3 +1413,73 @@ async fn git_mount_legacy() {
 async fn git_mount_modern() {
     git_end_to_end(Era::Modern).await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// 10. db:// (SQLite) mounts through the binary
+// ---------------------------------------------------------------------------------------------
+
+async fn sqlite_end_to_end(era: Era) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let db = tmp.path().join("app.db");
+    {
+        let c = rusqlite::Connection::open(&db).expect("create db");
+        c.execute_batch(
+            "create table users(id integer primary key, name text not null, status text, active int);
+             insert into users(name, status, active) values ('ada', 'active', 1), ('bob', 'disabled', 0);",
+        )
+        .expect("fill db");
+    }
+    let config = tmp.path().join("db.toml");
+    std::fs::write(
+        &config,
+        "[[mount]]\nkind = \"sqlite\"\nname = \"app\"\nurl = \"sqlite://app.db\"\n\
+         [[mount.query]]\nuri = \"db://users/active/list\"\nsql = \"select id, name from users where active = 1\"\n\
+         [[mount.query]]\nuri = \"db://users/{status}/list\"\nsql = \"select id, name from users where status = :status\"\n\
+         params.status = { enum = [\"active\", \"disabled\"] }\n",
+    )
+    .expect("write config");
+    let server = Server::with_config(era, &config).await;
+    // The forms users have already seen, exactly as written.
+    let active: serde_json::Value =
+        serde_json::from_str(&server.read_text("db://users/active/list").await).expect("json");
+    assert_eq!(active["rows"], serde_json::json!([[1, "ada"]]), "{active}");
+    let disabled: serde_json::Value =
+        serde_json::from_str(&server.read_text("db://users/disabled/list").await).expect("json");
+    assert_eq!(
+        disabled["rows"],
+        serde_json::json!([[2, "bob"]]),
+        "{disabled}"
+    );
+    // Template values are checked and bound, never spliced: an injection is refused.
+    let e = mcp_error(
+        server.read("db://users/x%27%20or%201=1/list").await,
+        "injection",
+    );
+    assert_eq!(e.code.0, -32602, "{e:?}");
+    let rows: serde_json::Value =
+        serde_json::from_str(&server.read_text("db://app/tables/users").await).expect("json");
+    assert_eq!(rows["rows"].as_array().map(Vec::len), Some(2), "{rows}");
+    let schema = server.read_text("db://app/tables/users/schema").await;
+    assert!(
+        schema.contains("\"status\"") && schema.contains("primary"),
+        "{schema}"
+    );
+    server.assert_not_found("db://app/tables/nope").await;
+    // Nothing was written: the database is byte-identical after the session.
+    server.stop().await;
+    let c = rusqlite::Connection::open(&db).expect("reopen");
+    let n: i64 = c
+        .query_row("select count(*) from users", [], |r| r.get(0))
+        .expect("count");
+    assert_eq!(n, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_mount_legacy() {
+    sqlite_end_to_end(Era::Legacy).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_mount_modern() {
+    sqlite_end_to_end(Era::Modern).await;
+}
