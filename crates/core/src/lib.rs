@@ -19,7 +19,7 @@ pub use cursor::{CursorCodec, CursorError, PageCursor};
 pub use error::{Error, ErrorKind, Result};
 pub use provider::{
     CacheHints, CacheScope, Completion, CompletionRequest, Contents, ContentsBody, Page,
-    PageRequest, Provider, ProviderInfo, ReadLimits, ResourceMeta, TemplateMeta,
+    PageRequest, Provider, ProviderInfo, ReadLimits, ResourceMeta, TemplateMeta, template_index,
 };
 pub use template::UriTemplate;
 pub use uri::ResourceUri;

@@ -73,6 +73,32 @@ pub struct Page<T> {
     pub next: Option<Vec<u8>>,
 }
 
+impl<T> Page<T> {
+    /// A page from up to `limit + 1` collected `(position, item)` pairs: the extra one only
+    /// says that there is a next page, which then resumes after the last item kept.
+    pub fn from_lookahead(mut items: Vec<(Vec<u8>, T)>, limit: usize) -> Self {
+        let next = if items.len() > limit {
+            items.truncate(limit);
+            items.last().map(|(p, _)| p.clone())
+        } else {
+            None
+        };
+        Self {
+            items: items.into_iter().map(|(_, m)| m).collect(),
+            next,
+        }
+    }
+}
+
+/// The index of `template` among a provider's advertised templates, or the invalid-params
+/// error every provider gives for a template it did not advertise.
+pub fn template_index(templates: &[TemplateMeta], template: &str) -> Result<usize> {
+    templates
+        .iter()
+        .position(|t| t.uri_template == template)
+        .ok_or_else(|| Error::invalid_params(format!("unknown template {template:?}")))
+}
+
 /// A resource as listed.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ResourceMeta {

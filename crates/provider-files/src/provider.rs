@@ -339,16 +339,7 @@ impl Provider for FilesProvider {
     }
 
     async fn complete(&self, req: CompletionRequest) -> Result<Completion> {
-        let Some(idx) = self
-            .templates
-            .iter()
-            .position(|t| t.uri_template == req.template)
-        else {
-            return Err(Error::invalid_params(format!(
-                "unknown template {:?}",
-                req.template
-            )));
-        };
+        let idx = mcpr_core::template_index(&self.templates, &req.template)?;
         let template = self.parsed_templates[idx].clone();
         let inner = self.inner.clone();
         tokio::task::spawn_blocking(move || crate::complete::complete(&inner, &template, &req))

@@ -129,16 +129,7 @@ pub(crate) fn list_page(
         }
     }
 
-    let next = if items.len() > limit {
-        items.truncate(limit);
-        items.last().map(|(p, _)| p.clone())
-    } else {
-        None
-    };
-    Ok(Page {
-        items: items.into_iter().map(|(_, m)| m).collect(),
-        next,
-    })
+    Ok(Page::from_lookahead(items, limit))
 }
 
 /// The listing entry of a non-tree entry at `path`.

@@ -190,16 +190,7 @@ impl Provider for GitProvider {
     }
 
     async fn complete(&self, req: CompletionRequest) -> Result<Completion> {
-        let Some(idx) = self
-            .templates
-            .iter()
-            .position(|t| t.uri_template == req.template)
-        else {
-            return Err(Error::invalid_params(format!(
-                "unknown template {:?}",
-                req.template
-            )));
-        };
+        let idx = mcpr_core::template_index(&self.templates, &req.template)?;
         let variables = self.variables[idx].clone();
         self.blocking("completion", move |inner| {
             crate::complete::complete(inner, &variables, &req)

@@ -421,17 +421,7 @@ impl Provider for SqlProvider {
                 }
             }
         }
-        let more = items.len() > limit;
-        items.truncate(limit);
-        let next = if more {
-            items.last().map(|(p, _)| p.clone())
-        } else {
-            None
-        };
-        Ok(Page {
-            items: items.into_iter().map(|(_, m)| m).collect(),
-            next,
-        })
+        Ok(Page::from_lookahead(items, limit))
     }
 
     async fn read(&self, uri: &ResourceUri, limits: &ReadLimits) -> Result<Vec<Contents>> {
@@ -515,16 +505,7 @@ impl Provider for SqlProvider {
     }
 
     async fn complete(&self, req: CompletionRequest) -> Result<Completion> {
-        let Some(t) = self
-            .templates
-            .iter()
-            .find(|t| t.uri_template == req.template)
-        else {
-            return Err(Error::invalid_params(format!(
-                "unknown template {:?}",
-                req.template
-            )));
-        };
+        let t = &self.templates[mcpr_core::template_index(&self.templates, &req.template)?];
         // Only the built-in table templates complete table names; a query variable called
         // `table` completes from its enum like any other.
         if req.argument == "table"
