@@ -11,6 +11,7 @@ mod history;
 mod list;
 mod provider;
 mod read;
+mod reftable;
 mod repo;
 mod uri;
 mod watch;

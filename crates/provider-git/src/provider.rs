@@ -162,7 +162,7 @@ impl Provider for GitProvider {
     async fn ready(&self) -> bool {
         self.blocking("ready", |inner| {
             let h = inner.repo.handle();
-            Ok(h.references().is_ok())
+            Ok(inner.repo.refs_readable(&h))
         })
         .await
         .unwrap_or(false)

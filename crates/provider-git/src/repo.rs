@@ -1,6 +1,10 @@
 //! Read access to one repository through gix: a pool of thread-local handles, ref
 //! resolution, commits, and trees decoded once and cached by id.
 //!
+//! Refs come from gix (loose refs and packed-refs) or, for a repository with reftable ref
+//! storage, from our own reader (`reftable.rs`); every ref lookup and listing goes through
+//! the few methods here that choose between them. Objects always come from gix.
+//!
 //! Everything here is blocking I/O; callers run it on the blocking pool. Nothing here writes:
 //! gix is only asked to find refs and objects.
 
@@ -13,6 +17,7 @@ use gix::objs::tree::EntryKind;
 use mcpr_core::{Error, Result};
 
 use crate::error::internal_plain;
+use crate::reftable;
 use crate::uri::TreePath;
 
 /// How many decoded tree entries the tree cache holds before it starts over. A 100,000-entry
@@ -127,6 +132,18 @@ pub(crate) fn rfc3339(seconds: i64) -> String {
     humantime::format_rfc3339_seconds(t).to_string()
 }
 
+/// Where a repository keeps its refs.
+pub(crate) enum RefStore {
+    /// Loose refs and `packed-refs`, read by gix.
+    Files,
+    /// Reftable stacks (`reftable/tables.list`), read by `reftable.rs`, because gix cannot.
+    Reftable(reftable::Store),
+}
+
+fn reftable_error(e: reftable::Error) -> Error {
+    internal_plain(e, "reading the reftable ref storage")
+}
+
 /// The repository a mount serves.
 pub(crate) struct Repo {
     shared: gix::ThreadSafeRepository,
@@ -138,6 +155,8 @@ pub(crate) struct Repo {
     pub(crate) git_dir: PathBuf,
     /// Where `refs/` and `packed-refs` live.
     pub(crate) common_dir: PathBuf,
+    /// How refs are read.
+    pub(crate) refs: RefStore,
 }
 
 #[derive(Default)]
@@ -186,24 +205,40 @@ impl Repo {
         let local = shared.to_thread_local();
         let git_dir = local.git_dir().to_path_buf();
         let common_dir = local.common_dir().to_path_buf();
-        // gix reads loose refs and packed-refs only; a reftable repository would look empty
-        // or fail on every ref, so refuse it clearly at start-up.
-        let reftable = local
-            .config_snapshot()
-            .string("extensions.refStorage")
-            .is_some_and(|v| v.as_slice() == b"reftable");
-        if reftable || common_dir.join("reftable").is_dir() {
-            return Err(Error::invalid_params(format!(
-                "git repository {} uses reftable ref storage, which gix cannot read yet; convert it with `git refs migrate --ref-format=files`",
-                path.display()
-            )));
-        }
+        // gix reads loose refs and packed-refs only (in a reftable repository it finds
+        // `HEAD` pointing at `refs/heads/.invalid` and an empty `refs/`), so reftable refs
+        // are read by our own reader. git decides by this setting alone, and so do we.
+        let storage = local.config_snapshot().string("extensions.refStorage");
+        let refs = match storage.as_ref().map(|v| v.as_slice()) {
+            None => RefStore::Files,
+            Some(v) if v.eq_ignore_ascii_case(b"files") => RefStore::Files,
+            Some(v) if v.eq_ignore_ascii_case(b"reftable") => {
+                let store =
+                    reftable::Store::new(&git_dir, &common_dir, local.object_hash().len_in_bytes());
+                // A stack that cannot be read now is refused at start-up, with the reason.
+                store.view().map_err(|e| {
+                    Error::invalid_params(format!(
+                        "git repository {} uses reftable ref storage that cannot be read: {e}",
+                        path.display()
+                    ))
+                })?;
+                RefStore::Reftable(store)
+            }
+            Some(v) => {
+                return Err(Error::invalid_params(format!(
+                    "git repository {} uses ref storage {:?}, which is not supported (only \"files\" and \"reftable\" are)",
+                    path.display(),
+                    String::from_utf8_lossy(v)
+                )));
+            }
+        };
         Ok(Self {
             shared,
             pool: Mutex::new(vec![local]),
             trees: Mutex::new(TreeCache::default()),
             git_dir,
             common_dir,
+            refs,
         })
     }
 
@@ -240,12 +275,26 @@ impl Repo {
                 .map_err(|e| internal_plain(e, "parsing an object id"))?;
             return self.peel_to_commit(h, id);
         }
-        // An invalid ref name (`a..b`, `x:y`) or an unreadable ref names nothing.
-        if let Ok(Some(mut r)) = h.try_find_reference(rev) {
-            return match r.peel_to_id() {
-                Ok(id) => self.peel_to_commit(h, id.detach()),
-                Err(_) => Ok(None),
-            };
+        match &self.refs {
+            RefStore::Files => {
+                // An invalid ref name (`a..b`, `x:y`) or an unreadable ref names nothing.
+                if let Ok(Some(mut r)) = h.try_find_reference(rev) {
+                    return match r.peel_to_id() {
+                        Ok(id) => self.peel_to_commit(h, id.detach()),
+                        Err(_) => Ok(None),
+                    };
+                }
+            }
+            RefStore::Reftable(store) => {
+                let view = store.view().map_err(reftable_error)?;
+                if let Some((_, value)) = view.find(rev) {
+                    // A dangling symbolic ref names nothing, as with gix.
+                    return match view.peel(value) {
+                        Some(id) => self.peel_to_commit(h, id),
+                        None => Ok(None),
+                    };
+                }
+            }
         }
         if is_hex && rev.len() >= 4 && rev.len() < hex_len {
             let prefix = gix::hash::Prefix::from_hex(&rev.to_ascii_lowercase())
@@ -435,6 +484,20 @@ impl Repo {
     /// that round-trips through every client).
     pub(crate) fn branches_and_tags(&self, h: &gix::Repository) -> Result<Vec<(String, ObjectId)>> {
         let mut out = Vec::new();
+        if let RefStore::Reftable(store) = &self.refs {
+            let view = store.view().map_err(reftable_error)?;
+            for prefix in ["refs/heads/", "refs/tags/"] {
+                for (name, value) in view.prefixed(prefix.as_bytes()) {
+                    // Symbolic refs are skipped, as gix's `try_id` does.
+                    let (Ok(name), Some(id)) = (std::str::from_utf8(name), value.id()) else {
+                        continue;
+                    };
+                    out.push((name.to_owned(), id));
+                }
+            }
+            out.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            return Ok(out);
+        }
         let platform = h
             .references()
             .map_err(|e| internal_plain(e, "listing refs"))?;
@@ -461,6 +524,14 @@ impl Repo {
         &self,
         h: &gix::Repository,
     ) -> Result<std::collections::HashSet<String>> {
+        if let RefStore::Reftable(store) = &self.refs {
+            let view = store.view().map_err(reftable_error)?;
+            return Ok(view
+                .prefixed(b"")
+                .into_iter()
+                .filter_map(|(n, _)| std::str::from_utf8(n).ok().map(str::to_owned))
+                .collect());
+        }
         let platform = h
             .references()
             .map_err(|e| internal_plain(e, "listing refs"))?;
@@ -494,8 +565,9 @@ impl Repo {
             Some(x) => x,
             None => return full.to_owned(),
         };
+        // Root refs are files in the git directory, or records in a reftable.
         let pseudo = short.bytes().all(|b| b.is_ascii_uppercase() || b == b'_')
-            && (short == "HEAD" || self.git_dir.join(short).exists());
+            && (short == "HEAD" || self.git_dir.join(short).exists() || all.contains(short));
         let shadowed = pseudo
             || (short.len() == hex_len && short.bytes().all(|b| b.is_ascii_hexdigit()))
             || all.contains(&format!("refs/{short}"))
@@ -513,6 +585,23 @@ impl Repo {
         if let Some(c) = configured {
             return c.to_owned();
         }
+        if let RefStore::Reftable(store) = &self.refs {
+            let Ok(view) = store.view() else {
+                return "HEAD".to_owned();
+            };
+            return match view.get(b"HEAD") {
+                Some(reftable::Value::Symbolic(target)) if view.get(target).is_some() => {
+                    match std::str::from_utf8(target) {
+                        Ok(full) => {
+                            let all = self.all_ref_names(h).unwrap_or_default();
+                            self.uri_rev(full, &all, Self::hex_len(h))
+                        }
+                        Err(_) => "HEAD".to_owned(),
+                    }
+                }
+                _ => "HEAD".to_owned(),
+            };
+        }
         match h.head_name() {
             Ok(Some(name)) => match std::str::from_utf8(name.as_bstr()) {
                 Ok(full) if h.try_find_reference(full).ok().flatten().is_some() => {
@@ -522,6 +611,14 @@ impl Repo {
                 _ => "HEAD".to_owned(),
             },
             _ => "HEAD".to_owned(),
+        }
+    }
+
+    /// Whether the ref storage can be read (for readiness checks).
+    pub(crate) fn refs_readable(&self, h: &gix::Repository) -> bool {
+        match &self.refs {
+            RefStore::Files => h.references().is_ok(),
+            RefStore::Reftable(store) => store.view().is_ok(),
         }
     }
 }

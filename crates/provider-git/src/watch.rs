@@ -1,8 +1,9 @@
 //! Change notifications from ref moves.
 //!
 //! One thread per provider runs while anything is watched. It wakes on inotify events in the
-//! ref storage (`refs/`, `packed-refs`, `HEAD`; debounced) and at every poll interval (the
-//! fallback, and the only source in `poll` mode), re-reads the refs, and compares each
+//! ref storage (`refs/`, `packed-refs`, `HEAD`, and `reftable/`, where every update replaces
+//! `tables.list`; debounced) and at every poll interval (the fallback, and the only source in
+//! `poll` mode), re-reads the refs, and compares each
 //! watched URI's fingerprint: the commit for a commit URI, the id of the entry at the path
 //! for anything else. So `git://main/x` fires when `main` moves *and* `x` changed, never
 //! when `main` moves past commits that leave `x` alone.
@@ -18,7 +19,7 @@ use notify::{RecursiveMode, Watcher as _};
 
 use crate::config::RefWatchMode;
 use crate::provider::Inner;
-use crate::repo::Kind;
+use crate::repo::{Kind, RefStore};
 use crate::uri::{GitUri, Query};
 
 /// What a watched URI looked like at the last check.
@@ -357,9 +358,10 @@ impl Watcher {
     }
 }
 
-/// Watch the ref storage with inotify: `refs/` recursively, and the git directories
-/// themselves (not recursively) for `HEAD` and `packed-refs`. Only events that can be ref
-/// updates wake the thread (not `index`, objects or logs).
+/// Watch the ref storage with inotify: `refs/` recursively, the git directories themselves
+/// (not recursively) for `HEAD` and `packed-refs`, and the reftable directories of a reftable
+/// repository (every update writes a table and replaces `tables.list` there). Only events
+/// that can be ref updates wake the thread (not `index`, objects or logs).
 fn start_inotify(inner: &Inner, tx: Sender<Msg>) -> notify::Result<notify::RecommendedWatcher> {
     let common = inner.repo.common_dir.clone();
     let git_dir = inner.repo.git_dir.clone();
@@ -373,10 +375,19 @@ fn start_inotify(inner: &Inner, tx: Sender<Msg>) -> notify::Result<notify::Recom
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
+    let reftable_dirs: Vec<PathBuf> = match &inner.repo.refs {
+        RefStore::Files => Vec::new(),
+        RefStore::Reftable(store) => store.dirs().into_iter().map(Path::to_path_buf).collect(),
+    };
     let relevant = {
         let ref_dirs = ref_dirs.clone();
+        let reftable_dirs = reftable_dirs.clone();
         move |p: &Path| -> bool {
-            if ref_dirs.iter().any(|d| p.starts_with(d)) {
+            if ref_dirs
+                .iter()
+                .chain(&reftable_dirs)
+                .any(|d| p.starts_with(d))
+            {
                 return true;
             }
             p.file_name()
@@ -399,7 +410,10 @@ fn start_inotify(inner: &Inner, tx: Sender<Msg>) -> notify::Result<notify::Recom
             w.watch(d, RecursiveMode::Recursive)?;
         }
     }
-    for d in &roots {
+    for d in roots
+        .iter()
+        .chain(reftable_dirs.iter().filter(|d| d.is_dir()))
+    {
         w.watch(d, RecursiveMode::NonRecursive)?;
     }
     Ok(w)

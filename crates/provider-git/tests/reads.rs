@@ -494,24 +494,24 @@ async fn forged_cursors_are_invalid() {
 }
 
 #[tokio::test]
-async fn reftable_and_non_repositories_are_refused_clearly() {
-    let dir = tempfile::tempdir().unwrap();
-    let status = std::process::Command::new("git")
-        .args(["init", "-q", "--ref-format=reftable"])
-        .arg(dir.path())
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let err = GitProvider::new(GitConfig::new(dir.path())).err().unwrap();
-    assert_eq!(err.kind, ErrorKind::InvalidParams);
-    assert!(err.message.contains("reftable"), "{}", err.message);
+async fn non_repositories_and_unknown_ref_storage_are_refused_clearly() {
     let plain = tempfile::tempdir().unwrap();
     let err = GitProvider::new(GitConfig::new(plain.path()))
         .err()
         .unwrap();
     assert_eq!(err.kind, ErrorKind::InvalidParams);
+    // A ref storage git may add later is refused rather than read as if it were files.
+    let r = TestRepo::new();
+    r.write("x", b"x\n");
+    r.commit("one");
+    let config = r.path().join(".git/config");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str("[extensions]\n\trefStorage = future\n");
+    text = text.replace("repositoryformatversion = 0", "repositoryformatversion = 1");
+    std::fs::write(&config, text).unwrap();
+    let err = GitProvider::new(GitConfig::new(r.path())).err().unwrap();
+    assert_eq!(err.kind, ErrorKind::InvalidParams);
+    assert!(err.message.contains("future"), "{}", err.message);
 }
 
 #[tokio::test]

@@ -15,12 +15,23 @@ pub struct TestRepo {
 impl TestRepo {
     /// `git init -b main` in a fresh temp dir.
     pub fn new() -> Self {
+        Self::init(&[])
+    }
+
+    /// `git init -b main --ref-format=reftable`: refs in `.git/reftable/`, not files.
+    pub fn new_reftable() -> Self {
+        Self::init(&["--ref-format=reftable"])
+    }
+
+    fn init(extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let r = Self {
             dir,
             clock: AtomicI64::new(1_700_000_000),
         };
-        r.git(&["init", "-q", "-b", "main"]);
+        let mut args = vec!["init", "-q", "-b", "main"];
+        args.extend_from_slice(extra);
+        r.git(&args);
         r
     }
 
@@ -47,6 +58,21 @@ impl TestRepo {
     /// Run git; panic with its stderr on failure; return stdout.
     pub fn git(&self, args: &[&str]) -> Vec<u8> {
         let out = self.command(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    }
+
+    /// Run git with extra environment variables; panic with its stderr on failure.
+    pub fn git_env(&self, env: &[(&str, &str)], args: &[&str]) -> Vec<u8> {
+        let out = self
+            .command(args)
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
         assert!(
             out.status.success(),
             "git {args:?}: {}",
