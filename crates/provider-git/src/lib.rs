@@ -1,4 +1,5 @@
-//! The `git://` provider: local repositories served read-only through gix (pure Rust).
+//! The `git://` provider: local repositories served read-only through gix (pure Rust), with
+//! refs from loose files and `packed-refs` (gix) or a reftable (our own reader).
 //!
 //! Refs are resources, trees list recursively with keyset cursors, blobs read as text or
 //! bytes, commits and path histories read as JSON, and ref moves notify subscribers only
