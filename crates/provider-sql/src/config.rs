@@ -26,6 +26,9 @@ pub struct ParamSpec {
     pub allowed: Option<Vec<String>>,
     /// When set, the whole value must match this regular expression.
     pub pattern: Option<String>,
+    /// When set, completion suggests values found in this `(table, column)` of the mount's
+    /// database (prefix search, bounded, under the statement timeout).
+    pub complete_from: Option<(String, String)>,
 }
 
 /// One `[[mount.query]]`: SQL served at a fixed URI or a URI template.
@@ -42,14 +45,57 @@ pub struct NamedQuery {
     pub description: Option<String>,
 }
 
-/// One SQL mount. Only `sqlite://PATH` URLs are served so far.
+/// The database engine of a mount.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SqlKind {
+    /// An SQLite file, embedded (`sqlite://PATH`).
+    Sqlite,
+    /// A PostgreSQL server (`postgres://` or `postgresql://`).
+    Postgres,
+    /// A MySQL or MariaDB server (`mysql://` or `mariadb://`).
+    MySql,
+}
+
+impl SqlKind {
+    /// The config name of the kind.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SqlKind::Sqlite => "sqlite",
+            SqlKind::Postgres => "postgres",
+            SqlKind::MySql => "mysql",
+        }
+    }
+
+    /// The kind a URL's scheme names, if any.
+    pub fn of_url(url: &str) -> Option<Self> {
+        let scheme = url.split("://").next()?.to_ascii_lowercase();
+        match scheme.as_str() {
+            "sqlite" => Some(SqlKind::Sqlite),
+            "postgres" | "postgresql" => Some(SqlKind::Postgres),
+            "mysql" | "mariadb" => Some(SqlKind::MySql),
+            _ => None,
+        }
+    }
+}
+
+/// One SQL mount.
 #[derive(Debug, Clone)]
 pub struct SqlConfig {
+    /// The engine; the URL's scheme must match it.
+    pub kind: SqlKind,
     /// The mount name: tables are `db://{name}/tables/{table}`. `[A-Za-z0-9._-]{1,64}`.
     pub name: String,
     /// `sqlite://PATH` (relative paths are relative to the working directory; the file must
-    /// exist, it is never created).
+    /// exist, it is never created), `postgres://user:pass@host:port/db`, or
+    /// `mysql://user:pass@host:port/db`. Never logged or echoed with its credentials.
     pub url: String,
+    /// PostgreSQL: the schema that short `db://{name}/tables/{table}` URIs mean ("public").
+    pub default_schema: String,
+    /// How often subscribed resources are re-checked when no change event comes first.
+    pub poll_interval: Duration,
+    /// PostgreSQL: a channel to LISTEN on; a notification on it re-checks subscribed
+    /// resources, and polling is off.
+    pub notify_channel: Option<String>,
     /// Named queries.
     pub queries: Vec<NamedQuery>,
     /// Rows per table page (1..=10000).
@@ -68,12 +114,18 @@ pub struct SqlConfig {
 }
 
 impl SqlConfig {
-    /// A mount with the defaults: 100 rows per page, 1000 rows per query, 4 MiB per read, 5 s
-    /// per statement, 4 connections, no queries.
+    /// A mount with the defaults: the kind from the URL's scheme (SQLite when unknown, which
+    /// then fails validation), 100 rows per page, 1000 rows per query, 4 MiB per read, 5 s per
+    /// statement, 4 connections, polling every second, no queries.
     pub fn new(name: impl Into<String>, url: impl Into<String>) -> Self {
+        let url = url.into();
         Self {
+            kind: SqlKind::of_url(&url).unwrap_or(SqlKind::Sqlite),
             name: name.into(),
-            url: url.into(),
+            url,
+            default_schema: "public".into(),
+            poll_interval: Duration::from_secs(1),
+            notify_channel: None,
             queries: Vec::new(),
             page_size: 100,
             max_rows: 1000,
@@ -84,13 +136,16 @@ impl SqlConfig {
         }
     }
 
+    /// The URL without credentials or query string, for labels and logs.
+    pub fn redacted_url(&self) -> String {
+        redact_url(&self.url)
+    }
+
     /// The SQLite file the URL names.
     pub(crate) fn sqlite_path(&self) -> Result<PathBuf> {
         let Some(rest) = self.url.strip_prefix("sqlite://") else {
-            // Only the scheme is echoed: a postgres/mysql URL may carry a password.
-            let scheme = self.url.split("://").next().unwrap_or_default();
-            return Err(Error::unsupported(format!(
-                "sql mount {:?}: only sqlite:// URLs are supported so far, not {scheme}://",
+            return Err(Error::invalid_params(format!(
+                "sql mount {:?}: a sqlite mount needs a sqlite://PATH URL",
                 self.name
             )));
         };
@@ -138,6 +193,77 @@ impl SqlConfig {
             600_000,
         )?;
         range("max_connections", self.max_connections as u128, 1, 64)?;
+        range(
+            "poll_interval (ms)",
+            self.poll_interval.as_millis(),
+            10,
+            3_600_000,
+        )?;
+        // Only the scheme is ever echoed: the URL may carry a password.
+        let scheme = self.url.split("://").next().unwrap_or_default();
+        if SqlKind::of_url(&self.url) != Some(self.kind) {
+            return Err(Error::invalid_params(format!(
+                "sql mount {:?}: a {} mount needs a {} URL, not {scheme}://",
+                self.name,
+                self.kind.as_str(),
+                match self.kind {
+                    SqlKind::Sqlite => "sqlite://PATH",
+                    SqlKind::Postgres => "postgres://user@host/database",
+                    SqlKind::MySql => "mysql://user@host/database",
+                }
+            )));
+        }
+        if let Some(ch) = &self.notify_channel {
+            let ok = !ch.is_empty()
+                && ch.len() <= 63
+                && ch.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+            if !ok || self.kind != SqlKind::Postgres {
+                return Err(Error::invalid_params(format!(
+                    "sql mount {:?}: notify_channel must be 1 to 63 letters, digits or '_', and only postgres mounts have one",
+                    self.name
+                )));
+            }
+        }
+        if self.default_schema.is_empty() {
+            return Err(Error::invalid_params(format!(
+                "sql mount {:?}: schema must not be empty",
+                self.name
+            )));
+        }
         Ok(())
+    }
+}
+
+/// `scheme://host:port/path` of a URL: user, password and query string (which may hold
+/// `password=`) removed.
+pub(crate) fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return "(unparsable URL)".into();
+    };
+    let rest = rest.split(['?', '#']).next().unwrap_or_default();
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, ""),
+    };
+    let host = authority.rsplit('@').next().unwrap_or_default();
+    format!("{scheme}://{host}{path}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_url;
+
+    #[test]
+    fn urls_lose_their_credentials() {
+        assert_eq!(
+            redact_url("postgres://app:s3cr%40t@db.example:5432/app?sslmode=require&password=x"),
+            "postgres://db.example:5432/app"
+        );
+        assert_eq!(
+            redact_url("mysql://root@127.0.0.1/test"),
+            "mysql://127.0.0.1/test"
+        );
+        assert_eq!(redact_url("sqlite://./a.db"), "sqlite://./a.db");
+        assert_eq!(redact_url("nonsense"), "(unparsable URL)");
     }
 }

@@ -20,6 +20,8 @@ use rusqlite::{Connection, ErrorCode, OpenFlags};
 
 /// Pragmas the provider's own introspection uses (as `pragma_*` table-valued functions).
 const ALLOWED_PRAGMAS: &[&str] = &[
+    // Read-only by definition (it cannot be set); change detection polls it.
+    "data_version",
     "table_info",
     "table_xinfo",
     "table_list",
@@ -172,6 +174,11 @@ impl Pool {
             permits: Arc::new(tokio::sync::Semaphore::new(max)),
             max_idle: max,
         })
+    }
+
+    /// The database file.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
     }
 
     /// Run `f` on a pooled connection on the blocking pool.

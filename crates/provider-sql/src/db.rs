@@ -1,13 +1,18 @@
-//! Introspection and reads on one guarded connection: the overview, table pages (keyset on
-//! the rowid or primary key), table schemas and named queries. Identifiers come from
-//! introspection and are always quoted; values are always bound.
+//! SQLite introspection and reads on one guarded connection: the overview, table pages
+//! (keyset on the rowid or primary key), table schemas and named queries. Identifiers come
+//! from introspection and are always quoted; values are always bound.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
-use mcpr_core::{Error, ErrorKind, Result};
+use mcpr_core::{Error, Result};
 use rusqlite::types::{Value as SqlValue, ValueRef};
 use rusqlite::{Connection, params};
 use serde_json::{Map, Value, json};
+
+use crate::engine::{
+    ObjectInfo, ObjectKind, Param, QueryRows, RowBudget, RowPage, page_envelope, query_envelope,
+    too_large, too_many_rows,
+};
 
 /// Quote an identifier for SQL text: the only way a name from introspection enters SQL.
 pub(crate) fn quote_ident(name: &str) -> String {
@@ -35,13 +40,6 @@ impl Ctx {
     pub(crate) fn err(&self, e: rusqlite::Error) -> Error {
         crate::conn::sql_error(e, self.timeout)
     }
-}
-
-/// A user table or view.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ObjectKind {
-    Table,
-    View,
 }
 
 /// Internal tables (`sqlite_%`) are neither listed nor served.
@@ -212,58 +210,20 @@ fn decode_cursor(raw: &str, width: usize) -> Result<Vec<SqlValue>> {
         .collect()
 }
 
-/// What one table page read needs to know.
-pub(crate) struct PageArgs<'a> {
-    pub(crate) table: &'a str,
-    /// The URI of the table without query, to build `next`.
-    pub(crate) base_uri: &'a str,
-    pub(crate) cursor: Option<&'a str>,
-    pub(crate) page_size: usize,
-    pub(crate) max_bytes: u64,
-}
-
-/// Build a JSON document from `rows` one row at a time, stopping at `max_rows` rows or when
-/// the next row would take the document past `max_bytes`.
-struct RowBudget {
-    max_bytes: u64,
-    used: u64,
-    rows: Vec<Value>,
-}
-
-impl RowBudget {
-    fn new(max_bytes: u64, envelope: u64) -> Self {
-        Self {
-            max_bytes,
-            used: envelope,
-            rows: Vec::new(),
-        }
-    }
-
-    /// Whether the row fit.
-    fn push(&mut self, row: Value) -> bool {
-        let len = row.to_string().len() as u64 + 1;
-        if self.used + len > self.max_bytes {
-            return false;
-        }
-        self.used += len;
-        self.rows.push(row);
-        true
-    }
-}
-
-fn too_large(what: &str, max_bytes: u64) -> Error {
-    Error::new(
-        ErrorKind::TooLarge,
-        format!("{what} is larger than the read limit of {max_bytes} bytes"),
-    )
-    .with_detail("max_bytes", max_bytes)
-}
-
-/// One page of a table's rows as JSON.
-pub(crate) fn table_page(db: &Connection, ctx: &Ctx, a: &PageArgs<'_>) -> Result<Value> {
-    let cols = columns(db, ctx, a.table)?;
-    let key = row_key(db, ctx, a.table, &cols)?;
-    let after = a.cursor.map(|c| decode_cursor(c, key.len())).transpose()?;
+/// One page of a table's rows.
+pub(crate) fn table_page(
+    db: &Connection,
+    ctx: &Ctx,
+    a: &crate::engine::PageArgs,
+) -> Result<RowPage> {
+    let table = a.table.name.as_str();
+    let cols = columns(db, ctx, table)?;
+    let key = row_key(db, ctx, table, &cols)?;
+    let after = a
+        .cursor
+        .as_deref()
+        .map(|c| decode_cursor(c, key.len()))
+        .transpose()?;
     let keys = key.join(", ");
     let select: Vec<String> = key
         .iter()
@@ -273,7 +233,7 @@ pub(crate) fn table_page(db: &Connection, ctx: &Ctx, a: &PageArgs<'_>) -> Result
     let mut sql = format!(
         "SELECT {} FROM main.{}",
         select.join(", "),
-        quote_ident(a.table)
+        quote_ident(table)
     );
     let mut binds: Vec<SqlValue> = Vec::new();
     if let Some(after) = after {
@@ -286,15 +246,8 @@ pub(crate) fn table_page(db: &Connection, ctx: &Ctx, a: &PageArgs<'_>) -> Result
     let mut rows = st
         .query(rusqlite::params_from_iter(binds))
         .map_err(|e| ctx.err(e))?;
-    let names: Vec<&str> = cols.iter().map(|c| c.name.as_str()).collect();
-    let envelope = json!({
-        "table": a.table, "columns": names, "rows": [], "row_count": a.page_size,
-        "page_size": a.page_size, "max_bytes": a.max_bytes,
-    })
-    .to_string()
-    .len() as u64;
-    // Room for `next`: the URI plus a cursor of the widest key seen so far.
-    let mut budget = RowBudget::new(a.max_bytes, envelope + a.base_uri.len() as u64 + 32);
+    let names: Vec<String> = cols.iter().map(|c| c.name.clone()).collect();
+    let mut budget = RowBudget::new(a.max_bytes, page_envelope(table, &names, a.page_size));
     let mut last_key: Option<Vec<SqlValue>> = None;
     let mut more = false;
     while let Some(row) = rows.next().map_err(|e| ctx.err(e))? {
@@ -317,7 +270,7 @@ pub(crate) fn table_page(db: &Connection, ctx: &Ctx, a: &PageArgs<'_>) -> Result
         if !fit {
             if budget.rows.is_empty() {
                 return Err(too_large(
-                    &format!("one row of table {:?}", a.table),
+                    &format!("one row of table {table:?}"),
                     a.max_bytes,
                 ));
             }
@@ -326,19 +279,14 @@ pub(crate) fn table_page(db: &Connection, ctx: &Ctx, a: &PageArgs<'_>) -> Result
         }
         last_key = Some(k);
     }
-    let next = match (more, last_key) {
-        (true, Some(k)) => Value::String(format!("{}?cursor={}", a.base_uri, encode_cursor(&k))),
-        _ => Value::Null,
-    };
-    Ok(json!({
-        "table": a.table,
-        "columns": names,
-        "rows": budget.rows,
-        "row_count": budget.rows.len(),
-        "page_size": a.page_size,
-        "max_bytes": a.max_bytes,
-        "next": next,
-    }))
+    Ok(RowPage {
+        columns: names,
+        rows: budget.rows,
+        next_cursor: match (more, last_key) {
+            (true, Some(k)) => Some(encode_cursor(&k)),
+            _ => None,
+        },
+    })
 }
 
 /// Columns, types, nullability, keys and indexes of a table or view.
@@ -461,15 +409,13 @@ fn indexes(db: &Connection, ctx: &Ctx, table: &str) -> Result<Value> {
     Ok(Value::Array(out))
 }
 
-/// The overview of the database: user tables and views (up to `limit` after `after`), each
-/// with its URIs and a row estimate.
-pub(crate) fn overview(
+/// User tables and views (up to `limit` after `after`), each with a row estimate.
+pub(crate) fn objects(
     db: &Connection,
     ctx: &Ctx,
-    mount: &str,
     after: Option<&str>,
     limit: usize,
-) -> Result<Value> {
+) -> Result<Vec<ObjectInfo>> {
     let has_stat1: bool = db
         .query_row(
             "SELECT count(*) FROM main.sqlite_schema WHERE type = 'table' AND name = 'sqlite_stat1'",
@@ -484,49 +430,61 @@ pub(crate) fn overview(
         ))
         .map_err(|e| ctx.err(e))?;
     let objects: Vec<(String, String)> = st
-        .query_map(params![after.unwrap_or(""), limit as i64 + 1], |r| {
+        .query_map(params![after.unwrap_or(""), limit as i64], |r| {
             Ok((r.get(0)?, r.get(1)?))
         })
         .map_err(|e| ctx.err(e))?
         .collect::<rusqlite::Result<_>>()
         .map_err(|e| ctx.err(e))?;
-    let more = objects.len() > limit;
-    let mut items = Vec::new();
-    for (name, kind) in objects.iter().take(limit) {
-        let base = format!("db://{mount}/tables/{}", crate::uri::encode_segment(name));
-        let (estimate, source) = if kind == "table" {
-            row_estimate(db, ctx, name, has_stat1)?
+    let mut out = Vec::new();
+    for (name, kind) in objects {
+        let (row_estimate, estimate_source) = if kind == "table" {
+            row_estimate(db, ctx, &name, has_stat1)?
         } else {
             (None, None)
         };
-        let mut m = Map::new();
-        m.insert("name".into(), json!(name));
-        m.insert("type".into(), json!(kind));
-        if kind == "table" {
-            m.insert("uri".into(), json!(base));
-        }
-        m.insert("schema_uri".into(), json!(format!("{base}/schema")));
-        m.insert("row_estimate".into(), json!(estimate));
-        m.insert("row_estimate_source".into(), json!(source));
-        items.push(Value::Object(m));
+        out.push(ObjectInfo {
+            table: crate::engine::TableRef { schema: None, name },
+            kind: if kind == "view" {
+                ObjectKind::View
+            } else {
+                ObjectKind::Table
+            },
+            row_estimate,
+            estimate_source,
+        });
     }
-    let next = match (more, objects.get(limit.saturating_sub(1))) {
-        (true, Some((last, _))) => json!(format!(
-            "db://{mount}?cursor={}",
-            URL_SAFE_NO_PAD.encode(last.as_bytes())
-        )),
-        _ => Value::Null,
-    };
-    Ok(json!({ "database": mount, "objects": items, "next": next }))
+    Ok(out)
 }
 
-/// Decode an overview cursor (the last object name served).
-pub(crate) fn decode_overview_cursor(raw: &str) -> Result<String> {
-    URL_SAFE_NO_PAD
-        .decode(raw)
-        .ok()
-        .and_then(|b| String::from_utf8(b).ok())
-        .ok_or_else(|| Error::invalid_params(format!("cursor {raw:?} is not an overview cursor")))
+/// Whether `table` has a column `column`.
+pub(crate) fn has_column(db: &Connection, ctx: &Ctx, table: &str, column: &str) -> Result<bool> {
+    Ok(columns(db, ctx, table)?.iter().any(|c| c.name == column))
+}
+
+/// Distinct values of a column starting with `prefix` (binary comparison, bounded).
+pub(crate) fn distinct_values(
+    db: &Connection,
+    ctx: &Ctx,
+    table: &str,
+    column: &str,
+    prefix: &str,
+    limit: usize,
+) -> Result<(Vec<String>, bool)> {
+    let col = quote_ident(column);
+    let sql = format!(
+        "SELECT DISTINCT CAST({col} AS TEXT) AS v FROM main.{} WHERE {col} IS NOT NULL AND substr(CAST({col} AS TEXT), 1, length(?1)) = ?1 ORDER BY v LIMIT ?2",
+        quote_ident(table)
+    );
+    let mut st = db.prepare(&sql).map_err(|e| ctx.err(e))?;
+    let mut values: Vec<String> = st
+        .query_map(params![prefix, limit as i64 + 1], |r| r.get(0))
+        .map_err(|e| ctx.err(e))?
+        .collect::<rusqlite::Result<_>>()
+        .map_err(|e| ctx.err(e))?;
+    let more = values.len() > limit;
+    values.truncate(limit);
+    Ok((values, more))
 }
 
 /// A cheap row estimate: `sqlite_stat1` when ANALYZE ran, else the largest rowid (an upper
@@ -573,34 +531,29 @@ pub(crate) fn run_query(
     ctx: &Ctx,
     uri: &str,
     sql: &str,
-    binds: &[(String, SqlValue)],
+    binds: &[(String, Param)],
     max_rows: usize,
     max_bytes: u64,
-) -> Result<Value> {
+) -> Result<QueryRows> {
     let mut st = db.prepare_cached(sql).map_err(|e| ctx.err(e))?;
     for (name, value) in binds {
         let idx = st
             .parameter_index(&format!(":{name}"))
             .map_err(|e| ctx.err(e))?
             .ok_or_else(|| Error::internal(format!("query {uri}: no parameter :{name}")))?;
+        let value = match value {
+            Param::Text(t) => SqlValue::Text(t.clone()),
+            Param::Integer(i) => SqlValue::Integer(*i),
+        };
         st.raw_bind_parameter(idx, value).map_err(|e| ctx.err(e))?;
     }
     let names: Vec<String> = st.column_names().into_iter().map(str::to_owned).collect();
     let width = names.len();
-    let envelope = json!({
-        "query": uri, "columns": names, "rows": [], "row_count": max_rows, "max_rows": max_rows,
-    })
-    .to_string()
-    .len() as u64;
-    let mut budget = RowBudget::new(max_bytes, envelope);
+    let mut budget = RowBudget::new(max_bytes, query_envelope(uri, &names, max_rows));
     let mut rows = st.raw_query();
     while let Some(row) = rows.next().map_err(|e| ctx.err(e))? {
         if budget.rows.len() == max_rows {
-            return Err(Error::new(
-                ErrorKind::TooLarge,
-                format!("query {uri} returned more than max_rows = {max_rows} rows; narrow it"),
-            )
-            .with_detail("max_rows", max_rows as u64));
+            return Err(too_many_rows(uri, max_rows));
         }
         let values: Vec<Value> = (0..width)
             .map(|i| row.get_ref(i).map(to_json))
@@ -610,11 +563,8 @@ pub(crate) fn run_query(
             return Err(too_large(&format!("the result of query {uri}"), max_bytes));
         }
     }
-    Ok(json!({
-        "query": uri,
-        "columns": names,
-        "rows": budget.rows,
-        "row_count": budget.rows.len(),
-        "max_rows": max_rows,
-    }))
+    Ok(QueryRows {
+        columns: names,
+        rows: budget.rows,
+    })
 }

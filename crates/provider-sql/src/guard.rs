@@ -1,32 +1,161 @@
 //! Layer 1 of read-only in depth: a parse-level pre-filter. Only one pure `SELECT` (or
-//! `WITH … SELECT`) gets through; everything else is refused before SQLite sees it.
+//! `WITH … SELECT`) gets through; everything else is refused before the database sees it.
 //!
 //! This layer gives clear errors early (config queries are checked at load). It is not the
-//! only line: the connection itself is read-only and its authorizer denies every write,
-//! `ATTACH` and extension loading (see `conn.rs`), so a parser gap cannot become a write.
+//! only line: SQLite connections are read-only with an authorizer (`conn.rs`), PostgreSQL and
+//! MySQL statements run in `READ ONLY` transactions that are rolled back (`pg.rs`,
+//! `mysql.rs`), so a parser gap cannot become a write. It also turns `:name` placeholders
+//! into each engine's own form, token by token, so no value is ever spliced into SQL text.
 
 use std::collections::BTreeSet;
 use std::ops::ControlFlow;
 
 use mcpr_core::{Error, Result};
-use sqlparser::ast::{Expr, Query, SetExpr, Statement, Value, Visit, Visitor};
-use sqlparser::dialect::SQLiteDialect;
+use sqlparser::ast::{Expr, ObjectName, Query, SetExpr, Statement, Value, Visit, Visitor};
+use sqlparser::dialect::{Dialect, MySqlDialect, PostgreSqlDialect, SQLiteDialect};
 use sqlparser::parser::Parser;
+use sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer, Whitespace};
 
-/// Functions refused by name even inside a SELECT: they reach outside the database.
-const DENIED_FUNCTIONS: &[&str] = &[
-    "load_extension",
-    "readfile",
-    "writefile",
-    "edit",
-    "fts3_tokenizer",
-];
+/// The SQL dialect a mount speaks: how its queries are parsed and how placeholders look.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Engine {
+    Sqlite,
+    Postgres,
+    MySql,
+}
+
+impl Engine {
+    fn dialect(self) -> Box<dyn Dialect> {
+        match self {
+            Engine::Sqlite => Box::new(SQLiteDialect {}),
+            Engine::Postgres => Box::new(PostgreSqlDialect {}),
+            Engine::MySql => Box::new(MySqlDialect {}),
+        }
+    }
+
+    /// Functions refused by name even inside a SELECT: they reach outside the database
+    /// (server files, programs, other connections), take locks that outlive the transaction,
+    /// or run SQL text of their own, which this filter could not see.
+    fn denied_functions(self) -> &'static [&'static str] {
+        match self {
+            Engine::Sqlite => &[
+                "load_extension",
+                "readfile",
+                "writefile",
+                "edit",
+                "fts3_tokenizer",
+            ],
+            Engine::Postgres => &[
+                "pg_read_file",
+                "pg_read_binary_file",
+                "pg_ls_dir",
+                "pg_stat_file",
+                "pg_ls_logdir",
+                "pg_ls_waldir",
+                "pg_ls_tmpdir",
+                "pg_ls_archive_statusdir",
+                "pg_ls_logicalsnapdir",
+                "pg_ls_logicalmapdir",
+                "pg_ls_replslotdir",
+                "lo_import",
+                "lo_export",
+                "lo_create",
+                "lo_creat",
+                "lo_unlink",
+                "lo_open",
+                "lo_put",
+                "lo_get",
+                "lo_from_bytea",
+                "lo_truncate",
+                "loread",
+                "lowrite",
+                "dblink",
+                "dblink_exec",
+                "dblink_connect",
+                "dblink_open",
+                "dblink_send_query",
+                "query_to_xml",
+                "query_to_xml_and_xmlschema",
+                "query_to_xmlschema",
+                "cursor_to_xml",
+                "database_to_xml",
+                "schema_to_xml",
+                "set_config",
+                "pg_terminate_backend",
+                "pg_cancel_backend",
+                "pg_reload_conf",
+                "pg_rotate_logfile",
+                "pg_file_write",
+                "pg_file_rename",
+                "pg_file_unlink",
+                "pg_file_sync",
+                "pg_notify",
+                "pg_logical_emit_message",
+                "pg_switch_wal",
+                "pg_create_restore_point",
+                "pg_promote",
+                "pg_advisory_lock",
+                "pg_advisory_lock_shared",
+                "pg_try_advisory_lock",
+                "pg_try_advisory_lock_shared",
+                "pg_advisory_xact_lock",
+                "pg_advisory_xact_lock_shared",
+                "pg_try_advisory_xact_lock",
+                "pg_try_advisory_xact_lock_shared",
+                "pg_stat_reset",
+                "pg_stat_reset_shared",
+                "pg_stat_reset_single_table_counters",
+                "pg_stat_reset_single_function_counters",
+                "pg_stat_reset_slru",
+                "pg_stat_reset_replication_slot",
+                "pg_create_logical_replication_slot",
+                "pg_create_physical_replication_slot",
+                "pg_drop_replication_slot",
+                "pg_replication_origin_create",
+                "pg_import_system_collations",
+                "txid_current",
+                "pg_current_xact_id",
+                "nextval",
+                "setval",
+            ],
+            Engine::MySql => &[
+                "load_file",
+                "get_lock",
+                "release_lock",
+                "release_all_locks",
+                "is_free_lock",
+                "is_used_lock",
+                "master_pos_wait",
+                "source_pos_wait",
+                "master_gtid_wait",
+                "sys_exec",
+                "sys_eval",
+                "lastval",
+                "nextval",
+                "setval",
+            ],
+        }
+    }
+}
 
 /// Check that `sql` is exactly one read-only query. Returns the names of its `:name`
 /// placeholders (without the colon).
-pub(crate) fn check_read_only(sql: &str) -> Result<BTreeSet<String>> {
+pub(crate) fn check_read_only(sql: &str, engine: Engine) -> Result<BTreeSet<String>> {
     let refuse = |why: &str| Error::invalid_params(format!("SQL refused: {why}"));
-    let statements = Parser::parse_sql(&SQLiteDialect {}, sql)
+    let dialect = engine.dialect();
+    let tokens = Tokenizer::new(dialect.as_ref(), sql)
+        .tokenize()
+        .map_err(|e| refuse(&format!("it does not tokenize ({e})")))?;
+    // MySQL runs the text of `/*! … */` and `/*M! … */` comments as SQL; sqlparser sees a
+    // comment. Refused on every engine: such a comment has no business in a named query.
+    for t in &tokens {
+        if let Token::Whitespace(Whitespace::MultiLineComment(c)) = t
+            && (c.starts_with('!') || c.starts_with("M!"))
+        {
+            return Err(refuse("executable comments (/*! … */) are not allowed"));
+        }
+    }
+    let statements = Parser::parse_sql(dialect.as_ref(), sql)
         .map_err(|e| refuse(&format!("it does not parse ({e})")))?;
     let [statement] = statements.as_slice() else {
         return Err(refuse(&format!(
@@ -37,15 +166,19 @@ pub(crate) fn check_read_only(sql: &str) -> Result<BTreeSet<String>> {
     if !matches!(statement, Statement::Query(_)) {
         return Err(refuse("only SELECT (or WITH … SELECT) is allowed"));
     }
-    let mut check = Check::default();
+    let mut check = Check {
+        denied: engine.denied_functions(),
+        statements: 0,
+        placeholders: BTreeSet::new(),
+    };
     if let ControlFlow::Break(why) = statement.visit(&mut check) {
         return Err(refuse(&why));
     }
     Ok(check.placeholders)
 }
 
-#[derive(Default)]
 struct Check {
+    denied: &'static [&'static str],
     statements: usize,
     placeholders: BTreeSet<String>,
 }
@@ -64,6 +197,12 @@ impl Visitor for Check {
         ControlFlow::Continue(())
     }
 
+    fn pre_visit_relation(&mut self, relation: &ObjectName) -> ControlFlow<String> {
+        // Table-valued functions in FROM are relations to the visitor; a table that shares a
+        // denied function's name is refused too, which is the safe side.
+        self.refuse_denied(&relation.to_string())
+    }
+
     fn pre_visit_query(&mut self, query: &Query) -> ControlFlow<String> {
         if !query.locks.is_empty() {
             return ControlFlow::Break("locking clauses (FOR UPDATE/SHARE) are not allowed".into());
@@ -73,13 +212,7 @@ impl Visitor for Check {
 
     fn pre_visit_expr(&mut self, expr: &Expr) -> ControlFlow<String> {
         match expr {
-            Expr::Function(f) => {
-                let name = f.name.to_string().to_ascii_lowercase();
-                let last = name.rsplit('.').next().unwrap_or(&name).trim_matches('"');
-                if DENIED_FUNCTIONS.contains(&last) {
-                    return ControlFlow::Break(format!("function {last}() is not allowed"));
-                }
-            }
+            Expr::Function(f) => self.refuse_denied(&f.name.to_string())?,
             Expr::Value(v) => {
                 if let Value::Placeholder(p) = &v.value {
                     match p.strip_prefix(':') {
@@ -95,6 +228,21 @@ impl Visitor for Check {
                 }
             }
             _ => {}
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+impl Check {
+    fn refuse_denied(&self, name: &str) -> ControlFlow<String> {
+        let name = name.to_ascii_lowercase();
+        let last = name
+            .rsplit('.')
+            .next()
+            .unwrap_or(&name)
+            .trim_matches(|c| c == '"' || c == '`');
+        if self.denied.contains(&last) {
+            return ControlFlow::Break(format!("function {last}() is not allowed"));
         }
         ControlFlow::Continue(())
     }
@@ -122,21 +270,223 @@ fn body_is_pure(body: &SetExpr) -> ControlFlow<String> {
     }
 }
 
+/// How an engine writes a bound parameter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Placeholders {
+    /// `$1`, `$2`, … (PostgreSQL); a name used twice is one number.
+    Numbered,
+    /// `?` (MySQL); a name used twice is bound twice.
+    Positional,
+}
+
+/// Rewrite the `:name` placeholders of a checked query for an engine. Returns the new text
+/// and, for each bound slot in order, the parameter name to bind there. Only placeholder
+/// tokens change: string literals, quoted identifiers and comments are copied byte for byte.
+pub(crate) fn rewrite_placeholders(
+    sql: &str,
+    engine: Engine,
+    style: Placeholders,
+) -> Result<(String, Vec<String>)> {
+    let dialect = engine.dialect();
+    let tokens = Tokenizer::new(dialect.as_ref(), sql)
+        .tokenize_with_location()
+        .map_err(|e| Error::invalid_params(format!("SQL refused: it does not tokenize ({e})")))?;
+    let offsets = LineOffsets::new(sql);
+    let mut out = String::with_capacity(sql.len() + 8);
+    let mut slots: Vec<String> = Vec::new();
+    let mut copied = 0usize;
+    let mut i = 0;
+    while i < tokens.len() {
+        // `:name` is one Placeholder token in some dialects, Colon + Word in others.
+        let found = match &tokens[i].token {
+            Token::Placeholder(p) if p.starts_with(':') && p.len() > 1 => {
+                Some((p[1..].to_owned(), i, i))
+            }
+            Token::Colon => match tokens.get(i + 1) {
+                Some(TokenWithSpan {
+                    token: Token::Word(w),
+                    span,
+                }) if w.quote_style.is_none() && span.start == tokens[i].span.end => {
+                    Some((w.value.clone(), i, i + 1))
+                }
+                _ => None,
+            },
+            _ => None,
+        };
+        let Some((name, first, last)) = found else {
+            i += 1;
+            continue;
+        };
+        let start = offsets.byte(sql, tokens[first].span.start);
+        let end = offsets.byte(sql, tokens[last].span.end);
+        out.push_str(&sql[copied..start]);
+        match style {
+            Placeholders::Numbered => {
+                let n = match slots.iter().position(|s| *s == name) {
+                    Some(p) => p + 1,
+                    None => {
+                        slots.push(name);
+                        slots.len()
+                    }
+                };
+                out.push_str(&format!("${n}"));
+            }
+            Placeholders::Positional => {
+                slots.push(name);
+                out.push('?');
+            }
+        }
+        copied = end;
+        i = last + 1;
+    }
+    out.push_str(&sql[copied..]);
+    Ok((out, slots))
+}
+
+/// Byte offsets of line starts, to turn tokenizer locations (line, char column) into bytes.
+struct LineOffsets(Vec<usize>);
+
+impl LineOffsets {
+    fn new(sql: &str) -> Self {
+        let mut v = vec![0];
+        v.extend(sql.match_indices('\n').map(|(i, _)| i + 1));
+        Self(v)
+    }
+
+    fn byte(&self, sql: &str, at: sqlparser::tokenizer::Location) -> usize {
+        let line_start = self
+            .0
+            .get((at.line as usize).saturating_sub(1))
+            .copied()
+            .unwrap_or(sql.len());
+        let col = (at.column as usize).saturating_sub(1);
+        sql[line_start..]
+            .char_indices()
+            .nth(col)
+            .map_or(sql.len(), |(b, _)| line_start + b)
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::check_read_only;
+    use super::{Engine, Placeholders, check_read_only, rewrite_placeholders};
 
     fn refused(sql: &str) -> String {
-        check_read_only(sql).expect_err(sql).message
+        check_read_only(sql, Engine::Sqlite).expect_err(sql).message
+    }
+
+    #[test]
+    fn placeholders_are_rewritten_token_by_token() {
+        let sql =
+            "select ':x' as lit, \":y\" from t -- :z\nwhere a = :a and b = :b::int and c = :a";
+        let (pg, slots) =
+            rewrite_placeholders(sql, Engine::Postgres, Placeholders::Numbered).unwrap();
+        assert_eq!(
+            pg,
+            "select ':x' as lit, \":y\" from t -- :z\nwhere a = $1 and b = $2::int and c = $1"
+        );
+        assert_eq!(slots, ["a", "b"]);
+        let sql = "select 'é:x', `:q` from t where a = :a and b = :b or c = :a";
+        let (my, slots) =
+            rewrite_placeholders(sql, Engine::MySql, Placeholders::Positional).unwrap();
+        assert_eq!(
+            my,
+            "select 'é:x', `:q` from t where a = ? and b = ? or c = ?"
+        );
+        assert_eq!(slots, ["a", "b", "a"]);
+    }
+
+    #[test]
+    fn engine_specific_refusals() {
+        for (engine, sql, why) in [
+            (
+                Engine::MySql,
+                "SELECT 1 /*! ; DELETE FROM t */",
+                "executable comments",
+            ),
+            (
+                Engine::MySql,
+                "SELECT 1 /*M!100000 ; DROP TABLE t */",
+                "executable comments",
+            ),
+            (
+                Engine::Postgres,
+                "SELECT pg_read_file('/etc/passwd')",
+                "pg_read_file",
+            ),
+            (
+                Engine::Postgres,
+                "SELECT lo_import('/etc/passwd')",
+                "lo_import",
+            ),
+            (
+                Engine::Postgres,
+                "COPY (SELECT 1) TO PROGRAM 'touch /tmp/x'",
+                "only SELECT",
+            ),
+            (
+                Engine::Postgres,
+                "SET default_transaction_read_only = off",
+                "only SELECT",
+            ),
+            (
+                Engine::Postgres,
+                "SELECT * FROM query_to_xml('delete from t', true, true, '')",
+                "query_to_xml",
+            ),
+            (
+                Engine::Postgres,
+                "SELECT set_config('transaction_read_only', 'off', true)",
+                "set_config",
+            ),
+            (Engine::Postgres, "SELECT * FROM t FOR UPDATE", "locking"),
+            (
+                Engine::Postgres,
+                "WITH d AS (DELETE FROM t RETURNING *) SELECT * FROM d",
+                "refused",
+            ),
+            (
+                Engine::MySql,
+                "SELECT load_file('/etc/passwd')",
+                "load_file",
+            ),
+            (Engine::MySql, "SELECT get_lock('x', 1)", "get_lock"),
+            (
+                Engine::MySql,
+                "SELECT * FROM t INTO OUTFILE '/tmp/x'",
+                "refused",
+            ),
+        ] {
+            let msg = check_read_only(sql, engine).expect_err(sql).message;
+            assert!(msg.contains(why), "{sql}: {msg} should mention {why:?}");
+        }
+        check_read_only("SELECT pg_sleep(1)", Engine::Postgres).unwrap();
+        check_read_only(
+            "select id from \"we\"\"ird\" where s = :s::text",
+            Engine::Postgres,
+        )
+        .unwrap();
+        check_read_only("select `id` from `t` where s = :s", Engine::MySql).unwrap();
     }
 
     #[test]
     fn plain_selects_pass_and_report_placeholders() {
-        let p = check_read_only("select id, name from users where status = :status and id > :min")
-            .unwrap();
+        let p = check_read_only(
+            "select id, name from users where status = :status and id > :min",
+            Engine::Sqlite,
+        )
+        .unwrap();
         assert_eq!(p.into_iter().collect::<Vec<_>>(), ["min", "status"]);
-        check_read_only("WITH a AS (SELECT 1 AS x) SELECT x FROM a UNION ALL SELECT 2").unwrap();
-        check_read_only("select * from t where id in (select id from u);").unwrap();
+        check_read_only(
+            "WITH a AS (SELECT 1 AS x) SELECT x FROM a UNION ALL SELECT 2",
+            Engine::Sqlite,
+        )
+        .unwrap();
+        check_read_only(
+            "select * from t where id in (select id from u);",
+            Engine::Sqlite,
+        )
+        .unwrap();
     }
 
     #[test]

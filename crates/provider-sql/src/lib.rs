@@ -1,16 +1,23 @@
-//! The `db://` provider: SQL databases served read-only in depth (SQLite so far).
+//! The `db://` provider: SQL databases (SQLite, PostgreSQL, MySQL/MariaDB) served read-only
+//! in depth.
 //!
-//! An overview per mount, tables as keyset-paged JSON rows, table schemas, and named queries
-//! from config (fixed or templated, parameters bound, never spliced). Every statement passes
-//! a parse-level pre-filter (`guard`), then runs on a read-only, authorizer-guarded SQLite
-//! connection with a deadline (`conn`). See `docs.md` for the capability checklist.
+//! An overview per mount, tables as keyset-paged JSON or CSV rows, table schemas, and named
+//! queries from config (fixed or templated, parameters bound, never spliced), with change
+//! notifications. Every statement passes a parse-level pre-filter (`guard`), then runs in a
+//! rolled-back read-only transaction under a deadline on its engine (`sqlite`/`conn`, `pg`,
+//! `mysql`). See `docs.md` for the capability checklist.
 
 mod config;
 mod conn;
 mod db;
+mod engine;
 mod guard;
+mod mysql;
+mod pg;
 mod provider;
+mod sqlite;
 mod uri;
+mod watch;
 
-pub use config::{NamedQuery, ParamSpec, ParamType, SqlConfig};
+pub use config::{NamedQuery, ParamSpec, ParamType, SqlConfig, SqlKind};
 pub use provider::SqlProvider;

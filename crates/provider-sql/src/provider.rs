@@ -1,28 +1,36 @@
-//! [`SqlProvider`]: one SQLite database, implementing the core `Provider` trait.
+//! [`SqlProvider`]: one database (SQLite, PostgreSQL or MySQL/MariaDB) behind the core
+//! `Provider` trait. URIs, templates, limits and rendering (JSON or CSV) live here, the same
+//! for every engine; what differs per engine is behind [`Engine`].
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use mcpr_core::{
-    Capabilities, Completion, CompletionRequest, Contents, ContentsBody, Error, ErrorKind, Page,
-    PageRequest, Provider, ProviderInfo, ReadLimits, ResourceMeta, ResourceUri, Result,
-    TemplateMeta, UriTemplate,
+    Capabilities, ChangeSink, Completion, CompletionRequest, Contents, ContentsBody, Error,
+    ErrorKind, Page, PageRequest, Provider, ProviderInfo, ReadLimits, ResourceMeta, ResourceUri,
+    Result, TemplateMeta, UriTemplate, WatchGuard,
 };
 use regex_automata::meta::Regex;
-use rusqlite::types::Value as SqlValue;
+use serde_json::{Map, Value, json};
 
-use crate::config::{NamedQuery, ParamSpec, ParamType, SqlConfig};
-use crate::conn::Pool;
-use crate::db::{self, Ctx, ObjectKind};
-use crate::uri::{Target, encode_segment};
+use crate::config::{NamedQuery, ParamSpec, ParamType, SqlConfig, SqlKind};
+use crate::engine::{Engine, ObjectKind, PageArgs, Param, RowPage, TableRef};
+use crate::guard;
+use crate::uri::{Format, Target, encode_segment};
+use crate::watch::{Trigger, Watches};
 
 const JSON: &str = "application/json";
+const CSV: &str = "text/csv";
 /// Objects per overview block.
 const OVERVIEW_BLOCK: usize = 1000;
+/// Completion values per answer.
+const COMPLETE_LIMIT: usize = 100;
 
 /// Typed values for a query's `:name` placeholders.
-type Binds = Vec<(String, SqlValue)>;
+type Binds = Vec<(String, Param)>;
 
 /// A named query, checked and compiled at load.
 struct Compiled {
@@ -32,85 +40,91 @@ struct Compiled {
     patterns: BTreeMap<String, Regex>,
 }
 
-/// The `db://` provider for one SQLite database.
+/// The `db://` provider for one database.
 pub struct SqlProvider {
+    inner: Arc<Inner>,
+}
+
+/// Everything a read needs; shared with the change watcher, which re-reads subscribed URIs.
+pub(crate) struct Inner {
     config: SqlConfig,
-    pool: Arc<Pool>,
+    engine: Arc<dyn Engine>,
     info: ProviderInfo,
     templates: Vec<TemplateMeta>,
     queries: Vec<Compiled>,
+    watches: Arc<Watches>,
 }
 
 impl SqlProvider {
     /// Open the database read-only and check the config and every named query (pre-filter,
-    /// parameters, and a prepare on the guarded connection, so a query naming a missing
-    /// table or refused by the guard fails here, not at the first read).
+    /// parameters, and a prepare on the database, so a query naming a missing table or
+    /// refused by the guard fails here, not at the first read).
+    ///
+    /// A PostgreSQL or MySQL server that cannot be reached at start does not fail this: the
+    /// mount starts not ready, its reads answer "unavailable", and the pool connects when the
+    /// server is back (the named queries are then checked at their first read instead).
     pub async fn new(config: SqlConfig) -> Result<Self> {
         config.validate()?;
-        let path = config.sqlite_path()?;
-        let pool = Arc::new(Pool::new(path.clone(), config.max_connections)?);
+        let dialect = match config.kind {
+            SqlKind::Sqlite => guard::Engine::Sqlite,
+            SqlKind::Postgres => guard::Engine::Postgres,
+            SqlKind::MySql => guard::Engine::MySql,
+        };
         let mut queries = Vec::new();
         for q in &config.queries {
-            queries.push(compile(&config.name, q)?);
+            queries.push(compile(&config.name, q, dialect)?);
         }
-        let sqls: Vec<(String, String)> = config
-            .queries
-            .iter()
-            .map(|q| (q.uri.clone(), q.sql.clone()))
-            .collect();
-        let timeout = config.statement_timeout;
-        pool.run(move |conn| {
-            conn.read(timeout, |db| {
-                for (uri, sql) in &sqls {
-                    db.prepare(sql).map_err(|e| {
-                        Error::invalid_params(format!(
-                            "query {uri}: {}",
-                            crate::conn::sql_error(e, timeout)
-                        ))
-                    })?;
-                }
-                Ok(())
-            })
-        })
-        .await?;
-        let name = &config.name;
-        let mut templates = vec![
-            TemplateMeta {
-                uri_template: format!("db://{name}{{?cursor}}"),
-                name: format!("sql-overview:{name}"),
-                title: Some(format!("Tables and views of database {name}")),
-                description: Some("JSON: each table and view with its URIs and a row estimate; `cursor` continues after `next`.".into()),
-                mime_type: Some(JSON.into()),
-            },
-            TemplateMeta {
-                uri_template: format!("db://{name}/tables/{{table}}{{?cursor}}"),
-                name: format!("sql-table:{name}"),
-                title: Some(format!("Rows of a table of {name}")),
-                description: Some(format!(
-                    "JSON: `columns` and `rows` (arrays), at most {} rows and {} bytes per page, ordered by rowid or primary key; `next` is the URI of the following page (with `cursor`).",
-                    config.page_size, config.max_bytes
-                )),
-                mime_type: Some(JSON.into()),
-            },
-            TemplateMeta {
-                uri_template: format!("db://{name}/tables/{{table}}/schema"),
-                name: format!("sql-schema:{name}"),
-                title: Some(format!("Schema of a table or view of {name}")),
-                description: Some("JSON: columns (type, nullability, default, primary key position), primary key, foreign keys, indexes.".into()),
-                mime_type: Some(JSON.into()),
-            },
-        ];
-        for c in &queries {
-            if c.template.is_some() {
-                templates.push(TemplateMeta {
-                    uri_template: c.query.uri.clone(),
-                    name: format!("sql-query:{}", c.query.uri),
-                    title: Some(format!("Named query {}", c.query.uri)),
-                    description: c.query.description.clone(),
-                    mime_type: Some(JSON.into()),
-                });
+        let (engine, trigger): (Arc<dyn Engine>, Trigger) = match config.kind {
+            SqlKind::Sqlite => {
+                let path = config.sqlite_path()?;
+                let db = Arc::new(crate::sqlite::Sqlite::open(
+                    path.clone(),
+                    config.max_connections,
+                    config.statement_timeout,
+                )?);
+                let probe = db.data_version_probe()?;
+                (db, Trigger::Sqlite { path, probe })
             }
+            SqlKind::Postgres => {
+                let db = crate::pg::Postgres::connect_lazy(
+                    &config.name,
+                    &config.url,
+                    config.max_connections,
+                    config.statement_timeout,
+                    config.default_schema.clone(),
+                )?;
+                let trigger = match &config.notify_channel {
+                    Some(channel) => Trigger::Listen {
+                        listener: db.listener(channel.clone()),
+                    },
+                    None => Trigger::Poll,
+                };
+                (Arc::new(db), trigger)
+            }
+            SqlKind::MySql => (
+                Arc::new(crate::mysql::MySqlDb::connect_lazy(
+                    &config.name,
+                    &config.url,
+                    config.max_connections,
+                    config.statement_timeout,
+                )?),
+                Trigger::Poll,
+            ),
+        };
+        match check_against_db(engine.as_ref(), &config).await {
+            Ok(()) => {}
+            Err(e) if e.kind == ErrorKind::Unavailable && config.kind != SqlKind::Sqlite => {
+                tracing::warn!(
+                    mount = %config.name,
+                    url = %config.redacted_url(),
+                    "database unavailable at start; the mount is not ready until it answers: {}",
+                    e.message
+                );
+            }
+            Err(e) => return Err(e),
         }
+        let templates = templates(&config, &queries, engine.default_schema().is_some());
+        let name = &config.name;
         let mut uri_prefixes = vec![format!("db://{name}")];
         for c in &queries {
             let p = match &c.template {
@@ -122,75 +136,130 @@ impl SqlProvider {
             }
         }
         let info = ProviderInfo {
-            kind: "sqlite",
-            label: format!("{name} ({})", path.display()),
+            kind: config.kind.as_str(),
+            label: format!("{name} ({})", config.redacted_url()),
             uri_prefixes,
-            // Change notifications are not implemented yet: never declared.
-            capabilities: Capabilities {
-                watch: false,
-                list_changed: false,
-                ..Capabilities::ALL
-            },
+            capabilities: Capabilities::ALL,
             cache: config.cache,
         };
+        let watches = Arc::new(Watches::new(trigger, config.poll_interval));
         Ok(Self {
-            config,
-            pool,
-            info,
-            templates,
-            queries,
+            inner: Arc::new(Inner {
+                config,
+                engine,
+                info,
+                templates,
+                queries,
+                watches,
+            }),
         })
-    }
-
-    fn ctx(&self) -> Ctx {
-        Ctx {
-            timeout: self.config.statement_timeout,
-        }
-    }
-
-    /// Run `f` in a rolled-back read transaction on a pooled connection.
-    async fn read_db<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&rusqlite::Connection, &Ctx) -> Result<T> + Send + 'static,
-    ) -> Result<T> {
-        let ctx = self.ctx();
-        self.pool
-            .run(move |conn| conn.read(ctx.timeout, |db| f(db, &ctx)))
-            .await
-    }
-
-    /// The named query `uri` addresses, with its checked, typed bindings.
-    fn match_query(&self, uri: &ResourceUri) -> Result<Option<(usize, Binds)>> {
-        let path = uri.without_query();
-        // A fixed URI wins over a template that also matches it.
-        if let Some(i) = self
-            .queries
-            .iter()
-            .position(|c| c.template.is_none() && c.query.uri == path)
-        {
-            return Ok(Some((i, Vec::new())));
-        }
-        for (i, c) in self.queries.iter().enumerate() {
-            let Some(t) = &c.template else { continue };
-            let Some(vars) = t.matches(path) else {
-                continue;
-            };
-            let mut binds = Vec::new();
-            for (name, value) in vars {
-                let spec = c.query.params.get(&name).cloned().unwrap_or_default();
-                binds.push((
-                    name.clone(),
-                    check_param(&c.query.uri, &name, &value, &spec, c.patterns.get(&name))?,
-                ));
-            }
-            return Ok(Some((i, binds)));
-        }
-        Ok(None)
     }
 }
 
+/// The checks that need the database: every named query prepares, and every `from` column
+/// of a parameter exists.
+async fn check_against_db(engine: &dyn Engine, config: &SqlConfig) -> Result<()> {
+    engine.ping().await?;
+    for q in &config.queries {
+        engine.check_query(&q.uri, &q.sql).await?;
+        for (name, spec) in &q.params {
+            if let Some((table, column)) = &spec.complete_from {
+                let t = table_ref(engine, table);
+                if !engine.has_column(t, column.clone()).await? {
+                    return Err(Error::invalid_params(format!(
+                        "query {}: params.{name}.from names {table}.{column}, which is not a column this mount can read",
+                        q.uri
+                    )));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A `table` or `schema.table` from config as a table reference.
+fn table_ref(engine: &dyn Engine, spec: &str) -> TableRef {
+    match engine.default_schema() {
+        Some(default) => match spec.split_once('.') {
+            Some((s, t)) => TableRef {
+                schema: Some(s.to_owned()),
+                name: t.to_owned(),
+            },
+            None => TableRef {
+                schema: Some(default.to_owned()),
+                name: spec.to_owned(),
+            },
+        },
+        None => TableRef {
+            schema: None,
+            name: spec.to_owned(),
+        },
+    }
+}
+
+fn templates(config: &SqlConfig, queries: &[Compiled], schemas: bool) -> Vec<TemplateMeta> {
+    let name = &config.name;
+    let rows_description = format!(
+        "JSON (default) or CSV (`format=csv`): at most {} rows and {} bytes per page, ordered by the primary key; `next` (JSON) or `_meta.next` (CSV) is the URI of the following page.",
+        config.page_size, config.max_bytes
+    );
+    let mut templates = vec![
+        TemplateMeta {
+            uri_template: format!("db://{name}{{?cursor}}"),
+            name: format!("sql-overview:{name}"),
+            title: Some(format!("Tables and views of database {name}")),
+            description: Some("JSON: each table and view with its URIs and a row estimate; `cursor` continues after `next`.".into()),
+            mime_type: Some(JSON.into()),
+        },
+        TemplateMeta {
+            uri_template: format!("db://{name}/tables/{{table}}{{?cursor,format}}"),
+            name: format!("sql-table:{name}"),
+            title: Some(format!("Rows of a table of {name}")),
+            description: Some(rows_description.clone()),
+            mime_type: Some(JSON.into()),
+        },
+        TemplateMeta {
+            uri_template: format!("db://{name}/tables/{{table}}/schema"),
+            name: format!("sql-schema:{name}"),
+            title: Some(format!("Schema of a table or view of {name}")),
+            description: Some("JSON: columns (type, nullability, default, primary key position), primary key, foreign keys, indexes.".into()),
+            mime_type: Some(JSON.into()),
+        },
+    ];
+    if schemas {
+        templates.push(TemplateMeta {
+            uri_template: format!(
+                "db://{name}/schemas/{{schema}}/tables/{{table}}{{?cursor,format}}"
+            ),
+            name: format!("sql-schema-table:{name}"),
+            title: Some(format!("Rows of a table in any schema of {name}")),
+            description: Some(rows_description),
+            mime_type: Some(JSON.into()),
+        });
+        templates.push(TemplateMeta {
+            uri_template: format!("db://{name}/schemas/{{schema}}/tables/{{table}}/schema"),
+            name: format!("sql-schema-schema:{name}"),
+            title: Some(format!("Schema of a table or view in any schema of {name}")),
+            description: Some("JSON: columns, primary key, foreign keys, indexes.".into()),
+            mime_type: Some(JSON.into()),
+        });
+    }
+    for c in queries {
+        if c.template.is_some() {
+            templates.push(TemplateMeta {
+                uri_template: c.query.uri.clone(),
+                name: format!("sql-query:{}", c.query.uri),
+                title: Some(format!("Named query {}", c.query.uri)),
+                description: c.query.description.clone(),
+                mime_type: Some(JSON.into()),
+            });
+        }
+    }
+    templates
+}
+
 /// Check one named query at load: URI form, pre-filter, and parameters on both sides.
-fn compile(mount: &str, q: &NamedQuery) -> Result<Compiled> {
+fn compile(mount: &str, q: &NamedQuery, dialect: guard::Engine) -> Result<Compiled> {
     let bad = |why: String| Error::invalid_params(format!("query {}: {why}", q.uri));
     if !q.uri.starts_with("db://") || q.uri.contains('?') || q.uri.contains('#') {
         return Err(bad(
@@ -198,12 +267,15 @@ fn compile(mount: &str, q: &NamedQuery) -> Result<Compiled> {
         ));
     }
     let own = format!("db://{mount}");
-    if q.uri == own || q.uri.starts_with(&format!("{own}/tables")) {
+    if q.uri == own
+        || q.uri.starts_with(&format!("{own}/tables"))
+        || q.uri.starts_with(&format!("{own}/schemas"))
+    {
         return Err(bad(format!(
             "the URI collides with the table URIs of mount {mount:?}"
         )));
     }
-    let placeholders = crate::guard::check_read_only(&q.sql).map_err(|e| bad(e.message))?;
+    let placeholders = guard::check_read_only(&q.sql, dialect).map_err(|e| bad(e.message))?;
     let template = if q.uri.contains('{') {
         let t = UriTemplate::parse(&q.uri).map_err(|e| bad(format!("bad template: {e}")))?;
         let simple = t.parts().iter().all(|p| match p {
@@ -266,7 +338,7 @@ fn check_param(
     value: &str,
     spec: &ParamSpec,
     re: Option<&Regex>,
-) -> Result<SqlValue> {
+) -> Result<Param> {
     let bad = |why: String| {
         Error::invalid_params(format!("query {uri}: parameter {name} = {value:?} {why}"))
     };
@@ -284,15 +356,15 @@ fn check_param(
         )));
     }
     match spec.kind {
-        ParamType::Text => Ok(SqlValue::Text(value.to_owned())),
+        ParamType::Text => Ok(Param::Text(value.to_owned())),
         ParamType::Integer => value
             .parse::<i64>()
-            .map(SqlValue::Integer)
+            .map(Param::Integer)
             .map_err(|_| bad("is not an integer".into())),
     }
 }
 
-/// A list position: section byte, then a table name or a query index.
+/// A list position: section byte, then a table position or a query index.
 fn position(section: u8, tail: &[u8]) -> Vec<u8> {
     let mut p = vec![section];
     p.extend_from_slice(tail);
@@ -304,19 +376,310 @@ const SEC_TABLE: u8 = 1;
 const SEC_SCHEMA: u8 = 2;
 const SEC_QUERY: u8 = 3;
 
+/// A CSV field (RFC 4180): quoted when it holds a separator, quote or line break. Strings
+/// are written as they are, NULL as an empty field, anything else as compact JSON.
+fn csv_field(v: &Value, out: &mut String) {
+    let text = match v {
+        Value::Null => return,
+        Value::String(s) => s.clone(),
+        Value::Object(o) if o.len() == 1 && o.contains_key("base64") => {
+            o["base64"].as_str().unwrap_or_default().to_owned()
+        }
+        other => other.to_string(),
+    };
+    if text.contains([',', '"', '\n', '\r']) {
+        out.push('"');
+        out.push_str(&text.replace('"', "\"\""));
+        out.push('"');
+    } else {
+        out.push_str(&text);
+    }
+}
+
+fn csv(columns: &[String], rows: &[Value]) -> String {
+    let mut out = String::new();
+    let line = |fields: &mut dyn Iterator<Item = Value>, out: &mut String| {
+        for (i, f) in fields.enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            csv_field(&f, out);
+        }
+        out.push_str("\r\n");
+    };
+    line(
+        &mut columns.iter().map(|c| Value::String(c.clone())),
+        &mut out,
+    );
+    for r in rows {
+        if let Value::Array(cells) = r {
+            line(&mut cells.iter().cloned(), &mut out);
+        }
+    }
+    out
+}
+
+impl Inner {
+    pub(crate) fn engine(&self) -> &dyn Engine {
+        self.engine.as_ref()
+    }
+
+    /// The URI of a table's rows: the short form for the default schema (or no schema).
+    fn table_uri(&self, t: &TableRef) -> String {
+        let name = &self.config.name;
+        match (&t.schema, self.engine.default_schema()) {
+            (Some(s), Some(d)) if s != d => format!(
+                "db://{name}/schemas/{}/tables/{}",
+                encode_segment(s),
+                encode_segment(&t.name)
+            ),
+            _ => format!("db://{name}/tables/{}", encode_segment(&t.name)),
+        }
+    }
+
+    /// The table a URI's schema and table segments mean; `None` when this engine has no
+    /// schemas but the URI names one.
+    fn resolve(&self, schema: Option<String>, table: String) -> Option<TableRef> {
+        match (schema, self.engine.default_schema()) {
+            (Some(s), Some(_)) => Some(TableRef {
+                schema: Some(s),
+                name: table,
+            }),
+            (None, Some(d)) => Some(TableRef {
+                schema: Some(d.to_owned()),
+                name: table,
+            }),
+            (None, None) => Some(TableRef {
+                schema: None,
+                name: table,
+            }),
+            (Some(_), None) => None,
+        }
+    }
+
+    /// The named query `uri` addresses, with its checked, typed bindings.
+    fn match_query(&self, uri: &ResourceUri) -> Result<Option<(usize, Binds)>> {
+        let path = uri.without_query();
+        // A fixed URI wins over a template that also matches it.
+        if let Some(i) = self
+            .queries
+            .iter()
+            .position(|c| c.template.is_none() && c.query.uri == path)
+        {
+            return Ok(Some((i, Vec::new())));
+        }
+        for (i, c) in self.queries.iter().enumerate() {
+            let Some(t) = &c.template else { continue };
+            let Some(vars) = t.matches(path) else {
+                continue;
+            };
+            let mut binds = Vec::new();
+            for (name, value) in vars {
+                let spec = c.query.params.get(&name).cloned().unwrap_or_default();
+                binds.push((
+                    name.clone(),
+                    check_param(&c.query.uri, &name, &value, &spec, c.patterns.get(&name))?,
+                ));
+            }
+            return Ok(Some((i, binds)));
+        }
+        Ok(None)
+    }
+
+    /// The overview document.
+    async fn overview(&self, cursor: Option<String>) -> Result<Value> {
+        let name = &self.config.name;
+        let after = match cursor {
+            Some(raw) => Some(
+                URL_SAFE_NO_PAD
+                    .decode(&raw)
+                    .ok()
+                    .and_then(|p| {
+                        TableRef::from_position(&p, self.engine.default_schema().is_some())
+                    })
+                    .ok_or_else(|| {
+                        Error::invalid_params(format!("cursor {raw:?} is not an overview cursor"))
+                    })?,
+            ),
+            None => None,
+        };
+        let mut objects = self.engine.objects(after, OVERVIEW_BLOCK + 1).await?;
+        let more = objects.len() > OVERVIEW_BLOCK;
+        objects.truncate(OVERVIEW_BLOCK);
+        let next = match (more, objects.last()) {
+            (true, Some(last)) => json!(format!(
+                "db://{name}?cursor={}",
+                URL_SAFE_NO_PAD.encode(last.table.position())
+            )),
+            _ => Value::Null,
+        };
+        let items: Vec<Value> = objects
+            .iter()
+            .map(|o| {
+                let base = self.table_uri(&o.table);
+                let mut m = Map::new();
+                m.insert("name".into(), json!(o.table.name));
+                if let Some(s) = &o.table.schema {
+                    m.insert("schema".into(), json!(s));
+                }
+                m.insert("type".into(), json!(o.kind.as_str()));
+                if o.kind == ObjectKind::Table {
+                    m.insert("uri".into(), json!(base));
+                }
+                m.insert("schema_uri".into(), json!(format!("{base}/schema")));
+                m.insert("row_estimate".into(), json!(o.row_estimate));
+                m.insert("row_estimate_source".into(), json!(o.estimate_source));
+                Value::Object(m)
+            })
+            .collect();
+        Ok(json!({
+            "database": name,
+            "engine": self.config.kind.as_str(),
+            "objects": items,
+            "next": next,
+        }))
+    }
+
+    /// Read `uri` as the provider serves it: one text item, JSON or CSV.
+    pub(crate) async fn read(&self, uri: &ResourceUri, max_bytes: u64) -> Result<Contents> {
+        let max_bytes = max_bytes.min(self.config.max_bytes);
+        let (text, mime, meta) = if let Some((i, binds)) = self.match_query(uri)? {
+            if uri.query().is_some() {
+                return Err(Error::invalid_params(
+                    "named queries take no query parameters",
+                ));
+            }
+            let q = &self.queries[i].query;
+            let rows = self
+                .engine
+                .run_query(
+                    q.uri.clone(),
+                    q.sql.clone(),
+                    binds,
+                    self.config.max_rows,
+                    max_bytes,
+                )
+                .await?;
+            let doc = json!({
+                "query": q.uri,
+                "columns": rows.columns,
+                "row_count": rows.rows.len(),
+                "max_rows": self.config.max_rows,
+                "rows": rows.rows,
+            });
+            (doc.to_string(), JSON, None)
+        } else {
+            match crate::uri::parse(&self.config.name, uri)? {
+                Target::Overview { cursor } => {
+                    (self.overview(cursor).await?.to_string(), JSON, None)
+                }
+                Target::Schema { schema, table } => {
+                    let t = self
+                        .resolve(schema, table)
+                        .ok_or_else(|| Error::not_found(uri.as_str()))?;
+                    let kind = self
+                        .engine
+                        .object_kind(t.clone())
+                        .await?
+                        .ok_or_else(|| Error::not_found(uri.as_str()))?;
+                    (self.engine.schema(t, kind).await?.to_string(), JSON, None)
+                }
+                Target::Table {
+                    schema,
+                    table,
+                    cursor,
+                    format,
+                } => {
+                    let t = self
+                        .resolve(schema, table)
+                        .ok_or_else(|| Error::not_found(uri.as_str()))?;
+                    // Only tables have rows here; a view has no key to page on.
+                    if self.engine.object_kind(t.clone()).await? != Some(ObjectKind::Table) {
+                        return Err(Error::not_found(uri.as_str()));
+                    }
+                    let page = self
+                        .engine
+                        .table_page(PageArgs {
+                            table: t.clone(),
+                            cursor,
+                            page_size: self.config.page_size,
+                            max_bytes,
+                        })
+                        .await?;
+                    self.render_page(uri, &t, page, format)
+                }
+            }
+        };
+        if text.len() as u64 > max_bytes {
+            return Err(Error::new(
+                ErrorKind::TooLarge,
+                format!("the result is larger than the read limit of {max_bytes} bytes"),
+            )
+            .with_detail("max_bytes", max_bytes));
+        }
+        Ok(Contents {
+            uri: uri.as_str().to_owned(),
+            mime_type: Some(mime.into()),
+            body: ContentsBody::Text(text),
+            meta,
+        })
+    }
+
+    fn render_page(
+        &self,
+        uri: &ResourceUri,
+        t: &TableRef,
+        page: RowPage,
+        format: Format,
+    ) -> (String, &'static str, Option<Map<String, Value>>) {
+        let base = uri.without_query();
+        let next = page.next_cursor.as_ref().map(|c| {
+            let mut n = format!("{base}?cursor={c}");
+            if format == Format::Csv {
+                n.push_str("&format=csv");
+            }
+            n
+        });
+        match format {
+            Format::Json => (
+                json!({
+                    "table": t.display(),
+                    "columns": page.columns,
+                    "row_count": page.rows.len(),
+                    "page_size": self.config.page_size,
+                    "max_bytes": self.config.max_bytes,
+                    "next": next,
+                    "rows": page.rows,
+                })
+                .to_string(),
+                JSON,
+                None,
+            ),
+            Format::Csv => {
+                let mut meta = Map::new();
+                meta.insert("table".into(), json!(t.display()));
+                meta.insert("row_count".into(), json!(page.rows.len()));
+                meta.insert("page_size".into(), json!(self.config.page_size));
+                meta.insert("next".into(), json!(next));
+                (csv(&page.columns, &page.rows), CSV, Some(meta))
+            }
+        }
+    }
+}
+
 #[async_trait]
 impl Provider for SqlProvider {
     fn info(&self) -> &ProviderInfo {
-        &self.info
+        &self.inner.info
     }
 
     async fn ready(&self) -> bool {
-        self.read_db(|db, ctx| db::table_names(db, ctx, None, false, 1).map(|_| ()))
-            .await
-            .is_ok()
+        self.inner.engine.ping().await.is_ok()
     }
 
     async fn list(&self, page: PageRequest) -> Result<Page<ResourceMeta>> {
+        let inner = &self.inner;
+        let schemas = inner.engine.default_schema().is_some();
         let limit = page.limit.max(1);
         let bad = || {
             Error::new(
@@ -329,7 +692,7 @@ impl Provider for SqlProvider {
             Some([s, tail @ ..]) if *s <= SEC_QUERY => (Some(*s), tail),
             Some(_) => return Err(bad()),
         };
-        let name = self.config.name.clone();
+        let name = inner.config.name.clone();
         let mut items: Vec<(Vec<u8>, ResourceMeta)> = Vec::new();
         if section.is_none() {
             items.push((
@@ -347,30 +710,29 @@ impl Provider for SqlProvider {
         if items.len() <= limit && section.is_none_or(|s| s < SEC_QUERY) {
             let after = match section {
                 Some(SEC_TABLE | SEC_SCHEMA) => {
-                    Some(String::from_utf8(tail.to_vec()).map_err(|_| bad())?)
+                    Some(TableRef::from_position(tail, schemas).ok_or_else(bad)?)
                 }
                 _ => None,
             };
             // After a table's rows entry, its schema entry comes next.
             let inclusive = section == Some(SEC_TABLE);
-            let want = limit + 1;
-            let names = self
-                .read_db(move |db, ctx| db::table_names(db, ctx, after.as_deref(), inclusive, want))
-                .await?;
-            for t in names {
-                let base = format!("db://{name}/tables/{}", encode_segment(&t));
-                let skip_rows = inclusive
-                    && page.after.as_deref() == Some(&position(SEC_TABLE, t.as_bytes())[..]);
+            let tables = inner.engine.tables(after, inclusive, limit + 1).await?;
+            for t in tables {
+                let base = inner.table_uri(&t);
+                let pos = t.position();
+                let shown = t.display();
+                let skip_rows =
+                    inclusive && page.after.as_deref() == Some(&position(SEC_TABLE, &pos)[..]);
                 if !skip_rows {
                     items.push((
-                        position(SEC_TABLE, t.as_bytes()),
+                        position(SEC_TABLE, &pos),
                         ResourceMeta {
                             uri: base.clone(),
-                            name: t.clone(),
-                            title: Some(format!("Table {t}")),
+                            name: shown.clone(),
+                            title: Some(format!("Table {shown}")),
                             description: Some(format!(
-                                "Rows of table {t}, {} per page",
-                                self.config.page_size
+                                "Rows of table {shown}, {} per page",
+                                inner.config.page_size
                             )),
                             mime_type: Some(JSON.into()),
                             ..Default::default()
@@ -378,11 +740,11 @@ impl Provider for SqlProvider {
                     ));
                 }
                 items.push((
-                    position(SEC_SCHEMA, t.as_bytes()),
+                    position(SEC_SCHEMA, &pos),
                     ResourceMeta {
                         uri: format!("{base}/schema"),
-                        name: format!("{t} schema"),
-                        title: Some(format!("Schema of table {t}")),
+                        name: format!("{shown} schema"),
+                        title: Some(format!("Schema of table {shown}")),
                         description: Some("Columns, keys and indexes".into()),
                         mime_type: Some(JSON.into()),
                         ..Default::default()
@@ -401,7 +763,7 @@ impl Provider for SqlProvider {
                 }
                 _ => 0,
             };
-            for (i, c) in self.queries.iter().enumerate().skip(first) {
+            for (i, c) in inner.queries.iter().enumerate().skip(first) {
                 if c.template.is_some() {
                     continue;
                 }
@@ -425,95 +787,41 @@ impl Provider for SqlProvider {
     }
 
     async fn read(&self, uri: &ResourceUri, limits: &ReadLimits) -> Result<Vec<Contents>> {
-        let max_bytes = limits.max_bytes.min(self.config.max_bytes);
-        let with_uri = |e: Error| {
-            if e.uri.is_none() {
-                e.with_uri(uri.as_str())
-            } else {
-                e
-            }
-        };
-        let doc = if let Some((i, binds)) = self.match_query(uri).map_err(with_uri)? {
-            if uri.query().is_some() {
-                return Err(with_uri(Error::invalid_params(
-                    "named queries take no query parameters",
-                )));
-            }
-            let q = self.queries[i].query.clone();
-            let max_rows = self.config.max_rows;
-            self.read_db(move |db, ctx| {
-                db::run_query(db, ctx, &q.uri, &q.sql, &binds, max_rows, max_bytes)
-            })
+        self.inner
+            .read(uri, limits.max_bytes)
             .await
-        } else {
-            let name = self.config.name.clone();
-            let target = crate::uri::parse(&name, uri)?;
-            let raw = uri.as_str().to_owned();
-            let base = uri.without_query().to_owned();
-            let page_size = self.config.page_size;
-            self.read_db(move |db, ctx| match target {
-                Target::Overview { cursor } => {
-                    let after = cursor
-                        .as_deref()
-                        .map(db::decode_overview_cursor)
-                        .transpose()?;
-                    db::overview(db, ctx, &name, after.as_deref(), OVERVIEW_BLOCK)
+            .map(|c| vec![c])
+            .map_err(|e| {
+                if e.uri.is_none() {
+                    e.with_uri(uri.as_str())
+                } else {
+                    e
                 }
-                Target::Table { table, cursor } => match db::object_kind(db, ctx, &table)? {
-                    Some(ObjectKind::Table) => db::table_page(
-                        db,
-                        ctx,
-                        &db::PageArgs {
-                            table: &table,
-                            base_uri: &base,
-                            cursor: cursor.as_deref(),
-                            page_size,
-                            max_bytes,
-                        },
-                    ),
-                    // Only tables have rows here; a view's rows have no stable key to page on.
-                    _ => Err(Error::not_found(raw)),
-                },
-                Target::Schema { table } => match db::object_kind(db, ctx, &table)? {
-                    Some(kind) => db::schema(db, ctx, &table, kind),
-                    None => Err(Error::not_found(raw)),
-                },
             })
-            .await
-        }
-        .map_err(with_uri)?;
-        let text = doc.to_string();
-        if text.len() as u64 > max_bytes {
-            return Err(with_uri(
-                Error::new(
-                    ErrorKind::TooLarge,
-                    format!("the result is larger than the read limit of {max_bytes} bytes"),
-                )
-                .with_detail("max_bytes", max_bytes),
-            ));
-        }
-        Ok(vec![Contents {
-            uri: uri.as_str().to_owned(),
-            mime_type: Some(JSON.into()),
-            body: ContentsBody::Text(text),
-            meta: None,
-        }])
     }
 
     fn templates(&self) -> &[TemplateMeta] {
-        &self.templates
+        &self.inner.templates
     }
 
     async fn complete(&self, req: CompletionRequest) -> Result<Completion> {
-        let t = &self.templates[mcpr_core::template_index(&self.templates, &req.template)?];
+        let inner = &self.inner;
+        let t = &inner.templates[mcpr_core::template_index(&inner.templates, &req.template)?];
         // Only the built-in table templates complete table names; a query variable called
         // `table` completes from its enum like any other.
-        if req.argument == "table"
-            && (t.name.starts_with("sql-table:") || t.name.starts_with("sql-schema:"))
-        {
-            let prefix = req.value.clone();
-            let (values, total) = self
-                .read_db(move |db, ctx| db::tables_with_prefix(db, ctx, &prefix, 100))
+        let builtin = [
+            "sql-table:",
+            "sql-schema:",
+            "sql-schema-table:",
+            "sql-schema-schema:",
+        ]
+        .iter()
+        .any(|p| t.name.starts_with(p));
+        if builtin && req.argument == "table" {
+            let schema = req.context.get("schema").cloned();
+            let (values, total) = inner
+                .engine
+                .tables_with_prefix(schema, req.value.clone(), COMPLETE_LIMIT)
                 .await?;
             return Ok(Completion {
                 has_more: total as usize > values.len(),
@@ -521,20 +829,59 @@ impl Provider for SqlProvider {
                 total: Some(total),
             });
         }
-        let q = self.queries.iter().find(|c| c.query.uri == req.template);
-        let allowed = q
-            .and_then(|c| c.query.params.get(&req.argument))
-            .and_then(|s| s.allowed.clone())
-            .unwrap_or_default();
+        let q = inner.queries.iter().find(|c| c.query.uri == req.template);
+        let spec = q.and_then(|c| c.query.params.get(&req.argument));
+        if let Some((table, column)) = spec.and_then(|s| s.complete_from.clone()) {
+            let t = table_ref(inner.engine.as_ref(), &table);
+            let (mut values, more) = inner
+                .engine
+                .distinct_values(t, column, req.value.clone(), COMPLETE_LIMIT)
+                .await?;
+            // Offer only what the parameter's own checks would accept.
+            if let Some(allowed) = spec.and_then(|s| s.allowed.as_ref()) {
+                values.retain(|v| allowed.contains(v));
+            }
+            if let Some(re) = q.and_then(|c| c.patterns.get(&req.argument)) {
+                values.retain(|v| re.is_match(v));
+            }
+            return Ok(Completion {
+                total: (!more).then_some(values.len() as u32),
+                values,
+                has_more: more,
+            });
+        }
+        let allowed = spec.and_then(|s| s.allowed.clone()).unwrap_or_default();
         let values: Vec<String> = allowed
             .into_iter()
             .filter(|v| v.starts_with(&req.value))
             .collect();
         let total = values.len() as u32;
         Ok(Completion {
-            has_more: values.len() > 100,
-            values: values.into_iter().take(100).collect(),
+            has_more: values.len() > COMPLETE_LIMIT,
+            values: values.into_iter().take(COMPLETE_LIMIT).collect(),
             total: Some(total),
         })
+    }
+
+    async fn watch(&self, uri: &ResourceUri, sink: ChangeSink) -> Result<WatchGuard> {
+        // The URI must be one this mount serves (a read error other than "not found" is
+        // fine: the resource may appear later, and then it changed).
+        let first = self.inner.read(uri, self.inner.config.max_bytes).await;
+        if let Err(e) = &first
+            && matches!(e.kind, ErrorKind::InvalidParams)
+        {
+            return Err(e.clone().with_uri(uri.as_str()));
+        }
+        Ok(self.inner.watches.add_resource(
+            &self.inner,
+            uri.clone(),
+            sink,
+            crate::watch::fingerprint(&first),
+        ))
+    }
+
+    async fn watch_list(&self, sink: ChangeSink) -> Result<WatchGuard> {
+        let first = crate::watch::catalog(self.inner.engine.as_ref()).await;
+        Ok(self.inner.watches.add_list(&self.inner, sink, first))
     }
 }

@@ -86,6 +86,7 @@ fn config(path: &Path) -> SqlConfig {
                     kind: ParamType::Text,
                     allowed: Some(vec!["active".into(), "disabled".into()]),
                     pattern: Some("[a-z]+".into()),
+                    complete_from: Some(("users".into(), "status".into())),
                 },
             )]),
             description: Some("users by status".into()),
@@ -106,7 +107,10 @@ fn config(path: &Path) -> SqlConfig {
     c
 }
 
-struct Fx;
+/// The fixture: the database file, changed through a writer connection of its own.
+struct Fx {
+    path: PathBuf,
+}
 
 fn s(v: Value) -> Vec<u8> {
     v.to_string().into_bytes()
@@ -135,11 +139,13 @@ impl Fixture for Fx {
         vec![
             (
                 "db://app".into(),
-                s(json!({"database": "app", "next": null, "objects": [
-                    obj("active", "active", "view", Value::Null),
-                    obj("users", "users", "table", json!(3)),
-                    obj(WEIRD, WEIRD_ENC, "table", Value::Null),
-                ]})),
+                s(
+                    json!({"database": "app", "engine": "sqlite", "next": null, "objects": [
+                        obj("active", "active", "view", Value::Null),
+                        obj("users", "users", "table", json!(3)),
+                        obj(WEIRD, WEIRD_ENC, "table", Value::Null),
+                    ]}),
+                ),
             ),
             (
                 "db://app/tables/users".into(),
@@ -192,13 +198,21 @@ impl Fixture for Fx {
             "db://app/tables/a%2".into(),
         ]
     }
-    async fn modify(&self, _uri: &str) {}
+    async fn modify(&self, _uri: &str) {
+        // A new user changes the overview's row estimate (max rowid) and the users page.
+        sqlite_exec(
+            &self.path,
+            "INSERT INTO users (name, status) VALUES ('new', 'active')",
+        )
+        .unwrap();
+    }
     async fn add(&self) -> String {
-        String::new()
+        sqlite_exec(&self.path, "CREATE TABLE added (id INTEGER PRIMARY KEY)").unwrap();
+        "db://app/tables/added".into()
     }
     fn completion_case(&self) -> Option<(String, String, String, String)> {
         Some((
-            "db://app/tables/{table}{?cursor}".into(),
+            "db://app/tables/{table}{?cursor,format}".into(),
             "table".into(),
             "we".into(),
             WEIRD.into(),
@@ -225,9 +239,10 @@ async fn read(p: &SqlProvider, uri: &str) -> mcpr_core::Result<Value> {
 async fn behaviour_suite_and_safety() {
     let dir = tempfile::tempdir().unwrap();
     let path = build(dir.path());
-    let before = checksum(&path);
     let p = Arc::new(SqlProvider::new(config(&path)).await.unwrap());
-    run_suite(p.clone(), &Fx).await;
+    run_suite(p.clone(), &Fx { path: path.clone() }).await;
+    // From here on nothing writes but the provider, which must not.
+    let before = checksum(&path);
 
     // Templated query: bound, typed, checked.
     let v = read(&p, "db://users/disabled/list").await.unwrap();

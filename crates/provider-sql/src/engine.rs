@@ -1,0 +1,277 @@
+//! The seam between the `db://` provider and one database engine (SQLite, PostgreSQL,
+//! MySQL/MariaDB): the [`Engine`] trait, the values that cross it, and the row budget every
+//! engine fills the same way, so limits and document shapes cannot drift between engines.
+
+use async_trait::async_trait;
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use mcpr_core::{Error, ErrorKind, Result};
+use serde_json::{Value, json};
+
+/// A table or view. `schema` is `None` on engines without schemas in URIs (SQLite, and MySQL,
+/// where a mount is one database); on PostgreSQL it is always set.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct TableRef {
+    pub(crate) schema: Option<String>,
+    pub(crate) name: String,
+}
+
+impl TableRef {
+    /// The keyset position of this object in listings: schema, NUL, name (NUL occurs in no
+    /// identifier of the supported engines).
+    pub(crate) fn position(&self) -> Vec<u8> {
+        let mut p = self.schema.clone().unwrap_or_default().into_bytes();
+        p.push(0);
+        p.extend_from_slice(self.name.as_bytes());
+        p
+    }
+
+    pub(crate) fn from_position(p: &[u8], schemas: bool) -> Option<Self> {
+        let at = p.iter().position(|b| *b == 0)?;
+        let schema = String::from_utf8(p[..at].to_vec()).ok()?;
+        let name = String::from_utf8(p[at + 1..].to_vec()).ok()?;
+        Some(Self {
+            schema: schemas.then_some(schema),
+            name,
+        })
+    }
+
+    /// The name as shown in documents: `schema.name` where there are schemas.
+    pub(crate) fn display(&self) -> String {
+        match &self.schema {
+            Some(s) => format!("{s}.{}", self.name),
+            None => self.name.clone(),
+        }
+    }
+}
+
+/// A user table or view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ObjectKind {
+    Table,
+    View,
+}
+
+impl ObjectKind {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            ObjectKind::Table => "table",
+            ObjectKind::View => "view",
+        }
+    }
+}
+
+/// One entry of the overview.
+#[derive(Debug, Clone)]
+pub(crate) struct ObjectInfo {
+    pub(crate) table: TableRef,
+    pub(crate) kind: ObjectKind,
+    /// A cheap row estimate (from statistics or a bound), never a full count.
+    pub(crate) row_estimate: Option<i64>,
+    /// Where the estimate comes from.
+    pub(crate) estimate_source: Option<&'static str>,
+}
+
+/// A typed value for a named-query parameter: bound, never spliced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Param {
+    Text(String),
+    Integer(i64),
+}
+
+/// One page of a table's rows.
+pub(crate) struct PageArgs {
+    pub(crate) table: TableRef,
+    /// The `cursor` value from the URI, if any (opaque to the provider, engine-specific).
+    pub(crate) cursor: Option<String>,
+    pub(crate) page_size: usize,
+    pub(crate) max_bytes: u64,
+}
+
+/// A page of rows as an engine returns it: the provider renders it as JSON or CSV.
+#[derive(Debug, Clone)]
+pub(crate) struct RowPage {
+    pub(crate) columns: Vec<String>,
+    pub(crate) rows: Vec<Value>,
+    /// The cursor of the next page, when there is one.
+    pub(crate) next_cursor: Option<String>,
+}
+
+/// The rows of a named query (all of them: a result over the limits is an error).
+#[derive(Debug, Clone)]
+pub(crate) struct QueryRows {
+    pub(crate) columns: Vec<String>,
+    pub(crate) rows: Vec<Value>,
+}
+
+/// What one database engine does for the provider. Every method runs in its own read-only
+/// transaction (or snapshot) that is rolled back, under the mount's statement timeout.
+#[async_trait]
+pub(crate) trait Engine: Send + Sync + 'static {
+    /// The schema a short `db://{name}/tables/{table}` URI means (PostgreSQL only).
+    fn default_schema(&self) -> Option<&str> {
+        None
+    }
+
+    /// Whether the database answers.
+    async fn ping(&self) -> Result<()>;
+
+    /// Check a named query (already through the pre-filter) against the database: it must
+    /// prepare, which finds missing tables and columns at load instead of at the first read.
+    async fn check_query(&self, uri: &str, sql: &str) -> Result<()>;
+
+    /// Up to `limit` tables (not views) after `after` (or from it when `inclusive`), in
+    /// binary (schema, name) order.
+    async fn tables(
+        &self,
+        after: Option<TableRef>,
+        inclusive: bool,
+        limit: usize,
+    ) -> Result<Vec<TableRef>>;
+
+    /// Names of tables in `schema` starting with `prefix`: at most `limit`, and how many
+    /// matched in all.
+    async fn tables_with_prefix(
+        &self,
+        schema: Option<String>,
+        prefix: String,
+        limit: usize,
+    ) -> Result<(Vec<String>, u32)>;
+
+    /// Whether `table` is a user table or view this connection may read.
+    async fn object_kind(&self, table: TableRef) -> Result<Option<ObjectKind>>;
+
+    /// Up to `limit` tables and views after `after`, in (schema, name) order.
+    async fn objects(&self, after: Option<TableRef>, limit: usize) -> Result<Vec<ObjectInfo>>;
+
+    /// One page of a table's rows, keyset-paged on its primary key (or another stable key).
+    async fn table_page(&self, args: PageArgs) -> Result<RowPage>;
+
+    /// Columns, types, nullability, keys and indexes.
+    async fn schema(&self, table: TableRef, kind: ObjectKind) -> Result<Value>;
+
+    /// Run a named query with its parameters bound by name.
+    async fn run_query(
+        &self,
+        uri: String,
+        sql: String,
+        binds: Vec<(String, Param)>,
+        max_rows: usize,
+        max_bytes: u64,
+    ) -> Result<QueryRows>;
+
+    /// Distinct values of `column` of `table` starting with `prefix`, for completion: at most
+    /// `limit`, and whether there were more.
+    async fn distinct_values(
+        &self,
+        table: TableRef,
+        column: String,
+        prefix: String,
+        limit: usize,
+    ) -> Result<(Vec<String>, bool)>;
+
+    /// Whether `column` is a column of `table` (config checks at load).
+    async fn has_column(&self, table: TableRef, column: String) -> Result<bool>;
+}
+
+/// Build a row list one row at a time, stopping at a row count or when the next row would
+/// take the document past `max_bytes`.
+pub(crate) struct RowBudget {
+    max_bytes: u64,
+    pub(crate) used: u64,
+    pub(crate) rows: Vec<Value>,
+}
+
+impl RowBudget {
+    pub(crate) fn new(max_bytes: u64, envelope: u64) -> Self {
+        Self {
+            max_bytes,
+            used: envelope,
+            rows: Vec::new(),
+        }
+    }
+
+    /// Whether the row fit.
+    pub(crate) fn push(&mut self, row: Value) -> bool {
+        let len = row.to_string().len() as u64 + 1;
+        if self.used + len > self.max_bytes {
+            return false;
+        }
+        self.used += len;
+        self.rows.push(row);
+        true
+    }
+}
+
+/// The room a page document takes besides its rows.
+pub(crate) fn page_envelope(table: &str, columns: &[String], page_size: usize) -> u64 {
+    // The URI of `next` is at most a few hundred bytes plus the cursor; 512 covers it.
+    json!({
+        "table": table, "columns": columns, "rows": [], "row_count": page_size,
+        "page_size": page_size, "max_bytes": u64::MAX,
+    })
+    .to_string()
+    .len() as u64
+        + 512
+}
+
+/// The room a query document takes besides its rows.
+pub(crate) fn query_envelope(uri: &str, columns: &[String], max_rows: usize) -> u64 {
+    json!({
+        "query": uri, "columns": columns, "rows": [], "row_count": max_rows, "max_rows": max_rows,
+    })
+    .to_string()
+    .len() as u64
+}
+
+pub(crate) fn too_large(what: &str, max_bytes: u64) -> Error {
+    Error::new(
+        ErrorKind::TooLarge,
+        format!("{what} is larger than the read limit of {max_bytes} bytes"),
+    )
+    .with_detail("max_bytes", max_bytes)
+}
+
+pub(crate) fn too_many_rows(uri: &str, max_rows: usize) -> Error {
+    Error::new(
+        ErrorKind::TooLarge,
+        format!("query {uri} returned more than max_rows = {max_rows} rows; narrow it"),
+    )
+    .with_detail("max_rows", max_rows as u64)
+}
+
+/// Encode a table cursor: the key of the last row served, as base64url JSON.
+pub(crate) fn encode_key_cursor(key: &[Value]) -> String {
+    URL_SAFE_NO_PAD.encode(Value::Array(key.to_vec()).to_string())
+}
+
+/// Decode a table cursor of `width` key columns.
+pub(crate) fn decode_key_cursor(raw: &str, width: usize) -> Result<Vec<Value>> {
+    let bad = || Error::invalid_params(format!("cursor {raw:?} is not a cursor of this table"));
+    let bytes = URL_SAFE_NO_PAD.decode(raw).map_err(|_| bad())?;
+    match serde_json::from_slice::<Value>(&bytes) {
+        Ok(Value::Array(parts)) if parts.len() == width => Ok(parts),
+        _ => Err(bad()),
+    }
+}
+
+/// Map a connection-level failure (refused, reset, pool timeout) to "unavailable", with a
+/// message that never carries the URL (it may hold a password).
+pub(crate) fn unavailable(engine: &str, mount: &str, why: impl std::fmt::Display) -> Error {
+    Error::new(
+        ErrorKind::Unavailable,
+        format!("{engine} database of mount {mount:?} is unavailable: {why}"),
+    )
+}
+
+/// A statement past its deadline.
+pub(crate) fn timed_out(timeout: std::time::Duration) -> Error {
+    Error::new(
+        ErrorKind::Timeout,
+        format!(
+            "SQL statement exceeded its timeout of {} ms and was cancelled",
+            timeout.as_millis()
+        ),
+    )
+    .with_detail("statement_timeout_ms", timeout.as_millis() as u64)
+}
