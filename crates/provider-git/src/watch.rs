@@ -14,7 +14,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError, channel}
 use std::sync::{Arc, Mutex};
 
 use gix::ObjectId;
-use mcpr_core::{ChangeSink, Result, WatchGuard};
+use mcpr_core::{ChangeSink, ErrorKind, Result, WatchGuard};
 use notify::{RecursiveMode, Watcher as _};
 
 use crate::config::RefWatchMode;
@@ -52,8 +52,7 @@ pub(crate) fn fingerprint(
     let commit = match resolved.get(&target.rev) {
         Some(c) => *c,
         None => {
-            // An ambiguous abbreviation resolves to nothing here; reads say why.
-            let c = inner.repo.resolve_rev(h, &target.rev).unwrap_or(None);
+            let c = resolve(inner, h, &target.rev)?;
             resolved.insert(target.rev.clone(), c);
             c
         }
@@ -79,6 +78,17 @@ pub(crate) fn fingerprint(
     Ok(Fingerprint { commit, what })
 }
 
+/// Resolve `rev` for a check. An ambiguous abbreviation resolves to nothing here (reads say
+/// why), but a ref storage that cannot be read is an error: the check fails and every watch
+/// keeps its last state, rather than seeing every ref vanish and come back.
+fn resolve(inner: &Inner, h: &gix::Repository, rev: &str) -> Result<Option<ObjectId>> {
+    match inner.repo.resolve_rev(h, rev) {
+        Ok(c) => Ok(c),
+        Err(e) if e.kind == ErrorKind::InvalidParams => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// What the listing depends on: the branch and tag names, and the default ref's tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct ListSnapshot {
@@ -96,7 +106,7 @@ fn list_snapshot(inner: &Inner, h: &gix::Repository) -> Result<ListSnapshot> {
     let rev = inner
         .repo
         .default_rev(h, inner.config.default_ref.as_deref());
-    let tree = match inner.repo.resolve_rev(h, &rev).unwrap_or(None) {
+    let tree = match resolve(inner, h, &rev)? {
         Some(c) => Some(inner.repo.commit_links(h, c)?.0),
         None => None,
     };

@@ -577,3 +577,26 @@ async fn polling_alone_detects_moves() {
     r.commit("x");
     expect(&mut rx, &updated("git://main/x"), Duration::from_secs(1)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_stack_moves_nothing() {
+    let r = repo_xy();
+    let p = watching_provider(&r, RefWatchMode::Auto);
+    let bus = Arc::new(LocalBus::default());
+    let mut rx = bus.subscribe();
+    // Only a URI watch: a list watch would fail the check on its own.
+    let _g = watch(&p, "git://main/x", &bus).await;
+    // A tables.list naming a table that is not there: the checks fail (and log), but no ref
+    // looks deleted, so nothing is notified, neither now nor when the stack is readable again.
+    let list_path = r.path().join(".git/reftable/tables.list");
+    let list = std::fs::read_to_string(&list_path).unwrap();
+    std::fs::write(&list_path, format!("{list}0x0-0x0-missing.ref\n")).unwrap();
+    let got = events(&mut rx, Duration::from_millis(600)).await;
+    assert!(got.is_empty(), "{got:?}");
+    std::fs::write(&list_path, &list).unwrap();
+    let got = events(&mut rx, Duration::from_millis(600)).await;
+    assert!(got.is_empty(), "{got:?}");
+    r.write("x", b"x1\n");
+    r.commit("change x");
+    expect(&mut rx, &updated("git://main/x"), Duration::from_secs(1)).await;
+}
