@@ -1323,11 +1323,13 @@ fn git(repo: &Path, args: &[&str]) {
     assert!(status.success(), "git {args:?} failed");
 }
 
-fn git_repo() -> (tempfile::TempDir, PathBuf, PathBuf) {
+/// A repository with one commit on main; `ref_format` is `files` or `reftable`.
+fn git_repo(ref_format: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
     let tmp = tempfile::tempdir().expect("tempdir");
     let repo = tmp.path().join("repo");
     std::fs::create_dir_all(repo.join("docs")).expect("mkdir");
-    git(&repo, &["init", "-q", "-b", "main"]);
+    let format = format!("--ref-format={ref_format}");
+    git(&repo, &["init", "-q", "-b", "main", &format]);
     std::fs::write(repo.join("docs/CHANGELOG.md"), "# Changelog\n").expect("write");
     std::fs::write(repo.join("x"), "x v1\n").expect("write");
     std::fs::write(repo.join("y"), "y v1\n").expect("write");
@@ -1345,8 +1347,8 @@ fn git_repo() -> (tempfile::TempDir, PathBuf, PathBuf) {
     (tmp, repo, config)
 }
 
-async fn git_end_to_end(era: Era) {
-    let (_tmp, repo, config) = git_repo();
+async fn git_end_to_end(era: Era, ref_format: &str) {
+    let (_tmp, repo, config) = git_repo(ref_format);
     let mut server = Server::with_config(era, &config).await;
     // The form users have already seen works exactly as written.
     let (mime, _) = server.read_one("git://main/docs/CHANGELOG.md").await;
@@ -1406,12 +1408,18 @@ async fn git_end_to_end(era: Era) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn git_mount_legacy() {
-    git_end_to_end(Era::Legacy).await;
+    git_end_to_end(Era::Legacy, "files").await;
+}
+
+/// Refs in a reftable (read by the provider's own reader), moves seen through `reftable/`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn git_mount_reftable_legacy() {
+    git_end_to_end(Era::Legacy, "reftable").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn git_mount_modern() {
-    git_end_to_end(Era::Modern).await;
+    git_end_to_end(Era::Modern, "files").await;
 }
 
 // ---------------------------------------------------------------------------------------------
