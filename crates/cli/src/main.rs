@@ -182,7 +182,9 @@ fn serve(
             }
             None => {
                 let service = McpHandler::new(state)
-                    .serve(rmcp::transport::stdio())
+                    // Pipes on the IO reactor, not tokio's blocking-pool stdin/stdout: a
+                    // thread hand-off per message costs more than the request (issue #6).
+                    .serve(rmcp::transport::stdio_pipes())
                     .await
                     .context("the client closed the connection before it began")?;
                 service.waiting().await.context("the stdio session failed")?;
