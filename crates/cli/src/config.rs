@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use mcpr_core::{CacheHints, CacheScope};
 use mcpr_provider_files::{FilesConfig, ListWatchMode, TemplateConfig};
+use mcpr_provider_sql::SqlKind;
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -66,8 +67,8 @@ pub enum MountConfig {
     Conformance,
     /// `kind = "git"`.
     Git(mcpr_provider_git::GitConfig),
-    /// `kind = "sqlite"`.
-    Sqlite(mcpr_provider_sql::SqlConfig),
+    /// `kind = "sqlite"`, `"postgres"` or `"mysql"`.
+    Sql(mcpr_provider_sql::SqlConfig),
 }
 
 impl MountConfig {
@@ -77,7 +78,7 @@ impl MountConfig {
             MountConfig::Files(_) => "files",
             MountConfig::Conformance => "conformance",
             MountConfig::Git(_) => "git",
-            MountConfig::Sqlite(_) => "sqlite",
+            MountConfig::Sql(c) => c.kind.as_str(),
         }
     }
 }
@@ -174,8 +175,10 @@ struct RawMount {
     watch: Option<Spanned<String>>,
     last_modified_depth: Option<Spanned<IntOrString>>,
     history_scan_limit: Option<Spanned<IntOrString>>,
-    // sqlite
+    // sqlite, postgres, mysql
     url: Option<Spanned<String>>,
+    schema: Option<Spanned<String>>,
+    notify_channel: Option<Spanned<String>>,
     page_size: Option<Spanned<IntOrString>>,
     max_rows: Option<Spanned<IntOrString>>,
     max_bytes: Option<Spanned<IntOrString>>,
@@ -203,6 +206,8 @@ struct RawParam {
     pattern: Option<String>,
     #[serde(rename = "type")]
     kind: Option<String>,
+    /// `table.column` (or `schema.table.column`) whose values completion suggests.
+    from: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -435,13 +440,15 @@ pub fn parse(
                 MountConfig::Conformance
             }
             "git" => MountConfig::Git(git_mount(&cx, &base, m)?),
-            "sqlite" => MountConfig::Sqlite(sqlite_mount(&cx, &base, m)?),
-            "postgres" | "mysql" | "api" | "web" | "s3" => {
+            "sqlite" => MountConfig::Sql(sql_mount(&cx, &base, m, SqlKind::Sqlite)?),
+            "postgres" => MountConfig::Sql(sql_mount(&cx, &base, m, SqlKind::Postgres)?),
+            "mysql" => MountConfig::Sql(sql_mount(&cx, &base, m, SqlKind::MySql)?),
+            "api" | "web" | "s3" => {
                 return cx.err(
                     m.kind.span(),
                     "mount.kind",
                     format!(
-                        "mount kind `{kind}` is not available in this version; available: files, git, sqlite"
+                        "mount kind `{kind}` is not available in this version; available: files, git, sqlite, postgres, mysql"
                     ),
                 );
             }
@@ -449,7 +456,9 @@ pub fn parse(
                 return cx.err(
                     m.kind.span(),
                     "mount.kind",
-                    format!("unknown mount kind `{kind}`; available: files, git, sqlite"),
+                    format!(
+                        "unknown mount kind `{kind}`; available: files, git, sqlite, postgres, mysql"
+                    ),
                 );
             }
         };
@@ -725,45 +734,83 @@ fn git_mount(
     Ok(g)
 }
 
-fn sqlite_mount(
+fn sql_mount(
     cx: &Ctx<'_>,
     base: &Path,
     m: RawMount,
+    kind: SqlKind,
 ) -> Result<mcpr_provider_sql::SqlConfig, ConfigError> {
     use mcpr_provider_sql::{NamedQuery, ParamSpec, ParamType, SqlConfig};
+    let k = kind.as_str();
     reject_foreign(
         cx,
-        "sqlite",
+        k,
         &[
             ("root", m.root.as_ref().map(|v| v.span())),
             ("repo", m.repo.as_ref().map(|v| v.span())),
             ("default_ref", m.default_ref.as_ref().map(|v| v.span())),
+            (
+                "schema",
+                m.schema
+                    .as_ref()
+                    .filter(|_| kind != SqlKind::Postgres)
+                    .map(|v| v.span()),
+            ),
+            (
+                "notify_channel",
+                m.notify_channel
+                    .as_ref()
+                    .filter(|_| kind != SqlKind::Postgres)
+                    .map(|v| v.span()),
+            ),
         ],
     )?;
+    let example = match kind {
+        SqlKind::Sqlite => "sqlite://PATH",
+        SqlKind::Postgres => "postgres://user:${PGPASSWORD}@host:5432/database",
+        SqlKind::MySql => "mysql://user:${MYSQL_PASSWORD}@host:3306/database",
+    };
     let (Some(name), Some(url)) = (&m.name, &m.url) else {
         return cx.err(
             m.kind.span(),
             "mount",
-            "a sqlite mount needs `name` (db://{name}/…) and `url` (sqlite://PATH)",
+            format!("a {k} mount needs `name` (db://{{name}}/…) and `url` ({example})"),
         );
     };
     let name = cx.expand(name, "mount.name")?;
     let mut url_s = cx.expand(url, "mount.url")?;
-    match url_s.strip_prefix("sqlite://") {
+    if SqlKind::of_url(&url_s) != Some(kind) {
+        // Only the scheme is echoed: the URL may hold a password.
+        let scheme = url_s.split("://").next().unwrap_or_default();
+        let scheme = if scheme.len() == url_s.len() {
+            "(none)"
+        } else {
+            scheme
+        };
+        return cx.err(
+            url.span(),
+            "mount.url",
+            format!("a {k} mount needs a URL like {example}; this one's scheme is {scheme}"),
+        );
+    }
+    if let Some(path) = url_s.strip_prefix("sqlite://")
+        && !path.starts_with('/')
+    {
         // A relative database path is relative to the config file, like every other path.
-        Some(path) if !path.starts_with('/') => {
-            url_s = format!("sqlite://{}", base.join(path).display())
-        }
-        Some(_) => {}
-        None => {
-            return cx.err(
-                url.span(),
-                "mount.url",
-                format!("{url_s:?} is not a sqlite:// URL"),
-            );
-        }
+        url_s = format!("sqlite://{}", base.join(path).display());
     }
     let mut c = SqlConfig::new(name, url_s);
+    c.kind = kind;
+    if let Some(v) = &m.schema {
+        c.default_schema = cx.expand(v, "mount.schema")?;
+    }
+    if let Some(v) = &m.notify_channel {
+        c.notify_channel = Some(cx.expand(v, "mount.notify_channel")?);
+    }
+    if let Some(v) = &m.poll_interval_ms {
+        c.poll_interval =
+            Duration::from_millis(cx.int(v, "mount.poll_interval_ms", 10, 3_600_000)?);
+    }
     if let Some(v) = &m.page_size {
         c.page_size = cx.int(v, "mount.page_size", 1, 10_000)? as usize;
     }
@@ -795,12 +842,30 @@ fn sqlite_mount(
                     );
                 }
             };
+            let complete_from = match p.from.as_deref() {
+                None => None,
+                Some(f) => match f.rsplit_once('.') {
+                    Some((table, column)) if !table.is_empty() && !column.is_empty() => {
+                        Some((table.to_owned(), column.to_owned()))
+                    }
+                    _ => {
+                        return cx.err(
+                            q.uri.span(),
+                            "mount.query.params",
+                            format!(
+                                "parameter `{k}`: from = {f:?} must be \"table.column\" (or \"schema.table.column\")"
+                            ),
+                        );
+                    }
+                },
+            };
             params.insert(
                 k.clone(),
                 ParamSpec {
                     kind,
                     allowed: p.allowed.clone(),
                     pattern: p.pattern.clone(),
+                    complete_from,
                 },
             );
         }

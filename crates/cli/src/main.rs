@@ -122,7 +122,7 @@ async fn build_providers(cfg: &Config) -> anyhow::Result<Vec<ScopedProvider>> {
     let mut prefixes = std::collections::HashMap::new();
     for m in &cfg.mounts {
         let p: Arc<dyn Provider> = match &m.source {
-            MountConfig::Sqlite(sc) => Arc::new(
+            MountConfig::Sql(sc) => Arc::new(
                 mcpr_provider_sql::SqlProvider::new(sc.clone())
                     .await
                     .map_err(|e| anyhow::anyhow!("{e}"))?,

@@ -19,5 +19,8 @@ mod sqlite;
 mod uri;
 mod watch;
 
+#[cfg(test)]
+mod live_tests;
+
 pub use config::{NamedQuery, ParamSpec, ParamType, SqlConfig, SqlKind};
 pub use provider::SqlProvider;

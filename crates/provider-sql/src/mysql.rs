@@ -88,7 +88,7 @@ impl MySqlDb {
 
     /// Run `f` in one read-only transaction that is always rolled back. A result cut short
     /// (too many rows) or a timeout drops the connection instead of draining it.
-    async fn read<T: Send>(
+    pub(crate) async fn read<T: Send>(
         &self,
         f: impl for<'c> FnOnce(&'c mut MySqlConnection) -> BoxFuture<'c, Result<T>> + Send,
     ) -> Result<T> {
@@ -273,7 +273,9 @@ async fn columns(c: &mut MySqlConnection, table: &str) -> sqlx::Result<Vec<MyCol
                 name: text_req(r, 0)?,
                 column_type: text_req(r, 1)?,
                 nullable: text_req(r, 2)? == "YES",
-                default: text(r, 3)?,
+                // MariaDB writes "no default" of a nullable column as the expression NULL;
+                // string defaults come quoted ('x'), so a bare NULL is never a string.
+                default: text(r, 3)?.filter(|d| d != "NULL"),
                 extra: text_req(r, 4)?,
             })
         })

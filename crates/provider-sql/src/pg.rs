@@ -75,7 +75,8 @@ impl Postgres {
                 Box::pin(async move {
                     // A second layer under the per-read `BEGIN READ ONLY`: anything that
                     // ever ran outside our transactions would be read-only too.
-                    conn.execute("SET default_transaction_read_only = on")
+                    // UTC, so timestamps render the same whoever runs the server.
+                    conn.execute("SET default_transaction_read_only = on; SET TimeZone = 'UTC'")
                         .await
                         .map(|_| ())
                 })
@@ -87,6 +88,36 @@ impl Postgres {
             timeout,
             default_schema,
         })
+    }
+
+    /// The powers of the connecting role beyond reading tables, for a start-up warning: a
+    /// superuser or a member of the server-file and server-program roles can reach outside
+    /// the database with functions the pre-filter may not know.
+    pub(crate) async fn risky_role(&self) -> Result<Vec<String>> {
+        let (mount, timeout) = (self.mount.clone(), self.timeout);
+        self.read(move |c| {
+            Box::pin(async move {
+                let row = sqlx::query(
+                    "SELECT r.rolsuper, pg_has_role(current_user, 'pg_execute_server_program', 'MEMBER'),                      pg_has_role(current_user, 'pg_read_server_files', 'MEMBER'),                      pg_has_role(current_user, 'pg_write_server_files', 'MEMBER')                      FROM pg_catalog.pg_roles r WHERE r.rolname = current_user",
+                )
+                .fetch_one(&mut *c)
+                .await
+                .map_err(|e| pg_error(e, &mount, timeout))?;
+                let names = [
+                    "superuser",
+                    "pg_execute_server_program",
+                    "pg_read_server_files",
+                    "pg_write_server_files",
+                ];
+                Ok(names
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| row.try_get::<bool, _>(*i).unwrap_or(false))
+                    .map(|(_, n)| (*n).to_owned())
+                    .collect())
+            })
+        })
+        .await
     }
 
     /// A LISTEN on `channel` for the change watcher.
@@ -104,7 +135,7 @@ impl Postgres {
     /// Run `f` in one read-only, repeatable-read transaction that is always rolled back.
     /// A statement past the timeout is cancelled by the server; should the server not answer
     /// at all, the connection is dropped (never returned to the pool) a little later.
-    async fn read<T: Send>(
+    pub(crate) async fn read<T: Send>(
         &self,
         f: impl for<'c> FnOnce(&'c mut PgConnection) -> BoxFuture<'c, Result<T>> + Send,
     ) -> Result<T> {
@@ -371,7 +402,7 @@ impl Engine for Postgres {
                      JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
                      WHERE {VISIBLE} AND c.relkind IN ('r', 'p') \
                      AND (n.nspname::text COLLATE \"C\", c.relname::text COLLATE \"C\") {op} ($1::text COLLATE \"C\", $2::text COLLATE \"C\") \
-                     ORDER BY 1 COLLATE \"C\", 2 COLLATE \"C\" LIMIT $3"
+                     ORDER BY n.nspname::text COLLATE \"C\", c.relname::text COLLATE \"C\" LIMIT $3"
                 ))
                 .bind(s)
                 .bind(n)
@@ -407,7 +438,7 @@ impl Engine for Postgres {
                     "SELECT c.relname::text, count(*) OVER () FROM pg_catalog.pg_class c \
                      JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
                      WHERE {VISIBLE} AND c.relkind IN ('r', 'p') AND n.nspname = $1 \
-                     AND starts_with(c.relname::text, $2) ORDER BY 1 COLLATE \"C\" LIMIT $3"
+                     AND starts_with(c.relname::text, $2) ORDER BY c.relname::text COLLATE \"C\" LIMIT $3"
                 ))
                 .bind(schema)
                 .bind(prefix)
@@ -469,7 +500,7 @@ impl Engine for Postgres {
                      FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
                      WHERE {VISIBLE} \
                      AND (n.nspname::text COLLATE \"C\", c.relname::text COLLATE \"C\") > ($1::text COLLATE \"C\", $2::text COLLATE \"C\") \
-                     ORDER BY 1 COLLATE \"C\", 2 COLLATE \"C\" LIMIT $3"
+                     ORDER BY n.nspname::text COLLATE \"C\", c.relname::text COLLATE \"C\" LIMIT $3"
                 ))
                 .bind(s)
                 .bind(n)

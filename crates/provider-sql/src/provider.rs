@@ -93,6 +93,15 @@ impl SqlProvider {
                     config.statement_timeout,
                     config.default_schema.clone(),
                 )?;
+                if let Ok(powers) = db.risky_role().await
+                    && !powers.is_empty()
+                {
+                    tracing::warn!(
+                        mount = %config.name,
+                        "the postgres role of this mount is {}: reads are still read-only transactions, but use a role with SELECT only (see the db:// docs)",
+                        powers.join(", ")
+                    );
+                }
                 let trigger = match &config.notify_channel {
                     Some(channel) => Trigger::Listen {
                         listener: db.listener(channel.clone()),
@@ -424,6 +433,14 @@ impl Inner {
         self.engine.as_ref()
     }
 
+    /// A table's name as shown: schema-qualified only outside the default schema.
+    fn shown(&self, t: &TableRef) -> String {
+        match (&t.schema, self.engine.default_schema()) {
+            (Some(s), Some(d)) if s != d => t.display(),
+            _ => t.name.clone(),
+        }
+    }
+
     /// The URI of a table's rows: the short form for the default schema (or no schema).
     fn table_uri(&self, t: &TableRef) -> String {
         let name = &self.config.name;
@@ -643,7 +660,7 @@ impl Inner {
         match format {
             Format::Json => (
                 json!({
-                    "table": t.display(),
+                    "table": self.shown(t),
                     "columns": page.columns,
                     "row_count": page.rows.len(),
                     "page_size": self.config.page_size,
@@ -657,7 +674,7 @@ impl Inner {
             ),
             Format::Csv => {
                 let mut meta = Map::new();
-                meta.insert("table".into(), json!(t.display()));
+                meta.insert("table".into(), json!(self.shown(t)));
                 meta.insert("row_count".into(), json!(page.rows.len()));
                 meta.insert("page_size".into(), json!(self.config.page_size));
                 meta.insert("next".into(), json!(next));
@@ -720,7 +737,7 @@ impl Provider for SqlProvider {
             for t in tables {
                 let base = inner.table_uri(&t);
                 let pos = t.position();
-                let shown = t.display();
+                let shown = inner.shown(&t);
                 let skip_rows =
                     inclusive && page.after.as_deref() == Some(&position(SEC_TABLE, &pos)[..]);
                 if !skip_rows {
