@@ -12,7 +12,7 @@ use mcpr_core::{Page, ResourceMeta, Result};
 use crate::error::map_io;
 use crate::path::{RelPath, valid_component};
 use crate::provider::Inner;
-use crate::rules::{IgnoreStack, load_ignore, stack_for};
+use crate::rules::{IgnoreStack, load_ignore_in, stack_for};
 
 /// What a directory entry is, from `d_type` (no extra stat).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,28 +70,173 @@ pub(crate) fn read_entries(
     Ok(out)
 }
 
-/// One level of the walk: a directory's visible entries and the next index to visit.
+/// Read an open directory's entries with valid names, sorted by name, rules not yet applied:
+/// the walk applies them only to the entries it visits, so resuming after a cursor in a large
+/// directory does not test every name before it.
+fn read_sorted(dir: &cap_std::fs::Dir) -> std::io::Result<Vec<Entry>> {
+    let mut out = Vec::new();
+    for entry in dir.entries()? {
+        let Ok(entry) = entry else { continue };
+        let name = entry.file_name();
+        let name = name.as_bytes();
+        if !valid_component(name) {
+            continue;
+        }
+        let kind = match entry.file_type() {
+            Ok(t) if t.is_dir() => Kind::Dir,
+            Ok(t) if t.is_file() => Kind::File,
+            Ok(t) if t.is_symlink() => Kind::Symlink,
+            Ok(_) => Kind::Other,
+            Err(_) => continue,
+        };
+        out.push(Entry {
+            name: name.to_vec(),
+            kind,
+        });
+    }
+    out.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
+}
+
+/// Identity and change stamp of a directory: an entry created, removed or renamed in it
+/// changes its mtime and ctime.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct DirStamp {
+    dev: u64,
+    ino: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+/// How many directory entries the cache holds at most, over all directories (a few MiB).
+const DIR_CACHE_ENTRIES: usize = 100_000;
+/// A directory changed more recently than this is not cached: file system timestamps are
+/// coarse, and a change within the same tick as our read would leave the stamp unchanged.
+const DIR_CACHE_SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Sorted entries of recently walked directories, validated on every use by the directory's
+/// stamp (one `fstat` of the handle the walk opens anyway). Resuming a page re-reads the
+/// directories on the cursor's path; in a large tree that was most of a page's cost.
+#[derive(Default)]
+pub(crate) struct DirCache {
+    map: std::sync::Mutex<DirCacheMap>,
+}
+
+#[derive(Default)]
+struct DirCacheMap {
+    dirs: std::collections::HashMap<Vec<u8>, (DirStamp, u64, std::sync::Arc<Vec<Entry>>)>,
+    entries: usize,
+    tick: u64,
+}
+
+impl DirCache {
+    /// The entries of `dir` (at `rel`), from the cache when its stamp still matches.
+    fn entries(
+        &self,
+        dir: &cap_std::fs::Dir,
+        rel: &RelPath,
+    ) -> std::io::Result<std::sync::Arc<Vec<Entry>>> {
+        use cap_std::fs::MetadataExt as _;
+        let md = dir.dir_metadata()?;
+        let stamp = DirStamp {
+            dev: md.dev(),
+            ino: md.ino(),
+            mtime: (md.mtime(), md.mtime_nsec()),
+            ctime: (md.ctime(), md.ctime_nsec()),
+        };
+        {
+            let mut map = self.map.lock().expect("dir cache lock");
+            map.tick += 1;
+            let tick = map.tick;
+            if let Some((s, used, entries)) = map.dirs.get_mut(rel.as_bytes())
+                && *s == stamp
+            {
+                *used = tick;
+                return Ok(entries.clone());
+            }
+        }
+        let entries = std::sync::Arc::new(read_sorted(dir)?);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        let settled = |(secs, _): (i64, i64)| secs + (DIR_CACHE_SETTLE.as_secs() as i64) < now;
+        if settled(stamp.mtime) && settled(stamp.ctime) && entries.len() <= DIR_CACHE_ENTRIES {
+            let mut map = self.map.lock().expect("dir cache lock");
+            if let Some((_, _, old)) = map.dirs.remove(rel.as_bytes()) {
+                map.entries -= old.len();
+            }
+            // Evict the least recently used directories until the new one fits.
+            while map.entries + entries.len() > DIR_CACHE_ENTRIES {
+                let Some(victim) = map
+                    .dirs
+                    .iter()
+                    .min_by_key(|(_, (_, used, _))| *used)
+                    .map(|(k, _)| k.clone())
+                else {
+                    break;
+                };
+                if let Some((_, _, old)) = map.dirs.remove(&victim) {
+                    map.entries -= old.len();
+                }
+            }
+            map.entries += entries.len();
+            let tick = map.tick;
+            map.dirs
+                .insert(rel.as_bytes().to_vec(), (stamp, tick, entries.clone()));
+        }
+        Ok(entries)
+    }
+}
+
+/// One level of the walk: a directory, open, its entries and the next index to visit.
 struct Level {
     rel: RelPath,
-    entries: Vec<Entry>,
+    /// The directory itself: children are opened and stat-ed by name relative to it, one
+    /// syscall each instead of a sandboxed walk from the root per file.
+    dir: cap_std::fs::Dir,
+    entries: std::sync::Arc<Vec<Entry>>,
     next: usize,
     ignores: IgnoreStack,
 }
 
 impl Level {
-    fn open(inner: &Inner, rel: RelPath, parent: &IgnoreStack) -> Option<Self> {
+    /// The root level.
+    fn root(inner: &Inner) -> Option<Self> {
+        let dir = inner.root.try_clone().ok()?;
+        Self::with_dir(inner, dir, RelPath::root(), &IgnoreStack::default())
+    }
+
+    /// Child directory `name` of this level.
+    fn child(&self, inner: &Inner, name: &[u8]) -> Option<Self> {
+        let dir = self.dir.open_dir(std::ffi::OsStr::from_bytes(name)).ok()?;
+        Self::with_dir(inner, dir, self.rel.join(name), &self.ignores)
+    }
+
+    fn with_dir(
+        inner: &Inner,
+        dir: cap_std::fs::Dir,
+        rel: RelPath,
+        parent: &IgnoreStack,
+    ) -> Option<Self> {
         let ignores = if inner.rules.respect_gitignore {
-            parent.push(load_ignore(&inner.root, &rel))
+            parent.push(load_ignore_in(&dir, &rel))
         } else {
             parent.clone()
         };
-        let entries = read_entries(inner, &rel, Some(&ignores)).ok()?;
+        let entries = inner.dir_cache.entries(&dir, &rel).ok()?;
         Some(Self {
             rel,
+            dir,
             entries,
             next: 0,
             ignores,
         })
+    }
+
+    /// Whether entry `e` (at `child`) is shown: not denied, hidden or ignored.
+    fn shows(&self, inner: &Inner, e: &Entry, child: &RelPath) -> bool {
+        let is_dir = e.kind == Kind::Dir;
+        !inner.rules.entry_denied(child, &e.name, is_dir) && !self.ignores.is_ignored(child, is_dir)
     }
 }
 
@@ -101,9 +246,8 @@ pub(crate) fn list_page(
     after: Option<&[u8]>,
     limit: usize,
 ) -> Result<Page<ResourceMeta>> {
-    let root_ignores = IgnoreStack::default();
     let mut stack: Vec<Level> = Vec::new();
-    let root_level = Level::open(inner, RelPath::root(), &root_ignores).ok_or_else(|| {
+    let root_level = Level::root(inner).ok_or_else(|| {
         map_io(
             std::io::Error::other("root unreadable"),
             inner.root_uri.prefix(),
@@ -134,15 +278,16 @@ pub(crate) fn list_page(
             if is_last {
                 break;
             }
-            let found = pos > 0
-                && level.entries[pos - 1].name.as_slice() == *comp
-                && level.entries[pos - 1].kind == Kind::Dir;
+            let found = pos > 0 && {
+                let e = &level.entries[pos - 1];
+                e.name.as_slice() == *comp
+                    && e.kind == Kind::Dir
+                    && level.shows(inner, e, &level.rel.join(comp))
+            };
             if !found {
                 break;
             }
-            let child = level.rel.join(comp);
-            let ignores = level.ignores.clone();
-            match Level::open(inner, child, &ignores) {
+            match level.child(inner, comp) {
                 Some(l) => stack.push(l),
                 None => break,
             }
@@ -159,27 +304,38 @@ pub(crate) fn list_page(
         };
         level.next += 1;
         let rel = level.rel.join(&entry.name);
-        match entry.kind {
+        if !level.shows(inner, entry, &rel) {
+            continue;
+        }
+        let meta = match entry.kind {
             Kind::Dir => {
-                let ignores = level.ignores.clone();
-                if let Some(l) = Level::open(inner, rel, &ignores) {
+                if let Some(l) = level.child(inner, &entry.name) {
                     stack.push(l);
                 }
+                continue;
             }
-            Kind::File | Kind::Symlink => {
-                let Some(meta) = file_meta(inner, &rel, entry.kind == Kind::Symlink) else {
-                    continue;
-                };
-                if items.len() == limit {
-                    // One more file exists: the page is full and there is a next page.
-                    has_more = true;
-                    break;
+            Kind::File => {
+                // d_type said regular file; stat by name in the open directory, without
+                // following links (a file swapped for a link since is skipped, not followed).
+                let md = level
+                    .dir
+                    .symlink_metadata(std::ffi::OsStr::from_bytes(&entry.name));
+                match md {
+                    Ok(md) if md.is_file() => Some(inner.resource_meta(&rel, &rel, &md)),
+                    _ => None,
                 }
-                items.push(meta);
-                last = Some(rel);
             }
-            Kind::Other => {}
+            Kind::Symlink => file_meta(inner, &rel, true),
+            Kind::Other => None,
+        };
+        let Some(meta) = meta else { continue };
+        if items.len() == limit {
+            // One more file exists: the page is full and there is a next page.
+            has_more = true;
+            break;
         }
+        items.push(meta);
+        last = Some(rel);
     }
     let next = if has_more {
         last.map(|l| l.as_bytes().to_vec())

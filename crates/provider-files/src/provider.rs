@@ -27,6 +27,8 @@ pub(crate) struct Inner {
     pub(crate) root_uri: RootUri,
     pub(crate) rules: Rules,
     pub(crate) config: FilesConfig,
+    /// Sorted entries of directories the listing walked recently (see `list::DirCache`).
+    pub(crate) dir_cache: crate::list::DirCache,
 }
 
 impl Inner {
@@ -254,6 +256,7 @@ impl FilesProvider {
             root_uri,
             rules,
             config,
+            dir_cache: Default::default(),
         });
         let watcher = Watcher::new(inner.clone());
         Ok(Self {

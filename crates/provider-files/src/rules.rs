@@ -112,11 +112,24 @@ impl IgnoreStack {
 /// Load `.gitignore` and `.ignore` of directory `rel` (if present and small) through the
 /// sandbox. Errors reading them are not fatal: the listing goes on without those rules.
 pub(crate) fn load_ignore(root: &Dir, rel: &RelPath) -> Option<Gitignore> {
+    load_ignore_with(rel, |name| root.open(rel.join(name.as_bytes()).as_path()))
+}
+
+/// [`load_ignore`] with directory `rel` already open as `dir`: each file is one
+/// single-component open instead of a walk from the root (the listing does this per level).
+pub(crate) fn load_ignore_in(dir: &Dir, rel: &RelPath) -> Option<Gitignore> {
+    load_ignore_with(rel, |name| dir.open(name))
+}
+
+fn load_ignore_with(
+    rel: &RelPath,
+    open: impl Fn(&str) -> std::io::Result<cap_std::fs::File>,
+) -> Option<Gitignore> {
     let mut builder = GitignoreBuilder::new(rel.virtual_path());
     let mut any = false;
     for name in [".gitignore", ".ignore"] {
         let file_rel = rel.join(name.as_bytes());
-        let Ok(mut f) = root.open(file_rel.as_path()) else {
+        let Ok(mut f) = open(name) else {
             continue;
         };
         let Ok(meta) = f.metadata() else { continue };
