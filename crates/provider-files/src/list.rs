@@ -122,9 +122,13 @@ pub(crate) struct DirCache {
     map: std::sync::Mutex<DirCacheMap>,
 }
 
+/// A cached directory: its stamp when read, the tick of its last use, its sorted entries.
+type CachedDir = (DirStamp, u64, std::sync::Arc<Vec<Entry>>);
+
 #[derive(Default)]
 struct DirCacheMap {
-    dirs: std::collections::HashMap<Vec<u8>, (DirStamp, u64, std::sync::Arc<Vec<Entry>>)>,
+    /// Root-relative path bytes → the cached directory.
+    dirs: std::collections::HashMap<Vec<u8>, CachedDir>,
     entries: usize,
     tick: u64,
 }
