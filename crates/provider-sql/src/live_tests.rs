@@ -1164,7 +1164,7 @@ async fn mysql_timeout_cancels_and_frees_the_connection() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mysql_polling_notifies_and_reports_new_tables() {
+async fn mysql_polling_notifies_on_result_changes_and_stops_with_the_last_watch() {
     let Some(db) = TestDb::my(&my_setup()).await else {
         return;
     };

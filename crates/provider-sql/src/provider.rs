@@ -56,6 +56,11 @@ pub(crate) struct Inner {
 }
 
 impl SqlProvider {
+    #[cfg(test)]
+    pub(crate) fn watching(&self) -> bool {
+        self.inner.watches.running()
+    }
+
     /// Open the database read-only and check the config and every named query (pre-filter,
     /// parameters, and a prepare on the database, so a query naming a missing table or
     /// refused by the guard fails here, not at the first read).
@@ -74,6 +79,7 @@ impl SqlProvider {
         for q in &config.queries {
             queries.push(compile(&config.name, q, dialect)?);
         }
+        let mut pg: Option<Arc<crate::pg::Postgres>> = None;
         let (engine, trigger): (Arc<dyn Engine>, Trigger) = match config.kind {
             SqlKind::Sqlite => {
                 let path = config.sqlite_path()?;
@@ -93,22 +99,15 @@ impl SqlProvider {
                     config.statement_timeout,
                     config.default_schema.clone(),
                 )?;
-                if let Ok(powers) = db.risky_role().await
-                    && !powers.is_empty()
-                {
-                    tracing::warn!(
-                        mount = %config.name,
-                        "the postgres role of this mount is {}: reads are still read-only transactions, but use a role with SELECT only (see the db:// docs)",
-                        powers.join(", ")
-                    );
-                }
                 let trigger = match &config.notify_channel {
                     Some(channel) => Trigger::Listen {
                         listener: db.listener(channel.clone()),
                     },
                     None => Trigger::Poll,
                 };
-                (Arc::new(db), trigger)
+                let db = Arc::new(db);
+                pg = Some(db.clone());
+                (db, trigger)
             }
             SqlKind::MySql => (
                 Arc::new(crate::mysql::MySqlDb::connect_lazy(
@@ -121,7 +120,18 @@ impl SqlProvider {
             ),
         };
         match check_against_db(engine.as_ref(), &config).await {
-            Ok(()) => {}
+            Ok(()) => {
+                if let Some(db) = &pg
+                    && let Ok(powers) = db.risky_role().await
+                    && !powers.is_empty()
+                {
+                    tracing::warn!(
+                        mount = %config.name,
+                        "the postgres role of this mount is {}: reads are still read-only transactions, but use a role with SELECT only (see the db:// docs)",
+                        powers.join(", ")
+                    );
+                }
+            }
             Err(e) if e.kind == ErrorKind::Unavailable && config.kind != SqlKind::Sqlite => {
                 tracing::warn!(
                     mount = %config.name,

@@ -128,6 +128,15 @@ impl Watches {
         }
     }
 
+    /// Whether the watcher task runs (tests: it must stop with the last watch).
+    #[cfg(test)]
+    pub(crate) fn running(&self) -> bool {
+        self.state
+            .lock()
+            .map(|st| st.task.as_ref().is_some_and(|t| !t.is_finished()))
+            .unwrap_or(false)
+    }
+
     pub(crate) fn add_resource(
         self: &Arc<Self>,
         inner: &Arc<Inner>,
