@@ -1193,6 +1193,17 @@ async fn mysql_polling_notifies_on_result_changes_and_stops_with_the_last_watch(
             .as_deref(),
         Some(uri)
     );
+    // The list watch shares the task; polling stops with the last watch.
+    let list = p.watch_list(ChangeSink::new(bus.clone(), 0)).await.unwrap();
+    assert!(p.watching());
+    drop(_g);
+    assert!(p.watching(), "the list watch still needs polling");
+    drop(list);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        !p.watching(),
+        "polling must stop when the last subscriber leaves"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
