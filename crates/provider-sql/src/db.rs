@@ -75,7 +75,7 @@ pub(crate) fn table_names(
 ) -> Result<Vec<String>> {
     let op = if inclusive { ">=" } else { ">" };
     let sql = format!(
-        "SELECT name FROM main.sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' AND name {op} ?1 ORDER BY name LIMIT ?2"
+        "SELECT name FROM main.sqlite_schema WHERE {USER_OBJECTS} AND name {op} ?1 ORDER BY name LIMIT ?2"
     );
     let mut st = db.prepare_cached(&sql).map_err(|e| ctx.err(e))?;
     let rows = st
@@ -92,8 +92,10 @@ pub(crate) fn tables_with_prefix(
     prefix: &str,
     limit: usize,
 ) -> Result<(Vec<String>, u32)> {
-    let sql = "SELECT name FROM main.sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' AND substr(name, 1, length(?1)) = ?1 ORDER BY name";
-    let mut st = db.prepare_cached(sql).map_err(|e| ctx.err(e))?;
+    let sql = format!(
+        "SELECT name FROM main.sqlite_schema WHERE {USER_OBJECTS} AND substr(name, 1, length(?1)) = ?1 ORDER BY name"
+    );
+    let mut st = db.prepare_cached(&sql).map_err(|e| ctx.err(e))?;
     let mut rows = st.query([prefix]).map_err(|e| ctx.err(e))?;
     let (mut out, mut total) = (Vec::new(), 0u32);
     while let Some(r) = rows.next().map_err(|e| ctx.err(e))? {
@@ -455,6 +457,14 @@ pub(crate) fn objects(
         });
     }
     Ok(out)
+}
+
+/// The column names of a table or view, in order.
+pub(crate) fn column_names(db: &Connection, ctx: &Ctx, table: &str) -> Result<Vec<String>> {
+    Ok(columns(db, ctx, table)?
+        .into_iter()
+        .map(|c| c.name)
+        .collect())
 }
 
 /// Whether `table` has a column `column`.

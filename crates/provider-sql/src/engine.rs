@@ -120,7 +120,7 @@ pub(crate) trait Engine: Send + Sync + 'static {
     /// prepare, which finds missing tables and columns at load instead of at the first read.
     async fn check_query(&self, uri: &str, sql: &str) -> Result<()>;
 
-    /// Up to `limit` tables (not views) after `after` (or from it when `inclusive`), in
+    /// Up to `limit` tables and views after `after` (or from it when `inclusive`), in
     /// binary (schema, name) order.
     async fn tables(
         &self,
@@ -129,7 +129,7 @@ pub(crate) trait Engine: Send + Sync + 'static {
         limit: usize,
     ) -> Result<Vec<TableRef>>;
 
-    /// Names of tables in `schema` starting with `prefix`: at most `limit`, and how many
+    /// Names of tables and views in `schema` starting with `prefix`: at most `limit`, and how many
     /// matched in all.
     async fn tables_with_prefix(
         &self,
@@ -172,6 +172,11 @@ pub(crate) trait Engine: Send + Sync + 'static {
 
     /// Whether `column` is a column of `table` (config checks at load).
     async fn has_column(&self, table: TableRef, column: String) -> Result<bool>;
+
+    /// A query for one block of a view's rows: every column, ordered by the text of every
+    /// column in turn (a total, stable order for any column type), `limit` rows from
+    /// `offset`. A view has no key, so its pages resume by position.
+    async fn view_sql(&self, view: TableRef, limit: usize, offset: u64) -> Result<String>;
 }
 
 /// Build a row list one row at a time, stopping at a row count or when the next row would

@@ -304,9 +304,7 @@ fn pg_expected() -> Vec<(String, Vec<u8>)> {
             "row_estimate": est,
             "row_estimate_source": if est.is_null() { Value::Null } else { json!("pg_class.reltuples") },
         });
-        if ty == "table" {
-            m["uri"] = json!(uri);
-        }
+        m["uri"] = json!(uri);
         m
     };
     let col = |name: &str, ty: &str, nullable: bool, pk: Value| {
@@ -332,6 +330,18 @@ fn pg_expected() -> Vec<(String, Vec<u8>)> {
                     obj("sales", "orders", "db://pg/schemas/sales/tables/orders", "table", json!(1)),
                 ]}),
             ),
+        ),
+        (
+            "db://pg/tables/active".into(),
+            text(
+                json!({"table": "active", "columns": ["id", "name"], "rows": [[1, "ann"], [3, "cy"]],
+                "row_count": 2, "page_size": 100, "max_bytes": 4194304, "next": null}),
+            ),
+        ),
+        (
+            "db://pg/tables/active/schema".into(),
+            text(json!({"name": "active", "schema": "public", "type": "view",
+                "columns": [col("id", "integer", true, Value::Null), col("name", "text", true, Value::Null)]})),
         ),
         (
             "db://pg/tables/users/schema".into(),
@@ -398,7 +408,6 @@ impl Fixture for PgFx {
             "db://pg/tables/pg_class".into(),
             "db://pg/schemas/pg_catalog/tables/pg_class".into(),
             "db://pg/schemas/information_schema/tables/tables".into(),
-            "db://pg/tables/active".into(),
             "db://pg/elsewhere".into(),
         ]
     }
@@ -495,6 +504,12 @@ async fn pg_behaviour_suite_reads_templates_and_completion() {
     let next = page1["next"].as_str().unwrap().to_owned();
     let page2 = read(&ps, &next).await.unwrap();
     assert_eq!(page2["rows"][0][0], json!(3));
+    // A view pages by position, ordered by every column (the suite added users 4 and 5).
+    let v1 = read(&ps, "db://pgsmall/tables/active").await.unwrap();
+    assert_eq!(v1["rows"], json!([[1, "ann"], [3, "cy"]]));
+    let v2 = read(&ps, v1["next"].as_str().unwrap()).await.unwrap();
+    assert_eq!(v2["rows"], json!([[4, "new"], [5, "new"]]));
+    assert_eq!(v2["next"], Value::Null);
     let e = read(&ps, "db://pgsmall/tables/users?cursor=bm9wZQ")
         .await
         .unwrap_err();
@@ -892,9 +907,7 @@ fn my_expected() -> Vec<(String, Vec<u8>)> {
             "row_estimate": est,
             "row_estimate_source": if est.is_null() { Value::Null } else { json!("information_schema.tables.table_rows") },
         });
-        if ty == "table" {
-            m["uri"] = json!(uri);
-        }
+        m["uri"] = json!(uri);
         m
     };
     let col = |name: &str, ty: &str, nullable: bool, pk: Value| {
@@ -920,6 +933,18 @@ fn my_expected() -> Vec<(String, Vec<u8>)> {
                     obj(WEIRD, &format!("db://my/tables/{WEIRD_ENC}"), "table", json!(1)),
                 ]}),
             ),
+        ),
+        (
+            "db://my/tables/active".into(),
+            text(
+                json!({"table": "active", "columns": ["id", "name"], "rows": [[1, "ann"], [3, "cy"]],
+                "row_count": 2, "page_size": 100, "max_bytes": 4194304, "next": null}),
+            ),
+        ),
+        (
+            "db://my/tables/active/schema".into(),
+            text(json!({"name": "active", "type": "view",
+                "columns": [col("id", "int(11)", false, Value::Null), col("name", "varchar(50)", false, Value::Null)]})),
         ),
         (
             "db://my/tables/users/schema".into(),
@@ -984,7 +1009,6 @@ impl Fixture for MyFx {
     fn forbidden_uris(&self) -> Vec<String> {
         vec![
             "db://my/schemas/mysql/tables/user".into(),
-            "db://my/tables/active".into(),
             "db://my/elsewhere".into(),
         ]
     }

@@ -397,7 +397,7 @@ impl Engine for MySqlDb {
             Box::pin(async move {
                 let rows = sqlx::query(&format!(
                     "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() \
-                     AND TABLE_TYPE IN ('BASE TABLE', 'SYSTEM VERSIONED') \
+                     AND TABLE_TYPE IN ('BASE TABLE', 'SYSTEM VERSIONED', 'VIEW') \
                      AND CAST(TABLE_NAME AS BINARY) {op} CAST(? AS BINARY) \
                      ORDER BY CAST(TABLE_NAME AS BINARY) LIMIT ?"
                 ))
@@ -431,7 +431,7 @@ impl Engine for MySqlDb {
             Box::pin(async move {
                 let rows = sqlx::query(
                     "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() \
-                     AND TABLE_TYPE IN ('BASE TABLE', 'SYSTEM VERSIONED') \
+                     AND TABLE_TYPE IN ('BASE TABLE', 'SYSTEM VERSIONED', 'VIEW') \
                      AND LEFT(CAST(TABLE_NAME AS BINARY), LENGTH(CAST(? AS BINARY))) = CAST(? AS BINARY) \
                      ORDER BY CAST(TABLE_NAME AS BINARY)",
                 )
@@ -793,6 +793,29 @@ impl Engine for MySqlDb {
             })
         })
         .await
+    }
+
+    async fn view_sql(&self, view: TableRef, limit: usize, offset: u64) -> Result<String> {
+        let (mount, timeout) = (self.mount.clone(), self.timeout);
+        let name = view.name.clone();
+        let cols = self
+            .read(move |c| {
+                Box::pin(async move {
+                    columns(c, &name)
+                        .await
+                        .map_err(|e| my_error(e, &mount, timeout))
+                })
+            })
+            .await?;
+        let order: Vec<String> = cols
+            .iter()
+            .map(|c| format!("CAST({} AS BINARY)", quote(&c.name)))
+            .collect();
+        Ok(format!(
+            "SELECT * FROM {} ORDER BY {} LIMIT {limit} OFFSET {offset}",
+            quote(&view.name),
+            order.join(", ")
+        ))
     }
 
     async fn has_column(&self, table: TableRef, column: String) -> Result<bool> {

@@ -400,7 +400,7 @@ impl Engine for Postgres {
                 let rows = sqlx::query(&format!(
                     "SELECT n.nspname::text, c.relname::text FROM pg_catalog.pg_class c \
                      JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
-                     WHERE {VISIBLE} AND c.relkind IN ('r', 'p') \
+                     WHERE {VISIBLE} \
                      AND (n.nspname::text COLLATE \"C\", c.relname::text COLLATE \"C\") {op} ($1::text COLLATE \"C\", $2::text COLLATE \"C\") \
                      ORDER BY n.nspname::text COLLATE \"C\", c.relname::text COLLATE \"C\" LIMIT $3"
                 ))
@@ -437,7 +437,7 @@ impl Engine for Postgres {
                 let rows = sqlx::query(&format!(
                     "SELECT c.relname::text, count(*) OVER () FROM pg_catalog.pg_class c \
                      JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
-                     WHERE {VISIBLE} AND c.relkind IN ('r', 'p') AND n.nspname = $1 \
+                     WHERE {VISIBLE} AND n.nspname = $1 \
                      AND starts_with(c.relname::text, $2) ORDER BY c.relname::text COLLATE \"C\" LIMIT $3"
                 ))
                 .bind(schema)
@@ -849,6 +849,30 @@ impl Engine for Postgres {
             })
         })
         .await
+    }
+
+    async fn view_sql(&self, view: TableRef, limit: usize, offset: u64) -> Result<String> {
+        let (mount, timeout) = (self.mount.clone(), self.timeout);
+        let t = view.clone();
+        let cols = self
+            .read(move |c| {
+                Box::pin(async move {
+                    Self::columns(c, &t)
+                        .await
+                        .map_err(|e| pg_error(e, &mount, timeout))
+                })
+            })
+            .await?;
+        let order: Vec<String> = cols
+            .iter()
+            .map(|c| format!("{}::text COLLATE \"C\"", quote(&c.name)))
+            .collect();
+        Ok(format!(
+            "SELECT * FROM {}.{} ORDER BY {} LIMIT {limit} OFFSET {offset}",
+            quote(view.schema.as_deref().unwrap_or_default()),
+            quote(&view.name),
+            order.join(", ")
+        ))
     }
 
     async fn has_column(&self, table: TableRef, column: String) -> Result<bool> {

@@ -550,9 +550,7 @@ impl Inner {
                     m.insert("schema".into(), json!(s));
                 }
                 m.insert("type".into(), json!(o.kind.as_str()));
-                if o.kind == ObjectKind::Table {
-                    m.insert("uri".into(), json!(base));
-                }
+                m.insert("uri".into(), json!(base));
                 m.insert("schema_uri".into(), json!(format!("{base}/schema")));
                 m.insert("row_estimate".into(), json!(o.row_estimate));
                 m.insert("row_estimate_source".into(), json!(o.estimate_source));
@@ -620,19 +618,22 @@ impl Inner {
                     let t = self
                         .resolve(schema, table)
                         .ok_or_else(|| Error::not_found(uri.as_str()))?;
-                    // Only tables have rows here; a view has no key to page on.
-                    if self.engine.object_kind(t.clone()).await? != Some(ObjectKind::Table) {
-                        return Err(Error::not_found(uri.as_str()));
-                    }
-                    let page = self
-                        .engine
-                        .table_page(PageArgs {
-                            table: t.clone(),
-                            cursor,
-                            page_size: self.config.page_size,
-                            max_bytes,
-                        })
-                        .await?;
+                    let page = match self.engine.object_kind(t.clone()).await? {
+                        Some(ObjectKind::Table) => {
+                            self.engine
+                                .table_page(PageArgs {
+                                    table: t.clone(),
+                                    cursor,
+                                    page_size: self.config.page_size,
+                                    max_bytes,
+                                })
+                                .await?
+                        }
+                        Some(ObjectKind::View) => {
+                            self.view_page(uri, &t, cursor, max_bytes).await?
+                        }
+                        None => return Err(Error::not_found(uri.as_str())),
+                    };
                     self.render_page(uri, &t, page, format)
                 }
             }
@@ -649,6 +650,53 @@ impl Inner {
             mime_type: Some(mime.into()),
             body: ContentsBody::Text(text),
             meta,
+        })
+    }
+
+    /// One page of a view: ordered by every column, resumed by position (the cursor is the
+    /// offset). Deep pages cost the rows before them, which is why tables use keys instead.
+    async fn view_page(
+        &self,
+        uri: &ResourceUri,
+        t: &TableRef,
+        cursor: Option<String>,
+        max_bytes: u64,
+    ) -> Result<RowPage> {
+        let offset = match cursor.as_deref() {
+            None => 0,
+            Some(raw) => crate::engine::decode_key_cursor(raw, 1)?[0]
+                .as_u64()
+                .ok_or_else(|| {
+                    Error::invalid_params(format!("cursor {raw:?} is not a cursor of this view"))
+                })?,
+        };
+        let size = self.config.page_size;
+        let sql = self.engine.view_sql(t.clone(), size + 1, offset).await?;
+        let mut rows = self
+            .engine
+            .run_query(uri.without_query().to_owned(), sql, Vec::new(), size + 1, max_bytes)
+            .await
+            .map_err(|e| {
+                if e.kind == ErrorKind::TooLarge {
+                    Error::new(
+                        ErrorKind::TooLarge,
+                        format!(
+                            "a page of {size} rows of view {} is larger than the read limit of {max_bytes} bytes; lower page_size",
+                            self.shown(t)
+                        ),
+                    )
+                    .with_detail("max_bytes", max_bytes)
+                } else {
+                    e
+                }
+            })?;
+        let more = rows.rows.len() > size;
+        rows.rows.truncate(size);
+        Ok(RowPage {
+            columns: rows.columns,
+            next_cursor: more
+                .then(|| crate::engine::encode_key_cursor(&[Value::from(offset + size as u64)])),
+            rows: rows.rows,
         })
     }
 
@@ -756,9 +804,9 @@ impl Provider for SqlProvider {
                         ResourceMeta {
                             uri: base.clone(),
                             name: shown.clone(),
-                            title: Some(format!("Table {shown}")),
+                            title: Some(format!("Rows of {shown}")),
                             description: Some(format!(
-                                "Rows of table {shown}, {} per page",
+                                "Rows of {shown}, {} per page",
                                 inner.config.page_size
                             )),
                             mime_type: Some(JSON.into()),
@@ -771,7 +819,7 @@ impl Provider for SqlProvider {
                     ResourceMeta {
                         uri: format!("{base}/schema"),
                         name: format!("{shown} schema"),
-                        title: Some(format!("Schema of table {shown}")),
+                        title: Some(format!("Schema of {shown}")),
                         description: Some("Columns, keys and indexes".into()),
                         mime_type: Some(JSON.into()),
                         ..Default::default()

@@ -165,6 +165,22 @@ impl Engine for Sqlite {
             .await
     }
 
+    async fn view_sql(&self, view: TableRef, limit: usize, offset: u64) -> Result<String> {
+        let names = self
+            .read(move |db, ctx| db::column_names(db, ctx, &view.name).map(|c| (view.name, c)))
+            .await?;
+        let (name, cols) = names;
+        let order: Vec<String> = cols
+            .iter()
+            .map(|c| format!("CAST({} AS TEXT)", db::quote_ident(c)))
+            .collect();
+        Ok(format!(
+            "SELECT * FROM main.{} ORDER BY {} LIMIT {limit} OFFSET {offset}",
+            db::quote_ident(&name),
+            order.join(", ")
+        ))
+    }
+
     async fn has_column(&self, table: TableRef, column: String) -> Result<bool> {
         self.read(move |db, ctx| db::has_column(db, ctx, &table.name, &column))
             .await

@@ -126,9 +126,7 @@ impl Fixture for Fx {
                 "row_estimate": est,
                 "row_estimate_source": if est.is_null() { Value::Null } else { json!("max_rowid") },
             });
-            if ty == "table" {
-                m["uri"] = json!(format!("db://app/tables/{enc}"));
-            }
+            m["uri"] = json!(format!("db://app/tables/{enc}"));
             m
         };
         let users_cols = json!([
@@ -154,6 +152,20 @@ impl Fixture for Fx {
                     "rows": [[1, "ann", "active"], [2, "bob", "disabled"], [3, "cy", "active"]],
                     "row_count": 3, "page_size": 100, "max_bytes": 4194304, "next": null}),
                 ),
+            ),
+            (
+                "db://app/tables/active".into(),
+                s(
+                    json!({"table": "active", "columns": ["id", "name"], "rows": [[1, "ann"], [3, "cy"]],
+                    "row_count": 2, "page_size": 100, "max_bytes": 4194304, "next": null}),
+                ),
+            ),
+            (
+                "db://app/tables/active/schema".into(),
+                s(json!({"name": "active", "type": "view", "columns": [
+                    {"name": "id", "type": "INTEGER", "nullable": true, "default": null, "primary_key": null, "generated": false},
+                    {"name": "name", "type": "TEXT", "nullable": true, "default": null, "primary_key": null, "generated": false},
+                ]})),
             ),
             (
                 "db://app/tables/users/schema".into(),
@@ -193,7 +205,6 @@ impl Fixture for Fx {
     fn forbidden_uris(&self) -> Vec<String> {
         vec![
             "db://app/tables/sqlite_schema".into(),
-            "db://app/tables/active".into(),
             "db://app/elsewhere".into(),
             "db://app/tables/a%2".into(),
         ]
