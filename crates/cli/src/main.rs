@@ -161,11 +161,19 @@ fn serve(
         Some(addr) => Some(http_settings(&cfg, addr, insecure_no_auth)?),
         None => None,
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
+    // stdio has one client on one pipe: a single runtime thread answers it without waking a
+    // second worker for every request (a futex round trip each, issue #6); blocking work
+    // still goes to the blocking pool. HTTP serves many connections on two workers.
+    let rt = if http_settings.is_some() {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(2);
+        b
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    }
+    .enable_all()
+    .build()
+    .context("cannot start the async runtime")?;
     rt.block_on(async move {
         let providers = build_providers(&cfg).await?;
         for (p, scope) in &providers {
