@@ -113,6 +113,17 @@ pub(crate) trait Engine: Send + Sync + 'static {
         None
     }
 
+    /// Schema names starting with `prefix` that hold something this mount shows (engines
+    /// with schemas in URIs only): at most `limit`, and how many matched in all.
+    async fn schemas_with_prefix(
+        &self,
+        prefix: String,
+        limit: usize,
+    ) -> Result<(Vec<String>, u32)> {
+        let _ = (prefix, limit);
+        Ok((Vec::new(), 0))
+    }
+
     /// Whether the database answers.
     async fn ping(&self) -> Result<()>;
 

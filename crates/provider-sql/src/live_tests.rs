@@ -483,6 +483,16 @@ async fn pg_behaviour_suite_reads_templates_and_completion() {
         .await
         .unwrap();
     assert_eq!(c.values, ["orders"]);
+    let c = p
+        .complete(CompletionRequest {
+            template: "db://pg/schemas/{schema}/tables/{table}{?cursor,format}".into(),
+            argument: "schema".into(),
+            value: "sa".into(),
+            context: BTreeMap::new(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(c.values, ["sales"]);
     // CSV on request, paging by cursor in the URI, the page size stated.
     let csv = read_raw(&p, &format!("db://pg/tables/{WEIRD_ENC}?format=csv"))
         .await
@@ -1245,5 +1255,23 @@ async fn mysql_down_at_start_is_not_ready_then_reconnects() {
     let e = read(&p, "db://my/tables/users").await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
     assert!(!e.to_string().contains("s3cret") && !p.info().label.contains("s3cret"));
-    let _ = db;
+    // root has no password here, so the reconnect is checked with a URL without one.
+    let url = format!("mysql://root@127.0.0.1:{port}/{}", db.name);
+    let p = SqlProvider::new(SqlConfig::new("my", url)).await.unwrap();
+    assert!(!p.ready().await);
+    let proxy = proxy(port, 3306).await;
+    let mut ok = false;
+    for _ in 0..50 {
+        if p.ready().await {
+            ok = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(ok, "the mount must become ready when the database is back");
+    assert_eq!(
+        read(&p, "db://my/tables/users").await.unwrap()["row_count"],
+        json!(3)
+    );
+    proxy.abort();
 }

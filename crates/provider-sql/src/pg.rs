@@ -353,6 +353,36 @@ impl Engine for Postgres {
         Some(&self.default_schema)
     }
 
+    async fn schemas_with_prefix(
+        &self,
+        prefix: String,
+        limit: usize,
+    ) -> Result<(Vec<String>, u32)> {
+        let (mount, timeout) = (self.mount.clone(), self.timeout);
+        self.read(move |c| {
+            Box::pin(async move {
+                let rows = sqlx::query(&format!(
+                    "SELECT DISTINCT (n.nspname::text COLLATE \"C\") AS s FROM pg_catalog.pg_class c \
+                     JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+                     WHERE {VISIBLE} AND starts_with(n.nspname::text, $1) ORDER BY s"
+                ))
+                .bind(prefix)
+                .fetch_all(&mut *c)
+                .await
+                .map_err(|e| pg_error(e, &mount, timeout))?;
+                let total = rows.len() as u32;
+                let names = rows
+                    .iter()
+                    .take(limit)
+                    .map(|r| r.try_get(0))
+                    .collect::<sqlx::Result<_>>()
+                    .map_err(|e| pg_error(e, &mount, timeout))?;
+                Ok((names, total))
+            })
+        })
+        .await
+    }
+
     async fn ping(&self) -> Result<()> {
         self.read(|c| {
             Box::pin(async move {

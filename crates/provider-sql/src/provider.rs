@@ -892,6 +892,17 @@ impl Provider for SqlProvider {
         ]
         .iter()
         .any(|p| t.name.starts_with(p));
+        if builtin && req.argument == "schema" {
+            let (values, total) = inner
+                .engine
+                .schemas_with_prefix(req.value.clone(), COMPLETE_LIMIT)
+                .await?;
+            return Ok(Completion {
+                has_more: total as usize > values.len(),
+                values,
+                total: Some(total),
+            });
+        }
         if builtin && req.argument == "table" {
             let schema = req.context.get("schema").cloned();
             let (values, total) = inner
