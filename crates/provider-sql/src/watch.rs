@@ -192,12 +192,13 @@ async fn run(
     let mut polling = true;
     let mut _fs_watcher = None;
     let mut listen_task: Option<JoinHandle<()>> = None;
-    let mut version: Option<i64> = None;
+    let mut version: Option<i64> = None; // SQLite's data_version at the last check
     {
         let t = trigger.lock().unwrap_or_else(|p| p.into_inner());
         match &*t {
-            Trigger::Sqlite { path, probe } => {
-                version = probe.get().ok();
+            Trigger::Sqlite { path, .. } => {
+                // `version` stays unknown, so the first wake-up re-checks everything: a commit
+                // between the subscriber's first read and this point is not lost.
                 _fs_watcher = file_events(path, tx.clone());
             }
             Trigger::Listen { listener } => {
