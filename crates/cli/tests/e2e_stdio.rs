@@ -3,8 +3,13 @@
 //! Each test spawns the binary, connects with the legacy `initialize` lifecycle or the
 //! 2026-07-28 `server/discover` one, and checks the wire contract: paginated listings, byte-exact
 //! reads, templates and completion, change notifications, sandbox escapes, the read limit,
-//! FIFOs and cursors. Only what crosses the process boundary is observed, so these catch wiring
-//! bugs that the crates' own tests cannot. Every call runs under a timeout so a hang fails.
+//! FIFOs and cursors, git mounts, and db:// mounts on SQLite, PostgreSQL and MySQL/MariaDB.
+//! Only what crosses the process boundary is observed, so these catch wiring bugs that the
+//! crates' own tests cannot. Every call runs under a timeout so a hang fails.
+//!
+//! The PostgreSQL (127.0.0.1:5432, user `postgres`) and MariaDB (127.0.0.1:3306, user `root`)
+//! tests create a database of their own and drop it; without the server they say SKIPPED and
+//! pass, except under `CI=true`, where a missing server fails them.
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
@@ -1426,6 +1431,111 @@ async fn git_mount_modern() {
 // 10. db:// (SQLite) mounts through the binary
 // ---------------------------------------------------------------------------------------------
 
+/// One `completion/complete` for argument `arg` of `template`, as a set.
+async fn complete_arg(server: &Server, template: &str, arg: &str, value: &str) -> BTreeSet<String> {
+    let info = call(
+        &format!("completion/complete {arg}={value:?}"),
+        server
+            .client
+            .complete_resource_argument(template, arg, value, None),
+    )
+    .await
+    .unwrap_or_else(|e| {
+        panic!(
+            "{:?}: complete {arg}={value:?} on {template}: {e}",
+            server.era
+        )
+    });
+    info.values.into_iter().collect()
+}
+
+fn set_of(values: &[&str]) -> BTreeSet<String> {
+    values.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// The JSON document a `db://` URI reads as.
+async fn read_json(server: &Server, uri: &str) -> serde_json::Value {
+    let text = server.read_text(uri).await;
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("read {uri}: not JSON ({e}): {text}"))
+}
+
+/// Subscribe to `uri` the way `server.era` does it (plus the list in the 2026 era), then check
+/// that `unchanged` (a write that leaves the result of `uri` as it was) is not reported within
+/// [`QUIET_FOR`], that `changed` (a write that changes it) is reported within `within`, and
+/// that `new_table` (a table created) is reported as a list change.
+///
+/// The quiet write goes first on purpose: the 2026 acknowledgment may precede the arming of
+/// the watch, and the quiet period covers that, so the changing write is always seen by an
+/// armed watch.
+async fn notifies_only_on_change(
+    server: &mut Server,
+    uri: &str,
+    within: Duration,
+    unchanged: impl Future<Output = ()>,
+    changed: impl Future<Output = ()>,
+    new_table: impl Future<Output = ()>,
+) {
+    let era = server.era;
+    match era {
+        Era::Legacy => {
+            legacy_subscribe(server, uri).await.expect("subscribe");
+            unchanged.await;
+            let seen = collect_for(&mut server.events, QUIET_FOR).await;
+            assert!(
+                !seen.contains(&Event::Updated(uri.into())),
+                "{era:?}: a write that leaves {uri} as it was notified it: {seen:?}"
+            );
+            changed.await;
+            wait_for(&mut server.events, within, |e| {
+                *e == Event::Updated(uri.into())
+            })
+            .await
+            .unwrap_or_else(|seen| {
+                panic!("{era:?}: no update of {uri} within {within:?} after a change; saw {seen:?}")
+            });
+            settle(&mut server.events).await;
+            new_table.await;
+            wait_for(&mut server.events, within, |e| *e == Event::ListChanged)
+                .await
+                .unwrap_or_else(|seen| {
+                    panic!("{era:?}: no list_changed after CREATE TABLE; saw {seen:?}")
+                });
+        }
+        Era::Modern => {
+            let filter = SubscriptionFilter::builder()
+                .resource_subscription(uri)
+                .resources_list_changed()
+                .build();
+            let mut sub = call("subscriptions/listen", server.client.listen(filter))
+                .await
+                .expect("listen");
+            unchanged.await;
+            let early = next_matching(&mut sub, QUIET_FOR, is_updated(uri)).await;
+            assert!(
+                early.is_err(),
+                "{era:?}: a write that leaves {uri} as it was notified it"
+            );
+            changed.await;
+            next_matching(&mut sub, within, is_updated(uri))
+                .await
+                .unwrap_or_else(|seen| {
+                    panic!(
+                        "{era:?}: no update of {uri} within {within:?} after a change; saw {seen:?}"
+                    )
+                });
+            new_table.await;
+            next_matching(&mut sub, within, is_list_changed)
+                .await
+                .unwrap_or_else(|seen| {
+                    panic!("{era:?}: no list_changed after CREATE TABLE; saw {seen:?}")
+                });
+            call("cancel listen", sub.cancel())
+                .await
+                .expect("cancel the subscription");
+        }
+    }
+}
+
 async fn sqlite_end_to_end(era: Era) {
     let tmp = tempfile::tempdir().expect("tempdir");
     let db = tmp.path().join("app.db");
@@ -1446,7 +1556,7 @@ async fn sqlite_end_to_end(era: Era) {
          params.status = { enum = [\"active\", \"disabled\"] }\n",
     )
     .expect("write config");
-    let server = Server::with_config(era, &config).await;
+    let mut server = Server::with_config(era, &config).await;
     // The forms users have already seen, exactly as written.
     let active: serde_json::Value =
         serde_json::from_str(&server.read_text("db://users/active/list").await).expect("json");
@@ -1473,13 +1583,36 @@ async fn sqlite_end_to_end(era: Era) {
         "{schema}"
     );
     server.assert_not_found("db://app/tables/nope").await;
-    // Nothing was written: the database is byte-identical after the session.
+
+    // Another process writes (a connection of the test's own): SQLite has no server to tell,
+    // so the mount sees commits through file events and PRAGMA data_version, no poll interval.
+    let writer = rusqlite::Connection::open(&db).expect("writer connection");
+    let write = |sql: &'static str| {
+        let w = &writer;
+        async move { w.execute_batch(sql).expect(sql) }
+    };
+    let uri = "db://users/active/list";
+    notifies_only_on_change(
+        &mut server,
+        uri,
+        NOTIFY_WITHIN,
+        write("update users set name = 'bobby' where id = 2"),
+        write("insert into users(name, status, active) values ('cy', 'active', 1)"),
+        write("create table audit(id integer primary key)"),
+    )
+    .await;
+    assert_eq!(
+        read_json(&server, uri).await["rows"],
+        serde_json::json!([[1, "ada"], [3, "cy"]])
+    );
     server.stop().await;
+    drop(writer);
+    // The server wrote nothing: the rows are exactly the fixture's and the test's own.
     let c = rusqlite::Connection::open(&db).expect("reopen");
     let n: i64 = c
         .query_row("select count(*) from users", [], |r| r.get(0))
         .expect("count");
-    assert_eq!(n, 2);
+    assert_eq!(n, 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1490,4 +1623,523 @@ async fn sqlite_mount_legacy() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_mount_modern() {
     sqlite_end_to_end(Era::Modern).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 11. db:// on PostgreSQL and MySQL/MariaDB through the binary
+// ---------------------------------------------------------------------------------------------
+
+/// Where the local servers listen and who may create databases on them.
+const PG_ADMIN: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+const MY_ADMIN: &str = "mysql://root@127.0.0.1:3306";
+
+/// The server a live test creates its database on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dbms {
+    Postgres,
+    MySql,
+}
+
+impl Dbms {
+    fn what(self) -> &'static str {
+        match self {
+            Dbms::Postgres => "PostgreSQL at 127.0.0.1:5432 (user postgres)",
+            Dbms::MySql => "MariaDB/MySQL at 127.0.0.1:3306 (user root)",
+        }
+    }
+
+    /// The mount `kind` in the config file.
+    fn kind(self) -> &'static str {
+        match self {
+            Dbms::Postgres => "postgres",
+            Dbms::MySql => "mysql",
+        }
+    }
+}
+
+/// `None` (and a note on stderr) when the server is absent outside CI; a panic under
+/// `CI=true`, where a skipped test would hide that nothing was checked.
+fn absent<T>(what: &str, e: impl std::fmt::Display) -> Option<T> {
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{what} is required under CI=true and could not be reached: {e}");
+    }
+    eprintln!("SKIPPED: {what} is not reachable here ({e}); start it to run this end-to-end test");
+    None
+}
+
+/// A database of the test's own on a local server, dropped when the test ends, also when it
+/// panics.
+struct LiveDb {
+    dbms: Dbms,
+    name: String,
+}
+
+impl LiveDb {
+    /// Create a uniquely named database and run `setup` in it.
+    async fn create(dbms: Dbms, setup: &str) -> Option<Self> {
+        use sqlx::{Connection as _, Executor as _};
+        static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .subsec_nanos();
+        let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("mcpr_e2e_{}_{nanos}_{seq}", std::process::id());
+        // Bounded: a firewalled port would otherwise hang the connect instead of failing it.
+        let connect_within = Duration::from_secs(5);
+        match dbms {
+            Dbms::Postgres => {
+                let mut admin = match tokio::time::timeout(
+                    connect_within,
+                    sqlx::PgConnection::connect(PG_ADMIN),
+                )
+                .await
+                {
+                    Ok(Ok(c)) => c,
+                    Ok(Err(e)) => return absent(dbms.what(), e),
+                    Err(_) => return absent(dbms.what(), "no answer within 5 s"),
+                };
+                admin
+                    .execute(format!("CREATE DATABASE {name}").as_str())
+                    .await
+                    .expect("CREATE DATABASE");
+            }
+            Dbms::MySql => {
+                let mut admin = match tokio::time::timeout(
+                    connect_within,
+                    sqlx::MySqlConnection::connect(MY_ADMIN),
+                )
+                .await
+                {
+                    Ok(Ok(c)) => c,
+                    Ok(Err(e)) => return absent(dbms.what(), e),
+                    Err(_) => return absent(dbms.what(), "no answer within 5 s"),
+                };
+                admin
+                    .execute(format!("CREATE DATABASE {name} CHARACTER SET utf8mb4").as_str())
+                    .await
+                    .expect("CREATE DATABASE");
+            }
+        }
+        // From here on the guard exists, so a failing setup still drops the database.
+        let db = LiveDb { dbms, name };
+        db.exec(setup).await;
+        Some(db)
+    }
+
+    /// The URL the mount and the test's own writes use (the owner: writes are the test's).
+    fn url(&self) -> String {
+        match self.dbms {
+            Dbms::Postgres => format!("postgres://postgres@127.0.0.1:5432/{}", self.name),
+            Dbms::MySql => format!("mysql://root@127.0.0.1:3306/{}", self.name),
+        }
+    }
+
+    /// Run SQL on a connection of the test's own, never through the server under test.
+    async fn exec(&self, sql: &str) {
+        use sqlx::Connection as _;
+        match self.dbms {
+            Dbms::Postgres => {
+                let mut c = sqlx::PgConnection::connect(&self.url())
+                    .await
+                    .expect("connect to the test database");
+                sqlx::raw_sql(sql)
+                    .execute(&mut c)
+                    .await
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"));
+                let _ = c.close().await;
+            }
+            Dbms::MySql => {
+                let mut c = sqlx::MySqlConnection::connect(&self.url())
+                    .await
+                    .expect("connect to the test database");
+                sqlx::raw_sql(sql)
+                    .execute(&mut c)
+                    .await
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"));
+                let _ = c.close().await;
+            }
+        }
+    }
+}
+
+impl Drop for LiveDb {
+    fn drop(&mut self) {
+        use sqlx::{Connection as _, Executor as _};
+        let (dbms, name) = (self.dbms, self.name.clone());
+        // Drop runs on the test's runtime, which cannot be blocked on from inside; the cleanup
+        // gets a thread and a runtime of its own.
+        let _ = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async move {
+                match dbms {
+                    Dbms::Postgres => {
+                        if let Ok(mut c) = sqlx::PgConnection::connect(PG_ADMIN).await {
+                            // FORCE: the server under test may still hold connections.
+                            let _ = c
+                                .execute(
+                                    format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)").as_str(),
+                                )
+                                .await;
+                        }
+                    }
+                    Dbms::MySql => {
+                        if let Ok(mut c) = sqlx::MySqlConnection::connect(MY_ADMIN).await {
+                            let _ = c
+                                .execute(format!("DROP DATABASE IF EXISTS {name}").as_str())
+                                .await;
+                        }
+                    }
+                }
+            });
+        })
+        .join();
+    }
+}
+
+/// The fixture: users with a status, orders with a foreign key to them, a view; on
+/// PostgreSQL also a table in a second schema, for the schema-qualified URIs.
+fn live_setup(dbms: Dbms) -> String {
+    let common = "
+        CREATE TABLE users (id INT PRIMARY KEY, name VARCHAR(40) NOT NULL, status VARCHAR(20) NOT NULL);
+        INSERT INTO users VALUES (1, 'ada', 'active'), (2, 'bob', 'disabled'), (3, 'cy', 'active'), (4, 'dee', 'pending');
+        CREATE TABLE orders (id INT PRIMARY KEY, user_id INT NOT NULL REFERENCES users (id), total INT NOT NULL);
+        INSERT INTO orders VALUES (10, 1, 250), (11, 1, 40), (12, 3, 99);
+        CREATE VIEW active_users AS SELECT id, name FROM users WHERE status = 'active';
+    ";
+    match dbms {
+        // MySQL ignores an inline REFERENCES; the key must be a table constraint.
+        Dbms::MySql => common.replace(
+            "user_id INT NOT NULL REFERENCES users (id), total INT NOT NULL",
+            "user_id INT NOT NULL, total INT NOT NULL, FOREIGN KEY (user_id) REFERENCES users (id)",
+        ),
+        Dbms::Postgres => format!(
+            "{common}
+            CREATE SCHEMA sales;
+            CREATE TABLE sales.invoices (id INT PRIMARY KEY, order_id INT NOT NULL REFERENCES public.orders (id), amount INT NOT NULL);
+            INSERT INTO sales.invoices VALUES (100, 10, 250);"
+        ),
+    }
+}
+
+/// The mount: three rows per table page, the fixed and templated user queries (the status
+/// completes from the data), and a query with an integer parameter.
+fn live_config(db: &LiveDb, change_signal: &str) -> String {
+    format!(
+        "[[mount]]
+kind = \"{kind}\"
+name = \"shop\"
+url = \"{url}\"
+page_size = 3
+{change_signal}
+
+[[mount.query]]
+uri = \"db://users/active/list\"
+sql = \"select id, name from users where status = 'active' order by id\"
+description = \"Active users\"
+
+[[mount.query]]
+uri = \"db://users/{{status}}/list\"
+sql = \"select id, name from users where status = :status order by id\"
+description = \"Users by status\"
+params.status = {{ pattern = \"[a-z]+\", from = \"users.status\" }}
+
+[[mount.query]]
+uri = \"db://orders/of/{{user_id}}\"
+sql = \"select id, total from orders where user_id = :user_id order by id\"
+params.user_id = {{ type = \"integer\" }}
+",
+        kind = db.dbms.kind(),
+        url = db.url(),
+    )
+}
+
+/// The whole `db://` contract of a server-based engine through the binary: listing,
+/// templates, the overview, table pages (JSON and CSV), schemas, named queries and their
+/// parameter checks, completion from the catalog and from the data, and notifications that
+/// follow the result of a subscribed query. `listen` configures PostgreSQL's NOTIFY channel
+/// instead of polling.
+async fn live_end_to_end(era: Era, dbms: Dbms, listen: bool) {
+    let Some(db) = LiveDb::create(dbms, &live_setup(dbms)).await else {
+        return;
+    };
+    let channel = "mcpr_e2e_changes";
+    let signal = if listen {
+        format!("notify_channel = \"{channel}\"")
+    } else {
+        "poll_interval_ms = 100".to_owned()
+    };
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let config = tmp.path().join("db.toml");
+    std::fs::write(&config, live_config(&db, &signal)).expect("write config");
+    let mut server = Server::with_config(era, &config).await;
+    let pg = dbms == Dbms::Postgres;
+
+    // resources/list: the overview, each table's rows and schema, the fixed query (not the
+    // templates, which are not resources).
+    let listed: BTreeSet<String> = server
+        .list_all()
+        .await
+        .into_iter()
+        .map(|r| r.uri.clone())
+        .collect();
+    let mut want = vec![
+        "db://shop",
+        "db://shop/tables/users",
+        "db://shop/tables/users/schema",
+        "db://shop/tables/orders",
+        "db://shop/tables/orders/schema",
+        "db://shop/tables/active_users",
+        "db://shop/tables/active_users/schema",
+        "db://users/active/list",
+    ];
+    if pg {
+        want.push("db://shop/schemas/sales/tables/invoices");
+        want.push("db://shop/schemas/sales/tables/invoices/schema");
+    }
+    for uri in want {
+        assert!(
+            listed.contains(uri),
+            "{era:?} {dbms:?}: {uri} is not listed: {listed:?}"
+        );
+    }
+    assert!(
+        !listed.iter().any(|u| u.contains('{')),
+        "templates are not resources: {listed:?}"
+    );
+
+    // resources/templates/list.
+    let templates: BTreeSet<String> = call(
+        "resources/templates/list",
+        server.client.list_resource_templates(None),
+    )
+    .await
+    .expect("templates")
+    .resource_templates
+    .into_iter()
+    .map(|t| t.uri_template.clone())
+    .collect();
+    let table_template = "db://shop/tables/{table}{?cursor,format}";
+    for t in [
+        "db://shop{?cursor}",
+        table_template,
+        "db://shop/tables/{table}/schema",
+        "db://users/{status}/list",
+        "db://orders/of/{user_id}",
+    ] {
+        assert!(
+            templates.contains(t),
+            "{era:?} {dbms:?}: no template {t}: {templates:?}"
+        );
+    }
+    assert_eq!(
+        templates.contains("db://shop/schemas/{schema}/tables/{table}{?cursor,format}"),
+        pg,
+        "schema-qualified templates exactly where the engine has schemas: {templates:?}"
+    );
+    assert!(
+        !templates.contains("db://users/active/list"),
+        "a fixed query is not a template"
+    );
+
+    // The overview.
+    let overview = read_json(&server, "db://shop").await;
+    assert_eq!(overview["database"], "shop", "{overview}");
+    assert_eq!(overview["engine"], dbms.kind(), "{overview}");
+    let objects = overview["objects"].as_array().expect("objects");
+    let find = |name: &str| {
+        objects
+            .iter()
+            .find(|o| o["name"] == name)
+            .unwrap_or_else(|| panic!("{name} is not in the overview: {overview}"))
+    };
+    assert_eq!(find("users")["type"], "table");
+    assert_eq!(find("users")["uri"], "db://shop/tables/users");
+    assert_eq!(find("active_users")["type"], "view");
+    assert_eq!(find("active_users")["uri"], "db://shop/tables/active_users");
+    assert_eq!(
+        find("active_users")["schema_uri"],
+        "db://shop/tables/active_users/schema"
+    );
+
+    // A table page, the next one through `next`, and the same rows as CSV.
+    let (mime, _) = server.read_one("db://shop/tables/users").await;
+    assert_eq!(mime.as_deref(), Some("application/json"));
+    let page = read_json(&server, "db://shop/tables/users").await;
+    assert_eq!(
+        page["columns"],
+        serde_json::json!(["id", "name", "status"]),
+        "{page}"
+    );
+    assert_eq!(
+        page["rows"],
+        serde_json::json!([
+            [1, "ada", "active"],
+            [2, "bob", "disabled"],
+            [3, "cy", "active"]
+        ]),
+        "{page}"
+    );
+    let next = page["next"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no next page: {page}"));
+    let last = read_json(&server, next).await;
+    assert_eq!(
+        last["rows"],
+        serde_json::json!([[4, "dee", "pending"]]),
+        "{last}"
+    );
+    assert!(last["next"].is_null(), "{last}");
+    let (mime, body) = server.read_one("db://shop/tables/users?format=csv").await;
+    assert_eq!(mime.as_deref(), Some("text/csv"));
+    let Body::Text(csv) = body else {
+        panic!("CSV is text")
+    };
+    assert_eq!(
+        csv,
+        "id,name,status\r\n1,ada,active\r\n2,bob,disabled\r\n3,cy,active\r\n"
+    );
+    server.assert_not_found("db://shop/tables/nope").await;
+    // A view has rows too (ordered by every column).
+    let view = read_json(&server, "db://shop/tables/active_users").await;
+    assert_eq!(
+        view["rows"],
+        serde_json::json!([[1, "ada"], [3, "cy"]]),
+        "{view}"
+    );
+
+    // A schema: columns, the primary key and the foreign key to users.
+    let schema = read_json(&server, "db://shop/tables/orders/schema").await;
+    assert_eq!(schema["primary_key"], serde_json::json!(["id"]), "{schema}");
+    let fk = &schema["foreign_keys"][0];
+    assert_eq!(fk["table"], "users", "{schema}");
+    assert_eq!(fk["from"], serde_json::json!(["user_id"]), "{schema}");
+    assert_eq!(fk["to"], serde_json::json!(["id"]), "{schema}");
+    let columns: Vec<&str> = schema["columns"]
+        .as_array()
+        .expect("columns")
+        .iter()
+        .map(|c| c["name"].as_str().expect("column name"))
+        .collect();
+    assert_eq!(columns, ["id", "user_id", "total"], "{schema}");
+
+    if pg {
+        // Another schema through the long form; the default schema also answers to it.
+        let invoices = read_json(&server, "db://shop/schemas/sales/tables/invoices").await;
+        assert_eq!(
+            invoices["rows"],
+            serde_json::json!([[100, 10, 250]]),
+            "{invoices}"
+        );
+        let long = read_json(&server, "db://shop/schemas/public/tables/users").await;
+        assert_eq!(long["rows"], page["rows"], "{long}");
+        let s = read_json(&server, "db://shop/schemas/sales/tables/invoices/schema").await;
+        assert_eq!(s["foreign_keys"][0]["table"], "orders", "{s}");
+        server
+            .assert_not_found("db://shop/schemas/nope/tables/users")
+            .await;
+    }
+
+    // Named queries: fixed, templated with a bound text value and with an integer.
+    let active = read_json(&server, "db://users/active/list").await;
+    assert_eq!(
+        active["rows"],
+        serde_json::json!([[1, "ada"], [3, "cy"]]),
+        "{active}"
+    );
+    let pending = read_json(&server, "db://users/pending/list").await;
+    assert_eq!(
+        pending["rows"],
+        serde_json::json!([[4, "dee"]]),
+        "{pending}"
+    );
+    let none = read_json(&server, "db://users/nobody/list").await;
+    assert_eq!(none["rows"], serde_json::json!([]), "{none}");
+    let orders = read_json(&server, "db://orders/of/1").await;
+    assert_eq!(
+        orders["rows"],
+        serde_json::json!([[10, 250], [11, 40]]),
+        "{orders}"
+    );
+    // Values that fail the parameter's checks are invalid params, never spliced into SQL.
+    for bad in [
+        "db://users/x%27%20or%201=1/list",
+        "db://users/ACTIVE/list",
+        "db://orders/of/1%20or%201=1",
+        "db://orders/of/abc",
+    ] {
+        let e = mcp_error(server.read(bad).await, bad);
+        assert_eq!(e.code.0, -32602, "{era:?} {dbms:?}: read {bad}: {e:?}");
+    }
+
+    // Completion: table names from the catalog, a parameter from the data.
+    assert_eq!(
+        complete_arg(&server, table_template, "table", "us").await,
+        set_of(&["users"])
+    );
+    assert!(
+        complete_arg(&server, table_template, "table", "")
+            .await
+            .is_superset(&set_of(&["users", "orders"])),
+        "every table completes from an empty prefix"
+    );
+    assert_eq!(
+        complete_arg(&server, "db://users/{status}/list", "status", "").await,
+        set_of(&["active", "disabled", "pending"])
+    );
+    assert_eq!(
+        complete_arg(&server, "db://users/{status}/list", "status", "d").await,
+        set_of(&["disabled"])
+    );
+
+    // Notifications follow the result of the subscribed query, not every write.
+    let announce = if listen {
+        format!("; NOTIFY {channel}")
+    } else {
+        String::new()
+    };
+    let uri = "db://users/active/list";
+    notifies_only_on_change(
+        &mut server,
+        uri,
+        NOTIFY_WITHIN,
+        db.exec(&format!(
+            "UPDATE users SET name = 'dee2' WHERE id = 4; INSERT INTO orders VALUES (13, 2, 5){announce}"
+        )),
+        db.exec(&format!("UPDATE users SET status = 'active' WHERE id = 4{announce}")),
+        db.exec(&format!("CREATE TABLE audit (id INT PRIMARY KEY){announce}")),
+    )
+    .await;
+    assert_eq!(
+        read_json(&server, uri).await["rows"],
+        serde_json::json!([[1, "ada"], [3, "cy"], [4, "dee2"]])
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_mount_legacy() {
+    // Changes announced on a NOTIFY channel (no polling).
+    live_end_to_end(Era::Legacy, Dbms::Postgres, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_mount_modern() {
+    // Changes found by polling every 100 ms.
+    live_end_to_end(Era::Modern, Dbms::Postgres, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_mount_legacy() {
+    live_end_to_end(Era::Legacy, Dbms::MySql, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_mount_modern() {
+    live_end_to_end(Era::Modern, Dbms::MySql, false).await;
 }
