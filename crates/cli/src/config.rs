@@ -796,8 +796,12 @@ fn sql_mount(
     if let Some(path) = url_s.strip_prefix("sqlite://")
         && !path.starts_with('/')
     {
-        // A relative database path is relative to the config file, like every other path.
-        url_s = format!("sqlite://{}", base.join(path).display());
+        // A relative database path is relative to the config file, like every other path
+        // (a leading `./` dropped, so the mount's label reads `examples/app.db`).
+        url_s = format!(
+            "sqlite://{}",
+            base.join(path.trim_start_matches("./")).display()
+        );
     }
     let mut c = SqlConfig::new(name, url_s);
     c.kind = kind;
