@@ -2143,3 +2143,84 @@ async fn mysql_mount_legacy() {
 async fn mysql_mount_modern() {
     live_end_to_end(Era::Modern, Dbms::MySql, false).await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// 12. The quick-start example: examples/mcp-resources.toml with its SQLite database
+// ---------------------------------------------------------------------------------------------
+
+/// The example config as a user runs it: the docs directory and `db://app` from the committed
+/// `examples/app.db` (its rows are checked against `app.sql` by `tests/example_db.rs`).
+async fn example_config(era: Era) {
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let server = Server::with_config(era, &examples.join("mcp-resources.toml")).await;
+    let listed: BTreeSet<String> = server
+        .list_all()
+        .await
+        .into_iter()
+        .map(|r| r.uri.clone())
+        .collect();
+    for uri in [
+        "db://app",
+        "db://app/tables/users",
+        "db://app/tables/orders",
+        "db://app/tables/order_totals",
+        "db://users/active/list",
+    ] {
+        assert!(listed.contains(uri), "{era:?}: {uri} is not listed");
+    }
+    assert!(
+        listed.iter().any(|u| u.starts_with("file://")),
+        "the docs mount is served too"
+    );
+
+    let users = read_json(&server, "db://app/tables/users").await;
+    assert_eq!(
+        users["columns"],
+        serde_json::json!(["id", "name", "email", "status", "created_at"]),
+        "{users}"
+    );
+    assert_eq!(users["rows"].as_array().map(Vec::len), Some(8), "{users}");
+    assert_eq!(
+        users["rows"][0],
+        serde_json::json!([
+            1,
+            "Ada Lovelace",
+            "ada@example.com",
+            "active",
+            "2024-01-15T09:00:00Z"
+        ]),
+        "{users}"
+    );
+    let active = read_json(&server, "db://users/active/list").await;
+    let ids: Vec<i64> = active["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| r[0].as_i64().expect("id"))
+        .collect();
+    assert_eq!(ids, [1, 2, 4, 6], "{active}");
+    let invited = read_json(&server, "db://users/invited/list").await;
+    assert_eq!(invited["row_count"], 2, "{invited}");
+    let e = mcp_error(
+        server.read("db://users/admin/list").await,
+        "not in the enum",
+    );
+    assert_eq!(e.code.0, -32602, "{e:?}");
+    assert_eq!(
+        complete_arg(&server, "db://users/{status}/list", "status", "").await,
+        set_of(&["active", "invited", "suspended"])
+    );
+    let (mime, _) = server.read_one("db://app/tables/orders?format=csv").await;
+    assert_eq!(mime.as_deref(), Some("text/csv"));
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn example_config_legacy() {
+    example_config(Era::Legacy).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn example_config_modern() {
+    example_config(Era::Modern).await;
+}
