@@ -49,7 +49,7 @@ impl Inner {
     /// The directory flag is unknown before a stat, so a path is refused when it would be
     /// denied as either a file or a directory (`.ssh/` only matches directories).
     fn denied_either(&self, rel: &RelPath) -> bool {
-        self.rules.is_denied(rel, false) || self.rules.is_denied(rel, true)
+        self.rules.is_denied_either(rel)
     }
 
     /// Resolve every symlink on `rel`, component by component, through the sandbox handle.
@@ -320,19 +320,19 @@ impl Provider for FilesProvider {
             .ok_or_else(|| Error::not_found(uri.as_str()))?;
         // Small whole-file reads run right here: a hop to the blocking pool would cost more
         // than the read. Big files, windows and directories go to the pool.
+        let md = self.inner.root.metadata(rel.as_path());
         let small = uri.query().is_none()
-            && self
-                .inner
-                .root
-                .metadata(rel.as_path())
+            && md
+                .as_ref()
                 .is_ok_and(|m| m.is_file() && m.len() <= INLINE_READ_MAX);
         if small {
-            return read_path(&self.inner, &rel, uri, limits);
+            // The stat just taken is the one `read_path` would take first.
+            return read_path(&self.inner, &rel, uri, limits, md.ok());
         }
         let inner = self.inner.clone();
         let uri = uri.clone();
         let limits = *limits;
-        tokio::task::spawn_blocking(move || read_path(&inner, &rel, &uri, &limits))
+        tokio::task::spawn_blocking(move || read_path(&inner, &rel, &uri, &limits, None))
             .await
             .map_err(|e| Error::internal(format!("read task failed: {e}")))?
     }

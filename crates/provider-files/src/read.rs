@@ -86,14 +86,19 @@ pub(crate) fn read_path(
     rel: &RelPath,
     uri: &ResourceUri,
     limits: &ReadLimits,
+    stat: Option<cap_std::fs::Metadata>,
 ) -> Result<Vec<Contents>> {
     let uri_s = uri.as_str();
     let window = Window::parse(uri)?;
-    // Stat first so a FIFO, socket or device is never opened at all.
-    let md = inner
-        .root
-        .metadata(rel.as_path())
-        .map_err(|e| map_io(e, uri_s))?;
+    // Stat first so a FIFO, socket or device is never opened at all (`stat` when the caller
+    // has just taken it).
+    let md = match stat {
+        Some(md) => md,
+        None => inner
+            .root
+            .metadata(rel.as_path())
+            .map_err(|e| map_io(e, uri_s))?,
+    };
     if md.is_dir() {
         if !window.is_whole() {
             return Err(Error::invalid_params(format!(
@@ -114,8 +119,7 @@ pub(crate) fn read_path(
     if window.after.is_some() {
         return Err(Error::invalid_params("`after` applies to directories only"));
     }
-    let file = open_regular(inner, rel, uri_s)?;
-    let size = file.metadata().map_err(|e| map_io(e, uri_s))?.len();
+    let (file, size) = open_regular(inner, rel, uri_s)?;
     let ext_mime = mime_by_extension(rel.as_bytes());
     if window.is_whole() {
         if size > limits.max_bytes {
@@ -137,7 +141,11 @@ pub(crate) fn read_path(
 /// Open a regular file through the sandbox without blocking on FIFOs, then re-check that
 /// what was opened is still a regular file whose real path the rules allow (a symlink named
 /// `notes.txt` pointing at `.env` is refused here).
-fn open_regular(inner: &Inner, rel: &RelPath, uri: &str) -> Result<File> {
+///
+/// `rel` must be a path the rules were already checked on (a resolved URI, a listed entry):
+/// when the descriptor is where `rel` says, the rules are not consulted again. Returns the
+/// file and its size.
+fn open_regular(inner: &Inner, rel: &RelPath, uri: &str) -> Result<(File, u64)> {
     use cap_std::fs::OpenOptionsExt as _;
     let mut opts = cap_std::fs::OpenOptions::new();
     opts.read(true)
@@ -151,8 +159,10 @@ fn open_regular(inner: &Inner, rel: &RelPath, uri: &str) -> Result<File> {
     if !md.is_file() {
         return Err(Error::not_found(uri));
     }
-    check_real_fd(inner, &file, false, uri)?;
-    Ok(file)
+    match real_rel_of_fd(inner, &file) {
+        Some(real) if real == *rel || !inner.rules.is_denied(&real, false) => Ok((file, md.len())),
+        _ => Err(Error::not_found(uri)),
+    }
 }
 
 /// Where `fd` really is, relative to the root, from `/proc/self/fd`.
@@ -161,13 +171,6 @@ fn real_rel_of_fd(inner: &Inner, file: &File) -> Option<RelPath> {
     let link = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).ok()?;
     let rest = link.strip_prefix(&inner.canonical_root).ok()?;
     RelPath::from_bytes(rest.as_os_str().as_bytes())
-}
-
-fn check_real_fd(inner: &Inner, file: &File, is_dir: bool, uri: &str) -> Result<()> {
-    match real_rel_of_fd(inner, file) {
-        Some(real) if !inner.rules.is_denied(&real, is_dir) => Ok(()),
-        _ => Err(Error::not_found(uri)),
-    }
 }
 
 pub(crate) fn too_large(uri: &str, size: u64, limit: u64) -> Error {
@@ -361,7 +364,7 @@ const SNIFF_LEN: u64 = 1024;
 /// The MIME type a read of `rel` would report, judged from its first bytes; for listing
 /// entries without a telling extension. `None` when the file cannot be opened.
 pub(crate) fn sniff_file(inner: &Inner, rel: &RelPath) -> Option<&'static str> {
-    let file = open_regular(inner, rel, "").ok()?;
+    let (file, _) = open_regular(inner, rel, "").ok()?;
     let mut head = Vec::with_capacity(SNIFF_LEN as usize);
     file.take(SNIFF_LEN).read_to_end(&mut head).ok()?;
     let text = match std::str::from_utf8(&head) {

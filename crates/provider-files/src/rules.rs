@@ -66,6 +66,26 @@ impl Rules {
             .is_ignore()
     }
 
+    /// Whether `rel` is denied as a file or as a directory (its type is unknown before a
+    /// stat). Without negated (`!`) patterns one walk over the parents answers both, which
+    /// is the common case on every read; with them, both full checks run.
+    pub(crate) fn is_denied_either(&self, rel: &RelPath) -> bool {
+        if self.deny.num_whitelists() > 0 {
+            return self.is_denied(rel, false) || self.is_denied(rel, true);
+        }
+        if rel.is_root() {
+            return false;
+        }
+        if !self.hidden && rel.components().any(|c| c.first() == Some(&b'.')) {
+            return true;
+        }
+        let path = rel.virtual_path();
+        self.deny
+            .matched_path_or_any_parents(&path, true)
+            .is_ignore()
+            || self.deny.matched(&path, false).is_ignore()
+    }
+
     /// Whether one directory entry named `name` inside an allowed directory is denied. Cheaper
     /// than [`Rules::is_denied`] because the parents were already checked by the walk.
     pub(crate) fn entry_denied(&self, rel: &RelPath, name: &[u8], is_dir: bool) -> bool {
