@@ -10,7 +10,7 @@ use rusqlite::{Connection, params};
 use serde_json::{Map, Value, json};
 
 use crate::engine::{
-    ObjectInfo, ObjectKind, Param, QueryRows, RowBudget, RowPage, page_envelope, query_envelope,
+    ObjectInfo, ObjectKind, PageFill, Param, QueryRows, RowBudget, RowPage, query_envelope,
     too_large, too_many_rows,
 };
 
@@ -249,46 +249,24 @@ pub(crate) fn table_page(
         .query(rusqlite::params_from_iter(binds))
         .map_err(|e| ctx.err(e))?;
     let names: Vec<String> = cols.iter().map(|c| c.name.clone()).collect();
-    let mut budget = RowBudget::new(a.max_bytes, page_envelope(table, &names, a.page_size));
-    let mut last_key: Option<Vec<SqlValue>> = None;
-    let mut more = false;
+    let mut fill = PageFill::new(table, names, a.page_size, a.max_bytes, encode_cursor);
     while let Some(row) = rows.next().map_err(|e| ctx.err(e))? {
-        if budget.rows.len() == a.page_size {
-            more = true;
+        if fill.full() {
             break;
         }
         let k: Vec<SqlValue> = (0..key.len())
             .map(|i| row.get::<_, SqlValue>(i))
             .collect::<rusqlite::Result<_>>()
             .map_err(|e| ctx.err(e))?;
-        let cursor_len = encode_cursor(&k).len() as u64 + 16;
         let values: Vec<Value> = (key.len()..key.len() + cols.len())
             .map(|i| row.get_ref(i).map(to_json))
             .collect::<rusqlite::Result<_>>()
             .map_err(|e| ctx.err(e))?;
-        budget.used += cursor_len;
-        let fit = budget.push(Value::Array(values));
-        budget.used -= cursor_len;
-        if !fit {
-            if budget.rows.is_empty() {
-                return Err(too_large(
-                    &format!("one row of table {table:?}"),
-                    a.max_bytes,
-                ));
-            }
-            more = true;
+        if !fill.offer(k, values)? {
             break;
         }
-        last_key = Some(k);
     }
-    Ok(RowPage {
-        columns: names,
-        rows: budget.rows,
-        next_cursor: match (more, last_key) {
-            (true, Some(k)) => Some(encode_cursor(&k)),
-            _ => None,
-        },
-    })
+    Ok(fill.finish())
 }
 
 /// Columns, types, nullability, keys and indexes of a table or view.

@@ -219,6 +219,82 @@ impl RowBudget {
     }
 }
 
+/// Fills one table page the same way on every engine: at most `page_size` rows, and never a
+/// row that would take the document (with room for the next cursor) past `max_bytes`; a
+/// single row that alone is too large is an error. `T` is the engine's key value type.
+pub(crate) struct PageFill<T> {
+    budget: RowBudget,
+    table: String,
+    columns: Vec<String>,
+    page_size: usize,
+    max_bytes: u64,
+    encode: fn(&[T]) -> String,
+    last_key: Option<Vec<T>>,
+    more: bool,
+}
+
+impl<T> PageFill<T> {
+    pub(crate) fn new(
+        table: &str,
+        columns: Vec<String>,
+        page_size: usize,
+        max_bytes: u64,
+        encode: fn(&[T]) -> String,
+    ) -> Self {
+        Self {
+            budget: RowBudget::new(max_bytes, page_envelope(table, &columns, page_size)),
+            table: table.to_owned(),
+            columns,
+            page_size,
+            max_bytes,
+            encode,
+            last_key: None,
+            more: false,
+        }
+    }
+
+    /// Whether the page is full; the row just read (the query asks for one extra) then only
+    /// says that there is a next page.
+    pub(crate) fn full(&mut self) -> bool {
+        if self.budget.rows.len() == self.page_size {
+            self.more = true;
+        }
+        self.more
+    }
+
+    /// Add a row with its key; `false` when it did not fit and the page ends before it.
+    pub(crate) fn offer(&mut self, key: Vec<T>, row: Vec<Value>) -> Result<bool> {
+        let cursor_len = (self.encode)(&key).len() as u64 + 16;
+        self.budget.used += cursor_len;
+        let fit = self.budget.push(Value::Array(row));
+        self.budget.used -= cursor_len;
+        if !fit {
+            if self.budget.rows.is_empty() {
+                return Err(too_large(
+                    &format!("one row of table {:?}", self.table),
+                    self.max_bytes,
+                ));
+            }
+            self.more = true;
+            return Ok(false);
+        }
+        self.last_key = Some(key);
+        Ok(true)
+    }
+
+    pub(crate) fn finish(self) -> RowPage {
+        let next_cursor = match (self.more, &self.last_key) {
+            (true, Some(k)) => Some((self.encode)(k)),
+            _ => None,
+        };
+        RowPage {
+            columns: self.columns,
+            rows: self.budget.rows,
+            next_cursor,
+        }
+    }
+}
+
 /// The room a page document takes besides its rows.
 pub(crate) fn page_envelope(table: &str, columns: &[String], page_size: usize) -> u64 {
     // The URI of `next` is at most a few hundred bytes plus the cursor; 512 covers it.

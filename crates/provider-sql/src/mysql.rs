@@ -20,8 +20,8 @@ use sqlx::pool::PoolConnection;
 use sqlx::{Column as _, Executor as _, MySql, Row as _, TypeInfo as _, ValueRef as _};
 
 use crate::engine::{
-    Engine, ObjectInfo, ObjectKind, PageArgs, Param, QueryRows, RowBudget, RowPage, TableRef,
-    decode_key_cursor, encode_key_cursor, page_envelope, query_envelope, timed_out, too_large,
+    Engine, ObjectInfo, ObjectKind, PageArgs, PageFill, Param, QueryRows, RowBudget, RowPage,
+    TableRef, decode_key_cursor, encode_key_cursor, query_envelope, timed_out, too_large,
     too_many_rows, unavailable,
 };
 use crate::guard::{self, Placeholders};
@@ -556,15 +556,16 @@ impl Engine for MySqlDb {
                     })?;
                 }
                 let names: Vec<String> = cols.iter().map(|c| c.name.clone()).collect();
-                let mut budget = RowBudget::new(
+                let mut fill = PageFill::new(
+                    &a.table.name,
+                    names,
+                    a.page_size,
                     a.max_bytes,
-                    page_envelope(&a.table.name, &names, a.page_size),
+                    encode_key_cursor,
                 );
-                let (mut last_key, mut more) = (None, false);
                 let mut rows = q.fetch(&mut *c);
                 while let Some(row) = rows.try_next().await.map_err(err)? {
-                    if budget.rows.len() == a.page_size {
-                        more = true;
+                    if fill.full() {
                         break;
                     }
                     let k: Vec<Value> = (0..key.len())
@@ -575,30 +576,11 @@ impl Engine for MySqlDb {
                         .map(|i| value_json(&row, i))
                         .collect::<sqlx::Result<_>>()
                         .map_err(err)?;
-                    let cursor_len = encode_key_cursor(&k).len() as u64 + 16;
-                    budget.used += cursor_len;
-                    let fit = budget.push(Value::Array(values));
-                    budget.used -= cursor_len;
-                    if !fit {
-                        if budget.rows.is_empty() {
-                            return Err(too_large(
-                                &format!("one row of table {:?}", a.table.name),
-                                a.max_bytes,
-                            ));
-                        }
-                        more = true;
+                    if !fill.offer(k, values)? {
                         break;
                     }
-                    last_key = Some(k);
                 }
-                Ok(RowPage {
-                    columns: names,
-                    rows: budget.rows,
-                    next_cursor: match (more, last_key) {
-                        (true, Some(k)) => Some(encode_key_cursor(&k)),
-                        _ => None,
-                    },
-                })
+                Ok(fill.finish())
             })
         })
         .await

@@ -18,8 +18,8 @@ use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{Column as _, Executor as _, Postgres as Pg, Row as _, TypeInfo as _};
 
 use crate::engine::{
-    Engine, ObjectInfo, ObjectKind, PageArgs, Param, QueryRows, RowBudget, RowPage, TableRef,
-    decode_key_cursor, encode_key_cursor, page_envelope, query_envelope, timed_out, too_large,
+    Engine, ObjectInfo, ObjectKind, PageArgs, PageFill, Param, QueryRows, RowBudget, RowPage,
+    TableRef, decode_key_cursor, encode_key_cursor, query_envelope, timed_out, too_large,
     too_many_rows, unavailable,
 };
 use crate::guard::{self, Placeholders};
@@ -317,19 +317,17 @@ fn bytea_to_base64(v: Value) -> Value {
 }
 
 /// One `row_to_json` text as a row array in `names` order.
-fn json_row(text: &str, names: &[String], bytea: &[bool]) -> Result<Value> {
+fn json_row(text: &str, names: &[String], bytea: &[bool]) -> Result<Vec<Value>> {
     let mut obj: Map<String, Value> = serde_json::from_str(text)
         .map_err(|e| Error::internal(format!("row_to_json gave invalid JSON: {e}")))?;
-    Ok(Value::Array(
-        names
-            .iter()
-            .zip(bytea)
-            .map(|(n, is_bytea)| {
-                let v = obj.remove(n).unwrap_or(Value::Null);
-                if *is_bytea { bytea_to_base64(v) } else { v }
-            })
-            .collect(),
-    ))
+    Ok(names
+        .iter()
+        .zip(bytea)
+        .map(|(n, is_bytea)| {
+            let v = obj.remove(n).unwrap_or(Value::Null);
+            if *is_bytea { bytea_to_base64(v) } else { v }
+        })
+        .collect())
 }
 
 const FK_ACTIONS: &[(&str, &str)] = &[
@@ -639,14 +637,15 @@ impl Engine for Postgres {
                     q = q.bind(b);
                 }
                 let mut rows = q.fetch(&mut *c);
-                let mut budget = RowBudget::new(
+                let mut fill = PageFill::new(
+                    &a.table.display(),
+                    names.clone(),
+                    a.page_size,
                     a.max_bytes,
-                    page_envelope(&a.table.display(), &names, a.page_size),
+                    encode_key_cursor,
                 );
-                let (mut last_key, mut more) = (None, false);
                 while let Some(row) = rows.try_next().await.map_err(err)? {
-                    if budget.rows.len() == a.page_size {
-                        more = true;
+                    if fill.full() {
                         break;
                     }
                     let k: Vec<Value> = (0..key.len())
@@ -654,31 +653,11 @@ impl Engine for Postgres {
                         .collect::<sqlx::Result<_>>()
                         .map_err(err)?;
                     let text: String = row.try_get(key.len()).map_err(err)?;
-                    let values = json_row(&text, &names, &bytea)?;
-                    let cursor_len = encode_key_cursor(&k).len() as u64 + 16;
-                    budget.used += cursor_len;
-                    let fit = budget.push(values);
-                    budget.used -= cursor_len;
-                    if !fit {
-                        if budget.rows.is_empty() {
-                            return Err(too_large(
-                                &format!("one row of table {:?}", a.table.display()),
-                                a.max_bytes,
-                            ));
-                        }
-                        more = true;
+                    if !fill.offer(k, json_row(&text, &names, &bytea)?)? {
                         break;
                     }
-                    last_key = Some(k);
                 }
-                Ok(RowPage {
-                    columns: names,
-                    rows: budget.rows,
-                    next_cursor: match (more, last_key) {
-                        (true, Some(k)) => Some(encode_key_cursor(&k)),
-                        _ => None,
-                    },
-                })
+                Ok(fill.finish())
             })
         })
         .await
@@ -833,7 +812,7 @@ impl Engine for Postgres {
                         return Err(too_many_rows(&uri, max_rows));
                     }
                     let text: String = row.try_get(0).map_err(err)?;
-                    if !budget.push(json_row(&text, &keys, &bytea)?) {
+                    if !budget.push(Value::Array(json_row(&text, &keys, &bytea)?)) {
                         return Err(too_large(&format!("the result of query {uri}"), max_bytes));
                     }
                 }
