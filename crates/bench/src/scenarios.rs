@@ -176,6 +176,71 @@ fn guard(scenario: &str, subject: &str, r: Result<Vec<Row>, String>) -> Vec<Row>
     })
 }
 
+/// Pin this process (every thread) to `cpus` (a `taskset` list such as `0` or `0-1`).
+fn pin_self(cpus: &str) -> Result<(), String> {
+    let ok = Command::new("taskset")
+        .args(["-a", "-p", "-c", cpus, &std::process::id().to_string()])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("taskset could not pin the driver to CPU {cpus}"))
+    }
+}
+
+/// `cmd` run under `taskset -c CPU`, same arguments and environment.
+fn pinned(cmd: Command, cpu: &str) -> Command {
+    let mut p = Command::new("taskset");
+    p.args(["-c", cpu])
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => p.env(k, v),
+            None => p.env_remove(k),
+        };
+    }
+    p
+}
+
+/// While it lives, the driver runs on CPU 0 and `Pin::cmd` puts servers on CPU 1, so every
+/// round trip crosses cores the same way: otherwise the scheduler sometimes places client
+/// and server on one core (a wake-up without an IPI) and the floor moves by a factor of 3.
+struct Pin(bool);
+
+impl Pin {
+    fn new() -> Self {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Self(cpus >= 2 && pin_self("0").is_ok())
+    }
+
+    fn cmd(&self, cmd: Command) -> Command {
+        if self.0 { pinned(cmd, "1") } else { cmd }
+    }
+
+    fn describe(&self) -> &'static str {
+        if self.0 {
+            "; driver pinned to CPU 0, server to CPU 1"
+        } else {
+            "; not pinned"
+        }
+    }
+}
+
+impl Drop for Pin {
+    fn drop(&mut self) {
+        if self.0 {
+            let all = format!(
+                "0-{}",
+                std::thread::available_parallelism().map_or(1, |n| n.get()) - 1
+            );
+            let _ = pin_self(&all);
+        }
+    }
+}
+
 fn free_addr() -> Result<String, String> {
     let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("no port: {e}"))?;
     Ok(l.local_addr().map_err(|e| e.to_string())?.to_string())
@@ -227,13 +292,14 @@ pub fn stdio_read(env: &Env) -> Vec<Row> {
     let plan = env.plan();
     let mut rows = Vec::new();
     let uri = env.file_uri("f1k.txt");
+    let pin = Pin::new();
     let run = |cmd: Result<Command, String>,
                init: bool,
                make: &(dyn Fn(u64) -> String + Sync),
                check: &str,
                raw: bool|
      -> Result<Outcome, String> {
-        let mut s = StdioServer::spawn(&mut cmd?, false)?;
+        let mut s = StdioServer::spawn(&mut pin.cmd(cmd?), false)?;
         let _w = Watchdog::arm(s.pid(), Duration::from_secs(120));
         if init {
             s.initialize()?;
@@ -256,14 +322,20 @@ pub fn stdio_read(env: &Env) -> Vec<Row> {
         Err(e) => return vec![Row::skipped(S, "echo floor", e)],
     };
     let (f50, f99, frps) = (floor.latency.p50_us(), floor.latency.p99_us(), floor.rps);
-    let floor_note = "the echo floor: a process that writes each request line back (flushing per line), driven by the same client; a round trip through two pipes";
+    let floor_note = &format!(
+        "the echo floor: a process that writes each request line back (flushing per line), driven by the same client; a round trip through two pipes{}",
+        pin.describe()
+    );
     rows.push(Row::new(S, "echo floor", "p50 (1 in flight)", f50, "µs").note(floor_note));
     rows.push(Row::new(S, "echo floor", "p99 (1 in flight)", f99, "µs").note(floor_note));
     rows.push(
         Row::new(S, "echo floor", "throughput (32 in flight)", frps, "req/s").note(floor_note),
     );
 
-    let ours_note = "resources/read of a 1024-byte text file (legacy session after initialize), answered with its text";
+    let ours_note = &format!(
+        "resources/read of a 1024-byte text file (legacy session after initialize), answered with its text{}",
+        pin.describe()
+    );
     let ours = env.ours_config().and_then(|cfg| {
         run(
             Ok(env.ours(&cfg)),
@@ -317,6 +389,48 @@ pub fn stdio_read(env: &Env) -> Vec<Row> {
         }
     };
 
+    // The same read in the stateless era: no initialize (so no list watch), _meta on every
+    // request, cache hints in every answer. Not a target row; it shows what the era costs.
+    let modern = env.ours_config().and_then(|cfg| {
+        run(
+            Ok(env.ours(&cfg)),
+            false,
+            &read_req_2026(&uri),
+            TEXT_1K_HEAD,
+            false,
+        )
+    });
+    let modern_note = &format!(
+        "the same read as 2026-07-28 requests (no initialize, _meta on each request, ttlMs/cacheScope in each answer){}",
+        pin.describe()
+    );
+    match modern {
+        Ok(mut o) => {
+            let s = "mcp-resources, 2026-07-28";
+            let (p50, p99) = (o.latency.p50_us(), o.latency.p99_us());
+            rows.push(
+                Row::new(S, s, "p50 (1 in flight)", p50, "µs")
+                    .compare(format!("floor + {:.1} µs", p50 - f50))
+                    .note(modern_note),
+            );
+            rows.push(
+                Row::new(S, s, "p99 (1 in flight)", p99, "µs")
+                    .compare(format!("{:.2}× floor p99", p99 / f99))
+                    .note(modern_note),
+            );
+            rows.push(
+                Row::new(S, s, "throughput (32 in flight)", o.rps, "req/s")
+                    .compare(format!("{:.0} % of floor", 100.0 * o.rps / frps))
+                    .note(modern_note),
+            );
+        }
+        Err(e) => rows.push(Row::skipped(
+            S,
+            "mcp-resources, 2026-07-28",
+            format!("failed: {e}"),
+        )),
+    }
+
     let peers: Vec<ReadPeer> = vec![
         (
             "server-everything",
@@ -347,6 +461,7 @@ pub fn stdio_read(env: &Env) -> Vec<Row> {
         ),
     ];
     for (name, cmd, make, check, want, note) in peers {
+        let note = &format!("{note}{}", pin.describe());
         match run(cmd, true, &*make, check, false) {
             Ok(mut o) => {
                 let (p50, p99) = (o.latency.p50_us(), o.latency.p99_us());
