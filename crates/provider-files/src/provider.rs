@@ -320,7 +320,11 @@ impl Provider for FilesProvider {
             .ok_or_else(|| Error::not_found(uri.as_str()))?;
         // Small whole-file reads run right here: a hop to the blocking pool would cost more
         // than the read. Big files, windows and directories go to the pool.
-        let md = self.inner.root.metadata(rel.as_path());
+        // `rel` is already the real path (links resolved), so not following links changes
+        // nothing but the cost: a single-component path is then one `statx`, not a
+        // sandboxed open, `fstat` and close. A link swapped in since is not a regular file
+        // here and fails as not found.
+        let md = self.inner.root.symlink_metadata(rel.as_path());
         let small = uri.query().is_none()
             && md
                 .as_ref()
