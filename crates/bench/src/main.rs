@@ -19,7 +19,7 @@ use std::process::ExitCode;
 
 const USAGE: &str = "usage:
   mcpr-bench echo
-  mcpr-bench run --server BIN --cache DIR [--quick] [--node NODE --peers DIR]
+  mcpr-bench run --server BIN --cache DIR [--quick] [--pin] [--node NODE --peers DIR]
                  [--opendal BIN | --no-opendal REASON] [--only s1,s2]
 scenarios: stdio, http, list, blob, notify, memory, startup, sqlite";
 
@@ -66,6 +66,7 @@ struct Args {
     server: PathBuf,
     cache: PathBuf,
     quick: bool,
+    pin: bool,
     node: Option<PathBuf>,
     peers: Option<PathBuf>,
     opendal: Result<PathBuf, String>,
@@ -77,6 +78,7 @@ fn parse(args: &[String]) -> Result<Args, String> {
         server: PathBuf::new(),
         cache: PathBuf::new(),
         quick: false,
+        pin: false,
         node: None,
         peers: None,
         opendal: Err("not installed (no --opendal given)".into()),
@@ -93,6 +95,7 @@ fn parse(args: &[String]) -> Result<Args, String> {
             "--server" => a.server = value()?.into(),
             "--cache" => a.cache = value()?.into(),
             "--quick" => a.quick = true,
+            "--pin" => a.pin = true,
             "--node" => a.node = Some(value()?.into()),
             "--peers" => a.peers = Some(value()?.into()),
             "--opendal" => a.opendal = Ok(value()?.into()),
@@ -125,6 +128,8 @@ fn machine() -> serde_json::Value {
 
 fn run(args: &[String]) -> Result<(), String> {
     let a = parse(args)?;
+    // Before any scenario pins the driver, so the CPU count is the machine's.
+    let mut m = machine();
     let me = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
     let big_dirs = if a.quick { 100 } else { 1000 };
     let fx = fixtures::ensure(&a.cache.join("fixtures"), big_dirs)?;
@@ -138,6 +143,7 @@ fn run(args: &[String]) -> Result<(), String> {
         cache: a.cache.clone(),
         fx,
         quick: a.quick,
+        pin: a.pin,
         node,
         opendal: a.opendal,
     };
@@ -168,8 +174,8 @@ fn run(args: &[String]) -> Result<(), String> {
             t.elapsed().as_secs_f64()
         );
     }
-    let mut m = machine();
     m["quick"] = a.quick.into();
+    m["pinned"] = a.pin.into();
     let table = report::table(&rows);
     println!(
         "\nmcp-resources benchmark — {} × {}{}\n",

@@ -27,6 +27,8 @@ pub struct Env {
     pub fx: Fixtures,
     /// Smaller fixtures, shorter phases.
     pub quick: bool,
+    /// Pin driver and servers to different CPUs for the stdio read comparison.
+    pub pin: bool,
     /// Node for the npm peers, and the directory holding their `node_modules`.
     pub node: Result<(PathBuf, PathBuf), String>,
     /// The `mcp-server-opendal` executable, or why there is none.
@@ -205,38 +207,46 @@ fn pinned(cmd: Command, cpu: &str) -> Command {
     p
 }
 
-/// While it lives, the driver runs on CPU 0 and `Pin::cmd` puts servers on CPU 1, so every
-/// round trip crosses cores the same way: otherwise the scheduler sometimes places client
-/// and server on one core (a wake-up without an IPI) and the floor moves by a factor of 3.
-struct Pin(bool);
+/// With `--pin`, while it lives, the driver runs on CPU 0 and `Pin::cmd` puts servers on
+/// CPU 1, so every round trip crosses cores the same way (unpinned, the scheduler sometimes
+/// places client and server on one core, a wake-up without an IPI, and the floor drops
+/// threefold). Off by default: on a machine with other load, a pinned server cannot move
+/// away from it.
+struct Pin {
+    /// The CPUs the driver had before pinning, restored on drop; `None` when not pinned.
+    restore: Option<usize>,
+}
 
 impl Pin {
-    fn new() -> Self {
+    fn new(wanted: bool) -> Self {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        Self(cpus >= 2 && pin_self("0").is_ok())
+        let on = wanted && cpus >= 2 && pin_self("0").is_ok();
+        Self {
+            restore: on.then_some(cpus),
+        }
     }
 
     fn cmd(&self, cmd: Command) -> Command {
-        if self.0 { pinned(cmd, "1") } else { cmd }
+        if self.restore.is_some() {
+            pinned(cmd, "1")
+        } else {
+            cmd
+        }
     }
 
     fn describe(&self) -> &'static str {
-        if self.0 {
-            "; driver pinned to CPU 0, server to CPU 1"
+        if self.restore.is_some() {
+            "; driver pinned to CPU 0, server to CPU 1 (--pin)"
         } else {
-            "; not pinned"
+            ""
         }
     }
 }
 
 impl Drop for Pin {
     fn drop(&mut self) {
-        if self.0 {
-            let all = format!(
-                "0-{}",
-                std::thread::available_parallelism().map_or(1, |n| n.get()) - 1
-            );
-            let _ = pin_self(&all);
+        if let Some(cpus) = self.restore {
+            let _ = pin_self(&format!("0-{}", cpus - 1));
         }
     }
 }
@@ -292,7 +302,7 @@ pub fn stdio_read(env: &Env) -> Vec<Row> {
     let plan = env.plan();
     let mut rows = Vec::new();
     let uri = env.file_uri("f1k.txt");
-    let pin = Pin::new();
+    let pin = Pin::new(env.pin);
     let run = |cmd: Result<Command, String>,
                init: bool,
                make: &(dyn Fn(u64) -> String + Sync),
