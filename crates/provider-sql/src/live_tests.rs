@@ -853,6 +853,19 @@ async fn pg_down_at_start_is_not_ready_then_reconnects() {
     assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
     assert!(!e.to_string().contains("s3cret"), "{e}");
     assert!(e.message.contains("unavailable"), "{e}");
+    // Listing still works: the overview is there (its tables are not knowable yet).
+    let page = p
+        .list(mcpr_core::PageRequest {
+            after: None,
+            limit: 100,
+        })
+        .await
+        .unwrap();
+    let uris: Vec<&str> = page.items.iter().map(|r| r.uri.as_str()).collect();
+    assert_eq!(uris, ["db://pg"]);
+    let bus = Arc::new(LocalBus::default());
+    let mut rx = bus.subscribe();
+    let _list = p.watch_list(ChangeSink::new(bus.clone(), 3)).await.unwrap();
     let proxy = proxy(port, 5432).await;
     let mut ok = false;
     for _ in 0..50 {
@@ -866,6 +879,20 @@ async fn pg_down_at_start_is_not_ready_then_reconnects() {
     assert_eq!(
         read(&p, "db://pg/tables/users").await.unwrap()["row_count"],
         json!(3)
+    );
+    // The tables appearing is a list change.
+    let changed = tokio::time::timeout(Duration::from_secs(3), async {
+        loop {
+            if let Ok(ChangeEvent::ListChanged { mount }) = rx.recv().await {
+                return mount;
+            }
+        }
+    })
+    .await;
+    assert_eq!(
+        changed.ok(),
+        Some(3),
+        "list_changed when the database is back"
     );
     proxy.abort();
 }

@@ -791,7 +791,18 @@ impl Provider for SqlProvider {
             };
             // After a table's rows entry, its schema entry comes next.
             let inclusive = section == Some(SEC_TABLE);
-            let tables = inner.engine.tables(after, inclusive, limit + 1).await?;
+            // A database that is down has no knowable tables; its overview and named queries
+            // are still listed (they exist by config and answer "unavailable" when read), so
+            // one database down does not fail the whole list. `list_changed` follows when the
+            // tables become visible again.
+            let tables = match inner.engine.tables(after, inclusive, limit + 1).await {
+                Ok(t) => t,
+                Err(e) if e.kind == ErrorKind::Unavailable => {
+                    tracing::warn!(mount = %name, "listing without tables: {}", e.message);
+                    Vec::new()
+                }
+                Err(e) => return Err(e),
+            };
             for t in tables {
                 let base = inner.table_uri(&t);
                 let pos = t.position();

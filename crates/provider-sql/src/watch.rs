@@ -276,10 +276,10 @@ async fn check(w: &Arc<Watches>, inner: &Arc<Inner>) {
     if lists && let Some(fp) = catalog(inner.engine()).await {
         let st = &mut *w.state.lock().unwrap_or_else(|p| p.into_inner());
         for l in st.lists.values_mut() {
+            // From unknown (the database was down when the watch began) to known is a change
+            // too: a list taken meanwhile had no tables.
             if l.last != Some(fp) {
-                if l.last.is_some() {
-                    l.sink.list_changed();
-                }
+                l.sink.list_changed();
                 l.last = Some(fp);
             }
         }
