@@ -2224,3 +2224,52 @@ async fn example_config_legacy() {
 async fn example_config_modern() {
     example_config(Era::Modern).await;
 }
+
+/// A PostgreSQL mount whose server is down at start: the binary starts, the files mount serves
+/// reads and the list, the database's reads answer -32603 with `temporary`, and the password
+/// in its URL appears nowhere.
+async fn sql_down_at_start(era: Era) {
+    let (_tmp, root) = temp_root();
+    put(&root, "a.txt", "hello");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let config = write_config(&root, "");
+    let mut text = std::fs::read_to_string(&config).expect("config");
+    text.push_str(&format!(
+        "\n[[mount]]\nkind = \"postgres\"\nname = \"down\"\nurl = \"postgres://app:s3cret-pw@127.0.0.1:{port}/app\"\n"
+    ));
+    std::fs::write(&config, text).expect("write config");
+    let server = Server::with_config(era, &config).await;
+    assert_eq!(
+        server.read_text(&uri_of(&root.join("a.txt"))).await,
+        "hello"
+    );
+    let listed: Vec<String> = server
+        .list_all()
+        .await
+        .into_iter()
+        .map(|r| r.uri.clone())
+        .collect();
+    assert!(listed.contains(&uri_of(&root.join("a.txt"))), "{listed:?}");
+    assert!(listed.contains(&"db://down".to_owned()), "{listed:?}");
+    let e = mcp_error(
+        server.read("db://down/tables/users").await,
+        "read a down database",
+    );
+    assert_eq!(e.code.0, -32603, "{e:?}");
+    assert!(e.message.contains("unavailable"), "{e:?}");
+    assert!(!format!("{e:?}").contains("s3cret"), "{e:?}");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sql_down_at_start_legacy() {
+    sql_down_at_start(Era::Legacy).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sql_down_at_start_modern() {
+    sql_down_at_start(Era::Modern).await;
+}

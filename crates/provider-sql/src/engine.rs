@@ -356,6 +356,48 @@ pub(crate) fn unavailable(engine: &str, mount: &str, why: impl std::fmt::Display
     )
 }
 
+/// Remembers that a server could not be reached, so the reads of the next moments answer
+/// "unavailable" at once instead of each waiting out the pool's connect timeout (a list
+/// across mounts must not stall on one database that is down). After `RETRY_AFTER` the next
+/// read tries again.
+#[derive(Default)]
+pub(crate) struct Breaker {
+    last_failure: std::sync::Mutex<Option<(std::time::Instant, String)>>,
+}
+
+/// How long a failed connection attempt answers for the reads after it.
+const RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(2);
+
+impl Breaker {
+    /// Fail fast while the last attempt failed recently.
+    pub(crate) fn check(&self, engine: &str, mount: &str) -> Result<()> {
+        let last = self.last_failure.lock().ok().and_then(|g| g.clone());
+        match last {
+            Some((at, why)) if at.elapsed() < RETRY_AFTER => Err(unavailable(
+                engine,
+                mount,
+                format!(
+                    "{why} (the next attempt is within {} s)",
+                    RETRY_AFTER.as_secs()
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Record the outcome of getting a connection.
+    pub(crate) fn record(&self, outcome: std::result::Result<(), &Error>) {
+        if let Ok(mut g) = self.last_failure.lock() {
+            *g = match outcome {
+                Err(e) if e.kind == ErrorKind::Unavailable => {
+                    Some((std::time::Instant::now(), e.message.clone()))
+                }
+                _ => None,
+            };
+        }
+    }
+}
+
 /// A statement past its deadline.
 pub(crate) fn timed_out(timeout: std::time::Duration) -> Error {
     Error::new(

@@ -868,7 +868,7 @@ async fn pg_down_at_start_is_not_ready_then_reconnects() {
     let _list = p.watch_list(ChangeSink::new(bus.clone(), 3)).await.unwrap();
     let proxy = proxy(port, 5432).await;
     let mut ok = false;
-    for _ in 0..50 {
+    for _ in 0..100 {
         if p.ready().await {
             ok = true;
             break;
@@ -1288,7 +1288,7 @@ async fn mysql_down_at_start_is_not_ready_then_reconnects() {
     assert!(!p.ready().await);
     let proxy = proxy(port, 3306).await;
     let mut ok = false;
-    for _ in 0..50 {
+    for _ in 0..100 {
         if p.ready().await {
             ok = true;
             break;

@@ -20,8 +20,8 @@ use sqlx::pool::PoolConnection;
 use sqlx::{Column as _, Executor as _, MySql, Row as _, TypeInfo as _, ValueRef as _};
 
 use crate::engine::{
-    Engine, ObjectInfo, ObjectKind, PageArgs, PageFill, Param, QueryRows, RowBudget, RowPage,
-    TableRef, decode_key_cursor, encode_key_cursor, query_envelope, timed_out, too_large,
+    Breaker, Engine, ObjectInfo, ObjectKind, PageArgs, PageFill, Param, QueryRows, RowBudget,
+    RowPage, TableRef, decode_key_cursor, encode_key_cursor, query_envelope, timed_out, too_large,
     too_many_rows, unavailable,
 };
 use crate::guard::{self, Placeholders};
@@ -29,6 +29,7 @@ use crate::guard::{self, Placeholders};
 /// One MySQL or MariaDB database.
 pub(crate) struct MySqlDb {
     pool: MySqlPool,
+    breaker: Breaker,
     mount: String,
     timeout: Duration,
 }
@@ -81,6 +82,7 @@ impl MySqlDb {
             .connect_lazy_with(opts);
         Ok(Self {
             pool,
+            breaker: Breaker::default(),
             mount: mount.to_owned(),
             timeout,
         })
@@ -92,11 +94,14 @@ impl MySqlDb {
         &self,
         f: impl for<'c> FnOnce(&'c mut MySqlConnection) -> BoxFuture<'c, Result<T>> + Send,
     ) -> Result<T> {
-        let mut conn: PoolConnection<MySql> = self
+        self.breaker.check("mysql", &self.mount)?;
+        let acquired = self
             .pool
             .acquire()
             .await
-            .map_err(|e| my_error(e, &self.mount, self.timeout))?;
+            .map_err(|e| my_error(e, &self.mount, self.timeout));
+        self.breaker.record(acquired.as_ref().map(|_| ()));
+        let mut conn: PoolConnection<MySql> = acquired?;
         if let Err(e) = conn.execute("START TRANSACTION READ ONLY").await {
             let _ = conn.detach();
             return Err(my_error(e, &self.mount, self.timeout));

@@ -18,8 +18,8 @@ use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{Column as _, Executor as _, Postgres as Pg, Row as _, TypeInfo as _};
 
 use crate::engine::{
-    Engine, ObjectInfo, ObjectKind, PageArgs, PageFill, Param, QueryRows, RowBudget, RowPage,
-    TableRef, decode_key_cursor, encode_key_cursor, query_envelope, timed_out, too_large,
+    Breaker, Engine, ObjectInfo, ObjectKind, PageArgs, PageFill, Param, QueryRows, RowBudget,
+    RowPage, TableRef, decode_key_cursor, encode_key_cursor, query_envelope, timed_out, too_large,
     too_many_rows, unavailable,
 };
 use crate::guard::{self, Placeholders};
@@ -37,6 +37,7 @@ const REL: &str = "to_regclass(format('%I.%I', $1::text, $2::text))";
 /// One PostgreSQL database.
 pub(crate) struct Postgres {
     pool: PgPool,
+    breaker: Breaker,
     mount: String,
     timeout: Duration,
     default_schema: String,
@@ -84,6 +85,7 @@ impl Postgres {
             .connect_lazy_with(opts);
         Ok(Self {
             pool,
+            breaker: Breaker::default(),
             mount: mount.to_owned(),
             timeout,
             default_schema,
@@ -139,7 +141,10 @@ impl Postgres {
         &self,
         f: impl for<'c> FnOnce(&'c mut PgConnection) -> BoxFuture<'c, Result<T>> + Send,
     ) -> Result<T> {
-        let mut conn: PoolConnection<Pg> = self.pool.acquire().await.map_err(|e| self.err(e))?;
+        self.breaker.check("postgres", &self.mount)?;
+        let acquired = self.pool.acquire().await.map_err(|e| self.err(e));
+        self.breaker.record(acquired.as_ref().map(|_| ()));
+        let mut conn: PoolConnection<Pg> = acquired?;
         let ms = self.timeout.as_millis().max(1);
         // Our own text, sent with the simple protocol; user SQL only ever goes through
         // prepared statements, which hold exactly one statement.
