@@ -6,12 +6,11 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::TestRepo;
+use common::{TestRepo, events, expect, repo_xy, updated, watch};
 use mcpr_core::{ChangeBus, ChangeEvent, ChangeSink, LocalBus, Provider, ResourceUri};
 use mcpr_provider_git::{GitConfig, GitProvider, RefWatchMode};
-use tokio::sync::broadcast::Receiver;
 
 fn provider(repo: &TestRepo, mode: RefWatchMode) -> GitProvider {
     let mut cfg = GitConfig::new(repo.path());
@@ -26,53 +25,9 @@ fn provider(repo: &TestRepo, mode: RefWatchMode) -> GitProvider {
     GitProvider::new(cfg).unwrap()
 }
 
-/// Events within `within`.
-async fn events(rx: &mut Receiver<ChangeEvent>, within: Duration) -> Vec<ChangeEvent> {
-    let deadline = tokio::time::Instant::now() + within;
-    let mut out = Vec::new();
-    while let Ok(Ok(e)) = tokio::time::timeout_at(deadline, rx.recv()).await {
-        out.push(e);
-    }
-    out
-}
-
-/// Wait for `want`, returning how long it took; panic after `within`.
-async fn expect(rx: &mut Receiver<ChangeEvent>, want: &ChangeEvent, within: Duration) -> Duration {
-    let start = Instant::now();
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        match tokio::time::timeout_at(deadline, rx.recv()).await {
-            Ok(Ok(e)) if &e == want => return start.elapsed(),
-            Ok(Ok(_)) => continue,
-            _ => panic!("expected {want:?} within {within:?}"),
-        }
-    }
-}
-
-fn updated(uri: &str) -> ChangeEvent {
-    ChangeEvent::Updated { uri: uri.into() }
-}
-
-fn repo_xy() -> TestRepo {
-    let r = TestRepo::new();
-    r.write("x", b"x0\n");
-    r.write("y", b"y0\n");
-    r.commit("start");
-    r
-}
-
-async fn watch(p: &GitProvider, uri: &str, bus: &Arc<LocalBus>) -> mcpr_core::WatchGuard {
-    p.watch(
-        &ResourceUri::parse(uri).unwrap(),
-        ChangeSink::new(bus.clone(), 0),
-    )
-    .await
-    .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn main_moving_notifies_x_only_when_x_changed() {
-    let r = repo_xy();
+    let r = repo_xy(TestRepo::new());
     let p = provider(&r, RefWatchMode::Auto);
     let bus = Arc::new(LocalBus::default());
     let mut rx = bus.subscribe();
@@ -110,7 +65,7 @@ async fn main_moving_notifies_x_only_when_x_changed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn other_branches_and_refs_with_slashes() {
-    let r = repo_xy();
+    let r = repo_xy(TestRepo::new());
     r.git(&["branch", "feature/x"]);
     let p = provider(&r, RefWatchMode::Auto);
     let bus = Arc::new(LocalBus::default());
@@ -134,7 +89,7 @@ async fn other_branches_and_refs_with_slashes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_changed_on_branch_and_tag_create_and_delete() {
-    let r = repo_xy();
+    let r = repo_xy(TestRepo::new());
     let p = provider(&r, RefWatchMode::Auto);
     let bus = Arc::new(LocalBus::default());
     let mut rx = bus.subscribe();
@@ -161,7 +116,7 @@ async fn list_changed_on_branch_and_tag_create_and_delete() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn packed_refs_rewrites_are_detected() {
-    let r = repo_xy();
+    let r = repo_xy(TestRepo::new());
     let main0 = r.git_str(&["rev-parse", "main"]);
     r.git(&["checkout", "-q", "-b", "side"]);
     r.write("x", b"from side\n");
@@ -215,7 +170,7 @@ async fn packed_refs_rewrites_are_detected() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn polling_alone_detects_moves() {
-    let r = repo_xy();
+    let r = repo_xy(TestRepo::new());
     let p = provider(&r, RefWatchMode::Poll);
     let bus = Arc::new(LocalBus::default());
     let mut rx = bus.subscribe();
@@ -231,7 +186,7 @@ async fn polling_alone_detects_moves() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn change_token_follows_the_path_not_the_ref() {
-    let r = repo_xy();
+    let r = repo_xy(TestRepo::new());
     let p = provider(&r, RefWatchMode::Auto);
     let x = ResourceUri::parse("git://main/x").unwrap();
     let t0 = p.change_token(&x).unwrap();
@@ -250,7 +205,7 @@ async fn change_token_follows_the_path_not_the_ref() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watches_off_declares_nothing() {
-    let r = repo_xy();
+    let r = repo_xy(TestRepo::new());
     let p = provider(&r, RefWatchMode::Off);
     assert!(!p.info().capabilities.watch);
     assert!(!p.info().capabilities.list_changed);

@@ -3,60 +3,20 @@
 
 mod common;
 
-use common::{TestRepo, rfc3339};
+use common::{TestRepo, json, kind, read, rfc3339, text, two_commits};
 use mcpr_core::{
     CompletionRequest, ContentsBody, ErrorKind, PageRequest, Provider, ReadLimits, ResourceUri,
 };
 use mcpr_provider_git::{GitConfig, GitProvider};
-use serde_json::Value;
-
-const BIG: ReadLimits = ReadLimits {
-    max_bytes: 64 << 20,
-};
-
-async fn read(p: &GitProvider, uri: &str) -> mcpr_core::Result<Vec<mcpr_core::Contents>> {
-    p.read(&ResourceUri::parse(uri).unwrap(), &BIG).await
-}
-
-async fn text(p: &GitProvider, uri: &str) -> String {
-    let c = read(p, uri)
-        .await
-        .unwrap_or_else(|e| panic!("read {uri}: {e}"));
-    match &c[0].body {
-        ContentsBody::Text(t) => t.clone(),
-        ContentsBody::Blob(b) => panic!("{uri}: expected text, got {} bytes", b.len()),
-    }
-}
-
-async fn json(p: &GitProvider, uri: &str) -> Value {
-    serde_json::from_str(&text(p, uri).await).unwrap()
-}
-
-async fn kind(p: &GitProvider, uri: &str) -> ErrorKind {
-    read(p, uri).await.expect_err(uri).kind
-}
 
 fn provider(repo: &TestRepo) -> GitProvider {
     GitProvider::new(GitConfig::new(repo.path())).unwrap()
 }
 
 /// main: x = "one", then "two"; feature/x and tags at the first commit.
-fn two_commits() -> (TestRepo, String, String) {
-    let r = TestRepo::new();
-    r.write("x", b"one\n");
-    r.write("docs/CHANGELOG.md", b"# changes\n");
-    let c1 = r.commit("first");
-    r.git(&["branch", "feature/x"]);
-    r.git(&["tag", "v0.1"]);
-    r.git(&["tag", "-a", "v1.0", "-m", "annotated"]);
-    r.write("x", b"two\n");
-    let c2 = r.commit("second");
-    (r, c1, c2)
-}
-
 #[tokio::test]
 async fn every_ref_form_is_addressable() {
-    let (r, c1, c2) = two_commits();
+    let (r, c1, c2) = two_commits(TestRepo::new());
     let p = provider(&r);
     assert_eq!(text(&p, "git://main/x").await, "two\n");
     assert_eq!(
@@ -101,7 +61,7 @@ async fn every_ref_form_is_addressable() {
 
 #[tokio::test]
 async fn named_form_and_shadowed_refs() {
-    let (r, _, _) = two_commits();
+    let (r, _, _) = two_commits(TestRepo::new());
     // A tag and a branch with the same name: git's lookup picks the tag, so the branch is
     // listed under its full name.
     r.git(&["branch", "dup", "feature/x"]);
@@ -155,7 +115,7 @@ async fn named_form_and_shadowed_refs() {
 
 #[tokio::test]
 async fn bare_repository_and_default_ref() {
-    let (r, _, _) = two_commits();
+    let (r, _, _) = two_commits(TestRepo::new());
     let bare = tempfile::tempdir().unwrap();
     let bare_path = bare.path().join("repo.git");
     r.git(&["clone", "-q", "--bare", ".", bare_path.to_str().unwrap()]);
@@ -406,7 +366,7 @@ async fn last_modified_is_the_commit_that_changed_the_path() {
 
 #[tokio::test]
 async fn completion_of_refs_and_paths_at_the_ref() {
-    let (r, _, _) = two_commits();
+    let (r, _, _) = two_commits(TestRepo::new());
     r.git(&["checkout", "-q", "feature/x"]);
     r.write("only-on-feature/f.txt", b"f\n");
     r.commit("feature");
@@ -474,7 +434,7 @@ async fn directory_reads_continue_in_blocks() {
 
 #[tokio::test]
 async fn forged_cursors_are_invalid() {
-    let (r, _, _) = two_commits();
+    let (r, _, _) = two_commits(TestRepo::new());
     let p = provider(&r);
     for bad in [
         b"x".to_vec(),
@@ -516,7 +476,7 @@ async fn non_repositories_and_unknown_ref_storage_are_refused_clearly() {
 
 #[tokio::test]
 async fn nothing_is_written_to_the_repository() {
-    let (r, _, _) = two_commits();
+    let (r, _, _) = two_commits(TestRepo::new());
     let snapshot = || {
         let out = std::process::Command::new("find")
             .arg(r.path().join(".git"))

@@ -10,18 +10,14 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::TestRepo;
+use common::{
+    TestRepo, events, expect, json, kind, read, repo_xy, text, two_commits, updated, watch,
+};
 use mcpr_core::{
-    ChangeBus, ChangeEvent, ChangeSink, CompletionRequest, ContentsBody, ErrorKind, LocalBus,
-    PageRequest, Provider, ReadLimits, ResourceUri,
+    ChangeBus, ChangeEvent, ChangeSink, CompletionRequest, ErrorKind, LocalBus, PageRequest,
+    Provider,
 };
 use mcpr_provider_git::{GitConfig, GitProvider, RefWatchMode};
-use serde_json::Value;
-use tokio::sync::broadcast::Receiver;
-
-const BIG: ReadLimits = ReadLimits {
-    max_bytes: 64 << 20,
-};
 
 fn provider(repo: &TestRepo) -> GitProvider {
     GitProvider::new(GitConfig::new(repo.path())).unwrap()
@@ -40,29 +36,6 @@ fn watching_provider(repo: &TestRepo, mode: RefWatchMode) -> GitProvider {
     GitProvider::new(cfg).unwrap()
 }
 
-async fn read(p: &GitProvider, uri: &str) -> mcpr_core::Result<Vec<mcpr_core::Contents>> {
-    p.read(&ResourceUri::parse(uri).unwrap(), &BIG).await
-}
-
-async fn text(p: &GitProvider, uri: &str) -> String {
-    let c = read(p, uri)
-        .await
-        .unwrap_or_else(|e| panic!("read {uri}: {e}"));
-    match &c[0].body {
-        ContentsBody::Text(t) => t.clone(),
-        ContentsBody::Blob(b) => panic!("{uri}: expected text, got {} bytes", b.len()),
-    }
-}
-
-async fn json(p: &GitProvider, uri: &str) -> Value {
-    serde_json::from_str(&text(p, uri).await).unwrap()
-}
-
-async fn kind(p: &GitProvider, uri: &str) -> ErrorKind {
-    read(p, uri).await.expect_err(uri).kind
-}
-
-/// Every URI of the listing, page by page.
 async fn list_all(p: &GitProvider) -> Vec<String> {
     let mut out = Vec::new();
     let mut after = None;
@@ -90,19 +63,6 @@ async fn complete_ref(p: &GitProvider, typed: &str) -> Vec<String> {
 
 /// The same history as the loose-ref read tests: x = "one" then "two" on main; feature/x,
 /// a lightweight tag v0.1 and an annotated tag v1.0 at the first commit.
-fn two_commits() -> (TestRepo, String, String) {
-    let r = TestRepo::new_reftable();
-    r.write("x", b"one\n");
-    r.write("docs/CHANGELOG.md", b"# changes\n");
-    let c1 = r.commit("first");
-    r.git(&["branch", "feature/x"]);
-    r.git(&["tag", "v0.1"]);
-    r.git(&["tag", "-a", "v1.0", "-m", "annotated"]);
-    r.write("x", b"two\n");
-    let c2 = r.commit("second");
-    (r, c1, c2)
-}
-
 /// The repository really keeps its refs in a reftable, where gix cannot see them.
 fn assert_reftable(r: &TestRepo) {
     let git = r.path().join(".git");
@@ -116,7 +76,7 @@ fn assert_reftable(r: &TestRepo) {
 
 #[tokio::test]
 async fn every_ref_form_resolves() {
-    let (r, c1, c2) = two_commits();
+    let (r, c1, c2) = two_commits(TestRepo::new_reftable());
     assert_reftable(&r);
     let p = provider(&r);
     assert_eq!(text(&p, "git://main/x").await, "two\n");
@@ -147,7 +107,7 @@ async fn every_ref_form_resolves() {
 
 #[tokio::test]
 async fn listing_and_completion_show_the_refs() {
-    let (r, _, _) = two_commits();
+    let (r, _, _) = two_commits(TestRepo::new_reftable());
     // A tag named like a branch shadows it, so the branch is listed by its full name.
     r.git(&["branch", "dup"]);
     r.git(&["tag", "dup", "v0.1"]);
@@ -182,7 +142,7 @@ async fn listing_and_completion_show_the_refs() {
 
 #[tokio::test]
 async fn deleted_refs_stay_deleted_across_tables_and_compaction() {
-    let (r, _, _) = two_commits();
+    let (r, _, _) = two_commits(TestRepo::new_reftable());
     // Without auto-compaction every update stays a table of its own, so the deletion is a
     // record in a newer table hiding the branch in an older one.
     let git = |args: &[&str]| r.git_env(&[NO_COMPACTION], args);
@@ -222,7 +182,7 @@ async fn an_empty_repository_opens() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_is_written_to_the_repository() {
-    let (r, _, _) = two_commits();
+    let (r, _, _) = two_commits(TestRepo::new_reftable());
     let snapshot = || {
         let out = std::process::Command::new("find")
             .arg(r.path().join(".git"))
@@ -372,7 +332,7 @@ async fn check_many(r: &TestRepo, p: &GitProvider, settings: &[&str]) {
 
 #[tokio::test]
 async fn a_linked_worktree_has_its_own_head() {
-    let (r, c1, _) = two_commits();
+    let (r, c1, _) = two_commits(TestRepo::new_reftable());
     let wt = r.path().join("wt");
     r.git(&[
         "worktree",
@@ -396,7 +356,7 @@ async fn a_linked_worktree_has_its_own_head() {
 
 #[tokio::test]
 async fn a_corrupt_table_is_an_error_not_a_panic() {
-    let (r, _, _) = two_commits();
+    let (r, _, _) = two_commits(TestRepo::new_reftable());
     let p = provider(&r);
     let dir = r.path().join(".git/reftable");
     let list = std::fs::read_to_string(dir.join("tables.list")).unwrap();
@@ -452,50 +412,9 @@ async fn a_corrupt_table_is_an_error_not_a_panic() {
 // Notifications
 // ------------------------------------------------------------------------------------------
 
-async fn events(rx: &mut Receiver<ChangeEvent>, within: Duration) -> Vec<ChangeEvent> {
-    let deadline = tokio::time::Instant::now() + within;
-    let mut out = Vec::new();
-    while let Ok(Ok(e)) = tokio::time::timeout_at(deadline, rx.recv()).await {
-        out.push(e);
-    }
-    out
-}
-
-async fn expect(rx: &mut Receiver<ChangeEvent>, want: &ChangeEvent, within: Duration) {
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        match tokio::time::timeout_at(deadline, rx.recv()).await {
-            Ok(Ok(e)) if &e == want => return,
-            Ok(Ok(_)) => continue,
-            _ => panic!("expected {want:?} within {within:?}"),
-        }
-    }
-}
-
-fn updated(uri: &str) -> ChangeEvent {
-    ChangeEvent::Updated { uri: uri.into() }
-}
-
-fn repo_xy() -> TestRepo {
-    let r = TestRepo::new_reftable();
-    r.write("x", b"x0\n");
-    r.write("y", b"y0\n");
-    r.commit("start");
-    r
-}
-
-async fn watch(p: &GitProvider, uri: &str, bus: &Arc<LocalBus>) -> mcpr_core::WatchGuard {
-    p.watch(
-        &ResourceUri::parse(uri).unwrap(),
-        ChangeSink::new(bus.clone(), 0),
-    )
-    .await
-    .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn main_moving_notifies_x_only_when_x_changed() {
-    let r = repo_xy();
+    let r = repo_xy(TestRepo::new_reftable());
     let p = watching_provider(&r, RefWatchMode::Auto);
     let bus = Arc::new(LocalBus::default());
     let mut rx = bus.subscribe();
@@ -541,7 +460,7 @@ async fn main_moving_notifies_x_only_when_x_changed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_changed_on_branch_and_tag_create_and_delete() {
-    let r = repo_xy();
+    let r = repo_xy(TestRepo::new_reftable());
     let p = watching_provider(&r, RefWatchMode::Auto);
     let bus = Arc::new(LocalBus::default());
     let mut rx = bus.subscribe();
@@ -564,7 +483,7 @@ async fn list_changed_on_branch_and_tag_create_and_delete() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn polling_alone_detects_moves() {
-    let r = repo_xy();
+    let r = repo_xy(TestRepo::new_reftable());
     let p = watching_provider(&r, RefWatchMode::Poll);
     let bus = Arc::new(LocalBus::default());
     let mut rx = bus.subscribe();
@@ -580,7 +499,7 @@ async fn polling_alone_detects_moves() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreadable_stack_moves_nothing() {
-    let r = repo_xy();
+    let r = repo_xy(TestRepo::new_reftable());
     let p = watching_provider(&r, RefWatchMode::Auto);
     let bus = Arc::new(LocalBus::default());
     let mut rx = bus.subscribe();

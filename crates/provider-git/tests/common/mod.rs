@@ -4,7 +4,16 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, Instant};
+
+use mcpr_core::{
+    ChangeEvent, ChangeSink, ContentsBody, ErrorKind, LocalBus, Provider, ReadLimits, ResourceUri,
+};
+use mcpr_provider_git::GitProvider;
+use serde_json::Value;
+use tokio::sync::broadcast::Receiver;
 
 /// A repository with a work tree in a temp dir, and a clock for commit dates.
 pub struct TestRepo {
@@ -178,4 +187,97 @@ fn humantime_like(secs: i64) -> String {
 /// Whether `p` exists (for packed-refs checks).
 pub fn exists(p: &Path) -> bool {
     p.exists()
+}
+
+/// A repository with `x` and `docs/CHANGELOG.md`, branch `feature/x`, tags `v0.1` and
+/// annotated `v1.0` on the first commit, and a second commit changing `x` on `main`. Takes a
+/// fresh repository (`TestRepo::new` or `new_reftable`); returns it and both commit ids.
+pub fn two_commits(r: TestRepo) -> (TestRepo, String, String) {
+    r.write("x", b"one\n");
+    r.write("docs/CHANGELOG.md", b"# changes\n");
+    let c1 = r.commit("first");
+    r.git(&["branch", "feature/x"]);
+    r.git(&["tag", "v0.1"]);
+    r.git(&["tag", "-a", "v1.0", "-m", "annotated"]);
+    r.write("x", b"two\n");
+    let c2 = r.commit("second");
+    (r, c1, c2)
+}
+
+/// A fresh repository with files `x` and `y` in one commit on `main`.
+pub fn repo_xy(r: TestRepo) -> TestRepo {
+    r.write("x", b"x0\n");
+    r.write("y", b"y0\n");
+    r.commit("start");
+    r
+}
+
+/// A read limit no test file reaches.
+pub const BIG: ReadLimits = ReadLimits {
+    max_bytes: 64 << 20,
+};
+
+pub async fn read(p: &GitProvider, uri: &str) -> mcpr_core::Result<Vec<mcpr_core::Contents>> {
+    p.read(&ResourceUri::parse(uri).unwrap(), &BIG).await
+}
+
+/// The text at `uri`; panics on an error or a blob.
+pub async fn text(p: &GitProvider, uri: &str) -> String {
+    let c = read(p, uri)
+        .await
+        .unwrap_or_else(|e| panic!("read {uri}: {e}"));
+    match &c[0].body {
+        ContentsBody::Text(t) => t.clone(),
+        ContentsBody::Blob(b) => panic!("{uri}: expected text, got {} bytes", b.len()),
+    }
+}
+
+pub async fn json(p: &GitProvider, uri: &str) -> Value {
+    serde_json::from_str(&text(p, uri).await).unwrap()
+}
+
+/// The kind of the error reading `uri` must give.
+pub async fn kind(p: &GitProvider, uri: &str) -> ErrorKind {
+    read(p, uri).await.expect_err(uri).kind
+}
+
+/// Events within `within`.
+pub async fn events(rx: &mut Receiver<ChangeEvent>, within: Duration) -> Vec<ChangeEvent> {
+    let deadline = tokio::time::Instant::now() + within;
+    let mut out = Vec::new();
+    while let Ok(Ok(e)) = tokio::time::timeout_at(deadline, rx.recv()).await {
+        out.push(e);
+    }
+    out
+}
+
+/// Wait for `want`, returning how long it took; panic after `within`.
+pub async fn expect(
+    rx: &mut Receiver<ChangeEvent>,
+    want: &ChangeEvent,
+    within: Duration,
+) -> Duration {
+    let start = Instant::now();
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Ok(Ok(e)) if &e == want => return start.elapsed(),
+            Ok(Ok(_)) => continue,
+            _ => panic!("expected {want:?} within {within:?}"),
+        }
+    }
+}
+
+pub fn updated(uri: &str) -> ChangeEvent {
+    ChangeEvent::Updated { uri: uri.into() }
+}
+
+/// Watch `uri` with a sink on `bus` (mount 0).
+pub async fn watch(p: &GitProvider, uri: &str, bus: &Arc<LocalBus>) -> mcpr_core::WatchGuard {
+    p.watch(
+        &ResourceUri::parse(uri).unwrap(),
+        ChangeSink::new(bus.clone(), 0),
+    )
+    .await
+    .unwrap()
 }
