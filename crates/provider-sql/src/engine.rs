@@ -398,6 +398,72 @@ impl Breaker {
     }
 }
 
+/// How a server engine (PostgreSQL, MySQL) runs one read: the statement that opens its
+/// read-only transaction, how its errors map, and which failures leave a connection unfit
+/// to reuse (a result not read to its end).
+pub(crate) struct ReadTx<'a, DB: sqlx::Database> {
+    pub(crate) pool: &'a sqlx::Pool<DB>,
+    pub(crate) breaker: &'a Breaker,
+    pub(crate) engine: &'static str,
+    pub(crate) mount: &'a str,
+    pub(crate) timeout: std::time::Duration,
+    pub(crate) begin: &'a str,
+    pub(crate) map_err: fn(sqlx::Error, &str, std::time::Duration) -> Error,
+    pub(crate) abandon: fn(&Error) -> bool,
+}
+
+impl<DB: sqlx::Database> ReadTx<'_, DB>
+where
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+{
+    /// Run `f` inside the transaction, which is always rolled back. A statement past the
+    /// timeout is cancelled by the server; should the server not answer at all, the
+    /// connection is dropped (never returned to the pool) two seconds later. A connection the
+    /// transaction cannot be opened or closed on, or that `abandon` names, is dropped too.
+    pub(crate) async fn run<T: Send>(
+        self,
+        f: impl for<'c> FnOnce(&'c mut DB::Connection) -> futures::future::BoxFuture<'c, Result<T>>
+        + Send,
+    ) -> Result<T> {
+        use sqlx::Executor as _;
+        self.breaker.check(self.engine, self.mount)?;
+        let acquired = self
+            .pool
+            .acquire()
+            .await
+            .map_err(|e| (self.map_err)(e, self.mount, self.timeout));
+        self.breaker.record(acquired.as_ref().map(|_| ()));
+        let mut conn = acquired?;
+        if let Err(e) = (&mut *conn).execute(self.begin).await {
+            let _ = conn.detach();
+            return Err((self.map_err)(e, self.mount, self.timeout));
+        }
+        let grace = self.timeout + std::time::Duration::from_secs(2);
+        let out = match tokio::time::timeout(grace, f(&mut conn)).await {
+            Ok(out) => out,
+            Err(_) => {
+                let _ = conn.detach();
+                return Err(timed_out(self.timeout));
+            }
+        };
+        let abandon = matches!(&out, Err(e) if (self.abandon)(e));
+        if abandon || (&mut *conn).execute("ROLLBACK").await.is_err() {
+            let _ = conn.detach();
+        }
+        out
+    }
+}
+
+/// A named query that does not prepare is a config error naming the query; a database that
+/// cannot be reached stays "unavailable".
+pub(crate) fn query_check_error(uri: &str, e: Error) -> Error {
+    if e.kind == ErrorKind::Unavailable {
+        e
+    } else {
+        Error::invalid_params(format!("query {uri}: {}", e.message))
+    }
+}
+
 /// A statement past its deadline.
 pub(crate) fn timed_out(timeout: std::time::Duration) -> Error {
     Error::new(

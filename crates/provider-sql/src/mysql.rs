@@ -16,13 +16,13 @@ use serde_json::{Map, Value, json};
 use sqlx::mysql::{
     MySqlConnectOptions, MySqlConnection, MySqlDatabaseError, MySqlPool, MySqlPoolOptions, MySqlRow,
 };
-use sqlx::pool::PoolConnection;
 use sqlx::{Column as _, Executor as _, MySql, Row as _, TypeInfo as _, ValueRef as _};
 
+use crate::engine::query_check_error;
 use crate::engine::{
-    Breaker, Engine, ObjectInfo, ObjectKind, PageArgs, PageFill, Param, QueryRows, RowBudget,
-    RowPage, TableRef, decode_key_cursor, encode_key_cursor, query_envelope, timed_out, too_large,
-    too_many_rows, unavailable,
+    Breaker, Engine, ObjectInfo, ObjectKind, PageArgs, PageFill, Param, QueryRows, ReadTx,
+    RowBudget, RowPage, TableRef, decode_key_cursor, encode_key_cursor, query_envelope, timed_out,
+    too_large, too_many_rows, unavailable,
 };
 use crate::guard::{self, Placeholders};
 
@@ -88,37 +88,30 @@ impl MySqlDb {
         })
     }
 
-    /// Run `f` in one read-only transaction that is always rolled back. A result cut short
-    /// (too many rows) or a timeout drops the connection instead of draining it.
+    /// Run `f` in one read-only transaction that is always rolled back (see
+    /// [`ReadTx::run`]). A result cut short (too many rows) or a timeout drops the connection
+    /// instead of draining it.
     pub(crate) async fn read<T: Send>(
         &self,
         f: impl for<'c> FnOnce(&'c mut MySqlConnection) -> BoxFuture<'c, Result<T>> + Send,
     ) -> Result<T> {
-        self.breaker.check("mysql", &self.mount)?;
-        let acquired = self
-            .pool
-            .acquire()
-            .await
-            .map_err(|e| my_error(e, &self.mount, self.timeout));
-        self.breaker.record(acquired.as_ref().map(|_| ()));
-        let mut conn: PoolConnection<MySql> = acquired?;
-        if let Err(e) = conn.execute("START TRANSACTION READ ONLY").await {
-            let _ = conn.detach();
-            return Err(my_error(e, &self.mount, self.timeout));
+        ReadTx {
+            pool: &self.pool,
+            breaker: &self.breaker,
+            engine: "mysql",
+            mount: &self.mount,
+            timeout: self.timeout,
+            begin: "START TRANSACTION READ ONLY",
+            map_err: my_error,
+            abandon: |e| {
+                matches!(
+                    e.kind,
+                    ErrorKind::TooLarge | ErrorKind::Timeout | ErrorKind::Unavailable
+                )
+            },
         }
-        let grace = self.timeout + Duration::from_secs(2);
-        let out = match tokio::time::timeout(grace, f(&mut conn)).await {
-            Ok(out) => out,
-            Err(_) => {
-                let _ = conn.detach();
-                return Err(timed_out(self.timeout));
-            }
-        };
-        let abandon = matches!(&out, Err(e) if matches!(e.kind, ErrorKind::TooLarge | ErrorKind::Timeout | ErrorKind::Unavailable));
-        if abandon || conn.execute("ROLLBACK").await.is_err() {
-            let _ = conn.detach();
-        }
-        out
+        .run(f)
+        .await
     }
 }
 
@@ -376,14 +369,10 @@ impl Engine for MySqlDb {
         let uri = uri.to_owned();
         self.read(move |c| {
             Box::pin(async move {
-                c.describe(sql.as_str()).await.map(|_| ()).map_err(|e| {
-                    let e = my_error(e, &mount, timeout);
-                    if e.kind == ErrorKind::Unavailable {
-                        e
-                    } else {
-                        Error::invalid_params(format!("query {uri}: {}", e.message))
-                    }
-                })
+                c.describe(sql.as_str())
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| query_check_error(&uri, my_error(e, &mount, timeout)))
             })
         })
         .await

@@ -11,16 +11,16 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use futures::TryStreamExt;
 use futures::future::BoxFuture;
-use mcpr_core::{Error, ErrorKind, Result};
+use mcpr_core::{Error, Result};
 use serde_json::{Map, Value, json};
-use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
-use sqlx::{Column as _, Executor as _, Postgres as Pg, Row as _, TypeInfo as _};
+use sqlx::{Column as _, Executor as _, Row as _, TypeInfo as _};
 
+use crate::engine::query_check_error;
 use crate::engine::{
-    Breaker, Engine, ObjectInfo, ObjectKind, PageArgs, PageFill, Param, QueryRows, RowBudget,
-    RowPage, TableRef, decode_key_cursor, encode_key_cursor, query_envelope, timed_out, too_large,
-    too_many_rows, unavailable,
+    Breaker, Engine, ObjectInfo, ObjectKind, PageArgs, PageFill, Param, QueryRows, ReadTx,
+    RowBudget, RowPage, TableRef, decode_key_cursor, encode_key_cursor, query_envelope, timed_out,
+    too_large, too_many_rows, unavailable,
 };
 use crate::guard::{self, Placeholders};
 
@@ -130,43 +130,32 @@ impl Postgres {
         }
     }
 
-    fn err(&self, e: sqlx::Error) -> Error {
-        pg_error(e, &self.mount, self.timeout)
-    }
-
-    /// Run `f` in one read-only, repeatable-read transaction that is always rolled back.
-    /// A statement past the timeout is cancelled by the server; should the server not answer
-    /// at all, the connection is dropped (never returned to the pool) a little later.
+    /// Run `f` in one read-only, repeatable-read transaction under the statement and lock
+    /// timeouts, always rolled back (see [`ReadTx::run`]).
     pub(crate) async fn read<T: Send>(
         &self,
         f: impl for<'c> FnOnce(&'c mut PgConnection) -> BoxFuture<'c, Result<T>> + Send,
     ) -> Result<T> {
-        self.breaker.check("postgres", &self.mount)?;
-        let acquired = self.pool.acquire().await.map_err(|e| self.err(e));
-        self.breaker.record(acquired.as_ref().map(|_| ()));
-        let mut conn: PoolConnection<Pg> = acquired?;
         let ms = self.timeout.as_millis().max(1);
         // Our own text, sent with the simple protocol; user SQL only ever goes through
         // prepared statements, which hold exactly one statement.
         let begin = format!(
             "BEGIN READ ONLY ISOLATION LEVEL REPEATABLE READ; SET LOCAL statement_timeout = {ms}; SET LOCAL lock_timeout = {ms}"
         );
-        if let Err(e) = conn.execute(begin.as_str()).await {
-            let _ = conn.detach();
-            return Err(self.err(e));
+        ReadTx {
+            pool: &self.pool,
+            breaker: &self.breaker,
+            engine: "postgres",
+            mount: &self.mount,
+            timeout: self.timeout,
+            begin: &begin,
+            map_err: pg_error,
+            // The server stops a query at its LIMIT or timeout; ROLLBACK leaves the
+            // connection clean.
+            abandon: |_| false,
         }
-        let grace = self.timeout + Duration::from_secs(2);
-        let out = match tokio::time::timeout(grace, f(&mut conn)).await {
-            Ok(out) => out,
-            Err(_) => {
-                let _ = conn.detach();
-                return Err(timed_out(self.timeout));
-            }
-        };
-        if conn.execute("ROLLBACK").await.is_err() {
-            let _ = conn.detach();
-        }
-        out
+        .run(f)
+        .await
     }
 
     /// Column names, SQL types and type names of `table`, in order.
@@ -406,14 +395,10 @@ impl Engine for Postgres {
         let uri = uri.to_owned();
         self.read(move |c| {
             Box::pin(async move {
-                c.describe(sql.as_str()).await.map(|_| ()).map_err(|e| {
-                    let e = pg_error(e, &mount, timeout);
-                    if e.kind == ErrorKind::Unavailable {
-                        e
-                    } else {
-                        Error::invalid_params(format!("query {uri}: {}", e.message))
-                    }
-                })
+                c.describe(sql.as_str())
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| query_check_error(&uri, pg_error(e, &mount, timeout)))
             })
         })
         .await
