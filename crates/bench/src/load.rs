@@ -57,8 +57,107 @@ pub fn verify(body: &[u8], check: &str) -> Result<(), String> {
     }
 }
 
-/// Drive a stdio server. `raw` reads every line as the answer (the echo floor, whose
-/// answers look like requests).
+/// A stdio server under load, measured in phases so that two servers can take turns (see
+/// [`stdio_interleaved`]).
+struct StdioDriver<'a, 'm> {
+    s: &'a mut StdioServer,
+    make: MakeRequest<'m>,
+    raw: bool,
+    id: u64,
+    errors: u64,
+}
+
+impl<'a, 'm> StdioDriver<'a, 'm> {
+    /// Check the first answer, then warm up. `raw` reads every line as the answer (the echo
+    /// floor, whose answers look like requests).
+    fn start(
+        s: &'a mut StdioServer,
+        make: MakeRequest<'m>,
+        check: &str,
+        raw: bool,
+        warmup: usize,
+    ) -> Result<Self, String> {
+        let mut d = Self {
+            s,
+            make,
+            raw,
+            id: 1,
+            errors: 0,
+        };
+        let first = d.next();
+        d.s.send_now(first.as_bytes())?;
+        let answer = if raw {
+            d.s.recv_line()?
+        } else {
+            d.s.recv_response()?
+        };
+        verify(answer, check)?;
+        for _ in 0..warmup {
+            let msg = d.next();
+            d.s.send_now(msg.as_bytes())?;
+            d.recv()?;
+        }
+        Ok(d)
+    }
+
+    fn next(&mut self) -> String {
+        self.id += 1;
+        (self.make)(self.id)
+    }
+
+    fn recv(&mut self) -> Result<(), String> {
+        let line = if self.raw {
+            self.s.recv_line()?
+        } else {
+            self.s.recv_response()?
+        };
+        self.errors += u64::from(!self.raw && is_error(line));
+        Ok(())
+    }
+
+    /// `n` one-in-flight round trips, stopping early at `deadline`.
+    fn latency(&mut self, n: usize, out: &mut Samples, deadline: Instant) -> Result<(), String> {
+        for _ in 0..n {
+            let msg = self.next();
+            let t = Instant::now();
+            self.s.send_now(msg.as_bytes())?;
+            self.recv()?;
+            out.push(t.elapsed());
+            if Instant::now() > deadline {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Keep `WINDOW` requests outstanding for `phase`, sending one for every answer; the
+    /// requests answered and the time taken.
+    fn throughput(&mut self, phase: Duration) -> Result<(u64, Duration), String> {
+        for _ in 0..WINDOW {
+            let msg = self.next();
+            self.s.send(msg.as_bytes())?;
+        }
+        self.s.flush()?;
+        let start = Instant::now();
+        let mut done = 0u64;
+        let elapsed = loop {
+            self.recv()?;
+            done += 1;
+            let el = start.elapsed();
+            if el >= phase {
+                break el;
+            }
+            let msg = self.next();
+            self.s.send_now(msg.as_bytes())?;
+        };
+        for _ in 1..WINDOW {
+            self.recv()?;
+        }
+        Ok((done, elapsed))
+    }
+}
+
+/// Drive a stdio server: latency with one request in flight, then throughput.
 pub fn stdio(
     s: &mut StdioServer,
     make: MakeRequest,
@@ -66,67 +165,67 @@ pub fn stdio(
     raw: bool,
     plan: Plan,
 ) -> Result<Outcome, String> {
-    let mut id = 1u64;
-    let mut next = || {
-        id += 1;
-        make(id)
-    };
-    let recv = |s: &mut StdioServer| -> Result<bool, String> {
-        let line = if raw {
-            s.recv_line()?
-        } else {
-            s.recv_response()?
-        };
-        Ok(!raw && is_error(line))
-    };
-    s.send_now(next().as_bytes())?;
-    let first = if raw {
-        s.recv_line()?
-    } else {
-        s.recv_response()?
-    };
-    verify(first, check)?;
-    for _ in 0..plan.warmup {
-        s.send_now(next().as_bytes())?;
-        recv(s)?;
-    }
-    let mut errors = 0;
+    let mut d = StdioDriver::start(s, make, check, raw, plan.warmup)?;
     let mut latency = Samples::with_capacity(plan.iters);
-    let phase = Instant::now();
-    for _ in 0..plan.iters {
-        let msg = next();
-        let t = Instant::now();
-        s.send_now(msg.as_bytes())?;
-        errors += u64::from(recv(s)?);
-        latency.push(t.elapsed());
-        if phase.elapsed() > plan.max_latency_phase {
-            break;
-        }
-    }
-    // Throughput: keep WINDOW requests outstanding; send one for every answer.
-    for _ in 0..WINDOW {
-        s.send(next().as_bytes())?;
-    }
-    s.flush()?;
-    let start = Instant::now();
-    let mut done = 0u64;
-    let elapsed = loop {
-        errors += u64::from(recv(s)?);
-        done += 1;
-        let el = start.elapsed();
-        if el >= plan.throughput_phase {
-            break el;
-        }
-        s.send_now(next().as_bytes())?;
-    };
-    for _ in 1..WINDOW {
-        recv(s)?;
-    }
+    d.latency(
+        plan.iters,
+        &mut latency,
+        Instant::now() + plan.max_latency_phase,
+    )?;
+    let (done, elapsed) = d.throughput(plan.throughput_phase)?;
     Ok(Outcome {
         latency,
         rps: done as f64 / elapsed.as_secs_f64(),
-        errors,
+        errors: d.errors,
     })
+}
+
+/// One side of [`stdio_interleaved`]: the server, its requests, the answer check, and
+/// whether answers are read raw.
+pub type Side<'a, 'm> = (&'a mut StdioServer, MakeRequest<'m>, &'a str, bool);
+
+/// Drive two stdio servers in alternating rounds, so both see the same machine: on a shared
+/// VM the round-trip time of even the echo floor drifts by tens of microseconds over
+/// seconds, and measuring one server after the other would compare two different moments.
+pub fn stdio_interleaved(
+    a: Side,
+    b: Side,
+    plan: Plan,
+    rounds: usize,
+) -> Result<(Outcome, Outcome), String> {
+    let mut da = StdioDriver::start(a.0, a.1, a.2, a.3, plan.warmup)?;
+    let mut db = StdioDriver::start(b.0, b.1, b.2, b.3, plan.warmup)?;
+    let rounds = rounds.max(1);
+    let (mut la, mut lb) = (
+        Samples::with_capacity(plan.iters),
+        Samples::with_capacity(plan.iters),
+    );
+    let per = plan.iters.div_ceil(rounds);
+    let end = Instant::now() + plan.max_latency_phase;
+    for _ in 0..rounds {
+        da.latency(per, &mut la, end)?;
+        db.latency(per, &mut lb, end)?;
+    }
+    let phase = plan.throughput_phase / rounds as u32;
+    let (mut na, mut ta, mut nb, mut tb) = (0, Duration::ZERO, 0, Duration::ZERO);
+    for _ in 0..rounds {
+        let (n, t) = da.throughput(phase)?;
+        (na, ta) = (na + n, ta + t);
+        let (n, t) = db.throughput(phase)?;
+        (nb, tb) = (nb + n, tb + t);
+    }
+    Ok((
+        Outcome {
+            latency: la,
+            rps: na as f64 / ta.as_secs_f64(),
+            errors: da.errors,
+        },
+        Outcome {
+            latency: lb,
+            rps: nb as f64 / tb.as_secs_f64(),
+            errors: db.errors,
+        },
+    ))
 }
 
 /// One HTTP request target: endpoint, headers per request, and the body for id `n`.

@@ -297,6 +297,9 @@ fn read_req_2026(uri: &str) -> impl Fn(u64) -> String + Sync + use<> {
 }
 
 /// The 1 KiB read over stdio: the floor, us, and each peer doing the same work.
+/// Alternating rounds of the floor and our server in the stdio read scenario.
+const ROUNDS: usize = 10;
+
 pub fn stdio_read(env: &Env) -> Vec<Row> {
     const S: &str = "stdio read 1 KiB";
     let plan = env.plan();
@@ -316,24 +319,45 @@ pub fn stdio_read(env: &Env) -> Vec<Row> {
         }
         load::stdio(&mut s, make, check, raw, plan)
     };
-    let floor = run(
-        Ok({
-            let mut c = Command::new(&env.me);
-            c.arg("echo");
-            c
-        }),
-        false,
-        &read_req(&uri),
-        "resources/read",
-        true,
-    );
-    let mut floor = match floor {
-        Ok(f) => f,
+    let echo = || {
+        let mut c = Command::new(&env.me);
+        c.arg("echo");
+        c
+    };
+    // The floor and our server take turns (ROUNDS rounds of each phase), so both are
+    // measured under the same conditions on this shared machine.
+    let pair = (|| -> Result<(Outcome, Result<Outcome, String>), String> {
+        let mut f = StdioServer::spawn(&mut pin.cmd(echo()), false)?;
+        let _fw = Watchdog::arm(f.pid(), Duration::from_secs(120));
+        let mut o = match env.ours_config().and_then(|cfg| {
+            let mut o = StdioServer::spawn(&mut pin.cmd(env.ours(&cfg)), false)?;
+            o.initialize()?;
+            Ok(o)
+        }) {
+            Ok(o) => o,
+            Err(e) => {
+                return Ok((
+                    load::stdio(&mut f, &read_req(&uri), "resources/read", true, plan)?,
+                    Err(e),
+                ));
+            }
+        };
+        let _ow = Watchdog::arm(o.pid(), Duration::from_secs(120));
+        let (floor, ours) = load::stdio_interleaved(
+            (&mut f, &read_req(&uri), "resources/read", true),
+            (&mut o, &read_req(&uri), TEXT_1K_HEAD, false),
+            plan,
+            ROUNDS,
+        )?;
+        Ok((floor, Ok(ours)))
+    })();
+    let (mut floor, ours) = match pair {
+        Ok(p) => p,
         Err(e) => return vec![Row::skipped(S, "echo floor", e)],
     };
     let (f50, f99, frps) = (floor.latency.p50_us(), floor.latency.p99_us(), floor.rps);
     let floor_note = &format!(
-        "the echo floor: a process that writes each request line back (flushing per line), driven by the same client; a round trip through two pipes{}",
+        "the echo floor: a process that writes each request line back (flushing per line), driven by the same client; a round trip through two pipes; measured in {ROUNDS} rounds alternating with mcp-resources{}",
         pin.describe()
     );
     rows.push(Row::new(S, "echo floor", "p50 (1 in flight)", f50, "µs").note(floor_note));
@@ -346,15 +370,6 @@ pub fn stdio_read(env: &Env) -> Vec<Row> {
         "resources/read of a 1024-byte text file (legacy session after initialize), answered with its text{}",
         pin.describe()
     );
-    let ours = env.ours_config().and_then(|cfg| {
-        run(
-            Ok(env.ours(&cfg)),
-            true,
-            &read_req(&uri),
-            TEXT_1K_HEAD,
-            false,
-        )
-    });
     let ours_rps = match ours {
         Ok(mut o) => {
             let (p50, p99) = (o.latency.p50_us(), o.latency.p99_us());

@@ -190,9 +190,10 @@ fn serve(
             }
             None => {
                 let service = McpHandler::new(state)
-                    // Pipes on the IO reactor, not tokio's blocking-pool stdin/stdout: a
-                    // thread hand-off per message costs more than the request (issue #6).
-                    .serve(rmcp::transport::stdio_pipes())
+                    // Pipes on the IO reactor, not tokio's blocking-pool stdin/stdout (a
+                    // thread hand-off per message costs more than the request), a tagged
+                    // decode of the hot requests and batched writes (issue #6).
+                    .serve(mcpr_server::stdio::StdioTransport::stdio())
                     .await
                     .context("the client closed the connection before it began")?;
                 service.waiting().await.context("the stdio session failed")?;

@@ -35,12 +35,20 @@ impl Inner {
     /// Decode `uri` into the real path (symlinks resolved) the mount may serve; `None` for
     /// anything else, including a link whose target is denied or outside the root.
     pub(crate) fn resolve(&self, uri: &ResourceUri) -> Option<RelPath> {
+        self.resolve_real(&self.decode_allowed(uri)?)
+    }
+
+    /// The URI's path as written, if the rules allow it (links not resolved yet).
+    fn decode_allowed(&self, uri: &ResourceUri) -> Option<RelPath> {
         let rel = self.root_uri.decode(uri.without_query())?;
-        if self.denied_either(&rel) {
-            return None;
-        }
-        let real = self.resolve_links(&rel)?;
-        if real != rel && self.denied_either(&real) {
+        (!self.denied_either(&rel)).then_some(rel)
+    }
+
+    /// `rel` (from [`Self::decode_allowed`]) with its links resolved, if the real path is
+    /// allowed too.
+    fn resolve_real(&self, rel: &RelPath) -> Option<RelPath> {
+        let real = self.resolve_links(rel)?;
+        if real != *rel && self.denied_either(&real) {
             return None;
         }
         Some(real)
@@ -314,10 +322,14 @@ impl Provider for FilesProvider {
     }
 
     async fn read(&self, uri: &ResourceUri, limits: &ReadLimits) -> Result<Vec<Contents>> {
-        let rel = self
-            .inner
-            .resolve(uri)
-            .ok_or_else(|| Error::not_found(uri.as_str()))?;
+        let not_found = || Error::not_found(uri.as_str());
+        let decoded = self.inner.decode_allowed(uri).ok_or_else(not_found)?;
+        if uri.query().is_none()
+            && let Some(answer) = crate::read::read_direct(&self.inner, &decoded, uri, limits)
+        {
+            return answer;
+        }
+        let rel = self.inner.resolve_real(&decoded).ok_or_else(not_found)?;
         // Small whole-file reads run right here: a hop to the blocking pool would cost more
         // than the read. Big files, windows and directories go to the pool.
         // `rel` is already the real path (links resolved), so not following links changes

@@ -138,6 +138,78 @@ pub(crate) fn read_path(
     read_window(file, size, &window, uri_s, limits, ext_mime)
 }
 
+/// The common read in five system calls: the whole of a small regular file whose path has no
+/// symlink at all. `None` leaves the request to [`read_path`] (after `Inner::resolve`), which
+/// handles links, directories, windows, limits and every error; so anything unusual here is
+/// not an answer but a fall-back.
+///
+/// `rel` must be the decoded URI path with the deny rules already checked on it. The open is
+/// `openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`: the kernel refuses it if any
+/// component is a link, so what is opened is at `rel` itself and the rules checked on `rel`
+/// are the rules of the real path (no link resolution, no `/proc/self/fd` check needed). The
+/// `statx` before it keeps FIFOs, sockets and devices from ever being opened; the `fstat`
+/// after it catches an entry swapped in between.
+pub(crate) fn read_direct(
+    inner: &Inner,
+    rel: &RelPath,
+    uri: &ResourceUri,
+    limits: &ReadLimits,
+) -> Option<Result<Vec<Contents>>> {
+    use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags, StatxFlags};
+    if rel.is_root() {
+        return None;
+    }
+    let cap = INLINE_READ_MAX.min(limits.max_bytes);
+    let path = rel.as_path();
+    let st = rustix::fs::statx(
+        &inner.root,
+        path,
+        AtFlags::SYMLINK_NOFOLLOW,
+        StatxFlags::TYPE | StatxFlags::SIZE,
+    )
+    .ok()?;
+    if FileType::from_raw_mode(st.stx_mode.into()) != FileType::RegularFile || st.stx_size > cap {
+        return None;
+    }
+    let fd = rustix::fs::openat2(
+        &inner.root,
+        path,
+        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        Mode::empty(),
+        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    )
+    .ok()?;
+    let mut file = File::from(fd);
+    let md = file.metadata().ok()?;
+    if !md.is_file() || md.len() > cap {
+        return None;
+    }
+    let size = md.len() as usize;
+    // One byte of room past the size: a read that stops short of filling the buffer at the
+    // size is the end of a regular file, so no extra read just to see 0.
+    let mut buf = vec![0u8; size + 1];
+    let mut len = 0;
+    loop {
+        let want = buf.len() - len;
+        let n = match file.read(&mut buf[len..]) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Some(Err(map_io(e, uri.as_str()))),
+        };
+        len += n;
+        if len == buf.len() {
+            // It grew since the stat: the general path reads it under the limits.
+            return None;
+        }
+        if n == 0 || (n < want && len >= size) {
+            break;
+        }
+    }
+    buf.truncate(len);
+    let ext_mime = mime_by_extension(rel.as_bytes());
+    Some(Ok(vec![make_contents(uri.as_str(), buf, ext_mime, None)]))
+}
+
 /// Open a regular file through the sandbox without blocking on FIFOs, then re-check that
 /// what was opened is still a regular file whose real path the rules allow (a symlink named
 /// `notes.txt` pointing at `.env` is refused here).

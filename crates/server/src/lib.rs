@@ -10,6 +10,7 @@ pub mod http;
 pub mod metrics;
 mod registry;
 mod router;
+pub mod stdio;
 
 pub use errors::to_mcp_error;
 pub use handler::McpHandler;
