@@ -164,7 +164,8 @@ pub(crate) fn read_direct(
     let st = rustix::fs::statx(
         &inner.root,
         path,
-        AtFlags::SYMLINK_NOFOLLOW,
+        // Never trigger an automount just to decide whether to try this path.
+        AtFlags::SYMLINK_NOFOLLOW | AtFlags::NO_AUTOMOUNT,
         StatxFlags::TYPE | StatxFlags::SIZE,
     )
     .ok()?;

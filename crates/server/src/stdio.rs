@@ -39,6 +39,8 @@ use tokio_util::codec::Decoder;
 const BATCH_BYTES: usize = 1 << 20;
 /// Bytes asked of the pipe per read.
 const READ_CHUNK: usize = 64 * 1024;
+/// The stdout pipe's capacity asked for at start.
+const PIPE_BYTES: usize = 1 << 20;
 /// How long `close` waits for queued answers to reach the pipe.
 const CLOSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -63,6 +65,13 @@ pub struct StdioTransport<R> {
 impl StdioTransport<rmcp::transport::StdioReader> {
     /// The process's own stdin and stdout, as non-blocking pipes where they are pipes.
     pub fn stdio() -> Self {
+        // A 1 MiB pipe (the unprivileged maximum) instead of 64 KiB: an 8 MiB blob then
+        // crosses in 11 wake-ups of the reader, not 170. Not a pipe, or not allowed: as is.
+        for size in [PIPE_BYTES, PIPE_BYTES / 4] {
+            if rustix::pipe::fcntl_setpipe_size(std::io::stdout(), size).is_ok() {
+                break;
+            }
+        }
         let (r, w) = rmcp::transport::stdio_pipes();
         Self::new(r, w)
     }
