@@ -8,6 +8,7 @@ mod complete;
 mod config;
 mod error;
 mod list;
+mod list_inotify;
 mod path;
 mod provider;
 mod read;

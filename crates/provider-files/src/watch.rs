@@ -87,7 +87,7 @@ struct Shared {
     state: Mutex<State>,
     files: Mutex<FileWatches>,
     /// The recursive watch for list changes, while anyone listens.
-    list: Mutex<Option<Box<dyn notify::Watcher + Send>>>,
+    list: Mutex<Option<Box<dyn Send>>>,
 }
 
 /// The watcher of one files mount.
@@ -234,7 +234,7 @@ impl Watcher {
         )
     }
 
-    fn new_list_watcher(&self) -> Result<Box<dyn notify::Watcher + Send>> {
+    fn new_list_watcher(&self) -> Result<Box<dyn Send>> {
         let root = self.inner.canonical_root.clone();
         let handler = {
             let shared = Arc::downgrade(&self.shared);
@@ -261,17 +261,13 @@ impl Watcher {
         if self.inner.config.list_watch == ListWatchMode::Poll {
             return start_poll(handler, &root, interval);
         }
-        let mut w = RecommendedWatcher::new(
-            handler.clone(),
-            notify::Config::default().with_follow_symlinks(false),
-        )
-        .map_err(|e| Error::internal(format!("cannot start list watcher: {e}")))?;
-        match w.watch(&root, RecursiveMode::Recursive) {
-            Ok(()) => Ok(Box::new(w)),
+        // Our own recursive inotify watch, not notify's: notify also asks for IN_OPEN, and
+        // then every read in the tree would wake the watcher (see `list_inotify`).
+        match crate::list_inotify::start(&root, handler.clone()) {
+            Ok(w) => Ok(Box::new(w)),
             Err(e) => {
                 tracing::warn!(root = %root.display(), error = %e,
                     "recursive inotify watch failed (watch limit?); polling for list changes instead");
-                drop(w);
                 start_poll(handler, &root, interval)
             }
         }
@@ -290,7 +286,7 @@ fn start_poll<F: notify::EventHandler>(
     handler: F,
     root: &std::path::Path,
     interval: Duration,
-) -> Result<Box<dyn notify::Watcher + Send>> {
+) -> Result<Box<dyn Send>> {
     let cfg = notify::Config::default().with_poll_interval(interval);
     let mut w = notify::PollWatcher::new(handler, cfg)
         .map_err(|e| Error::internal(format!("cannot start polling watcher: {e}")))?;
