@@ -10,8 +10,8 @@
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask, Watches};
 use notify::event::{CreateKind, Flag, ModifyKind, RemoveKind, RenameMode};
@@ -35,11 +35,12 @@ fn mask() -> WatchMask {
 /// A running watch; dropping it stops the thread.
 pub(crate) struct ListInotify {
     stop: Arc<AtomicBool>,
+    watches: Watches,
+    /// The thread's map of watched directories, shared so `drop` can end the watches.
+    by_wd: Arc<Mutex<HashMap<WatchDescriptor, PathBuf>>>,
     /// How often the thread has woken up with events (for tests).
     #[cfg_attr(not(test), allow(dead_code))]
     wakeups: Arc<std::sync::atomic::AtomicU64>,
-    watches: Watches,
-    wds: Arc<std::sync::Mutex<Vec<WatchDescriptor>>>,
 }
 
 impl Drop for ListInotify {
@@ -47,25 +48,32 @@ impl Drop for ListInotify {
         // Removing the watches makes the kernel queue IN_IGNORED for each, which wakes the
         // thread's blocking read; it then sees `stop` and ends.
         self.stop.store(true, Ordering::SeqCst);
-        let wds = std::mem::take(&mut *self.wds.lock().expect("inotify wds lock"));
+        let wds: Vec<WatchDescriptor> = lock(&self.by_wd).drain().map(|(wd, _)| wd).collect();
         for wd in wds {
             let _ = self.watches.remove(wd);
         }
     }
 }
 
-/// Directories under watch, by descriptor, and the reverse.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The directories under watch, by descriptor.
 struct Tree {
     watches: Watches,
-    by_wd: HashMap<WatchDescriptor, PathBuf>,
-    shared_wds: Arc<std::sync::Mutex<Vec<WatchDescriptor>>>,
+    by_wd: Arc<Mutex<HashMap<WatchDescriptor, PathBuf>>>,
 }
 
 impl Tree {
-    /// Watch `dir` and every directory under it (not through symlinks). Names found inside a
-    /// directory that just appeared are reported through `found`, since they may have been
+    /// Watch `dir` and every directory under it (not through symlinks). With `found`, the
+    /// names inside are reported there: in a directory that just appeared they may have been
     /// created before its watch existed.
-    fn add_recursive(&mut self, dir: &Path, found: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    fn add_recursive(
+        &mut self,
+        dir: &Path,
+        mut found: Option<&mut Vec<PathBuf>>,
+    ) -> std::io::Result<()> {
         let mut stack = vec![dir.to_path_buf()];
         while let Some(d) = stack.pop() {
             let wd = match self.watches.add(&d, mask()) {
@@ -79,13 +87,14 @@ impl Tree {
                 }
                 Err(e) => return Err(e),
             };
-            self.by_wd.insert(wd.clone(), d.clone());
-            self.shared_wds.lock().expect("inotify wds lock").push(wd);
+            lock(&self.by_wd).insert(wd, d.clone());
             let Ok(entries) = std::fs::read_dir(&d) else {
                 continue;
             };
             for e in entries.flatten() {
-                found.push(e.path());
+                if let Some(found) = found.as_deref_mut() {
+                    found.push(e.path());
+                }
                 if e.file_type().is_ok_and(|t| t.is_dir()) {
                     stack.push(e.path());
                 }
@@ -96,14 +105,14 @@ impl Tree {
 
     /// Stop watching `dir` and everything under it (it moved away or is gone).
     fn remove_under(&mut self, dir: &Path) {
-        let gone: Vec<WatchDescriptor> = self
-            .by_wd
+        let mut by_wd = lock(&self.by_wd);
+        let gone: Vec<WatchDescriptor> = by_wd
             .iter()
             .filter(|(_, p)| p.starts_with(dir))
             .map(|(wd, _)| wd.clone())
             .collect();
         for wd in gone {
-            self.by_wd.remove(&wd);
+            by_wd.remove(&wd);
             let _ = self.watches.remove(wd);
         }
     }
@@ -116,27 +125,26 @@ where
     F: FnMut(notify::Result<Event>) + Send + 'static,
 {
     let mut inotify = Inotify::init()?;
-    let wds = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut tree = Tree {
         watches: inotify.watches(),
-        by_wd: HashMap::new(),
-        shared_wds: wds.clone(),
+        by_wd: Arc::new(Mutex::new(HashMap::new())),
     };
-    tree.add_recursive(root, &mut Vec::new())?;
+    // Nothing to report for what is already there: listing reads it.
+    tree.add_recursive(root, None)?;
     let stop = Arc::new(AtomicBool::new(false));
     let wakeups = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let woken = wakeups.clone();
     let handle = ListInotify {
         stop: stop.clone(),
-        wakeups,
         watches: inotify.watches(),
-        wds,
+        by_wd: tree.by_wd.clone(),
+        wakeups,
     };
     std::thread::Builder::new()
         .name("mcpr-list-inotify".into())
         .spawn(move || {
             let mut buf = vec![0u8; 64 * 1024];
-            while !stop.load(Ordering::SeqCst) && !tree.by_wd.is_empty() {
+            while !stop.load(Ordering::SeqCst) && !lock(&tree.by_wd).is_empty() {
                 let events = match inotify.read_events_blocking(&mut buf) {
                     Ok(events) => events,
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
@@ -175,10 +183,10 @@ fn translate(
         return;
     }
     if mask.contains(EventMask::IGNORED) {
-        tree.by_wd.remove(&wd);
+        lock(&tree.by_wd).remove(&wd);
         return;
     }
-    let Some(dir) = tree.by_wd.get(&wd).cloned() else {
+    let Some(dir) = lock(&tree.by_wd).get(&wd).cloned() else {
         return;
     };
     if mask.intersects(EventMask::DELETE_SELF | EventMask::MOVE_SELF) {
@@ -213,7 +221,7 @@ fn translate(
     out.push(Event::new(kind).add_path(path.clone()));
     if is_dir && mask.intersects(EventMask::CREATE | EventMask::MOVED_TO) {
         let mut found = Vec::new();
-        if let Err(e) = tree.add_recursive(&path, &mut found) {
+        if let Err(e) = tree.add_recursive(&path, Some(&mut found)) {
             tracing::warn!(dir = %path.display(), error = %e,
                 "cannot watch a new directory (watch limit?); its changes may be missed");
             out.push(Event::new(EventKind::Other).set_flag(Flag::Rescan));

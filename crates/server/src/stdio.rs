@@ -101,7 +101,7 @@ impl<R: AsyncRead + Unpin + Send> StdioTransport<R> {
         self
     }
 
-    /// The next whole line, without its `\n`, or `None` until more bytes arrive.
+    /// The next whole line, with its `\n`, or `None` until more bytes arrive.
     fn next_line(&mut self) -> Option<BytesMut> {
         loop {
             match self.buf[self.scanned..].iter().position(|&b| b == b'\n') {
@@ -113,9 +113,7 @@ impl<R: AsyncRead + Unpin + Send> StdioTransport<R> {
                         self.discarding = false;
                         continue;
                     }
-                    let mut line = self.buf.split_to(end + 1);
-                    line.truncate(end);
-                    return Some(line);
+                    return Some(self.buf.split_to(end + 1));
                 }
                 None if self.discarding => {
                     self.buf.clear();
@@ -140,8 +138,10 @@ impl<R: AsyncRead + Unpin + Send> StdioTransport<R> {
         }
     }
 
-    /// One line to a message: the tagged decode when it applies, else rmcp's codec.
-    fn decode(&mut self, line: &[u8]) -> Option<RxJsonRpcMessage<RoleServer>> {
+    /// One line (with its `\n`) to a message: the tagged decode when it applies, else rmcp's
+    /// codec, which takes the framed line as it is.
+    fn decode(&mut self, mut framed: BytesMut) -> Option<RxJsonRpcMessage<RoleServer>> {
+        let line = framed.strip_suffix(b"\n").unwrap_or(&framed);
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         if line.is_empty() {
             return None;
@@ -149,9 +149,6 @@ impl<R: AsyncRead + Unpin + Send> StdioTransport<R> {
         if let Some(msg) = decode_hot(line) {
             return Some(msg);
         }
-        let mut framed = BytesMut::with_capacity(line.len() + 1);
-        framed.extend_from_slice(line);
-        framed.extend_from_slice(b"\n");
         match self.codec.decode(&mut framed) {
             Ok(msg) => msg,
             Err(JsonRpcMessageCodecError::Serde(e)) => {
@@ -196,8 +193,8 @@ fn closed() -> io::Error {
 
 fn encode(mut item: TxJsonRpcMessage<RoleServer>) -> io::Result<Vec<u8>> {
     let taken = take_contents(&mut item);
-    let mut bytes =
-        Vec::with_capacity(512 + taken.iter().map(|(_, s)| s.len() + 16).sum::<usize>());
+    // With contents taken out this is the small skeleton; `splice_contents` sizes the answer.
+    let mut bytes = Vec::with_capacity(512);
     serde_json::to_writer(&mut bytes, &item)?;
     if !taken.is_empty() {
         bytes = splice_contents(&bytes, &taken)?;
@@ -334,7 +331,7 @@ impl<R: AsyncRead + Unpin + Send> Transport<RoleServer> for StdioTransport<R> {
         // by a completed read, and a line is decoded and returned with no await in between.
         loop {
             if let Some(line) = self.next_line() {
-                if let Some(msg) = self.decode(&line) {
+                if let Some(msg) = self.decode(line) {
                     return Some(msg);
                 }
                 continue;
@@ -439,24 +436,14 @@ fn decode_hot(line: &[u8]) -> Option<RxJsonRpcMessage<RoleServer>> {
         return None;
     }
     let id = head.id?;
-    let request: ClientRequest = match head.method? {
-        "resources/read" => serde_json::from_slice::<ReadResourceRequest>(line)
-            .ok()?
-            .into(),
-        "resources/list" => serde_json::from_slice::<ListResourcesRequest>(line)
-            .ok()?
-            .into(),
-        "resources/templates/list" => serde_json::from_slice::<ListResourceTemplatesRequest>(line)
-            .ok()?
-            .into(),
-        "resources/subscribe" => serde_json::from_slice::<SubscribeRequest>(line)
-            .ok()?
-            .into(),
-        "resources/unsubscribe" => serde_json::from_slice::<UnsubscribeRequest>(line)
-            .ok()?
-            .into(),
-        "completion/complete" => serde_json::from_slice::<CompleteRequest>(line).ok()?.into(),
-        "ping" => serde_json::from_slice::<PingRequest>(line).ok()?.into(),
+    let request = match head.method? {
+        "resources/read" => parse_as::<ReadResourceRequest>(line)?,
+        "resources/list" => parse_as::<ListResourcesRequest>(line)?,
+        "resources/templates/list" => parse_as::<ListResourceTemplatesRequest>(line)?,
+        "resources/subscribe" => parse_as::<SubscribeRequest>(line)?,
+        "resources/unsubscribe" => parse_as::<UnsubscribeRequest>(line)?,
+        "completion/complete" => parse_as::<CompleteRequest>(line)?,
+        "ping" => parse_as::<PingRequest>(line)?,
         _ => return None,
     };
     Some(JsonRpcMessage::Request(JsonRpcRequest {
@@ -464,6 +451,14 @@ fn decode_hot(line: &[u8]) -> Option<RxJsonRpcMessage<RoleServer>> {
         id,
         request,
     }))
+}
+
+/// The whole line as request type `T` (rmcp's own `Deserialize` for it), as a `ClientRequest`.
+fn parse_as<T>(line: &[u8]) -> Option<ClientRequest>
+where
+    T: serde::de::DeserializeOwned + Into<ClientRequest>,
+{
+    serde_json::from_slice::<T>(line).ok().map(Into::into)
 }
 
 #[cfg(test)]
