@@ -139,16 +139,7 @@ impl StdioServer {
     /// The next response, skipping notifications and server requests.
     pub fn recv_response(&mut self) -> Result<&[u8], String> {
         loop {
-            self.line.clear();
-            let n = self
-                .stdout
-                .as_mut()
-                .ok_or("stdout was handed to a reader thread")?
-                .read_until(b'\n', &mut self.line)
-                .map_err(|e| format!("read from server: {e}"))?;
-            if n == 0 {
-                return Err("the server closed its stdout (exited?)".into());
-            }
+            self.recv_line()?;
             if is_response(&self.line) {
                 return Ok(&self.line);
             }
