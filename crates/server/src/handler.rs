@@ -256,7 +256,7 @@ fn contents_of(c: Contents) -> ResourceContents {
 /// The request implementations; the `ServerHandler` methods wrap them with metrics.
 impl McpHandler {
     /// Run `fut` and record its method, outcome and latency.
-    async fn timed<T>(
+    pub(crate) async fn timed<T>(
         &self,
         method: &'static str,
         fut: impl Future<Output = Result<T, ErrorData>>,
@@ -411,8 +411,20 @@ impl McpHandler {
         request: ReadResourceRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
+        self.read_as(request, grant_of(&ctx.extensions), is_modern(&ctx))
+            .await
+    }
+
+    /// `resources/read` for a caller holding `grant` (none over stdio or without
+    /// authentication); `modern` callers (2026-07-28) get cache hints. The HTTP direct path
+    /// calls this without an rmcp request context.
+    pub(crate) async fn read_as(
+        &self,
+        request: ReadResourceRequestParams,
+        grant: Option<Grant>,
+        modern: bool,
+    ) -> Result<ReadResourceResponse, ErrorData> {
         let uri = parse_uri(&request.uri)?;
-        let grant = grant_of(&ctx.extensions);
         // A mount the caller's token does not cover answers exactly like a missing resource.
         let mount = self
             .state
@@ -435,7 +447,7 @@ impl McpHandler {
             .await
             .map_err(to_mcp_error)?;
         let mut result = ReadResourceResult::new(contents.into_iter().map(contents_of).collect());
-        if is_modern(&ctx) {
+        if modern {
             let hints = hints_for(grant.as_ref(), info.cache);
             result = result
                 .with_ttl_ms(hints.ttl_ms)

@@ -191,7 +191,15 @@ fn closed() -> io::Error {
     io::Error::new(io::ErrorKind::NotConnected, "the stdio transport is closed")
 }
 
-fn encode(mut item: TxJsonRpcMessage<RoleServer>) -> io::Result<Vec<u8>> {
+fn encode(item: TxJsonRpcMessage<RoleServer>) -> io::Result<Vec<u8>> {
+    let mut bytes = to_json(item)?;
+    bytes.push(b'\n');
+    Ok(bytes)
+}
+
+/// One message as JSON, byte for byte what `serde_json::to_vec` writes, with large read
+/// contents escaped a chunk at a time (see [`SPLICE_FROM`]). Also the HTTP direct path's body.
+pub(crate) fn to_json(mut item: TxJsonRpcMessage<RoleServer>) -> io::Result<Vec<u8>> {
     let taken = take_contents(&mut item);
     // With contents taken out this is the small skeleton; `splice_contents` sizes the answer.
     let mut bytes = Vec::with_capacity(512);
@@ -199,7 +207,6 @@ fn encode(mut item: TxJsonRpcMessage<RoleServer>) -> io::Result<Vec<u8>> {
     if !taken.is_empty() {
         bytes = splice_contents(&bytes, &taken)?;
     }
-    bytes.push(b'\n');
     Ok(bytes)
 }
 
@@ -427,7 +434,7 @@ struct Head<'a> {
 /// (through rmcp's own `Deserialize` for it, which also moves `_meta` into extensions). A
 /// body that does not parse is left to rmcp, which then decides what it is.
 #[allow(deprecated)] // legacy-era subscribe/unsubscribe, see the imports
-fn decode_hot(line: &[u8]) -> Option<RxJsonRpcMessage<RoleServer>> {
+pub(crate) fn decode_hot(line: &[u8]) -> Option<RxJsonRpcMessage<RoleServer>> {
     if line.starts_with(b"\xEF\xBB\xBF") {
         return None;
     }

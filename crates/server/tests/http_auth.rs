@@ -185,6 +185,14 @@ async fn jwt_validation_and_scopes() {
         .await;
     assert_eq!(body["error"]["code"], -32602, "{status} {body}");
     assert_eq!(body["error"]["data"]["uri"], f.finance.as_str());
+    // A read the token covers answers, privately cacheable (the HTTP direct read path
+    // takes these requests: it must apply the grant exactly as rmcp's path does).
+    let (status, _, body) = f
+        .call(Some(&docs_only), "resources/read", json!({"uri": f.docs}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["result"]["contents"][0]["text"], "# guide");
+    assert_eq!(body["result"]["cacheScope"], "private");
     let (_, _, body) = f
         .call(Some(&docs_only), "resources/templates/list", json!({}))
         .await;

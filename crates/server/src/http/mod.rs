@@ -3,6 +3,7 @@
 //! `/healthz`, `/readyz` and `/metrics`.
 
 mod auth;
+mod direct;
 mod edge;
 mod jwt;
 mod sessions;
@@ -15,7 +16,7 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::Router;
 use axum::extract::State;
@@ -59,6 +60,10 @@ pub struct HttpSettings {
     pub json_response: bool,
     /// Limits.
     pub limits: HttpLimits,
+    /// Answer well-formed stateless `resources/read` requests without rmcp's per-request
+    /// service (see `direct.rs`); off sends every request through rmcp. On by default; off
+    /// exists so a test can compare the two paths.
+    pub direct_reads: bool,
 }
 
 impl HttpSettings {
@@ -74,6 +79,7 @@ impl HttpSettings {
             insecure_no_auth: false,
             json_response: true,
             limits: HttpLimits::default(),
+            direct_reads: true,
         }
     }
 
@@ -124,6 +130,7 @@ struct Ops {
     state: Arc<ServerState>,
     edge: Arc<edge::Edge>,
     metadata: Option<serde_json::Value>,
+    direct_reads: Arc<AtomicU64>,
 }
 
 /// Bind and start serving; `shutdown` resolving starts a graceful shutdown: new requests are
@@ -167,6 +174,17 @@ pub async fn serve(
         sessions,
         config,
     );
+    let direct_reads = Arc::new(AtomicU64::new(0));
+    let mcp = direct::DirectRead::new(
+        mcp,
+        McpHandler::new(state.clone()),
+        direct::DirectSettings {
+            allowed_hosts: settings.allowed_hosts.clone(),
+            max_body_bytes: limits.max_body_bytes,
+            enabled: settings.direct_reads && settings.json_response,
+            answered: direct_reads.clone(),
+        },
+    );
 
     let edge = edge::Edge::new(limits.clone(), manager);
     // RFC 9728 protected-resource metadata: where clients find the authorization server.
@@ -192,6 +210,7 @@ pub async fn serve(
         state: state.clone(),
         edge: edge.clone(),
         metadata,
+        direct_reads,
     });
 
     let mut mcp_route = Router::new().route_service(&settings.path, mcp);
@@ -334,6 +353,11 @@ async fn metrics(State(ops): State<Arc<Ops>>) -> Response {
         let n = ops.edge.by_status[i].load(Ordering::Relaxed);
         let _ = writeln!(out, "mcp_http_responses_total{{class=\"{class}\"}} {n}");
     }
+    let _ = write!(
+        out,
+        "# HELP mcp_http_direct_reads_total Stateless resources/read requests answered by the direct path.\n# TYPE mcp_http_direct_reads_total counter\nmcp_http_direct_reads_total {}\n",
+        ops.direct_reads.load(Ordering::Relaxed)
+    );
     (
         [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         out,
