@@ -562,6 +562,9 @@ impl McpHandler {
     }
 }
 
+/// Each request's future is boxed: rmcp spawns one task per request holding the future of
+/// `handle_request`, which is as large as the largest of these, and moving it into the task
+/// cost a few kilobytes of copying on every request, the smallest read included.
 impl ServerHandler for McpHandler {
     fn get_info(&self) -> ServerConfig {
         self.state.info.clone()
@@ -572,8 +575,7 @@ impl ServerHandler for McpHandler {
         request: Option<PaginatedRequestParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        self.timed("resources/list", self.do_list_resources(request, ctx))
-            .await
+        Box::pin(self.timed("resources/list", self.do_list_resources(request, ctx))).await
     }
 
     async fn list_resource_templates(
@@ -581,10 +583,10 @@ impl ServerHandler for McpHandler {
         request: Option<PaginatedRequestParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
-        self.timed(
+        Box::pin(self.timed(
             "resources/templates/list",
             self.do_list_resource_templates(request, ctx),
-        )
+        ))
         .await
     }
 
@@ -593,8 +595,7 @@ impl ServerHandler for McpHandler {
         request: ReadResourceRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        self.timed("resources/read", self.do_read_resource(request, ctx))
-            .await
+        Box::pin(self.timed("resources/read", self.do_read_resource(request, ctx))).await
     }
 
     async fn complete(
@@ -602,8 +603,7 @@ impl ServerHandler for McpHandler {
         request: CompleteRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
-        self.timed("completion/complete", self.do_complete(request, ctx))
-            .await
+        Box::pin(self.timed("completion/complete", self.do_complete(request, ctx))).await
     }
 
     async fn subscribe(
@@ -611,8 +611,7 @@ impl ServerHandler for McpHandler {
         request: SubscribeRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.timed("resources/subscribe", self.do_subscribe(request, ctx))
-            .await
+        Box::pin(self.timed("resources/subscribe", self.do_subscribe(request, ctx))).await
     }
 
     async fn unsubscribe(
@@ -620,8 +619,7 @@ impl ServerHandler for McpHandler {
         request: UnsubscribeRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.timed("resources/unsubscribe", self.do_unsubscribe(request, ctx))
-            .await
+        Box::pin(self.timed("resources/unsubscribe", self.do_unsubscribe(request, ctx))).await
     }
 
     async fn initialize(
@@ -685,6 +683,13 @@ impl ServerHandler for McpHandler {
     }
 
     async fn listen(&self, ctx: SubscriptionContext) -> Result<(), ErrorData> {
+        Box::pin(self.do_listen(ctx)).await
+    }
+}
+
+impl McpHandler {
+    /// `subscriptions/listen`: feeds the stream until the client closes it.
+    async fn do_listen(&self, ctx: SubscriptionContext) -> Result<(), ErrorData> {
         let registry = self.state.registry.clone();
         let grant = grant_of(&ctx.request_context().extensions);
         let (id, mut rx) =

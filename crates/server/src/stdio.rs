@@ -219,34 +219,51 @@ pub(crate) fn to_json(mut item: TxJsonRpcMessage<RoleServer>) -> io::Result<Vec<
 /// a time. The output is byte for byte what serde_json writes (tested).
 const SPLICE_FROM: usize = 512;
 
-/// A marker no resource can forge: a per-process random tag inside control characters.
-fn marker(i: usize) -> String {
+/// Contents spliced per answer; any further contents (a directory of many files) are
+/// escaped by serde_json as before.
+const MAX_SPLICED: usize = 64;
+
+/// The markers, each with a searcher for its JSON form: no resource can forge one, as each is a
+/// per-process random tag inside control characters. Built once, so an answer costs no
+/// formatting.
+fn markers() -> &'static [(String, memchr::memmem::Finder<'static>)] {
     use std::hash::{BuildHasher, Hasher};
-    static TAG: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    let tag = TAG.get_or_init(|| {
+    type Markers = Vec<(String, memchr::memmem::Finder<'static>)>;
+    static MARKERS: std::sync::OnceLock<Markers> = std::sync::OnceLock::new();
+    MARKERS.get_or_init(|| {
         let mut h = std::collections::hash_map::RandomState::new().build_hasher();
         h.write_u64(std::process::id().into());
-        h.finish()
-    });
-    format!("\u{1}mcpr-{tag:016x}-{i}\u{1}")
+        let tag = h.finish();
+        (0..MAX_SPLICED)
+            .map(|i| {
+                let m = format!("\u{1}mcpr-{tag:016x}-{i}\u{1}");
+                let json = serde_json::to_vec(&m).expect("a string serialises");
+                (m, memchr::memmem::Finder::new(&json).into_owned())
+            })
+            .collect()
+    })
 }
 
-/// Takes the large text and blob strings out of a `resources/read` answer, leaving markers.
-fn take_contents(item: &mut TxJsonRpcMessage<RoleServer>) -> Vec<(String, String)> {
+/// Takes the large text and blob strings out of a `resources/read` answer, leaving markers;
+/// each is returned with the index of its marker.
+fn take_contents(item: &mut TxJsonRpcMessage<RoleServer>) -> Vec<(usize, String)> {
     let mut taken = Vec::new();
     if let JsonRpcMessage::Response(r) = item
         && let ServerResult::ReadResourceResult(result) = &mut r.result
     {
         for c in &mut result.contents {
+            if taken.len() == MAX_SPLICED {
+                break;
+            }
             let body = match c {
                 ResourceContents::TextResourceContents { text, .. } => text,
                 ResourceContents::BlobResourceContents { blob, .. } => blob,
                 _ => continue,
             };
             if body.len() >= SPLICE_FROM {
-                let m = marker(taken.len());
-                let body = std::mem::replace(body, m.clone());
-                taken.push((m, body));
+                let i = taken.len();
+                let body = std::mem::replace(body, markers()[i].0.clone());
+                taken.push((i, body));
             }
         }
     }
@@ -254,21 +271,20 @@ fn take_contents(item: &mut TxJsonRpcMessage<RoleServer>) -> Vec<(String, String
 }
 
 /// `skeleton` with each marker (as serde_json wrote it) replaced by its escaped contents.
-fn splice_contents(skeleton: &[u8], taken: &[(String, String)]) -> io::Result<Vec<u8>> {
+fn splice_contents(skeleton: &[u8], taken: &[(usize, String)]) -> io::Result<Vec<u8>> {
     let mut out =
         Vec::with_capacity(skeleton.len() + taken.iter().map(|(_, s)| s.len() + 16).sum::<usize>());
     let mut rest = skeleton;
-    for (m, body) in taken {
-        let written = serde_json::to_vec(m)?;
-        let at = rest
-            .windows(written.len())
-            .position(|w| w == written.as_slice())
+    for (i, body) in taken {
+        let finder = &markers()[*i].1;
+        let at = finder
+            .find(rest)
             .ok_or_else(|| io::Error::other("answer marker lost in serialisation"))?;
         out.extend_from_slice(&rest[..at]);
         out.push(b'"');
         escape_into(&mut out, body.as_bytes());
         out.push(b'"');
-        rest = &rest[at + written.len()..];
+        rest = &rest[at + finder.needle().len()..];
     }
     out.extend_from_slice(rest);
     Ok(out)
