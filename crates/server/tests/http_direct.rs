@@ -123,6 +123,12 @@ async fn direct_reads_answer_exactly_as_rmcp_does() {
         (0..=255u8).cycle().take(5000).collect::<Vec<_>>(),
     )
     .unwrap();
+    // Over the one-frame size: the direct path sends it a frame at a time.
+    std::fs::write(
+        root.join("big.dat"),
+        (0..=255u8).cycle().take(700_000).collect::<Vec<_>>(),
+    )
+    .unwrap();
     std::fs::write(root.join("with space.md"), "# spaced").unwrap();
     std::fs::write(root.join("ünï.md"), "# unicode name").unwrap();
     std::fs::create_dir(root.join("sub")).unwrap();
@@ -144,6 +150,7 @@ async fn direct_reads_answer_exactly_as_rmcp_does() {
         ),
         case("escapes under it", &uri("tiny.txt"), true),
         case("binary", &uri("bin.dat"), true),
+        case("binary over one frame", &uri("big.dat"), true),
         case("a space in the name", &uri("with space.md"), true),
         case("a directory", &uri("sub"), true),
         case("not found", &uri("missing.txt"), true),
@@ -255,7 +262,7 @@ async fn direct_reads_answer_exactly_as_rmcp_does() {
     assert_eq!(v["result"]["contents"][0]["uri"], small.as_str());
     assert!(v["result"]["ttlMs"].is_u64(), "{v}");
     assert_eq!(v["result"]["cacheScope"], "public");
-    let (_, _, body) = send(&http, &direct.base, &cases[6]).await;
+    let (_, _, body) = send(&http, &direct.base, &cases[7]).await;
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(v["error"]["code"], -32602, "{v}");
     assert_eq!(v["error"]["data"]["uri"], uri("missing.txt").as_str());

@@ -35,6 +35,7 @@ use rmcp::model::{
 };
 use rmcp::transport::streamable_http_server::StreamableHttpService;
 use rmcp::transport::streamable_http_server::session::SessionManager;
+use tokio_util::sync::CancellationToken;
 
 use super::Grant;
 use crate::McpHandler;
@@ -54,6 +55,9 @@ pub(crate) struct DirectSettings {
     pub enabled: bool,
     /// Reads answered here, for `/metrics`.
     pub answered: Arc<AtomicU64>,
+    /// Cancelled when the shutdown grace is over, as rmcp's own requests are: a read still
+    /// running then is cut off instead of holding the exit.
+    pub shutdown: CancellationToken,
 }
 
 /// rmcp's `StreamableHttpService` with the direct read path in front.
@@ -152,10 +156,20 @@ impl<M: SessionManager> DirectRead<M> {
         self.settings.answered.fetch_add(1, Ordering::Relaxed);
         let grant = parts.extensions.get::<Grant>().cloned();
         let id = request.id;
-        let answer = self
+        let read = self
             .handler
-            .timed(METHOD, self.handler.read_as(read.params, grant, true))
-            .await;
+            .timed(METHOD, self.handler.read_as(read.params, grant, true));
+        let answer = tokio::select! {
+            answer = read => answer,
+            // The words rmcp answers a stateless request with when shutdown cuts it off.
+            () = self.settings.shutdown.cancelled() => {
+                tracing::warn!("a stateless read was cut off by shutdown");
+                return Ok(plain(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "Encounter an error when empty response: no response message received from handler".into(),
+                ));
+            }
+        };
         // What rmcp's `ServerHandler` dispatch does to every 2026-07-28 answer: cache hints
         // filled in where a handler left them out, and not-found as the standard -32602.
         let message: ServerJsonRpcMessage = match answer {
@@ -176,7 +190,8 @@ impl<M: SessionManager> DirectRead<M> {
             Ok(body) => Response::builder()
                 .status(status)
                 .header(header::CONTENT_TYPE, JSON)
-                .body(Body::from(Bytes::from(body)))
+                .header(header::CONTENT_LENGTH, body.len())
+                .body(until_shutdown(body, self.settings.shutdown.clone()))
                 .expect("valid response"),
             Err(e) => plain(
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -184,6 +199,35 @@ impl<M: SessionManager> DirectRead<M> {
             ),
         })
     }
+}
+
+/// Answers up to this size go out as one frame.
+const FRAME: usize = 256 * 1024;
+
+/// `body` as the response body. A large one goes out a frame at a time and is cut off (the
+/// connection aborted, never a short body passed off as whole) once the shutdown grace is
+/// over, so a big answer still crossing a slow link does not hold the exit.
+fn until_shutdown(body: Vec<u8>, shutdown: CancellationToken) -> Body {
+    if body.len() <= FRAME {
+        return Body::from(body);
+    }
+    let body = Bytes::from(body);
+    let frames = futures::stream::unfold(0, move |at| {
+        let body = body.clone();
+        let shutdown = shutdown.clone();
+        async move {
+            if at >= body.len() {
+                return None;
+            }
+            if shutdown.is_cancelled() {
+                let cut = std::io::Error::other("shutdown grace period over");
+                return Some((Err(cut), usize::MAX));
+            }
+            let end = (at + FRAME).min(body.len());
+            Some((Ok(body.slice(at..end)), end))
+        }
+    });
+    Body::from_stream(frames)
 }
 
 /// The HTTP status rmcp gives a stateless answer whose request `_meta` was well formed.
@@ -348,6 +392,7 @@ mod tests {
             max_body_bytes: 1000,
             enabled: true,
             answered: Arc::default(),
+            shutdown: CancellationToken::new(),
         }
     }
 

@@ -183,6 +183,7 @@ pub async fn serve(
             max_body_bytes: limits.max_body_bytes,
             enabled: settings.direct_reads && settings.json_response,
             answered: direct_reads.clone(),
+            shutdown: streams.child_token(),
         },
     );
 
