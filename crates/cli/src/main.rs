@@ -189,11 +189,12 @@ fn serve(
                 server.wait().await.map_err(|e| anyhow::anyhow!(e))?;
             }
             None => {
+                let direct = McpHandler::new(state.clone());
                 let service = McpHandler::new(state)
                     // Pipes on the IO reactor, not tokio's blocking-pool stdin/stdout (a
                     // thread hand-off per message costs more than the request), a tagged
                     // decode of the hot requests and batched writes (issue #6).
-                    .serve(mcpr_server::stdio::StdioTransport::stdio())
+                    .serve(mcpr_server::stdio::StdioTransport::stdio().with_direct_reads(direct))
                     .await
                     .context("the client closed the connection before it began")?;
                 service.waiting().await.context("the stdio session failed")?;

@@ -1,0 +1,314 @@
+//! The stdio direct read path against rmcp's own dispatch: the same sessions, line for line,
+//! through a transport with the direct path and one without, must get the same answers byte
+//! for byte; and the transport's counter shows which reads the direct path took, so a direct
+//! path that silently never answers fails too.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use mcpr_core::Provider;
+use mcpr_provider_files::{FilesConfig, FilesProvider, encode_path_uri};
+use mcpr_server::stdio::StdioTransport;
+use mcpr_server::{McpHandler, ServerState, Settings};
+use rmcp::ServiceExt;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+const INIT: &str = r#"{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+const INITIALIZED: &str = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+const META_2026: &str = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"}}"#;
+
+/// One session's lines through one server; the answers by id (as JSON text) and how many
+/// reads the direct path took.
+async fn run(
+    state: Arc<ServerState>,
+    direct: bool,
+    lines: &[String],
+    answers: usize,
+) -> (BTreeMap<String, String>, u64) {
+    let (client_w, server_r) = tokio::io::duplex(1 << 16);
+    let (server_w, client_r) = tokio::io::duplex(1 << 16);
+    let mut transport = StdioTransport::new(server_r, server_w);
+    if direct {
+        transport = transport.with_direct_reads(McpHandler::new(state.clone()));
+    }
+    let taken = transport.direct_reads();
+    let server = tokio::spawn(async move {
+        let running = McpHandler::new(state).serve(transport).await.unwrap();
+        let _ = running.waiting().await;
+    });
+    let mut w = client_w;
+    let input = lines.join("\n") + "\n";
+    let writer = tokio::spawn(async move {
+        w.write_all(input.as_bytes()).await.unwrap();
+        w
+    });
+    let mut r = BufReader::new(client_r);
+    let mut got = BTreeMap::new();
+    while got.len() < answers {
+        let mut line = String::new();
+        let n = tokio::time::timeout(Duration::from_secs(10), r.read_line(&mut line))
+            .await
+            .unwrap_or_else(|_| {
+                let ids: Vec<&String> = got.keys().collect();
+                panic!("only {} of {answers} answers, to {ids:?}", got.len())
+            })
+            .unwrap();
+        assert!(n > 0, "the server closed after {} answers", got.len());
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        let id = v["id"].to_string();
+        assert!(
+            got.insert(id.clone(), line).is_none(),
+            "two answers to {id}"
+        );
+    }
+    // Closing the input ends the session; nothing more may arrive.
+    drop(writer.await.unwrap());
+    let mut rest = String::new();
+    let n = tokio::time::timeout(Duration::from_secs(10), r.read_line(&mut rest))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(n, 0, "an answer no request asked for: {rest}");
+    server.await.unwrap();
+    (got, taken.load(Ordering::Relaxed))
+}
+
+fn read(id: &str, uri: &str) -> String {
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"method":"resources/read","params":{{"uri":{}}}}}"#,
+        serde_json::to_string(uri).unwrap()
+    )
+}
+
+fn read_with_meta(id: &str, uri: &str, meta: &str) -> String {
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"method":"resources/read","params":{{"uri":{},"_meta":{meta}}}}}"#,
+        serde_json::to_string(uri).unwrap()
+    )
+}
+
+/// Runs `lines` through both servers and compares every answer; returns the direct count.
+async fn same_answers(
+    state: &Arc<ServerState>,
+    what: &str,
+    lines: &[String],
+    answers: usize,
+) -> u64 {
+    let (direct, taken) = run(state.clone(), true, lines, answers).await;
+    let (plain, none) = run(state.clone(), false, lines, answers).await;
+    assert_eq!(none, 0, "{what}: the transport without the path took reads");
+    assert_eq!(
+        direct.keys().collect::<Vec<_>>(),
+        plain.keys().collect::<Vec<_>>(),
+        "{what}: answered ids differ"
+    );
+    for (id, a) in &direct {
+        let b = &plain[id];
+        assert!(
+            a == b,
+            "{what}: answer {id} differs\ndirect: {}\nrmcp:   {}",
+            &a[..a.len().min(400)],
+            &b[..b.len().min(400)]
+        );
+    }
+    taken
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_reads_answer_exactly_as_rmcp_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::write(root.join("small.txt"), "x".repeat(1024)).unwrap();
+    let mut tricky = String::new();
+    for c in 0u8..0x20 {
+        tricky.push(char::from(c));
+    }
+    tricky.push_str("\"\\ é ✓ 𝄞 </script>");
+    std::fs::write(root.join("tricky.txt"), tricky.repeat(40)).unwrap();
+    std::fs::write(root.join("tiny.txt"), "a\"b\nc").unwrap();
+    std::fs::write(
+        root.join("bin.dat"),
+        (0..=255u8).cycle().take(5000).collect::<Vec<_>>(),
+    )
+    .unwrap();
+    // Past the provider's inline read size: this read waits, so it finishes on its own task.
+    std::fs::write(
+        root.join("big.dat"),
+        (0..=255u8).cycle().take(700_000).collect::<Vec<_>>(),
+    )
+    .unwrap();
+    std::fs::write(root.join("with space.md"), "# spaced").unwrap();
+    std::fs::create_dir(root.join("sub")).unwrap();
+    std::fs::write(root.join("sub/a.md"), "a").unwrap();
+    let provider: Arc<dyn Provider> =
+        Arc::new(FilesProvider::new(FilesConfig::new(&root)).unwrap());
+    let state = ServerState::new(Settings::default(), vec![provider]);
+    let uri = |name: &str| encode_path_uri(&root.join(name));
+    let small = uri("small.txt");
+
+    // A legacy session: every plain read is the direct path's.
+    let direct_reads = vec![
+        read("1", &small),
+        read("2", &uri("tricky.txt")),
+        read("3", &uri("tiny.txt")),
+        read("4", &uri("bin.dat")),
+        read("5", &uri("big.dat")),
+        read("6", &uri("with space.md")),
+        read("7", &uri("sub")),
+        read("8", &uri("missing.txt")),
+        read("9", "file:///etc/passwd"),
+        read("10", "no scheme here"),
+        read("11", "http://example.com/x"),
+        read("\"s-12\"", &small),
+        read_with_meta("13", &small, r#"{"progressToken":"p"}"#),
+        format!(
+            r#"{{"params":{{"extra":[1,{{}}],"uri":{}}},"x":null,"id":14,"method":"resources/read","jsonrpc":"2.0"}}"#,
+            serde_json::to_string(&small).unwrap()
+        ),
+    ];
+    // Reads rmcp must still answer: each names a protocol version of its own, or is not a
+    // read rmcp's decode accepts as one.
+    let rmcp_reads = vec![
+        read_with_meta("20", &small, META_2026),
+        read_with_meta("21", &uri("missing.txt"), META_2026),
+        read_with_meta(
+            "22",
+            &small,
+            r#"{"io.modelcontextprotocol/protocolVersion":"2025-11-25"}"#,
+        ),
+        read_with_meta(
+            "23",
+            &small,
+            r#"{"io.modelcontextprotocol/protocolVersion":"1999-01-01"}"#,
+        ),
+        read_with_meta(
+            "24",
+            &small,
+            r#"{"io.modelcontextprotocol/protocolVersion":5}"#,
+        ),
+        read_with_meta(
+            "25",
+            &small,
+            r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}"#,
+        ),
+        r#"{"jsonrpc":"2.0","id":26,"method":"resources/read","params":{"uri":5}}"#.into(),
+        r#"{"jsonrpc":"2.0","id":27,"method":"resources/read"}"#.into(),
+        r#"{"jsonrpc":"2.0","id":28,"method":"resources/list"}"#.into(),
+        r#"{"jsonrpc":"2.0","id":29,"method":"ping"}"#.into(),
+    ];
+    let mut lines = vec![INIT.to_owned(), INITIALIZED.to_owned()];
+    lines.extend(direct_reads.iter().cloned());
+    lines.extend(rmcp_reads.iter().cloned());
+    // A cancellation of a request that is not running changes nothing on either path. (One
+    // of a read already queued is a race on rmcp's side: its answer may or may not go.)
+    lines.push(
+        r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":999}}"#.into(),
+    );
+    let answers = 1 + direct_reads.len() + rmcp_reads.len();
+    let taken = same_answers(&state, "legacy session", &lines, answers).await;
+    assert_eq!(taken, direct_reads.len() as u64, "legacy session");
+
+    // An older legacy version is a legacy session too.
+    let lines = vec![
+        INIT.replace("2025-11-25", "2024-11-05"),
+        read("1", &small),
+        read("2", &uri("missing.txt")),
+    ];
+    let taken = same_answers(&state, "2024-11-05 session", &lines, 3).await;
+    assert_eq!(taken, 2, "2024-11-05 session");
+
+    // Before `initialize` is answered rmcp decides what a read is (an error here), and the
+    // same read after it is the direct path's. The initialize line right behind the read is
+    // already buffered when the read is looked at.
+    let lines = vec![read("1", &small), INIT.to_owned(), read("2", &small)];
+    let taken = same_answers(&state, "read before initialize", &lines, 3).await;
+    assert_eq!(taken, 1, "read before initialize");
+
+    // A 2026-07-28 session without initialize: rmcp answers it all.
+    let lines = vec![
+        read_with_meta("1", &small, META_2026),
+        read_with_meta("2", &uri("missing.txt"), META_2026),
+        read("3", &small),
+    ];
+    let taken = same_answers(&state, "2026-07-28 session", &lines, 3).await;
+    assert_eq!(taken, 0, "2026-07-28 session");
+
+    // A second initialize: rmcp answers everything after it, even the reads read before its
+    // answer went out.
+    let lines = vec![
+        INIT.to_owned(),
+        read("1", &small),
+        INIT.replace("\"init\"", "\"again\""),
+        read("2", &small),
+    ];
+    let taken = same_answers(&state, "second initialize", &lines, 4).await;
+    assert_eq!(taken, 1, "second initialize");
+}
+
+/// A read still running when its cancellation arrives gets no answer on either path (rmcp
+/// drops the answer to a cancelled request), and the reads behind it are answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_read_is_not_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    // Big enough that reading and encoding it takes far longer than reading the next line.
+    std::fs::write(
+        root.join("big.dat"),
+        (0..=255u8).cycle().take(12 << 20).collect::<Vec<_>>(),
+    )
+    .unwrap();
+    std::fs::write(root.join("small.txt"), "small").unwrap();
+    let provider: Arc<dyn Provider> =
+        Arc::new(FilesProvider::new(FilesConfig::new(&root)).unwrap());
+    let settings = Settings {
+        max_read_bytes: 64 << 20,
+        ..Settings::default()
+    };
+    let state = ServerState::new(settings, vec![provider]);
+    let lines = vec![
+        INIT.to_owned(),
+        read("\"slow\"", &encode_path_uri(&root.join("big.dat"))),
+        r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"slow","reason":"enough"}}"#.into(),
+        read("\"after\"", &encode_path_uri(&root.join("small.txt"))),
+    ];
+    for direct in [true, false] {
+        // `run` fails on any answer beyond the two expected, once the input is closed.
+        let (got, taken) = run(state.clone(), direct, &lines, 2).await;
+        assert_eq!(
+            got.keys().collect::<Vec<_>>(),
+            ["\"after\"", "\"init\""],
+            "direct path {direct}"
+        );
+        assert_eq!(taken, if direct { 2 } else { 0 });
+    }
+}
+
+/// Many reads in one burst: every one answered once, with its own id and contents.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_direct_reads_is_answered_in_full() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    for i in 0..50 {
+        std::fs::write(root.join(format!("f{i}.txt")), format!("file {i}")).unwrap();
+    }
+    let provider: Arc<dyn Provider> =
+        Arc::new(FilesProvider::new(FilesConfig::new(&root)).unwrap());
+    let state = ServerState::new(Settings::default(), vec![provider]);
+    let mut lines = vec![INIT.to_owned()];
+    for i in 0..5000 {
+        let name = format!("f{}.txt", i % 50);
+        lines.push(read(&i.to_string(), &encode_path_uri(&root.join(name))));
+    }
+    let (got, taken) = run(state, true, &lines, 5001).await;
+    assert_eq!(taken, 5000);
+    for i in 0..5000 {
+        let v: serde_json::Value = serde_json::from_str(&got[&i.to_string()]).unwrap();
+        assert_eq!(
+            v["result"]["contents"][0]["text"],
+            format!("file {}", i % 50),
+            "answer {i}"
+        );
+    }
+}
