@@ -37,10 +37,11 @@ use bytes::{Buf, BytesMut};
 // only; the legacy era is one we serve.
 #[allow(deprecated)]
 use rmcp::model::{
-    ClientNotification, ClientRequest, CompleteRequest, ErrorData, JsonRpcMessage, JsonRpcRequest,
-    JsonRpcVersion2_0, ListResourceTemplatesRequest, ListResourcesRequest, PingRequest,
-    ProtocolVersion, ReadResourceRequest, ReadResourceResponse, RequestId, RequestMetaObject,
-    ResourceContents, ServerResult, SubscribeRequest, UnsubscribeRequest,
+    ClientNotification, ClientRequest, CompleteRequest, ErrorCode, ErrorData, GetMeta,
+    JsonRpcMessage, JsonRpcRequest, JsonRpcVersion2_0, ListResourceTemplatesRequest,
+    ListResourcesRequest, PingRequest, ProtocolVersion, ReadResourceRequest, ReadResourceResponse,
+    RequestId, RequestMetaObject, ResourceContents, ServerResult, SubscribeRequest,
+    UnsubscribeRequest,
 };
 use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
@@ -90,14 +91,18 @@ pub struct StdioTransport<R> {
     lifecycle: Lifecycle,
 }
 
-/// The session's lifecycle as the transport sees it from the answers rmcp sends.
+/// The session's lifecycle as the transport sees it, from the messages it hands rmcp and
+/// the answers rmcp sends.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Lifecycle {
-    /// No `initialize` answered yet: rmcp may still be choosing the lifecycle.
+    /// rmcp is still choosing the lifecycle (its handshake reads the messages).
     Opening,
     /// One `initialize` answered with a version before 2026-07-28: a legacy session.
     Legacy,
-    /// Anything else (a 2026-07-28 session, a second `initialize`): rmcp answers everything.
+    /// Opened without `initialize` by a request carrying its own 2026-07-28 `_meta`.
+    Inline,
+    /// Anything else (a second `initialize`, an `initialize` answered with 2026-07-28):
+    /// rmcp answers everything.
     Other,
 }
 
@@ -251,14 +256,24 @@ impl<R> StdioTransport<R> {
         &mut self,
         msg: RxJsonRpcMessage<RoleServer>,
     ) -> Option<RxJsonRpcMessage<RoleServer>> {
+        let Some(handler) = self.direct.clone() else {
+            return Some(msg);
+        };
         match &msg {
             // A second `initialize` may change what rmcp makes of the reads behind it, and
             // its answer goes out only after they are read: from here on rmcp answers all.
             JsonRpcMessage::Request(r)
                 if matches!(r.request, ClientRequest::InitializeRequest(_))
-                    && self.lifecycle == Lifecycle::Legacy =>
+                    && self.lifecycle != Lifecycle::Opening =>
             {
                 self.lifecycle = Lifecycle::Other;
+            }
+            // The request rmcp's handshake opens an inline session with; rmcp answers it.
+            JsonRpcMessage::Request(r)
+                if self.lifecycle == Lifecycle::Opening && opens_inline(&r.request, &handler) =>
+            {
+                self.lifecycle = Lifecycle::Inline;
+                return Some(msg);
             }
             // rmcp drops the answer to a request cancelled before it is done; so does this
             // path. The notification still goes to rmcp, which finds nothing of its own.
@@ -272,22 +287,21 @@ impl<R> StdioTransport<R> {
             }
             _ => {}
         }
-        let handler = match &self.direct {
-            Some(h) if self.lifecycle == Lifecycle::Legacy => h.clone(),
-            _ => return Some(msg),
-        };
-        let (id, params) = match msg {
+        let (id, params, modern) = match msg {
             JsonRpcMessage::Request(JsonRpcRequest {
                 id,
                 request: ClientRequest::ReadResourceRequest(read),
                 ..
-            }) if read
-                .extensions
-                .get::<RequestMetaObject>()
-                .is_none_or(|m| !m.contains_key(PROTOCOL_VERSION_KEY)) =>
-            {
-                (id, read.params)
-            }
+            }) => match era(self.lifecycle, read.extensions.get::<RequestMetaObject>()) {
+                Some(modern) => (id, read.params, modern),
+                None => {
+                    return Some(JsonRpcMessage::Request(JsonRpcRequest {
+                        jsonrpc: JsonRpcVersion2_0,
+                        id,
+                        request: ClientRequest::ReadResourceRequest(read),
+                    }));
+                }
+            },
             other => return Some(other),
         };
         // A closed transport answers nothing, as rmcp's would not.
@@ -296,7 +310,7 @@ impl<R> StdioTransport<R> {
         tracing::debug!(%id, uri = %params.uri, "resources/read answered by the direct path");
         let mut read = Box::pin(async move {
             handler
-                .timed("resources/read", handler.read_as(params, None, false))
+                .timed("resources/read", handler.read_as(params, None, modern))
                 .await
         });
         // A read that completes on its first poll (a small file) is answered at once; one
@@ -304,7 +318,7 @@ impl<R> StdioTransport<R> {
         // requests behind it are not held up, and can be cancelled while it waits.
         let first = std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await;
         if let Poll::Ready(answer) = first {
-            if let Some(bytes) = legacy_answer(answer, id) {
+            if let Some(bytes) = answer_bytes(answer, id, modern) {
                 let _ = out.send(bytes);
             }
             return None;
@@ -317,7 +331,7 @@ impl<R> StdioTransport<R> {
                 answer = read => answer,
                 () = cancelled.cancelled() => return,
             };
-            let bytes = legacy_answer(answer, id.clone());
+            let bytes = answer_bytes(answer, id.clone(), modern);
             // Taken off the list and sent under one lock, so a cancellation is either
             // before (no answer) or after (the answer is already out).
             let mut waiting = lock(&waiting);
@@ -331,19 +345,70 @@ impl<R> StdioTransport<R> {
     }
 }
 
-/// What rmcp's dispatch makes of a legacy session's read: `resultType` stripped from an
-/// answer, an error as it is; serialised.
-fn legacy_answer(
+/// Whether rmcp's dispatch would do nothing to a `resources/read` with this `_meta` but call
+/// the handler, and if so whether it would treat it as a 2026-07-28 request (`Some(true)`).
+/// A legacy session's request naming no version of its own is a legacy one; a request in an
+/// open session naming exactly 2026-07-28, with every `_meta` member that version requires, is
+/// a 2026-07-28 one (rmcp checks those members and takes the request's version). Anything else
+/// is left to rmcp.
+fn era(lifecycle: Lifecycle, meta: Option<&RequestMetaObject>) -> Option<bool> {
+    let named = meta.is_some_and(|m| m.contains_key(PROTOCOL_VERSION_KEY));
+    match lifecycle {
+        Lifecycle::Legacy if !named => Some(false),
+        Lifecycle::Legacy | Lifecycle::Inline => meta
+            .filter(|m| {
+                m.protocol_version() == Some(ProtocolVersion::V_2026_07_28)
+                    && m.missing_required_keys(&ProtocolVersion::V_2026_07_28)
+                        .is_empty()
+            })
+            .map(|_| true),
+        Lifecycle::Opening | Lifecycle::Other => None,
+    }
+}
+
+/// Whether rmcp's handshake opens an inline session with `request`: not a ping, `initialize`
+/// or discover, with complete 2026-07-28 `_meta` naming a version the server supports.
+fn opens_inline(request: &ClientRequest, handler: &McpHandler) -> bool {
+    if matches!(
+        request,
+        ClientRequest::PingRequest(_)
+            | ClientRequest::InitializeRequest(_)
+            | ClientRequest::DiscoverRequest(_)
+    ) {
+        return false;
+    }
+    let meta = request.get_meta();
+    meta.missing_required_keys(&ProtocolVersion::V_2026_07_28)
+        .is_empty()
+        && meta
+            .protocol_version()
+            .is_some_and(|v| rmcp::Service::supported_protocol_versions(handler).contains(&v))
+}
+
+/// What rmcp's dispatch makes of a read's outcome, serialised: for a 2026-07-28 request,
+/// cache hints filled in where missing and not-found as the standard -32602; for a legacy
+/// one, `resultType` stripped.
+fn answer_bytes(
     answer: Result<ReadResourceResponse, ErrorData>,
     id: RequestId,
+    modern: bool,
 ) -> Option<Vec<u8>> {
     let message = match answer {
         Ok(result) => {
             let mut result: ServerResult = result.into();
-            result.strip_result_type_for_legacy_peer();
+            if modern {
+                result.fill_missing_cache_hints();
+            } else {
+                result.strip_result_type_for_legacy_peer();
+            }
             TxJsonRpcMessage::<RoleServer>::response(result, id)
         }
-        Err(error) => TxJsonRpcMessage::<RoleServer>::error(error, Some(id)),
+        Err(mut error) => {
+            if modern && error.code == ErrorCode::RESOURCE_NOT_FOUND {
+                error.code = ErrorCode::INVALID_PARAMS;
+            }
+            TxJsonRpcMessage::<RoleServer>::error(error, Some(id))
+        }
     };
     encode(message)
         .inspect_err(|e| tracing::error!("cannot encode an answer: {e}"))

@@ -163,6 +163,9 @@ async fn direct_reads_answer_exactly_as_rmcp_does() {
         read("11", "http://example.com/x"),
         read("\"s-12\"", &small),
         read_with_meta("13", &small, r#"{"progressToken":"p"}"#),
+        // A request naming 2026-07-28 with all its _meta is a 2026-07-28 read, in any session.
+        read_with_meta("15", &small, META_2026),
+        read_with_meta("16", &uri("missing.txt"), META_2026),
         format!(
             r#"{{"params":{{"extra":[1,{{}}],"uri":{}}},"x":null,"id":14,"method":"resources/read","jsonrpc":"2.0"}}"#,
             serde_json::to_string(&small).unwrap()
@@ -171,8 +174,6 @@ async fn direct_reads_answer_exactly_as_rmcp_does() {
     // Reads rmcp must still answer: each names a protocol version of its own, or is not a
     // read rmcp's decode accepts as one.
     let rmcp_reads = vec![
-        read_with_meta("20", &small, META_2026),
-        read_with_meta("21", &uri("missing.txt"), META_2026),
         read_with_meta(
             "22",
             &small,
@@ -226,14 +227,37 @@ async fn direct_reads_answer_exactly_as_rmcp_does() {
     let taken = same_answers(&state, "read before initialize", &lines, 3).await;
     assert_eq!(taken, 1, "read before initialize");
 
-    // A 2026-07-28 session without initialize: rmcp answers it all.
-    let lines = vec![
-        read_with_meta("1", &small, META_2026),
-        read_with_meta("2", &uri("missing.txt"), META_2026),
-        read("3", &small),
+    // A 2026-07-28 session without initialize. rmcp's handshake answers what comes before
+    // the request that opens the session (a read without _meta, one naming an unsupported
+    // version) and that request itself; the direct path takes the complete 2026-07-28 reads
+    // after it, and rmcp the rest.
+    let modern = vec![
+        read_with_meta("4", &small, META_2026),
+        read_with_meta("5", &uri("missing.txt"), META_2026),
+        read_with_meta("6", "file:///etc/passwd", META_2026),
+        read_with_meta("7", "no scheme here", META_2026),
+        read_with_meta("8", &uri("bin.dat"), META_2026),
+        read_with_meta("9", &uri("big.dat"), META_2026),
+        read_with_meta("10", &uri("tricky.txt"), META_2026),
     ];
-    let taken = same_answers(&state, "2026-07-28 session", &lines, 3).await;
-    assert_eq!(taken, 0, "2026-07-28 session");
+    let mut lines = vec![
+        read("1", &small),
+        read_with_meta(
+            "2",
+            &small,
+            &META_2026.replace("\"2026-07-28\"", "\"1999-01-01\""),
+        ),
+        read_with_meta("3", &small, META_2026),
+    ];
+    lines.extend(modern.iter().cloned());
+    lines.extend([
+        read("11", &small),
+        read_with_meta("12", &small, &META_2026.replace("2026-07-28", "2025-11-25")),
+        r#"{"jsonrpc":"2.0","id":13,"method":"resources/list","params":{"_meta":META}}"#
+            .replace("META", META_2026),
+    ]);
+    let taken = same_answers(&state, "2026-07-28 session", &lines, 13).await;
+    assert_eq!(taken, modern.len() as u64, "2026-07-28 session");
 
     // A second initialize: rmcp answers everything after it, even the reads read before its
     // answer went out.
