@@ -173,7 +173,7 @@ async fn direct_reads_answer_exactly_as_rmcp_does() {
     ];
     // Reads rmcp must still answer: each names a protocol version of its own, or is not a
     // read rmcp's decode accepts as one.
-    let rmcp_reads = vec![
+    let rmcp_reads = [
         read_with_meta(
             "22",
             &small,
@@ -231,7 +231,7 @@ async fn direct_reads_answer_exactly_as_rmcp_does() {
     // the request that opens the session (a read without _meta, one naming an unsupported
     // version) and that request itself; the direct path takes the complete 2026-07-28 reads
     // after it, and rmcp the rest.
-    let modern = vec![
+    let modern = [
         read_with_meta("4", &small, META_2026),
         read_with_meta("5", &uri("missing.txt"), META_2026),
         read_with_meta("6", "file:///etc/passwd", META_2026),
