@@ -497,6 +497,16 @@ async fn polling_alone_detects_moves() {
     expect(&mut rx, &updated("git://main/x"), Duration::from_secs(1)).await;
 }
 
+/// Replace `path` the way git replaces `tables.list`: a lock file renamed over it. Writing it
+/// in place would let the watcher read it empty between the truncate and the write, which
+/// is a valid stack with no refs (every ref deleted), a state git never shows.
+fn replace_like_git(path: &std::path::Path, contents: &str) {
+    let mut lock = path.as_os_str().to_owned();
+    lock.push(".lock");
+    std::fs::write(&lock, contents).unwrap();
+    std::fs::rename(&lock, path).unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreadable_stack_moves_nothing() {
     let r = repo_xy(TestRepo::new_reftable());
@@ -509,10 +519,10 @@ async fn an_unreadable_stack_moves_nothing() {
     // looks deleted, so nothing is notified, neither now nor when the stack is readable again.
     let list_path = r.path().join(".git/reftable/tables.list");
     let list = std::fs::read_to_string(&list_path).unwrap();
-    std::fs::write(&list_path, format!("{list}0x0-0x0-missing.ref\n")).unwrap();
+    replace_like_git(&list_path, &format!("{list}0x0-0x0-missing.ref\n"));
     let got = events(&mut rx, Duration::from_millis(600)).await;
     assert!(got.is_empty(), "{got:?}");
-    std::fs::write(&list_path, &list).unwrap();
+    replace_like_git(&list_path, &list);
     let got = events(&mut rx, Duration::from_millis(600)).await;
     assert!(got.is_empty(), "{got:?}");
     r.write("x", b"x1\n");
