@@ -14,12 +14,13 @@ use mcpr_core::{
     CacheHints, Contents, ContentsBody, Error, PageRequest, ReadLimits, ResourceMeta, ResourceUri,
 };
 use rmcp::model::{
-    Annotations, CacheScope, CompleteRequestParams, CompleteResult, CompletionInfo, Implementation,
-    InitializeRequestParams, InitializeResult, ListResourceTemplatesResult, ListResourcesResult,
-    MetaObject, PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams,
-    ReadResourceResponse, ReadResourceResult, Reference, Resource, ResourceContents,
-    ResourceTemplate, ResourceUpdatedNotificationParam, ServerCapabilities, ServerConfig,
-    SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
+    Annotations, CacheScope, CompleteRequestParams, CompleteResult, CompletionInfo, ErrorCode,
+    Implementation, InitializeRequestParams, InitializeResult, ListResourceTemplatesResult,
+    ListResourcesResult, MetaObject, PaginatedRequestParams, ProtocolVersion,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Reference, RequestId,
+    RequestMetaObject, Resource, ResourceContents, ResourceTemplate,
+    ResourceUpdatedNotificationParam, ServerCapabilities, ServerConfig, ServerJsonRpcMessage,
+    ServerResult, SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
 };
 use rmcp::service::{RequestContext, RoleServer, SubscriptionContext};
 use rmcp::{ErrorData, Peer, ServerHandler};
@@ -208,6 +209,44 @@ fn visible_mounts(router: &Router, grant: Option<&Grant>) -> Option<Vec<u32>> {
 fn is_modern(ctx: &RequestContext<RoleServer>) -> bool {
     ctx.protocol_version()
         .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str())
+}
+
+/// Whether `meta` names exactly 2026-07-28 and has every member that version requires: rmcp
+/// then treats the request as a 2026-07-28 one whatever the session. The direct read paths
+/// (stdio and HTTP) take such a read themselves.
+pub(crate) fn complete_2026_07_28(meta: &RequestMetaObject) -> bool {
+    meta.protocol_version() == Some(ProtocolVersion::V_2026_07_28)
+        && meta
+            .missing_required_keys(&ProtocolVersion::V_2026_07_28)
+            .is_empty()
+}
+
+/// What rmcp's `ServerHandler` dispatch makes of a `resources/read` outcome for request `id`,
+/// for the direct read paths that answer without it: for a 2026-07-28 (`modern`) request,
+/// cache hints filled in where missing and not-found as the standard -32602; for a legacy
+/// one, `resultType` stripped.
+pub(crate) fn read_message(
+    answer: Result<ReadResourceResponse, ErrorData>,
+    id: RequestId,
+    modern: bool,
+) -> ServerJsonRpcMessage {
+    match answer {
+        Ok(result) => {
+            let mut result: ServerResult = result.into();
+            if modern {
+                result.fill_missing_cache_hints();
+            } else {
+                result.strip_result_type_for_legacy_peer();
+            }
+            ServerJsonRpcMessage::response(result, id)
+        }
+        Err(mut error) => {
+            if modern && error.code == ErrorCode::RESOURCE_NOT_FOUND {
+                error.code = ErrorCode::INVALID_PARAMS;
+            }
+            ServerJsonRpcMessage::error(error, Some(id))
+        }
+    }
 }
 
 fn scope(h: CacheHints) -> CacheScope {

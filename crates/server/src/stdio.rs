@@ -14,17 +14,18 @@
 //! puts every answer that is ready into one `write`: with many requests in flight that is one
 //! system call for a batch instead of one per answer.
 //!
-//! With [`StdioTransport::with_direct_reads`], a legacy session's plain `resources/read` is
-//! answered here instead of being handed to rmcp's serve loop, whose per-request task,
-//! cancellation-token pair, request map entries, span and answer channel cost as much as
-//! the read itself (the direct path took a 1 KiB read from about 150k to about 265k
-//! requests/s). A read qualifies only when rmcp's dispatch would do nothing to it but call
-//! the handler: the session was opened by an `initialize` answered with a version before
-//! 2026-07-28 (the transport sees that answer go out), and the request's `_meta` names no
-//! protocol version of its own. The answer gets what rmcp's dispatch gives a legacy answer
-//! (`resultType` stripped) and the same handler call and metrics; every other message goes
-//! to rmcp as before. A read still running when the client cancels it gets no answer, as
-//! rmcp drops the answer to a cancelled request.
+//! With [`StdioTransport::with_direct_reads`], a `resources/read` is answered here instead of
+//! being handed to rmcp's serve loop, whose per-request task, cancellation-token pair,
+//! request map entries, span and answer channel cost as much as the read itself (the direct
+//! path took a 1 KiB read from about 150k to about 265k requests/s). A read qualifies only
+//! when rmcp's dispatch would do nothing to it but call the handler, which the transport
+//! tells from the lifecycle it has seen (`Lifecycle`): in a session opened by an
+//! `initialize` answered below 2026-07-28, a read whose `_meta` names no protocol version of
+//! its own; in any opened session, a read naming exactly 2026-07-28 with every `_meta`
+//! member that version requires. The answer gets what rmcp's dispatch gives an answer of
+//! that era and the same handler call and metrics; every other message goes to rmcp as
+//! before. A read still running when the client cancels it gets no answer, as rmcp drops
+//! the answer to a cancelled request.
 
 use std::collections::HashMap;
 use std::io;
@@ -37,11 +38,10 @@ use bytes::{Buf, BytesMut};
 // only; the legacy era is one we serve.
 #[allow(deprecated)]
 use rmcp::model::{
-    ClientNotification, ClientRequest, CompleteRequest, ErrorCode, ErrorData, GetMeta,
-    JsonRpcMessage, JsonRpcRequest, JsonRpcVersion2_0, ListResourceTemplatesRequest,
-    ListResourcesRequest, PingRequest, ProtocolVersion, ReadResourceRequest, ReadResourceResponse,
-    RequestId, RequestMetaObject, ResourceContents, ServerResult, SubscribeRequest,
-    UnsubscribeRequest,
+    ClientNotification, ClientRequest, CompleteRequest, ErrorData, GetMeta, JsonRpcMessage,
+    JsonRpcRequest, JsonRpcVersion2_0, ListResourceTemplatesRequest, ListResourcesRequest,
+    PingRequest, ProtocolVersion, ReadResourceRequest, ReadResourceResponse, RequestId,
+    RequestMetaObject, ResourceContents, ServerResult, SubscribeRequest, UnsubscribeRequest,
 };
 use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
@@ -143,8 +143,8 @@ impl<R: AsyncRead + Unpin + Send> StdioTransport<R> {
         }
     }
 
-    /// Answer the legacy session's plain `resources/read` requests here, with `handler`,
-    /// instead of through rmcp's serve loop (see the module documentation).
+    /// Answer the `resources/read` requests rmcp would only hand to the handler here, with
+    /// `handler`, instead of through rmcp's serve loop (see the module documentation).
     /// `handler` is a handler of its own over the same server state: a read touches no
     /// per-session state.
     pub fn with_direct_reads(mut self, handler: McpHandler) -> Self {
@@ -356,12 +356,8 @@ fn era(lifecycle: Lifecycle, meta: Option<&RequestMetaObject>) -> Option<bool> {
     match lifecycle {
         Lifecycle::Legacy if !named => Some(false),
         Lifecycle::Legacy | Lifecycle::Inline => meta
-            .filter(|m| {
-                m.protocol_version() == Some(ProtocolVersion::V_2026_07_28)
-                    && m.missing_required_keys(&ProtocolVersion::V_2026_07_28)
-                        .is_empty()
-            })
-            .map(|_| true),
+            .is_some_and(crate::handler::complete_2026_07_28)
+            .then_some(true),
         Lifecycle::Opening | Lifecycle::Other => None,
     }
 }
@@ -385,32 +381,13 @@ fn opens_inline(request: &ClientRequest, handler: &McpHandler) -> bool {
             .is_some_and(|v| rmcp::Service::supported_protocol_versions(handler).contains(&v))
 }
 
-/// What rmcp's dispatch makes of a read's outcome, serialised: for a 2026-07-28 request,
-/// cache hints filled in where missing and not-found as the standard -32602; for a legacy
-/// one, `resultType` stripped.
+/// [`crate::handler::read_message`], serialised.
 fn answer_bytes(
     answer: Result<ReadResourceResponse, ErrorData>,
     id: RequestId,
     modern: bool,
 ) -> Option<Vec<u8>> {
-    let message = match answer {
-        Ok(result) => {
-            let mut result: ServerResult = result.into();
-            if modern {
-                result.fill_missing_cache_hints();
-            } else {
-                result.strip_result_type_for_legacy_peer();
-            }
-            TxJsonRpcMessage::<RoleServer>::response(result, id)
-        }
-        Err(mut error) => {
-            if modern && error.code == ErrorCode::RESOURCE_NOT_FOUND {
-                error.code = ErrorCode::INVALID_PARAMS;
-            }
-            TxJsonRpcMessage::<RoleServer>::error(error, Some(id))
-        }
-    };
-    encode(message)
+    encode(crate::handler::read_message(answer, id, modern))
         .inspect_err(|e| tracing::error!("cannot encode an answer: {e}"))
         .ok()
 }

@@ -29,10 +29,7 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use http::{HeaderMap, HeaderValue, Method, Request, StatusCode, header};
 use http_body_util::BodyExt as _;
-use rmcp::model::{
-    ClientRequest, ErrorCode, GetMeta as _, JsonRpcMessage, ProtocolVersion, ServerJsonRpcMessage,
-    ServerResult,
-};
+use rmcp::model::{ClientRequest, ErrorCode, GetMeta as _, JsonRpcMessage, ServerJsonRpcMessage};
 use rmcp::transport::streamable_http_server::StreamableHttpService;
 use rmcp::transport::streamable_http_server::session::SessionManager;
 use tokio_util::sync::CancellationToken;
@@ -136,13 +133,7 @@ impl<M: SessionManager> DirectRead<M> {
         let Some(JsonRpcMessage::Request(request)) = crate::stdio::decode_hot(&bytes) else {
             return Err(Request::from_parts(parts, Body::from(bytes)));
         };
-        let meta = request.request.get_meta();
-        let well_formed = meta
-            .protocol_version()
-            .is_some_and(|v| v.as_str() == PROTOCOL_VERSION)
-            && meta
-                .missing_required_keys(&ProtocolVersion::V_2026_07_28)
-                .is_empty();
+        let well_formed = crate::handler::complete_2026_07_28(request.request.get_meta());
         let ClientRequest::ReadResourceRequest(read) = request.request else {
             return Err(Request::from_parts(parts, Body::from(bytes)));
         };
@@ -170,21 +161,7 @@ impl<M: SessionManager> DirectRead<M> {
                 ));
             }
         };
-        // What rmcp's `ServerHandler` dispatch does to every 2026-07-28 answer: cache hints
-        // filled in where a handler left them out, and not-found as the standard -32602.
-        let message: ServerJsonRpcMessage = match answer {
-            Ok(result) => {
-                let mut result: ServerResult = result.into();
-                result.fill_missing_cache_hints();
-                JsonRpcMessage::response(result, id)
-            }
-            Err(mut error) => {
-                if error.code == ErrorCode::RESOURCE_NOT_FOUND {
-                    error.code = ErrorCode::INVALID_PARAMS;
-                }
-                JsonRpcMessage::error(error, Some(id))
-            }
-        };
+        let message = crate::handler::read_message(answer, id, true);
         let status = status_of(&message);
         Ok(match crate::stdio::to_json(message) {
             Ok(body) => Response::builder()
