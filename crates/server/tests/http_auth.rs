@@ -1,6 +1,8 @@
 //! The HTTP edge end to end: a real loopback HTTP server, a real JWKS endpoint, tokens signed
 //! with real RSA and EC keys, and per-mount scopes.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -143,14 +145,8 @@ impl Fixture {
             .send()
             .await
             .unwrap();
-        let status = resp.status().as_u16();
-        let www = resp
-            .headers()
-            .get("www-authenticate")
-            .map(|v| v.to_str().unwrap().to_owned())
-            .unwrap_or_default();
-        let body = resp.text().await.unwrap();
-        let json = serde_json::from_str(&body).unwrap_or(Value::Null);
+        let (status, www, body) = common::answer(resp, "www-authenticate").await;
+        let json = serde_json::from_slice(&body).unwrap_or(Value::Null);
         (status, www, json)
     }
 

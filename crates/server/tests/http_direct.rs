@@ -3,12 +3,13 @@
 //! content type and body, byte for byte; and `/metrics` shows which requests the direct path
 //! took, so a direct path that silently never answers fails too.
 
+mod common;
+
 use std::sync::Arc;
 
-use mcpr_core::Provider;
-use mcpr_provider_files::{FilesConfig, FilesProvider, encode_path_uri};
+use mcpr_provider_files::encode_path_uri;
+use mcpr_server::ServerState;
 use mcpr_server::http::HttpSettings;
-use mcpr_server::{ServerState, Settings};
 
 const META: &str = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"}}"#;
 
@@ -78,13 +79,7 @@ async fn send(http: &reqwest::Client, base: &str, c: &Case) -> (u16, String, Vec
         .send()
         .await
         .unwrap();
-    let status = resp.status().as_u16();
-    let ctype = resp
-        .headers()
-        .get("content-type")
-        .map(|v| v.to_str().unwrap().to_owned())
-        .unwrap_or_default();
-    (status, ctype, resp.bytes().await.unwrap().to_vec())
+    common::answer(resp, "content-type").await
 }
 
 async fn direct_count(http: &reqwest::Client, base: &str) -> u64 {
@@ -107,35 +102,7 @@ async fn direct_count(http: &reqwest::Client, base: &str) -> u64 {
 async fn direct_reads_answer_exactly_as_rmcp_does() {
     // reqwest needs a process-wide TLS provider even for plain http URLs.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().canonicalize().unwrap();
-    std::fs::write(root.join("small.txt"), "x".repeat(1024)).unwrap();
-    // Over the splice threshold, with everything JSON must escape, and non-ASCII text.
-    let mut tricky = String::new();
-    for c in 0u8..0x20 {
-        tricky.push(char::from(c));
-    }
-    tricky.push_str("\"\\ é ✓ 𝄞 </script>");
-    std::fs::write(root.join("tricky.txt"), tricky.repeat(40)).unwrap();
-    std::fs::write(root.join("tiny.txt"), "a\"b\nc").unwrap();
-    std::fs::write(
-        root.join("bin.dat"),
-        (0..=255u8).cycle().take(5000).collect::<Vec<_>>(),
-    )
-    .unwrap();
-    // Over the one-frame size: the direct path sends it a frame at a time.
-    std::fs::write(
-        root.join("big.dat"),
-        (0..=255u8).cycle().take(700_000).collect::<Vec<_>>(),
-    )
-    .unwrap();
-    std::fs::write(root.join("with space.md"), "# spaced").unwrap();
-    std::fs::write(root.join("ünï.md"), "# unicode name").unwrap();
-    std::fs::create_dir(root.join("sub")).unwrap();
-    std::fs::write(root.join("sub/a.md"), "a").unwrap();
-    let provider: Arc<dyn Provider> =
-        Arc::new(FilesProvider::new(FilesConfig::new(&root)).unwrap());
-    let state = ServerState::new(Settings::default(), vec![provider]);
+    let (_dir, root, state) = common::comparison_tree();
     let direct = serve(state.clone(), true).await;
     let plain = serve(state, false).await;
     let uri = |name: &str| encode_path_uri(&root.join(name));

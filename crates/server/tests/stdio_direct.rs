@@ -3,6 +3,8 @@
 //! for byte; and the transport's counter shows which reads the direct path took, so a direct
 //! path that silently never answers fails too.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -118,33 +120,7 @@ async fn same_answers(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn direct_reads_answer_exactly_as_rmcp_does() {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().canonicalize().unwrap();
-    std::fs::write(root.join("small.txt"), "x".repeat(1024)).unwrap();
-    let mut tricky = String::new();
-    for c in 0u8..0x20 {
-        tricky.push(char::from(c));
-    }
-    tricky.push_str("\"\\ é ✓ 𝄞 </script>");
-    std::fs::write(root.join("tricky.txt"), tricky.repeat(40)).unwrap();
-    std::fs::write(root.join("tiny.txt"), "a\"b\nc").unwrap();
-    std::fs::write(
-        root.join("bin.dat"),
-        (0..=255u8).cycle().take(5000).collect::<Vec<_>>(),
-    )
-    .unwrap();
-    // Past the provider's inline read size: this read waits, so it finishes on its own task.
-    std::fs::write(
-        root.join("big.dat"),
-        (0..=255u8).cycle().take(700_000).collect::<Vec<_>>(),
-    )
-    .unwrap();
-    std::fs::write(root.join("with space.md"), "# spaced").unwrap();
-    std::fs::create_dir(root.join("sub")).unwrap();
-    std::fs::write(root.join("sub/a.md"), "a").unwrap();
-    let provider: Arc<dyn Provider> =
-        Arc::new(FilesProvider::new(FilesConfig::new(&root)).unwrap());
-    let state = ServerState::new(Settings::default(), vec![provider]);
+    let (_dir, root, state) = common::comparison_tree();
     let uri = |name: &str| encode_path_uri(&root.join(name));
     let small = uri("small.txt");
 

@@ -1,0 +1,61 @@
+//! Helpers shared by the server's integration tests. Each test binary uses part of them.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use mcpr_core::Provider;
+use mcpr_provider_files::{FilesConfig, FilesProvider};
+use mcpr_server::{ServerState, Settings};
+
+/// The files the direct-path comparison tests read, in a temp dir (kept alive by the first
+/// value), with its canonical root and a server over it:
+/// - `small.txt`, 1 KiB of text;
+/// - `tricky.txt`, over the splice threshold, with every byte JSON must escape and non-ASCII;
+/// - `tiny.txt`, escapes under the threshold;
+/// - `bin.dat`, 5,000 bytes of binary;
+/// - `big.dat`, 700,000 bytes: over HTTP's one-frame size and past the files provider's
+///   inline read size (so a direct stdio read of it waits and finishes on its own task);
+/// - `with space.md`, `ünï.md`, and a directory `sub` holding `a.md`.
+pub fn comparison_tree() -> (tempfile::TempDir, PathBuf, Arc<ServerState>) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::write(root.join("small.txt"), "x".repeat(1024)).unwrap();
+    let mut tricky = String::new();
+    for c in 0u8..0x20 {
+        tricky.push(char::from(c));
+    }
+    tricky.push_str("\"\\ é ✓ 𝄞 </script>");
+    std::fs::write(root.join("tricky.txt"), tricky.repeat(40)).unwrap();
+    std::fs::write(root.join("tiny.txt"), "a\"b\nc").unwrap();
+    std::fs::write(
+        root.join("bin.dat"),
+        (0..=255u8).cycle().take(5000).collect::<Vec<_>>(),
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("big.dat"),
+        (0..=255u8).cycle().take(700_000).collect::<Vec<_>>(),
+    )
+    .unwrap();
+    std::fs::write(root.join("with space.md"), "# spaced").unwrap();
+    std::fs::write(root.join("ünï.md"), "# unicode name").unwrap();
+    std::fs::create_dir(root.join("sub")).unwrap();
+    std::fs::write(root.join("sub/a.md"), "a").unwrap();
+    let provider: Arc<dyn Provider> =
+        Arc::new(FilesProvider::new(FilesConfig::new(&root)).unwrap());
+    let state = ServerState::new(Settings::default(), vec![provider]);
+    (dir, root, state)
+}
+
+/// An HTTP answer as the tests look at it: status, the value of `header` (empty when
+/// absent), and the body's bytes.
+pub async fn answer(resp: reqwest::Response, header: &str) -> (u16, String, Vec<u8>) {
+    let status = resp.status().as_u16();
+    let value = resp
+        .headers()
+        .get(header)
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    (status, value, resp.bytes().await.unwrap().to_vec())
+}
