@@ -16,7 +16,7 @@ fn main() -> ExitCode {
         Some("test") => test(&args[1..]),
         Some("conformance") => conformance(),
         Some("bench") => bench(&args[1..]),
-        _ => Err("usage: cargo xtask <task>\n\n  test [--rust-only]  run every test: the Rust workspace tests, the Python SDK end-to-end suite\n                      against the built binary, then the official conformance suite over HTTP\n  conformance         only the official MCP conformance suite (Node 22 from the npm registry)\n  bench [--quick] [--pin] [--no-peers] [--only s1,s2]\n                      the benchmark: release build, fixtures and peers in .cache/bench, one table\n                      (also .cache/bench/results.json and bench-results.md)".into()),
+        _ => Err("usage: cargo xtask <task>\n\n  test [--rust-only]  run every test: the Rust workspace tests, the Python SDK end-to-end suite\n                      against the built binary, then the official conformance suite over HTTP\n  conformance         only the official MCP conformance suite (Node 22 from the npm registry)\n  bench [--quick] [--no-peers] [--only s1,s2]\n                      the benchmark: release build, fixtures and peers in .cache/bench, one table\n                      (also .cache/bench/results.json and bench-results.md)".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -266,7 +266,7 @@ fn bench(args: &[String]) -> Result<(), String> {
     let mut peers = true;
     while let Some(a) = it.next() {
         match a.as_str() {
-            "--quick" | "--pin" => {
+            "--quick" => {
                 cmd.arg(a);
             }
             "--no-peers" => peers = false,

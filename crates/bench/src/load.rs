@@ -184,48 +184,49 @@ pub fn stdio(
 /// whether answers are read raw.
 pub type Side<'a, 'm> = (&'a mut StdioServer, MakeRequest<'m>, &'a str, bool);
 
-/// Drive two stdio servers in alternating rounds, so both see the same machine: on a shared
-/// VM the round-trip time of even the echo floor drifts by tens of microseconds over
-/// seconds, and measuring one server after the other would compare two different moments.
+/// Drive stdio servers in alternating rounds, so all see the same machine: on a shared VM
+/// the round-trip time of even the echo floor drifts by tens of microseconds over seconds,
+/// and measuring one server after the other would compare different moments. The outcomes
+/// are in the order of `sides`.
 pub fn stdio_interleaved(
-    a: Side,
-    b: Side,
+    sides: Vec<Side>,
     plan: Plan,
     rounds: usize,
-) -> Result<(Outcome, Outcome), String> {
-    let mut da = StdioDriver::start(a.0, a.1, a.2, a.3, plan.warmup)?;
-    let mut db = StdioDriver::start(b.0, b.1, b.2, b.3, plan.warmup)?;
+) -> Result<Vec<Outcome>, String> {
+    let mut drivers = sides
+        .into_iter()
+        .map(|(s, make, check, raw)| StdioDriver::start(s, make, check, raw, plan.warmup))
+        .collect::<Result<Vec<_>, _>>()?;
     let rounds = rounds.max(1);
-    let (mut la, mut lb) = (
-        Samples::with_capacity(plan.iters),
-        Samples::with_capacity(plan.iters),
-    );
+    let mut latency: Vec<Samples> = drivers
+        .iter()
+        .map(|_| Samples::with_capacity(plan.iters))
+        .collect();
     let per = plan.iters.div_ceil(rounds);
     let end = Instant::now() + plan.max_latency_phase;
     for _ in 0..rounds {
-        da.latency(per, &mut la, end)?;
-        db.latency(per, &mut lb, end)?;
+        for (d, l) in drivers.iter_mut().zip(&mut latency) {
+            d.latency(per, l, end)?;
+        }
     }
     let phase = plan.throughput_phase / rounds as u32;
-    let (mut na, mut ta, mut nb, mut tb) = (0, Duration::ZERO, 0, Duration::ZERO);
+    let mut totals = vec![(0u64, Duration::ZERO); drivers.len()];
     for _ in 0..rounds {
-        let (n, t) = da.throughput(phase)?;
-        (na, ta) = (na + n, ta + t);
-        let (n, t) = db.throughput(phase)?;
-        (nb, tb) = (nb + n, tb + t);
+        for (d, (n, t)) in drivers.iter_mut().zip(&mut totals) {
+            let (dn, dt) = d.throughput(phase)?;
+            (*n, *t) = (*n + dn, *t + dt);
+        }
     }
-    Ok((
-        Outcome {
-            latency: la,
-            rps: na as f64 / ta.as_secs_f64(),
-            errors: da.errors,
-        },
-        Outcome {
-            latency: lb,
-            rps: nb as f64 / tb.as_secs_f64(),
-            errors: db.errors,
-        },
-    ))
+    Ok(drivers
+        .into_iter()
+        .zip(latency)
+        .zip(totals)
+        .map(|((d, latency), (n, t))| Outcome {
+            latency,
+            rps: n as f64 / t.as_secs_f64(),
+            errors: d.errors,
+        })
+        .collect())
 }
 
 /// One HTTP request target: endpoint, headers per request, and the body for id `n`.

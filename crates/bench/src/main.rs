@@ -3,6 +3,8 @@
 //! `mcpr-bench run …` generates the fixtures, runs every scenario against the release
 //! `mcp-resources`, the echo floor and the installed peers, prints one table and writes it as
 //! JSON and Markdown. `mcpr-bench echo` is the floor: it writes every stdin line back.
+//! `mcpr-bench file-echo DIR FILE` is the file floor: the echo, plus the system calls our
+//! server makes to read `FILE` beneath `DIR` for every line, with the text in the answer.
 //! `cargo xtask bench` builds, installs the peers and calls `run`; see the README.
 
 mod fixtures;
@@ -19,7 +21,8 @@ use std::process::ExitCode;
 
 const USAGE: &str = "usage:
   mcpr-bench echo
-  mcpr-bench run --server BIN --cache DIR [--quick] [--pin] [--node NODE --peers DIR]
+  mcpr-bench file-echo DIR FILE
+  mcpr-bench run --server BIN --cache DIR [--quick] [--node NODE --peers DIR]
                  [--opendal BIN | --no-opendal REASON] [--only s1,s2]
 scenarios: stdio, http, list, blob, notify, memory, startup, sqlite";
 
@@ -27,6 +30,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("echo") => echo(),
+        Some("file-echo") if args.len() == 3 => file_echo(&args[1], &args[2]),
         Some("run") => run(&args[1..]),
         _ => Err(USAGE.into()),
     };
@@ -62,11 +66,70 @@ fn echo() -> Result<(), String> {
     }
 }
 
+/// The file floor: for every line, the system calls `mcp-resources` makes for a direct read
+/// of a small file (`statx`, `openat2` beneath the directory, `fstat`, `read`, `close`), then
+/// the line back with the file's text as a JSON string, flushed. What a server that reads the
+/// file on every request cannot go below on this machine; no JSON parsing, no URI, no rules.
+fn file_echo(dir: &str, file: &str) -> Result<(), String> {
+    use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags, StatxFlags};
+    let root = rustix::fs::open(
+        dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| format!("{dir}: {e}"))?;
+    let stdin = std::io::stdin().lock();
+    let mut stdin = std::io::BufReader::with_capacity(1 << 16, stdin);
+    let mut stdout = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    let (mut line, mut text, mut answer) = (Vec::new(), Vec::new(), Vec::new());
+    loop {
+        line.clear();
+        if stdin
+            .read_until(b'\n', &mut line)
+            .map_err(|e| e.to_string())?
+            == 0
+        {
+            return Ok(());
+        }
+        let st = rustix::fs::statx(
+            &root,
+            file,
+            AtFlags::SYMLINK_NOFOLLOW | AtFlags::NO_AUTOMOUNT,
+            StatxFlags::TYPE | StatxFlags::SIZE,
+        )
+        .map_err(|e| format!("{file}: {e}"))?;
+        let fd = rustix::fs::openat2(
+            &root,
+            file,
+            OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::empty(),
+            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+        )
+        .map_err(|e| format!("{file}: {e}"))?;
+        let size = rustix::fs::fstat(&fd).map_err(|e| e.to_string())?.st_size;
+        text.clear();
+        text.resize(st.stx_size.max(size as u64) as usize + 1, 0);
+        let n = rustix::io::read(&fd, &mut text[..]).map_err(|e| e.to_string())?;
+        text.truncate(n);
+        drop(fd);
+        answer.clear();
+        answer.extend_from_slice(br#"{"echo":"#);
+        answer.extend_from_slice(line.strip_suffix(b"\n").unwrap_or(&line));
+        answer.extend_from_slice(br#","text":"#);
+        serde_json::to_writer(&mut answer, std::str::from_utf8(&text).unwrap_or(""))
+            .map_err(|e| e.to_string())?;
+        answer.extend_from_slice(b"}\n");
+        stdout
+            .write_all(&answer)
+            .and_then(|()| stdout.flush())
+            .map_err(|e| e.to_string())?;
+    }
+}
+
 struct Args {
     server: PathBuf,
     cache: PathBuf,
     quick: bool,
-    pin: bool,
     node: Option<PathBuf>,
     peers: Option<PathBuf>,
     opendal: Result<PathBuf, String>,
@@ -78,7 +141,6 @@ fn parse(args: &[String]) -> Result<Args, String> {
         server: PathBuf::new(),
         cache: PathBuf::new(),
         quick: false,
-        pin: false,
         node: None,
         peers: None,
         opendal: Err("not installed (no --opendal given)".into()),
@@ -95,7 +157,6 @@ fn parse(args: &[String]) -> Result<Args, String> {
             "--server" => a.server = value()?.into(),
             "--cache" => a.cache = value()?.into(),
             "--quick" => a.quick = true,
-            "--pin" => a.pin = true,
             "--node" => a.node = Some(value()?.into()),
             "--peers" => a.peers = Some(value()?.into()),
             "--opendal" => a.opendal = Ok(value()?.into()),
@@ -143,7 +204,6 @@ fn run(args: &[String]) -> Result<(), String> {
         cache: a.cache.clone(),
         fx,
         quick: a.quick,
-        pin: a.pin,
         node,
         opendal: a.opendal,
     };
@@ -175,7 +235,6 @@ fn run(args: &[String]) -> Result<(), String> {
         );
     }
     m["quick"] = a.quick.into();
-    m["pinned"] = a.pin.into();
     let table = report::table(&rows);
     println!(
         "\nmcp-resources benchmark — {} × {}{}\n",

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::fixtures::{Fixtures, TEXT_1K_HEAD, TREE_FILES};
 use crate::http::Conn;
-use crate::load::{self, HttpTarget, Outcome, Plan};
+use crate::load::{self, HttpTarget, Outcome, Plan, Side};
 use crate::proc::{INITIALIZE, StdioServer, Watchdog, rss};
 use crate::report::Row;
 use crate::stats::Samples;
@@ -27,8 +27,6 @@ pub struct Env {
     pub fx: Fixtures,
     /// Smaller fixtures, shorter phases.
     pub quick: bool,
-    /// Pin driver and servers to different CPUs for the stdio read comparison.
-    pub pin: bool,
     /// Node for the npm peers, and the directory holding their `node_modules`.
     pub node: Result<(PathBuf, PathBuf), String>,
     /// The `mcp-server-opendal` executable, or why there is none.
@@ -207,46 +205,96 @@ fn pinned(cmd: Command, cpu: &str) -> Command {
     p
 }
 
-/// With `--pin`, while it lives, the driver runs on CPU 0 and `Pin::cmd` puts servers on
-/// CPU 1, so every round trip crosses cores the same way (unpinned, the scheduler sometimes
-/// places client and server on one core, a wake-up without an IPI, and the floor drops
-/// threefold). Off by default: on a machine with other load, a pinned server cannot move
-/// away from it.
-struct Pin {
-    /// The CPUs the driver had before pinning, restored on drop; `None` when not pinned.
-    restore: Option<usize>,
+/// Where the driver and a stdio server run for the floor-against-ours comparison. Left to
+/// the scheduler, a server lands on the driver's core for some runs and on the other core for
+/// others, and on a VM the two differ several-fold (a wake-up on one core is a context
+/// switch; on the other it is an inter-processor interrupt to a halted vCPU): the echo floor
+/// measured 5 µs in one process and 45 µs in the next. So the comparison runs in fixed
+/// placements, every subject in the same ones.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Placement {
+    /// Driver on CPU 0, servers on CPU 1: every round trip crosses cores.
+    CrossCore,
+    /// Driver and servers on CPU 1: every round trip is a context switch on one core.
+    SameCore,
+    /// Left to the scheduler (one CPU, or no `taskset`).
+    Unpinned,
 }
 
-impl Pin {
-    fn new(wanted: bool) -> Self {
+impl Placement {
+    /// The placements this machine allows: both fixed ones given two CPUs and `taskset`.
+    fn available() -> Vec<Self> {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let on = wanted && cpus >= 2 && pin_self("0").is_ok();
-        Self {
-            restore: on.then_some(cpus),
+        let taskset = Command::new("taskset")
+            .arg("-V")
+            .stdout(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if cpus >= 2 && taskset {
+            vec![Self::CrossCore, Self::SameCore]
+        } else {
+            vec![Self::Unpinned]
         }
     }
 
+    fn cpus(self) -> Option<(&'static str, &'static str)> {
+        match self {
+            Self::CrossCore => Some(("0", "1")),
+            Self::SameCore => Some(("1", "1")),
+            Self::Unpinned => None,
+        }
+    }
+
+    /// What goes into a metric's name.
+    fn label(self) -> &'static str {
+        match self {
+            Self::CrossCore => ", cross-core",
+            Self::SameCore => ", same core",
+            Self::Unpinned => "",
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Self::CrossCore => "; driver pinned to CPU 0, servers to CPU 1",
+            Self::SameCore => "; driver and servers pinned to CPU 1",
+            Self::Unpinned => "; placement left to the scheduler",
+        }
+    }
+
+    /// Pin the driver for as long as the guard lives; servers started meanwhile go through
+    /// [`Pinned::cmd`].
+    fn enter(self) -> Result<Pinned, String> {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if let Some((driver, _)) = self.cpus() {
+            pin_self(driver)?;
+        }
+        Ok(Pinned {
+            placement: self,
+            restore: cpus,
+        })
+    }
+}
+
+/// The driver pinned to a [`Placement`]; restores every CPU on drop.
+struct Pinned {
+    placement: Placement,
+    restore: usize,
+}
+
+impl Pinned {
     fn cmd(&self, cmd: Command) -> Command {
-        if self.restore.is_some() {
-            pinned(cmd, "1")
-        } else {
-            cmd
-        }
-    }
-
-    fn describe(&self) -> &'static str {
-        if self.restore.is_some() {
-            "; driver pinned to CPU 0, server to CPU 1 (--pin)"
-        } else {
-            ""
+        match self.placement.cpus() {
+            Some((_, server)) => pinned(cmd, server),
+            None => cmd,
         }
     }
 }
 
-impl Drop for Pin {
+impl Drop for Pinned {
     fn drop(&mut self) {
-        if let Some(cpus) = self.restore {
-            let _ = pin_self(&format!("0-{}", cpus - 1));
+        if self.placement.cpus().is_some() {
+            let _ = pin_self(&format!("0-{}", self.restore - 1));
         }
     }
 }
@@ -296,122 +344,189 @@ fn read_req_2026(uri: &str) -> impl Fn(u64) -> String + Sync + use<> {
     }
 }
 
-/// The 1 KiB read over stdio: the floor, us, and each peer doing the same work.
-/// Alternating rounds of the floor and our server in the stdio read scenario.
+/// Rounds in which the floors and our server take turns in the stdio read scenario.
 const ROUNDS: usize = 10;
 
+/// The 1 KiB read over stdio: the two floors and us in each placement, then the 2026-07-28
+/// era and each peer doing the same work.
 pub fn stdio_read(env: &Env) -> Vec<Row> {
-    const S: &str = "stdio read 1 KiB";
-    let plan = env.plan();
     let mut rows = Vec::new();
+    let mut ours_rps = None;
+    for placement in Placement::available() {
+        let (r, rps) = floors_and_ours(env, placement);
+        rows.extend(r);
+        // The peers' multiple is taken against the placement where each process has a core.
+        ours_rps = ours_rps.or(rps);
+    }
+    rows.extend(modern_and_peers(env, ours_rps));
+    rows
+}
+
+const STDIO_READ: &str = "stdio read 1 KiB";
+
+/// The echo floor, the file floor and our server in alternating rounds in one placement:
+/// their rows, and our throughput.
+fn floors_and_ours(env: &Env, placement: Placement) -> (Vec<Row>, Option<f64>) {
+    const S: &str = STDIO_READ;
+    let plan = env.plan();
+    let at = placement.label();
     let uri = env.file_uri("f1k.txt");
-    let pin = Pin::new(env.pin);
-    let run = |cmd: Result<Command, String>,
-               init: bool,
-               make: &(dyn Fn(u64) -> String + Sync),
-               check: &str,
-               raw: bool|
-     -> Result<Outcome, String> {
-        let mut s = StdioServer::spawn(&mut pin.cmd(cmd?), false)?;
-        let _w = Watchdog::arm(s.pid(), Duration::from_secs(120));
-        if init {
-            s.initialize()?;
-        }
-        load::stdio(&mut s, make, check, raw, plan)
-    };
     let echo = || {
         let mut c = Command::new(&env.me);
         c.arg("echo");
         c
     };
-    // The floor and our server take turns (ROUNDS rounds of each phase), so both are
-    // measured under the same conditions on this shared machine.
-    let pair = (|| -> Result<(Outcome, Result<Outcome, String>), String> {
+    let file_echo = || {
+        let mut c = Command::new(&env.me);
+        c.arg("file-echo").arg(&env.fx.small).arg("f1k.txt");
+        c
+    };
+    let trio = (|| -> Result<(Outcome, Outcome, Result<Outcome, String>), String> {
+        let pin = placement.enter()?;
         let mut f = StdioServer::spawn(&mut pin.cmd(echo()), false)?;
         let _fw = Watchdog::arm(f.pid(), Duration::from_secs(120));
-        let mut o = match env.ours_config().and_then(|cfg| {
+        let mut ff = StdioServer::spawn(&mut pin.cmd(file_echo()), false)?;
+        let _ffw = Watchdog::arm(ff.pid(), Duration::from_secs(120));
+        let read = read_req(&uri);
+        let floors: Vec<Side> = vec![
+            (&mut f, &read, "resources/read", true),
+            (&mut ff, &read, "resources/read", true),
+        ];
+        let ours = env.ours_config().and_then(|cfg| {
             let mut o = StdioServer::spawn(&mut pin.cmd(env.ours(&cfg)), false)?;
             o.initialize()?;
             Ok(o)
-        }) {
-            Ok(o) => o,
+        });
+        let (mut o, _ow) = match ours {
+            Ok(o) => {
+                let w = Watchdog::arm(o.pid(), Duration::from_secs(120));
+                (o, w)
+            }
             Err(e) => {
-                return Ok((
-                    load::stdio(&mut f, &read_req(&uri), "resources/read", true, plan)?,
-                    Err(e),
-                ));
+                let mut v = load::stdio_interleaved(floors, plan, ROUNDS)?.into_iter();
+                let (Some(floor), Some(file)) = (v.next(), v.next()) else {
+                    return Err("the driver lost a floor's outcome".into());
+                };
+                return Ok((floor, file, Err(e)));
             }
         };
-        let _ow = Watchdog::arm(o.pid(), Duration::from_secs(120));
-        let (floor, ours) = load::stdio_interleaved(
-            (&mut f, &read_req(&uri), "resources/read", true),
-            (&mut o, &read_req(&uri), TEXT_1K_HEAD, false),
-            plan,
-            ROUNDS,
-        )?;
-        Ok((floor, Ok(ours)))
+        let mut sides = floors;
+        sides.push((&mut o, &read, TEXT_1K_HEAD, false));
+        let mut v = load::stdio_interleaved(sides, plan, ROUNDS)?.into_iter();
+        let (Some(floor), Some(file), Some(ours)) = (v.next(), v.next(), v.next()) else {
+            return Err("the driver lost an outcome".into());
+        };
+        Ok((floor, file, Ok(ours)))
     })();
-    let (mut floor, ours) = match pair {
-        Ok(p) => p,
-        Err(e) => return vec![Row::skipped(S, "echo floor", e)],
+    let (mut floor, mut file, ours) = match trio {
+        Ok(t) => t,
+        Err(e) => return (vec![Row::skipped(S, "echo floor", e)], None),
     };
+    let mut rows = Vec::new();
+    let p50m = format!("p50 (1 in flight{at})");
+    let p99m = format!("p99 (1 in flight{at})");
+    let rpsm = format!("throughput (32 in flight{at})");
     let (f50, f99, frps) = (floor.latency.p50_us(), floor.latency.p99_us(), floor.rps);
     let floor_note = &format!(
-        "the echo floor: a process that writes each request line back (flushing per line), driven by the same client; a round trip through two pipes; measured in {ROUNDS} rounds alternating with mcp-resources{}",
-        pin.describe()
+        "the echo floor: a process that writes each request line back (flushing per line), driven by the same client; a round trip through two pipes; measured in {ROUNDS} rounds alternating with the file floor and mcp-resources{}",
+        placement.describe()
     );
-    rows.push(Row::new(S, "echo floor", "p50 (1 in flight)", f50, "µs").note(floor_note));
-    rows.push(Row::new(S, "echo floor", "p99 (1 in flight)", f99, "µs").note(floor_note));
+    rows.push(Row::new(S, "echo floor", &p50m, f50, "µs").note(floor_note));
+    rows.push(Row::new(S, "echo floor", &p99m, f99, "µs").note(floor_note));
+    rows.push(Row::new(S, "echo floor", &rpsm, frps, "req/s").note(floor_note));
+    let (ff50, ff99, ffrps) = (file.latency.p50_us(), file.latency.p99_us(), file.rps);
+    let file_note = &format!(
+        "the file floor: the echo floor plus, for every line, the system calls mcp-resources makes to read the 1 KiB file (statx, openat2 beneath the directory, fstat, read, close) and the text in the answer as a JSON string; no JSON parsing, URI or rules; measured in the same rounds{}",
+        placement.describe()
+    );
     rows.push(
-        Row::new(S, "echo floor", "throughput (32 in flight)", frps, "req/s").note(floor_note),
+        Row::new(S, "file floor", &p50m, ff50, "µs")
+            .compare(format!("echo floor + {:.1} µs", ff50 - f50))
+            .note(file_note),
     );
-
+    rows.push(
+        Row::new(S, "file floor", &p99m, ff99, "µs")
+            .compare(format!("{:.2}× echo floor p99", ff99 / f99))
+            .note(file_note),
+    );
+    rows.push(
+        Row::new(S, "file floor", &rpsm, ffrps, "req/s")
+            .compare(format!("{:.0} % of echo floor", 100.0 * ffrps / frps))
+            .note(file_note),
+    );
     let ours_note = &format!(
         "resources/read of a 1024-byte text file (legacy session after initialize), answered with its text{}",
-        pin.describe()
+        placement.describe()
     );
-    let ours_rps = match ours {
-        Ok(mut o) => {
-            let (p50, p99) = (o.latency.p50_us(), o.latency.p99_us());
-            rows.push(
-                Row::new(S, "mcp-resources", "p50 (1 in flight)", p50, "µs")
-                    .compare(format!("floor + {:.1} µs", p50 - f50))
-                    .target("≤ floor + 15 µs", p50 <= f50 + 15.0)
-                    .note(ours_note),
-            );
-            rows.push(
-                Row::new(S, "mcp-resources", "p99 (1 in flight)", p99, "µs")
-                    .compare(format!("{:.2}× floor p99", p99 / f99))
-                    .target("≤ 2× floor p99", p99 <= 2.0 * f99)
-                    .note(ours_note),
-            );
-            rows.push(
-                Row::new(
-                    S,
-                    "mcp-resources",
-                    "throughput (32 in flight)",
-                    o.rps,
-                    "req/s",
-                )
-                .compare(format!("{:.0} % of floor", 100.0 * o.rps / frps))
-                .target("≥ 75 % of floor", o.rps >= 0.75 * frps)
-                .note(ours_note),
-            );
-            if o.errors > 0 {
-                rows.push(Row::new(
-                    S,
-                    "mcp-resources",
-                    "error answers",
-                    o.errors as f64,
-                    "",
-                ));
-            }
-            Some(o.rps)
-        }
+    let mut o = match ours {
+        Ok(o) => o,
         Err(e) => {
             rows.push(Row::skipped(S, "mcp-resources", format!("failed: {e}")));
-            None
+            return (rows, None);
         }
+    };
+    let (p50, p99) = (o.latency.p50_us(), o.latency.p99_us());
+    rows.push(
+        Row::new(S, "mcp-resources", &p50m, p50, "µs")
+            .compare(format!(
+                "floor + {:.1} µs; file floor + {:.1} µs",
+                p50 - f50,
+                p50 - ff50
+            ))
+            .target("≤ floor + 15 µs", p50 <= f50 + 15.0)
+            .note(ours_note),
+    );
+    rows.push(
+        Row::new(S, "mcp-resources", &p99m, p99, "µs")
+            .compare(format!(
+                "{:.2}× floor p99; {:.2}× file floor p99",
+                p99 / f99,
+                p99 / ff99
+            ))
+            .target("≤ 2× floor p99", p99 <= 2.0 * f99)
+            .note(ours_note),
+    );
+    rows.push(
+        Row::new(S, "mcp-resources", &rpsm, o.rps, "req/s")
+            .compare(format!(
+                "{:.0} % of floor; {:.0} % of file floor",
+                100.0 * o.rps / frps,
+                100.0 * o.rps / ffrps
+            ))
+            .target("≥ 75 % of floor", o.rps >= 0.75 * frps)
+            .note(ours_note),
+    );
+    if o.errors > 0 {
+        rows.push(Row::new(
+            S,
+            "mcp-resources",
+            "error answers",
+            o.errors as f64,
+            "",
+        ));
+    }
+    (rows, Some(o.rps))
+}
+
+/// The read in the 2026-07-28 era, and each peer doing the same work, placed by the
+/// scheduler (the Node and Python peers run several threads each, which one pinned CPU
+/// would squeeze); the peers' throughput against `ours_rps`.
+fn modern_and_peers(env: &Env, ours_rps: Option<f64>) -> Vec<Row> {
+    const S: &str = STDIO_READ;
+    let plan = env.plan();
+    let mut rows = Vec::new();
+    let uri = env.file_uri("f1k.txt");
+    let run = |cmd: Result<Command, String>,
+               init: bool,
+               make: &(dyn Fn(u64) -> String + Sync),
+               check: &str|
+     -> Result<Outcome, String> {
+        let mut s = StdioServer::spawn(&mut cmd?, false)?;
+        let _w = Watchdog::arm(s.pid(), Duration::from_secs(120));
+        if init {
+            s.initialize()?;
+        }
+        load::stdio(&mut s, make, check, false, plan)
     };
 
     // The same read in the stateless era: no initialize (so no list watch), _meta on every
@@ -422,32 +537,21 @@ pub fn stdio_read(env: &Env) -> Vec<Row> {
             false,
             &read_req_2026(&uri),
             TEXT_1K_HEAD,
-            false,
         )
     });
-    let modern_note = &format!(
-        "the same read as 2026-07-28 requests (no initialize, _meta on each request, ttlMs/cacheScope in each answer){}",
-        pin.describe()
-    );
+    let modern_note = "the same read as 2026-07-28 requests (no initialize, _meta on each request, ttlMs/cacheScope in each answer); placement left to the scheduler";
     match modern {
         Ok(mut o) => {
             let s = "mcp-resources, 2026-07-28";
             let (p50, p99) = (o.latency.p50_us(), o.latency.p99_us());
-            rows.push(
-                Row::new(S, s, "p50 (1 in flight)", p50, "µs")
-                    .compare(format!("floor + {:.1} µs", p50 - f50))
-                    .note(modern_note),
-            );
-            rows.push(
-                Row::new(S, s, "p99 (1 in flight)", p99, "µs")
-                    .compare(format!("{:.2}× floor p99", p99 / f99))
-                    .note(modern_note),
-            );
-            rows.push(
-                Row::new(S, s, "throughput (32 in flight)", o.rps, "req/s")
-                    .compare(format!("{:.0} % of floor", 100.0 * o.rps / frps))
-                    .note(modern_note),
-            );
+            rows.push(Row::new(S, s, "p50 (1 in flight)", p50, "µs").note(modern_note));
+            rows.push(Row::new(S, s, "p99 (1 in flight)", p99, "µs").note(modern_note));
+            let mut r =
+                Row::new(S, s, "throughput (32 in flight)", o.rps, "req/s").note(modern_note);
+            if let Some(ours) = ours_rps {
+                r = r.compare(format!("{:.0} % of the legacy read", 100.0 * o.rps / ours));
+            }
+            rows.push(r);
         }
         Err(e) => rows.push(Row::skipped(
             S,
@@ -486,8 +590,8 @@ pub fn stdio_read(env: &Env) -> Vec<Row> {
         ),
     ];
     for (name, cmd, make, check, want, note) in peers {
-        let note = &format!("{note}{}", pin.describe());
-        match run(cmd, true, &*make, check, false) {
+        let note = &format!("{note}; placement left to the scheduler");
+        match run(cmd, true, &*make, check) {
             Ok(mut o) => {
                 let (p50, p99) = (o.latency.p50_us(), o.latency.p99_us());
                 rows.push(Row::new(S, name, "p50 (1 in flight)", p50, "µs").note(note));
