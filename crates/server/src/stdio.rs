@@ -510,50 +510,87 @@ fn splice_contents(skeleton: &[u8], taken: &[(usize, String)]) -> io::Result<Vec
 }
 
 /// JSON string escaping as serde_json does it (the same escapes, lowercase `\u00XX` for
-/// other control characters), skipping 32-byte chunks that need none with one branch.
+/// other control characters), copying the runs between escapes whole.
 fn escape_into(out: &mut Vec<u8>, s: &[u8]) {
-    const fn needs(c: u8) -> bool {
-        c < 0x20 || c == b'"' || c == b'\\'
-    }
     const HEX: &[u8; 16] = b"0123456789abcdef";
     out.reserve(s.len());
     let mut run = 0;
-    let mut i = 0;
-    while i < s.len() {
-        let end = (i + 32).min(s.len());
-        // A branch-free fold over the chunk: the compiler turns it into vector compares.
-        if !s[i..end].iter().fold(false, |acc, &c| acc | needs(c)) {
-            i = end;
-            continue;
+    while let Some(j) = next_escape(s, run) {
+        out.extend_from_slice(&s[run..j]);
+        run = j + 1;
+        match s[j] {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            0x08 => out.extend_from_slice(b"\\b"),
+            0x0c => out.extend_from_slice(b"\\f"),
+            c => out.extend_from_slice(&[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[usize::from(c >> 4)],
+                HEX[usize::from(c & 0xf)],
+            ]),
         }
-        for j in i..end {
-            let c = s[j];
-            if !needs(c) {
-                continue;
-            }
-            out.extend_from_slice(&s[run..j]);
-            run = j + 1;
-            match c {
-                b'"' => out.extend_from_slice(b"\\\""),
-                b'\\' => out.extend_from_slice(b"\\\\"),
-                b'\n' => out.extend_from_slice(b"\\n"),
-                b'\r' => out.extend_from_slice(b"\\r"),
-                b'\t' => out.extend_from_slice(b"\\t"),
-                0x08 => out.extend_from_slice(b"\\b"),
-                0x0c => out.extend_from_slice(b"\\f"),
-                _ => out.extend_from_slice(&[
-                    b'\\',
-                    b'u',
-                    b'0',
-                    b'0',
-                    HEX[usize::from(c >> 4)],
-                    HEX[usize::from(c & 0xf)],
-                ]),
-            }
-        }
-        i = end;
     }
     out.extend_from_slice(&s[run..]);
+}
+
+const fn needs_escape(c: u8) -> bool {
+    c < 0x20 || c == b'"' || c == b'\\'
+}
+
+/// The first byte at or after `from` that JSON must escape.
+///
+/// A 32-byte chunk with none is skipped with one branch (the fold becomes vector compares:
+/// a base64 blob is all such chunks). In a chunk with one, the byte is found eight at a time
+/// ([`escape_mask`]) instead of one at a time: text has a newline every line, so most of its
+/// chunks have one, and the byte loop was most of a 1 KiB read's serialisation.
+fn next_escape(s: &[u8], mut from: usize) -> Option<usize> {
+    while let Some(chunk) = s.get(from..from + 32) {
+        if chunk.iter().fold(false, |acc, &c| acc | needs_escape(c)) {
+            let hit = chunk
+                .chunks_exact(8)
+                .enumerate()
+                .find_map(|(k, w)| {
+                    let word = u64::from_le_bytes(<[u8; 8]>::try_from(w).ok()?);
+                    let m = escape_mask(word);
+                    (m != 0).then(|| k * 8 + (m.trailing_zeros() / 8) as usize)
+                })
+                .or_else(|| chunk.iter().position(|&c| needs_escape(c)));
+            if let Some(at) = hit {
+                return Some(from + at);
+            }
+        }
+        from += 32;
+    }
+    s[from..]
+        .iter()
+        .position(|&c| needs_escape(c))
+        .map(|at| from + at)
+}
+
+/// Bit 7 of each byte of `word` that JSON must escape (below 0x20, `"` or `\`), exactly:
+/// every sum stays inside its byte, so no byte's answer leaks into its neighbour's.
+const fn escape_mask(word: u64) -> u64 {
+    const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    const fn ones(b: u8) -> u64 {
+        u64::from_ne_bytes([b; 8])
+    }
+    // Bit 7 ends up clear exactly in the bytes below 0x20: (b & 0x7f) + 0x60 reaches 0x80
+    // from 0x20 on, and `| word` sets it for 0x80 and up.
+    let below = !(((word & LOW7) + ones(0x60)) | word);
+    // Bit 7 clear exactly in the zero bytes of `x`.
+    const fn zero_bytes(x: u64) -> u64 {
+        !(((x & LOW7) + LOW7) | x)
+    }
+    let quote = zero_bytes(word ^ ones(b'"'));
+    let backslash = zero_bytes(word ^ ones(b'\\'));
+    (below | quote | backslash) & HIGH
 }
 
 impl<R: AsyncRead + Unpin + Send> Transport<RoleServer> for StdioTransport<R> {
@@ -849,6 +886,42 @@ mod tests {
                 String::from_utf8_lossy(&want[..want.len().min(300)])
             );
         }
+    }
+
+    #[test]
+    fn escaping_finds_every_byte_that_needs_it_wherever_it_is() {
+        // Each ASCII byte (and a two-byte character) at every offset of strings that span
+        // the word and chunk edges, alone and next to a second one, against serde_json.
+        let specials: Vec<String> = (0u8..0x80)
+            .map(|b| char::from(b).to_string())
+            .chain(["é".to_string(), "✓".to_string()])
+            .collect();
+        let check = |text: &str| {
+            let mut got = vec![b'"'];
+            escape_into(&mut got, text.as_bytes());
+            got.push(b'"');
+            assert_eq!(
+                String::from_utf8_lossy(&got),
+                serde_json::to_string(text).unwrap(),
+                "{text:?}"
+            );
+        };
+        for len in [1, 7, 8, 9, 31, 32, 33, 40, 64, 70] {
+            for at in 0..len {
+                for c in &specials {
+                    let mut t = "a".repeat(at);
+                    t.push_str(c);
+                    t.push_str(&"b".repeat(len - at - 1));
+                    check(&t);
+                    let mut two = t.clone();
+                    two.insert(at.min(two.len() - c.len()), '"');
+                    check(&two);
+                }
+            }
+        }
+        check("");
+        check(&"\n".repeat(100));
+        check(&"\u{1f}\u{7f}\u{80}".repeat(50));
     }
 
     /// A client on one end of in-memory pipes, the transport on the other.
