@@ -1,0 +1,75 @@
+//! The two stdio floors the benchmark measures against: each answers every line, and the
+//! file floor really reads the file, beneath its directory, the way the files provider does.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+
+/// Run `mcpr-bench` with `args`, feed it `lines`, and collect what it wrote and its status.
+fn run(args: &[&str], lines: &[&str]) -> (Vec<String>, bool) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mcpr-bench"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("mcpr-bench starts");
+    let mut stdin = child.stdin.take().expect("stdin");
+    for l in lines {
+        // A floor that already exited makes this fail; its status tells the test.
+        let _ = writeln!(stdin, "{l}");
+    }
+    drop(stdin);
+    let out = BufReader::new(child.stdout.take().expect("stdout"))
+        .lines()
+        .map(|l| l.expect("a line"))
+        .collect();
+    (out, child.wait().expect("exits").success())
+}
+
+#[test]
+fn the_echo_floor_writes_every_line_back() {
+    let lines = [r#"{"jsonrpc":"2.0","id":1}"#, "second", ""];
+    let (out, ok) = run(&["echo"], &lines);
+    assert!(ok);
+    assert_eq!(out, lines);
+}
+
+#[test]
+fn the_file_floor_answers_each_line_with_the_file_as_it_is_now() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("f.txt"), "a \"quoted\"\nline\\").unwrap();
+    let d = dir.path().to_str().unwrap();
+    let req = r#"{"jsonrpc":"2.0","id":7,"method":"resources/read"}"#;
+    let (out, ok) = run(&["file-echo", d, "f.txt"], &[req, req]);
+    assert!(ok);
+    assert_eq!(out.len(), 2);
+    for line in &out {
+        let v: serde_json::Value = serde_json::from_str(line).expect("JSON");
+        assert_eq!(v["echo"]["id"], 7);
+        assert_eq!(v["text"], "a \"quoted\"\nline\\");
+    }
+}
+
+#[test]
+fn the_file_floor_refuses_what_the_provider_refuses() {
+    // openat2 with RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS, as the direct read asks: a symlink
+    // (even one pointing inside) and a path out of the directory are both refused.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("f.txt"), "x").unwrap();
+    std::os::unix::fs::symlink("f.txt", dir.path().join("link.txt")).unwrap();
+    let sub = dir.path().join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    let req = r#"{"id":1}"#;
+    let (out, ok) = run(
+        &["file-echo", dir.path().to_str().unwrap(), "link.txt"],
+        &[req],
+    );
+    assert!(!ok && out.is_empty(), "{out:?}");
+    let (out, ok) = run(&["file-echo", sub.to_str().unwrap(), "../f.txt"], &[req]);
+    assert!(!ok && out.is_empty(), "{out:?}");
+    let (out, ok) = run(
+        &["file-echo", sub.to_str().unwrap(), "../sub/../f.txt"],
+        &[req],
+    );
+    assert!(!ok && out.is_empty(), "{out:?}");
+}
