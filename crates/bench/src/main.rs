@@ -46,10 +46,21 @@ fn main() -> ExitCode {
 /// The floor: the cheapest possible line-for-line answerer, flushing after every line just
 /// as a server must.
 fn echo() -> Result<(), String> {
+    answer_lines(|line, answer| {
+        answer.extend_from_slice(line);
+        Ok(())
+    })
+}
+
+/// Reads stdin a line at a time (with its `\n`) until it ends; `answer` fills the answer to
+/// each line, which is written and flushed before the next line is read.
+fn answer_lines(
+    mut answer: impl FnMut(&[u8], &mut Vec<u8>) -> Result<(), String>,
+) -> Result<(), String> {
     let stdin = std::io::stdin().lock();
     let mut stdin = std::io::BufReader::with_capacity(1 << 16, stdin);
     let mut stdout = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
-    let mut line = Vec::with_capacity(4096);
+    let (mut line, mut out) = (Vec::with_capacity(4096), Vec::with_capacity(4096));
     loop {
         line.clear();
         if stdin
@@ -59,8 +70,10 @@ fn echo() -> Result<(), String> {
         {
             return Ok(());
         }
+        out.clear();
+        answer(&line, &mut out)?;
         stdout
-            .write_all(&line)
+            .write_all(&out)
             .and_then(|()| stdout.flush())
             .map_err(|e| e.to_string())?;
     }
@@ -78,19 +91,8 @@ fn file_echo(dir: &str, file: &str) -> Result<(), String> {
         Mode::empty(),
     )
     .map_err(|e| format!("{dir}: {e}"))?;
-    let stdin = std::io::stdin().lock();
-    let mut stdin = std::io::BufReader::with_capacity(1 << 16, stdin);
-    let mut stdout = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
-    let (mut line, mut text, mut answer) = (Vec::new(), Vec::new(), Vec::new());
-    loop {
-        line.clear();
-        if stdin
-            .read_until(b'\n', &mut line)
-            .map_err(|e| e.to_string())?
-            == 0
-        {
-            return Ok(());
-        }
+    let mut text = Vec::new();
+    answer_lines(|line, answer| {
         let st = rustix::fs::statx(
             &root,
             file,
@@ -112,18 +114,14 @@ fn file_echo(dir: &str, file: &str) -> Result<(), String> {
         let n = rustix::io::read(&fd, &mut text[..]).map_err(|e| e.to_string())?;
         text.truncate(n);
         drop(fd);
-        answer.clear();
         answer.extend_from_slice(br#"{"echo":"#);
-        answer.extend_from_slice(line.strip_suffix(b"\n").unwrap_or(&line));
+        answer.extend_from_slice(line.strip_suffix(b"\n").unwrap_or(line));
         answer.extend_from_slice(br#","text":"#);
-        serde_json::to_writer(&mut answer, std::str::from_utf8(&text).unwrap_or(""))
+        serde_json::to_writer(&mut *answer, std::str::from_utf8(&text).unwrap_or(""))
             .map_err(|e| e.to_string())?;
         answer.extend_from_slice(b"}\n");
-        stdout
-            .write_all(&answer)
-            .and_then(|()| stdout.flush())
-            .map_err(|e| e.to_string())?;
-    }
+        Ok(())
+    })
 }
 
 struct Args {

@@ -103,13 +103,7 @@ async fn start() -> Fixture {
             required_scopes: vec!["mcp".into()],
         }),
     });
-    let server = mcpr_server::http::serve(state, settings, std::future::pending())
-        .await
-        .unwrap();
-    let base = format!("http://{}", server.local_addr);
-    tokio::spawn(async move {
-        let _ = server.wait().await;
-    });
+    let base = common::spawn_http(state, settings).await;
     Fixture {
         docs: encode_path_uri(&docs_dir.path().canonicalize().unwrap().join("guide.md")),
         finance: encode_path_uri(&fin_dir.path().canonicalize().unwrap().join("ledger.csv")),

@@ -20,14 +20,9 @@ struct Server {
 async fn serve(state: Arc<ServerState>, direct: bool) -> Server {
     let mut settings = HttpSettings::new("127.0.0.1:0".parse().unwrap());
     settings.direct_reads = direct;
-    let server = mcpr_server::http::serve(state, settings, std::future::pending())
-        .await
-        .unwrap();
-    let base = format!("http://{}", server.local_addr);
-    tokio::spawn(async move {
-        let _ = server.wait().await;
-    });
-    Server { base }
+    Server {
+        base: common::spawn_http(state, settings).await,
+    }
 }
 
 /// One request: extra headers on top of a well-formed 2026-07-28 read's, and the raw body.

@@ -59,3 +59,18 @@ pub async fn answer(resp: reqwest::Response, header: &str) -> (u16, String, Vec<
         .unwrap_or_default();
     (status, value, resp.bytes().await.unwrap().to_vec())
 }
+
+/// Serve `state` over HTTP with `settings` until the test ends; the base URL.
+pub async fn spawn_http(
+    state: Arc<ServerState>,
+    settings: mcpr_server::http::HttpSettings,
+) -> String {
+    let server = mcpr_server::http::serve(state, settings, std::future::pending())
+        .await
+        .unwrap();
+    let base = format!("http://{}", server.local_addr);
+    tokio::spawn(async move {
+        let _ = server.wait().await;
+    });
+    base
+}
