@@ -5,6 +5,7 @@
 //! the `server` crate translates between this vocabulary and MCP.
 
 pub mod capabilities;
+pub mod config;
 pub mod change;
 pub mod cursor;
 pub mod error;

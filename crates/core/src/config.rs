@@ -1,0 +1,624 @@
+//! Mount configuration: how a provider reads its own keys from `mcp-resources.toml`.
+//!
+//! The binary's loader reads `[server]`, `[http]` and the keys every mount shares (`kind`,
+//! `scope`, `ttl_ms`, `cache_scope`), then hands the rest of each `[[mount]]` table to the
+//! [`ProviderFactory`] registered for its `kind` (OpenDAL's shape: each service owns its
+//! settings). A factory deserializes that [`MountTable`] into its own `Deserialize` struct
+//! with `deny_unknown_fields`, so a key of another kind is refused with the file, line and key
+//! named, validates it once, and returns a [`MountSpec`] that opens the source.
+//!
+//! Spans survive the hand-over because the table is a `toml::de::DeValue` slice of the one
+//! parse of the file: every error maps back to a line of the file the user wrote.
+
+use std::fmt;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde::de::{DeserializeOwned, IntoDeserializer as _};
+use toml::Spanned;
+use toml::de::{DeTable, DeValue};
+
+use crate::provider::{CacheHints, Provider};
+
+/// A configuration error whose message already names the file, the line and the key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+/// A setting that failed validation: the key (relative to its mount, dotted for nested
+/// tables, e.g. `poll_interval_ms` or `query.params`) and what is wrong with it.
+///
+/// Providers validate their settings once, in one function that both the configuration file
+/// path and programmatic construction call; the file path turns the key back into a line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SettingError {
+    /// The key as written in the mount's table.
+    pub key: String,
+    /// What is wrong and what is allowed.
+    pub message: String,
+}
+
+impl SettingError {
+    /// `key` is wrong because of `message`.
+    pub fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+
+    /// Check that `value` lies in `range`, naming the key and the allowed range otherwise.
+    pub fn check_range(key: &str, value: u64, range: &std::ops::RangeInclusive<u64>) -> Result<(), Self> {
+        if range.contains(&value) {
+            Ok(())
+        } else {
+            Err(Self::new(
+                key,
+                format!(
+                    "{value} is out of range; allowed {}..={}",
+                    range.start(),
+                    range.end()
+                ),
+            ))
+        }
+    }
+}
+
+impl fmt::Display for SettingError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "`{}`: {}", self.key, self.message)
+    }
+}
+
+impl From<SettingError> for crate::Error {
+    fn from(e: SettingError) -> Self {
+        crate::Error::invalid_params(e.to_string())
+    }
+}
+
+/// A whole number written as a TOML integer or as a string (which may use `${NAME}`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum IntOrString {
+    /// `page_size = 100`
+    Int(i64),
+    /// `page_size = "${PAGE_SIZE}"`
+    Str(String),
+}
+
+/// The configuration file being loaded: its path and text (for line numbers), the directory
+/// relative paths are resolved against, and how `${NAME}` is looked up.
+pub struct ConfigFile<'a> {
+    path: &'a Path,
+    text: &'a str,
+    env: &'a (dyn Fn(&str) -> Option<String> + Sync),
+}
+
+impl<'a> ConfigFile<'a> {
+    /// The file at `path` holding `text`, expanding `${NAME}` through `env`.
+    pub fn new(
+        path: &'a Path,
+        text: &'a str,
+        env: &'a (dyn Fn(&str) -> Option<String> + Sync),
+    ) -> Self {
+        Self { path, text, env }
+    }
+
+    /// The file's path, as given.
+    pub fn path(&self) -> &Path {
+        self.path
+    }
+
+    /// The directory that relative paths in the file are relative to (the file's own, not
+    /// wherever the server was started).
+    pub fn base_dir(&self) -> PathBuf {
+        self.path.parent().map(Path::to_path_buf).unwrap_or_default()
+    }
+
+    /// `path` resolved against [`ConfigFile::base_dir`] when relative.
+    pub fn resolve_path(&self, path: &str) -> PathBuf {
+        let p = PathBuf::from(path);
+        if p.is_relative() {
+            self.base_dir().join(p)
+        } else {
+            p
+        }
+    }
+
+    /// An environment variable's value.
+    pub fn env(&self, name: &str) -> Option<String> {
+        (self.env)(name)
+    }
+
+    /// The 1-based line of a byte offset.
+    pub fn line(&self, offset: usize) -> usize {
+        self.text[..offset.min(self.text.len())]
+            .bytes()
+            .filter(|&b| b == b'\n')
+            .count()
+            + 1
+    }
+
+    /// An error at `span` about `key`.
+    pub fn error(&self, span: Range<usize>, key: &str, msg: impl fmt::Display) -> ConfigError {
+        ConfigError(format!(
+            "{}:{}: `{key}`: {msg}",
+            self.path.display(),
+            self.line(span.start)
+        ))
+    }
+
+    /// `Err` of [`ConfigFile::error`].
+    pub fn err<T>(&self, span: Range<usize>, key: &str, msg: impl fmt::Display) -> Result<T, ConfigError> {
+        Err(self.error(span, key, msg))
+    }
+
+    /// A TOML error (syntax, unknown key, wrong type) with the file, line and key named.
+    /// `root` is the table the failing value was deserialized from, searched for the key
+    /// under the error's position; `prefix` is that table's own key path (`mount`).
+    fn toml_error(&self, e: &toml::de::Error, root: Option<&DeTable<'_>>, prefix: &str) -> ConfigError {
+        let Some(span) = e.span() else {
+            return ConfigError(format!("{}: {}", self.path.display(), e.message()));
+        };
+        let mut path = Vec::new();
+        if let Some(t) = root {
+            key_path_at(t, span.start, &mut path);
+        }
+        let key = match (prefix.is_empty(), path.is_empty()) {
+            (true, true) => "(top level)".to_owned(),
+            (true, false) => path.join("."),
+            (false, true) => prefix.to_owned(),
+            (false, false) => format!("{prefix}.{}", path.join(".")),
+        };
+        self.error(span, &key, e.message().trim_end())
+    }
+
+    /// Deserialize `T` from a whole table of this file, with errors naming file, line and key.
+    pub fn deserialize_table<T: DeserializeOwned>(
+        &self,
+        table: &Spanned<DeTable<'_>>,
+        prefix: &str,
+    ) -> Result<T, ConfigError> {
+        T::deserialize(table.clone().into_deserializer())
+            .map_err(|e| self.toml_error(&e, Some(table.get_ref()), prefix))
+    }
+
+    /// Parse the whole file into spanned tables.
+    pub fn parse(&self) -> Result<Spanned<DeTable<'a>>, ConfigError> {
+        DeTable::parse(self.text).map_err(|e| self.toml_error(&e, None, ""))
+    }
+
+    /// Expand `${NAME}` (and `$$` for a literal `$`) in a string value.
+    pub fn expand(&self, v: &Spanned<String>, key: &str) -> Result<String, ConfigError> {
+        let s = v.get_ref();
+        let mut out = String::with_capacity(s.len());
+        let mut rest = s.as_str();
+        while let Some(i) = rest.find('$') {
+            out.push_str(&rest[..i]);
+            let tail = &rest[i..];
+            if let Some(t) = tail.strip_prefix("$$") {
+                out.push('$');
+                rest = t;
+            } else if let Some(t) = tail.strip_prefix("${") {
+                let Some(end) = t.find('}') else {
+                    return self.err(v.span(), key, "unclosed `${` (write `$$` for a literal `$`)");
+                };
+                let name = &t[..end];
+                if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+                {
+                    return self.err(
+                        v.span(),
+                        key,
+                        format!("`${{{name}}}` is not a valid environment variable name"),
+                    );
+                }
+                match self.env(name) {
+                    Some(val) => out.push_str(&val),
+                    None => {
+                        return self.err(
+                            v.span(),
+                            key,
+                            format!("environment variable `{name}` is not set"),
+                        );
+                    }
+                }
+                rest = &t[end + 1..];
+            } else {
+                out.push('$');
+                rest = &tail[1..];
+            }
+        }
+        out.push_str(rest);
+        Ok(out)
+    }
+
+    /// A whole number, from an integer or an expanded string, within `range`.
+    pub fn int(
+        &self,
+        v: &Spanned<IntOrString>,
+        key: &str,
+        range: std::ops::RangeInclusive<u64>,
+    ) -> Result<u64, ConfigError> {
+        let n = match v.get_ref() {
+            IntOrString::Int(n) => *n,
+            IntOrString::Str(s) => {
+                let s = self.expand(&Spanned::new(v.span(), s.clone()), key)?;
+                match s.trim().parse::<i64>() {
+                    Ok(n) => n,
+                    Err(_) => {
+                        return self.err(v.span(), key, format!("expected a whole number, got {s:?}"));
+                    }
+                }
+            }
+        };
+        match u64::try_from(n) {
+            Ok(n) if range.contains(&n) => Ok(n),
+            _ => self.err(
+                v.span(),
+                key,
+                format!(
+                    "{n} is out of range; allowed {}..={}",
+                    range.start(),
+                    range.end()
+                ),
+            ),
+        }
+    }
+
+    /// A size in bytes (`8MiB`, `512 KiB`, `10MB`, `1048576`) of at most `max` bytes.
+    pub fn size(&self, v: &Spanned<IntOrString>, key: &str, max: u64) -> Result<u64, ConfigError> {
+        let n = match v.get_ref() {
+            IntOrString::Int(n) if *n > 0 => *n as u64,
+            IntOrString::Int(n) => return self.err(v.span(), key, format!("{n} must be positive")),
+            IntOrString::Str(s) => {
+                let s = self.expand(&Spanned::new(v.span(), s.clone()), key)?;
+                match parse_size(&s) {
+                    Some(n) if n > 0 => n,
+                    _ => {
+                        return self.err(
+                            v.span(),
+                            key,
+                            format!(
+                                "{s:?} is not a size; write bytes or a number with KiB, MiB, GiB, KB, MB or GB"
+                            ),
+                        );
+                    }
+                }
+            }
+        };
+        if n > max {
+            return self.err(
+                v.span(),
+                key,
+                format!("{n} bytes is more than the maximum of {max} bytes ({})", human_size(max)),
+            );
+        }
+        Ok(n)
+    }
+
+    /// One of `choices`, from an expanded string.
+    pub fn choice<T: Copy>(
+        &self,
+        v: &Spanned<String>,
+        key: &str,
+        choices: &[(&str, T)],
+    ) -> Result<T, ConfigError> {
+        let s = self.expand(v, key)?;
+        match choices.iter().find(|(name, _)| *name == s) {
+            Some((_, t)) => Ok(*t),
+            None => {
+                let names: Vec<String> = choices.iter().map(|(n, _)| format!("{n:?}")).collect();
+                self.err(v.span(), key, format!("{s:?} is not one of {}", names.join(", ")))
+            }
+        }
+    }
+}
+
+/// `8MiB`, `512 KiB`, `10MB`, `1048576`.
+pub fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num.parse().ok()?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kib" | "k" => 1 << 10,
+        "mib" | "m" => 1 << 20,
+        "gib" | "g" => 1 << 30,
+        "tib" | "t" => 1 << 40,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        _ => return None,
+    };
+    n.checked_mul(mult)
+}
+
+/// `67108864` as `64MiB`, for limits in messages.
+fn human_size(n: u64) -> String {
+    for (unit, m) in [("TiB", 1u64 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
+        if n >= m && n % m == 0 {
+            return format!("{}{unit}", n / m);
+        }
+    }
+    format!("{n} bytes")
+}
+
+/// The deepest key path in `table` whose key or value covers `offset`. Every entry is
+/// searched, not only those whose span covers it: an array of tables (`[[mount.query]]`) is
+/// written in pieces, and its value's span does not cover all of them.
+fn key_path_at(table: &DeTable<'_>, offset: usize, path: &mut Vec<String>) -> bool {
+    let covers = |r: Range<usize>| r.start <= offset && offset < r.end.max(r.start + 1);
+    for (k, v) in table.iter() {
+        path.push(k.get_ref().to_string());
+        if covers(k.span()) || value_path_at(v, offset, path) {
+            return true;
+        }
+        path.pop();
+    }
+    false
+}
+
+fn value_path_at(v: &Spanned<DeValue<'_>>, offset: usize, path: &mut Vec<String>) -> bool {
+    let covers = |r: Range<usize>| r.start <= offset && offset < r.end.max(r.start + 1);
+    match v.get_ref() {
+        DeValue::Table(t) => key_path_at(t, offset, path) || covers(v.span()),
+        DeValue::Array(a) => a.iter().any(|i| value_path_at(i, offset, path)) || covers(v.span()),
+        _ => covers(v.span()),
+    }
+}
+
+/// The keys every mount shares, read by the binary's loader and handed to the factory.
+#[derive(Debug, Clone, Default)]
+pub struct MountCommon {
+    /// `ttl_ms` and `cache_scope`: the cache hints on the mount's results.
+    pub cache: CacheHints,
+}
+
+/// One `[[mount]]` table without the shared keys: what its provider's factory reads.
+pub struct MountTable<'a> {
+    file: &'a ConfigFile<'a>,
+    kind: String,
+    kind_span: Range<usize>,
+    table: Spanned<DeTable<'a>>,
+}
+
+impl<'a> MountTable<'a> {
+    /// The table of one mount of `file`, its `kind` already taken out.
+    pub fn new(
+        file: &'a ConfigFile<'a>,
+        kind: Spanned<String>,
+        table: Spanned<DeTable<'a>>,
+    ) -> Self {
+        Self {
+            file,
+            kind_span: kind.span(),
+            kind: kind.into_inner(),
+            table,
+        }
+    }
+
+    /// The mount's `kind`.
+    pub fn kind(&self) -> &str {
+        &self.kind
+    }
+
+    /// The file this mount is written in.
+    pub fn file(&self) -> &ConfigFile<'a> {
+        self.file
+    }
+
+    /// Deserialize the provider's own settings. The provider's struct should deny unknown
+    /// fields: a key of another kind is then refused with file, line and key.
+    pub fn parse<T: DeserializeOwned>(&self) -> Result<T, ConfigError> {
+        T::deserialize(self.table.clone().into_deserializer()).map_err(|e| {
+            match e.span() {
+                // A missing required key has no span of its own: point at the mount.
+                None => self.error_at_mount(e.message().trim_end()),
+                Some(_) => self.file.toml_error(&e, Some(self.table.get_ref()), "mount"),
+            }
+        })
+    }
+
+    /// An error about the mount as a whole (a missing key), at its `kind` line.
+    pub fn error_at_mount(&self, msg: impl fmt::Display) -> ConfigError {
+        self.file.error(self.kind_span.clone(), "mount", msg)
+    }
+
+    /// An error about `key` (dotted for nested tables) of this mount, at the line where the
+    /// key is written, or at the mount's `kind` line when it is not written.
+    pub fn error(&self, key: &str, msg: impl fmt::Display) -> ConfigError {
+        let span = self
+            .span_of(key)
+            .unwrap_or_else(|| self.kind_span.clone());
+        self.file.error(span, &format!("mount.{key}"), msg)
+    }
+
+    /// A failed validation, placed at its key.
+    pub fn setting_error(&self, e: SettingError) -> ConfigError {
+        self.error(&e.key, e.message)
+    }
+
+    /// Where `key` (dotted; the first element of an array of tables is searched) is written.
+    fn span_of(&self, key: &str) -> Option<Range<usize>> {
+        let mut table: &DeTable<'_> = self.table.get_ref();
+        let mut span = None;
+        for part in key.split('.') {
+            let (k, v) = table.iter().find(|(k, _)| k.get_ref() == part)?;
+            span = Some(k.span());
+            table = match v.get_ref() {
+                DeValue::Table(t) => t,
+                DeValue::Array(a) => match a.first().map(|i| i.get_ref()) {
+                    Some(DeValue::Table(t)) => t,
+                    _ => break,
+                },
+                _ => break,
+            };
+        }
+        span
+    }
+}
+
+/// A validated mount, ready to open its source.
+#[async_trait]
+pub trait MountSpec: Send + Sync + fmt::Debug {
+    /// The kind as written in config.
+    fn kind(&self) -> &str;
+    /// Open the source (a directory, a repository, a database pool) and build the provider.
+    async fn build(&self) -> crate::Result<Arc<dyn Provider>>;
+}
+
+/// Builds the mounts of one or more kinds from their configuration tables.
+pub trait ProviderFactory: Send + Sync {
+    /// The `kind` values this factory serves (`["sqlite", "postgres", "mysql"]`).
+    fn kinds(&self) -> &'static [&'static str];
+
+    /// Read and validate one mount's own keys.
+    fn configure(
+        &self,
+        table: &MountTable<'_>,
+        common: &MountCommon,
+    ) -> Result<Box<dyn MountSpec>, ConfigError>;
+
+    /// A mount of `dir` with every setting at its default, for `serve DIR`; `None` when this
+    /// kind does not serve directories.
+    fn for_directory(&self, dir: &Path) -> Option<Box<dyn MountSpec>> {
+        let _ = dir;
+        None
+    }
+}
+
+/// The factories compiled into a binary, by kind.
+#[derive(Default)]
+pub struct ProviderRegistry {
+    factories: Vec<Box<dyn ProviderFactory>>,
+}
+
+impl ProviderRegistry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Register a factory for its kinds.
+    pub fn register(&mut self, factory: Box<dyn ProviderFactory>) -> &mut Self {
+        self.factories.push(factory);
+        self
+    }
+
+    /// The factory for `kind`.
+    pub fn factory(&self, kind: &str) -> Option<&dyn ProviderFactory> {
+        self.factories
+            .iter()
+            .find(|f| f.kinds().contains(&kind))
+            .map(|f| &**f)
+    }
+
+    /// Every kind registered, in registration order.
+    pub fn kinds(&self) -> Vec<&'static str> {
+        self.factories.iter().flat_map(|f| f.kinds().iter().copied()).collect()
+    }
+
+    /// A default mount of `dir` from the first factory that serves directories.
+    pub fn for_directory(&self, dir: &Path) -> Option<Box<dyn MountSpec>> {
+        self.factories.iter().find_map(|f| f.for_directory(dir))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Demo {
+        root: Spanned<String>,
+        n: Option<Spanned<IntOrString>>,
+        #[serde(default)]
+        query: Vec<DemoQuery>,
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct DemoQuery {
+        uri: String,
+    }
+
+    fn with_mount<R>(text: &str, f: impl FnOnce(MountTable<'_>) -> R) -> R {
+        let env = |n: &str| (n == "HOME_DIR").then(|| "/home/x".to_owned());
+        let file = ConfigFile::new(Path::new("t.toml"), text, &env);
+        let root = file.parse().unwrap();
+        let mut root = root.into_inner();
+        let mounts = root.remove("mount").unwrap();
+        let DeValue::Array(a) = mounts.into_inner() else {
+            panic!()
+        };
+        let m = a.into_iter().next().unwrap();
+        let span = m.span();
+        let DeValue::Table(mut t) = m.into_inner() else {
+            panic!()
+        };
+        let kind = t.remove("kind").unwrap();
+        let kind = Spanned::new(kind.span(), kind.get_ref().as_str().unwrap().to_owned());
+        f(MountTable::new(&file, kind, Spanned::new(span, t)))
+    }
+
+    #[test]
+    fn unknown_keys_name_file_line_and_key() {
+        let e = with_mount(
+            "[[mount]]\nkind = \"demo\"\nroot = \"/x\"\n\nrespect_gitignore = true\n",
+            |m| m.parse::<Demo>().unwrap_err(),
+        );
+        assert!(e.0.starts_with("t.toml:5: `mount.respect_gitignore`: unknown field `respect_gitignore`"), "{e}");
+        let e = with_mount(
+            "[[mount]]\nkind = \"demo\"\nroot = \"/x\"\n[[mount.query]]\nuri = \"a\"\n[[mount.query]]\nuri = \"b\"\nsql = \"x\"\n",
+            |m| m.parse::<Demo>().unwrap_err(),
+        );
+        assert!(e.0.starts_with("t.toml:8: `mount.query.sql`: unknown field `sql`"), "{e}");
+        let e = with_mount("[[mount]]\nkind = \"demo\"\nroot = 5\n", |m| {
+            m.parse::<Demo>().unwrap_err()
+        });
+        assert!(e.0.starts_with("t.toml:3: `mount.root`:"), "{e}");
+        let e = with_mount("[[mount]]\nkind = \"demo\"\n", |m| m.parse::<Demo>().unwrap_err());
+        assert!(e.0.starts_with("t.toml:1: `mount`: missing field `root`"), "{e}");
+    }
+
+    #[test]
+    fn values_expand_and_validate_with_their_line() {
+        with_mount(
+            "[[mount]]\nkind = \"demo\"\nroot = \"${HOME_DIR}/d\"\nn = \"${NOPE}\"\n",
+            |m| {
+                let d: Demo = m.parse().unwrap();
+                assert_eq!(m.file().expand(&d.root, "mount.root").unwrap(), "/home/x/d");
+                let e = m.file().int(d.n.as_ref().unwrap(), "mount.n", 1..=5).unwrap_err();
+                assert!(e.0.starts_with("t.toml:4: `mount.n`: environment variable `NOPE`"), "{e}");
+                let e = m.setting_error(SettingError::new("n", "too big"));
+                assert_eq!(e.0, "t.toml:4: `mount.n`: too big");
+                let e = m.setting_error(SettingError::new("absent", "needed"));
+                assert_eq!(e.0, "t.toml:2: `mount.absent`: needed");
+            },
+        );
+        with_mount("[[mount]]\nkind = \"demo\"\nroot = \"/\"\nn = 9\n", |m| {
+            let d: Demo = m.parse().unwrap();
+            let e = m.file().int(d.n.as_ref().unwrap(), "mount.n", 1..=5).unwrap_err();
+            assert_eq!(e.0, "t.toml:4: `mount.n`: 9 is out of range; allowed 1..=5");
+        });
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("8MiB"), Some(8 << 20));
+        assert_eq!(parse_size("512 KiB"), Some(512 << 10));
+        assert_eq!(parse_size("10MB"), Some(10_000_000));
+        assert_eq!(parse_size("1TiB"), Some(1 << 40));
+        assert_eq!(parse_size("12"), Some(12));
+        assert_eq!(parse_size("8 parsecs"), None);
+        assert_eq!(human_size(64 << 20), "64MiB");
+        assert_eq!(human_size(1000), "1000 bytes");
+    }
+}
