@@ -1,9 +1,22 @@
-//! Settings of one `files` mount, already validated by the CLI's config loader.
+//! Settings of one `files` mount: the typed [`FilesConfig`], its one validation, and the
+//! `kind = "files"` table of the configuration file ([`FilesFactory`]).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
-use mcpr_core::CacheHints;
+use async_trait::async_trait;
+use mcpr_core::config::{
+    ConfigError, IntOrString, MountCommon, MountSpec, MountTable, ProviderFactory, SettingError,
+};
+use mcpr_core::{CacheHints, Provider};
+use serde::Deserialize;
+use toml::Spanned;
+
+/// Allowed `debounce_ms`.
+pub const DEBOUNCE_MS: std::ops::RangeInclusive<u64> = 0..=60_000;
+/// Allowed `poll_interval_ms`.
+pub const POLL_INTERVAL_MS: std::ops::RangeInclusive<u64> = 100..=3_600_000;
 
 /// The deny list every files mount starts with (gitignore syntax, matched against the path
 /// relative to the root). Denied entries are never listed, read, completed or watched, and
@@ -99,5 +112,182 @@ impl FilesConfig {
             templates: Vec::new(),
             cache: CacheHints::default(),
         }
+    }
+}
+
+impl FilesConfig {
+    /// Check the settings that do not need the file system: the one validation of a files
+    /// mount, made by the configuration loader and again by [`crate::FilesProvider::new`].
+    pub fn validate(&self) -> Result<(), SettingError> {
+        SettingError::check_range(
+            "debounce_ms",
+            self.debounce.as_millis() as u64,
+            &DEBOUNCE_MS,
+        )?;
+        SettingError::check_range(
+            "poll_interval_ms",
+            self.poll_interval.as_millis() as u64,
+            &POLL_INTERVAL_MS,
+        )?;
+        for pat in &self.deny {
+            if let Err(e) = ignore::gitignore::GitignoreBuilder::new("/").add_line(None, pat) {
+                return Err(SettingError::new("deny", format!("bad pattern {pat:?}: {e}")));
+            }
+        }
+        for t in &self.templates {
+            if let Err(e) = mcpr_core::UriTemplate::parse(&t.uri_template) {
+                return Err(SettingError::new(
+                    "template.uri_template",
+                    format!("{:?}: {e}", t.uri_template),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A `kind = "files"` table as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FilesToml {
+    root: Option<Spanned<String>>,
+    deny: Option<Vec<Spanned<String>>>,
+    respect_gitignore: Option<bool>,
+    hidden: Option<bool>,
+    debounce_ms: Option<Spanned<IntOrString>>,
+    list_changed: Option<Spanned<String>>,
+    poll_interval_ms: Option<Spanned<IntOrString>>,
+    #[serde(default)]
+    template: Vec<TemplateToml>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TemplateToml {
+    uri_template: Spanned<String>,
+    name: Spanned<String>,
+    description: Option<Spanned<String>>,
+}
+
+/// Builds `kind = "files"` mounts, and the mounts of `mcp-resources serve DIR`.
+pub struct FilesFactory;
+
+impl ProviderFactory for FilesFactory {
+    fn kinds(&self) -> &'static [&'static str] {
+        &["files"]
+    }
+
+    fn configure(
+        &self,
+        table: &MountTable<'_>,
+        common: &MountCommon,
+    ) -> Result<Box<dyn MountSpec>, ConfigError> {
+        let raw: FilesToml = table.parse()?;
+        let file = table.file();
+        let Some(root) = &raw.root else {
+            return Err(table.error_at_mount(
+                "a files mount needs `root`, the directory to serve",
+            ));
+        };
+        // Relative roots are relative to the config file, not to wherever the server started.
+        let root_path = file.resolve_path(&file.expand(root, "mount.root")?);
+        match std::fs::metadata(&root_path) {
+            Ok(md) if md.is_dir() => {}
+            Ok(_) => {
+                return file.err(
+                    root.span(),
+                    "mount.root",
+                    format!("{} is not a directory", root_path.display()),
+                );
+            }
+            Err(e) => {
+                return file.err(root.span(), "mount.root", format!("{}: {e}", root_path.display()));
+            }
+        }
+        let mut fc = FilesConfig::new(root_path);
+        for d in raw.deny.iter().flatten() {
+            fc.deny.push(file.expand(d, "mount.deny")?);
+        }
+        if let Some(v) = raw.respect_gitignore {
+            fc.respect_gitignore = v;
+        }
+        if let Some(v) = raw.hidden {
+            fc.hidden = v;
+        }
+        if let Some(v) = &raw.debounce_ms {
+            fc.debounce = Duration::from_millis(file.int(v, "mount.debounce_ms", DEBOUNCE_MS)?);
+        }
+        if let Some(v) = &raw.poll_interval_ms {
+            fc.poll_interval =
+                Duration::from_millis(file.int(v, "mount.poll_interval_ms", POLL_INTERVAL_MS)?);
+        }
+        if let Some(v) = &raw.list_changed {
+            fc.list_watch = file.choice(
+                v,
+                "mount.list_changed",
+                &[
+                    ("auto", ListWatchMode::Auto),
+                    ("poll", ListWatchMode::Poll),
+                    ("off", ListWatchMode::Off),
+                ],
+            )?;
+        }
+        fc.cache = common.cache;
+        for t in &raw.template {
+            fc.templates.push(TemplateConfig {
+                uri_template: file.expand(&t.uri_template, "mount.template.uri_template")?,
+                name: file.expand(&t.name, "mount.template.name")?,
+                description: t
+                    .description
+                    .as_ref()
+                    .map(|d| file.expand(d, "mount.template.description"))
+                    .transpose()?,
+            });
+        }
+        // A deny pattern or template that does not parse is named at its own line.
+        if let Err(e) = fc.validate() {
+            let (span, key) = match e.key.as_str() {
+                "deny" => (
+                    raw.deny
+                        .iter()
+                        .flatten()
+                        .find(|d| e.message.contains(&format!("{:?}", d.get_ref())))
+                        .map(Spanned::span),
+                    "mount.deny",
+                ),
+                "template.uri_template" => (
+                    raw.template
+                        .iter()
+                        .find(|t| e.message.starts_with(&format!("{:?}", t.uri_template.get_ref())))
+                        .map(|t| t.uri_template.span()),
+                    "mount.template.uri_template",
+                ),
+                _ => (None, ""),
+            };
+            return Err(match span {
+                Some(span) => file.error(span, key, e.message),
+                None => table.setting_error(e),
+            });
+        }
+        Ok(Box::new(FilesSpec(fc)))
+    }
+
+    fn for_directory(&self, dir: &Path) -> Option<Box<dyn MountSpec>> {
+        Some(Box::new(FilesSpec(FilesConfig::new(dir))))
+    }
+}
+
+/// A validated files mount.
+#[derive(Debug)]
+struct FilesSpec(FilesConfig);
+
+#[async_trait]
+impl MountSpec for FilesSpec {
+    fn kind(&self) -> &str {
+        "files"
+    }
+
+    async fn build(&self) -> mcpr_core::Result<Arc<dyn Provider>> {
+        Ok(Arc::new(crate::FilesProvider::new(self.0.clone())?))
     }
 }

@@ -15,6 +15,6 @@ mod read;
 mod rules;
 mod watch;
 
-pub use config::{BUILTIN_DENY, FilesConfig, ListWatchMode, TemplateConfig};
+pub use config::{BUILTIN_DENY, FilesConfig, FilesFactory, ListWatchMode, TemplateConfig};
 pub use path::encode_path_uri;
 pub use provider::FilesProvider;

@@ -169,6 +169,7 @@ impl FilesProvider {
     /// Open the root and validate the config. Fails when the root is not a readable
     /// directory or a pattern or template is malformed.
     pub fn new(config: FilesConfig) -> Result<Self> {
+        config.validate()?;
         let canonical_root = std::fs::canonicalize(&config.root).map_err(|e| {
             Error::invalid_params(format!(
                 "files root {} cannot be opened: {e}",

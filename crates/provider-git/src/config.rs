@@ -1,10 +1,26 @@
-//! Settings of one `git` mount, already validated by the CLI's config loader (and checked
-//! again by [`crate::GitProvider::new`]).
+//! Settings of one `git` mount: the typed [`GitConfig`], its one validation, and the
+//! `kind = "git"` table of the configuration file ([`GitFactory`]).
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
-use mcpr_core::CacheHints;
+use async_trait::async_trait;
+use mcpr_core::config::{
+    ConfigError, IntOrString, MountCommon, MountSpec, MountTable, ProviderFactory, SettingError,
+};
+use mcpr_core::{CacheHints, Provider};
+use serde::Deserialize;
+use toml::Spanned;
+
+/// Allowed `debounce_ms`.
+pub const DEBOUNCE_MS: std::ops::RangeInclusive<u64> = 0..=60_000;
+/// Allowed `poll_interval_ms`.
+pub const POLL_INTERVAL_MS: std::ops::RangeInclusive<u64> = 100..=3_600_000;
+/// Allowed `last_modified_depth`.
+pub const LAST_MODIFIED_DEPTH: std::ops::RangeInclusive<u64> = 0..=1_000_000;
+/// Allowed `history_scan_limit`.
+pub const HISTORY_SCAN_LIMIT: std::ops::RangeInclusive<u64> = 1..=10_000_000;
 
 /// How ref moves are detected for change notifications.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,9 +79,9 @@ impl GitConfig {
         }
     }
 
-    /// Check the settings that do not need the repository.
-    pub(crate) fn validate(&self) -> mcpr_core::Result<()> {
-        use mcpr_core::Error;
+    /// Check the settings that do not need the repository: the one validation of a git
+    /// mount, made by the configuration loader and again by [`crate::GitProvider::new`].
+    pub fn validate(&self) -> Result<(), SettingError> {
         if let Some(name) = &self.name {
             let ok = !name.is_empty()
                 && name.len() <= 64
@@ -73,25 +89,133 @@ impl GitConfig {
                     .bytes()
                     .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
             if !ok {
-                return Err(Error::invalid_params(format!(
-                    "git mount name {name:?} must be 1 to 64 letters, digits, '-', '_' or '.'"
-                )));
+                return Err(SettingError::new(
+                    "name",
+                    format!("git mount name {name:?} must be 1 to 64 letters, digits, '-', '_' or '.'"),
+                ));
             }
         } else if !self.default {
-            return Err(Error::invalid_params(
+            return Err(SettingError::new(
+                "default",
                 "a git mount without a name must be the default mount (it has no other URI form)",
             ));
         }
-        if self.poll_interval < Duration::from_millis(100) {
-            return Err(Error::invalid_params(
-                "git poll interval must be at least 100 ms",
-            ));
-        }
-        if self.history_scan_limit == 0 {
-            return Err(Error::invalid_params(
-                "git history_scan_limit must be at least 1",
-            ));
-        }
+        SettingError::check_range("debounce_ms", self.debounce.as_millis() as u64, &DEBOUNCE_MS)?;
+        SettingError::check_range(
+            "poll_interval_ms",
+            self.poll_interval.as_millis() as u64,
+            &POLL_INTERVAL_MS,
+        )?;
+        SettingError::check_range(
+            "last_modified_depth",
+            self.last_modified_depth as u64,
+            &LAST_MODIFIED_DEPTH,
+        )?;
+        SettingError::check_range(
+            "history_scan_limit",
+            self.history_scan_limit as u64,
+            &HISTORY_SCAN_LIMIT,
+        )?;
         Ok(())
+    }
+}
+
+/// A `kind = "git"` table as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GitToml {
+    repo: Option<Spanned<String>>,
+    name: Option<Spanned<String>>,
+    default: Option<bool>,
+    default_ref: Option<Spanned<String>>,
+    debounce_ms: Option<Spanned<IntOrString>>,
+    poll_interval_ms: Option<Spanned<IntOrString>>,
+    watch: Option<Spanned<String>>,
+    last_modified_depth: Option<Spanned<IntOrString>>,
+    history_scan_limit: Option<Spanned<IntOrString>>,
+}
+
+/// Builds `kind = "git"` mounts.
+pub struct GitFactory;
+
+impl ProviderFactory for GitFactory {
+    fn kinds(&self) -> &'static [&'static str] {
+        &["git"]
+    }
+
+    fn configure(
+        &self,
+        table: &MountTable<'_>,
+        common: &MountCommon,
+    ) -> Result<Box<dyn MountSpec>, ConfigError> {
+        let raw: GitToml = table.parse()?;
+        let file = table.file();
+        let Some(repo) = &raw.repo else {
+            return Err(table.error_at_mount("a git mount needs `repo`, the repository to serve"));
+        };
+        let path = file.resolve_path(&file.expand(repo, "mount.repo")?);
+        if !path.is_dir() {
+            return file.err(
+                repo.span(),
+                "mount.repo",
+                format!("{} is not a directory", path.display()),
+            );
+        }
+        let mut g = GitConfig::new(path);
+        if let Some(v) = &raw.name {
+            g.name = Some(file.expand(v, "mount.name")?);
+            // A named mount is reached through git://@{name}/… unless it is marked default.
+            g.default = false;
+        }
+        if let Some(d) = raw.default {
+            g.default = d;
+        }
+        if let Some(v) = &raw.default_ref {
+            g.default_ref = Some(file.expand(v, "mount.default_ref")?);
+        }
+        if let Some(v) = &raw.debounce_ms {
+            g.debounce = Duration::from_millis(file.int(v, "mount.debounce_ms", DEBOUNCE_MS)?);
+        }
+        if let Some(v) = &raw.poll_interval_ms {
+            g.poll_interval =
+                Duration::from_millis(file.int(v, "mount.poll_interval_ms", POLL_INTERVAL_MS)?);
+        }
+        if let Some(v) = &raw.watch {
+            g.watch = file.choice(
+                v,
+                "mount.watch",
+                &[
+                    ("auto", RefWatchMode::Auto),
+                    ("poll", RefWatchMode::Poll),
+                    ("off", RefWatchMode::Off),
+                ],
+            )?;
+        }
+        if let Some(v) = &raw.last_modified_depth {
+            g.last_modified_depth =
+                file.int(v, "mount.last_modified_depth", LAST_MODIFIED_DEPTH)? as usize;
+        }
+        if let Some(v) = &raw.history_scan_limit {
+            g.history_scan_limit =
+                file.int(v, "mount.history_scan_limit", HISTORY_SCAN_LIMIT)? as usize;
+        }
+        g.cache = common.cache;
+        g.validate().map_err(|e| table.setting_error(e))?;
+        Ok(Box::new(GitSpec(g)))
+    }
+}
+
+/// A validated git mount.
+#[derive(Debug)]
+struct GitSpec(GitConfig);
+
+#[async_trait]
+impl MountSpec for GitSpec {
+    fn kind(&self) -> &str {
+        "git"
+    }
+
+    async fn build(&self) -> mcpr_core::Result<Arc<dyn Provider>> {
+        Ok(Arc::new(crate::GitProvider::new(self.0.clone())?))
     }
 }

@@ -17,5 +17,5 @@ mod repo;
 mod uri;
 mod watch;
 
-pub use config::{GitConfig, RefWatchMode};
+pub use config::{GitConfig, GitFactory, RefWatchMode};
 pub use provider::GitProvider;

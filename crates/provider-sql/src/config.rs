@@ -1,11 +1,34 @@
-//! Settings of one SQL mount, as the CLI's config loader hands them over; checked again by
-//! [`crate::SqlProvider::new`], which also checks every named query against the database.
+//! Settings of one SQL mount: the typed [`SqlConfig`], its one validation, and the
+//! `kind = "sqlite" | "postgres" | "mysql"` tables of the configuration file ([`SqlFactory`]).
+//! [`crate::SqlProvider::new`] validates again and checks every named query against the
+//! database.
 
 use std::collections::BTreeMap;
+use std::ops::RangeInclusive;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
-use mcpr_core::{CacheHints, Error, Result};
+use async_trait::async_trait;
+use mcpr_core::config::{
+    ConfigError, IntOrString, MountCommon, MountSpec, MountTable, ProviderFactory, SettingError,
+};
+use mcpr_core::{CacheHints, Error, Provider, Result};
+use serde::Deserialize;
+use toml::Spanned;
+
+/// Allowed `page_size`.
+pub const PAGE_SIZE: RangeInclusive<u64> = 1..=10_000;
+/// Allowed `max_rows`.
+pub const MAX_ROWS: RangeInclusive<u64> = 1..=1_000_000;
+/// Allowed `max_bytes` (the server's own `max_read_bytes` applies too).
+pub const MAX_BYTES: RangeInclusive<u64> = 1024..=(1 << 40);
+/// Allowed `statement_timeout_ms`.
+pub const STATEMENT_TIMEOUT_MS: RangeInclusive<u64> = 10..=600_000;
+/// Allowed `max_connections`.
+pub const MAX_CONNECTIONS: RangeInclusive<u64> = 1..=64;
+/// Allowed `poll_interval_ms`.
+pub const POLL_INTERVAL_MS: RangeInclusive<u64> = 10..=3_600_000;
 
 /// How a named-query parameter is bound.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -159,8 +182,9 @@ impl SqlConfig {
         Ok(PathBuf::from(path))
     }
 
-    /// Check the settings that do not need the database.
-    pub(crate) fn validate(&self) -> Result<()> {
+    /// Check the settings that do not need the database: the one validation of an SQL
+    /// mount, made by the configuration loader and again by [`crate::SqlProvider::new`].
+    pub fn validate(&self) -> std::result::Result<(), SettingError> {
         let name_ok = !self.name.is_empty()
             && self.name.len() <= 64
             && self
@@ -168,69 +192,279 @@ impl SqlConfig {
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
         if !name_ok {
-            return Err(Error::invalid_params(format!(
-                "sql mount name {:?} must be 1 to 64 letters, digits, '-', '_' or '.'",
-                self.name
-            )));
-        }
-        let range = |what: &str, v: u128, lo: u128, hi: u128| {
-            if (lo..=hi).contains(&v) {
-                Ok(())
-            } else {
-                Err(Error::invalid_params(format!(
-                    "sql mount {:?}: {what} must be between {lo} and {hi}, not {v}",
+            return Err(SettingError::new(
+                "name",
+                format!(
+                    "sql mount name {:?} must be 1 to 64 letters, digits, '-', '_' or '.'",
                     self.name
-                )))
-            }
-        };
-        range("page_size", self.page_size as u128, 1, 10_000)?;
-        range("max_rows", self.max_rows as u128, 1, 1_000_000)?;
-        range("max_bytes", self.max_bytes as u128, 1024, 1 << 40)?;
-        range(
-            "statement_timeout (ms)",
-            self.statement_timeout.as_millis(),
-            10,
-            600_000,
+                ),
+            ));
+        }
+        SettingError::check_range("page_size", self.page_size as u64, &PAGE_SIZE)?;
+        SettingError::check_range("max_rows", self.max_rows as u64, &MAX_ROWS)?;
+        SettingError::check_range("max_bytes", self.max_bytes, &MAX_BYTES)?;
+        SettingError::check_range(
+            "statement_timeout_ms",
+            self.statement_timeout.as_millis() as u64,
+            &STATEMENT_TIMEOUT_MS,
         )?;
-        range("max_connections", self.max_connections as u128, 1, 64)?;
-        range(
-            "poll_interval (ms)",
-            self.poll_interval.as_millis(),
-            10,
-            3_600_000,
+        SettingError::check_range(
+            "max_connections",
+            self.max_connections as u64,
+            &MAX_CONNECTIONS,
+        )?;
+        SettingError::check_range(
+            "poll_interval_ms",
+            self.poll_interval.as_millis() as u64,
+            &POLL_INTERVAL_MS,
         )?;
         // Only the scheme is ever echoed: the URL may carry a password.
-        let scheme = self.url.split("://").next().unwrap_or_default();
         if SqlKind::of_url(&self.url) != Some(self.kind) {
-            return Err(Error::invalid_params(format!(
-                "sql mount {:?}: a {} mount needs a {} URL, not {scheme}://",
-                self.name,
-                self.kind.as_str(),
-                match self.kind {
-                    SqlKind::Sqlite => "sqlite://PATH",
-                    SqlKind::Postgres => "postgres://user@host/database",
-                    SqlKind::MySql => "mysql://user@host/database",
-                }
-            )));
+            let scheme = match self.url.split_once("://") {
+                Some((scheme, _)) => format!("{scheme}://"),
+                None => "(none)".into(),
+            };
+            return Err(SettingError::new(
+                "url",
+                format!(
+                    "a {} mount needs a URL like {}; this one's scheme is {scheme}",
+                    self.kind.as_str(),
+                    self.kind.example_url()
+                ),
+            ));
         }
         if let Some(ch) = &self.notify_channel {
             let ok = !ch.is_empty()
                 && ch.len() <= 63
                 && ch.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
             if !ok || self.kind != SqlKind::Postgres {
-                return Err(Error::invalid_params(format!(
-                    "sql mount {:?}: notify_channel must be 1 to 63 letters, digits or '_', and only postgres mounts have one",
-                    self.name
-                )));
+                return Err(SettingError::new(
+                    "notify_channel",
+                    "must be 1 to 63 letters, digits or '_', and only postgres mounts have one",
+                ));
             }
         }
         if self.default_schema.is_empty() {
-            return Err(Error::invalid_params(format!(
-                "sql mount {:?}: schema must not be empty",
-                self.name
-            )));
+            return Err(SettingError::new("schema", "must not be empty"));
         }
         Ok(())
+    }
+}
+
+impl SqlKind {
+    /// A URL of this kind, for messages.
+    pub fn example_url(self) -> &'static str {
+        match self {
+            SqlKind::Sqlite => "sqlite://PATH",
+            SqlKind::Postgres => "postgres://user:${PGPASSWORD}@host:5432/database",
+            SqlKind::MySql => "mysql://user:${MYSQL_PASSWORD}@host:3306/database",
+        }
+    }
+}
+
+/// An SQL mount's table as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SqlToml {
+    name: Option<Spanned<String>>,
+    url: Option<Spanned<String>>,
+    schema: Option<Spanned<String>>,
+    notify_channel: Option<Spanned<String>>,
+    poll_interval_ms: Option<Spanned<IntOrString>>,
+    page_size: Option<Spanned<IntOrString>>,
+    max_rows: Option<Spanned<IntOrString>>,
+    max_bytes: Option<Spanned<IntOrString>>,
+    statement_timeout_ms: Option<Spanned<IntOrString>>,
+    max_connections: Option<Spanned<IntOrString>>,
+    #[serde(default)]
+    query: Vec<QueryToml>,
+}
+
+/// One `[[mount.query]]` as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct QueryToml {
+    uri: Spanned<String>,
+    sql: Spanned<String>,
+    description: Option<String>,
+    #[serde(default)]
+    params: BTreeMap<String, ParamToml>,
+}
+
+/// One `params.NAME = { ... }` as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ParamToml {
+    #[serde(rename = "enum")]
+    allowed: Option<Vec<String>>,
+    pattern: Option<String>,
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    /// `table.column` (or `schema.table.column`) whose values completion suggests.
+    from: Option<String>,
+}
+
+/// Builds `kind = "sqlite"`, `"postgres"` and `"mysql"` mounts.
+pub struct SqlFactory;
+
+impl ProviderFactory for SqlFactory {
+    fn kinds(&self) -> &'static [&'static str] {
+        &["sqlite", "postgres", "mysql"]
+    }
+
+    fn configure(
+        &self,
+        table: &MountTable<'_>,
+        common: &MountCommon,
+    ) -> std::result::Result<Box<dyn MountSpec>, ConfigError> {
+        let kind = match table.kind() {
+            "postgres" => SqlKind::Postgres,
+            "mysql" => SqlKind::MySql,
+            _ => SqlKind::Sqlite,
+        };
+        let k = kind.as_str();
+        let raw: SqlToml = table.parse()?;
+        let file = table.file();
+        if kind != SqlKind::Postgres {
+            // One table shape serves all three engines; these two only mean something to
+            // PostgreSQL, and a user who writes them on another engine expects them to work.
+            for (key, v) in [("schema", &raw.schema), ("notify_channel", &raw.notify_channel)] {
+                if let Some(v) = v {
+                    return file.err(
+                        v.span(),
+                        &format!("mount.{key}"),
+                        format!("`{key}` is not a setting of {k} mounts (only postgres)"),
+                    );
+                }
+            }
+        }
+        let (Some(name), Some(url)) = (&raw.name, &raw.url) else {
+            return Err(table.error_at_mount(format!(
+                "a {k} mount needs `name` (db://{{name}}/…) and `url` ({})",
+                kind.example_url()
+            )));
+        };
+        let name = file.expand(name, "mount.name")?;
+        let mut url_s = file.expand(url, "mount.url")?;
+        if let Some(path) = url_s.strip_prefix("sqlite://")
+            && !path.starts_with('/')
+        {
+            // A relative database path is relative to the config file, like every other path
+            // (a leading `./` dropped, so the mount's label reads `examples/app.db`).
+            url_s = format!(
+                "sqlite://{}",
+                file.base_dir().join(path.trim_start_matches("./")).display()
+            );
+        }
+        let mut c = SqlConfig::new(name, url_s);
+        c.kind = kind;
+        if let Some(v) = &raw.schema {
+            c.default_schema = file.expand(v, "mount.schema")?;
+        }
+        if let Some(v) = &raw.notify_channel {
+            c.notify_channel = Some(file.expand(v, "mount.notify_channel")?);
+        }
+        let ms = |v: &Spanned<IntOrString>, key: &str, range| {
+            file.int(v, key, range).map(Duration::from_millis)
+        };
+        if let Some(v) = &raw.poll_interval_ms {
+            c.poll_interval = ms(v, "mount.poll_interval_ms", POLL_INTERVAL_MS)?;
+        }
+        if let Some(v) = &raw.statement_timeout_ms {
+            c.statement_timeout = ms(v, "mount.statement_timeout_ms", STATEMENT_TIMEOUT_MS)?;
+        }
+        if let Some(v) = &raw.page_size {
+            c.page_size = file.int(v, "mount.page_size", PAGE_SIZE)? as usize;
+        }
+        if let Some(v) = &raw.max_rows {
+            c.max_rows = file.int(v, "mount.max_rows", MAX_ROWS)? as usize;
+        }
+        if let Some(v) = &raw.max_bytes {
+            c.max_bytes = file.size(v, "mount.max_bytes", *MAX_BYTES.end())?;
+        }
+        if let Some(v) = &raw.max_connections {
+            c.max_connections = file.int(v, "mount.max_connections", MAX_CONNECTIONS)? as usize;
+        }
+        c.cache = common.cache;
+        for q in &raw.query {
+            c.queries.push(named_query(file, q)?);
+        }
+        c.validate().map_err(|e| table.setting_error(e))?;
+        Ok(Box::new(SqlSpec(c)))
+    }
+}
+
+/// One named query from its table; errors point at the query's `uri` line.
+fn named_query(
+    file: &mcpr_core::config::ConfigFile<'_>,
+    q: &QueryToml,
+) -> std::result::Result<NamedQuery, ConfigError> {
+    let mut params = BTreeMap::new();
+    for (k, p) in &q.params {
+        let bad = |msg: String| file.error(q.uri.span(), "mount.query.params", msg);
+        let kind = match p.kind.as_deref() {
+            None | Some("text") => ParamType::Text,
+            Some("integer") => ParamType::Integer,
+            Some(other) => {
+                return Err(bad(format!(
+                    "parameter `{k}`: type {other:?} is not \"text\" or \"integer\""
+                )));
+            }
+        };
+        let complete_from = match p.from.as_deref() {
+            None => None,
+            Some(f) => match f.rsplit_once('.') {
+                Some((table, column)) if !table.is_empty() && !column.is_empty() => {
+                    Some((table.to_owned(), column.to_owned()))
+                }
+                _ => {
+                    return Err(bad(format!(
+                        "parameter `{k}`: from = {f:?} must be \"table.column\" (or \"schema.table.column\")"
+                    )));
+                }
+            },
+        };
+        params.insert(
+            k.clone(),
+            ParamSpec {
+                kind,
+                allowed: p.allowed.clone(),
+                pattern: p.pattern.clone(),
+                complete_from,
+            },
+        );
+    }
+    Ok(NamedQuery {
+        uri: file.expand(&q.uri, "mount.query.uri")?,
+        // SQL text is never expanded: `$1` and dollar quoting are SQL, not variables.
+        sql: q.sql.get_ref().clone(),
+        params,
+        description: q.description.clone(),
+    })
+}
+
+/// A validated SQL mount; building it connects (lazily for servers) and checks the queries.
+struct SqlSpec(SqlConfig);
+
+/// Written by hand: the URL may hold a password, and a spec is printed in diagnostics.
+impl std::fmt::Debug for SqlSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlSpec")
+            .field("kind", &self.0.kind)
+            .field("name", &self.0.name)
+            .field("url", &self.0.redacted_url())
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl MountSpec for SqlSpec {
+    fn kind(&self) -> &str {
+        self.0.kind.as_str()
+    }
+
+    async fn build(&self) -> Result<Arc<dyn Provider>> {
+        Ok(Arc::new(crate::SqlProvider::new(self.0.clone()).await?))
     }
 }
 

@@ -22,5 +22,5 @@ mod watch;
 #[cfg(test)]
 mod live_tests;
 
-pub use config::{NamedQuery, ParamSpec, ParamType, SqlConfig, SqlKind};
+pub use config::{NamedQuery, ParamSpec, ParamType, SqlConfig, SqlFactory, SqlKind};
 pub use provider::SqlProvider;
