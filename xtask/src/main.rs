@@ -146,9 +146,10 @@ fn conformance() -> Result<(), String> {
             .arg(&prefix)
             .args([NODE_PKG, CONFORMANCE_PKG]))?;
     }
+    // The suite's fixtures are a test-only provider, compiled in only for this run.
     run(Command::new(&cargo)
         .current_dir(&root)
-        .args(["build", "-p", "mcp-resources"]))?;
+        .args(["build", "-p", "mcp-resources", "--features", "conformance"]))?;
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map_err(|e| format!("no free port: {e}"))?

@@ -1,15 +1,20 @@
-//! Loading `mcp-resources.toml`: strict parsing (unknown keys and bad values are errors that
-//! name the file, line and key), `${NAME}` expansion from the environment, and conversion
-//! into provider configs.
+//! Loading `mcp-resources.toml`: the binary's own tables (`[server]`, `[http]`) and the keys
+//! every mount shares (`kind`, `scope`, `ttl_ms`, `cache_scope`). The rest of each
+//! `[[mount]]` table goes to the factory registered for its kind (see `providers.rs`), which
+//! reads and validates its own keys: no provider key is named here. Unknown keys and bad
+//! values are errors that name the file, line and key; `${NAME}` reads the environment.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
+use mcpr_core::config::{
+    ConfigError, ConfigFile, IntOrString, MountCommon, MountSpec, MountTable, ProviderRegistry,
+};
 use mcpr_core::{CacheHints, CacheScope};
-use mcpr_provider_files::{FilesConfig, ListWatchMode, TemplateConfig};
-use mcpr_provider_sql::SqlKind;
 use serde::Deserialize;
 use toml::Spanned;
+use toml::de::{DeTable, DeValue};
 
 /// The largest `max_read_bytes` accepted. Past this a single stdio message (base64 adds a
 /// third) outgrows what common clients buffer; windows are the way to read more.
@@ -26,11 +31,11 @@ pub struct Config {
     pub http: Option<HttpConfig>,
 }
 
-/// One mount: what it serves, and who may see it over HTTP.
+/// One mount: its validated provider settings, and who may see it over HTTP.
 #[derive(Debug, Clone)]
 pub struct Mount {
-    /// The provider configuration.
-    pub source: MountConfig,
+    /// The provider's validated settings; building it opens the source.
+    pub spec: Arc<dyn MountSpec>,
     /// The token scope needed to see it over authenticated HTTP.
     pub scope: Option<String>,
 }
@@ -58,38 +63,12 @@ pub struct HttpConfig {
     pub limits: mcpr_server::http::HttpLimits,
 }
 
-/// One validated mount.
-#[derive(Debug, Clone)]
-pub enum MountConfig {
-    /// `kind = "files"`.
-    Files(FilesConfig),
-    /// `kind = "conformance"`: the official conformance suite's fixtures (tests only).
-    Conformance,
-    /// `kind = "git"`.
-    Git(mcpr_provider_git::GitConfig),
-    /// `kind = "sqlite"`, `"postgres"` or `"mysql"`.
-    Sql(mcpr_provider_sql::SqlConfig),
-}
-
-impl MountConfig {
-    /// The kind as written in config.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            MountConfig::Files(_) => "files",
-            MountConfig::Conformance => "conformance",
-            MountConfig::Git(_) => "git",
-            MountConfig::Sql(c) => c.kind.as_str(),
-        }
-    }
-}
-
+/// The file's own tables; `mount` is taken out before this is read.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {
     server: Option<RawServer>,
     http: Option<RawHttp>,
-    #[serde(default)]
-    mount: Vec<Spanned<RawMount>>,
 }
 
 #[derive(Deserialize)]
@@ -144,330 +123,152 @@ struct RawServer {
     max_subscriptions_per_session: Option<Spanned<IntOrString>>,
 }
 
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum IntOrString {
-    Int(i64),
-    Str(String),
-}
-
+/// The keys every mount shares, taken out of its table before the factory sees it.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawMount {
-    kind: Spanned<String>,
-    root: Option<Spanned<String>>,
-    deny: Option<Vec<Spanned<String>>>,
-    respect_gitignore: Option<bool>,
-    hidden: Option<bool>,
-    debounce_ms: Option<Spanned<IntOrString>>,
-    list_changed: Option<Spanned<String>>,
-    poll_interval_ms: Option<Spanned<IntOrString>>,
+struct RawShared {
+    scope: Option<Spanned<String>>,
     ttl_ms: Option<Spanned<IntOrString>>,
     cache_scope: Option<Spanned<String>>,
-    scope: Option<Spanned<String>>,
-    #[serde(default)]
-    template: Vec<RawTemplate>,
-    // git
-    repo: Option<Spanned<String>>,
-    name: Option<Spanned<String>>,
-    default: Option<bool>,
-    default_ref: Option<Spanned<String>>,
-    watch: Option<Spanned<String>>,
-    last_modified_depth: Option<Spanned<IntOrString>>,
-    history_scan_limit: Option<Spanned<IntOrString>>,
-    // sqlite, postgres, mysql
-    url: Option<Spanned<String>>,
-    schema: Option<Spanned<String>>,
-    notify_channel: Option<Spanned<String>>,
-    page_size: Option<Spanned<IntOrString>>,
-    max_rows: Option<Spanned<IntOrString>>,
-    max_bytes: Option<Spanned<IntOrString>>,
-    statement_timeout_ms: Option<Spanned<IntOrString>>,
-    max_connections: Option<Spanned<IntOrString>>,
-    #[serde(default)]
-    query: Vec<RawQuery>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawQuery {
-    uri: Spanned<String>,
-    sql: Spanned<String>,
-    description: Option<String>,
-    #[serde(default)]
-    params: std::collections::BTreeMap<String, RawParam>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawParam {
-    #[serde(rename = "enum")]
-    allowed: Option<Vec<String>>,
-    pattern: Option<String>,
-    #[serde(rename = "type")]
-    kind: Option<String>,
-    /// `table.column` (or `schema.table.column`) whose values completion suggests.
-    from: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawTemplate {
-    uri_template: Spanned<String>,
-    name: Spanned<String>,
-    description: Option<Spanned<String>>,
-}
-
-/// A config error: the message already names file, line and key.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct ConfigError(pub String);
-
-struct Ctx<'a> {
-    file: &'a Path,
-    text: &'a str,
-    env: &'a dyn Fn(&str) -> Option<String>,
-}
-
-impl Ctx<'_> {
-    fn line(&self, span: std::ops::Range<usize>) -> usize {
-        self.text[..span.start.min(self.text.len())]
-            .bytes()
-            .filter(|&b| b == b'\n')
-            .count()
-            + 1
-    }
-
-    fn err<T>(
-        &self,
-        span: std::ops::Range<usize>,
-        key: &str,
-        msg: impl std::fmt::Display,
-    ) -> Result<T, ConfigError> {
-        Err(ConfigError(format!(
-            "{}:{}: `{key}`: {msg}",
-            self.file.display(),
-            self.line(span)
-        )))
-    }
-
-    /// Expand `${NAME}` (and `$$` for a literal `$`) in a string value.
-    fn expand(&self, v: &Spanned<String>, key: &str) -> Result<String, ConfigError> {
-        let s = v.get_ref();
-        let mut out = String::with_capacity(s.len());
-        let mut rest = s.as_str();
-        while let Some(i) = rest.find('$') {
-            out.push_str(&rest[..i]);
-            let tail = &rest[i..];
-            if let Some(t) = tail.strip_prefix("$$") {
-                out.push('$');
-                rest = t;
-            } else if let Some(t) = tail.strip_prefix("${") {
-                let Some(end) = t.find('}') else {
-                    return self.err(
-                        v.span(),
-                        key,
-                        "unclosed `${` (write `$$` for a literal `$`)",
-                    );
-                };
-                let name = &t[..end];
-                if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-                {
-                    return self.err(
-                        v.span(),
-                        key,
-                        format!("`${{{name}}}` is not a valid environment variable name"),
-                    );
-                }
-                match (self.env)(name) {
-                    Some(val) => out.push_str(&val),
-                    None => {
-                        return self.err(
-                            v.span(),
-                            key,
-                            format!("environment variable `{name}` is not set"),
-                        );
-                    }
-                }
-                rest = &t[end + 1..];
-            } else {
-                out.push('$');
-                rest = &tail[1..];
-            }
-        }
-        out.push_str(rest);
-        Ok(out)
-    }
-
-    fn int(
-        &self,
-        v: &Spanned<IntOrString>,
-        key: &str,
-        min: i64,
-        max: i64,
-    ) -> Result<u64, ConfigError> {
-        let n = match v.get_ref() {
-            IntOrString::Int(n) => *n,
-            IntOrString::Str(s) => {
-                let s = self.expand(&Spanned::new(v.span(), s.clone()), key)?;
-                match s.trim().parse::<i64>() {
-                    Ok(n) => n,
-                    Err(_) => {
-                        return self.err(
-                            v.span(),
-                            key,
-                            format!("expected a whole number, got {s:?}"),
-                        );
-                    }
-                }
-            }
-        };
-        if n < min || n > max {
-            return self.err(
-                v.span(),
-                key,
-                format!("{n} is out of range; allowed {min}..={max}"),
-            );
-        }
-        Ok(n as u64)
-    }
-
-    fn size(&self, v: &Spanned<IntOrString>, key: &str) -> Result<u64, ConfigError> {
-        let n = match v.get_ref() {
-            IntOrString::Int(n) if *n > 0 => *n as u64,
-            IntOrString::Int(n) => return self.err(v.span(), key, format!("{n} must be positive")),
-            IntOrString::Str(s) => {
-                let s = self.expand(&Spanned::new(v.span(), s.clone()), key)?;
-                match parse_size(&s) {
-                    Some(n) if n > 0 => n,
-                    _ => {
-                        return self.err(v.span(), key, format!(
-                            "{s:?} is not a size; write bytes or a number with KiB, MiB, GiB, KB, MB or GB"
-                        ));
-                    }
-                }
-            }
-        };
-        if n > MAX_READ_LIMIT {
-            return self.err(
-                v.span(),
-                key,
-                format!("{n} bytes is more than the maximum of {MAX_READ_LIMIT} bytes (64MiB)"),
-            );
-        }
-        Ok(n)
-    }
-}
-
-/// `8MiB`, `512 KiB`, `10MB`, `1048576`.
-pub fn parse_size(s: &str) -> Option<u64> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: u64 = num.parse().ok()?;
-    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "kib" | "k" => 1 << 10,
-        "mib" | "m" => 1 << 20,
-        "gib" | "g" => 1 << 30,
-        "kb" => 1_000,
-        "mb" => 1_000_000,
-        "gb" => 1_000_000_000,
-        _ => return None,
-    };
-    n.checked_mul(mult)
-}
+/// The shared keys, by name.
+const SHARED_KEYS: &[&str] = &["scope", "ttl_ms", "cache_scope"];
 
 /// Read and validate the file at `path`.
-pub fn load(path: &Path) -> Result<Config, ConfigError> {
+pub fn load(path: &Path, registry: &ProviderRegistry) -> Result<Config, ConfigError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| ConfigError(format!("{}: cannot read config: {e}", path.display())))?;
-    parse(path, &text, &|name| std::env::var(name).ok())
+    parse(path, &text, &|name| std::env::var(name).ok(), registry)
 }
 
-/// Validate config `text` (from `file`, for messages) with environment lookup `env`.
+/// Validate config `text` (from `path`, for messages) with environment lookup `env`, building
+/// each mount's settings through `registry`.
 pub fn parse(
-    file: &Path,
+    path: &Path,
     text: &str,
-    env: &dyn Fn(&str) -> Option<String>,
+    env: &(dyn Fn(&str) -> Option<String> + Sync),
+    registry: &ProviderRegistry,
 ) -> Result<Config, ConfigError> {
-    let raw: RawConfig =
-        toml::from_str(text).map_err(|e| ConfigError(format!("{}: {e}", file.display())))?;
-    let cx = Ctx { file, text, env };
-    let base = file.parent().map(Path::to_path_buf).unwrap_or_default();
+    let file = ConfigFile::new(path, text, env);
+    let root = file.parse()?;
+    let root_span = root.span();
+    let mut root = root.into_inner();
+    let mounts = root.remove("mount");
+    let raw: RawConfig = file.deserialize_table(&Spanned::new(root_span, root), "")?;
     let mut cfg = Config::default();
     if let Some(s) = raw.server {
-        if let Some(n) = &s.name {
-            cfg.server.name = cx.expand(n, "server.name")?;
-        }
-        if let Some(p) = &s.page_size {
-            cfg.server.page_size = cx.int(p, "server.page_size", 1, 1000)? as usize;
-        }
-        if let Some(m) = &s.max_read_bytes {
-            cfg.server.max_read_bytes = cx.size(m, "server.max_read_bytes")?;
-        }
-        if let Some(v) = &s.request_timeout_ms {
-            cfg.server.request_timeout =
-                Duration::from_millis(cx.int(v, "server.request_timeout_ms", 1, 3_600_000)?);
-        }
-        if let Some(v) = &s.max_subscriptions_per_session {
-            cfg.server.max_subscriptions_per_session =
-                cx.int(v, "server.max_subscriptions_per_session", 1, 1_000_000)? as usize;
-        }
+        server_config(&file, s, &mut cfg.server)?;
     }
     if let Some(h) = raw.http {
-        cfg.http = Some(http_config(&cx, h)?);
+        cfg.http = Some(http_config(&file, h)?);
     }
-    for m in raw.mount {
-        let m = m.into_inner();
-        let kind = m.kind.get_ref().as_str();
-        let scope = m
-            .scope
-            .as_ref()
-            .map(|v| cx.expand(v, "mount.scope"))
-            .transpose()?;
-        let source = match kind {
-            "files" => MountConfig::Files(files_mount(&cx, &base, m)?),
-            "conformance" => {
-                // The fixtures provider takes no settings; anything else is a mistake.
-                if m.root.is_some() || m.deny.is_some() || !m.template.is_empty() {
-                    return cx.err(
-                        m.kind.span(),
-                        "mount.kind",
-                        "a conformance mount takes no settings besides `scope`",
-                    );
-                }
-                MountConfig::Conformance
-            }
-            "git" => MountConfig::Git(git_mount(&cx, &base, m)?),
-            "sqlite" => MountConfig::Sql(sql_mount(&cx, &base, m, SqlKind::Sqlite)?),
-            "postgres" => MountConfig::Sql(sql_mount(&cx, &base, m, SqlKind::Postgres)?),
-            "mysql" => MountConfig::Sql(sql_mount(&cx, &base, m, SqlKind::MySql)?),
-            "api" | "web" | "s3" => {
-                return cx.err(
-                    m.kind.span(),
-                    "mount.kind",
-                    format!(
-                        "mount kind `{kind}` is not available in this version; available: files, git, sqlite, postgres, mysql"
-                    ),
-                );
-            }
-            _ => {
-                return cx.err(
-                    m.kind.span(),
-                    "mount.kind",
-                    format!(
-                        "unknown mount kind `{kind}`; available: files, git, sqlite, postgres, mysql"
-                    ),
-                );
-            }
+    let Some(mounts) = mounts else {
+        return Ok(cfg);
+    };
+    let mounts_span = mounts.span();
+    let DeValue::Array(list) = mounts.into_inner() else {
+        return file.err(mounts_span, "mount", "write mounts as [[mount]] tables");
+    };
+    for m in list {
+        let span = m.span();
+        let DeValue::Table(table) = m.into_inner() else {
+            return file.err(span, "mount", "write mounts as [[mount]] tables");
         };
-        cfg.mounts.push(Mount { source, scope });
+        cfg.mounts.push(mount(&file, registry, Spanned::new(span, table))?);
     }
     Ok(cfg)
 }
 
-fn http_config(cx: &Ctx<'_>, h: RawHttp) -> Result<HttpConfig, ConfigError> {
+fn server_config(
+    file: &ConfigFile<'_>,
+    s: RawServer,
+    out: &mut mcpr_server::Settings,
+) -> Result<(), ConfigError> {
+    if let Some(n) = &s.name {
+        out.name = file.expand(n, "server.name")?;
+    }
+    if let Some(p) = &s.page_size {
+        out.page_size = file.int(p, "server.page_size", 1..=1000)? as usize;
+    }
+    if let Some(m) = &s.max_read_bytes {
+        out.max_read_bytes = file.size(m, "server.max_read_bytes", MAX_READ_LIMIT)?;
+    }
+    if let Some(v) = &s.request_timeout_ms {
+        out.request_timeout =
+            Duration::from_millis(file.int(v, "server.request_timeout_ms", 1..=3_600_000)?);
+    }
+    if let Some(v) = &s.max_subscriptions_per_session {
+        out.max_subscriptions_per_session =
+            file.int(v, "server.max_subscriptions_per_session", 1..=1_000_000)? as usize;
+    }
+    Ok(())
+}
+
+/// One `[[mount]]`: the shared keys here, the rest through the kind's factory.
+fn mount(
+    file: &ConfigFile<'_>,
+    registry: &ProviderRegistry,
+    table: Spanned<DeTable<'_>>,
+) -> Result<Mount, ConfigError> {
+    let span = table.span();
+    let mut table = table.into_inner();
+    let Some(kind) = table.remove("kind") else {
+        return file.err(
+            span,
+            "mount.kind",
+            format!(
+                "every mount needs a `kind`; available: {}",
+                registry.kinds().join(", ")
+            ),
+        );
+    };
+    let kind_span = kind.span();
+    let Some(kind_s) = kind.get_ref().as_str().map(str::to_owned) else {
+        return file.err(kind_span, "mount.kind", "`kind` must be a string");
+    };
+    let mut shared = DeTable::default();
+    for key in SHARED_KEYS {
+        if let Some((k, v)) = table.remove_entry(*key) {
+            shared.insert(k, v);
+        }
+    }
+    let shared: RawShared = file.deserialize_table(&Spanned::new(span.clone(), shared), "mount")?;
+    let Some(factory) = registry.factory(&kind_s) else {
+        return file.err(kind_span, "mount.kind", crate::providers::unavailable(&kind_s, registry));
+    };
+    let scope = shared
+        .scope
+        .as_ref()
+        .map(|v| file.expand(v, "mount.scope"))
+        .transpose()?;
+    let common = MountCommon {
+        cache: cache_hints(file, &shared)?,
+    };
+    let table = MountTable::new(file, Spanned::new(kind_span, kind_s), Spanned::new(span, table));
+    let spec = factory.configure(&table, &common)?;
+    Ok(Mount {
+        spec: Arc::from(spec),
+        scope,
+    })
+}
+
+fn cache_hints(file: &ConfigFile<'_>, m: &RawShared) -> Result<CacheHints, ConfigError> {
+    let mut cache = CacheHints::default();
+    if let Some(v) = &m.ttl_ms {
+        cache.ttl_ms = file.int(v, "mount.ttl_ms", 0..=u64::from(u32::MAX))?;
+    }
+    if let Some(v) = &m.cache_scope {
+        cache.scope = file.choice(
+            v,
+            "mount.cache_scope",
+            &[("public", CacheScope::Public), ("private", CacheScope::Private)],
+        )?;
+    }
+    Ok(cache)
+}
+
+fn http_config(cx: &ConfigFile<'_>, h: RawHttp) -> Result<HttpConfig, ConfigError> {
     let mut out = HttpConfig::default();
     if let Some(v) = &h.listen {
         let s = cx.expand(v, "http.listen")?;
@@ -517,31 +318,31 @@ fn http_config(cx: &Ctx<'_>, h: RawHttp) -> Result<HttpConfig, ConfigError> {
     out.json_response = h.json_response;
     let l = &mut out.limits;
     if let Some(v) = &h.max_body_bytes {
-        l.max_body_bytes = cx.size(v, "http.max_body_bytes")? as usize;
+        l.max_body_bytes = cx.size(v, "http.max_body_bytes", MAX_READ_LIMIT)? as usize;
     }
     if let Some(v) = &h.max_concurrent_requests {
         l.max_concurrent_requests =
-            cx.int(v, "http.max_concurrent_requests", 1, 1_000_000)? as usize;
+            cx.int(v, "http.max_concurrent_requests", 1..=1_000_000)? as usize;
     }
     if let Some(v) = &h.rate_limit_per_second {
-        l.rate_limit_per_second = cx.int(v, "http.rate_limit_per_second", 0, 1_000_000)? as f64;
+        l.rate_limit_per_second = cx.int(v, "http.rate_limit_per_second", 0..=1_000_000)? as f64;
     }
     if let Some(v) = &h.rate_limit_burst {
-        l.rate_limit_burst = cx.int(v, "http.rate_limit_burst", 1, 1_000_000)? as u32;
+        l.rate_limit_burst = cx.int(v, "http.rate_limit_burst", 1..=1_000_000)? as u32;
     }
     if let Some(v) = &h.max_sessions {
-        l.max_sessions = cx.int(v, "http.max_sessions", 1, 10_000_000)? as usize;
+        l.max_sessions = cx.int(v, "http.max_sessions", 1..=10_000_000)? as usize;
     }
     if let Some(v) = &h.session_idle_timeout_ms {
         l.session_idle_timeout =
-            Duration::from_millis(cx.int(v, "http.session_idle_timeout_ms", 1000, 86_400_000)?);
+            Duration::from_millis(cx.int(v, "http.session_idle_timeout_ms", 1000..=86_400_000)?);
     }
     if let Some(v) = &h.shutdown_grace_ms {
         l.shutdown_grace =
-            Duration::from_millis(cx.int(v, "http.shutdown_grace_ms", 0, 600_000)?);
+            Duration::from_millis(cx.int(v, "http.shutdown_grace_ms", 0..=600_000)?);
     }
     if let Some(v) = &h.event_store_capacity {
-        l.event_store_capacity = cx.int(v, "http.event_store_capacity", 1, 10_000_000)? as usize;
+        l.event_store_capacity = cx.int(v, "http.event_store_capacity", 1..=10_000_000)? as usize;
     }
     if let Some(auth) = &h.auth {
         for t in &auth.bearer_tokens {
@@ -553,7 +354,7 @@ fn http_config(cx: &Ctx<'_>, h: RawHttp) -> Result<HttpConfig, ConfigError> {
             (None, None, None) => {}
             (Some(iss), Some(jwks), Some(aud)) => {
                 let leeway = match &auth.leeway_s {
-                    Some(v) => cx.int(v, "http.auth.leeway_s", 0, 600)?,
+                    Some(v) => cx.int(v, "http.auth.leeway_s", 0..=600)?,
                     None => 30,
                 };
                 let jwks_url = cx.expand(jwks, "http.auth.jwks_url")?;
@@ -599,10 +400,10 @@ fn http_config(cx: &Ctx<'_>, h: RawHttp) -> Result<HttpConfig, ConfigError> {
 /// Resolve a token source: `env:NAME` (the variable's value) or `file:PATH` (one token per
 /// non-empty line, `#` comments allowed). Tokens never appear literally in the config, so the
 /// file can be shared and committed.
-fn token_source(cx: &Ctx<'_>, v: &Spanned<String>, key: &str) -> Result<Vec<String>, ConfigError> {
+fn token_source(cx: &ConfigFile<'_>, v: &Spanned<String>, key: &str) -> Result<Vec<String>, ConfigError> {
     let s = v.get_ref();
     if let Some(name) = s.strip_prefix("env:") {
-        return match (cx.env)(name) {
+        return match cx.env(name) {
             Some(t) if !t.trim().is_empty() => Ok(vec![t.trim().to_owned()]),
             _ => cx.err(
                 v.span(),
@@ -636,388 +437,28 @@ fn token_source(cx: &Ctx<'_>, v: &Spanned<String>, key: &str) -> Result<Vec<Stri
     )
 }
 
-/// Keys that belong to one kind of mount; a key of another kind is a mistake worth naming.
-fn reject_foreign(
-    cx: &Ctx<'_>,
-    kind: &str,
-    present: &[(&str, Option<std::ops::Range<usize>>)],
-) -> Result<(), ConfigError> {
-    for (key, span) in present {
-        if let Some(span) = span {
-            return cx.err(
-                span.clone(),
-                &format!("mount.{key}"),
-                format!("`{key}` is not a setting of {kind} mounts"),
-            );
-        }
-    }
-    Ok(())
-}
-
-fn git_mount(
-    cx: &Ctx<'_>,
-    base: &Path,
-    m: RawMount,
-) -> Result<mcpr_provider_git::GitConfig, ConfigError> {
-    use mcpr_provider_git::{GitConfig, RefWatchMode};
-    reject_foreign(
-        cx,
-        "git",
-        &[
-            ("root", m.root.as_ref().map(|v| v.span())),
-            (
-                "deny",
-                m.deny.as_ref().and_then(|d| d.first()).map(|v| v.span()),
-            ),
-            ("list_changed", m.list_changed.as_ref().map(|v| v.span())),
-        ],
-    )?;
-    let Some(repo) = &m.repo else {
-        return cx.err(
-            m.kind.span(),
-            "mount.repo",
-            "a git mount needs `repo`, the repository to serve",
-        );
-    };
-    let repo_s = cx.expand(repo, "mount.repo")?;
-    let mut path = PathBuf::from(&repo_s);
-    if path.is_relative() {
-        path = base.join(path);
-    }
-    if !path.is_dir() {
-        return cx.err(
-            repo.span(),
-            "mount.repo",
-            format!("{} is not a directory", path.display()),
-        );
-    }
-    let mut g = GitConfig::new(path);
-    if let Some(v) = &m.name {
-        g.name = Some(cx.expand(v, "mount.name")?);
-        // A named mount is reached through git://@{name}/… unless it is marked default.
-        g.default = false;
-    }
-    if let Some(d) = m.default {
-        g.default = d;
-    }
-    if let Some(v) = &m.default_ref {
-        g.default_ref = Some(cx.expand(v, "mount.default_ref")?);
-    }
-    if let Some(v) = &m.debounce_ms {
-        g.debounce = Duration::from_millis(cx.int(v, "mount.debounce_ms", 0, 60_000)?);
-    }
-    if let Some(v) = &m.poll_interval_ms {
-        g.poll_interval =
-            Duration::from_millis(cx.int(v, "mount.poll_interval_ms", 100, 3_600_000)?);
-    }
-    if let Some(v) = &m.watch {
-        g.watch = match cx.expand(v, "mount.watch")?.as_str() {
-            "auto" => RefWatchMode::Auto,
-            "poll" => RefWatchMode::Poll,
-            "off" => RefWatchMode::Off,
-            other => {
-                return cx.err(
-                    v.span(),
-                    "mount.watch",
-                    format!("{other:?} is not one of \"auto\", \"poll\", \"off\""),
-                );
-            }
-        };
-    }
-    if let Some(v) = &m.last_modified_depth {
-        g.last_modified_depth = cx.int(v, "mount.last_modified_depth", 0, 1_000_000)? as usize;
-    }
-    if let Some(v) = &m.history_scan_limit {
-        g.history_scan_limit = cx.int(v, "mount.history_scan_limit", 1, 10_000_000)? as usize;
-    }
-    g.cache = cache_hints(cx, &m)?;
-    Ok(g)
-}
-
-fn sql_mount(
-    cx: &Ctx<'_>,
-    base: &Path,
-    m: RawMount,
-    kind: SqlKind,
-) -> Result<mcpr_provider_sql::SqlConfig, ConfigError> {
-    use mcpr_provider_sql::{NamedQuery, ParamSpec, ParamType, SqlConfig};
-    let k = kind.as_str();
-    reject_foreign(
-        cx,
-        k,
-        &[
-            ("root", m.root.as_ref().map(|v| v.span())),
-            ("repo", m.repo.as_ref().map(|v| v.span())),
-            ("default_ref", m.default_ref.as_ref().map(|v| v.span())),
-            (
-                "schema",
-                m.schema
-                    .as_ref()
-                    .filter(|_| kind != SqlKind::Postgres)
-                    .map(|v| v.span()),
-            ),
-            (
-                "notify_channel",
-                m.notify_channel
-                    .as_ref()
-                    .filter(|_| kind != SqlKind::Postgres)
-                    .map(|v| v.span()),
-            ),
-        ],
-    )?;
-    let example = match kind {
-        SqlKind::Sqlite => "sqlite://PATH",
-        SqlKind::Postgres => "postgres://user:${PGPASSWORD}@host:5432/database",
-        SqlKind::MySql => "mysql://user:${MYSQL_PASSWORD}@host:3306/database",
-    };
-    let (Some(name), Some(url)) = (&m.name, &m.url) else {
-        return cx.err(
-            m.kind.span(),
-            "mount",
-            format!("a {k} mount needs `name` (db://{{name}}/…) and `url` ({example})"),
-        );
-    };
-    let name = cx.expand(name, "mount.name")?;
-    let mut url_s = cx.expand(url, "mount.url")?;
-    if SqlKind::of_url(&url_s) != Some(kind) {
-        // Only the scheme is echoed: the URL may hold a password.
-        let scheme = url_s.split("://").next().unwrap_or_default();
-        let scheme = if scheme.len() == url_s.len() {
-            "(none)"
-        } else {
-            scheme
-        };
-        return cx.err(
-            url.span(),
-            "mount.url",
-            format!("a {k} mount needs a URL like {example}; this one's scheme is {scheme}"),
-        );
-    }
-    if let Some(path) = url_s.strip_prefix("sqlite://")
-        && !path.starts_with('/')
-    {
-        // A relative database path is relative to the config file, like every other path
-        // (a leading `./` dropped, so the mount's label reads `examples/app.db`).
-        url_s = format!(
-            "sqlite://{}",
-            base.join(path.trim_start_matches("./")).display()
-        );
-    }
-    let mut c = SqlConfig::new(name, url_s);
-    c.kind = kind;
-    if let Some(v) = &m.schema {
-        c.default_schema = cx.expand(v, "mount.schema")?;
-    }
-    if let Some(v) = &m.notify_channel {
-        c.notify_channel = Some(cx.expand(v, "mount.notify_channel")?);
-    }
-    if let Some(v) = &m.poll_interval_ms {
-        c.poll_interval =
-            Duration::from_millis(cx.int(v, "mount.poll_interval_ms", 10, 3_600_000)?);
-    }
-    if let Some(v) = &m.page_size {
-        c.page_size = cx.int(v, "mount.page_size", 1, 10_000)? as usize;
-    }
-    if let Some(v) = &m.max_rows {
-        c.max_rows = cx.int(v, "mount.max_rows", 1, 1_000_000)? as usize;
-    }
-    if let Some(v) = &m.max_bytes {
-        c.max_bytes = cx.size(v, "mount.max_bytes")?;
-    }
-    if let Some(v) = &m.statement_timeout_ms {
-        c.statement_timeout =
-            Duration::from_millis(cx.int(v, "mount.statement_timeout_ms", 10, 600_000)?);
-    }
-    if let Some(v) = &m.max_connections {
-        c.max_connections = cx.int(v, "mount.max_connections", 1, 64)? as usize;
-    }
-    c.cache = cache_hints(cx, &m)?;
-    for q in &m.query {
-        let mut params = std::collections::BTreeMap::new();
-        for (k, p) in &q.params {
-            let kind = match p.kind.as_deref() {
-                None | Some("text") => ParamType::Text,
-                Some("integer") => ParamType::Integer,
-                Some(other) => {
-                    return cx.err(
-                        q.uri.span(),
-                        "mount.query.params",
-                        format!("parameter `{k}`: type {other:?} is not \"text\" or \"integer\""),
-                    );
-                }
-            };
-            let complete_from = match p.from.as_deref() {
-                None => None,
-                Some(f) => match f.rsplit_once('.') {
-                    Some((table, column)) if !table.is_empty() && !column.is_empty() => {
-                        Some((table.to_owned(), column.to_owned()))
-                    }
-                    _ => {
-                        return cx.err(
-                            q.uri.span(),
-                            "mount.query.params",
-                            format!(
-                                "parameter `{k}`: from = {f:?} must be \"table.column\" (or \"schema.table.column\")"
-                            ),
-                        );
-                    }
-                },
-            };
-            params.insert(
-                k.clone(),
-                ParamSpec {
-                    kind,
-                    allowed: p.allowed.clone(),
-                    pattern: p.pattern.clone(),
-                    complete_from,
-                },
-            );
-        }
-        c.queries.push(NamedQuery {
-            uri: cx.expand(&q.uri, "mount.query.uri")?,
-            sql: q.sql.get_ref().clone(),
-            params,
-            description: q.description.clone(),
-        });
-    }
-    Ok(c)
-}
-
-fn cache_hints(cx: &Ctx<'_>, m: &RawMount) -> Result<CacheHints, ConfigError> {
-    let mut cache = CacheHints::default();
-    if let Some(v) = &m.ttl_ms {
-        cache.ttl_ms = cx.int(v, "mount.ttl_ms", 0, i64::from(u32::MAX))?;
-    }
-    if let Some(v) = &m.cache_scope {
-        cache.scope = match cx.expand(v, "mount.cache_scope")?.as_str() {
-            "public" => CacheScope::Public,
-            "private" => CacheScope::Private,
-            other => {
-                return cx.err(
-                    v.span(),
-                    "mount.cache_scope",
-                    format!("{other:?} is not \"public\" or \"private\""),
-                );
-            }
-        };
-    }
-    Ok(cache)
-}
-
-fn files_mount(cx: &Ctx<'_>, base: &Path, m: RawMount) -> Result<FilesConfig, ConfigError> {
-    let Some(root) = &m.root else {
-        return cx.err(
-            m.kind.span(),
-            "mount.root",
-            "a files mount needs `root`, the directory to serve",
-        );
-    };
-    let root_s = cx.expand(root, "mount.root")?;
-    let mut root_path = PathBuf::from(&root_s);
-    if root_path.is_relative() {
-        // Relative roots are relative to the config file, not to wherever the server started.
-        root_path = base.join(root_path);
-    }
-    match std::fs::metadata(&root_path) {
-        Ok(md) if md.is_dir() => {}
-        Ok(_) => {
-            return cx.err(
-                root.span(),
-                "mount.root",
-                format!("{} is not a directory", root_path.display()),
-            );
-        }
-        Err(e) => {
-            return cx.err(
-                root.span(),
-                "mount.root",
-                format!("{}: {e}", root_path.display()),
-            );
-        }
-    }
-    let mut fc = FilesConfig::new(root_path);
-    for d in m.deny.iter().flatten() {
-        let pat = cx.expand(d, "mount.deny")?;
-        if let Err(e) = ignore::gitignore::GitignoreBuilder::new("/").add_line(None, &pat) {
-            return cx.err(d.span(), "mount.deny", format!("bad pattern {pat:?}: {e}"));
-        }
-        fc.deny.push(pat);
-    }
-    if let Some(v) = m.respect_gitignore {
-        fc.respect_gitignore = v;
-    }
-    if let Some(v) = m.hidden {
-        fc.hidden = v;
-    }
-    if let Some(v) = &m.debounce_ms {
-        fc.debounce = Duration::from_millis(cx.int(v, "mount.debounce_ms", 0, 60_000)?);
-    }
-    if let Some(v) = &m.poll_interval_ms {
-        fc.poll_interval =
-            Duration::from_millis(cx.int(v, "mount.poll_interval_ms", 100, 3_600_000)?);
-    }
-    if let Some(v) = &m.list_changed {
-        fc.list_watch = match cx.expand(v, "mount.list_changed")?.as_str() {
-            "auto" => ListWatchMode::Auto,
-            "poll" => ListWatchMode::Poll,
-            "off" => ListWatchMode::Off,
-            other => {
-                return cx.err(
-                    v.span(),
-                    "mount.list_changed",
-                    format!("{other:?} is not one of \"auto\", \"poll\", \"off\""),
-                );
-            }
-        };
-    }
-    fc.cache = cache_hints(cx, &m)?;
-    for t in &m.template {
-        let uri_template = cx.expand(&t.uri_template, "mount.template.uri_template")?;
-        if let Err(e) = mcpr_core::UriTemplate::parse(&uri_template) {
-            return cx.err(t.uri_template.span(), "mount.template.uri_template", e);
-        }
-        fc.templates.push(TemplateConfig {
-            uri_template,
-            name: cx.expand(&t.name, "mount.template.name")?,
-            description: t
-                .description
-                .as_ref()
-                .map(|d| cx.expand(d, "mount.template.description"))
-                .transpose()?,
-        });
-    }
-    Ok(fc)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn parse_str(text: &str) -> Result<Config, ConfigError> {
-        parse(Path::new("test.toml"), text, &|n| {
-            (n == "DOCS").then(|| "/tmp".to_owned())
-        })
-    }
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("8MiB"), Some(8 << 20));
-        assert_eq!(parse_size("512 KiB"), Some(512 << 10));
-        assert_eq!(parse_size("10MB"), Some(10_000_000));
-        assert_eq!(parse_size("12"), Some(12));
-        assert_eq!(parse_size("8 parsecs"), None);
+        parse(
+            Path::new("test.toml"),
+            text,
+            &|n| (n == "DOCS").then(|| "/tmp".to_owned()),
+            &crate::providers::registry(),
+        )
     }
 
     #[test]
     fn valid_config_with_env() {
-        let c = parse_str("[server]\npage_size = 7\nmax_read_bytes = \"1MiB\"\n[[mount]]\nkind = \"files\"\nroot = \"${DOCS}\"\ndeny = [\"*.sqlite\"]\n").unwrap();
+        let c = parse_str("[server]\npage_size = 7\nmax_read_bytes = \"1MiB\"\n[[mount]]\nkind = \"files\"\nroot = \"${DOCS}\"\ndeny = [\"*.sqlite\"]\nscope = \"docs\"\nttl_ms = 5\n").unwrap();
         assert_eq!(c.server.page_size, 7);
         assert_eq!(c.server.max_read_bytes, 1 << 20);
-        let MountConfig::Files(f) = &c.mounts[0].source else {
-            panic!("expected a files mount");
-        };
-        assert_eq!(f.root, PathBuf::from("/tmp"));
-        assert_eq!(f.deny, vec!["*.sqlite".to_owned()]);
+        assert_eq!(c.mounts[0].spec.kind(), "files");
+        assert_eq!(c.mounts[0].scope.as_deref(), Some("docs"));
+        let dbg = format!("{:?}", c.mounts[0].spec);
+        assert!(dbg.contains("\"/tmp\"") && dbg.contains("*.sqlite") && dbg.contains("ttl_ms: 5"), "{dbg}");
     }
 
     #[test]
@@ -1029,7 +470,7 @@ mod tests {
         );
         let e = parse_str("[server]\nnope = 1\n").unwrap_err().0;
         assert!(
-            e.contains("test.toml") && e.contains("line 2") && e.contains("nope"),
+            e.starts_with("test.toml:2: `server.nope`: unknown field `nope`"),
             "{e}"
         );
         let e = parse_str("[[mount]]\nkind = \"files\"\nroot = \"${MISSING}\"\n")
@@ -1037,7 +478,9 @@ mod tests {
             .0;
         assert!(e.contains("test.toml:3") && e.contains("MISSING"), "{e}");
         let e = parse_str("[[mount]]\nkind = \"ftp\"\n").unwrap_err().0;
-        assert!(e.contains("test.toml:2") && e.contains("ftp"), "{e}");
+        assert!(e.starts_with("test.toml:2: `mount.kind`: unknown mount kind `ftp`"), "{e}");
+        let e = parse_str("[[mount]]\nkind = \"s3\"\n").unwrap_err().0;
+        assert!(e.contains("not available in this version"), "{e}");
         let e = parse_str("[server]\nmax_read_bytes = \"1GiB\"\n")
             .unwrap_err()
             .0;
@@ -1045,5 +488,54 @@ mod tests {
             e.contains("max_read_bytes") && e.contains("67108864"),
             "{e}"
         );
+        let e = parse_str("[[mount]]\nkind = \"files\"\nroot = \"/tmp\"\ncache_scope = \"everyone\"\n")
+            .unwrap_err()
+            .0;
+        assert!(e.starts_with("test.toml:4: `mount.cache_scope`"), "{e}");
+    }
+
+    /// Each kind refuses the keys of the others, at the key's own line (issue #14: a git
+    /// mount with `respect_gitignore = true` used to pass check-config and be ignored).
+    fn refused(mount: &str, key: &str, line: usize) {
+        let e = parse_str(mount).expect_err(mount).0;
+        let want = format!("test.toml:{line}: `mount.{key}`: unknown field `{key}`");
+        assert!(e.starts_with(&want), "{mount}\n{e}");
+    }
+
+    #[test]
+    fn files_refuses_keys_of_other_kinds() {
+        refused("[[mount]]\nkind = \"files\"\nroot = \"/tmp\"\nurl = \"sqlite://x\"\n", "url", 4);
+        refused("[[mount]]\nkind = \"files\"\nroot = \"/tmp\"\n\nrepo = \".\"\n", "repo", 5);
+        refused("[[mount]]\nkind = \"files\"\nroot = \"/tmp\"\n[[mount.query]]\nuri = \"db://a\"\n", "query", 4);
+    }
+
+    #[test]
+    fn git_refuses_keys_of_other_kinds() {
+        refused("[[mount]]\nkind = \"git\"\nrepo = \"/tmp\"\nrespect_gitignore = true\n", "respect_gitignore", 4);
+        refused("[[mount]]\nkind = \"git\"\nrepo = \"/tmp\"\nhidden = true\n", "hidden", 4);
+        refused("[[mount]]\nkind = \"git\"\nrepo = \"/tmp\"\n[[mount.template]]\nuri_template = \"x\"\nname = \"x\"\n", "template", 4);
+    }
+
+    #[test]
+    fn sql_refuses_keys_of_other_kinds() {
+        refused("[[mount]]\nkind = \"sqlite\"\nname = \"a\"\nurl = \"sqlite:///tmp/a.db\"\nroot = \"/tmp\"\n", "root", 5);
+        refused("[[mount]]\nkind = \"postgres\"\nname = \"a\"\nurl = \"postgres://h/d\"\ndefault_ref = \"main\"\n", "default_ref", 5);
+        refused("[[mount]]\nkind = \"mysql\"\nname = \"a\"\nurl = \"mysql://h/d\"\nlist_changed = \"off\"\n", "list_changed", 5);
+        let e = parse_str("[[mount]]\nkind = \"sqlite\"\nname = \"a\"\nurl = \"sqlite:///tmp/a.db\"\nnotify_channel = \"c\"\n").unwrap_err().0;
+        assert!(e.starts_with("test.toml:5: `mount.notify_channel`: `notify_channel` is not a setting of sqlite mounts"), "{e}");
+        // The provider's own range, checked once: 1 TiB is allowed, more is not.
+        let ok = parse_str("[[mount]]\nkind = \"postgres\"\nname = \"a\"\nurl = \"postgres://h/d\"\nmax_bytes = \"1TiB\"\n");
+        assert!(ok.is_ok(), "{ok:?}");
+        let e = parse_str("[[mount]]\nkind = \"postgres\"\nname = \"a\"\nurl = \"postgres://h/d\"\nmax_bytes = \"2TiB\"\n").unwrap_err().0;
+        assert!(e.starts_with("test.toml:5: `mount.max_bytes`"), "{e}");
+        let e = parse_str("[[mount]]\nkind = \"sqlite\"\nname = \"bad name\"\nurl = \"sqlite:///tmp/a.db\"\n").unwrap_err().0;
+        assert!(e.starts_with("test.toml:3: `mount.name`"), "{e}");
+    }
+
+    #[cfg(feature = "conformance")]
+    #[test]
+    fn conformance_refuses_every_setting() {
+        refused("[[mount]]\nkind = \"conformance\"\nroot = \"/tmp\"\n", "root", 3);
+        assert!(parse_str("[[mount]]\nkind = \"conformance\"\nscope = \"s\"\n").is_ok());
     }
 }

@@ -3,6 +3,7 @@
 //! Only glue lives here; the logic is in the library crates.
 
 mod config;
+mod providers;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -10,9 +11,8 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use config::{Config, Mount, MountConfig};
+use config::{Config, Mount};
 use mcpr_core::Provider;
-use mcpr_provider_files::{FilesConfig, FilesProvider};
 use mcpr_server::{McpHandler, ServerState};
 use rmcp::ServiceExt as _;
 
@@ -95,15 +95,22 @@ fn init_logging(level: &str) {
 }
 
 fn load_config(paths: Vec<PathBuf>, config: Option<PathBuf>) -> anyhow::Result<Config> {
+    let registry = providers::registry();
     let mut cfg = match &config {
-        Some(file) => config::load(file)?,
+        Some(file) => config::load(file, &registry)?,
         None => Config::default(),
     };
     for p in paths {
         let md = std::fs::metadata(&p).with_context(|| format!("cannot serve {}", p.display()))?;
         anyhow::ensure!(md.is_dir(), "cannot serve {}: not a directory", p.display());
+        let spec = registry.for_directory(&p).with_context(|| {
+            format!(
+                "cannot serve {}: this binary was built without the files provider (cargo feature `files`)",
+                p.display()
+            )
+        })?;
         cfg.mounts.push(Mount {
-            source: MountConfig::Files(FilesConfig::new(p)),
+            spec: spec.into(),
             scope: None,
         });
     }
@@ -121,25 +128,11 @@ async fn build_providers(cfg: &Config) -> anyhow::Result<Vec<ScopedProvider>> {
     let mut providers: Vec<ScopedProvider> = Vec::new();
     let mut prefixes = std::collections::HashMap::new();
     for m in &cfg.mounts {
-        let p: Arc<dyn Provider> = match &m.source {
-            MountConfig::Sql(sc) => Arc::new(
-                mcpr_provider_sql::SqlProvider::new(sc.clone())
-                    .await
-                    .map_err(|e| anyhow::anyhow!("{e}"))?,
-            ),
-            MountConfig::Git(gc) => Arc::new(
-                mcpr_provider_git::GitProvider::new(gc.clone())
-                    .map_err(|e| anyhow::anyhow!("{e}"))?,
-            ),
-            MountConfig::Conformance => {
-                Arc::new(mcpr_provider_conformance::ConformanceProvider::new(
-                    std::time::Duration::from_millis(500),
-                ))
-            }
-            MountConfig::Files(fc) => {
-                Arc::new(FilesProvider::new(fc.clone()).map_err(|e| anyhow::anyhow!("{e}"))?)
-            }
-        };
+        let p = m
+            .spec
+            .build()
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
         for prefix in &p.info().uri_prefixes {
             if let Some(other) = prefixes.insert(prefix.clone(), p.info().label.clone()) {
                 anyhow::bail!("two mounts serve the same URI prefix {prefix} ({other})");
@@ -287,7 +280,7 @@ async fn shutdown_signal() {
 }
 
 fn check_config(file: &std::path::Path) -> anyhow::Result<()> {
-    let cfg = config::load(file)?;
+    let cfg = config::load(file, &providers::registry())?;
     // Opening some sources (databases) is async; a small runtime does it here too.
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -302,7 +295,7 @@ fn check_config(file: &std::path::Path) -> anyhow::Result<()> {
     for (m, (p, _)) in cfg.mounts.iter().zip(&providers) {
         println!(
             "mount {}: {} -> {}",
-            m.source.kind(),
+            m.spec.kind(),
             p.info().label,
             p.info().uri_prefixes.join(", ")
         );

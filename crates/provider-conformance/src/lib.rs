@@ -206,6 +206,46 @@ impl Provider for ConformanceProvider {
 }
 
 /// Stops the ticking task when the last subscriber leaves.
+/// Builds `kind = "conformance"` mounts. The fixtures take no settings besides the keys
+/// every mount shares, so any other key is refused like an unknown key of any kind.
+pub struct ConformanceFactory;
+
+/// A conformance mount's table: empty.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConformanceToml {}
+
+impl mcpr_core::config::ProviderFactory for ConformanceFactory {
+    fn kinds(&self) -> &'static [&'static str] {
+        &["conformance"]
+    }
+
+    fn configure(
+        &self,
+        table: &mcpr_core::config::MountTable<'_>,
+        _common: &mcpr_core::config::MountCommon,
+    ) -> std::result::Result<Box<dyn mcpr_core::config::MountSpec>, mcpr_core::config::ConfigError>
+    {
+        let ConformanceToml {} = table.parse()?;
+        Ok(Box::new(ConformanceSpec))
+    }
+}
+
+/// A conformance mount: the suite's fixtures with the watched resource ticking every 500 ms.
+#[derive(Debug)]
+struct ConformanceSpec;
+
+#[async_trait]
+impl mcpr_core::config::MountSpec for ConformanceSpec {
+    fn kind(&self) -> &str {
+        "conformance"
+    }
+
+    async fn build(&self) -> Result<Arc<dyn Provider>> {
+        Ok(Arc::new(ConformanceProvider::new(Duration::from_millis(500))))
+    }
+}
+
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
 
 impl Drop for AbortOnDrop {
