@@ -52,6 +52,7 @@ fn test(args: &[String]) -> Result<(), String> {
     run(Command::new(&cargo)
         .current_dir(&root)
         .args(["test", "--workspace", "--all-targets"]))?;
+    files_only(&root, &cargo)?;
     if args.iter().any(|a| a == "--rust-only") {
         return Ok(());
     }
@@ -80,6 +81,53 @@ fn test(args: &[String]) -> Result<(), String> {
         .env("MCPR_BIN", root.join("target/debug/mcp-resources"))
         .args(["-m", "pytest", "tests/e2e", "-q", "-p", "no:cacheprovider"]))?;
     conformance()
+}
+
+/// Each provider is a cargo feature of the binary: one built with only `files` must build
+/// and serve a directory. It answers one stdio read of a file it was given; the default build
+/// that follows puts the full binary back in `target/debug`.
+fn files_only(root: &std::path::Path, cargo: &str) -> Result<(), String> {
+    use std::io::Write as _;
+    run(Command::new(cargo).current_dir(root).args([
+        "build",
+        "-p",
+        "mcp-resources",
+        "--no-default-features",
+        "--features",
+        "files",
+    ]))?;
+    let dir = std::env::temp_dir().join(format!("mcpr-files-only-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let dir = std::fs::canonicalize(&dir).map_err(|e| e.to_string())?;
+    std::fs::write(dir.join("a.md"), "files only\n").map_err(|e| e.to_string())?;
+    let mut child = Command::new(root.join("target/debug/mcp-resources"))
+        .args(["serve", "--log-level", "error"])
+        .arg(&dir)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start the files-only binary: {e}"))?;
+    let request = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"resources/read\",\"params\":{{\"uri\":\"file://{}/a.md\",\"_meta\":{{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\",\"io.modelcontextprotocol/clientCapabilities\":{{}}}}}}}}\n",
+        dir.display()
+    );
+    // Closing stdin after the request ends the session, so the wait cannot hang.
+    child
+        .stdin
+        .take()
+        .expect("piped stdin")
+        .write_all(request.as_bytes())
+        .map_err(|e| e.to_string())?;
+    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    let _ = std::fs::remove_dir_all(&dir);
+    let answer = String::from_utf8_lossy(&out.stdout);
+    if !answer.contains("\"text\":\"files only\\n\"") {
+        return Err(format!(
+            "the files-only binary did not serve the directory: {answer}"
+        ));
+    }
+    println!("files-only build: serves a directory");
+    Ok(())
 }
 
 /// The conformance suite and Node, pinned; installed from the npm registry into `.cache`.
