@@ -69,6 +69,10 @@ pub struct HttpConfig {
 struct RawConfig {
     server: Option<RawServer>,
     http: Option<RawHttp>,
+    /// Taken out before this is read; named here so an unknown top-level key's message
+    /// lists it among the keys expected.
+    #[allow(dead_code)]
+    mount: Option<serde::de::IgnoredAny>,
 }
 
 #[derive(Deserialize)]
