@@ -6,10 +6,13 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+mod common;
+
 use async_trait::async_trait;
+use common::sql_malformed_positions;
 use mcpr_core::{ContentsBody, ErrorKind, Provider, ReadLimits, ResourceUri};
 use mcpr_provider_sql::{NamedQuery, ParamSpec, ParamType, SqlConfig, SqlProvider};
-use mcpr_testkit::{Fixture, default_malformed_positions, run_suite};
+use mcpr_testkit::{Fixture, run_suite};
 use serde_json::{Value, json};
 
 const WEIRD: &str = "we\"ird näme";
@@ -236,7 +239,10 @@ impl Fixture for Fx {
         // Tables are in name order (active, users, we"ird näme), then the named queries.
         vec![
             (b"\x01\0b".to_vec(), Some("db://app/tables/users".into())),
-            (b"\x02\0deleted".to_vec(), Some("db://app/tables/users".into())),
+            (
+                b"\x02\0deleted".to_vec(),
+                Some("db://app/tables/users".into()),
+            ),
             (
                 [&b"\x01\0"[..], &b"x".repeat(100_000)].concat(),
                 Some("db://users/active/list".into()),
@@ -245,20 +251,6 @@ impl Fixture for Fx {
         ]
     }
     // No change tokens: `SqlProvider` fingerprints results only inside its watches.
-}
-
-/// A position is a section byte (0 overview, 1 rows, 2 schema, 3 named query) and its key.
-fn sql_malformed_positions() -> Vec<Vec<u8>> {
-    let mut v = default_malformed_positions();
-    v.extend([
-        b"\x04".to_vec(),
-        b"\x01no-nul".to_vec(),
-        b"\x01\xff\0users".to_vec(),
-        b"\x03abc".to_vec(),
-        b"\x03\xff".to_vec(),
-        b"\x03-1".to_vec(),
-    ]);
-    v
 }
 
 async fn read(p: &SqlProvider, uri: &str) -> mcpr_core::Result<Value> {
