@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use mcpr_core::{ErrorKind, PageRequest, Provider, ReadLimits, ResourceUri};
-use mcpr_provider_files::{FilesConfig, FilesProvider, encode_path_uri};
-use mcpr_testkit::{Fixture, run_suite};
+use mcpr_provider_files::{FilesConfig, FilesProvider, ListWatchMode, encode_path_uri};
+use mcpr_testkit::{Fixture, default_malformed_positions, run_suite};
 
 struct Tree {
     root: PathBuf,
@@ -100,6 +100,33 @@ impl Fixture for Tree {
             "a/b/c.txt".into(),
         ))
     }
+    fn malformed_positions(&self) -> Vec<Vec<u8>> {
+        // A position is a root-relative path; these are not paths a walk can produce.
+        let mut v = default_malformed_positions();
+        v.extend([
+            b"a//b".to_vec(),
+            b"/README.md".to_vec(),
+            b"../etc/passwd".to_vec(),
+            b"a/./b".to_vec(),
+            b"a/".to_vec(),
+            "a/".repeat(3000).into_bytes(),
+        ]);
+        v
+    }
+    fn unknown_positions(&self) -> Vec<(Vec<u8>, Option<String>)> {
+        // Paths that name nothing resume at the next path in byte order.
+        let at = |rel: &str| Some(uri(&self.root.join(rel)));
+        vec![
+            (b"a/b/c.txu".to_vec(), at("a/b/d #1?.txt")),
+            (b"a/zz".to_vec(), at("bin/blob.bin")),
+            (b"many/f010.txtx".to_vec(), at("many/f011.txt")),
+            (b"deleted-dir/x".to_vec(), at("many/f000.txt")),
+            (b"zzz".to_vec(), None),
+        ]
+    }
+    fn change_tokens(&self) -> bool {
+        true
+    }
 }
 
 fn provider(root: &Path) -> Arc<dyn Provider> {
@@ -118,6 +145,20 @@ async fn behaviour_suite() {
     std::fs::write(evil.join("secret.txt"), "no").unwrap();
     run_suite(provider(&tree.root), &tree).await;
     std::fs::remove_dir_all(evil).unwrap();
+}
+
+/// With list watching off the mount does not declare `list_changed`: the suite then checks
+/// that `watch_list` answers unsupported, and everything else as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behaviour_suite_without_list_watch() {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = Tree::new(dir.path());
+    let mut cfg = FilesConfig::new(&tree.root);
+    cfg.debounce = std::time::Duration::from_millis(20);
+    cfg.list_watch = ListWatchMode::Off;
+    let p: Arc<dyn Provider> = Arc::new(FilesProvider::new(cfg).unwrap());
+    assert!(!p.info().capabilities.list_changed);
+    run_suite(p, &tree).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,7 +6,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+mod common;
+
 use async_trait::async_trait;
+use common::sql_malformed_positions;
 use mcpr_core::{ContentsBody, ErrorKind, Provider, ReadLimits, ResourceUri};
 use mcpr_provider_sql::{NamedQuery, ParamSpec, ParamType, SqlConfig, SqlProvider};
 use mcpr_testkit::{Fixture, run_suite};
@@ -229,6 +232,25 @@ impl Fixture for Fx {
             WEIRD.into(),
         ))
     }
+    fn malformed_positions(&self) -> Vec<Vec<u8>> {
+        sql_malformed_positions()
+    }
+    fn unknown_positions(&self) -> Vec<(Vec<u8>, Option<String>)> {
+        // Tables are in name order (active, users, we"ird näme), then the named queries.
+        vec![
+            (b"\x01\0b".to_vec(), Some("db://app/tables/users".into())),
+            (
+                b"\x02\0deleted".to_vec(),
+                Some("db://app/tables/users".into()),
+            ),
+            (
+                [&b"\x01\0"[..], &b"x".repeat(100_000)].concat(),
+                Some("db://users/active/list".into()),
+            ),
+            (b"\x0399".to_vec(), None),
+        ]
+    }
+    // No change tokens: `SqlProvider` fingerprints results only inside its watches.
 }
 
 async fn read(p: &SqlProvider, uri: &str) -> mcpr_core::Result<Value> {
