@@ -4,6 +4,7 @@
 //! Nothing in this crate knows about JSON-RPC, sessions, protocol eras or the network:
 //! the `server` crate translates between this vocabulary and MCP.
 
+pub mod blocking;
 pub mod capabilities;
 pub mod change;
 pub mod cursor;
@@ -12,7 +13,9 @@ pub mod mime;
 pub mod provider;
 pub mod template;
 pub mod uri;
+pub mod window;
 
+pub use blocking::run_blocking;
 pub use capabilities::Capabilities;
 pub use change::{ChangeBus, ChangeEvent, ChangeSink, LocalBus, WatchGuard};
 pub use cursor::{CursorCodec, CursorError, PageCursor};
@@ -23,3 +26,4 @@ pub use provider::{
 };
 pub use template::UriTemplate;
 pub use uri::ResourceUri;
+pub use window::Window;
