@@ -10,6 +10,7 @@ pub mod change;
 pub mod cursor;
 pub mod error;
 pub mod mime;
+pub mod poll;
 pub mod provider;
 pub mod template;
 pub mod uri;
