@@ -4,16 +4,20 @@
 //! Nothing in this crate knows about JSON-RPC, sessions, protocol eras or the network:
 //! the `server` crate translates between this vocabulary and MCP.
 
+pub mod blocking;
 pub mod capabilities;
 pub mod config;
 pub mod change;
 pub mod cursor;
 pub mod error;
 pub mod mime;
+pub mod poll;
 pub mod provider;
 pub mod template;
 pub mod uri;
+pub mod window;
 
+pub use blocking::run_blocking;
 pub use capabilities::Capabilities;
 pub use change::{ChangeBus, ChangeEvent, ChangeSink, LocalBus, WatchGuard};
 pub use cursor::{CursorCodec, CursorError, PageCursor};
@@ -24,3 +28,4 @@ pub use provider::{
 };
 pub use template::UriTemplate;
 pub use uri::ResourceUri;
+pub use window::Window;

@@ -9,7 +9,7 @@ use cap_std::fs::{Dir, Metadata};
 use mcpr_core::{
     Capabilities, ChangeSink, Completion, CompletionRequest, Contents, Error, Page, PageRequest,
     Provider, ProviderInfo, ReadLimits, ResourceMeta, ResourceUri, Result, TemplateMeta,
-    UriTemplate, WatchGuard,
+    UriTemplate, WatchGuard, run_blocking,
 };
 
 use crate::config::{BUILTIN_DENY, FilesConfig, ListWatchMode};
@@ -315,11 +315,10 @@ impl Provider for FilesProvider {
     async fn list(&self, page: PageRequest) -> Result<Page<ResourceMeta>> {
         let inner = self.inner.clone();
         // A page reads a few directories: cheap, but still blocking I/O, so off the runtime.
-        tokio::task::spawn_blocking(move || {
+        run_blocking("files listing", move || {
             crate::list::list_page(&inner, page.after.as_deref(), page.limit.max(1))
         })
         .await
-        .map_err(|e| Error::internal(format!("listing task failed: {e}")))?
     }
 
     async fn read(&self, uri: &ResourceUri, limits: &ReadLimits) -> Result<Vec<Contents>> {
@@ -349,9 +348,10 @@ impl Provider for FilesProvider {
         let inner = self.inner.clone();
         let uri = uri.clone();
         let limits = *limits;
-        tokio::task::spawn_blocking(move || read_path(&inner, &rel, &uri, &limits, None))
-            .await
-            .map_err(|e| Error::internal(format!("read task failed: {e}")))?
+        run_blocking("files read", move || {
+            read_path(&inner, &rel, &uri, &limits, None)
+        })
+        .await
     }
 
     fn templates(&self) -> &[TemplateMeta] {
@@ -362,9 +362,10 @@ impl Provider for FilesProvider {
         let idx = mcpr_core::template_index(&self.templates, &req.template)?;
         let template = self.parsed_templates[idx].clone();
         let inner = self.inner.clone();
-        tokio::task::spawn_blocking(move || crate::complete::complete(&inner, &template, &req))
-            .await
-            .map_err(|e| Error::internal(format!("completion task failed: {e}")))?
+        run_blocking("files completion", move || {
+            crate::complete::complete(&inner, &template, &req)
+        })
+        .await
     }
 
     async fn watch(&self, uri: &ResourceUri, sink: ChangeSink) -> Result<WatchGuard> {
@@ -372,7 +373,7 @@ impl Provider for FilesProvider {
             .inner
             .resolve(uri)
             .ok_or_else(|| Error::not_found(uri.as_str()))?;
-        crate::read::Window::parse(uri)?;
+        crate::read::FileQuery::parse(uri)?;
         self.watcher.watch(uri.as_str(), rel, sink)
     }
 
@@ -396,8 +397,6 @@ impl Provider for FilesProvider {
         }
         // The first list watch walks the whole tree to add inotify watches: blocking work.
         let watcher = self.watcher.clone();
-        tokio::task::spawn_blocking(move || watcher.watch_list(sink))
-            .await
-            .map_err(|e| Error::internal(format!("watch task failed: {e}")))?
+        run_blocking("files list watch", move || watcher.watch_list(sink)).await
     }
 }

@@ -2,14 +2,18 @@
 //!
 //! A window is asked for with query parameters on the file URI (see `docs.md`):
 //! `offset`/`length` select a byte range, `head`/`tail` the first or last lines of the
-//! (optional) range. Tail reads go backwards from the end in blocks, so the last lines of a
-//! 31 GB log cost a few blocks, not the file.
+//! (optional) range. What they mean, their errors and the line scans are core's
+//! [`mcpr_core::window`], shared with every provider that reads ranges; this module adds the
+//! sandboxed open and the directory `after` key.
 
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
+use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 
-use mcpr_core::{Contents, ContentsBody, Error, ErrorKind, ReadLimits, ResourceUri, Result};
+use mcpr_core::window::{trim_to_utf8, window_meta};
+use mcpr_core::{
+    Contents, ContentsBody, Error, ErrorKind, ReadLimits, ResourceUri, Result, Window,
+};
 use percent_encoding::percent_decode_str;
 
 use crate::error::map_io;
@@ -20,63 +24,33 @@ use crate::provider::Inner;
 /// Files up to this size are read on the calling task: cheaper than a hop to the blocking
 /// pool, and short enough not to stall the runtime.
 pub(crate) const INLINE_READ_MAX: u64 = 256 * 1024;
-/// Block size for backward (tail) scans.
-const TAIL_BLOCK: u64 = 64 * 1024;
 
-/// What the query of a file URI asks for.
+/// What the query of a file URI asks for: a window, or for a directory where to continue.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub(crate) struct Window {
-    pub(crate) offset: Option<u64>,
-    pub(crate) length: Option<u64>,
-    pub(crate) head: Option<u64>,
-    pub(crate) tail: Option<u64>,
+pub(crate) struct FileQuery {
+    pub(crate) window: Window,
     /// For directories: continue after this entry name.
     pub(crate) after: Option<Vec<u8>>,
 }
 
-impl Window {
-    pub(crate) fn is_whole(&self) -> bool {
-        self.offset.is_none() && self.length.is_none() && self.head.is_none() && self.tail.is_none()
-    }
-
-    /// Parse the query of `uri`. Unknown or repeated keys and non-numbers are refused with a
-    /// message that lists what is accepted.
+impl FileQuery {
+    /// Parse the query of `uri`: the window keys (see [`Window::parse_with`]) and `after`.
+    /// Unknown or repeated keys and non-numbers are refused with a message that lists what is
+    /// accepted.
     pub(crate) fn parse(uri: &ResourceUri) -> Result<Self> {
-        let mut w = Window::default();
-        for (key, value) in uri.query_pairs() {
-            let num = |slot: &mut Option<u64>| -> Result<()> {
-                if slot.is_some() {
-                    return Err(Error::invalid_params(format!(
-                        "query parameter `{key}` given twice in {uri}"
-                    )));
+        let mut after = None;
+        let window = Window::parse_with(
+            uri,
+            "file URIs accept offset, length, head and tail (directories: after)",
+            |key, value| {
+                if key != "after" {
+                    return Ok(false);
                 }
-                let n = value.parse::<u64>().map_err(|_| {
-                    Error::invalid_params(format!(
-                        "query parameter `{key}` must be a non-negative integer, got {value:?}"
-                    ))
-                })?;
-                *slot = Some(n);
-                Ok(())
-            };
-            match key {
-                "offset" => num(&mut w.offset)?,
-                "length" => num(&mut w.length)?,
-                "head" => num(&mut w.head)?,
-                "tail" => num(&mut w.tail)?,
-                "after" => w.after = Some(percent_decode_str(value).collect()),
-                _ => {
-                    return Err(Error::invalid_params(format!(
-                        "unknown query parameter `{key}` in {uri}; file URIs accept offset, length, head and tail (directories: after)"
-                    )));
-                }
-            }
-        }
-        if w.head.is_some() && w.tail.is_some() {
-            return Err(Error::invalid_params(
-                "ask for either `head` or `tail` lines, not both",
-            ));
-        }
-        Ok(w)
+                after = Some(percent_decode_str(value).collect());
+                Ok(true)
+            },
+        )?;
+        Ok(Self { window, after })
     }
 }
 
@@ -89,7 +63,7 @@ pub(crate) fn read_path(
     stat: Option<cap_std::fs::Metadata>,
 ) -> Result<Vec<Contents>> {
     let uri_s = uri.as_str();
-    let window = Window::parse(uri)?;
+    let FileQuery { window, after } = FileQuery::parse(uri)?;
     // Stat first so a FIFO, socket or device is never opened at all (`stat` when the caller
     // has just taken it).
     let md = match stat {
@@ -105,7 +79,7 @@ pub(crate) fn read_path(
                 "{uri_s} is a directory; offset, length, head and tail apply to files"
             )));
         }
-        let text = dir_listing(inner, rel, uri_s, window.after.as_deref())?;
+        let text = dir_listing(inner, rel, uri_s, after.as_deref())?;
         return Ok(vec![Contents {
             uri: uri_s.to_owned(),
             mime_type: Some("application/json".into()),
@@ -116,7 +90,7 @@ pub(crate) fn read_path(
     if !md.is_file() {
         return Err(Error::not_found(uri_s));
     }
-    if window.after.is_some() {
+    if after.is_some() {
         return Err(Error::invalid_params("`after` applies to directories only"));
     }
     let (file, size) = open_regular(inner, rel, uri_s)?;
@@ -267,142 +241,10 @@ fn read_window(
     limits: &ReadLimits,
     ext_mime: Option<&'static str>,
 ) -> Result<Vec<Contents>> {
-    let start = w.offset.unwrap_or(0).min(size);
-    let end = match w.length {
-        Some(len) => start.saturating_add(len).min(size),
-        None => size,
-    };
-    let io = |e| map_io(e, uri);
-    let (from, bytes) = if let Some(n) = w.head {
-        file.seek(SeekFrom::Start(start)).map_err(io)?;
-        let mut buf = Vec::new();
-        let mut reader = std::io::BufReader::with_capacity(64 * 1024, (&file).take(end - start));
-        let mut lines = 0;
-        while lines < n {
-            let before = buf.len();
-            let got = std::io::BufRead::read_until(&mut reader, b'\n', &mut buf).map_err(io)?;
-            if got == 0 {
-                break;
-            }
-            if buf.len() as u64 > limits.max_bytes {
-                return Err(window_too_large(uri, limits.max_bytes, "head"));
-            }
-            lines += 1;
-            let _ = before;
-        }
-        (start, buf)
-    } else if let Some(n) = w.tail {
-        let from = tail_start(&mut file, start, end, n, limits.max_bytes)
-            .map_err(io)?
-            .ok_or_else(|| window_too_large(uri, limits.max_bytes, "tail"))?;
-        file.seek(SeekFrom::Start(from)).map_err(io)?;
-        let mut buf = Vec::with_capacity((end - from) as usize);
-        (&file).take(end - from).read_to_end(&mut buf).map_err(io)?;
-        (from, buf)
-    } else {
-        if end - start > limits.max_bytes {
-            return Err(window_too_large(uri, limits.max_bytes, "length"));
-        }
-        file.seek(SeekFrom::Start(start)).map_err(io)?;
-        let mut buf = Vec::with_capacity((end - start) as usize);
-        (&file)
-            .take(end - start)
-            .read_to_end(&mut buf)
-            .map_err(io)?;
-        (start, buf)
-    };
+    let (from, bytes) = w.read_from(&mut file, size, uri, limits.max_bytes, |e| map_io(e, uri))?;
     let (from, bytes) = trim_to_utf8(from, bytes);
-    let mut meta = serde_json::Map::new();
-    meta.insert("offset".into(), from.into());
-    meta.insert("length".into(), (bytes.len() as u64).into());
-    meta.insert("fileSize".into(), size.into());
-    let mut wrapper = serde_json::Map::new();
-    wrapper.insert(
-        "io.github.mcp-resources/window".into(),
-        serde_json::Value::Object(meta),
-    );
-    Ok(vec![make_contents(uri, bytes, ext_mime, Some(wrapper))])
-}
-
-fn window_too_large(uri: &str, limit: u64, what: &str) -> Error {
-    Error::new(
-        ErrorKind::TooLarge,
-        format!("the requested {what} window of {uri} is more than the read limit of {limit} bytes (max_read_bytes); ask for less"),
-    )
-    .with_uri(uri)
-    .with_detail("limit", limit)
-}
-
-/// The offset where the last `n` lines of `[start, end)` begin, scanning backwards in blocks.
-/// `None` when those lines are longer than `max` bytes. A final newline ends the last line
-/// rather than starting an empty one, as `tail` does.
-fn tail_start(
-    file: &mut File,
-    start: u64,
-    end: u64,
-    n: u64,
-    max: u64,
-) -> std::io::Result<Option<u64>> {
-    if n == 0 {
-        return Ok(Some(end));
-    }
-    let mut pos = end;
-    let mut newlines = 0u64;
-    let mut block = vec![0u8; TAIL_BLOCK as usize];
-    let mut first = true;
-    while pos > start {
-        let len = (pos - start).min(TAIL_BLOCK);
-        pos -= len;
-        file.seek(SeekFrom::Start(pos))?;
-        let buf = &mut block[..len as usize];
-        file.read_exact(buf)?;
-        let mut i = buf.len();
-        while i > 0 {
-            i -= 1;
-            if buf[i] == b'\n' {
-                // The newline that ends the window's last line does not count.
-                if first && pos + i as u64 + 1 == end {
-                    first = false;
-                    continue;
-                }
-                newlines += 1;
-                if newlines == n {
-                    let from = pos + i as u64 + 1;
-                    return Ok((end - from <= max).then_some(from));
-                }
-            }
-            first = false;
-        }
-        if end - pos > max {
-            return Ok(None);
-        }
-    }
-    Ok((end - start <= max).then_some(start))
-}
-
-/// A byte window may cut a UTF-8 character at either edge. When the bytes are text but for
-/// such cuts, drop the partial characters (at most 3 bytes each side) so the client gets text;
-/// `offset`/`length` in the content's `_meta` report exactly what was returned.
-fn trim_to_utf8(from: u64, bytes: Vec<u8>) -> (u64, Vec<u8>) {
-    if std::str::from_utf8(&bytes).is_ok() {
-        return (from, bytes);
-    }
-    let lead = bytes
-        .iter()
-        .take(3)
-        .take_while(|&&b| b & 0xC0 == 0x80)
-        .count();
-    let body = &bytes[lead..];
-    let valid = match std::str::from_utf8(body) {
-        Ok(_) => body.len(),
-        Err(e) if e.error_len().is_none() => e.valid_up_to(),
-        Err(_) => return (from, bytes),
-    };
-    if std::str::from_utf8(&body[..valid]).is_ok() && body.len() - valid <= 3 {
-        (from + lead as u64, body[..valid].to_vec())
-    } else {
-        (from, bytes)
-    }
+    let meta = window_meta(from, bytes.len() as u64, size);
+    Ok(vec![make_contents(uri, bytes, ext_mime, Some(meta))])
 }
 
 fn make_contents(
@@ -455,20 +297,4 @@ pub(crate) fn sniff_file(inner: &Inner, rel: &RelPath) -> Option<&'static str> {
 /// MIME type from the file name's extension, when it has a known one.
 pub(crate) fn mime_by_extension(path: &[u8]) -> Option<&'static str> {
     mcpr_core::mime::by_extension(path)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn trims_cut_characters_only() {
-        let s = "héllo wörld".as_bytes().to_vec();
-        // Cut inside 'é' at the start and inside 'ö' at the end.
-        let (from, out) = trim_to_utf8(2, s[2..9].to_vec());
-        assert_eq!(from, 3);
-        assert_eq!(std::str::from_utf8(&out).unwrap(), "llo w");
-        let bin = vec![0xff, 0xfe, 0x00, 0x41];
-        assert_eq!(trim_to_utf8(0, bin.clone()), (0, bin));
-    }
 }

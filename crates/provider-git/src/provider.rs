@@ -8,7 +8,7 @@ use gix::ObjectId;
 use mcpr_core::{
     Capabilities, ChangeSink, Completion, CompletionRequest, Contents, Error, Page, PageRequest,
     Provider, ProviderInfo, ReadLimits, ResourceMeta, ResourceUri, Result, TemplateMeta,
-    UriTemplate, WatchGuard,
+    UriTemplate, WatchGuard, run_blocking,
 };
 
 use crate::config::{GitConfig, RefWatchMode};
@@ -104,9 +104,7 @@ impl GitProvider {
         f: impl FnOnce(&Inner) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         let inner = self.inner.clone();
-        tokio::task::spawn_blocking(move || f(&inner))
-            .await
-            .map_err(|e| Error::internal(format!("git {what} task failed: {e}")))?
+        run_blocking(what, move || f(&inner)).await
     }
 }
 
@@ -160,7 +158,7 @@ impl Provider for GitProvider {
     }
 
     async fn ready(&self) -> bool {
-        self.blocking("ready", |inner| {
+        self.blocking("git ready", |inner| {
             let h = inner.repo.handle();
             Ok(inner.repo.refs_readable(&h))
         })
@@ -169,7 +167,7 @@ impl Provider for GitProvider {
     }
 
     async fn list(&self, page: PageRequest) -> Result<Page<ResourceMeta>> {
-        self.blocking("listing", move |inner| {
+        self.blocking("git listing", move |inner| {
             crate::list::list_page(inner, page.after.as_deref(), page.limit.max(1))
         })
         .await
@@ -179,7 +177,7 @@ impl Provider for GitProvider {
         let target = crate::uri::parse(&self.inner.bases, uri)?;
         let uri = uri.clone();
         let limits = *limits;
-        self.blocking("read", move |inner| {
+        self.blocking("git read", move |inner| {
             crate::read::read(inner, &uri, &target, &limits)
         })
         .await
@@ -192,7 +190,7 @@ impl Provider for GitProvider {
     async fn complete(&self, req: CompletionRequest) -> Result<Completion> {
         let idx = mcpr_core::template_index(&self.templates, &req.template)?;
         let variables = self.variables[idx].clone();
-        self.blocking("completion", move |inner| {
+        self.blocking("git completion", move |inner| {
             crate::complete::complete(inner, &variables, &req)
         })
         .await
@@ -206,10 +204,8 @@ impl Provider for GitProvider {
         }
         let target = crate::uri::parse(&self.inner.bases, uri)?;
         let watcher = self.watcher.clone();
-        let uri = uri.as_str().to_owned();
-        tokio::task::spawn_blocking(move || watcher.watch(&uri, target, sink))
-            .await
-            .map_err(|e| Error::internal(format!("git watch task failed: {e}")))?
+        let uri = uri.clone();
+        run_blocking("git watch", move || watcher.watch(&uri, target, sink)).await
     }
 
     fn change_token(&self, uri: &ResourceUri) -> Option<String> {
@@ -227,8 +223,6 @@ impl Provider for GitProvider {
             ));
         }
         let watcher = self.watcher.clone();
-        tokio::task::spawn_blocking(move || watcher.watch_list(sink))
-            .await
-            .map_err(|e| Error::internal(format!("git watch task failed: {e}")))?
+        run_blocking("git list watch", move || watcher.watch_list(sink)).await
     }
 }

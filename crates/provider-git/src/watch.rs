@@ -1,20 +1,22 @@
-//! Change notifications from ref moves.
+//! Change notifications from ref moves: the git side of core's poll-and-compare watcher
+//! ([`mcpr_core::poll`]).
 //!
-//! One thread per provider runs while anything is watched. It wakes on inotify events in the
-//! ref storage (`refs/`, `packed-refs`, `HEAD`, and `reftable/`, where every update replaces
-//! `tables.list`; debounced) and at every poll interval (the fallback, and the only source in
-//! `poll` mode), re-reads the refs, and compares each
-//! watched URI's fingerprint: the commit for a commit URI, the id of the entry at the path
+//! The core [`Poller`] runs while anything is watched, on the poll interval (the fallback,
+//! and the only source in `poll` mode) and when this module's inotify watch of the ref
+//! storage wakes it (`refs/`, `packed-refs`, `HEAD`, and `reftable/`, where every update
+//! replaces `tables.list`; debounced). Each round re-reads the refs on the blocking pool and
+//! fingerprints each watched URI: the commit for a commit URI, the id of the entry at the path
 //! for anything else. So `git://main/x` fires when `main` moves *and* `x` changed, never
 //! when `main` moves past commits that leave `x` alone.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError, channel};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+use async_trait::async_trait;
 use gix::ObjectId;
-use mcpr_core::{ChangeSink, ErrorKind, Result, WatchGuard};
+use mcpr_core::poll::{PollConfig, PollSource, Poller, Waker, Watched};
+use mcpr_core::{ChangeSink, Error, ErrorKind, ResourceUri, Result, WatchGuard, run_blocking};
 use notify::{RecursiveMode, Watcher as _};
 
 use crate::config::RefWatchMode;
@@ -91,12 +93,20 @@ fn resolve(inner: &Inner, h: &gix::Repository, rev: &str) -> Result<Option<Objec
 
 /// What the listing depends on: the branch and tag names, and the default ref's tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct ListSnapshot {
+pub(crate) struct ListSnapshot {
     refs: BTreeSet<String>,
     tree: Option<ObjectId>,
+    /// Counts the changes of what the listing shows (the ref names, the paths in the tree),
+    /// which is what is compared: a commit that only edits files moves `tree` but not this.
+    shown: u64,
 }
 
-fn list_snapshot(inner: &Inner, h: &gix::Repository) -> Result<ListSnapshot> {
+/// The listing's snapshot now; `prev` is the last one, against which `shown` is counted.
+fn list_snapshot(
+    inner: &Inner,
+    h: &gix::Repository,
+    prev: Option<&ListSnapshot>,
+) -> Result<ListSnapshot> {
     let refs = inner
         .repo
         .branches_and_tags(h)?
@@ -110,7 +120,19 @@ fn list_snapshot(inner: &Inner, h: &gix::Repository) -> Result<ListSnapshot> {
         Some(c) => Some(inner.repo.commit_links(h, c)?.0),
         None => None,
     };
-    Ok(ListSnapshot { refs, tree })
+    let shown = match prev {
+        None => 0,
+        Some(old) if old.refs == refs && old.tree == tree => old.shown,
+        Some(old) => {
+            let differs = old.refs != refs
+                || match (old.tree, tree) {
+                    (Some(a), Some(b)) => names_differ(inner, h, a, b)?,
+                    (a, b) => a != b,
+                };
+            old.shown + u64::from(differs)
+        }
+    };
+    Ok(ListSnapshot { refs, tree, shown })
 }
 
 /// Whether two trees list different paths (not merely different contents): only subtrees
@@ -135,244 +157,153 @@ fn names_differ(inner: &Inner, h: &gix::Repository, a: ObjectId, b: ObjectId) ->
     Ok(false)
 }
 
-struct UriWatch {
-    uri: String,
-    target: GitUri,
-    last: Fingerprint,
-    sink: ChangeSink,
+/// What a check saw of one watched key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Seen {
+    Uri(Fingerprint),
+    List(ListSnapshot),
 }
 
-struct ListWatch {
-    sink: ChangeSink,
+/// The repository as a [`PollSource`].
+pub(crate) struct RefSource {
+    inner: Arc<Inner>,
 }
 
-#[derive(Default)]
-struct State {
-    next_id: u64,
-    uris: HashMap<u64, UriWatch>,
-    lists: HashMap<u64, ListWatch>,
-    /// The listing as last seen, while anyone watches the list.
-    list_last: Option<ListSnapshot>,
-    thread: Option<Running>,
-}
+#[async_trait]
+impl PollSource for RefSource {
+    type Fingerprint = Seen;
 
-/// The running watch thread: dropping it stops the thread and releases inotify.
-struct Running {
-    tx: Sender<Msg>,
-    _inotify: Option<notify::RecommendedWatcher>,
-}
+    async fn check(&self, key: &Watched, last: Option<&Seen>) -> Result<Seen> {
+        let mut out = self.check_all(&[(key.clone(), last.cloned())]).await;
+        out.pop()
+            .unwrap_or_else(|| Err(Error::internal("git: a check gave no answer")))
+    }
 
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.tx.send(Msg::Stop);
+    /// Every key of a round in one hop to the blocking pool, on one repository handle, each
+    /// ref resolved once.
+    async fn check_all(&self, keys: &[(Watched, Option<Seen>)]) -> Vec<Result<Seen>> {
+        let inner = self.inner.clone();
+        let keys = keys.to_vec();
+        let n = keys.len();
+        match run_blocking("git watch check", move || Ok(check_keys(&inner, &keys))).await {
+            Ok(out) => out,
+            Err(e) => vec![Err(e); n],
+        }
+    }
+
+    fn changed(&self, _key: &Watched, old: &Seen, new: &Seen) -> bool {
+        match (old, new) {
+            // Only what the URI shows counts, not the commit the ref moved to.
+            (Seen::Uri(a), Seen::Uri(b)) => a.what != b.what,
+            (Seen::List(a), Seen::List(b)) => a.shown != b.shown,
+            _ => true,
+        }
+    }
+
+    fn start(&self, waker: Waker) -> Box<dyn Send> {
+        if self.inner.config.watch != RefWatchMode::Auto {
+            return Box::new(());
+        }
+        match start_inotify(&self.inner, waker) {
+            Ok(w) => Box::new(w),
+            Err(e) => {
+                tracing::warn!(repo = %self.inner.repo.git_dir.display(), error = %e, "git: cannot watch the ref storage, polling instead");
+                Box::new(())
+            }
+        }
     }
 }
 
-enum Msg {
-    Event,
-    Stop,
+/// Fingerprint each key (blocking). A ref storage that cannot be read fails the keys that
+/// need it, which keep their last state.
+fn check_keys(inner: &Inner, keys: &[(Watched, Option<Seen>)]) -> Vec<Result<Seen>> {
+    let h = inner.repo.handle();
+    let mut resolved = HashMap::new();
+    keys.iter()
+        .map(|(key, last)| match key {
+            Watched::Resource(uri) => {
+                let target = crate::uri::parse(&inner.bases, uri)?;
+                let prev = match last {
+                    Some(Seen::Uri(f)) => Some(f),
+                    _ => None,
+                };
+                fingerprint(inner, &h, &target, prev, &mut resolved).map(Seen::Uri)
+            }
+            Watched::List => {
+                let prev = match last {
+                    Some(Seen::List(l)) => Some(l),
+                    _ => None,
+                };
+                list_snapshot(inner, &h, prev).map(Seen::List)
+            }
+        })
+        .collect()
 }
 
 /// The provider's watch machinery.
 #[derive(Clone)]
 pub(crate) struct Watcher {
     inner: Arc<Inner>,
-    state: Arc<Mutex<State>>,
-}
-
-/// Removes one watch when dropped.
-struct Release {
-    state: Arc<Mutex<State>>,
-    id: u64,
-}
-
-impl Drop for Release {
-    fn drop(&mut self) {
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        st.uris.remove(&self.id);
-        if st.lists.remove(&self.id).is_some() && st.lists.is_empty() {
-            st.list_last = None;
-        }
-        if st.uris.is_empty() && st.lists.is_empty() {
-            // The last watch is gone: stop the thread and release the inotify watches.
-            st.thread = None;
-        }
-    }
+    /// The poller holds the source weakly; this keeps it as long as the provider lives.
+    _source: Arc<RefSource>,
+    poller: Poller<RefSource>,
 }
 
 impl Watcher {
     pub(crate) fn new(inner: Arc<Inner>) -> Self {
+        let source = Arc::new(RefSource {
+            inner: inner.clone(),
+        });
+        let cfg = &inner.config;
+        // Retries at the poll interval, as a failed check always was: an inotify event
+        // checks again at once anyway.
+        let config = PollConfig::every(cfg.poll_interval)
+            .with_debounce(cfg.debounce)
+            .with_retry(cfg.poll_interval, cfg.poll_interval);
+        let poller = Poller::new(
+            format!("git {}", inner.repo.git_dir.display()),
+            Arc::downgrade(&source),
+            config,
+        );
         Self {
             inner,
-            state: Arc::default(),
+            _source: source,
+            poller,
         }
     }
 
-    /// Watch `target` for `uri` (blocking: computes the starting fingerprint).
-    pub(crate) fn watch(&self, uri: &str, target: GitUri, sink: ChangeSink) -> Result<WatchGuard> {
+    /// Watch `target` for `uri` (blocking: computes the starting fingerprint first, so a move
+    /// after it is seen by the first check).
+    pub(crate) fn watch(
+        &self,
+        uri: &ResourceUri,
+        target: GitUri,
+        sink: ChangeSink,
+    ) -> Result<WatchGuard> {
         let h = self.inner.repo.handle();
         let last = fingerprint(&self.inner, &h, &target, None, &mut HashMap::new())?;
         drop(h);
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let id = st.next_id;
-        st.next_id += 1;
-        st.uris.insert(
-            id,
-            UriWatch {
-                uri: uri.to_owned(),
-                target,
-                last,
-                sink,
-            },
-        );
-        self.ensure_running(&mut st);
-        Ok(WatchGuard::new(Release {
-            state: self.state.clone(),
-            id,
-        }))
+        Ok(self
+            .poller
+            .watch(Watched::Resource(uri.clone()), sink, Some(Seen::Uri(last))))
     }
 
     /// Report list changes to `sink` (blocking: takes the starting snapshot).
     pub(crate) fn watch_list(&self, sink: ChangeSink) -> Result<WatchGuard> {
         let h = self.inner.repo.handle();
-        let snap = list_snapshot(&self.inner, &h)?;
+        let snap = list_snapshot(&self.inner, &h, None)?;
         drop(h);
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let id = st.next_id;
-        st.next_id += 1;
-        st.lists.insert(id, ListWatch { sink });
-        if st.list_last.is_none() {
-            st.list_last = Some(snap);
-        }
-        self.ensure_running(&mut st);
-        Ok(WatchGuard::new(Release {
-            state: self.state.clone(),
-            id,
-        }))
-    }
-
-    fn ensure_running(&self, st: &mut State) {
-        if st.thread.is_some() {
-            return;
-        }
-        let (tx, rx) = channel();
-        let inotify = match self.inner.config.watch {
-            RefWatchMode::Auto => match start_inotify(&self.inner, tx.clone()) {
-                Ok(w) => Some(w),
-                Err(e) => {
-                    tracing::warn!(repo = %self.inner.repo.git_dir.display(), error = %e, "git: cannot watch the ref storage, polling instead");
-                    None
-                }
-            },
-            RefWatchMode::Poll | RefWatchMode::Off => None,
-        };
-        let watcher = self.clone();
-        let spawned = std::thread::Builder::new()
-            .name("mcpr-git-watch".into())
-            .spawn(move || watcher.run(rx));
-        if let Err(e) = spawned {
-            tracing::error!(error = %e, "git: cannot start the watch thread");
-            return;
-        }
-        st.thread = Some(Running {
-            tx,
-            _inotify: inotify,
-        });
-    }
-
-    /// The thread: wake on events (after the debounce) or at each poll interval, then check.
-    fn run(self, rx: Receiver<Msg>) {
-        let cfg = &self.inner.config;
-        loop {
-            match rx.recv_timeout(cfg.poll_interval) {
-                Ok(Msg::Stop) | Err(RecvTimeoutError::Disconnected) => return,
-                Ok(Msg::Event) => {
-                    // The first event of a burst starts the quiet period; the rest of the
-                    // burst is folded into one check.
-                    std::thread::sleep(cfg.debounce);
-                    loop {
-                        match rx.try_recv() {
-                            Ok(Msg::Event) => continue,
-                            Ok(Msg::Stop) | Err(TryRecvError::Disconnected) => return,
-                            Err(TryRecvError::Empty) => break,
-                        }
-                    }
-                }
-                Err(RecvTimeoutError::Timeout) => {}
-            }
-            if let Err(e) = self.check() {
-                tracing::warn!(error = %e, "git: checking for ref moves failed");
-            }
-        }
-    }
-
-    /// Re-resolve every watched URI and the listing; notify what changed.
-    pub(crate) fn check(&self) -> Result<()> {
-        let (targets, list_last) = {
-            let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-            let t: Vec<(u64, GitUri, Fingerprint)> = st
-                .uris
-                .iter()
-                .map(|(id, w)| (*id, w.target.clone(), w.last.clone()))
-                .collect();
-            let l = (!st.lists.is_empty())
-                .then(|| st.list_last.clone())
-                .flatten();
-            (t, l)
-        };
-        let h = self.inner.repo.handle();
-        let mut resolved = HashMap::new();
-        let mut changed = Vec::new();
-        for (id, target, last) in targets {
-            let now = fingerprint(&self.inner, &h, &target, Some(&last), &mut resolved)?;
-            if now != last {
-                changed.push((id, now));
-            }
-        }
-        let mut list_changed = None;
-        if let Some(old) = list_last {
-            let new = list_snapshot(&self.inner, &h)?;
-            if new != old {
-                let differs = old.refs != new.refs
-                    || match (old.tree, new.tree) {
-                        (Some(a), Some(b)) => names_differ(&self.inner, &h, a, b)?,
-                        (a, b) => a != b,
-                    };
-                list_changed = Some((differs, new));
-            }
-        }
-        drop(h);
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        for (id, now) in changed {
-            // A watch dropped meanwhile stays silent.
-            if let Some(w) = st.uris.get_mut(&id)
-                && w.last.what != now.what
-            {
-                w.sink.updated(w.uri.clone());
-                w.last = now;
-            } else if let Some(w) = st.uris.get_mut(&id) {
-                w.last = now;
-            }
-        }
-        if let Some((differs, new)) = list_changed
-            && !st.lists.is_empty()
-        {
-            if differs {
-                for l in st.lists.values() {
-                    l.sink.list_changed();
-                }
-            }
-            st.list_last = Some(new);
-        }
-        Ok(())
+        Ok(self
+            .poller
+            .watch(Watched::List, sink, Some(Seen::List(snap))))
     }
 }
 
 /// Watch the ref storage with inotify: `refs/` recursively, the git directories themselves
 /// (not recursively) for `HEAD` and `packed-refs`, and the reftable directories of a reftable
 /// repository (every update writes a table and replaces `tables.list` there). Only events
-/// that can be ref updates wake the thread (not `index`, objects or logs).
-fn start_inotify(inner: &Inner, tx: Sender<Msg>) -> notify::Result<notify::RecommendedWatcher> {
+/// that can be ref updates wake the poller (not `index`, objects or logs).
+fn start_inotify(inner: &Inner, waker: Waker) -> notify::Result<notify::RecommendedWatcher> {
     let common = inner.repo.common_dir.clone();
     let git_dir = inner.repo.git_dir.clone();
     let ref_dirs: Vec<PathBuf> = [common.join("refs"), git_dir.join("refs")]
@@ -412,7 +343,7 @@ fn start_inotify(inner: &Inner, tx: Sender<Msg>) -> notify::Result<notify::Recom
             Err(_) => true,
         };
         if wake {
-            let _ = tx.send(Msg::Event);
+            waker.wake();
         }
     })?;
     for d in &ref_dirs {

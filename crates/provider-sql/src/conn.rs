@@ -193,7 +193,7 @@ impl Pool {
             .await
             .map_err(|_| Error::internal("SQL pool closed"))?;
         let pool = self.clone();
-        tokio::task::spawn_blocking(move || {
+        mcpr_core::run_blocking("SQLite", move || {
             let _permit = permit;
             let popped = pool.idle.lock().ok().and_then(|mut v| v.pop());
             let mut conn = match popped {
@@ -209,7 +209,6 @@ impl Pool {
             out
         })
         .await
-        .map_err(|e| Error::internal(format!("SQL task failed: {e}")))?
     }
 }
 

@@ -52,7 +52,7 @@ pub(crate) struct Inner {
     info: ProviderInfo,
     templates: Vec<TemplateMeta>,
     queries: Vec<Compiled>,
-    watches: Arc<Watches>,
+    watches: Watches,
 }
 
 impl SqlProvider {
@@ -161,15 +161,15 @@ impl SqlProvider {
             capabilities: Capabilities::ALL,
             cache: config.cache,
         };
-        let watches = Arc::new(Watches::new(trigger, config.poll_interval));
+        let poll = config.poll_interval;
         Ok(Self {
-            inner: Arc::new(Inner {
+            inner: Arc::new_cyclic(|weak| Inner {
+                watches: Watches::new(&config.name, weak.clone(), trigger, poll),
                 config,
                 engine,
                 info,
                 templates,
                 queries,
-                watches,
             }),
         })
     }
@@ -969,16 +969,11 @@ impl Provider for SqlProvider {
         {
             return Err(e.clone().with_uri(uri.as_str()));
         }
-        Ok(self.inner.watches.add_resource(
-            &self.inner,
-            uri.clone(),
-            sink,
-            crate::watch::fingerprint(&first),
-        ))
+        Ok(self.inner.watches.add_resource(uri.clone(), sink, &first))
     }
 
     async fn watch_list(&self, sink: ChangeSink) -> Result<WatchGuard> {
-        let first = crate::watch::catalog(self.inner.engine.as_ref()).await;
-        Ok(self.inner.watches.add_list(&self.inner, sink, first))
+        let first = crate::watch::catalog(self.inner.engine.as_ref()).await.ok();
+        Ok(self.inner.watches.add_list(sink, first))
     }
 }

@@ -1,21 +1,26 @@
 //! Change detection for `db://` subscriptions: a subscribed table page or query is notified
 //! when its result would change, and list watchers when tables or views appear or go.
 //!
-//! One task per mount runs while anything is watched and stops with the last watcher. It
-//! wakes on the engine's change signal (SQLite: an inotify event on the database file or its
-//! WAL, then `PRAGMA data_version`; PostgreSQL: a NOTIFY on the configured channel), or on the
-//! poll interval (PostgreSQL without a channel, MySQL, and SQLite as a safety net), then
-//! re-reads each watched URI and compares a hash of the result, so a write that does not
-//! change a subscribed result notifies nobody.
+//! The SQL side of core's poll-and-compare watcher ([`mcpr_core::poll`]): the core
+//! [`Poller`] runs while anything is watched and stops with the last watcher; this module
+//! says what wakes it (SQLite: an inotify event on the database file or its WAL, then
+//! `PRAGMA data_version` decides whether anything was committed; PostgreSQL: a NOTIFY on the
+//! configured channel, with no polling), and how to fingerprint a watched URI: a hash of its
+//! result, so a write that does not change a subscribed result notifies nobody. Without a
+//! change signal (PostgreSQL without a channel, MySQL) and as SQLite's safety net, the poll
+//! interval drives the checks.
 
-use std::collections::HashMap;
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use mcpr_core::{ChangeSink, Contents, ContentsBody, ErrorKind, ResourceUri, Result, WatchGuard};
+use async_trait::async_trait;
+use mcpr_core::poll::{Cause, PollConfig, PollSource, Poller, Round, Waker, Watched};
+use mcpr_core::{
+    ChangeSink, Contents, ContentsBody, Error, ErrorKind, ResourceUri, Result, WatchGuard,
+};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -35,260 +40,177 @@ pub(crate) enum Trigger {
     Poll,
 }
 
-struct Resource {
-    uri: ResourceUri,
-    sink: ChangeSink,
-    last: Option<u64>,
-}
-
-struct ListWatch {
-    sink: ChangeSink,
-    last: Option<u64>,
-}
-
-#[derive(Default)]
-struct State {
-    next_id: u64,
-    resources: HashMap<u64, Resource>,
-    lists: HashMap<u64, ListWatch>,
-    task: Option<JoinHandle<()>>,
-}
-
 /// The watched resources and lists of one mount.
 pub(crate) struct Watches {
-    state: Mutex<State>,
-    trigger: Arc<Mutex<Trigger>>,
-    poll: Duration,
+    /// The poller holds the source weakly; this keeps it as long as the mount lives.
+    _source: Arc<SqlSource>,
+    poller: Poller<SqlSource>,
 }
 
-/// Removes its entry when the server drops the watch; the last one stops the task.
-struct Unwatch {
-    watches: Weak<Watches>,
-    id: u64,
+/// The mount's database as a [`PollSource`].
+struct SqlSource {
+    /// Weak: the mount owns its watches, not the other way round.
+    inner: Weak<Inner>,
+    /// Behind a mutex because a SQLite connection may be used from one thread at a time.
+    trigger: Mutex<Trigger>,
+    /// SQLite's `data_version` at the last round; `None` until the first one.
+    version: Mutex<Option<i64>>,
 }
 
-impl Drop for Unwatch {
-    fn drop(&mut self) {
-        if let Some(w) = self.watches.upgrade()
-            && let Ok(mut st) = w.state.lock()
-        {
-            st.resources.remove(&self.id);
-            st.lists.remove(&self.id);
-            if st.resources.is_empty()
-                && st.lists.is_empty()
-                && let Some(task) = st.task.take()
-            {
-                task.abort();
-            }
-        }
-    }
-}
-
-/// A hash of a read result; `None` for transient failures (database down, timeout), which
-/// are not a change of the resource.
-pub(crate) fn fingerprint(r: &Result<Contents>) -> Option<u64> {
+/// A hash of a read result. Transient failures (database down, timeout) are errors: they are
+/// not a change of the resource, and the check is retried.
+pub(crate) fn fingerprint(r: &Result<Contents>) -> Result<u64> {
     let mut h = DefaultHasher::new();
     match r {
         Ok(c) => match &c.body {
             ContentsBody::Text(t) => t.hash(&mut h),
             ContentsBody::Blob(b) => b.hash(&mut h),
         },
-        Err(e) if matches!(e.kind, ErrorKind::Unavailable | ErrorKind::Timeout) => return None,
+        Err(e) if matches!(e.kind, ErrorKind::Unavailable | ErrorKind::Timeout) => {
+            return Err(e.clone());
+        }
         Err(e) => {
             format!("{:?}", e.kind).hash(&mut h);
             e.message.hash(&mut h);
         }
     }
-    Some(h.finish())
+    Ok(h.finish())
 }
 
-/// A hash of the set of tables and views; `None` when the database cannot say.
-pub(crate) async fn catalog(engine: &dyn Engine) -> Option<u64> {
+/// A hash of the set of tables and views; an error when the database cannot say.
+pub(crate) async fn catalog(engine: &dyn Engine) -> Result<u64> {
     let mut h = DefaultHasher::new();
     let mut after: Option<TableRef> = None;
     loop {
-        let block = engine.objects(after.clone(), 1000).await.ok()?;
+        let block = engine.objects(after.clone(), 1000).await?;
         for o in &block {
             o.table.hash(&mut h);
             o.kind.as_str().hash(&mut h);
         }
         if block.len() < 1000 {
-            return Some(h.finish());
+            return Ok(h.finish());
         }
         after = block.last().map(|o| o.table.clone());
     }
 }
 
 impl Watches {
-    pub(crate) fn new(trigger: Trigger, poll: Duration) -> Self {
+    /// The watches of the mount `inner` (weak: called while the mount is being built).
+    pub(crate) fn new(label: &str, inner: Weak<Inner>, trigger: Trigger, poll: Duration) -> Self {
+        // With LISTEN, notifications are the change signal and nothing polls. Otherwise a
+        // failed check is retried at the poll interval, as it always was.
+        let config = match trigger {
+            Trigger::Listen { .. } => PollConfig::on_wake_only(),
+            Trigger::Sqlite { .. } | Trigger::Poll => {
+                PollConfig::every(poll).with_retry(poll, poll)
+            }
+        };
+        let source = Arc::new(SqlSource {
+            inner,
+            trigger: Mutex::new(trigger),
+            version: Mutex::new(None),
+        });
+        let poller = Poller::new(format!("db://{label}"), Arc::downgrade(&source), config);
         Self {
-            state: Mutex::new(State::default()),
-            trigger: Arc::new(Mutex::new(trigger)),
-            poll,
+            _source: source,
+            poller,
         }
     }
 
     /// Whether the watcher task runs (tests: it must stop with the last watch).
     #[cfg(test)]
     pub(crate) fn running(&self) -> bool {
-        self.state
-            .lock()
-            .map(|st| st.task.as_ref().is_some_and(|t| !t.is_finished()))
-            .unwrap_or(false)
+        self.poller.is_running()
     }
 
+    /// Watch `uri`; `first` is the read made when the watch was asked for.
     pub(crate) fn add_resource(
-        self: &Arc<Self>,
-        inner: &Arc<Inner>,
+        &self,
         uri: ResourceUri,
         sink: ChangeSink,
-        last: Option<u64>,
+        first: &Result<Contents>,
     ) -> WatchGuard {
-        self.add(inner, |st, id| {
-            st.resources.insert(id, Resource { uri, sink, last });
-        })
+        self.poller
+            .watch(Watched::Resource(uri), sink, fingerprint(first).ok())
     }
 
-    pub(crate) fn add_list(
-        self: &Arc<Self>,
-        inner: &Arc<Inner>,
-        sink: ChangeSink,
-        last: Option<u64>,
-    ) -> WatchGuard {
-        self.add(inner, |st, id| {
-            st.lists.insert(id, ListWatch { sink, last });
-        })
-    }
-
-    fn add(self: &Arc<Self>, inner: &Arc<Inner>, put: impl FnOnce(&mut State, u64)) -> WatchGuard {
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let id = st.next_id;
-        st.next_id += 1;
-        put(&mut st, id);
-        if st.task.as_ref().is_none_or(JoinHandle::is_finished) {
-            st.task = Some(tokio::spawn(run(
-                Arc::downgrade(self),
-                Arc::downgrade(inner),
-                self.trigger.clone(),
-                self.poll,
-            )));
-        }
-        WatchGuard::new(Unwatch {
-            watches: Arc::downgrade(self),
-            id,
-        })
+    /// Watch the list of tables and views; `first` is the catalog when the watch was asked
+    /// for (unknown when the database was down: then its first answer is a change, as a list
+    /// taken meanwhile had no tables).
+    pub(crate) fn add_list(&self, sink: ChangeSink, first: Option<u64>) -> WatchGuard {
+        self.poller.watch(Watched::List, sink, first)
     }
 }
 
-/// The watcher task: wait for a signal, then re-check everything watched.
-async fn run(
-    watches: Weak<Watches>,
-    inner: Weak<Inner>,
-    trigger: Arc<Mutex<Trigger>>,
-    poll: Duration,
-) {
-    // Capacity 1: a burst of events is one re-check.
-    let (tx, mut rx) = mpsc::channel::<()>(1);
-    let mut polling = true;
-    let mut _fs_watcher = None;
-    let mut listen_task: Option<JoinHandle<()>> = None;
-    let mut version: Option<i64> = None; // SQLite's data_version at the last check
-    {
-        let t = trigger.lock().unwrap_or_else(|p| p.into_inner());
+#[async_trait]
+impl PollSource for SqlSource {
+    type Fingerprint = u64;
+
+    async fn check(&self, key: &Watched, _last: Option<&u64>) -> Result<u64> {
+        let inner = self
+            .inner
+            .upgrade()
+            .ok_or_else(|| Error::internal("the SQL mount is gone"))?;
+        match key {
+            Watched::Resource(uri) => fingerprint(&inner.read(uri, u64::MAX).await),
+            Watched::List => catalog(inner.engine()).await,
+        }
+    }
+
+    /// SQLite: nothing committed since the last round means nothing to re-read, and anything
+    /// committed means every watched URI is re-read.
+    async fn round(&self, _cause: Cause) -> Round {
+        let t = self.trigger.lock().unwrap_or_else(|p| p.into_inner());
+        let Trigger::Sqlite { probe, .. } = &*t else {
+            return Round::Scheduled;
+        };
+        let now = probe.get().ok();
+        let mut version = self.version.lock().unwrap_or_else(|p| p.into_inner());
+        if now.is_some() && now == *version {
+            return Round::Skip;
+        }
+        *version = now;
+        Round::All
+    }
+
+    fn start(&self, waker: Waker) -> Box<dyn Send> {
+        let t = self.trigger.lock().unwrap_or_else(|p| p.into_inner());
         match &*t {
             Trigger::Sqlite { path, .. } => {
-                // `version` stays unknown, so the first wake-up re-checks everything: a commit
-                // between the subscriber's first read and this point is not lost.
-                _fs_watcher = file_events(path, tx.clone());
+                // The version is unknown again, so the first round re-checks everything: a
+                // commit between the subscriber's first read and this point is not lost.
+                *self.version.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                Box::new(file_events(path, waker))
             }
             Trigger::Listen { listener } => {
-                polling = false;
-                listen_task = Some(tokio::spawn(listener.clone().run(tx.clone())));
+                // `Listen` signals on a channel of capacity 1 (a burst is one round); a
+                // second task passes each signal on as a wake-up.
+                let (tx, mut rx) = mpsc::channel::<()>(1);
+                let listen = tokio::spawn(listener.clone().run(tx));
+                let forward = tokio::spawn(async move {
+                    while rx.recv().await.is_some() {
+                        waker.wake();
+                    }
+                });
+                Box::new((AbortOnDrop(listen), AbortOnDrop(forward)))
             }
-            Trigger::Poll => {}
+            Trigger::Poll => Box::new(()),
         }
-    }
-    struct AbortOnDrop(Option<JoinHandle<()>>);
-    impl Drop for AbortOnDrop {
-        fn drop(&mut self) {
-            if let Some(t) = self.0.take() {
-                t.abort();
-            }
-        }
-    }
-    let _listen = AbortOnDrop(listen_task);
-    loop {
-        tokio::select! {
-            _ = rx.recv() => {}
-            _ = tokio::time::sleep(poll), if polling => {}
-        }
-        // SQLite: nothing committed since the last check means nothing to re-read.
-        {
-            let t = trigger.lock().unwrap_or_else(|p| p.into_inner());
-            if let Trigger::Sqlite { probe, .. } = &*t {
-                let now = probe.get().ok();
-                if now.is_some() && now == version {
-                    continue;
-                }
-                version = now;
-            }
-        }
-        let (Some(w), Some(inner)) = (watches.upgrade(), inner.upgrade()) else {
-            return;
-        };
-        check(&w, &inner).await;
     }
 }
 
-/// Re-read every watched URI and the catalog; notify what changed.
-async fn check(w: &Arc<Watches>, inner: &Arc<Inner>) {
-    let (resources, lists) = {
-        let st = w.state.lock().unwrap_or_else(|p| p.into_inner());
-        (
-            st.resources
-                .iter()
-                .map(|(id, r)| (*id, r.uri.clone(), r.last))
-                .collect::<Vec<_>>(),
-            !st.lists.is_empty(),
-        )
-    };
-    // The same URI watched twice (by two mounts of the registry) is read once.
-    let mut seen: HashMap<String, Option<u64>> = HashMap::new();
-    for (id, uri, last) in resources {
-        let fp = match seen.get(uri.as_str()) {
-            Some(fp) => *fp,
-            None => {
-                let fp = fingerprint(&inner.read(&uri, u64::MAX).await);
-                seen.insert(uri.as_str().to_owned(), fp);
-                fp
-            }
-        };
-        let Some(fp) = fp else { continue };
-        if Some(fp) != last {
-            let mut st = w.state.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(r) = st.resources.get_mut(&id) {
-                r.last = Some(fp);
-                // A first successful read after a failure at subscribe is a change too.
-                r.sink.updated(uri.as_str());
-            }
-        }
-    }
-    if lists && let Some(fp) = catalog(inner.engine()).await {
-        let st = &mut *w.state.lock().unwrap_or_else(|p| p.into_inner());
-        for l in st.lists.values_mut() {
-            // From unknown (the database was down when the watch began) to known is a change
-            // too: a list taken meanwhile had no tables.
-            if l.last != Some(fp) {
-                l.sink.list_changed();
-                l.last = Some(fp);
-            }
-        }
+/// Stops a task when the watcher stops.
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
 /// inotify on the directory of the database, filtered to the database file and its WAL and
 /// journal (SQLite replaces and truncates those, so the directory is watched, not the files).
-fn file_events(path: &std::path::Path, tx: mpsc::Sender<()>) -> Option<notify::RecommendedWatcher> {
+fn file_events(path: &std::path::Path, waker: Waker) -> Option<notify::RecommendedWatcher> {
     use notify::Watcher as _;
     let dir = path.parent()?.to_path_buf();
     let dir = if dir.as_os_str().is_empty() {
@@ -312,7 +234,7 @@ fn file_events(path: &std::path::Path, tx: mpsc::Sender<()>) -> Option<notify::R
                 .is_some_and(|f| wanted.iter().any(|w| f.to_string_lossy() == *w))
         });
         if hit {
-            let _ = tx.try_send(());
+            waker.wake();
         }
     })
     .ok()?;

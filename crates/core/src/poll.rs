@@ -1,0 +1,808 @@
+//! Poll-and-compare watching: a [`Poller`] re-checks watched resources on an interval (with
+//! jitter) or when woken, compares each one's fingerprint with the last one seen, and reports
+//! `updated` (or `list_changed`) only when it differs.
+//!
+//! A provider supplies a [`PollSource`]: how to fingerprint one resource (a ref's entry id, a
+//! query result's hash, an ETag, an S3 HEAD), and optionally a cheaper "did anything change
+//! at all" probe per round and the event sources that wake the poller early (inotify on ref
+//! storage, PostgreSQL `LISTEN`). The poller owns what every such watcher needs the same way:
+//!
+//! - **One check per key** however many guards: a key is checked once per round and every
+//!   sink subscribed to it is told; the last [`WatchGuard`] of the last key stops the task
+//!   and drops the source's event sources.
+//! - **An interval with jitter**: each key is due `interval × (1 ± jitter/2)` after its last
+//!   check, so many keys (and many servers) do not all poll in the same instant. The jitter is
+//!   a hash of the key, the time and std's per-process random hash keys: no `rand` needed.
+//! - **Wake now** ([`Waker::wake`]): an event source wakes the poller, which waits the
+//!   debounce (folding a burst into one round) and checks every key.
+//! - **Failures are not changes**: a check that fails keeps the last good fingerprint,
+//!   notifies nobody and is retried with exponential backoff.
+//!
+//! The poller is a tokio task and checks are async, because most sources are (SQL drivers,
+//! HTTP, S3). A source whose checks block (gix, rusqlite) runs them through
+//! [`crate::blocking::run_blocking`]; git does so once per round for all its keys
+//! ([`PollSource::check_all`]), so it costs one hop to the blocking pool per round, where a
+//! thread of its own per watched repository cost a parked thread and its stack all the time.
+//! Keys are checked one after another within a round, not concurrently: a round is as gentle
+//! on the source as the old per-provider loops were, and jitter already spreads keys out.
+
+use std::collections::HashMap;
+use std::collections::hash_map::RandomState;
+use std::fmt::Debug;
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::change::{ChangeSink, WatchGuard};
+use crate::error::Result;
+use crate::uri::ResourceUri;
+
+/// What is watched: one resource, or the set of resources of the mount.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Watched {
+    /// One resource; a change is reported as `updated(uri)`.
+    Resource(ResourceUri),
+    /// The mount's listing; a change is reported as `list_changed`.
+    List,
+}
+
+impl Watched {
+    /// Report a change of this key to `sink`.
+    pub fn notify(&self, sink: &ChangeSink) {
+        match self {
+            Watched::Resource(uri) => sink.updated(uri.as_str()),
+            Watched::List => sink.list_changed(),
+        }
+    }
+}
+
+/// Why a round runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// A [`Waker`] was woken (after the debounce).
+    Woken,
+    /// A key's interval or retry time came.
+    Timer,
+}
+
+/// What a round checks, as decided by [`PollSource::round`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Round {
+    /// The default: after a wake-up every key, on a timer the keys that are due.
+    Scheduled,
+    /// Something changed: check every key now.
+    All,
+    /// Nothing changed since the last round: check only failed keys whose retry is due, and
+    /// push the others' next check one interval on.
+    Skip,
+}
+
+/// How a [`Poller`] schedules checks.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PollConfig {
+    /// Time between two checks of a key; `None`: only wake-ups (and retries) check.
+    pub interval: Option<Duration>,
+    /// Fraction of the interval (and of retry delays) that is random, 0.0..=1.0: a delay `d`
+    /// becomes `d × (1 − jitter/2 + jitter × u)`, `u` uniform in 0..1.
+    pub jitter: f64,
+    /// Quiet period after a wake-up before the round, so a burst of events is one round.
+    pub debounce: Duration,
+    /// Delay before the first retry of a failed check; it doubles with each failure in a row.
+    pub retry_min: Duration,
+    /// The longest delay between retries.
+    pub retry_max: Duration,
+}
+
+impl PollConfig {
+    /// Check every `interval` (10 % jitter, no debounce); retries start at one interval and
+    /// back off to a minute (or the interval, when longer).
+    pub fn every(interval: Duration) -> Self {
+        Self {
+            interval: Some(interval),
+            jitter: 0.1,
+            debounce: Duration::ZERO,
+            retry_min: interval,
+            retry_max: interval.max(Duration::from_secs(60)),
+        }
+    }
+
+    /// Check only when woken; failed checks are retried from one second up to a minute.
+    pub fn on_wake_only() -> Self {
+        Self {
+            interval: None,
+            jitter: 0.1,
+            debounce: Duration::ZERO,
+            retry_min: Duration::from_secs(1),
+            retry_max: Duration::from_secs(60),
+        }
+    }
+
+    /// The same with a debounce after each wake-up.
+    pub fn with_debounce(mut self, debounce: Duration) -> Self {
+        self.debounce = debounce;
+        self
+    }
+
+    /// The same with retries from `min` doubling up to `max` (`max` is at least `min`).
+    pub fn with_retry(mut self, min: Duration, max: Duration) -> Self {
+        self.retry_min = min;
+        self.retry_max = max.max(min);
+        self
+    }
+
+    /// The same with another jitter fraction (clamped to 0.0..=1.0).
+    pub fn with_jitter(mut self, jitter: f64) -> Self {
+        self.jitter = jitter.clamp(0.0, 1.0);
+        self
+    }
+}
+
+/// How a provider looks at what is watched. Implemented once per provider; the [`Poller`]
+/// does the scheduling, comparing and notifying.
+#[async_trait]
+pub trait PollSource: Send + Sync + 'static {
+    /// What a check of one key sees: compared with the previous one through
+    /// [`changed`](Self::changed). Represent "deleted" or "not found" as a value of its own
+    /// (it is a change), and keep failures out of it (return an error instead).
+    type Fingerprint: Clone + PartialEq + Debug + Send + Sync + 'static;
+
+    /// Look at `key` now. `last` is what the last successful check saw (`None`: nothing yet),
+    /// for conditional requests or to reuse work when nothing moved. An error means "could
+    /// not look this time" (the source is down, a timeout): nobody is notified, `last` is
+    /// kept, and the key is retried with backoff.
+    async fn check(
+        &self,
+        key: &Watched,
+        last: Option<&Self::Fingerprint>,
+    ) -> Result<Self::Fingerprint>;
+
+    /// Look at several keys in one round; one result per key, in order. The default checks
+    /// them one after another; a source overrides it to share work across keys (one
+    /// repository handle, one hop to the blocking pool).
+    async fn check_all(
+        &self,
+        keys: &[(Watched, Option<Self::Fingerprint>)],
+    ) -> Vec<Result<Self::Fingerprint>> {
+        let mut out = Vec::with_capacity(keys.len());
+        for (key, last) in keys {
+            out.push(self.check(key, last.as_ref()).await);
+        }
+        out
+    }
+
+    /// Whether `new` differs from `old` as the subscribers of `key` see it (default: `!=`).
+    /// A fingerprint may carry more than what is compared (the commit a ref pointed at, to
+    /// reuse a lookup); it is stored whatever this answers.
+    fn changed(&self, key: &Watched, old: &Self::Fingerprint, new: &Self::Fingerprint) -> bool {
+        let _ = key;
+        old != new
+    }
+
+    /// Called before each round: a cheap probe can say that nothing changed anywhere
+    /// ([`Round::Skip`]) or that everything must be re-checked ([`Round::All`]).
+    async fn round(&self, cause: Cause) -> Round {
+        let _ = cause;
+        Round::Scheduled
+    }
+
+    /// Start the event sources that wake the poller early (inotify, `LISTEN`); called when
+    /// the poller's task starts. What it returns is kept for as long as the task runs and
+    /// dropped when it stops, which must stop those sources.
+    fn start(&self, waker: Waker) -> Box<dyn Send> {
+        let _ = waker;
+        Box::new(())
+    }
+}
+
+/// Wakes a [`Poller`] for a round of checks now (after its debounce). Cheap to clone, never
+/// blocks, and may be called from any thread; wake-ups while a round runs cause one more
+/// round after it, so none is lost.
+#[derive(Clone)]
+pub struct Waker(Arc<Signal>);
+
+impl Waker {
+    /// Ask for a round of every key.
+    pub fn wake(&self) {
+        self.0.woken.store(true, Ordering::SeqCst);
+        self.0.notify.notify_one();
+    }
+}
+
+impl Debug for Waker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Waker")
+    }
+}
+
+struct Signal {
+    notify: Notify,
+    /// Set by a wake-up; the notify alone may also mean "the schedule changed".
+    woken: AtomicBool,
+}
+
+/// One watched key: who to tell, what was seen, when to look next.
+struct Entry<F> {
+    sinks: HashMap<u64, ChangeSink>,
+    /// `None`: nothing seen yet, so the first successful check is reported as a change (a
+    /// subscriber whose first read failed must learn when the resource is there).
+    last: Option<F>,
+    /// `None`: only on a wake-up.
+    due: Option<Instant>,
+    failures: u32,
+}
+
+struct State<F> {
+    next_id: u64,
+    keys: HashMap<Watched, Entry<F>>,
+    task: Option<JoinHandle<()>>,
+}
+
+struct Shared<S: PollSource> {
+    label: String,
+    source: Weak<S>,
+    config: PollConfig,
+    signal: Arc<Signal>,
+    state: Mutex<State<S::Fingerprint>>,
+}
+
+impl<S: PollSource> Shared<S> {
+    fn lock(&self) -> MutexGuard<'_, State<S::Fingerprint>> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// When a key checked now is next due.
+    fn next_check(&self, key: &Watched, now: Instant) -> Option<Instant> {
+        self.config
+            .interval
+            .map(|i| now + jittered(i, self.config.jitter, key))
+    }
+
+    /// When a key that failed `failures` times in a row is retried.
+    fn retry_at(&self, key: &Watched, failures: u32, now: Instant) -> Instant {
+        let c = &self.config;
+        let exp = failures.saturating_sub(1).min(20);
+        let delay = c
+            .retry_min
+            .saturating_mul(1u32 << exp)
+            .min(c.retry_max.max(c.retry_min));
+        now + jittered(delay, c.jitter, key)
+    }
+}
+
+/// A poll-and-compare watcher for one mount: keys with their subscribers, and a task that runs
+/// while any key is watched. See the module documentation.
+pub struct Poller<S: PollSource> {
+    shared: Arc<Shared<S>>,
+}
+
+impl<S: PollSource> Clone for Poller<S> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<S: PollSource> Debug for Poller<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Poller")
+            .field("label", &self.shared.label)
+            .field("config", &self.shared.config)
+            .finish()
+    }
+}
+
+impl<S: PollSource> Poller<S> {
+    /// A poller over `source`, named `label` in logs. It holds the source weakly, so a
+    /// source may own its poller; the task ends when the source is gone.
+    pub fn new(label: impl Into<String>, source: Weak<S>, config: PollConfig) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                label: label.into(),
+                source,
+                config,
+                signal: Arc::new(Signal {
+                    notify: Notify::new(),
+                    woken: AtomicBool::new(false),
+                }),
+                state: Mutex::new(State {
+                    next_id: 0,
+                    keys: HashMap::new(),
+                    task: None,
+                }),
+            }),
+        }
+    }
+
+    /// Watch `key` for `sink` until the guard is dropped. `initial` is what the caller saw
+    /// when it set the watch up (read it *before* calling this, so a change in between is
+    /// seen by the first check); `None` when that failed, which makes the first successful
+    /// check a change. A key already watched keeps the fingerprint it has, so no subscriber
+    /// misses a change that is not yet checked.
+    ///
+    /// Starts the task (on the current tokio runtime) if it was not running.
+    pub fn watch(
+        &self,
+        key: Watched,
+        sink: ChangeSink,
+        initial: Option<S::Fingerprint>,
+    ) -> WatchGuard {
+        let sh = &self.shared;
+        let mut st = sh.lock();
+        let id = st.next_id;
+        st.next_id += 1;
+        let now = Instant::now();
+        let entry = st.keys.entry(key.clone()).or_insert_with(|| Entry {
+            sinks: HashMap::new(),
+            last: initial,
+            due: sh.next_check(&key, now),
+            failures: 0,
+        });
+        entry.sinks.insert(id, sink);
+        if st.task.as_ref().is_none_or(JoinHandle::is_finished) {
+            st.task = Some(tokio::spawn(run(self.shared.clone())));
+        } else {
+            // The task may be sleeping towards a later time than this key's first check.
+            sh.signal.notify.notify_one();
+        }
+        WatchGuard::new(Release {
+            shared: Arc::downgrade(&self.shared),
+            key,
+            id,
+        })
+    }
+
+    /// A handle that wakes this poller.
+    pub fn waker(&self) -> Waker {
+        Waker(self.shared.signal.clone())
+    }
+
+    /// Whether the task runs (it must stop with the last guard).
+    pub fn is_running(&self) -> bool {
+        self.shared
+            .lock()
+            .task
+            .as_ref()
+            .is_some_and(|t| !t.is_finished())
+    }
+
+    /// How many keys are watched.
+    pub fn watched(&self) -> usize {
+        self.shared.lock().keys.len()
+    }
+}
+
+/// Removes one subscription when dropped; the last one of the last key stops the task.
+struct Release<S: PollSource> {
+    shared: Weak<Shared<S>>,
+    key: Watched,
+    id: u64,
+}
+
+impl<S: PollSource> Drop for Release<S> {
+    fn drop(&mut self) {
+        let Some(sh) = self.shared.upgrade() else {
+            return;
+        };
+        let mut st = sh.lock();
+        if let Some(e) = st.keys.get_mut(&self.key) {
+            e.sinks.remove(&self.id);
+            if e.sinks.is_empty() {
+                st.keys.remove(&self.key);
+            }
+        }
+        if st.keys.is_empty()
+            && let Some(task) = st.task.take()
+        {
+            // Aborting drops the task's future, and with it the source's event sources.
+            task.abort();
+        }
+    }
+}
+
+/// `d` with `jitter` of it spread at random around it.
+fn jittered(d: Duration, jitter: f64, key: &Watched) -> Duration {
+    if jitter <= 0.0 || d.is_zero() {
+        return d;
+    }
+    // RandomState's keys are random per process (and differ per instance), so this varies
+    // between keys, calls and servers without a random number generator of our own.
+    let mut h = RandomState::new().build_hasher();
+    key.hash(&mut h);
+    std::time::SystemTime::now().hash(&mut h);
+    let u = (h.finish() >> 11) as f64 / (1u64 << 53) as f64;
+    d.mul_f64(1.0 - jitter / 2.0 + jitter * u)
+}
+
+/// The poller's task: sleep until the first key is due or a wake-up, then run a round.
+async fn run<S: PollSource>(shared: Arc<Shared<S>>) {
+    let Some(source) = shared.source.upgrade() else {
+        return;
+    };
+    let _events = source.start(Waker(shared.signal.clone()));
+    // Hold the source only during a round, so the task never keeps a dropped provider alive.
+    drop(source);
+    loop {
+        let next = shared.lock().keys.values().filter_map(|e| e.due).min();
+        let woken = tokio::select! {
+            _ = shared.signal.notify.notified() => shared.signal.woken.swap(false, Ordering::SeqCst),
+            _ = sleep_until(next) => false,
+        };
+        let cause = if woken {
+            if !shared.config.debounce.is_zero() {
+                tokio::time::sleep(shared.config.debounce).await;
+                // The rest of the burst is folded into this round.
+                shared.signal.woken.store(false, Ordering::SeqCst);
+            }
+            Cause::Woken
+        } else if next.is_some_and(|at| at <= Instant::now()) {
+            Cause::Timer
+        } else {
+            // Only the schedule changed (a key was added): work out the next time again.
+            continue;
+        };
+        let Some(source) = shared.source.upgrade() else {
+            return;
+        };
+        round(&shared, &source, cause).await;
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// One round: pick the keys, check them, compare, notify, reschedule.
+async fn round<S: PollSource>(shared: &Shared<S>, source: &S, cause: Cause) {
+    let decision = source.round(cause).await;
+    let now = Instant::now();
+    let batch: Vec<(Watched, Option<S::Fingerprint>)> = {
+        let mut st = shared.lock();
+        let mut batch = Vec::new();
+        for (key, e) in st.keys.iter_mut() {
+            let due = e.due.is_some_and(|d| d <= now);
+            let take = match decision {
+                Round::All => true,
+                Round::Scheduled => cause == Cause::Woken || due,
+                Round::Skip => due && e.failures > 0,
+            };
+            if take {
+                batch.push((key.clone(), e.last.clone()));
+            } else if due {
+                e.due = shared.next_check(key, now);
+            }
+        }
+        batch
+    };
+    if batch.is_empty() {
+        return;
+    }
+    let results = source.check_all(&batch).await;
+    let now = Instant::now();
+    let mut st = shared.lock();
+    for ((key, _), result) in batch.into_iter().zip(results) {
+        // A key dropped meanwhile stays silent.
+        let Some(e) = st.keys.get_mut(&key) else {
+            continue;
+        };
+        match result {
+            Ok(fp) => {
+                let changed = e
+                    .last
+                    .as_ref()
+                    .is_none_or(|old| source.changed(&key, old, &fp));
+                if changed {
+                    for sink in e.sinks.values() {
+                        key.notify(sink);
+                    }
+                }
+                e.last = Some(fp);
+                e.failures = 0;
+                e.due = shared.next_check(&key, now);
+            }
+            Err(err) => {
+                e.failures = e.failures.saturating_add(1);
+                let at = shared.retry_at(&key, e.failures, now);
+                e.due = Some(at);
+                if e.failures == 1 {
+                    tracing::warn!(poller = %shared.label, key = ?key, error = %err, "checking for changes failed; retrying with backoff");
+                } else {
+                    tracing::debug!(poller = %shared.label, key = ?key, error = %err, failures = e.failures, "checking for changes failed again");
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The clock is tokio's paused test clock: timers fire in order as soon as every task is
+    //! idle, so intervals, backoff and debounce are exact and the tests do not wait.
+
+    use std::sync::atomic::AtomicUsize;
+
+    use tokio::sync::broadcast;
+
+    use super::*;
+    use crate::change::{ChangeBus, ChangeEvent, LocalBus};
+    use crate::error::{Error, ErrorKind};
+
+    /// A source over values kept in memory: `None` makes the check of that URI fail.
+    #[derive(Default)]
+    struct Values {
+        values: Mutex<HashMap<String, Option<u64>>>,
+        checks: Mutex<Vec<String>>,
+        listing: Mutex<u64>,
+        gate: Mutex<Option<Round>>,
+        started: AtomicUsize,
+        stopped: Arc<AtomicUsize>,
+    }
+
+    impl Values {
+        fn set(&self, uri: &str, v: Option<u64>) {
+            self.values.lock().unwrap().insert(uri.to_owned(), v);
+        }
+        fn checks(&self) -> Vec<String> {
+            std::mem::take(&mut *self.checks.lock().unwrap())
+        }
+    }
+
+    struct Stopped(Arc<AtomicUsize>);
+    impl Drop for Stopped {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[async_trait]
+    impl PollSource for Values {
+        type Fingerprint = u64;
+
+        async fn check(&self, key: &Watched, _last: Option<&u64>) -> Result<u64> {
+            let name = match key {
+                Watched::Resource(u) => u.as_str().to_owned(),
+                Watched::List => "list".to_owned(),
+            };
+            self.checks.lock().unwrap().push(name.clone());
+            if *key == Watched::List {
+                return Ok(*self.listing.lock().unwrap());
+            }
+            match self.values.lock().unwrap().get(&name) {
+                Some(Some(v)) => Ok(*v),
+                _ => Err(Error::new(ErrorKind::Unavailable, "source down")),
+            }
+        }
+
+        async fn round(&self, _cause: Cause) -> Round {
+            self.gate.lock().unwrap().unwrap_or(Round::Scheduled)
+        }
+
+        fn start(&self, _waker: Waker) -> Box<dyn Send> {
+            self.started.fetch_add(1, Ordering::SeqCst);
+            Box::new(Stopped(self.stopped.clone()))
+        }
+    }
+
+    fn res(u: &str) -> Watched {
+        Watched::Resource(ResourceUri::parse(u).unwrap())
+    }
+
+    fn bus() -> (Arc<LocalBus>, broadcast::Receiver<ChangeEvent>) {
+        let bus = Arc::new(LocalBus::default());
+        let rx = bus.subscribe();
+        (bus, rx)
+    }
+
+    fn drain(rx: &mut broadcast::Receiver<ChangeEvent>) -> Vec<ChangeEvent> {
+        let mut out = Vec::new();
+        while let Ok(e) = rx.try_recv() {
+            out.push(e);
+        }
+        out
+    }
+
+    fn updated(uri: &str) -> ChangeEvent {
+        ChangeEvent::Updated { uri: uri.into() }
+    }
+
+    const SEC: Duration = Duration::from_secs(1);
+
+    fn no_jitter(interval: Duration) -> PollConfig {
+        PollConfig::every(interval).with_jitter(0.0)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_check_per_key_and_only_changes_are_reported() {
+        let src = Arc::new(Values::default());
+        src.set("x://a", Some(1));
+        let p = Poller::new("t", Arc::downgrade(&src), no_jitter(SEC));
+        let (bus, mut rx) = bus();
+        // Two guards on one key (two mounts), one on the list.
+        let g1 = p.watch(res("x://a"), ChangeSink::new(bus.clone(), 1), Some(1));
+        let g2 = p.watch(res("x://a"), ChangeSink::new(bus.clone(), 2), Some(1));
+        let gl = p.watch(Watched::List, ChangeSink::new(bus.clone(), 1), Some(0));
+        assert_eq!(p.watched(), 2);
+        tokio::time::sleep(SEC * 3 + SEC / 2).await;
+        assert_eq!(src.checks().iter().filter(|c| *c == "x://a").count(), 3);
+        assert_eq!(drain(&mut rx), [], "nothing changed");
+        src.set("x://a", Some(2));
+        *src.listing.lock().unwrap() = 1;
+        tokio::time::sleep(SEC).await;
+        let got = drain(&mut rx);
+        // Both subscribers of the key hear it (the bus carries the URI; the registry tells
+        // the mounts apart), the list watch hears list_changed once.
+        assert_eq!(got.iter().filter(|e| **e == updated("x://a")).count(), 2);
+        assert_eq!(
+            got.iter()
+                .filter(|e| **e == ChangeEvent::ListChanged { mount: 1 })
+                .count(),
+            1
+        );
+        tokio::time::sleep(SEC * 2).await;
+        assert_eq!(drain(&mut rx), [], "a change is reported once");
+        drop((g1, g2, gl));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failure_notifies_nobody_keeps_the_last_and_backs_off() {
+        let src = Arc::new(Values::default());
+        src.set("x://a", Some(1));
+        let cfg = no_jitter(SEC).with_retry(SEC, SEC * 4);
+        let p = Poller::new("t", Arc::downgrade(&src), cfg);
+        let (bus, mut rx) = bus();
+        let _g = p.watch(res("x://a"), ChangeSink::new(bus.clone(), 0), Some(1));
+        tokio::time::sleep(SEC + SEC / 2).await;
+        assert_eq!(src.checks().len(), 1);
+        src.set("x://a", None);
+        // Checks at 2 (fails), then retries at 3, 5, 9, 13: 1, 2, 4, 4 (capped) seconds apart.
+        tokio::time::sleep(SEC * 12).await;
+        assert_eq!(src.checks().len(), 5, "retries back off");
+        assert_eq!(drain(&mut rx), [], "a failure is not a change");
+        // Back with the value it had: still no change; the backoff is over.
+        src.set("x://a", Some(1));
+        tokio::time::sleep(SEC * 4).await;
+        assert_eq!(drain(&mut rx), []);
+        let n = src.checks().len();
+        tokio::time::sleep(SEC * 3).await;
+        assert_eq!(
+            src.checks().len(),
+            3,
+            "one check per interval again (after {n})"
+        );
+        src.set("x://a", Some(5));
+        tokio::time::sleep(SEC).await;
+        assert_eq!(drain(&mut rx), [updated("x://a")]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unknown_start_makes_the_first_success_a_change() {
+        let src = Arc::new(Values::default());
+        let p = Poller::new("t", Arc::downgrade(&src), no_jitter(SEC));
+        let (bus, mut rx) = bus();
+        // The subscriber's first read failed: nothing known yet.
+        let _g = p.watch(res("x://a"), ChangeSink::new(bus.clone(), 0), None);
+        tokio::time::sleep(SEC * 2 + SEC / 2).await;
+        assert_eq!(drain(&mut rx), []);
+        src.set("x://a", Some(7));
+        tokio::time::sleep(SEC * 2).await;
+        assert_eq!(drain(&mut rx), [updated("x://a")]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn wakeups_check_every_key_once_per_burst_after_the_debounce() {
+        let src = Arc::new(Values::default());
+        src.set("x://a", Some(1));
+        src.set("x://b", Some(1));
+        let cfg = PollConfig::on_wake_only().with_debounce(Duration::from_millis(50));
+        let p = Poller::new("t", Arc::downgrade(&src), cfg);
+        let (bus, mut rx) = bus();
+        let _a = p.watch(res("x://a"), ChangeSink::new(bus.clone(), 0), Some(1));
+        let _b = p.watch(res("x://b"), ChangeSink::new(bus.clone(), 0), Some(1));
+        tokio::time::sleep(SEC * 60).await;
+        assert_eq!(
+            src.checks(),
+            Vec::<String>::new(),
+            "no interval: no polling"
+        );
+        src.set("x://b", Some(2));
+        let w = p.waker();
+        for _ in 0..5 {
+            w.wake();
+        }
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        assert_eq!(src.checks().len(), 0, "the debounce is still running");
+        w.wake();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut checked = src.checks();
+        checked.sort();
+        assert_eq!(checked, ["x://a", "x://b"], "one round for the burst");
+        assert_eq!(drain(&mut rx), [updated("x://b")]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_round_probe_can_skip_or_force_every_key() {
+        let src = Arc::new(Values::default());
+        src.set("x://a", Some(1));
+        let p = Poller::new("t", Arc::downgrade(&src), no_jitter(SEC * 10));
+        let (bus, mut rx) = bus();
+        let _g = p.watch(res("x://a"), ChangeSink::new(bus.clone(), 0), Some(1));
+        *src.gate.lock().unwrap() = Some(Round::Skip);
+        src.set("x://a", Some(2));
+        p.waker().wake();
+        tokio::time::sleep(SEC * 25).await;
+        assert_eq!(src.checks().len(), 0, "skipped rounds check nothing");
+        *src.gate.lock().unwrap() = Some(Round::All);
+        p.waker().wake();
+        tokio::time::sleep(SEC / 10).await;
+        assert_eq!(src.checks().len(), 1);
+        assert_eq!(drain(&mut rx), [updated("x://a")]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_last_guard_stops_the_task_and_its_event_sources() {
+        let src = Arc::new(Values::default());
+        src.set("x://a", Some(1));
+        let p = Poller::new("t", Arc::downgrade(&src), no_jitter(SEC));
+        let (bus, _rx) = bus();
+        let g1 = p.watch(res("x://a"), ChangeSink::new(bus.clone(), 0), Some(1));
+        let g2 = p.watch(Watched::List, ChangeSink::new(bus.clone(), 0), Some(0));
+        tokio::time::sleep(SEC / 10).await;
+        assert!(p.is_running());
+        assert_eq!(src.started.load(Ordering::SeqCst), 1);
+        drop(g1);
+        tokio::time::sleep(SEC * 2).await;
+        assert!(p.is_running(), "the list watch still needs the task");
+        assert_eq!(src.checks(), ["list", "list"]);
+        drop(g2);
+        assert!(!p.is_running());
+        tokio::time::sleep(SEC / 10).await;
+        assert_eq!(
+            src.stopped.load(Ordering::SeqCst),
+            1,
+            "event sources dropped"
+        );
+        tokio::time::sleep(SEC * 3).await;
+        assert_eq!(src.checks().len(), 0, "no check after the last guard");
+        // Watching again starts it again, with its event sources.
+        let _g = p.watch(res("x://a"), ChangeSink::new(bus.clone(), 0), Some(1));
+        tokio::time::sleep(SEC / 10).await;
+        assert!(p.is_running());
+        assert_eq!(src.started.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_dropped_source_ends_the_task() {
+        let src = Arc::new(Values::default());
+        src.set("x://a", Some(1));
+        let p = Poller::new("t", Arc::downgrade(&src), no_jitter(SEC));
+        let (bus, _rx) = bus();
+        let _g = p.watch(res("x://a"), ChangeSink::new(bus.clone(), 0), Some(1));
+        tokio::time::sleep(SEC / 10).await;
+        drop(src);
+        tokio::time::sleep(SEC * 2).await;
+        assert!(!p.is_running());
+    }
+
+    #[test]
+    fn jitter_stays_within_its_fraction_and_varies() {
+        let key = res("x://a");
+        let d = Duration::from_secs(10);
+        let all: Vec<Duration> = (0..200).map(|_| jittered(d, 0.2, &key)).collect();
+        assert!(
+            all.iter()
+                .all(|j| *j >= d.mul_f64(0.9) && *j <= d.mul_f64(1.1))
+        );
+        let distinct: std::collections::BTreeSet<_> = all.iter().collect();
+        assert!(distinct.len() > 100, "jitter must vary: {}", distinct.len());
+        assert_eq!(jittered(d, 0.0, &key), d);
+    }
+}
