@@ -7,15 +7,21 @@
 mod errors;
 mod handler;
 pub mod http;
+mod layers;
 pub mod metrics;
 mod registry;
 mod router;
+mod service;
 pub mod stdio;
 
 pub use errors::to_mcp_error;
 pub use handler::McpHandler;
 pub use registry::{Notice, Registry, RegistryStats};
 pub use router::{Mount, Router};
+pub use service::{
+    ChangeTokens, CompletionRef, ListPage, Listen, MAX_COMPLETION_VALUES, ReadOutcome, Service,
+    Subscriber, TemplateList,
+};
 
 use std::sync::Arc;
 
