@@ -1,5 +1,6 @@
-//! The MCP side of mcp-resources: the rmcp `ServerHandler` for both protocol eras, the router
-//! that maps a URI to its mount, and the registry that fans change events out to subscribers.
+//! The MCP side of mcp-resources: the protocol-neutral [`Service`], the rmcp `ServerHandler`
+//! over it for both protocol eras, the router that maps a URI to its mount, and the registry
+//! that fans change events out to subscribers.
 //!
 //! Providers never see anything from here but core types; everything that knows about
 //! JSON-RPC, sessions, cursors on the wire or protocol eras lives in this crate.
@@ -57,7 +58,7 @@ impl Default for Settings {
     }
 }
 
-/// Everything the handler needs, shared by every session.
+/// Everything the service needs, shared by every session.
 pub struct ServerState {
     pub(crate) settings: Settings,
     pub(crate) router: Router,
