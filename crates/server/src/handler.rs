@@ -305,19 +305,19 @@ impl McpHandler {
 
     async fn do_complete(
         &self,
-        request: CompleteRequestParams,
+        mut request: CompleteRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
+        let context: BTreeMap<String, String> = request
+            .context
+            .take()
+            .and_then(|c| c.arguments)
+            .map(|a| a.into_iter().collect())
+            .unwrap_or_default();
         let reference = match &request.r#ref {
             Reference::Resource(r) => CompletionRef::Template(&r.uri),
             _ => CompletionRef::Other,
         };
-        let context: BTreeMap<String, String> = request
-            .context
-            .clone()
-            .and_then(|c| c.arguments)
-            .map(|a| a.into_iter().collect())
-            .unwrap_or_default();
         let done = self
             .service
             .complete(
