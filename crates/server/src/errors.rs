@@ -5,7 +5,8 @@
 
 use mcpr_core::{Error, ErrorKind};
 use rmcp::ErrorData;
-use serde_json::{Map, Value};
+use rmcp::model::ErrorCode;
+use serde_json::Value;
 
 /// Map a core error to the JSON-RPC error sent to the client.
 pub fn to_mcp_error(err: Error) -> ErrorData {
@@ -17,21 +18,20 @@ pub fn to_mcp_error(err: Error) -> ErrorData {
         data.insert("temporary".into(), Value::Bool(true));
     }
     let data = (!data.is_empty()).then_some(Value::Object(data));
-    match err.kind {
-        ErrorKind::NotFound => ErrorData::resource_not_found(err.message, data),
+    ErrorData::new(code_of(err.kind), err.message, data)
+}
+
+/// The JSON-RPC code of an error kind (before rmcp rewrites not-found for 2026-07-28 peers).
+/// Request metrics label outcomes by it, so they count what the client saw.
+pub(crate) fn code_of(kind: ErrorKind) -> ErrorCode {
+    match kind {
+        ErrorKind::NotFound => ErrorCode::RESOURCE_NOT_FOUND,
         ErrorKind::InvalidParams
         | ErrorKind::InvalidCursor
         | ErrorKind::TooLarge
-        | ErrorKind::Unsupported => ErrorData::invalid_params(err.message, data),
+        | ErrorKind::Unsupported => ErrorCode::INVALID_PARAMS,
         ErrorKind::Unavailable | ErrorKind::Timeout | ErrorKind::Internal => {
-            ErrorData::internal_error(err.message, data)
+            ErrorCode::INTERNAL_ERROR
         }
     }
-}
-
-/// Data object with just a URI, for errors raised in the server itself.
-pub(crate) fn uri_data(uri: &str) -> Option<Value> {
-    let mut m = Map::new();
-    m.insert("uri".into(), Value::String(uri.to_owned()));
-    Some(Value::Object(m))
 }

@@ -1,5 +1,6 @@
-//! The MCP side of mcp-resources: the rmcp `ServerHandler` for both protocol eras, the router
-//! that maps a URI to its mount, and the registry that fans change events out to subscribers.
+//! The MCP side of mcp-resources: the protocol-neutral [`Service`], the rmcp `ServerHandler`
+//! over it for both protocol eras, the router that maps a URI to its mount, and the registry
+//! that fans change events out to subscribers.
 //!
 //! Providers never see anything from here but core types; everything that knows about
 //! JSON-RPC, sessions, cursors on the wire or protocol eras lives in this crate.
@@ -7,15 +8,21 @@
 mod errors;
 mod handler;
 pub mod http;
+mod layers;
 pub mod metrics;
 mod registry;
 mod router;
+mod service;
 pub mod stdio;
 
 pub use errors::to_mcp_error;
 pub use handler::McpHandler;
 pub use registry::{Notice, Registry, RegistryStats};
 pub use router::{Mount, Router};
+pub use service::{
+    ChangeTokens, CompletionRef, ListPage, Listen, MAX_COMPLETION_VALUES, ReadOutcome, Service,
+    Subscriber, TemplateList,
+};
 
 use std::sync::Arc;
 
@@ -51,7 +58,7 @@ impl Default for Settings {
     }
 }
 
-/// Everything the handler needs, shared by every session.
+/// Everything the service needs, shared by every session.
 pub struct ServerState {
     pub(crate) settings: Settings,
     pub(crate) router: Router,

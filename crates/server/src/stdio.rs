@@ -308,11 +308,7 @@ impl<R> StdioTransport<R> {
         let out = self.out.clone()?;
         self.direct_answered.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(%id, uri = %params.uri, "resources/read answered by the direct path");
-        let mut read = Box::pin(async move {
-            handler
-                .timed("resources/read", handler.read_as(params, None, modern))
-                .await
-        });
+        let mut read = Box::pin(async move { handler.read_as(params, None, modern).await });
         // A read that completes on its first poll (a small file) is answered at once; one
         // that waits (a large file, a slow source) finishes on a task of its own, so the
         // requests behind it are not held up, and can be cancelled while it waits.

@@ -145,11 +145,9 @@ impl<M: SessionManager> DirectRead<M> {
             return Err(Request::from_parts(parts, Body::from(bytes)));
         }
         self.settings.answered.fetch_add(1, Ordering::Relaxed);
-        let grant = parts.extensions.get::<Grant>().cloned();
+        let grant = parts.extensions.get::<Grant>();
         let id = request.id;
-        let read = self
-            .handler
-            .timed(METHOD, self.handler.read_as(read.params, grant, true));
+        let read = self.handler.read_as(read.params, grant, true);
         let answer = tokio::select! {
             answer = read => answer,
             // The words rmcp answers a stateless request with when shutdown cuts it off.

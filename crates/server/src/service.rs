@@ -1,0 +1,571 @@
+//! [`Service`]: every MCP resource operation, once, in protocol-neutral terms. It takes the
+//! caller's [`Grant`] and plain values and returns core types and core [`Error`]s.
+//!
+//! The rmcp handler ([`crate::McpHandler`]) and the direct read paths of stdio and HTTP are
+//! adapters over it, and so would be a tool bridge or a cluster node: each parses its own
+//! wire format, calls the service, and maps the answer back. JSON-RPC codes (through
+//! [`crate::to_mcp_error`]), protocol eras (cache hints only for 2026-07-28 peers, not-found
+//! as -32602 there) and rmcp types stay in the adapters. The request timeout and the request
+//! metrics are applied here, around providers and operations, by [`crate::layers`].
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use mcpr_core::{
+    CacheHints, CacheScope, Completion, CompletionRequest, Contents, Error, ErrorKind, PageCursor,
+    PageRequest, ReadLimits, ResourceMeta, ResourceUri, Result, TemplateMeta,
+};
+use tokio::sync::mpsc::UnboundedReceiver;
+
+use crate::ServerState;
+use crate::http::Grant;
+use crate::layers::{Bounded, metered};
+use crate::registry::{Notice, Registry};
+use crate::router::{Mount, Router};
+
+/// Position tag in a cursor: resume at the start of the mount, or after a provider position.
+const AT_START: u8 = 0;
+const AFTER: u8 = 1;
+
+/// The most values one completion answer carries (the MCP limit).
+pub const MAX_COMPLETION_VALUES: usize = 100;
+
+/// How long an unclaimed change token is kept (a listen whose acknowledgment failed).
+const TOKEN_TTL: Duration = Duration::from_secs(30);
+
+/// The protocol-neutral server: cheap to clone (one `Arc`), shared by every session.
+#[derive(Clone)]
+pub struct Service {
+    state: Arc<ServerState>,
+}
+
+/// One page of `resources/list`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ListPage {
+    /// The resources on this page, in mount order, then each provider's order.
+    pub items: Vec<ResourceMeta>,
+    /// The opaque cursor of the next page; `None` on the last one.
+    pub next_cursor: Option<String>,
+    /// The cache hints of a listing for this caller.
+    pub hints: CacheHints,
+}
+
+/// The URI templates a caller may see.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TemplateList {
+    /// Every visible mount's templates, in mount order.
+    pub templates: Vec<TemplateMeta>,
+    /// The cache hints of a listing for this caller.
+    pub hints: CacheHints,
+}
+
+/// The answer to one read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReadOutcome {
+    /// What the provider returned.
+    pub contents: Vec<Contents>,
+    /// The mount's cache hints as they apply to this caller (`private` for a personal grant).
+    pub hints: CacheHints,
+}
+
+/// What a completion is for: MCP completes arguments of prompts and of resource templates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompletionRef<'a> {
+    /// A resource template, exactly as `resources/templates/list` gave it.
+    Template(&'a str),
+    /// A prompt, or any other kind of reference: this server offers only resource templates.
+    Other,
+}
+
+/// A subscriber in the registry (a legacy session's, or a listen stream's); dropping it
+/// removes the subscriber and releases every watch only it needed.
+pub struct Subscriber {
+    registry: Arc<Registry>,
+    id: u64,
+}
+
+impl Subscriber {
+    /// The subscriber's id in the registry.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+}
+
+impl Drop for Subscriber {
+    fn drop(&mut self) {
+        self.registry.remove(self.id);
+    }
+}
+
+/// Change tokens ([`mcpr_core::Provider::change_token`]) taken when a listen is accepted,
+/// per URI, oldest first, until the listen that asked for them starts; see
+/// [`Service::accept_listen`]. Keep one per adapter instance (per handler): a listen must
+/// claim the token taken for its own acknowledgment, or a change between two acknowledgments
+/// could be compared away.
+#[derive(Default)]
+pub struct ChangeTokens(Mutex<TokenMap>);
+
+/// Per URI, the tokens waiting for their listen, each with the time it was taken.
+type TokenMap = HashMap<String, VecDeque<(Instant, Option<String>)>>;
+
+impl ChangeTokens {
+    fn lock(&self) -> std::sync::MutexGuard<'_, TokenMap> {
+        // The map stays consistent whatever panicked while holding it.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Remember `token` for `uri`, dropping tokens nobody claimed in time.
+    fn stash(&self, uri: &ResourceUri, token: Option<String>) {
+        let now = Instant::now();
+        let mut map = self.lock();
+        map.retain(|_, q| {
+            q.retain(|(t, _)| now.duration_since(*t) < TOKEN_TTL);
+            !q.is_empty()
+        });
+        map.entry(uri.as_str().to_owned())
+            .or_default()
+            .push_back((now, token));
+    }
+
+    /// The oldest token stashed for `uri`: if two listens race, the older one can only
+    /// cause an extra notification, never a missed one.
+    fn take(&self, uri: &ResourceUri) -> Option<Option<String>> {
+        let mut map = self.lock();
+        let q = map.get_mut(uri.as_str())?;
+        let (_, token) = q.pop_front()?;
+        if q.is_empty() {
+            map.remove(uri.as_str());
+        }
+        Some(token)
+    }
+}
+
+/// A running listen: its notices, starting with what changed while it was being set up,
+/// until it is dropped, which releases its subscriptions.
+pub struct Listen {
+    subscriber: Subscriber,
+    initial: VecDeque<Notice>,
+    notices: UnboundedReceiver<Notice>,
+}
+
+impl Listen {
+    /// The subscriber id of this listen.
+    pub fn id(&self) -> u64 {
+        self.subscriber.id()
+    }
+
+    /// The next notice to send; `None` when the registry is gone.
+    pub async fn next(&mut self) -> Option<Notice> {
+        match self.initial.pop_front() {
+            Some(n) => Some(n),
+            None => self.notices.recv().await,
+        }
+    }
+}
+
+/// Whether a caller holding `grant` may see `mount`.
+fn visible(grant: Option<&Grant>, mount: &Mount) -> bool {
+    grant.is_none_or(|g| g.allows(mount.scope.as_deref()))
+}
+
+/// Cache hints for a caller: answers that depend on who asks are `private`.
+fn hints_for(grant: Option<&Grant>, mut hints: CacheHints) -> CacheHints {
+    if grant.is_some_and(|g| g.personal) {
+        hints.scope = CacheScope::Private;
+    }
+    hints
+}
+
+/// The mounts a caller holding `grant` may hear list changes of; `None` for all.
+fn visible_mounts(router: &Router, grant: Option<&Grant>) -> Option<Vec<u32>> {
+    grant.filter(|g| g.scopes.is_some()).map(|g| {
+        router
+            .mounts()
+            .iter()
+            .filter(|m| g.allows(m.scope.as_deref()))
+            .map(|m| m.index)
+            .collect()
+    })
+}
+
+/// `raw` parsed, or invalid params naming it.
+fn parse_uri(raw: &str) -> Result<ResourceUri> {
+    ResourceUri::parse(raw).map_err(|e| Error::invalid_params(e.message).with_uri(raw))
+}
+
+fn invalid_cursor(why: &str) -> Error {
+    Error::new(ErrorKind::InvalidCursor, format!("invalid cursor: {why}"))
+}
+
+impl Service {
+    /// The service over `state`.
+    pub fn new(state: Arc<ServerState>) -> Self {
+        Self { state }
+    }
+
+    /// The shared state it serves.
+    pub fn state(&self) -> &Arc<ServerState> {
+        &self.state
+    }
+
+    /// `provider` with every call bounded by the request timeout.
+    fn bounded<'a>(&self, mount: &'a Mount) -> Bounded<'a> {
+        Bounded::new(&*mount.provider, self.state.settings.request_timeout)
+    }
+
+    /// The mount owning `uri` if the caller may see it. A mount the caller's grant does not
+    /// cover answers exactly like a missing one.
+    fn visible_route(&self, grant: Option<&Grant>, uri: &ResourceUri) -> Option<&Mount> {
+        self.state.router.route(uri).filter(|m| visible(grant, m))
+    }
+
+    /// One page of the resources a caller holding `grant` may see, across mounts in order,
+    /// starting at `cursor` (from the previous page's [`ListPage::next_cursor`]).
+    ///
+    /// Waits first until any list watches being started are in place, so a change right
+    /// after the listing is reported. A cursor that does not verify, or that names a mount or
+    /// position this server does not have, is [`ErrorKind::InvalidCursor`].
+    pub async fn list(&self, grant: Option<&Grant>, cursor: Option<&str>) -> Result<ListPage> {
+        metered(
+            &self.state.metrics,
+            "resources/list",
+            self.list_page(grant, cursor),
+        )
+        .await
+    }
+
+    async fn list_page(&self, grant: Option<&Grant>, cursor: Option<&str>) -> Result<ListPage> {
+        let state = &self.state;
+        state.registry.wait_list_ready().await;
+        let mounts = state.router.mounts();
+        let (mut idx, mut after) = match cursor {
+            None => (0usize, None),
+            Some(c) => self.decode_cursor(c)?,
+        };
+        let page_size = state.settings.page_size;
+        let mut items = Vec::with_capacity(page_size);
+        let mut next = None;
+        while idx < mounts.len() {
+            let mount = &mounts[idx];
+            if !mount.provider.info().capabilities.list || !visible(grant, mount) {
+                idx += 1;
+                after = None;
+                continue;
+            }
+            let page = self
+                .bounded(mount)
+                .list(PageRequest {
+                    after: after.take(),
+                    limit: page_size - items.len(),
+                })
+                .await?;
+            items.extend(page.items);
+            if let Some(pos) = page.next {
+                let mut p = vec![AFTER];
+                p.extend_from_slice(&pos);
+                next = Some((idx, p));
+                break;
+            }
+            idx += 1;
+            if items.len() >= page_size {
+                if idx < mounts.len() {
+                    next = Some((idx, vec![AT_START]));
+                }
+                break;
+            }
+        }
+        Ok(ListPage {
+            items,
+            next_cursor: next.map(|(m, position)| {
+                state.codec.encode(&PageCursor {
+                    mount: m as u32,
+                    position,
+                })
+            }),
+            hints: hints_for(grant, state.list_cache),
+        })
+    }
+
+    /// `cursor` as (mount index, provider position to resume after).
+    fn decode_cursor(&self, cursor: &str) -> Result<(usize, Option<Vec<u8>>)> {
+        let pc = self
+            .state
+            .codec
+            .decode(cursor)
+            .map_err(|e| invalid_cursor(&e.to_string()))?;
+        if pc.mount as usize >= self.state.router.mounts().len() {
+            return Err(invalid_cursor("it names a mount this server does not have"));
+        }
+        let after = match pc.position.split_first() {
+            Some((&AT_START, [])) => None,
+            Some((&AFTER, rest)) => Some(rest.to_vec()),
+            _ => return Err(invalid_cursor("unknown position")),
+        };
+        Ok((pc.mount as usize, after))
+    }
+
+    /// The URI templates of every mount a caller holding `grant` may see.
+    pub async fn templates(&self, grant: Option<&Grant>) -> Result<TemplateList> {
+        metered(&self.state.metrics, "resources/templates/list", async {
+            let templates = self
+                .state
+                .router
+                .mounts()
+                .iter()
+                .filter(|m| visible(grant, m))
+                .flat_map(|m| m.provider.templates().iter().cloned())
+                .collect();
+            Ok(TemplateList {
+                templates,
+                hints: hints_for(grant, self.state.list_cache),
+            })
+        })
+        .await
+    }
+
+    /// Read `uri` for a caller holding `grant` (`None` over stdio, or HTTP without
+    /// authentication). A URI of a mount the caller may not see is not found, like one no
+    /// mount owns; a mount that does not declare reads answers [`ErrorKind::Unsupported`].
+    pub async fn read(&self, grant: Option<&Grant>, uri: &str) -> Result<ReadOutcome> {
+        metered(
+            &self.state.metrics,
+            "resources/read",
+            self.read_uri(grant, uri),
+        )
+        .await
+    }
+
+    async fn read_uri(&self, grant: Option<&Grant>, raw: &str) -> Result<ReadOutcome> {
+        let uri = parse_uri(raw)?;
+        let mount = self
+            .visible_route(grant, &uri)
+            .ok_or_else(|| Error::not_found(uri.as_str()))?;
+        let info = mount.provider.info();
+        if !info.capabilities.read {
+            return Err(Error::unsupported(format!(
+                "{} mounts cannot be read",
+                info.kind
+            )));
+        }
+        let limits = ReadLimits {
+            max_bytes: self.state.settings.max_read_bytes,
+        };
+        let contents = self.bounded(mount).read(&uri, &limits).await?;
+        Ok(ReadOutcome {
+            contents,
+            hints: hints_for(grant, info.cache),
+        })
+    }
+
+    /// Suggestions for `argument` of `reference`, given what the user typed (`value`) and
+    /// the arguments already resolved (`context`).
+    ///
+    /// A template no visible mount advertises is invalid params; a template whose mount does
+    /// not declare completion answers [`ErrorKind::Unsupported`], like any other undeclared
+    /// operation, rather than an empty list that would look like "nothing matches". At most
+    /// [`MAX_COMPLETION_VALUES`] values come back, and `total` is always set, so a client
+    /// can tell "nothing matched" from "unknown".
+    pub async fn complete(
+        &self,
+        grant: Option<&Grant>,
+        reference: CompletionRef<'_>,
+        argument: &str,
+        value: &str,
+        context: BTreeMap<String, String>,
+    ) -> Result<Completion> {
+        metered(&self.state.metrics, "completion/complete", async {
+            let CompletionRef::Template(template) = reference else {
+                return Err(Error::invalid_params(
+                    "this server has no prompts; complete ref/resource templates",
+                ));
+            };
+            let mount = self
+                .state
+                .router
+                .route_template(template)
+                .filter(|m| visible(grant, m))
+                .ok_or_else(|| {
+                    Error::invalid_params(format!(
+                        "no resource template {template:?}; see resources/templates/list"
+                    ))
+                })?;
+            let info = mount.provider.info();
+            if !info.capabilities.complete {
+                return Err(Error::unsupported(format!(
+                    "{} mounts do not complete arguments",
+                    info.kind
+                )));
+            }
+            let mut done = self
+                .bounded(mount)
+                .complete(CompletionRequest {
+                    template: template.to_owned(),
+                    argument: argument.to_owned(),
+                    value: value.to_owned(),
+                    context,
+                })
+                .await?;
+            done.values.truncate(MAX_COMPLETION_VALUES);
+            done.total = Some(done.total.unwrap_or(done.values.len() as u32));
+            Ok(done)
+        })
+        .await
+    }
+
+    /// Register a subscriber for a caller holding `grant`: its notices arrive on the
+    /// receiver, list changes only of mounts the caller may see, until the [`Subscriber`] is
+    /// dropped.
+    pub fn add_subscriber(&self, grant: Option<&Grant>) -> (Subscriber, UnboundedReceiver<Notice>) {
+        let registry = self.state.registry.clone();
+        let (id, rx) = registry.add_scoped_subscriber(visible_mounts(&self.state.router, grant));
+        (Subscriber { registry, id }, rx)
+    }
+
+    /// Subscribe to changes of `uri` for a caller holding `grant`. `subscriber` gives the
+    /// subscriber id; it is called only once the URI is known to be one the caller may see,
+    /// so a refused subscribe registers nothing. A subscriber holds at most
+    /// `max_subscriptions_per_session` URIs; one more is invalid params naming the limit.
+    pub async fn subscribe(
+        &self,
+        grant: Option<&Grant>,
+        uri: &str,
+        subscriber: impl FnOnce() -> u64,
+    ) -> Result<()> {
+        metered(&self.state.metrics, "resources/subscribe", async {
+            let uri = parse_uri(uri)?;
+            if self
+                .state
+                .router
+                .route(&uri)
+                .is_some_and(|m| !visible(grant, m))
+            {
+                return Err(Error::not_found(uri.as_str()));
+            }
+            let id = subscriber();
+            let registry = &self.state.registry;
+            let max = self.state.settings.max_subscriptions_per_session;
+            if !registry.is_subscribed(id, uri.as_str()) && registry.subscription_count(id) >= max
+            {
+                return Err(Error::invalid_params(format!(
+                    "this session already has {max} subscriptions, the limit (max_subscriptions_per_session); unsubscribe from some first"
+                ))
+                .with_uri(uri.as_str()));
+            }
+            registry.subscribe(id, &uri).await
+        })
+        .await
+    }
+
+    /// Stop telling subscriber `id` about `uri`; the provider watch ends with its last
+    /// subscriber. Unsubscribing from something never subscribed is not an error.
+    pub async fn unsubscribe(&self, id: u64, uri: &str) -> Result<()> {
+        metered(&self.state.metrics, "resources/unsubscribe", async {
+            self.state.registry.unsubscribe(id, uri);
+            Ok(())
+        })
+        .await
+    }
+
+    /// Whether any mount reports list changes (what `listChanged` announces).
+    pub fn reports_list_changes(&self) -> bool {
+        self.state
+            .router
+            .mounts()
+            .iter()
+            .any(|m| m.provider.info().capabilities.list_changed)
+    }
+
+    /// Register subscriber `id` for list changes and return at once; the list watches, if
+    /// nobody holds them yet, start in the background, and [`Service::list`] waits for them.
+    /// For a legacy session, which registers while answering `initialize`, so that no change
+    /// after its first listing can be missed.
+    pub fn listen_for_list_changes(&self, id: u64) {
+        if self.state.registry.register_list_listener(id) {
+            let registry = self.state.registry.clone();
+            tokio::spawn(async move { registry.acquire_list_watches().await });
+        }
+    }
+
+    /// Which of `uris` a listen about to be acknowledged will watch: at most
+    /// `max_subscriptions_per_session` of them, owned by a mount that declares watching; the
+    /// rest are removed, so the acknowledgment tells the client what is honoured.
+    ///
+    /// This runs before the acknowledgment goes out, and a client may change a resource the
+    /// moment it sees it, before [`Service::listen`] has a watch in place; so the current
+    /// change token of each accepted URI is stashed in `tokens`, for `listen` to compare.
+    pub fn accept_listen(&self, uris: &mut Vec<String>, tokens: &ChangeTokens) {
+        uris.truncate(self.state.settings.max_subscriptions_per_session);
+        uris.retain(|u| {
+            let Ok(parsed) = ResourceUri::parse(u) else {
+                return false;
+            };
+            let Some(mount) = self
+                .state
+                .router
+                .route(&parsed)
+                .filter(|m| m.provider.info().capabilities.watch)
+            else {
+                return false;
+            };
+            tokens.stash(&parsed, mount.provider.change_token(&parsed));
+            true
+        });
+    }
+
+    /// Start a listen for a caller holding `grant`: watch `uris` (as accepted by
+    /// [`Service::accept_listen`], with `tokens` from it) and, with `list_changed`, the list.
+    ///
+    /// A URI of a mount the caller may not see is never watched (the acknowledgment went out
+    /// before the grant could be consulted). Each URI whose change token differs from the
+    /// one taken at acceptance starts the listen with an update notice, and a listen that
+    /// had to start the list watches with one list-changed notice, because creations during
+    /// the start-up walk cannot be seen.
+    pub async fn listen(
+        &self,
+        grant: Option<&Grant>,
+        uris: &[String],
+        list_changed: bool,
+        tokens: &ChangeTokens,
+    ) -> Listen {
+        let (subscriber, notices) = self.add_subscriber(grant);
+        let id = subscriber.id();
+        let router = &self.state.router;
+        let registry = &self.state.registry;
+        let current =
+            |uri: &ResourceUri| router.route(uri).and_then(|m| m.provider.change_token(uri));
+        let mut before = Vec::new();
+        for uri in uris {
+            let Ok(parsed) = ResourceUri::parse(uri) else {
+                continue;
+            };
+            let token = tokens.take(&parsed);
+            if router.route(&parsed).is_some_and(|m| !visible(grant, m)) {
+                continue;
+            }
+            let token = token.unwrap_or_else(|| current(&parsed));
+            before.push((parsed, token));
+        }
+        let fresh_list = list_changed && registry.add_list_listener(id).await;
+        let mut initial = VecDeque::new();
+        for (parsed, token) in before {
+            if let Err(e) = registry.subscribe(id, &parsed).await {
+                tracing::debug!(uri = %parsed, error = %e, "listen: cannot watch");
+                continue;
+            }
+            if token.is_some() && current(&parsed) != token {
+                initial.push_back(Notice::Updated(parsed.as_str().to_owned()));
+            }
+        }
+        if fresh_list {
+            initial.push_back(Notice::ListChanged);
+        }
+        Listen {
+            subscriber,
+            initial,
+            notices,
+        }
+    }
+}
