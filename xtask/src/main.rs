@@ -195,9 +195,13 @@ fn conformance() -> Result<(), String> {
             .args([NODE_PKG, CONFORMANCE_PKG]))?;
     }
     // The suite's fixtures are a test-only provider, compiled in only for this run.
-    run(Command::new(&cargo)
-        .current_dir(&root)
-        .args(["build", "-p", "mcp-resources", "--features", "conformance"]))?;
+    run(Command::new(&cargo).current_dir(&root).args([
+        "build",
+        "-p",
+        "mcp-resources",
+        "--features",
+        "conformance",
+    ]))?;
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map_err(|e| format!("no free port: {e}"))?

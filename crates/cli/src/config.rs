@@ -179,7 +179,8 @@ pub fn parse(
         let DeValue::Table(table) = m.into_inner() else {
             return file.err(span, "mount", "write mounts as [[mount]] tables");
         };
-        cfg.mounts.push(mount(&file, registry, Spanned::new(span, table))?);
+        cfg.mounts
+            .push(mount(&file, registry, Spanned::new(span, table))?);
     }
     Ok(cfg)
 }
@@ -239,7 +240,11 @@ fn mount(
     }
     let shared: RawShared = file.deserialize_table(&Spanned::new(span.clone(), shared), "mount")?;
     let Some(factory) = registry.factory(&kind_s) else {
-        return file.err(kind_span, "mount.kind", crate::providers::unavailable(&kind_s, registry));
+        return file.err(
+            kind_span,
+            "mount.kind",
+            crate::providers::unavailable(&kind_s, registry),
+        );
     };
     let scope = shared
         .scope
@@ -249,7 +254,11 @@ fn mount(
     let common = MountCommon {
         cache: cache_hints(file, &shared)?,
     };
-    let table = MountTable::new(file, Spanned::new(kind_span, kind_s), Spanned::new(span, table));
+    let table = MountTable::new(
+        file,
+        Spanned::new(kind_span, kind_s),
+        Spanned::new(span, table),
+    );
     let spec = factory.configure(&table, &common)?;
     Ok(Mount {
         spec: Arc::from(spec),
@@ -266,7 +275,10 @@ fn cache_hints(file: &ConfigFile<'_>, m: &RawShared) -> Result<CacheHints, Confi
         cache.scope = file.choice(
             v,
             "mount.cache_scope",
-            &[("public", CacheScope::Public), ("private", CacheScope::Private)],
+            &[
+                ("public", CacheScope::Public),
+                ("private", CacheScope::Private),
+            ],
         )?;
     }
     Ok(cache)
@@ -404,7 +416,11 @@ fn http_config(cx: &ConfigFile<'_>, h: RawHttp) -> Result<HttpConfig, ConfigErro
 /// Resolve a token source: `env:NAME` (the variable's value) or `file:PATH` (one token per
 /// non-empty line, `#` comments allowed). Tokens never appear literally in the config, so the
 /// file can be shared and committed.
-fn token_source(cx: &ConfigFile<'_>, v: &Spanned<String>, key: &str) -> Result<Vec<String>, ConfigError> {
+fn token_source(
+    cx: &ConfigFile<'_>,
+    v: &Spanned<String>,
+    key: &str,
+) -> Result<Vec<String>, ConfigError> {
     let s = v.get_ref();
     if let Some(name) = s.strip_prefix("env:") {
         return match cx.env(name) {
@@ -462,7 +478,10 @@ mod tests {
         assert_eq!(c.mounts[0].spec.kind(), "files");
         assert_eq!(c.mounts[0].scope.as_deref(), Some("docs"));
         let dbg = format!("{:?}", c.mounts[0].spec);
-        assert!(dbg.contains("\"/tmp\"") && dbg.contains("*.sqlite") && dbg.contains("ttl_ms: 5"), "{dbg}");
+        assert!(
+            dbg.contains("\"/tmp\"") && dbg.contains("*.sqlite") && dbg.contains("ttl_ms: 5"),
+            "{dbg}"
+        );
     }
 
     #[test]
@@ -482,7 +501,10 @@ mod tests {
             .0;
         assert!(e.contains("test.toml:3") && e.contains("MISSING"), "{e}");
         let e = parse_str("[[mount]]\nkind = \"ftp\"\n").unwrap_err().0;
-        assert!(e.starts_with("test.toml:2: `mount.kind`: unknown mount kind `ftp`"), "{e}");
+        assert!(
+            e.starts_with("test.toml:2: `mount.kind`: unknown mount kind `ftp`"),
+            "{e}"
+        );
         let e = parse_str("[[mount]]\nkind = \"s3\"\n").unwrap_err().0;
         assert!(e.contains("not available in this version"), "{e}");
         let e = parse_str("[server]\nmax_read_bytes = \"1GiB\"\n")
@@ -492,9 +514,10 @@ mod tests {
             e.contains("max_read_bytes") && e.contains("67108864"),
             "{e}"
         );
-        let e = parse_str("[[mount]]\nkind = \"files\"\nroot = \"/tmp\"\ncache_scope = \"everyone\"\n")
-            .unwrap_err()
-            .0;
+        let e =
+            parse_str("[[mount]]\nkind = \"files\"\nroot = \"/tmp\"\ncache_scope = \"everyone\"\n")
+                .unwrap_err()
+                .0;
         assert!(e.starts_with("test.toml:4: `mount.cache_scope`"), "{e}");
     }
 
@@ -508,38 +531,84 @@ mod tests {
 
     #[test]
     fn files_refuses_keys_of_other_kinds() {
-        refused("[[mount]]\nkind = \"files\"\nroot = \"/tmp\"\nurl = \"sqlite://x\"\n", "url", 4);
-        refused("[[mount]]\nkind = \"files\"\nroot = \"/tmp\"\n\nrepo = \".\"\n", "repo", 5);
-        refused("[[mount]]\nkind = \"files\"\nroot = \"/tmp\"\n[[mount.query]]\nuri = \"db://a\"\n", "query", 4);
+        refused(
+            "[[mount]]\nkind = \"files\"\nroot = \"/tmp\"\nurl = \"sqlite://x\"\n",
+            "url",
+            4,
+        );
+        refused(
+            "[[mount]]\nkind = \"files\"\nroot = \"/tmp\"\n\nrepo = \".\"\n",
+            "repo",
+            5,
+        );
+        refused(
+            "[[mount]]\nkind = \"files\"\nroot = \"/tmp\"\n[[mount.query]]\nuri = \"db://a\"\n",
+            "query",
+            4,
+        );
     }
 
     #[test]
     fn git_refuses_keys_of_other_kinds() {
-        refused("[[mount]]\nkind = \"git\"\nrepo = \"/tmp\"\nrespect_gitignore = true\n", "respect_gitignore", 4);
-        refused("[[mount]]\nkind = \"git\"\nrepo = \"/tmp\"\nhidden = true\n", "hidden", 4);
-        refused("[[mount]]\nkind = \"git\"\nrepo = \"/tmp\"\n[[mount.template]]\nuri_template = \"x\"\nname = \"x\"\n", "template", 4);
+        refused(
+            "[[mount]]\nkind = \"git\"\nrepo = \"/tmp\"\nrespect_gitignore = true\n",
+            "respect_gitignore",
+            4,
+        );
+        refused(
+            "[[mount]]\nkind = \"git\"\nrepo = \"/tmp\"\nhidden = true\n",
+            "hidden",
+            4,
+        );
+        refused(
+            "[[mount]]\nkind = \"git\"\nrepo = \"/tmp\"\n[[mount.template]]\nuri_template = \"x\"\nname = \"x\"\n",
+            "template",
+            4,
+        );
     }
 
     #[test]
     fn sql_refuses_keys_of_other_kinds() {
-        refused("[[mount]]\nkind = \"sqlite\"\nname = \"a\"\nurl = \"sqlite:///tmp/a.db\"\nroot = \"/tmp\"\n", "root", 5);
-        refused("[[mount]]\nkind = \"postgres\"\nname = \"a\"\nurl = \"postgres://h/d\"\ndefault_ref = \"main\"\n", "default_ref", 5);
-        refused("[[mount]]\nkind = \"mysql\"\nname = \"a\"\nurl = \"mysql://h/d\"\nlist_changed = \"off\"\n", "list_changed", 5);
+        refused(
+            "[[mount]]\nkind = \"sqlite\"\nname = \"a\"\nurl = \"sqlite:///tmp/a.db\"\nroot = \"/tmp\"\n",
+            "root",
+            5,
+        );
+        refused(
+            "[[mount]]\nkind = \"postgres\"\nname = \"a\"\nurl = \"postgres://h/d\"\ndefault_ref = \"main\"\n",
+            "default_ref",
+            5,
+        );
+        refused(
+            "[[mount]]\nkind = \"mysql\"\nname = \"a\"\nurl = \"mysql://h/d\"\nlist_changed = \"off\"\n",
+            "list_changed",
+            5,
+        );
         let e = parse_str("[[mount]]\nkind = \"sqlite\"\nname = \"a\"\nurl = \"sqlite:///tmp/a.db\"\nnotify_channel = \"c\"\n").unwrap_err().0;
         assert!(e.starts_with("test.toml:5: `mount.notify_channel`: `notify_channel` is not a setting of sqlite mounts"), "{e}");
         // The provider's own range, checked once: 1 TiB is allowed, more is not.
-        let ok = parse_str("[[mount]]\nkind = \"postgres\"\nname = \"a\"\nurl = \"postgres://h/d\"\nmax_bytes = \"1TiB\"\n");
+        let ok = parse_str(
+            "[[mount]]\nkind = \"postgres\"\nname = \"a\"\nurl = \"postgres://h/d\"\nmax_bytes = \"1TiB\"\n",
+        );
         assert!(ok.is_ok(), "{ok:?}");
         let e = parse_str("[[mount]]\nkind = \"postgres\"\nname = \"a\"\nurl = \"postgres://h/d\"\nmax_bytes = \"2TiB\"\n").unwrap_err().0;
         assert!(e.starts_with("test.toml:5: `mount.max_bytes`"), "{e}");
-        let e = parse_str("[[mount]]\nkind = \"sqlite\"\nname = \"bad name\"\nurl = \"sqlite:///tmp/a.db\"\n").unwrap_err().0;
+        let e = parse_str(
+            "[[mount]]\nkind = \"sqlite\"\nname = \"bad name\"\nurl = \"sqlite:///tmp/a.db\"\n",
+        )
+        .unwrap_err()
+        .0;
         assert!(e.starts_with("test.toml:3: `mount.name`"), "{e}");
     }
 
     #[cfg(feature = "conformance")]
     #[test]
     fn conformance_refuses_every_setting() {
-        refused("[[mount]]\nkind = \"conformance\"\nroot = \"/tmp\"\n", "root", 3);
+        refused(
+            "[[mount]]\nkind = \"conformance\"\nroot = \"/tmp\"\n",
+            "root",
+            3,
+        );
         assert!(parse_str("[[mount]]\nkind = \"conformance\"\nscope = \"s\"\n").is_ok());
     }
 }

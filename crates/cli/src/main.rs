@@ -128,11 +128,7 @@ async fn build_providers(cfg: &Config) -> anyhow::Result<Vec<ScopedProvider>> {
     let mut providers: Vec<ScopedProvider> = Vec::new();
     let mut prefixes = std::collections::HashMap::new();
     for m in &cfg.mounts {
-        let p = m
-            .spec
-            .build()
-            .await
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let p = m.spec.build().await.map_err(|e| anyhow::anyhow!("{e}"))?;
         for prefix in &p.info().uri_prefixes {
             if let Some(other) = prefixes.insert(prefix.clone(), p.info().label.clone()) {
                 anyhow::bail!("two mounts serve the same URI prefix {prefix} ({other})");

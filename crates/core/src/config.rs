@@ -51,7 +51,11 @@ impl SettingError {
     }
 
     /// Check that `value` lies in `range`, naming the key and the allowed range otherwise.
-    pub fn check_range(key: &str, value: u64, range: &std::ops::RangeInclusive<u64>) -> Result<(), Self> {
+    pub fn check_range(
+        key: &str,
+        value: u64,
+        range: &std::ops::RangeInclusive<u64>,
+    ) -> Result<(), Self> {
         if range.contains(&value) {
             Ok(())
         } else {
@@ -115,7 +119,10 @@ impl<'a> ConfigFile<'a> {
     /// The directory that relative paths in the file are relative to (the file's own, not
     /// wherever the server was started).
     pub fn base_dir(&self) -> PathBuf {
-        self.path.parent().map(Path::to_path_buf).unwrap_or_default()
+        self.path
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default()
     }
 
     /// `path` resolved against [`ConfigFile::base_dir`] when relative.
@@ -152,14 +159,24 @@ impl<'a> ConfigFile<'a> {
     }
 
     /// `Err` of [`ConfigFile::error`].
-    pub fn err<T>(&self, span: Range<usize>, key: &str, msg: impl fmt::Display) -> Result<T, ConfigError> {
+    pub fn err<T>(
+        &self,
+        span: Range<usize>,
+        key: &str,
+        msg: impl fmt::Display,
+    ) -> Result<T, ConfigError> {
         Err(self.error(span, key, msg))
     }
 
     /// A TOML error (syntax, unknown key, wrong type) with the file, line and key named.
     /// `root` is the table the failing value was deserialized from, searched for the key
     /// under the error's position; `prefix` is that table's own key path (`mount`).
-    fn toml_error(&self, e: &toml::de::Error, root: Option<&DeTable<'_>>, prefix: &str) -> ConfigError {
+    fn toml_error(
+        &self,
+        e: &toml::de::Error,
+        root: Option<&DeTable<'_>>,
+        prefix: &str,
+    ) -> ConfigError {
         let Some(span) = e.span() else {
             return ConfigError(format!("{}: {}", self.path.display(), e.message()));
         };
@@ -204,7 +221,11 @@ impl<'a> ConfigFile<'a> {
                 rest = t;
             } else if let Some(t) = tail.strip_prefix("${") {
                 let Some(end) = t.find('}') else {
-                    return self.err(v.span(), key, "unclosed `${` (write `$$` for a literal `$`)");
+                    return self.err(
+                        v.span(),
+                        key,
+                        "unclosed `${` (write `$$` for a literal `$`)",
+                    );
                 };
                 let name = &t[..end];
                 if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
@@ -249,7 +270,11 @@ impl<'a> ConfigFile<'a> {
                 match s.trim().parse::<i64>() {
                     Ok(n) => n,
                     Err(_) => {
-                        return self.err(v.span(), key, format!("expected a whole number, got {s:?}"));
+                        return self.err(
+                            v.span(),
+                            key,
+                            format!("expected a whole number, got {s:?}"),
+                        );
                     }
                 }
             }
@@ -293,7 +318,10 @@ impl<'a> ConfigFile<'a> {
             return self.err(
                 v.span(),
                 key,
-                format!("{n} bytes is more than the maximum of {max} bytes ({})", human_size(max)),
+                format!(
+                    "{n} bytes is more than the maximum of {max} bytes ({})",
+                    human_size(max)
+                ),
             );
         }
         Ok(n)
@@ -311,7 +339,11 @@ impl<'a> ConfigFile<'a> {
             Some((_, t)) => Ok(*t),
             None => {
                 let names: Vec<String> = choices.iter().map(|(n, _)| format!("{n:?}")).collect();
-                self.err(v.span(), key, format!("{s:?} is not one of {}", names.join(", ")))
+                self.err(
+                    v.span(),
+                    key,
+                    format!("{s:?} is not one of {}", names.join(", ")),
+                )
             }
         }
     }
@@ -339,8 +371,13 @@ pub fn parse_size(s: &str) -> Option<u64> {
 
 /// `67108864` as `64MiB`, for limits in messages.
 fn human_size(n: u64) -> String {
-    for (unit, m) in [("TiB", 1u64 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
-        if n >= m && n % m == 0 {
+    for (unit, m) in [
+        ("TiB", 1u64 << 40),
+        ("GiB", 1 << 30),
+        ("MiB", 1 << 20),
+        ("KiB", 1 << 10),
+    ] {
+        if n >= m && n.is_multiple_of(m) {
             return format!("{}{unit}", n / m);
         }
     }
@@ -418,7 +455,9 @@ impl<'a> MountTable<'a> {
             match e.span() {
                 // A missing required key has no span of its own: point at the mount.
                 None => self.error_at_mount(e.message().trim_end()),
-                Some(_) => self.file.toml_error(&e, Some(self.table.get_ref()), "mount"),
+                Some(_) => self
+                    .file
+                    .toml_error(&e, Some(self.table.get_ref()), "mount"),
             }
         })
     }
@@ -431,9 +470,7 @@ impl<'a> MountTable<'a> {
     /// An error about `key` (dotted for nested tables) of this mount, at the line where the
     /// key is written, or at the mount's `kind` line when it is not written.
     pub fn error(&self, key: &str, msg: impl fmt::Display) -> ConfigError {
-        let span = self
-            .span_of(key)
-            .unwrap_or_else(|| self.kind_span.clone());
+        let span = self.span_of(key).unwrap_or_else(|| self.kind_span.clone());
         self.file.error(span, &format!("mount.{key}"), msg)
     }
 
@@ -519,7 +556,10 @@ impl ProviderRegistry {
 
     /// Every kind registered, in registration order.
     pub fn kinds(&self) -> Vec<&'static str> {
-        self.factories.iter().flat_map(|f| f.kinds().iter().copied()).collect()
+        self.factories
+            .iter()
+            .flat_map(|f| f.kinds().iter().copied())
+            .collect()
     }
 
     /// A default mount of `dir` from the first factory that serves directories.
@@ -574,18 +614,31 @@ mod tests {
             "[[mount]]\nkind = \"demo\"\nroot = \"/x\"\n\nrespect_gitignore = true\n",
             |m| m.parse::<Demo>().unwrap_err(),
         );
-        assert!(e.0.starts_with("t.toml:5: `mount.respect_gitignore`: unknown field `respect_gitignore`"), "{e}");
+        assert!(
+            e.0.starts_with(
+                "t.toml:5: `mount.respect_gitignore`: unknown field `respect_gitignore`"
+            ),
+            "{e}"
+        );
         let e = with_mount(
             "[[mount]]\nkind = \"demo\"\nroot = \"/x\"\n[[mount.query]]\nuri = \"a\"\n[[mount.query]]\nuri = \"b\"\nsql = \"x\"\n",
             |m| m.parse::<Demo>().unwrap_err(),
         );
-        assert!(e.0.starts_with("t.toml:8: `mount.query.sql`: unknown field `sql`"), "{e}");
+        assert!(
+            e.0.starts_with("t.toml:8: `mount.query.sql`: unknown field `sql`"),
+            "{e}"
+        );
         let e = with_mount("[[mount]]\nkind = \"demo\"\nroot = 5\n", |m| {
             m.parse::<Demo>().unwrap_err()
         });
         assert!(e.0.starts_with("t.toml:3: `mount.root`:"), "{e}");
-        let e = with_mount("[[mount]]\nkind = \"demo\"\n", |m| m.parse::<Demo>().unwrap_err());
-        assert!(e.0.starts_with("t.toml:1: `mount`: missing field `root`"), "{e}");
+        let e = with_mount("[[mount]]\nkind = \"demo\"\n", |m| {
+            m.parse::<Demo>().unwrap_err()
+        });
+        assert!(
+            e.0.starts_with("t.toml:1: `mount`: missing field `root`"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -595,8 +648,14 @@ mod tests {
             |m| {
                 let d: Demo = m.parse().unwrap();
                 assert_eq!(m.file().expand(&d.root, "mount.root").unwrap(), "/home/x/d");
-                let e = m.file().int(d.n.as_ref().unwrap(), "mount.n", 1..=5).unwrap_err();
-                assert!(e.0.starts_with("t.toml:4: `mount.n`: environment variable `NOPE`"), "{e}");
+                let e = m
+                    .file()
+                    .int(d.n.as_ref().unwrap(), "mount.n", 1..=5)
+                    .unwrap_err();
+                assert!(
+                    e.0.starts_with("t.toml:4: `mount.n`: environment variable `NOPE`"),
+                    "{e}"
+                );
                 let e = m.setting_error(SettingError::new("n", "too big"));
                 assert_eq!(e.0, "t.toml:4: `mount.n`: too big");
                 let e = m.setting_error(SettingError::new("absent", "needed"));
@@ -605,7 +664,10 @@ mod tests {
         );
         with_mount("[[mount]]\nkind = \"demo\"\nroot = \"/\"\nn = 9\n", |m| {
             let d: Demo = m.parse().unwrap();
-            let e = m.file().int(d.n.as_ref().unwrap(), "mount.n", 1..=5).unwrap_err();
+            let e = m
+                .file()
+                .int(d.n.as_ref().unwrap(), "mount.n", 1..=5)
+                .unwrap_err();
             assert_eq!(e.0, "t.toml:4: `mount.n`: 9 is out of range; allowed 1..=5");
         });
     }

@@ -6,8 +6,8 @@
 
 pub mod blocking;
 pub mod capabilities;
-pub mod config;
 pub mod change;
+pub mod config;
 pub mod cursor;
 pub mod error;
 pub mod mime;

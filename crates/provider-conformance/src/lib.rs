@@ -242,7 +242,9 @@ impl mcpr_core::config::MountSpec for ConformanceSpec {
     }
 
     async fn build(&self) -> Result<Arc<dyn Provider>> {
-        Ok(Arc::new(ConformanceProvider::new(Duration::from_millis(500))))
+        Ok(Arc::new(ConformanceProvider::new(Duration::from_millis(
+            500,
+        ))))
     }
 }
 

@@ -131,7 +131,10 @@ impl FilesConfig {
         )?;
         for pat in &self.deny {
             if let Err(e) = ignore::gitignore::GitignoreBuilder::new("/").add_line(None, pat) {
-                return Err(SettingError::new("deny", format!("bad pattern {pat:?}: {e}")));
+                return Err(SettingError::new(
+                    "deny",
+                    format!("bad pattern {pat:?}: {e}"),
+                ));
             }
         }
         for t in &self.templates {
@@ -185,9 +188,7 @@ impl ProviderFactory for FilesFactory {
         let raw: FilesToml = table.parse()?;
         let file = table.file();
         let Some(root) = &raw.root else {
-            return Err(table.error_at_mount(
-                "a files mount needs `root`, the directory to serve",
-            ));
+            return Err(table.error_at_mount("a files mount needs `root`, the directory to serve"));
         };
         // Relative roots are relative to the config file, not to wherever the server started.
         let root_path = file.resolve_path(&file.expand(root, "mount.root")?);
@@ -201,7 +202,11 @@ impl ProviderFactory for FilesFactory {
                 );
             }
             Err(e) => {
-                return file.err(root.span(), "mount.root", format!("{}: {e}", root_path.display()));
+                return file.err(
+                    root.span(),
+                    "mount.root",
+                    format!("{}: {e}", root_path.display()),
+                );
             }
         }
         let mut fc = FilesConfig::new(root_path);
@@ -258,7 +263,10 @@ impl ProviderFactory for FilesFactory {
                 "template.uri_template" => (
                     raw.template
                         .iter()
-                        .find(|t| e.message.starts_with(&format!("{:?}", t.uri_template.get_ref())))
+                        .find(|t| {
+                            e.message
+                                .starts_with(&format!("{:?}", t.uri_template.get_ref()))
+                        })
                         .map(|t| t.uri_template.span()),
                     "mount.template.uri_template",
                 ),

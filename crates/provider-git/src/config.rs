@@ -91,7 +91,9 @@ impl GitConfig {
             if !ok {
                 return Err(SettingError::new(
                     "name",
-                    format!("git mount name {name:?} must be 1 to 64 letters, digits, '-', '_' or '.'"),
+                    format!(
+                        "git mount name {name:?} must be 1 to 64 letters, digits, '-', '_' or '.'"
+                    ),
                 ));
             }
         } else if !self.default {
@@ -100,7 +102,11 @@ impl GitConfig {
                 "a git mount without a name must be the default mount (it has no other URI form)",
             ));
         }
-        SettingError::check_range("debounce_ms", self.debounce.as_millis() as u64, &DEBOUNCE_MS)?;
+        SettingError::check_range(
+            "debounce_ms",
+            self.debounce.as_millis() as u64,
+            &DEBOUNCE_MS,
+        )?;
         SettingError::check_range(
             "poll_interval_ms",
             self.poll_interval.as_millis() as u64,

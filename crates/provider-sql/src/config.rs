@@ -328,7 +328,10 @@ impl ProviderFactory for SqlFactory {
         if kind != SqlKind::Postgres {
             // One table shape serves all three engines; these two only mean something to
             // PostgreSQL, and a user who writes them on another engine expects them to work.
-            for (key, v) in [("schema", &raw.schema), ("notify_channel", &raw.notify_channel)] {
+            for (key, v) in [
+                ("schema", &raw.schema),
+                ("notify_channel", &raw.notify_channel),
+            ] {
                 if let Some(v) = v {
                     return file.err(
                         v.span(),
@@ -353,7 +356,9 @@ impl ProviderFactory for SqlFactory {
             // (a leading `./` dropped, so the mount's label reads `examples/app.db`).
             url_s = format!(
                 "sqlite://{}",
-                file.base_dir().join(path.trim_start_matches("./")).display()
+                file.base_dir()
+                    .join(path.trim_start_matches("./"))
+                    .display()
             );
         }
         let mut c = SqlConfig::new(name, url_s);
