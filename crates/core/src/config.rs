@@ -135,6 +135,21 @@ impl<'a> ConfigFile<'a> {
         }
     }
 
+    /// A directory that must exist: expanded, resolved against [`ConfigFile::base_dir`], and
+    /// checked, with the reason at the value's line when it is not a directory.
+    pub fn directory(&self, v: &Spanned<String>, key: &str) -> Result<PathBuf, ConfigError> {
+        let path = self.resolve_path(&self.expand(v, key)?);
+        match std::fs::metadata(&path) {
+            Ok(md) if md.is_dir() => Ok(path),
+            Ok(_) => self.err(
+                v.span(),
+                key,
+                format!("{} is not a directory", path.display()),
+            ),
+            Err(e) => self.err(v.span(), key, format!("{}: {e}", path.display())),
+        }
+    }
+
     /// An environment variable's value.
     pub fn env(&self, name: &str) -> Option<String> {
         (self.env)(name)

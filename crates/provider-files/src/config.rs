@@ -191,24 +191,7 @@ impl ProviderFactory for FilesFactory {
             return Err(table.error_at_mount("a files mount needs `root`, the directory to serve"));
         };
         // Relative roots are relative to the config file, not to wherever the server started.
-        let root_path = file.resolve_path(&file.expand(root, "mount.root")?);
-        match std::fs::metadata(&root_path) {
-            Ok(md) if md.is_dir() => {}
-            Ok(_) => {
-                return file.err(
-                    root.span(),
-                    "mount.root",
-                    format!("{} is not a directory", root_path.display()),
-                );
-            }
-            Err(e) => {
-                return file.err(
-                    root.span(),
-                    "mount.root",
-                    format!("{}: {e}", root_path.display()),
-                );
-            }
-        }
+        let root_path = file.directory(root, "mount.root")?;
         let mut fc = FilesConfig::new(root_path);
         for d in raw.deny.iter().flatten() {
             fc.deny.push(file.expand(d, "mount.deny")?);

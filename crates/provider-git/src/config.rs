@@ -159,14 +159,7 @@ impl ProviderFactory for GitFactory {
         let Some(repo) = &raw.repo else {
             return Err(table.error_at_mount("a git mount needs `repo`, the repository to serve"));
         };
-        let path = file.resolve_path(&file.expand(repo, "mount.repo")?);
-        if !path.is_dir() {
-            return file.err(
-                repo.span(),
-                "mount.repo",
-                format!("{} is not a directory", path.display()),
-            );
-        }
+        let path = file.directory(repo, "mount.repo")?;
         let mut g = GitConfig::new(path);
         if let Some(v) = &raw.name {
             g.name = Some(file.expand(v, "mount.name")?);
