@@ -601,6 +601,39 @@ mod tests {
         assert!(e.starts_with("test.toml:3: `mount.name`"), "{e}");
     }
 
+    /// A provider's range and pattern checks run once, in its `validate`, and still point at
+    /// the line of the value that failed.
+    #[test]
+    fn validation_errors_point_at_their_line() {
+        let e = parse_str("[[mount]]\nkind = \"git\"\nrepo = \"/tmp\"\npoll_interval_ms = 5\n")
+            .unwrap_err()
+            .0;
+        assert_eq!(
+            e,
+            "test.toml:4: `mount.poll_interval_ms`: 5 is out of range; allowed 100..=3600000"
+        );
+        let e = parse_str(
+            "[[mount]]\nkind = \"files\"\nroot = \"/tmp\"\ndeny = [\n  \"*.a\",\n  \"[z-a]\",\n]\n",
+        )
+        .unwrap_err()
+        .0;
+        assert!(
+            e.starts_with("test.toml:6: `mount.deny.1`: bad pattern \"[z-a]\""),
+            "{e}"
+        );
+        let e = parse_str("[[mount]]\nkind = \"files\"\nroot = \"/tmp\"\n[[mount.template]]\nuri_template = \"a.md\"\nname = \"a\"\n[[mount.template]]\nname = \"b\"\nuri_template = \"{x\"\n")
+            .unwrap_err()
+            .0;
+        assert!(
+            e.starts_with("test.toml:9: `mount.template.1.uri_template`"),
+            "{e}"
+        );
+        let e = parse_str("[[mount]]\nkind = \"sqlite\"\nname = \"a\"\nurl = \"sqlite:///tmp/a.db\"\nmax_rows = -1\n")
+            .unwrap_err()
+            .0;
+        assert_eq!(e, "test.toml:5: `mount.max_rows`: -1 must not be negative");
+    }
+
     #[cfg(feature = "conformance")]
     #[test]
     fn conformance_refuses_every_setting() {

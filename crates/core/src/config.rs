@@ -71,6 +71,28 @@ impl SettingError {
     }
 }
 
+impl SettingError {
+    /// Check a mount name that becomes part of URIs (`db://{name}/…`, `git://@{name}/…`):
+    /// 1 to 64 ASCII letters, digits, `-`, `_` or `.`.
+    pub fn check_mount_name(key: &str, kind: &str, name: &str) -> Result<(), Self> {
+        let ok = !name.is_empty()
+            && name.len() <= 64
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+        if ok {
+            Ok(())
+        } else {
+            Err(Self::new(
+                key,
+                format!(
+                    "{kind} mount name {name:?} must be 1 to 64 letters, digits, '-', '_' or '.'"
+                ),
+            ))
+        }
+    }
+}
+
 impl fmt::Display for SettingError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "`{}`: {}", self.key, self.message)
@@ -271,13 +293,9 @@ impl<'a> ConfigFile<'a> {
         Ok(out)
     }
 
-    /// A whole number, from an integer or an expanded string, within `range`.
-    pub fn int(
-        &self,
-        v: &Spanned<IntOrString>,
-        key: &str,
-        range: std::ops::RangeInclusive<u64>,
-    ) -> Result<u64, ConfigError> {
+    /// A whole number of 0 or more, from an integer or an expanded string. A provider's
+    /// range is checked by its own `validate`; see [`ConfigFile::int`] for the binary's keys.
+    pub fn number(&self, v: &Spanned<IntOrString>, key: &str) -> Result<u64, ConfigError> {
         let n = match v.get_ref() {
             IntOrString::Int(n) => *n,
             IntOrString::Str(s) => {
@@ -294,9 +312,21 @@ impl<'a> ConfigFile<'a> {
                 }
             }
         };
-        match u64::try_from(n) {
-            Ok(n) if range.contains(&n) => Ok(n),
-            _ => self.err(
+        u64::try_from(n).or_else(|_| self.err(v.span(), key, format!("{n} must not be negative")))
+    }
+
+    /// A whole number within `range`.
+    pub fn int(
+        &self,
+        v: &Spanned<IntOrString>,
+        key: &str,
+        range: std::ops::RangeInclusive<u64>,
+    ) -> Result<u64, ConfigError> {
+        let n = self.number(v, key)?;
+        if range.contains(&n) {
+            Ok(n)
+        } else {
+            self.err(
                 v.span(),
                 key,
                 format!(
@@ -304,7 +334,7 @@ impl<'a> ConfigFile<'a> {
                     range.start(),
                     range.end()
                 ),
-            ),
+            )
         }
     }
 
@@ -494,21 +524,28 @@ impl<'a> MountTable<'a> {
         self.error(&e.key, e.message)
     }
 
-    /// Where `key` (dotted; the first element of an array of tables is searched) is written.
+    /// Where `key` is written: dotted for nested tables, with a number for an element of an
+    /// array (`deny.2`, `template.0.uri_template`); the line of the deepest part found.
     fn span_of(&self, key: &str) -> Option<Range<usize>> {
         let mut table: &DeTable<'_> = self.table.get_ref();
         let mut span = None;
-        for part in key.split('.') {
-            let (k, v) = table.iter().find(|(k, _)| k.get_ref() == part)?;
+        let mut parts = key.split('.').peekable();
+        while let Some(part) = parts.next() {
+            let (k, mut v) = table.iter().find(|(k, _)| k.get_ref() == part)?;
             span = Some(k.span());
-            table = match v.get_ref() {
-                DeValue::Table(t) => t,
-                DeValue::Array(a) => match a.first().map(|i| i.get_ref()) {
-                    Some(DeValue::Table(t)) => t,
-                    _ => break,
-                },
-                _ => break,
+            if let (DeValue::Array(a), Some(i)) = (
+                v.get_ref(),
+                parts.peek().and_then(|p| p.parse::<usize>().ok()),
+            ) {
+                parts.next();
+                let Some(item) = a.get(i) else { break };
+                span = Some(item.span());
+                v = item;
+            }
+            let DeValue::Table(t) = v.get_ref() else {
+                break;
             };
+            table = t;
         }
         span
     }

@@ -129,18 +129,18 @@ impl FilesConfig {
             self.poll_interval.as_millis() as u64,
             &POLL_INTERVAL_MS,
         )?;
-        for pat in &self.deny {
+        for (i, pat) in self.deny.iter().enumerate() {
             if let Err(e) = ignore::gitignore::GitignoreBuilder::new("/").add_line(None, pat) {
                 return Err(SettingError::new(
-                    "deny",
+                    format!("deny.{i}"),
                     format!("bad pattern {pat:?}: {e}"),
                 ));
             }
         }
-        for t in &self.templates {
+        for (i, t) in self.templates.iter().enumerate() {
             if let Err(e) = mcpr_core::UriTemplate::parse(&t.uri_template) {
                 return Err(SettingError::new(
-                    "template.uri_template",
+                    format!("template.{i}.uri_template"),
                     format!("{:?}: {e}", t.uri_template),
                 ));
             }
@@ -203,11 +203,10 @@ impl ProviderFactory for FilesFactory {
             fc.hidden = v;
         }
         if let Some(v) = &raw.debounce_ms {
-            fc.debounce = Duration::from_millis(file.int(v, "mount.debounce_ms", DEBOUNCE_MS)?);
+            fc.debounce = Duration::from_millis(file.number(v, "mount.debounce_ms")?);
         }
         if let Some(v) = &raw.poll_interval_ms {
-            fc.poll_interval =
-                Duration::from_millis(file.int(v, "mount.poll_interval_ms", POLL_INTERVAL_MS)?);
+            fc.poll_interval = Duration::from_millis(file.number(v, "mount.poll_interval_ms")?);
         }
         if let Some(v) = &raw.list_changed {
             fc.list_watch = file.choice(
@@ -233,33 +232,7 @@ impl ProviderFactory for FilesFactory {
             });
         }
         // A deny pattern or template that does not parse is named at its own line.
-        if let Err(e) = fc.validate() {
-            let (span, key) = match e.key.as_str() {
-                "deny" => (
-                    raw.deny
-                        .iter()
-                        .flatten()
-                        .find(|d| e.message.contains(&format!("{:?}", d.get_ref())))
-                        .map(Spanned::span),
-                    "mount.deny",
-                ),
-                "template.uri_template" => (
-                    raw.template
-                        .iter()
-                        .find(|t| {
-                            e.message
-                                .starts_with(&format!("{:?}", t.uri_template.get_ref()))
-                        })
-                        .map(|t| t.uri_template.span()),
-                    "mount.template.uri_template",
-                ),
-                _ => (None, ""),
-            };
-            return Err(match span {
-                Some(span) => file.error(span, key, e.message),
-                None => table.setting_error(e),
-            });
-        }
+        fc.validate().map_err(|e| table.setting_error(e))?;
         Ok(Box::new(FilesSpec(fc)))
     }
 

@@ -83,19 +83,7 @@ impl GitConfig {
     /// mount, made by the configuration loader and again by [`crate::GitProvider::new`].
     pub fn validate(&self) -> Result<(), SettingError> {
         if let Some(name) = &self.name {
-            let ok = !name.is_empty()
-                && name.len() <= 64
-                && name
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
-            if !ok {
-                return Err(SettingError::new(
-                    "name",
-                    format!(
-                        "git mount name {name:?} must be 1 to 64 letters, digits, '-', '_' or '.'"
-                    ),
-                ));
-            }
+            SettingError::check_mount_name("name", "git", name)?;
         } else if !self.default {
             return Err(SettingError::new(
                 "default",
@@ -173,11 +161,10 @@ impl ProviderFactory for GitFactory {
             g.default_ref = Some(file.expand(v, "mount.default_ref")?);
         }
         if let Some(v) = &raw.debounce_ms {
-            g.debounce = Duration::from_millis(file.int(v, "mount.debounce_ms", DEBOUNCE_MS)?);
+            g.debounce = Duration::from_millis(file.number(v, "mount.debounce_ms")?);
         }
         if let Some(v) = &raw.poll_interval_ms {
-            g.poll_interval =
-                Duration::from_millis(file.int(v, "mount.poll_interval_ms", POLL_INTERVAL_MS)?);
+            g.poll_interval = Duration::from_millis(file.number(v, "mount.poll_interval_ms")?);
         }
         if let Some(v) = &raw.watch {
             g.watch = file.choice(
@@ -191,12 +178,10 @@ impl ProviderFactory for GitFactory {
             )?;
         }
         if let Some(v) = &raw.last_modified_depth {
-            g.last_modified_depth =
-                file.int(v, "mount.last_modified_depth", LAST_MODIFIED_DEPTH)? as usize;
+            g.last_modified_depth = file.number(v, "mount.last_modified_depth")? as usize;
         }
         if let Some(v) = &raw.history_scan_limit {
-            g.history_scan_limit =
-                file.int(v, "mount.history_scan_limit", HISTORY_SCAN_LIMIT)? as usize;
+            g.history_scan_limit = file.number(v, "mount.history_scan_limit")? as usize;
         }
         g.cache = common.cache;
         g.validate().map_err(|e| table.setting_error(e))?;

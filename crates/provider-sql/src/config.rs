@@ -185,21 +185,7 @@ impl SqlConfig {
     /// Check the settings that do not need the database: the one validation of an SQL
     /// mount, made by the configuration loader and again by [`crate::SqlProvider::new`].
     pub fn validate(&self) -> std::result::Result<(), SettingError> {
-        let name_ok = !self.name.is_empty()
-            && self.name.len() <= 64
-            && self
-                .name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
-        if !name_ok {
-            return Err(SettingError::new(
-                "name",
-                format!(
-                    "sql mount name {:?} must be 1 to 64 letters, digits, '-', '_' or '.'",
-                    self.name
-                ),
-            ));
-        }
+        SettingError::check_mount_name("name", "sql", &self.name)?;
         SettingError::check_range("page_size", self.page_size as u64, &PAGE_SIZE)?;
         SettingError::check_range("max_rows", self.max_rows as u64, &MAX_ROWS)?;
         SettingError::check_range("max_bytes", self.max_bytes, &MAX_BYTES)?;
@@ -369,26 +355,25 @@ impl ProviderFactory for SqlFactory {
         if let Some(v) = &raw.notify_channel {
             c.notify_channel = Some(file.expand(v, "mount.notify_channel")?);
         }
-        let ms = |v: &Spanned<IntOrString>, key: &str, range| {
-            file.int(v, key, range).map(Duration::from_millis)
-        };
+        let ms =
+            |v: &Spanned<IntOrString>, key: &str| file.number(v, key).map(Duration::from_millis);
         if let Some(v) = &raw.poll_interval_ms {
-            c.poll_interval = ms(v, "mount.poll_interval_ms", POLL_INTERVAL_MS)?;
+            c.poll_interval = ms(v, "mount.poll_interval_ms")?;
         }
         if let Some(v) = &raw.statement_timeout_ms {
-            c.statement_timeout = ms(v, "mount.statement_timeout_ms", STATEMENT_TIMEOUT_MS)?;
+            c.statement_timeout = ms(v, "mount.statement_timeout_ms")?;
         }
         if let Some(v) = &raw.page_size {
-            c.page_size = file.int(v, "mount.page_size", PAGE_SIZE)? as usize;
+            c.page_size = file.number(v, "mount.page_size")? as usize;
         }
         if let Some(v) = &raw.max_rows {
-            c.max_rows = file.int(v, "mount.max_rows", MAX_ROWS)? as usize;
+            c.max_rows = file.number(v, "mount.max_rows")? as usize;
         }
         if let Some(v) = &raw.max_bytes {
-            c.max_bytes = file.size(v, "mount.max_bytes", *MAX_BYTES.end())?;
+            c.max_bytes = file.size(v, "mount.max_bytes", u64::MAX)?;
         }
         if let Some(v) = &raw.max_connections {
-            c.max_connections = file.int(v, "mount.max_connections", MAX_CONNECTIONS)? as usize;
+            c.max_connections = file.number(v, "mount.max_connections")? as usize;
         }
         c.cache = common.cache;
         for q in &raw.query {
