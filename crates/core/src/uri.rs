@@ -58,6 +58,16 @@ impl ResourceUri {
         &self.raw
     }
 
+    /// The URI as mounts are matched against it: a `file` URI whose host is `localhost`
+    /// names the same file as one with an empty host (RFC 8089 §2), so `file://localhost/x`
+    /// is matched as `file:///x`. Every other URI is as given.
+    pub fn routing_form(&self) -> std::borrow::Cow<'_, str> {
+        match self.raw.strip_prefix("file://localhost/") {
+            Some(rest) => std::borrow::Cow::Owned(format!("file:///{rest}")),
+            None => std::borrow::Cow::Borrowed(&self.raw),
+        }
+    }
+
     /// The scheme in lower case as written (`file`, `db`, ...).
     pub fn scheme(&self) -> &str {
         &self.raw[..self.scheme_end]
@@ -105,6 +115,20 @@ mod tests {
         assert_eq!(u.scheme(), "file");
         assert_eq!(u.without_query(), "file:///srv/a%20b.md");
         assert_eq!(u.query_pairs(), vec![("head", "10"), ("tail", "")]);
+    }
+
+    #[test]
+    fn file_localhost_routes_as_an_empty_host() {
+        let u = ResourceUri::parse("file://localhost/srv/a.md?head=1").unwrap();
+        assert_eq!(u.routing_form(), "file:///srv/a.md?head=1");
+        assert_eq!(u.as_str(), "file://localhost/srv/a.md?head=1");
+        for same in [
+            "file:///srv/a.md",
+            "db://localhost/x",
+            "file://localhostx/a",
+        ] {
+            assert_eq!(ResourceUri::parse(same).unwrap().routing_form(), same);
+        }
     }
 
     #[test]

@@ -13,11 +13,11 @@ use std::sync::{Arc, OnceLock};
 use base64::Engine as _;
 use mcpr_core::{CacheHints, Contents, ContentsBody, Error, ResourceMeta};
 use rmcp::model::{
-    Annotations, CacheScope, CompleteRequestParams, CompleteResult, CompletionInfo, ErrorCode,
-    Implementation, InitializeRequestParams, InitializeResult, ListResourceTemplatesResult,
-    ListResourcesResult, MetaObject, PaginatedRequestParams, ProtocolVersion,
-    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Reference, RequestId,
-    RequestMetaObject, Resource, ResourceContents, ResourceTemplate,
+    Annotations, CacheScope, CompleteRequestParams, CompleteResult, CompletionInfo, CustomRequest,
+    CustomResult, ErrorCode, Implementation, InitializeRequestParams, InitializeResult,
+    ListResourceTemplatesResult, ListResourcesResult, MetaObject, PaginatedRequestParams,
+    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
+    Reference, RequestId, RequestMetaObject, Resource, ResourceContents, ResourceTemplate,
     ResourceUpdatedNotificationParam, ServerCapabilities, ServerConfig, ServerJsonRpcMessage,
     ServerResult, SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
 };
@@ -458,6 +458,24 @@ impl ServerHandler for McpHandler {
 
     async fn listen(&self, ctx: SubscriptionContext) -> Result<(), ErrorData> {
         Box::pin(self.do_listen(ctx)).await
+    }
+
+    /// rmcp lands here a request of a known method whose params its decode refused (it tries
+    /// every typed request, then this catch-all): that is invalid params naming the member,
+    /// not "method not found" (issue #19). An unknown method is still method not found.
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, ErrorData> {
+        let CustomRequest { method, params, .. } = request;
+        if crate::params::is_known(&method) {
+            return Err(crate::params::invalid_params_or_generic(
+                &method,
+                params.as_ref(),
+            ));
+        }
+        Err(ErrorData::new(ErrorCode::METHOD_NOT_FOUND, method, None))
     }
 }
 

@@ -10,6 +10,7 @@ mod handler;
 pub mod http;
 mod layers;
 pub mod metrics;
+mod params;
 mod registry;
 mod router;
 mod service;

@@ -60,7 +60,8 @@ impl Router {
     /// The mount owning `uri`: the longest prefix that matches at a boundary, so that
     /// `file:///srv/docs` does not own `file:///srv/docs-evil/x`.
     pub fn route(&self, uri: &ResourceUri) -> Option<&Mount> {
-        let s = uri.as_str();
+        // `file://localhost/…` is matched as `file:///…`; the provider reads it the same way.
+        let s = uri.routing_form();
         self.prefixes.iter().find_map(|(p, idx)| {
             let rest = s.strip_prefix(p.as_str())?;
             let at_boundary =

@@ -175,6 +175,12 @@ impl<R: AsyncRead + Unpin + Send> StdioTransport<R> {
                         self.discarding = false;
                         continue;
                     }
+                    if end > self.max_line {
+                        // A whole over-long line that arrived in one read: refused the same.
+                        self.buf.advance(end + 1);
+                        self.refuse_long_line();
+                        continue;
+                    }
                     return Some(self.buf.split_to(end + 1));
                 }
                 None if self.discarding => {
@@ -183,10 +189,7 @@ impl<R: AsyncRead + Unpin + Send> StdioTransport<R> {
                     return None;
                 }
                 None if self.buf.len() > self.max_line => {
-                    tracing::error!(
-                        max_line_length = self.max_line,
-                        "Incoming message exceeded the maximum line length, discarding it"
-                    );
+                    self.refuse_long_line();
                     self.buf.clear();
                     self.scanned = 0;
                     self.discarding = true;
@@ -201,7 +204,9 @@ impl<R: AsyncRead + Unpin + Send> StdioTransport<R> {
     }
 
     /// One line (with its `\n`) to a message: the tagged decode when it applies, else rmcp's
-    /// codec, which takes the framed line as it is.
+    /// codec, which takes the framed line as it is. A line no message can come from gets its
+    /// JSON-RPC error here (issue #20, item 13): the client is waiting for an answer, and
+    /// dropping the line silently would hang it.
     fn decode(&mut self, mut framed: BytesMut) -> Option<RxJsonRpcMessage<RoleServer>> {
         let line = framed.strip_suffix(b"\n").unwrap_or(&framed);
         let line = line.strip_suffix(b"\r").unwrap_or(line);
@@ -209,35 +214,85 @@ impl<R: AsyncRead + Unpin + Send> StdioTransport<R> {
             return None;
         }
         if let Some(msg) = decode_hot(line) {
-            return Some(msg);
+            // rmcp's decode of a list drops a `cursor` of the wrong type (and with it the
+            // params) instead of refusing it; a list without params is checked again.
+            if !is_list_without_params(&msg) {
+                return Some(msg);
+            }
+            return match check_line(line) {
+                Checked::Answer(answer) => {
+                    self.answer(answer);
+                    None
+                }
+                Checked::Pass(_) => Some(msg),
+            };
         }
+        let request = match check_line(line) {
+            Checked::Answer(answer) => {
+                self.answer(answer);
+                return None;
+            }
+            Checked::Pass(request) => request,
+        };
         match self.codec.decode(&mut framed) {
             Ok(msg) => msg,
             Err(JsonRpcMessageCodecError::Serde(e)) => {
-                match e.classify() {
-                    // Not JSON: there is no id to answer, and answering garbage can start an
-                    // error storm with a peer that echoes it (rmcp does the same).
-                    serde_json::error::Category::Syntax | serde_json::error::Category::Eof => {
-                        tracing::debug!("Ignoring unparsable incoming message: {e}");
-                    }
-                    serde_json::error::Category::Data | serde_json::error::Category::Io => {
-                        // Well-formed JSON that is not a message: rmcp answers Invalid Request.
-                        tracing::debug!("Protocol error on incoming message: {e}");
-                        let answer = TxJsonRpcMessage::<RoleServer>::error(
-                            ErrorData::invalid_request("Invalid request", None),
+                tracing::debug!("Protocol error on incoming message: {e}");
+                let answer = match (e.classify(), request) {
+                    (serde_json::error::Category::Syntax | serde_json::error::Category::Eof, _) => {
+                        error_answer(
+                            ErrorData::parse_error(format!("Parse error: {e}"), None),
                             None,
-                        );
-                        if let Err(e) = encode(answer).and_then(|b| self.queue(b)) {
-                            tracing::debug!("cannot answer an invalid request: {e}");
-                        }
+                        )
                     }
-                }
+                    // A request of a known method rmcp cannot decode: its params are wrong.
+                    (_, Some((id, Some(method), params))) => error_answer(
+                        crate::params::invalid_params_or_generic(&method, params.as_ref()),
+                        Some(id),
+                    ),
+                    (_, Some((id, None, _))) => error_answer(
+                        ErrorData::invalid_request(format!("Invalid request: {e}"), None),
+                        Some(id),
+                    ),
+                    (_, None) => error_answer(
+                        ErrorData::invalid_request(format!("Invalid request: {e}"), None),
+                        None,
+                    ),
+                };
+                self.answer(answer);
                 None
             }
             Err(e) => {
                 tracing::error!("Error decoding an incoming message: {e}");
                 None
             }
+        }
+    }
+
+    /// Answer a line over the limit, which is dropped unread: its id cannot be known
+    /// without reading it all, so the answer has none.
+    fn refuse_long_line(&self) {
+        tracing::error!(
+            max_line_length = self.max_line,
+            "Incoming message exceeded the maximum line length, discarding it"
+        );
+        self.answer(error_answer(
+            ErrorData::invalid_request(
+                format!(
+                    "Invalid request: the message is longer than {} bytes, the limit for one \
+                     line; it was discarded",
+                    self.max_line
+                ),
+                None,
+            ),
+            None,
+        ));
+    }
+
+    /// Queue an answer the transport gives itself (to a line rmcp never sees).
+    fn answer(&self, answer: TxJsonRpcMessage<RoleServer>) {
+        if let Err(e) = encode(answer).and_then(|b| self.queue(b)) {
+            tracing::debug!("cannot answer an invalid message: {e}");
         }
     }
 
@@ -690,6 +745,134 @@ async fn write_loop<W: AsyncWrite + Unpin>(mut w: W, mut rx: mpsc::UnboundedRece
     }
 }
 
+/// What [`check_line`] makes of a line rmcp is about to decode.
+enum Checked {
+    /// The line is no message rmcp may take: this answer goes back instead.
+    Answer(TxJsonRpcMessage<RoleServer>),
+    /// rmcp's to decode; for a request, its id and (if this server knows it) its method, to
+    /// answer with should rmcp's decode still fail.
+    Pass(Option<PassedRequest>),
+}
+
+/// A request's id, its method if this server knows it, and its params.
+type PassedRequest = (RequestId, Option<String>, Option<serde_json::Value>);
+
+/// The members of any JSON-RPC message, read to answer one that rmcp cannot take.
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(default, borrow)]
+    method: Option<std::borrow::Cow<'a, str>>,
+    /// A number beyond `i64` (`1e400`), a fraction or any other type fails the envelope:
+    /// such an id cannot be echoed, so the answer has a null one.
+    #[serde(default)]
+    id: Option<RequestId>,
+    #[serde(default)]
+    params: Option<serde_json::Value>,
+    #[serde(default)]
+    result: Present,
+    #[serde(default)]
+    error: Present,
+}
+
+/// The checks rmcp's codec does not make, or makes without answering: bytes that are not
+/// UTF-8 or not one JSON value (two messages on a line) are a parse error (-32700); JSON
+/// that is no message, or has an id no answer can carry, is an invalid request (-32600),
+/// both with a null id as JSON-RPC asks; a request of a known method whose params are not
+/// an object, or a list whose cursor is not a string, is invalid params (-32602) with its
+/// id. Anything else is left to rmcp.
+fn check_line(line: &[u8]) -> Checked {
+    let line = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
+    let Ok(text) = std::str::from_utf8(line) else {
+        return Checked::Answer(error_answer(
+            ErrorData::parse_error("Parse error: the message is not valid UTF-8", None),
+            None,
+        ));
+    };
+    // `IgnoredAny` checks the syntax without converting numbers, so `1e400` passes here and
+    // is refused below as an id, not as a parse error.
+    if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(text) {
+        return Checked::Answer(error_answer(
+            ErrorData::parse_error(
+                format!("Parse error: {e} (one JSON-RPC message per line)"),
+                None,
+            ),
+            None,
+        ));
+    }
+    if !text.trim_start().starts_with('{') {
+        return Checked::Answer(error_answer(
+            ErrorData::invalid_request(
+                "Invalid request: a message is a JSON object (batches are not part of MCP)",
+                None,
+            ),
+            None,
+        ));
+    }
+    let env = match serde_json::from_str::<Envelope<'_>>(text) {
+        Ok(env) => env,
+        Err(e) => {
+            return Checked::Answer(error_answer(
+                ErrorData::invalid_request(
+                    format!(
+                        "Invalid request: {e} (a message is an object whose id is a string or \
+                         an integer)"
+                    ),
+                    None,
+                ),
+                None,
+            ));
+        }
+    };
+    if env.result.0 || env.error.0 {
+        return Checked::Pass(None);
+    }
+    let (Some(id), Some(method)) = (env.id, env.method) else {
+        return Checked::Pass(None);
+    };
+    let known = crate::params::is_known(&method);
+    let params = env.params.as_ref();
+    let refused = match params {
+        Some(p) if !p.is_object() && !p.is_null() => Some(if known {
+            crate::params::invalid_params_or_generic(&method, params)
+        } else {
+            ErrorData::new(
+                rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+                method.to_string(),
+                None,
+            )
+        }),
+        Some(_) if is_list_method(&method) => crate::params::invalid_params(&method, params),
+        _ => None,
+    };
+    match refused {
+        Some(e) => Checked::Answer(error_answer(e, Some(id))),
+        None => Checked::Pass(Some((id, known.then(|| method.into_owned()), env.params))),
+    }
+}
+
+fn is_list_method(method: &str) -> bool {
+    matches!(
+        method,
+        "resources/list" | "resources/templates/list" | "prompts/list" | "tools/list"
+    )
+}
+
+/// A list request whose params rmcp's decode gave as absent (they may have been dropped).
+fn is_list_without_params(msg: &RxJsonRpcMessage<RoleServer>) -> bool {
+    match msg {
+        JsonRpcMessage::Request(r) => match &r.request {
+            ClientRequest::ListResourcesRequest(l) => l.params.is_none(),
+            ClientRequest::ListResourceTemplatesRequest(l) => l.params.is_none(),
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+fn error_answer(error: ErrorData, id: Option<RequestId>) -> TxJsonRpcMessage<RoleServer> {
+    TxJsonRpcMessage::<RoleServer>::error(error, id)
+}
+
 /// Whether a member is present, whatever its value (`null` included): rmcp classifies a
 /// message by which members it has, not by their values.
 #[derive(Default)]
@@ -973,12 +1156,15 @@ mod tests {
         assert_eq!(read_uri(&t.receive().await.unwrap()), "u1");
         assert_eq!(read_uri(&t.receive().await.unwrap()), "u2");
         assert_eq!(read_uri(&t.receive().await.unwrap()), "ping");
-        // The well-formed non-message got rmcp's Invalid Request answer; garbage got none.
-        let mut answer = String::new();
-        r.read_line(&mut answer).await.unwrap();
-        let v: serde_json::Value = serde_json::from_str(&answer).unwrap();
-        assert_eq!(v["error"]["code"], -32600, "{answer}");
-        assert!(v["id"].is_null(), "{answer}");
+        // Garbage is a parse error, the well-formed non-message an invalid request, and the
+        // over-long line one too, each answered with a null id (no id can be read).
+        for code in [-32700, -32600, -32600] {
+            let mut answer = String::new();
+            r.read_line(&mut answer).await.unwrap();
+            let v: serde_json::Value = serde_json::from_str(&answer).unwrap();
+            assert_eq!(v["error"]["code"], code, "{answer}");
+            assert!(v["id"].is_null(), "{answer}");
+        }
         drop(writer.await.unwrap());
         assert!(t.receive().await.is_none(), "EOF ends the stream");
     }

@@ -1,0 +1,174 @@
+//! The invalid-params answer to a request of a known method whose `params` do not fit it
+//! (issue #19): which parameter is wrong and how, instead of rmcp's "method not found".
+//!
+//! rmcp decodes a request through an untagged union whose last variant takes any method; a
+//! `resources/read` with `"uri": 12` fails the read variant and lands there, and its default
+//! answer is -32601 naming the method. Both transports reach [`invalid_params`]: the handler's
+//! `on_custom_request` (every transport, both eras) and the stdio transport, for the messages
+//! rmcp cannot decode at all (`"params": []`) and for a list whose `cursor` rmcp's decode
+//! silently drops (a flattened `Option` swallows the error and the list restarts).
+
+use rmcp::ErrorData;
+#[allow(deprecated)] // legacy-era subscribe/unsubscribe, an era this server serves
+use rmcp::model::{
+    CallToolRequestParams, CompleteRequestParams, DiscoverRequestParams, GetPromptRequestParams,
+    InitializeRequestParams, PaginatedRequestParams, ReadResourceRequestParams,
+    SetLevelRequestParams, SubscribeRequestParams, SubscriptionsListenRequestParams,
+    UnsubscribeRequestParams,
+};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+/// How a method takes its params: whether they may be left out, and their check.
+struct Shape {
+    required: bool,
+    check: fn(&Value) -> Result<(), String>,
+}
+
+/// The methods this server answers, with the shape of their params; `None` for a method it
+/// does not know (which is "method not found").
+#[allow(deprecated)] // see the imports
+fn shape(method: &str) -> Option<Shape> {
+    let (required, check): (bool, fn(&Value) -> Result<(), String>) = match method {
+        "ping" => (false, |_| Ok(())),
+        "initialize" => (true, fits::<InitializeRequestParams>),
+        "server/discover" => (false, fits::<DiscoverRequestParams>),
+        "completion/complete" => (true, fits::<CompleteRequestParams>),
+        "logging/setLevel" => (true, fits::<SetLevelRequestParams>),
+        "prompts/get" => (true, fits::<GetPromptRequestParams>),
+        "tools/call" => (true, fits::<CallToolRequestParams>),
+        "resources/list" | "resources/templates/list" | "prompts/list" | "tools/list" => {
+            (false, fits::<PaginatedRequestParams>)
+        }
+        "resources/read" => (true, fits::<ReadResourceRequestParams>),
+        "resources/subscribe" => (true, fits::<SubscribeRequestParams>),
+        "resources/unsubscribe" => (true, fits::<UnsubscribeRequestParams>),
+        "subscriptions/listen" => (true, fits::<SubscriptionsListenRequestParams>),
+        _ => return None,
+    };
+    Some(Shape { required, check })
+}
+
+/// Whether this server answers `method` (anything else is "method not found").
+pub(crate) fn is_known(method: &str) -> bool {
+    shape(method).is_some()
+}
+
+/// Why `params` do not fit `method`, as the -32602 answer to send, or `None` when they fit
+/// or the method is unknown. The message names the parameter and what it should be.
+pub(crate) fn invalid_params(method: &str, params: Option<&Value>) -> Option<ErrorData> {
+    let shape = shape(method)?;
+    let why = match params {
+        None | Some(Value::Null) if shape.required => {
+            Some("params are required (an object)".to_owned())
+        }
+        None | Some(Value::Null) => None,
+        Some(Value::Object(map)) => match map.get("_meta") {
+            Some(meta) if !meta.is_object() && !meta.is_null() => {
+                Some(format!("`_meta` must be an object, not {}", kind(meta)))
+            }
+            _ => {
+                // `_meta` is taken out before the rest is decoded, as rmcp does.
+                let mut rest = map.clone();
+                rest.remove("_meta");
+                (shape.check)(&Value::Object(rest)).err()
+            }
+        },
+        Some(other) => Some(format!("params must be an object, not {}", kind(other))),
+    }?;
+    Some(ErrorData::invalid_params(
+        format!("invalid params for {method}: {why}"),
+        None,
+    ))
+}
+
+/// The answer for a known method whose params rmcp would not take, when no more precise
+/// reason is found: still invalid params, never "method not found".
+pub(crate) fn invalid_params_or_generic(method: &str, params: Option<&Value>) -> ErrorData {
+    invalid_params(method, params).unwrap_or_else(|| {
+        ErrorData::invalid_params(
+            format!("invalid params for {method}: they do not match the method's parameters"),
+            None,
+        )
+    })
+}
+
+/// `v` decoded as `T`, or which member failed and why.
+fn fits<T: DeserializeOwned>(v: &Value) -> Result<(), String> {
+    match serde_path_to_error::deserialize::<_, T>(v) {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            let path = e.path().to_string();
+            if path == "." {
+                Err(e.inner().to_string())
+            } else {
+                Err(format!("`{path}`: {}", e.inner()))
+            }
+        }
+    }
+}
+
+/// The JSON type of `v`, for messages.
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn message(method: &str, params: Value) -> Option<String> {
+        invalid_params(method, Some(&params)).map(|e| {
+            assert_eq!(e.code.0, -32602);
+            e.message.into_owned()
+        })
+    }
+
+    #[test]
+    fn the_wrong_parameter_is_named() {
+        let m = message("resources/read", json!({"uri": 12})).unwrap();
+        assert!(
+            m.contains("`uri`") && m.contains("expected a string"),
+            "{m}"
+        );
+        let m = message("resources/list", json!({"cursor": 1})).unwrap();
+        assert!(m.contains("`cursor`"), "{m}");
+        let m = message("resources/subscribe", json!({"uri": ["a"]})).unwrap();
+        assert!(m.contains("`uri`"), "{m}");
+        let m = message("resources/read", json!({})).unwrap();
+        assert!(m.contains("missing field `uri`"), "{m}");
+        let m = message("ping", json!("x")).unwrap();
+        assert!(m.contains("params must be an object, not a string"), "{m}");
+        let m = message("resources/list", json!([])).unwrap();
+        assert!(m.contains("not an array"), "{m}");
+        let m = message("resources/read", json!({"uri": "a", "_meta": 3})).unwrap();
+        assert!(m.contains("`_meta`"), "{m}");
+        assert!(invalid_params("resources/read", None).is_some());
+    }
+
+    #[test]
+    fn fitting_params_and_unknown_methods_are_not_refused() {
+        assert!(
+            message(
+                "resources/read",
+                json!({"uri": "file:///a", "_meta": {"x": 1}})
+            )
+            .is_none()
+        );
+        assert!(message("resources/list", json!({"cursor": "abc"})).is_none());
+        assert!(message("resources/list", json!({})).is_none());
+        assert!(invalid_params("resources/list", None).is_none());
+        assert!(invalid_params("ping", None).is_none());
+        assert!(message("server/discover", json!({"_meta": {}})).is_none());
+        assert!(message("no/such", json!(5)).is_none());
+        assert!(!is_known("no/such"));
+    }
+}

@@ -1,0 +1,386 @@
+//! Protocol answers to malformed requests (issue #20 item 13, issue #19): every request gets
+//! an answer with its own id and the right code, and a line no id can be read from gets one
+//! with a null id, so no client waits forever. Over the real stdio transport and rmcp's serve
+//! loop (both eras), and over HTTP for the parameter-type errors.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mcpr_provider_files::encode_path_uri;
+use mcpr_server::stdio::StdioTransport;
+use mcpr_server::{McpHandler, ServerState};
+use rmcp::ServiceExt;
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+const INIT: &str = r#"{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+const INITIALIZED: &str = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+const META_2026: &str = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"}}"#;
+
+#[derive(Clone, Copy, Debug)]
+enum Era {
+    Legacy,
+    Modern,
+}
+
+/// A stdio session: `lines` (raw bytes, one message each) after the era's opening, then EOF;
+/// every answer line, parsed, in order, the opening's left out.
+async fn session(
+    state: Arc<ServerState>,
+    era: Era,
+    lines: &[Vec<u8>],
+    max_line: Option<usize>,
+) -> Vec<Value> {
+    let (client_w, server_r) = tokio::io::duplex(1 << 16);
+    let (server_w, client_r) = tokio::io::duplex(1 << 16);
+    let mut transport =
+        StdioTransport::new(server_r, server_w).with_direct_reads(McpHandler::new(state.clone()));
+    if let Some(max) = max_line {
+        transport = transport.with_max_line_length(max);
+    }
+    let server = tokio::spawn(async move {
+        if let Ok(running) = McpHandler::new(state).serve(transport).await {
+            let _ = running.waiting().await;
+        }
+    });
+    let mut input = Vec::new();
+    let mut expected = 0;
+    match era {
+        Era::Legacy => {
+            input.extend_from_slice(format!("{INIT}\n{INITIALIZED}\n").as_bytes());
+            expected += 1;
+        }
+        Era::Modern => {
+            // A well-formed 2026-07-28 request opens the inline session first.
+            input.extend_from_slice(
+                format!(
+                    r#"{{"jsonrpc":"2.0","id":"open","method":"resources/templates/list","params":{{"_meta":{META_2026}}}}}"#
+                )
+                .as_bytes(),
+            );
+            input.push(b'\n');
+            expected += 1;
+        }
+    }
+    for l in lines {
+        input.extend_from_slice(l);
+        input.push(b'\n');
+    }
+    let mut w = client_w;
+    let writer = tokio::spawn(async move {
+        w.write_all(&input).await.unwrap();
+        // Closing stdin ends the session once everything is answered.
+        w.shutdown().await.unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        drop(w);
+    });
+    let mut r = BufReader::new(client_r);
+    let mut got = Vec::new();
+    loop {
+        let mut line = String::new();
+        let n = tokio::time::timeout(Duration::from_secs(10), r.read_line(&mut line))
+            .await
+            .expect("the server stopped answering")
+            .unwrap();
+        if n == 0 {
+            break;
+        }
+        got.push(serde_json::from_str::<Value>(&line).unwrap());
+    }
+    writer.await.unwrap();
+    server.await.unwrap();
+    // The opening's answer, wherever it came (the transport's own answers can precede it).
+    let before = got.len();
+    got.retain(|a| a["id"] != "init" && a["id"] != "open");
+    assert_eq!(before - got.len(), expected, "no opening answer: {got:?}");
+    got
+}
+
+fn meta_for(era: Era) -> String {
+    match era {
+        Era::Legacy => String::new(),
+        Era::Modern => format!(r#","_meta":{META_2026}"#),
+    }
+}
+
+fn request(id: u32, method: &str, params: &str) -> Vec<u8> {
+    format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{params}}}"#).into_bytes()
+}
+
+/// The answer with `id`.
+fn by_id(answers: &[Value], id: u32) -> &Value {
+    answers
+        .iter()
+        .find(|a| a["id"] == id)
+        .unwrap_or_else(|| panic!("no answer to {id}: {answers:?}"))
+}
+
+fn assert_error(a: &Value, code: i64, words: &[&str]) {
+    assert_eq!(a["error"]["code"], code, "{a}");
+    let msg = a["error"]["message"].as_str().unwrap();
+    for w in words {
+        assert!(msg.contains(w), "{w:?} not in {a}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn item13_params_of_the_wrong_type_answer_invalid_params_with_the_request_id() {
+    let (_dir, _root, state) = common::comparison_tree();
+    for era in [Era::Legacy, Era::Modern] {
+        let lines = vec![
+            request(1, "resources/list", "[]"),
+            request(2, "ping", r#""x""#),
+            request(3, "resources/templates/list", "7"),
+            request(4, "no/such", "[]"),
+        ];
+        let answers = session(state.clone(), era, &lines, None).await;
+        assert_eq!(answers.len(), 4, "{era:?}: {answers:?}");
+        assert_error(
+            by_id(&answers, 1),
+            -32602,
+            &["resources/list", "must be an object", "array"],
+        );
+        assert_error(by_id(&answers, 2), -32602, &["ping", "string"]);
+        assert_error(by_id(&answers, 3), -32602, &["number"]);
+        assert_error(by_id(&answers, 4), -32601, &["no/such"]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn item13_unreadable_lines_answer_with_a_null_id() {
+    let (_dir, _root, state) = common::comparison_tree();
+    let ping = |id: u32| format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#);
+    for era in [Era::Legacy, Era::Modern] {
+        let mut invalid_utf8 = b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"pi".to_vec();
+        invalid_utf8.extend_from_slice(b"\xff\xfeng\"}");
+        let lines = vec![
+            invalid_utf8,
+            br#"{"jsonrpc":"2.0","id":1e400,"method":"ping"}"#.to_vec(),
+            format!("{}{}", ping(2), ping(3)).into_bytes(),
+            // Over the (test-sized) line limit of 4 KiB.
+            format!(
+                r#"{{"jsonrpc":"2.0","id":4,"method":"ping","params":{{"_meta":{{"pad":"{}"}}}}}}"#,
+                "p".repeat(5000)
+            )
+            .into_bytes(),
+            b"[1,2]".to_vec(),
+            // The session still works after all of them.
+            ping(5).into_bytes(),
+        ];
+        let answers = session(state.clone(), era, &lines, Some(4096)).await;
+        assert_eq!(answers.len(), 6, "{era:?}: {answers:?}");
+        let nulls: Vec<&Value> = answers.iter().filter(|a| a["id"].is_null()).collect();
+        assert_eq!(nulls.len(), 5, "{era:?}: {answers:?}");
+        assert_error(nulls[0], -32700, &["UTF-8"]);
+        assert_error(nulls[1], -32600, &["number out of range"]);
+        assert_error(nulls[2], -32700, &["trailing characters"]);
+        assert_error(nulls[3], -32600, &["longer than 4096 bytes"]);
+        assert_error(nulls[4], -32600, &["a JSON object"]);
+        // Answered as usual (a 2026-07-28 ping without its `_meta` is refused by rmcp).
+        let last = by_id(&answers, 5);
+        assert!(
+            last["result"].is_object() || last["error"]["code"] == -32602,
+            "{answers:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn item13_list_cursor_of_the_wrong_type_is_invalid_params() {
+    let (_dir, _root, state) = common::comparison_tree();
+    for era in [Era::Legacy, Era::Modern] {
+        let meta = meta_for(era);
+        let lines = vec![
+            request(1, "resources/list", &format!(r#"{{"cursor":1{meta}}}"#)),
+            request(
+                2,
+                "resources/templates/list",
+                &format!(r#"{{"cursor":{{}}{meta}}}"#),
+            ),
+            // A list without a cursor still starts at the beginning.
+            request(3, "resources/list", &format!(r#"{{"cursor":null{meta}}}"#)),
+        ];
+        let answers = session(state.clone(), era, &lines, None).await;
+        assert_error(
+            by_id(&answers, 1),
+            -32602,
+            &["`cursor`", "expected a string"],
+        );
+        assert_error(by_id(&answers, 2), -32602, &["`cursor`"]);
+        assert!(
+            by_id(&answers, 3)["result"]["resources"].is_array(),
+            "{era:?}: {answers:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn item13_file_localhost_reads_the_same_file() {
+    let (_dir, root, state) = common::comparison_tree();
+    let plain = encode_path_uri(&root.join("small.txt"));
+    let localhost = plain.replacen("file:///", "file://localhost/", 1);
+    for era in [Era::Legacy, Era::Modern] {
+        let meta = meta_for(era);
+        let lines = vec![
+            request(
+                1,
+                "resources/read",
+                &format!(r#"{{"uri":"{localhost}"{meta}}}"#),
+            ),
+            request(
+                2,
+                "resources/read",
+                &format!(r#"{{"uri":"{plain}"{meta}}}"#),
+            ),
+        ];
+        let answers = session(state.clone(), era, &lines, None).await;
+        let a = &by_id(&answers, 1)["result"]["contents"][0];
+        let b = &by_id(&answers, 2)["result"]["contents"][0];
+        assert_eq!(a["text"], "x".repeat(1024), "{era:?}: {answers:?}");
+        assert_eq!(a["text"], b["text"]);
+    }
+}
+
+/// Requests of known methods with parameters of the wrong type, and the member each names.
+fn wrong_types(meta: &str) -> Vec<(u32, Vec<u8>, &'static str)> {
+    vec![
+        (
+            1,
+            request(1, "resources/read", &format!(r#"{{"uri":12{meta}}}"#)),
+            "`uri`",
+        ),
+        (
+            2,
+            request(2, "resources/read", &format!(r#"{{"nouri":"x"{meta}}}"#)),
+            "missing field `uri`",
+        ),
+        (
+            3,
+            request(3, "completion/complete", &format!(r#"{{"ref":5{meta}}}"#)),
+            "`ref`",
+        ),
+        (
+            4,
+            request(
+                4,
+                "resources/unsubscribe",
+                &format!(r#"{{"uri":false{meta}}}"#),
+            ),
+            "`uri`",
+        ),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue19_wrong_parameter_types_are_invalid_params_over_stdio() {
+    let (_dir, _root, state) = common::comparison_tree();
+    for era in [Era::Legacy, Era::Modern] {
+        let meta = meta_for(era);
+        let mut cases = wrong_types(&meta);
+        // Era-specific subscription methods, malformed.
+        match era {
+            Era::Legacy => cases.push((
+                5,
+                request(5, "resources/subscribe", r#"{"uri":{"a":1}}"#),
+                "`uri`",
+            )),
+            Era::Modern => cases.push((
+                5,
+                request(
+                    5,
+                    "subscriptions/listen",
+                    &format!(r#"{{"notifications":7{meta}}}"#),
+                ),
+                "`notifications`",
+            )),
+        }
+        let lines: Vec<Vec<u8>> = cases.iter().map(|c| c.1.clone()).collect();
+        let answers = session(state.clone(), era, &lines, None).await;
+        for (id, _, words) in &cases {
+            assert_error(by_id(&answers, *id), -32602, &["invalid params", words]);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue19_wrong_parameter_types_are_invalid_params_over_http() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let (_dir, _root, state) = common::comparison_tree();
+    let settings = mcpr_server::http::HttpSettings::new("127.0.0.1:0".parse().unwrap());
+    let base = common::spawn_http(state, settings).await;
+    let http = reqwest::Client::new();
+    let post = |body: Vec<u8>, method: &'static str, session: Option<String>, modern: bool| {
+        let mut req = http
+            .post(format!("{base}/mcp"))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body);
+        if modern {
+            req = req
+                .header("mcp-protocol-version", "2026-07-28")
+                .header("mcp-method", method);
+        }
+        if let Some(s) = session {
+            req = req
+                .header("mcp-session-id", s)
+                .header("mcp-protocol-version", "2025-11-25");
+        }
+        req.send()
+    };
+    // The JSON-RPC message in a body that is JSON or an event stream.
+    async fn message(resp: reqwest::Response) -> Value {
+        let text = resp.text().await.unwrap();
+        let json = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .map(str::trim)
+            .find(|l| !l.is_empty())
+            .unwrap_or(&text);
+        serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {text}"))
+    }
+    let methods = [
+        "resources/read",
+        "resources/read",
+        "completion/complete",
+        "resources/unsubscribe",
+    ];
+
+    // 2026-07-28, stateless: each request stands alone.
+    let meta = format!(r#","_meta":{META_2026}"#);
+    for ((id, body, words), method) in wrong_types(&meta).into_iter().zip(methods) {
+        if method == "resources/unsubscribe" {
+            continue; // a legacy-era method
+        }
+        let a = message(post(body, method, None, true).await.unwrap()).await;
+        assert_eq!(a["id"], id, "{a}");
+        assert_error(&a, -32602, &["invalid params", words]);
+    }
+
+    // A legacy session.
+    let resp = post(INIT.as_bytes().to_vec(), "initialize", None, false)
+        .await
+        .unwrap();
+    let session = resp
+        .headers()
+        .get("mcp-session-id")
+        .expect("a legacy session id")
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let _ = message(resp).await;
+    let _ = post(
+        INITIALIZED.as_bytes().to_vec(),
+        "",
+        Some(session.clone()),
+        false,
+    )
+    .await
+    .unwrap();
+    for (id, body, words) in wrong_types("") {
+        let a = message(post(body, "", Some(session.clone()), false).await.unwrap()).await;
+        assert_eq!(a["id"], id, "{a}");
+        assert_error(&a, -32602, &["invalid params", words]);
+    }
+}
