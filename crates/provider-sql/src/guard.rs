@@ -33,9 +33,42 @@ impl Engine {
         }
     }
 
-    /// Functions refused by name even inside a SELECT: they reach outside the database
-    /// (server files, programs, other connections), take locks that outlive the transaction,
-    /// or run SQL text of their own, which this filter could not see.
+    /// Name prefixes refused like [`Engine::denied_functions`]: whole families (every
+    /// `dblink*`, every `*_to_xml*` that runs a query or reads a table, every large-object,
+    /// server-file and advisory-lock function), so a member missing from the list, or added
+    /// by a later release, is refused too.
+    fn denied_prefixes(self) -> &'static [&'static str] {
+        match self {
+            Engine::Sqlite => &[],
+            Engine::Postgres => &[
+                "dblink",
+                "query_to_xml",
+                "table_to_xml",
+                "cursor_to_xml",
+                "schema_to_xml",
+                "database_to_xml",
+                "crosstab",
+                "lo_",
+                "pg_read_",
+                "pg_ls_",
+                "pg_file_",
+                "pg_stat_reset",
+                "pg_advisory",
+                "pg_try_advisory",
+                "pg_create_",
+                "pg_drop_",
+                "pg_replication_origin",
+                "pg_logical_",
+            ],
+            Engine::MySql => &["sys_"],
+        }
+    }
+
+    /// Functions (and relations) refused by name even inside a SELECT: they reach outside
+    /// the database (server files, programs, other connections), show its configuration or
+    /// credentials, take locks that outlive the transaction, or run SQL text of their own,
+    /// which this filter could not see. Names are compared as the server resolves them:
+    /// case-folded and with `U&"…"` escapes decoded ([`name_forms`]).
     fn denied_functions(self) -> &'static [&'static str] {
         match self {
             Engine::Sqlite => &[
@@ -78,8 +111,37 @@ impl Engine {
                 "query_to_xml_and_xmlschema",
                 "query_to_xmlschema",
                 "cursor_to_xml",
+                "cursor_to_xmlschema",
                 "database_to_xml",
+                "database_to_xmlschema",
+                "database_to_xml_and_xmlschema",
                 "schema_to_xml",
+                "schema_to_xmlschema",
+                "schema_to_xml_and_xmlschema",
+                "table_to_xml",
+                "table_to_xmlschema",
+                "table_to_xml_and_xmlschema",
+                // Run the SQL text they are given (text search statistics and rewriting,
+                // tablefunc's pivots and trees).
+                "ts_stat",
+                "ts_rewrite",
+                "crosstab",
+                "crosstab2",
+                "crosstab3",
+                "crosstab4",
+                "connectby",
+                "pg_read_server_files",
+                "pg_execute_server_program",
+                // Server configuration and credential files, as views.
+                "pg_hba_file_rules",
+                "pg_ident_file_mappings",
+                "pg_file_settings",
+                "pg_authid",
+                "pg_shadow",
+                "pg_user_mapping",
+                "pg_user_mappings",
+                "pg_largeobject",
+                "pg_config",
                 "set_config",
                 "pg_terminate_backend",
                 "pg_cancel_backend",
@@ -155,6 +217,15 @@ pub(crate) fn check_read_only(sql: &str, engine: Engine) -> Result<BTreeSet<Stri
             return Err(refuse("executable comments (/*! … */) are not allowed"));
         }
     }
+    // `U&"…" UESCAPE '!'` picks its own escape character, so the name it spells cannot be
+    // decoded reliably from the identifier alone.
+    if engine == Engine::Postgres
+        && tokens.iter().any(
+            |t| matches!(t, Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case("uescape")),
+        )
+    {
+        return Err(refuse("UESCAPE is not allowed"));
+    }
     let statements = Parser::parse_sql(dialect.as_ref(), sql)
         .map_err(|e| refuse(&format!("it does not parse ({e})")))?;
     let [statement] = statements.as_slice() else {
@@ -168,6 +239,7 @@ pub(crate) fn check_read_only(sql: &str, engine: Engine) -> Result<BTreeSet<Stri
     }
     let mut check = Check {
         denied: engine.denied_functions(),
+        prefixes: engine.denied_prefixes(),
         statements: 0,
         placeholders: BTreeSet::new(),
     };
@@ -179,6 +251,7 @@ pub(crate) fn check_read_only(sql: &str, engine: Engine) -> Result<BTreeSet<Stri
 
 struct Check {
     denied: &'static [&'static str],
+    prefixes: &'static [&'static str],
     statements: usize,
     placeholders: BTreeSet<String>,
 }
@@ -200,7 +273,7 @@ impl Visitor for Check {
     fn pre_visit_relation(&mut self, relation: &ObjectName) -> ControlFlow<String> {
         // Table-valued functions in FROM are relations to the visitor; a table that shares a
         // denied function's name is refused too, which is the safe side.
-        self.refuse_denied(&relation.to_string())
+        self.refuse_denied(relation)
     }
 
     fn pre_visit_query(&mut self, query: &Query) -> ControlFlow<String> {
@@ -212,7 +285,7 @@ impl Visitor for Check {
 
     fn pre_visit_expr(&mut self, expr: &Expr) -> ControlFlow<String> {
         match expr {
-            Expr::Function(f) => self.refuse_denied(&f.name.to_string())?,
+            Expr::Function(f) => self.refuse_denied(&f.name)?,
             Expr::Value(v) => {
                 if let Value::Placeholder(p) = &v.value {
                     match p.strip_prefix(':') {
@@ -234,18 +307,72 @@ impl Visitor for Check {
 }
 
 impl Check {
-    fn refuse_denied(&self, name: &str) -> ControlFlow<String> {
-        let name = name.to_ascii_lowercase();
-        let last = name
-            .rsplit('.')
-            .next()
-            .unwrap_or(&name)
-            .trim_matches(|c| c == '"' || c == '`');
-        if self.denied.contains(&last) {
-            return ControlFlow::Break(format!("function {last}() is not allowed"));
+    /// Refuses `name` when its last part (the function or relation itself, whatever schema
+    /// qualifies it) is denied in any form the server could resolve it to.
+    fn refuse_denied(&self, name: &ObjectName) -> ControlFlow<String> {
+        let Some(last) = name.0.last().and_then(|p| p.as_ident()) else {
+            return ControlFlow::Continue(());
+        };
+        for form in name_forms(&last.value) {
+            let hit = self.denied.contains(&form.as_str())
+                || self.prefixes.iter().any(|p| form.starts_with(p));
+            if hit {
+                return ControlFlow::Break(format!("function or relation {form}() is not allowed"));
+            }
         }
         ControlFlow::Continue(())
     }
+}
+
+/// The names an identifier can stand for, lower-cased: as written (an unquoted name is
+/// case-folded by every engine; a quoted one is compared folded too, the safe side), and,
+/// when it holds a backslash, with PostgreSQL's `U&"…"` escapes decoded (`\005f` is `_`,
+/// `\+00005f` too, `\\` a backslash). sqlparser reads `U&"x"` as `U & "x"`, so the quoted
+/// part arrives here still escaped; decoding every quoted name that has a backslash refuses
+/// a name that only looks like an escape, which is the safe side.
+fn name_forms(value: &str) -> Vec<String> {
+    let mut forms = vec![value.to_lowercase()];
+    if value.contains('\\') {
+        forms.push(decode_unicode_escapes(value).to_lowercase());
+    }
+    forms
+}
+
+/// PostgreSQL's `U&` escapes with the default escape character: `\XXXX`, `\+XXXXXX`, `\\`.
+/// Anything else is kept as written.
+fn decode_unicode_escapes(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(at) = rest.find('\\') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        let (digits, skip) = if let Some(long) = after.strip_prefix('+') {
+            (long.get(..6), 7)
+        } else {
+            (after.get(..4), 4)
+        };
+        if after.starts_with('\\') {
+            out.push('\\');
+            rest = &after[1..];
+            continue;
+        }
+        match digits
+            .filter(|d| d.bytes().all(|b| b.is_ascii_hexdigit()))
+            .and_then(|d| u32::from_str_radix(d, 16).ok())
+            .and_then(char::from_u32)
+        {
+            Some(c) => {
+                out.push(c);
+                rest = &after[skip..];
+            }
+            None => {
+                out.push('\\');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// A query body may only be selects combined by set operations; nested `Query` bodies are
@@ -462,11 +589,76 @@ mod tests {
         }
         check_read_only("SELECT pg_sleep(1)", Engine::Postgres).unwrap();
         check_read_only(
+            "SELECT to_tsvector('a b') AS v, lower(x) FROM t",
+            Engine::Postgres,
+        )
+        .unwrap();
+        check_read_only("SELECT \"Users\".id FROM \"Users\"", Engine::Postgres).unwrap();
+        check_read_only(
             "select id from \"we\"\"ird\" where s = :s::text",
             Engine::Postgres,
         )
         .unwrap();
         check_read_only("select `id` from `t` where s = :s", Engine::MySql).unwrap();
+    }
+
+    /// Issue #20 item 8: the gaps a powerful role could reach from a configured query.
+    #[test]
+    fn item8_sql_prefilter_compares_normalised_names_and_refuses_nested_sql() {
+        for (sql, why) in [
+            (
+                r#"SELECT U&"pg\005fread_file"('/etc/passwd')"#,
+                "pg_read_file",
+            ),
+            (
+                r#"SELECT U&"pg\+00005fread_file"('/etc/passwd')"#,
+                "pg_read_file",
+            ),
+            (
+                r#"SELECT pg_catalog.U&"PG\005FREAD\005FFILE"('x')"#,
+                "pg_read_file",
+            ),
+            (
+                r#"SELECT U&"pg!005fread_file" UESCAPE '!' ('/etc/passwd')"#,
+                "refused",
+            ),
+            ("SELECT PG_READ_FILE('/etc/passwd')", "pg_read_file"),
+            (r#"SELECT "pg_read_file"('/etc/passwd')"#, "pg_read_file"),
+            (
+                "SELECT * FROM ts_stat('select to_tsvector(secret) from t')",
+                "ts_stat",
+            ),
+            ("SELECT ts_stat('select 1')", "ts_stat"),
+            ("SELECT ts_rewrite('a'::tsquery, 'select 1')", "ts_rewrite"),
+            ("SELECT * FROM pg_hba_file_rules", "pg_hba_file_rules"),
+            (
+                "SELECT * FROM pg_catalog.pg_file_settings",
+                "pg_file_settings",
+            ),
+            ("SELECT * FROM \"pg_authid\"", "pg_authid"),
+            ("SELECT table_to_xml('t', true, true, '')", "table_to_xml"),
+            (
+                "SELECT database_to_xmlschema(true, true, '')",
+                "database_to_xmlschema",
+            ),
+            (
+                "SELECT schema_to_xml('public', true, true, '')",
+                "schema_to_xml",
+            ),
+            ("SELECT dblink_get_result('c')", "dblink_get_result"),
+            ("SELECT * FROM crosstab('select 1')", "crosstab"),
+            ("SELECT lo_export(1, '/tmp/x')", "lo_export"),
+            (
+                "SELECT pg_read_binary_file('/etc/passwd')",
+                "pg_read_binary_file",
+            ),
+        ] {
+            let msg = check_read_only(sql, Engine::Postgres)
+                .expect_err(sql)
+                .message;
+            assert!(msg.contains(why), "{sql}: {msg} should mention {why:?}");
+        }
+        assert_eq!(super::decode_unicode_escapes(r"a\005fb\\c\zz"), r"a_b\c\zz");
     }
 
     #[test]

@@ -252,6 +252,11 @@ fn pg_error(e: sqlx::Error, mount: &str, timeout: Duration) -> Error {
             Some("42501") => {
                 Error::invalid_params(format!("the database refused access: {}", db.message()))
             }
+            // Data exceptions (class 22: a value that does not convert, a NUL byte, ...) come
+            // from the values a request supplied.
+            Some(code) if code.starts_with("22") => {
+                Error::invalid_params(format!("the database refused a value: {}", db.message()))
+            }
             Some(code) if code.starts_with("08") || code.starts_with("57P") => {
                 unavailable("postgres", mount, db.message())
             }
@@ -760,6 +765,18 @@ impl Engine for Postgres {
     ) -> Result<QueryRows> {
         let (sql, slots) =
             guard::rewrite_placeholders(&sql, guard::Engine::Postgres, Placeholders::Numbered)?;
+        // PostgreSQL text cannot hold NUL; the server's refusal would read as an internal
+        // error, so the caller hears which of its values is wrong.
+        if let Some((name, _)) = binds
+            .iter()
+            .find(|(_, v)| matches!(v, Param::Text(t) if t.contains('\0')))
+        {
+            return Err(Error::invalid_params(format!(
+                "query {uri}: parameter {name} contains a NUL character, which PostgreSQL text \
+                 cannot hold"
+            ))
+            .with_uri(uri.as_str()));
+        }
         let (mount, timeout) = (self.mount.clone(), self.timeout);
         self.read(move |c| {
             Box::pin(async move {

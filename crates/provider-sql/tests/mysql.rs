@@ -328,3 +328,26 @@ async fn mysql_down_at_start_is_not_ready_then_reconnects() {
     );
     proxy.abort();
 }
+
+/// Issue #20 item 13, for MySQL: a NUL in a text parameter is an ordinary value there (its
+/// strings hold any byte), so it is bound and simply matches nothing: no internal error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn item13_mysql_nul_in_a_parameter_is_a_plain_value() {
+    let Some(db) = TestDb::my(&my_setup()).await else {
+        return;
+    };
+    let mut c = SqlConfig::new("my", db.url());
+    c.queries = vec![NamedQuery {
+        uri: "db://nul/{name}".into(),
+        sql: "select id from users where name = :name".into(),
+        params: BTreeMap::from([("name".into(), mcpr_provider_sql::ParamSpec::default())]),
+        description: None,
+    }];
+    let p = SqlProvider::new(c).await.unwrap();
+    let v = read(&p, "db://nul/a%00b").await.unwrap();
+    assert_eq!(v["rows"], json!([]), "{v}");
+    assert_eq!(
+        read(&p, "db://nul/ann").await.unwrap()["rows"],
+        json!([[1]])
+    );
+}

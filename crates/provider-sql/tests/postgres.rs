@@ -469,3 +469,35 @@ async fn pg_down_at_start_is_not_ready_then_reconnects() {
     );
     proxy.abort();
 }
+
+/// Issue #20 item 13: a NUL in a text parameter (which PostgreSQL text cannot hold) is the
+/// caller's mistake, answered as invalid params naming the parameter; no SQL text, no -32603.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn item13_pg_nul_in_a_parameter_is_invalid_params() {
+    let Some(db) = TestDb::pg(&pg_setup()).await else {
+        return;
+    };
+    let mut c = SqlConfig::new("pg", db.url());
+    c.queries = vec![NamedQuery {
+        uri: "db://nul/{name}".into(),
+        sql: "select id from users where name = :name".into(),
+        params: BTreeMap::from([("name".into(), mcpr_provider_sql::ParamSpec::default())]),
+        description: None,
+    }];
+    let p = SqlProvider::new(c).await.unwrap();
+    let e = read(&p, "db://nul/a%00b").await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::InvalidParams, "{e}");
+    assert!(
+        e.message.contains("name") && e.message.contains("NUL"),
+        "{e}"
+    );
+    assert!(
+        !e.message.to_lowercase().contains("select"),
+        "SQL text leaked: {e}"
+    );
+    // The same query with a plain value still runs.
+    assert_eq!(
+        read(&p, "db://nul/ann").await.unwrap()["rows"],
+        json!([[1]])
+    );
+}
