@@ -30,7 +30,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::task::Poll;
 
 use bytes::{Buf, BytesMut};
@@ -64,6 +64,15 @@ const READ_CHUNK: usize = 64 * 1024;
 const PIPE_BYTES: usize = 1 << 20;
 /// How long `close` waits for queued answers to reach the pipe.
 const CLOSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// Unwritten answers (bytes) over which the transport stops reading requests (issue #20,
+/// item 6): a client that does not read stdout then holds at most about this much, plus the
+/// answers of requests already taken, instead of growing the server without bound.
+pub const MAX_BACKLOG_BYTES: usize = 32 << 20;
+/// Unwritten answers (count) over which the transport stops reading requests.
+pub const MAX_BACKLOG_MESSAGES: usize = 4096;
+/// Distinct notifications held back while the backlog is over its bound; more are dropped
+/// (each is a "something changed" hint, and one held back per resource is enough).
+const MAX_DEFERRED: usize = 4096;
 
 /// rmcp's `Transport` for the server side of a stdio pipe pair.
 pub struct StdioTransport<R> {
@@ -77,9 +86,12 @@ pub struct StdioTransport<R> {
     max_line: usize,
     codec: JsonRpcMessageCodec<RxJsonRpcMessage<RoleServer>>,
     /// To the writer task. Unbounded so that `send` queues synchronously, in the order rmcp
-    /// calls it (rmcp runs each returned future on its own task, in no set order). A client
-    /// that stops reading grows this queue as it would grow rmcp's own pending sends.
-    out: Option<mpsc::UnboundedSender<Vec<u8>>>,
+    /// calls it (rmcp runs each returned future on its own task, in no set order); bounded
+    /// instead by [`Backlog`]: past it, no more requests are read (so no more answers are
+    /// made) and notifications are held back, one of each.
+    out: Option<Queue>,
+    /// What the writer has not written yet.
+    backlog: Arc<Backlog>,
     writer: Option<tokio::task::JoinHandle<()>>,
     /// The direct read path, when enabled (see [`StdioTransport::with_direct_reads`]).
     direct: Option<Arc<McpHandler>>,
@@ -126,6 +138,7 @@ impl<R: AsyncRead + Unpin + Send> StdioTransport<R> {
     /// called inside a Tokio runtime (it starts the writer task).
     pub fn new<W: AsyncWrite + Unpin + Send + 'static>(reader: R, writer: W) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
+        let backlog = Arc::new(Backlog::new(MAX_BACKLOG_BYTES, MAX_BACKLOG_MESSAGES));
         Self {
             reader,
             buf: BytesMut::with_capacity(READ_CHUNK),
@@ -134,8 +147,12 @@ impl<R: AsyncRead + Unpin + Send> StdioTransport<R> {
             eof: false,
             max_line: DEFAULT_MAX_LINE_LENGTH,
             codec: JsonRpcMessageCodec::default(),
-            out: Some(tx),
-            writer: Some(tokio::spawn(write_loop(writer, rx))),
+            out: Some(Queue {
+                tx,
+                backlog: backlog.clone(),
+            }),
+            writer: Some(tokio::spawn(write_loop(writer, rx, backlog.clone()))),
+            backlog,
             direct: None,
             direct_answered: Arc::default(),
             waiting: Arc::default(),
@@ -155,6 +172,19 @@ impl<R: AsyncRead + Unpin + Send> StdioTransport<R> {
     /// How many reads the direct path has answered (for tests and diagnostics).
     pub fn direct_reads(&self) -> Arc<AtomicU64> {
         self.direct_answered.clone()
+    }
+
+    /// Stop reading requests while more than `bytes` or `messages` of answers are unwritten
+    /// (defaults [`MAX_BACKLOG_BYTES`], [`MAX_BACKLOG_MESSAGES`]).
+    pub fn with_backlog_limit(self, bytes: usize, messages: usize) -> Self {
+        self.backlog.set_limits(bytes, messages);
+        self
+    }
+
+    /// The bytes of answers queued and not yet written (for tests and diagnostics).
+    pub fn backlog_bytes(&self) -> impl Fn() -> usize + Send + Sync + 'static {
+        let backlog = self.backlog.clone();
+        move || backlog.bytes.load(Ordering::Relaxed)
     }
 
     /// Lines longer than this are dropped (rmcp's default is 16 MiB).
@@ -298,7 +328,7 @@ impl<R: AsyncRead + Unpin + Send> StdioTransport<R> {
 
     fn queue(&self, bytes: Vec<u8>) -> io::Result<()> {
         match &self.out {
-            Some(out) => out.send(bytes).map_err(|_| closed()),
+            Some(out) => out.send(bytes),
             None => Err(closed()),
         }
     }
@@ -662,8 +692,14 @@ impl<R: AsyncRead + Unpin + Send> Transport<RoleServer> for StdioTransport<R> {
                 Lifecycle::Other
             };
         }
+        let notification = matches!(item, JsonRpcMessage::Notification(_));
         // Serialised and queued here, so answers reach the pipe in the order rmcp sent them.
-        let queued = encode(item).and_then(|bytes| self.queue(bytes));
+        let queued = encode(item).and_then(|bytes| match &self.out {
+            // A notification does not wait behind a full backlog, nor grow it: it is held
+            // back (once) until the client reads again.
+            Some(out) if notification => out.send_or_defer(bytes),
+            _ => self.queue(bytes),
+        });
         std::future::ready(queued)
     }
 
@@ -673,6 +709,9 @@ impl<R: AsyncRead + Unpin + Send> Transport<RoleServer> for StdioTransport<R> {
         // in between.
         let mut run = 0usize;
         loop {
+            // Back-pressure: no new request while the client leaves too much unread. Waiting
+            // here changes no state, so it is cancel-safe too.
+            self.backlog.wait_below().await;
             if let Some(line) = self.next_line() {
                 if let Some(msg) = self.decode(line) {
                     match self.answer_directly(msg).await {
@@ -717,10 +756,17 @@ impl<R: AsyncRead + Unpin + Send> Transport<RoleServer> for StdioTransport<R> {
     }
 }
 
-/// Writes every answer that is ready in one go, then flushes.
-async fn write_loop<W: AsyncWrite + Unpin>(mut w: W, mut rx: mpsc::UnboundedReceiver<Vec<u8>>) {
+/// Writes every answer that is ready in one go, then flushes; then releases what it wrote
+/// from the backlog and, once the backlog is under its bound, the notifications held back.
+async fn write_loop<W: AsyncWrite + Unpin>(
+    mut w: W,
+    mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
+    backlog: Arc<Backlog>,
+) {
     let mut batch: Vec<u8> = Vec::with_capacity(64 * 1024);
     while let Some(first) = rx.recv().await {
+        let mut messages = 1;
+        let mut bytes = first.len();
         let result = if first.len() >= BATCH_BYTES {
             // A big answer (a blob) goes out as it is, without a copy.
             w.write_all(&first).await
@@ -729,18 +775,163 @@ async fn write_loop<W: AsyncWrite + Unpin>(mut w: W, mut rx: mpsc::UnboundedRece
             batch.extend_from_slice(&first);
             while batch.len() < BATCH_BYTES {
                 match rx.try_recv() {
-                    Ok(next) => batch.extend_from_slice(&next),
+                    Ok(next) => {
+                        messages += 1;
+                        bytes += next.len();
+                        batch.extend_from_slice(&next);
+                    }
                     Err(_) => break,
                 }
             }
             w.write_all(&batch).await
         };
-        if let Err(e) = result.and(w.flush().await) {
+        drop(first);
+        let mut result = result.and(w.flush().await);
+        if result.is_ok() {
+            let deferred = backlog.written(bytes, messages);
+            if !deferred.is_empty() {
+                let all: Vec<u8> = deferred.concat();
+                result = w.write_all(&all).await.and(w.flush().await);
+            }
+        }
+        if let Err(e) = result {
             tracing::debug!("stdout closed: {e}");
+            // Nothing will drain now: let the reader go on (to the end of input; answers are
+            // refused by the closed queue) instead of waiting for room forever.
+            backlog.set_limits(usize::MAX, usize::MAX);
+            backlog.drained.notify_waiters();
             return;
         }
         if batch.capacity() > 4 * BATCH_BYTES {
             batch = Vec::with_capacity(64 * 1024);
+        }
+    }
+}
+
+/// The sending side of the answer queue, counting what it queues into the [`Backlog`].
+#[derive(Clone)]
+struct Queue {
+    tx: mpsc::UnboundedSender<Vec<u8>>,
+    backlog: Arc<Backlog>,
+}
+
+impl Queue {
+    /// Queue an answer (always: the request was taken, its answer is owed).
+    fn send(&self, bytes: Vec<u8>) -> io::Result<()> {
+        self.backlog.add(bytes.len());
+        let len = bytes.len();
+        self.tx.send(bytes).map_err(|_| {
+            self.backlog.written(len, 1);
+            closed()
+        })
+    }
+
+    /// Queue a notification, or hold it back while the backlog is over its bound.
+    fn send_or_defer(&self, bytes: Vec<u8>) -> io::Result<()> {
+        match self.backlog.defer_if_over(bytes) {
+            None => Ok(()),
+            Some(bytes) => self.send(bytes),
+        }
+    }
+}
+
+/// Answers queued and not yet written, against the bound past which no request is read.
+/// Counted with atomics (the hot path adds and the writer subtracts, no lock); the lock is
+/// taken only to hold a notification back and, by the writer, to release them.
+struct Backlog {
+    bytes: AtomicUsize,
+    messages: AtomicUsize,
+    max_bytes: AtomicUsize,
+    max_messages: AtomicUsize,
+    /// Signalled by the writer after each write.
+    drained: tokio::sync::Notify,
+    /// Notifications held back, in arrival order, each once.
+    deferred: std::sync::Mutex<Vec<Vec<u8>>>,
+    /// Notifications dropped because [`MAX_DEFERRED`] were already held back.
+    dropped: AtomicU64,
+}
+
+impl Backlog {
+    fn new(max_bytes: usize, max_messages: usize) -> Self {
+        Self {
+            bytes: AtomicUsize::new(0),
+            messages: AtomicUsize::new(0),
+            max_bytes: AtomicUsize::new(max_bytes),
+            max_messages: AtomicUsize::new(max_messages),
+            drained: tokio::sync::Notify::new(),
+            deferred: std::sync::Mutex::new(Vec::new()),
+            dropped: AtomicU64::new(0),
+        }
+    }
+
+    fn set_limits(&self, bytes: usize, messages: usize) {
+        self.max_bytes.store(bytes, Ordering::Relaxed);
+        self.max_messages.store(messages, Ordering::Relaxed);
+    }
+
+    fn add(&self, bytes: usize) {
+        self.bytes.fetch_add(bytes, Ordering::AcqRel);
+        self.messages.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn over(&self) -> bool {
+        self.bytes.load(Ordering::Acquire) > self.max_bytes.load(Ordering::Relaxed)
+            || self.messages.load(Ordering::Acquire) > self.max_messages.load(Ordering::Relaxed)
+    }
+
+    fn lock_deferred(&self) -> std::sync::MutexGuard<'_, Vec<Vec<u8>>> {
+        self.deferred
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Holds `bytes` back when over the bound (returning `None`), else gives it back to be
+    /// queued. Under the lock the writer releases with, so a notification held back just as
+    /// the backlog drains is released by that same write.
+    fn defer_if_over(&self, bytes: Vec<u8>) -> Option<Vec<u8>> {
+        let mut deferred = self.lock_deferred();
+        if !self.over() && deferred.is_empty() {
+            return Some(bytes);
+        }
+        if deferred.contains(&bytes) {
+            return None;
+        }
+        if deferred.len() >= MAX_DEFERRED {
+            if self.dropped.fetch_add(1, Ordering::Relaxed) == 0 {
+                tracing::warn!(
+                    "the client is not reading its notifications; dropping some (at most {MAX_DEFERRED} are held back)"
+                );
+            }
+            return None;
+        }
+        deferred.push(bytes);
+        None
+    }
+
+    /// The writer wrote `bytes` in `messages`: count them off, wake a reader waiting for
+    /// room, and return the notifications held back if there is room for them now.
+    fn written(&self, bytes: usize, messages: usize) -> Vec<Vec<u8>> {
+        let mut deferred = self.lock_deferred();
+        self.bytes.fetch_sub(bytes, Ordering::AcqRel);
+        self.messages.fetch_sub(messages, Ordering::AcqRel);
+        self.drained.notify_waiters();
+        if self.over() {
+            return Vec::new();
+        }
+        std::mem::take(&mut *deferred)
+    }
+
+    /// Returns once the backlog is under its bound.
+    async fn wait_below(&self) {
+        while self.over() {
+            let drained = self.drained.notified();
+            tokio::pin!(drained);
+            // Registered before the check, so a write between the check and the wait wakes it.
+            drained.as_mut().enable();
+            if !self.over() {
+                return;
+            }
+            drained.await;
         }
     }
 }
@@ -1126,6 +1317,30 @@ mod tests {
             },
             other => format!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn notifications_held_back_once_each_until_the_backlog_drains() {
+        let b = Backlog::new(10, 100);
+        assert_eq!(b.defer_if_over(b"n0".to_vec()), Some(b"n0".to_vec()));
+        b.add(20);
+        assert!(b.over());
+        for n in [&b"a"[..], b"b", b"a", b"b", b"a"] {
+            assert_eq!(b.defer_if_over(n.to_vec()), None);
+        }
+        assert_eq!(b.lock_deferred().len(), 2, "each held back once");
+        // Still over after a partial write: nothing released yet.
+        b.add(5);
+        assert!(b.written(5, 1).is_empty());
+        assert_eq!(b.written(20, 1), vec![b"a".to_vec(), b"b".to_vec()]);
+        assert!(!b.over());
+        assert_eq!(b.defer_if_over(b"c".to_vec()), Some(b"c".to_vec()));
+        // The number held back is bounded.
+        b.add(100);
+        for i in 0..MAX_DEFERRED + 10 {
+            assert_eq!(b.defer_if_over(i.to_string().into_bytes()), None);
+        }
+        assert_eq!(b.lock_deferred().len(), MAX_DEFERRED);
     }
 
     #[tokio::test]

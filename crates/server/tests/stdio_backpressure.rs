@@ -1,0 +1,106 @@
+//! Issue #20 item 6: a client that sends requests and never reads stdout must not grow the
+//! server without bound. The stdio transport stops reading requests while its unwritten
+//! answers are over the bound, and picks up again when the client reads.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mcpr_core::Provider;
+use mcpr_provider_files::{FilesConfig, FilesProvider, encode_path_uri};
+use mcpr_server::stdio::StdioTransport;
+use mcpr_server::{McpHandler, ServerState, Settings};
+use rmcp::ServiceExt;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+const INIT: &str = r#"{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+const INITIALIZED: &str = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+
+const REQUESTS: usize = 3000;
+const ANSWER_BYTES: usize = 20_000;
+const LIMIT: usize = 1 << 20;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn item6_stdio_backlog_is_bounded_when_the_client_does_not_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::write(root.join("a.txt"), "x".repeat(ANSWER_BYTES)).unwrap();
+    let provider: Arc<dyn Provider> =
+        Arc::new(FilesProvider::new(FilesConfig::new(&root)).unwrap());
+    let state = ServerState::new(Settings::default(), vec![provider]);
+    let uri = encode_path_uri(&root.join("a.txt"));
+
+    for direct in [true, false] {
+        let (client_w, server_r) = tokio::io::duplex(64 << 10);
+        let (server_w, client_r) = tokio::io::duplex(64 << 10);
+        let mut transport =
+            StdioTransport::new(server_r, server_w).with_backlog_limit(LIMIT, 100_000);
+        if direct {
+            transport = transport.with_direct_reads(McpHandler::new(state.clone()));
+        }
+        let backlog = transport.backlog_bytes();
+        let s = state.clone();
+        let server = tokio::spawn(async move {
+            let running = McpHandler::new(s).serve(transport).await.unwrap();
+            let _ = running.waiting().await;
+        });
+        let mut input = format!("{INIT}\n{INITIALIZED}\n");
+        for i in 0..REQUESTS {
+            input.push_str(&format!(
+                r#"{{"jsonrpc":"2.0","id":{i},"method":"resources/read","params":{{"uri":"{uri}"}}}}"#
+            ));
+            input.push('\n');
+        }
+        let mut w = client_w;
+        let writer = tokio::spawn(async move {
+            w.write_all(input.as_bytes()).await.unwrap();
+            w
+        });
+
+        // Nobody reads stdout. Unbounded, the queue would reach REQUESTS × ANSWER_BYTES
+        // (60 MB); bounded, the server stops reading stdin, so the client's write stalls.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let held = backlog();
+        assert!(
+            held <= LIMIT + 64 * ANSWER_BYTES,
+            "direct={direct}: {held} bytes of answers queued with a {LIMIT}-byte bound"
+        );
+        assert!(
+            held > 0,
+            "direct={direct}: the answers were queued somewhere else"
+        );
+        assert!(
+            !writer.is_finished(),
+            "direct={direct}: the server read every request without anyone reading answers"
+        );
+
+        // Reading again drains the queue, and every request is answered.
+        let mut r = BufReader::new(client_r);
+        let mut line = Vec::new();
+        let mut answered = 0;
+        while answered < REQUESTS + 1 {
+            line.clear();
+            let n = tokio::time::timeout(Duration::from_secs(20), r.read_until(b'\n', &mut line))
+                .await
+                .unwrap_or_else(|_| panic!("direct={direct}: stalled after {answered} answers"))
+                .unwrap();
+            assert!(n > 0, "direct={direct}: closed after {answered} answers");
+            assert!(
+                line.windows(8).any(|w| w == b"\"result\""),
+                "direct={direct}: {}",
+                String::from_utf8_lossy(&line[..line.len().min(300)])
+            );
+            answered += 1;
+        }
+        drop(writer.await.unwrap());
+        let mut rest = Vec::new();
+        let n = tokio::time::timeout(Duration::from_secs(10), r.read_until(b'\n', &mut rest))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(n, 0, "an answer no request asked for");
+        server.await.unwrap();
+        assert_eq!(backlog(), 0);
+    }
+}
