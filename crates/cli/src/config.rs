@@ -125,6 +125,7 @@ struct RawServer {
     max_read_bytes: Option<Spanned<IntOrString>>,
     request_timeout_ms: Option<Spanned<IntOrString>>,
     max_subscriptions_per_session: Option<Spanned<IntOrString>>,
+    max_inflight_read_bytes: Option<Spanned<IntOrString>>,
 }
 
 /// The keys every mount shares, taken out of its table before the factory sees it.
@@ -206,6 +207,9 @@ fn server_config(
     if let Some(v) = &s.max_subscriptions_per_session {
         out.max_subscriptions_per_session =
             file.int(v, "server.max_subscriptions_per_session", 1..=1_000_000)? as usize;
+    }
+    if let Some(v) = &s.max_inflight_read_bytes {
+        out.max_inflight_read_bytes = file.size(v, "server.max_inflight_read_bytes", 1 << 40)?;
     }
     Ok(())
 }
@@ -475,6 +479,12 @@ mod tests {
         let c = parse_str("[server]\npage_size = 7\nmax_read_bytes = \"1MiB\"\n[[mount]]\nkind = \"files\"\nroot = \"${DOCS}\"\ndeny = [\"*.sqlite\"]\nscope = \"docs\"\nttl_ms = 5\n").unwrap();
         assert_eq!(c.server.page_size, 7);
         assert_eq!(c.server.max_read_bytes, 1 << 20);
+        assert_eq!(
+            c.server.max_inflight_read_bytes,
+            mcpr_server::DEFAULT_MAX_INFLIGHT_READ_BYTES
+        );
+        let inflight = parse_str("[server]\nmax_inflight_read_bytes = \"64MiB\"\n").unwrap();
+        assert_eq!(inflight.server.max_inflight_read_bytes, 64 << 20);
         assert_eq!(c.mounts[0].spec.kind(), "files");
         assert_eq!(c.mounts[0].scope.as_deref(), Some("docs"));
         let dbg = format!("{:?}", c.mounts[0].spec);

@@ -1,6 +1,7 @@
 //! The behaviour that wraps every operation rather than living inside one: the request
-//! timeout around each provider call ([`Bounded`]) and the request metrics around each
-//! service operation ([`metered`]).
+//! timeout around each provider call ([`Bounded`]), the request metrics around each
+//! service operation ([`metered`]), and the memory budget of reads in progress
+//! ([`ReadBudget`]).
 //!
 //! Both are generic future wrappers, not [`Provider`] implementations. The `Provider` trait
 //! is an `async_trait`, so a wrapping provider would box a second future on every call, the
@@ -10,6 +11,7 @@
 //! unbounded way to reach a provider.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use mcpr_core::{
@@ -90,6 +92,106 @@ fn timed_out(limit: Duration, uri: Option<&str>) -> Error {
     }
 }
 
+/// `[server] max_inflight_read_bytes`: the memory all reads in progress may hold together.
+///
+/// A read reserves the most it can return before its provider runs and gives it back when it
+/// is done, so a flood of large reads (or of directory listings) cannot hold more than the
+/// budget at once. Taking and returning a reservation is one atomic operation each, on the
+/// path of every read; only a read that finds the budget spent waits (on a [`Notify`],
+/// woken by returns only while someone waits), up to the request timeout.
+///
+/// [`Notify`]: tokio::sync::Notify
+pub(crate) struct ReadBudget {
+    total: u64,
+    free: AtomicU64,
+    waiters: AtomicUsize,
+    returned: tokio::sync::Notify,
+}
+
+/// A read's share of the [`ReadBudget`], given back when dropped.
+pub(crate) struct Reservation<'a> {
+    budget: &'a ReadBudget,
+    bytes: u64,
+}
+
+impl ReadBudget {
+    /// A budget of `total` bytes.
+    pub(crate) fn new(total: u64) -> Self {
+        Self {
+            total,
+            free: AtomicU64::new(total),
+            waiters: AtomicUsize::new(0),
+            returned: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Bytes not reserved right now.
+    #[cfg(test)]
+    fn free(&self) -> u64 {
+        self.free.load(Ordering::SeqCst)
+    }
+
+    fn try_take(&self, bytes: u64) -> bool {
+        self.free
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |free| {
+                free.checked_sub(bytes)
+            })
+            .is_ok()
+    }
+
+    /// Reserve `bytes` (at most the whole budget, so any one read can run), waiting up to
+    /// `limit` for reads in progress to give theirs back; past it, a temporary "server busy"
+    /// error naming the setting.
+    pub(crate) async fn reserve(&self, bytes: u64, limit: Duration) -> Result<Reservation<'_>> {
+        let bytes = bytes.min(self.total);
+        if self.try_take(bytes) {
+            return Ok(Reservation {
+                budget: self,
+                bytes,
+            });
+        }
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        let waited = tokio::time::timeout(limit, async {
+            loop {
+                let returned = self.returned.notified();
+                tokio::pin!(returned);
+                // Registered before the retry, so a return between the two wakes this wait.
+                returned.as_mut().enable();
+                if self.try_take(bytes) {
+                    return;
+                }
+                returned.await;
+            }
+        })
+        .await;
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+        match waited {
+            Ok(()) => Ok(Reservation {
+                budget: self,
+                bytes,
+            }),
+            Err(_) => Err(Error::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "server busy: reads in progress hold all of max_inflight_read_bytes ({} bytes) \
+                     and none finished within {} ms (request_timeout); try again shortly",
+                    self.total,
+                    limit.as_millis()
+                ),
+            )),
+        }
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        self.budget.free.fetch_add(self.bytes, Ordering::SeqCst);
+        if self.budget.waiters.load(Ordering::SeqCst) > 0 {
+            self.budget.returned.notify_waiters();
+        }
+    }
+}
+
 /// Run `fut`, one operation of MCP method `method`, and record its outcome and latency in
 /// `metrics` (`mcp_requests_total`, `mcp_request_duration_seconds`).
 ///
@@ -138,6 +240,40 @@ mod tests {
             "the request did not finish within 20 ms (request_timeout)"
         );
         assert_eq!(err.uri, None);
+    }
+
+    #[tokio::test]
+    async fn item5_read_budget_waits_then_answers_server_busy() {
+        let b = std::sync::Arc::new(ReadBudget::new(100));
+        let limit = Duration::from_millis(50);
+        let first = b.reserve(60, limit).await.unwrap();
+        assert_eq!(b.free(), 40);
+        // More than the whole budget is clamped to it, so it waits for everything.
+        let err = match b.reserve(1000, limit).await {
+            Err(e) => e,
+            Ok(_) => panic!("reserved past the budget"),
+        };
+        assert_eq!(err.kind, ErrorKind::Unavailable);
+        assert!(err.message.contains("server busy"), "{err}");
+        assert!(
+            err.message.contains("max_inflight_read_bytes (100 bytes)"),
+            "{err}"
+        );
+        assert!(err.kind.is_temporary());
+        assert_eq!(b.free(), 40, "a refused reservation takes nothing");
+        // A waiting read goes on as soon as one in progress gives its share back.
+        let waiter = {
+            let b = b.clone();
+            tokio::spawn(async move {
+                let r = b.reserve(80, Duration::from_secs(10)).await.map(|_| ());
+                r.is_ok()
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        assert!(!waiter.is_finished(), "80 bytes fit in 40");
+        drop(first);
+        assert!(waiter.await.unwrap());
+        assert_eq!(b.free(), 100);
     }
 
     #[tokio::test]

@@ -29,6 +29,9 @@ use std::sync::Arc;
 
 use mcpr_core::{CacheHints, CacheScope, ChangeBus, CursorCodec, LocalBus, Provider};
 
+/// The default `[server] max_inflight_read_bytes`: 64 reads of the default 8 MiB at once.
+pub const DEFAULT_MAX_INFLIGHT_READ_BYTES: u64 = 512 << 20;
+
 /// Server-wide settings, from the `[server]` table.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -44,6 +47,10 @@ pub struct Settings {
     pub request_timeout: std::time::Duration,
     /// The most resources one session (or one listen stream) may subscribe to.
     pub max_subscriptions_per_session: usize,
+    /// The memory all reads in progress may hold together (issue #20, item 5): each read
+    /// reserves `max_read_bytes` of it while its provider runs; when none is left a read
+    /// waits, up to the request timeout, then answers "server busy".
+    pub max_inflight_read_bytes: u64,
 }
 
 impl Default for Settings {
@@ -55,6 +62,7 @@ impl Default for Settings {
             max_read_bytes: 8 * 1024 * 1024,
             request_timeout: std::time::Duration::from_secs(30),
             max_subscriptions_per_session: 1000,
+            max_inflight_read_bytes: DEFAULT_MAX_INFLIGHT_READ_BYTES,
         }
     }
 }
@@ -70,6 +78,8 @@ pub struct ServerState {
     pub(crate) list_cache: CacheHints,
     pub(crate) info: rmcp::model::ServerConfig,
     pub(crate) metrics: metrics::Metrics,
+    /// What reads in progress hold of `max_inflight_read_bytes`.
+    pub(crate) read_budget: layers::ReadBudget,
 }
 
 impl ServerState {
@@ -121,7 +131,9 @@ impl ServerState {
             });
         let registry = Registry::new(router.clone(), bus);
         let info = handler::server_info(&settings, &router);
+        let read_budget = layers::ReadBudget::new(settings.max_inflight_read_bytes);
         Arc::new(Self {
+            read_budget,
             settings,
             router,
             codec,

@@ -350,9 +350,16 @@ impl Service {
                 info.kind
             )));
         }
+        let settings = &self.state.settings;
         let limits = ReadLimits {
-            max_bytes: self.state.settings.max_read_bytes,
+            max_bytes: settings.max_read_bytes,
         };
+        // The most this read can bring into memory, held while its provider runs.
+        let _held = self
+            .state
+            .read_budget
+            .reserve(settings.max_read_bytes, settings.request_timeout)
+            .await?;
         let contents = self.bounded(mount).read(&uri, &limits).await?;
         Ok(ReadOutcome {
             contents,
