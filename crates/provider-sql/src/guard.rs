@@ -351,9 +351,9 @@ fn decode_unicode_escapes(s: &str) -> String {
         } else {
             (after.get(..4), 4)
         };
-        if after.starts_with('\\') {
+        if let Some(escaped) = after.strip_prefix('\\') {
             out.push('\\');
-            rest = &after[1..];
+            rest = escaped;
             continue;
         }
         match digits

@@ -22,14 +22,17 @@ use serde_json::Value;
 /// How a method takes its params: whether they may be left out, and their check.
 struct Shape {
     required: bool,
-    check: fn(&Value) -> Result<(), String>,
+    check: Check,
 }
+
+/// A check of a method's params (without `_meta`): `Err` says which member is wrong.
+type Check = fn(&Value) -> Result<(), String>;
 
 /// The methods this server answers, with the shape of their params; `None` for a method it
 /// does not know (which is "method not found").
 #[allow(deprecated)] // see the imports
 fn shape(method: &str) -> Option<Shape> {
-    let (required, check): (bool, fn(&Value) -> Result<(), String>) = match method {
+    let (required, check): (bool, Check) = match method {
         "ping" => (false, |_| Ok(())),
         "initialize" => (true, fits::<InitializeRequestParams>),
         "server/discover" => (false, fits::<DiscoverRequestParams>),

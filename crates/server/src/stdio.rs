@@ -251,7 +251,7 @@ impl<R: AsyncRead + Unpin + Send> StdioTransport<R> {
             }
             return match check_line(line) {
                 Checked::Answer(answer) => {
-                    self.answer(answer);
+                    self.answer(*answer);
                     None
                 }
                 Checked::Pass(_) => Some(msg),
@@ -259,7 +259,7 @@ impl<R: AsyncRead + Unpin + Send> StdioTransport<R> {
         }
         let request = match check_line(line) {
             Checked::Answer(answer) => {
-                self.answer(answer);
+                self.answer(*answer);
                 return None;
             }
             Checked::Pass(request) => request,
@@ -939,7 +939,7 @@ impl Backlog {
 /// What [`check_line`] makes of a line rmcp is about to decode.
 enum Checked {
     /// The line is no message rmcp may take: this answer goes back instead.
-    Answer(TxJsonRpcMessage<RoleServer>),
+    Answer(Box<TxJsonRpcMessage<RoleServer>>),
     /// rmcp's to decode; for a request, its id and (if this server knows it) its method, to
     /// answer with should rmcp's decode still fail.
     Pass(Option<PassedRequest>),
@@ -974,35 +974,35 @@ struct Envelope<'a> {
 fn check_line(line: &[u8]) -> Checked {
     let line = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
     let Ok(text) = std::str::from_utf8(line) else {
-        return Checked::Answer(error_answer(
+        return refuse(
             ErrorData::parse_error("Parse error: the message is not valid UTF-8", None),
             None,
-        ));
+        );
     };
     // `IgnoredAny` checks the syntax without converting numbers, so `1e400` passes here and
     // is refused below as an id, not as a parse error.
     if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(text) {
-        return Checked::Answer(error_answer(
+        return refuse(
             ErrorData::parse_error(
                 format!("Parse error: {e} (one JSON-RPC message per line)"),
                 None,
             ),
             None,
-        ));
+        );
     }
     if !text.trim_start().starts_with('{') {
-        return Checked::Answer(error_answer(
+        return refuse(
             ErrorData::invalid_request(
                 "Invalid request: a message is a JSON object (batches are not part of MCP)",
                 None,
             ),
             None,
-        ));
+        );
     }
     let env = match serde_json::from_str::<Envelope<'_>>(text) {
         Ok(env) => env,
         Err(e) => {
-            return Checked::Answer(error_answer(
+            return refuse(
                 ErrorData::invalid_request(
                     format!(
                         "Invalid request: {e} (a message is an object whose id is a string or \
@@ -1011,7 +1011,7 @@ fn check_line(line: &[u8]) -> Checked {
                     None,
                 ),
                 None,
-            ));
+            );
         }
     };
     if env.result.0 || env.error.0 {
@@ -1036,9 +1036,14 @@ fn check_line(line: &[u8]) -> Checked {
         _ => None,
     };
     match refused {
-        Some(e) => Checked::Answer(error_answer(e, Some(id))),
+        Some(e) => refuse(e, Some(id)),
         None => Checked::Pass(Some((id, known.then(|| method.into_owned()), env.params))),
     }
+}
+
+/// [`Checked::Answer`] with this error.
+fn refuse(error: ErrorData, id: Option<RequestId>) -> Checked {
+    Checked::Answer(Box::new(error_answer(error, id)))
 }
 
 fn is_list_method(method: &str) -> bool {
