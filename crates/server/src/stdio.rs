@@ -70,6 +70,10 @@ const CLOSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 pub const MAX_BACKLOG_BYTES: usize = 32 << 20;
 /// Unwritten answers (count) over which the transport stops reading requests.
 pub const MAX_BACKLOG_MESSAGES: usize = 4096;
+/// Requests handed to rmcp and not answered yet over which no more are read: their answers
+/// are not in the backlog until they are made, and rmcp takes requests faster than it
+/// answers them.
+pub const MAX_PENDING_REQUESTS: usize = 1024;
 /// Distinct notifications held back while the backlog is over its bound; more are dropped
 /// (each is a "something changed" hint, and one held back per resource is enough).
 const MAX_DEFERRED: usize = 4096;
@@ -174,8 +178,9 @@ impl<R: AsyncRead + Unpin + Send> StdioTransport<R> {
         self.direct_answered.clone()
     }
 
-    /// Stop reading requests while more than `bytes` or `messages` of answers are unwritten
-    /// (defaults [`MAX_BACKLOG_BYTES`], [`MAX_BACKLOG_MESSAGES`]).
+    /// Stop reading requests while more than `bytes` or `messages` of answers are unwritten,
+    /// or `messages` requests wait for rmcp's answer (defaults [`MAX_BACKLOG_BYTES`],
+    /// [`MAX_BACKLOG_MESSAGES`], [`MAX_PENDING_REQUESTS`]).
     pub fn with_backlog_limit(self, bytes: usize, messages: usize) -> Self {
         self.backlog.set_limits(bytes, messages);
         self
@@ -321,7 +326,11 @@ impl<R: AsyncRead + Unpin + Send> StdioTransport<R> {
 
     /// Queue an answer the transport gives itself (to a line rmcp never sees).
     fn answer(&self, answer: TxJsonRpcMessage<RoleServer>) {
-        if let Err(e) = encode(answer).and_then(|b| self.queue(b)) {
+        let encoded = own_answer_json(answer).map(|mut b| {
+            b.push(b'\n');
+            b
+        });
+        if let Err(e) = encoded.and_then(|b| self.queue(b)) {
             tracing::debug!("cannot answer an invalid message: {e}");
         }
     }
@@ -693,6 +702,15 @@ impl<R: AsyncRead + Unpin + Send> Transport<RoleServer> for StdioTransport<R> {
             };
         }
         let notification = matches!(item, JsonRpcMessage::Notification(_));
+        match &item {
+            JsonRpcMessage::Response(r) => self.backlog.answered(&r.id),
+            JsonRpcMessage::Error(e) => {
+                if let Some(id) = &e.id {
+                    self.backlog.answered(id);
+                }
+            }
+            _ => {}
+        }
         // Serialised and queued here, so answers reach the pipe in the order rmcp sent them.
         let queued = encode(item).and_then(|bytes| match &self.out {
             // A notification does not wait behind a full backlog, nor grow it: it is held
@@ -715,7 +733,10 @@ impl<R: AsyncRead + Unpin + Send> Transport<RoleServer> for StdioTransport<R> {
             if let Some(line) = self.next_line() {
                 if let Some(msg) = self.decode(line) {
                     match self.answer_directly(msg).await {
-                        Some(msg) => return Some(msg),
+                        Some(msg) => {
+                            self.backlog.handed_to_rmcp(&msg);
+                            return Some(msg);
+                        }
                         None => {
                             // Many buffered reads answered in a row: let the writer and
                             // rmcp's loop run, so answers leave while the rest are read.
@@ -799,6 +820,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(
             // Nothing will drain now: let the reader go on (to the end of input; answers are
             // refused by the closed queue) instead of waiting for room forever.
             backlog.set_limits(usize::MAX, usize::MAX);
+            backlog.closed.store(true, Ordering::Release);
             backlog.drained.notify_waiters();
             return;
         }
@@ -843,12 +865,19 @@ struct Backlog {
     messages: AtomicUsize,
     max_bytes: AtomicUsize,
     max_messages: AtomicUsize,
+    max_pending: AtomicUsize,
     /// Signalled by the writer after each write.
     drained: tokio::sync::Notify,
     /// Notifications held back, in arrival order, each once.
     deferred: std::sync::Mutex<Vec<Vec<u8>>>,
     /// Notifications dropped because [`MAX_DEFERRED`] were already held back.
     dropped: AtomicU64,
+    /// Requests rmcp has and has not answered (a listen, answered only when it ends, is not
+    /// counted); a cancelled one leaves too, as rmcp drops its answer.
+    pending: std::sync::Mutex<std::collections::HashSet<RequestId>>,
+    pending_count: AtomicUsize,
+    /// stdout is gone: nothing bounds reading any more.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 impl Backlog {
@@ -858,15 +887,62 @@ impl Backlog {
             messages: AtomicUsize::new(0),
             max_bytes: AtomicUsize::new(max_bytes),
             max_messages: AtomicUsize::new(max_messages),
+            max_pending: AtomicUsize::new(MAX_PENDING_REQUESTS),
             drained: tokio::sync::Notify::new(),
             deferred: std::sync::Mutex::new(Vec::new()),
             dropped: AtomicU64::new(0),
+            pending: std::sync::Mutex::new(std::collections::HashSet::new()),
+            pending_count: AtomicUsize::new(0),
+            closed: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    fn lock_pending(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<RequestId>> {
+        self.pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// `msg` goes to rmcp: a request is pending until answered; a cancellation ends one.
+    fn handed_to_rmcp(&self, msg: &RxJsonRpcMessage<RoleServer>) {
+        match msg {
+            JsonRpcMessage::Request(r)
+                if !matches!(r.request, ClientRequest::SubscriptionsListenRequest(_)) =>
+            {
+                let mut pending = self.lock_pending();
+                if pending.insert(r.id.clone()) {
+                    self.pending_count.store(pending.len(), Ordering::Release);
+                }
+            }
+            JsonRpcMessage::Notification(n) => {
+                if let ClientNotification::CancelledNotification(c) = &n.notification
+                    && let Some(id) = &c.params.request_id
+                {
+                    self.answered(id);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Request `id` was answered (or will never be).
+    fn answered(&self, id: &RequestId) {
+        if self.pending_count.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let mut pending = self.lock_pending();
+        if pending.remove(id) {
+            self.pending_count.store(pending.len(), Ordering::Release);
+            drop(pending);
+            self.drained.notify_waiters();
         }
     }
 
     fn set_limits(&self, bytes: usize, messages: usize) {
         self.max_bytes.store(bytes, Ordering::Relaxed);
         self.max_messages.store(messages, Ordering::Relaxed);
+        self.max_pending
+            .store(messages.min(MAX_PENDING_REQUESTS), Ordering::Relaxed);
     }
 
     fn add(&self, bytes: usize) {
@@ -875,6 +951,14 @@ impl Backlog {
     }
 
     fn over(&self) -> bool {
+        !self.closed.load(Ordering::Acquire)
+            && (self.over_answers()
+                || self.pending_count.load(Ordering::Acquire)
+                    >= self.max_pending.load(Ordering::Relaxed))
+    }
+
+    /// Over the bound of unwritten answers (what holds notifications back).
+    fn over_answers(&self) -> bool {
         self.bytes.load(Ordering::Acquire) > self.max_bytes.load(Ordering::Relaxed)
             || self.messages.load(Ordering::Acquire) > self.max_messages.load(Ordering::Relaxed)
     }
@@ -890,7 +974,7 @@ impl Backlog {
     /// the backlog drains is released by that same write.
     fn defer_if_over(&self, bytes: Vec<u8>) -> Option<Vec<u8>> {
         let mut deferred = self.lock_deferred();
-        if !self.over() && deferred.is_empty() {
+        if !self.over_answers() && deferred.is_empty() {
             return Some(bytes);
         }
         if deferred.contains(&bytes) {
@@ -915,7 +999,7 @@ impl Backlog {
         self.bytes.fetch_sub(bytes, Ordering::AcqRel);
         self.messages.fetch_sub(messages, Ordering::AcqRel);
         self.drained.notify_waiters();
-        if self.over() {
+        if self.over_answers() {
             return Vec::new();
         }
         std::mem::take(&mut *deferred)
@@ -1038,6 +1122,31 @@ fn check_line(line: &[u8]) -> Checked {
     match refused {
         Some(e) => refuse(e, Some(id)),
         None => Checked::Pass(Some((id, known.then(|| method.into_owned()), env.params))),
+    }
+}
+
+/// The JSON-RPC error for a message body no request can be read from, or whose params do
+/// not fit its method, as [`check_line`] finds it; with `undecodable` (rmcp could not decode
+/// the body), also for a known method whose params rmcp refused. For the HTTP transport.
+pub(crate) fn refusal(body: &[u8], undecodable: bool) -> Option<TxJsonRpcMessage<RoleServer>> {
+    match check_line(body) {
+        Checked::Answer(answer) => Some(*answer),
+        Checked::Pass(Some((id, Some(method), params))) if undecodable => Some(error_answer(
+            crate::params::invalid_params_or_generic(&method, params.as_ref()),
+            Some(id),
+        )),
+        Checked::Pass(_) => None,
+    }
+}
+
+/// An answer the transport gives itself, as JSON. An error that answers no readable id
+/// carries `"id": null`, as JSON-RPC 2.0 asks (rmcp leaves the member out).
+pub(crate) fn own_answer_json(answer: TxJsonRpcMessage<RoleServer>) -> io::Result<Vec<u8>> {
+    match answer {
+        JsonRpcMessage::Error(e) if e.id.is_none() => Ok(serde_json::to_vec(
+            &serde_json::json!({"jsonrpc": "2.0", "id": null, "error": e.error}),
+        )?),
+        other => to_json(other),
     }
 }
 
@@ -1346,6 +1455,33 @@ mod tests {
             assert_eq!(b.defer_if_over(i.to_string().into_bytes()), None);
         }
         assert_eq!(b.lock_deferred().len(), MAX_DEFERRED);
+    }
+
+    #[test]
+    fn requests_rmcp_has_not_answered_count_against_the_bound() {
+        let b = Backlog::new(1 << 20, 2);
+        b.set_limits(1 << 20, 2);
+        let ping = |id: u32| {
+            decode_hot(format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#).as_bytes())
+                .unwrap()
+        };
+        b.handed_to_rmcp(&ping(1));
+        b.handed_to_rmcp(&ping(1));
+        assert!(!b.over(), "a repeated id is one request");
+        b.handed_to_rmcp(&ping(2));
+        assert!(b.over(), "two requests wait for rmcp");
+        b.answered(&RequestId::Number(1));
+        assert!(!b.over());
+        // A cancelled request is never answered by rmcp: the cancellation ends it.
+        b.handed_to_rmcp(&ping(3));
+        assert!(b.over());
+        let cancel = rmcp_decode(
+            r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3}}"#,
+        )
+        .unwrap()
+        .unwrap();
+        b.handed_to_rmcp(&cancel);
+        assert!(!b.over());
     }
 
     #[tokio::test]

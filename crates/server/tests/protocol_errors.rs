@@ -172,6 +172,12 @@ async fn item13_unreadable_lines_answer_with_a_null_id() {
         let answers = session(state.clone(), era, &lines, Some(4096)).await;
         assert_eq!(answers.len(), 6, "{era:?}: {answers:?}");
         let nulls: Vec<&Value> = answers.iter().filter(|a| a["id"].is_null()).collect();
+        for a in &nulls {
+            assert!(
+                a.get("id").is_some(),
+                "JSON-RPC 2.0 asks for \"id\": null: {a}"
+            );
+        }
         assert_eq!(nulls.len(), 5, "{era:?}: {answers:?}");
         assert_error(nulls[0], -32700, &["UTF-8"]);
         assert_error(nulls[1], -32600, &["number out of range"]);
@@ -383,4 +389,113 @@ async fn issue19_wrong_parameter_types_are_invalid_params_over_http() {
         assert_eq!(a["id"], id, "{a}");
         assert_error(&a, -32602, &["invalid params", words]);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn item13_malformed_bodies_over_http_answer_json_rpc_errors() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let (_dir, _root, state) = common::comparison_tree();
+    let settings = mcpr_server::http::HttpSettings::new("127.0.0.1:0".parse().unwrap());
+    let base = common::spawn_http(state, settings).await;
+    let http = reqwest::Client::new();
+    let post = |body: String, method: &'static str, session: Option<&str>| {
+        let mut req = http
+            .post(format!("{base}/mcp"))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body);
+        req = match session {
+            None => req
+                .header("mcp-protocol-version", "2026-07-28")
+                .header("mcp-method", method),
+            Some(s) => req
+                .header("mcp-session-id", s)
+                .header("mcp-protocol-version", "2025-11-25"),
+        };
+        req.send()
+    };
+    async fn answer(resp: reqwest::Response) -> (u16, Value) {
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap();
+        let json = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .map(str::trim)
+            .find(|l| !l.is_empty())
+            .unwrap_or(&text);
+        (
+            status,
+            serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {status} {text}")),
+        )
+    }
+    let body = |id: u32, method: &str, params: &str| {
+        format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{params}}}"#)
+    };
+
+    // 2026-07-28, stateless.
+    let meta = format!(r#","_meta":{META_2026}"#);
+    let (status, a) = answer(
+        post(body(1, "resources/list", "[]"), "resources/list", None)
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!((status, &a["id"]), (200, &Value::from(1)), "{a}");
+    assert_error(&a, -32602, &["must be an object"]);
+    let (_, a) = answer(post(body(2, "ping", r#""x""#), "ping", None).await.unwrap()).await;
+    assert_eq!(a["id"], 2, "{a}");
+    assert_error(&a, -32602, &["ping"]);
+    let list = body(3, "resources/list", &format!(r#"{{"cursor":1{meta}}}"#));
+    let (_, a) = answer(post(list, "resources/list", None).await.unwrap()).await;
+    assert_eq!(a["id"], 3, "{a}");
+    assert_error(&a, -32602, &["`cursor`"]);
+    let (status, a) = answer(
+        post("{\"jsonrpc\":\"2.0\",\"id\":4,".into(), "ping", None)
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 400, "{a}");
+    assert!(a.get("id").is_some_and(Value::is_null), "{a}");
+    assert_error(&a, -32700, &["Parse error"]);
+    // A well-formed list is untouched.
+    let list = body(5, "resources/list", &format!(r#"{{"cursor":null{meta}}}"#));
+    let (_, a) = answer(post(list, "resources/list", None).await.unwrap()).await;
+    assert!(a["result"]["resources"].is_array(), "{a}");
+
+    // A legacy session.
+    let resp = http
+        .post(format!("{base}/mcp"))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(INIT)
+        .send()
+        .await
+        .unwrap();
+    let session = resp.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let _ = answer(resp).await;
+    let _ = post(INITIALIZED.into(), "", Some(&session)).await.unwrap();
+    let (_, a) = answer(
+        post(
+            body(6, "resources/list", r#"{"cursor":1}"#),
+            "",
+            Some(&session),
+        )
+        .await
+        .unwrap(),
+    )
+    .await;
+    assert_eq!(a["id"], 6, "{a}");
+    assert_error(&a, -32602, &["`cursor`"]);
+    let (_, a) = answer(
+        post(body(7, "resources/list", "[]"), "", Some(&session))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(a["id"], 7, "{a}");
+    assert_error(&a, -32602, &["must be an object"]);
 }

@@ -34,8 +34,7 @@ async fn item6_stdio_backlog_is_bounded_when_the_client_does_not_read() {
     for direct in [true, false] {
         let (client_w, server_r) = tokio::io::duplex(64 << 10);
         let (server_w, client_r) = tokio::io::duplex(64 << 10);
-        let mut transport =
-            StdioTransport::new(server_r, server_w).with_backlog_limit(LIMIT, 100_000);
+        let mut transport = StdioTransport::new(server_r, server_w).with_backlog_limit(LIMIT, 64);
         if direct {
             transport = transport.with_direct_reads(McpHandler::new(state.clone()));
         }

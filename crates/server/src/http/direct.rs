@@ -110,8 +110,89 @@ impl<M: SessionManager> tower::Service<Request<Body>> for DirectRead<M> {
             } else {
                 req
             };
+            if req.method() == Method::POST
+                && json_body_len(req.headers(), &this.settings).is_some()
+            {
+                return Ok(this.checked(req).await);
+            }
             Ok(this.inner.handle(req).await.map(Body::new))
         })
+    }
+}
+
+/// The body length of a POST whose JSON body may be checked here (issue #20 item 13).
+fn json_body_len(headers: &HeaderMap, settings: &DirectSettings) -> Option<usize> {
+    if !content_type_is_json(sole(headers, header::CONTENT_TYPE.as_str())?)
+        || headers.contains_key(header::TRANSFER_ENCODING)
+    {
+        return None;
+    }
+    let len: usize = sole(headers, header::CONTENT_LENGTH.as_str())?
+        .parse()
+        .ok()?;
+    (len <= settings.max_body_bytes).then_some(len)
+}
+
+impl<M: SessionManager> DirectRead<M> {
+    /// A JSON-RPC body rmcp would answer with a bare HTTP error (415 "fail to deserialize":
+    /// `"params": []`, a known method with a non-object `params`) or would misread (a list
+    /// whose `cursor` is not a string, which its decode drops and so restarts the list) gets
+    /// the JSON-RPC error the stdio transport gives it (issue #20 item 13). Everything else
+    /// is rmcp's answer, unchanged: only a 415 is replaced, and a cursor is checked only on a
+    /// request that passes rmcp's Host and Origin checks.
+    async fn checked(&self, req: Request<Body>) -> Response {
+        let len = json_body_len(req.headers(), &self.settings).unwrap_or_default();
+        let (parts, body) = req.into_parts();
+        let bytes = match http_body_util::Limited::new(body, len).collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(e) => {
+                return plain(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("Failed to read request body: {e}"),
+                );
+            }
+        };
+        let host_ok = !parts.headers.contains_key(header::ORIGIN)
+            && sole(&parts.headers, header::HOST.as_str())
+                .is_some_and(|h| host_allowed(h, &self.settings.allowed_hosts));
+        if host_ok
+            && memchr::memmem::find(&bytes, b"\"cursor\"").is_some()
+            && let Some(answer) = crate::stdio::refusal(&bytes, false)
+        {
+            return json_error(answer);
+        }
+        let body = Body::from(bytes.clone());
+        let response = self
+            .inner
+            .handle(Request::from_parts(parts, body))
+            .await
+            .map(Body::new);
+        if response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE
+            && let Some(answer) = crate::stdio::refusal(&bytes, true)
+        {
+            return json_error(answer);
+        }
+        response
+    }
+}
+
+/// A JSON-RPC error as an `application/json` answer: 400 when it has no id (the body was no
+/// request), else 200 as rmcp sends a request's error.
+fn json_error(message: ServerJsonRpcMessage) -> Response {
+    let status = match &message {
+        JsonRpcMessage::Error(e) if e.id.is_none() => StatusCode::BAD_REQUEST,
+        _ => StatusCode::OK,
+    };
+    match crate::stdio::own_answer_json(message) {
+        Ok(body) => Response::builder()
+            .status(status)
+            .header(header::CONTENT_TYPE, JSON)
+            .body(Body::from(body))
+            .expect("valid response"),
+        Err(e) => plain(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("Internal Server Error: serialize json response: {e}"),
+        ),
     }
 }
 
