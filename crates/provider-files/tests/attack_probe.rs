@@ -230,3 +230,56 @@ async fn item12_directory_subscription_ignores_denied_and_hidden_entries() {
         .unwrap();
     assert_eq!(ev, ChangeEvent::Updated { uri: d_uri });
 }
+
+/// Item 9: a directory read racing the directory being swapped for a symlink to a denied
+/// directory listed that directory's names (66 of 7,500 reads). A thread swaps `pub`
+/// between a real directory and a link to `.ssh` while directory reads run; no answer may
+/// name what is in `.ssh`. (`list.rs` has the same race made deterministic.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn item9_directory_read_racing_a_swap_to_a_denied_link_lists_nothing_of_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::create_dir(root.join("pub")).unwrap();
+    std::fs::write(root.join("pub/public.txt"), "p").unwrap();
+    std::fs::create_dir(root.join(".ssh")).unwrap();
+    std::fs::write(root.join(".ssh/secret_known_hosts"), "s").unwrap();
+    std::os::unix::fs::symlink(".ssh", root.join("pub.link")).unwrap();
+    let p = provider(&root);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let swapper = {
+        let (root, stop) = (root.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut swaps = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                // pub: directory → link → directory, each step one atomic rename.
+                std::fs::rename(root.join("pub"), root.join("pub.dir")).unwrap();
+                std::fs::rename(root.join("pub.link"), root.join("pub")).unwrap();
+                std::fs::rename(root.join("pub"), root.join("pub.link")).unwrap();
+                std::fs::rename(root.join("pub.dir"), root.join("pub")).unwrap();
+                swaps += 1;
+            }
+            swaps
+        })
+    };
+    let uri = parse(&encode_path_uri(&root.join("pub")));
+    let limits = ReadLimits { max_bytes: 1 << 20 };
+    let (mut listed, mut leaked) = (0, 0);
+    for _ in 0..3000 {
+        if let Ok(c) = p.read(&uri, &limits).await {
+            let mcpr_core::ContentsBody::Text(t) = &c[0].body else {
+                panic!("a directory reads as text")
+            };
+            listed += 1;
+            if t.contains("secret_known_hosts") {
+                leaked += 1;
+            }
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let swaps = swapper.join().unwrap();
+    assert_eq!(
+        leaked, 0,
+        "{leaked} of {listed} directory reads listed .ssh"
+    );
+    assert!(swaps > 0 && listed > 0, "swaps {swaps}, listed {listed}");
+}
