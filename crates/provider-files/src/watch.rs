@@ -401,21 +401,18 @@ fn on_file_event(this: &Watcher, ev: Event) {
             }
         }
     }
-    // Keep snapshots current so a later rescan compares against the latest state.
-    let paths: Vec<PathBuf> = ev.paths.clone();
-    for path in paths {
-        let snap_rel: Vec<RelPath> = st
-            .file_targets
-            .get(&path)
-            .map(|ts| ts.values().map(|t| t.rel.clone()).collect())
-            .unwrap_or_default();
-        if let Some(rel) = snap_rel.first() {
-            let snap = this.snapshot(rel);
-            if let Some(ts) = st.file_targets.get_mut(&path) {
-                for t in ts.values_mut() {
-                    t.snapshot = snap;
-                }
-            }
+    // Keep snapshots current so a later rescan compares against the latest state. All the
+    // targets of a path share one real path, so one stat serves them all.
+    for path in &ev.paths {
+        let Some(ts) = st.file_targets.get_mut(path) else {
+            continue;
+        };
+        let Some(rel) = ts.values().next().map(|t| t.rel.clone()) else {
+            continue;
+        };
+        let snap = this.snapshot(&rel);
+        for t in ts.values_mut() {
+            t.snapshot = snap;
         }
     }
 }
