@@ -505,8 +505,22 @@ mod tests {
             e.starts_with("test.toml:2: `mount.kind`: unknown mount kind `ftp`"),
             "{e}"
         );
-        let e = parse_str("[[mount]]\nkind = \"s3\"\n").unwrap_err().0;
+        let e = parse_str("[[mount]]\nkind = \"web\"\n").unwrap_err().0;
         assert!(e.contains("not available in this version"), "{e}");
+        let e = parse_str("[[mount]]\nkind = \"s3\"\n").unwrap_err().0;
+        assert!(
+            e.starts_with("test.toml:2: `mount`") && e.contains("needs `bucket`"),
+            "{e}"
+        );
+        let e = parse_str(
+            "[[mount]]\nkind = \"s3\"\nbucket = \"b-1\"\nregion = \"us-east-1\"\nendpoint = \"http://127.0.0.1:9\"\n",
+        )
+        .unwrap_err()
+        .0;
+        assert!(
+            e.starts_with("test.toml:5: `mount.endpoint`") && e.contains("allow_http"),
+            "{e}"
+        );
         let e = parse_str("[server]\nmax_read_bytes = \"1GiB\"\n")
             .unwrap_err()
             .0;
