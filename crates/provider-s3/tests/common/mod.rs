@@ -42,16 +42,29 @@ pub struct Moto {
     pub port: u16,
     child: Option<Child>,
     bin: PathBuf,
+    /// Whether requests must be signed by a known IAM user (moto's
+    /// `INITIAL_NO_AUTH_ACTION_COUNT=0`); the tests' keys are then refused.
+    pub auth: bool,
 }
 
 impl Moto {
     /// Start moto on a free port and wait until it answers.
     pub fn start(bin: PathBuf) -> Self {
-        let port = free_port();
+        Self::start_on(bin, free_port())
+    }
+
+    /// Start moto on `port`.
+    pub fn start_on(bin: PathBuf, port: u16) -> Self {
+        Self::start_with(bin, port, false)
+    }
+
+    /// Start moto on `port`, checking credentials when `auth`.
+    pub fn start_with(bin: PathBuf, port: u16, auth: bool) -> Self {
         let mut m = Self {
             port,
             child: None,
             bin,
+            auth,
         };
         m.restart();
         m
@@ -65,7 +78,11 @@ impl Moto {
             self.bin.display(),
             self.port
         );
-        let child = Command::new("sh")
+        let mut cmd = Command::new("sh");
+        if self.auth {
+            cmd.env("INITIAL_NO_AUTH_ACTION_COUNT", "0");
+        }
+        let child = cmd
             .args(["-c", &script])
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
