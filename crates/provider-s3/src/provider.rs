@@ -160,29 +160,35 @@ impl S3Provider {
             config,
         });
         let watches = Watches::new(&inner.keys.root, Arc::downgrade(&inner), poll);
-        let provider = Self {
+        // The first look at the bucket runs beside start-up: an endpoint that swallows
+        // packets would otherwise hold the whole server for the retry budget.
+        let first = inner.clone();
+        tokio::spawn(async move {
+            if let Err(e) = probe(&first).await {
+                tracing::warn!(
+                    bucket = %first.config.bucket,
+                    "s3 bucket unavailable at start; the mount is not ready until it answers: {}",
+                    e.message
+                );
+            }
+        });
+        Ok(Self {
             inner,
             info,
             templates,
             watches,
-        };
-        if let Err(e) = provider.probe().await {
-            tracing::warn!(
-                bucket = %provider.inner.config.bucket,
-                "s3 bucket unavailable at start; the mount is not ready until it answers: {}",
-                e.message
-            );
-        }
-        Ok(provider)
+        })
     }
+}
 
-    /// One request that proves the bucket answers: a one-key listing of the prefix.
-    async fn probe(&self) -> Result<()> {
-        let i = &self.inner;
-        i.list_once(&i.config.prefix, None, 1, false, "checking the bucket")
-            .await
-            .map(|_| ())
-    }
+/// How long `/readyz` waits for the bucket before calling the mount not ready.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// One request that proves the bucket answers: a one-key listing of the prefix.
+async fn probe(i: &Inner) -> Result<()> {
+    i.list_once(&i.config.prefix, None, 1, false, "checking the bucket")
+        .await
+        .map(|_| ())
 }
 
 #[async_trait]
@@ -192,7 +198,10 @@ impl Provider for S3Provider {
     }
 
     async fn ready(&self) -> bool {
-        self.probe().await.is_ok()
+        matches!(
+            tokio::time::timeout(READY_TIMEOUT, probe(&self.inner)).await,
+            Ok(Ok(()))
+        )
     }
 
     async fn list(&self, page: PageRequest) -> Result<Page<ResourceMeta>> {

@@ -31,6 +31,9 @@ use crate::provider::Inner;
 use crate::read::object_path;
 use crate::uri::Target;
 
+/// How long a subscription waits for its first look at the store.
+pub const FIRST_LOOK_TIMEOUT: Duration = Duration::from_secs(3);
+
 /// The most list requests one check of a watched listing makes.
 pub const LIST_WATCH_MAX_PAGES: usize = 100;
 
@@ -71,14 +74,24 @@ impl Watches {
     /// from here on is reported (when the store is down now, the first answer is one).
     pub(crate) async fn add_object(&self, uri: ResourceUri, sink: ChangeSink) -> WatchGuard {
         let key = Watched::Resource(uri);
-        let first = self.source.check(&key, None).await.ok();
+        let first = self.first_look(&key).await;
         self.poller.watch(key, sink, first)
     }
 
     /// Watch the listing of the mount.
     pub(crate) async fn add_list(&self, sink: ChangeSink) -> WatchGuard {
-        let first = self.source.check(&Watched::List, None).await.ok();
+        let first = self.first_look(&Watched::List).await;
         self.poller.watch(Watched::List, sink, first)
+    }
+
+    /// What `key` looks like now, within [`FIRST_LOOK_TIMEOUT`]: a store that is down must
+    /// not hold a subscription for its whole retry budget. Unknown (`None`) makes the first
+    /// answer after it a change, so nothing is missed.
+    async fn first_look(&self, key: &Watched) -> Option<Seen> {
+        tokio::time::timeout(FIRST_LOOK_TIMEOUT, self.source.check(key, None))
+            .await
+            .ok()?
+            .ok()
     }
 
     /// Whether the poller runs (tests: it must stop with the last watch).
