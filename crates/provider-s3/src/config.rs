@@ -328,7 +328,10 @@ mod tests {
         c.access_key_id = Some("AKIAEXAMPLEKEYID".into());
         c.secret_access_key = Some("wJalrXUtnFEMI/SECRET".into());
         let d = format!("{c:?} {:?}", S3Spec(c.clone()));
-        assert!(!d.contains("AKIAEXAMPLEKEYID") && !d.contains("SECRET"), "{d}");
+        assert!(
+            !d.contains("AKIAEXAMPLEKEYID") && !d.contains("SECRET"),
+            "{d}"
+        );
         assert!(d.contains("[redacted]"), "{d}");
     }
 }

@@ -41,7 +41,10 @@ impl Context {
             object_store::Error::NotFound { .. } if code.as_deref() == Some("NoSuchBucket") => {
                 Error::new(
                     ErrorKind::Unavailable,
-                    format!("s3 bucket `{b}` does not exist at {} (NoSuchBucket) while {what}", self.endpoint),
+                    format!(
+                        "s3 bucket `{b}` does not exist at {} (NoSuchBucket) while {what}",
+                        self.endpoint
+                    ),
                 )
             }
             object_store::Error::NotFound { .. } => match uri {
@@ -62,28 +65,45 @@ impl Context {
             _ => match transport(&err) {
                 Some(HttpErrorKind::Timeout) => Error::new(
                     ErrorKind::Timeout,
-                    format!("s3 bucket `{b}` at {} did not answer in time while {what}", self.endpoint),
+                    format!(
+                        "s3 bucket `{b}` at {} did not answer in time while {what}",
+                        self.endpoint
+                    ),
                 ),
                 Some(HttpErrorKind::Connect) => Error::new(
                     ErrorKind::Unavailable,
-                    format!("s3 endpoint {} for bucket `{b}` cannot be reached while {what} (after retries)", self.endpoint),
+                    format!(
+                        "s3 endpoint {} for bucket `{b}` cannot be reached while {what} (after retries)",
+                        self.endpoint
+                    ),
                 ),
                 Some(_) => Error::new(
                     ErrorKind::Unavailable,
-                    format!("the connection to s3 bucket `{b}` at {} failed while {what} (after retries): {detail}", self.endpoint),
+                    format!(
+                        "the connection to s3 bucket `{b}` at {} failed while {what} (after retries): {detail}",
+                        self.endpoint
+                    ),
                 ),
-                None if matches!(code.as_deref(), Some("SlowDown" | "Throttling" | "ThrottlingException" | "RequestLimitExceeded"))
-                    || detail.contains("429 Too Many Requests")
+                None if matches!(
+                    code.as_deref(),
+                    Some(
+                        "SlowDown" | "Throttling" | "ThrottlingException" | "RequestLimitExceeded"
+                    )
+                ) || detail.contains("429 Too Many Requests")
                     || detail.contains("503 Service Unavailable") =>
                 {
                     Error::new(
                         ErrorKind::Unavailable,
-                        format!("s3 bucket `{b}` is throttling requests (still refused after retries) while {what}; try again later"),
+                        format!(
+                            "s3 bucket `{b}` is throttling requests (still refused after retries) while {what}; try again later"
+                        ),
                     )
                 }
                 None if matches!(err, object_store::Error::InvalidPath { .. }) => Error::new(
                     ErrorKind::Internal,
-                    format!("s3 bucket `{b}` holds a key this server cannot represent (an empty, `.` or `..` segment, or a control character) while {what}: {detail}"),
+                    format!(
+                        "s3 bucket `{b}` holds a key this server cannot represent (an empty, `.` or `..` segment, or a control character) while {what}: {detail}"
+                    ),
                 ),
                 None => Error::new(
                     ErrorKind::Unavailable,

@@ -134,7 +134,11 @@ fn entries<'a>(r: &'a object_store::ListResult, prefix: &str) -> Vec<Entry<'a>> 
 /// Read a "directory" URI (ending in `/`): the objects and common prefixes directly under
 /// `prefix`, as JSON in the shape of a files directory read, 1,000 entries at most, continued
 /// with `?after={name}`.
-pub(crate) async fn read_dir(inner: &Inner, uri: &ResourceUri, prefix: &str) -> Result<Vec<Contents>> {
+pub(crate) async fn read_dir(
+    inner: &Inner,
+    uri: &ResourceUri,
+    prefix: &str,
+) -> Result<Vec<Contents>> {
     let mut after: Option<String> = None;
     for (k, v) in uri.query_pairs() {
         match k {
@@ -176,7 +180,10 @@ pub(crate) async fn read_dir(inner: &Inner, uri: &ResourceUri, prefix: &str) -> 
     let mut out = Vec::new();
     let mut truncated = false;
     if let Some(dir) = toward {
-        if after.as_deref().is_none_or(|a| format!("{prefix}{a}") < dir) {
+        if after
+            .as_deref()
+            .is_none_or(|a| format!("{prefix}{a}") < dir)
+        {
             out.push(dir_entry(inner, prefix, &dir));
         }
     } else {
@@ -189,7 +196,13 @@ pub(crate) async fn read_dir(inner: &Inner, uri: &ResourceUri, prefix: &str) -> 
             }
         });
         let r = inner
-            .list_once(&list_prefix, start_after, DIR_READ_MAX, true, "listing a prefix")
+            .list_once(
+                &list_prefix,
+                start_after,
+                DIR_READ_MAX,
+                true,
+                "listing a prefix",
+            )
             .await
             .map_err(|e| e.with_uri(uri.as_str()))?;
         let es = entries(&r.result, &list_prefix);
@@ -223,7 +236,11 @@ pub(crate) async fn read_dir(inner: &Inner, uri: &ResourceUri, prefix: &str) -> 
     doc.insert("entries".into(), out.into());
     doc.insert("truncated".into(), truncated.into());
     if truncated && let Some(name) = last {
-        let next = format!("{}?after={}", inner.keys.uri_of(prefix), encode_value(&name));
+        let next = format!(
+            "{}?after={}",
+            inner.keys.uri_of(prefix),
+            encode_value(&name)
+        );
         doc.insert("next".into(), next.into());
     }
     Ok(vec![Contents {
@@ -296,7 +313,11 @@ mod tests {
     fn past_prefix_sorts_after_everything_under_it() {
         let p = past_prefix("reports/2024/");
         assert!(p.len() <= KEY_MAX);
-        for k in ["reports/2024/z", "reports/2024/\u{10FFFF}x", "reports/2024/日本"] {
+        for k in [
+            "reports/2024/z",
+            "reports/2024/\u{10FFFF}x",
+            "reports/2024/日本",
+        ] {
             assert!(k.as_bytes() < p.as_bytes(), "{k}");
         }
         assert!("reports/20240".as_bytes() > p.as_bytes());

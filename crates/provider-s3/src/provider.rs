@@ -114,7 +114,11 @@ impl S3Provider {
             .flatten()
             .cloned()
             .collect();
-        for var in ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"] {
+        for var in [
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+            "AWS_SESSION_TOKEN",
+        ] {
             if let Ok(v) = std::env::var(var) {
                 secrets.push(v);
             }
@@ -235,9 +239,7 @@ impl Provider for S3Provider {
             Target::Object(_) => Ok(self.watches.add_object(uri.clone(), sink).await),
             Target::Dir(_) => Err(Error::new(
                 ErrorKind::InvalidParams,
-                format!(
-                    "{uri} is a prefix listing; subscribe to objects, or ask for list changes"
-                ),
+                format!("{uri} is a prefix listing; subscribe to objects, or ask for list changes"),
             )),
         }
     }

@@ -77,7 +77,13 @@ pub(crate) async fn read_object(
         let bytes = collect(inner, res, max, &what)
             .await?
             .ok_or_else(|| too_large(uri_s, size.max(max + 1), max))?;
-        return Ok(vec![make_contents(uri_s, key, bytes, ctype.as_deref(), None)]);
+        return Ok(vec![make_contents(
+            uri_s,
+            key,
+            bytes,
+            ctype.as_deref(),
+            None,
+        )]);
     }
     let head = inner
         .store
@@ -111,12 +117,18 @@ pub(crate) async fn read_object(
                 TailStep::Done(None) => return Err(window_too_large(uri_s, max, "tail")),
             }
         };
-        (from, get_range(inner, &path, &meta, from..range.end, &what).await?)
+        (
+            from,
+            get_range(inner, &path, &meta, from..range.end, &what).await?,
+        )
     } else {
         if range.end - range.start > max {
             return Err(window_too_large(uri_s, max, "length"));
         }
-        (range.start, get_range(inner, &path, &meta, range, &what).await?)
+        (
+            range.start,
+            get_range(inner, &path, &meta, range, &what).await?,
+        )
     };
     let (from, bytes) = trim_to_utf8(from, bytes);
     let wmeta = window_meta(from, bytes.len() as u64, size);
@@ -249,7 +261,12 @@ fn generic_type(ct: Option<&str>) -> bool {
 
 /// Content types whose UTF-8 bodies are text.
 fn text_type(ct: &str) -> bool {
-    let t = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    let t = ct
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
     t.starts_with("text/")
         || t.ends_with("+json")
         || t.ends_with("+xml")
@@ -329,7 +346,13 @@ mod tests {
             None,
         );
         assert_eq!(c.mime_type.as_deref(), Some("text/plain"));
-        let c = make_contents("s3://b/a.png", "a.png", b"ok".to_vec(), Some("image/png"), None);
+        let c = make_contents(
+            "s3://b/a.png",
+            "a.png",
+            b"ok".to_vec(),
+            Some("image/png"),
+            None,
+        );
         assert!(matches!(c.body, ContentsBody::Blob(_)));
         assert_eq!(c.mime_type.as_deref(), Some("image/png"));
         let c = make_contents("s3://b/a", "a", vec![0xff, 0], Some("text/plain"), None);

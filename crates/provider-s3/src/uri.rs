@@ -90,7 +90,7 @@ impl Keys {
         if key.is_empty() || key.ends_with('/') {
             // The root of a mount with a prefix reads as the listing of the prefix's part
             // that ends at its last `/` (the whole prefix when it is a "directory").
-            if !self.serves(&key) && !(key.is_empty() || self.prefix.starts_with(&key)) {
+            if !(self.serves(&key) || key.is_empty() || self.prefix.starts_with(&key)) {
                 return Err(not_found());
             }
             return Ok(Target::Dir(key));
@@ -152,8 +152,14 @@ mod tests {
             prefix: "reports/".into(),
         };
         let p = |s: &str| keys.parse(&ResourceUri::parse(s).unwrap());
-        assert_eq!(p("s3://b/reports/x").unwrap(), Target::Object("reports/x".into()));
-        assert_eq!(p("s3://b/reports/").unwrap(), Target::Dir("reports/".into()));
+        assert_eq!(
+            p("s3://b/reports/x").unwrap(),
+            Target::Object("reports/x".into())
+        );
+        assert_eq!(
+            p("s3://b/reports/").unwrap(),
+            Target::Dir("reports/".into())
+        );
         assert_eq!(p("s3://b/").unwrap(), Target::Dir(String::new()));
         assert!(p("s3://b/other/x").is_err());
         assert!(p("s3://b/other/").is_err());

@@ -93,16 +93,15 @@ impl Watches {
             .ok()?
             .ok()
     }
-
-    /// Whether the poller runs (tests: it must stop with the last watch).
-    #[cfg(test)]
-    pub(crate) fn running(&self) -> bool {
-        self.poller.is_running()
-    }
 }
 
 impl S3Source {
-    async fn check_object(&self, inner: &Inner, uri: &ResourceUri, last: Option<&Seen>) -> Result<Seen> {
+    async fn check_object(
+        &self,
+        inner: &Inner,
+        uri: &ResourceUri,
+        last: Option<&Seen>,
+    ) -> Result<Seen> {
         let key = match inner.keys.parse(uri)? {
             Target::Object(k) => k,
             Target::Dir(_) => return Err(Error::invalid_params("a prefix is not watched")),
@@ -121,12 +120,22 @@ impl S3Source {
             ..Default::default()
         };
         match inner.store.get_opts(&path, opts).await {
-            Ok(r) => Ok(Seen::Object(Some(r.meta.e_tag.clone().unwrap_or_else(|| {
-                format!("@{}-{}", r.meta.size, r.meta.last_modified.timestamp_millis())
-            })))),
-            Err(object_store::Error::NotModified { .. }) => Ok(last.cloned().unwrap_or(Seen::Object(None))),
+            Ok(r) => Ok(Seen::Object(Some(r.meta.e_tag.clone().unwrap_or_else(
+                || {
+                    format!(
+                        "@{}-{}",
+                        r.meta.size,
+                        r.meta.last_modified.timestamp_millis()
+                    )
+                },
+            )))),
+            Err(object_store::Error::NotModified { .. }) => {
+                Ok(last.cloned().unwrap_or(Seen::Object(None)))
+            }
             Err(object_store::Error::NotFound { .. }) => Ok(Seen::Object(None)),
-            Err(e) => Err(inner.ctx.map(e, &format!("checking {uri} for changes"), None)),
+            Err(e) => Err(inner
+                .ctx
+                .map(e, &format!("checking {uri} for changes"), None)),
         }
     }
 

@@ -40,7 +40,10 @@ fn objects() -> Vec<(String, Vec<u8>)> {
         ("pre/dir/x.txt".into(), b"x\n".to_vec()),
     ];
     for i in 0..25 {
-        v.push((format!("pre/many/f{i:03}.txt"), format!("{i}\n").into_bytes()));
+        v.push((
+            format!("pre/many/f{i:03}.txt"),
+            format!("{i}\n").into_bytes(),
+        ));
     }
     v
 }

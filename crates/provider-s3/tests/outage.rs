@@ -19,9 +19,7 @@ use mcpr_core::{
 };
 use mcpr_provider_s3::S3Provider;
 
-const BIG: ReadLimits = ReadLimits {
-    max_bytes: 1 << 30,
-};
+const BIG: ReadLimits = ReadLimits { max_bytes: 1 << 30 };
 
 fn u(s: &str) -> ResourceUri {
     ResourceUri::parse(s).unwrap()
@@ -29,7 +27,11 @@ fn u(s: &str) -> ResourceUri {
 
 /// The error is clear about the bucket and leaks no key.
 fn assert_clear(e: &Error, bucket: &str) {
-    assert!(e.message.contains(bucket), "names the bucket: {}", e.message);
+    assert!(
+        e.message.contains(bucket),
+        "names the bucket: {}",
+        e.message
+    );
     let all = format!("{e:?}");
     assert!(
         !all.contains(KEY_ID) && !all.contains(SECRET),
@@ -50,7 +52,9 @@ async fn ready_within(p: &S3Provider, within: Duration) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_at_start_then_recovers() {
-    let Some(bin) = moto_bin_or_skip() else { return };
+    let Some(bin) = moto_bin_or_skip() else {
+        return;
+    };
     let port = free_port();
     let endpoint = format!("http://127.0.0.1:{port}");
     let bucket = unique_bucket("late");
@@ -89,7 +93,9 @@ async fn unreachable_at_start_then_recovers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stopped_mid_test_clear_errors_then_recovery() {
-    let Some(bin) = moto_bin_or_skip() else { return };
+    let Some(bin) = moto_bin_or_skip() else {
+        return;
+    };
     let mut m = Moto::start(bin);
     let endpoint = m.endpoint();
     let bucket = unique_bucket("outage");
@@ -100,7 +106,10 @@ async fn stopped_mid_test_clear_errors_then_recovery() {
     let bus = Arc::new(LocalBus::default());
     let mut rx = bus.subscribe();
     let uri = format!("s3://{bucket}/w.txt");
-    let _g = p.watch(&u(&uri), ChangeSink::new(bus.clone(), 0)).await.unwrap();
+    let _g = p
+        .watch(&u(&uri), ChangeSink::new(bus.clone(), 0))
+        .await
+        .unwrap();
     m.stop();
     // Down: clear errors, not ready, and the watch stays silent (a failed check is not a
     // change).
@@ -115,7 +124,10 @@ async fn stopped_mid_test_clear_errors_then_recovery() {
     );
     assert!(!p.ready().await);
     let quiet = tokio::time::timeout(Duration::from_millis(800), rx.recv()).await;
-    assert!(quiet.is_err(), "no event while the store is down: {quiet:?}");
+    assert!(
+        quiet.is_err(),
+        "no event while the store is down: {quiet:?}"
+    );
     // Back (empty: moto keeps nothing), then the object is written again with new bytes.
     m.restart();
     create_bucket(&endpoint, &bucket).await;
@@ -133,7 +145,9 @@ async fn stopped_mid_test_clear_errors_then_recovery() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_bucket_is_named() {
-    let Some(bin) = moto_bin_or_skip() else { return };
+    let Some(bin) = moto_bin_or_skip() else {
+        return;
+    };
     let m = Moto::start(bin);
     let endpoint = m.endpoint();
     // No such bucket: the mount builds, is not ready, and says what is wrong.
@@ -160,7 +174,9 @@ async fn missing_bucket_is_named() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_credentials_are_named_never_shown() {
-    let Some(bin) = moto_bin_or_skip() else { return };
+    let Some(bin) = moto_bin_or_skip() else {
+        return;
+    };
     // With authentication on, moto refuses keys it does not know (InvalidAccessKeyId, and
     // its error body echoes the key id: the message must not).
     let m = Moto::start_with(bin, free_port(), true);

@@ -184,7 +184,11 @@ pub async fn create_bucket(endpoint: &str, bucket: &str) {
         .send()
         .await
         .expect("create bucket");
-    assert!(r.status().is_success(), "create bucket {bucket}: {}", r.status());
+    assert!(
+        r.status().is_success(),
+        "create bucket {bucket}: {}",
+        r.status()
+    );
 }
 
 /// A writing client for the tests (the provider itself never writes).
