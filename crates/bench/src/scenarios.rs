@@ -1339,8 +1339,15 @@ fn raw_http(addr: &str, method: &str, path: &str, body: &[u8]) -> Result<(u16, V
     use std::io::{BufRead, Read, Write};
     let mut stream = std::net::TcpStream::connect(addr).map_err(|e| e.to_string())?;
     let _ = stream.set_nodelay(true);
+    // Objects are put public-read so the direct GET needs no signature (moto then applies
+    // the ACL); the server under test signs its requests as usual.
+    let acl = if method == "PUT" {
+        "x-amz-acl: public-read\r\n"
+    } else {
+        ""
+    };
     let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n{acl}Content-Length: {}\r\n\r\n",
         body.len()
     );
     stream
