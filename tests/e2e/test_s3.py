@@ -133,9 +133,47 @@ def bucket(moto, tmp_path):
     s3.delete_bucket(Bucket=name)
 
 
-async def test_list_read_directory_and_complete(serve, mode, bucket):
+async def test_missing_bucket_is_named_and_the_other_mount_serves(serve, mode, bucket, request):
+    name, _s3, config = bucket
+    missing = name + "-missing"
+    text = config.read_text() + "\n".join(
+        [
+            "",
+            "# A bucket that does not exist: its mount is not ready, the other one serves.",
+            "[[mount]]",
+            'kind = "s3"',
+            f"bucket = {toml_str(missing)}",
+            'region = "us-east-1"',
+            f"endpoint = {toml_str(_endpoint_of(config))}",
+            "allow_http = true",
+            f"access_key_id = {toml_str(KEY_ID)}",
+            f"secret_access_key = {toml_str(SECRET)}",
+        ]
+    ) + "\n"
+    config.write_text(text)
+    async with serve(mode, config=config) as c:
+        err = await c.error_of(c.client.read_resource(f"s3://{missing}/a.txt"))
+        assert missing in err.message and "does not exist" in err.message, err.message
+        assert KEY_ID not in str(err.data) + err.message and SECRET not in str(err.data) + err.message
+        got = await c.read_one(key_uri(name, "latest.json"))
+        assert content_bytes(got) == AWKWARD["latest.json"]
+    for log_path, _ in request.node._mcpr_logs:
+        text = Path(log_path).read_text()
+        assert missing in text, "the start-up warning names the bucket"
+        assert KEY_ID not in text and SECRET not in text, f"a key reached the log {log_path}"
+
+
+def _endpoint_of(config: Path) -> str:
+    for line in config.read_text().splitlines():
+        if line.startswith("endpoint = "):
+            return json.loads(line.split("=", 1)[1].strip())
+    raise AssertionError("no endpoint in the config")
+
+
+async def test_list_read_directory_and_complete(serve, mode, bucket, request):
     name, _s3, config = bucket
     async with serve(mode, config=config) as c:
+
         listed, sizes = await c.list_all()
         assert max(sizes) <= 3 and len(sizes) == 3, sizes
         keys = sorted(AWKWARD, key=lambda k: k.encode())
@@ -172,6 +210,9 @@ async def test_list_read_directory_and_complete(serve, mode, bucket):
         windowed = await c.read_one(key_uri(name, "bin/blob.bin") + "?offset=0&length=4")
         assert content_bytes(windowed) == AWKWARD["bin/blob.bin"][0:4]
         assert mime_base(windowed.mime_type) == "application/octet-stream"
+    for log_path, _ in request.node._mcpr_logs:
+        text = Path(log_path).read_text()
+        assert KEY_ID not in text and SECRET not in text, f"a key reached the log {log_path}"
 
 
 async def test_overwrite_updates_and_new_key_changes_list(serve, mode, bucket):

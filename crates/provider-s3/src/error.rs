@@ -37,16 +37,32 @@ impl Context {
         let b = &self.bucket;
         let detail = self.scrub(&chain(&err));
         let code = s3_code(&detail);
-        let e = match &err {
-            object_store::Error::NotFound { .. } if code.as_deref() == Some("NoSuchBucket") => {
-                Error::new(
-                    ErrorKind::Unavailable,
-                    format!(
-                        "s3 bucket `{b}` does not exist at {} (NoSuchBucket) while {what}",
-                        self.endpoint
-                    ),
+        let status = http_status(&detail);
+        // List requests come back as generic errors whatever the status: the status and the
+        // S3 code in the text decide as much as the variant does.
+        let denied = matches!(
+            err,
+            object_store::Error::PermissionDenied { .. }
+                | object_store::Error::Unauthenticated { .. }
+        ) || matches!(status, Some(401 | 403))
+            || matches!(
+                code.as_deref(),
+                Some(
+                    "AccessDenied"
+                        | "InvalidAccessKeyId"
+                        | "SignatureDoesNotMatch"
+                        | "InvalidToken"
+                        | "ExpiredToken"
                 )
-            }
+            );
+        let e = match &err {
+            _ if code.as_deref() == Some("NoSuchBucket") => Error::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "s3 bucket `{b}` does not exist at {} (NoSuchBucket) while {what}",
+                    self.endpoint
+                ),
+            ),
             object_store::Error::NotFound { .. } => match uri {
                 Some(u) => return Error::not_found(u),
                 None => Error::new(
@@ -54,8 +70,7 @@ impl Context {
                     format!("s3 bucket `{b}` answered not found while {what}: {detail}"),
                 ),
             },
-            object_store::Error::PermissionDenied { .. }
-            | object_store::Error::Unauthenticated { .. } => Error::new(
+            _ if denied => Error::new(
                 ErrorKind::Unavailable,
                 format!(
                     "access to s3 bucket `{b}` was denied{} while {what}; check the mount's credentials and the bucket policy",
@@ -146,6 +161,12 @@ fn transport(err: &(dyn std::error::Error + 'static)) -> Option<HttpErrorKind> {
     None
 }
 
+/// The HTTP status object_store wrote into an error's text ("status code: 403 Forbidden").
+fn http_status(text: &str) -> Option<u16> {
+    let at = text.find("status code: ")? + "status code: ".len();
+    text.get(at..at + 3)?.parse().ok()
+}
+
 /// The S3 error code (`<Code>NoSuchBucket</Code>`) in an error's text, when it has one.
 fn s3_code(text: &str) -> Option<String> {
     let start = text.find("<Code>")? + "<Code>".len();
@@ -170,5 +191,10 @@ mod tests {
             Some("SlowDown")
         );
         assert_eq!(s3_code("nothing"), None);
+        assert_eq!(
+            http_status("Server returned non-2xx status code: 403 Forbidden: x"),
+            Some(403)
+        );
+        assert_eq!(http_status("no status"), None);
     }
 }
