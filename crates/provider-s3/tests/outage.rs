@@ -1,8 +1,9 @@
 //! The store going away and coming back: a bucket unreachable at start leaves the mount not
 //! ready (and the mount still builds), the store stopped mid-test gives clear errors that
 //! name the bucket and never the credentials, and everything recovers by itself. Also the
-//! errors for a missing bucket and refused credentials. Each test runs its own moto, since
-//! it stops it.
+//! errors for a missing bucket, refused credentials, and a store that keeps throttling (a
+//! loopback server answering `503 SlowDown`). Each moto test runs its own moto, since it
+//! stops it.
 
 mod common;
 
@@ -200,4 +201,62 @@ async fn refused_credentials_are_named_never_shown() {
         .unwrap_err();
     assert!(e.message.contains("denied"), "{}", e.message);
     assert_clear(&e, &bucket);
+}
+
+/// A loopback HTTP server that answers every request with S3's throttling error, counting
+/// the requests.
+fn slow_down_server() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = hits.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut buf = [0u8; 8192];
+            let _ = stream.read(&mut buf);
+            let body = "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>";
+            let _ = write!(
+                stream,
+                "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/xml\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    (endpoint, hits)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn throttling_after_retries_is_named() {
+    let (endpoint, hits) = slow_down_server();
+    let bucket = unique_bucket("throttled");
+    let p = S3Provider::new(config(&endpoint, &bucket)).await.unwrap();
+    // Let the start-up probe finish its retries before counting.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let before = hits.load(std::sync::atomic::Ordering::SeqCst);
+    let started = Instant::now();
+    let e = p
+        .read(&u(&format!("s3://{bucket}/a.txt")), &BIG)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unavailable, "{}", e.message);
+    assert!(e.message.contains("throttling"), "{}", e.message);
+    assert_clear(&e, &bucket);
+    let tries = hits.load(std::sync::atomic::Ordering::SeqCst) - before;
+    assert_eq!(
+        tries,
+        1 + mcpr_provider_s3::MAX_RETRIES,
+        "one request and its retries"
+    );
+    assert!(started.elapsed() < mcpr_provider_s3::RETRY_TIMEOUT);
+    let e = p
+        .list(PageRequest {
+            after: None,
+            limit: 5,
+        })
+        .await
+        .unwrap_err();
+    assert!(e.message.contains("throttling"), "{}", e.message);
 }
