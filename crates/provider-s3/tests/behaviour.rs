@@ -152,5 +152,41 @@ async fn behaviour_suite() {
     let mut cfg = config(&m.endpoint(), &fx.bucket);
     cfg.prefix = "pre/".into();
     let p: Arc<dyn Provider> = Arc::new(S3Provider::new(cfg).await.unwrap());
-    run_suite(p, &fx).await;
+    run_suite(p.clone(), &fx).await;
+    // The bucket's root, above the mount's prefix, shows only the way down to it: nothing
+    // outside `pre/` (`other/`, `prelude.txt`) is named.
+    let root = format!("s3://{}/", fx.bucket);
+    let c = p
+        .read(
+            &mcpr_core::ResourceUri::parse(&root).unwrap(),
+            &mcpr_core::ReadLimits { max_bytes: 1 << 20 },
+        )
+        .await
+        .unwrap();
+    let mcpr_core::ContentsBody::Text(t) = &c[0].body else {
+        panic!("a listing is text")
+    };
+    let doc: serde_json::Value = serde_json::from_str(t).unwrap();
+    let names: Vec<&str> = doc["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["pre/"], "{doc}");
+    // Completion never suggests keys outside the prefix either.
+    let done = p
+        .complete(mcpr_core::CompletionRequest {
+            template: format!("s3://{}/{{+key}}", fx.bucket),
+            argument: "key".into(),
+            value: "pr".into(),
+            context: Default::default(),
+        })
+        .await
+        .unwrap();
+    assert!(
+        done.values.iter().all(|v| v.starts_with("pre/")),
+        "{:?}",
+        done.values
+    );
 }
