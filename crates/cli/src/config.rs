@@ -505,8 +505,22 @@ mod tests {
             e.starts_with("test.toml:2: `mount.kind`: unknown mount kind `ftp`"),
             "{e}"
         );
-        let e = parse_str("[[mount]]\nkind = \"s3\"\n").unwrap_err().0;
+        let e = parse_str("[[mount]]\nkind = \"web\"\n").unwrap_err().0;
         assert!(e.contains("not available in this version"), "{e}");
+        let e = parse_str("[[mount]]\nkind = \"s3\"\n").unwrap_err().0;
+        assert!(
+            e.starts_with("test.toml:2: `mount`") && e.contains("needs `bucket`"),
+            "{e}"
+        );
+        let e = parse_str(
+            "[[mount]]\nkind = \"s3\"\nbucket = \"b-1\"\nregion = \"us-east-1\"\nendpoint = \"http://127.0.0.1:9\"\n",
+        )
+        .unwrap_err()
+        .0;
+        assert!(
+            e.starts_with("test.toml:5: `mount.endpoint`") && e.contains("allow_http"),
+            "{e}"
+        );
         let e = parse_str("[server]\nmax_read_bytes = \"1GiB\"\n")
             .unwrap_err()
             .0;
@@ -545,6 +559,37 @@ mod tests {
             "[[mount]]\nkind = \"files\"\nroot = \"/tmp\"\n[[mount.query]]\nuri = \"db://a\"\n",
             "query",
             4,
+        );
+    }
+
+    #[test]
+    fn s3_refuses_keys_of_other_kinds_and_checks_its_own() {
+        let head = "[[mount]]\nkind = \"s3\"\nbucket = \"my-bucket\"\nregion = \"us-east-1\"\n";
+        refused(&format!("{head}root = \"/tmp\"\n"), "root", 5);
+        refused(&format!("{head}url = \"sqlite://x\"\n"), "url", 5);
+        refused(&format!("{head}debounce_ms = 5\n"), "debounce_ms", 5);
+        let e = parse_str(&format!("{head}poll_interval_ms = 10\n"))
+            .unwrap_err()
+            .0;
+        assert!(
+            e.starts_with("test.toml:5: `mount.poll_interval_ms`") && e.contains("100"),
+            "{e}"
+        );
+        let e = parse_str(
+            "[[mount]]\nkind = \"s3\"\nbucket = \"Bad_Bucket\"\nregion = \"us-east-1\"\n",
+        )
+        .unwrap_err()
+        .0;
+        assert!(e.starts_with("test.toml:3: `mount.bucket`"), "{e}");
+        // Keys from the environment; the mount's Debug never shows them.
+        let m = parse_str(&format!(
+            "{head}access_key_id = \"AKIAVISIBLEKEY\"\nsecret_access_key = \"s3cr3t-value\"\n"
+        ))
+        .unwrap();
+        let d = format!("{m:?}");
+        assert!(
+            !d.contains("AKIAVISIBLEKEY") && !d.contains("s3cr3t-value"),
+            "{d}"
         );
     }
 
