@@ -39,7 +39,7 @@ import httpx2
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.client.subscriptions import ResourceUpdated
+from mcp.client.subscriptions import ResourceUpdated, SubscriptionLost
 from mcp.shared.exceptions import MCPError
 from mcp_types import ResourceTemplateReference
 
@@ -563,11 +563,15 @@ async def test_issue20_listen_streams_per_client_limit(http_serve, base):
     async with connect(srv, MODERN) as c:
         async with c.client.listen(resource_subscriptions=[uri]):
             await srv.wait_metrics({"mcp_listen_streams": 1})
-            with pytest.raises(MCPError) as refused:
+            # The error arrives after the acknowledgment, so the SDK reports the stream as
+            # lost, with the server's error as the cause.
+            with pytest.raises(SubscriptionLost) as refused:
                 with anyio.fail_after(DEADLINE):
                     async with c.client.listen(resource_subscriptions=[uri]) as second:
                         await second.__anext__()
-            assert "max_listen_streams_per_client" in refused.value.error.message, refused.value.error
+            cause = refused.value.__cause__
+            assert isinstance(cause, MCPError), repr(cause)
+            assert "max_listen_streams_per_client" in cause.error.message, cause.error
         await srv.wait_metrics({"mcp_listen_streams": 0, "mcp_watched_resources": 0})
         async with c.client.listen(resource_subscriptions=[uri]):
             await srv.wait_metrics({"mcp_listen_streams": 1})
