@@ -428,6 +428,28 @@ async fn issue20_ops_endpoints_check_host_and_origin() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue20_ops_endpoints_with_configured_hosts() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let docs = tempfile::tempdir().unwrap();
+    let provider: Arc<dyn Provider> =
+        Arc::new(FilesProvider::new(FilesConfig::new(docs.path())).unwrap());
+    let state = ServerState::new(Settings::default(), vec![provider]);
+    let mut http = HttpSettings::new("127.0.0.1:0".parse().unwrap());
+    http.allowed_hosts = vec!["mcp.example.test".into()];
+    let base = common::spawn_http(state, http).await;
+    let client = reqwest::Client::new();
+    let status = |host: &'static str| {
+        let req = client.get(format!("{base}/readyz")).header("host", host);
+        async move { req.send().await.unwrap().status().as_u16() }
+    };
+    assert_eq!(status("mcp.example.test").await, 200);
+    assert_eq!(status("evil.example").await, 403);
+    assert_eq!(status("localhost").await, 403);
+    // An address, as a health probe sends it, cannot be a DNS rebinding.
+    assert_eq!(status("10.0.0.7:8080").await, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn issue20_readyz_detail_and_metrics_need_a_token() {
     let f = start(Settings::default(), HttpLimits::default()).await;
     let docs = f.docs_root.display().to_string();

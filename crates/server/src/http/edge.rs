@@ -454,7 +454,7 @@ pub async fn ops_gate(State(gate): State<Arc<OpsGate>>, req: Request, next: Next
         .headers()
         .get(http::header::HOST)
         .and_then(|h| h.to_str().ok())
-        .is_some_and(|h| super::direct::host_allowed(h, &gate.allowed_hosts))
+        .is_some_and(|h| super::direct::host_allowed(h, &gate.allowed_hosts) || is_ip_literal(h))
         || gate.allowed_hosts.is_empty();
     if !host_ok {
         return (
@@ -475,6 +475,18 @@ pub async fn ops_gate(State(gate): State<Arc<OpsGate>>, req: Request, next: Next
             .into_response();
     }
     next.run(req).await
+}
+
+/// Whether `host` (a Host header) names an IP address rather than a name. The operational
+/// endpoints accept these beyond `allowed_hosts`: health probes address a server by IP (a
+/// pod's address), and DNS rebinding, what the Host check guards against, needs a name.
+fn is_ip_literal(host: &str) -> bool {
+    http::uri::Authority::try_from(host).is_ok_and(|a| {
+        a.host()
+            .trim_matches(['[', ']'])
+            .parse::<std::net::IpAddr>()
+            .is_ok()
+    })
 }
 
 /// Whether `origin` matches an entry of `allowed` the way rmcp matches them: scheme and host
@@ -538,5 +550,15 @@ mod tests {
         assert!(!origin_allowed("http://evil.example", &list));
         assert!(!origin_allowed("garbage", &list));
         assert!(!origin_allowed("http://localhost:3000", &[]));
+    }
+
+    #[test]
+    fn ip_literal_hosts() {
+        assert!(is_ip_literal("127.0.0.1:8080"));
+        assert!(is_ip_literal("10.1.2.3"));
+        assert!(is_ip_literal("[::1]:80"));
+        assert!(!is_ip_literal("evil.example"));
+        assert!(!is_ip_literal("127.0.0.1.nip.io:80"));
+        assert!(!is_ip_literal("bad host"));
     }
 }
