@@ -92,6 +92,7 @@ struct RawHttp {
     session_idle_timeout_ms: Option<Spanned<IntOrString>>,
     shutdown_grace_ms: Option<Spanned<IntOrString>>,
     event_store_capacity: Option<Spanned<IntOrString>>,
+    body_timeout_ms: Option<Spanned<IntOrString>>,
     auth: Option<RawAuth>,
 }
 
@@ -125,6 +126,8 @@ struct RawServer {
     max_read_bytes: Option<Spanned<IntOrString>>,
     request_timeout_ms: Option<Spanned<IntOrString>>,
     max_subscriptions_per_session: Option<Spanned<IntOrString>>,
+    max_listen_streams_per_client: Option<Spanned<IntOrString>>,
+    max_watches: Option<Spanned<IntOrString>>,
 }
 
 /// The keys every mount shares, taken out of its table before the factory sees it.
@@ -206,6 +209,13 @@ fn server_config(
     if let Some(v) = &s.max_subscriptions_per_session {
         out.max_subscriptions_per_session =
             file.int(v, "server.max_subscriptions_per_session", 1..=1_000_000)? as usize;
+    }
+    if let Some(v) = &s.max_listen_streams_per_client {
+        out.max_listen_streams_per_client =
+            file.int(v, "server.max_listen_streams_per_client", 1..=100_000)? as usize;
+    }
+    if let Some(v) = &s.max_watches {
+        out.max_watches = file.int(v, "server.max_watches", 1..=100_000_000)? as usize;
     }
     Ok(())
 }
@@ -360,6 +370,10 @@ fn http_config(cx: &ConfigFile<'_>, h: RawHttp) -> Result<HttpConfig, ConfigErro
     if let Some(v) = &h.event_store_capacity {
         l.event_store_capacity = cx.int(v, "http.event_store_capacity", 1..=10_000_000)? as usize;
     }
+    if let Some(v) = &h.body_timeout_ms {
+        l.body_timeout =
+            Duration::from_millis(cx.int(v, "http.body_timeout_ms", 100..=3_600_000)?);
+    }
     if let Some(auth) = &h.auth {
         for t in &auth.bearer_tokens {
             for tok in token_source(cx, t, "http.auth.bearer_tokens")? {
@@ -482,6 +496,22 @@ mod tests {
             dbg.contains("\"/tmp\"") && dbg.contains("*.sqlite") && dbg.contains("ttl_ms: 5"),
             "{dbg}"
         );
+    }
+
+    #[test]
+    fn issue20_listen_and_body_limits_are_settings() {
+        let c = parse_str("[server]\nmax_listen_streams_per_client = 3\nmax_watches = 500\n[http]\nbody_timeout_ms = 2500\n").unwrap();
+        assert_eq!(c.server.max_listen_streams_per_client, 3);
+        assert_eq!(c.server.max_watches, 500);
+        let http = c.http.expect("an [http] table");
+        assert_eq!(
+            http.limits.body_timeout,
+            std::time::Duration::from_millis(2500)
+        );
+        let e = parse_str("[server]\nmax_watches = 0\n").unwrap_err().0;
+        assert!(e.contains("max_watches"), "{e}");
+        let e = parse_str("[http]\nbody_timeout_ms = 5\n").unwrap_err().0;
+        assert!(e.contains("body_timeout_ms"), "{e}");
     }
 
     #[test]

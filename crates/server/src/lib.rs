@@ -17,7 +17,7 @@ pub mod stdio;
 
 pub use errors::to_mcp_error;
 pub use handler::McpHandler;
-pub use registry::{Notice, Registry, RegistryStats};
+pub use registry::{ListenSlot, Notice, Registry, RegistryStats};
 pub use router::{Mount, Router};
 pub use service::{
     ChangeTokens, CompletionRef, ListPage, Listen, MAX_COMPLETION_VALUES, ReadOutcome, Service,
@@ -43,6 +43,13 @@ pub struct Settings {
     pub request_timeout: std::time::Duration,
     /// The most resources one session (or one listen stream) may subscribe to.
     pub max_subscriptions_per_session: usize,
+    /// The most `subscriptions/listen` streams one client may hold open at once (a client
+    /// is a token's identity over authenticated HTTP, an address without authentication,
+    /// the one peer over stdio).
+    pub max_listen_streams_per_client: usize,
+    /// The most subscriptions held at once over every session and listen stream: each URI
+    /// subscribed to or listened for counts one.
+    pub max_watches: usize,
 }
 
 impl Default for Settings {
@@ -54,6 +61,8 @@ impl Default for Settings {
             max_read_bytes: 8 * 1024 * 1024,
             request_timeout: std::time::Duration::from_secs(30),
             max_subscriptions_per_session: 1000,
+            max_listen_streams_per_client: 64,
+            max_watches: 100_000,
         }
     }
 }
@@ -119,6 +128,7 @@ impl ServerState {
                 })
             });
         let registry = Registry::new(router.clone(), bus);
+        registry.set_max_watches(settings.max_watches);
         let info = handler::server_info(&settings, &router);
         Arc::new(Self {
             settings,

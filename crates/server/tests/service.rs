@@ -430,7 +430,10 @@ async fn a_change_between_a_listens_acceptance_and_its_start_is_reported_first()
     // The client changes the resource the moment it sees the acknowledgment, before the
     // listen has its watch.
     std::fs::write(t.files.join("a0.txt"), "changed, and longer than before").unwrap();
-    let mut listen = service.listen(None, &uris, false, &tokens).await;
+    let mut listen = service
+        .listen(None, None, &uris, false, &tokens)
+        .await
+        .unwrap();
     let first = tokio::time::timeout(std::time::Duration::from_secs(2), listen.next())
         .await
         .expect("a notice at once");
