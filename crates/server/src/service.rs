@@ -258,13 +258,30 @@ impl Service {
                 after = None;
                 continue;
             }
-            let page = self
+            let resume = after.take();
+            let listed = self
                 .bounded(mount)
                 .list(PageRequest {
-                    after: after.take(),
+                    after: resume.clone(),
                     limit: page_size - items.len(),
                 })
-                .await?;
+                .await;
+            let page = match listed {
+                Ok(page) => page,
+                // A mount that fails (a bucket or database that is down) must not take the
+                // entries already gathered from the mounts before it down with it: they go
+                // out as a page whose cursor resumes at the failing mount, so its error
+                // reaches the client on the next call, whole, and nothing is skipped.
+                Err(_) if !items.is_empty() => {
+                    let position = match resume {
+                        Some(pos) => [&[AFTER][..], &pos].concat(),
+                        None => vec![AT_START],
+                    };
+                    next = Some((idx, position));
+                    break;
+                }
+                Err(e) => return Err(e),
+            };
             items.extend(page.items);
             if let Some(pos) = page.next {
                 let mut p = vec![AFTER];
