@@ -212,6 +212,17 @@ pub trait Provider: Send + Sync + 'static {
     /// The contents of `uri`, which the router has already matched to this mount.
     async fn read(&self, uri: &ResourceUri, limits: &ReadLimits) -> Result<Vec<Contents>>;
 
+    /// Like [`Provider::read`], with cache hints of the result's own when its freshness
+    /// depends on the resource (an HTTP answer's `max-age`); `None` keeps the mount's
+    /// [`ProviderInfo::cache`]. The server reads through this method.
+    async fn read_hinted(
+        &self,
+        uri: &ResourceUri,
+        limits: &ReadLimits,
+    ) -> Result<(Vec<Contents>, Option<CacheHints>)> {
+        Ok((self.read(uri, limits).await?, None))
+    }
+
     /// The URI templates this mount advertises.
     fn templates(&self) -> &[TemplateMeta] {
         &[]
