@@ -11,7 +11,7 @@ use mcpr_core::{Error, Result};
 use crate::cache::Validators;
 use crate::config::{Header, HttpConfig, HttpKind};
 use crate::error;
-use crate::net::{Guarded, HostResolver, check_host};
+use crate::net::{Guarded, HostResolver, Policy, check_host};
 
 /// What came back.
 pub(crate) enum Outcome {
@@ -36,7 +36,7 @@ pub(crate) struct Request<'a> {
 /// The mount's HTTP client and its rules.
 pub(crate) struct Fetcher {
     client: reqwest::Client,
-    allow_private: bool,
+    policy: Policy,
     timeout: Duration,
     max_redirects: u32,
     /// web: every hop must stay under these prefixes.
@@ -44,7 +44,15 @@ pub(crate) struct Fetcher {
 }
 
 impl Fetcher {
-    pub(crate) fn new(config: &HttpConfig, resolver: Arc<dyn HostResolver>) -> Result<Self> {
+    pub(crate) fn new(
+        config: &HttpConfig,
+        resolver: Arc<dyn HostResolver>,
+        exempt: Vec<std::net::IpAddr>,
+    ) -> Result<Self> {
+        let policy = Policy {
+            allow_private: config.allow_private,
+            exempt,
+        };
         // rustls needs a process-wide crypto provider; ring is the one the workspace builds.
         let _ = rustls::crypto::ring::default_provider().install_default();
         let client = reqwest::Client::builder()
@@ -53,7 +61,7 @@ impl Fetcher {
             .no_proxy()
             .dns_resolver(Arc::new(Guarded {
                 inner: resolver,
-                allow_private: config.allow_private,
+                policy: policy.clone(),
             }))
             .connect_timeout(config.timeout)
             .user_agent(concat!("mcp-resources/", env!("CARGO_PKG_VERSION")))
@@ -61,7 +69,7 @@ impl Fetcher {
             .map_err(|e| Error::internal(format!("cannot build the HTTP client: {e}")))?;
         Ok(Self {
             client,
-            allow_private: config.allow_private,
+            policy,
             timeout: config.timeout,
             max_redirects: config.max_redirects,
             allow: (config.kind == HttpKind::Web).then(|| config.allow.clone()),
@@ -161,7 +169,7 @@ impl Fetcher {
                 ),
             ));
         }
-        check_host(url, self.allow_private).map_err(|r| error::refused(uri, r))?;
+        check_host(url, &self.policy).map_err(|r| error::refused(uri, r))?;
         if let Some(allow) = &self.allow
             && !crate::target::allowed(allow, url)
         {

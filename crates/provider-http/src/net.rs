@@ -52,22 +52,38 @@ impl fmt::Display for Refused {
 
 impl std::error::Error for Refused {}
 
+/// Which addresses a mount may connect to.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Policy {
+    /// `allow_private = true`: any address.
+    pub(crate) allow_private: bool,
+    /// Non-public addresses allowed all the same; set only programmatically
+    /// ([`crate::HttpProvider::with_network`]), never from configuration.
+    pub(crate) exempt: Vec<IpAddr>,
+}
+
+impl Policy {
+    pub(crate) fn permits(&self, ip: IpAddr) -> bool {
+        self.allow_private || is_public(ip) || self.exempt.contains(&ip)
+    }
+}
+
 /// The resolver given to reqwest: look up, drop forbidden addresses, fail when none is left.
 pub(crate) struct Guarded {
     pub(crate) inner: Arc<dyn HostResolver>,
-    pub(crate) allow_private: bool,
+    pub(crate) policy: Policy,
 }
 
 impl Resolve for Guarded {
     fn resolve(&self, name: Name) -> Resolving {
         let inner = self.inner.clone();
-        let allow_private = self.allow_private;
+        let policy = self.policy.clone();
         Box::pin(async move {
             let host = name.as_str().to_owned();
             let ips = inner.lookup(&host).await?;
             let ok: Vec<SocketAddr> = ips
                 .into_iter()
-                .filter(|ip| allow_private || is_public(*ip))
+                .filter(|ip| policy.permits(*ip))
                 .map(|ip| SocketAddr::new(ip, 0))
                 .collect();
             if ok.is_empty() {
@@ -80,13 +96,13 @@ impl Resolve for Guarded {
 }
 
 /// Whether an IP literal host may be connected to; `Err` says why not.
-pub(crate) fn check_host(url: &reqwest::Url, allow_private: bool) -> Result<(), Refused> {
+pub(crate) fn check_host(url: &reqwest::Url, policy: &Policy) -> Result<(), Refused> {
     let ip = match url.host() {
         Some(url::Host::Ipv4(v4)) => IpAddr::V4(v4),
         Some(url::Host::Ipv6(v6)) => IpAddr::V6(v6),
         _ => return Ok(()),
     };
-    if allow_private || is_public(ip) {
+    if policy.permits(ip) {
         Ok(())
     } else {
         Err(Refused {
@@ -216,10 +232,15 @@ mod tests {
             "http://169.254.169.254/latest/meta-data/",
         ] {
             let url = reqwest::Url::parse(u).unwrap();
-            assert!(check_host(&url, false).is_err(), "{u} must be refused");
-            assert!(check_host(&url, true).is_ok());
+            let closed = Policy::default();
+            assert!(check_host(&url, &closed).is_err(), "{u} must be refused");
+            let open = Policy {
+                allow_private: true,
+                exempt: Vec::new(),
+            };
+            assert!(check_host(&url, &open).is_ok());
         }
         let url = reqwest::Url::parse("https://example.com/").unwrap();
-        assert!(check_host(&url, false).is_ok());
+        assert!(check_host(&url, &Policy::default()).is_ok());
     }
 }

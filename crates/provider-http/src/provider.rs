@@ -70,13 +70,24 @@ impl HttpProvider {
     /// A mount resolving host names through `resolver` (tests map names to loopback). The
     /// SSRF guard applies to whatever it answers.
     pub fn with_resolver(config: HttpConfig, resolver: Arc<dyn HostResolver>) -> Result<Self> {
+        Self::with_network(config, resolver, Vec::new())
+    }
+
+    /// Like [`HttpProvider::with_resolver`], also letting the mount reach the non-public
+    /// addresses in `exempt` (tests: the loopback upstream, while every other private
+    /// address stays refused). Not reachable from configuration.
+    pub fn with_network(
+        config: HttpConfig,
+        resolver: Arc<dyn HostResolver>,
+        exempt: Vec<std::net::IpAddr>,
+    ) -> Result<Self> {
         config.validate()?;
         let endpoints = config
             .endpoints
             .iter()
             .map(Compiled::new)
             .collect::<Result<Vec<_>>>()?;
-        let fetcher = Fetcher::new(&config, resolver)?;
+        let fetcher = Fetcher::new(&config, resolver, exempt)?;
         let label = match config.kind {
             HttpKind::Api => format!("api {}", config.name),
             HttpKind::Web => format!("web {}", config.allow.join(" ")),
