@@ -9,11 +9,12 @@ const FEATURES: &[(&str, &[&str])] = &[
     ("files", &["files"]),
     ("git", &["git"]),
     ("sql", &["sqlite", "postgres", "mysql"]),
+    ("http", &["api", "web"]),
     ("conformance", &["conformance"]),
 ];
 
 /// Kinds the project plans and this version does not have yet.
-const PLANNED: &[&str] = &["api", "web", "s3"];
+const PLANNED: &[&str] = &["s3"];
 
 /// The registry of every provider compiled in.
 pub fn registry() -> ProviderRegistry {
@@ -25,6 +26,8 @@ pub fn registry() -> ProviderRegistry {
     r.register(Box::new(mcpr_provider_git::GitFactory));
     #[cfg(feature = "sql")]
     r.register(Box::new(mcpr_provider_sql::SqlFactory));
+    #[cfg(feature = "http")]
+    r.register(Box::new(mcpr_provider_http::HttpFactory));
     // The official conformance suite's fixtures: test data, never in a shipped binary.
     #[cfg(feature = "conformance")]
     r.register(Box::new(mcpr_provider_conformance::ConformanceFactory));
