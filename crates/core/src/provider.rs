@@ -186,6 +186,18 @@ pub struct Completion {
     pub has_more: bool,
 }
 
+/// A counter a provider exports on the server's `/metrics` (cache hits, upstream requests),
+/// labelled there with the mount's kind and label.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Counter {
+    /// The metric name (`mcpr_http_cache_hits_total`).
+    pub name: &'static str,
+    /// Its one-line description.
+    pub help: &'static str,
+    /// The count so far.
+    pub value: u64,
+}
+
 /// One mounted data source.
 ///
 /// Every method that a provider does not declare in [`ProviderInfo::capabilities`] answers
@@ -255,6 +267,11 @@ pub trait Provider: Send + Sync + 'static {
     fn change_token(&self, uri: &ResourceUri) -> Option<String> {
         let _ = uri;
         None
+    }
+
+    /// Counters of the provider's own for `/metrics`; none by default.
+    fn counters(&self) -> Vec<Counter> {
+        Vec::new()
     }
 
     /// Start reporting changes of the set of resources to `sink` until the guard is dropped.

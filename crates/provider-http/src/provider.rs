@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use mcpr_core::{
-    CacheHints, Capabilities, ChangeSink, Completion, CompletionRequest, Contents, Error, Page,
-    PageRequest, Provider, ProviderInfo, ReadLimits, ResourceMeta, ResourceUri, Result,
+    CacheHints, Capabilities, ChangeSink, Completion, CompletionRequest, Contents, Counter, Error,
+    Page, PageRequest, Provider, ProviderInfo, ReadLimits, ResourceMeta, ResourceUri, Result,
     TemplateMeta, WatchGuard,
 };
 
@@ -256,6 +256,27 @@ impl Provider for HttpProvider {
             total: Some(total as u32),
             has_more: total > 100,
         })
+    }
+
+    fn counters(&self) -> Vec<Counter> {
+        let c = self.inner.stats.counts();
+        vec![
+            Counter {
+                name: "mcpr_http_cache_hits_total",
+                help: "api/web reads served from the mount's cache without asking the upstream.",
+                value: c.hits,
+            },
+            Counter {
+                name: "mcpr_http_cache_misses_total",
+                help: "api/web reads and change checks that fetched the whole response.",
+                value: c.misses,
+            },
+            Counter {
+                name: "mcpr_http_cache_revalidations_total",
+                help: "Conditional requests the upstream answered 304 Not Modified.",
+                value: c.revalidations,
+            },
+        ]
     }
 
     async fn watch(&self, uri: &ResourceUri, sink: ChangeSink) -> Result<WatchGuard> {
