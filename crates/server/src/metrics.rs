@@ -166,8 +166,9 @@ pub fn render_provider_counters(
     mounts: &[(&str, &str, Vec<mcpr_core::Counter>)],
     out: &mut String,
 ) {
-    let mut families: std::collections::BTreeMap<&str, (&str, Vec<(&str, &str, u64)>)> =
-        Default::default();
+    /// (kind, mount label, value) of one mount's series.
+    type Series<'a> = Vec<(&'a str, &'a str, u64)>;
+    let mut families: std::collections::BTreeMap<&str, (&str, Series)> = Default::default();
     for (kind, label, counters) in mounts {
         for c in counters {
             families
