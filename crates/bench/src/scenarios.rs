@@ -1520,3 +1520,77 @@ pub fn s3(env: &Env) -> Vec<Row> {
     })();
     guard(S, "mcp-resources", r)
 }
+
+/// `api://`: one 1 KiB JSON document from a loopback upstream, read through the provider
+/// cached (`max-age`, served from the mount's cache) and uncached (`no-store`, one upstream GET
+/// per read), next to a direct GET of the same upstream by the same driver.
+pub fn api(env: &Env) -> Vec<Row> {
+    const S: &str = "stdio read api:// (loopback upstream)";
+    let mut rows = Vec::new();
+    let up = match crate::upstream::Upstream::start() {
+        Ok(u) => u,
+        Err(e) => return vec![Row::skipped(S, "mcp-resources", e)],
+    };
+    let rows_of = |subject: &str, mut o: Outcome, note: &str| {
+        vec![
+            Row::new(S, subject, "p50 (1 in flight)", o.latency.p50_us(), "µs").note(note),
+            Row::new(S, subject, "p99 (1 in flight)", o.latency.p99_us(), "µs").note(note),
+            Row::new(S, subject, "throughput (32 in flight)", o.rps, "req/s").note(note),
+        ]
+    };
+    let direct = "GET /uncached over keep-alive HTTP/1.1 by this driver: the floor";
+    rows.extend(guard(
+        S,
+        "direct HTTP GET",
+        crate::load::http_get(&up.addr, "/uncached", "\"items\"", env.plan())
+            .map(|o| rows_of("direct HTTP GET", o, direct)),
+    ));
+    let config = (|| -> Result<PathBuf, String> {
+        let p = env.cache.join("api.toml");
+        let text = format!(
+            r#"# Written by mcpr-bench: an api mount over the loopback upstream.
+[server]
+max_read_bytes = "16MiB"
+
+[[mount]]
+kind = "api"
+name = "bench"
+allow_private = true          # the upstream is on loopback
+
+[[mount.endpoint]]
+uri = "api://bench/cached"
+url = "http://{0}/cached"
+
+[[mount.endpoint]]
+uri = "api://bench/uncached"
+url = "http://{0}/uncached"
+"#,
+            up.addr
+        );
+        std::fs::write(&p, text).map_err(|e| format!("write {}: {e}", p.display()))?;
+        Ok(p)
+    })();
+    for (subject, uri, note) in [
+        (
+            "mcp-resources cached",
+            "api://bench/cached",
+            "resources/read of an endpoint the upstream marks max-age=3600: served from the mount's cache",
+        ),
+        (
+            "mcp-resources uncached",
+            "api://bench/uncached",
+            "resources/read of an endpoint the upstream marks no-store: one upstream GET per read",
+        ),
+    ] {
+        let r = (|| -> Result<Vec<Row>, String> {
+            let config = config.clone()?;
+            let mut s = StdioServer::spawn(&mut env.ours(&config), false)?;
+            let _w = Watchdog::arm(s.pid(), Duration::from_secs(120));
+            s.initialize()?;
+            let o = load::stdio(&mut s, &read_req(uri), "item 1", false, env.plan())?;
+            Ok(rows_of(subject, o, note))
+        })();
+        rows.extend(guard(S, subject, r));
+    }
+    rows
+}

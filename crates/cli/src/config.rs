@@ -535,8 +535,6 @@ mod tests {
             e.starts_with("test.toml:2: `mount.kind`: unknown mount kind `ftp`"),
             "{e}"
         );
-        let e = parse_str("[[mount]]\nkind = \"web\"\n").unwrap_err().0;
-        assert!(e.contains("not available in this version"), "{e}");
         let e = parse_str("[[mount]]\nkind = \"s3\"\n").unwrap_err().0;
         assert!(
             e.starts_with("test.toml:2: `mount`") && e.contains("needs `bucket`"),
@@ -640,6 +638,43 @@ mod tests {
             "template",
             4,
         );
+    }
+
+    #[test]
+    fn http_refuses_keys_of_other_kinds() {
+        refused(
+            "[[mount]]\nkind = \"api\"\nname = \"w\"\nroot = \"/tmp\"\n",
+            "root",
+            4,
+        );
+        refused(
+            "[[mount]]\nkind = \"web\"\nallow = [\"https://d.example/\"]\n\nrepo = \".\"\n",
+            "repo",
+            5,
+        );
+        let e = parse_str("[[mount]]\nkind = \"api\"\n[[mount.endpoint]]\nuri = \"api://w/x\"\nurl = \"https://h/x\"\nsql = \"select 1\"\n").unwrap_err().0;
+        assert!(
+            e.starts_with("test.toml:6: `mount.endpoint.sql`: unknown field `sql`"),
+            "{e}"
+        );
+        // The provider's own checks land on the key's line.
+        let e = parse_str("[[mount]]\nkind = \"api\"\ntimeout_ms = 5\n[[mount.endpoint]]\nuri = \"api://w/x\"\nurl = \"https://h/x\"\n").unwrap_err().0;
+        assert!(
+            e.starts_with("test.toml:3: `mount.timeout_ms`: 5 is out of range"),
+            "{e}"
+        );
+        let e = parse_str("[[mount]]\nkind = \"api\"\n[[mount.endpoint]]\nuri = \"api://w/{p}\"\nurl = \"https://h/{+p}\"\n").unwrap_err().0;
+        assert!(e.starts_with("test.toml:5: `mount.endpoint.0.url`"), "{e}");
+        let e = parse_str(
+            "[[mount]]\nkind = \"web\"\nallow = [\"https://d.example/\", \"ftp://x/\"]\n",
+        )
+        .unwrap_err()
+        .0;
+        assert!(e.starts_with("test.toml:3: `mount.allow.1`"), "{e}");
+        let ok = parse_str(
+            "[[mount]]\nkind = \"api\"\nname = \"weather\"\ncache_max_bytes = \"64MiB\"\n[[mount.endpoint]]\nuri = \"api://weather/{city}/forecast\"\nurl = \"https://api.example.com/v1/forecast/{city}?units=metric\"\nheaders = { Authorization = \"Bearer x\" }\nparams.city = { enum = [\"beijing\", \"shanghai\"] }\n",
+        );
+        assert!(ok.is_ok(), "{ok:?}");
     }
 
     #[test]

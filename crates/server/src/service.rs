@@ -373,10 +373,12 @@ impl Service {
         let limits = ReadLimits {
             max_bytes: self.state.settings.max_read_bytes,
         };
-        let contents = self.bounded(mount).read(&uri, &limits).await?;
+        let (contents, own) = self.bounded(mount).read(&uri, &limits).await?;
+        // A result with hints of its own (an HTTP answer's remaining freshness) carries
+        // those; the caller's grant can still only make them stricter.
         Ok(ReadOutcome {
             contents,
-            hints: hints_for(grant, info.cache),
+            hints: hints_for(grant, own.unwrap_or(info.cache)),
         })
     }
 

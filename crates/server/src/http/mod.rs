@@ -341,6 +341,17 @@ async fn metrics(State(ops): State<Arc<Ops>>, headers: http::HeaderMap) -> Respo
     }
     let mut out = String::new();
     ops.state.metrics().render(&mut out);
+    let mounts: Vec<_> = ops
+        .state
+        .router()
+        .mounts()
+        .iter()
+        .map(|m| {
+            let info = m.provider.info();
+            (info.kind, info.label.as_str(), m.provider.counters())
+        })
+        .collect();
+    crate::metrics::render_provider_counters(&mounts, &mut out);
     let stats = ops.state.registry().stats();
     let sessions = ops.edge.sessions.sessions.read().await.len();
     let gauges = [
