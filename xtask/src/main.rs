@@ -49,33 +49,38 @@ fn run(cmd: &mut Command) -> Result<(), String> {
 fn test(args: &[String]) -> Result<(), String> {
     let root = root();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let rust_only = args.iter().any(|a| a == "--rust-only");
+    // The venv first: besides the Python suite's SDK it holds the S3-compatible server (moto)
+    // that the s3 provider's Rust tests start, and with CI=true they fail without it.
+    let venv = root.join(".cache/venv");
+    let python = venv.join("bin/python");
+    if !rust_only {
+        if !python.exists() {
+            let base = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+            run(Command::new(base).args(["-m", "venv"]).arg(&venv))?;
+        }
+        run(Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "-r",
+            ])
+            .arg(root.join(E2E_REQUIREMENTS)))?;
+    }
     run(Command::new(&cargo)
         .current_dir(&root)
         .args(["test", "--workspace", "--all-targets"]))?;
     files_only(&root, &cargo)?;
-    if args.iter().any(|a| a == "--rust-only") {
+    if rust_only {
         return Ok(());
     }
     // The Python suite drives the same binary a user runs.
     run(Command::new(&cargo)
         .current_dir(&root)
         .args(["build", "-p", "mcp-resources"]))?;
-    let venv = root.join(".cache/venv");
-    let python = venv.join("bin/python");
-    if !python.exists() {
-        let base = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
-        run(Command::new(base).args(["-m", "venv"]).arg(&venv))?;
-    }
-    run(Command::new(&python)
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "-r",
-        ])
-        .arg(root.join(E2E_REQUIREMENTS)))?;
     run(Command::new(&python)
         .current_dir(&root)
         .env("MCPR_BIN", root.join("target/debug/mcp-resources"))

@@ -96,6 +96,20 @@ impl Conn {
         self.read_response()
     }
 
+    /// GET `path` and read the whole response.
+    pub fn get(&mut self, path: &str) -> Result<Response, String> {
+        self.out.clear();
+        let _ = write!(
+            self.out,
+            "GET {path} HTTP/1.1\r\nhost: {}\r\naccept: */*\r\n\r\n",
+            self.host
+        );
+        self.stream
+            .write_all(&self.out)
+            .map_err(|e| format!("send: {e}"))?;
+        self.read_response()
+    }
+
     /// Fill the buffer until it holds at least `n` bytes.
     fn fill(&mut self, n: usize) -> Result<(), String> {
         let mut chunk = [0u8; 65536];

@@ -229,6 +229,18 @@ pub fn stdio_interleaved(
         .collect())
 }
 
+/// An address and how to make one request there.
+struct HttpCall<'a, 'c> {
+    addr: &'a str,
+    call: Call<'c>,
+}
+
+impl HttpCall<'_, '_> {
+    fn call(&self, c: &mut Conn, id: u64) -> Result<(bool, Vec<u8>), String> {
+        (self.call)(c, id)
+    }
+}
+
 /// One HTTP request target: endpoint, headers per request, and the body for id `n`.
 pub struct HttpTarget<'a> {
     /// `127.0.0.1:PORT`.
@@ -257,7 +269,29 @@ impl HttpTarget<'_> {
 /// Drive an HTTP server: one connection for latency, `WINDOW` connections (one thread each)
 /// for throughput.
 pub fn http(t: &HttpTarget, check: &str, plan: Plan) -> Result<Outcome, String> {
-    let mut c = Conn::connect(&t.addr)?;
+    drive_http(&t.addr, &|c, id| t.call(c, id), check, plan)
+}
+
+/// Drive plain GETs of `path` at `addr` the same way as [`http`]: the floor a proxying
+/// provider is compared with.
+pub fn http_get(addr: &str, path: &str, check: &str, plan: Plan) -> Result<Outcome, String> {
+    drive_http(
+        addr,
+        &|c, _| {
+            let r = c.get(path)?;
+            Ok((r.status != 200, r.body))
+        },
+        check,
+        plan,
+    )
+}
+
+/// One request on a connection: (was it an error, the answer).
+type Call<'a> = &'a (dyn Fn(&mut Conn, u64) -> Result<(bool, Vec<u8>), String> + Sync);
+
+fn drive_http(addr: &str, call: Call, check: &str, plan: Plan) -> Result<Outcome, String> {
+    let t = &HttpCall { addr, call };
+    let mut c = Conn::connect(t.addr)?;
     let (_, first) = t.call(&mut c, 1)?;
     verify(&first, check)?;
     for i in 0..plan.warmup {
@@ -282,7 +316,7 @@ pub fn http(t: &HttpTarget, check: &str, plan: Plan) -> Result<Outcome, String> 
         let handles: Vec<_> = (0..WINDOW)
             .map(|w| {
                 s.spawn(move || {
-                    let mut c = Conn::connect(&t.addr)?;
+                    let mut c = Conn::connect(t.addr)?;
                     let (mut done, mut errs) = (0u64, 0u64);
                     let mut id = 10_000_000 * (w as u64 + 1);
                     while start.elapsed() < plan.throughput_phase {

@@ -14,6 +14,7 @@ mod proc;
 mod report;
 mod scenarios;
 mod stats;
+mod upstream;
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -24,7 +25,7 @@ const USAGE: &str = "usage:
   mcpr-bench file-echo DIR FILE
   mcpr-bench run --server BIN --cache DIR [--quick] [--node NODE --peers DIR]
                  [--opendal BIN | --no-opendal REASON] [--only s1,s2]
-scenarios: stdio, http, list, blob, notify, memory, startup, sqlite";
+scenarios: stdio, http, list, blob, notify, memory, startup, sqlite, api, s3";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -206,7 +207,7 @@ fn run(args: &[String]) -> Result<(), String> {
         opendal: a.opendal,
     };
     type Scenario = fn(&scenarios::Env) -> Vec<report::Row>;
-    let all: [(&str, Scenario); 8] = [
+    let all: [(&str, Scenario); 10] = [
         ("startup", scenarios::startup),
         ("stdio", scenarios::stdio_read),
         ("http", scenarios::http_read),
@@ -215,6 +216,8 @@ fn run(args: &[String]) -> Result<(), String> {
         ("notify", scenarios::notify),
         ("memory", scenarios::memory),
         ("sqlite", scenarios::sqlite),
+        ("api", scenarios::api),
+        ("s3", scenarios::s3),
     ];
     let mut rows = Vec::new();
     for (name, f) in all {

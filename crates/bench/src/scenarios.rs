@@ -1302,3 +1302,295 @@ pub fn sqlite(env: &Env) -> Vec<Row> {
     })();
     guard(S, "mcp-resources", r)
 }
+
+/// moto's S3 server, stopped when dropped.
+struct MotoProc(std::process::Child);
+
+impl Drop for MotoProc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `moto_server`: `$MCPR_MOTO`, the project venv (`cargo xtask test` installs it there from
+/// tests/e2e/requirements.txt), or `PATH`.
+fn moto_binary(env: &Env) -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("MCPR_MOTO") {
+        return Some(p.into());
+    }
+    let venv = env
+        .server
+        .parent()?
+        .parent()?
+        .parent()?
+        .join(".cache/venv/bin/moto_server");
+    if venv.exists() {
+        return Some(venv);
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join("moto_server"))
+        .find(|p| p.exists())
+}
+
+/// One plain HTTP/1.1 request on a connection of its own (moto's server closes each
+/// connection after one answer); the status and body.
+fn raw_http(addr: &str, method: &str, path: &str, body: &[u8]) -> Result<(u16, Vec<u8>), String> {
+    use std::io::{BufRead, Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).map_err(|e| e.to_string())?;
+    let _ = stream.set_nodelay(true);
+    // Objects are put public-read so the direct GET needs no signature (moto then applies
+    // the ACL); the server under test signs its requests as usual.
+    let acl = if method == "PUT" {
+        "x-amz-acl: public-read\r\n"
+    } else {
+        ""
+    };
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n{acl}Content-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream
+        .write_all(&[head.as_bytes(), body].concat())
+        .map_err(|e| e.to_string())?;
+    let mut r = std::io::BufReader::new(&mut stream);
+    let mut line = String::new();
+    r.read_line(&mut line).map_err(|e| e.to_string())?;
+    let status: u16 = line
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or(format!("bad status line {line:?}"))?;
+    let mut len = 0usize;
+    loop {
+        line.clear();
+        r.read_line(&mut line).map_err(|e| e.to_string())?;
+        if line == "\r\n" || line.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = line.split_once(':')
+            && k.eq_ignore_ascii_case("content-length")
+        {
+            len = v.trim().parse().map_err(|_| format!("bad length {v:?}"))?;
+        }
+    }
+    let mut out = vec![0; if method == "HEAD" { 0 } else { len }];
+    r.read_exact(&mut out).map_err(|e| e.to_string())?;
+    Ok((status, out))
+}
+
+/// S3: reading a 1 KiB object and walking a 1,000-object listing, through our server against
+/// moto on loopback, next to a plain GET of the same object from moto (the cost of going to
+/// the source directly). moto is a Python emulator: its own time per request dominates, so
+/// these rows say what our layer adds, not what AWS would give.
+pub fn s3(env: &Env) -> Vec<Row> {
+    const S: &str = "s3 read and list (local moto)";
+    const OBJECTS: usize = 1000;
+    let note = "against moto_server on loopback (a Python S3 emulator, not AWS: its per-request time dominates); read: resources/read of a 1 KiB object over stdio (one GET each); list: resources/list of 1,000 objects, page size 100, following nextCursor (one ListObjectsV2 per page); direct: the same GET sent straight to moto, a connection each";
+    let r = (|| -> Result<Vec<Row>, String> {
+        let bin = moto_binary(env).ok_or(
+            "moto_server not found (MCPR_MOTO, .cache/venv/bin, PATH): pip install -r tests/e2e/requirements.txt",
+        )?;
+        let addr = free_addr()?;
+        let port = addr.rsplit(':').next().unwrap_or_default().to_owned();
+        let moto = MotoProc(
+            Command::new(&bin)
+                .args(["-H", "127.0.0.1", "-p", &port])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .map_err(|e| format!("cannot start {}: {e}", bin.display()))?,
+        );
+        wait_port(&addr)?;
+        let (st, _) = raw_http(&addr, "PUT", "/bench", b"")?;
+        if st != 200 {
+            return Err(format!("create bucket: status {st}"));
+        }
+        let mut body = format!("{TEXT_1K_HEAD} (s3)\n").into_bytes();
+        body.resize(1024, b'x');
+        for i in 0..OBJECTS {
+            let (st, _) = raw_http(&addr, "PUT", &format!("/bench/obj/{i:04}.txt"), &body)?;
+            if st != 200 {
+                return Err(format!("put object {i}: status {st}"));
+            }
+        }
+        let config = env.cache.join("s3.toml");
+        let text = format!(
+            "# Written by mcpr-bench: an s3 mount of a moto bucket on loopback.\n[server]\npage_size = 100\n\n[[mount]]\nkind = \"s3\"\nbucket = \"bench\"\nregion = \"us-east-1\"\nendpoint = \"http://{addr}\"\nallow_http = true\naccess_key_id = \"bench\"\nsecret_access_key = \"bench\"\n"
+        );
+        std::fs::write(&config, text).map_err(|e| format!("{}: {e}", config.display()))?;
+        let mut srv = StdioServer::spawn(&mut env.ours(&config), false)?;
+        let _w = Watchdog::arm(srv.pid(), Duration::from_secs(300));
+        srv.initialize()?;
+        let plan = Plan {
+            iters: if env.quick { 200 } else { 2_000 },
+            max_latency_phase: Duration::from_secs(if env.quick { 3 } else { 10 }),
+            throughput_phase: Duration::from_secs(if env.quick { 2 } else { 5 }),
+            warmup: 50,
+        };
+        let mut read = load::stdio(
+            &mut srv,
+            &read_req("s3://bench/obj/0007.txt"),
+            TEXT_1K_HEAD,
+            false,
+            plan,
+        )?;
+        let mut walks = Vec::new();
+        for _ in 0..env.reps(5).min(5) {
+            let start = Instant::now();
+            let mut cursor: Option<String> = None;
+            let mut count = 0usize;
+            loop {
+                let req = match &cursor {
+                    None => r#"{"jsonrpc":"2.0","id":1,"method":"resources/list"}"#.to_owned(),
+                    Some(c) => format!(
+                        r#"{{"jsonrpc":"2.0","id":1,"method":"resources/list","params":{{"cursor":"{c}"}}}}"#
+                    ),
+                };
+                srv.send_now(req.as_bytes())?;
+                let line = srv.recv_response()?;
+                load::verify(line, "")?;
+                let text = std::str::from_utf8(line).map_err(|e| e.to_string())?;
+                count += text.matches("\"uri\":").count();
+                cursor = text
+                    .find("\"nextCursor\":\"")
+                    .map(|i| &text[i + 14..])
+                    .and_then(|rest| rest.split('"').next())
+                    .map(str::to_owned);
+                if cursor.is_none() {
+                    break;
+                }
+            }
+            if count != OBJECTS {
+                return Err(format!("listed {count} objects, expected {OBJECTS}"));
+            }
+            walks.push(start.elapsed());
+        }
+        walks.sort();
+        let walk = walks[walks.len() / 2];
+        let mut direct = Samples::with_capacity(plan.iters);
+        for _ in 0..plan.iters.min(2_000) {
+            let t = Instant::now();
+            let (st, b) = raw_http(&addr, "GET", "/bench/obj/0007.txt", b"")?;
+            direct.push(t.elapsed());
+            if st != 200 || b.len() != 1024 {
+                return Err(format!("direct GET: status {st}, {} bytes", b.len()));
+            }
+        }
+        drop(srv);
+        drop(moto);
+        let (d50, d99) = (direct.p50_us(), direct.p99_us());
+        Ok(vec![
+            Row::new(
+                S,
+                "mcp-resources",
+                "read p50 (1 in flight)",
+                read.latency.p50_us(),
+                "µs",
+            )
+            .compare(format!("direct GET from moto p50 {d50:.0} µs"))
+            .note(note),
+            Row::new(
+                S,
+                "mcp-resources",
+                "read p99 (1 in flight)",
+                read.latency.p99_us(),
+                "µs",
+            )
+            .compare(format!("direct GET from moto p99 {d99:.0} µs"))
+            .note(note),
+            Row::new(
+                S,
+                "mcp-resources",
+                "read throughput (32 in flight)",
+                read.rps,
+                "req/s",
+            )
+            .note(note),
+            Row::new(
+                S,
+                "mcp-resources",
+                "list 1,000 objects, 10 pages (median)",
+                walk.as_secs_f64() * 1000.0,
+                "ms",
+            )
+            .compare(format!("{:.1} ms per page", walk.as_secs_f64() * 100.0))
+            .note(note),
+        ])
+    })();
+    guard(S, "mcp-resources", r)
+}
+
+/// `api://`: one 1 KiB JSON document from a loopback upstream, read through the provider
+/// cached (`max-age`, served from the mount's cache) and uncached (`no-store`, one upstream GET
+/// per read), next to a direct GET of the same upstream by the same driver.
+pub fn api(env: &Env) -> Vec<Row> {
+    const S: &str = "stdio read api:// (loopback upstream)";
+    let mut rows = Vec::new();
+    let up = match crate::upstream::Upstream::start() {
+        Ok(u) => u,
+        Err(e) => return vec![Row::skipped(S, "mcp-resources", e)],
+    };
+    let rows_of = |subject: &str, mut o: Outcome, note: &str| {
+        vec![
+            Row::new(S, subject, "p50 (1 in flight)", o.latency.p50_us(), "µs").note(note),
+            Row::new(S, subject, "p99 (1 in flight)", o.latency.p99_us(), "µs").note(note),
+            Row::new(S, subject, "throughput (32 in flight)", o.rps, "req/s").note(note),
+        ]
+    };
+    let direct = "GET /uncached over keep-alive HTTP/1.1 by this driver: the floor";
+    rows.extend(guard(
+        S,
+        "direct HTTP GET",
+        crate::load::http_get(&up.addr, "/uncached", "\"items\"", env.plan())
+            .map(|o| rows_of("direct HTTP GET", o, direct)),
+    ));
+    let config = (|| -> Result<PathBuf, String> {
+        let p = env.cache.join("api.toml");
+        let text = format!(
+            r#"# Written by mcpr-bench: an api mount over the loopback upstream.
+[server]
+max_read_bytes = "16MiB"
+
+[[mount]]
+kind = "api"
+name = "bench"
+allow_private = true          # the upstream is on loopback
+
+[[mount.endpoint]]
+uri = "api://bench/cached"
+url = "http://{0}/cached"
+
+[[mount.endpoint]]
+uri = "api://bench/uncached"
+url = "http://{0}/uncached"
+"#,
+            up.addr
+        );
+        std::fs::write(&p, text).map_err(|e| format!("write {}: {e}", p.display()))?;
+        Ok(p)
+    })();
+    for (subject, uri, note) in [
+        (
+            "mcp-resources cached",
+            "api://bench/cached",
+            "resources/read of an endpoint the upstream marks max-age=3600: served from the mount's cache",
+        ),
+        (
+            "mcp-resources uncached",
+            "api://bench/uncached",
+            "resources/read of an endpoint the upstream marks no-store: one upstream GET per read",
+        ),
+    ] {
+        let r = (|| -> Result<Vec<Row>, String> {
+            let config = config.clone()?;
+            let mut s = StdioServer::spawn(&mut env.ours(&config), false)?;
+            let _w = Watchdog::arm(s.pid(), Duration::from_secs(120));
+            s.initialize()?;
+            let o = load::stdio(&mut s, &read_req(uri), "item 1", false, env.plan())?;
+            Ok(rows_of(subject, o, note))
+        })();
+        rows.extend(guard(S, subject, r));
+    }
+    rows
+}

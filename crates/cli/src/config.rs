@@ -92,6 +92,7 @@ struct RawHttp {
     session_idle_timeout_ms: Option<Spanned<IntOrString>>,
     shutdown_grace_ms: Option<Spanned<IntOrString>>,
     event_store_capacity: Option<Spanned<IntOrString>>,
+    body_timeout_ms: Option<Spanned<IntOrString>>,
     auth: Option<RawAuth>,
 }
 
@@ -126,6 +127,8 @@ struct RawServer {
     request_timeout_ms: Option<Spanned<IntOrString>>,
     max_subscriptions_per_session: Option<Spanned<IntOrString>>,
     max_inflight_read_bytes: Option<Spanned<IntOrString>>,
+    max_listen_streams_per_client: Option<Spanned<IntOrString>>,
+    max_watches: Option<Spanned<IntOrString>>,
 }
 
 /// The keys every mount shares, taken out of its table before the factory sees it.
@@ -210,6 +213,13 @@ fn server_config(
     }
     if let Some(v) = &s.max_inflight_read_bytes {
         out.max_inflight_read_bytes = file.size(v, "server.max_inflight_read_bytes", 1 << 40)?;
+    }
+    if let Some(v) = &s.max_listen_streams_per_client {
+        out.max_listen_streams_per_client =
+            file.int(v, "server.max_listen_streams_per_client", 1..=100_000)? as usize;
+    }
+    if let Some(v) = &s.max_watches {
+        out.max_watches = file.int(v, "server.max_watches", 1..=100_000_000)? as usize;
     }
     Ok(())
 }
@@ -364,6 +374,10 @@ fn http_config(cx: &ConfigFile<'_>, h: RawHttp) -> Result<HttpConfig, ConfigErro
     if let Some(v) = &h.event_store_capacity {
         l.event_store_capacity = cx.int(v, "http.event_store_capacity", 1..=10_000_000)? as usize;
     }
+    if let Some(v) = &h.body_timeout_ms {
+        l.body_timeout =
+            Duration::from_millis(cx.int(v, "http.body_timeout_ms", 100..=3_600_000)?);
+    }
     if let Some(auth) = &h.auth {
         for t in &auth.bearer_tokens {
             for tok in token_source(cx, t, "http.auth.bearer_tokens")? {
@@ -495,6 +509,22 @@ mod tests {
     }
 
     #[test]
+    fn issue20_listen_and_body_limits_are_settings() {
+        let c = parse_str("[server]\nmax_listen_streams_per_client = 3\nmax_watches = 500\n[http]\nbody_timeout_ms = 2500\n").unwrap();
+        assert_eq!(c.server.max_listen_streams_per_client, 3);
+        assert_eq!(c.server.max_watches, 500);
+        let http = c.http.expect("an [http] table");
+        assert_eq!(
+            http.limits.body_timeout,
+            std::time::Duration::from_millis(2500)
+        );
+        let e = parse_str("[server]\nmax_watches = 0\n").unwrap_err().0;
+        assert!(e.contains("max_watches"), "{e}");
+        let e = parse_str("[http]\nbody_timeout_ms = 5\n").unwrap_err().0;
+        assert!(e.contains("body_timeout_ms"), "{e}");
+    }
+
+    #[test]
     fn errors_name_file_line_and_key() {
         let e = parse_str("[server]\npage_size = 5000\n").unwrap_err().0;
         assert!(
@@ -516,7 +546,19 @@ mod tests {
             "{e}"
         );
         let e = parse_str("[[mount]]\nkind = \"s3\"\n").unwrap_err().0;
-        assert!(e.contains("not available in this version"), "{e}");
+        assert!(
+            e.starts_with("test.toml:2: `mount`") && e.contains("needs `bucket`"),
+            "{e}"
+        );
+        let e = parse_str(
+            "[[mount]]\nkind = \"s3\"\nbucket = \"b-1\"\nregion = \"us-east-1\"\nendpoint = \"http://127.0.0.1:9\"\n",
+        )
+        .unwrap_err()
+        .0;
+        assert!(
+            e.starts_with("test.toml:5: `mount.endpoint`") && e.contains("allow_http"),
+            "{e}"
+        );
         let e = parse_str("[server]\nmax_read_bytes = \"1GiB\"\n")
             .unwrap_err()
             .0;
@@ -559,6 +601,37 @@ mod tests {
     }
 
     #[test]
+    fn s3_refuses_keys_of_other_kinds_and_checks_its_own() {
+        let head = "[[mount]]\nkind = \"s3\"\nbucket = \"my-bucket\"\nregion = \"us-east-1\"\n";
+        refused(&format!("{head}root = \"/tmp\"\n"), "root", 5);
+        refused(&format!("{head}url = \"sqlite://x\"\n"), "url", 5);
+        refused(&format!("{head}debounce_ms = 5\n"), "debounce_ms", 5);
+        let e = parse_str(&format!("{head}poll_interval_ms = 10\n"))
+            .unwrap_err()
+            .0;
+        assert!(
+            e.starts_with("test.toml:5: `mount.poll_interval_ms`") && e.contains("100"),
+            "{e}"
+        );
+        let e = parse_str(
+            "[[mount]]\nkind = \"s3\"\nbucket = \"Bad_Bucket\"\nregion = \"us-east-1\"\n",
+        )
+        .unwrap_err()
+        .0;
+        assert!(e.starts_with("test.toml:3: `mount.bucket`"), "{e}");
+        // Keys from the environment; the mount's Debug never shows them.
+        let m = parse_str(&format!(
+            "{head}access_key_id = \"AKIAVISIBLEKEY\"\nsecret_access_key = \"s3cr3t-value\"\n"
+        ))
+        .unwrap();
+        let d = format!("{m:?}");
+        assert!(
+            !d.contains("AKIAVISIBLEKEY") && !d.contains("s3cr3t-value"),
+            "{d}"
+        );
+    }
+
+    #[test]
     fn git_refuses_keys_of_other_kinds() {
         refused(
             "[[mount]]\nkind = \"git\"\nrepo = \"/tmp\"\nrespect_gitignore = true\n",
@@ -575,6 +648,43 @@ mod tests {
             "template",
             4,
         );
+    }
+
+    #[test]
+    fn http_refuses_keys_of_other_kinds() {
+        refused(
+            "[[mount]]\nkind = \"api\"\nname = \"w\"\nroot = \"/tmp\"\n",
+            "root",
+            4,
+        );
+        refused(
+            "[[mount]]\nkind = \"web\"\nallow = [\"https://d.example/\"]\n\nrepo = \".\"\n",
+            "repo",
+            5,
+        );
+        let e = parse_str("[[mount]]\nkind = \"api\"\n[[mount.endpoint]]\nuri = \"api://w/x\"\nurl = \"https://h/x\"\nsql = \"select 1\"\n").unwrap_err().0;
+        assert!(
+            e.starts_with("test.toml:6: `mount.endpoint.sql`: unknown field `sql`"),
+            "{e}"
+        );
+        // The provider's own checks land on the key's line.
+        let e = parse_str("[[mount]]\nkind = \"api\"\ntimeout_ms = 5\n[[mount.endpoint]]\nuri = \"api://w/x\"\nurl = \"https://h/x\"\n").unwrap_err().0;
+        assert!(
+            e.starts_with("test.toml:3: `mount.timeout_ms`: 5 is out of range"),
+            "{e}"
+        );
+        let e = parse_str("[[mount]]\nkind = \"api\"\n[[mount.endpoint]]\nuri = \"api://w/{p}\"\nurl = \"https://h/{+p}\"\n").unwrap_err().0;
+        assert!(e.starts_with("test.toml:5: `mount.endpoint.0.url`"), "{e}");
+        let e = parse_str(
+            "[[mount]]\nkind = \"web\"\nallow = [\"https://d.example/\", \"ftp://x/\"]\n",
+        )
+        .unwrap_err()
+        .0;
+        assert!(e.starts_with("test.toml:3: `mount.allow.1`"), "{e}");
+        let ok = parse_str(
+            "[[mount]]\nkind = \"api\"\nname = \"weather\"\ncache_max_bytes = \"64MiB\"\n[[mount.endpoint]]\nuri = \"api://weather/{city}/forecast\"\nurl = \"https://api.example.com/v1/forecast/{city}?units=metric\"\nheaders = { Authorization = \"Bearer x\" }\nparams.city = { enum = [\"beijing\", \"shanghai\"] }\n",
+        );
+        assert!(ok.is_ok(), "{ok:?}");
     }
 
     #[test]

@@ -9,11 +9,10 @@ const FEATURES: &[(&str, &[&str])] = &[
     ("files", &["files"]),
     ("git", &["git"]),
     ("sql", &["sqlite", "postgres", "mysql"]),
+    ("http", &["api", "web"]),
+    ("s3", &["s3"]),
     ("conformance", &["conformance"]),
 ];
-
-/// Kinds the project plans and this version does not have yet.
-const PLANNED: &[&str] = &["api", "web", "s3"];
 
 /// The registry of every provider compiled in.
 pub fn registry() -> ProviderRegistry {
@@ -25,21 +24,23 @@ pub fn registry() -> ProviderRegistry {
     r.register(Box::new(mcpr_provider_git::GitFactory));
     #[cfg(feature = "sql")]
     r.register(Box::new(mcpr_provider_sql::SqlFactory));
+    #[cfg(feature = "http")]
+    r.register(Box::new(mcpr_provider_http::HttpFactory));
+    #[cfg(feature = "s3")]
+    r.register(Box::new(mcpr_provider_s3::S3Factory));
     // The official conformance suite's fixtures: test data, never in a shipped binary.
     #[cfg(feature = "conformance")]
     r.register(Box::new(mcpr_provider_conformance::ConformanceFactory));
     r
 }
 
-/// Why `kind` has no factory in `registry`: compiled out, planned, or unknown.
+/// Why `kind` has no factory in `registry`: compiled out, or unknown.
 pub fn unavailable(kind: &str, registry: &ProviderRegistry) -> String {
     let available = registry.kinds().join(", ");
     if let Some((feature, _)) = FEATURES.iter().find(|(_, kinds)| kinds.contains(&kind)) {
         format!(
             "mount kind `{kind}` is not compiled into this binary (cargo feature `{feature}`); available: {available}"
         )
-    } else if PLANNED.contains(&kind) {
-        format!("mount kind `{kind}` is not available in this version; available: {available}")
     } else {
         format!("unknown mount kind `{kind}`; available: {available}")
     }

@@ -23,7 +23,7 @@ pub use change::{ChangeBus, ChangeEvent, ChangeSink, LocalBus, WatchGuard};
 pub use cursor::{CursorCodec, CursorError, PageCursor};
 pub use error::{Error, ErrorKind, Result};
 pub use provider::{
-    CacheHints, CacheScope, Completion, CompletionRequest, Contents, ContentsBody, Page,
+    CacheHints, CacheScope, Completion, CompletionRequest, Contents, ContentsBody, Counter, Page,
     PageRequest, Provider, ProviderInfo, ReadLimits, ResourceMeta, TemplateMeta, template_index,
 };
 pub use template::UriTemplate;

@@ -186,6 +186,18 @@ pub struct Completion {
     pub has_more: bool,
 }
 
+/// A counter a provider exports on the server's `/metrics` (cache hits, upstream requests),
+/// labelled there with the mount's kind and label.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Counter {
+    /// The metric name (`mcpr_http_cache_hits_total`).
+    pub name: &'static str,
+    /// Its one-line description.
+    pub help: &'static str,
+    /// The count so far.
+    pub value: u64,
+}
+
 /// One mounted data source.
 ///
 /// Every method that a provider does not declare in [`ProviderInfo::capabilities`] answers
@@ -211,6 +223,17 @@ pub trait Provider: Send + Sync + 'static {
 
     /// The contents of `uri`, which the router has already matched to this mount.
     async fn read(&self, uri: &ResourceUri, limits: &ReadLimits) -> Result<Vec<Contents>>;
+
+    /// Like [`Provider::read`], with cache hints of the result's own when its freshness
+    /// depends on the resource (an HTTP answer's `max-age`); `None` keeps the mount's
+    /// [`ProviderInfo::cache`]. The server reads through this method.
+    async fn read_hinted(
+        &self,
+        uri: &ResourceUri,
+        limits: &ReadLimits,
+    ) -> Result<(Vec<Contents>, Option<CacheHints>)> {
+        Ok((self.read(uri, limits).await?, None))
+    }
 
     /// The URI templates this mount advertises.
     fn templates(&self) -> &[TemplateMeta] {
@@ -244,6 +267,11 @@ pub trait Provider: Send + Sync + 'static {
     fn change_token(&self, uri: &ResourceUri) -> Option<String> {
         let _ = uri;
         None
+    }
+
+    /// Counters of the provider's own for `/metrics`; none by default.
+    fn counters(&self) -> Vec<Counter> {
+        Vec::new()
     }
 
     /// Start reporting changes of the set of resources to `sink` until the guard is dropped.

@@ -1,11 +1,16 @@
 //! `completion/complete` for the path-like arguments of this mount's templates: suggest the
 //! entries of the directory being typed, honouring the deny, hidden and ignore rules.
+//!
+//! A completion scans the directory once without collecting it: names are filtered as they
+//! come and only the first [`MAX_VALUES`] are kept (a bounded heap), so a directory of 200k
+//! entries costs a hundred strings per call, not 200k. The provider also bounds how many
+//! scans run at once.
 
 use mcpr_core::template::{Operator, Part};
 use mcpr_core::{Completion, CompletionRequest, Error, Result, UriTemplate};
 use percent_encoding::percent_decode_str;
 
-use crate::list::{Kind, read_entries};
+use crate::list::{Kind, Smallest, open_dir_checked, shows_entry, visit_raw};
 use crate::path::encode_component;
 use crate::provider::Inner;
 use crate::rules::stack_for;
@@ -92,7 +97,9 @@ pub(crate) fn complete(
         return Ok(Completion::default());
     }
     let ignores = stack_for(&inner.root, &dir, inner.rules.respect_gitignore);
-    let Ok(entries) = read_entries(inner, &dir, Some(&ignores)) else {
+    // Listed through a handle whose real path is checked: a directory swapped for a link to
+    // a denied one since it was resolved is refused, not listed.
+    let Ok(handle) = open_dir_checked(inner, &dir) else {
         return Ok(Completion::default());
     };
 
@@ -103,19 +110,28 @@ pub(crate) fn complete(
     let value_last_len = req.value.len() - value_dir.len();
     // Bytes of the entry name that come from the template's literal, not from the value.
     let literal_len = name_prefix.len().saturating_sub(value_last_len);
-    let mut values = Vec::new();
+    // (name, value): the first names in byte order, as a sorted listing would give them.
+    let mut first: Smallest<(Vec<u8>, String)> = Smallest::new(MAX_VALUES);
     let mut total = 0u32;
-    for e in &entries {
-        if !e.name.starts_with(&name_prefix) || !e.name.ends_with(suffix.as_bytes()) {
-            continue;
+    let scanned = visit_raw(&handle, |name, kind| {
+        // Cheapest tests first: most names of a large directory fail the typed prefix.
+        if !name.starts_with(&name_prefix) || !name.ends_with(suffix.as_bytes()) {
+            return;
+        }
+        if !suffix.is_empty() && name.len() < literal_len + suffix.len() {
+            return;
+        }
+        let child = dir.join(name);
+        if !shows_entry(inner, Some(&ignores), &child, name, kind) {
+            return;
         }
         // Only what could be read is offered: no FIFOs or sockets, no links leading out of
         // the root or to denied entries.
-        let is_dir = match e.kind {
+        let is_dir = match kind {
             Kind::Dir => true,
             Kind::File => false,
-            Kind::Other => continue,
-            Kind::Symlink => match inner.resolve_links(&dir.join(&e.name)) {
+            Kind::Other => return,
+            Kind::Symlink => match inner.resolve_links(&child) {
                 Some(real)
                     if !inner.rules.is_denied(&real, false)
                         && !inner.rules.is_denied(&real, true) =>
@@ -123,32 +139,34 @@ pub(crate) fn complete(
                     match inner.root.metadata(real.as_path()) {
                         Ok(m) if m.is_dir() => true,
                         Ok(m) if m.is_file() => false,
-                        _ => continue,
+                        _ => return,
                     }
                 }
-                _ => continue,
+                _ => return,
             },
         };
         if dirs_only && !is_dir {
-            continue;
+            return;
         }
-        if !suffix.is_empty() && e.name.len() < literal_len + suffix.len() {
-            continue;
-        }
-        let core = &e.name[literal_len..e.name.len() - suffix.len()];
+        let core = &name[literal_len..name.len() - suffix.len()];
         let Ok(core) = std::str::from_utf8(core) else {
-            continue;
+            return;
         };
         total += 1;
-        if values.len() < MAX_VALUES {
-            let tail = if is_dir && multi_segment && suffix.is_empty() {
-                "/"
-            } else {
-                ""
-            };
-            values.push(format!("{value_dir}{core}{tail}"));
+        if first.would_drop(|(max, _)| max.as_slice() <= name) {
+            return;
         }
+        let tail = if is_dir && multi_segment && suffix.is_empty() {
+            "/"
+        } else {
+            ""
+        };
+        first.push((name.to_vec(), format!("{value_dir}{core}{tail}")));
+    });
+    if scanned.is_err() {
+        return Ok(Completion::default());
     }
+    let values: Vec<String> = first.into_sorted().into_iter().map(|(_, v)| v).collect();
     Ok(Completion {
         has_more: total as usize > values.len(),
         total: Some(total),
@@ -186,4 +204,62 @@ fn render(part: &Part) -> String {
         })
         .collect();
     format!("{{{op}{}}}", vars.join(","))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use mcpr_core::{Provider, ReadLimits, ResourceUri};
+
+    use super::*;
+    use crate::config::FilesConfig;
+    use crate::provider::{DIR_SCANS, FilesProvider};
+
+    /// Item 5 of issue #20: whole-directory scans (completions, directory reads) had no
+    /// concurrency bound, so 200 pipelined completions of a huge directory ran at once. Only
+    /// `DIR_SCANS` run now; the rest wait for a permit, and file reads need none.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn item5_directory_scans_wait_for_a_permit() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::create_dir(root.join("d")).unwrap();
+        std::fs::write(root.join("d/alpha.txt"), "a").unwrap();
+        let provider = FilesProvider::new(FilesConfig::new(&root)).unwrap();
+        let req = CompletionRequest {
+            template: provider.templates()[0].uri_template.clone(),
+            argument: "path".into(),
+            value: "d/al".into(),
+            context: Default::default(),
+        };
+        let dir_uri = ResourceUri::parse(&crate::encode_path_uri(&root.join("d"))).unwrap();
+        let file_uri =
+            ResourceUri::parse(&crate::encode_path_uri(&root.join("d/alpha.txt"))).unwrap();
+        let limits = ReadLimits { max_bytes: 1 << 20 };
+        let scans = provider.inner_for_tests().scans.clone();
+        let mut held: Vec<_> = (0..DIR_SCANS)
+            .map(|_| scans.clone().try_acquire_owned().unwrap())
+            .collect();
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), provider.complete(req.clone()))
+                .await
+                .is_err(),
+            "a completion ran with every scan permit taken"
+        );
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), provider.read(&dir_uri, &limits))
+                .await
+                .is_err(),
+            "a directory read ran with every scan permit taken"
+        );
+        provider.read(&file_uri, &limits).await.unwrap();
+        held.pop();
+        let c = tokio::time::timeout(Duration::from_secs(5), provider.complete(req))
+            .await
+            .expect("a completion waits only until a permit is free")
+            .unwrap();
+        assert_eq!(c.values, ["d/alpha.txt"]);
+        drop(held);
+        assert_eq!(scans.available_permits(), DIR_SCANS);
+    }
 }

@@ -19,8 +19,10 @@ pub const DEBOUNCE_MS: std::ops::RangeInclusive<u64> = 0..=60_000;
 pub const POLL_INTERVAL_MS: std::ops::RangeInclusive<u64> = 100..=3_600_000;
 
 /// The deny list every files mount starts with (gitignore syntax, matched against the path
-/// relative to the root). Denied entries are never listed, read, completed or watched, and
-/// answer "not found" exactly like a missing file.
+/// relative to the root, ignoring case: `SERVER.PEM` is as secret as `server.pem`, and on a
+/// case-insensitive file system both name the same file). A pattern without a `/` before its
+/// end matches at any depth; `**/` makes one with a `/` do so too. Denied entries are never
+/// listed, read, completed or watched, and answer "not found" exactly like a missing file.
 pub const BUILTIN_DENY: &[&str] = &[
     ".env",
     ".env.*",
@@ -40,7 +42,8 @@ pub const BUILTIN_DENY: &[&str] = &[
     ".aws/",
     ".azure/",
     ".kube/",
-    ".docker/config.json",
+    // A `/` inside anchors a gitignore pattern to the root; a nested `.docker` is as secret.
+    "**/.docker/config.json",
     ".git/",
     ".hg/",
     ".svn/",

@@ -7,6 +7,8 @@
 
 use std::os::unix::ffi::OsStrExt;
 
+use cap_fs_ext::DirExt as _;
+use cap_std::fs::Dir;
 use mcpr_core::{Page, ResourceMeta, Result};
 
 use crate::error::map_io;
@@ -15,7 +17,7 @@ use crate::provider::Inner;
 use crate::rules::{IgnoreStack, load_ignore_in, stack_for};
 
 /// What a directory entry is, from `d_type` (no extra stat).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Kind {
     File,
     Dir,
@@ -23,58 +25,34 @@ pub(crate) enum Kind {
     Other,
 }
 
-/// One visible entry of a directory.
-#[derive(Debug, Clone)]
+/// One visible entry of a directory. Ordered by name (names are unique in a directory).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct Entry {
     pub(crate) name: Vec<u8>,
     pub(crate) kind: Kind,
 }
 
-/// Read directory `rel` through the sandbox and return its entries that the mount shows,
-/// sorted by name. Denied and hidden entries are dropped here, ignored ones only when
-/// `ignores` is given.
-pub(crate) fn read_entries(
-    inner: &Inner,
-    rel: &RelPath,
-    ignores: Option<&IgnoreStack>,
-) -> std::io::Result<Vec<Entry>> {
-    let mut out = Vec::new();
-    for entry in inner.root.read_dir(rel.as_path())? {
-        let Ok(entry) = entry else { continue };
-        let name = entry.file_name();
-        let name = name.as_bytes();
-        if !valid_component(name) {
-            continue;
-        }
-        let kind = match entry.file_type() {
-            Ok(t) if t.is_dir() => Kind::Dir,
-            Ok(t) if t.is_file() => Kind::File,
-            Ok(t) if t.is_symlink() => Kind::Symlink,
-            Ok(_) => Kind::Other,
-            Err(_) => continue,
-        };
-        let child = rel.join(name);
-        let is_dir = kind == Kind::Dir;
-        if inner.rules.entry_denied(&child, name, is_dir) {
-            continue;
-        }
-        if ignores.is_some_and(|s| s.is_ignored(&child, is_dir)) {
-            continue;
-        }
-        out.push(Entry {
-            name: name.to_vec(),
-            kind,
-        });
+/// Open directory `rel` (a real path the rules allow) through the sandbox, then check where
+/// the handle really is, as file reads do: `rel` may have been swapped for a symlink to a
+/// denied directory since it was resolved, and a listing made through the handle would then
+/// show that directory's names. A handle somewhere else whose real path the rules deny is
+/// refused as not found. Everything listed afterwards goes through this same handle.
+pub(crate) fn open_dir_checked(inner: &Inner, rel: &RelPath) -> std::io::Result<Dir> {
+    let dir = if rel.is_root() {
+        inner.root.try_clone()?
+    } else {
+        inner.root.open_dir(rel.as_path())?
+    };
+    match crate::read::real_rel_of_fd(inner, &dir) {
+        Some(real) if real == *rel || !inner.rules.is_denied(&real, true) => Ok(dir),
+        _ => Err(std::io::ErrorKind::NotFound.into()),
     }
-    out.sort_unstable_by(|a, b| a.name.cmp(&b.name));
-    Ok(out)
 }
 
-/// Read an open directory's entries with valid names, sorted by name, rules not yet applied:
-/// the walk applies them only to the entries it visits, so resuming after a cursor in a large
-/// directory does not test every name before it.
-fn read_sorted(dir: &cap_std::fs::Dir) -> std::io::Result<Vec<Entry>> {
-    let mut out = Vec::new();
+/// Call `f` with the name and kind of every entry of the open directory `dir` that has a
+/// valid name, in directory order, rules not applied (see [`shows_entry`]): a caller can
+/// reject by name first, which is cheaper than the rules. Nothing is collected here.
+pub(crate) fn visit_raw(dir: &Dir, mut f: impl FnMut(&[u8], Kind)) -> std::io::Result<()> {
     for entry in dir.entries()? {
         let Ok(entry) = entry else { continue };
         let name = entry.file_name();
@@ -89,11 +67,76 @@ fn read_sorted(dir: &cap_std::fs::Dir) -> std::io::Result<Vec<Entry>> {
             Ok(_) => Kind::Other,
             Err(_) => continue,
         };
+        f(name, kind);
+    }
+    Ok(())
+}
+
+/// Whether entry `name` of a directory the rules allow, at `child`, is shown: not denied,
+/// not hidden, and not ignored when `ignores` is given.
+pub(crate) fn shows_entry(
+    inner: &Inner,
+    ignores: Option<&IgnoreStack>,
+    child: &RelPath,
+    name: &[u8],
+    kind: Kind,
+) -> bool {
+    let is_dir = kind == Kind::Dir;
+    !inner.rules.entry_denied(child, name, is_dir)
+        && !ignores.is_some_and(|s| s.is_ignored(child, is_dir))
+}
+
+/// The `keep` smallest items pushed, in a max-heap of at most `keep`: a scan of a directory
+/// of any size that answers with its first names holds only those (completion, directory
+/// reads), not the whole directory.
+pub(crate) struct Smallest<T: Ord> {
+    heap: std::collections::BinaryHeap<T>,
+    keep: usize,
+}
+
+impl<T: Ord> Smallest<T> {
+    pub(crate) fn new(keep: usize) -> Self {
+        Self {
+            heap: std::collections::BinaryHeap::with_capacity(keep.min(4096) + 1),
+            keep,
+        }
+    }
+
+    /// Whether an item ordered at or after `probe` would be dropped at once: the heap is
+    /// full and its largest item is not after `probe`.
+    pub(crate) fn would_drop(&self, probe: impl FnOnce(&T) -> bool) -> bool {
+        self.heap.len() >= self.keep && self.heap.peek().is_none_or(probe)
+    }
+
+    pub(crate) fn push(&mut self, item: T) {
+        if self.keep == 0 {
+            return;
+        }
+        if self.heap.len() < self.keep {
+            self.heap.push(item);
+        } else if self.heap.peek().is_some_and(|max| item < *max) {
+            self.heap.pop();
+            self.heap.push(item);
+        }
+    }
+
+    /// The kept items, smallest first.
+    pub(crate) fn into_sorted(self) -> Vec<T> {
+        self.heap.into_sorted_vec()
+    }
+}
+
+/// Read an open directory's entries with valid names, sorted by name, rules not yet applied:
+/// the walk applies them only to the entries it visits, so resuming after a cursor in a large
+/// directory does not test every name before it.
+fn read_sorted(dir: &cap_std::fs::Dir) -> std::io::Result<Vec<Entry>> {
+    let mut out = Vec::new();
+    visit_raw(dir, |name, kind| {
         out.push(Entry {
             name: name.to_vec(),
             kind,
         });
-    }
+    })?;
     out.sort_unstable_by(|a, b| a.name.cmp(&b.name));
     Ok(out)
 }
@@ -210,9 +253,14 @@ impl Level {
         Self::with_dir(inner, dir, RelPath::root(), &IgnoreStack::default())
     }
 
-    /// Child directory `name` of this level.
+    /// Child directory `name` of this level. Not through a symlink: the entry was a
+    /// directory when read, and one swapped for a link to a denied directory since must not
+    /// be walked into.
     fn child(&self, inner: &Inner, name: &[u8]) -> Option<Self> {
-        let dir = self.dir.open_dir(std::ffi::OsStr::from_bytes(name)).ok()?;
+        let dir = self
+            .dir
+            .open_dir_nofollow(std::ffi::OsStr::from_bytes(name))
+            .ok()?;
         Self::with_dir(inner, dir, self.rel.join(name), &self.ignores)
     }
 
@@ -372,19 +420,38 @@ fn file_meta(inner: &Inner, rel: &RelPath, symlink: bool) -> Option<ResourceMeta
 pub(crate) const DIR_READ_MAX: usize = 1000;
 
 /// Read directory `rel` as JSON entries, starting after entry name `after`.
+///
+/// The directory is opened once and checked ([`open_dir_checked`]); names and metadata come
+/// through that handle. Only the first [`DIR_READ_MAX`] + 1 visible names after `after` are
+/// kept while scanning, so a directory of a million entries costs a page, not a million.
 pub(crate) fn dir_listing(
     inner: &Inner,
     rel: &RelPath,
     uri: &str,
     after: Option<&[u8]>,
 ) -> Result<String> {
+    let dir = open_dir_checked(inner, rel).map_err(|e| map_io(e, uri))?;
     let ignores = stack_for(&inner.root, rel, inner.rules.respect_gitignore);
-    let entries = read_entries(inner, rel, Some(&ignores)).map_err(|e| map_io(e, uri))?;
-    let start = after.map_or(0, |a| entries.partition_point(|e| e.name.as_slice() <= a));
+    let mut first = Smallest::new(DIR_READ_MAX + 1);
+    visit_raw(&dir, |name, kind| {
+        if after.is_some_and(|a| name <= a)
+            || first.would_drop(|max: &Entry| max.name.as_slice() <= name)
+        {
+            return;
+        }
+        if shows_entry(inner, Some(&ignores), &rel.join(name), name, kind) {
+            first.push(Entry {
+                name: name.to_vec(),
+                kind,
+            });
+        }
+    })
+    .map_err(|e| map_io(e, uri))?;
+    let entries = first.into_sorted();
     let mut out = Vec::new();
     let mut truncated = false;
     let mut last_name = None;
-    for e in &entries[start..] {
+    for e in &entries {
         if out.len() == DIR_READ_MAX {
             truncated = true;
             break;
@@ -403,7 +470,7 @@ pub(crate) fn dir_listing(
             Kind::Other => "other",
         };
         obj.insert("type".into(), ty.into());
-        if let Ok(md) = inner.root.symlink_metadata(child.as_path()) {
+        if let Ok(md) = dir.symlink_metadata(std::ffi::OsStr::from_bytes(&e.name)) {
             if e.kind == Kind::File {
                 obj.insert("size".into(), md.len().into());
             }
@@ -427,4 +494,74 @@ pub(crate) fn dir_listing(
         doc.insert("next".into(), next.into());
     }
     Ok(serde_json::Value::Object(doc).to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::FilesConfig;
+    use crate::provider::FilesProvider;
+
+    /// Item 9 of issue #20: a directory resolved while it was real, then swapped for a link
+    /// to a denied directory before it is listed (the race, made deterministic by swapping
+    /// between the two steps). The listing used to follow the link and show the denied
+    /// directory's names; now the opened handle's real path is checked and it is not found.
+    #[test]
+    fn item9_directory_read_refuses_a_directory_swapped_for_a_link_to_a_denied_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::create_dir(root.join("pub")).unwrap();
+        std::fs::write(root.join("pub/a.txt"), "a").unwrap();
+        std::fs::create_dir(root.join(".ssh")).unwrap();
+        std::fs::write(root.join(".ssh/known_hosts"), "h").unwrap();
+        std::fs::create_dir(root.join("vault")).unwrap();
+        std::fs::write(root.join("vault/plans.txt"), "p").unwrap();
+        std::fs::create_dir(root.join("other")).unwrap();
+        std::fs::write(root.join("other/b.txt"), "b").unwrap();
+        let mut cfg = FilesConfig::new(&root);
+        cfg.deny = vec!["vault/".into()];
+        let provider = FilesProvider::new(cfg).unwrap();
+        let inner = provider.inner_for_tests();
+        let rel = RelPath::from_bytes(b"pub").unwrap();
+        let listing = dir_listing(inner, &rel, "file:///pub", None).unwrap();
+        assert!(listing.contains("a.txt"), "{listing}");
+
+        std::fs::rename(root.join("pub"), root.join("pub.old")).unwrap();
+        for target in [".ssh", "vault"] {
+            std::os::unix::fs::symlink(target, root.join("pub")).unwrap();
+            let err = dir_listing(inner, &rel, "file:///pub", None).unwrap_err();
+            assert_eq!(err.kind, mcpr_core::ErrorKind::NotFound, "{target}: {err}");
+            assert!(
+                !err.message.contains("known_hosts") && !err.message.contains("plans"),
+                "{err}"
+            );
+            std::fs::remove_file(root.join("pub")).unwrap();
+        }
+        // A link to an allowed directory lists that directory, as reading the link would.
+        std::os::unix::fs::symlink("other", root.join("pub")).unwrap();
+        let listing = dir_listing(inner, &rel, "file:///pub", None).unwrap();
+        assert!(listing.contains("b.txt"), "{listing}");
+    }
+
+    /// The bounded heap keeps exactly what sorting everything and taking the first `keep`
+    /// would.
+    #[test]
+    fn smallest_keeps_the_first_in_order() {
+        let mut seed = 7u64;
+        for keep in [0, 1, 3, 100] {
+            let mut all = Vec::new();
+            let mut s = Smallest::new(keep);
+            for _ in 0..500 {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let v = (seed >> 33) % 1000;
+                all.push(v);
+                s.push(v);
+            }
+            all.sort_unstable();
+            all.truncate(keep);
+            assert_eq!(s.into_sorted(), all, "keep {keep}");
+        }
+    }
 }

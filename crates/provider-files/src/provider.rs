@@ -29,7 +29,14 @@ pub(crate) struct Inner {
     pub(crate) config: FilesConfig,
     /// Sorted entries of directories the listing walked recently (see `list::DirCache`).
     pub(crate) dir_cache: crate::list::DirCache,
+    /// Permits for whole-directory scans (completion, directory reads): each reads every
+    /// entry of a directory that may hold millions, so only [`DIR_SCANS`] run at once per
+    /// mount and the rest wait their turn instead of piling up on the blocking pool.
+    pub(crate) scans: Arc<tokio::sync::Semaphore>,
 }
+
+/// How many directory scans (completions, directory reads) of one mount run at once.
+pub(crate) const DIR_SCANS: usize = 4;
 
 impl Inner {
     /// Decode `uri` into the real path (symlinks resolved) the mount may serve; `None` for
@@ -122,6 +129,16 @@ impl Inner {
             }
         }
         Some(done)
+    }
+
+    /// A permit to scan a whole directory (see [`Inner::scans`]), waiting for one if
+    /// [`DIR_SCANS`] scans are running.
+    pub(crate) async fn scan_permit(&self) -> Result<tokio::sync::OwnedSemaphorePermit> {
+        self.scans
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| Error::internal("directory scan permits closed"))
     }
 
     /// The listing entry for a regular file.
@@ -266,6 +283,7 @@ impl FilesProvider {
             rules,
             config,
             dir_cache: Default::default(),
+            scans: Arc::new(tokio::sync::Semaphore::new(DIR_SCANS)),
         });
         let watcher = Watcher::new(inner.clone());
         Ok(Self {
@@ -280,6 +298,11 @@ impl FilesProvider {
     #[cfg(test)]
     pub(crate) fn watcher_for_tests(&self) -> Watcher {
         self.watcher.clone()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn inner_for_tests(&self) -> &Inner {
+        &self.inner
     }
 
     /// The canonical root directory.
@@ -345,10 +368,16 @@ impl Provider for FilesProvider {
             // The stat just taken is the one `read_path` would take first.
             return read_path(&self.inner, &rel, uri, limits, md.ok());
         }
+        let scan = match &md {
+            Ok(m) if m.is_dir() => Some(self.inner.scan_permit().await?),
+            _ => None,
+        };
         let inner = self.inner.clone();
         let uri = uri.clone();
         let limits = *limits;
         run_blocking("files read", move || {
+            // Held until the scan ends, even if the request is abandoned meanwhile.
+            let _scan = scan;
             read_path(&inner, &rel, &uri, &limits, None)
         })
         .await
@@ -361,8 +390,10 @@ impl Provider for FilesProvider {
     async fn complete(&self, req: CompletionRequest) -> Result<Completion> {
         let idx = mcpr_core::template_index(&self.templates, &req.template)?;
         let template = self.parsed_templates[idx].clone();
+        let scan = self.inner.scan_permit().await?;
         let inner = self.inner.clone();
         run_blocking("files completion", move || {
+            let _scan = scan;
             crate::complete::complete(&inner, &template, &req)
         })
         .await

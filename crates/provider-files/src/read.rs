@@ -212,10 +212,9 @@ fn open_regular(inner: &Inner, rel: &RelPath, uri: &str) -> Result<(File, u64)> 
     }
 }
 
-/// Where `fd` really is, relative to the root, from `/proc/self/fd`.
-fn real_rel_of_fd(inner: &Inner, file: &File) -> Option<RelPath> {
-    use std::os::fd::AsRawFd as _;
-    let link = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).ok()?;
+/// Where an open file or directory really is, relative to the root, from `/proc/self/fd`.
+pub(crate) fn real_rel_of_fd(inner: &Inner, fd: &impl std::os::fd::AsRawFd) -> Option<RelPath> {
+    let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
     let rest = link.strip_prefix(&inner.canonical_root).ok()?;
     RelPath::from_bytes(rest.as_os_str().as_bytes())
 }

@@ -43,6 +43,11 @@ impl Rules {
         respect_gitignore: bool,
     ) -> Result<Self> {
         let mut b = GitignoreBuilder::new("/r");
+        // Secrets do not change by case (`SERVER.PEM`, `Credentials.json`, `.ENV`), and the
+        // user's own patterns follow the same rule so no spelling slips past them either.
+        // Set before any pattern: it applies only to patterns added after it.
+        b.case_insensitive(true)
+            .map_err(|e| Error::internal(format!("deny list: {e}")))?;
         for pat in builtin
             .iter()
             .copied()

@@ -6,6 +6,10 @@
 //! while someone listens for `list_changed`, falling back to polling past the kernel's
 //! watch limit. Both go through a debounce task, so a burst of writes is one notification.
 //! A queue overflow (`Rescan`) re-checks every subscribed file against its last snapshot.
+//!
+//! Releasing a subscription is O(1) (targets are keyed by id, never searched), and the
+//! kernel watch of a directory is removed on the blocking pool, never on an async worker:
+//! a client dropping a thousand subscriptions of one file must not stall the runtime.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -29,7 +33,6 @@ struct Snapshot {
 }
 
 struct Target {
-    id: u64,
     uri: String,
     rel: RelPath,
     sink: ChangeSink,
@@ -62,10 +65,12 @@ impl Fire {
 #[derive(Default)]
 struct State {
     next_id: u64,
-    /// Absolute path of a subscribed file → its subscriptions.
-    file_targets: HashMap<PathBuf, Vec<Target>>,
-    /// Absolute path of a subscribed directory → its subscriptions.
-    dir_targets: HashMap<PathBuf, Vec<Target>>,
+    /// Absolute path of a subscribed file → its subscriptions by id. Keyed by id so that
+    /// releasing one of many subscriptions of a file (`?head=1`, `?head=2`, ...) is a hash
+    /// removal, not a scan: 100k releases of one file were quadratic with a list.
+    file_targets: HashMap<PathBuf, HashMap<u64, Target>>,
+    /// Absolute path of a subscribed directory → its subscriptions by id.
+    dir_targets: HashMap<PathBuf, HashMap<u64, Target>>,
     list_sinks: HashMap<u64, ChangeSink>,
     tx: Option<mpsc::UnboundedSender<Fire>>,
 }
@@ -162,7 +167,6 @@ impl Watcher {
         st.next_id += 1;
         let id = st.next_id;
         let target = Target {
-            id,
             uri: uri.to_owned(),
             snapshot,
             rel,
@@ -173,7 +177,7 @@ impl Watcher {
         } else {
             &mut st.file_targets
         };
-        map.entry(abs.clone()).or_default().push(target);
+        map.entry(abs.clone()).or_default().insert(id, target);
         Ok(WatchGuard::new(TargetGuard {
             shared: Arc::downgrade(&self.shared),
             id,
@@ -352,7 +356,7 @@ fn on_file_event(this: &Watcher, ev: Event) {
         for t in file_targets
             .values_mut()
             .chain(dir_targets.values_mut())
-            .flatten()
+            .flat_map(HashMap::values_mut)
         {
             let now = this.snapshot(&t.rel);
             if now != t.snapshot {
@@ -377,15 +381,19 @@ fn on_file_event(this: &Watcher, ev: Event) {
     }
     for path in &ev.paths {
         if let Some(targets) = st.file_targets.get(path) {
-            for t in targets {
+            for t in targets.values() {
                 let _ = tx.send(Fire::Updated {
                     uri: t.uri.clone(),
                     sink: t.sink.clone(),
                 });
             }
         }
-        if let Some(targets) = path.parent().and_then(|p| st.dir_targets.get(p)) {
-            for t in targets {
+        // A directory's subscribers hear only of entries its read shows: a denied or hidden
+        // file changing must not be observable through its directory.
+        if let Some(targets) = path.parent().and_then(|p| st.dir_targets.get(p))
+            && visible_entry(&this.inner, path)
+        {
+            for t in targets.values() {
                 let _ = tx.send(Fire::Updated {
                     uri: t.uri.clone(),
                     sink: t.sink.clone(),
@@ -393,22 +401,40 @@ fn on_file_event(this: &Watcher, ev: Event) {
             }
         }
     }
-    // Keep snapshots current so a later rescan compares against the latest state.
-    let paths: Vec<PathBuf> = ev.paths.clone();
-    for path in paths {
-        let snap_rel: Vec<RelPath> = st
-            .file_targets
-            .get(&path)
-            .map(|ts| ts.iter().map(|t| t.rel.clone()).collect())
-            .unwrap_or_default();
-        if let Some(rel) = snap_rel.first() {
-            let snap = this.snapshot(rel);
-            if let Some(ts) = st.file_targets.get_mut(&path) {
-                for t in ts {
-                    t.snapshot = snap;
-                }
-            }
+    // Keep snapshots current so a later rescan compares against the latest state. All the
+    // targets of a path share one real path, so one stat serves them all.
+    for path in &ev.paths {
+        let Some(ts) = st.file_targets.get_mut(path) else {
+            continue;
+        };
+        let Some(rel) = ts.values().next().map(|t| t.rel.clone()) else {
+            continue;
+        };
+        let snap = this.snapshot(&rel);
+        for t in ts.values_mut() {
+            t.snapshot = snap;
         }
+    }
+}
+
+/// Whether the entry at absolute `path` (a child of a subscribed directory) is one the
+/// directory's read shows: not denied, not hidden. Its type decides rules such as `.ssh/`
+/// (directories only); an entry already gone is taken as visible unless it would be denied
+/// either as a file or as a directory.
+fn visible_entry(inner: &Inner, path: &std::path::Path) -> bool {
+    use std::os::unix::ffi::OsStrExt as _;
+    let Ok(rest) = path.strip_prefix(&inner.canonical_root) else {
+        return false;
+    };
+    let Some(rel) = RelPath::from_bytes(rest.as_os_str().as_bytes()) else {
+        return false;
+    };
+    if rel.is_root() {
+        return true;
+    }
+    match inner.root.symlink_metadata(rel.as_path()) {
+        Ok(md) => !inner.rules.is_denied(&rel, md.is_dir()),
+        Err(_) => !(inner.rules.is_denied(&rel, false) && inner.rules.is_denied(&rel, true)),
     }
 }
 
@@ -433,28 +459,54 @@ impl Drop for TargetGuard {
             } else {
                 &mut st.file_targets
             };
-            if let Some(v) = map.get_mut(&self.abs) {
-                v.retain(|t| t.id != self.id);
-                if v.is_empty() {
+            if let Some(targets) = map.get_mut(&self.abs) {
+                targets.remove(&self.id);
+                if targets.is_empty() {
                     map.remove(&self.abs);
                 }
             }
         }
-        let mut fw = shared.files.lock().expect("file watch lock");
-        let last = match fw.dirs.get_mut(&self.watched_dir) {
-            Some(n) => {
-                *n -= 1;
-                *n == 0
+        let last = {
+            let mut fw = shared.files.lock().expect("file watch lock");
+            match fw.dirs.get_mut(&self.watched_dir) {
+                Some(n) if *n > 1 => {
+                    *n -= 1;
+                    false
+                }
+                Some(_) => {
+                    fw.dirs.remove(&self.watched_dir);
+                    true
+                }
+                None => false,
             }
-            None => false,
         };
-        if last {
-            fw.dirs.remove(&self.watched_dir);
-            if let Some(w) = fw.watcher.as_mut() {
-                // The directory may already be gone, which removed the kernel watch too.
-                let _ = w.unwatch(&self.watched_dir);
-            }
+        if !last {
+            return;
         }
+        // Removing the kernel watch is a round trip to notify's event thread, which may be
+        // busy delivering events: on the blocking pool when there is a runtime (a guard is
+        // usually dropped on an async worker), inline otherwise.
+        let dir = std::mem::take(&mut self.watched_dir);
+        let unwatch = move || unwatch_if_unused(&shared, &dir);
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => drop(rt.spawn_blocking(unwatch)),
+            Err(_) => unwatch(),
+        }
+    }
+}
+
+/// Remove the kernel watch of `dir` unless a subscription needs it again: one may have
+/// arrived between the release that scheduled this and now, and re-added the watch (the
+/// same kernel watch), which must then stay. Both run under the `files` lock, so they cannot
+/// interleave.
+fn unwatch_if_unused(shared: &Shared, dir: &std::path::Path) {
+    let mut fw = shared.files.lock().expect("file watch lock");
+    if fw.dirs.contains_key(dir) {
+        return;
+    }
+    if let Some(w) = fw.watcher.as_mut() {
+        // The directory may already be gone, which removed the kernel watch too.
+        let _ = w.unwatch(dir);
     }
 }
 
@@ -559,7 +611,7 @@ mod tests {
         // Pretend the snapshot of a.txt is stale, as after lost events.
         {
             let mut st = watcher.shared.state.lock().unwrap();
-            for t in st.file_targets.values_mut().flatten() {
+            for t in st.file_targets.values_mut().flat_map(HashMap::values_mut) {
                 if t.uri == "uri:a" {
                     t.snapshot = None;
                 }
@@ -584,6 +636,129 @@ mod tests {
             more.is_err(),
             "b.txt did not change and must not be reported: {more:?}"
         );
+    }
+
+    /// Kernel inotify watches this process holds on the directory with inode `ino`, read
+    /// from `/proc/self/fdinfo` of every inotify descriptor.
+    fn kernel_watches_on(ino: u64) -> usize {
+        let want = format!(" ino:{ino:x} ");
+        let mut n = 0;
+        for fd in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+            let is_inotify =
+                std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == "anon_inode:inotify");
+            if !is_inotify {
+                continue;
+            }
+            let info = std::fs::read_to_string(format!(
+                "/proc/self/fdinfo/{}",
+                fd.file_name().to_string_lossy()
+            ))
+            .unwrap_or_default();
+            n += info
+                .lines()
+                .filter(|l| l.starts_with("inotify wd:") && l.contains(&want))
+                .count();
+        }
+        n
+    }
+
+    /// Item 2 of issue #20: releasing many subscriptions of one file was quadratic (a
+    /// `Vec::retain` per release under the state lock): 100k releases of one file took
+    /// minutes and froze the runtime. Each release is now a hash removal, so all of them
+    /// take well under a second; the bound is generous (quadratic costs minutes).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn item2_releasing_many_subscriptions_of_one_file_is_linear() {
+        const N: usize = 100_000;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::write(root.join("a.log"), "a\n").unwrap();
+        let provider = FilesProvider::new(FilesConfig::new(&root)).unwrap();
+        let watcher = provider.watcher_for_tests();
+        let bus = Arc::new(LocalBus::default());
+        let rel = RelPath::from_bytes(b"a.log").unwrap();
+        let guards: Vec<_> = (0..N)
+            .map(|i| {
+                watcher
+                    .watch(
+                        &format!("file:///a.log?head={i}"),
+                        rel.clone(),
+                        ChangeSink::new(bus.clone(), 0),
+                    )
+                    .unwrap()
+            })
+            .collect();
+        {
+            let st = watcher.shared.state.lock().unwrap();
+            assert_eq!(st.file_targets.values().map(HashMap::len).sum::<usize>(), N);
+        }
+        let started = std::time::Instant::now();
+        // Released in the order taken: with a list, each release scanned and shifted all
+        // the later ones.
+        drop(guards);
+        let took = started.elapsed();
+        assert!(
+            took < Duration::from_secs(5),
+            "releasing {N} subscriptions of one file took {took:?}"
+        );
+        let st = watcher.shared.state.lock().unwrap();
+        assert!(st.file_targets.is_empty());
+        assert!(watcher.shared.files.lock().unwrap().dirs.is_empty());
+    }
+
+    /// Item 2 of issue #20: the last release removes the kernel watch on the blocking pool;
+    /// a subscription arriving meanwhile keeps it (and keeps getting events), and the watch
+    /// is gone once nobody needs it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn item2_kernel_watch_released_off_the_runtime_survives_a_quick_resubscribe() {
+        use std::os::unix::fs::MetadataExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::create_dir(root.join("d")).unwrap();
+        std::fs::write(root.join("d/a.txt"), "a").unwrap();
+        let ino = std::fs::metadata(root.join("d")).unwrap().ino();
+        let mut cfg = FilesConfig::new(&root);
+        cfg.debounce = Duration::ZERO;
+        let provider = FilesProvider::new(cfg).unwrap();
+        let watcher = provider.watcher_for_tests();
+        let bus = Arc::new(LocalBus::default());
+        let mut rx = bus.subscribe();
+        let rel = RelPath::from_bytes(b"d/a.txt").unwrap();
+        let sink = || ChangeSink::new(bus.clone(), 0);
+        let wait_for = |want: usize| async move {
+            for _ in 0..200 {
+                if kernel_watches_on(ino) == want {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            panic!(
+                "kernel watches on d: {} (want {want})",
+                kernel_watches_on(ino)
+            );
+        };
+        for round in 0..20 {
+            let g = watcher.watch("uri:a", rel.clone(), sink()).unwrap();
+            assert_eq!(kernel_watches_on(ino), 1, "round {round}");
+            drop(g);
+            // Subscribe again at once, racing the scheduled unwatch.
+            let g = watcher.watch("uri:a", rel.clone(), sink()).unwrap();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            assert_eq!(kernel_watches_on(ino), 1, "round {round}: watch lost");
+            while rx.try_recv().is_ok() {}
+            std::fs::write(root.join("d/a.txt"), format!("round {round}")).unwrap();
+            let ev = tokio::time::timeout(Duration::from_secs(3), rx.recv())
+                .await
+                .unwrap_or_else(|_| panic!("round {round}: no event after resubscribing"))
+                .unwrap();
+            assert_eq!(
+                ev,
+                ChangeEvent::Updated {
+                    uri: "uri:a".into()
+                }
+            );
+            drop(g);
+            wait_for(0).await;
+        }
     }
 
     /// With `list_changed = "poll"` (or past the inotify limit) creations are still reported.

@@ -102,7 +102,7 @@ impl SqlKind {
 }
 
 /// One SQL mount.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct SqlConfig {
     /// The engine; the URL's scheme must match it.
     pub kind: SqlKind,
@@ -134,6 +134,28 @@ pub struct SqlConfig {
     pub max_connections: usize,
     /// Cache hints on results from this mount.
     pub cache: CacheHints,
+}
+
+/// Written by hand: the URL may hold a password, and embedders print configs in
+/// diagnostics; everything but the URL's credentials and query string is shown.
+impl std::fmt::Debug for SqlConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlConfig")
+            .field("kind", &self.kind)
+            .field("name", &self.name)
+            .field("url", &self.redacted_url())
+            .field("default_schema", &self.default_schema)
+            .field("poll_interval", &self.poll_interval)
+            .field("notify_channel", &self.notify_channel)
+            .field("queries", &self.queries)
+            .field("page_size", &self.page_size)
+            .field("max_rows", &self.max_rows)
+            .field("max_bytes", &self.max_bytes)
+            .field("statement_timeout", &self.statement_timeout)
+            .field("max_connections", &self.max_connections)
+            .field("cache", &self.cache)
+            .finish()
+    }
 }
 
 impl SqlConfig {
@@ -434,18 +456,9 @@ fn named_query(
 }
 
 /// A validated SQL mount; building it connects (lazily for servers) and checks the queries.
+/// Its `Debug` is `SqlConfig`'s, which redacts the URL.
+#[derive(Debug)]
 struct SqlSpec(SqlConfig);
-
-/// Written by hand: the URL may hold a password, and a spec is printed in diagnostics.
-impl std::fmt::Debug for SqlSpec {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SqlSpec")
-            .field("kind", &self.0.kind)
-            .field("name", &self.0.name)
-            .field("url", &self.0.redacted_url())
-            .finish_non_exhaustive()
-    }
-}
 
 #[async_trait]
 impl MountSpec for SqlSpec {
@@ -489,5 +502,13 @@ mod tests {
         );
         assert_eq!(redact_url("sqlite://./a.db"), "sqlite://./a.db");
         assert_eq!(redact_url("nonsense"), "(unparsable URL)");
+    }
+
+    #[test]
+    fn debug_of_a_config_and_a_spec_hides_the_password() {
+        let config = super::SqlConfig::new("app", "postgres://app:hunter2@db.example/app");
+        let printed = format!("{config:?} {:?}", super::SqlSpec(config.clone()));
+        assert!(!printed.contains("hunter2"), "{printed}");
+        assert!(printed.contains("postgres://db.example/app"), "{printed}");
     }
 }

@@ -14,18 +14,19 @@ use base64::Engine as _;
 use mcpr_core::{CacheHints, Contents, ContentsBody, Error, ResourceMeta};
 use rmcp::model::{
     Annotations, CacheScope, CompleteRequestParams, CompleteResult, CompletionInfo, CustomRequest,
-    CustomResult, ErrorCode, Implementation, InitializeRequestParams, InitializeResult,
-    ListResourceTemplatesResult, ListResourcesResult, MetaObject, PaginatedRequestParams,
-    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
-    Reference, RequestId, RequestMetaObject, Resource, ResourceContents, ResourceTemplate,
-    ResourceUpdatedNotificationParam, ServerCapabilities, ServerConfig, ServerJsonRpcMessage,
-    ServerResult, SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
+    CustomResult, DiscoverResult, ErrorCode, Implementation, InitializeRequestParams,
+    InitializeResult, ListResourceTemplatesResult, ListResourcesResult, MetaObject,
+    PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
+    ReadResourceResult, Reference, RequestId, RequestMetaObject, Resource, ResourceContents,
+    ResourceTemplate, ResourceUpdatedNotificationParam, ServerCapabilities, ServerConfig,
+    ServerJsonRpcMessage, ServerResult, SubscribeRequestParams, SubscriptionFilter,
+    UnsubscribeRequestParams,
 };
 use rmcp::service::{RequestContext, RoleServer, SubscriptionContext};
 use rmcp::{ErrorData, Peer, ServerHandler};
 
 use crate::errors::to_mcp_error;
-use crate::http::Grant;
+use crate::http::{Grant, Identity};
 use crate::registry::Notice;
 use crate::router::Router;
 use crate::service::{ChangeTokens, CompletionRef, Service, Subscriber};
@@ -48,9 +49,26 @@ pub(crate) fn server_info(settings: &Settings, router: &Router) -> ServerConfig 
         r.subscribe = Some(any(|c| c.watch));
         r.list_changed = Some(any(|c| c.list_changed));
     }
+    // `initialize` and `server/discover` replace these with the caller's own mounts; the
+    // shared value names only mounts that every caller may see.
+    let everyone = Grant {
+        scopes: Some(Default::default()),
+        personal: false,
+    };
+    ServerConfig::new(caps)
+        .with_server_info(Implementation::new(
+            settings.name.clone(),
+            settings.version.clone(),
+        ))
+        .with_instructions(instructions(router, Some(&everyone)))
+}
+
+/// The instructions for a caller holding `grant`: they name only the mounts it may see.
+pub(crate) fn instructions(router: &Router, grant: Option<&Grant>) -> String {
     let mounts: Vec<String> = router
         .mounts()
         .iter()
+        .filter(|m| grant.is_none_or(|g| g.allows(m.scope.as_deref())))
         .map(|m| {
             let info = m.provider.info();
             format!(
@@ -61,16 +79,10 @@ pub(crate) fn server_info(settings: &Settings, router: &Router) -> ServerConfig 
             )
         })
         .collect();
-    let instructions = format!(
+    format!(
         "Read-only access to these sources as MCP resources. List them with resources/list, read by URI, and use the URI templates (resources/templates/list) to address files, including windows of large files.\n{}",
         mounts.join("\n")
-    );
-    ServerConfig::new(caps)
-        .with_server_info(Implementation::new(
-            settings.name.clone(),
-            settings.version.clone(),
-        ))
-        .with_instructions(instructions)
+    )
 }
 
 /// The MCP handler: the rmcp adapter over [`Service`]. Create one per session with
@@ -139,6 +151,12 @@ async fn notify(
 fn grant_of(ext: &rmcp::model::Extensions) -> Option<&Grant> {
     ext.get::<http::request::Parts>()
         .and_then(|p| p.extensions.get::<Grant>())
+}
+
+/// Who is calling, when the request came over HTTP (see [`Identity`]).
+fn identity_of(ext: &rmcp::model::Extensions) -> Option<&Identity> {
+    ext.get::<http::request::Parts>()
+        .and_then(|p| p.extensions.get::<Identity>())
 }
 
 /// Whether the request is from a 2026-07-28 (or later) peer, which wants cache hints.
@@ -436,11 +454,26 @@ impl ServerHandler for McpHandler {
         // Registering here, before the answer, means no change after the client's first
         // listing can be missed; the watches start in the background and `list_resources`
         // waits for them.
+        let grant = grant_of(&ctx.extensions);
         if self.service.reports_list_changes() {
-            let id = self.legacy_subscriber(&ctx.peer, grant_of(&ctx.extensions));
+            let id = self.legacy_subscriber(&ctx.peer, grant);
             self.service.listen_for_list_changes(id);
         }
-        self.negotiate_initialize(&request)
+        let mut result = self.negotiate_initialize(&request)?;
+        result.instructions = Some(instructions(self.service.state().router(), grant));
+        Ok(result)
+    }
+
+    async fn discover(&self, ctx: RequestContext<RoleServer>) -> Result<DiscoverResult, ErrorData> {
+        let mut info = self.get_info();
+        info.instructions = Some(instructions(
+            self.service.state().router(),
+            grant_of(&ctx.extensions),
+        ));
+        Ok(DiscoverResult::from_server_info(
+            self.supported_protocol_versions().into_owned(),
+            info,
+        ))
     }
 
     fn accepted_subscription_filter(
@@ -485,10 +518,14 @@ impl McpHandler {
     /// included.
     async fn do_listen(&self, ctx: SubscriptionContext) -> Result<(), ErrorData> {
         let accepted = ctx.accepted();
+        let extensions = &ctx.request_context().extensions;
+        // A listen refused by a limit ends with the error naming it, right after the
+        // acknowledgment (rmcp sends that before the handler runs).
         let mut listen = self
             .service
             .listen(
-                grant_of(&ctx.request_context().extensions),
+                grant_of(extensions),
+                identity_of(extensions),
                 accepted
                     .resource_subscriptions
                     .as_deref()
@@ -496,7 +533,8 @@ impl McpHandler {
                 accepted.resources_list_changed == Some(true),
                 &self.tokens,
             )
-            .await;
+            .await
+            .map_err(to_mcp_error)?;
         let sink = ctx.sink();
         loop {
             tokio::select! {

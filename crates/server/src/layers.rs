@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use mcpr_core::{
-    Completion, CompletionRequest, Contents, Error, ErrorKind, Page, PageRequest, Provider,
-    ReadLimits, ResourceMeta, ResourceUri, Result,
+    CacheHints, Completion, CompletionRequest, Contents, Error, ErrorKind, Page, PageRequest,
+    Provider, ReadLimits, ResourceMeta, ResourceUri, Result,
 };
 
 use crate::metrics::Metrics;
@@ -40,16 +40,16 @@ impl<'a> Bounded<'a> {
         within(self.limit, None, self.provider.list(page)).await
     }
 
-    /// [`Provider::read`], bounded; a timeout names `uri`.
+    /// [`Provider::read_hinted`], bounded; a timeout names `uri`.
     pub(crate) async fn read(
         &self,
         uri: &ResourceUri,
         limits: &ReadLimits,
-    ) -> Result<Vec<Contents>> {
+    ) -> Result<(Vec<Contents>, Option<CacheHints>)> {
         within(
             self.limit,
             Some(uri.as_str()),
-            self.provider.read(uri, limits),
+            self.provider.read_hinted(uri, limits),
         )
         .await
     }

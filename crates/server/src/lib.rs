@@ -18,7 +18,7 @@ pub mod stdio;
 
 pub use errors::to_mcp_error;
 pub use handler::McpHandler;
-pub use registry::{Notice, Registry, RegistryStats};
+pub use registry::{ListenSlot, Notice, Registry, RegistryStats};
 pub use router::{Mount, Router};
 pub use service::{
     ChangeTokens, CompletionRef, ListPage, Listen, MAX_COMPLETION_VALUES, ReadOutcome, Service,
@@ -51,6 +51,13 @@ pub struct Settings {
     /// reserves `max_read_bytes` of it while its provider runs; when none is left a read
     /// waits, up to the request timeout, then answers "server busy".
     pub max_inflight_read_bytes: u64,
+    /// The most `subscriptions/listen` streams one client may hold open at once (a client
+    /// is a token's identity over authenticated HTTP, an address without authentication,
+    /// the one peer over stdio).
+    pub max_listen_streams_per_client: usize,
+    /// The most subscriptions held at once over every session and listen stream: each URI
+    /// subscribed to or listened for counts one.
+    pub max_watches: usize,
 }
 
 impl Default for Settings {
@@ -63,6 +70,8 @@ impl Default for Settings {
             request_timeout: std::time::Duration::from_secs(30),
             max_subscriptions_per_session: 1000,
             max_inflight_read_bytes: DEFAULT_MAX_INFLIGHT_READ_BYTES,
+            max_listen_streams_per_client: 64,
+            max_watches: 100_000,
         }
     }
 }
@@ -130,6 +139,7 @@ impl ServerState {
                 })
             });
         let registry = Registry::new(router.clone(), bus);
+        registry.set_max_watches(settings.max_watches);
         let info = handler::server_info(&settings, &router);
         let read_budget = layers::ReadBudget::new(settings.max_inflight_read_bytes);
         Arc::new(Self {

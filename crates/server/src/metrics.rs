@@ -160,9 +160,69 @@ pub fn outcome_of(code: i32) -> &'static str {
     }
 }
 
+/// The counters providers export ([`mcpr_core::Provider::counters`]), one family per name,
+/// each mount a series labelled with its kind and label.
+pub fn render_provider_counters(
+    mounts: &[(&str, &str, Vec<mcpr_core::Counter>)],
+    out: &mut String,
+) {
+    /// (kind, mount label, value) of one mount's series.
+    type Series<'a> = Vec<(&'a str, &'a str, u64)>;
+    let mut families: std::collections::BTreeMap<&str, (&str, Series)> = Default::default();
+    for (kind, label, counters) in mounts {
+        for c in counters {
+            families
+                .entry(c.name)
+                .or_insert((c.help, Vec::new()))
+                .1
+                .push((kind, label, c.value));
+        }
+    }
+    for (name, (help, series)) in families {
+        let _ = write!(out, "# HELP {name} {help}\n# TYPE {name} counter\n");
+        for (kind, label, v) in series {
+            let _ = writeln!(
+                out,
+                "{name}{{kind=\"{}\",mount=\"{}\"}} {v}",
+                escape_label(kind),
+                escape_label(label)
+            );
+        }
+    }
+}
+
+/// A Prometheus label value: `\`, `"` and newlines escaped.
+fn escape_label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn renders_provider_counters_per_mount() {
+        let c = |value| mcpr_core::Counter {
+            name: "mcpr_http_cache_hits_total",
+            help: "Reads served from the cache.",
+            value,
+        };
+        let mut s = String::new();
+        render_provider_counters(
+            &[
+                ("api", "api weather", vec![c(3)]),
+                ("files", "/srv", vec![]),
+                ("web", "web \"q\"", vec![c(4)]),
+            ],
+            &mut s,
+        );
+        assert_eq!(
+            s,
+            "# HELP mcpr_http_cache_hits_total Reads served from the cache.\n# TYPE mcpr_http_cache_hits_total counter\nmcpr_http_cache_hits_total{kind=\"api\",mount=\"api weather\"} 3\nmcpr_http_cache_hits_total{kind=\"web\",mount=\"web \\\"q\\\"\"} 4\n"
+        );
+    }
 
     #[test]
     fn renders_counts_and_cumulative_buckets() {

@@ -4,9 +4,12 @@
 //! that asked for it.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use mcpr_core::{ChangeBus, ChangeEvent, ChangeSink, Error, ResourceUri, Result, WatchGuard};
+use mcpr_core::{
+    ChangeBus, ChangeEvent, ChangeSink, Error, ErrorKind, ResourceUri, Result, WatchGuard,
+};
 use tokio::sync::{broadcast, mpsc};
 
 use crate::router::Router;
@@ -31,6 +34,11 @@ pub struct RegistryStats {
     pub list_listeners: usize,
     /// Whether the mounts' list watches are held.
     pub list_watch_active: bool,
+    /// Subscriptions held, over every subscriber: each URI a session subscribed to or a
+    /// listen stream watches counts one (what `max_watches` bounds).
+    pub subscriptions: usize,
+    /// Open `subscriptions/listen` streams.
+    pub listen_streams: usize,
 }
 
 struct Sub {
@@ -54,6 +62,10 @@ struct Inner {
     list_refs: usize,
     list_acquiring: bool,
     list_guards: Vec<WatchGuard>,
+    /// The sum of every subscriber's `uris`.
+    held: usize,
+    /// Open listen streams per client identity.
+    listens: HashMap<String, usize>,
 }
 
 /// See the module docs.
@@ -63,6 +75,49 @@ pub struct Registry {
     inner: Mutex<Inner>,
     /// False while list watches are being started.
     list_ready: tokio::sync::watch::Sender<bool>,
+    /// The most subscriptions held at once over every subscriber (`max_watches`).
+    max_watches: AtomicUsize,
+}
+
+/// The error of a subscription beyond the global budget.
+pub(crate) fn over_budget(max: usize) -> Error {
+    let mut details = serde_json::Map::new();
+    details.insert("limit".into(), max.into());
+    details.insert("setting".into(), "server.max_watches".into());
+    let mut e = Error::new(
+        ErrorKind::Unavailable,
+        format!(
+            "the server already holds {max} subscriptions over all sessions and listen streams, the limit (max_watches); try again after some are released"
+        ),
+    );
+    e.details = Some(details);
+    e
+}
+
+/// Whether `e` is the global budget's refusal.
+pub(crate) fn is_over_budget(e: &Error) -> bool {
+    e.details
+        .as_ref()
+        .and_then(|d| d.get("setting"))
+        .is_some_and(|s| s == "server.max_watches")
+}
+
+/// One open listen stream counted against its client's limit, until dropped.
+pub struct ListenSlot {
+    registry: Arc<Registry>,
+    client: String,
+}
+
+impl Drop for ListenSlot {
+    fn drop(&mut self) {
+        let mut inner = self.registry.inner.lock().expect("registry lock");
+        if let Some(n) = inner.listens.get_mut(&self.client) {
+            *n -= 1;
+            if *n == 0 {
+                inner.listens.remove(&self.client);
+            }
+        }
+    }
 }
 
 impl Registry {
@@ -73,6 +128,7 @@ impl Registry {
             bus: bus.clone(),
             inner: Mutex::new(Inner::default()),
             list_ready: tokio::sync::watch::Sender::new(true),
+            max_watches: AtomicUsize::new(usize::MAX),
         });
         tokio::spawn(fan_out(Arc::downgrade(&this), bus.subscribe()));
         this
@@ -106,18 +162,67 @@ impl Registry {
         (id, rx)
     }
 
+    /// Set the most subscriptions held at once over every subscriber (`max_watches`).
+    pub fn set_max_watches(&self, max: usize) {
+        self.max_watches.store(max, Ordering::Relaxed);
+    }
+
+    /// The subscriptions still available under `max_watches`.
+    pub fn watch_budget_left(&self) -> usize {
+        let held = self.inner.lock().expect("registry lock").held;
+        self.max_watches
+            .load(Ordering::Relaxed)
+            .saturating_sub(held)
+    }
+
+    /// Count one more listen stream of `client`, refused beyond `max` of them.
+    pub fn open_listen(self: &Arc<Self>, client: &str, max: usize) -> Result<ListenSlot> {
+        let mut inner = self.inner.lock().expect("registry lock");
+        let open = inner.listens.entry(client.to_owned()).or_default();
+        if *open >= max {
+            let mut details = serde_json::Map::new();
+            details.insert("limit".into(), max.into());
+            details.insert(
+                "setting".into(),
+                "server.max_listen_streams_per_client".into(),
+            );
+            let mut e = Error::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "too many subscriptions/listen streams: this client already has {max} open, the limit (max_listen_streams_per_client); close one first"
+                ),
+            );
+            e.details = Some(details);
+            return Err(e);
+        }
+        *open += 1;
+        Ok(ListenSlot {
+            registry: self.clone(),
+            client: client.to_owned(),
+        })
+    }
+
     /// Subscribe `id` to `uri`, asking the owning provider to watch it if nobody did yet.
+    /// A subscription beyond `max_watches` (over every subscriber) is refused.
     pub async fn subscribe(&self, id: u64, uri: &ResourceUri) -> Result<()> {
         let key = uri.as_str().to_owned();
+        let max = self.max_watches.load(Ordering::Relaxed);
         {
             let mut inner = self.inner.lock().expect("registry lock");
             let inner = &mut *inner;
-            if !inner.subs.contains_key(&id) {
+            let Some(sub) = inner.subs.get(&id) else {
                 return Err(Error::internal("subscriber is gone"));
+            };
+            if sub.uris.contains(&key) {
+                return Ok(());
+            }
+            if inner.held >= max {
+                return Err(over_budget(max));
             }
             if let Some(w) = inner.uris.get_mut(&key) {
                 w.subs.insert(id);
                 inner.subs.get_mut(&id).expect("checked").uris.insert(key);
+                inner.held += 1;
                 return Ok(());
             }
         }
@@ -140,7 +245,15 @@ impl Registry {
         let Some(sub) = inner.subs.get_mut(&id) else {
             return Ok(());
         };
+        if sub.uris.contains(&key) {
+            return Ok(());
+        }
+        // Others may have subscribed while the watch was being set up.
+        if inner.held >= max {
+            return Err(over_budget(max));
+        }
         sub.uris.insert(key.clone());
+        inner.held += 1;
         // Another subscriber may have started a watch meanwhile; ours is then redundant and
         // is dropped here.
         inner
@@ -159,8 +272,10 @@ impl Registry {
     pub fn unsubscribe(&self, id: u64, uri: &str) {
         let released = {
             let mut inner = self.inner.lock().expect("registry lock");
-            if let Some(sub) = inner.subs.get_mut(&id) {
-                sub.uris.remove(uri);
+            if let Some(sub) = inner.subs.get_mut(&id)
+                && sub.uris.remove(uri)
+            {
+                inner.held -= 1;
             }
             release_uri(&mut inner, id, uri)
         };
@@ -250,6 +365,7 @@ impl Registry {
             let Some(sub) = inner.subs.remove(&id) else {
                 return;
             };
+            inner.held -= sub.uris.len();
             for uri in &sub.uris {
                 released.extend(release_uri(&mut inner, id, uri));
             }
@@ -285,6 +401,8 @@ impl Registry {
             watched_uris: inner.uris.len(),
             list_listeners: inner.list_refs,
             list_watch_active: !inner.list_guards.is_empty(),
+            subscriptions: inner.held,
+            listen_streams: inner.listens.values().sum(),
         }
     }
 

@@ -20,8 +20,9 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::ServerState;
 use crate::http::Grant;
+use crate::http::Identity;
 use crate::layers::{Bounded, metered};
-use crate::registry::{Notice, Registry};
+use crate::registry::{ListenSlot, Notice, Registry, is_over_budget, over_budget};
 use crate::router::{Mount, Router};
 
 /// Position tag in a cursor: resume at the start of the mount, or after a provider position.
@@ -144,9 +145,11 @@ impl ChangeTokens {
 }
 
 /// A running listen: its notices, starting with what changed while it was being set up,
-/// until it is dropped, which releases its subscriptions.
+/// until it is dropped, which releases its subscriptions and its place among its client's
+/// listen streams.
 pub struct Listen {
     subscriber: Subscriber,
+    _slot: ListenSlot,
     initial: VecDeque<Notice>,
     notices: UnboundedReceiver<Notice>,
 }
@@ -255,13 +258,30 @@ impl Service {
                 after = None;
                 continue;
             }
-            let page = self
+            let resume = after.take();
+            let listed = self
                 .bounded(mount)
                 .list(PageRequest {
-                    after: after.take(),
+                    after: resume.clone(),
                     limit: page_size - items.len(),
                 })
-                .await?;
+                .await;
+            let page = match listed {
+                Ok(page) => page,
+                // A mount that fails (a bucket or database that is down) must not take the
+                // entries already gathered from the mounts before it down with it: they go
+                // out as a page whose cursor resumes at the failing mount, so its error
+                // reaches the client on the next call, whole, and nothing is skipped.
+                Err(_) if !items.is_empty() => {
+                    let position = match resume {
+                        Some(pos) => [&[AFTER][..], &pos].concat(),
+                        None => vec![AT_START],
+                    };
+                    next = Some((idx, position));
+                    break;
+                }
+                Err(e) => return Err(e),
+            };
             items.extend(page.items);
             if let Some(pos) = page.next {
                 let mut p = vec![AFTER];
@@ -360,10 +380,12 @@ impl Service {
             .read_budget
             .reserve(settings.max_read_bytes, settings.request_timeout)
             .await?;
-        let contents = self.bounded(mount).read(&uri, &limits).await?;
+        let (contents, own) = self.bounded(mount).read(&uri, &limits).await?;
+        // A result with hints of its own (an HTTP answer's remaining freshness) carries
+        // those; the caller's grant can still only make them stricter.
         Ok(ReadOutcome {
             contents,
-            hints: hints_for(grant, info.cache),
+            hints: hints_for(grant, own.unwrap_or(info.cache)),
         })
     }
 
@@ -522,8 +544,13 @@ impl Service {
         });
     }
 
-    /// Start a listen for a caller holding `grant`: watch `uris` (as accepted by
-    /// [`Service::accept_listen`], with `tokens` from it) and, with `list_changed`, the list.
+    /// Start a listen for a caller holding `grant`, known as `client` (`None` for the one
+    /// peer of stdio): watch `uris` (as accepted by [`Service::accept_listen`], with `tokens`
+    /// from it) and, with `list_changed`, the list.
+    ///
+    /// Refused, with an error naming the setting, when `client` already holds
+    /// `max_listen_streams_per_client` listens, or when watching `uris` would take the server
+    /// past `max_watches` subscriptions.
     ///
     /// A URI of a mount the caller may not see is never watched (the acknowledgment went out
     /// before the grant could be consulted). Each URI whose change token differs from the
@@ -533,14 +560,21 @@ impl Service {
     pub async fn listen(
         &self,
         grant: Option<&Grant>,
+        client: Option<&Identity>,
         uris: &[String],
         list_changed: bool,
         tokens: &ChangeTokens,
-    ) -> Listen {
+    ) -> Result<Listen> {
+        let registry = &self.state.registry;
+        let max_streams = self.state.settings.max_listen_streams_per_client;
+        let slot = registry.open_listen(client.map_or("stdio", Identity::as_str), max_streams)?;
+        // The tokens stashed for a refused listen expire unclaimed.
+        if uris.len() > registry.watch_budget_left() {
+            return Err(over_budget(self.state.settings.max_watches));
+        }
         let (subscriber, notices) = self.add_subscriber(grant);
         let id = subscriber.id();
         let router = &self.state.router;
-        let registry = &self.state.registry;
         let current =
             |uri: &ResourceUri| router.route(uri).and_then(|m| m.provider.change_token(uri));
         let mut before = Vec::new();
@@ -559,6 +593,11 @@ impl Service {
         let mut initial = VecDeque::new();
         for (parsed, token) in before {
             if let Err(e) = registry.subscribe(id, &parsed).await {
+                // Others took the budget meanwhile: the whole listen is refused (dropping the
+                // subscriber releases what it got), never a part passed off as the whole.
+                if is_over_budget(&e) {
+                    return Err(e);
+                }
                 tracing::debug!(uri = %parsed, error = %e, "listen: cannot watch");
                 continue;
             }
@@ -569,10 +608,11 @@ impl Service {
         if fresh_list {
             initial.push_back(Notice::ListChanged);
         }
-        Listen {
+        Ok(Listen {
             subscriber,
+            _slot: slot,
             initial,
             notices,
-        }
+        })
     }
 }

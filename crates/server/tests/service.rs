@@ -178,6 +178,23 @@ fn settings(page_size: usize) -> Settings {
     }
 }
 
+/// A mount whose listing fails (its source is down) does not hide what the mounts before it
+/// listed: their entries come as a page whose cursor resumes at the failing mount, and the
+/// next call answers that mount's error. Nothing is skipped or presented as the whole list.
+#[tokio::test]
+async fn a_failing_mount_keeps_earlier_entries_and_fails_on_the_next_page() {
+    let t = two_mounts(settings(10));
+    let service = Service::new(t.state.clone());
+    std::fs::remove_dir_all(t._dirs.1.path()).unwrap();
+    let first = service.list(None, None).await.unwrap();
+    assert_eq!(first.items.len(), 5, "the files mount's entries are served");
+    let cursor = first
+        .next_cursor
+        .expect("the page says the list goes on at the failing mount");
+    let err = service.list(None, Some(&cursor)).await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Internal, "{err:?}");
+}
+
 #[tokio::test]
 async fn list_pages_across_mounts_and_hides_mounts_outside_the_grant() {
     let t = two_mounts(settings(3));
@@ -430,7 +447,10 @@ async fn a_change_between_a_listens_acceptance_and_its_start_is_reported_first()
     // The client changes the resource the moment it sees the acknowledgment, before the
     // listen has its watch.
     std::fs::write(t.files.join("a0.txt"), "changed, and longer than before").unwrap();
-    let mut listen = service.listen(None, &uris, false, &tokens).await;
+    let mut listen = service
+        .listen(None, None, &uris, false, &tokens)
+        .await
+        .unwrap();
     let first = tokio::time::timeout(std::time::Duration::from_secs(2), listen.next())
         .await
         .expect("a notice at once");

@@ -258,3 +258,69 @@ async fn modern_listen_notifies_and_releases_on_cancel() {
     assert_eq!(json["ttlMs"], 0, "{json}");
     assert_eq!(json["cacheScope"], "public", "{json}");
 }
+
+/// Issue #20, item 3, over a byte pipe (what stdio is): the one peer's listen streams are
+/// capped by `max_listen_streams_per_client`, and subscriptions of both eras by
+/// `max_watches`; each refusal names its setting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue20_listen_and_watch_limits_over_a_pipe() {
+    let mut s = setup(100);
+    s.state = ServerState::new(
+        Settings {
+            max_listen_streams_per_client: 1,
+            max_watches: 2,
+            ..Settings::default()
+        },
+        s.state
+            .router()
+            .mounts()
+            .iter()
+            .map(|m| m.provider.clone())
+            .collect(),
+    );
+    let uri = |i: usize| encode_path_uri(&s.root.join(format!("f{i:02}.txt")));
+
+    // Legacy era: the third subscription goes past the budget.
+    let (legacy, _rx, _server) = connect(&s.state, ClientLifecycleMode::Initialize).await;
+    for i in 0..2 {
+        legacy
+            .subscribe(SubscribeRequestParams::new(uri(i)))
+            .await
+            .unwrap();
+    }
+    let err = legacy
+        .subscribe(SubscribeRequestParams::new(uri(2)))
+        .await
+        .unwrap_err();
+    let text = format!("{err:?}");
+    assert!(text.contains("max_watches"), "{text}");
+    legacy
+        .unsubscribe(UnsubscribeRequestParams::new(uri(0)))
+        .await
+        .unwrap();
+
+    // 2026-07-28 era: one listen stream is allowed, a second is refused.
+    let mode = ClientLifecycleMode::Discover {
+        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+    };
+    let (client, _rx2, _server2) = connect(&s.state, mode).await;
+    let mut filter = SubscriptionFilter::default();
+    filter.resource_subscriptions = Some(vec![uri(5)]);
+    let _first = client.listen(filter.clone()).await.unwrap();
+    for _ in 0..200 {
+        if s.state.registry().stats().listen_streams == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(s.state.registry().stats().subscriptions, 2);
+    let second = match client.listen(filter).await {
+        Err(e) => format!("{e:?}"),
+        Ok(mut sub) => format!(
+            "{:?}",
+            tokio::time::timeout(Duration::from_secs(2), sub.next()).await
+        ),
+    };
+    assert!(second.contains("max_listen_streams_per_client"), "{second}");
+    assert_eq!(s.state.registry().stats().listen_streams, 1);
+}

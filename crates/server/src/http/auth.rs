@@ -1,14 +1,15 @@
 //! Bearer-token authentication at the HTTP edge.
 //!
-//! Static tokens are compared in constant time. A request that authenticates gets a
-//! [`Grant`] in its extensions, which the MCP handler reads (through the HTTP parts rmcp
-//! passes along) to decide which mounts the caller may see.
+//! Static tokens are compared in constant time; the `Bearer` scheme is matched without regard
+//! to case. The edge ([`super::edge`]) authenticates each request on its headers, before it
+//! takes a concurrency permit or reads the body, and puts the caller's [`Grant`] and
+//! [`Identity`] in the request's extensions, which the MCP handler reads (through the HTTP
+//! parts rmcp passes along) to decide which mounts the caller may see.
 
 use std::collections::BTreeSet;
+use std::hash::BuildHasher as _;
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode, header};
 use subtle::ConstantTimeEq as _;
@@ -71,21 +72,18 @@ impl AuthSettings {
     }
 }
 
-/// State of the auth middleware.
+/// The authenticator the edge consults on every request's headers.
 pub struct Auth {
     pub(crate) settings: AuthSettings,
     jwt: Option<super::jwt::JwtValidator>,
-    /// The mounts, to keep a scoped caller's listen filter to what it may see.
-    router: Option<crate::Router>,
+    /// Keyed per process: the identity of a JWT without a subject is a hash of the token
+    /// that cannot be computed (or reversed) elsewhere.
+    hasher: std::collections::hash_map::RandomState,
 }
 
 impl Auth {
-    /// The middleware state for `settings`; `router` lets it hide mounts a scoped caller may
-    /// not see from its listen filter.
-    pub(crate) fn with_router(
-        settings: AuthSettings,
-        router: Option<crate::Router>,
-    ) -> Result<Arc<Self>, String> {
+    /// The authenticator for `settings`.
+    pub(crate) fn new(settings: AuthSettings) -> Result<Arc<Self>, String> {
         let jwt = settings
             .jwt
             .clone()
@@ -94,25 +92,29 @@ impl Auth {
         Ok(Arc::new(Self {
             settings,
             jwt,
-            router,
+            hasher: std::collections::hash_map::RandomState::new(),
         }))
     }
 
-    fn check(&self, presented: &str) -> Option<Grant> {
+    fn check(&self, presented: &str) -> Option<(Grant, Identity)> {
         let mut found = None;
         // Compare against every token, so the time taken says nothing about which matched.
-        for t in &self.settings.tokens {
+        for (i, t) in self.settings.tokens.iter().enumerate() {
             if bool::from(t.token.as_bytes().ct_eq(presented.as_bytes())) && found.is_none() {
-                found = Some(Grant {
-                    scopes: t.scopes.clone(),
-                    personal: t.scopes.is_some(),
-                });
+                found = Some((
+                    Grant {
+                        scopes: t.scopes.clone(),
+                        personal: t.scopes.is_some(),
+                    },
+                    // Which configured token, by position: names it without revealing it.
+                    Identity(format!("static token #{}", i + 1)),
+                ));
             }
         }
         found
     }
 
-    fn challenge(&self, error: Option<&str>, description: &str) -> Response {
+    pub(crate) fn challenge(&self, error: Option<&str>, description: &str) -> Response {
         self.challenge_with(StatusCode::UNAUTHORIZED, error, description, None)
     }
 
@@ -156,99 +158,123 @@ impl Auth {
     }
 }
 
-/// Require a valid bearer token on every request it wraps.
-pub async fn require_bearer(State(auth): State<Arc<Auth>>, req: Request, next: Next) -> Response {
-    let Some(value) = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-    else {
-        return auth.challenge(None, "a bearer token is required (Authorization: Bearer …)");
-    };
-    let Some(token) = value
-        .strip_prefix("Bearer ")
-        .or_else(|| value.strip_prefix("bearer "))
-    else {
-        return auth.challenge(
-            Some("invalid_request"),
-            "the Authorization header must use the Bearer scheme",
-        );
-    };
-    let token = token.trim();
-    let grant = match (auth.check(token), &auth.jwt) {
-        (Some(grant), _) => grant,
-        (None, Some(jwt)) => match jwt.validate(token).await {
-            Ok(grant) => grant,
+/// Who is calling, as far as the edge can tell: the subject of a JWT, which static token,
+/// or (without authentication) the client's address. It never holds a secret. A legacy
+/// session is bound to the identity that created it, and listen streams are counted per
+/// identity. The edge puts it in every MCP request's extensions; the handler reads it there.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Identity(String);
+
+impl Identity {
+    /// An identity from its text (tests and other transports).
+    pub fn new(id: impl Into<String>) -> Self {
+        Self(id.into())
+    }
+
+    /// The client's address, for requests without authentication.
+    pub(crate) fn address(ip: std::net::IpAddr) -> Self {
+        Self(format!("address {ip}"))
+    }
+
+    /// The identity as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Auth {
+    /// Authenticate a request on its headers alone, before anything reads its body or holds a
+    /// concurrency permit: the caller's grant and identity, or the refusal to send.
+    pub(crate) async fn authenticate(
+        &self,
+        headers: &http::HeaderMap,
+    ) -> Result<(Grant, Identity), Response> {
+        let Some(value) = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+        else {
+            return Err(
+                self.challenge(None, "a bearer token is required (Authorization: Bearer …)")
+            );
+        };
+        // RFC 9110 §11.1: the scheme name is case-insensitive (`bearer`, `BEARER`).
+        let Some(token) = value
+            .split_once(' ')
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token.trim())
+        else {
+            return Err(self.challenge(
+                Some("invalid_request"),
+                "the Authorization header must use the Bearer scheme",
+            ));
+        };
+        if let Some(found) = self.check(token) {
+            return Ok(found);
+        }
+        let Some(jwt) = &self.jwt else {
+            return Err(self.challenge(Some("invalid_token"), "the token is not valid"));
+        };
+        match jwt.validate(token).await {
+            Ok((grant, subject)) => {
+                let identity = match subject {
+                    Some(sub) => Identity(format!("subject {sub}")),
+                    // A token that names nobody is its own identity; a keyed hash stands
+                    // for it so the secret itself is never kept or shown.
+                    None => Identity(format!("token {:016x}", self.hasher.hash_one(token))),
+                };
+                Ok((grant, identity))
+            }
             Err(super::jwt::JwtError::Invalid(why)) => {
-                return auth.challenge(Some("invalid_token"), &why);
+                Err(self.challenge(Some("invalid_token"), &why))
             }
-            Err(super::jwt::JwtError::InsufficientScope(scopes)) => {
-                return auth.challenge_with(
-                    StatusCode::FORBIDDEN,
-                    Some("insufficient_scope"),
-                    &format!("the token lacks the scope(s) {scopes}"),
-                    Some(&scopes),
-                );
-            }
+            Err(super::jwt::JwtError::InsufficientScope(scopes)) => Err(self.challenge_with(
+                StatusCode::FORBIDDEN,
+                Some("insufficient_scope"),
+                &format!("the token lacks the scope(s) {scopes}"),
+                Some(&scopes),
+            )),
             Err(super::jwt::JwtError::KeysUnavailable(why)) => {
                 tracing::warn!(%why, "cannot validate tokens: the authorization server's keys are unavailable");
-                return super::edge::refuse(
+                Err(super::edge::refuse(
                     StatusCode::SERVICE_UNAVAILABLE,
                     -32603,
                     "cannot validate the token right now: the authorization server's keys are unavailable".into(),
-                );
+                ))
             }
-        },
-        (None, None) => return auth.challenge(Some("invalid_token"), "the token is not valid"),
-    };
-    let req = match (&auth.router, grant.scopes.is_some()) {
-        (Some(router), true) => drop_hidden_subscriptions(req, router, &grant).await,
-        _ => req,
-    };
-    let mut req = req;
-    req.extensions_mut().insert(grant);
-    next.run(req).await
+        }
+    }
 }
 
 /// rmcp acknowledges a `subscriptions/listen` filter before the handler can see who asks,
 /// so for a caller with scopes the URIs of mounts it may not see are taken out of the
-/// request here. They then look exactly like URIs outside every mount: left out of the
-/// acknowledgment, never watched.
-async fn drop_hidden_subscriptions(req: Request, router: &crate::Router, grant: &Grant) -> Request {
-    use http_body_util::BodyExt as _;
-    if req.method() != http::Method::POST {
-        return req;
+/// request body here. They then look exactly like URIs outside every mount: left out of the
+/// acknowledgment, never watched. `None` when nothing needs to change.
+pub(crate) fn hide_subscriptions(
+    body: &[u8],
+    router: &crate::Router,
+    grant: &Grant,
+) -> Option<Vec<u8>> {
+    // An unscoped caller sees every mount: nothing to take out.
+    grant.scopes.as_ref()?;
+    let mut v = serde_json::from_slice::<serde_json::Value>(body).ok()?;
+    if v.get("method")?.as_str()? != "subscriptions/listen" {
+        return None;
     }
-    let (parts, body) = req.into_parts();
-    // The edge middleware has already bounded the body size.
-    let bytes = match body.collect().await {
-        Ok(c) => c.to_bytes(),
-        Err(_) => return Request::from_parts(parts, axum::body::Body::empty()),
-    };
-    let rewritten = serde_json::from_slice::<serde_json::Value>(&bytes)
-        .ok()
-        .and_then(|mut v| {
-            if v.get("method")?.as_str()? != "subscriptions/listen" {
-                return None;
-            }
-            let uris = v
-                .pointer_mut("/params/notifications/resourceSubscriptions")?
-                .as_array_mut()?;
-            let before = uris.len();
-            uris.retain(|u| {
-                let Some(Ok(uri)) = u.as_str().map(mcpr_core::ResourceUri::parse) else {
-                    return true;
-                };
-                router
-                    .route(&uri)
-                    .is_none_or(|m| grant.allows(m.scope.as_deref()))
-            });
-            (uris.len() != before)
-                .then(|| serde_json::to_vec(&v).ok())
-                .flatten()
-        });
-    let body = rewritten.map(bytes::Bytes::from).unwrap_or(bytes);
-    Request::from_parts(parts, axum::body::Body::from(body))
+    let uris = v
+        .pointer_mut("/params/notifications/resourceSubscriptions")?
+        .as_array_mut()?;
+    let before = uris.len();
+    uris.retain(|u| {
+        let Some(Ok(uri)) = u.as_str().map(mcpr_core::ResourceUri::parse) else {
+            return true;
+        };
+        router
+            .route(&uri)
+            .is_none_or(|m| grant.allows(m.scope.as_deref()))
+    });
+    (uris.len() != before)
+        .then(|| serde_json::to_vec(&v).ok())
+        .flatten()
 }
 
 #[cfg(test)]
@@ -271,16 +297,13 @@ mod tests {
 
     #[test]
     fn tokens_compare_whole() {
-        let auth = Auth::with_router(
-            AuthSettings {
-                tokens: vec![StaticToken {
-                    token: "s3cret".into(),
-                    scopes: None,
-                }],
-                ..Default::default()
-            },
-            None,
-        )
+        let auth = Auth::new(AuthSettings {
+            tokens: vec![StaticToken {
+                token: "s3cret".into(),
+                scopes: None,
+            }],
+            ..Default::default()
+        })
         .unwrap();
         assert!(auth.check("s3cret").is_some());
         assert!(auth.check("s3cre").is_none());

@@ -345,7 +345,7 @@ fn sole<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 
 /// rmcp's Host check: the name (brackets and case aside) must be on the list, and the port
 /// too when the list entry names one.
-fn host_allowed(host: &str, allowed: &[String]) -> bool {
+pub(crate) fn host_allowed(host: &str, allowed: &[String]) -> bool {
     let Ok(host) = http::uri::Authority::try_from(host) else {
         return false;
     };

@@ -1,7 +1,12 @@
-//! The limits at the HTTP edge, as one axum middleware in front of the MCP endpoint: shutdown
-//! draining, per-client rate limit, concurrency limit, body size, session cap, and HTTP
-//! request counters. Each refusal is a clear HTTP status with a JSON-RPC error body naming
-//! the limit.
+//! The HTTP edge, as one axum middleware in front of the MCP endpoint, in this order:
+//! shutdown draining, per-client rate limit, authentication on the headers, the binding of a
+//! legacy session to the identity that created it, the concurrency limit, the body (size
+//! and time limits), the session cap, and HTTP request counters. Authentication comes before
+//! the permit and the body, so unauthenticated clients cannot hold permits (issue #20). Each
+//! refusal is a clear HTTP status with a JSON-RPC error body naming the limit.
+//!
+//! [`ops_gate`] applies the same Host and Origin checks to `/healthz`, `/readyz`, `/metrics`
+//! and the OAuth metadata.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -17,6 +22,8 @@ use http::{HeaderValue, Method, StatusCode};
 use http_body_util::BodyExt as _;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use tokio::sync::{Notify, Semaphore};
+
+use super::auth::{Auth, Grant, Identity};
 
 /// Limits of the HTTP edge.
 #[derive(Debug, Clone)]
@@ -37,6 +44,8 @@ pub struct HttpLimits {
     pub shutdown_grace: Duration,
     /// Events of a session's notification stream kept for `Last-Event-ID` resumption.
     pub event_store_capacity: usize,
+    /// The longest a client may take to send a request body; slower ones answer 408.
+    pub body_timeout: Duration,
 }
 
 impl Default for HttpLimits {
@@ -50,6 +59,7 @@ impl Default for HttpLimits {
             session_idle_timeout: Duration::from_secs(300),
             shutdown_grace: Duration::from_secs(10),
             event_store_capacity: 64,
+            body_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -70,10 +80,22 @@ pub struct Edge {
     idle: Notify,
     /// HTTP responses by status class: 2xx, 3xx, 4xx, 5xx.
     pub(crate) by_status: [AtomicU64; 4],
+    /// Authentication, when configured.
+    auth: Option<Arc<Auth>>,
+    /// The mounts, to keep a scoped caller's listen filter to what it may see.
+    router: crate::Router,
+    /// With authentication: legacy session id → the identity that created it. Another
+    /// identity presenting the id is told the session does not exist.
+    owners: Mutex<HashMap<String, Identity>>,
 }
 
 impl Edge {
-    pub(crate) fn new(limits: HttpLimits, sessions: Arc<LocalSessionManager>) -> Arc<Self> {
+    pub(crate) fn new(
+        limits: HttpLimits,
+        sessions: Arc<LocalSessionManager>,
+        auth: Option<Arc<Auth>>,
+        router: crate::Router,
+    ) -> Arc<Self> {
         Arc::new(Self {
             concurrency: Arc::new(Semaphore::new(limits.max_concurrent_requests.max(1))),
             limits,
@@ -83,7 +105,43 @@ impl Edge {
             inflight: AtomicUsize::new(0),
             idle: Notify::new(),
             by_status: Default::default(),
+            auth,
+            router,
+            owners: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Whether `identity` may use legacy session `id`: sessions are bound only when
+    /// requests are authenticated, and one the edge never saw created is left to rmcp.
+    fn may_use(&self, id: &str, identity: &Identity) -> bool {
+        self.auth.is_none()
+            || self
+                .owners
+                .lock()
+                .expect("owners lock")
+                .get(id)
+                .is_none_or(|owner| owner == identity)
+    }
+
+    /// Remember that `identity` created session `id`.
+    async fn bind(&self, id: &str, identity: Identity) {
+        if self.auth.is_none() {
+            return;
+        }
+        // Sessions that expired on their own never pass through DELETE; forget them now and
+        // then, so the map stays as small as the set of live sessions.
+        let prune = self.owners.lock().expect("owners lock").len() > 1024;
+        let live: Option<std::collections::HashSet<String>> = if prune {
+            let live = self.sessions.sessions.read().await;
+            Some(live.keys().map(|k| k.to_string()).collect())
+        } else {
+            None
+        };
+        let mut owners = self.owners.lock().expect("owners lock");
+        if let Some(live) = live {
+            owners.retain(|k, _| live.contains(k));
+        }
+        owners.insert(id.to_owned(), identity);
     }
 
     /// Refuse new requests and wait (at most the grace period) for in-flight ones to finish.
@@ -168,6 +226,12 @@ pub async fn edge(
     resp
 }
 
+/// rmcp's answer to an unknown session id, word for word: a session bound to someone else
+/// must look exactly like one that does not exist.
+fn no_such_session() -> Response {
+    (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response()
+}
+
 async fn guarded(edge: &Arc<Edge>, peer: SocketAddr, req: Request, next: Next) -> Response {
     if edge.draining.load(Ordering::SeqCst) {
         return refuse(
@@ -193,6 +257,41 @@ async fn guarded(edge: &Arc<Edge>, peer: SocketAddr, req: Request, next: Next) -
         }
         return r;
     }
+    // Authenticate on the headers alone: a client that cannot authenticate never holds a
+    // permit nor makes the server wait for its body.
+    let (mut parts, body) = req.into_parts();
+    let identity = match &edge.auth {
+        Some(auth) => match auth.authenticate(&parts.headers).await {
+            Ok((grant, identity)) => {
+                parts.extensions.insert(grant);
+                identity
+            }
+            Err(refusal) => return refusal,
+        },
+        None => Identity::address(peer.ip()),
+    };
+    parts.extensions.insert(identity.clone());
+    let session = parts
+        .headers
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    if let Some(id) = &session {
+        if !edge.may_use(id, &identity) {
+            return no_such_session();
+        }
+        if parts.method == Method::DELETE
+            && !edge
+                .sessions
+                .sessions
+                .read()
+                .await
+                .contains_key(id.as_str())
+        {
+            // rmcp would accept the DELETE of a session that does not exist.
+            return no_such_session();
+        }
+    }
     let Ok(_permit) = edge.concurrency.clone().try_acquire_owned() else {
         return refuse(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -203,21 +302,41 @@ async fn guarded(edge: &Arc<Edge>, peer: SocketAddr, req: Request, next: Next) -
             ),
         );
     };
-    let (req, streaming) = if req.method() == Method::POST {
-        match inspect_post(edge, req).await {
+    let req = Request::from_parts(parts, body);
+    let method = req.method().clone();
+    let (req, post) = if method == Method::POST {
+        match inspect_post(edge, req, session.is_some()).await {
             Ok(x) => x,
             Err(resp) => return resp,
         }
     } else {
         // GET opens the session's notification stream; DELETE is quick but not worth waiting on.
-        (req, true)
+        (req, Post::Streaming)
     };
-    if streaming {
-        return next.run(req).await;
+    if post == Post::Streaming {
+        let mut resp = next.run(req).await;
+        if method == Method::DELETE && resp.status() == StatusCode::ACCEPTED {
+            // The session is gone once rmcp answers; clients (the Python SDK among them)
+            // expect 200 or 204 to a DELETE, and log a failure for rmcp's 202.
+            if let Some(id) = &session {
+                edge.owners.lock().expect("owners lock").remove(id);
+            }
+            *resp.status_mut() = StatusCode::NO_CONTENT;
+        }
+        return resp;
     }
     edge.inflight.fetch_add(1, Ordering::SeqCst);
     let guard = InflightGuard(edge.clone());
     let resp = next.run(req).await;
+    if post == Post::Initialize
+        && let Some(id) = resp
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+    {
+        // Bound before the client can learn the id: the answer has not left yet.
+        edge.bind(id, identity).await;
+    }
     // The request is in flight until its body (JSON or a per-request SSE stream) is done.
     let (parts, body) = resp.into_parts();
     let body = Body::new(body.map_frame(move |f| {
@@ -227,20 +346,59 @@ async fn guarded(edge: &Arc<Edge>, peer: SocketAddr, req: Request, next: Next) -
     Response::from_parts(parts, body)
 }
 
-/// Buffer a POST body within the size limit and look at its JSON-RPC method: an
+/// What kind of POST a request is, as far as the edge cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Post {
+    /// An `initialize` outside a session: it creates one, subject to `max_sessions`.
+    Initialize,
+    /// A `subscriptions/listen`: a stream, not a request that shutdown should wait for.
+    Streaming,
+    /// Anything else.
+    Request,
+}
+
+/// Buffer a POST body within the size and time limits and look at its JSON-RPC method: an
 /// `initialize` may not exceed the session cap, and a `subscriptions/listen` is a stream,
-/// not a request that shutdown should wait for.
-async fn inspect_post(edge: &Arc<Edge>, req: Request) -> Result<(Request, bool), Response> {
+/// not a request that shutdown should wait for. A scoped caller's listen filter loses the
+/// URIs of mounts it may not see.
+async fn inspect_post(
+    edge: &Arc<Edge>,
+    req: Request,
+    has_session: bool,
+) -> Result<(Request, Post), Response> {
     let (parts, body) = req.into_parts();
     let limit = edge.limits.max_body_bytes;
-    let bytes = match http_body_util::Limited::new(body, limit).collect().await {
-        Ok(c) => c.to_bytes(),
-        Err(_) => {
+    let timeout = edge.limits.body_timeout;
+    let read = http_body_util::Limited::new(body, limit).collect();
+    let bytes = match tokio::time::timeout(timeout, read).await {
+        Ok(Ok(c)) => c.to_bytes(),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
             return Err(refuse(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 -32600,
                 format!("request body is larger than the limit of {limit} bytes (max_body_bytes)"),
             ));
+        }
+        Ok(Err(e)) => {
+            return Err(refuse(
+                StatusCode::BAD_REQUEST,
+                -32600,
+                format!("cannot read the request body: {e}"),
+            ));
+        }
+        Err(_) => {
+            let mut r = refuse(
+                StatusCode::REQUEST_TIMEOUT,
+                -32600,
+                format!(
+                    "the request body did not arrive within {} ms (body_timeout_ms)",
+                    timeout.as_millis()
+                ),
+            );
+            // The rest of the body may still be on its way; the connection cannot be reused.
+            r.headers_mut()
+                .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+            return Err(r);
         }
     };
     #[derive(serde::Deserialize)]
@@ -252,8 +410,12 @@ async fn inspect_post(edge: &Arc<Edge>, req: Request) -> Result<(Request, bool),
         .ok()
         .and_then(|p| p.method)
         .map(|m| m.into_owned());
-    let has_session = parts.headers.contains_key("mcp-session-id");
-    if method.as_deref() == Some("initialize") && !has_session {
+    let kind = match method.as_deref() {
+        Some("initialize") if !has_session => Post::Initialize,
+        Some("subscriptions/listen") => Post::Streaming,
+        _ => Post::Request,
+    };
+    if kind == Post::Initialize {
         let open = edge.sessions.sessions.read().await.len();
         if open >= edge.limits.max_sessions {
             return Err(refuse(
@@ -266,6 +428,137 @@ async fn inspect_post(edge: &Arc<Edge>, req: Request) -> Result<(Request, bool),
             ));
         }
     }
-    let streaming = method.as_deref() == Some("subscriptions/listen");
-    Ok((Request::from_parts(parts, Body::from(bytes)), streaming))
+    let bytes = match (kind, parts.extensions.get::<Grant>()) {
+        (Post::Streaming, Some(grant)) => {
+            match super::auth::hide_subscriptions(&bytes, &edge.router, grant) {
+                Some(rewritten) => bytes::Bytes::from(rewritten),
+                None => bytes,
+            }
+        }
+        _ => bytes,
+    };
+    Ok((Request::from_parts(parts, Body::from(bytes)), kind))
+}
+
+/// Which requests to `/healthz`, `/readyz`, `/metrics` and the OAuth metadata are refused:
+/// the Host and Origin checks of the MCP endpoint.
+pub(crate) struct OpsGate {
+    pub(crate) allowed_hosts: Vec<String>,
+    pub(crate) allowed_origins: Vec<String>,
+}
+
+/// The Host and Origin checks in front of the operational endpoints, as rmcp makes them for
+/// the MCP endpoint: a web page (DNS rebinding, cross-site requests) learns nothing here.
+pub async fn ops_gate(State(gate): State<Arc<OpsGate>>, req: Request, next: Next) -> Response {
+    let host_ok = req
+        .headers()
+        .get(http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .is_some_and(|h| super::direct::host_allowed(h, &gate.allowed_hosts) || is_ip_literal(h))
+        || gate.allowed_hosts.is_empty();
+    if !host_ok {
+        return (
+            StatusCode::FORBIDDEN,
+            "Forbidden: Host header is not allowed",
+        )
+            .into_response();
+    }
+    if let Some(origin) = req.headers().get(http::header::ORIGIN)
+        && !origin
+            .to_str()
+            .is_ok_and(|o| origin_allowed(o, &gate.allowed_origins))
+    {
+        return (
+            StatusCode::FORBIDDEN,
+            "Forbidden: Origin header is not allowed",
+        )
+            .into_response();
+    }
+    next.run(req).await
+}
+
+/// Whether `host` (a Host header) names an IP address rather than a name. The operational
+/// endpoints accept these beyond `allowed_hosts`: health probes address a server by IP (a
+/// pod's address), and DNS rebinding, what the Host check guards against, needs a name.
+fn is_ip_literal(host: &str) -> bool {
+    http::uri::Authority::try_from(host).is_ok_and(|a| {
+        a.host()
+            .trim_matches(['[', ']'])
+            .parse::<std::net::IpAddr>()
+            .is_ok()
+    })
+}
+
+/// Whether `origin` matches an entry of `allowed` the way rmcp matches them: scheme and host
+/// (case aside), and the port when the entry names one (`:*` for any). An empty list allows
+/// no Origin at all.
+fn origin_allowed(origin: &str, allowed: &[String]) -> bool {
+    fn parts(value: &str) -> Option<(String, String, Option<u16>)> {
+        let uri = http::Uri::try_from(value.trim()).ok()?;
+        let scheme = uri.scheme_str()?.to_ascii_lowercase();
+        let authority = uri.authority()?;
+        let host = authority
+            .host()
+            .trim_matches(['[', ']'])
+            .to_ascii_lowercase();
+        Some((scheme, host, authority.port_u16()))
+    }
+    let default_port = |scheme: &str| match scheme {
+        "http" => Some(80),
+        "https" => Some(443),
+        _ => None,
+    };
+    if origin.trim().eq_ignore_ascii_case("null") {
+        return allowed
+            .iter()
+            .any(|a| a.trim().eq_ignore_ascii_case("null"));
+    }
+    let Some((scheme, host, port)) = parts(origin) else {
+        return false;
+    };
+    allowed.iter().any(|entry| {
+        let (entry, any_port) = match entry.trim().strip_suffix(":*") {
+            Some(base) => (base, true),
+            None => (entry.trim(), false),
+        };
+        let Some((a_scheme, a_host, a_port)) = parts(entry) else {
+            return false;
+        };
+        a_scheme == scheme
+            && a_host == host
+            && (any_port
+                || a_port.is_none_or(|p| port.or_else(|| default_port(&scheme)) == Some(p)))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn origins_match_as_rmcp_matches_them() {
+        let list: Vec<String> = ["http://localhost:*", "https://app.example:8443", "null"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+        assert!(origin_allowed("http://localhost:3000", &list));
+        assert!(origin_allowed("HTTP://LOCALHOST", &list));
+        assert!(origin_allowed("https://app.example:8443", &list));
+        assert!(origin_allowed("null", &list));
+        assert!(!origin_allowed("https://app.example", &list));
+        assert!(!origin_allowed("https://localhost:3000", &list));
+        assert!(!origin_allowed("http://evil.example", &list));
+        assert!(!origin_allowed("garbage", &list));
+        assert!(!origin_allowed("http://localhost:3000", &[]));
+    }
+
+    #[test]
+    fn ip_literal_hosts() {
+        assert!(is_ip_literal("127.0.0.1:8080"));
+        assert!(is_ip_literal("10.1.2.3"));
+        assert!(is_ip_literal("[::1]:80"));
+        assert!(!is_ip_literal("evil.example"));
+        assert!(!is_ip_literal("127.0.0.1.nip.io:80"));
+        assert!(!is_ip_literal("bad host"));
+    }
 }

@@ -60,6 +60,9 @@ pub struct JwtValidator {
 
 #[derive(serde::Deserialize)]
 struct Claims {
+    /// The subject: who the token speaks for; a legacy session is bound to it.
+    #[serde(default)]
+    sub: Option<String>,
     #[serde(default)]
     scope: Option<String>,
     #[serde(default)]
@@ -138,8 +141,9 @@ impl JwtValidator {
         })
     }
 
-    /// Validate `token`; on success, the caller's grant (its scopes).
-    pub async fn validate(&self, token: &str) -> Result<Grant, JwtError> {
+    /// Validate `token`; on success, the caller's grant (its scopes) and its subject (`sub`),
+    /// when the token names one.
+    pub async fn validate(&self, token: &str) -> Result<(Grant, Option<String>), JwtError> {
         let header = jsonwebtoken::decode_header(token)
             .map_err(|e| JwtError::Invalid(format!("malformed token: {e}")))?;
         if !matches!(header.alg, Algorithm::RS256 | Algorithm::ES256) {
@@ -188,9 +192,12 @@ impl JwtValidator {
             let list: Vec<&str> = missing.iter().map(|s| s.as_str()).collect();
             return Err(JwtError::InsufficientScope(list.join(" ")));
         }
-        Ok(Grant {
-            scopes: Some(scopes),
-            personal: true,
-        })
+        Ok((
+            Grant {
+                scopes: Some(scopes),
+                personal: true,
+            },
+            data.claims.sub,
+        ))
     }
 }

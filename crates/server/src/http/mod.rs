@@ -8,7 +8,7 @@ mod edge;
 mod jwt;
 mod sessions;
 
-pub use auth::{AuthSettings, Grant, StaticToken};
+pub use auth::{AuthSettings, Grant, Identity, StaticToken};
 pub use edge::HttpLimits;
 pub use jwt::JwtSettings;
 
@@ -129,6 +129,8 @@ impl HttpServer {
 struct Ops {
     state: Arc<ServerState>,
     edge: Arc<edge::Edge>,
+    /// With authentication, `/metrics` and the detail of `/readyz` need a valid token.
+    auth: Option<Arc<auth::Auth>>,
     metadata: Option<serde_json::Value>,
     direct_reads: Arc<AtomicU64>,
 }
@@ -187,7 +189,16 @@ pub async fn serve(
         },
     );
 
-    let edge = edge::Edge::new(limits.clone(), manager);
+    let auth = match settings.auth.clone().filter(|a| a.is_enabled()) {
+        Some(a) => Some(auth::Auth::new(a)?),
+        None => None,
+    };
+    let edge = edge::Edge::new(
+        limits.clone(),
+        manager,
+        auth.clone(),
+        state.router().clone(),
+    );
     // RFC 9728 protected-resource metadata: where clients find the authorization server.
     let metadata = settings.auth.as_ref().filter(|a| a.is_enabled()).map(|a| {
         let scopes: BTreeSet<&str> = state
@@ -210,22 +221,19 @@ pub async fn serve(
     let ops = Arc::new(Ops {
         state: state.clone(),
         edge: edge.clone(),
+        auth,
         metadata,
         direct_reads,
     });
 
-    let mut mcp_route = Router::new().route_service(&settings.path, mcp);
-    if let Some(auth) = settings.auth.clone().filter(|a| a.is_enabled()) {
-        let auth = auth::Auth::with_router(auth, Some(state.router().clone()))?;
-        mcp_route = mcp_route.layer(axum::middleware::from_fn_with_state(
-            auth,
-            auth::require_bearer,
-        ));
-    }
-    let mcp_route = mcp_route.layer(axum::middleware::from_fn_with_state(
-        edge.clone(),
-        edge::edge,
-    ));
+    // The edge authenticates, then limits, then reads the body (see `edge.rs`).
+    let mcp_route = Router::new().route_service(&settings.path, mcp).layer(
+        axum::middleware::from_fn_with_state(edge.clone(), edge::edge),
+    );
+    let gate = Arc::new(edge::OpsGate {
+        allowed_hosts: settings.allowed_hosts.clone(),
+        allowed_origins: settings.allowed_origins.clone(),
+    });
     let app = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -239,6 +247,7 @@ pub async fn serve(
             get(resource_metadata),
         )
         .with_state(ops)
+        .layer(axum::middleware::from_fn_with_state(gate, edge::ops_gate))
         .merge(mcp_route);
 
     let listener = tokio::net::TcpListener::bind(settings.listen)
@@ -291,12 +300,29 @@ async fn healthz() -> &'static str {
     "ok\n"
 }
 
-async fn readyz(State(ops): State<Arc<Ops>>) -> Response {
-    let mounts = ops.state.ready().await;
-    let all = mounts.iter().all(|(_, ok)| *ok);
+/// The status code says whether every mount is ready. Which mount is not (their labels hold
+/// paths and database hosts) is told only to a caller that may see it: with authentication,
+/// a valid token and only the mounts its scopes cover; an unauthenticated probe gets a bare
+/// `ready` / `not ready`.
+async fn readyz(State(ops): State<Arc<Ops>>, headers: http::HeaderMap) -> Response {
+    let grant = match &ops.auth {
+        None => Some(None),
+        Some(auth) => auth.authenticate(&headers).await.ok().map(|(g, _)| Some(g)),
+    };
+    let mut all = true;
     let mut body = String::new();
-    for (label, ok) in &mounts {
-        let _ = writeln!(body, "{} {label}", if *ok { "ready" } else { "NOT READY" });
+    for m in ops.state.router().mounts() {
+        let ok = m.provider.ready().await;
+        all &= ok;
+        if let Some(grant) = &grant
+            && grant.as_ref().is_none_or(|g| g.allows(m.scope.as_deref()))
+        {
+            let word = if ok { "ready" } else { "NOT READY" };
+            let _ = writeln!(body, "{word} {}", m.provider.info().label);
+        }
+    }
+    if grant.is_none() {
+        body = if all { "ready\n" } else { "not ready\n" }.into();
     }
     let status = if all {
         StatusCode::OK
@@ -306,9 +332,26 @@ async fn readyz(State(ops): State<Arc<Ops>>) -> Response {
     (status, body).into_response()
 }
 
-async fn metrics(State(ops): State<Arc<Ops>>) -> Response {
+/// Prometheus text; with authentication, only for a valid token.
+async fn metrics(State(ops): State<Arc<Ops>>, headers: http::HeaderMap) -> Response {
+    if let Some(auth) = &ops.auth
+        && let Err(refusal) = auth.authenticate(&headers).await
+    {
+        return refusal;
+    }
     let mut out = String::new();
     ops.state.metrics().render(&mut out);
+    let mounts: Vec<_> = ops
+        .state
+        .router()
+        .mounts()
+        .iter()
+        .map(|m| {
+            let info = m.provider.info();
+            (info.kind, info.label.as_str(), m.provider.counters())
+        })
+        .collect();
+    crate::metrics::render_provider_counters(&mounts, &mut out);
     let stats = ops.state.registry().stats();
     let sessions = ops.edge.sessions.sessions.read().await.len();
     let gauges = [
@@ -326,6 +369,16 @@ async fn metrics(State(ops): State<Arc<Ops>>) -> Response {
             "mcp_watched_resources",
             "Resources with a change watch.",
             stats.watched_uris,
+        ),
+        (
+            "mcp_subscriptions",
+            "Subscriptions held over every session and listen stream (bounded by max_watches).",
+            stats.subscriptions,
+        ),
+        (
+            "mcp_listen_streams",
+            "Open subscriptions/listen streams.",
+            stats.listen_streams,
         ),
         (
             "mcp_list_listeners",

@@ -1,0 +1,283 @@
+//! From a resource URI to the upstream request: an api endpoint's URL template expanded with
+//! the URI's values (RFC 6570, so a value never adds structure), or a web URL checked
+//! against the allow prefixes.
+
+use std::collections::BTreeMap;
+
+use mcpr_core::{Error, Result, UriTemplate};
+use percent_encoding::percent_decode_str;
+use regex_automata::meta::Regex;
+
+use crate::config::{Endpoint, HttpConfig};
+
+/// One endpoint, compiled.
+pub(crate) struct Compiled {
+    pub(crate) endpoint: Endpoint,
+    /// `None` for a fixed URI.
+    pub(crate) uri: Option<UriTemplate>,
+    pub(crate) url: UriTemplate,
+    pub(crate) patterns: BTreeMap<String, Regex>,
+}
+
+impl Compiled {
+    pub(crate) fn new(e: &Endpoint) -> Result<Self> {
+        let internal = |what: &str, err: String| {
+            Error::internal(format!("endpoint {}: {what} does not parse: {err}", e.uri))
+        };
+        let uri = UriTemplate::parse(&e.uri).map_err(|err| internal("uri", err.to_string()))?;
+        let url = UriTemplate::parse(&e.url).map_err(|err| internal("url", err.to_string()))?;
+        let mut patterns = BTreeMap::new();
+        for (name, p) in &e.params {
+            if let Some(pat) = &p.pattern {
+                let re = Regex::new(&format!("^(?:{pat})$"))
+                    .map_err(|err| internal("pattern", err.to_string()))?;
+                patterns.insert(name.clone(), re);
+            }
+        }
+        Ok(Self {
+            endpoint: e.clone(),
+            uri: (!uri.variables().is_empty()).then_some(uri),
+            url,
+            patterns,
+        })
+    }
+}
+
+/// What a read fetches.
+pub(crate) struct Target {
+    /// The upstream URL of the first request.
+    pub(crate) url: reqwest::Url,
+    /// The endpoint (api), for headers and the MIME override; `None` on web mounts.
+    pub(crate) endpoint: Option<usize>,
+}
+
+/// The api endpoint serving `uri` and its upstream URL. A URI no endpoint serves is not
+/// found; a value an endpoint refuses (enum, pattern, a `.`/`..` segment) is invalid params.
+pub(crate) fn api_target(endpoints: &[Compiled], uri: &str) -> Result<Target> {
+    // Fixed URIs first: `api://w/beijing/current` beats `api://w/{city}/current`.
+    if let Some(i) = endpoints
+        .iter()
+        .position(|c| c.uri.is_none() && c.endpoint.uri == uri)
+    {
+        let c = &endpoints[i];
+        let url = expand(c, &BTreeMap::new(), uri)?;
+        return Ok(Target {
+            url,
+            endpoint: Some(i),
+        });
+    }
+    for (i, c) in endpoints.iter().enumerate() {
+        let Some(t) = &c.uri else { continue };
+        let Some(values) = t.matches(uri) else {
+            continue;
+        };
+        check_values(c, &values, uri)?;
+        let url = expand(c, &values, uri)?;
+        return Ok(Target {
+            url,
+            endpoint: Some(i),
+        });
+    }
+    Err(Error::not_found(uri))
+}
+
+/// The endpoint's `enum` and `pattern` checks.
+fn check_values(c: &Compiled, values: &BTreeMap<String, String>, uri: &str) -> Result<()> {
+    for (name, value) in values {
+        let Some(spec) = c.endpoint.params.get(name) else {
+            continue;
+        };
+        let bad = |why: String| {
+            Error::invalid_params(format!("{uri}: parameter {name} = {value:?} {why}"))
+                .with_uri(uri)
+        };
+        if let Some(allowed) = &spec.allowed
+            && !allowed.iter().any(|a| a == value)
+        {
+            return Err(bad(format!("is not one of {allowed:?}")));
+        }
+        if let Some(re) = c.patterns.get(name)
+            && !re.is_match(value)
+        {
+            return Err(bad(format!(
+                "does not match the pattern {:?}",
+                spec.pattern.as_deref().unwrap_or_default()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Expand the URL template and parse the result. RFC 6570 simple expansion percent-encodes
+/// everything but unreserved characters, so a value cannot add `/`, `?`, `#`, `@` or CR/LF;
+/// what it can still do is be a whole `.` or `..` segment, which URL parsers resolve, so
+/// those are refused here (also when percent-encoded, once or twice).
+fn expand(c: &Compiled, values: &BTreeMap<String, String>, uri: &str) -> Result<reqwest::Url> {
+    let raw = c.url.expand(values);
+    let after_scheme = raw.find("://").map(|i| i + 3).unwrap_or(0);
+    let path_start = raw[after_scheme..]
+        .find('/')
+        .map(|i| i + after_scheme)
+        .unwrap_or(raw.len());
+    let path_end = raw[path_start..]
+        .find(['?', '#'])
+        .map(|i| i + path_start)
+        .unwrap_or(raw.len());
+    for seg in raw[path_start..path_end].split('/') {
+        if is_dot_segment(seg) {
+            return Err(Error::invalid_params(format!(
+                "{uri}: a parameter value may not be a whole `.` or `..` path segment (plain or percent-encoded)"
+            ))
+            .with_uri(uri));
+        }
+    }
+    reqwest::Url::parse(&raw).map_err(|e| {
+        Error::invalid_params(format!("{uri}: the values do not make a valid URL: {e}"))
+            .with_uri(uri)
+    })
+}
+
+/// `.` or `..`, also after up to three rounds of percent-decoding.
+fn is_dot_segment(seg: &str) -> bool {
+    let mut s = seg.to_owned();
+    for _ in 0..4 {
+        if s == "." || s == ".." {
+            return true;
+        }
+        let next = percent_decode_str(&s).decode_utf8_lossy().into_owned();
+        if next == s {
+            return false;
+        }
+        s = next;
+    }
+    false
+}
+
+/// The URL a web mount fetches for `uri`: an http(s) URL without userinfo whose normalised
+/// form lies under one of `allow` at a boundary; `None` otherwise (not found).
+pub(crate) fn web_url(allow: &[String], uri: &str) -> Option<reqwest::Url> {
+    let mut url = reqwest::Url::parse(uri).ok()?;
+    if !matches!(url.scheme(), "http" | "https")
+        || !url.username().is_empty()
+        || url.password().is_some()
+    {
+        return None;
+    }
+    url.set_fragment(None);
+    allowed(allow, &url).then_some(url)
+}
+
+/// Whether `url` (normalised by the parser: dot segments resolved) lies under a prefix at a
+/// boundary: the prefix ends in `/`, or the URL goes on with `/`, `?` or ends.
+pub(crate) fn allowed(allow: &[String], url: &reqwest::Url) -> bool {
+    let s = url.as_str();
+    allow.iter().any(|p| {
+        s.strip_prefix(p.as_str()).is_some_and(|rest| {
+            p.ends_with('/') || rest.is_empty() || rest.starts_with('/') || rest.starts_with('?')
+        })
+    })
+}
+
+/// The prefixes a mount claims in the router.
+pub(crate) fn router_prefixes(config: &HttpConfig) -> Vec<String> {
+    let mut out: Vec<String> = match config.kind {
+        crate::HttpKind::Web => config.allow.clone(),
+        crate::HttpKind::Api => config
+            .endpoints
+            .iter()
+            .map(|e| api_prefix(&e.uri))
+            .collect(),
+    };
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The literal start of an endpoint URI at a boundary the router honours: the whole URI
+/// when fixed, else up to the last `/` before the first expression (or up to a query
+/// expression, which starts at a boundary itself).
+fn api_prefix(uri: &str) -> String {
+    let Some(brace) = uri.find('{') else {
+        return uri.to_owned();
+    };
+    let lit = &uri[..brace];
+    if uri[brace..].starts_with("{?") || uri[brace..].starts_with("{#") || lit.ends_with('/') {
+        return lit.to_owned();
+    }
+    match lit.rfind('/') {
+        Some(i) if i >= "api://".len() => lit[..=i].to_owned(),
+        _ => lit.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ep(uri: &str, url: &str) -> Compiled {
+        Compiled::new(&Endpoint::new(uri, url)).unwrap()
+    }
+
+    #[test]
+    fn values_cannot_change_structure() {
+        let eps = [ep(
+            "api://w/{city}/forecast",
+            "https://h.example/v1/{city}/f?units=metric",
+        )];
+        let got = |u: &str| api_target(&eps, u).map(|t| t.url.to_string());
+        assert_eq!(
+            got("api://w/a%2Fb/forecast").unwrap(),
+            "https://h.example/v1/a%2Fb/f?units=metric"
+        );
+        assert_eq!(
+            got("api://w/x%3Fy%3D1/forecast").unwrap(),
+            "https://h.example/v1/x%3Fy%3D1/f?units=metric"
+        );
+        assert_eq!(
+            got("api://w/a%23b/forecast").unwrap(),
+            "https://h.example/v1/a%23b/f?units=metric"
+        );
+        assert_eq!(
+            got("api://w/a%0D%0AX-Evil%3A%201/forecast").unwrap(),
+            "https://h.example/v1/a%0D%0AX-Evil%3A%201/f?units=metric"
+        );
+        assert_eq!(
+            got("api://w/http%3A%2F%2Fevil.example%2F/forecast").unwrap(),
+            "https://h.example/v1/http%3A%2F%2Fevil.example%2F/f?units=metric"
+        );
+        for dots in [
+            "api://w/%2E%2E/forecast",
+            "api://w/%2e/forecast",
+            "api://w/%252e%252e/forecast",
+        ] {
+            let e = api_target(&eps, dots).err().expect(dots);
+            assert_eq!(e.kind, mcpr_core::ErrorKind::InvalidParams, "{dots}");
+        }
+        assert_eq!(
+            api_target(&eps, "api://w/a/b/forecast").err().unwrap().kind,
+            mcpr_core::ErrorKind::NotFound
+        );
+    }
+
+    #[test]
+    fn web_urls_stay_under_their_prefix() {
+        let allow = vec!["https://d.example/docs/".to_owned()];
+        assert!(web_url(&allow, "https://d.example/docs/a.html").is_some());
+        assert!(web_url(&allow, "https://d.example/docs/../admin").is_none());
+        assert!(web_url(&allow, "https://d.example/docs/%2e%2e/admin").is_none());
+        assert!(web_url(&allow, "https://u:p@d.example/docs/a").is_none());
+        assert!(web_url(&allow, "http://d.example/docs/a").is_none());
+        assert!(web_url(&allow, "https://d.example/docsx").is_none());
+        let allow = vec!["https://d.example/guide".to_owned()];
+        assert!(web_url(&allow, "https://d.example/guide/x").is_some());
+        assert!(web_url(&allow, "https://d.example/guides").is_none());
+    }
+
+    #[test]
+    fn prefixes() {
+        assert_eq!(api_prefix("api://w/{city}/f"), "api://w/");
+        assert_eq!(api_prefix("api://w/x"), "api://w/x");
+        assert_eq!(api_prefix("api://w/a{b}"), "api://w/");
+        assert_eq!(api_prefix("api://w{?q}"), "api://w");
+    }
+}

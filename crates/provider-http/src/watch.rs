@@ -1,0 +1,97 @@
+//! Change notifications: every subscribed URI is re-fetched every `poll_interval_ms` (with
+//! jitter) through core's [`Poller`], conditionally when the upstream gave validators, and
+//! its subscribers are told when the ETag or the body's hash changed. One poller per mount,
+//! one check per URI however many subscribers, stopped with the last; an upstream that fails
+//! is retried with backoff and notifies nobody.
+
+use std::sync::{Arc, Weak};
+
+use async_trait::async_trait;
+use mcpr_core::poll::{PollConfig, PollSource, Poller, Watched};
+use mcpr_core::{ChangeSink, Error, ErrorKind, ResourceUri, Result, WatchGuard};
+
+use crate::provider::Inner;
+use crate::read::{Mode, serve};
+
+/// What a check of one URI saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Fingerprint {
+    /// A body: its ETag (when the upstream sent one) and the hash of what is served.
+    Body {
+        etag: Option<String>,
+        hash: [u8; 32],
+    },
+    /// 404 or 410.
+    Gone,
+    /// A lasting refusal (the body grew past the limit, a redirect left the allow list).
+    Refused(ErrorKind, String),
+}
+
+/// The watched URIs of one mount.
+pub(crate) struct Watches {
+    /// The poller holds the source weakly; this keeps it as long as the mount lives.
+    source: Arc<HttpSource>,
+    poller: Poller<HttpSource>,
+}
+
+struct HttpSource {
+    inner: Weak<Inner>,
+}
+
+impl Watches {
+    pub(crate) fn new(label: &str, inner: Weak<Inner>, config: &crate::HttpConfig) -> Self {
+        let interval = config.poll_interval;
+        let source = Arc::new(HttpSource { inner });
+        let poller = Poller::new(
+            label.to_owned(),
+            Arc::downgrade(&source),
+            PollConfig::every(interval)
+                .with_jitter(0.2)
+                .with_retry(interval, interval.saturating_mul(16)),
+        );
+        Self { source, poller }
+    }
+
+    /// Watch `uri` for `sink`; the first check is made now, so a change right after the
+    /// subscription is seen by the next one.
+    pub(crate) async fn add(&self, uri: &ResourceUri, sink: ChangeSink) -> WatchGuard {
+        let key = Watched::Resource(uri.clone());
+        let first = self.source.check(&key, None).await.ok();
+        self.poller.watch(key, sink, first)
+    }
+
+    /// Whether the poller's task runs (it must stop with the last watch).
+    pub(crate) fn running(&self) -> bool {
+        self.poller.is_running()
+    }
+}
+
+#[async_trait]
+impl PollSource for HttpSource {
+    type Fingerprint = Fingerprint;
+
+    async fn check(&self, key: &Watched, _last: Option<&Fingerprint>) -> Result<Fingerprint> {
+        let inner = self
+            .inner
+            .upgrade()
+            .ok_or_else(|| Error::internal("the http mount is gone"))?;
+        let Watched::Resource(uri) = key else {
+            return Err(Error::unsupported("http mounts do not report list changes"));
+        };
+        let limit = inner.poll_limit();
+        match serve(&inner, uri.as_str(), limit, Mode::Check).await {
+            Ok(s) => Ok(Fingerprint::Body {
+                etag: s.etag,
+                hash: s.body.hash(),
+            }),
+            Err(e) if e.kind == ErrorKind::NotFound => Ok(Fingerprint::Gone),
+            Err(e) if matches!(e.kind, ErrorKind::TooLarge | ErrorKind::InvalidParams) => {
+                Ok(Fingerprint::Refused(e.kind, e.message))
+            }
+            Err(e) => {
+                tracing::debug!(uri = uri.as_str(), error = %e, "poll failed; retrying later");
+                Err(e)
+            }
+        }
+    }
+}

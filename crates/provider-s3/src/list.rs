@@ -1,0 +1,325 @@
+//! Listings: `resources/list` pages, prefix ("directory") reads and key completion. Each is
+//! one ListObjectsV2 request: a page resumes with the store's own `start-after` at the last
+//! key served, so no request ever walks the bucket from the start.
+
+use std::time::SystemTime;
+
+use mcpr_core::{
+    Completion, Contents, ContentsBody, Error, ErrorKind, Page, ResourceMeta, ResourceUri, Result,
+};
+use object_store::ObjectMeta;
+use percent_encoding::percent_decode_str;
+
+use crate::provider::Inner;
+use crate::uri::{KEY_MAX, encode_value};
+
+/// The most keys S3 returns for one list request.
+pub const STORE_PAGE_MAX: usize = 1000;
+/// Entries in one prefix-listing read; `?after=` continues it.
+pub const DIR_READ_MAX: usize = 1000;
+/// Suggestions in one completion answer.
+pub const COMPLETE_MAX: usize = 100;
+
+/// RFC 3339 (UTC, whole seconds) of an object's modification time.
+pub(crate) fn rfc3339(meta: &ObjectMeta) -> String {
+    humantime::format_rfc3339_seconds(SystemTime::from(meta.last_modified)).to_string()
+}
+
+/// A list position: a key this listing served (or any key: the listing resumes after the
+/// place it would have). Refused when it cannot be a key at all.
+fn position(after: &[u8]) -> Result<String> {
+    let bad = |why: &str| {
+        Error::new(
+            ErrorKind::InvalidCursor,
+            format!("list cursor does not name a position: {why}"),
+        )
+    };
+    if after.is_empty() {
+        return Err(bad("empty"));
+    }
+    if after.len() > KEY_MAX {
+        return Err(bad("longer than any S3 key"));
+    }
+    let s = std::str::from_utf8(after).map_err(|_| bad("not UTF-8"))?;
+    if s.chars().any(char::is_control) {
+        return Err(bad("control characters"));
+    }
+    Ok(s.to_owned())
+}
+
+/// One page of `resources/list`: the objects under the mount's prefix in key order, after
+/// `after`, at most `limit` (and at most the store's 1,000) per page. One request.
+pub(crate) async fn list_page(
+    inner: &Inner,
+    after: Option<&[u8]>,
+    limit: usize,
+) -> Result<Page<ResourceMeta>> {
+    let start_after = after.map(position).transpose()?;
+    let max = limit.min(STORE_PAGE_MAX);
+    let r = inner
+        .list_once(&inner.config.prefix, start_after, max, false, "listing")
+        .await?;
+    let mut items = Vec::with_capacity(r.result.objects.len());
+    let mut last = None;
+    for o in &r.result.objects {
+        let key = o.location.as_ref();
+        last = Some(key.as_bytes().to_vec());
+        if !inner.keys.serves(key) {
+            continue;
+        }
+        items.push(ResourceMeta {
+            uri: inner.keys.uri_of(key),
+            name: key.to_owned(),
+            mime_type: mcpr_core::mime::by_extension(key.as_bytes()).map(str::to_owned),
+            size: Some(o.size),
+            last_modified: Some(rfc3339(o)),
+            ..Default::default()
+        });
+    }
+    let next = match (&r.page_token, last) {
+        (None, _) => None,
+        (Some(_), Some(last)) => Some(last),
+        (Some(_), None) => {
+            return Err(Error::internal(format!(
+                "s3 bucket `{}` said a listing continues but returned no key to continue after",
+                inner.config.bucket
+            )));
+        }
+    };
+    Ok(Page { items, next })
+}
+
+/// A `start-after` that skips every key under the common prefix `p` (ending in `/`): `p`
+/// followed by the highest code point up to S3's key length, so nothing under `p` sorts
+/// after it (S3 compares UTF-8 bytes, and U+10FFFF is the highest there is).
+fn past_prefix(p: &str) -> String {
+    let mut s = p.to_owned();
+    while s.len() + 4 <= KEY_MAX {
+        s.push('\u{10FFFF}');
+    }
+    s
+}
+
+/// One entry of a prefix listing or a completion: a key, or a common prefix ending in `/`.
+struct Entry<'a> {
+    /// The full key or prefix.
+    full: String,
+    object: Option<&'a ObjectMeta>,
+}
+
+/// The keys and common prefixes of one delimiter listing, merged in key order. An object
+/// whose key is the listed prefix without its `/` is a "folder marker" (`reports/`, which
+/// object_store's paths cannot tell from `reports`): it is left out.
+fn entries<'a>(r: &'a object_store::ListResult, prefix: &str) -> Vec<Entry<'a>> {
+    let mut out: Vec<Entry<'a>> = Vec::new();
+    for p in &r.common_prefixes {
+        out.push(Entry {
+            full: format!("{}/", p.as_ref()),
+            object: None,
+        });
+    }
+    for o in &r.objects {
+        let key = o.location.as_ref();
+        if key.starts_with(prefix) && key.len() > prefix.len() {
+            out.push(Entry {
+                full: key.to_owned(),
+                object: Some(o),
+            });
+        }
+    }
+    out.sort_by(|a, b| a.full.cmp(&b.full));
+    out
+}
+
+/// Read a "directory" URI (ending in `/`): the objects and common prefixes directly under
+/// `prefix`, as JSON in the shape of a files directory read, 1,000 entries at most, continued
+/// with `?after={name}`.
+pub(crate) async fn read_dir(
+    inner: &Inner,
+    uri: &ResourceUri,
+    prefix: &str,
+) -> Result<Vec<Contents>> {
+    let mut after: Option<String> = None;
+    for (k, v) in uri.query_pairs() {
+        match k {
+            "after" if after.is_none() => {
+                let v = percent_decode_str(v).decode_utf8().map_err(|_| {
+                    Error::invalid_params("`after` must be a percent-encoded UTF-8 entry name")
+                })?;
+                after = Some(v.into_owned());
+            }
+            "after" => {
+                return Err(Error::invalid_params(format!(
+                    "query parameter `after` given twice in {uri}"
+                )));
+            }
+            "offset" | "length" | "head" | "tail" => {
+                return Err(Error::invalid_params(format!(
+                    "{} is a prefix listing; offset, length, head and tail apply to objects",
+                    uri.without_query()
+                )));
+            }
+            other => {
+                return Err(Error::invalid_params(format!(
+                    "unknown query parameter `{other}` in {uri}; prefix listings accept after"
+                )));
+            }
+        }
+    }
+    let mount = &inner.config.prefix;
+    // Above the mount's prefix: only the way down to it is shown.
+    let (list_prefix, toward) = if inner.keys.serves(prefix) {
+        (prefix.to_owned(), None)
+    } else {
+        let rest = &mount[prefix.len()..];
+        match rest.find('/') {
+            Some(i) => (String::new(), Some(format!("{prefix}{}", &rest[..=i]))),
+            None => (mount.clone(), None),
+        }
+    };
+    let mut out = Vec::new();
+    let mut truncated = false;
+    if let Some(dir) = toward {
+        if after
+            .as_deref()
+            .is_none_or(|a| format!("{prefix}{a}") < dir)
+        {
+            out.push(dir_entry(inner, prefix, &dir));
+        }
+    } else {
+        let start_after = after.as_ref().map(|a| {
+            let full = format!("{prefix}{a}");
+            if full.ends_with('/') {
+                past_prefix(&full)
+            } else {
+                full
+            }
+        });
+        let r = inner
+            .list_once(
+                &list_prefix,
+                start_after,
+                DIR_READ_MAX,
+                true,
+                "listing a prefix",
+            )
+            .await
+            .map_err(|e| e.with_uri(uri.as_str()))?;
+        let es = entries(&r.result, &list_prefix);
+        truncated = r.page_token.is_some() && !es.is_empty();
+        for e in &es {
+            match e.object {
+                None => out.push(dir_entry(inner, prefix, &e.full)),
+                Some(o) => {
+                    let mut obj = serde_json::Map::new();
+                    obj.insert("name".into(), e.full[prefix.len()..].into());
+                    obj.insert("uri".into(), inner.keys.uri_of(&e.full).into());
+                    obj.insert("type".into(), "file".into());
+                    obj.insert("size".into(), o.size.into());
+                    obj.insert("lastModified".into(), rfc3339(o).into());
+                    out.push(serde_json::Value::Object(obj));
+                }
+            }
+        }
+        if out.is_empty() && after.is_none() && !prefix.is_empty() && prefix.len() > mount.len() {
+            // S3 has no directories: a prefix with nothing under it does not exist.
+            return Err(Error::not_found(uri.as_str()));
+        }
+    }
+    let mut doc = serde_json::Map::new();
+    doc.insert("uri".into(), uri.as_str().into());
+    let last = out
+        .last()
+        .and_then(|e| e.get("name"))
+        .and_then(|n| n.as_str())
+        .map(str::to_owned);
+    doc.insert("entries".into(), out.into());
+    doc.insert("truncated".into(), truncated.into());
+    if truncated && let Some(name) = last {
+        let next = format!(
+            "{}?after={}",
+            inner.keys.uri_of(prefix),
+            encode_value(&name)
+        );
+        doc.insert("next".into(), next.into());
+    }
+    Ok(vec![Contents {
+        uri: uri.as_str().to_owned(),
+        mime_type: Some("application/json".into()),
+        body: ContentsBody::Text(serde_json::Value::Object(doc).to_string()),
+        meta: None,
+    }])
+}
+
+fn dir_entry(inner: &Inner, parent: &str, full: &str) -> serde_json::Value {
+    let mut obj = serde_json::Map::new();
+    obj.insert("name".into(), full[parent.len()..].into());
+    obj.insert("uri".into(), inner.keys.uri_of(full).into());
+    obj.insert("type".into(), "directory".into());
+    serde_json::Value::Object(obj)
+}
+
+/// Completion of `key`: the keys and common prefixes (ending in `/`) that start with what was
+/// typed, one delimiter listing, at most 100.
+pub(crate) async fn complete_key(inner: &Inner, typed: &str) -> Result<Completion> {
+    let mount = &inner.config.prefix;
+    let list_prefix = if typed.starts_with(mount.as_str()) {
+        typed
+    } else if mount.starts_with(typed) {
+        mount.as_str()
+    } else {
+        return Ok(Completion::default());
+    };
+    if list_prefix.len() > KEY_MAX {
+        return Ok(Completion::default());
+    }
+    let r = inner
+        .list_once(list_prefix, None, COMPLETE_MAX, true, "completing a key")
+        .await?;
+    // Keys equal to the prefix itself are left out by `entries`; a typed full key is
+    // still a value when it exists.
+    let mut values: Vec<String> = r
+        .result
+        .objects
+        .iter()
+        .filter(|o| o.location.as_ref() == list_prefix)
+        .map(|o| o.location.as_ref().to_owned())
+        .collect();
+    values.extend(entries(&r.result, list_prefix).into_iter().map(|e| e.full));
+    values.sort();
+    values.dedup();
+    values.truncate(COMPLETE_MAX);
+    Ok(Completion {
+        values,
+        total: None,
+        has_more: r.page_token.is_some(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positions_must_be_keys() {
+        assert!(position(b"").is_err());
+        assert!(position(&[0xff, 0x00]).is_err());
+        assert!(position(&[b'a'; 1025]).is_err());
+        assert!(position(b"a\nb").is_err());
+        assert_eq!(position(b"a/b c").unwrap(), "a/b c");
+    }
+
+    #[test]
+    fn past_prefix_sorts_after_everything_under_it() {
+        let p = past_prefix("reports/2024/");
+        assert!(p.len() <= KEY_MAX);
+        for k in [
+            "reports/2024/z",
+            "reports/2024/\u{10FFFF}x",
+            "reports/2024/日本",
+        ] {
+            assert!(k.as_bytes() < p.as_bytes(), "{k}");
+        }
+        assert!("reports/20240".as_bytes() > p.as_bytes());
+    }
+}
