@@ -9,6 +9,7 @@
 mod config;
 mod error;
 mod list;
+mod profile;
 mod provider;
 mod read;
 mod uri;

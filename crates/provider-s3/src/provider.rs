@@ -106,14 +106,24 @@ impl S3Provider {
         if let Some(e) = &config.endpoint {
             b = b.with_endpoint(e);
         }
+        let mut secrets: Vec<String> = Vec::new();
         if let (Some(k), Some(s)) = (&config.access_key_id, &config.secret_access_key) {
             b = b.with_access_key_id(k).with_secret_access_key(s);
+            secrets.extend([k.clone(), s.clone()]);
+        } else if std::env::var_os("AWS_ACCESS_KEY_ID").is_none()
+            && let Some(p) = crate::profile::from_environment()
+        {
+            // The shared credentials file, as the AWS tools read it, when neither the mount
+            // nor the environment gives keys.
+            b = b
+                .with_access_key_id(&p.access_key_id)
+                .with_secret_access_key(&p.secret_access_key);
+            if let Some(t) = &p.session_token {
+                b = b.with_token(t);
+            }
+            secrets.extend([p.access_key_id, p.secret_access_key]);
+            secrets.extend(p.session_token);
         }
-        let mut secrets: Vec<String> = [&config.access_key_id, &config.secret_access_key]
-            .into_iter()
-            .flatten()
-            .cloned()
-            .collect();
         for var in [
             "AWS_ACCESS_KEY_ID",
             "AWS_SECRET_ACCESS_KEY",
