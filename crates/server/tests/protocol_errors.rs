@@ -19,7 +19,7 @@ const INIT: &str = r#"{"jsonrpc":"2.0","id":"init","method":"initialize","params
 const INITIALIZED: &str = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
 const META_2026: &str = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"}}"#;
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Era {
     Legacy,
     Modern,
@@ -305,6 +305,11 @@ async fn issue19_wrong_parameter_types_are_invalid_params_over_stdio() {
         let lines: Vec<Vec<u8>> = cases.iter().map(|c| c.1.clone()).collect();
         let answers = session(state.clone(), era, &lines, None).await;
         for (id, _, words) in &cases {
+            if era == Era::Modern && *id == 4 {
+                // resources/unsubscribe does not exist in the 2026-07-28 era.
+                assert_eq!(by_id(&answers, *id)["error"]["code"], -32601);
+                continue;
+            }
             assert_error(by_id(&answers, *id), -32602, &["invalid params", words]);
         }
     }
@@ -388,6 +393,54 @@ async fn issue19_wrong_parameter_types_are_invalid_params_over_http() {
         let a = message(post(body, "", Some(session.clone()), false).await.unwrap()).await;
         assert_eq!(a["id"], id, "{a}");
         assert_error(&a, -32602, &["invalid params", words]);
+    }
+}
+
+/// The methods the 2026-07-28 era removed are "method not found" (404 over HTTP) for a
+/// request of that era even when their params are malformed: the wrong-type check of issue
+/// #19 applies only to methods the request's era has (the official conformance suite's
+/// `sep-2575-http-server-method-not-found-404-*` checks).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue19_removed_methods_stay_method_not_found_in_the_2026_era() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let (_dir, _root, state) = common::comparison_tree();
+    let settings = mcpr_server::http::HttpSettings::new("127.0.0.1:0".parse().unwrap());
+    let base = common::spawn_http(state, settings).await;
+    let http = reqwest::Client::new();
+    for (i, method) in [
+        "initialize",
+        "logging/setLevel",
+        "resources/subscribe",
+        "resources/unsubscribe",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":{i},"method":"{method}","params":{{"_meta":{META_2026}}}}}"#
+        );
+        let resp = http
+            .post(format!("{base}/mcp"))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", method)
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status();
+        let text = resp.text().await.unwrap();
+        let json = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .map(str::trim)
+            .find(|l| !l.is_empty())
+            .unwrap_or(&text);
+        let a: Value = serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {text}"));
+        assert_eq!(status, 404, "{method}: {text}");
+        assert_eq!(a["id"], i, "{a}");
+        assert_eq!(a["error"]["code"], -32601, "{method}: {a}");
     }
 }
 
