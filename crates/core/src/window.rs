@@ -147,6 +147,22 @@ fn read_exact_range<R: Read + Seek>(source: &mut R, range: Range<u64>) -> std::i
     Ok(buf)
 }
 
+/// The error for a whole object (a file, an S3 object) of `size` bytes over the read limit
+/// `limit`: it names both and how to read it in windows instead. The same words from every
+/// provider that supports windows, so a client can act on it the same way.
+pub fn too_large(uri: &str, size: u64, limit: u64) -> Error {
+    Error::new(
+        ErrorKind::TooLarge,
+        format!(
+            "{uri} is {size} bytes, more than the read limit of {limit} bytes (max_read_bytes); \
+             read it in windows with ?offset=N&length=M, ?head=N or ?tail=N"
+        ),
+    )
+    .with_uri(uri)
+    .with_detail("size", size)
+    .with_detail("limit", limit)
+}
+
 /// The error for a window whose bytes are more than the read limit; `what` is the parameter
 /// that made it so (`length`, `head` or `tail`).
 pub fn window_too_large(uri: &str, limit: u64, what: &str) -> Error {

@@ -10,10 +10,8 @@ use std::fs::File;
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 
-use mcpr_core::window::{trim_to_utf8, window_meta};
-use mcpr_core::{
-    Contents, ContentsBody, Error, ErrorKind, ReadLimits, ResourceUri, Result, Window,
-};
+use mcpr_core::window::{too_large, trim_to_utf8, window_meta};
+use mcpr_core::{Contents, ContentsBody, Error, ReadLimits, ResourceUri, Result, Window};
 use percent_encoding::percent_decode_str;
 
 use crate::error::map_io;
@@ -217,19 +215,6 @@ pub(crate) fn real_rel_of_fd(inner: &Inner, fd: &impl std::os::fd::AsRawFd) -> O
     let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
     let rest = link.strip_prefix(&inner.canonical_root).ok()?;
     RelPath::from_bytes(rest.as_os_str().as_bytes())
-}
-
-pub(crate) fn too_large(uri: &str, size: u64, limit: u64) -> Error {
-    Error::new(
-        ErrorKind::TooLarge,
-        format!(
-            "{uri} is {size} bytes, more than the read limit of {limit} bytes (max_read_bytes); \
-             read it in windows with ?offset=N&length=M, ?head=N or ?tail=N"
-        ),
-    )
-    .with_uri(uri)
-    .with_detail("size", size)
-    .with_detail("limit", limit)
 }
 
 fn read_window(

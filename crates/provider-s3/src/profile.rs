@@ -111,8 +111,14 @@ aws_access_key_id = AKIAHALF
     #[test]
     fn a_missing_or_half_profile_gives_nothing_and_debug_hides_keys() {
         assert!(parse(FILE, "nope").is_none());
-        assert!(parse(FILE, "half").is_none(), "an id without a secret is not a key");
+        assert!(
+            parse(FILE, "half").is_none(),
+            "an id without a secret is not a key"
+        );
         let printed = format!("{:?}", parse(FILE, "reports").unwrap());
-        assert!(!printed.contains("AKIA") && !printed.contains("secret"), "{printed}");
+        assert!(
+            !printed.contains("AKIA") && !printed.contains("secret"),
+            "{printed}"
+        );
     }
 }

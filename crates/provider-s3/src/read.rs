@@ -8,7 +8,9 @@
 //! from one version of the object.
 
 use futures::StreamExt as _;
-use mcpr_core::window::{TailScan, TailStep, trim_to_utf8, window_meta, window_too_large};
+use mcpr_core::window::{
+    TailScan, TailStep, too_large, trim_to_utf8, window_meta, window_too_large,
+};
 use mcpr_core::{
     Contents, ContentsBody, Error, ErrorKind, ReadLimits, ResourceUri, Result, Window,
 };
@@ -23,20 +25,6 @@ pub(crate) fn object_path(key: &str) -> Option<Path> {
     let p = Path::parse(key).ok()?;
     // `Path::parse` drops a trailing `/`; a key that changed is not the key asked for.
     (p.as_ref() == key).then_some(p)
-}
-
-/// The same error as a too-large file: what the size is, what the limit is, how to window.
-pub(crate) fn too_large(uri: &str, size: u64, limit: u64) -> Error {
-    Error::new(
-        ErrorKind::TooLarge,
-        format!(
-            "{uri} is {size} bytes, more than the read limit of {limit} bytes (max_read_bytes); \
-             read it in windows with ?offset=N&length=M, ?head=N or ?tail=N"
-        ),
-    )
-    .with_uri(uri)
-    .with_detail("size", size)
-    .with_detail("limit", limit)
 }
 
 /// Read the object `key` that `uri` names.
