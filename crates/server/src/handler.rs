@@ -504,8 +504,7 @@ impl ServerHandler for McpHandler {
         let CustomRequest { method, params, .. } = request;
         // A method the 2026-07-28 era removed does not exist for its requests, whatever
         // their params: "method not found" (404 over HTTP), as that era requires.
-        let modern = is_modern(&ctx) || crate::params::names_2026_07_28(params.as_ref());
-        if modern && crate::params::REMOVED_IN_2026_07_28.contains(&method.as_str()) {
+        if is_modern(&ctx) && crate::params::REMOVED_IN_2026_07_28.contains(&method.as_str()) {
             return Err(ErrorData::new(ErrorCode::METHOD_NOT_FOUND, method, None));
         }
         if crate::params::is_known(&method) {

@@ -62,15 +62,6 @@ pub(crate) const REMOVED_IN_2026_07_28: &[&str] = &[
     "resources/unsubscribe",
 ];
 
-/// Whether `params._meta` names protocol version 2026-07-28 or later.
-pub(crate) fn names_2026_07_28(params: Option<&Value>) -> bool {
-    params
-        .and_then(|p| p.get("_meta"))
-        .and_then(|m| m.get("io.modelcontextprotocol/protocolVersion"))
-        .and_then(Value::as_str)
-        .is_some_and(|v| v >= "2026-07-28")
-}
-
 /// Whether this server answers `method` (anything else is "method not found").
 pub(crate) fn is_known(method: &str) -> bool {
     shape(method).is_some()
