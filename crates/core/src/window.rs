@@ -345,7 +345,9 @@ pub fn trim_to_utf8(from: u64, bytes: Vec<u8>) -> (u64, Vec<u8>) {
         Err(e) if e.error_len().is_none() => e.valid_up_to(),
         Err(_) => return (from, bytes),
     };
-    if std::str::from_utf8(&body[..valid]).is_ok() && body.len() - valid <= 3 {
+    // A window with no whole character left is not text cut at its edges: it is binary, and
+    // trimming it would turn bytes the client asked for into an empty text.
+    if valid > 0 && std::str::from_utf8(&body[..valid]).is_ok() && body.len() - valid <= 3 {
         (from + lead as u64, body[..valid].to_vec())
     } else {
         (from, bytes)
@@ -491,6 +493,21 @@ mod tests {
         assert_eq!(std::str::from_utf8(&out).unwrap(), "llo w");
         let bin = vec![0xff, 0xfe, 0x00, 0x41];
         assert_eq!(trim_to_utf8(0, bin.clone()), (0, bin));
+    }
+
+    #[test]
+    fn a_window_of_only_partial_characters_stays_bytes() {
+        for bytes in [
+            vec![0x80, 0x80],
+            vec![0x80, 0x80, 0x80, 0xe2],
+            vec![0xe2, 0x82],
+            vec![0xbf],
+        ] {
+            assert_eq!(trim_to_utf8(7, bytes.clone()), (7, bytes));
+        }
+        // One whole character between the cuts is still text.
+        let (from, out) = trim_to_utf8(0, vec![0x80, b'a', 0xe2]);
+        assert_eq!((from, out), (1, b"a".to_vec()));
     }
 
     /// The last `n` lines of `text`, as `tail` prints them: the plain definition the block
