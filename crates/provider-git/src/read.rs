@@ -37,6 +37,15 @@ fn person_json(p: &Person) -> Value {
     json!({ "name": p.name, "email": p.email, "date": rfc3339(p.seconds) })
 }
 
+/// A JSON document the provider wrote (commit, directory, history), held to the same read
+/// limit as a blob: a commit message or a history of long ones can be any size.
+fn json_doc(uri: &str, body: String, limits: &ReadLimits) -> Result<Vec<Contents>> {
+    if body.len() as u64 > limits.max_bytes {
+        return Err(too_large(uri, body.len() as u64, limits.max_bytes));
+    }
+    Ok(text(uri, "application/json", body))
+}
+
 fn text(uri: &str, mime: &str, body: String) -> Vec<Contents> {
     vec![Contents {
         uri: uri.to_owned(),
@@ -61,15 +70,12 @@ pub(crate) fn read(
         .map_err(|e| e.with_uri(u))?
         .ok_or_else(|| Error::not_found(u))?;
     if let Query::History { after, limit } = target.query {
-        return read_history(inner, &h, u, target, commit, after, limit);
+        let doc = read_history(inner, &h, u, target, commit, after, limit)?;
+        return json_doc(u, doc, limits);
     }
     let Some(path) = &target.path else {
         let info = inner.repo.commit(&h, commit).map_err(|e| e.with_uri(u))?;
-        return Ok(text(
-            u,
-            "application/json",
-            commit_json(inner, u, &target.rev, &info),
-        ));
+        return json_doc(u, commit_json(inner, u, &target.rev, &info), limits);
     };
     let (root, _, _) = inner
         .repo
@@ -94,7 +100,7 @@ pub(crate) fn read(
             };
             let doc = dir_json(inner, &h, u, &target.rev, commit, path, &entry, after)
                 .map_err(|e| e.with_uri(u))?;
-            Ok(text(u, "application/json", doc))
+            json_doc(u, doc, limits)
         }
         Kind::Blob | Kind::Exec | Kind::Link => {
             let size = inner.repo.size(&h, entry.id).map_err(|e| e.with_uri(u))?;
@@ -114,7 +120,7 @@ pub(crate) fn read(
             if let Some(url) = url {
                 doc.insert("url".into(), url.into());
             }
-            Ok(text(u, "application/json", Value::Object(doc).to_string()))
+            json_doc(u, Value::Object(doc).to_string(), limits)
         }
     }
 }
@@ -286,7 +292,7 @@ fn read_history(
     commit: ObjectId,
     after: Option<ObjectId>,
     limit: usize,
-) -> Result<Vec<Contents>> {
+) -> Result<String> {
     let base = inner.bases.canonical();
     let path = target.path.as_ref();
     if let Some(p) = path {
@@ -346,9 +352,5 @@ fn read_history(
             format!("{this}?history&after={last}&limit={limit}").into(),
         );
     }
-    Ok(text(
-        uri,
-        "application/json",
-        Value::Object(doc).to_string(),
-    ))
+    Ok(Value::Object(doc).to_string())
 }

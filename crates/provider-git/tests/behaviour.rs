@@ -247,17 +247,6 @@ impl Fixture for Fx {
     fn change_tokens(&self) -> bool {
         true
     }
-
-    fn too_large_uris(&self) -> Vec<String> {
-        // Known provider bug: the JSON documents git builds (a commit, a submodule) are
-        // returned whole whatever `max_bytes` says; only blobs are held to the read limit
-        // (`read.rs` checks the size of blobs only). Files only until that is fixed.
-        self.expected()
-            .into_iter()
-            .map(|(u, _)| u)
-            .filter(|u| u.starts_with("git://main/") && u != "git://main/vendor/lib")
-            .collect()
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
