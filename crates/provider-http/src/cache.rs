@@ -7,6 +7,7 @@
 //! identity (the mount's headers), so the answer is not more private to one of them than to
 //! another; the result is marked `cacheScope: private` instead, so clients do not share it.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
@@ -204,6 +205,60 @@ impl CacheStats {
 }
 
 /// The mount's cache: upstream URL (as requested first) → entry, bounded by bytes.
+/// Reads of one URI that miss the cache together: the first fetches and the others wait for
+/// it, then look in the cache again. A cold cache in front of many agents asking for the
+/// same document sends one request upstream, not one per agent.
+#[derive(Default)]
+pub(crate) struct Flights(std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>);
+
+/// The one fetch of a URI in flight; dropping it (done, failed or cancelled) lets the
+/// readers waiting on it go on.
+pub(crate) struct Lead<'a> {
+    flights: &'a Flights,
+    uri: String,
+    _guard: tokio::sync::OwnedMutexGuard<()>,
+}
+
+impl Drop for Lead<'_> {
+    fn drop(&mut self) {
+        self.flights
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&self.uri);
+    }
+}
+
+impl Flights {
+    /// `Some` for the first reader of `uri`, which then fetches; `None`, once the first
+    /// reader is done, for a reader that arrived while it was fetching.
+    pub(crate) async fn join(&self, uri: &str) -> Option<Lead<'_>> {
+        let lock = {
+            let mut map = self
+                .0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            match map.get(uri) {
+                Some(lock) => lock.clone(),
+                None => {
+                    let lock = Arc::new(tokio::sync::Mutex::new(()));
+                    map.insert(uri.to_owned(), lock.clone());
+                    let guard = lock.try_lock_owned().expect("a new lock is free");
+                    return Some(Lead {
+                        flights: self,
+                        uri: uri.to_owned(),
+                        _guard: guard,
+                    });
+                }
+            }
+        };
+        // Only the wait matters: a reader that still finds nothing cached (an uncacheable
+        // answer, or a failed fetch) fetches for itself rather than one after another.
+        drop(lock.lock().await);
+        None
+    }
+}
+
 pub(crate) type Store = moka::sync::Cache<String, Entry>;
 
 /// A cache holding at most `max_bytes` of bodies (and keys).

@@ -10,7 +10,7 @@ use mcpr_core::{
     TemplateMeta, WatchGuard,
 };
 
-use crate::cache::{CacheCounts, CacheStats, Store};
+use crate::cache::{CacheCounts, CacheStats, Flights, Store};
 use crate::config::{HttpConfig, HttpKind};
 use crate::fetch::Fetcher;
 use crate::net::{HostResolver, SystemResolver};
@@ -28,6 +28,7 @@ pub(crate) struct Inner {
     pub(crate) fetcher: Fetcher,
     pub(crate) cache: Store,
     pub(crate) stats: CacheStats,
+    pub(crate) flights: Flights,
     /// The read limit of the last read, which change checks use too.
     read_limit: AtomicU64,
 }
@@ -114,6 +115,7 @@ impl HttpProvider {
             endpoints,
             fetcher,
             stats: CacheStats::default(),
+            flights: Flights::default(),
             read_limit: AtomicU64::new(DEFAULT_POLL_LIMIT),
         });
         let watches = Watches::new(&label, Arc::downgrade(&inner), &inner.config);

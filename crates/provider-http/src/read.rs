@@ -36,10 +36,20 @@ pub(crate) async fn serve(inner: &Inner, uri: &str, limit: u64, mode: Mode) -> R
     let target = inner.target(uri)?;
     let endpoint = target.endpoint.map(|i| &inner.endpoints[i].endpoint);
     let credentials = endpoint.is_some_and(|e| e.has_credentials());
-    let cached = inner.cache.get(uri);
+    let fresh = |e: &Option<Entry>| e.as_ref().is_some_and(|e| e.remaining() > Duration::ZERO);
+    let mut cached = inner.cache.get(uri);
+    // Held until this fetch is stored, so readers of the same URI wait for it.
+    let _lead = if mode == Mode::Read && !fresh(&cached) {
+        let lead = inner.flights.join(uri).await;
+        if lead.is_none() {
+            cached = inner.cache.get(uri);
+        }
+        lead
+    } else {
+        None
+    };
     if mode == Mode::Read
-        && let Some(e) = &cached
-        && e.remaining() > Duration::ZERO
+        && let Some(e) = cached.as_ref().filter(|_| fresh(&cached))
     {
         inner.stats.hit();
         return served(uri, e, limit);

@@ -302,3 +302,45 @@ async fn subscriptions_fire_on_change_and_only_then() {
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(up.total(), n, "no polling after the last watch");
 }
+
+/// Readers that miss a cold cache together cost one upstream request: the others wait for it
+/// and are served from the cache. An answer that may not be cached is still fetched by each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_misses_share_one_upstream_request() {
+    let up = Upstream::start().await;
+    let base = up.base();
+    // Two chunks 100 ms apart: every reader arrives while the first fetch is in flight.
+    let slow = |cc: &str| Doc {
+        cache_control: Some(cc.into()),
+        chunked: Some(4),
+        delay: Duration::from_millis(100),
+        ..Doc::new("application/json", r#"{"v":1}"#)
+    };
+    up.set("/shared", slow("max-age=60"));
+    up.set("/each", slow("no-store"));
+    let eps = ["shared", "each"]
+        .iter()
+        .map(|n| Endpoint::new(format!("api://c/{n}"), format!("{base}/{n}")))
+        .collect();
+    let p = Arc::new(provider(HttpConfig::api("c", eps)));
+    let burst = |name: &'static str| {
+        let reads = (0..20).map(|_| {
+            let p = p.clone();
+            tokio::spawn(async move { p.read(&uri(&format!("api://c/{name}")), &LIMITS).await })
+        });
+        futures::future::join_all(reads)
+    };
+    for r in burst("shared").await {
+        let c = r.unwrap().unwrap();
+        assert_eq!(c[0].body, ContentsBody::Text(r#"{"v":1}"#.into()));
+    }
+    assert_eq!(
+        up.count("/shared"),
+        1,
+        "one fetch for 20 concurrent readers"
+    );
+    for r in burst("each").await {
+        r.unwrap().unwrap();
+    }
+    assert_eq!(up.count("/each"), 20, "no-store: every reader fetches");
+}
