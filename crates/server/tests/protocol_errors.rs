@@ -516,6 +516,36 @@ async fn item13_malformed_bodies_over_http_answer_json_rpc_errors() {
     let (_, a) = answer(post(list, "resources/list", None).await.unwrap()).await;
     assert!(a["result"]["resources"].is_array(), "{a}");
 
+    // The same malformed body sent chunked (no Content-Length) gets the same JSON-RPC error,
+    // not a bare 415: written by hand, as reqwest sends a known-length body with a length.
+    let payload = body(6, "resources/list", "[]");
+    let host = base.trim_start_matches("http://");
+    let raw = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n\
+         Mcp-Method: resources/list\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n\
+         {:x}\r\n{payload}\r\n0\r\n\r\n",
+        payload.len()
+    );
+    let mut tcp = tokio::net::TcpStream::connect(host).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut tcp, raw.as_bytes())
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        tokio::io::AsyncReadExt::read_to_end(&mut tcp, &mut out),
+    )
+    .await
+    .expect("the server answers and closes")
+    .unwrap();
+    let out = String::from_utf8_lossy(&out);
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    assert!(
+        out.contains(r#""id":6"#) && out.contains("-32602") && out.contains("must be an object"),
+        "{out}"
+    );
+
     // A legacy session.
     let resp = http
         .post(format!("{base}/mcp"))

@@ -437,6 +437,14 @@ async fn inspect_post(
         }
         _ => bytes,
     };
+    // The body is whole now: say so. A chunked request keeps no `Transfer-Encoding` past this
+    // point, so the layers behind see a body of known length and check it as they check any
+    // other (a malformed chunked body got rmcp's bare 415 instead of a JSON-RPC error).
+    let mut parts = parts;
+    parts.headers.remove(http::header::TRANSFER_ENCODING);
+    parts
+        .headers
+        .insert(http::header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
     Ok((Request::from_parts(parts, Body::from(bytes)), kind))
 }
 
