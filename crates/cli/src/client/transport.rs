@@ -621,10 +621,21 @@ impl Http {
                 break;
             }
         }
+        // Refused credentials are about the connection, not the request: they must not pass
+        // for a legacy server's "unknown method" when `auto` decides on an era.
+        let auth = matches!(status.as_u16(), 401 | 403);
         if let Ok(msg) = serde_json::from_slice::<Value>(&body)
             && let Some(error) = msg.get("error")
         {
-            return RpcError::from_value(error).into();
+            let error = RpcError::from_value(error);
+            if auth {
+                return HttpStatus {
+                    status,
+                    detail: error.message,
+                }
+                .into();
+            }
+            return error.into();
         }
         let detail = match location {
             Some(l) if status.is_redirection() => format!("redirected to {l}"),
