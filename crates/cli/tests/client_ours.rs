@@ -138,9 +138,7 @@ fn ls_follows_every_cursor_in_each_era_over_stdio() {
 fn ls_json_is_each_object_as_the_server_sent_it() {
     let t = Tree::new();
     // The server's own bytes, from a raw JSON-RPC exchange over stdio.
-    let request = format!(
-        "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"resources/list\",\"params\":{{\"_meta\":{{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\",\"io.modelcontextprotocol/clientCapabilities\":{{}}}}}}}}\n"
-    );
+    let request = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"resources/list\",\"params\":{\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\",\"io.modelcontextprotocol/clientCapabilities\":{}}}}\n";
     let mut server = Command::new(bin())
         .args(t.serve())
         .stdin(std::process::Stdio::piped())
@@ -446,7 +444,6 @@ fn watch_prints_updates_and_list_changes_in_each_era_and_transport() {
 
 #[test]
 fn failures_are_one_line_and_a_nonzero_exit() {
-    let t = Tree::new();
     let line_of = |out: Out| {
         assert_eq!(out.code, Some(1), "{out:?}");
         assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);

@@ -761,12 +761,11 @@ fn is_event_stream(resp: &reqwest::Response) -> bool {
 /// `=?base64?…?=` (SEP-2243), which a 2026-07-28 server decodes before comparing with the body.
 fn header_safe(value: &str) -> String {
     use base64::Engine as _;
-    let plain = !value.is_empty()
-        && !value.starts_with([' ', '\t'])
-        && !value.ends_with([' ', '\t'])
-        && value.chars().all(|c| (' '..='~').contains(&c))
-        && !(value.starts_with("=?base64?") && value.ends_with("?="));
-    if plain {
+    let needs_wrapping = value.starts_with([' ', '\t'])
+        || value.ends_with([' ', '\t'])
+        || value.chars().any(|c| !(' '..='~').contains(&c))
+        || (value.starts_with("=?base64?") && value.ends_with("?="));
+    if !needs_wrapping {
         value.to_owned()
     } else {
         format!(
