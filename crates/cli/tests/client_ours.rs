@@ -538,7 +538,7 @@ fn on_a_terminal_binary_is_refused_and_ls_shows_progress() {
     let text = out.text();
     assert_eq!(out.code, Some(0), "{text}");
     assert!(
-        text.contains("listing resources: 4 so far, 1 pages"),
+        text.contains("listing resources: 4 so far (1 page)…"),
         "{text}"
     );
     assert!(

@@ -187,7 +187,12 @@ impl Progress {
 
     fn update(&mut self, what: &str, count: usize, pages: usize) {
         if self.on {
-            eprint!("\r\x1b[Klisting {what}: {count} so far, {pages} pages…");
+            let pages = if pages == 1 {
+                "1 page".to_owned()
+            } else {
+                format!("{pages} pages")
+            };
+            eprint!("\r\x1b[Klisting {what}: {count} so far ({pages})…");
             let _ = std::io::stderr().flush();
             self.shown = true;
         }
@@ -477,12 +482,13 @@ async fn watch(
         if list_changed {
             filter["resourcesListChanged"] = json!(true);
         }
-        let id = session.peek_next_id();
+        let id = session.new_request_id();
         let s = session.clone();
         // The listen request stays open for as long as we watch; its answer means the server
         // ended the subscription.
         let task = tokio::spawn(async move {
-            s.request_raw(
+            s.request_raw_with_id(
+                id,
                 "subscriptions/listen",
                 json!({ "notifications": filter }),
                 None,

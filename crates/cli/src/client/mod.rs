@@ -223,6 +223,19 @@ impl Session {
     pub(crate) async fn request_raw(
         &self,
         method: &str,
+        params: Value,
+        timeout: Option<Duration>,
+    ) -> anyhow::Result<Box<RawValue>> {
+        self.request_raw_with_id(self.new_request_id(), method, params, timeout)
+            .await
+    }
+
+    /// [`Self::request_raw`] with an id from [`Self::new_request_id`], for a request that may
+    /// have to be cancelled by id later.
+    pub(crate) async fn request_raw_with_id(
+        &self,
+        id: u64,
+        method: &str,
         mut params: Value,
         timeout: Option<Duration>,
     ) -> anyhow::Result<Box<RawValue>> {
@@ -236,7 +249,6 @@ impl Session {
             }
             _ => None,
         };
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let message = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
         self.transport
             .request(
@@ -277,9 +289,9 @@ impl Session {
             .await;
     }
 
-    /// The id the next request will get.
-    pub(crate) fn peek_next_id(&self) -> u64 {
-        self.next_id.load(Ordering::Relaxed)
+    /// A request id no other request of this session has.
+    pub(crate) fn new_request_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
     /// End the session (stdin closed or the HTTP session deleted).
