@@ -1,4 +1,5 @@
-//! The `mcp-resources` command: load configuration, build the mounts, serve MCP over stdio.
+//! The `mcp-resources` command: load configuration, build the mounts, serve MCP over stdio
+//! or HTTP; and, in `client/`, a terminal client for any MCP server.
 //!
 //! Only glue lives here; the logic is in the library crates.
 

@@ -658,6 +658,13 @@ impl Http {
                 }
                 None => return None,
             };
+            if parser.pending() > MAX_EVENT_BYTES {
+                let e = anyhow!(
+                    "the server sent an event over {} MiB without ending it; stopped reading",
+                    MAX_EVENT_BYTES >> 20
+                );
+                return Some(Err(e));
+            }
             for data in parser.push(&chunk) {
                 // An event without data primes a resumable stream; nothing to do.
                 if data.trim().is_empty() {
@@ -783,7 +790,17 @@ struct SseParser {
     data: Option<String>,
 }
 
+/// The most an SSE event may hold before the stream is given up: far above any answer a
+/// server sends (reads are limited server-side), low enough that a stream which never ends
+/// its event cannot take all memory.
+const MAX_EVENT_BYTES: usize = 512 << 20;
+
 impl SseParser {
+    /// Bytes held for the event in progress.
+    fn pending(&self) -> usize {
+        self.buf.len() + self.data.as_ref().map_or(0, String::len)
+    }
+
     fn push(&mut self, chunk: &[u8]) -> Vec<String> {
         self.buf.extend_from_slice(chunk);
         let mut events = Vec::new();
