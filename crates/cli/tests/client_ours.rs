@@ -547,3 +547,47 @@ fn on_a_terminal_binary_is_refused_and_ls_shows_progress() {
     );
     assert!(text.contains(&t.uri("n29.txt")), "{text}");
 }
+
+/// A watch whose server goes away ends with one line and a non-zero exit, in both eras,
+/// instead of waiting forever for a notification that cannot come.
+#[test]
+fn a_watch_whose_server_goes_away_says_so() {
+    let t = Tree::new();
+    let serve = t.serve();
+    let serve: Vec<&str> = serve.iter().map(String::as_str).collect();
+    let uri = t.uri("a.txt");
+    for (protocol, _) in ERAS {
+        let (mut server, url) = our_http_server(&serve);
+        let mut cmd = Command::new(bin());
+        cmd.args(["watch", "--protocol", protocol, &uri, "--url", &url]);
+        let mut watch = Lines::spawn(cmd);
+        // Subscribed for sure once an update has come through.
+        let mut n = 0;
+        watch.poke_until(
+            || {
+                n += 1;
+                std::fs::write(t.root.join("a.txt"), format!("{n}\n")).unwrap();
+            },
+            |l| l.starts_with("updated "),
+        );
+        let _ = server.0.kill();
+        let _ = server.0.wait();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let status = loop {
+            if let Some(s) = watch.child.0.try_wait().unwrap() {
+                break s;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{protocol}: the watch outlived its server by 10 s"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        assert_eq!(status.code(), Some(1), "{protocol}");
+        // The stderr reader may lag the exit by a moment.
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let err = watch.stderr();
+        assert_eq!(err.lines().count(), 1, "{protocol}: {err}");
+        assert!(err.starts_with("error: "), "{protocol}: {err}");
+    }
+}
