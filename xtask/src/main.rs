@@ -70,6 +70,9 @@ fn test(args: &[String]) -> Result<(), String> {
             ])
             .arg(root.join(E2E_REQUIREMENTS)))?;
     }
+    // The terminal client's tests run against a server that is not ours; with CI=true they
+    // fail without it, so it is installed before any test runs.
+    client_test_server(&root)?;
     run(Command::new(&cargo)
         .current_dir(&root)
         .args(["test", "--workspace", "--all-targets"]))?;
@@ -290,6 +293,35 @@ fn node22(root: &Path) -> Result<PathBuf, String> {
             .arg(NODE_PKG))?;
     }
     Ok(node)
+}
+
+/// The reference server the terminal client is tested against (`crates/cli/tests/
+/// client_everything.rs` looks for this version in `.cache/node22`).
+const CLIENT_TEST_SERVER: &str = "@modelcontextprotocol/server-everything@2026.8.31";
+
+/// Node 22 and [`CLIENT_TEST_SERVER`] in `.cache/node22`, installed from the npm registry
+/// unless that version is already there.
+fn client_test_server(root: &Path) -> Result<(), String> {
+    node22(root)?;
+    let prefix = root.join(".cache/node22");
+    let (name, version) = CLIENT_TEST_SERVER.rsplit_once('@').expect("pinned");
+    let installed =
+        std::fs::read_to_string(prefix.join("node_modules").join(name).join("package.json"))
+            .is_ok_and(|p| p.contains(&format!("\"version\": \"{version}\"")));
+    if !installed {
+        run(Command::new("npm")
+            .args([
+                "install",
+                "--no-audit",
+                "--no-fund",
+                "--silent",
+                "--save-exact",
+            ])
+            .arg("--prefix")
+            .arg(&prefix)
+            .arg(CLIENT_TEST_SERVER))?;
+    }
+    Ok(())
 }
 
 /// The peers the benchmark compares against, pinned (issue #6).

@@ -1,7 +1,9 @@
-//! The `mcp-resources` command: load configuration, build the mounts, serve MCP over stdio.
+//! The `mcp-resources` command: load configuration, build the mounts, serve MCP over stdio
+//! or HTTP; and, in `client/`, a terminal client for any MCP server.
 //!
 //! Only glue lives here; the logic is in the library crates.
 
+mod client;
 mod config;
 mod providers;
 
@@ -54,6 +56,8 @@ enum Command {
         /// The TOML configuration file.
         file: PathBuf,
     },
+    #[command(flatten)]
+    Client(client::commands::ClientCommand),
 }
 
 fn main() -> ExitCode {
@@ -70,11 +74,32 @@ fn main() -> ExitCode {
             serve(paths, config, http, insecure_no_auth)
         }
         Command::CheckConfig { file } => check_config(&file),
+        Command::Client(cmd) => return client_exit(client::commands::run(cmd)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("mcp-resources: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A client command's failure is one line, `error: …`. A closed stdout (`ls | head`) is not
+/// a failure: the reader had what it wanted.
+fn client_exit(result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e)
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) =>
+        {
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
     }

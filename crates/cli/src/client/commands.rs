@@ -1,0 +1,668 @@
+//! The client commands: `ls`, `cat`, `templates`, `complete` and `watch`.
+
+use std::collections::{HashMap, HashSet};
+use std::io::{IsTerminal as _, Write as _};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context as _, anyhow, bail};
+use base64::Engine as _;
+use clap::Subcommand;
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+
+use super::output::{clean, field, human_size, json_line, raw_line, table};
+use super::transport::Inbound;
+use super::{Connect, Era, Session};
+
+/// The client's subcommands, flattened into the binary's own.
+#[derive(Subcommand, Debug)]
+pub(crate) enum ClientCommand {
+    /// List a server's resources (every page), as a table or JSON Lines.
+    ///
+    /// Examples: `mcp-resources ls -- mcp-resources serve ./docs`;
+    /// `mcp-resources ls file:///srv/docs/guides/ --json --url http://127.0.0.1:8080/mcp`.
+    Ls {
+        /// Only resources whose URI starts with this.
+        prefix: Option<String>,
+        /// One resource object per line, exactly as the server sent it.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        connect: Connect,
+    },
+    /// Read a resource: text to stdout; binary to a file (`-o`) or a pipe, never a terminal.
+    ///
+    /// Example: `mcp-resources cat file:///srv/docs/README.md -- mcp-resources serve /srv/docs`.
+    Cat {
+        /// The resource's URI.
+        uri: String,
+        /// Write the contents to this file instead of stdout.
+        #[arg(long, short = 'o', value_name = "FILE")]
+        output: Option<PathBuf>,
+        #[command(flatten)]
+        connect: Connect,
+    },
+    /// List a server's resource templates (every page), as a table or JSON Lines.
+    Templates {
+        /// One template object per line, exactly as the server sent it.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        connect: Connect,
+    },
+    /// Ask the server to complete one argument of a resource template.
+    ///
+    /// Example: `mcp-resources complete 'file:///srv/docs/{+path}' path gu -- mcp-resources serve /srv/docs`.
+    Complete {
+        /// The URI template, exactly as `templates` lists it.
+        template: String,
+        /// The argument (template variable) to complete.
+        argument: String,
+        /// What has been typed so far.
+        value: String,
+        /// An already chosen argument, as NAME=VALUE (repeatable), for servers whose
+        /// suggestions depend on it.
+        #[arg(long = "arg", value_name = "NAME=VALUE")]
+        context: Vec<String>,
+        /// The whole `completion` object as JSON instead of one value per line.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        connect: Connect,
+    },
+    /// Subscribe to resources and print a line per change until interrupted (Ctrl-C).
+    ///
+    /// Uses `resources/subscribe` or `subscriptions/listen`, whichever the session's era has;
+    /// changes to the list of resources are printed too when the server reports them.
+    /// Example: `mcp-resources watch file:///srv/docs/README.md --read -- mcp-resources serve /srv/docs`.
+    Watch {
+        /// The resources to watch.
+        #[arg(required = true, value_name = "URI")]
+        uris: Vec<String>,
+        /// After each update, read the resource and print its new contents.
+        #[arg(long)]
+        read: bool,
+        /// One JSON object per notification (`method`, `uri`, and `contents` with --read).
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        connect: Connect,
+    },
+}
+
+/// Run one client command to its end; errors are for `main` to print as one line.
+pub(crate) fn run(cmd: ClientCommand) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let result = rt.block_on(async move {
+        match cmd {
+            ClientCommand::Ls {
+                prefix,
+                json,
+                connect,
+            } => {
+                with_session(&connect, |s| async move {
+                    ls(&s, prefix.as_deref(), json).await.map(|()| s)
+                })
+                .await
+            }
+            ClientCommand::Cat {
+                uri,
+                output,
+                connect,
+            } => {
+                with_session(&connect, |s| async move {
+                    cat(&s, &uri, output).await.map(|()| s)
+                })
+                .await
+            }
+            ClientCommand::Templates { json, connect } => {
+                with_session(&connect, |s| async move {
+                    templates(&s, json).await.map(|()| s)
+                })
+                .await
+            }
+            ClientCommand::Complete {
+                template,
+                argument,
+                value,
+                context,
+                json,
+                connect,
+            } => {
+                let context = parse_context(&context)?;
+                with_session(&connect, |s| async move {
+                    complete(&s, &template, &argument, &value, context, json)
+                        .await
+                        .map(|()| s)
+                })
+                .await
+            }
+            ClientCommand::Watch {
+                uris,
+                read,
+                json,
+                connect,
+            } => {
+                let (session, rx) = Session::connect(&connect).await?;
+                watch(session, rx, &uris, read, json).await
+            }
+        }
+    });
+    // A child server or an HTTP stream must not keep a finished command alive.
+    rt.shutdown_timeout(std::time::Duration::from_millis(200));
+    result
+}
+
+/// Connect, run `f`, and close the session however `f` ended (it hands the session back on
+/// success; on failure the transport is dropped, which kills a child server).
+async fn with_session<F, Fut>(connect: &Connect, f: F) -> anyhow::Result<()>
+where
+    F: FnOnce(Session) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Session>>,
+{
+    let (session, _rx) = Session::connect(connect).await?;
+    let session = f(session).await?;
+    session.close().await;
+    Ok(())
+}
+
+/// A one-line "listing… N resources" on stderr while pages arrive, only when stderr is a
+/// terminal: on a pipe or a file it would be noise in someone's log.
+struct Progress {
+    on: bool,
+    shown: bool,
+}
+
+impl Progress {
+    fn new() -> Self {
+        Self {
+            on: std::io::stderr().is_terminal(),
+            shown: false,
+        }
+    }
+
+    fn update(&mut self, what: &str, count: usize, pages: usize) {
+        if self.on {
+            let pages = if pages == 1 {
+                "1 page".to_owned()
+            } else {
+                format!("{pages} pages")
+            };
+            eprint!("\r\x1b[Klisting {what}: {count} so far ({pages})…");
+            let _ = std::io::stderr().flush();
+            self.shown = true;
+        }
+    }
+
+    fn clear(&mut self) {
+        if self.shown {
+            eprint!("\r\x1b[K");
+            let _ = std::io::stderr().flush();
+            self.shown = false;
+        }
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        // An error mid-listing must start on a clean line.
+        self.clear();
+    }
+}
+
+/// Follow every cursor of a list method, calling `each` with every item of `key` as the
+/// server wrote it.
+async fn paginate(
+    s: &Session,
+    method: &str,
+    key: &str,
+    mut each: impl FnMut(&RawValue) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let mut progress = Progress::new();
+    let mut seen = HashSet::new();
+    let mut cursor: Option<String> = None;
+    let (mut count, mut pages) = (0usize, 0usize);
+    loop {
+        let params = match &cursor {
+            Some(c) => json!({ "cursor": c }),
+            None => json!({}),
+        };
+        let raw = s.request_raw(method, params, Some(s.timeout)).await?;
+        let page: HashMap<&str, &RawValue> = serde_json::from_str(raw.get())
+            .with_context(|| format!("the server's {method} answer is not a JSON object"))?;
+        let items: Vec<&RawValue> = page
+            .get(key)
+            .and_then(|v| serde_json::from_str(v.get()).ok())
+            .with_context(|| format!("the server's {method} answer has no `{key}` array"))?;
+        for item in &items {
+            each(item)?;
+        }
+        count += items.len();
+        pages += 1;
+        let next: Option<String> = match page.get("nextCursor") {
+            Some(c) => serde_json::from_str(c.get())
+                .with_context(|| format!("the server's {method} nextCursor is not a string"))?,
+            None => None,
+        };
+        match next {
+            Some(next) => {
+                if !seen.insert(next.clone()) {
+                    bail!(
+                        "the server sent the same {method} cursor twice; stopping here, as following it would never end"
+                    );
+                }
+                progress.update(key, count, pages);
+                cursor = Some(next);
+            }
+            None => break,
+        }
+    }
+    progress.clear();
+    Ok(())
+}
+
+/// One item of a page as a `Value`, for the table.
+fn parsed(item: &RawValue) -> anyhow::Result<Value> {
+    serde_json::from_str(item.get()).context("the server sent an item that is not valid JSON")
+}
+
+async fn ls(s: &Session, prefix: Option<&str>, json: bool) -> anyhow::Result<()> {
+    let stdout = std::io::stdout();
+    let mut rows = Vec::new();
+    paginate(s, "resources/list", "resources", |item| {
+        let r = parsed(item)?;
+        let uri = r.get("uri").and_then(Value::as_str).unwrap_or_default();
+        if prefix.is_some_and(|p| !uri.starts_with(p)) {
+            return Ok(());
+        }
+        if json {
+            // Streamed page by page: a consumer sees the first resources at once.
+            raw_line(&mut stdout.lock(), item)?;
+        } else {
+            rows.push(vec![
+                clean(uri),
+                field(&r, "name"),
+                field(&r, "mimeType"),
+                r.get("size")
+                    .and_then(Value::as_u64)
+                    .map_or_else(|| "-".to_owned(), human_size),
+            ]);
+        }
+        Ok(())
+    })
+    .await?;
+    if !json {
+        table(
+            &mut stdout.lock(),
+            &["URI", "NAME", "MIME TYPE", "SIZE"],
+            &rows,
+        )?;
+    }
+    Ok(())
+}
+
+async fn templates(s: &Session, json: bool) -> anyhow::Result<()> {
+    let stdout = std::io::stdout();
+    let mut rows = Vec::new();
+    paginate(s, "resources/templates/list", "resourceTemplates", |item| {
+        if json {
+            raw_line(&mut stdout.lock(), item)?;
+        } else {
+            let t = parsed(item)?;
+            rows.push(vec![
+                field(&t, "uriTemplate"),
+                field(&t, "name"),
+                field(&t, "mimeType"),
+                field(&t, "description"),
+            ]);
+        }
+        Ok(())
+    })
+    .await?;
+    if !json {
+        table(
+            &mut stdout.lock(),
+            &["URI TEMPLATE", "NAME", "MIME TYPE", "DESCRIPTION"],
+            &rows,
+        )?;
+    }
+    Ok(())
+}
+
+/// One item of `contents`, decoded.
+struct Part {
+    bytes: Vec<u8>,
+    binary: bool,
+    mime: Option<String>,
+}
+
+/// The `contents` of a `resources/read` result, blobs decoded from base64.
+fn decode_contents(uri: &str, result: &Value) -> anyhow::Result<Vec<Part>> {
+    let contents = result
+        .get("contents")
+        .and_then(Value::as_array)
+        .with_context(|| format!("the server's answer for {uri} has no `contents` array"))?;
+    if contents.is_empty() {
+        bail!("the server returned no contents for {uri}");
+    }
+    contents
+        .iter()
+        .map(|c| {
+            let mime = c.get("mimeType").and_then(Value::as_str).map(str::to_owned);
+            if let Some(text) = c.get("text").and_then(Value::as_str) {
+                Ok(Part {
+                    bytes: text.as_bytes().to_vec(),
+                    binary: false,
+                    mime,
+                })
+            } else if let Some(blob) = c.get("blob").and_then(Value::as_str) {
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(blob)
+                    .map_err(|e| {
+                        anyhow!("the server sent a blob for {uri} that is not base64: {e}")
+                    })?;
+                Ok(Part {
+                    bytes,
+                    binary: true,
+                    mime,
+                })
+            } else {
+                bail!("the server sent contents for {uri} with neither `text` nor `blob`")
+            }
+        })
+        .collect()
+}
+
+async fn cat(s: &Session, uri: &str, output: Option<PathBuf>) -> anyhow::Result<()> {
+    let result = s.request("resources/read", json!({ "uri": uri })).await?;
+    let parts = decode_contents(uri, &result)?;
+    if let Some(path) = output {
+        let mut file = std::fs::File::create(&path)
+            .with_context(|| format!("cannot create {}", path.display()))?;
+        for p in &parts {
+            file.write_all(&p.bytes)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        return Ok(());
+    }
+    let stdout = std::io::stdout();
+    if stdout.is_terminal()
+        && let Some(p) = parts.iter().find(|p| p.binary)
+    {
+        bail!(
+            "{uri} is binary ({}, {}): not printed on a terminal; write it to a file with -o FILE or redirect stdout",
+            p.mime.as_deref().unwrap_or("no MIME type"),
+            human_size(p.bytes.len() as u64)
+        );
+    }
+    let mut out = stdout.lock();
+    for p in &parts {
+        out.write_all(&p.bytes)?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// `--arg NAME=VALUE` pairs into `context.arguments`.
+fn parse_context(pairs: &[String]) -> anyhow::Result<serde_json::Map<String, Value>> {
+    pairs
+        .iter()
+        .map(|p| {
+            let (k, v) = p
+                .split_once('=')
+                .with_context(|| format!("--arg {p}: expected NAME=VALUE"))?;
+            Ok((k.to_owned(), Value::String(v.to_owned())))
+        })
+        .collect()
+}
+
+async fn complete(
+    s: &Session,
+    template: &str,
+    argument: &str,
+    value: &str,
+    context: serde_json::Map<String, Value>,
+    json: bool,
+) -> anyhow::Result<()> {
+    if !s.has_capability("completions") {
+        bail!("the server does not offer completions (no `completions` capability)");
+    }
+    let mut params = json!({
+        "ref": { "type": "ref/resource", "uri": template },
+        "argument": { "name": argument, "value": value },
+    });
+    if !context.is_empty() {
+        params["context"] = json!({ "arguments": context });
+    }
+    let result = s.request("completion/complete", params).await?;
+    let completion = result
+        .get("completion")
+        .context("the server's completion/complete answer has no `completion`")?;
+    let mut out = std::io::stdout().lock();
+    if json {
+        json_line(&mut out, completion)?;
+        return Ok(());
+    }
+    let values = completion
+        .get("values")
+        .and_then(Value::as_array)
+        .context("the server's completion has no `values` array")?;
+    for v in values {
+        writeln!(out, "{}", clean(v.as_str().unwrap_or_default()))?;
+    }
+    let total = completion.get("total").and_then(Value::as_u64);
+    let more = completion.get("hasMore").and_then(Value::as_bool) == Some(true)
+        || total.is_some_and(|t| t > values.len() as u64);
+    if more && std::io::stderr().is_terminal() {
+        match total {
+            Some(t) => eprintln!("({} of {t}; type more to narrow it)", values.len()),
+            None => eprintln!("(more than {}; type more to narrow it)", values.len()),
+        }
+    }
+    Ok(())
+}
+
+/// Subscribe in the session's era and print notifications until interrupted.
+async fn watch(
+    session: Session,
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<Inbound>,
+    uris: &[String],
+    read: bool,
+    json: bool,
+) -> anyhow::Result<()> {
+    let session = Arc::new(session);
+    let list_changed = session.resources_capability("listChanged");
+    let mut listen = None;
+    if *session.era() == Era::Modern {
+        let mut filter = json!({ "resourceSubscriptions": uris });
+        if list_changed {
+            filter["resourcesListChanged"] = json!(true);
+        }
+        let id = session.new_request_id();
+        let s = session.clone();
+        // The listen request stays open for as long as we watch; its answer means the server
+        // ended the subscription.
+        let task = tokio::spawn(async move {
+            s.request_raw_with_id(
+                id,
+                "subscriptions/listen",
+                json!({ "notifications": filter }),
+                None,
+            )
+            .await
+        });
+        listen = Some((id, task));
+    } else {
+        if !session.resources_capability("subscribe") {
+            bail!(
+                "the server does not offer resource subscriptions (capabilities.resources.subscribe)"
+            );
+        }
+        // The stream first, so that no update between a subscribe and its stream is lost.
+        session.open_notification_stream().await?;
+        for uri in uris {
+            session
+                .request("resources/subscribe", json!({ "uri": uri }))
+                .await
+                .with_context(|| format!("cannot subscribe to {uri}"))?;
+        }
+    }
+
+    let outcome = watch_loop(&session, &mut rx, &mut listen, uris, read, json).await;
+
+    if let Some((id, task)) = listen {
+        // Over stdio a listen ends with notifications/cancelled; over HTTP dropping its
+        // stream is the cancellation.
+        session.cancel(id).await;
+        task.abort();
+        let _ = task.await;
+    }
+    if let Ok(session) = Arc::try_unwrap(session) {
+        session.close().await;
+    }
+    outcome
+}
+
+type ListenTask = (u64, tokio::task::JoinHandle<anyhow::Result<Box<RawValue>>>);
+
+async fn watch_loop(
+    session: &Session,
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<Inbound>,
+    listen: &mut Option<ListenTask>,
+    uris: &[String],
+    read: bool,
+    json: bool,
+) -> anyhow::Result<()> {
+    let interrupted = crate::shutdown_signal();
+    tokio::pin!(interrupted);
+    loop {
+        let listen_end = async {
+            match listen.as_mut() {
+                Some((_, task)) => task.await,
+                None => std::future::pending().await,
+            }
+        };
+        let msg = tokio::select! {
+            () = &mut interrupted => return Ok(()),
+            ended = listen_end => {
+                *listen = None;
+                return match ended {
+                    Ok(Ok(_)) => Err(anyhow!("the server ended the subscription")),
+                    Ok(Err(e)) => Err(e.context("the subscription failed")),
+                    Err(e) => Err(anyhow!("the subscription task failed: {e}")),
+                };
+            }
+            msg = rx.recv() => msg,
+        };
+        let notification = match msg {
+            Some(Inbound::Notification(n)) => n,
+            Some(Inbound::Ended(reason)) => bail!(reason),
+            None => bail!("the connection to the server closed"),
+        };
+        let method = notification
+            .get("method")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let params = notification.get("params").cloned().unwrap_or_default();
+        match method {
+            "notifications/subscriptions/acknowledged" => warn_unhonoured(&params, uris),
+            "notifications/resources/updated" => {
+                let uri = params
+                    .get("uri")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                print_update(session, method, uri, read, json).await?;
+            }
+            "notifications/resources/list_changed" => {
+                let mut out = std::io::stdout().lock();
+                if json {
+                    json_line(&mut out, &json!({ "method": method }))?;
+                } else {
+                    writeln!(out, "list_changed")?;
+                }
+                out.flush()?;
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The acknowledgement of a listen names the subset the server honours; a URI it left out
+/// will never be reported, which the user should know now rather than wonder later.
+fn warn_unhonoured(params: &Value, uris: &[String]) {
+    let honoured: HashSet<&str> = params
+        .pointer("/notifications/resourceSubscriptions")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    for uri in uris {
+        if !honoured.contains(uri.as_str()) {
+            eprintln!("warning: the server does not watch {}", clean(uri));
+        }
+    }
+}
+
+async fn print_update(
+    session: &Session,
+    method: &str,
+    uri: &str,
+    read: bool,
+    json: bool,
+) -> anyhow::Result<()> {
+    let contents = if read {
+        match session
+            .request("resources/read", json!({ "uri": uri }))
+            .await
+        {
+            Ok(result) => Some(Ok(result)),
+            Err(e) => Some(Err(e)),
+        }
+    } else {
+        None
+    };
+    let mut out = std::io::stdout().lock();
+    if json {
+        let mut line = json!({ "method": method, "uri": uri });
+        match &contents {
+            Some(Ok(result)) => {
+                line["contents"] = result.get("contents").cloned().unwrap_or_default()
+            }
+            Some(Err(e)) => line["error"] = json!(format!("{e:#}")),
+            None => {}
+        }
+        json_line(&mut out, &line)?;
+    } else {
+        writeln!(out, "updated {}", clean(uri))?;
+        match contents {
+            Some(Ok(result)) => match decode_contents(uri, &result) {
+                Ok(parts) => {
+                    for p in parts {
+                        if p.binary {
+                            writeln!(
+                                out,
+                                "(binary, {}, {})",
+                                p.mime.as_deref().unwrap_or("no MIME type"),
+                                human_size(p.bytes.len() as u64)
+                            )?;
+                        } else {
+                            out.write_all(&p.bytes)?;
+                            if !p.bytes.ends_with(b"\n") {
+                                writeln!(out)?;
+                            }
+                        }
+                    }
+                }
+                Err(e) => eprintln!("error: {e:#}"),
+            },
+            // A resource that vanished or failed to read is reported, and watching goes on.
+            Some(Err(e)) => eprintln!("error: cannot read {}: {e:#}", clean(uri)),
+            None => {}
+        }
+    }
+    out.flush()?;
+    Ok(())
+}

@@ -1,0 +1,362 @@
+//! The terminal client (`ls`, `cat`, `templates`, `complete`, `watch`) for any MCP server.
+//!
+//! It speaks raw JSON-RPC rather than through rmcp's typed client so that `--json` can print
+//! what the server sent byte for byte in meaning (unknown fields included), and so that both
+//! eras, both transports and every failure get one readable line of their own. The session
+//! here picks the era (`server/discover` first under `--protocol auto`), adds the 2026-07-28
+//! `_meta` to every request, and turns answers into `Value`s for the commands.
+
+pub(crate) mod commands;
+mod output;
+mod transport;
+
+use std::ffi::OsString;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use clap::{Args, ValueEnum};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value, json};
+use tokio::sync::mpsc;
+
+use transport::{Http, HttpStatus, Inbound, Outgoing, RpcError, Stdio, Transport};
+
+/// The current protocol version, the one without `initialize`.
+const MODERN: &str = "2026-07-28";
+/// The version a legacy `initialize` asks for; servers answer with the one they speak.
+const LEGACY: &str = "2025-11-25";
+
+/// How to reach the server: shared by every client command.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct Connect {
+    /// A Streamable HTTP server's endpoint, e.g. http://127.0.0.1:8080/mcp.
+    #[arg(long, value_name = "URL", conflicts_with = "command")]
+    url: Option<String>,
+    /// An HTTP header for every request, as "Name: value" (repeatable); e.g. an
+    /// "Authorization: Bearer …" token. Never printed.
+    #[arg(
+        long = "header",
+        short = 'H',
+        value_name = "NAME: VALUE",
+        requires = "url"
+    )]
+    headers: Vec<String>,
+    /// The protocol era: `auto` uses 2026-07-28 when the server offers it, else the
+    /// `initialize` handshake.
+    #[arg(long, value_enum, default_value_t = Protocol::Auto)]
+    protocol: Protocol,
+    /// Seconds to wait for each answer (and for the server to start).
+    #[arg(long, value_name = "SECS", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    timeout: u64,
+    /// A stdio server to start: everything after `--`, e.g. `-- mcp-resources serve ./docs`.
+    #[arg(last = true, value_name = "COMMAND")]
+    command: Vec<OsString>,
+}
+
+/// `--protocol`.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum Protocol {
+    Auto,
+    Legacy,
+    #[value(name = "2026-07-28")]
+    Modern,
+}
+
+/// Which era the session speaks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Era {
+    /// `initialize` was answered with this version.
+    Legacy(String),
+    /// 2026-07-28: stateless, `_meta` on every request.
+    Modern,
+}
+
+/// A connected, initialized session with one server.
+pub(crate) struct Session {
+    transport: Transport,
+    era: Era,
+    /// `capabilities` from `server/discover` or `initialize`.
+    capabilities: Value,
+    next_id: AtomicU64,
+    timeout: Duration,
+}
+
+impl Session {
+    /// Reach the server, agree on an era, and return the session with the channel on which
+    /// notifications (and the connection's end) arrive.
+    pub(crate) async fn connect(
+        c: &Connect,
+    ) -> anyhow::Result<(Self, mpsc::UnboundedReceiver<Inbound>)> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let transport = match (&c.url, c.command.is_empty()) {
+            (Some(url), _) => Transport::Http(Http::new(url, parse_headers(&c.headers)?, tx)?),
+            (None, false) => Transport::Stdio(Stdio::spawn(&c.command, tx)?),
+            (None, true) => bail!(
+                "no server given: use --url URL for Streamable HTTP, or -- COMMAND ARGS... to start one over stdio"
+            ),
+        };
+        let mut session = Self {
+            transport,
+            era: Era::Modern,
+            capabilities: Value::Null,
+            next_id: AtomicU64::new(1),
+            timeout: Duration::from_secs(c.timeout),
+        };
+        match session.start(c.protocol).await {
+            Ok(()) => Ok((session, rx)),
+            Err(e) => {
+                session.transport.close().await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn start(&mut self, protocol: Protocol) -> anyhow::Result<()> {
+        if protocol != Protocol::Legacy {
+            match self.discover().await {
+                Ok(result) => {
+                    let offered = result
+                        .get("supportedVersions")
+                        .and_then(Value::as_array)
+                        .cloned()
+                        .unwrap_or_default();
+                    if offered.iter().any(|v| v.as_str() == Some(MODERN)) {
+                        self.capabilities = result.get("capabilities").cloned().unwrap_or_default();
+                        return Ok(());
+                    }
+                    if protocol == Protocol::Modern {
+                        bail!(
+                            "the server does not speak {MODERN} (it offers {}); try --protocol legacy",
+                            Value::Array(offered)
+                        );
+                    }
+                }
+                // A legacy server refuses the unknown method (or, over HTTP, the request
+                // without a session): that refusal is what `auto` falls back on. Anything
+                // else (unreachable, exited, timed out) is the answer.
+                Err(e)
+                    if protocol == Protocol::Auto
+                        && (e.downcast_ref::<RpcError>().is_some()
+                            || e.downcast_ref::<HttpStatus>().is_some_and(|s| {
+                                matches!(s.status.as_u16(), 400 | 404 | 405 | 406 | 415)
+                            })) => {}
+                Err(e) if protocol == Protocol::Modern => {
+                    return Err(e.context(format!("the server does not speak {MODERN}")));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        self.initialize().await
+    }
+
+    async fn discover(&mut self) -> anyhow::Result<Value> {
+        if let Transport::Http(h) = &self.transport {
+            h.set_version(MODERN, true);
+        }
+        self.era = Era::Modern;
+        self.request("server/discover", json!({})).await
+    }
+
+    async fn initialize(&mut self) -> anyhow::Result<()> {
+        self.era = Era::Legacy(LEGACY.to_owned());
+        if let Transport::Http(h) = &self.transport {
+            // Until `initialize` is answered there is no version to announce in headers; a
+            // discover attempt's are taken back.
+            h.set_version(LEGACY, false);
+        }
+        let result = self
+            .request(
+                "initialize",
+                json!({
+                    "protocolVersion": LEGACY,
+                    "capabilities": {},
+                    "clientInfo": client_info(),
+                }),
+            )
+            .await
+            .context("the server refused the initialize handshake")?;
+        let version = result
+            .get("protocolVersion")
+            .and_then(Value::as_str)
+            .context("the server's initialize answer has no protocolVersion")?
+            .to_owned();
+        if let Transport::Http(h) = &self.transport {
+            h.set_version(&version, false);
+        }
+        self.capabilities = result.get("capabilities").cloned().unwrap_or_default();
+        self.era = Era::Legacy(version);
+        self.transport
+            .notify(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .await
+    }
+
+    /// The era this session speaks.
+    pub(crate) fn era(&self) -> &Era {
+        &self.era
+    }
+
+    /// The server's `capabilities.resources.<flag>`.
+    pub(crate) fn resources_capability(&self, flag: &str) -> bool {
+        self.capabilities
+            .get("resources")
+            .and_then(|r| r.get(flag))
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+    }
+
+    /// Whether the server declared `capability` at all (e.g. `completions`).
+    pub(crate) fn has_capability(&self, capability: &str) -> bool {
+        self.capabilities.get(capability).is_some()
+    }
+
+    /// Send `method` and return its `result`, within the session's timeout.
+    pub(crate) async fn request(&self, method: &str, params: Value) -> anyhow::Result<Value> {
+        let raw = self.request_raw(method, params, Some(self.timeout)).await?;
+        serde_json::from_str(raw.get())
+            .with_context(|| format!("the server's answer to {method} is not valid JSON"))
+    }
+
+    /// Send `method` and return its `result` as the server wrote it; a `timeout` of `None`
+    /// waits as long as it takes (a listen).
+    pub(crate) async fn request_raw(
+        &self,
+        method: &str,
+        params: Value,
+        timeout: Option<Duration>,
+    ) -> anyhow::Result<Box<RawValue>> {
+        self.request_raw_with_id(self.new_request_id(), method, params, timeout)
+            .await
+    }
+
+    /// [`Self::request_raw`] with an id from [`Self::new_request_id`], for a request that may
+    /// have to be cancelled by id later.
+    pub(crate) async fn request_raw_with_id(
+        &self,
+        id: u64,
+        method: &str,
+        mut params: Value,
+        timeout: Option<Duration>,
+    ) -> anyhow::Result<Box<RawValue>> {
+        if self.era == Era::Modern {
+            let obj = params.as_object_mut().expect("params are an object");
+            obj.insert("_meta".to_owned(), modern_meta());
+        }
+        let name = match method {
+            "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
+                params.get("uri").and_then(Value::as_str).map(str::to_owned)
+            }
+            _ => None,
+        };
+        let message = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        self.transport
+            .request(
+                Outgoing {
+                    id,
+                    method,
+                    message,
+                    name: name.as_deref(),
+                },
+                timeout,
+            )
+            .await
+    }
+
+    /// For the legacy era over HTTP: open the stream notifications arrive on. Over stdio they
+    /// share stdout with answers, so there is nothing to open.
+    pub(crate) async fn open_notification_stream(&self) -> anyhow::Result<()> {
+        match &self.transport {
+            Transport::Http(h) if h.has_session() => h.open_notification_stream().await,
+            Transport::Http(_) => {
+                bail!("the server gave no session id, so it has no stream to send notifications on")
+            }
+            Transport::Stdio(_) => Ok(()),
+        }
+    }
+
+    /// Cancel a request in flight (a 2026-07-28 listen over stdio ends this way).
+    pub(crate) async fn cancel(&self, id: u64) {
+        let mut params = json!({"requestId": id, "reason": "the user stopped watching"});
+        if self.era == Era::Modern {
+            params["_meta"] = modern_meta();
+        }
+        let _ = self
+            .transport
+            .notify(
+                json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params}),
+            )
+            .await;
+    }
+
+    /// A request id no other request of this session has.
+    pub(crate) fn new_request_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// End the session (stdin closed or the HTTP session deleted).
+    pub(crate) async fn close(self) {
+        self.transport.close().await;
+    }
+}
+
+fn client_info() -> Value {
+    json!({"name": "mcp-resources", "version": env!("CARGO_PKG_VERSION")})
+}
+
+/// The 2026-07-28 per-request `_meta`: version, capabilities (none) and who is asking.
+fn modern_meta() -> Value {
+    let mut meta = Map::new();
+    meta.insert(
+        "io.modelcontextprotocol/protocolVersion".into(),
+        MODERN.into(),
+    );
+    meta.insert(
+        "io.modelcontextprotocol/clientCapabilities".into(),
+        json!({}),
+    );
+    meta.insert("io.modelcontextprotocol/clientInfo".into(), client_info());
+    Value::Object(meta)
+}
+
+/// `--header "Name: value"` into a header map; a malformed one is an error naming the header
+/// (never its value, which may be a secret).
+fn parse_headers(headers: &[String]) -> anyhow::Result<reqwest::header::HeaderMap> {
+    let mut map = reqwest::header::HeaderMap::new();
+    for h in headers {
+        let (name, value) = h
+            .split_once(':')
+            .with_context(|| format!("--header {:?}: expected \"Name: value\"", header_name(h)))?;
+        let name = reqwest::header::HeaderName::from_bytes(name.trim().as_bytes())
+            .with_context(|| format!("--header: {:?} is not a valid header name", name.trim()))?;
+        let mut value =
+            reqwest::header::HeaderValue::from_str(value.trim()).with_context(|| {
+                format!("--header {name}: the value has characters a header cannot carry")
+            })?;
+        value.set_sensitive(true);
+        map.append(name, value);
+    }
+    Ok(map)
+}
+
+/// What is left of a `--header` argument for an error message: its name part only.
+fn header_name(h: &str) -> &str {
+    h.split([':', ' ', '=']).next().unwrap_or("")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_parse_and_errors_never_show_values() {
+        let map = parse_headers(&["Authorization: Bearer s3cret".into(), "X-A:b".into()])
+            .expect("valid headers");
+        assert_eq!(map["authorization"], "Bearer s3cret");
+        assert_eq!(map["x-a"], "b");
+        let e = parse_headers(&["Authorization Bearer s3cret".into()]).unwrap_err();
+        assert!(!format!("{e:#}").contains("s3cret"), "{e:#}");
+        let e = parse_headers(&["Authorization: Bearer s3cret\u{1}".into()]).unwrap_err();
+        assert!(!format!("{e:#}").contains("s3cret"), "{e:#}");
+    }
+}

@@ -1,0 +1,231 @@
+//! What the terminal client's end-to-end tests share: running the built binary with a deadline,
+//! reading a `watch` line by line, HTTP servers on loopback, a pty through `script`, and the
+//! skip-or-fail rule for a missing external tool.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead as _, BufReader, Read as _};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// The binary under test (client and server alike).
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_mcp-resources"))
+}
+
+/// The workspace root (where `.cache` lives).
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("workspace root")
+}
+
+/// The longest any one client command may run before the test calls it hung.
+pub const RUN_LIMIT: Duration = Duration::from_secs(20);
+
+/// What a finished command left.
+#[derive(Debug)]
+pub struct Out {
+    pub code: Option<i32>,
+    pub stdout: Vec<u8>,
+    pub stderr: String,
+}
+
+impl Out {
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).into_owned()
+    }
+
+    /// Assert success and return stdout as text.
+    pub fn ok(&self) -> String {
+        assert_eq!(self.code, Some(0), "command failed: {self:?}");
+        self.text()
+    }
+}
+
+/// Run `cmd` to its end, killed (and the test failed) after [`RUN_LIMIT`].
+pub fn run(mut cmd: Command) -> Out {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let shown = format!("{cmd:?}");
+    let mut child = cmd.spawn().expect("spawn the command");
+    let mut stdout = child.stdout.take().expect("stdout");
+    let mut stderr = child.stderr.take().expect("stderr");
+    let out = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = stdout.read_to_end(&mut b);
+        b
+    });
+    let err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+    let deadline = Instant::now() + RUN_LIMIT;
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{shown} did not finish within {RUN_LIMIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    Out {
+        code: status.code(),
+        stdout: out.join().expect("stdout reader"),
+        stderr: err.join().expect("stderr reader"),
+    }
+}
+
+/// The client with `args`, then `-- <our server> serve-args…` over stdio.
+pub fn client_stdio(args: &[&str], serve: &[&str]) -> Command {
+    let mut cmd = Command::new(bin());
+    cmd.args(args).arg("--").arg(bin()).args(serve);
+    cmd
+}
+
+/// A child process killed when the test ends, however it ends.
+pub struct Guard(pub Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A running `watch` (or any long-running command) whose stdout lines arrive on a channel.
+pub struct Lines {
+    pub child: Guard,
+    rx: mpsc::Receiver<String>,
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Lines {
+    pub fn spawn(mut cmd: Command) -> Self {
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("spawn the command");
+        let stdout = child.stdout.take().expect("stdout");
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                let mut s = sink.lock().unwrap();
+                s.push_str(&line);
+                s.push('\n');
+            }
+        });
+        Self {
+            child: Guard(child),
+            rx,
+            stderr: log,
+        }
+    }
+
+    /// The next line within `within`, or `None`.
+    pub fn next_within(&self, within: Duration) -> Option<String> {
+        self.rx.recv_timeout(within).ok()
+    }
+
+    /// What the command wrote to stderr so far.
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Call `poke` (e.g. change a file) until a line matching `wanted` arrives, every 300 ms for
+    /// at most 15 s: no fixed sleep has to guess when the subscription is in place.
+    pub fn poke_until(&self, mut poke: impl FnMut(), wanted: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline {
+            poke();
+            while let Some(line) = self.next_within(Duration::from_millis(300)) {
+                if wanted(&line) {
+                    return line;
+                }
+            }
+        }
+        panic!("no such line within 15 s; stderr: {}", self.stderr());
+    }
+}
+
+/// Our server over Streamable HTTP on a free loopback port (`serve` holds `serve` and its
+/// arguments); returns it and its endpoint.
+pub fn our_http_server(serve: &[&str]) -> (Guard, String) {
+    let mut child = Command::new(bin())
+        .args(serve)
+        .args(["--http", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the server");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if let Some(url) = line.split("serving MCP on ").nth(1) {
+                let _ = tx.send(url.trim().to_owned());
+            }
+        }
+    });
+    let url = rx
+        .recv_timeout(Duration::from_secs(15))
+        .expect("the server announces its address");
+    (Guard(child), url)
+}
+
+/// `None` (and a note on stderr) when a tool is absent outside CI; a panic under `CI=true`,
+/// where a skipped test would hide that nothing was checked.
+pub fn absent<T>(what: &str, why: impl std::fmt::Display) -> Option<T> {
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{what} is required under CI=true: {why}");
+    }
+    eprintln!("SKIPPED: {what} is not available here ({why})");
+    None
+}
+
+/// A command line for `sh -c`, every word single-quoted.
+pub fn shell_line(words: &[&std::ffi::OsStr]) -> String {
+    words
+        .iter()
+        .map(|w| format!("'{}'", w.to_string_lossy().replace('\'', "'\\''")))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Run `words` on a pseudo-terminal (util-linux `script`): stdout and stderr both reach the
+/// terminal, whose whole output comes back. `None` when `script` is missing (outside CI).
+pub fn on_terminal(words: &[&std::ffi::OsStr]) -> Option<Out> {
+    if Command::new("script").arg("--version").output().is_err() {
+        return absent(
+            "`script` (util-linux), for a pseudo-terminal",
+            "not on PATH",
+        );
+    }
+    let mut cmd = Command::new("script");
+    cmd.args(["-q", "-e", "-c"])
+        .arg(shell_line(words))
+        .arg("/dev/null");
+    Some(run(cmd))
+}

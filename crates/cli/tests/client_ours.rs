@@ -1,0 +1,593 @@
+//! The terminal client (`ls`, `cat`, `templates`, `complete`, `watch`) against our own server:
+//! the built binary as client, the same binary as server over real stdio and real loopback
+//! HTTP, in both protocol eras, on files in a temp dir. Terminal behaviour (the progress line,
+//! the refusal to print binary) runs on a pseudo-terminal through util-linux `script`.
+
+mod client_common;
+
+use std::collections::BTreeSet;
+use std::ffi::OsStr;
+use std::path::PathBuf;
+use std::process::Command;
+
+use client_common::{Lines, Out, bin, client_stdio, on_terminal, our_http_server, run};
+use serde_json::Value;
+
+/// The eras as `--protocol` spells them, with the not-found code each answers.
+const ERAS: [(&str, &str); 2] = [("legacy", "(-32002)"), ("2026-07-28", "(-32602)")];
+
+/// How many numbered files the tree holds: with `page_size = 4`, many pages.
+const NUMBERED: usize = 30;
+
+/// A served tree (text, binary, a subdirectory, many files) and a config with small pages.
+struct Tree {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    config: PathBuf,
+    binary: Vec<u8>,
+}
+
+impl Tree {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let base = dir.path().canonicalize().expect("canonical temp dir");
+        let root = base.join("docs");
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        std::fs::write(root.join("a.txt"), "alpha\n").unwrap();
+        std::fs::write(root.join("sub/b.md"), "# b\n").unwrap();
+        let binary: Vec<u8> = (0..=255u8).cycle().take(3000).collect();
+        std::fs::write(root.join("img.bin"), &binary).unwrap();
+        for i in 0..NUMBERED {
+            std::fs::write(root.join(format!("n{i:02}.txt")), format!("{i}\n")).unwrap();
+        }
+        let config = base.join("client.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[server]\npage_size = 4\n[[mount]]\nkind = \"files\"\nroot = \"{}\"\n",
+                root.display()
+            ),
+        )
+        .unwrap();
+        Self {
+            _dir: dir,
+            root,
+            config,
+            binary,
+        }
+    }
+
+    fn uri(&self, rel: &str) -> String {
+        format!("file://{}/{rel}", self.root.display())
+    }
+
+    /// `serve --config …` arguments for a server over stdio.
+    fn serve(&self) -> Vec<String> {
+        vec![
+            "serve".into(),
+            "--log-level".into(),
+            "warn".into(),
+            "--config".into(),
+            self.config.display().to_string(),
+        ]
+    }
+
+    fn client(&self, args: &[&str]) -> Command {
+        let serve = self.serve();
+        let serve: Vec<&str> = serve.iter().map(String::as_str).collect();
+        client_stdio(args, &serve)
+    }
+}
+
+/// The URIs of `ls --json` output, checking each line is one resource object.
+fn json_uris(out: &str) -> Vec<String> {
+    out.lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+            assert!(v.get("name").is_some(), "a resource has a name: {l}");
+            v["uri"].as_str().expect("uri").to_owned()
+        })
+        .collect()
+}
+
+#[test]
+fn ls_follows_every_cursor_in_each_era_over_stdio() {
+    let t = Tree::new();
+    for protocol in ["legacy", "2026-07-28", "auto"] {
+        let out = run(t.client(&["ls", "--json", "--protocol", protocol]));
+        let uris = json_uris(&out.ok());
+        let unique: BTreeSet<_> = uris.iter().cloned().collect();
+        assert_eq!(unique.len(), uris.len(), "{protocol}: no resource twice");
+        for i in 0..NUMBERED {
+            assert!(
+                unique.contains(&t.uri(&format!("n{i:02}.txt"))),
+                "{protocol}: n{i:02}"
+            );
+        }
+        assert!(unique.contains(&t.uri("sub/b.md")), "{protocol}: {uris:?}");
+        // On a pipe, nothing but the listing: no progress line.
+        assert_eq!(out.stderr, "", "{protocol}");
+
+        let table = run(t.client(&["ls", "--protocol", protocol])).ok();
+        let mut lines = table.lines();
+        let header = lines.next().expect("a header");
+        assert!(
+            header.starts_with("URI")
+                && header.contains("NAME")
+                && header.contains("MIME TYPE")
+                && header.ends_with("SIZE"),
+            "{header}"
+        );
+        let rows: Vec<&str> = lines.collect();
+        assert_eq!(rows.len(), uris.len(), "{protocol}: a row per resource");
+        let a = rows
+            .iter()
+            .find(|r| r.starts_with(&t.uri("a.txt")))
+            .expect("a.txt row");
+        assert!(
+            a.contains("a.txt") && a.contains("text/plain") && a.ends_with("6 B"),
+            "{a}"
+        );
+    }
+    // A prefix keeps only what is under it.
+    let sub = run(t.client(&["ls", "--json", &t.uri("sub/")])).ok();
+    assert_eq!(json_uris(&sub), vec![t.uri("sub/b.md")]);
+}
+
+#[test]
+fn ls_json_is_each_object_as_the_server_sent_it() {
+    let t = Tree::new();
+    // The server's own bytes, from a raw JSON-RPC exchange over stdio.
+    let request = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"resources/list\",\"params\":{\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\",\"io.modelcontextprotocol/clientCapabilities\":{}}}}\n";
+    let mut server = Command::new(bin())
+        .args(t.serve())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    use std::io::Write as _;
+    server
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(request.as_bytes())
+        .unwrap();
+    let answer = server.wait_with_output().unwrap().stdout;
+    let answer = String::from_utf8(answer).unwrap();
+    // The first page's resources, sliced out of the answer text without re-encoding.
+    let start = answer.find("\"resources\":[").expect("resources") + "\"resources\":[".len();
+    let first_uri = t.uri(&{
+        let v: Value = serde_json::from_str(answer.trim()).unwrap();
+        v["result"]["resources"][0]["uri"]
+            .as_str()
+            .unwrap()
+            .rsplit('/')
+            .next()
+            .unwrap()
+            .to_owned()
+    });
+    let ours = run(t.client(&["ls", "--json", "--protocol", "2026-07-28"])).ok();
+    let first_line = ours.lines().next().expect("a line");
+    assert!(first_line.contains(&first_uri), "{first_line}");
+    assert!(
+        answer[start..].starts_with(first_line),
+        "the line is the server's own text:\n{first_line}\nvs\n{}",
+        &answer[start..start + first_line.len().min(answer.len() - start)]
+    );
+}
+
+#[test]
+fn cat_writes_text_raw_bytes_and_files_and_reports_not_found() {
+    let t = Tree::new();
+    for (protocol, not_found) in ERAS {
+        let text = run(t.client(&["cat", "--protocol", protocol, &t.uri("a.txt")]));
+        assert_eq!(text.ok(), "alpha\n");
+        // stdout is a pipe here: the blob comes out as raw bytes.
+        let blob = run(t.client(&["cat", "--protocol", protocol, &t.uri("img.bin")]));
+        assert_eq!(blob.code, Some(0), "{}", blob.stderr);
+        assert_eq!(blob.stdout, t.binary, "{protocol}: byte-exact");
+        let file = t.root.parent().unwrap().join(format!("out-{protocol}.bin"));
+        let to_file = run(t.client(&[
+            "cat",
+            "--protocol",
+            protocol,
+            &t.uri("img.bin"),
+            "-o",
+            file.to_str().unwrap(),
+        ]));
+        assert_eq!(to_file.ok(), "", "nothing on stdout with -o");
+        assert_eq!(std::fs::read(&file).unwrap(), t.binary);
+
+        let missing = run(t.client(&["cat", "--protocol", protocol, &t.uri("nope.txt")]));
+        assert_eq!(missing.code, Some(1), "{missing:?}");
+        assert_eq!(missing.text(), "");
+        assert_eq!(
+            missing.stderr.lines().count(),
+            1,
+            "one line: {}",
+            missing.stderr
+        );
+        assert!(
+            missing.stderr.starts_with("error: ")
+                && missing.stderr.contains(&t.uri("nope.txt"))
+                && missing.stderr.trim_end().ends_with(not_found),
+            "{protocol}: {}",
+            missing.stderr
+        );
+    }
+}
+
+#[test]
+fn http_in_both_eras_lists_reads_and_sends_headers() {
+    let t = Tree::new();
+    let (_server, url) =
+        our_http_server(&t.serve()[..].iter().map(String::as_str).collect::<Vec<_>>());
+    let stdio_count = json_uris(&run(t.client(&["ls", "--json"])).ok()).len();
+    for (protocol, not_found) in ERAS.iter().chain(&[("auto", "(-32602)")]) {
+        let mut cmd = Command::new(bin());
+        cmd.args(["ls", "--json", "--protocol", protocol, "--url", &url]);
+        assert_eq!(json_uris(&run(cmd).ok()).len(), stdio_count, "{protocol}");
+        let mut cmd = Command::new(bin());
+        cmd.args([
+            "cat",
+            "--protocol",
+            protocol,
+            "--url",
+            &url,
+            &t.uri("img.bin"),
+        ]);
+        assert_eq!(run(cmd).stdout, t.binary, "{protocol}");
+        let mut cmd = Command::new(bin());
+        cmd.args(["cat", "--protocol", protocol, "--url", &url, &t.uri("nope")]);
+        let missing = run(cmd);
+        assert_eq!(missing.code, Some(1));
+        assert!(
+            missing.stderr.trim_end().ends_with(not_found),
+            "{protocol}: {}",
+            missing.stderr
+        );
+    }
+    // A URI outside visible ASCII goes in the Mcp-Name header base64-wrapped; the server
+    // compares it with the body and would refuse a mismatch.
+    std::fs::write(t.root.join("é-ü.txt"), "accents\n").unwrap();
+    let mut cmd = Command::new(bin());
+    cmd.args([
+        "cat",
+        "--protocol",
+        "2026-07-28",
+        "--url",
+        &url,
+        &t.uri("é-ü.txt"),
+    ]);
+    assert_eq!(run(cmd).ok(), "accents\n");
+}
+
+#[test]
+fn a_bearer_token_goes_in_a_header_and_its_absence_is_explained() {
+    let t = Tree::new();
+    let token = "client-test-token-6f1c";
+    let config = t.root.parent().unwrap().join("auth.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[http.auth]\nbearer_tokens = [\"env:MCPR_CLIENT_TEST_TOKEN\"]\n[[mount]]\nkind = \"files\"\nroot = \"{}\"\n",
+            t.root.display()
+        ),
+    )
+    .unwrap();
+    let mut server = Command::new(bin());
+    server
+        .env("MCPR_CLIENT_TEST_TOKEN", token)
+        .args([
+            "serve",
+            "--log-level",
+            "warn",
+            "--http",
+            "127.0.0.1:0",
+            "--config",
+        ])
+        .arg(&config)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let mut child = server.spawn().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let _guard = client_common::Guard(child);
+    let url = {
+        use std::io::BufRead as _;
+        std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+            .find_map(|l| l.split("serving MCP on ").nth(1).map(str::to_owned))
+            .expect("the server's address")
+    };
+    let mut cmd = Command::new(bin());
+    cmd.args(["cat", "--url", &url, &t.uri("a.txt")]);
+    let refused = run(cmd);
+    assert_eq!(refused.code, Some(1));
+    assert!(
+        refused.stderr.contains("HTTP 401") && refused.stderr.contains("--header"),
+        "{}",
+        refused.stderr
+    );
+
+    let mut cmd = Command::new(bin());
+    cmd.args([
+        "cat",
+        "--url",
+        &url,
+        "--header",
+        &format!("Authorization: Bearer {token}"),
+        &t.uri("a.txt"),
+    ]);
+    assert_eq!(run(cmd).ok(), "alpha\n");
+    let mut cmd = Command::new(bin());
+    cmd.args([
+        "cat",
+        "--url",
+        &url,
+        "--header",
+        "Authorization: Bearer wrong-token-xyz",
+        &t.uri("a.txt"),
+    ]);
+    let wrong = run(cmd);
+    assert_eq!(wrong.code, Some(1));
+    assert!(
+        !wrong.stderr.contains("wrong-token-xyz"),
+        "a header value is never printed: {}",
+        wrong.stderr
+    );
+}
+
+#[test]
+fn templates_and_complete() {
+    let t = Tree::new();
+    let template = format!("file://{}/{{+path}}", t.root.display());
+    for (protocol, _) in ERAS {
+        let out = run(t.client(&["templates", "--json", "--protocol", protocol])).ok();
+        let templates: Vec<String> = out
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<Value>(l).unwrap()["uriTemplate"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect();
+        assert!(templates.contains(&template), "{protocol}: {templates:?}");
+        let table = run(t.client(&["templates", "--protocol", protocol])).ok();
+        assert!(
+            table.starts_with("URI TEMPLATE") && table.contains(&template),
+            "{table}"
+        );
+
+        let values =
+            run(t.client(&["complete", "--protocol", protocol, &template, "path", "su"])).ok();
+        assert_eq!(
+            values.lines().collect::<Vec<_>>(),
+            vec!["sub/"],
+            "{protocol}"
+        );
+        let many =
+            run(t.client(&["complete", "--protocol", protocol, &template, "path", "n0"])).ok();
+        assert_eq!(many.lines().count(), 10, "{protocol}: n00..n09: {many}");
+    }
+}
+
+/// The four ways to watch: stdio and HTTP, each era. Each sees an update to the file it
+/// watches (with --read, its new contents) and a change of the listing.
+#[test]
+fn watch_prints_updates_and_list_changes_in_each_era_and_transport() {
+    let t = Tree::new();
+    let serve = t.serve();
+    let serve: Vec<&str> = serve.iter().map(String::as_str).collect();
+    let (_server, url) = our_http_server(&serve);
+    let watched = t.root.join("a.txt");
+    let uri = t.uri("a.txt");
+    let mut n = 0;
+    for (protocol, _) in ERAS {
+        for http in [false, true] {
+            let mut args = vec!["watch", "--json", "--read", "--protocol", protocol, &uri];
+            if http {
+                args.extend(["--url", &url]);
+            }
+            let cmd = if http {
+                let mut c = Command::new(bin());
+                c.args(&args);
+                c
+            } else {
+                t.client(&args)
+            };
+            let watch = Lines::spawn(cmd);
+            let line = watch.poke_until(
+                || {
+                    n += 1;
+                    std::fs::write(&watched, format!("version {n}\n")).unwrap();
+                },
+                |l| l.contains("notifications/resources/updated"),
+            );
+            let v: Value = serde_json::from_str(&line).unwrap();
+            assert_eq!(v["uri"], uri.as_str(), "{protocol} http={http}: {line}");
+            let text = v["contents"][0]["text"]
+                .as_str()
+                .expect("--read adds the contents");
+            assert!(text.starts_with("version "), "{text}");
+
+            let mut k = 0;
+            let line = watch.poke_until(
+                || {
+                    k += 1;
+                    std::fs::write(t.root.join(format!("new-{protocol}-{http}-{k}.txt")), "x")
+                        .unwrap();
+                },
+                |l| l.contains("list_changed"),
+            );
+            assert_eq!(line, r#"{"method":"notifications/resources/list_changed"}"#);
+            assert!(watch.stderr().is_empty(), "{}", watch.stderr());
+        }
+    }
+
+    // Text mode: one line per update, then the contents with --read.
+    let watch = Lines::spawn(t.client(&["watch", "--read", &uri]));
+    watch.poke_until(
+        || std::fs::write(&watched, "plain text\n").unwrap(),
+        |l| l == format!("updated {uri}"),
+    );
+    assert_eq!(
+        watch
+            .next_within(std::time::Duration::from_secs(5))
+            .as_deref(),
+        Some("plain text")
+    );
+}
+
+#[test]
+fn failures_are_one_line_and_a_nonzero_exit() {
+    let line_of = |out: Out| {
+        assert_eq!(out.code, Some(1), "{out:?}");
+        assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
+        assert!(out.stderr.starts_with("error: "), "{}", out.stderr);
+        out.stderr
+    };
+
+    let mut cmd = Command::new(bin());
+    cmd.args(["ls", "--", "/nonexistent/mcp-server"]);
+    let e = line_of(run(cmd));
+    assert!(
+        e.contains("cannot start the server `/nonexistent/mcp-server`"),
+        "{e}"
+    );
+
+    // A server that exits at once: its own last words are in the message.
+    let e = line_of(run(client_stdio(&["ls"], &["serve", "/nonexistent/dir"])));
+    assert!(
+        e.contains("exited") && e.contains("/nonexistent/dir"),
+        "{e}"
+    );
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut cmd = Command::new(bin());
+    cmd.args(["ls", "--url", &format!("http://127.0.0.1:{port}/mcp")]);
+    let e = line_of(run(cmd));
+    assert!(
+        e.contains("cannot reach the server at http://127.0.0.1:") && e.contains("refused"),
+        "{e}"
+    );
+
+    let mut cmd = Command::new(bin());
+    cmd.arg("ls");
+    let e = line_of(run(cmd));
+    assert!(e.contains("--url") && e.contains("-- COMMAND"), "{e}");
+
+    // Not an MCP server at all: something that prints text and exits.
+    let mut cmd = Command::new(bin());
+    cmd.args(["ls", "--", "echo", "hello"]);
+    let e = line_of(run(cmd));
+    assert!(e.contains("not JSON-RPC") || e.contains("exited"), "{e}");
+
+    // A bad --header is refused before anything starts, and its value is not echoed.
+    let mut cmd = Command::new(bin());
+    cmd.args([
+        "ls",
+        "--url",
+        "http://127.0.0.1:9/mcp",
+        "--header",
+        "Authorization Bearer s3cr3t",
+    ]);
+    let e = line_of(run(cmd));
+    assert!(e.contains("--header") && !e.contains("s3cr3t"), "{e}");
+}
+
+/// `script` gives the command a terminal: a binary is refused there, with the way out named,
+/// and a long listing shows a progress line that a pipe never sees.
+#[test]
+fn on_a_terminal_binary_is_refused_and_ls_shows_progress() {
+    let t = Tree::new();
+    let b = bin();
+    let serve = t.serve();
+    let mut words: Vec<&OsStr> = vec![b.as_os_str(), OsStr::new("cat")];
+    let img = t.uri("img.bin");
+    words.push(OsStr::new(&img));
+    words.push(OsStr::new("--"));
+    words.push(b.as_os_str());
+    words.extend(serve.iter().map(OsStr::new));
+    let Some(out) = on_terminal(&words) else {
+        return;
+    };
+    let text = out.text();
+    assert_eq!(out.code, Some(1), "{text}");
+    assert!(
+        text.contains("is binary") && text.contains("-o FILE"),
+        "{text}"
+    );
+    assert!(!text.contains('\u{0}'), "no raw bytes reached the terminal");
+
+    let mut words: Vec<&OsStr> = vec![
+        b.as_os_str(),
+        OsStr::new("ls"),
+        OsStr::new("--"),
+        b.as_os_str(),
+    ];
+    words.extend(serve.iter().map(OsStr::new));
+    let out = on_terminal(&words).expect("script was found above");
+    let text = out.text();
+    assert_eq!(out.code, Some(0), "{text}");
+    assert!(
+        text.contains("listing resources: 4 so far (1 page)…"),
+        "{text}"
+    );
+    assert!(
+        text.contains("\r\u{1b}[K"),
+        "the progress line is cleared: {text:?}"
+    );
+    assert!(text.contains(&t.uri("n29.txt")), "{text}");
+}
+
+/// A watch whose server goes away ends with one line and a non-zero exit, in both eras,
+/// instead of waiting forever for a notification that cannot come.
+#[test]
+fn a_watch_whose_server_goes_away_says_so() {
+    let t = Tree::new();
+    let serve = t.serve();
+    let serve: Vec<&str> = serve.iter().map(String::as_str).collect();
+    let uri = t.uri("a.txt");
+    for (protocol, _) in ERAS {
+        let (mut server, url) = our_http_server(&serve);
+        let mut cmd = Command::new(bin());
+        cmd.args(["watch", "--protocol", protocol, &uri, "--url", &url]);
+        let mut watch = Lines::spawn(cmd);
+        // Subscribed for sure once an update has come through.
+        let mut n = 0;
+        watch.poke_until(
+            || {
+                n += 1;
+                std::fs::write(t.root.join("a.txt"), format!("{n}\n")).unwrap();
+            },
+            |l| l.starts_with("updated "),
+        );
+        let _ = server.0.kill();
+        let _ = server.0.wait();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let status = loop {
+            if let Some(s) = watch.child.0.try_wait().unwrap() {
+                break s;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{protocol}: the watch outlived its server by 10 s"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        assert_eq!(status.code(), Some(1), "{protocol}");
+        // The stderr reader may lag the exit by a moment.
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let err = watch.stderr();
+        assert_eq!(err.lines().count(), 1, "{protocol}: {err}");
+        assert!(err.starts_with("error: "), "{protocol}: {err}");
+    }
+}
