@@ -10,6 +10,8 @@
 //! budget as object_store's requests; failures go through the one error mapping
 //! ([`crate::error::Context::map`]).
 
+use std::collections::HashSet;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -72,9 +74,17 @@ pub(crate) struct Lister {
     /// `{endpoint}/{bucket}` (path-style addressing, as the store is set up).
     pub(crate) bucket_url: Url,
     pub(crate) region: String,
-    /// Keys the store listed that the mount does not serve, for `/metrics`.
+    /// Keys the store listed that the mount does not serve, each time a listing meets one,
+    /// for `/metrics`.
     pub(crate) skipped: AtomicU64,
+    /// The skipped keys already logged: each is logged once, not at every listing (a watched
+    /// listing meets it every interval). Bounded by [`WARNED_MAX`].
+    pub(crate) warned: Mutex<HashSet<String>>,
 }
+
+/// How many distinct skipped keys are remembered as logged; past that, further ones are
+/// logged at debug level only.
+pub(crate) const WARNED_MAX: usize = 1000;
 
 /// The `<ListBucketResult>` document, the fields we use.
 #[derive(Deserialize)]
@@ -250,12 +260,20 @@ impl Lister {
 
     fn skip(&self, key: &str) {
         self.skipped.fetch_add(1, Ordering::Relaxed);
+        let first = {
+            let mut w = self.warned.lock().unwrap_or_else(|e| e.into_inner());
+            w.len() < WARNED_MAX && w.insert(key.to_owned())
+        };
         // The key itself is the bucket's data, not a secret; debug-escaped so that control
         // characters cannot forge log lines.
-        tracing::warn!(
-            key = ?key,
-            "s3 key not served: it has an empty, `.` or `..` segment, a leading `/` or control characters (see docs.md, URIs)"
-        );
+        if first {
+            tracing::warn!(
+                key = ?key,
+                "s3 key not served: it has an empty, `.` or `..` segment, a leading `/` or control characters (see docs.md, URIs)"
+            );
+        } else {
+            tracing::debug!(key = ?key, "s3 key not served (skipped again)");
+        }
     }
 }
 
@@ -305,6 +323,7 @@ mod tests {
             bucket_url: Lister::bucket_url(endpoint, "b").unwrap(),
             region: "us-east-1".into(),
             skipped: AtomicU64::new(0),
+            warned: Mutex::default(),
         }
     }
 
@@ -340,6 +359,10 @@ mod tests {
         assert!(got.truncated);
         assert_eq!(got.last.as_deref(), Some("reports/"));
         assert_eq!(l.skipped.load(Ordering::Relaxed), 1);
+        // Met again (a watched listing's next poll): counted again, logged once.
+        l.sorted(quick_xml::de::from_str(xml).unwrap());
+        assert_eq!(l.skipped.load(Ordering::Relaxed), 2);
+        assert_eq!(l.warned.lock().unwrap().len(), 1);
     }
 
     #[test]

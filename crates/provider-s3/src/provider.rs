@@ -167,6 +167,7 @@ impl S3Provider {
             bucket_url,
             region: config.region.clone(),
             skipped: AtomicU64::new(0),
+            warned: std::sync::Mutex::default(),
         };
         let keys = Keys {
             root: config.root_uri(),
