@@ -22,11 +22,23 @@ impl Context {
         }
     }
 
-    /// `text` with every configured secret replaced.
+    /// `text` with every configured secret replaced, and whatever an S3 error body says in
+    /// `<AWSAccessKeyId>`: keys from a `credential_process` or the instance are not known
+    /// when the mount is built.
     pub(crate) fn scrub(&self, text: &str) -> String {
         let mut out = text.to_owned();
         for s in &self.secrets {
             out = out.replace(s.as_str(), "[redacted]");
+        }
+        const OPEN: &str = "<AWSAccessKeyId>";
+        let mut from = 0;
+        while let Some(i) = out[from..].find(OPEN) {
+            let start = from + i + OPEN.len();
+            let Some(len) = out[start..].find("</AWSAccessKeyId>") else {
+                break;
+            };
+            out.replace_range(start..start + len, "[redacted]");
+            from = start + "[redacted]".len();
         }
         out
     }
@@ -186,6 +198,10 @@ mod tests {
             "<AWSAccessKeyId>[redacted]</AWSAccessKeyId>"
         );
         assert_eq!(c.scrub("plain"), "plain");
+        assert_eq!(
+            c.scrub("<AWSAccessKeyId>AKIAOTHER</AWSAccessKeyId><X>1</X><AWSAccessKeyId>AKIA2</AWSAccessKeyId>"),
+            "<AWSAccessKeyId>[redacted]</AWSAccessKeyId><X>1</X><AWSAccessKeyId>[redacted]</AWSAccessKeyId>"
+        );
         assert_eq!(
             s3_code("x <Error><Code>SlowDown</Code></Error>").as_deref(),
             Some("SlowDown")

@@ -9,6 +9,7 @@
 mod config;
 mod error;
 mod list;
+mod listing;
 mod profile;
 mod provider;
 mod read;

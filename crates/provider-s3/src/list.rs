@@ -7,9 +7,9 @@ use std::time::SystemTime;
 use mcpr_core::{
     Completion, Contents, ContentsBody, Error, ErrorKind, Page, ResourceMeta, ResourceUri, Result,
 };
-use object_store::ObjectMeta;
 use percent_encoding::percent_decode_str;
 
+use crate::listing::{Listed, ListedObject};
 use crate::provider::Inner;
 use crate::uri::{KEY_MAX, encode_value};
 
@@ -20,13 +20,14 @@ pub const DIR_READ_MAX: usize = 1000;
 /// Suggestions in one completion answer.
 pub const COMPLETE_MAX: usize = 100;
 
-/// RFC 3339 (UTC, whole seconds) of an object's modification time.
-pub(crate) fn rfc3339(meta: &ObjectMeta) -> String {
-    humantime::format_rfc3339_seconds(SystemTime::from(meta.last_modified)).to_string()
+/// RFC 3339 (UTC, whole seconds) of a modification time.
+pub(crate) fn rfc3339(t: SystemTime) -> String {
+    humantime::format_rfc3339_seconds(t).to_string()
 }
 
-/// A list position: a key this listing served (or any key: the listing resumes after the
-/// place it would have). Refused when it cannot be a key at all.
+/// A list position: the last key a page saw, served or not (any key: the listing resumes
+/// after the place it would have). Refused when it cannot be a key at all. Control
+/// characters are allowed: a skipped key the store returned may hold them.
 fn position(after: &[u8]) -> Result<String> {
     let bad = |why: &str| {
         Error::new(
@@ -41,14 +42,16 @@ fn position(after: &[u8]) -> Result<String> {
         return Err(bad("longer than any S3 key"));
     }
     let s = std::str::from_utf8(after).map_err(|_| bad("not UTF-8"))?;
-    if s.chars().any(char::is_control) {
-        return Err(bad("control characters"));
-    }
     Ok(s.to_owned())
 }
 
 /// One page of `resources/list`: the objects under the mount's prefix in key order, after
 /// `after`, at most `limit` (and at most the store's 1,000) per page. One request.
+///
+/// Folder markers (keys ending in `/`, the console's "Create folder") are not resources:
+/// their URI is the prefix's listing. Keys the mount does not serve are skipped (counted and
+/// logged by the lister). The page resumes after the last key the store returned, served or
+/// not, so a page may be empty and still have a next one.
 pub(crate) async fn list_page(
     inner: &Inner,
     after: Option<&[u8]>,
@@ -59,27 +62,23 @@ pub(crate) async fn list_page(
     let r = inner
         .list_once(&inner.config.prefix, start_after, max, false, "listing")
         .await?;
-    let mut items = Vec::with_capacity(r.result.objects.len());
-    let mut last = None;
-    for o in &r.result.objects {
-        let key = o.location.as_ref();
-        last = Some(key.as_bytes().to_vec());
-        if !inner.keys.serves(key) {
-            continue;
-        }
-        items.push(ResourceMeta {
-            uri: inner.keys.uri_of(key),
-            name: key.to_owned(),
-            mime_type: mcpr_core::mime::by_extension(key.as_bytes()).map(str::to_owned),
+    let items = r
+        .objects
+        .iter()
+        .filter(|o| !o.key.ends_with('/') && inner.keys.serves(&o.key))
+        .map(|o| ResourceMeta {
+            uri: inner.keys.uri_of(&o.key),
+            name: o.key.clone(),
+            mime_type: mcpr_core::mime::by_extension(o.key.as_bytes()).map(str::to_owned),
             size: Some(o.size),
-            last_modified: Some(rfc3339(o)),
+            last_modified: o.last_modified.map(rfc3339),
             ..Default::default()
-        });
-    }
-    let next = match (&r.page_token, last) {
-        (None, _) => None,
-        (Some(_), Some(last)) => Some(last),
-        (Some(_), None) => {
+        })
+        .collect();
+    let next = match (r.truncated, r.last) {
+        (false, _) => None,
+        (true, Some(last)) => Some(last.into_bytes()),
+        (true, None) => {
             return Err(Error::internal(format!(
                 "s3 bucket `{}` said a listing continues but returned no key to continue after",
                 inner.config.bucket
@@ -104,25 +103,23 @@ fn past_prefix(p: &str) -> String {
 struct Entry<'a> {
     /// The full key or prefix.
     full: String,
-    object: Option<&'a ObjectMeta>,
+    object: Option<&'a ListedObject>,
 }
 
-/// The keys and common prefixes of one delimiter listing, merged in key order. An object
-/// whose key is the listed prefix without its `/` is a "folder marker" (`reports/`, which
-/// object_store's paths cannot tell from `reports`): it is left out.
-fn entries<'a>(r: &'a object_store::ListResult, prefix: &str) -> Vec<Entry<'a>> {
+/// The keys and common prefixes of one delimiter listing, merged in key order. The folder
+/// marker of the listed prefix itself (`reports/` when listing `reports/`) is not an entry.
+fn entries<'a>(r: &'a Listed, prefix: &str) -> Vec<Entry<'a>> {
     let mut out: Vec<Entry<'a>> = Vec::new();
-    for p in &r.common_prefixes {
+    for p in &r.prefixes {
         out.push(Entry {
-            full: format!("{}/", p.as_ref()),
+            full: p.clone(),
             object: None,
         });
     }
     for o in &r.objects {
-        let key = o.location.as_ref();
-        if key.starts_with(prefix) && key.len() > prefix.len() {
+        if o.key.starts_with(prefix) && o.key.len() > prefix.len() {
             out.push(Entry {
-                full: key.to_owned(),
+                full: o.key.clone(),
                 object: Some(o),
             });
         }
@@ -205,8 +202,11 @@ pub(crate) async fn read_dir(
             )
             .await
             .map_err(|e| e.with_uri(uri.as_str()))?;
-        let es = entries(&r.result, &list_prefix);
-        truncated = r.page_token.is_some() && !es.is_empty();
+        let es = entries(&r, &list_prefix);
+        truncated = r.truncated && !es.is_empty();
+        // A folder marker (`reports/`, what the console's "Create folder" makes) is what makes
+        // an otherwise empty prefix exist.
+        let marker = r.objects.iter().any(|o| o.key == list_prefix);
         for e in &es {
             match e.object {
                 None => out.push(dir_entry(inner, prefix, &e.full)),
@@ -216,12 +216,19 @@ pub(crate) async fn read_dir(
                     obj.insert("uri".into(), inner.keys.uri_of(&e.full).into());
                     obj.insert("type".into(), "file".into());
                     obj.insert("size".into(), o.size.into());
-                    obj.insert("lastModified".into(), rfc3339(o).into());
+                    if let Some(t) = o.last_modified {
+                        obj.insert("lastModified".into(), rfc3339(t).into());
+                    }
                     out.push(serde_json::Value::Object(obj));
                 }
             }
         }
-        if out.is_empty() && after.is_none() && !prefix.is_empty() && prefix.len() > mount.len() {
+        if out.is_empty()
+            && !marker
+            && after.is_none()
+            && !prefix.is_empty()
+            && prefix.len() > mount.len()
+        {
             // S3 has no directories: a prefix with nothing under it does not exist.
             return Err(Error::not_found(uri.as_str()));
         }
@@ -279,20 +286,19 @@ pub(crate) async fn complete_key(inner: &Inner, typed: &str) -> Result<Completio
     // Keys equal to the prefix itself are left out by `entries`; a typed full key is
     // still a value when it exists.
     let mut values: Vec<String> = r
-        .result
         .objects
         .iter()
-        .filter(|o| o.location.as_ref() == list_prefix)
-        .map(|o| o.location.as_ref().to_owned())
+        .filter(|o| o.key == list_prefix && !o.key.ends_with('/'))
+        .map(|o| o.key.clone())
         .collect();
-    values.extend(entries(&r.result, list_prefix).into_iter().map(|e| e.full));
+    values.extend(entries(&r, list_prefix).into_iter().map(|e| e.full));
     values.sort();
     values.dedup();
     values.truncate(COMPLETE_MAX);
     Ok(Completion {
         values,
         total: None,
-        has_more: r.page_token.is_some(),
+        has_more: r.truncated,
     })
 }
 
@@ -305,7 +311,7 @@ mod tests {
         assert!(position(b"").is_err());
         assert!(position(&[0xff, 0x00]).is_err());
         assert!(position(&[b'a'; 1025]).is_err());
-        assert!(position(b"a\nb").is_err());
+        assert_eq!(position(b"ctl\x01x").unwrap(), "ctl\u{1}x");
         assert_eq!(position(b"a/b c").unwrap(), "a/b c");
     }
 

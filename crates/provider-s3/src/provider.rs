@@ -1,20 +1,23 @@
 //! [`S3Provider`]: one bucket (or a prefix of it), implementing the core `Provider` trait.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use mcpr_core::{
-    Capabilities, ChangeSink, Completion, CompletionRequest, Contents, Error, ErrorKind, Page,
-    PageRequest, Provider, ProviderInfo, ReadLimits, ResourceMeta, ResourceUri, Result,
+    Capabilities, ChangeSink, Completion, CompletionRequest, Contents, Counter, Error, ErrorKind,
+    Page, PageRequest, Provider, ProviderInfo, ReadLimits, ResourceMeta, ResourceUri, Result,
     TemplateMeta, WatchGuard,
 };
-use object_store::aws::{AmazonS3, AmazonS3Builder};
-use object_store::list::{PaginatedListOptions, PaginatedListResult, PaginatedListStore};
+use object_store::aws::{AmazonS3, AmazonS3Builder, AmazonS3ConfigKey};
+use object_store::client::{HttpConnector as _, ReqwestConnector};
 use object_store::{BackoffConfig, ClientOptions, RetryConfig};
 
 use crate::config::S3Config;
 use crate::error::Context;
+use crate::listing::{ListOptions, Listed, Lister};
+use crate::profile::{CredentialProcess, ProfileCredentials};
 use crate::uri::{Keys, Target};
 use crate::watch::Watches;
 
@@ -31,6 +34,8 @@ pub const RETRY_TIMEOUT: Duration = Duration::from_secs(20);
 /// State shared by the provider's operations and its watches.
 pub(crate) struct Inner {
     pub(crate) store: AmazonS3,
+    /// List requests, made by hand (see `listing.rs`).
+    pub(crate) lister: Lister,
     pub(crate) keys: Keys,
     pub(crate) ctx: Context,
     pub(crate) config: S3Config,
@@ -38,7 +43,7 @@ pub(crate) struct Inner {
 
 impl Inner {
     /// One list request: at most `max` keys under `prefix` after `start_after`, grouped by
-    /// `/` when `delimiter`. Exactly one request to the store.
+    /// `/` when `delimiter`. Exactly one request to the store (and its retries).
     pub(crate) async fn list_once(
         &self,
         prefix: &str,
@@ -46,18 +51,14 @@ impl Inner {
         max: usize,
         delimiter: bool,
         what: &str,
-    ) -> Result<PaginatedListResult> {
-        let opts = PaginatedListOptions {
-            offset: start_after,
-            delimiter: delimiter.then_some("/".into()),
-            max_keys: Some(max),
-            ..Default::default()
+    ) -> Result<Listed> {
+        let opts = ListOptions {
+            prefix,
+            start_after,
+            max_keys: max,
+            delimiter,
         };
-        let prefix = (!prefix.is_empty()).then_some(prefix);
-        self.store
-            .list_paginated(prefix, opts)
-            .await
-            .map_err(|e| self.ctx.map(e, what, None))
+        self.lister.list(&self.store, &self.ctx, opts, what).await
     }
 }
 
@@ -86,7 +87,8 @@ impl S3Provider {
             .unwrap_or_else(|| format!("https://s3.{}.amazonaws.com", config.region));
         let client = ClientOptions::new()
             .with_timeout(REQUEST_TIMEOUT)
-            .with_connect_timeout(CONNECT_TIMEOUT);
+            .with_connect_timeout(CONNECT_TIMEOUT)
+            .with_allow_http(config.allow_http);
         let retry = RetryConfig {
             backoff: BackoffConfig {
                 init_backoff: Duration::from_millis(100),
@@ -96,7 +98,13 @@ impl S3Provider {
             max_retries: MAX_RETRIES,
             retry_timeout: RETRY_TIMEOUT,
         };
-        let mut b = AmazonS3Builder::from_env()
+        let http = ReqwestConnector::default().connect(&client).map_err(|e| {
+            Error::invalid_params(format!(
+                "s3 bucket `{}`: the HTTP client cannot be set up: {e}",
+                config.bucket
+            ))
+        })?;
+        let mut b = credentials_from_env(AmazonS3Builder::new())
             .with_client_options(client)
             .with_retry(retry)
             .with_bucket_name(&config.bucket)
@@ -111,18 +119,25 @@ impl S3Provider {
             b = b.with_access_key_id(k).with_secret_access_key(s);
             secrets.extend([k.clone(), s.clone()]);
         } else if std::env::var_os("AWS_ACCESS_KEY_ID").is_none()
-            && let Some(p) = crate::profile::from_environment()
+            && let Some(found) = crate::profile::from_environment()
         {
-            // The shared credentials file, as the AWS tools read it, when neither the mount
-            // nor the environment gives keys.
-            b = b
-                .with_access_key_id(&p.access_key_id)
-                .with_secret_access_key(&p.secret_access_key);
-            if let Some(t) = &p.session_token {
-                b = b.with_token(t);
+            // The shared files, as the AWS tools read them, when neither the mount nor the
+            // environment gives keys.
+            match found {
+                ProfileCredentials::Keys(p) => {
+                    b = b
+                        .with_access_key_id(&p.access_key_id)
+                        .with_secret_access_key(&p.secret_access_key);
+                    if let Some(t) = &p.session_token {
+                        b = b.with_token(t);
+                    }
+                    secrets.extend([p.access_key_id, p.secret_access_key]);
+                    secrets.extend(p.session_token);
+                }
+                ProfileCredentials::Process(cmd) => {
+                    b = b.with_credentials(Arc::new(CredentialProcess::new(cmd)));
+                }
             }
-            secrets.extend([p.access_key_id, p.secret_access_key]);
-            secrets.extend(p.session_token);
         }
         for var in [
             "AWS_ACCESS_KEY_ID",
@@ -141,6 +156,19 @@ impl S3Provider {
                 ctx.scrub(&e.to_string())
             ))
         })?;
+        let bucket_url = Lister::bucket_url(&endpoint, &config.bucket).ok_or_else(|| {
+            Error::invalid_params(format!(
+                "s3 bucket `{}`: the endpoint {endpoint} is not a URL",
+                config.bucket
+            ))
+        })?;
+        let lister = Lister {
+            http,
+            bucket_url,
+            region: config.region.clone(),
+            skipped: AtomicU64::new(0),
+            warned: std::sync::Mutex::default(),
+        };
         let keys = Keys {
             root: config.root_uri(),
             prefix: config.prefix.clone(),
@@ -169,6 +197,7 @@ impl S3Provider {
         let poll = config.poll_interval;
         let inner = Arc::new(Inner {
             store,
+            lister,
             keys,
             ctx,
             config,
@@ -193,6 +222,38 @@ impl S3Provider {
             watches,
         })
     }
+}
+
+/// The AWS environment variables a mount follows: credential sources only. object_store's
+/// `from_env` would take every `AWS_*` variable, so that `AWS_ENDPOINT_URL` or
+/// `AWS_ENDPOINT_URL_S3` silently sent a mount configured with its own `endpoint` elsewhere,
+/// and `AWS_SKIP_SIGNATURE`, `AWS_REQUEST_PAYER` or the SSE variables changed requests
+/// behind the config's back. Where a bucket is and how it is read come from the mount alone.
+pub const CREDENTIAL_ENV: &[&str] = &[
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_ROLE_ARN",
+    "AWS_ROLE_SESSION_NAME",
+    "AWS_ENDPOINT_URL_STS",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
+    "AWS_METADATA_ENDPOINT",
+    "AWS_IMDSV1_FALLBACK",
+];
+
+/// `b` with the credential variables of [`CREDENTIAL_ENV`] that are set.
+fn credentials_from_env(mut b: AmazonS3Builder) -> AmazonS3Builder {
+    for name in CREDENTIAL_ENV {
+        if let Ok(v) = std::env::var(name)
+            && let Ok(key) = name.to_ascii_lowercase().parse::<AmazonS3ConfigKey>()
+        {
+            b = b.with_config(key, v);
+        }
+    }
+    b
 }
 
 /// How long `/readyz` waits for the bucket before calling the mount not ready.
@@ -256,5 +317,40 @@ impl Provider for S3Provider {
 
     async fn watch_list(&self, sink: ChangeSink) -> Result<WatchGuard> {
         Ok(self.watches.add_list(sink).await)
+    }
+
+    fn counters(&self) -> Vec<Counter> {
+        vec![Counter {
+            name: "mcpr_s3_keys_skipped_total",
+            help: "Keys the store listed that the mount does not serve (an empty, `.` or `..` segment, a leading `/`, control characters).",
+            value: self.inner.lister.skipped.load(Ordering::Relaxed),
+        }]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_credential_variable_is_an_object_store_key() {
+        for name in CREDENTIAL_ENV {
+            let key: AmazonS3ConfigKey = name
+                .to_ascii_lowercase()
+                .parse()
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            // Nothing that says where the bucket is or how requests are made.
+            assert!(
+                !matches!(
+                    key,
+                    AmazonS3ConfigKey::Endpoint
+                        | AmazonS3ConfigKey::S3Endpoint
+                        | AmazonS3ConfigKey::Bucket
+                        | AmazonS3ConfigKey::SkipSignature
+                        | AmazonS3ConfigKey::RequestPayer
+                ),
+                "{name}"
+            );
+        }
     }
 }

@@ -152,11 +152,12 @@ impl S3Source {
                     "checking the listing for changes",
                 )
                 .await?;
-            for o in &r.result.objects {
-                o.location.as_ref().hash(&mut h);
+            // Folder markers are not resources, so they are not list changes either.
+            for o in r.objects.iter().filter(|o| !o.key.ends_with('/')) {
+                o.key.hash(&mut h);
             }
-            match (r.page_token, r.result.objects.last()) {
-                (Some(_), Some(last)) => after = Some(last.location.as_ref().to_owned()),
+            match (r.truncated, r.last) {
+                (true, Some(last)) => after = Some(last),
                 _ => return Ok(Seen::List(h.finish())),
             }
         }

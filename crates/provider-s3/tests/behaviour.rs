@@ -123,8 +123,10 @@ impl Fixture for Fx {
     }
 
     fn malformed_positions(&self) -> Vec<Vec<u8>> {
+        // Longer than any S3 key. Control characters are well-formed positions: a page
+        // resumes after the last key the store returned, and a skipped one may hold them.
         let mut v = default_malformed_positions();
-        v.extend([b"pre/a\nb".to_vec(), vec![b'k'; 1025]]);
+        v.push(vec![b'k'; 1025]);
         v
     }
 

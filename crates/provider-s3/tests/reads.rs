@@ -426,3 +426,151 @@ async fn overwrite_new_key_and_deletion_notify() {
             .is_none()
     );
 }
+
+/// Regression: a folder marker (`reports/`) was listed as `reports`, a URI that then read as
+/// not found, and a key with an empty or `.` segment failed its whole listing page. Now
+/// markers are the prefix's listing (not resources), and keys object_store cannot represent
+/// are skipped, counted, and never fail a page, at any page size.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn folder_markers_and_unservable_keys_never_fail_a_page() {
+    let Some(m) = moto() else { return };
+    let bucket = unique_bucket("odd");
+    create_bucket(&m.endpoint(), &bucket).await;
+    for (raw, body) in [
+        ("good/1.txt", &b"one"[..]),
+        ("a//b", b"x"),
+        ("a/./b", b"x"),
+        ("a/../c", b"x"),
+        ("/lead", b"x"),
+        ("ctl%01x", b"x"),
+        ("reports/", b""),
+        ("reports/q1.csv", b"a,b\n"),
+        ("empty-folder/", b""),
+        ("z.txt", b"z"),
+    ] {
+        common::put_raw(&m.endpoint(), &bucket, raw, body);
+    }
+    let p = S3Provider::new(config(&m.endpoint(), &bucket))
+        .await
+        .unwrap();
+    let want = ["good/1.txt", "reports/q1.csv", "z.txt"];
+    for limit in [1, 2, 1000] {
+        let mut names = Vec::new();
+        let mut after = None;
+        for page in 0.. {
+            assert!(page < 20, "page size {limit}: the listing does not end");
+            let r = p
+                .list(PageRequest {
+                    after: after.clone(),
+                    limit,
+                })
+                .await
+                .unwrap_or_else(|e| panic!("page size {limit}, page {page}: {e}"));
+            names.extend(r.items.into_iter().map(|i| i.name));
+            match r.next {
+                Some(n) => after = Some(n),
+                None => break,
+            }
+        }
+        assert_eq!(names, want, "page size {limit}");
+    }
+    let skipped = p
+        .counters()
+        .into_iter()
+        .find(|c| c.name == "mcpr_s3_keys_skipped_total")
+        .unwrap();
+    assert!(skipped.value >= 5, "skipped keys are counted: {skipped:?}");
+    // The marker's URI is the prefix's listing; the marker itself is not an entry.
+    let d = json_of(&p, &format!("s3://{bucket}/reports/")).await;
+    assert_eq!(d["entries"].as_array().unwrap().len(), 1);
+    assert_eq!(d["entries"][0]["name"], "q1.csv");
+    // A marker alone makes an (empty) folder that exists.
+    let d = json_of(&p, &format!("s3://{bucket}/empty-folder/")).await;
+    assert_eq!(d["entries"].as_array().unwrap().len(), 0);
+    let root = json_of(&p, &format!("s3://{bucket}/")).await;
+    let names: Vec<&str> = root["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["a/", "empty-folder/", "good/", "reports/", "z.txt"]);
+    for missing in ["reports", "a//b", "a/./b"] {
+        let e = p
+            .read(&u(&format!("s3://{bucket}/{missing}")), &BIG)
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::NotFound, "{missing}: {e}");
+    }
+    let c = p
+        .complete(CompletionRequest {
+            template: format!("s3://{bucket}/{{+key}}"),
+            argument: "key".into(),
+            value: "reports/".into(),
+            context: Default::default(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(c.values, ["reports/q1.csv"]);
+}
+
+/// Reads report the stored Content-Type (it decides text or blob too); a listing, which
+/// carries no Content-Type, gives the extension's type.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_report_the_stored_content_type() {
+    let Some(m) = moto() else { return };
+    let bucket = unique_bucket("ctype");
+    create_bucket(&m.endpoint(), &bucket).await;
+    let w = writer(&m.endpoint(), &bucket);
+    common::put_typed(&w, "data.bin", b"{\"a\":1}", "application/json").await;
+    common::put_typed(&w, "notes", b"# hi\n", "text/markdown; charset=utf-8").await;
+    common::put_typed(&w, "pic.txt", b"ok", "image/png").await;
+    put(&w, "plain.csv", b"a,b\n").await;
+    let p = S3Provider::new(config(&m.endpoint(), &bucket))
+        .await
+        .unwrap();
+    let read = |key: &'static str| {
+        let p = &p;
+        let bucket = &bucket;
+        async move {
+            let c = p
+                .read(&u(&format!("s3://{bucket}/{key}")), &BIG)
+                .await
+                .unwrap()
+                .remove(0);
+            (
+                c.mime_type.unwrap(),
+                matches!(c.body, ContentsBody::Text(_)),
+            )
+        }
+    };
+    assert_eq!(read("data.bin").await, ("application/json".into(), true));
+    assert_eq!(
+        read("notes").await,
+        ("text/markdown; charset=utf-8".into(), true)
+    );
+    assert_eq!(read("pic.txt").await, ("image/png".into(), false));
+    // No stored type (moto's default `binary/octet-stream`): the extension's.
+    assert_eq!(read("plain.csv").await, ("text/csv".into(), true));
+    let listed = p
+        .list(PageRequest {
+            after: None,
+            limit: 10,
+        })
+        .await
+        .unwrap();
+    let types: Vec<(String, Option<String>)> = listed
+        .items
+        .into_iter()
+        .map(|i| (i.name, i.mime_type))
+        .collect();
+    assert_eq!(
+        types,
+        [
+            ("data.bin".into(), Some("application/octet-stream".into())),
+            ("notes".into(), None),
+            ("pic.txt".into(), Some("text/plain".into())),
+            ("plain.csv".into(), Some("text/csv".into())),
+        ]
+    );
+}

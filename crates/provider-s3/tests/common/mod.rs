@@ -249,3 +249,42 @@ pub fn enc(key: &str) -> String {
     }
     out
 }
+
+/// Put `body` at the key whose request path (after `/{bucket}/`) is `raw_path`, sent as
+/// written: keys object_store cannot write (`a//b`, `a/./b`, `reports/`) and that a URL
+/// library would normalise. moto accepts unsigned requests.
+pub fn put_raw(endpoint: &str, bucket: &str, raw_path: &str, body: &[u8]) {
+    use std::io::{Read as _, Write as _};
+    let host = endpoint.trim_start_matches("http://");
+    let mut s = TcpStream::connect(host).expect("connect to moto");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let head = format!(
+        "PUT /{bucket}/{raw_path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    s.write_all(body).unwrap();
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    assert!(
+        answer.starts_with("HTTP/1.1 200"),
+        "raw put {raw_path}: {}",
+        answer.lines().next().unwrap_or("")
+    );
+}
+
+/// Put one object with a stored Content-Type.
+pub async fn put_typed(s: &AmazonS3, key: &str, bytes: &[u8], content_type: &str) {
+    use object_store::{Attribute, Attributes, ObjectStore as _, PutOptions};
+    let opts = PutOptions {
+        attributes: Attributes::from_iter([(Attribute::ContentType, content_type.to_owned())]),
+        ..Default::default()
+    };
+    s.put_opts(
+        &Path::parse(key).unwrap(),
+        PutPayload::from(bytes.to_vec()),
+        opts,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("put {key}: {e}"));
+}
