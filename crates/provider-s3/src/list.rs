@@ -1,8 +1,9 @@
-//! Listings: `resources/list` pages, prefix ("directory") reads and key completion. Each is
-//! one ListObjectsV2 request: a page resumes with the store's own `start-after` at the last
-//! key served, so no request ever walks the bucket from the start.
+//! Listings: `resources/list` pages, prefix ("directory") reads and key completion. Each is at
+//! most one ListObjectsV2 request: a page resumes with the store's own `start-after` at the
+//! last key served, so no request ever walks the bucket from the start.
 
-use std::time::SystemTime;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use mcpr_core::{
     Completion, Contents, ContentsBody, Error, ErrorKind, Page, ResourceMeta, ResourceUri, Result,
@@ -45,8 +46,38 @@ fn position(after: &[u8]) -> Result<String> {
     Ok(s.to_owned())
 }
 
+/// The keys one list request returned beyond the page it served, kept for the page that
+/// follows: a client walking the bucket in small pages costs one store request per 1,000
+/// keys, not one per page. Keyed by the position the next page resumes after.
+pub(crate) type ReadAheads = moka::sync::Cache<String, Arc<ReadAhead>>;
+
+/// How long read-ahead keys serve the pages that follow: a walk goes on at once, and a
+/// listing a little older than this is what a client that asked a moment earlier would have
+/// seen (watched listings never use it).
+pub const READ_AHEAD_TTL: Duration = Duration::from_secs(10);
+
+pub(crate) fn read_aheads() -> ReadAheads {
+    moka::sync::Cache::builder()
+        // At most ~1,000 keys each: a few dozen walks in progress at once.
+        .max_capacity(64)
+        .time_to_live(READ_AHEAD_TTL)
+        .build()
+}
+
+/// The rest of one store response, from `from` on.
+pub(crate) struct ReadAhead {
+    objects: Arc<Vec<ListedObject>>,
+    from: usize,
+    /// Whether the store had more after the response.
+    truncated: bool,
+    /// The last key the store returned (served or not).
+    last: Option<String>,
+}
+
 /// One page of `resources/list`: the objects under the mount's prefix in key order, after
-/// `after`, at most `limit` (and at most the store's 1,000) per page. One request.
+/// `after`, at most `limit` (and at most the store's 1,000) per page. At most one request:
+/// it asks for 1,000 keys whatever the page size, and what the page does not use serves the
+/// next pages for [`READ_AHEAD_TTL`].
 ///
 /// Folder markers (keys ending in `/`, the console's "Create folder") are not resources:
 /// their URI is the prefix's listing. Keys the mount does not serve are skipped (counted and
@@ -58,34 +89,97 @@ pub(crate) async fn list_page(
     limit: usize,
 ) -> Result<Page<ResourceMeta>> {
     let start_after = after.map(position).transpose()?;
-    let max = limit.min(STORE_PAGE_MAX);
-    let r = inner
-        .list_once(&inner.config.prefix, start_after, max, false, "listing")
-        .await?;
-    let items = r
-        .objects
-        .iter()
-        .filter(|o| !o.key.ends_with('/') && inner.keys.serves(&o.key))
-        .map(|o| ResourceMeta {
-            uri: inner.keys.uri_of(&o.key),
-            name: o.key.clone(),
-            mime_type: mcpr_core::mime::by_extension(o.key.as_bytes()).map(str::to_owned),
-            size: Some(o.size),
-            last_modified: o.last_modified.map(rfc3339),
-            ..Default::default()
-        })
-        .collect();
-    let next = match (r.truncated, r.last) {
-        (false, _) => None,
-        (true, Some(last)) => Some(last.into_bytes()),
-        (true, None) => {
-            return Err(Error::internal(format!(
-                "s3 bucket `{}` said a listing continues but returned no key to continue after",
-                inner.config.bucket
-            )));
-        }
+    let limit = limit.clamp(1, STORE_PAGE_MAX);
+    let mut ahead = match inner
+        .read_ahead
+        .remove(start_after.as_deref().unwrap_or_default())
+    {
+        Some(ahead) => ahead,
+        None => Arc::new(fetch_ahead(inner, start_after).await?),
     };
-    Ok(Page { items, next })
+    let mut items = Vec::new();
+    // A page that uses up one response before it is full goes on with a second: one or two
+    // store requests a page, never more.
+    let mut fetched_more = false;
+    loop {
+        let rest = &ahead.objects[ahead.from..];
+        let mut used = 0;
+        for o in rest {
+            if items.len() == limit {
+                break;
+            }
+            used += 1;
+            if o.key.ends_with('/') || !inner.keys.serves(&o.key) {
+                continue;
+            }
+            items.push(ResourceMeta {
+                uri: inner.keys.uri_of(&o.key),
+                name: o.key.clone(),
+                mime_type: mcpr_core::mime::by_extension(o.key.as_bytes()).map(str::to_owned),
+                size: Some(o.size),
+                last_modified: o.last_modified.map(rfc3339),
+                ..Default::default()
+            });
+        }
+        if used < rest.len() {
+            // The page ends inside the response: the rest waits for the page after it.
+            let last = rest[used - 1].key.clone();
+            inner.read_ahead.insert(
+                last.clone(),
+                Arc::new(ReadAhead {
+                    objects: ahead.objects.clone(),
+                    from: ahead.from + used,
+                    truncated: ahead.truncated,
+                    last: ahead.last.clone(),
+                }),
+            );
+            return Ok(Page {
+                items,
+                next: Some(last.into_bytes()),
+            });
+        }
+        let next = match (ahead.truncated, &ahead.last) {
+            (false, _) => None,
+            (true, Some(last)) => Some(last.clone()),
+            (true, None) => {
+                return Err(Error::internal(format!(
+                    "s3 bucket `{}` said a listing continues but returned no key to continue after",
+                    inner.config.bucket
+                )));
+            }
+        };
+        match next {
+            Some(last) if items.len() < limit && !fetched_more => {
+                fetched_more = true;
+                ahead = Arc::new(fetch_ahead(inner, Some(last)).await?);
+            }
+            next => {
+                return Ok(Page {
+                    items,
+                    next: next.map(String::into_bytes),
+                });
+            }
+        }
+    }
+}
+
+/// One store response of up to 1,000 keys after `start_after`.
+async fn fetch_ahead(inner: &Inner, start_after: Option<String>) -> Result<ReadAhead> {
+    let r = inner
+        .list_once(
+            &inner.config.prefix,
+            start_after,
+            STORE_PAGE_MAX,
+            false,
+            "listing",
+        )
+        .await?;
+    Ok(ReadAhead {
+        objects: Arc::new(r.objects),
+        from: 0,
+        truncated: r.truncated,
+        last: r.last,
+    })
 }
 
 /// A `start-after` that skips every key under the common prefix `p` (ending in `/`): `p`

@@ -39,6 +39,8 @@ pub(crate) struct Inner {
     pub(crate) keys: Keys,
     pub(crate) ctx: Context,
     pub(crate) config: S3Config,
+    /// What the last list requests returned beyond the page they served (see `list.rs`).
+    pub(crate) read_ahead: crate::list::ReadAheads,
 }
 
 impl Inner {
@@ -201,6 +203,7 @@ impl S3Provider {
             keys,
             ctx,
             config,
+            read_ahead: crate::list::read_aheads(),
         });
         let watches = Watches::new(&inner.keys.root, Arc::downgrade(&inner), poll);
         // The first look at the bucket runs beside start-up: an endpoint that swallows
