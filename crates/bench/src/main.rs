@@ -10,9 +10,11 @@
 mod fixtures;
 mod http;
 mod load;
+mod plot;
 mod proc;
 mod report;
 mod scenarios;
+mod soak;
 mod stats;
 mod upstream;
 
@@ -23,6 +25,8 @@ use std::process::ExitCode;
 const USAGE: &str = "usage:
   mcpr-bench echo
   mcpr-bench file-echo DIR FILE
+  mcpr-bench soak --server BIN --config SOAK.toml --out DIR --minutes N
+                  [--sessions 1000] [--listens 200] [--pg-url URL]
   mcpr-bench run --server BIN --cache DIR [--quick] [--node NODE --peers DIR]
                  [--opendal BIN | --no-opendal REASON] [--only s1,s2]
 scenarios: stdio, http, list, blob, notify, memory, startup, sqlite, api, s3";
@@ -33,6 +37,7 @@ fn main() -> ExitCode {
         Some("echo") => echo(),
         Some("file-echo") if args.len() == 3 => file_echo(&args[1], &args[2]),
         Some("run") => run(&args[1..]),
+        Some("soak") => soak::run(&args[1..]),
         _ => Err(USAGE.into()),
     };
     match result {
