@@ -6,6 +6,7 @@
 //! `mcpr-bench file-echo DIR FILE` is the file floor: the echo, plus the system calls our
 //! server makes to read `FILE` beneath `DIR` for every line, with the text in the answer.
 //! `cargo xtask bench` builds, installs the peers and calls `run`; see the README.
+//! `mcpr-bench soak …` is the soak of issue #19 (`soak.rs`), run by `cargo xtask soak`.
 
 mod fixtures;
 mod http;

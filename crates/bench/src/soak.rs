@@ -167,8 +167,11 @@ struct Sample {
     listens: u64,
 }
 
+/// How a count is read off a sample.
+type Count = fn(&Sample) -> u64;
+
 /// The count series, with how each is read off a sample.
-const COUNTS: &[(&str, fn(&Sample) -> u64)] = &[
+const COUNTS: &[(&str, Count)] = &[
     ("open fds", |s| s.fds),
     ("threads", |s| s.threads),
     ("inotify watches", |s| s.inotify),
@@ -1024,7 +1027,7 @@ fn changer(ctx: &Ctx, files: &Path, sqlite: &Path, pg_url: &str, table: &str) {
             ctx.tally.error(format!("changer: {}: {e}", p.display()));
         }
         ctx.tally.changes.fetch_add(1, Ordering::Relaxed);
-        if tick % 10 == 0 {
+        if tick.is_multiple_of(10) {
             let id = 1 + rng.below(50) as i64;
             match lite.execute("update items set v = v + 1 where id = ?1", [id]) {
                 Ok(_) => ctx.tally.changes.fetch_add(1, Ordering::Relaxed),
@@ -1034,7 +1037,7 @@ fn changer(ctx: &Ctx, files: &Path, sqlite: &Path, pg_url: &str, table: &str) {
                 }
             };
         }
-        if tick % 20 == 0 {
+        if tick.is_multiple_of(20) {
             let id = 1 + rng.below(50);
             match writeln!(stdin, "update {table} set v = v + 1 where id = {id};")
                 .and_then(|()| stdin.flush())
