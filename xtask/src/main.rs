@@ -16,7 +16,8 @@ fn main() -> ExitCode {
         Some("test") => test(&args[1..]),
         Some("conformance") => conformance(),
         Some("bench") => bench(&args[1..]),
-        _ => Err("usage: cargo xtask <task>\n\n  test [--rust-only]  run every test: the Rust workspace tests, the Python SDK end-to-end suite\n                      against the built binary, then the official conformance suite over HTTP\n  conformance         only the official MCP conformance suite (Node 22 from the npm registry)\n  bench [--quick] [--no-peers] [--only s1,s2]\n                      the benchmark: release build, fixtures and peers in .cache/bench, one table\n                      (also .cache/bench/results.json and bench-results.md)".into()),
+        Some("soak") => soak(&args[1..]),
+        _ => Err("usage: cargo xtask <task>\n\n  test [--rust-only]  run every test: the Rust workspace tests, the Python SDK end-to-end suite\n                      against the built binary, then the official conformance suite over HTTP\n  conformance         only the official MCP conformance suite (Node 22 from the npm registry)\n  bench [--quick] [--no-peers] [--only s1,s2]\n                      the benchmark: release build, fixtures and peers in .cache/bench, one table\n                      (also .cache/bench/results.json and bench-results.md)\n  soak --minutes N [--release] [--sessions N] [--listens N]\n                      1,000 legacy sessions and 200 listen streams churning against files, SQLite\n                      and PostgreSQL mounts; the table, CSV and PNG plot in .cache/soak".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -388,6 +389,54 @@ fn bench(args: &[String]) -> Result<(), String> {
         cmd.arg("--no-opendal").arg("peers disabled (--no-peers)");
     }
     run(&mut cmd)
+}
+
+/// `cargo xtask soak --minutes N`: builds the server and the driver (debug unless
+/// `--release`: CI soaks the debug build it has already compiled), then `mcpr-bench soak`
+/// with `crates/bench/soak.toml`, writing into `.cache/soak`.
+fn soak(args: &[String]) -> Result<(), String> {
+    let root = root();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let release = args.iter().any(|a| a == "--release");
+    let mut pass = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--release" => {}
+            "--minutes" | "--sessions" | "--listens" => {
+                pass.push(a.clone());
+                pass.push(it.next().ok_or(format!("{a} needs a value"))?.clone());
+            }
+            other => return Err(format!("soak: unknown argument {other}")),
+        }
+    }
+    if !pass.iter().any(|a| a == "--minutes") {
+        return Err("soak: --minutes N is required (CI: 3)".into());
+    }
+    // One package per build: built together, their dependencies' features would be unified
+    // into a combination nothing else builds, and CI would compile the dependencies again.
+    for package in ["mcp-resources", "mcpr-bench"] {
+        let mut build = Command::new(&cargo);
+        build.current_dir(&root).args(["build", "-p", package]);
+        if release {
+            build.arg("--release");
+        }
+        run(&mut build)?;
+    }
+    let bin = root.join(if release {
+        "target/release"
+    } else {
+        "target/debug"
+    });
+    run(Command::new(bin.join("mcpr-bench"))
+        .arg("soak")
+        .arg("--server")
+        .arg(bin.join("mcp-resources"))
+        .arg("--config")
+        .arg(root.join("crates/bench/soak.toml"))
+        .arg("--out")
+        .arg(root.join(".cache/soak"))
+        .args(&pass))
 }
 
 fn npm_peers(root: &Path, cache: &Path) -> Result<(PathBuf, PathBuf), String> {

@@ -6,13 +6,16 @@
 //! `mcpr-bench file-echo DIR FILE` is the file floor: the echo, plus the system calls our
 //! server makes to read `FILE` beneath `DIR` for every line, with the text in the answer.
 //! `cargo xtask bench` builds, installs the peers and calls `run`; see the README.
+//! `mcpr-bench soak …` is the soak of issue #19 (`soak.rs`), run by `cargo xtask soak`.
 
 mod fixtures;
 mod http;
 mod load;
+mod plot;
 mod proc;
 mod report;
 mod scenarios;
+mod soak;
 mod stats;
 mod upstream;
 
@@ -23,6 +26,8 @@ use std::process::ExitCode;
 const USAGE: &str = "usage:
   mcpr-bench echo
   mcpr-bench file-echo DIR FILE
+  mcpr-bench soak --server BIN --config SOAK.toml --out DIR --minutes N
+                  [--sessions 1000] [--listens 200] [--pg-url URL]
   mcpr-bench run --server BIN --cache DIR [--quick] [--node NODE --peers DIR]
                  [--opendal BIN | --no-opendal REASON] [--only s1,s2]
 scenarios: stdio, http, list, blob, notify, memory, startup, sqlite, api, s3";
@@ -33,6 +38,7 @@ fn main() -> ExitCode {
         Some("echo") => echo(),
         Some("file-echo") if args.len() == 3 => file_echo(&args[1], &args[2]),
         Some("run") => run(&args[1..]),
+        Some("soak") => soak::run(&args[1..]),
         _ => Err(USAGE.into()),
     };
     match result {

@@ -9,6 +9,7 @@ mod errors;
 mod handler;
 pub mod http;
 mod layers;
+pub mod mailbox;
 pub mod metrics;
 mod params;
 mod registry;

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use mcpr_core::{
     ChangeBus, ChangeEvent, ChangeSink, Error, ErrorKind, ResourceUri, Result, WatchGuard,
 };
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::broadcast;
 
 use crate::router::Router;
 
@@ -42,7 +42,7 @@ pub struct RegistryStats {
 }
 
 struct Sub {
-    tx: mpsc::UnboundedSender<Notice>,
+    tx: crate::mailbox::Sender,
     /// Mounts whose list changes this subscriber may hear of; `None` for all.
     mounts: Option<Vec<u32>>,
     uris: HashSet<String>,
@@ -136,7 +136,7 @@ impl Registry {
 
     /// Register a subscriber; its notices arrive on the returned receiver until
     /// [`Registry::remove`] is called with its id.
-    pub fn add_subscriber(&self) -> (u64, mpsc::UnboundedReceiver<Notice>) {
+    pub fn add_subscriber(&self) -> (u64, crate::mailbox::Receiver) {
         self.add_scoped_subscriber(None)
     }
 
@@ -145,8 +145,8 @@ impl Registry {
     pub fn add_scoped_subscriber(
         &self,
         mounts: Option<Vec<u32>>,
-    ) -> (u64, mpsc::UnboundedReceiver<Notice>) {
-        let (tx, rx) = mpsc::unbounded_channel();
+    ) -> (u64, crate::mailbox::Receiver) {
+        let (tx, rx) = crate::mailbox::mailbox();
         let mut inner = self.inner.lock().expect("registry lock");
         inner.next_id += 1;
         let id = inner.next_id;
@@ -413,7 +413,7 @@ impl Registry {
                 if let Some(w) = inner.uris.get(&uri) {
                     for id in &w.subs {
                         if let Some(s) = inner.subs.get(id) {
-                            let _ = s.tx.send(Notice::Updated(uri.clone()));
+                            s.tx.send(Notice::Updated(uri.clone()));
                         }
                     }
                 }
@@ -422,7 +422,7 @@ impl Registry {
                 let hears =
                     |s: &&Sub| s.list && s.mounts.as_ref().is_none_or(|m| m.contains(&mount));
                 for s in inner.subs.values().filter(hears) {
-                    let _ = s.tx.send(Notice::ListChanged);
+                    s.tx.send(Notice::ListChanged);
                 }
             }
             None => {
@@ -430,10 +430,10 @@ impl Registry {
                 // leave a subscriber believing a stale resource is current.
                 for s in inner.subs.values() {
                     for uri in &s.uris {
-                        let _ = s.tx.send(Notice::Updated(uri.clone()));
+                        s.tx.send(Notice::Updated(uri.clone()));
                     }
                     if s.list {
-                        let _ = s.tx.send(Notice::ListChanged);
+                        s.tx.send(Notice::ListChanged);
                     }
                 }
             }

@@ -16,7 +16,6 @@ use mcpr_core::{
     CacheHints, CacheScope, Completion, CompletionRequest, Contents, Error, ErrorKind, PageCursor,
     PageRequest, ReadLimits, ResourceMeta, ResourceUri, Result, TemplateMeta,
 };
-use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::ServerState;
 use crate::http::Grant;
@@ -151,7 +150,7 @@ pub struct Listen {
     subscriber: Subscriber,
     _slot: ListenSlot,
     initial: VecDeque<Notice>,
-    notices: UnboundedReceiver<Notice>,
+    notices: crate::mailbox::Receiver,
 }
 
 impl Listen {
@@ -447,7 +446,7 @@ impl Service {
     /// Register a subscriber for a caller holding `grant`: its notices arrive on the
     /// receiver, list changes only of mounts the caller may see, until the [`Subscriber`] is
     /// dropped.
-    pub fn add_subscriber(&self, grant: Option<&Grant>) -> (Subscriber, UnboundedReceiver<Notice>) {
+    pub fn add_subscriber(&self, grant: Option<&Grant>) -> (Subscriber, crate::mailbox::Receiver) {
         let registry = self.state.registry.clone();
         let (id, rx) = registry.add_scoped_subscriber(visible_mounts(&self.state.router, grant));
         (Subscriber { registry, id }, rx)

@@ -1,0 +1,309 @@
+//! Fault injection against the live databases (issue #19 section 4): the server's side of a
+//! connection killed in the middle of a query, and the database going away and coming back.
+//! Each test asserts a clear answer while the fault lasts, recovery without help, and that a
+//! subscription made before the fault still reports changes after it.
+//!
+//! Only this test's own connections are killed (those to the database it created), so other
+//! tests on the shared servers are not disturbed. "Restarted" is a TCP proxy in front of the
+//! shared PostgreSQL that drops every connection and refuses new ones for a while: to the
+//! provider that is a restart, and the real server other tests use keeps running.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::db::{MY_ADMIN, PG_ADMIN, TestDb, my_setup, pg_setup};
+use common::{next_update, read};
+use mcpr_core::{ChangeBus, ChangeSink, ErrorKind, LocalBus, Provider, ResourceUri};
+use mcpr_provider_sql::{NamedQuery, SqlConfig, SqlProvider};
+use serde_json::json;
+use sqlx::Connection as _;
+
+fn slow_query(sql: &str) -> Vec<NamedQuery> {
+    vec![NamedQuery {
+        uri: "db://slow/sleep".into(),
+        sql: sql.into(),
+        params: BTreeMap::new(),
+        description: None,
+    }]
+}
+
+/// Waits until `count` (a query on the admin connection) reports at least one row.
+async fn wait_for(what: &str, mut probe: impl AsyncFnMut() -> i64) {
+    let start = Instant::now();
+    while probe().await == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{what}: not within 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A subscription made before the fault: the first change after it must be reported.
+async fn assert_watch_survives(
+    db: &TestDb,
+    rx: &mut tokio::sync::broadcast::Receiver<mcpr_core::ChangeEvent>,
+    uri: &str,
+    update: &str,
+) {
+    while rx.try_recv().is_ok() {}
+    db.exec(update).await;
+    assert_eq!(
+        next_update(rx, Duration::from_secs(5)).await.as_deref(),
+        Some(uri),
+        "the subscription made before the fault was lost"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue19_pg_backend_terminated_mid_query() {
+    let Some(db) = TestDb::pg(&pg_setup()).await else {
+        return;
+    };
+    let mut c = SqlConfig::new("pg", db.url());
+    c.poll_interval = Duration::from_millis(100);
+    c.statement_timeout = Duration::from_secs(30);
+    c.queries = slow_query("SELECT pg_sleep(20) AS s");
+    let p = Arc::new(SqlProvider::new(c).await.unwrap());
+    let bus = Arc::new(LocalBus::default());
+    let mut rx = bus.subscribe();
+    let watched = "db://pg/tables/users";
+    let _g = p
+        .watch(
+            &ResourceUri::parse(watched).unwrap(),
+            ChangeSink::new(bus.clone(), 0),
+        )
+        .await
+        .unwrap();
+
+    let slow = {
+        let p = p.clone();
+        tokio::spawn(async move { read(&p, "db://slow/sleep").await })
+    };
+    let mut admin = sqlx::PgConnection::connect(PG_ADMIN).await.unwrap();
+    wait_for("the slow query running", async || {
+        sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND state = 'active' AND query LIKE '%pg_sleep(20)%'",
+        )
+        .bind(&db.name)
+        .fetch_one(&mut admin)
+        .await
+        .unwrap()
+    })
+    .await;
+    // Every connection of this test's database: the slow read's and the watcher's.
+    let killed: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()) t",
+    )
+    .bind(&db.name)
+    .fetch_one(&mut admin)
+    .await
+    .unwrap();
+    assert!(killed >= 1, "nothing was terminated");
+    let started = Instant::now();
+    let e = tokio::time::timeout(Duration::from_secs(5), slow)
+        .await
+        .expect("the interrupted read must answer, not hang")
+        .unwrap()
+        .expect_err("a query whose connection was terminated cannot have a result");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
+    assert!(
+        !e.message.contains("pg_sleep"),
+        "no SQL text in errors: {e}"
+    );
+
+    // The pool replaces the dead connections by itself: the next read works.
+    assert_eq!(read(&p, watched).await.unwrap()["row_count"], json!(3));
+    assert_watch_survives(
+        &db,
+        &mut rx,
+        watched,
+        "UPDATE users SET name = 'anna' WHERE id = 1",
+    )
+    .await;
+}
+
+/// A TCP proxy that can drop every connection and refuse new ones ("down"), then accept
+/// again ("up"), on the same port.
+struct Flaky {
+    port: u16,
+    target: u16,
+    accept: Option<tokio::task::JoinHandle<()>>,
+    conns: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+}
+
+impl Flaky {
+    async fn start(target: u16) -> Self {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        let mut f = Self {
+            port,
+            target,
+            accept: None,
+            conns: Arc::default(),
+        };
+        f.serve(l);
+        f
+    }
+
+    fn serve(&mut self, l: tokio::net::TcpListener) {
+        let (conns, target) = (self.conns.clone(), self.target);
+        self.accept = Some(tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = l.accept().await {
+                let t = tokio::spawn(async move {
+                    if let Ok(mut out) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await
+                    {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+                    }
+                });
+                conns.lock().unwrap().push(t);
+            }
+        }));
+    }
+
+    /// Closes the listening socket and every connection through it.
+    async fn down(&mut self) {
+        if let Some(a) = self.accept.take() {
+            a.abort();
+            let _ = a.await;
+        }
+        for c in self.conns.lock().unwrap().drain(..) {
+            c.abort();
+        }
+    }
+
+    async fn up(&mut self) {
+        let l = tokio::net::TcpListener::bind(("127.0.0.1", self.port))
+            .await
+            .unwrap();
+        self.serve(l);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue19_pg_restarted_under_a_subscription() {
+    let Some(db) = TestDb::pg(&pg_setup()).await else {
+        return;
+    };
+    let mut proxy = Flaky::start(5432).await;
+    let url = format!("postgres://postgres@127.0.0.1:{}/{}", proxy.port, db.name);
+    let mut c = SqlConfig::new("pg", url);
+    c.poll_interval = Duration::from_millis(100);
+    let p = SqlProvider::new(c).await.unwrap();
+    let bus = Arc::new(LocalBus::default());
+    let mut rx = bus.subscribe();
+    let watched = "db://pg/tables/users";
+    let _g = p
+        .watch(
+            &ResourceUri::parse(watched).unwrap(),
+            ChangeSink::new(bus.clone(), 0),
+        )
+        .await
+        .unwrap();
+    assert_eq!(read(&p, watched).await.unwrap()["row_count"], json!(3));
+
+    proxy.down().await;
+    let started = Instant::now();
+    let e = read(&p, watched).await.expect_err("no database, no result");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "a read while the database is down took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
+    // A change while the database is away: reported once it is back, as the next poll
+    // compares against the last result it saw.
+    db.exec("UPDATE users SET name = 'anna' WHERE id = 1").await;
+    while rx.try_recv().is_ok() {}
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    proxy.up().await;
+    assert_eq!(
+        next_update(&mut rx, Duration::from_secs(5))
+            .await
+            .as_deref(),
+        Some(watched),
+        "the change made while the database was down was never reported"
+    );
+    assert_eq!(
+        read(&p, watched).await.unwrap()["rows"][0][1],
+        json!("anna")
+    );
+    assert!(p.ready().await);
+    assert_watch_survives(
+        &db,
+        &mut rx,
+        watched,
+        "UPDATE users SET name = 'ann' WHERE id = 1",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue19_mysql_connections_killed_mid_query() {
+    let Some(db) = TestDb::my(&my_setup()).await else {
+        return;
+    };
+    let mut c = SqlConfig::new("my", db.url());
+    c.poll_interval = Duration::from_millis(100);
+    c.statement_timeout = Duration::from_secs(30);
+    c.queries = slow_query("SELECT SLEEP(20) AS s, id FROM users");
+    let p = Arc::new(SqlProvider::new(c).await.unwrap());
+    let bus = Arc::new(LocalBus::default());
+    let mut rx = bus.subscribe();
+    let watched = "db://my/tables/users";
+    let _g = p
+        .watch(
+            &ResourceUri::parse(watched).unwrap(),
+            ChangeSink::new(bus.clone(), 0),
+        )
+        .await
+        .unwrap();
+    let slow = {
+        let p = p.clone();
+        tokio::spawn(async move { read(&p, "db://slow/sleep").await })
+    };
+    let mut admin = sqlx::MySqlConnection::connect(MY_ADMIN).await.unwrap();
+    wait_for("the slow query running", async || {
+        sqlx::query_scalar(
+            "SELECT count(*) FROM information_schema.PROCESSLIST WHERE DB = ? AND INFO LIKE '%SLEEP(20)%'",
+        )
+        .bind(&db.name)
+        .fetch_one(&mut admin)
+        .await
+        .unwrap()
+    })
+    .await;
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = ? AND ID <> CONNECTION_ID()",
+    )
+    .bind(&db.name)
+    .fetch_all(&mut admin)
+    .await
+    .unwrap();
+    assert!(!ids.is_empty());
+    for id in &ids {
+        // A connection may end by itself between the listing and its KILL.
+        let _ = sqlx::query(&format!("KILL {id}")).execute(&mut admin).await;
+    }
+    let e = tokio::time::timeout(Duration::from_secs(5), slow)
+        .await
+        .expect("the interrupted read must answer, not hang")
+        .unwrap()
+        .expect_err("a query whose connection was killed cannot have a result");
+    assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
+    assert!(!e.message.contains("SLEEP"), "no SQL text in errors: {e}");
+
+    assert_eq!(read(&p, watched).await.unwrap()["row_count"], json!(3));
+    assert_watch_survives(
+        &db,
+        &mut rx,
+        watched,
+        "UPDATE users SET name = 'anna' WHERE id = 1",
+    )
+    .await;
+}
