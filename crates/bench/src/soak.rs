@@ -160,6 +160,7 @@ struct Sample {
     rss_mib: f64,
     fds: u64,
     threads: u64,
+    tasks: u64,
     inotify: u64,
     watched: u64,
     subscribers: u64,
@@ -174,6 +175,7 @@ type Count = fn(&Sample) -> u64;
 const COUNTS: &[(&str, Count)] = &[
     ("open fds", |s| s.fds),
     ("threads", |s| s.threads),
+    ("runtime tasks", |s| s.tasks),
     ("inotify watches", |s| s.inotify),
     ("watched resources", |s| s.watched),
     ("subscribers", |s| s.subscribers),
@@ -538,6 +540,7 @@ fn sample(pid: u32, addr: &str, t: f64, phase: &'static str) -> Result<Sample, S
         rss_mib: rss as f64 / (1024.0 * 1024.0),
         fds: count(format!("/proc/{pid}/fd")),
         threads: count(format!("/proc/{pid}/task")),
+        tasks: g("mcp_runtime_tasks")?,
         inotify,
         watched: g("mcp_watched_resources")?,
         subscribers: g("mcp_subscribers")?,
@@ -1151,12 +1154,13 @@ impl Drop for PgTable {
 
 fn row(s: &Sample) -> String {
     format!(
-        "{:>6.0} s {:<8} rss {:>7.1} MiB  fds {:>5}  threads {:>3}  inotify {:>4}  watched {:>4}  subscribers {:>5}  sessions {:>5}  listens {:>4}",
+        "{:>6.0} s {:<8} rss {:>7.1} MiB  fds {:>5}  threads {:>3}  tasks {:>5}  inotify {:>4}  watched {:>4}  subscribers {:>5}  sessions {:>5}  listens {:>4}",
         s.t,
         s.phase,
         s.rss_mib,
         s.fds,
         s.threads,
+        s.tasks,
         s.inotify,
         s.watched,
         s.subscribers,
@@ -1167,16 +1171,17 @@ fn row(s: &Sample) -> String {
 
 fn markdown(samples: &[Sample]) -> String {
     let mut t = String::from(
-        "| t (s) | phase | RSS (MiB) | open fds | threads | inotify watches | watched resources | subscribers | sessions | listen streams |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| t (s) | phase | RSS (MiB) | open fds | threads | runtime tasks | inotify watches | watched resources | subscribers | sessions | listen streams |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for s in samples {
         t += &format!(
-            "| {:.0} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {:.0} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             s.t,
             s.phase,
             s.rss_mib,
             s.fds,
             s.threads,
+            s.tasks,
             s.inotify,
             s.watched,
             s.subscribers,
@@ -1199,16 +1204,17 @@ fn write_outputs(
     };
     w("soak.md", &format!("{table_md}\n{summary}\n"))?;
     let mut csv = String::from(
-        "t_s,phase,rss_mib,fds,threads,inotify_watches,watched_resources,subscribers,sessions,listen_streams\n",
+        "t_s,phase,rss_mib,fds,threads,runtime_tasks,inotify_watches,watched_resources,subscribers,sessions,listen_streams\n",
     );
     for s in samples {
         csv += &format!(
-            "{:.1},{},{:.2},{},{},{},{},{},{},{}\n",
+            "{:.1},{},{:.2},{},{},{},{},{},{},{},{}\n",
             s.t,
             s.phase,
             s.rss_mib,
             s.fds,
             s.threads,
+            s.tasks,
             s.inotify,
             s.watched,
             s.subscribers,

@@ -391,6 +391,13 @@ async fn metrics(State(ops): State<Arc<Ops>>, headers: http::HeaderMap) -> Respo
             usize::from(stats.list_watch_active),
         ),
         (
+            "mcp_runtime_tasks",
+            "Live tasks of the server's async runtime: sessions, streams, watches and requests.",
+            tokio::runtime::Handle::current()
+                .metrics()
+                .num_alive_tasks(),
+        ),
+        (
             "mcp_http_inflight_requests",
             "HTTP requests being answered (streams excluded).",
             ops.edge.inflight(),
