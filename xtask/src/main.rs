@@ -156,6 +156,7 @@ const SCENARIOS: &[(&str, &[&str])] = &[
             "dns-rebinding-protection",
             "server-sse-polling",
             "server-sse-multiple-streams",
+            "tools-list",
         ],
     ),
     (
@@ -171,6 +172,7 @@ const SCENARIOS: &[(&str, &[&str])] = &[
             "dns-rebinding-protection",
             "http-header-validation",
             "server-sse-multiple-streams",
+            "tools-list",
         ],
     ),
 ];
