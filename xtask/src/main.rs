@@ -160,6 +160,7 @@ const SCENARIOS: &[(&str, &[&str])] = &[
             "dns-rebinding-protection",
             "server-sse-polling",
             "server-sse-multiple-streams",
+            "tools-list",
         ],
     ),
     (
@@ -175,6 +176,7 @@ const SCENARIOS: &[(&str, &[&str])] = &[
             "dns-rebinding-protection",
             "http-header-validation",
             "server-sse-multiple-streams",
+            "tools-list",
         ],
     ),
 ];

@@ -129,6 +129,7 @@ struct RawServer {
     max_inflight_read_bytes: Option<Spanned<IntOrString>>,
     max_listen_streams_per_client: Option<Spanned<IntOrString>>,
     max_watches: Option<Spanned<IntOrString>>,
+    tools: Option<bool>,
 }
 
 /// The keys every mount shares, taken out of its table before the factory sees it.
@@ -220,6 +221,9 @@ fn server_config(
     }
     if let Some(v) = &s.max_watches {
         out.max_watches = file.int(v, "server.max_watches", 1..=100_000_000)? as usize;
+    }
+    if let Some(on) = s.tools {
+        out.tools = on;
     }
     Ok(())
 }
@@ -520,6 +524,10 @@ mod tests {
         );
         let e = parse_str("[server]\nmax_watches = 0\n").unwrap_err().0;
         assert!(e.contains("max_watches"), "{e}");
+        assert!(parse_str("[server]\ntools = true\n").unwrap().server.tools);
+        assert!(!parse_str("[server]\n").unwrap().server.tools);
+        let e = parse_str("[server]\ntools = \"yes\"\n").unwrap_err().0;
+        assert!(e.contains("tools"), "{e}");
         let e = parse_str("[http]\nbody_timeout_ms = 5\n").unwrap_err().0;
         assert!(e.contains("body_timeout_ms"), "{e}");
     }

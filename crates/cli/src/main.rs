@@ -46,6 +46,10 @@ enum Command {
         /// reverse proxy that authenticates in front. Loudly logged.
         #[arg(long)]
         insecure_no_auth: bool,
+        /// Also offer the resources as tools (list_resources, read_resource,
+        /// search_resources...), for clients that use only tools; same as `[server] tools`.
+        #[arg(long)]
+        tools: bool,
         /// Log level for stderr: error, warn, info, debug or trace; RUST_LOG overrides it.
         #[arg(long, value_name = "LEVEL", default_value = "info",
               value_parser = ["off", "error", "warn", "info", "debug", "trace"])]
@@ -68,10 +72,11 @@ fn main() -> ExitCode {
             config,
             http,
             insecure_no_auth,
+            tools,
             log_level,
         } => {
             init_logging(&log_level);
-            serve(paths, config, http, insecure_no_auth)
+            serve(paths, config, http, insecure_no_auth, tools)
         }
         Command::CheckConfig { file } => check_config(&file),
         Command::Client(cmd) => return client_exit(client::commands::run(cmd)),
@@ -169,8 +174,10 @@ fn serve(
     config: Option<PathBuf>,
     http: Option<std::net::SocketAddr>,
     insecure_no_auth: bool,
+    tools: bool,
 ) -> anyhow::Result<()> {
-    let cfg = load_config(paths, config)?;
+    let mut cfg = load_config(paths, config)?;
+    cfg.server.tools |= tools;
     let http_settings = match http {
         Some(addr) => Some(http_settings(&cfg, addr, insecure_no_auth)?),
         None => None,

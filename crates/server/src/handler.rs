@@ -13,13 +13,15 @@ use std::sync::{Arc, OnceLock};
 use base64::Engine as _;
 use mcpr_core::{CacheHints, Contents, ContentsBody, Error, ResourceMeta};
 use rmcp::model::{
-    Annotations, CacheScope, CompleteRequestParams, CompleteResult, CompletionInfo, CustomRequest,
-    CustomResult, DiscoverResult, ErrorCode, Implementation, InitializeRequestParams,
-    InitializeResult, ListResourceTemplatesResult, ListResourcesResult, MetaObject,
-    PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
-    ReadResourceResult, Reference, RequestId, RequestMetaObject, Resource, ResourceContents,
-    ResourceTemplate, ResourceUpdatedNotificationParam, ServerCapabilities, ServerConfig,
-    ServerJsonRpcMessage, ServerResult, SubscribeRequestParams, SubscriptionFilter,
+    Annotations, CacheScope, CallToolRequestParams, CallToolResponse, CompleteRequestParams,
+    CompleteResult, CompletionInfo, CustomRequest, CustomResult, DiscoverResult, ErrorCode,
+    GetPromptRequestParams, GetPromptResponse, Implementation, InitializeRequestParams,
+    InitializeResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+    ListToolsResult, MetaObject, PaginatedRequestParams, ProtocolVersion,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Reference, RequestId,
+    RequestMetaObject, Resource, ResourceContents, ResourceTemplate,
+    ResourceUpdatedNotificationParam, ServerCapabilities, ServerConfig, ServerJsonRpcMessage,
+    ServerResult, SubscribeRequestParams, SubscriptionFilter, Tool, ToolsCapability,
     UnsubscribeRequestParams,
 };
 use rmcp::service::{RequestContext, RoleServer, SubscriptionContext};
@@ -48,6 +50,10 @@ pub(crate) fn server_info(settings: &Settings, router: &Router) -> ServerConfig 
     if let Some(r) = caps.resources.as_mut() {
         r.subscribe = Some(any(|c| c.watch));
         r.list_changed = Some(any(|c| c.list_changed));
+    }
+    // The bridge's tools are fixed for the life of the server: no `listChanged`.
+    if settings.tools {
+        caps.tools = Some(ToolsCapability::default());
     }
     // `initialize` and `server/discover` replace these with the caller's own mounts; the
     // shared value names only mounts that every caller may see.
@@ -159,6 +165,12 @@ fn identity_of(ext: &rmcp::model::Extensions) -> Option<&Identity> {
         .and_then(|p| p.extensions.get::<Identity>())
 }
 
+/// The "method not found" answer naming `method`, as rmcp words it for the methods it
+/// leaves unimplemented.
+fn method_not_found(method: &'static str) -> ErrorData {
+    ErrorData::new(ErrorCode::METHOD_NOT_FOUND, method, None)
+}
+
 /// Whether the request is from a 2026-07-28 (or later) peer, which wants cache hints.
 fn is_modern(ctx: &RequestContext<RoleServer>) -> bool {
     ctx.protocol_version()
@@ -210,7 +222,7 @@ fn scope(h: CacheHints) -> CacheScope {
     }
 }
 
-fn resource_of(m: ResourceMeta) -> Resource {
+pub(crate) fn resource_of(m: ResourceMeta) -> Resource {
     let mut r = Resource::new(m.uri, m.name);
     r.title = m.title;
     r.description = m.description;
@@ -224,7 +236,7 @@ fn resource_of(m: ResourceMeta) -> Resource {
     r
 }
 
-fn contents_of(c: Contents) -> ResourceContents {
+pub(crate) fn contents_of(c: Contents) -> ResourceContents {
     let meta = c.meta.map(MetaObject);
     match c.body {
         ContentsBody::Text(text) => ResourceContents::TextResourceContents {
@@ -444,6 +456,67 @@ impl ServerHandler for McpHandler {
         Box::pin(self.do_unsubscribe(request, ctx)).await
     }
 
+    /// Without the bridge this server has no tools, and a method of a capability it does not
+    /// declare does not exist for it: "method not found" (404 over 2026-07-28 HTTP), never
+    /// an empty list that looks like a real answer.
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let state = self.service.state();
+        if !state.settings.tools {
+            return Err(method_not_found("tools/list"));
+        }
+        let mut result = ListToolsResult::with_all_items(state.tools.clone());
+        if is_modern(&ctx) {
+            // The same tools for every caller, for the life of the server.
+            result = result
+                .with_ttl_ms(state.list_cache.ttl_ms)
+                .with_cache_scope(CacheScope::Public);
+        }
+        Ok(result)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        if !self.service.state().settings.tools {
+            return Err(method_not_found("tools/call"));
+        }
+        Box::pin(crate::tools::call(
+            &self.service,
+            grant_of(&ctx.extensions),
+            request,
+        ))
+        .await
+        .map(CallToolResponse::from)
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        let state = self.service.state();
+        state.tools.iter().find(|t| t.name == name).cloned()
+    }
+
+    /// This server offers no prompts, with or without the bridge.
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        Err(method_not_found("prompts/list"))
+    }
+
+    async fn get_prompt(
+        &self,
+        _request: GetPromptRequestParams,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        Err(method_not_found("prompts/get"))
+    }
+
     async fn initialize(
         &self,
         request: InitializeRequestParams,
@@ -507,7 +580,7 @@ impl ServerHandler for McpHandler {
         if is_modern(&ctx) && crate::params::REMOVED_IN_2026_07_28.contains(&method.as_str()) {
             return Err(ErrorData::new(ErrorCode::METHOD_NOT_FOUND, method, None));
         }
-        if crate::params::is_known(&method) {
+        if crate::params::is_known(&method, self.service.state().settings.tools) {
             return Err(crate::params::invalid_params_or_generic(
                 &method,
                 params.as_ref(),

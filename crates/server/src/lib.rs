@@ -16,14 +16,15 @@ mod registry;
 mod router;
 mod service;
 pub mod stdio;
+mod tools;
 
 pub use errors::to_mcp_error;
 pub use handler::McpHandler;
 pub use registry::{ListenSlot, Notice, Registry, RegistryStats};
 pub use router::{Mount, Router};
 pub use service::{
-    ChangeTokens, CompletionRef, ListPage, Listen, MAX_COMPLETION_VALUES, ReadOutcome, Service,
-    Subscriber, TemplateList,
+    ChangeTokens, CompletionRef, ListPage, Listen, MAX_COMPLETION_VALUES, ReadOutcome,
+    SCAN_MAX_PAGES, SCAN_MAX_TIME, ScanPage, Service, Subscriber, TemplateList,
 };
 
 use std::sync::Arc;
@@ -59,6 +60,10 @@ pub struct Settings {
     /// The most subscriptions held at once over every session and listen stream: each URI
     /// subscribed to or listened for counts one.
     pub max_watches: usize,
+    /// Whether the tool bridge is on (`[server] tools`, `serve --tools`): the server then
+    /// also declares `tools` and offers the resource operations as tools, for clients that
+    /// use only tools.
+    pub tools: bool,
 }
 
 impl Default for Settings {
@@ -73,6 +78,7 @@ impl Default for Settings {
             max_inflight_read_bytes: DEFAULT_MAX_INFLIGHT_READ_BYTES,
             max_listen_streams_per_client: 64,
             max_watches: 100_000,
+            tools: false,
         }
     }
 }
@@ -90,6 +96,8 @@ pub struct ServerState {
     pub(crate) metrics: metrics::Metrics,
     /// What reads in progress hold of `max_inflight_read_bytes`.
     pub(crate) read_budget: layers::ReadBudget,
+    /// The tool bridge's tools; empty when it is off.
+    pub(crate) tools: Vec<rmcp::model::Tool>,
 }
 
 impl ServerState {
@@ -143,7 +151,13 @@ impl ServerState {
         registry.set_max_watches(settings.max_watches);
         let info = handler::server_info(&settings, &router);
         let read_budget = layers::ReadBudget::new(settings.max_inflight_read_bytes);
+        let tools = if settings.tools {
+            tools::definitions(&settings)
+        } else {
+            Vec::new()
+        };
         Arc::new(Self {
+            tools,
             read_budget,
             settings,
             router,

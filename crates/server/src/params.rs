@@ -11,10 +11,9 @@
 use rmcp::ErrorData;
 #[allow(deprecated)] // legacy-era subscribe/unsubscribe, an era this server serves
 use rmcp::model::{
-    CallToolRequestParams, CompleteRequestParams, DiscoverRequestParams, GetPromptRequestParams,
-    InitializeRequestParams, PaginatedRequestParams, ReadResourceRequestParams,
-    SetLevelRequestParams, SubscribeRequestParams, SubscriptionsListenRequestParams,
-    UnsubscribeRequestParams,
+    CallToolRequestParams, CompleteRequestParams, DiscoverRequestParams, InitializeRequestParams,
+    PaginatedRequestParams, ReadResourceRequestParams, SetLevelRequestParams,
+    SubscribeRequestParams, SubscriptionsListenRequestParams, UnsubscribeRequestParams,
 };
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -29,7 +28,8 @@ struct Shape {
 type Check = fn(&Value) -> Result<(), String>;
 
 /// The methods this server answers, with the shape of their params; `None` for a method it
-/// does not know (which is "method not found").
+/// does not know (which is "method not found"). It has no prompts, and its tools only with
+/// the tool bridge on (see [`is_known`]).
 #[allow(deprecated)] // see the imports
 fn shape(method: &str) -> Option<Shape> {
     let (required, check): (bool, Check) = match method {
@@ -38,9 +38,8 @@ fn shape(method: &str) -> Option<Shape> {
         "server/discover" => (false, fits::<DiscoverRequestParams>),
         "completion/complete" => (true, fits::<CompleteRequestParams>),
         "logging/setLevel" => (true, fits::<SetLevelRequestParams>),
-        "prompts/get" => (true, fits::<GetPromptRequestParams>),
         "tools/call" => (true, fits::<CallToolRequestParams>),
-        "resources/list" | "resources/templates/list" | "prompts/list" | "tools/list" => {
+        "resources/list" | "resources/templates/list" | "tools/list" => {
             (false, fits::<PaginatedRequestParams>)
         }
         "resources/read" => (true, fits::<ReadResourceRequestParams>),
@@ -62,9 +61,10 @@ pub(crate) const REMOVED_IN_2026_07_28: &[&str] = &[
     "resources/unsubscribe",
 ];
 
-/// Whether this server answers `method` (anything else is "method not found").
-pub(crate) fn is_known(method: &str) -> bool {
-    shape(method).is_some()
+/// Whether this server answers `method` (anything else is "method not found"); `tools/*`
+/// only when the tool bridge is on (`tools`), as only then does it declare `tools`.
+pub(crate) fn is_known(method: &str, tools: bool) -> bool {
+    shape(method).is_some() && (tools || !method.starts_with("tools/"))
 }
 
 /// Why `params` do not fit `method`, as the -32602 answer to send, or `None` when they fit
@@ -182,6 +182,8 @@ mod tests {
         assert!(invalid_params("ping", None).is_none());
         assert!(message("server/discover", json!({"_meta": {}})).is_none());
         assert!(message("no/such", json!(5)).is_none());
-        assert!(!is_known("no/such"));
+        assert!(!is_known("no/such", true));
+        assert!(is_known("tools/call", true) && !is_known("tools/call", false));
+        assert!(!is_known("prompts/list", true) && !is_known("prompts/get", true));
     }
 }

@@ -31,6 +31,16 @@ const AFTER: u8 = 1;
 /// The most values one completion answer carries (the MCP limit).
 pub const MAX_COMPLETION_VALUES: usize = 100;
 
+/// The most listing pages one [`Service::scan`] call examines.
+pub const SCAN_MAX_PAGES: usize = 20;
+
+/// About the longest one [`Service::scan`] call keeps walking (it finishes the page it is on).
+pub const SCAN_MAX_TIME: Duration = Duration::from_secs(2);
+
+/// Where a listing resumes: a mount index, and the provider position to resume after
+/// (`None`: the start of that mount).
+type Position = (usize, Option<Vec<u8>>);
+
 /// How long an unclaimed change token is kept (a listen whose acknowledgment failed).
 const TOKEN_TTL: Duration = Duration::from_secs(30);
 
@@ -49,6 +59,17 @@ pub struct ListPage {
     pub next_cursor: Option<String>,
     /// The cache hints of a listing for this caller.
     pub hints: CacheHints,
+}
+
+/// One call's worth of a filtered walk of the listing ([`Service::scan`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScanPage {
+    /// The resources that matched, in listing order.
+    pub items: Vec<ResourceMeta>,
+    /// The cursor that continues the walk; `None` once every mount has been walked.
+    pub next_cursor: Option<String>,
+    /// How many resources this call examined.
+    pub examined: usize,
 }
 
 /// The URI templates a caller may see.
@@ -242,17 +263,34 @@ impl Service {
     async fn list_page(&self, grant: Option<&Grant>, cursor: Option<&str>) -> Result<ListPage> {
         let state = &self.state;
         state.registry.wait_list_ready().await;
-        let mounts = state.router.mounts();
-        let (mut idx, mut after) = match cursor {
+        let start = match cursor {
             None => (0usize, None),
             Some(c) => self.decode_cursor(c)?,
         };
-        let page_size = state.settings.page_size;
+        let (items, next) = self.gather(grant, start, &|_| true).await?;
+        Ok(ListPage {
+            items,
+            next_cursor: next.map(|n| self.encode_cursor(n)),
+            hints: hints_for(grant, state.list_cache),
+        })
+    }
+
+    /// Up to one page of entries from position `start` on, across the mounts that the caller
+    /// may see and `wanted` keeps, and where the next page starts (`None` after the last).
+    async fn gather(
+        &self,
+        grant: Option<&Grant>,
+        (mut idx, mut after): Position,
+        wanted: &(dyn Fn(&Mount) -> bool + Sync),
+    ) -> Result<(Vec<ResourceMeta>, Option<Position>)> {
+        let mounts = self.state.router.mounts();
+        let page_size = self.state.settings.page_size;
         let mut items = Vec::with_capacity(page_size);
         let mut next = None;
         while idx < mounts.len() {
             let mount = &mounts[idx];
-            if !mount.provider.info().capabilities.list || !visible(grant, mount) {
+            if !mount.provider.info().capabilities.list || !visible(grant, mount) || !wanted(mount)
+            {
                 idx += 1;
                 after = None;
                 continue;
@@ -272,44 +310,112 @@ impl Service {
                 // out as a page whose cursor resumes at the failing mount, so its error
                 // reaches the client on the next call, whole, and nothing is skipped.
                 Err(_) if !items.is_empty() => {
-                    let position = match resume {
-                        Some(pos) => [&[AFTER][..], &pos].concat(),
-                        None => vec![AT_START],
-                    };
-                    next = Some((idx, position));
+                    next = Some((idx, resume));
                     break;
                 }
                 Err(e) => return Err(e),
             };
             items.extend(page.items);
             if let Some(pos) = page.next {
-                let mut p = vec![AFTER];
-                p.extend_from_slice(&pos);
-                next = Some((idx, p));
+                next = Some((idx, Some(pos)));
                 break;
             }
             idx += 1;
             if items.len() >= page_size {
                 if idx < mounts.len() {
-                    next = Some((idx, vec![AT_START]));
+                    next = Some((idx, None));
                 }
                 break;
             }
         }
-        Ok(ListPage {
-            items,
-            next_cursor: next.map(|(m, position)| {
-                state.codec.encode(&PageCursor {
-                    mount: m as u32,
-                    position,
-                })
-            }),
-            hints: hints_for(grant, state.list_cache),
+        Ok((items, next))
+    }
+
+    /// The signed cursor that resumes at `position`.
+    fn encode_cursor(&self, (mount, after): Position) -> String {
+        let position = match after {
+            None => vec![AT_START],
+            Some(pos) => [&[AFTER][..], &pos].concat(),
+        };
+        self.state.codec.encode(&PageCursor {
+            mount: mount as u32,
+            position,
         })
     }
 
+    /// The resources a caller holding `grant` may see whose URI starts with `prefix` (if
+    /// given) and that `keep` accepts, walked from `cursor` as [`Service::list`] walks them,
+    /// but with a bounded amount of work per call: at most [`SCAN_MAX_PAGES`] listing pages
+    /// and about [`SCAN_MAX_TIME`], stopping early once a page's worth has matched. The
+    /// answer's cursor continues the walk (it is an ordinary listing cursor); a page may hold
+    /// no match and still have a next cursor.
+    ///
+    /// Mounts none of whose URI prefixes can hold a URI starting with `prefix` are skipped
+    /// without being listed. The tool bridge's `list_resources` with a prefix and
+    /// `search_resources` are this walk.
+    pub async fn scan(
+        &self,
+        grant: Option<&Grant>,
+        cursor: Option<&str>,
+        prefix: Option<&str>,
+        keep: &(dyn Fn(&ResourceMeta) -> bool + Sync),
+    ) -> Result<ScanPage> {
+        metered(&self.state.metrics, "resources/list", async {
+            let state = &self.state;
+            state.registry.wait_list_ready().await;
+            let mut at = match cursor {
+                None => Some((0usize, None)),
+                Some(c) => Some(self.decode_cursor(c)?),
+            };
+            let wanted = |m: &Mount| {
+                prefix.is_none_or(|p| {
+                    m.provider
+                        .info()
+                        .uri_prefixes
+                        .iter()
+                        .any(|mp| mp.starts_with(p) || p.starts_with(mp.as_str()))
+                })
+            };
+            let began = Instant::now();
+            let page_size = state.settings.page_size;
+            let (mut items, mut examined, mut pages) = (Vec::new(), 0usize, 0usize);
+            while let Some(start) = at.take() {
+                let resume = start.clone();
+                let (page, next) = match self.gather(grant, start, &wanted).await {
+                    Ok(found) => found,
+                    // Matches already found are not lost to a failing mount: the cursor
+                    // stays before it, so the next call reports its error.
+                    Err(_) if pages > 0 => {
+                        at = Some(resume);
+                        break;
+                    }
+                    Err(e) => return Err(e),
+                };
+                pages += 1;
+                examined += page.len();
+                items.extend(
+                    page.into_iter()
+                        .filter(|r| prefix.is_none_or(|p| r.uri.starts_with(p)) && keep(r)),
+                );
+                at = next;
+                if items.len() >= page_size
+                    || pages >= SCAN_MAX_PAGES
+                    || began.elapsed() >= SCAN_MAX_TIME
+                {
+                    break;
+                }
+            }
+            Ok(ScanPage {
+                items,
+                next_cursor: at.map(|at| self.encode_cursor(at)),
+                examined,
+            })
+        })
+        .await
+    }
+
     /// `cursor` as (mount index, provider position to resume after).
-    fn decode_cursor(&self, cursor: &str) -> Result<(usize, Option<Vec<u8>>)> {
+    fn decode_cursor(&self, cursor: &str) -> Result<Position> {
         let pc = self
             .state
             .codec

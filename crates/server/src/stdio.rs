@@ -105,6 +105,9 @@ pub struct StdioTransport<R> {
     waiting: Waiting,
     /// What the transport has seen of the session's lifecycle.
     lifecycle: Lifecycle,
+    /// Whether the tool bridge is on, so `tools/*` are methods this server has; taken from
+    /// the direct path's handler (the server's own state).
+    tools: bool,
 }
 
 /// The session's lifecycle as the transport sees it, from the messages it hands rmcp and
@@ -161,6 +164,7 @@ impl<R: AsyncRead + Unpin + Send> StdioTransport<R> {
             direct_answered: Arc::default(),
             waiting: Arc::default(),
             lifecycle: Lifecycle::Opening,
+            tools: false,
         }
     }
 
@@ -169,6 +173,7 @@ impl<R: AsyncRead + Unpin + Send> StdioTransport<R> {
     /// `handler` is a handler of its own over the same server state: a read touches no
     /// per-session state.
     pub fn with_direct_reads(mut self, handler: McpHandler) -> Self {
+        self.tools = handler.service().state().settings.tools;
         self.direct = Some(Arc::new(handler));
         self
     }
@@ -254,7 +259,7 @@ impl<R: AsyncRead + Unpin + Send> StdioTransport<R> {
             if !is_list_without_params(&msg) {
                 return Some(msg);
             }
-            return match check_line(line) {
+            return match check_line(line, self.tools) {
                 Checked::Answer(answer) => {
                     self.answer(*answer);
                     None
@@ -262,7 +267,7 @@ impl<R: AsyncRead + Unpin + Send> StdioTransport<R> {
                 Checked::Pass(_) => Some(msg),
             };
         }
-        let request = match check_line(line) {
+        let request = match check_line(line, self.tools) {
             Checked::Answer(answer) => {
                 self.answer(*answer);
                 return None;
@@ -1054,8 +1059,9 @@ struct Envelope<'a> {
 /// that is no message, or has an id no answer can carry, is an invalid request (-32600),
 /// both with a null id as JSON-RPC asks; a request of a known method whose params are not
 /// an object, or a list whose cursor is not a string, is invalid params (-32602) with its
-/// id. Anything else is left to rmcp.
-fn check_line(line: &[u8]) -> Checked {
+/// id. Anything else is left to rmcp. `tools/*` methods are known only with the tool
+/// bridge on (`tools`).
+fn check_line(line: &[u8], tools: bool) -> Checked {
     let line = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
     let Ok(text) = std::str::from_utf8(line) else {
         return refuse(
@@ -1104,7 +1110,7 @@ fn check_line(line: &[u8]) -> Checked {
     let (Some(id), Some(method)) = (env.id, env.method) else {
         return Checked::Pass(None);
     };
-    let known = crate::params::is_known(&method);
+    let known = crate::params::is_known(&method, tools);
     let params = env.params.as_ref();
     let refused = match params {
         Some(p) if !p.is_object() && !p.is_null() => Some(if known {
@@ -1116,7 +1122,9 @@ fn check_line(line: &[u8]) -> Checked {
                 None,
             )
         }),
-        Some(_) if is_list_method(&method) => crate::params::invalid_params(&method, params),
+        Some(_) if known && is_list_method(&method) => {
+            crate::params::invalid_params(&method, params)
+        }
         _ => None,
     };
     match refused {
@@ -1128,8 +1136,12 @@ fn check_line(line: &[u8]) -> Checked {
 /// The JSON-RPC error for a message body no request can be read from, or whose params do
 /// not fit its method, as [`check_line`] finds it; with `undecodable` (rmcp could not decode
 /// the body), also for a known method whose params rmcp refused. For the HTTP transport.
-pub(crate) fn refusal(body: &[u8], undecodable: bool) -> Option<TxJsonRpcMessage<RoleServer>> {
-    match check_line(body) {
+pub(crate) fn refusal(
+    body: &[u8],
+    undecodable: bool,
+    tools: bool,
+) -> Option<TxJsonRpcMessage<RoleServer>> {
+    match check_line(body, tools) {
         Checked::Answer(answer) => Some(*answer),
         Checked::Pass(Some((id, Some(method), params))) if undecodable => Some(error_answer(
             crate::params::invalid_params_or_generic(&method, params.as_ref()),
@@ -1158,7 +1170,7 @@ fn refuse(error: ErrorData, id: Option<RequestId>) -> Checked {
 fn is_list_method(method: &str) -> bool {
     matches!(
         method,
-        "resources/list" | "resources/templates/list" | "prompts/list" | "tools/list"
+        "resources/list" | "resources/templates/list" | "tools/list"
     )
 }
 

@@ -134,6 +134,11 @@ fn json_body_len(headers: &HeaderMap, settings: &DirectSettings) -> Option<usize
 }
 
 impl<M: SessionManager> DirectRead<M> {
+    /// Whether the tool bridge is on (`tools/*` are then methods this server has).
+    fn tools(&self) -> bool {
+        self.handler.service().state().settings.tools
+    }
+
     /// A JSON-RPC body rmcp would answer with a bare HTTP error (415 "fail to deserialize":
     /// `"params": []`, a known method with a non-object `params`) or would misread (a list
     /// whose `cursor` is not a string, which its decode drops and so restarts the list) gets
@@ -157,7 +162,7 @@ impl<M: SessionManager> DirectRead<M> {
                 .is_some_and(|h| host_allowed(h, &self.settings.allowed_hosts));
         if host_ok
             && memchr::memmem::find(&bytes, b"\"cursor\"").is_some()
-            && let Some(answer) = crate::stdio::refusal(&bytes, false)
+            && let Some(answer) = crate::stdio::refusal(&bytes, false, self.tools())
         {
             return json_error(answer);
         }
@@ -168,7 +173,7 @@ impl<M: SessionManager> DirectRead<M> {
             .await
             .map(Body::new);
         if response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE
-            && let Some(answer) = crate::stdio::refusal(&bytes, true)
+            && let Some(answer) = crate::stdio::refusal(&bytes, true, self.tools())
         {
             return json_error(answer);
         }

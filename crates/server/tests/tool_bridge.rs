@@ -1,0 +1,620 @@
+//! The tool bridge (issue #17): rmcp's own client calling every tool over our stdio
+//! transport in both eras, the bounded search walk, per-mount scopes over authenticated
+//! HTTP, and "method not found" for tools and prompts when the server does not declare them.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mcpr_core::Provider;
+use mcpr_provider_files::{FilesConfig, FilesProvider, encode_path_uri};
+use mcpr_server::http::{AuthSettings, HttpSettings, StaticToken};
+use mcpr_server::stdio::StdioTransport;
+use mcpr_server::{McpHandler, SCAN_MAX_PAGES, ServerState, Settings};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ClientConfig, ContentBlock, ProtocolVersion,
+    ResourceContents,
+};
+use rmcp::service::{ClientLifecycleMode, RoleClient, RunningService, serve_client_with_lifecycle};
+use rmcp::{ServiceError, ServiceExt};
+use serde_json::{Value, json};
+
+#[derive(Clone)]
+struct Client;
+
+impl rmcp::ClientHandler for Client {
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::default()
+    }
+}
+
+/// A 1x1 PNG.
+const PNG: &[u8] = &[
+    0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44, 0x52,
+    0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, 0x00, 0x00, 0x00, 0x1f, 0x15, 0xc4,
+    0x89, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x44, 0x41, 0x54, 0x78, 0x9c, 0x63, 0x00, 0x01, 0x00, 0x00,
+    0x05, 0x00, 0x01, 0x0d, 0x0a, 0x2d, 0xb4, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45, 0x4e, 0x44, 0xae,
+    0x42, 0x60, 0x82,
+];
+
+struct Tree {
+    _dir: tempfile::TempDir,
+    root: std::path::PathBuf,
+}
+
+/// `notes.md` (two lines), `pic.png`, `data.bin` (binary), `big.txt` (over a 1 KiB limit),
+/// and `many/f00.txt` … `many/f59.txt`, `many/zz-needle.md` last.
+fn tree() -> Tree {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::write(root.join("notes.md"), "# Notes\nsecond line\n").unwrap();
+    std::fs::write(root.join("pic.png"), PNG).unwrap();
+    std::fs::write(root.join("data.bin"), [0u8, 255, 1, 2, 254]).unwrap();
+    std::fs::write(root.join("big.txt"), "x".repeat(4096)).unwrap();
+    std::fs::create_dir(root.join("many")).unwrap();
+    for i in 0..60 {
+        std::fs::write(root.join(format!("many/f{i:02}.txt")), "f").unwrap();
+    }
+    std::fs::write(root.join("many/zz-needle.md"), "found").unwrap();
+    Tree { _dir: dir, root }
+}
+
+fn state(t: &Tree, page_size: usize, tools: bool) -> Arc<ServerState> {
+    let provider: Arc<dyn Provider> =
+        Arc::new(FilesProvider::new(FilesConfig::new(&t.root)).unwrap());
+    let settings = Settings {
+        page_size,
+        max_read_bytes: 1024,
+        tools,
+        ..Settings::default()
+    };
+    ServerState::new(settings, vec![provider])
+}
+
+/// rmcp's client on our stdio transport (direct reads on, as the binary runs it).
+async fn connect(state: &Arc<ServerState>, modern: bool) -> RunningService<RoleClient, Client> {
+    let (client_w, server_r) = tokio::io::duplex(1 << 20);
+    let (server_w, client_r) = tokio::io::duplex(1 << 20);
+    let transport =
+        StdioTransport::new(server_r, server_w).with_direct_reads(McpHandler::new(state.clone()));
+    let handler = McpHandler::new(state.clone());
+    tokio::spawn(async move {
+        if let Ok(running) = handler.serve(transport).await {
+            let _ = running.waiting().await;
+        }
+    });
+    let mode = if modern {
+        ClientLifecycleMode::Discover {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        }
+    } else {
+        ClientLifecycleMode::Initialize
+    };
+    serve_client_with_lifecycle(Client, (client_r, client_w), mode)
+        .await
+        .expect("client connects")
+}
+
+async fn call(
+    client: &RunningService<RoleClient, Client>,
+    tool: &str,
+    args: Value,
+) -> Result<CallToolResult, ServiceError> {
+    let mut params = CallToolRequestParams::new(tool.to_owned());
+    if let Value::Object(map) = args {
+        params = params.with_arguments(map);
+    }
+    tokio::time::timeout(Duration::from_secs(10), client.call_tool(params))
+        .await
+        .expect("the tool answers in time")
+}
+
+/// A successful result's JSON (its text content, which must equal its structured content).
+fn json_of(r: &CallToolResult) -> Value {
+    assert_ne!(r.is_error, Some(true), "{r:?}");
+    let ContentBlock::Text(t) = &r.content[0] else {
+        panic!("not text: {r:?}")
+    };
+    let v: Value = serde_json::from_str(&t.text).unwrap();
+    assert_eq!(r.structured_content.as_ref(), Some(&v));
+    v
+}
+
+/// An `isError` result's message.
+fn error_of(r: &CallToolResult) -> String {
+    assert_eq!(r.is_error, Some(true), "{r:?}");
+    let ContentBlock::Text(t) = &r.content[0] else {
+        panic!("not text: {r:?}")
+    };
+    t.text.clone()
+}
+
+fn code_of(e: ServiceError) -> i32 {
+    match e {
+        ServiceError::McpError(e) => e.code.0,
+        other => panic!("not a JSON-RPC error: {other:?}"),
+    }
+}
+
+fn uris(v: &Value, key: &str) -> Vec<String> {
+    v[key]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["uri"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_tool_in_both_eras() {
+    let t = tree();
+    let state = state(&t, 25, true);
+    let uri = |rel: &str| encode_path_uri(&t.root.join(rel));
+    for modern in [false, true] {
+        let client = connect(&state, modern).await;
+        let info = client.peer_info().expect("server info");
+        assert!(info.capabilities.tools.is_some(), "tools declared");
+        assert!(info.capabilities.prompts.is_none());
+
+        let tools = client.list_all_tools().await.unwrap();
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+        assert_eq!(
+            names,
+            [
+                "list_resources",
+                "read_resource",
+                "list_resource_templates",
+                "complete_resource_argument",
+                "search_resources"
+            ]
+        );
+        assert!(
+            tools
+                .iter()
+                .all(|t| t.annotations.as_ref().unwrap().read_only_hint == Some(true))
+        );
+
+        // list_resources: no arguments lists from the start; the cursor continues; the
+        // pages together are exactly resources/list's.
+        let mut listed = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..10 {
+            let args = match &cursor {
+                Some(c) => json!({"cursor": c}),
+                None => json!({}),
+            };
+            let page = json_of(&call(&client, "list_resources", args).await.unwrap());
+            listed.extend(uris(&page, "resources"));
+            cursor = page["nextCursor"].as_str().map(str::to_owned);
+            if cursor.is_none() {
+                break;
+            }
+        }
+        assert!(cursor.is_none(), "the listing ends");
+        let all = client.list_all_resources().await.unwrap();
+        let direct: Vec<String> = all.into_iter().map(|r| r.uri.clone()).collect();
+        assert_eq!(listed, direct);
+        assert_eq!(listed.len(), 65);
+        // With a prefix: only what is under it.
+        let under = json_of(
+            &call(&client, "list_resources", json!({"prefix": uri("many/")}))
+                .await
+                .unwrap(),
+        );
+        assert!(
+            uris(&under, "resources")
+                .iter()
+                .all(|u| u.starts_with(&uri("many/")))
+        );
+        assert!(!uris(&under, "resources").is_empty());
+
+        // read_resource: text, image, other binary, a window, and failures as isError.
+        let r = call(&client, "read_resource", json!({"uri": uri("notes.md")}))
+            .await
+            .unwrap();
+        assert_ne!(r.is_error, Some(true));
+        assert!(
+            matches!(&r.content[0], ContentBlock::Text(t) if t.text == "# Notes\nsecond line\n")
+        );
+        let r = call(&client, "read_resource", json!({"uri": uri("pic.png")}))
+            .await
+            .unwrap();
+        let ContentBlock::Image(img) = &r.content[0] else {
+            panic!("an image: {r:?}")
+        };
+        assert_eq!(img.mime_type, "image/png");
+        use base64::Engine as _;
+        assert_eq!(
+            base64::engine::general_purpose::STANDARD
+                .decode(&img.data)
+                .unwrap(),
+            PNG
+        );
+        let r = call(&client, "read_resource", json!({"uri": uri("data.bin")}))
+            .await
+            .unwrap();
+        let ContentBlock::Resource(res) = &r.content[0] else {
+            panic!("an embedded resource: {r:?}")
+        };
+        assert!(
+            matches!(&res.resource, ResourceContents::BlobResourceContents { blob, uri: u, .. } if blob == "AP8BAv4=" && *u == uri("data.bin"))
+        );
+        let window = format!("{}?head=1", uri("notes.md"));
+        let r = call(&client, "read_resource", json!({"uri": window}))
+            .await
+            .unwrap();
+        assert!(
+            matches!(&r.content[0], ContentBlock::Text(t) if t.text == "# Notes\n"),
+            "{r:?}"
+        );
+        // The same message resources/read gives.
+        let missing = uri("nope.md");
+        let msg = error_of(
+            &call(&client, "read_resource", json!({"uri": missing}))
+                .await
+                .unwrap(),
+        );
+        assert_eq!(msg, format!("Resource not found: {missing}"));
+        let direct = client
+            .read_resource(rmcp::model::ReadResourceRequestParams::new(missing.clone()))
+            .await
+            .unwrap_err();
+        let ServiceError::McpError(direct) = direct else {
+            panic!()
+        };
+        assert_eq!(direct.message, msg);
+        let msg = error_of(
+            &call(&client, "read_resource", json!({"uri": uri("big.txt")}))
+                .await
+                .unwrap(),
+        );
+        assert!(msg.contains("1024"), "names the limit: {msg}");
+        // Outside the root: not found, as for resources/read.
+        let outside = error_of(
+            &call(
+                &client,
+                "read_resource",
+                json!({"uri": "file:///etc/passwd"}),
+            )
+            .await
+            .unwrap(),
+        );
+        assert!(outside.contains("not found"), "{outside}");
+        // Bad arguments are an isError result naming the argument.
+        let msg = error_of(&call(&client, "read_resource", json!({})).await.unwrap());
+        assert!(msg.contains("missing field `uri`"), "{msg}");
+        let msg = error_of(
+            &call(&client, "read_resource", json!({"uri": 5}))
+                .await
+                .unwrap(),
+        );
+        assert!(msg.contains("`uri`"), "{msg}");
+        let msg = error_of(
+            &call(&client, "list_resources", json!({"cursor": "garbage"}))
+                .await
+                .unwrap(),
+        );
+        assert!(msg.contains("invalid cursor"), "{msg}");
+
+        // Templates with their arguments; completion as completion/complete gives it.
+        let templates = json_of(
+            &call(&client, "list_resource_templates", json!({}))
+                .await
+                .unwrap(),
+        );
+        let list = templates["resourceTemplates"].as_array().unwrap();
+        assert!(!list.is_empty());
+        let first = &list[0];
+        let template = first["uriTemplate"].as_str().unwrap().to_owned();
+        let arguments = first["arguments"].as_array().unwrap();
+        assert!(!arguments.is_empty(), "{first}");
+        let argument = arguments[0].as_str().unwrap().to_owned();
+        let done = json_of(
+            &call(
+                &client,
+                "complete_resource_argument",
+                json!({"template": template, "argument": argument, "value": "no"}),
+            )
+            .await
+            .unwrap(),
+        );
+        let mut req = rmcp::model::CompleteRequestParams::new(
+            rmcp::model::Reference::for_resource(template.clone()),
+            rmcp::model::ArgumentInfo::new(argument.clone(), "no"),
+        );
+        req.context = None;
+        let direct = client.complete(req).await.unwrap();
+        assert_eq!(done["values"], json!(direct.completion.values));
+        assert!(
+            done["values"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|v| v.as_str().unwrap().contains("notes.md")),
+            "{done}"
+        );
+        let msg = error_of(
+            &call(
+                &client,
+                "complete_resource_argument",
+                json!({"template": "nope://{x}", "argument": "x"}),
+            )
+            .await
+            .unwrap(),
+        );
+        assert!(msg.contains("no resource template"), "{msg}");
+
+        // Search: substring and glob, case-insensitive.
+        let found = json_of(
+            &call(&client, "search_resources", json!({"query": "NEEDLE"}))
+                .await
+                .unwrap(),
+        );
+        let mut hits = uris(&found, "matches");
+        let mut next = found["nextCursor"].as_str().map(str::to_owned);
+        while let Some(c) = next {
+            let more = json_of(
+                &call(
+                    &client,
+                    "search_resources",
+                    json!({"query": "NEEDLE", "cursor": c}),
+                )
+                .await
+                .unwrap(),
+            );
+            hits.extend(uris(&more, "matches"));
+            next = more["nextCursor"].as_str().map(str::to_owned);
+        }
+        assert_eq!(hits, [uri("many/zz-needle.md")]);
+        let md = json_of(
+            &call(&client, "search_resources", json!({"query": "*.md"}))
+                .await
+                .unwrap(),
+        );
+        let md = uris(&md, "matches");
+        assert!(md.contains(&uri("notes.md")) && md.iter().all(|u| u.ends_with(".md")));
+        let msg = error_of(
+            &call(&client, "search_resources", json!({"query": ""}))
+                .await
+                .unwrap(),
+        );
+        assert!(msg.contains("empty"), "{msg}");
+
+        // An unknown tool is a protocol error, -32602; prompts stay method not found.
+        let e = call(&client, "write_file", json!({})).await.unwrap_err();
+        assert_eq!(code_of(e), -32602);
+        let e = client.list_prompts(None).await.unwrap_err();
+        assert_eq!(code_of(e), -32601);
+        client.cancel().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn search_does_bounded_work_per_call_and_continues() {
+    let t = tree();
+    // 65 entries in pages of 2: one call may examine at most SCAN_MAX_PAGES pages.
+    let state = state(&t, 2, true);
+    let client = connect(&state, true).await;
+    let mut calls = 0;
+    let mut cursor: Option<String> = None;
+    let mut hits = Vec::new();
+    let mut examined = 0;
+    loop {
+        calls += 1;
+        assert!(calls <= 10, "the search ends");
+        let mut args = json!({"query": "zz-needle"});
+        if let Some(c) = &cursor {
+            args["cursor"] = json!(c);
+        }
+        let page = json_of(&call(&client, "search_resources", args).await.unwrap());
+        let n = page["examined"].as_u64().unwrap() as usize;
+        assert!(n <= SCAN_MAX_PAGES * 2, "examined {n} in one call");
+        examined += n;
+        hits.extend(uris(&page, "matches"));
+        cursor = page["nextCursor"].as_str().map(str::to_owned);
+        if cursor.is_none() {
+            break;
+        }
+    }
+    assert!(
+        calls >= 2,
+        "65 entries need more than one call of {} pages",
+        SCAN_MAX_PAGES
+    );
+    assert_eq!(examined, 65, "every entry examined exactly once");
+    assert_eq!(hits, [encode_path_uri(&t.root.join("many/zz-needle.md"))]);
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_bridge_tools_and_prompts_are_method_not_found() {
+    let t = tree();
+    let state = state(&t, 25, false);
+    for modern in [false, true] {
+        let client = connect(&state, modern).await;
+        let info = client.peer_info().expect("server info");
+        assert!(info.capabilities.tools.is_none());
+        for e in [
+            client.list_tools(None).await.unwrap_err(),
+            call(&client, "read_resource", json!({"uri": "file:///x"}))
+                .await
+                .unwrap_err(),
+            client.list_prompts(None).await.unwrap_err(),
+            client
+                .get_prompt(rmcp::model::GetPromptRequestParams::new("x"))
+                .await
+                .unwrap_err(),
+        ] {
+            assert_eq!(code_of(e), -32601, "modern={modern}");
+        }
+        client.cancel().await.unwrap();
+    }
+}
+
+/// Raw 2026-07-28 requests over HTTP: status, body.
+async fn post(url: &str, token: &str, method: &str, params: Value) -> (u16, Value) {
+    let mut params = params;
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {}
+    });
+    let mut req = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", method)
+        .header("authorization", format!("Bearer {token}"));
+    if method == "tools/call" {
+        req = req.header("mcp-name", params["name"].as_str().unwrap());
+    }
+    let resp = req
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_see_only_the_mounts_a_token_allows() {
+    // reqwest needs a process-wide TLS provider even for plain http URLs.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let docs = tempfile::tempdir().unwrap();
+    let fin = tempfile::tempdir().unwrap();
+    std::fs::write(docs.path().join("guide.md"), "# guide").unwrap();
+    std::fs::write(fin.path().join("ledger.csv"), "a,b").unwrap();
+    let ledger = encode_path_uri(&fin.path().canonicalize().unwrap().join("ledger.csv"));
+    let mount = |d: &tempfile::TempDir| -> Arc<dyn Provider> {
+        Arc::new(FilesProvider::new(FilesConfig::new(d.path())).unwrap())
+    };
+    let settings = Settings {
+        tools: true,
+        ..Settings::default()
+    };
+    let state = ServerState::with_bus(
+        settings,
+        vec![
+            (mount(&docs), Some("docs".into())),
+            (mount(&fin), Some("finance".into())),
+        ],
+        Arc::new(mcpr_core::LocalBus::default()),
+    );
+    let mut http = HttpSettings::new("127.0.0.1:0".parse().unwrap());
+    http.auth = Some(AuthSettings {
+        tokens: vec![
+            StaticToken {
+                token: "docs-only".into(),
+                scopes: Some(BTreeSet::from(["docs".to_owned()])),
+            },
+            StaticToken {
+                token: "all".into(),
+                scopes: None,
+            },
+        ],
+        resource_metadata_url: None,
+        resource: None,
+        jwt: None,
+    });
+    let url = format!("{}/mcp", common::spawn_http(state, http).await);
+    let tool = |name: &str, args: Value| json!({"name": name, "arguments": args});
+
+    let (status, body) = post(
+        &url,
+        "docs-only",
+        "tools/call",
+        tool("list_resources", json!({})),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let listed = body["result"]["structuredContent"]["resources"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(listed.len(), 1, "{body}");
+    assert!(listed[0]["uri"].as_str().unwrap().ends_with("guide.md"));
+    let (_, body) = post(&url, "all", "tools/call", tool("list_resources", json!({}))).await;
+    assert_eq!(
+        body["result"]["structuredContent"]["resources"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+
+    let (_, body) = post(
+        &url,
+        "docs-only",
+        "tools/call",
+        tool("read_resource", json!({"uri": ledger})),
+    )
+    .await;
+    assert_eq!(body["result"]["isError"], true, "{body}");
+    assert_eq!(
+        body["result"]["content"][0]["text"],
+        format!("Resource not found: {ledger}")
+    );
+    let (_, body) = post(
+        &url,
+        "all",
+        "tools/call",
+        tool("read_resource", json!({"uri": ledger})),
+    )
+    .await;
+    assert_eq!(body["result"]["content"][0]["text"], "a,b", "{body}");
+
+    for (query, token, expected) in [("ledger", "docs-only", 0), ("ledger", "all", 1)] {
+        let (_, body) = post(
+            &url,
+            token,
+            "tools/call",
+            tool("search_resources", json!({"query": query})),
+        )
+        .await;
+        assert_eq!(
+            body["result"]["structuredContent"]["matches"]
+                .as_array()
+                .unwrap()
+                .len(),
+            expected,
+            "{token}: {body}"
+        );
+    }
+    let (_, body) = post(
+        &url,
+        "docs-only",
+        "tools/call",
+        tool("search_resources", json!({"query": "*", "prefix": ledger})),
+    )
+    .await;
+    assert_eq!(
+        body["result"]["structuredContent"]["matches"],
+        json!([]),
+        "{body}"
+    );
+    let (_, body) = post(
+        &url,
+        "docs-only",
+        "tools/call",
+        tool("list_resource_templates", json!({})),
+    )
+    .await;
+    let fin_root = encode_path_uri(&fin.path().canonicalize().unwrap());
+    let templates = body["result"]["structuredContent"]["resourceTemplates"].to_string();
+    assert!(!templates.contains(&fin_root), "{templates}");
+
+    // 2026-07-28 over HTTP: the bridge's list is publicly cacheable; prompts are 404.
+    let (status, body) = post(&url, "docs-only", "tools/list", json!({})).await;
+    assert_eq!(status, 200);
+    assert_eq!(body["result"]["tools"].as_array().unwrap().len(), 5);
+    assert_eq!(body["result"]["cacheScope"], "public");
+    let (status, body) = post(&url, "docs-only", "prompts/list", json!({})).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_i64()),
+        (404, Some(-32601)),
+        "{body}"
+    );
+}
