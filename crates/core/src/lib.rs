@@ -19,7 +19,9 @@ pub mod window;
 
 pub use blocking::run_blocking;
 pub use capabilities::Capabilities;
-pub use change::{ChangeBus, ChangeEvent, ChangeSink, LocalBus, WatchGuard};
+pub use change::{
+    ChangeBus, ChangeEvent, ChangeFeed, ChangeSink, FeedItem, Interest, LocalBus, WatchGuard,
+};
 pub use cursor::{CursorCodec, CursorError, PageCursor};
 pub use error::{Error, ErrorKind, Result};
 pub use provider::{

@@ -627,9 +627,9 @@ mod tests {
         let p = Poller::new("t", Arc::downgrade(&src), no_jitter(SEC));
         let (bus, mut rx) = bus();
         // Two guards on one key (two mounts), one on the list.
-        let g1 = p.watch(res("x://a"), ChangeSink::new(bus.clone(), 1), Some(1));
-        let g2 = p.watch(res("x://a"), ChangeSink::new(bus.clone(), 2), Some(1));
-        let gl = p.watch(Watched::List, ChangeSink::new(bus.clone(), 1), Some(0));
+        let g1 = p.watch(res("x://a"), ChangeSink::new(bus.clone(), "m1"), Some(1));
+        let g2 = p.watch(res("x://a"), ChangeSink::new(bus.clone(), "m2"), Some(1));
+        let gl = p.watch(Watched::List, ChangeSink::new(bus.clone(), "m1"), Some(0));
         assert_eq!(p.watched(), 2);
         tokio::time::sleep(SEC * 3 + SEC / 2).await;
         assert_eq!(src.checks().iter().filter(|c| *c == "x://a").count(), 3);
@@ -643,7 +643,7 @@ mod tests {
         assert_eq!(got.iter().filter(|e| **e == updated("x://a")).count(), 2);
         assert_eq!(
             got.iter()
-                .filter(|e| **e == ChangeEvent::ListChanged { mount: 1 })
+                .filter(|e| **e == ChangeEvent::ListChanged { mount: "m1".into() })
                 .count(),
             1
         );
@@ -659,7 +659,7 @@ mod tests {
         let cfg = no_jitter(SEC).with_retry(SEC, SEC * 4);
         let p = Poller::new("t", Arc::downgrade(&src), cfg);
         let (bus, mut rx) = bus();
-        let _g = p.watch(res("x://a"), ChangeSink::new(bus.clone(), 0), Some(1));
+        let _g = p.watch(res("x://a"), ChangeSink::new(bus.clone(), "m0"), Some(1));
         tokio::time::sleep(SEC + SEC / 2).await;
         assert_eq!(src.checks().len(), 1);
         src.set("x://a", None);
@@ -689,7 +689,7 @@ mod tests {
         let p = Poller::new("t", Arc::downgrade(&src), no_jitter(SEC));
         let (bus, mut rx) = bus();
         // The subscriber's first read failed: nothing known yet.
-        let _g = p.watch(res("x://a"), ChangeSink::new(bus.clone(), 0), None);
+        let _g = p.watch(res("x://a"), ChangeSink::new(bus.clone(), "m0"), None);
         tokio::time::sleep(SEC * 2 + SEC / 2).await;
         assert_eq!(drain(&mut rx), []);
         src.set("x://a", Some(7));
@@ -705,8 +705,8 @@ mod tests {
         let cfg = PollConfig::on_wake_only().with_debounce(Duration::from_millis(50));
         let p = Poller::new("t", Arc::downgrade(&src), cfg);
         let (bus, mut rx) = bus();
-        let _a = p.watch(res("x://a"), ChangeSink::new(bus.clone(), 0), Some(1));
-        let _b = p.watch(res("x://b"), ChangeSink::new(bus.clone(), 0), Some(1));
+        let _a = p.watch(res("x://a"), ChangeSink::new(bus.clone(), "m0"), Some(1));
+        let _b = p.watch(res("x://b"), ChangeSink::new(bus.clone(), "m0"), Some(1));
         tokio::time::sleep(SEC * 60).await;
         assert_eq!(
             src.checks(),
@@ -734,7 +734,7 @@ mod tests {
         src.set("x://a", Some(1));
         let p = Poller::new("t", Arc::downgrade(&src), no_jitter(SEC * 10));
         let (bus, mut rx) = bus();
-        let _g = p.watch(res("x://a"), ChangeSink::new(bus.clone(), 0), Some(1));
+        let _g = p.watch(res("x://a"), ChangeSink::new(bus.clone(), "m0"), Some(1));
         *src.gate.lock().unwrap() = Some(Round::Skip);
         src.set("x://a", Some(2));
         p.waker().wake();
@@ -753,8 +753,8 @@ mod tests {
         src.set("x://a", Some(1));
         let p = Poller::new("t", Arc::downgrade(&src), no_jitter(SEC));
         let (bus, _rx) = bus();
-        let g1 = p.watch(res("x://a"), ChangeSink::new(bus.clone(), 0), Some(1));
-        let g2 = p.watch(Watched::List, ChangeSink::new(bus.clone(), 0), Some(0));
+        let g1 = p.watch(res("x://a"), ChangeSink::new(bus.clone(), "m0"), Some(1));
+        let g2 = p.watch(Watched::List, ChangeSink::new(bus.clone(), "m0"), Some(0));
         tokio::time::sleep(SEC / 10).await;
         assert!(p.is_running());
         assert_eq!(src.started.load(Ordering::SeqCst), 1);
@@ -773,7 +773,7 @@ mod tests {
         tokio::time::sleep(SEC * 3).await;
         assert_eq!(src.checks().len(), 0, "no check after the last guard");
         // Watching again starts it again, with its event sources.
-        let _g = p.watch(res("x://a"), ChangeSink::new(bus.clone(), 0), Some(1));
+        let _g = p.watch(res("x://a"), ChangeSink::new(bus.clone(), "m0"), Some(1));
         tokio::time::sleep(SEC / 10).await;
         assert!(p.is_running());
         assert_eq!(src.started.load(Ordering::SeqCst), 2);
@@ -785,7 +785,7 @@ mod tests {
         src.set("x://a", Some(1));
         let p = Poller::new("t", Arc::downgrade(&src), no_jitter(SEC));
         let (bus, _rx) = bus();
-        let _g = p.watch(res("x://a"), ChangeSink::new(bus.clone(), 0), Some(1));
+        let _g = p.watch(res("x://a"), ChangeSink::new(bus.clone(), "m0"), Some(1));
         tokio::time::sleep(SEC / 10).await;
         drop(src);
         tokio::time::sleep(SEC * 2).await;

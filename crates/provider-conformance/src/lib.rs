@@ -311,7 +311,7 @@ mod tests {
         let g = p
             .watch(
                 &ResourceUri::parse(WATCHED).unwrap(),
-                ChangeSink::new(bus.clone(), 0),
+                ChangeSink::new(bus.clone(), "m0"),
             )
             .await
             .unwrap();

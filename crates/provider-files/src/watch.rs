@@ -598,10 +598,10 @@ mod tests {
         let a = RelPath::from_bytes(b"a.txt").unwrap();
         let b = RelPath::from_bytes(b"b.txt").unwrap();
         let _ga = watcher
-            .watch("uri:a", a, ChangeSink::new(bus.clone(), 0))
+            .watch("uri:a", a, ChangeSink::new(bus.clone(), "m0"))
             .unwrap();
         let _gb = watcher
-            .watch("uri:b", b, ChangeSink::new(bus.clone(), 0))
+            .watch("uri:b", b, ChangeSink::new(bus.clone(), "m0"))
             .unwrap();
         // Drop whatever the real watcher reports, then change a.txt behind its back.
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -682,7 +682,7 @@ mod tests {
                     .watch(
                         &format!("file:///a.log?head={i}"),
                         rel.clone(),
-                        ChangeSink::new(bus.clone(), 0),
+                        ChangeSink::new(bus.clone(), "m0"),
                     )
                     .unwrap()
             })
@@ -723,7 +723,7 @@ mod tests {
         let bus = Arc::new(LocalBus::default());
         let mut rx = bus.subscribe();
         let rel = RelPath::from_bytes(b"d/a.txt").unwrap();
-        let sink = || ChangeSink::new(bus.clone(), 0);
+        let sink = || ChangeSink::new(bus.clone(), "m0");
         let wait_for = |want: usize| async move {
             for _ in 0..200 {
                 if kernel_watches_on(ino) == want {
@@ -776,7 +776,7 @@ mod tests {
         let mut rx = bus.subscribe();
         let _g = provider
             .watcher_for_tests()
-            .watch_list(ChangeSink::new(bus.clone(), 3))
+            .watch_list(ChangeSink::new(bus.clone(), "m3"))
             .unwrap();
         tokio::time::sleep(Duration::from_millis(250)).await;
         std::fs::write(root.join("sub/new.txt"), "n").unwrap();
@@ -784,6 +784,6 @@ mod tests {
             .await
             .unwrap()
             .unwrap();
-        assert_eq!(ev, ChangeEvent::ListChanged { mount: 3 });
+        assert_eq!(ev, ChangeEvent::ListChanged { mount: "m3".into() });
     }
 }

@@ -197,7 +197,7 @@ async fn item12_directory_subscription_ignores_denied_and_hidden_entries() {
     let mut rx = bus.subscribe();
     let d_uri = encode_path_uri(&root.join("d"));
     let _g = p
-        .watch(&parse(&d_uri), ChangeSink::new(bus.clone(), 0))
+        .watch(&parse(&d_uri), ChangeSink::new(bus.clone(), "m0"))
         .await
         .unwrap();
     // Let the watch settle, then change only what the directory read does not show.

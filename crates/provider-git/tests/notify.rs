@@ -93,8 +93,11 @@ async fn list_changed_on_branch_and_tag_create_and_delete() {
     let p = provider(&r, RefWatchMode::Auto);
     let bus = Arc::new(LocalBus::default());
     let mut rx = bus.subscribe();
-    let _g = p.watch_list(ChangeSink::new(bus.clone(), 3)).await.unwrap();
-    let lc = ChangeEvent::ListChanged { mount: 3 };
+    let _g = p
+        .watch_list(ChangeSink::new(bus.clone(), "m3"))
+        .await
+        .unwrap();
+    let lc = ChangeEvent::ListChanged { mount: "m3".into() };
     r.git(&["branch", "new/branch"]);
     expect(&mut rx, &lc, Duration::from_secs(1)).await;
     r.git(&["tag", "v9"]);
@@ -126,7 +129,10 @@ async fn packed_refs_rewrites_are_detected() {
     let bus = Arc::new(LocalBus::default());
     let mut rx = bus.subscribe();
     let _g = watch(&p, "git://main/x", &bus).await;
-    let _l = p.watch_list(ChangeSink::new(bus.clone(), 0)).await.unwrap();
+    let _l = p
+        .watch_list(ChangeSink::new(bus.clone(), "m0"))
+        .await
+        .unwrap();
 
     // Packing moves nothing: no notification, and reads still resolve.
     r.git(&["pack-refs", "--all"]);
@@ -162,7 +168,7 @@ async fn packed_refs_rewrites_are_detected() {
     r.git(&["branch", "-D", "-q", "side"]);
     expect(
         &mut rx,
-        &ChangeEvent::ListChanged { mount: 0 },
+        &ChangeEvent::ListChanged { mount: "m0".into() },
         Duration::from_secs(1),
     )
     .await;
@@ -213,7 +219,7 @@ async fn watches_off_declares_nothing() {
     let err = p
         .watch(
             &ResourceUri::parse("git://main/x").unwrap(),
-            ChangeSink::new(bus, 0),
+            ChangeSink::new(bus, "m0"),
         )
         .await
         .unwrap_err();

@@ -201,7 +201,10 @@ async fn nothing_is_written_to_the_repository() {
     let p = watching_provider(&r, RefWatchMode::Poll);
     let bus = Arc::new(LocalBus::default());
     let _w = watch(&p, "git://main/x", &bus).await;
-    let _l = p.watch_list(ChangeSink::new(bus.clone(), 0)).await.unwrap();
+    let _l = p
+        .watch_list(ChangeSink::new(bus.clone(), "m0"))
+        .await
+        .unwrap();
     list_all(&p).await;
     complete_ref(&p, "").await;
     for u in [
@@ -464,8 +467,11 @@ async fn list_changed_on_branch_and_tag_create_and_delete() {
     let p = watching_provider(&r, RefWatchMode::Auto);
     let bus = Arc::new(LocalBus::default());
     let mut rx = bus.subscribe();
-    let _g = p.watch_list(ChangeSink::new(bus.clone(), 3)).await.unwrap();
-    let lc = ChangeEvent::ListChanged { mount: 3 };
+    let _g = p
+        .watch_list(ChangeSink::new(bus.clone(), "m3"))
+        .await
+        .unwrap();
+    let lc = ChangeEvent::ListChanged { mount: "m3".into() };
     r.git(&["branch", "new/branch"]);
     expect(&mut rx, &lc, Duration::from_secs(1)).await;
     r.git(&["tag", "-a", "v9", "-m", "nine"]);

@@ -241,15 +241,15 @@ async fn subscriptions_fire_on_change_and_only_then() {
     let mut rx = bus.subscribe();
     // Two subscribers of one URI: one poller, one check per round.
     let g1 = p
-        .watch(&uri("api://w/x"), ChangeSink::new(bus.clone(), 0))
+        .watch(&uri("api://w/x"), ChangeSink::new(bus.clone(), "m0"))
         .await
         .unwrap();
     let g2 = p
-        .watch(&uri("api://w/x"), ChangeSink::new(bus.clone(), 0))
+        .watch(&uri("api://w/x"), ChangeSink::new(bus.clone(), "m0"))
         .await
         .unwrap();
     let g3 = p
-        .watch(&uri("api://w/nv"), ChangeSink::new(bus.clone(), 0))
+        .watch(&uri("api://w/nv"), ChangeSink::new(bus.clone(), "m0"))
         .await
         .unwrap();
     assert!(p.watching());

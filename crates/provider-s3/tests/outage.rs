@@ -108,7 +108,7 @@ async fn stopped_mid_test_clear_errors_then_recovery() {
     let mut rx = bus.subscribe();
     let uri = format!("s3://{bucket}/w.txt");
     let _g = p
-        .watch(&u(&uri), ChangeSink::new(bus.clone(), 0))
+        .watch(&u(&uri), ChangeSink::new(bus.clone(), "m0"))
         .await
         .unwrap();
     m.stop();

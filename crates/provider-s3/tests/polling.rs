@@ -84,11 +84,11 @@ async fn one_conditional_head_per_interval_shared_and_stopped_with_the_last_subs
     let bus = Arc::new(LocalBus::default());
     let uri = ResourceUri::parse(&format!("s3://{bucket}/a.txt")).unwrap();
     let g1 = p
-        .watch(&uri, ChangeSink::new(bus.clone(), 0))
+        .watch(&uri, ChangeSink::new(bus.clone(), "m0"))
         .await
         .unwrap();
     let g2 = p
-        .watch(&uri, ChangeSink::new(bus.clone(), 0))
+        .watch(&uri, ChangeSink::new(bus.clone(), "m0"))
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(2100)).await;

@@ -363,12 +363,12 @@ async fn overwrite_new_key_and_deletion_notify() {
     let mut rx = bus.subscribe();
     let uri = format!("s3://{bucket}/watched.txt");
     let g1 = p
-        .watch(&u(&uri), ChangeSink::new(bus.clone(), 1))
+        .watch(&u(&uri), ChangeSink::new(bus.clone(), "m1"))
         .await
         .unwrap();
     // A second subscriber to the same URI shares the poller: still one event per change.
     let g2 = p
-        .watch(&u(&uri), ChangeSink::new(bus.clone(), 1))
+        .watch(&u(&uri), ChangeSink::new(bus.clone(), "m1"))
         .await
         .unwrap();
     // Nothing changed: silence over several intervals.
@@ -398,7 +398,10 @@ async fn overwrite_new_key_and_deletion_notify() {
     }
     drop(g2);
     // The list: a new key, then a deleted one, each a list_changed; an overwrite is not.
-    let g = p.watch_list(ChangeSink::new(bus.clone(), 4)).await.unwrap();
+    let g = p
+        .watch_list(ChangeSink::new(bus.clone(), "m4"))
+        .await
+        .unwrap();
     while rx.try_recv().is_ok() {}
     put(&w, "quiet.txt", b"overwritten").await;
     assert!(
@@ -408,7 +411,7 @@ async fn overwrite_new_key_and_deletion_notify() {
     );
     put(&w, "new.txt", b"n").await;
     match next_event(&mut rx, Duration::from_secs(3)).await {
-        Some(ChangeEvent::ListChanged { mount }) => assert_eq!(mount, 4),
+        Some(ChangeEvent::ListChanged { mount }) => assert_eq!(mount, "m4"),
         other => panic!("expected list_changed, got {other:?}"),
     }
     delete(&w, "new.txt").await;

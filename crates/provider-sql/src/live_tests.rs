@@ -260,12 +260,12 @@ async fn mysql_polling_stops_with_the_last_watch() {
     let watch = p
         .watch(
             &ResourceUri::parse("db://myq/active/list").unwrap(),
-            ChangeSink::new(bus.clone(), 0),
+            ChangeSink::new(bus.clone(), "m0"),
         )
         .await
         .unwrap();
     // The list watch shares the task; polling stops with the last watch.
-    let list = p.watch_list(ChangeSink::new(bus, 0)).await.unwrap();
+    let list = p.watch_list(ChangeSink::new(bus, "m0")).await.unwrap();
     assert!(p.watching());
     drop(watch);
     assert!(p.watching(), "the list watch still needs polling");

@@ -271,7 +271,7 @@ async fn mysql_polling_notifies_on_result_changes() {
     let _g = p
         .watch(
             &ResourceUri::parse(uri).unwrap(),
-            ChangeSink::new(bus.clone(), 0),
+            ChangeSink::new(bus.clone(), "m0"),
         )
         .await
         .unwrap();

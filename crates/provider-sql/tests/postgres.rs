@@ -377,7 +377,7 @@ async fn pg_listen_notifies_only_when_the_result_changes() {
     let _g = p
         .watch(
             &ResourceUri::parse(uri).unwrap(),
-            ChangeSink::new(bus.clone(), 0),
+            ChangeSink::new(bus.clone(), "m0"),
         )
         .await
         .unwrap();
@@ -438,7 +438,10 @@ async fn pg_down_at_start_is_not_ready_then_reconnects() {
     assert_eq!(uris, ["db://pg"]);
     let bus = Arc::new(LocalBus::default());
     let mut rx = bus.subscribe();
-    let _list = p.watch_list(ChangeSink::new(bus.clone(), 3)).await.unwrap();
+    let _list = p
+        .watch_list(ChangeSink::new(bus.clone(), "m3"))
+        .await
+        .unwrap();
     let proxy = proxy(port, 5432).await;
     let mut ok = false;
     for _ in 0..100 {
@@ -463,8 +466,8 @@ async fn pg_down_at_start_is_not_ready_then_reconnects() {
     })
     .await;
     assert_eq!(
-        changed.ok(),
-        Some(3),
+        changed.ok().as_deref(),
+        Some("m3"),
         "list_changed when the database is back"
     );
     proxy.abort();

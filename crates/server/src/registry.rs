@@ -2,15 +2,21 @@
 //! which URIs, with one provider watch per URI however many subscribe, released with the
 //! last. A fan-out task reads the change bus and forwards each event to the subscribers
 //! that asked for it.
+//!
+//! Watching and hearing are separate: a provider watch publishes on the bus, and the fan-out
+//! hears only what comes back from the bus (declared with [`ChangeBus::interest`] for each
+//! watched URI and mount list). With the in-process bus the two are the same process; with a
+//! broker bus a change is delivered once per replica that has an interest, whichever replica
+//! watched it, and never a second time from the local watch.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use mcpr_core::{
-    ChangeBus, ChangeEvent, ChangeSink, Error, ErrorKind, ResourceUri, Result, WatchGuard,
+    ChangeBus, ChangeEvent, ChangeFeed, ChangeSink, Error, ErrorKind, FeedItem, Interest,
+    ResourceUri, Result, WatchGuard,
 };
-use tokio::sync::broadcast;
 
 use crate::router::Router;
 
@@ -52,6 +58,7 @@ struct Sub {
 struct UriWatch {
     subs: HashSet<u64>,
     _guard: WatchGuard,
+    _interest: Interest,
 }
 
 #[derive(Default)]
@@ -61,7 +68,7 @@ struct Inner {
     uris: HashMap<String, UriWatch>,
     list_refs: usize,
     list_acquiring: bool,
-    list_guards: Vec<WatchGuard>,
+    list_guards: Vec<(WatchGuard, Interest)>,
     /// The sum of every subscriber's `uris`.
     held: usize,
     /// Open listen streams per client identity.
@@ -77,6 +84,14 @@ pub struct Registry {
     list_ready: tokio::sync::watch::Sender<bool>,
     /// The most subscriptions held at once over every subscriber (`max_watches`).
     max_watches: AtomicUsize,
+    /// Closes the fan-out task's feed when the registry goes away.
+    feed: Arc<mcpr_core::change::FeedShared>,
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        self.feed.close();
+    }
 }
 
 /// The error of a subscription beyond the global budget.
@@ -123,14 +138,16 @@ impl Drop for ListenSlot {
 impl Registry {
     /// A registry over `router`'s mounts, reading `bus`. Starts the fan-out task.
     pub fn new(router: Router, bus: Arc<dyn ChangeBus>) -> Arc<Self> {
+        let feed = bus.feed();
         let this = Arc::new(Self {
             router,
-            bus: bus.clone(),
+            bus,
             inner: Mutex::new(Inner::default()),
             list_ready: tokio::sync::watch::Sender::new(true),
             max_watches: AtomicUsize::new(usize::MAX),
+            feed: feed.handle(),
         });
-        tokio::spawn(fan_out(Arc::downgrade(&this), bus.subscribe()));
+        tokio::spawn(fan_out(Arc::downgrade(&this), feed));
         this
     }
 
@@ -236,9 +253,13 @@ impl Registry {
                 mount.provider.info().kind
             )));
         }
+        // Interest first: a change the new watch reports at once must find it in place.
+        let interest = self
+            .bus
+            .interest(&mount.name, &ChangeEvent::Updated { uri: key.clone() });
         let guard = mount
             .provider
-            .watch(uri, ChangeSink::new(self.bus.clone(), mount.index))
+            .watch(uri, ChangeSink::new(self.bus.clone(), mount.name.clone()))
             .await?;
         let mut inner = self.inner.lock().expect("registry lock");
         let inner = &mut *inner;
@@ -262,6 +283,7 @@ impl Registry {
             .or_insert_with(|| UriWatch {
                 subs: HashSet::new(),
                 _guard: guard,
+                _interest: interest,
             })
             .subs
             .insert(id);
@@ -313,12 +335,18 @@ impl Registry {
             if !m.provider.info().capabilities.list_changed {
                 continue;
             }
+            let interest = self.bus.interest(
+                &m.name,
+                &ChangeEvent::ListChanged {
+                    mount: m.name.to_string(),
+                },
+            );
             match m
                 .provider
-                .watch_list(ChangeSink::new(self.bus.clone(), m.index))
+                .watch_list(ChangeSink::new(self.bus.clone(), m.name.clone()))
                 .await
             {
-                Ok(g) => guards.push(g),
+                Ok(g) => guards.push((g, interest)),
                 Err(e) => {
                     tracing::warn!(mount = %m.provider.info().label, error = %e, "cannot watch for list changes")
                 }
@@ -406,10 +434,10 @@ impl Registry {
         }
     }
 
-    fn deliver(&self, event: Option<ChangeEvent>) {
+    fn deliver(&self, item: FeedItem) {
         let inner = self.inner.lock().expect("registry lock");
-        match event {
-            Some(ChangeEvent::Updated { uri }) => {
+        match item {
+            FeedItem::Event(ChangeEvent::Updated { uri }) => {
                 if let Some(w) = inner.uris.get(&uri) {
                     for id in &w.subs {
                         if let Some(s) = inner.subs.get(id) {
@@ -418,16 +446,22 @@ impl Registry {
                     }
                 }
             }
-            Some(ChangeEvent::ListChanged { mount }) => {
+            FeedItem::Event(ChangeEvent::ListChanged { mount }) => {
+                // A mount this configuration does not have is news to nobody here.
+                let Some(mount) = self.router.by_name(&mount).map(|m| m.index) else {
+                    return;
+                };
                 let hears =
                     |s: &&Sub| s.list && s.mounts.as_ref().is_none_or(|m| m.contains(&mount));
                 for s in inner.subs.values().filter(hears) {
                     s.tx.send(Notice::ListChanged);
                 }
             }
-            None => {
-                // Events were lost: tell everyone everything may have changed, rather than
-                // leave a subscriber believing a stale resource is current.
+            FeedItem::Overflow => {
+                // The feed coalesces repeats, so this needs more distinct pending events than
+                // anything watches (see `FEED_CAPACITY`). Events were lost: tell everyone
+                // everything may have changed, rather than leave a subscriber believing a
+                // stale resource is current.
                 for s in inner.subs.values() {
                     for uri in &s.uris {
                         s.tx.send(Notice::Updated(uri.clone()));
@@ -452,22 +486,15 @@ fn release_uri(inner: &mut Inner, id: u64, uri: &str) -> Option<UriWatch> {
     }
 }
 
-async fn fan_out(registry: std::sync::Weak<Registry>, mut rx: broadcast::Receiver<ChangeEvent>) {
-    loop {
-        let event = match rx.recv().await {
-            Ok(ev) => Some(ev),
-            Err(broadcast::error::RecvError::Lagged(n)) => {
-                tracing::warn!(
-                    lost = n,
-                    "change bus overflowed; notifying every subscriber"
-                );
-                None
-            }
-            Err(broadcast::error::RecvError::Closed) => return,
-        };
+async fn fan_out(registry: std::sync::Weak<Registry>, mut feed: ChangeFeed) {
+    // The feed closes when the registry drops, so this task ends with it.
+    while let Some(item) = feed.recv().await {
+        if matches!(item, FeedItem::Overflow) {
+            tracing::warn!("change feed overflowed; notifying every subscriber");
+        }
         let Some(registry) = registry.upgrade() else {
             return;
         };
-        registry.deliver(event);
+        registry.deliver(item);
     }
 }

@@ -7,8 +7,11 @@ use mcpr_core::{Provider, ResourceUri};
 /// One mounted provider and its position in the mount list.
 #[derive(Clone)]
 pub struct Mount {
-    /// Position in config order; cursors and change events name mounts by it.
+    /// Position in config order; cursors name mounts by it.
     pub index: u32,
+    /// The mount's name on the change bus: its first URI prefix, unique within a config and
+    /// the same on every replica that mounts the same source (unlike `index`).
+    pub name: Arc<str>,
     /// The provider.
     pub provider: Arc<dyn Provider>,
     /// The token scope a caller needs to see this mount over HTTP; `None` for everyone.
@@ -31,6 +34,12 @@ impl Router {
             .enumerate()
             .map(|(i, (provider, scope))| Mount {
                 index: i as u32,
+                name: provider
+                    .info()
+                    .uri_prefixes
+                    .first()
+                    .map_or_else(|| format!("#{i}"), Clone::clone)
+                    .into(),
                 provider,
                 scope,
             })
@@ -68,6 +77,11 @@ impl Router {
                 p.ends_with('/') || rest.is_empty() || rest.starts_with(['/', '?', '#']);
             at_boundary.then(|| &self.mounts[*idx as usize])
         })
+    }
+
+    /// The mount named `name` on the change bus.
+    pub fn by_name(&self, name: &str) -> Option<&Mount> {
+        self.mounts.iter().find(|m| &*m.name == name)
     }
 
     /// The mount that advertises `template` exactly.

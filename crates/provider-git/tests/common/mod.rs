@@ -276,7 +276,7 @@ pub fn updated(uri: &str) -> ChangeEvent {
 pub async fn watch(p: &GitProvider, uri: &str, bus: &Arc<LocalBus>) -> mcpr_core::WatchGuard {
     p.watch(
         &ResourceUri::parse(uri).unwrap(),
-        ChangeSink::new(bus.clone(), 0),
+        ChangeSink::new(bus.clone(), "m0"),
     )
     .await
     .unwrap()

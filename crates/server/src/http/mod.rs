@@ -11,6 +11,10 @@ mod sessions;
 pub use auth::{AuthSettings, Grant, Identity, StaticToken};
 pub use edge::HttpLimits;
 pub use jwt::JwtSettings;
+/// The legacy session store seam (see [`HttpSettings::session_store`]).
+pub use rmcp::transport::streamable_http_server::session::{
+    SessionState, SessionStore, SessionStoreError,
+};
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -64,6 +68,11 @@ pub struct HttpSettings {
     /// service (see `direct.rs`); off sends every request through rmcp. On by default; off
     /// exists so a test can compare the two paths.
     pub direct_reads: bool,
+    /// Where legacy sessions' handshakes live beyond this process. `None` (the default) keeps
+    /// them in rmcp's in-process session manager only; with a store, a session created by
+    /// another process sharing it is restored here on its first request (rmcp replays the
+    /// stored `initialize`), so a client can continue it on any replica.
+    pub session_store: Option<Arc<dyn SessionStore>>,
 }
 
 impl HttpSettings {
@@ -80,6 +89,7 @@ impl HttpSettings {
             json_response: true,
             limits: HttpLimits::default(),
             direct_reads: true,
+            session_store: None,
         }
     }
 
@@ -97,6 +107,14 @@ impl HttpSettings {
                     self.listen
                 ));
             }
+        }
+        if self.session_store.is_some() && !open {
+            // The edge binds a session to the identity that created it, in this process only:
+            // a session restored from the store would be usable by any valid token.
+            return Err(
+                "a shared session store cannot be combined with authentication yet: session owners are not shared between replicas"
+                    .into(),
+            );
         }
         if !self.path.starts_with('/') {
             return Err(format!(
@@ -170,6 +188,7 @@ pub async fn serve(
     if settings.allowed_hosts.is_empty() {
         config = config.disable_allowed_hosts();
     }
+    config.session_store = settings.session_store.clone();
     let factory_state = state.clone();
     let mcp = StreamableHttpService::new(
         move || Ok(McpHandler::new(factory_state.clone())),

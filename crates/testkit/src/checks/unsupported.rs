@@ -78,12 +78,12 @@ pub(crate) async fn check_undeclared(provider: &dyn Provider, fixture: &dyn Fixt
     let bus = std::sync::Arc::new(LocalBus::default());
     if !caps.watch {
         let w = provider
-            .watch(&parsed, ChangeSink::new(bus.clone(), 0))
+            .watch(&parsed, ChangeSink::new(bus.clone(), "m0"))
             .await;
         assert_unsupported("watch", w);
     }
     if !caps.list_changed {
-        let w = provider.watch_list(ChangeSink::new(bus, 0)).await;
+        let w = provider.watch_list(ChangeSink::new(bus, "m0")).await;
         assert_unsupported("watch_list (list_changed)", w);
     }
 }

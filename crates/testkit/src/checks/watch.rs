@@ -71,7 +71,7 @@ pub(crate) async fn check_watch(provider: Arc<dyn Provider>, fixture: &dyn Fixtu
     let uri = first_uri(fixture);
     let parsed = parse(&uri);
     let guard = provider
-        .watch(&parsed, ChangeSink::new(bus.clone(), 0))
+        .watch(&parsed, ChangeSink::new(bus.clone(), "m0"))
         .await
         .expect("watch");
     fixture.modify(&uri).await;
@@ -99,7 +99,7 @@ pub(crate) async fn check_list_changed(provider: Arc<dyn Provider>, fixture: &dy
     let bus = Arc::new(LocalBus::default());
     let mut rx = bus.subscribe();
     let guard = provider
-        .watch_list(ChangeSink::new(bus.clone(), 7))
+        .watch_list(ChangeSink::new(bus.clone(), "m7"))
         .await
         .expect("watch_list");
     let added = fixture.add().await;
@@ -108,7 +108,7 @@ pub(crate) async fn check_list_changed(provider: Arc<dyn Provider>, fixture: &dy
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         match next_event(&mut rx, left).await {
             Some(ChangeEvent::ListChanged { mount }) => {
-                assert_eq!(mount, 7, "list_changed: must name the sink's mount");
+                assert_eq!(mount, "m7", "list_changed: must name the sink's mount");
                 break;
             }
             Some(_) => continue,
