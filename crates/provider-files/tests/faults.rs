@@ -121,7 +121,7 @@ async fn issue19_files_replaced_deleted_or_truncated_while_being_read() {
     let _g = p
         .watch(
             &ResourceUri::parse(&uri).unwrap(),
-            ChangeSink::new(bus.clone(), 0),
+            ChangeSink::new(bus.clone(), "m0"),
         )
         .await
         .unwrap();
@@ -196,11 +196,11 @@ async fn issue19_inotify_overflow_from_100000_creations() {
     let _g = p
         .watch(
             &ResourceUri::parse(&uri).unwrap(),
-            ChangeSink::new(bus.clone(), 0),
+            ChangeSink::new(bus.clone(), "m0"),
         )
         .await
         .unwrap();
-    let _l = p.watch_list(ChangeSink::new(bus.clone(), 0)).await.unwrap();
+    let _l = p.watch_list(ChangeSink::new(bus.clone(), "m0")).await.unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
     while rx.try_recv().is_ok() {}
 

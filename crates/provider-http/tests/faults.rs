@@ -132,7 +132,7 @@ async fn issue19_upstream_hangs_resets_and_answers_garbage_then_recovers() {
     let bus = Arc::new(LocalBus::default());
     let mut rx = bus.subscribe();
     let _g = p
-        .watch(&uri, ChangeSink::new(bus.clone(), 0))
+        .watch(&uri, ChangeSink::new(bus.clone(), "m0"))
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;

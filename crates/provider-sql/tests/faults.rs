@@ -74,7 +74,7 @@ async fn issue19_pg_backend_terminated_mid_query() {
     let _g = p
         .watch(
             &ResourceUri::parse(watched).unwrap(),
-            ChangeSink::new(bus.clone(), 0),
+            ChangeSink::new(bus.clone(), "m0"),
         )
         .await
         .unwrap();
@@ -200,7 +200,7 @@ async fn issue19_pg_restarted_under_a_subscription() {
     let _g = p
         .watch(
             &ResourceUri::parse(watched).unwrap(),
-            ChangeSink::new(bus.clone(), 0),
+            ChangeSink::new(bus.clone(), "m0"),
         )
         .await
         .unwrap();
@@ -259,7 +259,7 @@ async fn issue19_mysql_connections_killed_mid_query() {
     let _g = p
         .watch(
             &ResourceUri::parse(watched).unwrap(),
-            ChangeSink::new(bus.clone(), 0),
+            ChangeSink::new(bus.clone(), "m0"),
         )
         .await
         .unwrap();

@@ -54,7 +54,7 @@ impl ChangeBus for RecordingBus {
     }
 }
 
-async fn next(rx: &mut tokio::sync::mpsc::UnboundedReceiver<Notice>) -> Option<Notice> {
+async fn next(rx: &mut mcpr_server::mailbox::Receiver) -> Option<Notice> {
     tokio::time::timeout(Duration::from_millis(400), rx.recv())
         .await
         .ok()
