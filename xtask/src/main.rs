@@ -17,7 +17,8 @@ fn main() -> ExitCode {
         Some("conformance") => conformance(),
         Some("bench") => bench(&args[1..]),
         Some("soak") => soak(&args[1..]),
-        _ => Err("usage: cargo xtask <task>\n\n  test [--rust-only]  run every test: the Rust workspace tests, the Python SDK end-to-end suite\n                      against the built binary, then the official conformance suite over HTTP\n  conformance         only the official MCP conformance suite (Node 22 from the npm registry)\n  bench [--quick] [--no-peers] [--only s1,s2]\n                      the benchmark: release build, fixtures and peers in .cache/bench, one table\n                      (also .cache/bench/results.json and bench-results.md)\n  soak --minutes N [--release] [--sessions N] [--listens N]\n                      1,000 legacy sessions and 200 listen streams churning against files, SQLite\n                      and PostgreSQL mounts; the table, CSV and PNG plot in .cache/soak".into()),
+        Some("fuzz") => fuzz(&args[1..]),
+        _ => Err("usage: cargo xtask <task>\n\n  test [--rust-only]  run every test: the Rust workspace tests, the Python SDK end-to-end suite\n                      against the built binary, then the official conformance suite over HTTP\n  conformance         only the official MCP conformance suite (Node 22 from the npm registry)\n  bench [--quick] [--no-peers] [--only s1,s2]\n                      the benchmark: release build, fixtures and peers in .cache/bench, one table\n                      (also .cache/bench/results.json and bench-results.md)\n  soak --minutes N [--release] [--sessions N] [--listens N]\n                      1,000 legacy sessions and 200 listen streams churning against files, SQLite\n                      and PostgreSQL mounts; the table, CSV and PNG plot in .cache/soak\n  fuzz --seconds N [--only t1,t2]\n                      every fuzz target in fuzz/ for N seconds each (cargo-fuzz, nightly; installs\n                      cargo-fuzz when missing); a crash fails the run and is kept in fuzz/artifacts".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -137,6 +138,132 @@ fn files_only(root: &std::path::Path, cargo: &str) -> Result<(), String> {
     }
     println!("files-only build: serves a directory");
     Ok(())
+}
+
+/// `cargo xtask fuzz --seconds N`: builds every target of `fuzz/` once (cargo-fuzz, nightly
+/// toolchain, address sanitizer), then runs each for N seconds from its committed seeds
+/// (`fuzz/corpus/<target>`). What a run discovers goes to `fuzz/target/corpus/<target>`
+/// (ignored), so the committed seeds only change by hand; a crash is kept in
+/// `fuzz/artifacts/<target>/` and fails the run after every target has had its turn.
+fn fuzz(args: &[String]) -> Result<(), String> {
+    let root = root();
+    let mut seconds: Option<u64> = None;
+    let mut only: Option<Vec<String>> = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--seconds" => {
+                let n = it.next().ok_or("--seconds needs a number")?;
+                seconds = Some(
+                    n.parse()
+                        .map_err(|_| format!("--seconds: {n:?} is not a number"))?,
+                );
+            }
+            "--only" => {
+                let list = it.next().ok_or("--only needs a list of targets")?;
+                only = Some(list.split(',').map(str::to_owned).collect());
+            }
+            other => return Err(format!("fuzz: unknown argument {other}")),
+        }
+    }
+    let seconds = seconds.ok_or("fuzz: --seconds N is required")?;
+    // The rustup proxy, not `$CARGO` (the stable toolchain's own cargo cannot take
+    // `+nightly`); cargo's variables for this process must not leak into that build.
+    let nightly = || {
+        let mut c = Command::new("cargo");
+        c.arg("+nightly").current_dir(&root);
+        for var in [
+            "CARGO",
+            "RUSTC",
+            "RUSTDOC",
+            "RUSTUP_TOOLCHAIN",
+            "CARGO_TARGET_DIR",
+        ] {
+            c.env_remove(var);
+        }
+        c
+    };
+    let has_fuzz = nightly()
+        .args(["fuzz", "--version"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has_fuzz {
+        if !nightly()
+            .arg("--version")
+            .stdout(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+        {
+            return Err(
+                "fuzz: the nightly toolchain is missing (rustup toolchain install nightly)".into(),
+            );
+        }
+        // Into the default cargo bin directory, where `cargo fuzz` finds it next time.
+        run(nightly().args(["install", "cargo-fuzz", "--locked"]))?;
+    }
+    let listed = nightly()
+        .args(["fuzz", "list"])
+        .output()
+        .map_err(|e| format!("cannot run cargo fuzz list: {e}"))?;
+    let all: Vec<String> = String::from_utf8_lossy(&listed.stdout)
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if all.is_empty() {
+        return Err("fuzz: cargo fuzz list found no targets in fuzz/".into());
+    }
+    let targets = match only {
+        Some(list) => {
+            if let Some(bad) = list.iter().find(|t| !all.contains(t)) {
+                return Err(format!(
+                    "fuzz: no target {bad}; the targets are {}",
+                    all.join(", ")
+                ));
+            }
+            list
+        }
+        None => all,
+    };
+    // One build for all of them: they share every dependency.
+    let started = std::time::Instant::now();
+    run(nightly().args(["fuzz", "build"]))?;
+    println!("fuzz: built in {:.0} s", started.elapsed().as_secs_f64());
+    let mut failed = Vec::new();
+    for t in &targets {
+        let scratch = root.join("fuzz/target/corpus").join(t);
+        let seeds = root.join("fuzz/corpus").join(t);
+        std::fs::create_dir_all(&scratch)
+            .map_err(|e| format!("cannot create {}: {e}", scratch.display()))?;
+        let ok = run(nightly()
+            .args(["fuzz", "run", t])
+            .arg(&scratch)
+            .arg(&seeds)
+            .arg("--")
+            .arg(format!("-max_total_time={seconds}"))
+            // A hang is a failure too, and a target's memory stays bounded.
+            .args(["-timeout=10", "-rss_limit_mb=2560", "-print_final_stats=1"]))
+        .is_ok();
+        println!("fuzz {t}: {}", if ok { "ok" } else { "FAILED" });
+        if !ok {
+            failed.push(t.clone());
+        }
+    }
+    if failed.is_empty() {
+        println!(
+            "fuzz: {} targets, {seconds} s each, no crash",
+            targets.len()
+        );
+        Ok(())
+    } else {
+        Err(format!(
+            "fuzz targets failed: {} (the inputs are in fuzz/artifacts/<target>/; reproduce with `cargo +nightly fuzz run <target> <file>`)",
+            failed.join(", ")
+        ))
+    }
 }
 
 /// The conformance suite and Node, pinned; installed from the npm registry into `.cache`.

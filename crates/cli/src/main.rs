@@ -4,8 +4,6 @@
 //! Only glue lives here; the logic is in the library crates.
 
 mod client;
-mod config;
-mod providers;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,7 +11,8 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use config::{Config, Mount};
+use mcp_resources::config::{self, Config, Mount};
+use mcp_resources::providers;
 use mcpr_core::Provider;
 use mcpr_server::{McpHandler, ServerState};
 use rmcp::ServiceExt as _;

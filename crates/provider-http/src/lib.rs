@@ -26,3 +26,19 @@ pub use config::{
 };
 pub use net::{HostResolver, SystemResolver, is_public};
 pub use provider::HttpProvider;
+
+/// An api endpoint's URI-to-upstream-URL step alone, for the fuzz targets in `fuzz/`: not an
+/// API.
+#[doc(hidden)]
+pub mod fuzzing {
+    use mcpr_core::Result;
+
+    /// The upstream URL `uri` reads from among `endpoints`, as a read computes it.
+    pub fn api_url(endpoints: &[crate::Endpoint], uri: &str) -> Result<url::Url> {
+        let compiled = endpoints
+            .iter()
+            .map(crate::target::Compiled::new)
+            .collect::<Result<Vec<_>>>()?;
+        crate::target::api_target(&compiled, uri).map(|t| t.url)
+    }
+}

@@ -18,9 +18,12 @@ use sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer, Whitespace};
 
 /// The SQL dialect a mount speaks: how its queries are parsed and how placeholders look.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Engine {
+pub enum Engine {
+    /// SQLite.
     Sqlite,
+    /// PostgreSQL.
     Postgres,
+    /// MySQL and MariaDB.
     MySql,
 }
 
@@ -202,7 +205,7 @@ impl Engine {
 
 /// Check that `sql` is exactly one read-only query. Returns the names of its `:name`
 /// placeholders (without the colon).
-pub(crate) fn check_read_only(sql: &str, engine: Engine) -> Result<BTreeSet<String>> {
+pub fn check_read_only(sql: &str, engine: Engine) -> Result<BTreeSet<String>> {
     let refuse = |why: &str| Error::invalid_params(format!("SQL refused: {why}"));
     let dialect = engine.dialect();
     let tokens = Tokenizer::new(dialect.as_ref(), sql)

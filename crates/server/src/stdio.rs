@@ -1091,6 +1091,17 @@ fn check_line(line: &[u8], tools: bool) -> Checked {
     }
     let env = match serde_json::from_str::<Envelope<'_>>(text) {
         Ok(env) => env,
+        // The syntax check above does not count depth: JSON nested past serde_json's limit
+        // is a parse error, not an invalid request (serde_json names the error only in text).
+        Err(e) if e.to_string().starts_with("recursion limit exceeded") => {
+            return refuse(
+                ErrorData::parse_error(
+                    format!("Parse error: {e} (the limit is 128 levels of nesting)"),
+                    None,
+                ),
+                None,
+            );
+        }
         Err(e) => {
             return refuse(
                 ErrorData::invalid_request(
