@@ -200,7 +200,10 @@ async fn issue19_inotify_overflow_from_100000_creations() {
         )
         .await
         .unwrap();
-    let _l = p.watch_list(ChangeSink::new(bus.clone(), "m0")).await.unwrap();
+    let _l = p
+        .watch_list(ChangeSink::new(bus.clone(), "m0"))
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
     while rx.try_recv().is_ok() {}
 
