@@ -1,6 +1,6 @@
-//! Listings: `resources/list` pages, prefix ("directory") reads and key completion. Each is at
-//! most one ListObjectsV2 request: a page resumes with the store's own `start-after` at the
-//! last key served, so no request ever walks the bucket from the start.
+//! Listings: `resources/list` pages, prefix ("directory") reads and key completion. A page
+//! costs at most two ListObjectsV2 requests (a directory read or a completion one), each
+//! resuming with the store's own `start-after`, so no request walks the bucket from the start.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -75,9 +75,10 @@ pub(crate) struct ReadAhead {
 }
 
 /// One page of `resources/list`: the objects under the mount's prefix in key order, after
-/// `after`, at most `limit` (and at most the store's 1,000) per page. At most one request:
-/// it asks for 1,000 keys whatever the page size, and what the page does not use serves the
-/// next pages for [`READ_AHEAD_TTL`].
+/// `after`, at most `limit` (and at most the store's 1,000) per page. At most two requests
+/// (the second only when the first response ends before the page is full): each asks for
+/// 1,000 keys whatever the page size, and what the page does not use serves the next pages
+/// for [`READ_AHEAD_TTL`].
 ///
 /// Folder markers (keys ending in `/`, the console's "Create folder") are not resources:
 /// their URI is the prefix's listing. Keys the mount does not serve are skipped (counted and
