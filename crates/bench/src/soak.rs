@@ -1170,23 +1170,21 @@ fn row(s: &Sample) -> String {
 }
 
 fn markdown(samples: &[Sample]) -> String {
-    let mut t = String::from(
-        "| t (s) | phase | RSS (MiB) | open fds | threads | runtime tasks | inotify watches | watched resources | subscribers | sessions | listen streams |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    // The count columns are COUNTS, in its order, so the table and the checks cannot drift.
+    let names: Vec<&str> = COUNTS.iter().map(|(n, _)| *n).collect();
+    let mut t = format!(
+        "| t (s) | phase | RSS (MiB) | {} |\n|---:|---|---:|{}\n",
+        names.join(" | "),
+        "---:|".repeat(names.len())
     );
     for s in samples {
+        let counts: Vec<String> = COUNTS.iter().map(|(_, f)| f(s).to_string()).collect();
         t += &format!(
-            "| {:.0} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {:.0} | {} | {:.1} | {} |\n",
             s.t,
             s.phase,
             s.rss_mib,
-            s.fds,
-            s.threads,
-            s.tasks,
-            s.inotify,
-            s.watched,
-            s.subscribers,
-            s.sessions,
-            s.listens
+            counts.join(" | ")
         );
     }
     t
@@ -1207,19 +1205,13 @@ fn write_outputs(
         "t_s,phase,rss_mib,fds,threads,runtime_tasks,inotify_watches,watched_resources,subscribers,sessions,listen_streams\n",
     );
     for s in samples {
+        let counts: Vec<String> = COUNTS.iter().map(|(_, f)| f(s).to_string()).collect();
         csv += &format!(
-            "{:.1},{},{:.2},{},{},{},{},{},{},{},{}\n",
+            "{:.1},{},{:.2},{}\n",
             s.t,
             s.phase,
             s.rss_mib,
-            s.fds,
-            s.threads,
-            s.tasks,
-            s.inotify,
-            s.watched,
-            s.subscribers,
-            s.sessions,
-            s.listens
+            counts.join(",")
         );
     }
     w("soak.csv", &csv)?;
