@@ -1,5 +1,6 @@
 //! Scale-out over NATS: a [`ChangeBus`](mcpr_core::ChangeBus) that carries change events
-//! between replicas ([`NatsBus`]) and a per-mount watcher lease in JetStream ([`Lease`]).
+//! between replicas ([`NatsBus`]), a per-mount watcher lease in JetStream ([`Lease`]), and
+//! legacy HTTP sessions shared by the replicas ([`NatsSessions`], a `SessionHub`).
 //!
 //! This crate is a library only so far: the binary does not wire it (no `[cluster]` config
 //! yet), because exactly-once delivery across replicas needs the lease to decide which replica
@@ -8,9 +9,11 @@
 
 mod bus;
 mod lease;
+mod sessions;
 
 pub use bus::NatsBus;
 pub use lease::Lease;
+pub use sessions::NatsSessions;
 
 use sha2::{Digest, Sha256};
 

@@ -189,10 +189,7 @@ pub async fn serve(
             limits.session_idle_timeout,
         )
     });
-    let sessions = Arc::new(sessions::ResumeAfter::new(
-        manager.clone(),
-        roaming.clone(),
-    ));
+    let sessions = Arc::new(sessions::ResumeAfter::new(manager.clone(), roaming.clone()));
     let streams = CancellationToken::new();
     let mut config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(settings.allowed_hosts.clone())
@@ -216,9 +213,7 @@ pub async fn serve(
     let factory_state = state.clone();
     let factory_hub = settings.session_hub.clone();
     let mcp = StreamableHttpService::new(
-        move || {
-            Ok(McpHandler::new(factory_state.clone()).with_session_hub(factory_hub.clone()))
-        },
+        move || Ok(McpHandler::new(factory_state.clone()).with_session_hub(factory_hub.clone())),
         sessions,
         config,
     );
@@ -244,7 +239,10 @@ pub async fn serve(
         manager,
         auth.clone(),
         state.router().clone(),
-        settings.session_hub.clone().zip(roaming.map(|r| r.grants.clone())),
+        settings
+            .session_hub
+            .clone()
+            .zip(roaming.map(|r| r.grants.clone())),
     );
     // RFC 9728 protected-resource metadata: where clients find the authorization server.
     let metadata = settings.auth.as_ref().filter(|a| a.is_enabled()).map(|a| {
