@@ -45,20 +45,21 @@ async fn start_nats() -> Option<Nats> {
         l.local_addr().unwrap().port()
     };
     let dir = tempfile::tempdir().unwrap();
-    let child = Command::new(&bin)
-        .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
-        .arg(dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    // Owned by the guard at once: it is killed and waited for however the test ends.
+    let nats = Nats {
+        child: Command::new(&bin)
+            .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+        port,
+        _dir: dir,
+    };
     for _ in 0..200 {
         if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return Some(Nats {
-                child,
-                port,
-                _dir: dir,
-            });
+            return Some(nats);
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
