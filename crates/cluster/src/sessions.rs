@@ -446,3 +446,26 @@ impl SessionHub for NatsSessions {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signals_survive_the_wire_and_garbage_is_refused() {
+        for s in [
+            SessionSignal::Ended("a".into()),
+            SessionSignal::Subscriptions("b".into()),
+            SessionSignal::Holder {
+                session: "c".into(),
+                holder: "r-1".into(),
+            },
+        ] {
+            let wire = serde_json::to_vec(&signal_json(&s)).unwrap();
+            assert_eq!(parse_signal(&wire), Some(s));
+        }
+        assert_eq!(parse_signal(b"{}"), None);
+        assert_eq!(parse_signal(b"not json"), None);
+        assert_eq!(parse_signal(br#"{"holder": "x"}"#), None);
+    }
+}
