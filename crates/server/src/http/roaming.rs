@@ -177,23 +177,28 @@ impl Roaming {
             let out = Arc::new(Mutex::new(Some(tx.clone())));
             let resync = Arc::new(Notify::new());
             let (ready_tx, ready_rx) = oneshot::channel();
-            let task = tokio::spawn(hold(
-                self.clone(),
-                id.to_owned(),
-                grant,
-                out.clone(),
-                resync.clone(),
-                ready_tx,
-            ));
-            self.holders.lock().expect("holders lock").insert(
-                id.to_owned(),
-                Holder {
-                    token,
-                    out,
-                    resync,
-                    task,
-                },
-            );
+            // Spawned and inserted under the lock: a subscriptions signal is either handled
+            // before (the task's first read sees the change) or finds the holder.
+            {
+                let mut holders = self.holders.lock().expect("holders lock");
+                let task = tokio::spawn(hold(
+                    self.clone(),
+                    id.to_owned(),
+                    grant,
+                    out.clone(),
+                    resync.clone(),
+                    ready_tx,
+                ));
+                holders.insert(
+                    id.to_owned(),
+                    Holder {
+                        token,
+                        out,
+                        resync,
+                        task,
+                    },
+                );
+            }
             // The stream opens once the subscriptions are watched here: a change the client
             // makes after seeing it open is not missed.
             let _ = ready_rx.await;
