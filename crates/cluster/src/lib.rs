@@ -1,6 +1,6 @@
 //! Scale-out over NATS: a [`ChangeBus`](mcpr_core::ChangeBus) that carries change events
 //! between replicas ([`NatsBus`]), a per-mount watcher lease in JetStream ([`Lease`]), and
-//! legacy HTTP sessions shared by the replicas ([`NatsSessions`], a `SessionHub`).
+//! legacy HTTP sessions shared by the replicas ([`NatsSessionStore`], a `SessionHub`).
 //!
 //! This crate is a library only so far: the binary does not wire it (no `[cluster]` config
 //! yet), because exactly-once delivery across replicas needs the lease to decide which replica
@@ -13,7 +13,7 @@ mod sessions;
 
 pub use bus::NatsBus;
 pub use lease::Lease;
-pub use sessions::NatsSessions;
+pub use sessions::NatsSessionStore;
 
 use sha2::{Digest, Sha256};
 

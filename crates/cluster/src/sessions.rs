@@ -1,5 +1,5 @@
-//! [`NatsSessions`]: legacy HTTP sessions shared by a cluster's replicas, in JetStream (spoken
-//! to with raw `$JS.API` requests, so that servers from 2.9 on work), as rmcp's
+//! [`NatsSessionStore`]: legacy HTTP sessions shared by a cluster's replicas, in JetStream
+//! (spoken to with raw `$JS.API` requests, so that servers from 2.9 on work), as rmcp's
 //! `SessionStore` and our `SessionHub`.
 //!
 //! Two memory streams per cluster, whose messages expire after the idle session TTL unless
@@ -34,7 +34,7 @@ const WRONG_LAST_SEQUENCE: u64 = 10071;
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// See the module docs.
-pub struct NatsSessions {
+pub struct NatsSessionStore {
     client: async_nats::Client,
     cluster: String,
     ttl: Duration,
@@ -44,7 +44,7 @@ pub struct NatsSessions {
     task: tokio::task::JoinHandle<()>,
 }
 
-impl Drop for NatsSessions {
+impl Drop for NatsSessionStore {
     fn drop(&mut self) {
         self.task.abort();
     }
@@ -54,7 +54,7 @@ fn error(e: impl std::fmt::Display) -> SessionStoreError {
     e.to_string().into()
 }
 
-impl NatsSessions {
+impl NatsSessionStore {
     /// Create (or find, with the same settings) cluster `cluster`'s session streams and
     /// listen for its signals. A session unused for `idle_ttl` is forgotten; each keeps at
     /// most `events_per_session` notifications for `Last-Event-ID` resumption. Replicas of
@@ -282,7 +282,7 @@ fn parse_signal(payload: &[u8]) -> Option<SessionSignal> {
 }
 
 #[async_trait::async_trait]
-impl SessionStore for NatsSessions {
+impl SessionStore for NatsSessionStore {
     async fn load(&self, session: &str) -> Result<Option<SessionState>, SessionStoreError> {
         let stream = records_stream(&self.cluster);
         match self.last(&stream, &self.record(session, "state")).await? {
@@ -313,7 +313,7 @@ impl SessionStore for NatsSessions {
 }
 
 #[async_trait::async_trait]
-impl SessionHub for NatsSessions {
+impl SessionHub for NatsSessionStore {
     async fn set_owner(&self, session: &str, owner: &str) -> Result<(), SessionStoreError> {
         self.put(
             &self.record(session, "owner"),

@@ -1,7 +1,7 @@
 //! Legacy sessions roaming over three replicas (in-process servers on loopback, each with its
-//! own NATS connection, [`NatsBus`] and [`NatsSessions`]) against a real `nats-server -js` this
-//! test starts on a random port. Raw HTTP. Without the binary the tests say so and pass,
-//! except under `CI=true`, where it is a failure.
+//! own NATS connection, [`NatsBus`] and [`NatsSessionStore`]) against a real
+//! `nats-server -js` this test starts on a random port. Raw HTTP. Without the binary the
+//! tests say so and pass, except under `CI=true`, where it is a failure.
 
 use std::collections::HashSet;
 use std::process::{Child, Command, Stdio};
@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt as _;
-use mcpr_cluster::{NatsBus, NatsSessions};
+use mcpr_cluster::{NatsBus, NatsSessionStore};
 use mcpr_core::Provider;
 use mcpr_provider_files::{FilesConfig, FilesProvider};
 use mcpr_server::http::{AuthSettings, HttpSettings, StaticToken};
@@ -74,7 +74,7 @@ async fn replica(root: &std::path::Path, port: u16, auth: Option<AuthSettings>) 
     let bus = NatsBus::new(client.clone(), "roam", HashSet::new());
     let provider: Arc<dyn Provider> = Arc::new(FilesProvider::new(FilesConfig::new(root)).unwrap());
     let state = ServerState::with_bus(Settings::default(), vec![(provider, None)], Arc::new(bus));
-    let hub = NatsSessions::connect(client, "roam", Duration::from_secs(60), 16)
+    let hub = NatsSessionStore::connect(client, "roam", Duration::from_secs(60), 16)
         .await
         .unwrap();
     let mut http = HttpSettings::new("127.0.0.1:0".parse().unwrap());
