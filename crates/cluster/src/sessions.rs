@@ -14,7 +14,7 @@
 //!   replays nothing of that session.
 //!
 //! Signals (a session ended, its subscriptions changed, its stream changed holder) travel on
-//! core NATS subject `mcpr.<cluster>.sctl`.
+//! core NATS subject `mcpr.<cluster>.sctl`, naming sessions by the same hash, not their ids.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -307,13 +307,16 @@ impl SessionStore for NatsSessionStore {
         self.purge(&events_stream(&self.cluster), &self.log(session))
             .await?;
         self.touched.lock().expect("touched lock").remove(session);
-        self.announce(SessionSignal::Ended(session.to_owned()))
-            .await
+        self.announce(SessionSignal::Ended(self.key(session))).await
     }
 }
 
 #[async_trait::async_trait]
 impl SessionHub for NatsSessionStore {
+    fn key(&self, session: &str) -> String {
+        crate::token(session, 16)
+    }
+
     async fn set_owner(&self, session: &str, owner: &str) -> Result<(), SessionStoreError> {
         self.put(
             &self.record(session, "owner"),
@@ -365,7 +368,7 @@ impl SessionHub for NatsSessionStore {
             }
             let data = serde_json::to_vec(&uris).map_err(error)?;
             if self.put(&subject, data, Some(seq)).await?.is_some() {
-                self.announce(SessionSignal::Subscriptions(session.to_owned()))
+                self.announce(SessionSignal::Subscriptions(self.key(session)))
                     .await?;
                 return Ok(uris);
             }

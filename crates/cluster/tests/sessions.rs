@@ -251,6 +251,13 @@ async fn a_session_roams_over_three_replicas() {
     let b = replica(&root, nats.port, None).await;
     let c = replica(&root, nats.port, None).await;
 
+    // Everything the replicas signal each other, to check no session id travels.
+    let spy = async_nats::connect(format!("nats://127.0.0.1:{}", nats.port))
+        .await
+        .unwrap();
+    let mut signals = spy.subscribe("mcpr.roam.sctl").await.unwrap();
+    spy.flush().await.unwrap();
+
     // Created on A, continued on B: subscribe there.
     let id = initialize(&a, None).await;
     let listed = answer(post(&b, Some(&id), None, list()).await).await;
@@ -337,6 +344,16 @@ async fn a_session_roams_over_three_replicas() {
     assert_eq!(resp.status(), 404);
     // The other session lives on.
     status_within(&a, &other, 200).await;
+
+    let mut seen = 0;
+    while let Ok(Some(msg)) = tokio::time::timeout(Duration::from_millis(200), signals.next()).await
+    {
+        let text = String::from_utf8_lossy(&msg.payload).into_owned();
+        assert!(!text.contains(&id) && !text.contains(&other), "{text}");
+        seen += 1;
+    }
+    // Subscribe, unsubscribe, three holders, the other session's holders, the end.
+    assert!(seen >= 6, "only {seen} signals");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,7 +12,8 @@ use tokio::sync::broadcast;
 
 pub use rmcp::transport::streamable_http_server::session::{SessionStore, SessionStoreError};
 
-/// What one replica tells the others about a session.
+/// What one replica tells the others about a session, named by its key
+/// ([`SessionHub::key`]), never its id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SessionSignal {
     /// The session was ended (`DELETE`): drop the local copy and close its streams.
@@ -22,7 +23,7 @@ pub enum SessionSignal {
     /// `holder` (a replica's stream token) now serves the session's notification stream;
     /// any other holder stops.
     Holder {
-        /// The session id.
+        /// The session's key.
         session: String,
         /// The new holder's token.
         holder: String,
@@ -33,6 +34,9 @@ pub enum SessionSignal {
 /// records or logs is visible through another id.
 #[async_trait::async_trait]
 pub trait SessionHub: SessionStore {
+    /// How signals name `session`: a hash, so that ids, which let a client use a session,
+    /// never travel between replicas.
+    fn key(&self, session: &str) -> String;
     /// Record the owner of `session` (a hash of the creating identity, never a token).
     async fn set_owner(&self, session: &str, owner: &str) -> Result<(), SessionStoreError>;
     /// The recorded owner of `session`, if any.

@@ -56,6 +56,8 @@ pub(crate) struct Roaming {
 }
 
 struct Holder {
+    /// The session's key in signals.
+    key: String,
     token: String,
     /// The open GET stream, if any.
     out: Arc<Mutex<Option<mpsc::Sender<ServerSseMessage>>>>,
@@ -118,24 +120,43 @@ impl Roaming {
 
     async fn on_signal(&self, signal: SessionSignal) {
         match signal {
-            SessionSignal::Ended(id) => {
-                drop(self.holders.lock().expect("holders lock").remove(&id));
-                if let Err(e) = self.local.close_session(&id.as_str().into()).await {
-                    tracing::debug!(error = %e, "cannot close an ended session");
+            SessionSignal::Ended(key) => {
+                drop(self.take_holder(&key, None));
+                let ids: Vec<_> = self
+                    .local
+                    .sessions
+                    .read()
+                    .await
+                    .keys()
+                    .filter(|id| self.hub.key(id) == key)
+                    .cloned()
+                    .collect();
+                for id in ids {
+                    if let Err(e) = self.local.close_session(&id).await {
+                        tracing::debug!(error = %e, "cannot close an ended session");
+                    }
                 }
             }
-            SessionSignal::Subscriptions(id) => {
-                if let Some(h) = self.holders.lock().expect("holders lock").get(&id) {
+            SessionSignal::Subscriptions(key) => {
+                let holders = self.holders.lock().expect("holders lock");
+                if let Some(h) = holders.values().find(|h| h.key == key) {
                     h.resync.notify_one();
                 }
             }
             SessionSignal::Holder { session, holder } => {
-                let mut holders = self.holders.lock().expect("holders lock");
-                if holders.get(&session).is_some_and(|h| h.token != holder) {
-                    drop(holders.remove(&session));
-                }
+                drop(self.take_holder(&session, Some(&holder)));
             }
         }
+    }
+
+    /// Remove this replica's holder of the session keyed `key`, unless its token is `keep`.
+    fn take_holder(&self, key: &str, keep: Option<&str>) -> Option<Holder> {
+        let mut holders = self.holders.lock().expect("holders lock");
+        let id = holders
+            .iter()
+            .find(|(_, h)| h.key == key && Some(h.token.as_str()) != keep)
+            .map(|(id, _)| id.clone())?;
+        holders.remove(&id)
     }
 
     /// The session is in use on this replica.
@@ -167,7 +188,7 @@ impl Roaming {
             if let Err(e) = self
                 .hub
                 .announce(SessionSignal::Holder {
-                    session: id.to_owned(),
+                    session: self.hub.key(id),
                     holder: token.clone(),
                 })
                 .await
@@ -192,6 +213,7 @@ impl Roaming {
                 holders.insert(
                     id.to_owned(),
                     Holder {
+                        key: self.hub.key(id),
                         token,
                         out,
                         resync,
