@@ -68,16 +68,27 @@ async fn start_nats() -> Option<Nats> {
 
 /// One replica over `root`: its MCP endpoint's URL.
 async fn replica(root: &std::path::Path, port: u16, auth: Option<AuthSettings>) -> String {
+    replica_with_ttl(root, port, auth, Duration::from_secs(60)).await
+}
+
+/// A replica whose sessions are forgotten after `ttl` unused.
+async fn replica_with_ttl(
+    root: &std::path::Path,
+    port: u16,
+    auth: Option<AuthSettings>,
+    ttl: Duration,
+) -> String {
     let client = async_nats::connect(format!("nats://127.0.0.1:{port}"))
         .await
         .unwrap();
-    let bus = NatsBus::new(client.clone(), "roam", HashSet::new());
+    let bus = NatsBus::new(client.clone(), &cluster_of(ttl), HashSet::new());
     let provider: Arc<dyn Provider> = Arc::new(FilesProvider::new(FilesConfig::new(root)).unwrap());
     let state = ServerState::with_bus(Settings::default(), vec![(provider, None)], Arc::new(bus));
-    let hub = NatsSessionStore::connect(client, "roam", Duration::from_secs(60), 16)
+    let hub = NatsSessionStore::connect(client, &cluster_of(ttl), ttl, 16)
         .await
         .unwrap();
     let mut http = HttpSettings::new("127.0.0.1:0".parse().unwrap());
+    http.limits.session_idle_timeout = ttl;
     http.session_hub = Some(hub);
     http.auth = auth;
     let server = mcpr_server::http::serve(state, http, std::future::pending())
@@ -88,6 +99,15 @@ async fn replica(root: &std::path::Path, port: u16, auth: Option<AuthSettings>) 
         let _ = server.wait().await;
     });
     url
+}
+
+/// Replicas of one cluster must agree on the TTL: one cluster name per TTL.
+fn cluster_of(ttl: Duration) -> String {
+    if ttl == Duration::from_secs(60) {
+        "roam".into()
+    } else {
+        format!("roam{}", ttl.as_millis())
+    }
 }
 
 fn request(
@@ -400,4 +420,31 @@ async fn a_roaming_session_stays_bound_to_its_creator() {
     .await
     .unwrap();
     assert_eq!(resp.status(), 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_in_use_stays_shared_and_an_idle_one_is_forgotten() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let Some(nats) = start_nats().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::write(root.join("a.md"), "a").unwrap();
+    let ttl = Duration::from_secs(2);
+    let a = replica_with_ttl(&root, nats.port, None, ttl).await;
+    let b = replica_with_ttl(&root, nats.port, None, ttl).await;
+    let c = replica_with_ttl(&root, nats.port, None, ttl).await;
+
+    // Used on A for twice the TTL: its shared records are kept alive, B restores it.
+    let id = initialize(&a, None).await;
+    for _ in 0..8 {
+        answer(post(&a, Some(&id), None, list()).await).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    answer(post(&b, Some(&id), None, list()).await).await;
+    // Unused for longer than the TTL: gone from the store, unknown to C.
+    tokio::time::sleep(ttl + Duration::from_secs(1)).await;
+    let resp = post(&c, Some(&id), None, list()).await;
+    assert_eq!(resp.status(), 404, "{}", resp.text().await.unwrap());
 }

@@ -53,6 +53,8 @@ pub(crate) struct Roaming {
     capacity: usize,
     /// A holder whose stream stayed closed this long stops watching.
     idle: Duration,
+    /// Session → when this replica last asked the hub to keep it alive.
+    touched: Mutex<HashMap<String, std::time::Instant>>,
 }
 
 struct Holder {
@@ -98,6 +100,7 @@ impl Roaming {
             holders: Mutex::new(HashMap::new()),
             capacity: capacity.max(1),
             idle,
+            touched: Mutex::new(HashMap::new()),
         });
         let mut signals = this.hub.signals();
         let weak = Arc::downgrade(&this);
@@ -159,9 +162,27 @@ impl Roaming {
         holders.remove(&id)
     }
 
-    /// The session is in use on this replica.
-    pub(crate) async fn touch(&self, id: &str) {
-        self.hub.touch(id).await;
+    /// The session is in use on this replica. In the background: a request must not wait
+    /// on NATS for bookkeeping.
+    pub(crate) fn touch(&self, id: &str) {
+        {
+            // A task only when a refresh may be due: most requests spawn nothing.
+            let now = std::time::Instant::now();
+            let mut touched = self.touched.lock().expect("touched lock");
+            if touched
+                .get(id)
+                .is_some_and(|t| now.duration_since(*t) < self.idle / 8)
+            {
+                return;
+            }
+            if touched.len() > 4096 {
+                touched.retain(|_, t| now.duration_since(*t) < self.idle);
+            }
+            touched.insert(id.to_owned(), now);
+        }
+        let hub = self.hub.clone();
+        let id = id.to_owned();
+        tokio::spawn(async move { hub.touch(&id).await });
     }
 
     /// Open the session's notification stream here: replay the log after `after` (when
@@ -338,7 +359,7 @@ async fn hold(
                 let open = out.lock().expect("out lock").as_ref().is_some_and(|t| !t.is_closed());
                 if open {
                     closed_since = None;
-                    roaming.touch(&id).await;
+                    roaming.touch(&id);
                 } else {
                     let since = *closed_since.get_or_insert_with(tokio::time::Instant::now);
                     if since.elapsed() >= roaming.idle {

@@ -90,7 +90,7 @@ impl SessionManager for ResumeAfter {
         let has = self.inner.has_session(id).await?;
         if has && let Some(r) = &self.roaming {
             // Every request of a session asks this first: keep its shared records alive.
-            r.touch(id).await;
+            r.touch(id);
         }
         Ok(has)
     }
