@@ -448,3 +448,33 @@ async fn a_session_in_use_stays_shared_and_an_idle_one_is_forgotten() {
     let resp = post(&c, Some(&id), None, list()).await;
     assert_eq!(resp.status(), 404, "{}", resp.text().await.unwrap());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_nats_a_subscribe_fails_clearly_and_other_requests_go_on() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let Some(nats) = start_nats().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::write(root.join("a.md"), "a").unwrap();
+    let a = replica(&root, nats.port, None).await;
+    let id = initialize(&a, None).await;
+    let listed = answer(post(&a, Some(&id), None, list()).await).await;
+    let uri = listed["result"]["resources"][0]["uri"].clone();
+    drop(nats);
+
+    // The session lives on this replica: requests that need no shared record still work.
+    answer(post(&a, Some(&id), None, list()).await).await;
+    let started = std::time::Instant::now();
+    let sub =
+        json!({"jsonrpc": "2.0", "id": 8, "method": "resources/subscribe", "params": {"uri": uri}});
+    let done = answer(post(&a, Some(&id), None, sub).await).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
+    let message = done["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("shared session store"), "{done}");
+}
