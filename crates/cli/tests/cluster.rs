@@ -548,7 +548,6 @@ async fn three_replicas_watch_each_source_once_and_survive_failures() {
     let lm = mount_of("db://lite");
     let pm = pg.as_ref().map(|_| mount_of("db://pg"));
     for r in &replicas {
-        let r = &*r;
         wait_for("every replica ready", Duration::from_secs(10), async || {
             r.get("/readyz").await.0 == 200 && r.cluster_metrics().await.1 == 1
         })
