@@ -295,7 +295,14 @@ async fn listen(http: &reqwest::Client, r: &Replica, uris: &[&str]) -> Heard {
 }
 
 /// A legacy session on `r` subscribed to `uris`, its GET stream followed.
-async fn legacy_session(http: &reqwest::Client, r: &Replica, uris: &[&str]) -> Heard {
+/// A subscription in `refused` must fail as it would without a cluster (the watcher's
+/// provider refuses it).
+async fn legacy_session(
+    http: &reqwest::Client,
+    r: &Replica,
+    uris: &[&str],
+    refused: &[&str],
+) -> Heard {
     let post = |sid: Option<&str>, body: Value| {
         let mut b = http
             .post(r.url())
@@ -336,6 +343,19 @@ async fn legacy_session(http: &reqwest::Client, r: &Replica, uris: &[&str]) -> H
         .unwrap();
         let body = resp.text().await.unwrap();
         assert!(body.contains("\"result\""), "{body}");
+    }
+    for uri in refused {
+        let resp = post(
+            Some(&sid),
+            json!({"jsonrpc": "2.0", "id": 99, "method": "resources/subscribe", "params": {"uri": uri}}),
+        )
+        .await
+        .unwrap();
+        let body = resp.text().await.unwrap();
+        assert!(
+            body.contains("\"error\"") && body.contains("not found"),
+            "{body}"
+        );
     }
     let get = http
         .get(r.url())
@@ -504,7 +524,7 @@ async fn three_replicas_watch_each_source_once_and_survive_failures() {
     let secret = "pw-n0t-for-logs";
     let mut config = format!(
         "[server]\npage_size = 2\n[cluster]\nnats_url = \"nats://u:{secret}@127.0.0.1:{}\"\nname = \"{cluster}\"\nlease_ttl_ms = {TTL_MS}\n\
-         [[mount]]\nkind = \"files\"\nroot = \"{}\"\nshared = true\n\
+         [[mount]]\nkind = \"files\"\nroot = \"{}\"\nshared = true\ndeny = [\"*.secret\"]\n\
          [[mount]]\nkind = \"sqlite\"\nname = \"lite\"\nurl = \"sqlite://{}\"\npoll_interval_ms = 100\n",
         nats.port,
         files.display(),
@@ -576,7 +596,10 @@ async fn three_replicas_watch_each_source_once_and_survive_failures() {
     }
     let on_a = listen(&http, &replicas[a], &uris).await;
     let on_b = listen(&http, &replicas[b], &uris).await;
-    let legacy = legacy_session(&http, &replicas[a], &uris).await;
+    // A denied file: the watcher's provider refuses the watch, as it would locally.
+    std::fs::write(files.join("x.secret"), "s").unwrap();
+    let missing = file_uri(&files.join("x.secret"));
+    let legacy = legacy_session(&http, &replicas[a], &uris, &[&missing]).await;
     let streams = [&on_a, &on_b, &legacy];
     // The watches start on the watcher before the subscriptions are answered; a breath for
     // the GET stream to be attached.
