@@ -2,8 +2,11 @@
 //! (spoken to with raw `$JS.API` requests, so that servers from 2.9 on work), as rmcp's
 //! `SessionStore` and our `SessionHub`.
 //!
-//! Two memory streams per cluster, whose messages expire after the idle session TTL unless
-//! a replica using the session rewrites them ([`SessionHub::touch`]):
+//! Two file-backed streams per cluster (so a NATS restart loses no session), whose messages
+//! expire after the idle session TTL unless a replica using the session rewrites them
+//! ([`SessionHub::touch`]). They are created on first use, not at start, so a replica whose
+//! NATS is down at start still starts (its roaming sessions fail clearly until NATS is up),
+//! and again whenever NATS says they are missing (a NATS that lost its storage):
 //! - `MCPR_<cluster>_SESSIONS`, one message per subject, `mcpr.<cluster>.sess.<h>.<record>`
 //!   where `<h>` hashes the session id and `<record>` is `state` (rmcp's handshake), `owner`
 //!   (a hash of the creating identity) or `subs` (the subscribed URIs, changed with a
@@ -42,6 +45,9 @@ pub struct NatsSessionStore {
     /// Session → when this replica last rewrote its records.
     touched: Mutex<HashMap<String, Instant>>,
     task: tokio::task::JoinHandle<()>,
+    events_per_session: usize,
+    /// Whether the streams are known to exist (cleared when NATS says one is missing).
+    streams: tokio::sync::Mutex<bool>,
 }
 
 impl Drop for NatsSessionStore {
@@ -55,8 +61,8 @@ fn error(e: impl std::fmt::Display) -> SessionStoreError {
 }
 
 impl NatsSessionStore {
-    /// Create (or find, with the same settings) cluster `cluster`'s session streams and
-    /// listen for its signals. A session unused for `idle_ttl` is forgotten; each keeps at
+    /// Listen for cluster `cluster`'s session signals; the session streams are created (or
+    /// found, with the same settings) on first use. Never waits for NATS. A session unused for `idle_ttl` is forgotten; each keeps at
     /// most `events_per_session` notifications for `Last-Event-ID` resumption. Replicas of
     /// one cluster must agree on both. Set the result as `HttpSettings::session_hub`.
     pub async fn connect(
@@ -65,43 +71,13 @@ impl NatsSessionStore {
         idle_ttl: Duration,
         events_per_session: usize,
     ) -> Result<Arc<Self>, String> {
-        let max_age = u64::try_from(idle_ttl.as_nanos()).unwrap_or(u64::MAX);
-        for (name, subjects, per_subject) in [
-            (records_stream(cluster), format!("mcpr.{cluster}.sess.>"), 1),
-            (
-                events_stream(cluster),
-                format!("mcpr.{cluster}.sev.>"),
-                i64::try_from(events_per_session.max(1)).unwrap_or(i64::MAX),
-            ),
-        ] {
-            let config = json!({
-                "name": name,
-                "subjects": [subjects],
-                "max_msgs_per_subject": per_subject,
-                "max_age": max_age,
-                "storage": "memory",
-                "num_replicas": 1,
-                "discard": "old",
-            });
-            let v = api(&client, &format!("$JS.API.STREAM.CREATE.{name}"), &config)
-                .await
-                .map_err(|e| format!("cannot create the session stream {name}: {e}"))?;
-            if let Some(e) = v.get("error") {
-                return Err(format!(
-                    "cannot create the session stream {name} (do all replicas use the same session_idle_timeout and event_store_capacity?): {}",
-                    e.get("description").and_then(|d| d.as_str()).unwrap_or("?")
-                ));
-            }
-        }
         let (signals, _) = broadcast::channel(1024);
         let mut sub = client
             .subscribe(control_subject(cluster))
             .await
             .map_err(|e| format!("cannot subscribe to session signals: {e}"))?;
-        client
-            .flush()
-            .await
-            .map_err(|e| format!("cannot subscribe to session signals: {e}"))?;
+        // No flush: with NATS down at start the subscription is sent once it connects (and
+        // again after every reconnect, by the client).
         let tx = signals.clone();
         let task = tokio::spawn(async move {
             while let Some(msg) = sub.next().await {
@@ -120,7 +96,57 @@ impl NatsSessionStore {
             signals,
             touched: Mutex::new(HashMap::new()),
             task,
+            events_per_session,
+            streams: tokio::sync::Mutex::new(false),
         }))
+    }
+
+    /// Create the streams unless they are known to exist.
+    async fn ensure_streams(&self) -> Result<(), SessionStoreError> {
+        let mut ready = self.streams.lock().await;
+        if *ready {
+            return Ok(());
+        }
+        let (client, cluster, idle_ttl, events_per_session) =
+            (&self.client, self.cluster.as_str(), self.ttl, self.events_per_session);
+        let max_age = u64::try_from(idle_ttl.as_nanos()).unwrap_or(u64::MAX);
+        for (name, subjects, per_subject) in [
+            (records_stream(cluster), format!("mcpr.{cluster}.sess.>"), 1),
+            (
+                events_stream(cluster),
+                format!("mcpr.{cluster}.sev.>"),
+                i64::try_from(events_per_session.max(1)).unwrap_or(i64::MAX),
+            ),
+        ] {
+            let config = json!({
+                "name": name,
+                "subjects": [subjects],
+                "max_msgs_per_subject": per_subject,
+                "max_age": max_age,
+                "storage": "file",
+                "num_replicas": 1,
+                "discard": "old",
+            });
+            let v = api(client, &format!("$JS.API.STREAM.CREATE.{name}"), &config)
+                .await
+                .map_err(|e| error(format!("cannot create the session stream {name}: {e}")))?;
+            if let Some(e) = v.get("error") {
+                return Err(error(format!(
+                    "cannot create the session stream {name} (do all replicas use the same session_idle_timeout and event_store_capacity?): {}",
+                    e.get("description").and_then(|d| d.as_str()).unwrap_or("?")
+                )));
+            }
+        }
+        *ready = true;
+        Ok(())
+    }
+
+    /// Forget that the streams exist after NATS said `e` (a stream missing: recreate it next
+    /// time).
+    async fn check_missing(&self, e: &str) {
+        if e.contains("no responders") || e.contains("10059") || e.contains("stream not found") {
+            *self.streams.lock().await = false;
+        }
     }
 
     fn record(&self, session: &str, record: &str) -> String {
@@ -149,6 +175,7 @@ impl NatsSessionStore {
         stream: &str,
         request: &Value,
     ) -> Result<Option<(u64, Vec<u8>)>, SessionStoreError> {
+        self.ensure_streams().await?;
         let v = api(
             &self.client,
             &format!("$JS.API.STREAM.MSG.GET.{stream}"),
@@ -159,6 +186,7 @@ impl NatsSessionStore {
             if e.get("err_code").and_then(Value::as_u64) == Some(NO_MESSAGE) {
                 return Ok(None);
             }
+            self.check_missing(&e.to_string()).await;
             return Err(error(format!("message get failed: {e}")));
         }
         let seq = v
@@ -183,6 +211,7 @@ impl NatsSessionStore {
         payload: Vec<u8>,
         expected: Option<u64>,
     ) -> Result<Option<u64>, SessionStoreError> {
+        self.ensure_streams().await?;
         let mut headers = async_nats::HeaderMap::new();
         if let Some(seq) = expected {
             headers.insert(
@@ -196,8 +225,15 @@ impl NatsSessionStore {
                 .request_with_headers(subject.to_owned(), headers, payload.into()),
         )
         .await
-        .map_err(|_| error("NATS did not answer in time"))?
-        .map_err(error)?;
+        .map_err(|_| error("NATS did not answer in time"))?;
+        let reply = match reply {
+            Ok(r) => r,
+            Err(e) => {
+                // No stream captures the subject: NATS lost it; recreate it next time.
+                self.check_missing(&e.to_string()).await;
+                return Err(error(e));
+            }
+        };
         let v: Value = serde_json::from_slice(&reply.payload).map_err(error)?;
         if let Some(e) = v.get("error") {
             if e.get("err_code").and_then(Value::as_u64) == Some(WRONG_LAST_SEQUENCE) {
@@ -212,6 +248,7 @@ impl NatsSessionStore {
     }
 
     async fn purge(&self, stream: &str, filter: &str) -> Result<(), SessionStoreError> {
+        self.ensure_streams().await?;
         let v = api(
             &self.client,
             &format!("$JS.API.STREAM.PURGE.{stream}"),
