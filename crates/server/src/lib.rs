@@ -98,6 +98,9 @@ pub struct ServerState {
     pub(crate) read_budget: layers::ReadBudget,
     /// The tool bridge's tools; empty when it is off.
     pub(crate) tools: Vec<rmcp::model::Tool>,
+    /// Cancelled when an HTTP shutdown's grace period is over: reads still running then
+    /// answer a clear error instead of being cut off with their connection.
+    pub(crate) reads_cut: tokio_util::sync::CancellationToken,
 }
 
 impl ServerState {
@@ -166,6 +169,7 @@ impl ServerState {
             list_cache: list_cache.unwrap_or_default(),
             info,
             metrics: metrics::Metrics::default(),
+            reads_cut: tokio_util::sync::CancellationToken::new(),
         })
     }
 
