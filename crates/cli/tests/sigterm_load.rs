@@ -347,8 +347,8 @@ fn sigterm_with_sixty_reads_in_flight() {
         exited.0
     );
     // The stuck reads held the shutdown for the whole grace, and no longer: then at most
-    // half a second for their answers, a second for streams to close and the runtime's 200 ms: with margin
-    // for a loaded machine, but far from a hang.
+    // half a second for their answers, a second for streams to close and the runtime's
+    // 200 ms; the bound leaves margin for a loaded machine, but is far from a hang.
     assert!(
         exited.1 >= GRACE,
         "exited {:?} after SIGTERM, before the grace of {GRACE:?} with reads in flight",

@@ -136,8 +136,8 @@ pub(crate) fn read_path(
 /// answers [`changed_while_read`] rather than loop behind a file rewritten without pause.
 const REREAD_ATTEMPTS: usize = 5;
 
-/// The facts about an open file that any write, truncation or replacement changes: size,
-/// modification and status-change times to the nanosecond, and the inode. Linux 6.13 and
+/// The facts about an open file that a write or truncation changes: size, modification and
+/// status-change times to the nanosecond, and the inode with its device. Linux 6.13 and
 /// later give a fine-grained ctime to a change that follows a stat, so a rewrite during the
 /// read shows even when it keeps the length; older kernels stamp times in ticks of a few
 /// milliseconds, and there a same-length rewrite within one tick can go unseen.
