@@ -463,12 +463,20 @@ impl Service {
     /// authentication). A URI of a mount the caller may not see is not found, like one no
     /// mount owns; a mount that does not declare reads answers [`ErrorKind::Unsupported`].
     pub async fn read(&self, grant: Option<&Grant>, uri: &str) -> Result<ReadOutcome> {
-        metered(
+        let read = metered(
             &self.state.metrics,
             "resources/read",
             self.read_uri(grant, uri),
-        )
-        .await
+        );
+        tokio::select! {
+            r = read => r,
+            () = self.state.reads_cut.cancelled() => Err(Error::new(
+                ErrorKind::Unavailable,
+                "the server is shutting down: this read was still running when the shutdown \
+                 grace period (shutdown_grace_ms) ended; try again",
+            )
+            .with_uri(uri)),
+        }
     }
 
     async fn read_uri(&self, grant: Option<&Grant>, raw: &str) -> Result<ReadOutcome> {

@@ -303,10 +303,18 @@ pub async fn serve(
     let drained = Arc::new(tokio::sync::Notify::new());
     let graceful = {
         let drained = drained.clone();
+        let reads_cut = state.reads_cut.clone();
         async move {
             shutdown.await;
             tracing::info!("shutting down: refusing new requests, finishing in-flight ones");
             edge.drain().await;
+            // Reads still running answer an error that says why, rather than a stream or
+            // connection cut with no answer; a moment for those answers to be written.
+            reads_cut.cancel();
+            let flush = tokio::time::Instant::now() + std::time::Duration::from_millis(500);
+            while edge.inflight() > 0 && tokio::time::Instant::now() < flush {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
             streams.cancel();
             drained.notify_one();
         }
