@@ -20,7 +20,7 @@ use rmcp::ServiceExt as _;
 /// jemalloc rather than glibc malloc: under session churn glibc kept every page it had
 /// touched and its RSS kept creeping, where jemalloc levels off and returns freed pages
 /// (measured with `cargo xtask soak`, README "Soak").
-#[cfg(not(target_env = "msvc"))]
+#[cfg(all(feature = "jemalloc", not(target_env = "msvc")))]
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
