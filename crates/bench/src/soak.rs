@@ -2,9 +2,10 @@
 //! churning against files, SQLite and PostgreSQL mounts for a number of minutes, with the
 //! server's resources sampled from `/proc` and `/metrics` every 10 s.
 //!
-//! The run has four phases. A warm-up touches every mount once (so the SQL pools hold their
+//! The run has five phases. A warm-up touches every mount once (so the SQL pools hold their
 //! one connection) and then waits until the server is idle: the sample taken then is the
-//! baseline. The churn follows: every legacy session slot cycles through open, subscribe,
+//! baseline. The load then starts, and its first minute is a ramp, sampled but left out of
+//! the RSS comparison (see [`RAMP`]). The churn follows under the same load: every legacy session slot cycles through open, subscribe,
 //! read, subscribe, read, unsubscribe ("cancel"), read and close-and-reopen, some sessions
 //! with their GET stream; every listen slot opens a stream on one to three URIs, reads
 //! notifications for a few seconds and drops the connection; a changer rewrites files and
@@ -14,7 +15,7 @@
 //! baseline, RSS grew less than 5 % between the first and the last third of the churn,
 //! fewer than 1 % of requests failed, and notifications reached both kinds of client.
 //!
-//! Resident memory is not required to fall back to the idle baseline: the allocator keeps
+//! Resident memory is not required to fall back to the idle baseline: an allocator may keep
 //! freed pages for reuse, so the churn's steady state is the meaningful comparison.
 
 use crate::http::Conn;
@@ -44,6 +45,11 @@ const GET_STREAMS: usize = 100;
 const FILES: usize = 40;
 /// RSS may grow at most this much between the first and the last third of the churn.
 const RSS_GROWTH_LIMIT: f64 = 0.05;
+/// Full load before the measured churn. The live heap reaches its level within the first
+/// 10 s of load, but RSS follows for about a minute while the allocator touches the pages
+/// it hands out (heaptrack and the soak's RSS series, README "Soak"); comparing thirds that
+/// start with that climb would measure the climb, not growth.
+const RAMP: Duration = Duration::from_secs(60);
 
 const META_2026: &str = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"mcpr-soak","version":"0"}}"#;
 const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"mcpr-soak","version":"0"}}}"#;
@@ -295,12 +301,18 @@ pub fn run(args: &[String]) -> Result<(), String> {
             changer(&c, &files, &sqlite, &url, &table)
         }));
     }
-    let churn_end_at = Instant::now() + churn;
+    let ramp_end_at = Instant::now() + RAMP;
+    let churn_end_at = ramp_end_at + churn;
     let mut next = Instant::now() + SAMPLE_EVERY;
     while Instant::now() < churn_end_at {
         sleep_until(next.min(churn_end_at));
         if Instant::now() >= next {
-            let s = sample(pid, &addr, start.elapsed().as_secs_f64(), "churn")?;
+            let phase = if Instant::now() < ramp_end_at {
+                "ramp"
+            } else {
+                "churn"
+            };
+            let s = sample(pid, &addr, start.elapsed().as_secs_f64(), phase)?;
             eprintln!("soak: {}", row(&s));
             samples.push(s);
             next += SAMPLE_EVERY;
@@ -410,13 +422,18 @@ pub fn run(args: &[String]) -> Result<(), String> {
         ));
     }
 
-    let peak_sessions = churned.iter().map(|s| s.sessions).max().unwrap_or(0);
-    let peak_listens = churned.iter().map(|s| s.listens).max().unwrap_or(0);
+    let loaded: Vec<&Sample> = samples
+        .iter()
+        .filter(|s| s.phase == "ramp" || s.phase == "churn")
+        .collect();
+    let peak_sessions = loaded.iter().map(|s| s.sessions).max().unwrap_or(0);
+    let peak_listens = loaded.iter().map(|s| s.listens).max().unwrap_or(0);
     let summary = format!(
-        "{:.1} min churn, {} session slots ({peak_sessions} open at the busiest sample), {} listen slots ({peak_listens} open at the busiest sample); \
+        "{} s ramp then {:.1} min churn, {} session slots ({peak_sessions} open at the busiest sample), {} listen slots ({peak_listens} open at the busiest sample); \
          {requests} requests ({errors} failed), {} sessions and {} listen streams opened, {} changes made, \
          {legacy_n} notifications on legacy GET streams and {listen_n} on listen streams; \
          RSS {:+.1} % between the first and last third of the churn",
+        RAMP.as_secs(),
         o.minutes,
         o.sessions,
         o.listens,

@@ -17,6 +17,13 @@ use mcpr_core::Provider;
 use mcpr_server::{McpHandler, ServerState};
 use rmcp::ServiceExt as _;
 
+/// jemalloc rather than glibc malloc: under session churn glibc kept every page it had
+/// touched and its RSS kept creeping, where jemalloc levels off and returns freed pages
+/// (measured with `cargo xtask soak`, README "Soak").
+#[cfg(all(feature = "jemalloc", not(target_env = "msvc")))]
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// Serve local data to AI applications as MCP resources: read-only, sandboxed, fast.
 #[derive(Parser)]
 #[command(name = "mcp-resources", version, about, long_about = None)]
