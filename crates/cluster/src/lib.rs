@@ -10,12 +10,12 @@ mod lease;
 mod sessions;
 mod watch;
 
+/// The NATS connection a replica joined with ([`Joined::client`]).
+pub use async_nats::Client as NatsClient;
 pub use bus::NatsBus;
 pub use lease::Lease;
 pub use sessions::NatsSessionStore;
 pub use watch::{ClusterMount, ClusterWatching, Joined, join};
-/// The NATS connection a replica joined with ([`Joined::client`]).
-pub use async_nats::Client as NatsClient;
 
 use sha2::{Digest, Sha256};
 

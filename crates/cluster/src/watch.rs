@@ -603,6 +603,9 @@ async fn run_watcher(
                     let pending: Vec<ChangeEvent> = retry.keys().cloned().collect();
                     for t in pending {
                         if let Ok(guard) = start(&i, &mount, &t).await {
+                            // As for any replayed interest (handle_want): it may have
+                            // changed while nobody watched it.
+                            i.bus.publish(&mount, t.clone());
                             let replicas = retry.remove(&t).unwrap_or_default();
                             topics.insert(t, Watched { replicas, _guard: guard });
                         }
@@ -679,6 +682,13 @@ async fn handle_want(
         }
         match start(i, mount, &t).await {
             Ok(guard) => {
+                if msg.reply.is_none() {
+                    // A replayed interest nobody here watched: this replica is taking the
+                    // mount over (or rejoining), and a change between the last watcher's
+                    // end and this watch would go unseen. Say it may have changed: at most a
+                    // duplicate for the subscriber, never a lost change.
+                    i.bus.publish(mount, t.clone());
+                }
                 topics.insert(
                     t,
                     Watched {

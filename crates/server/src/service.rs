@@ -642,6 +642,17 @@ impl Service {
                 ))
                 .with_uri(uri.as_str()));
             }
+            if !held.iter().any(|u| u == uri.as_str()) {
+                // Start the watch once here, as a local subscription would, and let it go:
+                // a URI the source refuses to watch (missing, denied) is refused to this
+                // client now, not accepted and then silent on whichever replica holds the
+                // stream.
+                let registry = &self.state.registry;
+                let (probe, _rx) = registry.add_subscriber();
+                let watched = registry.subscribe(probe, &uri).await;
+                registry.remove(probe);
+                watched?;
+            }
             hub.set_subscription(session, uri.as_str(), true)
                 .await
                 .map_err(hub_error)?;
