@@ -32,17 +32,20 @@ const SPARE_FDS: u64 = 512;
 /// The rows: one replica, then three (or why not), then the NATS hop.
 pub fn cluster(env: &Env) -> Vec<Row> {
     let mut rows = Vec::new();
-    let dir = env.cache.join("cluster");
-    let files = dir.join("files");
+    let files = env.cache.join("cluster/files");
+    // Absolute: the configs name the root, and are read relative to their own directory.
     let prepared = std::fs::create_dir_all(&files)
         .and_then(|()| std::fs::write(files.join("watched.txt"), "0\n"))
+        .and_then(|()| files.canonicalize())
         .map_err(|e| format!("{}: {e}", files.display()))
         // Children inherit the limit, so raising it here raises it for every server started
         // below too.
-        .and_then(|()| raise_nofile(STREAMS as u64 + SPARE_FDS));
-    if let Err(e) = prepared {
-        return vec![Row::skipped(S, "mcp-resources", format!("failed: {e}"))];
-    }
+        .and_then(|f| raise_nofile(STREAMS as u64 + SPARE_FDS).map(|()| f));
+    let files = match prepared {
+        Ok(f) => f,
+        Err(e) => return vec![Row::skipped(S, "mcp-resources", format!("failed: {e}"))],
+    };
+    let dir = files.parent().unwrap_or(&files).to_owned();
     let single = guard(
         S,
         "mcp-resources, 1 replica",
