@@ -29,6 +29,32 @@ pub struct Config {
     pub mounts: Vec<Mount>,
     /// `[http]`, when present.
     pub http: Option<HttpConfig>,
+    /// `[cluster]`, when present: this replica joins a cluster over NATS.
+    pub cluster: Option<ClusterConfig>,
+}
+
+/// `[cluster]`: where the replicas of one deployment meet.
+#[derive(Clone)]
+pub struct ClusterConfig {
+    /// `nats_url`, expanded; may hold credentials, so `Debug` never shows it.
+    pub nats_url: String,
+    /// `name`: replicas with the same name form one cluster.
+    pub name: String,
+    /// `replica`: this replica's id (default: host name and process id).
+    pub replica: String,
+    /// `lease_ttl_ms`: how long a silent watcher keeps its mounts.
+    pub lease_ttl: Duration,
+}
+
+impl std::fmt::Debug for ClusterConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterConfig")
+            .field("nats_url", &"[redacted]")
+            .field("name", &self.name)
+            .field("replica", &self.replica)
+            .field("lease_ttl", &self.lease_ttl)
+            .finish()
+    }
 }
 
 /// One mount: its validated provider settings, and who may see it over HTTP.
@@ -38,6 +64,9 @@ pub struct Mount {
     pub spec: Arc<dyn MountSpec>,
     /// The token scope needed to see it over authenticated HTTP.
     pub scope: Option<String>,
+    /// Whether every replica of a cluster sees the same source, so one replica watches it
+    /// for all: always for databases, git, HTTP and S3; `shared = true` for files.
+    pub shared: bool,
 }
 
 /// `[http]`: the Streamable HTTP transport.
@@ -69,6 +98,7 @@ pub struct HttpConfig {
 struct RawConfig {
     server: Option<RawServer>,
     http: Option<RawHttp>,
+    cluster: Option<RawCluster>,
     /// Taken out before this is read; named here so an unknown top-level key's message
     /// lists it among the keys expected.
     #[allow(dead_code)]
@@ -94,6 +124,15 @@ struct RawHttp {
     event_store_capacity: Option<Spanned<IntOrString>>,
     body_timeout_ms: Option<Spanned<IntOrString>>,
     auth: Option<RawAuth>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCluster {
+    nats_url: Option<Spanned<String>>,
+    name: Option<Spanned<String>>,
+    replica: Option<Spanned<String>>,
+    lease_ttl_ms: Option<Spanned<IntOrString>>,
 }
 
 #[derive(Deserialize)]
@@ -139,10 +178,11 @@ struct RawShared {
     scope: Option<Spanned<String>>,
     ttl_ms: Option<Spanned<IntOrString>>,
     cache_scope: Option<Spanned<String>>,
+    shared: Option<Spanned<bool>>,
 }
 
 /// The shared keys, by name.
-const SHARED_KEYS: &[&str] = &["scope", "ttl_ms", "cache_scope"];
+const SHARED_KEYS: &[&str] = &["scope", "ttl_ms", "cache_scope", "shared"];
 
 /// Read and validate the file at `path`.
 pub fn load(path: &Path, registry: &ProviderRegistry) -> Result<Config, ConfigError> {
@@ -164,6 +204,7 @@ pub fn parse(
     let root_span = root.span();
     let mut root = root.into_inner();
     let mounts = root.remove("mount");
+    let cluster_span = root.get("cluster").map(|v| v.span()).unwrap_or(0..0);
     let raw: RawConfig = file.deserialize_table(&Spanned::new(root_span, root), "")?;
     let mut cfg = Config::default();
     if let Some(s) = raw.server {
@@ -171,6 +212,9 @@ pub fn parse(
     }
     if let Some(h) = raw.http {
         cfg.http = Some(http_config(&file, h)?);
+    }
+    if let Some(c) = raw.cluster {
+        cfg.cluster = Some(cluster_config(&file, cluster_span, c)?);
     }
     let Some(mounts) = mounts else {
         return Ok(cfg);
@@ -264,6 +308,21 @@ fn mount(
             crate::providers::unavailable(&kind_s, registry),
         );
     };
+    // Files are the one kind whose source may differ per replica (a local disk); every
+    // other kind names one source all replicas reach. The conformance fixtures are test data.
+    let is_shared = match (&shared.shared, kind_s.as_str()) {
+        (Some(v), "files") => *v.get_ref(),
+        (Some(v), _) => {
+            return file.err(
+                v.span(),
+                "mount.shared",
+                format!(
+                    "`shared` is a setting of files mounts only; {kind_s} mounts are always watched once per cluster"
+                ),
+            );
+        }
+        (None, k) => k != "files" && k != "conformance",
+    };
     let scope = shared
         .scope
         .as_ref()
@@ -281,7 +340,89 @@ fn mount(
     Ok(Mount {
         spec: Arc::from(spec),
         scope,
+        shared: is_shared,
     })
+}
+
+fn cluster_config(
+    file: &ConfigFile<'_>,
+    table_span: std::ops::Range<usize>,
+    c: RawCluster,
+) -> Result<ClusterConfig, ConfigError> {
+    let Some(url_v) = &c.nats_url else {
+        return file.err(
+            table_span,
+            "cluster.nats_url",
+            "`[cluster]` needs `nats_url`, like nats://127.0.0.1:4222",
+        );
+    };
+    let nats_url = file.expand(url_v, "cluster.nats_url")?;
+    let Some((scheme, rest)) = nats_url.split_once("://") else {
+        return file.err(
+            url_v.span(),
+            "cluster.nats_url",
+            "must be a nats:// or tls:// URL, like nats://127.0.0.1:4222",
+        );
+    };
+    if !["nats", "tls"].contains(&scheme) || rest.is_empty() {
+        // The value may hold a password: only its scheme is quoted.
+        return file.err(
+            url_v.span(),
+            "cluster.nats_url",
+            format!("must be a nats:// or tls:// URL, not {scheme}://"),
+        );
+    }
+    let Some(name_v) = &c.name else {
+        return file.err(
+            table_span,
+            "cluster.name",
+            "`[cluster]` needs `name`: replicas with the same name form one cluster",
+        );
+    };
+    let name = file.expand(name_v, "cluster.name")?;
+    let name_ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if !name_ok {
+        return file.err(
+            name_v.span(),
+            "cluster.name",
+            format!("{name:?} must be 1 to 64 letters, digits, '-' or '_'"),
+        );
+    }
+    let replica = match &c.replica {
+        Some(v) => {
+            let r = file.expand(v, "cluster.replica")?;
+            if r.is_empty() || r.len() > 256 {
+                return file.err(v.span(), "cluster.replica", "must be 1 to 256 bytes");
+            }
+            r
+        }
+        None => default_replica(),
+    };
+    let lease_ttl = match &c.lease_ttl_ms {
+        Some(v) => Duration::from_millis(file.int(v, "cluster.lease_ttl_ms", 500..=600_000)?),
+        None => Duration::from_secs(5),
+    };
+    Ok(ClusterConfig {
+        nats_url,
+        name,
+        replica,
+        lease_ttl,
+    })
+}
+
+/// The host name and the process id: unique per replica on one host and across hosts.
+fn default_replica() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "replica".into());
+    format!("{host}-{}", std::process::id())
 }
 
 fn cache_hints(file: &ConfigFile<'_>, m: &RawShared) -> Result<CacheHints, ConfigError> {
@@ -510,6 +651,58 @@ mod tests {
             dbg.contains("\"/tmp\"") && dbg.contains("*.sqlite") && dbg.contains("ttl_ms: 5"),
             "{dbg}"
         );
+    }
+
+    #[test]
+    fn cluster_table_is_parsed_and_checked() {
+        let env = |n: &str| (n == "NATS_PW").then(|| "hunter2".to_owned());
+        let p = |t: &str| {
+            parse(
+                Path::new("test.toml"),
+                t,
+                &env,
+                &crate::providers::registry(),
+            )
+        };
+        let c = p("[cluster]\nnats_url = \"nats://u:${NATS_PW}@127.0.0.1:4222\"\nname = \"team-data\"\nreplica = \"r1\"\nlease_ttl_ms = 1000\n[[mount]]\nkind = \"files\"\nroot = \"/tmp\"\nshared = true\n[[mount]]\nkind = \"files\"\nroot = \"/usr\"\n[[mount]]\nkind = \"sqlite\"\nname = \"a\"\nurl = \"sqlite:///tmp/a.db\"\n").unwrap();
+        let cl = c.cluster.as_ref().unwrap();
+        assert_eq!(cl.nats_url, "nats://u:hunter2@127.0.0.1:4222");
+        assert_eq!((cl.name.as_str(), cl.replica.as_str()), ("team-data", "r1"));
+        assert_eq!(cl.lease_ttl, Duration::from_millis(1000));
+        assert!(!format!("{c:?}").contains("hunter2"));
+        let shared: Vec<bool> = c.mounts.iter().map(|m| m.shared).collect();
+        assert_eq!(shared, [true, false, true]);
+        let d = p("[cluster]\nnats_url = \"tls://h:4222\"\nname = \"x\"\n").unwrap();
+        let d = d.cluster.unwrap();
+        assert_eq!(d.lease_ttl, Duration::from_secs(5));
+        assert!(
+            d.replica.ends_with(&format!("-{}", std::process::id())),
+            "{}",
+            d.replica
+        );
+        let e = p("[cluster]\nname = \"x\"\n").unwrap_err().0;
+        assert!(e.starts_with("test.toml:1: `cluster.nats_url`"), "{e}");
+        let e = p("[cluster]\nnats_url = \"http://u:hunter2@h\"\nname = \"x\"\n")
+            .unwrap_err()
+            .0;
+        assert!(
+            e.starts_with("test.toml:2: `cluster.nats_url`") && !e.contains("hunter2"),
+            "{e}"
+        );
+        let e = p("[cluster]\nnats_url = \"nats://h\"\nname = \"a.b\"\n")
+            .unwrap_err()
+            .0;
+        assert!(e.starts_with("test.toml:3: `cluster.name`"), "{e}");
+        let e = p("[cluster]\nnats_url = \"nats://h\"\nname = \"a\"\nlease_ttl_ms = 10\n")
+            .unwrap_err()
+            .0;
+        assert!(e.starts_with("test.toml:4: `cluster.lease_ttl_ms`"), "{e}");
+        let e = p("[cluster]\nnats_url = \"nats://h\"\nname = \"a\"\nport = 1\n")
+            .unwrap_err()
+            .0;
+        assert!(e.contains("`cluster.port`"), "{e}");
+        let e = p("[[mount]]\nkind = \"sqlite\"\nname = \"a\"\nurl = \"sqlite:///tmp/a.db\"\nshared = false\n").unwrap_err().0;
+        assert!(e.starts_with("test.toml:5: `mount.shared`"), "{e}");
     }
 
     #[test]

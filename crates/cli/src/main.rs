@@ -114,7 +114,7 @@ fn init_logging(level: &str) {
     // rmcp logs every error response at WARN; a client asking for a missing file is routine,
     // so rmcp's own service chatter is kept to real errors unless RUST_LOG says otherwise.
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new(format!("{level},rmcp::service=error"))
+        tracing_subscriber::EnvFilter::new(format!("{level},rmcp::service=error,async_nats=warn"))
     });
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -141,6 +141,7 @@ fn load_config(paths: Vec<PathBuf>, config: Option<PathBuf>) -> anyhow::Result<C
         cfg.mounts.push(Mount {
             spec: spec.into(),
             scope: None,
+            shared: false,
         });
     }
     anyhow::ensure!(
@@ -181,6 +182,15 @@ fn serve(
         Some(addr) => Some(http_settings(&cfg, addr, insecure_no_auth)?),
         None => None,
     };
+    anyhow::ensure!(
+        cfg.cluster.is_none() || http_settings.is_some(),
+        "`[cluster]` is for replicas serving HTTP (--http ADDR); a stdio server has one client and nothing to share"
+    );
+    #[cfg(not(feature = "cluster"))]
+    anyhow::ensure!(
+        cfg.cluster.is_none(),
+        "`[cluster]` is not compiled into this binary (cargo feature `cluster`)"
+    );
     // stdio has one client on one pipe: a single runtime thread answers it without waking a
     // second worker for every request (a futex round trip each, issue #6); blocking work
     // still goes to the blocking pool. HTTP serves many connections on two workers.
@@ -199,7 +209,8 @@ fn serve(
         for (p, scope) in &providers {
             tracing::info!(kind = p.info().kind, mount = %p.info().label, scope = scope.as_deref().unwrap_or("-"), "mounted");
         }
-        let state = ServerState::with_bus(cfg.server.clone(), providers, Arc::new(mcpr_core::LocalBus::default()));
+        let (bus, watching) = change_seams(&cfg, &providers).await?;
+        let state = ServerState::with_watching(cfg.server.clone(), providers, bus, watching);
         match http_settings {
             Some(settings) => {
                 let server = mcpr_server::http::serve(state, settings, shutdown_signal())
@@ -225,6 +236,43 @@ fn serve(
     // Watcher threads and blocking reads must not keep a finished server alive.
     rt.shutdown_timeout(std::time::Duration::from_millis(200));
     Ok(())
+}
+
+/// The change bus and the watch seam: in-process, or the cluster's with `[cluster]`.
+#[allow(clippy::unused_async)]
+async fn change_seams(
+    cfg: &Config,
+    providers: &[ScopedProvider],
+) -> anyhow::Result<(Arc<dyn mcpr_core::ChangeBus>, Arc<dyn mcpr_core::Watching>)> {
+    #[cfg(feature = "cluster")]
+    if let Some(c) = &cfg.cluster {
+        let mounts = providers
+            .iter()
+            .zip(&cfg.mounts)
+            .enumerate()
+            .map(|(i, ((p, _), m))| mcpr_cluster::ClusterMount {
+                name: mcpr_server::mount_name(i, &**p),
+                provider: p.clone(),
+                shared: m.shared,
+            })
+            .collect();
+        let settings = mcpr_cluster::ClusterConfig {
+            nats_url: c.nats_url.clone(),
+            name: c.name.clone(),
+            replica: c.replica.clone(),
+            lease_ttl: c.lease_ttl,
+        };
+        tracing::info!(cluster = %c.name, replica = %c.replica, nats = %mcpr_cluster::redact_url(&c.nats_url), "joining the cluster");
+        let joined = mcpr_cluster::join(settings, mounts)
+            .await
+            .map_err(|e| anyhow::anyhow!(e))?;
+        return Ok((Arc::new(joined.bus), Arc::new(joined.watching)));
+    }
+    let _ = (cfg, providers);
+    Ok((
+        Arc::new(mcpr_core::LocalBus::default()),
+        Arc::new(mcpr_core::LocalWatching),
+    ))
 }
 
 /// The HTTP settings: `[http]` from the config, with `--http` overriding the address.

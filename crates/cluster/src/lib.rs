@@ -1,16 +1,16 @@
 //! Scale-out over NATS: a [`ChangeBus`](mcpr_core::ChangeBus) that carries change events
-//! between replicas ([`NatsBus`]) and a per-mount watcher lease in JetStream ([`Lease`]).
-//!
-//! This crate is a library only so far: the binary does not wire it (no `[cluster]` config
-//! yet), because exactly-once delivery across replicas needs the lease to decide which replica
-//! runs a shared mount's watches, and the registry does not yet hand watches over to the
-//! lease holder (issue #18).
+//! between replicas ([`NatsBus`]), a per-mount watcher lease in JetStream ([`Lease`]), and the
+//! cluster's [`Watching`](mcpr_core::Watching) seam ([`ClusterWatching`], joined with
+//! [`join`]) that runs each shared mount's watches on its lease holder only, for every
+//! replica's subscribers. The binary wires it when the config has `[cluster]`.
 
 mod bus;
 mod lease;
+mod watch;
 
 pub use bus::NatsBus;
 pub use lease::Lease;
+pub use watch::{ClusterMount, ClusterWatching, Joined, join};
 
 use sha2::{Digest, Sha256};
 

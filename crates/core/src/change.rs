@@ -344,6 +344,76 @@ impl std::fmt::Debug for WatchGuard {
     }
 }
 
+/// Who runs provider watches: the seam between the registry (which knows what its
+/// subscribers want) and the providers (which watch). The in-process implementation,
+/// [`LocalWatching`], asks the provider directly; a cluster implementation runs the watches
+/// of a source shared by several replicas on one of them only and makes the others' interests
+/// known to it, so each source is watched once per cluster.
+#[async_trait::async_trait]
+pub trait Watching: Send + Sync + 'static {
+    /// Have `uri` of the mount named `mount` (served by `provider`) watched, its changes
+    /// published through `sink`, until the guard is dropped. A provider's refusal (not found,
+    /// unsupported) is returned as is.
+    async fn watch(
+        &self,
+        mount: &str,
+        provider: &Arc<dyn crate::Provider>,
+        uri: &crate::ResourceUri,
+        sink: ChangeSink,
+    ) -> crate::Result<WatchGuard>;
+
+    /// Have the set of resources of the mount named `mount` watched, like
+    /// [`Watching::watch`].
+    async fn watch_list(
+        &self,
+        mount: &str,
+        provider: &Arc<dyn crate::Provider>,
+        sink: ChangeSink,
+    ) -> crate::Result<WatchGuard>;
+
+    /// The cluster's state for `/readyz` and `/metrics`; `None` when there is no cluster.
+    fn cluster(&self) -> Option<ClusterStatus> {
+        None
+    }
+}
+
+/// What a cluster [`Watching`] reports about itself.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClusterStatus {
+    /// Whether the broker connection is up now.
+    pub connected: bool,
+    /// Why this replica is not ready, when it is not (never holds a secret).
+    pub problem: Option<String>,
+    /// Each shared mount by name, and whether this replica runs its watches now.
+    pub watchers: Vec<(String, bool)>,
+}
+
+/// The in-process [`Watching`]: every watch runs in this process.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LocalWatching;
+
+#[async_trait::async_trait]
+impl Watching for LocalWatching {
+    async fn watch(
+        &self,
+        _mount: &str,
+        provider: &Arc<dyn crate::Provider>,
+        uri: &crate::ResourceUri,
+        sink: ChangeSink,
+    ) -> crate::Result<WatchGuard> {
+        provider.watch(uri, sink).await
+    }
+
+    async fn watch_list(
+        &self,
+        _mount: &str,
+        provider: &Arc<dyn crate::Provider>,
+        sink: ChangeSink,
+    ) -> crate::Result<WatchGuard> {
+        provider.watch_list(sink).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,7 +20,8 @@ pub mod window;
 pub use blocking::run_blocking;
 pub use capabilities::Capabilities;
 pub use change::{
-    ChangeBus, ChangeEvent, ChangeFeed, ChangeSink, FeedItem, Interest, LocalBus, WatchGuard,
+    ChangeBus, ChangeEvent, ChangeFeed, ChangeSink, ClusterStatus, FeedItem, Interest, LocalBus,
+    LocalWatching, WatchGuard, Watching,
 };
 pub use cursor::{CursorCodec, CursorError, PageCursor};
 pub use error::{Error, ErrorKind, Result};

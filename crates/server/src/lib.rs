@@ -21,7 +21,7 @@ mod tools;
 pub use errors::to_mcp_error;
 pub use handler::McpHandler;
 pub use registry::{ListenSlot, Notice, Registry, RegistryStats};
-pub use router::{Mount, Router};
+pub use router::{Mount, Router, mount_name};
 pub use service::{
     ChangeTokens, CompletionRef, ListPage, Listen, MAX_COMPLETION_VALUES, ReadOutcome,
     SCAN_MAX_PAGES, SCAN_MAX_TIME, ScanPage, Service, Subscriber, TemplateList,
@@ -98,6 +98,8 @@ pub struct ServerState {
     pub(crate) read_budget: layers::ReadBudget,
     /// The tool bridge's tools; empty when it is off.
     pub(crate) tools: Vec<rmcp::model::Tool>,
+    /// Who runs provider watches; reports the cluster's state.
+    pub(crate) cluster: Arc<dyn mcpr_core::Watching>,
 }
 
 impl ServerState {
@@ -114,6 +116,18 @@ impl ServerState {
         providers: Vec<(Arc<dyn Provider>, Option<String>)>,
         bus: Arc<dyn ChangeBus>,
     ) -> Arc<Self> {
+        Self::with_watching(settings, providers, bus, Arc::new(mcpr_core::LocalWatching))
+    }
+
+    /// Like [`ServerState::with_bus`], with provider watches run by `watching` (a cluster's
+    /// watcher for shared mounts, see `mcpr_core::Watching`).
+    pub fn with_watching(
+        settings: Settings,
+        providers: Vec<(Arc<dyn Provider>, Option<String>)>,
+        bus: Arc<dyn ChangeBus>,
+        watching: Arc<dyn mcpr_core::Watching>,
+    ) -> Arc<Self> {
+        let cluster = watching.clone();
         let router = Router::new(providers);
         // Cursors from another build or another mount layout must not verify.
         let mut fingerprint = Vec::new();
@@ -147,7 +161,7 @@ impl ServerState {
                     },
                 })
             });
-        let registry = Registry::new(router.clone(), bus);
+        let registry = Registry::new(router.clone(), bus, watching);
         registry.set_max_watches(settings.max_watches);
         let info = handler::server_info(&settings, &router);
         let read_budget = layers::ReadBudget::new(settings.max_inflight_read_bytes);
@@ -166,7 +180,13 @@ impl ServerState {
             list_cache: list_cache.unwrap_or_default(),
             info,
             metrics: metrics::Metrics::default(),
+            cluster,
         })
+    }
+
+    /// The cluster's state (`None` without `[cluster]`), for `/readyz` and `/metrics`.
+    pub fn cluster(&self) -> Option<mcpr_core::ClusterStatus> {
+        self.cluster.cluster()
     }
 
     /// The subscription registry (for metrics and tests).

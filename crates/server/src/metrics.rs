@@ -192,7 +192,7 @@ pub fn render_provider_counters(
 }
 
 /// A Prometheus label value: `\`, `"` and newlines escaped.
-fn escape_label(v: &str) -> String {
+pub(crate) fn escape_label(v: &str) -> String {
     v.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")

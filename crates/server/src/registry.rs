@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use mcpr_core::{
     ChangeBus, ChangeEvent, ChangeFeed, ChangeSink, Error, ErrorKind, FeedItem, Interest,
-    ResourceUri, Result, WatchGuard,
+    ResourceUri, Result, WatchGuard, Watching,
 };
 
 use crate::router::Router;
@@ -79,6 +79,8 @@ struct Inner {
 pub struct Registry {
     router: Router,
     bus: Arc<dyn ChangeBus>,
+    /// Who runs the provider watches: this process, or a cluster's watcher of the mount.
+    watching: Arc<dyn Watching>,
     inner: Mutex<Inner>,
     /// False while list watches are being started.
     list_ready: tokio::sync::watch::Sender<bool>,
@@ -136,12 +138,14 @@ impl Drop for ListenSlot {
 }
 
 impl Registry {
-    /// A registry over `router`'s mounts, reading `bus`. Starts the fan-out task.
-    pub fn new(router: Router, bus: Arc<dyn ChangeBus>) -> Arc<Self> {
+    /// A registry over `router`'s mounts, reading `bus`, with watches run by `watching`.
+    /// Starts the fan-out task.
+    pub fn new(router: Router, bus: Arc<dyn ChangeBus>, watching: Arc<dyn Watching>) -> Arc<Self> {
         let feed = bus.feed();
         let this = Arc::new(Self {
             router,
             bus,
+            watching,
             inner: Mutex::new(Inner::default()),
             list_ready: tokio::sync::watch::Sender::new(true),
             max_watches: AtomicUsize::new(usize::MAX),
@@ -257,9 +261,14 @@ impl Registry {
         let interest = self
             .bus
             .interest(&mount.name, &ChangeEvent::Updated { uri: key.clone() });
-        let guard = mount
-            .provider
-            .watch(uri, ChangeSink::new(self.bus.clone(), mount.name.clone()))
+        let guard = self
+            .watching
+            .watch(
+                &mount.name,
+                &mount.provider,
+                uri,
+                ChangeSink::new(self.bus.clone(), mount.name.clone()),
+            )
             .await?;
         let mut inner = self.inner.lock().expect("registry lock");
         let inner = &mut *inner;
@@ -341,9 +350,13 @@ impl Registry {
                     mount: m.name.to_string(),
                 },
             );
-            match m
-                .provider
-                .watch_list(ChangeSink::new(self.bus.clone(), m.name.clone()))
+            match self
+                .watching
+                .watch_list(
+                    &m.name,
+                    &m.provider,
+                    ChangeSink::new(self.bus.clone(), m.name.clone()),
+                )
                 .await
             {
                 Ok(g) => guards.push((g, interest)),

@@ -18,6 +18,16 @@ pub struct Mount {
     pub scope: Option<String>,
 }
 
+/// The name on the change bus of the mount at position `index` served by `provider`: its
+/// first URI prefix (the same on every replica mounting the same source).
+pub fn mount_name(index: usize, provider: &dyn Provider) -> String {
+    provider
+        .info()
+        .uri_prefixes
+        .first()
+        .map_or_else(|| format!("#{index}"), Clone::clone)
+}
+
 /// Maps URIs and templates to mounts.
 #[derive(Clone)]
 pub struct Router {
@@ -34,12 +44,7 @@ impl Router {
             .enumerate()
             .map(|(i, (provider, scope))| Mount {
                 index: i as u32,
-                name: provider
-                    .info()
-                    .uri_prefixes
-                    .first()
-                    .map_or_else(|| format!("#{i}"), Clone::clone)
-                    .into(),
+                name: mount_name(i, &*provider).into(),
                 provider,
                 scope,
             })

@@ -340,6 +340,14 @@ async fn readyz(State(ops): State<Arc<Ops>>, headers: http::HeaderMap) -> Respon
             let _ = writeln!(body, "{word} {}", m.provider.info().label);
         }
     }
+    // The cluster's problem holds no secret (the NATS URL is redacted) and no mount label,
+    // so every caller allowed the detail sees it.
+    if let Some(problem) = ops.state.cluster().and_then(|c| c.problem) {
+        all = false;
+        if grant.is_some() {
+            let _ = writeln!(body, "NOT READY {problem}");
+        }
+    }
     if grant.is_none() {
         body = if all { "ready\n" } else { "not ready\n" }.into();
     }
@@ -427,6 +435,22 @@ async fn metrics(State(ops): State<Arc<Ops>>, headers: http::HeaderMap) -> Respo
             out,
             "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}\n"
         );
+    }
+    if let Some(cluster) = ops.state.cluster() {
+        let _ = write!(
+            out,
+            "# HELP mcp_cluster_connected Whether NATS is reachable (0 or 1).\n# TYPE mcp_cluster_connected gauge\nmcp_cluster_connected {}\n",
+            u8::from(cluster.connected)
+        );
+        out.push_str("# HELP mcp_cluster_watcher Whether this replica holds the mount's watcher lease and runs its watches (0 or 1).\n# TYPE mcp_cluster_watcher gauge\n");
+        for (mount, held) in &cluster.watchers {
+            let _ = writeln!(
+                out,
+                "mcp_cluster_watcher{{mount=\"{}\"}} {}",
+                crate::metrics::escape_label(mount),
+                u8::from(*held)
+            );
+        }
     }
     out.push_str("# HELP mcp_http_responses_total HTTP responses of the MCP endpoint by status class.\n# TYPE mcp_http_responses_total counter\n");
     for (i, class) in ["2xx", "3xx", "4xx", "5xx"].iter().enumerate() {

@@ -1,0 +1,735 @@
+//! The cluster's [`Watching`]: each shared mount (SQL, git, HTTP, S3, files with
+//! `shared = true`) is watched by one replica at a time, the holder of the mount's [`Lease`],
+//! for the union of every live replica's interests; the others only announce what their
+//! clients watch. Mounts that are not shared are watched by each replica locally.
+//!
+//! The protocol runs on core NATS, per shared mount (`<tok>` a hash of its name):
+//! - `mcpr.<c>.want.<tok>`: a replica's interests, `{replica, add, remove, reset}`. A single
+//!   new interest is a request: the watcher answers once the provider's watch started, or with
+//!   the provider's error (a subscription to a missing resource fails as it would without a
+//!   cluster). No answer (no watcher yet) still records it: it is replayed on sync.
+//! - `mcpr.<c>.sync.<tok>`: published by a new watcher (and by the watcher after its
+//!   reconnect); every replica answers with its whole interest set for the mount (`reset`),
+//!   chunked under NATS's payload limit. A replica also re-announces after its own reconnect.
+//! - `mcpr.<c>.alive`: every replica's id, every `lease_ttl / 3`; the watcher forgets the
+//!   interests of a replica silent for longer than `lease_ttl`.
+//!
+//! Only the watcher publishes a shared mount's events, so each change reaches each replica
+//! once; around a handover or a NATS restart two replicas may briefly both watch (a duplicate
+//! notification, never a lost subscription).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use mcpr_core::{
+    ChangeBus, ChangeEvent, ChangeSink, ClusterStatus, Error, ErrorKind, Provider, ResourceUri,
+    Result, WatchGuard, Watching,
+};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::{ClusterConfig, Lease};
+
+/// The most bytes of interests sent in one message; NATS's default `max_payload` is 1 MiB.
+const CHUNK_BYTES: usize = 512 * 1024;
+
+/// One mount as the cluster sees it.
+pub struct ClusterMount {
+    /// The mount's name on the change bus.
+    pub name: String,
+    /// Its provider.
+    pub provider: Arc<dyn Provider>,
+    /// Whether every replica sees the same source (watched once per cluster).
+    pub shared: bool,
+}
+
+/// A shared mount's state on this replica.
+struct Shared {
+    provider: Arc<dyn Provider>,
+    token: String,
+    /// What this replica's clients watch, with how many guards hold each.
+    interests: Mutex<HashMap<ChangeEvent, usize>>,
+    /// Whether this replica holds the mount's lease (and runs its watches).
+    held: AtomicBool,
+}
+
+struct Inner {
+    client: async_nats::Client,
+    cfg: ClusterConfig,
+    bus: Arc<dyn ChangeBus>,
+    shared: HashMap<String, Shared>,
+    /// Why the lease stream cannot be used, when it cannot (not a connection problem).
+    lease_problem: Mutex<Option<String>>,
+    /// When each replica was last heard of.
+    alive: Mutex<HashMap<String, Instant>>,
+    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        for t in self.tasks.get_mut().expect("tasks lock").drain(..) {
+            t.abort();
+        }
+    }
+}
+
+/// See the module docs.
+#[derive(Clone)]
+pub struct ClusterWatching {
+    inner: Arc<Inner>,
+}
+
+/// The cluster's pieces for one replica: the bus to give the server and the watching seam.
+pub struct Joined {
+    /// The change bus (events of shared mounts travel through NATS).
+    pub bus: crate::NatsBus,
+    /// The watch seam.
+    pub watching: ClusterWatching,
+}
+
+/// Join cluster `cfg` with `mounts`: connect to NATS in the background (never waiting for
+/// it: a replica whose NATS is down serves reads and local watches and joins when NATS comes
+/// back), compete for the lease of every shared mount and answer the protocol. Must be called
+/// inside a tokio runtime.
+pub async fn join(
+    cfg: ClusterConfig,
+    mounts: Vec<ClusterMount>,
+) -> std::result::Result<Joined, String> {
+    cfg.check()?;
+    // Every (re)connection bumps this, so the tasks re-announce and re-sync.
+    let (epoch_tx, epoch_rx) = watch::channel(0u64);
+    let redacted = crate::redact_url(&cfg.nats_url);
+    let client = async_nats::ConnectOptions::new()
+        .name(format!("mcp-resources {}", cfg.replica))
+        .retry_on_initial_connect()
+        .max_reconnects(None)
+        // Rejoin fast after NATS comes back: a replica out of the cluster misses changes.
+        .reconnect_delay_callback(|attempts| {
+            Duration::from_millis((attempts as u64 * 200).clamp(100, 2000))
+        })
+        .event_callback(move |event| {
+            let epoch = epoch_tx.clone();
+            async move {
+                match event {
+                    async_nats::Event::Connected => {
+                        tracing::info!("cluster: connected to NATS");
+                        epoch.send_modify(|e| *e += 1);
+                    }
+                    async_nats::Event::Disconnected => {
+                        tracing::warn!("cluster: NATS connection lost; reconnecting");
+                    }
+                    other => tracing::debug!(event = %other, "cluster: NATS event"),
+                }
+            }
+        })
+        .connect(cfg.nats_url.as_str())
+        .await
+        // The URL is not in the error: async-nats may print it with its credentials.
+        .map_err(|e| format!("cluster: cannot use NATS at {redacted}: {}", e.kind()))?;
+    let local: HashSet<String> = mounts
+        .iter()
+        .filter(|m| !m.shared)
+        .map(|m| m.name.clone())
+        .collect();
+    let bus = crate::NatsBus::new(client.clone(), &cfg.name, local);
+    let shared = mounts
+        .into_iter()
+        .filter(|m| m.shared)
+        .map(|m| {
+            let token = crate::token(&m.name, 8);
+            (
+                m.name,
+                Shared {
+                    provider: m.provider,
+                    token,
+                    interests: Mutex::new(HashMap::new()),
+                    held: AtomicBool::new(false),
+                },
+            )
+        })
+        .collect();
+    let inner = Arc::new(Inner {
+        client,
+        cfg,
+        bus: Arc::new(bus.clone()),
+        shared,
+        lease_problem: Mutex::new(None),
+        alive: Mutex::new(HashMap::new()),
+        tasks: Mutex::new(Vec::new()),
+    });
+    let weak = Arc::downgrade(&inner);
+    let mut tasks = vec![
+        tokio::spawn(heartbeat(weak.clone())),
+        tokio::spawn(hear_alive(weak.clone())),
+        tokio::spawn(answer_sync(weak.clone())),
+        tokio::spawn(on_connect(weak.clone(), epoch_rx.clone())),
+    ];
+    for name in inner.shared.keys() {
+        tasks.push(tokio::spawn(run_watcher(
+            weak.clone(),
+            name.clone(),
+            epoch_rx.clone(),
+        )));
+    }
+    inner.tasks.lock().expect("tasks lock").extend(tasks);
+    Ok(Joined {
+        bus,
+        watching: ClusterWatching { inner },
+    })
+}
+
+impl Inner {
+    fn subject(&self, kind: &str, token: &str) -> String {
+        format!("mcpr.{}.{kind}.{token}", self.cfg.name)
+    }
+
+    fn connected(&self) -> bool {
+        self.client.connection_state() == async_nats::connection::State::Connected
+    }
+
+    fn touch(&self, replica: &str) {
+        self.alive
+            .lock()
+            .expect("alive lock")
+            .insert(replica.to_owned(), Instant::now());
+    }
+
+    /// Publish this replica's whole interest set for `mount` (replacing what the watcher
+    /// holds for it), in chunks under NATS's payload limit.
+    async fn announce_all(&self, mount: &str) {
+        let Some(m) = self.shared.get(mount) else {
+            return;
+        };
+        let topics: Vec<ChangeEvent> = m
+            .interests
+            .lock()
+            .expect("interests lock")
+            .keys()
+            .cloned()
+            .collect();
+        let subject = self.subject("want", &m.token);
+        let mut chunk: Vec<Value> = Vec::new();
+        let mut size = 0;
+        let mut first = true;
+        let send = |chunk: Vec<Value>, reset: bool| {
+            let payload = json!({"replica": self.cfg.replica, "reset": reset, "add": chunk});
+            let client = self.client.clone();
+            let subject = subject.clone();
+            async move {
+                if let Err(e) = client
+                    .publish(subject, serde_json::to_vec(&payload).expect("json").into())
+                    .await
+                {
+                    tracing::warn!(error = %e, "cluster: cannot announce interests");
+                }
+            }
+        };
+        for t in topics {
+            let v = serde_json::to_value(&t).expect("events serialise");
+            size += v.to_string().len() + 1;
+            chunk.push(v);
+            if size >= CHUNK_BYTES {
+                send(std::mem::take(&mut chunk), first).await;
+                first = false;
+                size = 0;
+            }
+        }
+        if first || !chunk.is_empty() {
+            send(chunk, first).await;
+        }
+    }
+
+    /// Record one more local interest in `topic` of shared mount `mount` and tell the
+    /// watcher; the provider's refusal comes back as the error.
+    async fn want(self: &Arc<Self>, mount: &str, topic: ChangeEvent) -> Result<WatchGuard> {
+        let m = &self.shared[mount];
+        let first = {
+            let mut i = m.interests.lock().expect("interests lock");
+            let n = i.entry(topic.clone()).or_insert(0);
+            *n += 1;
+            *n == 1
+        };
+        let guard = WatchGuard::new(Release {
+            inner: Arc::downgrade(self),
+            mount: mount.to_owned(),
+            topic: topic.clone(),
+        });
+        if !first || !self.connected() {
+            // Announced already, or replayed on the watcher's sync after NATS is back.
+            return Ok(guard);
+        }
+        let payload = json!({"replica": self.cfg.replica, "add": [topic]});
+        let within = self.cfg.lease_ttl + Duration::from_secs(2);
+        let reply = tokio::time::timeout(
+            within,
+            self.client.request(
+                self.subject("want", &m.token),
+                serde_json::to_vec(&payload).expect("json").into(),
+            ),
+        )
+        .await;
+        match reply {
+            Ok(Ok(msg)) => match serde_json::from_slice::<Value>(&msg.payload) {
+                Ok(v) if v.get("error").is_some() => {
+                    // The watcher did not add it: nothing to withdraw there.
+                    std::mem::forget(guard);
+                    self.forget(mount, &topic);
+                    Err(error_from_json(&v["error"]))
+                }
+                Ok(_) => Ok(guard),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cluster: malformed answer from a watcher");
+                    Ok(guard)
+                }
+            },
+            // No watcher yet, or it is slow: the interest stays recorded and is replayed
+            // when a watcher syncs.
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "cluster: no watcher answered");
+                Ok(guard)
+            }
+            Err(_) => Ok(guard),
+        }
+    }
+
+    /// Drop one local interest; true when it was the last.
+    fn forget(&self, mount: &str, topic: &ChangeEvent) -> bool {
+        let Some(m) = self.shared.get(mount) else {
+            return false;
+        };
+        let mut i = m.interests.lock().expect("interests lock");
+        match i.get_mut(topic) {
+            Some(n) if *n > 1 => {
+                *n -= 1;
+                false
+            }
+            Some(_) => {
+                i.remove(topic);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// Withdraws a local interest when the registry releases its watch.
+struct Release {
+    inner: std::sync::Weak<Inner>,
+    mount: String,
+    topic: ChangeEvent,
+}
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        let Some(inner) = self.inner.upgrade() else {
+            return;
+        };
+        if !inner.forget(&self.mount, &self.topic) {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let subject = inner.subject("want", &inner.shared[&self.mount].token);
+        let payload = json!({"replica": inner.cfg.replica, "remove": [self.topic]});
+        let client = inner.client.clone();
+        // A removal lost while NATS is down is corrected by the next sync (a reset).
+        rt.spawn(async move {
+            let _ = client
+                .publish(subject, serde_json::to_vec(&payload).expect("json").into())
+                .await;
+        });
+    }
+}
+
+#[async_trait::async_trait]
+impl Watching for ClusterWatching {
+    async fn watch(
+        &self,
+        mount: &str,
+        provider: &Arc<dyn Provider>,
+        uri: &ResourceUri,
+        sink: ChangeSink,
+    ) -> Result<WatchGuard> {
+        if !self.inner.shared.contains_key(mount) {
+            return provider.watch(uri, sink).await;
+        }
+        self.inner
+            .want(
+                mount,
+                ChangeEvent::Updated {
+                    uri: uri.as_str().to_owned(),
+                },
+            )
+            .await
+    }
+
+    async fn watch_list(
+        &self,
+        mount: &str,
+        provider: &Arc<dyn Provider>,
+        sink: ChangeSink,
+    ) -> Result<WatchGuard> {
+        if !self.inner.shared.contains_key(mount) {
+            return provider.watch_list(sink).await;
+        }
+        self.inner
+            .want(
+                mount,
+                ChangeEvent::ListChanged {
+                    mount: mount.to_owned(),
+                },
+            )
+            .await
+    }
+
+    fn cluster(&self) -> Option<ClusterStatus> {
+        let connected = self.inner.connected();
+        let problem = if connected {
+            self.inner.lease_problem.lock().expect("lease lock").clone()
+        } else {
+            Some(format!(
+                "cluster: NATS unreachable at {}",
+                crate::redact_url(&self.inner.cfg.nats_url)
+            ))
+        };
+        let mut watchers: Vec<(String, bool)> = self
+            .inner
+            .shared
+            .iter()
+            .map(|(name, m)| (name.clone(), m.held.load(Ordering::SeqCst)))
+            .collect();
+        watchers.sort();
+        Some(ClusterStatus {
+            connected,
+            problem,
+            watchers,
+        })
+    }
+}
+
+/// Announce this replica every `lease_ttl / 3`.
+async fn heartbeat(inner: std::sync::Weak<Inner>) {
+    loop {
+        let Some(i) = inner.upgrade() else { return };
+        let period = i.cfg.lease_ttl / 3;
+        if i.connected() {
+            let _ = i
+                .client
+                .publish(
+                    format!("mcpr.{}.alive", i.cfg.name),
+                    i.cfg.replica.clone().into(),
+                )
+                .await;
+        }
+        drop(i);
+        tokio::time::sleep(period).await;
+    }
+}
+
+/// Note when each replica was last heard of.
+async fn hear_alive(inner: std::sync::Weak<Inner>) {
+    let sub = {
+        let Some(i) = inner.upgrade() else { return };
+        i.client
+            .subscribe(format!("mcpr.{}.alive", i.cfg.name))
+            .await
+    };
+    let Ok(mut sub) = sub else {
+        tracing::warn!("cluster: cannot subscribe to heartbeats");
+        return;
+    };
+    while let Some(msg) = sub.next().await {
+        let Some(i) = inner.upgrade() else { return };
+        if let Ok(replica) = std::str::from_utf8(&msg.payload) {
+            i.touch(replica);
+        }
+    }
+}
+
+/// Answer every watcher's sync with this replica's interests in its mount.
+async fn answer_sync(inner: std::sync::Weak<Inner>) {
+    let sub = {
+        let Some(i) = inner.upgrade() else { return };
+        i.client
+            .subscribe(format!("mcpr.{}.sync.*", i.cfg.name))
+            .await
+    };
+    let Ok(mut sub) = sub else {
+        tracing::warn!("cluster: cannot subscribe to watcher syncs");
+        return;
+    };
+    while let Some(msg) = sub.next().await {
+        let Some(i) = inner.upgrade() else { return };
+        let token = msg.subject.rsplit('.').next().unwrap_or_default();
+        let mount = i
+            .shared
+            .iter()
+            .find(|(_, m)| m.token == token)
+            .map(|(n, _)| n.clone());
+        if let Some(mount) = mount {
+            i.announce_all(&mount).await;
+        }
+    }
+}
+
+/// After every (re)connection: make sure the lease stream exists (a restarted NATS lost it)
+/// and re-announce every interest (a watcher may have lost them with the connection).
+async fn on_connect(inner: std::sync::Weak<Inner>, mut epoch: watch::Receiver<u64>) {
+    loop {
+        // Prepared once at start too: the first connection may come before this task runs.
+        loop {
+            let Some(i) = inner.upgrade() else { return };
+            if i.connected() {
+                match Lease::prepare(&i.client, &i.cfg.name, i.cfg.lease_ttl).await {
+                    Ok(()) => {
+                        *i.lease_problem.lock().expect("lease lock") = None;
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cluster: cannot prepare the watcher leases");
+                        if e.contains("lease_ttl_ms") {
+                            *i.lease_problem.lock().expect("lease lock") =
+                                Some(format!("cluster: {e}"));
+                        }
+                    }
+                }
+            }
+            drop(i);
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        if let Some(i) = inner.upgrade() {
+            let mounts: Vec<String> = i.shared.keys().cloned().collect();
+            for m in mounts {
+                i.announce_all(&m).await;
+            }
+        }
+        if epoch.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// A watched topic on the watcher: which replicas want it, and the provider's watch.
+struct Watched {
+    replicas: HashSet<String>,
+    _guard: WatchGuard,
+}
+
+/// Compete for `mount`'s lease; while holding it, run the watches every replica wants.
+async fn run_watcher(
+    inner: std::sync::Weak<Inner>,
+    mount: String,
+    mut epoch: watch::Receiver<u64>,
+) {
+    let (lease, ttl) = {
+        let Some(i) = inner.upgrade() else { return };
+        (
+            Lease::compete(
+                i.client.clone(),
+                &i.cfg.name,
+                &mount,
+                &i.cfg.replica,
+                i.cfg.lease_ttl,
+            ),
+            i.cfg.lease_ttl,
+        )
+    };
+    let mut held = lease.changes();
+    loop {
+        if held.wait_for(|h| *h).await.is_err() {
+            return;
+        }
+        let Some(i) = inner.upgrade() else { return };
+        let m = &i.shared[&mount];
+        let sub = i.client.subscribe(i.subject("want", &m.token)).await;
+        let mut sub = match sub {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "cluster: cannot take the watcher's subject");
+                drop(i);
+                tokio::time::sleep(ttl / 3).await;
+                continue;
+            }
+        };
+        m.held.store(true, Ordering::SeqCst);
+        tracing::info!(mount = %mount, "cluster: this replica now watches the mount");
+        let _ = i.client.flush().await;
+        let sync = i.subject("sync", &m.token);
+        let _ = i.client.publish(sync.clone(), "".into()).await;
+        let mut topics: HashMap<ChangeEvent, Watched> = HashMap::new();
+        let mut sweep = tokio::time::interval(ttl / 3);
+        epoch.mark_unchanged();
+        loop {
+            tokio::select! {
+                msg = sub.next() => {
+                    let Some(msg) = msg else { break };
+                    handle_want(&i, &mount, &mut topics, msg).await;
+                }
+                changed = held.changed() => {
+                    if changed.is_err() || !*held.borrow() {
+                        break;
+                    }
+                }
+                changed = epoch.changed() => {
+                    if changed.is_err() {
+                        break;
+                    }
+                    // Interests announced while this replica was disconnected were lost.
+                    let _ = i.client.publish(sync.clone(), "".into()).await;
+                }
+                _ = sweep.tick() => {
+                    let alive = i.alive.lock().expect("alive lock").clone();
+                    let fresh = |r: &String| alive.get(r).is_some_and(|t| t.elapsed() <= ttl);
+                    topics.retain(|_, w| {
+                        w.replicas.retain(fresh);
+                        !w.replicas.is_empty()
+                    });
+                }
+            }
+        }
+        m.held.store(false, Ordering::SeqCst);
+        tracing::info!(mount = %mount, "cluster: this replica no longer watches the mount");
+        // Dropping the subscriber and the guards ends this replica's watches of the mount.
+        drop(sub);
+        drop(topics);
+    }
+}
+
+/// One `want` message on the watcher.
+async fn handle_want(
+    i: &Arc<Inner>,
+    mount: &str,
+    topics: &mut HashMap<ChangeEvent, Watched>,
+    msg: async_nats::Message,
+) {
+    let Ok(v) = serde_json::from_slice::<Value>(&msg.payload) else {
+        tracing::warn!("cluster: malformed interest message");
+        return;
+    };
+    let Some(replica) = v.get("replica").and_then(Value::as_str) else {
+        return;
+    };
+    i.touch(replica);
+    let events = |key: &str| -> Vec<ChangeEvent> {
+        v.get(key)
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|e| serde_json::from_value(e.clone()).ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    if v.get("reset").and_then(Value::as_bool) == Some(true) {
+        topics.retain(|_, w| {
+            w.replicas.remove(replica);
+            !w.replicas.is_empty()
+        });
+    }
+    for t in events("remove") {
+        if let Some(w) = topics.get_mut(&t) {
+            w.replicas.remove(replica);
+            if w.replicas.is_empty() {
+                topics.remove(&t);
+            }
+        }
+    }
+    let mut outcome: Result<()> = Ok(());
+    for t in events("add") {
+        if let Some(w) = topics.get_mut(&t) {
+            w.replicas.insert(replica.to_owned());
+            continue;
+        }
+        match start(i, mount, &t).await {
+            Ok(guard) => {
+                topics.insert(
+                    t,
+                    Watched {
+                        replicas: HashSet::from([replica.to_owned()]),
+                        _guard: guard,
+                    },
+                );
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "cluster: a wanted watch failed");
+                outcome = Err(e);
+            }
+        }
+    }
+    if let Some(reply) = msg.reply {
+        let answer = match outcome {
+            Ok(()) => json!({"ok": true}),
+            Err(e) => json!({"error": error_to_json(&e)}),
+        };
+        let _ = i
+            .client
+            .publish(reply, serde_json::to_vec(&answer).expect("json").into())
+            .await;
+    }
+}
+
+/// Start the provider's watch of `topic`, publishing on the cluster's bus.
+async fn start(i: &Inner, mount: &str, topic: &ChangeEvent) -> Result<WatchGuard> {
+    let provider = &i.shared[mount].provider;
+    let sink = ChangeSink::new(i.bus.clone(), mount.to_owned());
+    match topic {
+        ChangeEvent::Updated { uri } => provider.watch(&ResourceUri::parse(uri)?, sink).await,
+        ChangeEvent::ListChanged { .. } => provider.watch_list(sink).await,
+    }
+}
+
+const KINDS: &[(ErrorKind, &str)] = &[
+    (ErrorKind::NotFound, "not_found"),
+    (ErrorKind::InvalidParams, "invalid_params"),
+    (ErrorKind::InvalidCursor, "invalid_cursor"),
+    (ErrorKind::TooLarge, "too_large"),
+    (ErrorKind::Unsupported, "unsupported"),
+    (ErrorKind::Unavailable, "unavailable"),
+    (ErrorKind::Timeout, "timeout"),
+    (ErrorKind::Internal, "internal"),
+];
+
+fn error_to_json(e: &Error) -> Value {
+    let kind = KINDS
+        .iter()
+        .find(|(k, _)| *k == e.kind)
+        .map_or("internal", |(_, s)| s);
+    json!({"kind": kind, "message": e.message, "uri": e.uri, "details": e.details})
+}
+
+fn error_from_json(v: &Value) -> Error {
+    let kind = v.get("kind").and_then(Value::as_str).unwrap_or("internal");
+    let kind = KINDS
+        .iter()
+        .find(|(_, s)| *s == kind)
+        .map_or(ErrorKind::Internal, |(k, _)| *k);
+    let mut e = Error::new(
+        kind,
+        v.get("message")
+            .and_then(Value::as_str)
+            .unwrap_or("the cluster's watcher refused the watch"),
+    );
+    e.uri = v.get("uri").and_then(Value::as_str).map(str::to_owned);
+    e.details = v.get("details").and_then(Value::as_object).cloned();
+    e
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_cross_the_wire_with_their_kind() {
+        for (kind, _) in KINDS {
+            let mut e = Error::new(*kind, "m");
+            e.uri = Some("x://y".into());
+            let back = error_from_json(&error_to_json(&e));
+            assert_eq!(back, e);
+        }
+    }
+}
