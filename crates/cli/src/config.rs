@@ -1,7 +1,7 @@
-//! Loading `mcp-resources.toml`: the binary's own tables (`[server]`, `[http]`) and the keys
-//! every mount shares (`kind`, `scope`, `ttl_ms`, `cache_scope`). The rest of each
-//! `[[mount]]` table goes to the factory registered for its kind (see `providers.rs`), which
-//! reads and validates its own keys: no provider key is named here. Unknown keys and bad
+//! Loading `mcp-resources.toml`: the binary's own tables (`[server]`, `[http]`, `[cluster]`)
+//! and the keys every mount shares (`kind`, `scope`, `ttl_ms`, `cache_scope`, `shared`). The
+//! rest of each `[[mount]]` table goes to the factory registered for its kind (see
+//! `providers.rs`), which reads and validates its own keys: no provider key is named here. Unknown keys and bad
 //! values are errors that name the file, line and key; `${NAME}` reads the environment.
 
 use std::path::Path;

@@ -209,10 +209,27 @@ fn serve(
         for (p, scope) in &providers {
             tracing::info!(kind = p.info().kind, mount = %p.info().label, scope = scope.as_deref().unwrap_or("-"), "mounted");
         }
-        let (bus, watching) = change_seams(&cfg, &providers).await?;
+        let (bus, watching, nats) = change_seams(&cfg, &providers).await?;
         let state = ServerState::with_watching(cfg.server.clone(), providers, bus, watching);
         match http_settings {
-            Some(settings) => {
+            #[allow(unused_mut)]
+            Some(mut settings) => {
+                // Legacy sessions live in the cluster: any replica continues any session.
+                #[cfg(feature = "cluster")]
+                if let (Some(c), Some(client)) = (&cfg.cluster, nats) {
+                    settings.session_hub = Some(
+                        mcpr_cluster::NatsSessionStore::connect(
+                            client,
+                            &c.name,
+                            settings.limits.session_idle_timeout,
+                            settings.limits.event_store_capacity,
+                        )
+                        .await
+                        .map_err(|e| anyhow::anyhow!(e))?,
+                    );
+                }
+                #[cfg(not(feature = "cluster"))]
+                let _ = nats;
                 let server = mcpr_server::http::serve(state, settings, shutdown_signal())
                     .await
                     .map_err(|e| anyhow::anyhow!(e))?;
@@ -238,12 +255,22 @@ fn serve(
     Ok(())
 }
 
+/// The cluster's NATS connection (a stand-in type when the feature is off).
+#[cfg(feature = "cluster")]
+type NatsClient = mcpr_cluster::NatsClient;
+#[cfg(not(feature = "cluster"))]
+type NatsClient = std::convert::Infallible;
+
 /// The change bus and the watch seam: in-process, or the cluster's with `[cluster]`.
 #[allow(clippy::unused_async)]
 async fn change_seams(
     cfg: &Config,
     providers: &[ScopedProvider],
-) -> anyhow::Result<(Arc<dyn mcpr_core::ChangeBus>, Arc<dyn mcpr_core::Watching>)> {
+) -> anyhow::Result<(
+    Arc<dyn mcpr_core::ChangeBus>,
+    Arc<dyn mcpr_core::Watching>,
+    Option<NatsClient>,
+)> {
     #[cfg(feature = "cluster")]
     if let Some(c) = &cfg.cluster {
         let mounts = providers
@@ -266,12 +293,17 @@ async fn change_seams(
         let joined = mcpr_cluster::join(settings, mounts)
             .await
             .map_err(|e| anyhow::anyhow!(e))?;
-        return Ok((Arc::new(joined.bus), Arc::new(joined.watching)));
+        return Ok((
+            Arc::new(joined.bus),
+            Arc::new(joined.watching),
+            Some(joined.client),
+        ));
     }
     let _ = (cfg, providers);
     Ok((
         Arc::new(mcpr_core::LocalBus::default()),
         Arc::new(mcpr_core::LocalWatching),
+        None,
     ))
 }
 

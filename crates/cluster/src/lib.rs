@@ -1,16 +1,21 @@
 //! Scale-out over NATS: a [`ChangeBus`](mcpr_core::ChangeBus) that carries change events
-//! between replicas ([`NatsBus`]), a per-mount watcher lease in JetStream ([`Lease`]), and the
+//! between replicas ([`NatsBus`]), a per-mount watcher lease in JetStream ([`Lease`]), the
 //! cluster's [`Watching`](mcpr_core::Watching) seam ([`ClusterWatching`], joined with
 //! [`join`]) that runs each shared mount's watches on its lease holder only, for every
-//! replica's subscribers. The binary wires it when the config has `[cluster]`.
+//! replica's subscribers, and legacy HTTP sessions shared by the replicas
+//! ([`NatsSessionStore`], a `SessionHub`). The binary wires it when the config has `[cluster]`.
 
 mod bus;
 mod lease;
+mod sessions;
 mod watch;
 
 pub use bus::NatsBus;
 pub use lease::Lease;
+pub use sessions::NatsSessionStore;
 pub use watch::{ClusterMount, ClusterWatching, Joined, join};
+/// The NATS connection a replica joined with ([`Joined::client`]).
+pub use async_nats::Client as NatsClient;
 
 use sha2::{Digest, Sha256};
 

@@ -89,6 +89,8 @@ pub struct Joined {
     pub bus: crate::NatsBus,
     /// The watch seam.
     pub watching: ClusterWatching,
+    /// The NATS connection (for the session store).
+    pub client: async_nats::Client,
 }
 
 /// Join cluster `cfg` with `mounts`: connect to NATS in the background (never waiting for
@@ -153,7 +155,7 @@ pub async fn join(
         })
         .collect();
     let inner = Arc::new(Inner {
-        client,
+        client: client.clone(),
         cfg,
         bus: Arc::new(bus.clone()),
         shared,
@@ -179,6 +181,7 @@ pub async fn join(
     Ok(Joined {
         bus,
         watching: ClusterWatching { inner },
+        client,
     })
 }
 
@@ -562,13 +565,14 @@ async fn run_watcher(
         let sync = i.subject("sync", &m.token);
         let _ = i.client.publish(sync.clone(), "".into()).await;
         let mut topics: HashMap<ChangeEvent, Watched> = HashMap::new();
+        let mut retry: Retry = HashMap::new();
         let mut sweep = tokio::time::interval(ttl / 3);
         epoch.mark_unchanged();
         loop {
             tokio::select! {
                 msg = sub.next() => {
                     let Some(msg) = msg else { break };
-                    handle_want(&i, &mount, &mut topics, msg).await;
+                    handle_want(&i, &mount, &mut topics, &mut retry, msg).await;
                 }
                 changed = held.changed() => {
                     if changed.is_err() || !*held.borrow() {
@@ -589,6 +593,20 @@ async fn run_watcher(
                         w.replicas.retain(fresh);
                         !w.replicas.is_empty()
                     });
+                    retry.retain(|_, r| {
+                        r.retain(fresh);
+                        !r.is_empty()
+                    });
+                    // Watches replayed by a sync that failed for a passing reason (a
+                    // database down during a handover) are tried again, so the
+                    // subscriptions they serve do not stay silent.
+                    let pending: Vec<ChangeEvent> = retry.keys().cloned().collect();
+                    for t in pending {
+                        if let Ok(guard) = start(&i, &mount, &t).await {
+                            let replicas = retry.remove(&t).unwrap_or_default();
+                            topics.insert(t, Watched { replicas, _guard: guard });
+                        }
+                    }
                 }
             }
         }
@@ -600,11 +618,15 @@ async fn run_watcher(
     }
 }
 
+/// Topics whose watch failed for a passing reason, with the replicas that want them.
+type Retry = HashMap<ChangeEvent, HashSet<String>>;
+
 /// One `want` message on the watcher.
 async fn handle_want(
     i: &Arc<Inner>,
     mount: &str,
     topics: &mut HashMap<ChangeEvent, Watched>,
+    retry: &mut Retry,
     msg: async_nats::Message,
 ) {
     let Ok(v) = serde_json::from_slice::<Value>(&msg.payload) else {
@@ -630,8 +652,18 @@ async fn handle_want(
             w.replicas.remove(replica);
             !w.replicas.is_empty()
         });
+        retry.retain(|_, r| {
+            r.remove(replica);
+            !r.is_empty()
+        });
     }
     for t in events("remove") {
+        if let Some(r) = retry.get_mut(&t) {
+            r.remove(replica);
+            if r.is_empty() {
+                retry.remove(&t);
+            }
+        }
         if let Some(w) = topics.get_mut(&t) {
             w.replicas.remove(replica);
             if w.replicas.is_empty() {
@@ -657,6 +689,11 @@ async fn handle_want(
             }
             Err(e) => {
                 tracing::debug!(error = %e, "cluster: a wanted watch failed");
+                // A request hears the error (and its replica drops the interest); a replayed
+                // interest has nobody to tell, so a passing failure is retried.
+                if msg.reply.is_none() && e.kind.is_temporary() {
+                    retry.entry(t).or_default().insert(replica.to_owned());
+                }
                 outcome = Err(e);
             }
         }

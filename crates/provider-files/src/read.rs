@@ -11,7 +11,9 @@ use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 
 use mcpr_core::window::{too_large, trim_to_utf8, window_meta};
-use mcpr_core::{Contents, ContentsBody, Error, ReadLimits, ResourceUri, Result, Window};
+use mcpr_core::{
+    Contents, ContentsBody, Error, ErrorKind, ReadLimits, ResourceUri, Result, Window,
+};
 use percent_encoding::percent_decode_str;
 
 use crate::error::map_io;
@@ -91,23 +93,98 @@ pub(crate) fn read_path(
     if after.is_some() {
         return Err(Error::invalid_params("`after` applies to directories only"));
     }
-    let (file, size) = open_regular(inner, rel, uri_s)?;
     let ext_mime = mime_by_extension(rel.as_bytes());
-    if window.is_whole() {
-        if size > limits.max_bytes {
-            return Err(too_large(uri_s, size, limits.max_bytes));
+    // A file rewritten in place (truncated, then written) changes under the open descriptor,
+    // and a read that spans the rewrite would splice two versions. When the descriptor's
+    // metadata moved during the read, the bytes are kept only if the same range reads the
+    // same again (a file that was appended to: what was read is what the file holds); a
+    // rewrite starts the read over from a fresh open.
+    for _ in 0..REREAD_ATTEMPTS {
+        let (mut file, before) = open_regular(inner, rel, uri_s)?;
+        let size = before.len();
+        let (from, bytes, meta) = if window.is_whole() {
+            if size > limits.max_bytes {
+                return Err(too_large(uri_s, size, limits.max_bytes));
+            }
+            let mut buf = Vec::with_capacity(size as usize);
+            // +1 detects a file that grew past the limit between the stat and the read.
+            (&mut file)
+                .take(limits.max_bytes + 1)
+                .read_to_end(&mut buf)
+                .map_err(|e| map_io(e, uri_s))?;
+            if buf.len() as u64 > limits.max_bytes {
+                return Err(too_large(uri_s, buf.len() as u64, limits.max_bytes));
+            }
+            (0, buf, None)
+        } else {
+            let (from, bytes) =
+                window.read_from(&mut file, size, uri_s, limits.max_bytes, |e| {
+                    map_io(e, uri_s)
+                })?;
+            let (from, bytes) = trim_to_utf8(from, bytes);
+            let meta = window_meta(from, bytes.len() as u64, size);
+            (from, bytes, Some(meta))
+        };
+        if unchanged(&file, &before) || reads_the_same(&file, from, &bytes) {
+            return Ok(vec![make_contents(uri_s, bytes, ext_mime, meta)]);
         }
-        let mut buf = Vec::with_capacity(size as usize);
-        // +1 detects a file that grew past the limit between the stat and the read.
-        file.take(limits.max_bytes + 1)
-            .read_to_end(&mut buf)
-            .map_err(|e| map_io(e, uri_s))?;
-        if buf.len() as u64 > limits.max_bytes {
-            return Err(too_large(uri_s, buf.len() as u64, limits.max_bytes));
-        }
-        return Ok(vec![make_contents(uri_s, buf, ext_mime, None)]);
     }
-    read_window(file, size, &window, uri_s, limits, ext_mime)
+    Err(changed_while_read(uri_s))
+}
+
+/// How many times a read starts over when the file changed while it was read; past this it
+/// answers [`changed_while_read`] rather than loop behind a file rewritten without pause.
+const REREAD_ATTEMPTS: usize = 5;
+
+/// The facts about an open file that a write or truncation changes: size, modification and
+/// status-change times to the nanosecond, and the inode with its device. Linux 6.13 and
+/// later give a fine-grained ctime to a change that follows a stat, so a rewrite during the
+/// read shows even when it keeps the length; older kernels stamp times in ticks of a few
+/// milliseconds, and there a same-length rewrite within one tick can go unseen.
+fn identity(md: &std::fs::Metadata) -> (u64, u64, u64, i64, i64, i64, i64) {
+    use std::os::unix::fs::MetadataExt as _;
+    (
+        md.dev(),
+        md.ino(),
+        md.size(),
+        md.mtime(),
+        md.mtime_nsec(),
+        md.ctime(),
+        md.ctime_nsec(),
+    )
+}
+
+/// Whether `file` is still as `before` described it (an `fstat` failing counts as changed).
+fn unchanged(file: &File, before: &std::fs::Metadata) -> bool {
+    file.metadata()
+        .is_ok_and(|now| identity(&now) == identity(before))
+}
+
+/// Whether the `bytes` read at `from` are still what `file` holds there, compared a chunk at
+/// a time so a large read does not need a second buffer of its size.
+fn reads_the_same(file: &File, from: u64, bytes: &[u8]) -> bool {
+    use std::os::unix::fs::FileExt as _;
+    let mut again = vec![0u8; bytes.len().min(64 * 1024)];
+    bytes
+        .chunks(again.len().max(1))
+        .enumerate()
+        .all(|(i, chunk)| {
+            let at = from + (i * again.len()) as u64;
+            let again = &mut again[..chunk.len()];
+            file.read_exact_at(again, at).is_ok() && again == chunk
+        })
+}
+
+/// The answer for a file that kept changing during every attempt to read it.
+fn changed_while_read(uri: &str) -> Error {
+    Error::new(
+        ErrorKind::Unavailable,
+        format!(
+            "{uri} changed while being read ({REREAD_ATTEMPTS} attempts); it is being \
+             rewritten in place, try again when the writer is done"
+        ),
+    )
+    .with_uri(uri)
 }
 
 /// The common read in five system calls: the whole of a small regular file whose path has no
@@ -179,6 +256,10 @@ pub(crate) fn read_direct(
         }
     }
     buf.truncate(len);
+    // Rewritten in place during the read: the general path reads it again.
+    if !unchanged(&file, &md) {
+        return None;
+    }
     let ext_mime = mime_by_extension(rel.as_bytes());
     Some(Ok(vec![make_contents(uri.as_str(), buf, ext_mime, None)]))
 }
@@ -189,8 +270,8 @@ pub(crate) fn read_direct(
 ///
 /// `rel` must be a path the rules were already checked on (a resolved URI, a listed entry):
 /// when the descriptor is where `rel` says, the rules are not consulted again. Returns the
-/// file and its size.
-fn open_regular(inner: &Inner, rel: &RelPath, uri: &str) -> Result<(File, u64)> {
+/// file and its metadata, taken from the descriptor.
+fn open_regular(inner: &Inner, rel: &RelPath, uri: &str) -> Result<(File, std::fs::Metadata)> {
     use cap_std::fs::OpenOptionsExt as _;
     let mut opts = cap_std::fs::OpenOptions::new();
     opts.read(true)
@@ -205,7 +286,7 @@ fn open_regular(inner: &Inner, rel: &RelPath, uri: &str) -> Result<(File, u64)> 
         return Err(Error::not_found(uri));
     }
     match real_rel_of_fd(inner, &file) {
-        Some(real) if real == *rel || !inner.rules.is_denied(&real, false) => Ok((file, md.len())),
+        Some(real) if real == *rel || !inner.rules.is_denied(&real, false) => Ok((file, md)),
         _ => Err(Error::not_found(uri)),
     }
 }
@@ -215,20 +296,6 @@ pub(crate) fn real_rel_of_fd(inner: &Inner, fd: &impl std::os::fd::AsRawFd) -> O
     let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
     let rest = link.strip_prefix(&inner.canonical_root).ok()?;
     RelPath::from_bytes(rest.as_os_str().as_bytes())
-}
-
-fn read_window(
-    mut file: File,
-    size: u64,
-    w: &Window,
-    uri: &str,
-    limits: &ReadLimits,
-    ext_mime: Option<&'static str>,
-) -> Result<Vec<Contents>> {
-    let (from, bytes) = w.read_from(&mut file, size, uri, limits.max_bytes, |e| map_io(e, uri))?;
-    let (from, bytes) = trim_to_utf8(from, bytes);
-    let meta = window_meta(from, bytes.len() as u64, size);
-    Ok(vec![make_contents(uri, bytes, ext_mime, Some(meta))])
 }
 
 fn make_contents(

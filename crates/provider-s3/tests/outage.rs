@@ -2,8 +2,9 @@
 //! ready (and the mount still builds), the store stopped mid-test gives clear errors that
 //! name the bucket and never the credentials, and everything recovers by itself. Also the
 //! errors for a missing bucket, refused credentials, and a store that keeps throttling (a
-//! loopback server answering `503 SlowDown`). Each moto test runs its own moto, since it
-//! stops it.
+//! loopback server answering `503 SlowDown`), and a store that answers `500 InternalError`
+//! for a while then recovers (a loopback proxy in front of moto), under a subscription.
+//! Each moto test runs its own moto, since it stops it.
 
 mod common;
 
@@ -259,4 +260,197 @@ async fn throttling_after_retries_is_named() {
         .await
         .unwrap_err();
     assert!(e.message.contains("throttling"), "{}", e.message);
+}
+
+/// A loopback proxy in front of moto that can answer every request with S3's
+/// `500 InternalError` for a while ("failing"), counting those answers, then forward again.
+struct Erroring {
+    endpoint: String,
+    failing: Arc<std::sync::atomic::AtomicBool>,
+    answered_500: Arc<std::sync::atomic::AtomicUsize>,
+    /// The forwarding connections, cut when the proxy starts failing: otherwise a client's
+    /// kept-alive connection would still reach moto.
+    conns: Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+}
+
+impl Erroring {
+    async fn start(moto_port: u16) -> Self {
+        use std::sync::atomic::Ordering::SeqCst;
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let me = Self {
+            endpoint: format!("http://{}", l.local_addr().unwrap()),
+            failing: Arc::default(),
+            answered_500: Arc::default(),
+            conns: Arc::default(),
+        };
+        let (failing, answered, conns) = (
+            me.failing.clone(),
+            me.answered_500.clone(),
+            me.conns.clone(),
+        );
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = l.accept().await {
+                if !failing.load(SeqCst) {
+                    let t = tokio::spawn(async move {
+                        if let Ok(mut out) =
+                            tokio::net::TcpStream::connect(("127.0.0.1", moto_port)).await
+                        {
+                            let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+                        }
+                    });
+                    conns.lock().unwrap().push(t);
+                    continue;
+                }
+                let answered = answered.clone();
+                tokio::spawn(async move {
+                    // The provider only reads: its requests have no body, so the end of the
+                    // headers is the end of the request.
+                    let mut head = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match inbound.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => head.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    answered.fetch_add(1, SeqCst);
+                    let body = "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>InternalError</Code><Message>We encountered an internal error. Please try again.</Message></Error>";
+                    let head_only = head.starts_with(b"HEAD ");
+                    let answer = format!(
+                        "HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/xml\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
+                        body.len(),
+                        if head_only { "" } else { body }
+                    );
+                    let _ = inbound.write_all(answer.as_bytes()).await;
+                    let _ = inbound.shutdown().await;
+                });
+            }
+        });
+        me
+    }
+
+    fn fail(&self, on: bool) {
+        self.failing.store(on, std::sync::atomic::Ordering::SeqCst);
+        if on {
+            for c in self.conns.lock().unwrap().drain(..) {
+                c.abort();
+            }
+        }
+    }
+
+    fn answered_500(&self) -> usize {
+        self.answered_500.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// The next update of `uri` within `within`, skipping other events.
+async fn updated_within(
+    rx: &mut tokio::sync::broadcast::Receiver<ChangeEvent>,
+    uri: &str,
+    within: Duration,
+) -> bool {
+    tokio::time::timeout(within, async {
+        loop {
+            match rx.recv().await {
+                Ok(ChangeEvent::Updated { uri: got }) if got == uri => return,
+                Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(e) => panic!("the change bus closed: {e}"),
+            }
+        }
+    })
+    .await
+    .is_ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn internal_errors_then_recovery_under_a_subscription() {
+    let Some(bin) = moto_bin_or_skip() else {
+        return;
+    };
+    let m = Moto::start(bin);
+    let bucket = unique_bucket("fivehundred");
+    create_bucket(&m.endpoint(), &bucket).await;
+    let store = writer(&m.endpoint(), &bucket);
+    put(&store, "w.txt", b"v1").await;
+    let proxy = Erroring::start(m.port).await;
+    let p = S3Provider::new(config(&proxy.endpoint, &bucket))
+        .await
+        .unwrap();
+    assert!(ready_within(&p, Duration::from_secs(10)).await);
+    let bus = Arc::new(LocalBus::default());
+    let mut rx = bus.subscribe();
+    let uri = format!("s3://{bucket}/w.txt");
+    let _g = p
+        .watch(&u(&uri), ChangeSink::new(bus.clone(), "m0"))
+        .await
+        .unwrap();
+    assert_eq!(p.read(&u(&uri), &BIG).await.unwrap().len(), 1);
+
+    proxy.fail(true);
+    // Reads and listings: a clear error after the bounded retries, each of which got a 500.
+    let before = proxy.answered_500();
+    let started = Instant::now();
+    let e = p.read(&u(&uri), &BIG).await.unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "a read against a failing store took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(e.kind, ErrorKind::Unavailable, "{}", e.message);
+    assert_clear(&e, &bucket);
+    assert!(
+        e.message.contains("500"),
+        "says what the store answered: {}",
+        e.message
+    );
+    assert!(
+        proxy.answered_500() - before > mcpr_provider_s3::MAX_RETRIES,
+        "the read was retried: {} answers of 500",
+        proxy.answered_500() - before
+    );
+    let e = p
+        .list(PageRequest {
+            after: None,
+            limit: 5,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unavailable, "{}", e.message);
+    assert_clear(&e, &bucket);
+    assert!(!p.ready().await, "not ready while every request fails");
+    // The object changes while the store is failing: a failed check is not a change, and
+    // the change itself is reported once the store answers again.
+    while rx.try_recv().is_ok() {}
+    put(&store, "w.txt", b"v2, written during the 500s").await;
+    assert!(
+        !updated_within(&mut rx, &uri, Duration::from_millis(1500)).await,
+        "an update was reported while the store could not be asked"
+    );
+
+    proxy.fail(false);
+    assert!(ready_within(&p, Duration::from_secs(10)).await);
+    assert!(
+        updated_within(&mut rx, &uri, Duration::from_secs(10)).await,
+        "the change made during the 500s was not reported after recovery"
+    );
+    let c = p.read(&u(&uri), &BIG).await.unwrap();
+    assert_eq!(
+        c[0].body,
+        mcpr_core::ContentsBody::Text("v2, written during the 500s".into())
+    );
+    assert!(
+        p.list(PageRequest {
+            after: None,
+            limit: 5
+        })
+        .await
+        .is_ok()
+    );
+    // And the subscription keeps working for the next change.
+    put(&store, "w.txt", b"v3").await;
+    assert!(
+        updated_within(&mut rx, &uri, Duration::from_secs(10)).await,
+        "the subscription was lost in the outage"
+    );
 }

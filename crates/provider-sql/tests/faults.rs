@@ -4,9 +4,10 @@
 //! subscription made before the fault still reports changes after it.
 //!
 //! Only this test's own connections are killed (those to the database it created), so other
-//! tests on the shared servers are not disturbed. "Restarted" is a TCP proxy in front of the
-//! shared PostgreSQL that drops every connection and refuses new ones for a while: to the
-//! provider that is a restart, and the real server other tests use keeps running.
+//! tests on the shared servers are not disturbed. "Restarted" is done twice: by a TCP proxy
+//! in front of the shared PostgreSQL that drops every connection and refuses new ones for a
+//! while, and for real, on a PostgreSQL of the test's own (initdb in a temporary directory, a
+//! random port) that is stopped and started again; the shared server is never restarted.
 
 mod common;
 
@@ -306,4 +307,247 @@ async fn issue19_mysql_connections_killed_mid_query() {
         "UPDATE users SET name = 'anna' WHERE id = 1",
     )
     .await;
+}
+
+/// A PostgreSQL server of the test's own: a cluster made by `initdb` in a temporary
+/// directory, listening on a random loopback port, so it can be stopped and started without
+/// touching the shared server. Without durability (`fsync=off`): the data is thrown away.
+/// Stopped when dropped, even when the test fails.
+struct OwnPg {
+    dir: tempfile::TempDir,
+    bin: std::path::PathBuf,
+    port: u16,
+}
+
+impl OwnPg {
+    /// `None` (with a note, or a failure under CI=true) when PostgreSQL's server programs
+    /// are not installed.
+    fn start() -> Option<Self> {
+        let bin = std::fs::read_dir("/usr/lib/postgresql")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path().join("bin"))
+            .filter(|b| b.join("initdb").exists() && b.join("pg_ctl").exists())
+            .max();
+        let Some(bin) = bin else {
+            return common::db::absent(
+                "PostgreSQL's server programs (/usr/lib/postgresql/*/bin/initdb)",
+                "not installed",
+            );
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let pg = Self { dir, bin, port };
+        // initdb and the server refuse to run as root; the system's postgres user does.
+        if pg.as_root() {
+            let ok = std::process::Command::new("chown")
+                .args(["postgres:"])
+                .arg(pg.dir.path())
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok, "chown of the cluster's directory to postgres failed");
+        }
+        let data = pg.dir.path().join("data");
+        pg.run(
+            "initdb",
+            &[
+                "-D".as_ref(),
+                data.as_os_str(),
+                "-U".as_ref(),
+                "postgres".as_ref(),
+                "-A".as_ref(),
+                "trust".as_ref(),
+                "--no-sync".as_ref(),
+            ],
+        );
+        pg.up();
+        Some(pg)
+    }
+
+    fn as_root(&self) -> bool {
+        use std::os::unix::fs::MetadataExt as _;
+        std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+    }
+
+    fn run(&self, program: &str, args: &[&std::ffi::OsStr]) {
+        let exe = self.bin.join(program);
+        let mut cmd = if self.as_root() {
+            let mut c = std::process::Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(&exe);
+            c
+        } else {
+            std::process::Command::new(&exe)
+        };
+        let out = cmd.args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{program} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    fn pg_ctl(&self, what: &[&str]) {
+        let data = self.dir.path().join("data");
+        let mut args: Vec<&std::ffi::OsStr> = vec![
+            "-D".as_ref(),
+            data.as_os_str(),
+            "-w".as_ref(),
+            "-t".as_ref(),
+            "20".as_ref(),
+        ];
+        args.extend(what.iter().map(|a| std::ffi::OsStr::new(*a)));
+        self.run("pg_ctl", &args);
+    }
+
+    fn up(&self) {
+        let log = self.dir.path().join("log");
+        let opts = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off",
+            self.port,
+            self.dir.path().display()
+        );
+        self.pg_ctl(&["-l", log.to_str().unwrap(), "-o", &opts, "start"]);
+    }
+
+    /// A fast shutdown: every session is ended, then the server stops.
+    fn down(&self) {
+        self.pg_ctl(&["-m", "fast", "stop"]);
+    }
+
+    fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    async fn exec(&self, sql: &str) {
+        let mut c = sqlx::PgConnection::connect(&self.url()).await.unwrap();
+        sqlx::raw_sql(sql).execute(&mut c).await.unwrap();
+    }
+}
+
+impl Drop for OwnPg {
+    fn drop(&mut self) {
+        // Immediate: nothing to keep, and a failed test should not wait on a shutdown.
+        let data = self.dir.path().join("data");
+        let mut cmd = if self.as_root() {
+            let mut c = std::process::Command::new("runuser");
+            c.args(["-u", "postgres", "--"])
+                .arg(self.bin.join("pg_ctl"));
+            c
+        } else {
+            std::process::Command::new(self.bin.join("pg_ctl"))
+        };
+        let _ = cmd
+            .arg("-D")
+            .arg(&data)
+            .args(["-m", "immediate", "-w", "stop"])
+            .output();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue19_own_pg_stopped_and_started_under_subscriptions() {
+    let Some(pg) = OwnPg::start() else {
+        return;
+    };
+    pg.exec(&common::db::pg_setup()).await;
+    // Two mounts on it: one polls, one is woken by LISTEN/NOTIFY (whose listening
+    // connection the restart ends too).
+    let mut c = SqlConfig::new("pg", pg.url());
+    c.poll_interval = Duration::from_millis(100);
+    let polled = SqlProvider::new(c).await.unwrap();
+    let mut c = SqlConfig::new("pgl", pg.url());
+    c.notify_channel = Some("mcpr_changes".into());
+    let listening = SqlProvider::new(c).await.unwrap();
+    let bus = Arc::new(LocalBus::default());
+    let mut rx = bus.subscribe();
+    let (u_polled, u_listening) = ("db://pg/tables/users", "db://pgl/tables/users");
+    let _g1 = polled
+        .watch(
+            &ResourceUri::parse(u_polled).unwrap(),
+            ChangeSink::new(bus.clone(), "m0"),
+        )
+        .await
+        .unwrap();
+    let _g2 = listening
+        .watch(
+            &ResourceUri::parse(u_listening).unwrap(),
+            ChangeSink::new(bus.clone(), "m1"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        read(&polled, u_polled).await.unwrap()["row_count"],
+        json!(3)
+    );
+    assert_eq!(
+        read(&listening, u_listening).await.unwrap()["row_count"],
+        json!(3)
+    );
+
+    pg.down();
+    for (p, uri) in [(&polled, u_polled), (&listening, u_listening)] {
+        let started = Instant::now();
+        let e = tokio::time::timeout(Duration::from_secs(10), read(p, uri))
+            .await
+            .expect("a read while the server is stopped must answer, not hang")
+            .expect_err("no server, no result");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "a read while the server was stopped took {:?}",
+            started.elapsed()
+        );
+        assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
+        assert!(
+            !e.message.contains("postgres://"),
+            "no connection URL in errors: {e}"
+        );
+    }
+    assert!(!polled.ready().await, "a stopped server is not ready");
+
+    pg.up();
+    // Both recover by themselves: the pools reconnect on the next read.
+    let start = Instant::now();
+    for (p, uri) in [(&polled, u_polled), (&listening, u_listening)] {
+        loop {
+            match read(p, uri).await {
+                Ok(v) => {
+                    assert_eq!(v["row_count"], json!(3));
+                    break;
+                }
+                Err(e) => assert!(
+                    start.elapsed() < Duration::from_secs(10),
+                    "{uri} not readable 10 s after the restart: {e}"
+                ),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    assert!(polled.ready().await);
+
+    // The subscriptions made before the restart report a change made after it (the
+    // listening mount's as soon as its listener is back, which wakes it).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    while rx.try_recv().is_ok() {}
+    pg.exec("UPDATE users SET name = 'anna' WHERE id = 1; NOTIFY mcpr_changes")
+        .await;
+    let mut heard = std::collections::BTreeSet::new();
+    while heard.len() < 2 {
+        match next_update(&mut rx, Duration::from_secs(5)).await {
+            Some(u) => {
+                heard.insert(u);
+            }
+            None => panic!("after the restart only {heard:?} reported the change"),
+        }
+    }
+    assert!(
+        heard.contains(u_polled) && heard.contains(u_listening),
+        "{heard:?}"
+    );
 }

@@ -103,6 +103,9 @@ pub struct McpHandler {
     service: Service,
     subscriber: OnceLock<Subscriber>,
     tokens: ChangeTokens,
+    /// Over HTTP with sessions roaming between replicas: a legacy session's subscriptions
+    /// are recorded there, and the replica holding its GET stream watches them.
+    hub: Option<Arc<dyn crate::http::SessionHub>>,
 }
 
 impl McpHandler {
@@ -112,7 +115,30 @@ impl McpHandler {
             service: Service::new(state),
             subscriber: OnceLock::new(),
             tokens: ChangeTokens::default(),
+            hub: None,
         }
+    }
+
+    /// Record legacy sessions' subscriptions in `hub` (HTTP sessions roaming between
+    /// replicas) instead of watching them for this handler.
+    pub fn with_session_hub(mut self, hub: Option<Arc<dyn crate::http::SessionHub>>) -> Self {
+        self.hub = hub;
+        self
+    }
+
+    /// The hub and this request's session id, when the session roams.
+    fn roaming<'a>(
+        &'a self,
+        ext: &'a rmcp::model::Extensions,
+    ) -> Option<(&'a dyn crate::http::SessionHub, &'a str)> {
+        let hub = self.hub.as_deref()?;
+        let id = ext
+            .get::<http::request::Parts>()?
+            .headers
+            .get("mcp-session-id")?
+            .to_str()
+            .ok()?;
+        Some((hub, id))
     }
 
     /// The protocol-neutral service this handler adapts.
@@ -375,6 +401,13 @@ impl McpHandler {
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         let grant = grant_of(&ctx.extensions);
+        if let Some((hub, id)) = self.roaming(&ctx.extensions) {
+            return self
+                .service
+                .subscribe_recorded(grant, &request.uri, hub, id)
+                .await
+                .map_err(to_mcp_error);
+        }
         self.service
             .subscribe(grant, &request.uri, || {
                 self.legacy_subscriber(&ctx.peer, grant)
@@ -388,6 +421,13 @@ impl McpHandler {
         request: UnsubscribeRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
+        if let Some((hub, id)) = self.roaming(&ctx.extensions) {
+            return self
+                .service
+                .unsubscribe_recorded(&request.uri, hub, id)
+                .await
+                .map_err(to_mcp_error);
+        }
         let id = self.legacy_subscriber(&ctx.peer, grant_of(&ctx.extensions));
         self.service
             .unsubscribe(id, &request.uri)
@@ -528,7 +568,8 @@ impl ServerHandler for McpHandler {
         // listing can be missed; the watches start in the background and `list_resources`
         // waits for them.
         let grant = grant_of(&ctx.extensions);
-        if self.service.reports_list_changes() {
+        // A roaming session hears of list changes from the replica holding its stream.
+        if self.service.reports_list_changes() && self.hub.is_none() {
             let id = self.legacy_subscriber(&ctx.peer, grant);
             self.service.listen_for_list_changes(id);
         }

@@ -100,6 +100,9 @@ pub struct ServerState {
     pub(crate) tools: Vec<rmcp::model::Tool>,
     /// Who runs provider watches; reports the cluster's state.
     pub(crate) cluster: Arc<dyn mcpr_core::Watching>,
+    /// Cancelled when an HTTP shutdown's grace period is over: reads still running then
+    /// answer a clear error instead of being cut off with their connection.
+    pub(crate) reads_cut: tokio_util::sync::CancellationToken,
 }
 
 impl ServerState {
@@ -181,6 +184,7 @@ impl ServerState {
             info,
             metrics: metrics::Metrics::default(),
             cluster,
+            reads_cut: tokio_util::sync::CancellationToken::new(),
         })
     }
 

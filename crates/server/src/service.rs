@@ -215,6 +215,14 @@ fn visible_mounts(router: &Router, grant: Option<&Grant>) -> Option<Vec<u32>> {
 }
 
 /// `raw` parsed, or invalid params naming it.
+/// The error of a session hub that did not answer.
+fn hub_error(e: crate::http::SessionStoreError) -> Error {
+    Error::new(
+        ErrorKind::Unavailable,
+        format!("the shared session store did not answer: {e}"),
+    )
+}
+
 fn parse_uri(raw: &str) -> Result<ResourceUri> {
     ResourceUri::parse(raw).map_err(|e| Error::invalid_params(e.message).with_uri(raw))
 }
@@ -455,12 +463,20 @@ impl Service {
     /// authentication). A URI of a mount the caller may not see is not found, like one no
     /// mount owns; a mount that does not declare reads answers [`ErrorKind::Unsupported`].
     pub async fn read(&self, grant: Option<&Grant>, uri: &str) -> Result<ReadOutcome> {
-        metered(
+        let read = metered(
             &self.state.metrics,
             "resources/read",
             self.read_uri(grant, uri),
-        )
-        .await
+        );
+        tokio::select! {
+            r = read => r,
+            () = self.state.reads_cut.cancelled() => Err(Error::new(
+                ErrorKind::Unavailable,
+                "the server is shutting down: this read was still running when the shutdown \
+                 grace period (shutdown_grace_ms) ended; try again",
+            )
+            .with_uri(uri)),
+        }
     }
 
     async fn read_uri(&self, grant: Option<&Grant>, raw: &str) -> Result<ReadOutcome> {
@@ -589,6 +605,63 @@ impl Service {
                 .with_uri(uri.as_str()));
             }
             registry.subscribe(id, &uri).await
+        })
+        .await
+    }
+
+    /// Subscribe roaming legacy session `session` to `uri`: checked as
+    /// [`Service::subscribe`] checks it (the caller may see it, its mount watches, the
+    /// per-session limit), then recorded in `hub`, whose holder of the session's stream
+    /// watches it.
+    pub async fn subscribe_recorded(
+        &self,
+        grant: Option<&Grant>,
+        uri: &str,
+        hub: &dyn crate::http::SessionHub,
+        session: &str,
+    ) -> Result<()> {
+        metered(&self.state.metrics, "resources/subscribe", async {
+            let uri = parse_uri(uri)?;
+            let mount = self
+                .state
+                .router
+                .route(&uri)
+                .filter(|m| visible(grant, m))
+                .ok_or_else(|| Error::not_found(uri.as_str()))?;
+            if !mount.provider.info().capabilities.watch {
+                return Err(Error::unsupported(format!(
+                    "{} mounts do not support subscriptions: {uri}",
+                    mount.provider.info().kind
+                )));
+            }
+            let held = hub.subscriptions(session).await.map_err(hub_error)?;
+            let max = self.state.settings.max_subscriptions_per_session;
+            if !held.iter().any(|u| u == uri.as_str()) && held.len() >= max {
+                return Err(Error::invalid_params(format!(
+                    "this session already has {max} subscriptions, the limit (max_subscriptions_per_session); unsubscribe from some first"
+                ))
+                .with_uri(uri.as_str()));
+            }
+            hub.set_subscription(session, uri.as_str(), true)
+                .await
+                .map_err(hub_error)?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Remove `uri` from roaming session `session`'s recorded subscriptions.
+    pub async fn unsubscribe_recorded(
+        &self,
+        uri: &str,
+        hub: &dyn crate::http::SessionHub,
+        session: &str,
+    ) -> Result<()> {
+        metered(&self.state.metrics, "resources/unsubscribe", async {
+            hub.set_subscription(session, uri, false)
+                .await
+                .map_err(hub_error)?;
+            Ok(())
         })
         .await
     }

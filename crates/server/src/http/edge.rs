@@ -84,9 +84,12 @@ pub struct Edge {
     auth: Option<Arc<Auth>>,
     /// The mounts, to keep a scoped caller's listen filter to what it may see.
     router: crate::Router,
-    /// With authentication: legacy session id → the identity that created it. Another
-    /// identity presenting the id is told the session does not exist.
-    owners: Mutex<HashMap<String, Identity>>,
+    /// With authentication: legacy session id → the hash of the identity that created it.
+    /// Another identity presenting the id is told the session does not exist.
+    owners: Mutex<HashMap<String, String>>,
+    /// Sessions roaming between replicas: the hub (owners of sessions created elsewhere,
+    /// sessions this replica has not restored yet) and where GET requests leave their grant.
+    cluster: Option<(Arc<dyn super::SessionHub>, super::roaming::PendingGrants)>,
 }
 
 impl Edge {
@@ -95,6 +98,7 @@ impl Edge {
         sessions: Arc<LocalSessionManager>,
         auth: Option<Arc<Auth>>,
         router: crate::Router,
+        cluster: Option<(Arc<dyn super::SessionHub>, super::roaming::PendingGrants)>,
     ) -> Arc<Self> {
         Arc::new(Self {
             concurrency: Arc::new(Semaphore::new(limits.max_concurrent_requests.max(1))),
@@ -108,25 +112,55 @@ impl Edge {
             auth,
             router,
             owners: Mutex::new(HashMap::new()),
+            cluster,
         })
     }
 
     /// Whether `identity` may use legacy session `id`: sessions are bound only when
-    /// requests are authenticated, and one the edge never saw created is left to rmcp.
-    fn may_use(&self, id: &str, identity: &Identity) -> bool {
-        self.auth.is_none()
-            || self
-                .owners
-                .lock()
-                .expect("owners lock")
-                .get(id)
-                .is_none_or(|owner| owner == identity)
+    /// requests are authenticated, and one the edge never saw created is left to rmcp. With
+    /// a hub, the owner of a session created on another replica is looked up there; if the
+    /// hub cannot answer, the request is refused rather than risk a stranger's use.
+    async fn may_use(&self, id: &str, identity: &Identity) -> bool {
+        if self.auth.is_none() {
+            return true;
+        }
+        let mine = super::hub::owner_hash(identity);
+        if let Some(owner) = self.owners.lock().expect("owners lock").get(id) {
+            return *owner == mine;
+        }
+        let Some((hub, _)) = &self.cluster else {
+            return true;
+        };
+        match hub.owner(id).await {
+            Ok(Some(owner)) => {
+                let ok = owner == mine;
+                if ok {
+                    self.owners
+                        .lock()
+                        .expect("owners lock")
+                        .insert(id.to_owned(), owner);
+                }
+                ok
+            }
+            // No owner recorded: not a session of this cluster (rmcp answers 404).
+            Ok(None) => true,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot look up a session's owner");
+                false
+            }
+        }
     }
 
-    /// Remember that `identity` created session `id`.
-    async fn bind(&self, id: &str, identity: Identity) {
+    /// Remember that `identity` created session `id` (with a hub, for every replica).
+    async fn bind(&self, id: &str, identity: Identity) -> Result<(), String> {
         if self.auth.is_none() {
-            return;
+            return Ok(());
+        }
+        let owner = super::hub::owner_hash(&identity);
+        if let Some((hub, _)) = &self.cluster {
+            hub.set_owner(id, &owner)
+                .await
+                .map_err(|e| format!("cannot record the session's owner: {e}"))?;
         }
         // Sessions that expired on their own never pass through DELETE; forget them now and
         // then, so the map stays as small as the set of live sessions.
@@ -141,7 +175,8 @@ impl Edge {
         if let Some(live) = live {
             owners.retain(|k, _| live.contains(k));
         }
-        owners.insert(id.to_owned(), identity);
+        owners.insert(id.to_owned(), owner);
+        Ok(())
     }
 
     /// Refuse new requests and wait (at most the grace period) for in-flight ones to finish.
@@ -277,7 +312,7 @@ async fn guarded(edge: &Arc<Edge>, peer: SocketAddr, req: Request, next: Next) -
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     if let Some(id) = &session {
-        if !edge.may_use(id, &identity) {
+        if !edge.may_use(id, &identity).await {
             return no_such_session();
         }
         if parts.method == Method::DELETE
@@ -288,8 +323,25 @@ async fn guarded(edge: &Arc<Edge>, peer: SocketAddr, req: Request, next: Next) -
                 .await
                 .contains_key(id.as_str())
         {
-            // rmcp would accept the DELETE of a session that does not exist.
-            return no_such_session();
+            // rmcp would accept the DELETE of a session that does not exist; with a hub, one
+            // created on another replica exists if the hub has it.
+            let elsewhere = match &edge.cluster {
+                Some((hub, _)) => hub.load(id).await.is_ok_and(|s| s.is_some()),
+                None => false,
+            };
+            if !elsewhere {
+                return no_such_session();
+            }
+        }
+        if parts.method == Method::GET
+            && let Some((_, grants)) = &edge.cluster
+        {
+            let mut grants = grants.lock().expect("grants lock");
+            if grants.len() > 4096 {
+                // GETs refused before reaching the session manager leave theirs behind.
+                grants.clear();
+            }
+            grants.insert(id.clone(), parts.extensions.get::<Grant>().cloned());
         }
     }
     let Ok(_permit) = edge.concurrency.clone().try_acquire_owned() else {
@@ -335,7 +387,13 @@ async fn guarded(edge: &Arc<Edge>, peer: SocketAddr, req: Request, next: Next) -
             .and_then(|v| v.to_str().ok())
     {
         // Bound before the client can learn the id: the answer has not left yet.
-        edge.bind(id, identity).await;
+        if let Err(e) = edge.bind(id, identity).await {
+            tracing::warn!(error = %e, "session refused");
+            if let Some((hub, _)) = &edge.cluster {
+                let _ = hub.delete(id).await;
+            }
+            return refuse(StatusCode::SERVICE_UNAVAILABLE, -32603, e);
+        }
     }
     // The request is in flight until its body (JSON or a per-request SSE stream) is done.
     let (parts, body) = resp.into_parts();

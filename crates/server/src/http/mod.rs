@@ -5,11 +5,14 @@
 mod auth;
 mod direct;
 mod edge;
+mod hub;
 mod jwt;
+mod roaming;
 mod sessions;
 
 pub use auth::{AuthSettings, Grant, Identity, StaticToken};
 pub use edge::HttpLimits;
+pub use hub::{SessionHub, SessionSignal};
 pub use jwt::JwtSettings;
 /// The legacy session store seam (see [`HttpSettings::session_store`]).
 pub use rmcp::transport::streamable_http_server::session::{
@@ -73,6 +76,11 @@ pub struct HttpSettings {
     /// another process sharing it is restored here on its first request (rmcp replays the
     /// stored `initialize`), so a client can continue it on any replica.
     pub session_store: Option<Arc<dyn SessionStore>>,
+    /// Sessions that roam between replicas (it is then the session store too, and
+    /// `session_store` is ignored): their owners, subscriptions, notification streams and
+    /// `Last-Event-ID` resumption are shared, and a `DELETE` through any replica ends them
+    /// everywhere. See `roaming.rs`; `mcpr-cluster` has one over NATS.
+    pub session_hub: Option<Arc<dyn SessionHub>>,
 }
 
 impl HttpSettings {
@@ -90,6 +98,7 @@ impl HttpSettings {
             limits: HttpLimits::default(),
             direct_reads: true,
             session_store: None,
+            session_hub: None,
         }
     }
 
@@ -108,11 +117,11 @@ impl HttpSettings {
                 ));
             }
         }
-        if self.session_store.is_some() && !open {
-            // The edge binds a session to the identity that created it, in this process only:
-            // a session restored from the store would be usable by any valid token.
+        if self.session_store.is_some() && self.session_hub.is_none() && !open {
+            // A bare store keeps only the handshake: a session restored from it would be
+            // usable by any valid token. A hub keeps the owner too.
             return Err(
-                "a shared session store cannot be combined with authentication yet: session owners are not shared between replicas"
+                "a shared session store without a session hub cannot be combined with authentication: session owners would not be shared between replicas"
                     .into(),
             );
         }
@@ -171,7 +180,16 @@ pub async fn serve(
     manager.session_config.keep_alive = Some(limits.session_idle_timeout);
     manager.session_config.channel_capacity = limits.event_store_capacity.max(1);
     let manager = Arc::new(manager);
-    let sessions = Arc::new(sessions::ResumeAfter::new(manager.clone()));
+    let roaming = settings.session_hub.clone().map(|hub| {
+        roaming::Roaming::new(
+            hub,
+            crate::service::Service::new(state.clone()),
+            manager.clone(),
+            limits.event_store_capacity,
+            limits.session_idle_timeout,
+        )
+    });
+    let sessions = Arc::new(sessions::ResumeAfter::new(manager.clone(), roaming.clone()));
     let streams = CancellationToken::new();
     let mut config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(settings.allowed_hosts.clone())
@@ -188,10 +206,14 @@ pub async fn serve(
     if settings.allowed_hosts.is_empty() {
         config = config.disable_allowed_hosts();
     }
-    config.session_store = settings.session_store.clone();
+    config.session_store = match &settings.session_hub {
+        Some(hub) => Some(hub.clone() as Arc<dyn SessionStore>),
+        None => settings.session_store.clone(),
+    };
     let factory_state = state.clone();
+    let factory_hub = settings.session_hub.clone();
     let mcp = StreamableHttpService::new(
-        move || Ok(McpHandler::new(factory_state.clone())),
+        move || Ok(McpHandler::new(factory_state.clone()).with_session_hub(factory_hub.clone())),
         sessions,
         config,
     );
@@ -217,6 +239,10 @@ pub async fn serve(
         manager,
         auth.clone(),
         state.router().clone(),
+        settings
+            .session_hub
+            .clone()
+            .zip(roaming.map(|r| r.grants.clone())),
     );
     // RFC 9728 protected-resource metadata: where clients find the authorization server.
     let metadata = settings.auth.as_ref().filter(|a| a.is_enabled()).map(|a| {
@@ -277,10 +303,18 @@ pub async fn serve(
     let drained = Arc::new(tokio::sync::Notify::new());
     let graceful = {
         let drained = drained.clone();
+        let reads_cut = state.reads_cut.clone();
         async move {
             shutdown.await;
             tracing::info!("shutting down: refusing new requests, finishing in-flight ones");
             edge.drain().await;
+            // Reads still running answer an error that says why, rather than a stream or
+            // connection cut with no answer; a moment for those answers to be written.
+            reads_cut.cancel();
+            let flush = tokio::time::Instant::now() + std::time::Duration::from_millis(500);
+            while edge.inflight() > 0 && tokio::time::Instant::now() < flush {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
             streams.cancel();
             drained.notify_one();
         }

@@ -7,6 +7,9 @@
 //! watches which events of each session's notification stream actually reached the client;
 //! a resume from an id that was a real event is shifted to the next one, while a resume from
 //! the priming id (nothing received yet) replays everything held.
+//!
+//! With a [`SessionHub`](super::hub::SessionHub) (sessions roaming between replicas), the
+//! notification stream and its resumption are the hub's instead: see `roaming.rs`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -21,14 +24,19 @@ use rmcp::transport::streamable_http_server::session::{ServerSseMessage, Session
 /// See the module docs.
 pub struct ResumeAfter {
     inner: Arc<LocalSessionManager>,
+    roaming: Option<Arc<super::roaming::Roaming>>,
     /// Session → highest index of its notification stream delivered to the client.
     delivered: Arc<Mutex<HashMap<SessionId, usize>>>,
 }
 
 impl ResumeAfter {
-    pub(crate) fn new(inner: Arc<LocalSessionManager>) -> Self {
+    pub(crate) fn new(
+        inner: Arc<LocalSessionManager>,
+        roaming: Option<Arc<super::roaming::Roaming>>,
+    ) -> Self {
         Self {
             inner,
+            roaming,
             delivered: Arc::default(),
         }
     }
@@ -79,7 +87,12 @@ impl SessionManager for ResumeAfter {
     }
 
     async fn has_session(&self, id: &SessionId) -> Result<bool, Self::Error> {
-        self.inner.has_session(id).await
+        let has = self.inner.has_session(id).await?;
+        if has && let Some(r) = &self.roaming {
+            // Every request of a session asks this first: keep its shared records alive.
+            r.touch(id);
+        }
+        Ok(has)
     }
 
     async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
@@ -107,8 +120,12 @@ impl SessionManager for ResumeAfter {
         &self,
         id: &SessionId,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        if let Some(r) = &self.roaming {
+            // rmcp checked (or restored) the session before asking.
+            return Ok(r.open(id, None).await.left_stream());
+        }
         let stream = self.inner.create_standalone_stream(id).await?;
-        Ok(self.track(id, stream))
+        Ok(self.track(id, stream).right_stream())
     }
 
     async fn resume(
@@ -116,6 +133,13 @@ impl SessionManager for ResumeAfter {
         id: &SessionId,
         last_event_id: String,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        // The notification stream's ids are the log's there; a request stream's (`n/m`)
+        // stay this process's.
+        if let Some(r) = &self.roaming
+            && let Ok(after) = last_event_id.parse::<u64>()
+        {
+            return Ok(r.open(id, Some(after)).await.left_stream());
+        }
         let shifted = match last_event_id.parse::<usize>() {
             Ok(n)
                 if self
@@ -130,7 +154,7 @@ impl SessionManager for ResumeAfter {
             _ => last_event_id,
         };
         let stream = self.inner.resume(id, shifted).await?;
-        Ok(self.track(id, stream))
+        Ok(self.track(id, stream).right_stream())
     }
 
     async fn restore_session(

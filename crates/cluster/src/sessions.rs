@@ -1,0 +1,511 @@
+//! [`NatsSessionStore`]: legacy HTTP sessions shared by a cluster's replicas, in JetStream
+//! (spoken to with raw `$JS.API` requests, so that servers from 2.9 on work), as rmcp's
+//! `SessionStore` and our `SessionHub`.
+//!
+//! Two file-backed streams per cluster (so a NATS restart loses no session), whose messages
+//! expire after the idle session TTL unless a replica using the session rewrites them
+//! ([`SessionHub::touch`]). They are created on first use, not at start, so a replica whose
+//! NATS is down at start still starts (its roaming sessions fail clearly until NATS is up),
+//! and again whenever NATS says they are missing (a NATS that lost its storage):
+//! - `MCPR_<cluster>_SESSIONS`, one message per subject, `mcpr.<cluster>.sess.<h>.<record>`
+//!   where `<h>` hashes the session id and `<record>` is `state` (rmcp's handshake), `owner`
+//!   (a hash of the creating identity) or `subs` (the subscribed URIs, changed with a
+//!   compare-and-set on the subject's last sequence);
+//! - `MCPR_<cluster>_SESSION_EVENTS`, the notification log, `mcpr.<cluster>.sev.<h>`, at most
+//!   `events_per_session` messages per subject. An event's id is its stream sequence; a
+//!   replay reads only the session's own subject, so an id of another session's event
+//!   replays nothing of that session.
+//!
+//! Signals (a session ended, its subscriptions changed, its stream changed holder) travel on
+//! core NATS subject `mcpr.<cluster>.sctl`, naming sessions by the same hash, not their ids.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use futures::StreamExt as _;
+use mcpr_server::http::{SessionHub, SessionSignal, SessionState, SessionStore, SessionStoreError};
+use serde_json::{Value, json};
+use tokio::sync::broadcast;
+
+/// JetStream's error code for "no message found".
+const NO_MESSAGE: u64 = 10037;
+/// JetStream's error code for a failed expected-last-sequence check.
+const WRONG_LAST_SEQUENCE: u64 = 10071;
+/// How long a JetStream request may take before the store counts NATS unreachable.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// See the module docs.
+pub struct NatsSessionStore {
+    client: async_nats::Client,
+    cluster: String,
+    ttl: Duration,
+    signals: broadcast::Sender<SessionSignal>,
+    /// Session → when this replica last rewrote its records.
+    touched: Mutex<HashMap<String, Instant>>,
+    task: tokio::task::JoinHandle<()>,
+    events_per_session: usize,
+    /// Whether the streams are known to exist (cleared when NATS says one is missing).
+    streams: tokio::sync::Mutex<bool>,
+}
+
+impl Drop for NatsSessionStore {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn error(e: impl std::fmt::Display) -> SessionStoreError {
+    e.to_string().into()
+}
+
+impl NatsSessionStore {
+    /// Listen for cluster `cluster`'s session signals; the session streams are created (or
+    /// found, with the same settings) on first use. Never waits for NATS. A session unused for `idle_ttl` is forgotten; each keeps at
+    /// most `events_per_session` notifications for `Last-Event-ID` resumption. Replicas of
+    /// one cluster must agree on both. Set the result as `HttpSettings::session_hub`.
+    pub async fn connect(
+        client: async_nats::Client,
+        cluster: &str,
+        idle_ttl: Duration,
+        events_per_session: usize,
+    ) -> Result<Arc<Self>, String> {
+        let (signals, _) = broadcast::channel(1024);
+        let mut sub = client
+            .subscribe(control_subject(cluster))
+            .await
+            .map_err(|e| format!("cannot subscribe to session signals: {e}"))?;
+        // No flush: with NATS down at start the subscription is sent once it connects (and
+        // again after every reconnect, by the client).
+        let tx = signals.clone();
+        let task = tokio::spawn(async move {
+            while let Some(msg) = sub.next().await {
+                match parse_signal(&msg.payload) {
+                    Some(s) => {
+                        let _ = tx.send(s);
+                    }
+                    None => tracing::warn!("malformed session signal"),
+                }
+            }
+        });
+        Ok(Arc::new(Self {
+            client,
+            cluster: cluster.to_owned(),
+            ttl: idle_ttl,
+            signals,
+            touched: Mutex::new(HashMap::new()),
+            task,
+            events_per_session,
+            streams: tokio::sync::Mutex::new(false),
+        }))
+    }
+
+    /// Create the streams unless they are known to exist.
+    async fn ensure_streams(&self) -> Result<(), SessionStoreError> {
+        let mut ready = self.streams.lock().await;
+        if *ready {
+            return Ok(());
+        }
+        let (client, cluster, idle_ttl, events_per_session) =
+            (&self.client, self.cluster.as_str(), self.ttl, self.events_per_session);
+        let max_age = u64::try_from(idle_ttl.as_nanos()).unwrap_or(u64::MAX);
+        for (name, subjects, per_subject) in [
+            (records_stream(cluster), format!("mcpr.{cluster}.sess.>"), 1),
+            (
+                events_stream(cluster),
+                format!("mcpr.{cluster}.sev.>"),
+                i64::try_from(events_per_session.max(1)).unwrap_or(i64::MAX),
+            ),
+        ] {
+            let config = json!({
+                "name": name,
+                "subjects": [subjects],
+                "max_msgs_per_subject": per_subject,
+                "max_age": max_age,
+                "storage": "file",
+                "num_replicas": 1,
+                "discard": "old",
+            });
+            let v = api(client, &format!("$JS.API.STREAM.CREATE.{name}"), &config)
+                .await
+                .map_err(|e| error(format!("cannot create the session stream {name}: {e}")))?;
+            if let Some(e) = v.get("error") {
+                return Err(error(format!(
+                    "cannot create the session stream {name} (do all replicas use the same session_idle_timeout and event_store_capacity?): {}",
+                    e.get("description").and_then(|d| d.as_str()).unwrap_or("?")
+                )));
+            }
+        }
+        *ready = true;
+        Ok(())
+    }
+
+    /// Forget that the streams exist after NATS said `e` (a stream missing: recreate it next
+    /// time).
+    async fn check_missing(&self, e: &str) {
+        if e.contains("no responders") || e.contains("10059") || e.contains("stream not found") {
+            *self.streams.lock().await = false;
+        }
+    }
+
+    fn record(&self, session: &str, record: &str) -> String {
+        format!(
+            "mcpr.{}.sess.{}.{record}",
+            self.cluster,
+            crate::token(session, 16)
+        )
+    }
+
+    fn log(&self, session: &str) -> String {
+        format!("mcpr.{}.sev.{}", self.cluster, crate::token(session, 16))
+    }
+
+    /// The last message on `subject` of `stream`: its sequence and payload.
+    async fn last(
+        &self,
+        stream: &str,
+        subject: &str,
+    ) -> Result<Option<(u64, Vec<u8>)>, SessionStoreError> {
+        self.get(stream, &json!({ "last_by_subj": subject })).await
+    }
+
+    async fn get(
+        &self,
+        stream: &str,
+        request: &Value,
+    ) -> Result<Option<(u64, Vec<u8>)>, SessionStoreError> {
+        self.ensure_streams().await?;
+        let v = api(
+            &self.client,
+            &format!("$JS.API.STREAM.MSG.GET.{stream}"),
+            request,
+        )
+        .await?;
+        if let Some(e) = v.get("error") {
+            if e.get("err_code").and_then(Value::as_u64) == Some(NO_MESSAGE) {
+                return Ok(None);
+            }
+            self.check_missing(&e.to_string()).await;
+            return Err(error(format!("message get failed: {e}")));
+        }
+        let seq = v
+            .pointer("/message/seq")
+            .and_then(Value::as_u64)
+            .ok_or_else(|| error("message get: no sequence in the reply"))?;
+        let data = v
+            .pointer("/message/data")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let data = base64::engine::general_purpose::STANDARD
+            .decode(data)
+            .map_err(|e| error(format!("message get: bad data: {e}")))?;
+        Ok(Some((seq, data)))
+    }
+
+    /// Publish `payload` on `subject` (captured by a stream); with `expected`, only if the
+    /// subject's last sequence is that (0: no message). `Ok(None)`: the check failed.
+    async fn put(
+        &self,
+        subject: &str,
+        payload: Vec<u8>,
+        expected: Option<u64>,
+    ) -> Result<Option<u64>, SessionStoreError> {
+        self.ensure_streams().await?;
+        let mut headers = async_nats::HeaderMap::new();
+        if let Some(seq) = expected {
+            headers.insert(
+                "Nats-Expected-Last-Subject-Sequence",
+                seq.to_string().as_str(),
+            );
+        }
+        let reply = tokio::time::timeout(
+            REQUEST_TIMEOUT,
+            self.client
+                .request_with_headers(subject.to_owned(), headers, payload.into()),
+        )
+        .await
+        .map_err(|_| error("NATS did not answer in time"))?;
+        let reply = match reply {
+            Ok(r) => r,
+            Err(e) => {
+                // No stream captures the subject: NATS lost it; recreate it next time.
+                self.check_missing(&e.to_string()).await;
+                return Err(error(e));
+            }
+        };
+        let v: Value = serde_json::from_slice(&reply.payload).map_err(error)?;
+        if let Some(e) = v.get("error") {
+            if e.get("err_code").and_then(Value::as_u64) == Some(WRONG_LAST_SEQUENCE) {
+                return Ok(None);
+            }
+            return Err(error(format!("publish failed: {e}")));
+        }
+        v.get("seq")
+            .and_then(Value::as_u64)
+            .map(Some)
+            .ok_or_else(|| error("publish: no sequence in the reply"))
+    }
+
+    async fn purge(&self, stream: &str, filter: &str) -> Result<(), SessionStoreError> {
+        self.ensure_streams().await?;
+        let v = api(
+            &self.client,
+            &format!("$JS.API.STREAM.PURGE.{stream}"),
+            &json!({ "filter": filter }),
+        )
+        .await?;
+        match v.get("error") {
+            None => Ok(()),
+            Some(e) => Err(error(format!("purge failed: {e}"))),
+        }
+    }
+}
+
+fn records_stream(cluster: &str) -> String {
+    format!("MCPR_{cluster}_SESSIONS")
+}
+
+fn events_stream(cluster: &str) -> String {
+    format!("MCPR_{cluster}_SESSION_EVENTS")
+}
+
+fn control_subject(cluster: &str) -> String {
+    format!("mcpr.{cluster}.sctl")
+}
+
+/// A JetStream API request and its JSON reply.
+async fn api(
+    client: &async_nats::Client,
+    subject: &str,
+    body: &Value,
+) -> Result<Value, SessionStoreError> {
+    let reply = tokio::time::timeout(
+        REQUEST_TIMEOUT,
+        client.request(
+            subject.to_owned(),
+            serde_json::to_vec(body).expect("json").into(),
+        ),
+    )
+    .await
+    .map_err(|_| error("NATS did not answer in time"))?
+    .map_err(error)?;
+    serde_json::from_slice(&reply.payload).map_err(|e| error(format!("bad reply: {e}")))
+}
+
+fn signal_json(s: &SessionSignal) -> Value {
+    match s {
+        SessionSignal::Ended(id) => json!({ "ended": id }),
+        SessionSignal::Subscriptions(id) => json!({ "subscriptions": id }),
+        SessionSignal::Holder { session, holder } => {
+            json!({ "holder": holder, "session": session })
+        }
+    }
+}
+
+fn parse_signal(payload: &[u8]) -> Option<SessionSignal> {
+    let v: Value = serde_json::from_slice(payload).ok()?;
+    let text = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
+    if let Some(id) = text("ended") {
+        Some(SessionSignal::Ended(id))
+    } else if let Some(id) = text("subscriptions") {
+        Some(SessionSignal::Subscriptions(id))
+    } else {
+        Some(SessionSignal::Holder {
+            session: text("session")?,
+            holder: text("holder")?,
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl SessionStore for NatsSessionStore {
+    async fn load(&self, session: &str) -> Result<Option<SessionState>, SessionStoreError> {
+        let stream = records_stream(&self.cluster);
+        match self.last(&stream, &self.record(session, "state")).await? {
+            Some((_, data)) => Ok(Some(serde_json::from_slice(&data).map_err(error)?)),
+            None => Ok(None),
+        }
+    }
+
+    async fn store(&self, session: &str, state: &SessionState) -> Result<(), SessionStoreError> {
+        let data = serde_json::to_vec(state).map_err(error)?;
+        self.put(&self.record(session, "state"), data, None).await?;
+        Ok(())
+    }
+
+    async fn delete(&self, session: &str) -> Result<(), SessionStoreError> {
+        let h = crate::token(session, 16);
+        self.purge(
+            &records_stream(&self.cluster),
+            &format!("mcpr.{}.sess.{h}.>", self.cluster),
+        )
+        .await?;
+        self.purge(&events_stream(&self.cluster), &self.log(session))
+            .await?;
+        self.touched.lock().expect("touched lock").remove(session);
+        self.announce(SessionSignal::Ended(self.key(session))).await
+    }
+}
+
+#[async_trait::async_trait]
+impl SessionHub for NatsSessionStore {
+    fn key(&self, session: &str) -> String {
+        crate::token(session, 16)
+    }
+
+    async fn set_owner(&self, session: &str, owner: &str) -> Result<(), SessionStoreError> {
+        self.put(
+            &self.record(session, "owner"),
+            owner.as_bytes().to_vec(),
+            None,
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn owner(&self, session: &str) -> Result<Option<String>, SessionStoreError> {
+        let stream = records_stream(&self.cluster);
+        Ok(self
+            .last(&stream, &self.record(session, "owner"))
+            .await?
+            .map(|(_, d)| String::from_utf8_lossy(&d).into_owned()))
+    }
+
+    async fn subscriptions(&self, session: &str) -> Result<Vec<String>, SessionStoreError> {
+        let stream = records_stream(&self.cluster);
+        match self.last(&stream, &self.record(session, "subs")).await? {
+            Some((_, d)) => serde_json::from_slice(&d).map_err(error),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    async fn set_subscription(
+        &self,
+        session: &str,
+        uri: &str,
+        subscribed: bool,
+    ) -> Result<Vec<String>, SessionStoreError> {
+        let stream = records_stream(&self.cluster);
+        let subject = self.record(session, "subs");
+        // Compare-and-set: two replicas changing one session's set at once both count.
+        for _ in 0..16 {
+            let (seq, mut uris) = match self.last(&stream, &subject).await? {
+                Some((seq, d)) => (
+                    seq,
+                    serde_json::from_slice::<Vec<String>>(&d).map_err(error)?,
+                ),
+                None => (0, Vec::new()),
+            };
+            let present = uris.iter().any(|u| u == uri);
+            match (subscribed, present) {
+                (true, true) | (false, false) => return Ok(uris),
+                (true, false) => uris.push(uri.to_owned()),
+                (false, true) => uris.retain(|u| u != uri),
+            }
+            let data = serde_json::to_vec(&uris).map_err(error)?;
+            if self.put(&subject, data, Some(seq)).await?.is_some() {
+                self.announce(SessionSignal::Subscriptions(self.key(session)))
+                    .await?;
+                return Ok(uris);
+            }
+        }
+        Err(error(
+            "the session's subscriptions kept changing under this update; try again",
+        ))
+    }
+
+    async fn append(&self, session: &str, event: &[u8]) -> Result<u64, SessionStoreError> {
+        self.put(&self.log(session), event.to_vec(), None)
+            .await?
+            .ok_or_else(|| error("publish refused"))
+    }
+
+    async fn replay(
+        &self,
+        session: &str,
+        after: u64,
+    ) -> Result<Vec<(u64, Vec<u8>)>, SessionStoreError> {
+        let stream = events_stream(&self.cluster);
+        let subject = self.log(session);
+        let mut out = Vec::new();
+        let mut next = after.saturating_add(1);
+        while let Some((seq, data)) = self
+            .get(&stream, &json!({ "seq": next, "next_by_subj": subject }))
+            .await?
+        {
+            out.push((seq, data));
+            next = seq + 1;
+        }
+        Ok(out)
+    }
+
+    async fn announce(&self, signal: SessionSignal) -> Result<(), SessionStoreError> {
+        let payload = serde_json::to_vec(&signal_json(&signal)).expect("json");
+        self.client
+            .publish(control_subject(&self.cluster), payload.into())
+            .await
+            .map_err(error)?;
+        self.client.flush().await.map_err(error)?;
+        Ok(())
+    }
+
+    fn signals(&self) -> broadcast::Receiver<SessionSignal> {
+        self.signals.subscribe()
+    }
+
+    async fn touch(&self, session: &str) {
+        // Rewrite the records a few times per TTL, not on every request.
+        {
+            let now = Instant::now();
+            let mut touched = self.touched.lock().expect("touched lock");
+            if touched
+                .get(session)
+                .is_some_and(|t| now.duration_since(*t) < self.ttl / 4)
+            {
+                return;
+            }
+            if touched.len() > 4096 {
+                touched.retain(|_, t| now.duration_since(*t) < self.ttl);
+            }
+            touched.insert(session.to_owned(), now);
+        }
+        let stream = records_stream(&self.cluster);
+        for record in ["state", "owner", "subs"] {
+            let subject = self.record(session, record);
+            match self.last(&stream, &subject).await {
+                // The same content again, unless another replica changed it meanwhile.
+                Ok(Some((seq, data))) => {
+                    if let Err(e) = self.put(&subject, data, Some(seq)).await {
+                        tracing::debug!(error = %e, "cannot refresh a session record");
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => tracing::debug!(error = %e, "cannot refresh a session record"),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signals_survive_the_wire_and_garbage_is_refused() {
+        for s in [
+            SessionSignal::Ended("a".into()),
+            SessionSignal::Subscriptions("b".into()),
+            SessionSignal::Holder {
+                session: "c".into(),
+                holder: "r-1".into(),
+            },
+        ] {
+            let wire = serde_json::to_vec(&signal_json(&s)).unwrap();
+            assert_eq!(parse_signal(&wire), Some(s));
+        }
+        assert_eq!(parse_signal(b"{}"), None);
+        assert_eq!(parse_signal(b"not json"), None);
+        assert_eq!(parse_signal(br#"{"holder": "x"}"#), None);
+    }
+}

@@ -1,0 +1,480 @@
+//! Legacy sessions roaming over three replicas (in-process servers on loopback, each with its
+//! own NATS connection, [`NatsBus`] and [`NatsSessionStore`]) against a real
+//! `nats-server -js` this test starts on a random port. Raw HTTP. Without the binary the
+//! tests say so and pass, except under `CI=true`, where it is a failure.
+
+use std::collections::HashSet;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use mcpr_cluster::{NatsBus, NatsSessionStore};
+use mcpr_core::Provider;
+use mcpr_provider_files::{FilesConfig, FilesProvider};
+use mcpr_server::http::{AuthSettings, HttpSettings, StaticToken};
+use mcpr_server::{ServerState, Settings};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+struct Nats {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Nats {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn start_nats() -> Option<Nats> {
+    let bin = std::env::var("MCPR_NATS_SERVER").unwrap_or_else(|_| "/usr/sbin/nats-server".into());
+    if !std::path::Path::new(&bin).exists() {
+        assert!(
+            !std::env::var("CI").is_ok_and(|v| v == "true"),
+            "nats-server is required under CI=true: install it (apt-get install nats-server) or set MCPR_NATS_SERVER"
+        );
+        eprintln!("SKIPPED: no nats-server at {bin} (set MCPR_NATS_SERVER)");
+        return None;
+    }
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // Owned by the guard at once: it is killed and waited for however the test ends.
+    let nats = Nats {
+        child: Command::new(&bin)
+            .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+        port,
+        _dir: dir,
+    };
+    for _ in 0..200 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Some(nats);
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("nats-server did not listen on {port} within 5 s");
+}
+
+/// One replica over `root`: its MCP endpoint's URL.
+async fn replica(root: &std::path::Path, port: u16, auth: Option<AuthSettings>) -> String {
+    replica_with_ttl(root, port, auth, Duration::from_secs(60)).await
+}
+
+/// A replica whose sessions are forgotten after `ttl` unused.
+async fn replica_with_ttl(
+    root: &std::path::Path,
+    port: u16,
+    auth: Option<AuthSettings>,
+    ttl: Duration,
+) -> String {
+    let client = async_nats::connect(format!("nats://127.0.0.1:{port}"))
+        .await
+        .unwrap();
+    let bus = NatsBus::new(client.clone(), &cluster_of(ttl), HashSet::new());
+    let provider: Arc<dyn Provider> = Arc::new(FilesProvider::new(FilesConfig::new(root)).unwrap());
+    let state = ServerState::with_bus(Settings::default(), vec![(provider, None)], Arc::new(bus));
+    let hub = NatsSessionStore::connect(client, &cluster_of(ttl), ttl, 16)
+        .await
+        .unwrap();
+    let mut http = HttpSettings::new("127.0.0.1:0".parse().unwrap());
+    http.limits.session_idle_timeout = ttl;
+    http.session_hub = Some(hub);
+    http.auth = auth;
+    let server = mcpr_server::http::serve(state, http, std::future::pending())
+        .await
+        .unwrap();
+    let url = format!("http://{}/mcp", server.local_addr);
+    tokio::spawn(async move {
+        let _ = server.wait().await;
+    });
+    url
+}
+
+/// Replicas of one cluster must agree on the TTL: one cluster name per TTL.
+fn cluster_of(ttl: Duration) -> String {
+    if ttl == Duration::from_secs(60) {
+        "roam".into()
+    } else {
+        format!("roam{}", ttl.as_millis())
+    }
+}
+
+fn request(
+    method: reqwest::Method,
+    url: &str,
+    session: Option<&str>,
+    token: Option<&str>,
+) -> reqwest::RequestBuilder {
+    let mut req = reqwest::Client::new()
+        .request(method, url)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25");
+    if let Some(id) = session {
+        req = req.header("mcp-session-id", id);
+    }
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    req
+}
+
+async fn post(
+    url: &str,
+    session: Option<&str>,
+    token: Option<&str>,
+    message: Value,
+) -> reqwest::Response {
+    request(reqwest::Method::POST, url, session, token)
+        .header("content-type", "application/json")
+        .json(&message)
+        .send()
+        .await
+        .unwrap()
+}
+
+/// The JSON-RPC message of a response, plain JSON or one SSE event.
+async fn answer(resp: reqwest::Response) -> Value {
+    let status = resp.status();
+    let text = resp.text().await.unwrap();
+    assert_eq!(status, 200, "{text}");
+    let body = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .find(|d| !d.trim().is_empty())
+        .unwrap_or(&text);
+    serde_json::from_str(body.trim()).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+async fn initialize(url: &str, token: Option<&str>) -> String {
+    let resp = post(
+        url,
+        None,
+        token,
+        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}}),
+    )
+    .await;
+    assert_eq!(resp.status(), 200);
+    let id = resp.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let _ = resp.text().await;
+    let resp = post(
+        url,
+        Some(&id),
+        token,
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    .await;
+    assert_eq!(resp.status(), 202);
+    id
+}
+
+fn list() -> Value {
+    json!({"jsonrpc": "2.0", "id": 7, "method": "resources/list", "params": {}})
+}
+
+/// An open GET stream: its events as (id, data) pairs.
+async fn open_stream(
+    url: &str,
+    session: &str,
+    last: Option<&str>,
+) -> mpsc::UnboundedReceiver<(String, String)> {
+    let mut req = request(reqwest::Method::GET, url, Some(session), None);
+    if let Some(l) = last {
+        req = req.header("last-event-id", l);
+    }
+    let resp = req.send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut body = resp.bytes_stream();
+        let mut buf = String::new();
+        while let Some(Ok(chunk)) = body.next().await {
+            buf.push_str(&String::from_utf8_lossy(&chunk));
+            while let Some(end) = buf.find("\n\n") {
+                let block: String = buf.drain(..end + 2).collect();
+                let mut id = String::new();
+                let mut data = String::new();
+                for line in block.lines() {
+                    if let Some(v) = line.strip_prefix("id:") {
+                        id = v.trim().to_owned();
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        data.push_str(v.trim());
+                    }
+                }
+                // Priming events and keep-alives carry no message.
+                if !data.is_empty() && tx.send((id, data)).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    rx
+}
+
+async fn next_event(rx: &mut mpsc::UnboundedReceiver<(String, String)>) -> (String, String) {
+    tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .expect("no notification within 10 s")
+        .expect("stream ended")
+}
+
+/// Nothing more arrives for a while, and the stream stays open.
+async fn quiet(rx: &mut mpsc::UnboundedReceiver<(String, String)>, what: &str) {
+    match tokio::time::timeout(Duration::from_millis(1500), rx.recv()).await {
+        Err(_) => {}
+        Ok(Some(ev)) => panic!("{what}: unexpected event {ev:?}"),
+        Ok(None) => panic!("{what}: the stream ended"),
+    }
+}
+
+async fn status_within(url: &str, session: &str, want: u16) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    loop {
+        let resp = post(url, Some(session), None, list()).await;
+        if resp.status() == want {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{url}: still {} after 3 s, wanted {want}",
+            resp.status()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_roams_over_three_replicas() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let Some(nats) = start_nats().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::write(root.join("a.md"), "a").unwrap();
+    let a = replica(&root, nats.port, None).await;
+    let b = replica(&root, nats.port, None).await;
+    let c = replica(&root, nats.port, None).await;
+
+    // Everything the replicas signal each other, to check no session id travels.
+    let spy = async_nats::connect(format!("nats://127.0.0.1:{}", nats.port))
+        .await
+        .unwrap();
+    let mut signals = spy.subscribe("mcpr.roam.sctl").await.unwrap();
+    spy.flush().await.unwrap();
+
+    // Created on A, continued on B: subscribe there.
+    let id = initialize(&a, None).await;
+    let listed = answer(post(&b, Some(&id), None, list()).await).await;
+    let uri = listed["result"]["resources"][0]["uri"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(uri.ends_with("a.md"), "{listed}");
+    let sub =
+        json!({"jsonrpc": "2.0", "id": 8, "method": "resources/subscribe", "params": {"uri": uri}});
+    let done = answer(post(&b, Some(&id), None, sub).await).await;
+    assert!(done.get("result").is_some(), "{done}");
+
+    // The notification stream on C; a change arrives there, once.
+    let mut on_c = open_stream(&c, &id, None).await;
+    std::fs::write(root.join("a.md"), "changed once").unwrap();
+    let (first, data) = next_event(&mut on_c).await;
+    assert!(
+        data.contains("notifications/resources/updated") && data.contains(&uri),
+        "{data}"
+    );
+    let first_n: u64 = first
+        .parse()
+        .unwrap_or_else(|_| panic!("event id {first:?}"));
+    quiet(&mut on_c, "a single change on C").await;
+
+    // A second session, its stream on B, hears nothing of the first's.
+    let other = initialize(&c, None).await;
+    let mut other_stream = open_stream(&b, &other, Some("0")).await;
+
+    // Resume on A from before the first event: replayed there, then live; C's stream ends.
+    let mut on_a = open_stream(&a, &id, Some("0")).await;
+    let (again, data) = next_event(&mut on_a).await;
+    assert_eq!(again, first, "{data}");
+    let closed = tokio::time::timeout(Duration::from_secs(3), on_c.recv()).await;
+    assert!(
+        matches!(closed, Ok(None)),
+        "the old holder's stream should end: {closed:?}"
+    );
+    std::fs::write(root.join("a.md"), "changed twice").unwrap();
+    let (second, data) = next_event(&mut on_a).await;
+    assert!(data.contains(&uri), "{data}");
+    let second_n: u64 = second.parse().unwrap();
+    assert!(second_n > first_n, "{second_n} after {first_n}");
+    quiet(&mut on_a, "a single change on A").await;
+
+    // Resume on B after the first event: only the second is replayed.
+    let mut on_b = open_stream(&b, &id, Some(&first)).await;
+    let (replayed, _) = next_event(&mut on_b).await;
+    assert_eq!(replayed, second);
+    quiet(&mut on_b, "replay after the first event").await;
+
+    // The other session, even resuming from this one's event ids, sees none of them.
+    quiet(&mut other_stream, "another session's stream").await;
+    let mut prying = open_stream(&a, &other, Some(&first)).await;
+    quiet(&mut prying, "another session resuming from this one's id").await;
+
+    // Unsubscribe through C: B, the holder now, stops watching.
+    let unsub = json!({"jsonrpc": "2.0", "id": 9, "method": "resources/unsubscribe", "params": {"uri": uri}});
+    let done = answer(post(&c, Some(&id), None, unsub).await).await;
+    assert!(done.get("result").is_some(), "{done}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    std::fs::write(root.join("a.md"), "changed, unsubscribed").unwrap();
+    quiet(&mut on_b, "after unsubscribe").await;
+
+    // DELETE through A ends it everywhere.
+    let resp = request(reqwest::Method::DELETE, &a, Some(&id), None)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 204);
+    for url in [&a, &b, &c] {
+        status_within(url, &id, 404).await;
+    }
+    let closed = tokio::time::timeout(Duration::from_secs(3), on_b.recv()).await;
+    assert!(
+        matches!(closed, Ok(None)),
+        "B's stream should end: {closed:?}"
+    );
+    let resp = request(reqwest::Method::GET, &c, Some(&id), None)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 404);
+    // The other session lives on.
+    status_within(&a, &other, 200).await;
+
+    let mut seen = 0;
+    while let Ok(Some(msg)) = tokio::time::timeout(Duration::from_millis(200), signals.next()).await
+    {
+        let text = String::from_utf8_lossy(&msg.payload).into_owned();
+        assert!(!text.contains(&id) && !text.contains(&other), "{text}");
+        seen += 1;
+    }
+    // Subscribe, unsubscribe, three holders, the other session's holders, the end.
+    assert!(seen >= 6, "only {seen} signals");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_roaming_session_stays_bound_to_its_creator() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let Some(nats) = start_nats().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::write(root.join("a.md"), "a").unwrap();
+    let auth = AuthSettings {
+        tokens: vec![
+            StaticToken {
+                token: "alice-token".into(),
+                scopes: None,
+            },
+            StaticToken {
+                token: "mallory-token".into(),
+                scopes: None,
+            },
+        ],
+        ..Default::default()
+    };
+    let a = replica(&root, nats.port, Some(auth.clone())).await;
+    let b = replica(&root, nats.port, Some(auth)).await;
+
+    let id = initialize(&a, Some("alice-token")).await;
+    // Another token is told the session does not exist, on the replica that never saw it
+    // created and on the one that did.
+    for url in [&b, &a] {
+        let resp = post(url, Some(&id), Some("mallory-token"), list()).await;
+        assert_eq!(resp.status(), 404, "{}", resp.text().await.unwrap());
+    }
+    let listed = answer(post(&b, Some(&id), Some("alice-token"), list()).await).await;
+    assert!(listed.to_string().contains("a.md"), "{listed}");
+    let resp = request(
+        reqwest::Method::DELETE,
+        &b,
+        Some(&id),
+        Some("mallory-token"),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(resp.status(), 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_in_use_stays_shared_and_an_idle_one_is_forgotten() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let Some(nats) = start_nats().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::write(root.join("a.md"), "a").unwrap();
+    let ttl = Duration::from_secs(2);
+    let a = replica_with_ttl(&root, nats.port, None, ttl).await;
+    let b = replica_with_ttl(&root, nats.port, None, ttl).await;
+    let c = replica_with_ttl(&root, nats.port, None, ttl).await;
+
+    // Used on A for twice the TTL: its shared records are kept alive, B restores it.
+    let id = initialize(&a, None).await;
+    for _ in 0..8 {
+        answer(post(&a, Some(&id), None, list()).await).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    answer(post(&b, Some(&id), None, list()).await).await;
+    // Unused for longer than the TTL: gone from the store, unknown to C.
+    tokio::time::sleep(ttl + Duration::from_secs(1)).await;
+    let resp = post(&c, Some(&id), None, list()).await;
+    assert_eq!(resp.status(), 404, "{}", resp.text().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_nats_a_subscribe_fails_clearly_and_other_requests_go_on() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let Some(nats) = start_nats().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::write(root.join("a.md"), "a").unwrap();
+    let a = replica(&root, nats.port, None).await;
+    let id = initialize(&a, None).await;
+    let listed = answer(post(&a, Some(&id), None, list()).await).await;
+    let uri = listed["result"]["resources"][0]["uri"].clone();
+    drop(nats);
+
+    // The session lives on this replica: requests that need no shared record still work.
+    answer(post(&a, Some(&id), None, list()).await).await;
+    let started = std::time::Instant::now();
+    let sub =
+        json!({"jsonrpc": "2.0", "id": 8, "method": "resources/subscribe", "params": {"uri": uri}});
+    let done = answer(post(&a, Some(&id), None, sub).await).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
+    let message = done["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("shared session store"), "{done}");
+}

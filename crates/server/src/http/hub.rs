@@ -1,0 +1,85 @@
+//! The cluster seam of legacy HTTP sessions: what replicas sharing sessions keep in common
+//! beyond rmcp's [`SessionStore`] (the stored handshake). A [`SessionHub`] also holds each
+//! session's owner (a hash of the identity that created it), its subscriptions, and a bounded
+//! log of its notifications, and carries [`SessionSignal`]s between replicas.
+//!
+//! The replica holding a session's GET stream (its "holder") is the one that watches the
+//! recorded subscriptions and appends the notices to the log; the stream it serves reads
+//! the log, so a client resuming with `Last-Event-ID` on another replica is replayed what it
+//! missed, and that replica becomes the holder. `mcpr-cluster` implements this over NATS.
+
+use tokio::sync::broadcast;
+
+pub use rmcp::transport::streamable_http_server::session::{SessionStore, SessionStoreError};
+
+/// What one replica tells the others about a session, named by its key
+/// ([`SessionHub::key`]), never its id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionSignal {
+    /// The session was ended (`DELETE`): drop the local copy and close its streams.
+    Ended(String),
+    /// The session's recorded subscriptions changed: its holder re-reads them.
+    Subscriptions(String),
+    /// `holder` (a replica's stream token) now serves the session's notification stream;
+    /// any other holder stops.
+    Holder {
+        /// The session's key.
+        session: String,
+        /// The new holder's token.
+        holder: String,
+    },
+}
+
+/// See the module docs. Every method is scoped to one session id: nothing one session
+/// records or logs is visible through another id.
+#[async_trait::async_trait]
+pub trait SessionHub: SessionStore {
+    /// How signals name `session`: a hash, so that ids, which let a client use a session,
+    /// never travel between replicas.
+    fn key(&self, session: &str) -> String;
+    /// Record the owner of `session` (a hash of the creating identity, never a token).
+    async fn set_owner(&self, session: &str, owner: &str) -> Result<(), SessionStoreError>;
+    /// The recorded owner of `session`, if any.
+    async fn owner(&self, session: &str) -> Result<Option<String>, SessionStoreError>;
+    /// The URIs `session` is subscribed to.
+    async fn subscriptions(&self, session: &str) -> Result<Vec<String>, SessionStoreError>;
+    /// Add (`subscribed`) or remove `uri` from the session's subscriptions and tell the
+    /// holder; returns the set afterwards.
+    async fn set_subscription(
+        &self,
+        session: &str,
+        uri: &str,
+        subscribed: bool,
+    ) -> Result<Vec<String>, SessionStoreError>;
+    /// Append a notification (a JSON-RPC message as JSON) to the session's log; its event
+    /// id, greater than every earlier one of the session (never 0).
+    async fn append(&self, session: &str, event: &[u8]) -> Result<u64, SessionStoreError>;
+    /// The logged events of `session` after event id `after`, oldest first (the log is
+    /// bounded: older ones may be gone).
+    async fn replay(
+        &self,
+        session: &str,
+        after: u64,
+    ) -> Result<Vec<(u64, Vec<u8>)>, SessionStoreError>;
+    /// Tell every replica (this one included) `signal`.
+    async fn announce(&self, signal: SessionSignal) -> Result<(), SessionStoreError>;
+    /// Signals from every replica (this one included).
+    fn signals(&self) -> broadcast::Receiver<SessionSignal>;
+    /// The session is in use: keep its records from expiring as idle (cheap to call often).
+    async fn touch(&self, session: &str);
+}
+
+/// The owner record of an identity: a hash, so the store never holds a token or a name.
+pub(crate) fn owner_hash(identity: &super::Identity) -> String {
+    use sha2::{Digest as _, Sha256};
+    Sha256::digest(identity.as_str().as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+impl std::fmt::Debug for dyn SessionHub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<SessionHub>")
+    }
+}
