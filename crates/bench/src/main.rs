@@ -8,6 +8,7 @@
 //! `cargo xtask bench` builds, installs the peers and calls `run`; see the README.
 //! `mcpr-bench soak …` is the soak of issue #19 (`soak.rs`), run by `cargo xtask soak`.
 
+mod cluster;
 mod fixtures;
 mod http;
 mod load;
@@ -30,7 +31,7 @@ const USAGE: &str = "usage:
                   [--sessions 1000] [--listens 200] [--pg-url URL]
   mcpr-bench run --server BIN --cache DIR [--quick] [--node NODE --peers DIR]
                  [--opendal BIN | --no-opendal REASON] [--only s1,s2]
-scenarios: stdio, http, list, blob, notify, memory, startup, sqlite, api, s3";
+scenarios: stdio, http, list, blob, notify, memory, startup, sqlite, api, s3, cluster";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -213,7 +214,7 @@ fn run(args: &[String]) -> Result<(), String> {
         opendal: a.opendal,
     };
     type Scenario = fn(&scenarios::Env) -> Vec<report::Row>;
-    let all: [(&str, Scenario); 10] = [
+    let all: [(&str, Scenario); 11] = [
         ("startup", scenarios::startup),
         ("stdio", scenarios::stdio_read),
         ("http", scenarios::http_read),
@@ -224,6 +225,7 @@ fn run(args: &[String]) -> Result<(), String> {
         ("sqlite", scenarios::sqlite),
         ("api", scenarios::api),
         ("s3", scenarios::s3),
+        ("cluster", cluster::cluster),
     ];
     let mut rows = Vec::new();
     for (name, f) in all {

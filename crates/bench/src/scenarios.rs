@@ -52,7 +52,7 @@ impl Env {
         }
     }
 
-    fn reps(&self, full: usize) -> usize {
+    pub(crate) fn reps(&self, full: usize) -> usize {
         if self.quick { (full / 4).max(3) } else { full }
     }
 
@@ -169,7 +169,7 @@ type BlobSubject<'a> = (
 type Starter<'a> = (&'a str, Box<dyn Fn() -> Result<Command, String> + 'a>);
 
 /// Turn a scenario's failure into a row that says so.
-fn guard(scenario: &str, subject: &str, r: Result<Vec<Row>, String>) -> Vec<Row> {
+pub(crate) fn guard(scenario: &str, subject: &str, r: Result<Vec<Row>, String>) -> Vec<Row> {
     r.unwrap_or_else(|e| {
         eprintln!("bench: {scenario} / {subject}: {e}");
         vec![Row::skipped(scenario, subject, format!("failed: {e}"))]
@@ -299,7 +299,7 @@ impl Drop for Pinned {
     }
 }
 
-fn free_addr() -> Result<String, String> {
+pub(crate) fn free_addr() -> Result<String, String> {
     let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("no port: {e}"))?;
     Ok(l.local_addr().map_err(|e| e.to_string())?.to_string())
 }
@@ -333,7 +333,7 @@ fn tool_req(tool: &'static str, args: serde_json::Value) -> impl Fn(u64) -> Stri
     }
 }
 
-const META_2026: &str = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"mcpr-bench","version":"0"}}"#;
+pub(crate) const META_2026: &str = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"mcpr-bench","version":"0"}}"#;
 
 fn read_req_2026(uri: &str) -> impl Fn(u64) -> String + Sync + use<> {
     let uri = serde_json::to_string(uri).expect("string");

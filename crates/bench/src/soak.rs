@@ -521,7 +521,7 @@ fn wait_ready(addr: &str, server: &mut Server) -> Result<(), String> {
     Err(format!("the server at {addr} was not ready within 60 s"))
 }
 
-fn metrics(addr: &str) -> Result<String, String> {
+pub(crate) fn metrics(addr: &str) -> Result<String, String> {
     let r = Conn::connect(addr)?.get("/metrics")?;
     if r.status != 200 {
         return Err(format!("/metrics answered {}", r.status));
@@ -531,7 +531,7 @@ fn metrics(addr: &str) -> Result<String, String> {
 
 /// An unlabelled gauge's value; `None` if `/metrics` does not carry it (a renamed metric must
 /// fail the run, not read as zero).
-fn gauge(text: &str, name: &str) -> Option<u64> {
+pub(crate) fn gauge(text: &str, name: &str) -> Option<u64> {
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
         .and_then(|v| v.trim().parse::<f64>().ok())
@@ -827,11 +827,11 @@ fn legacy_step(
 /// Reads an SSE response body as it arrives: counts the updates it carries and sees its
 /// end, keeping a tail so that neither is missed when split across two reads.
 #[derive(Default)]
-struct Scan {
+pub(crate) struct Scan {
     tail: Vec<u8>,
     /// Whether the body's last chunk (`0\r\n\r\n`) has arrived: the server ended the
     /// response but keeps the connection open for the next request, so EOF never comes.
-    ended: bool,
+    pub(crate) ended: bool,
 }
 
 impl Scan {
@@ -839,7 +839,7 @@ impl Scan {
     const LAST_CHUNK: &[u8] = b"\r\n0\r\n\r\n";
 
     /// The updates in `chunk`.
-    fn feed(&mut self, chunk: &[u8]) -> u64 {
+    pub(crate) fn feed(&mut self, chunk: &[u8]) -> u64 {
         if self.tail.is_empty() {
             // A body whose first chunk is the last one (an empty stream).
             self.tail.extend_from_slice(b"\r\n");
@@ -892,7 +892,7 @@ fn open_stream(addr: &str, head: &[u8]) -> Result<(TcpStream, Vec<u8>), String> 
     Ok((s, buf[end + 4..].to_vec()))
 }
 
-fn is_timeout(e: &std::io::Error) -> bool {
+pub(crate) fn is_timeout(e: &std::io::Error) -> bool {
     matches!(
         e.kind(),
         std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
