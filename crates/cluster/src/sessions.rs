@@ -107,8 +107,12 @@ impl NatsSessionStore {
         if *ready {
             return Ok(());
         }
-        let (client, cluster, idle_ttl, events_per_session) =
-            (&self.client, self.cluster.as_str(), self.ttl, self.events_per_session);
+        let (client, cluster, idle_ttl, events_per_session) = (
+            &self.client,
+            self.cluster.as_str(),
+            self.ttl,
+            self.events_per_session,
+        );
         let max_age = u64::try_from(idle_ttl.as_nanos()).unwrap_or(u64::MAX);
         for (name, subjects, per_subject) in [
             (records_stream(cluster), format!("mcpr.{cluster}.sess.>"), 1),
