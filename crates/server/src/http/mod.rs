@@ -295,8 +295,7 @@ pub async fn serve(
         .layer(axum::middleware::from_fn_with_state(gate, edge::ops_gate))
         .merge(mcp_route);
 
-    let listener = tokio::net::TcpListener::bind(settings.listen)
-        .await
+    let listener = listen(settings.listen)
         .map_err(|e| format!("cannot listen on {}: {e}", settings.listen))?;
     let local_addr = listener.local_addr().map_err(|e| e.to_string())?;
     tracing::info!(%local_addr, path = %settings.path, "serving MCP over Streamable HTTP");
@@ -512,4 +511,23 @@ async fn resource_metadata(State(ops): State<Arc<Ops>>) -> Response {
         )
             .into_response(),
     }
+}
+
+/// How many connections may wait to be accepted. tokio's `bind` asks for std's 128: a burst
+/// of more new connections (thousands of agents opening listen streams at once, a load
+/// balancer refilling its pool) loses the rest to a SYN retry a second later. The kernel caps
+/// it at `net.core.somaxconn`.
+const ACCEPT_BACKLOG: u32 = 4096;
+
+/// A listening socket on `addr` with [`ACCEPT_BACKLOG`].
+fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    // As std and tokio do: a restarted server may bind while old connections linger.
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(ACCEPT_BACKLOG)
 }
