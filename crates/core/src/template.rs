@@ -1161,7 +1161,8 @@ fn delimiter_class(b: u8) -> u8 {
 /// Per-URI lookup tables that make each step of a walk O(1) or O(log L).
 struct Scan<'u> {
     text: &'u str,
-    /// Offsets where a value may end: char boundaries that do not split a `%XX`.
+    /// Offsets where a value may end: char boundaries that split neither a `%XX` nor the
+    /// `%XX` sequence of one encoded UTF-8 character.
     cuts: PosSet,
     /// For each stop mask used so far: `next[i]` = first offset >= i holding one of its delimiters.
     next: Vec<(u8, Vec<usize>)>,
@@ -1175,7 +1176,14 @@ impl<'u> Scan<'u> {
         let mut cuts = PosSet::new(bytes.len() + 1);
         let mut i = 0;
         while i <= bytes.len() {
-            if text.is_char_boundary(i) {
+            // Not before a `%80`..`%BF` either: that byte continues the character before
+            // it, and a value holding half a character decodes to nothing. Without this,
+            // `{vh}{var}` read `%D1%99` (`љ`, as `{var}` expands it) as `vh = %D1%9`,
+            // `var = 9`, and a matched `љ` did not match back (fuzz finding).
+            let continuation = is_triplet(bytes, i)
+                && (0x80..=0xBF)
+                    .contains(&(hex_value(bytes[i + 1]) << 4 | hex_value(bytes[i + 2])));
+            if text.is_char_boundary(i) && !continuation {
                 cuts.insert(i);
             }
             // Skip the inside of a triplet: a template expansion never splits one.
@@ -2030,6 +2038,30 @@ mod tests {
             t("x/{a:2}{b}").matches("x/abcd"),
             Some(vars(&[("a", "ab"), ("b", "cd")]))
         );
+    }
+
+    /// Fuzz finding (`template` target): `up{+path}{vh}{var}` matched a raw `upљ` as
+    /// `var = љ`, which expands to `up%D1%99`; that split inside the encoded character
+    /// (`var = 9`) and did not match back. A value never ends inside an encoded character.
+    #[test]
+    fn fuzz_encoded_character_is_not_split() {
+        let tpl = t("up{+path}{vh}{var}");
+        let want = vars(&[("path", ""), ("vh", ""), ("var", "\u{459}")]);
+        assert_eq!(tpl.matches("up\u{459}"), Some(want.clone()));
+        assert_eq!(tpl.expand(&want), "up%D1%99");
+        assert_eq!(tpl.matches("up%D1%99"), Some(want));
+        assert_eq!(
+            tpl.matches_raw("up%D1%99"),
+            Some(vars(&[("path", ""), ("vh", ""), ("var", "%D1%99")]))
+        );
+        // Two characters: the last one alone is the shortest value that decodes.
+        assert_eq!(
+            t("{a}{b}").matches("%C3%A9%C3%A9"),
+            Some(vars(&[("a", "\u{e9}"), ("b", "\u{e9}")]))
+        );
+        // A lone continuation byte is still refused by decoding, not by the split.
+        assert_eq!(t("x{a}").matches("x%80"), None);
+        assert_eq!(t("x{a}").matches_raw("x%80"), Some(vars(&[("a", "%80")])));
     }
 
     /// Fuzz finding (`template` target): `{y,hello,y}` matched `.` as `y = .`, whose
