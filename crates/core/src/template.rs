@@ -16,7 +16,8 @@
 //! * Literals match byte-for-byte in their expanded form (no case folding).
 //! * `{var}` matches a run of characters other than `/ ? # &` (and `,` when
 //!   the expression lists several variables); `{.var}` one `.label`;
-//!   `{/var}` one `/segment`; `{;var}` `;name` or `;name=value`.
+//!   `{/var}` one `/segment` (neither holds a raw `&`, which their expansion
+//!   never writes); `{;var}` `;name` or `;name=value`.
 //! * `{+var}` may contain `/` but stops before `?` and `#`; `{#var}` starts at
 //!   `#` and may contain anything.
 //! * A `{?..}` expression together with the `{&..}` expressions directly
@@ -925,8 +926,14 @@ fn list_piece(op: Operator, vars: &[VarSpec]) -> Piece<'_> {
     let (first, sep, stops) = match op {
         Operator::Reserved => (None, b',', D_QUESTION | D_HASH | comma),
         Operator::Fragment => (Some(b'#'), b',', comma),
-        Operator::Label => (Some(b'.'), b'.', D_SLASH | D_QUESTION | D_HASH | D_DOT),
-        Operator::Path => (Some(b'/'), b'/', D_SLASH | D_QUESTION | D_HASH),
+        // `&` as for `{var}`: their expansions write it `%26`, and a label that took a raw
+        // one left the `{x}` after it empty where the expansion gives `x = &` (fuzz finding).
+        Operator::Label => (
+            Some(b'.'),
+            b'.',
+            D_SLASH | D_QUESTION | D_HASH | D_DOT | D_AMP,
+        ),
+        Operator::Path => (Some(b'/'), b'/', D_SLASH | D_QUESTION | D_HASH | D_AMP),
         _ => (None, b',', D_SLASH | D_QUESTION | D_HASH | D_AMP | comma),
     };
     Piece::List {
@@ -2038,6 +2045,23 @@ mod tests {
             t("x/{a:2}{b}").matches("x/abcd"),
             Some(vars(&[("a", "ab"), ("b", "cd")]))
         );
+    }
+
+    /// Fuzz finding (`template` target): `{.b}{x,lo,y}` matched `.b=1&` as `b = b=1&`,
+    /// `x = ""`; the expansion writes the `&` as `%26`, which `{x}` may hold, so it matched
+    /// back as `b = b=1`, `x = &`. `{.var}` and `{/var}` stop at a raw `&` like `{var}`.
+    #[test]
+    fn fuzz_label_and_segment_stop_at_ampersand() {
+        let tpl = t("{.b}{x,lo,y}");
+        assert_eq!(tpl.matches(".b=1&"), None);
+        let want = vars(&[("b", "b=1"), ("x", "&")]);
+        assert_eq!(tpl.matches(".b=1%26"), Some(want.clone()));
+        assert_eq!(tpl.expand(&want), ".b%3D1%26");
+        assert_eq!(tpl.matches(".b%3D1%26"), Some(want));
+        assert_eq!(t("x{.a}").matches("x.a&b"), None);
+        assert_eq!(t("x{/a}").matches("x/a&b"), None);
+        assert_eq!(t("x{/a}").matches("x/a%26b"), Some(vars(&[("a", "a&b")])));
+        assert_eq!(t("x{.a}").matches("x.a=b"), Some(vars(&[("a", "a=b")])));
     }
 
     /// Fuzz finding (`template` target): `up{+path}{vh}{var}` matched a raw `upљ` as
