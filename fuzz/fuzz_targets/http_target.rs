@@ -48,7 +48,7 @@ fn endpoints() -> &'static [Endpoint] {
 
 /// The URL of endpoint `i` with every variable set to a plain value: its structure.
 fn reference(i: usize) -> url::Url {
-    let t = UriTemplate::parse(ENDPOINTS[i].1).expect("template");
+    let t = UriTemplate::parse_for_expansion(ENDPOINTS[i].1).expect("template");
     let vars: BTreeMap<String, String> = t
         .variables()
         .into_iter()

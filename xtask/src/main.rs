@@ -18,7 +18,7 @@ fn main() -> ExitCode {
         Some("bench") => bench(&args[1..]),
         Some("soak") => soak(&args[1..]),
         Some("fuzz") => fuzz(&args[1..]),
-        _ => Err("usage: cargo xtask <task>\n\n  test [--rust-only]  run every test: the Rust workspace tests, the Python SDK end-to-end suite\n                      against the built binary, then the official conformance suite over HTTP\n  conformance         only the official MCP conformance suite (Node 22 from the npm registry)\n  bench [--quick] [--no-peers] [--only s1,s2]\n                      the benchmark: release build, fixtures and peers in .cache/bench, one table\n                      (also .cache/bench/results.json and bench-results.md)\n  soak --minutes N [--release] [--sessions N] [--listens N]\n                      1,000 legacy sessions and 200 listen streams churning against files, SQLite\n                      and PostgreSQL mounts; the table, CSV and PNG plot in .cache/soak\n  fuzz --seconds N [--only t1,t2]\n                      every fuzz target in fuzz/ for N seconds each (cargo-fuzz, nightly; installs\n                      cargo-fuzz when missing); a crash fails the run and is kept in fuzz/artifacts".into()),
+        _ => Err("usage: cargo xtask <task>\n\n  test [--rust-only]  run every test: the Rust workspace tests, the Python SDK end-to-end suite\n                      against the built binary, then the official conformance suite over HTTP\n  conformance         only the official MCP conformance suite (Node 22 from the npm registry)\n  bench [--quick] [--no-peers] [--only s1,s2]\n                      the benchmark: release build, fixtures and peers in .cache/bench, one table\n                      (also .cache/bench/results.json and bench-results.md)\n  soak --minutes N [--release] [--sessions N] [--listens N]\n                      1,000 legacy sessions and 200 listen streams churning against files, SQLite\n                      and PostgreSQL mounts; the table, CSV and PNG plot in .cache/soak\n  fuzz --seconds N [--only t1,t2] [--jobs J] [--asan]\n                      every fuzz target in fuzz/ for N seconds each, J at a time (default 2;\n                      cargo-fuzz, nightly; installs cargo-fuzz when missing); a crash fails the\n                      run and is kept in fuzz/artifacts; --asan: -O with AddressSanitizer".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -141,14 +141,21 @@ fn files_only(root: &std::path::Path, cargo: &str) -> Result<(), String> {
 }
 
 /// `cargo xtask fuzz --seconds N`: builds every target of `fuzz/` once (cargo-fuzz, nightly
-/// toolchain, address sanitizer), then runs each for N seconds from its committed seeds
-/// (`fuzz/corpus/<target>`). What a run discovers goes to `fuzz/target/corpus/<target>`
-/// (ignored), so the committed seeds only change by hand; a crash is kept in
-/// `fuzz/artifacts/<target>/` and fails the run after every target has had its turn.
+/// toolchain), then runs each for N seconds from its committed seeds (`fuzz/corpus/<target>`),
+/// `--jobs` of them at a time (default 2, one per core of the CI machine). What a run
+/// discovers goes to `fuzz/target/corpus/<target>` (ignored), so the committed seeds only
+/// change by hand; a crash is kept in `fuzz/artifacts/<target>/` and fails the run after every
+/// target has had its turn.
+///
+/// The default build is the one CI can afford: `--dev` (fuzz/Cargo.toml gives it opt-level 1)
+/// without a sanitizer, coverage instrumentation kept. `--asan` builds cargo-fuzz's default
+/// instead (opt-level 3, one codegen unit, AddressSanitizer), for long runs by hand.
 fn fuzz(args: &[String]) -> Result<(), String> {
     let root = root();
     let mut seconds: Option<u64> = None;
     let mut only: Option<Vec<String>> = None;
+    let mut asan = false;
+    let mut jobs: usize = 2;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -163,14 +170,23 @@ fn fuzz(args: &[String]) -> Result<(), String> {
                 let list = it.next().ok_or("--only needs a list of targets")?;
                 only = Some(list.split(',').map(str::to_owned).collect());
             }
+            "--asan" => asan = true,
+            "--jobs" => {
+                let n = it.next().ok_or("--jobs needs a number")?;
+                jobs = n
+                    .parse()
+                    .ok()
+                    .filter(|&j| j > 0)
+                    .ok_or_else(|| format!("--jobs: {n:?} is not a positive number"))?;
+            }
             other => return Err(format!("fuzz: unknown argument {other}")),
         }
     }
     let seconds = seconds.ok_or("fuzz: --seconds N is required")?;
     // The rustup proxy, not `$CARGO` (the stable toolchain's own cargo cannot take
     // `+nightly`); cargo's variables for this process must not leak into that build.
-    let nightly = || {
-        let mut c = Command::new("cargo");
+    let nightly = |tool: &str| {
+        let mut c = Command::new(tool);
         c.arg("+nightly").current_dir(&root);
         for var in [
             "CARGO",
@@ -183,14 +199,14 @@ fn fuzz(args: &[String]) -> Result<(), String> {
         }
         c
     };
-    let has_fuzz = nightly()
+    let has_fuzz = nightly("cargo")
         .args(["fuzz", "--version"])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
     if !has_fuzz {
-        if !nightly()
+        if !nightly("cargo")
             .arg("--version")
             .stdout(std::process::Stdio::null())
             .status()
@@ -201,9 +217,9 @@ fn fuzz(args: &[String]) -> Result<(), String> {
             );
         }
         // Into the default cargo bin directory, where `cargo fuzz` finds it next time.
-        run(nightly().args(["install", "cargo-fuzz", "--locked"]))?;
+        run(nightly("cargo").args(["install", "cargo-fuzz", "--locked"]))?;
     }
-    let listed = nightly()
+    let listed = nightly("cargo")
         .args(["fuzz", "list"])
         .output()
         .map_err(|e| format!("cannot run cargo fuzz list: {e}"))?;
@@ -228,30 +244,105 @@ fn fuzz(args: &[String]) -> Result<(), String> {
         }
         None => all,
     };
+    // The host triple, which cargo-fuzz builds for and names the output directory after.
+    let version = nightly("rustc")
+        .arg("-vV")
+        .output()
+        .map_err(|e| format!("cannot run rustc -vV: {e}"))?;
+    let host = String::from_utf8_lossy(&version.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("host: ").map(str::to_owned))
+        .ok_or("fuzz: rustc -vV names no host")?;
     // One build for all of them: they share every dependency.
     let started = std::time::Instant::now();
-    run(nightly().args(["fuzz", "build"]))?;
-    println!("fuzz: built in {:.0} s", started.elapsed().as_secs_f64());
+    let mut build = nightly("cargo");
+    build.args(["fuzz", "build", "--target", &host]);
+    if !asan {
+        build.args(["--dev", "--sanitizer", "none"]);
+    }
+    run(&mut build)?;
+    println!(
+        "fuzz: built in {:.0} s ({})",
+        started.elapsed().as_secs_f64(),
+        if asan {
+            "-O, AddressSanitizer"
+        } else {
+            "--dev (opt-level 1), no sanitizer"
+        }
+    );
+    let bin_dir = root
+        .join("fuzz/target")
+        .join(&host)
+        .join(if asan { "release" } else { "debug" });
+    let logs = root.join("fuzz/target/logs");
+    std::fs::create_dir_all(&logs).map_err(|e| format!("cannot create {}: {e}", logs.display()))?;
+
+    // `--jobs` targets at a time, each libFuzzer process on one core.
+    let started = std::time::Instant::now();
+    let mut queue = targets.iter();
+    let mut running: Vec<(&String, std::process::Child, PathBuf)> = Vec::new();
     let mut failed = Vec::new();
-    for t in &targets {
-        let scratch = root.join("fuzz/target/corpus").join(t);
-        let seeds = root.join("fuzz/corpus").join(t);
-        std::fs::create_dir_all(&scratch)
-            .map_err(|e| format!("cannot create {}: {e}", scratch.display()))?;
-        let ok = run(nightly()
-            .args(["fuzz", "run", t])
-            .arg(&scratch)
-            .arg(&seeds)
-            .arg("--")
-            .arg(format!("-max_total_time={seconds}"))
-            // A hang is a failure too, and a target's memory stays bounded.
-            .args(["-timeout=10", "-rss_limit_mb=2560", "-print_final_stats=1"]))
-        .is_ok();
-        println!("fuzz {t}: {}", if ok { "ok" } else { "FAILED" });
-        if !ok {
-            failed.push(t.clone());
+    loop {
+        while running.len() < jobs {
+            let Some(t) = queue.next() else { break };
+            let scratch = root.join("fuzz/target/corpus").join(t);
+            let seeds = root.join("fuzz/corpus").join(t);
+            let artifacts = root.join("fuzz/artifacts").join(t);
+            for dir in [&scratch, &artifacts] {
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            }
+            let log = logs.join(format!("{t}.log"));
+            let out = std::fs::File::create(&log)
+                .map_err(|e| format!("cannot create {}: {e}", log.display()))?;
+            let child = Command::new(bin_dir.join(t))
+                .current_dir(&root)
+                .arg(format!("-max_total_time={seconds}"))
+                // A hang is a failure too, and a target's memory stays bounded.
+                .args(["-timeout=10", "-rss_limit_mb=2560", "-print_final_stats=1"])
+                .arg(format!("-artifact_prefix={}/", artifacts.display()))
+                .arg(&scratch)
+                .arg(&seeds)
+                .stdout(out.try_clone().map_err(|e| e.to_string())?)
+                .stderr(out)
+                .spawn()
+                .map_err(|e| format!("cannot run fuzz target {t}: {e}"))?;
+            running.push((t, child, log));
+        }
+        if running.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let mut i = 0;
+        while i < running.len() {
+            let status = running[i]
+                .1
+                .try_wait()
+                .map_err(|e| format!("fuzz target {}: {e}", running[i].0))?;
+            let Some(status) = status else {
+                i += 1;
+                continue;
+            };
+            let (t, _, log) = running.swap_remove(i);
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let runs = text
+                .lines()
+                .find_map(|l| l.strip_prefix("stat::number_of_executed_units:"))
+                .map_or("?", str::trim);
+            if status.success() {
+                println!("fuzz {t}: ok, {runs} runs");
+            } else {
+                // The end of libFuzzer's output: the panic, the input, the backtrace.
+                let tail: Vec<&str> = text.lines().rev().take(60).collect();
+                for line in tail.iter().rev() {
+                    eprintln!("  {t}| {line}");
+                }
+                println!("fuzz {t}: FAILED ({status}), log in {}", log.display());
+                failed.push(t.clone());
+            }
         }
     }
+    println!("fuzz: ran in {:.0} s", started.elapsed().as_secs_f64());
     if failed.is_empty() {
         println!(
             "fuzz: {} targets, {seconds} s each, no crash",
@@ -260,7 +351,7 @@ fn fuzz(args: &[String]) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "fuzz targets failed: {} (the inputs are in fuzz/artifacts/<target>/; reproduce with `cargo +nightly fuzz run <target> <file>`)",
+            "fuzz targets failed: {} (the inputs are in fuzz/artifacts/<target>/; reproduce with `cargo +nightly fuzz run --dev -s none <target> <file>`)",
             failed.join(", ")
         ))
     }

@@ -16,7 +16,8 @@
 //! * Literals match byte-for-byte in their expanded form (no case folding).
 //! * `{var}` matches a run of characters other than `/ ? # &` (and `,` when
 //!   the expression lists several variables); `{.var}` one `.label`;
-//!   `{/var}` one `/segment`; `{;var}` `;name` or `;name=value`.
+//!   `{/var}` one `/segment` (neither holds a raw `&`, which their expansion
+//!   never writes); `{;var}` `;name` or `;name=value`.
 //! * `{+var}` may contain `/` but stops before `?` and `#`; `{#var}` starts at
 //!   `#` and may contain anything.
 //! * A `{?..}` expression together with the `{&..}` expressions directly
@@ -25,7 +26,13 @@
 //!   without `=` yields `""`; absent keys are absent from the result. Values
 //!   run to the next `&` or `#`.
 //! * A prefix modifier `:N` limits the matched value to `N` decoded characters.
-//! * When a variable appears several times, every occurrence must agree.
+//! * A variable appears once. [`UriTemplate::parse`] refuses a template that names one
+//!   twice (RFC 6570 allows it, e.g. `{/var:1,var}`): the structural split below would
+//!   have to agree across the occurrences, and `{y,hello,y}` against `.` gave `y = .`,
+//!   which expands to `.,.`, a URI that matches other values (the `template` fuzz target's
+//!   first finding). A template that is only expanded, never matched (an upstream URL),
+//!   may repeat variables through [`UriTemplate::parse_for_expansion`]; such a template
+//!   matches no URI.
 //! * When a URI can be split in more than one way, later pieces take the
 //!   shortest non-empty match, which makes earlier pieces greedy:
 //!   `{+path}/{file}` against `a/b/c` gives `path = a/b`, `file = c`, and
@@ -48,18 +55,15 @@
 //! 8 KiB template can do is ~2,700 expressions, about 2.5 s against a 100 KB
 //! URI (P·L = 2.7·10⁸ steps).
 //!
-//! Ambiguity is resolved on the structure alone: when a variable repeats and
-//! the chosen parse gives inconsistent values, the URI does not match even
-//! if some other split would have been consistent.
+//! Ambiguity is resolved on the structure alone, which is why a variable may not repeat:
+//! each split then gives every variable exactly one value.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::ControlFlow;
 use std::str::FromStr;
 
-use percent_encoding::{
-    AsciiSet, CONTROLS, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode,
-};
+use percent_encoding::{AsciiSet, CONTROLS, NON_ALPHANUMERIC, utf8_percent_encode};
 
 /// Longest template accepted by [`UriTemplate::parse`], in bytes.
 pub const MAX_TEMPLATE_LEN: usize = 8 * 1024;
@@ -153,6 +157,20 @@ pub enum TemplateError {
     InvalidPercentEncoding {
         /// Offset of the `%`.
         offset: usize,
+    },
+    /// A variable named a second time, in a template that is matched against URIs.
+    #[error(
+        "variable {name:?} at byte offset {offset} already appears at byte offset {first}; \
+         a URI template matched against URIs names each variable once \
+         (a repeat makes the match ambiguous)"
+    )]
+    RepeatedVariable {
+        /// The variable's name as written.
+        name: String,
+        /// Offset of the repeat.
+        offset: usize,
+        /// Offset of its first appearance.
+        first: usize,
     },
 }
 
@@ -272,11 +290,27 @@ pub enum Part {
 pub struct UriTemplate {
     source: String,
     parts: Vec<Part>,
+    /// Some variable appears more than once (only through [`Self::parse_for_expansion`]):
+    /// the template expands but matches nothing.
+    repeats: bool,
 }
 
 impl UriTemplate {
-    /// Parses a template, rejecting anything RFC 6570 does not allow.
+    /// Parses a template that will be matched against URIs: anything RFC 6570 does not
+    /// allow is refused, and so is a variable named twice ([`TemplateError::RepeatedVariable`]).
     pub fn parse(template: &str) -> Result<Self, TemplateError> {
+        Self::parse_with(template, false)
+    }
+
+    /// Parses a template that is only expanded, never matched (an upstream URL): like
+    /// [`Self::parse`], but a variable may appear several times, as RFC 6570 allows
+    /// (`{/var:1,var}` expands to `/v/value`). [`Self::matches`] and [`Self::matches_raw`]
+    /// of a template that does repeat a variable return `None` for every URI.
+    pub fn parse_for_expansion(template: &str) -> Result<Self, TemplateError> {
+        Self::parse_with(template, true)
+    }
+
+    fn parse_with(template: &str, allow_repeats: bool) -> Result<Self, TemplateError> {
         if template.len() > MAX_TEMPLATE_LEN {
             return Err(TemplateError::TooLong {
                 len: template.len(),
@@ -289,11 +323,28 @@ impl UriTemplate {
         };
         let mut parts = Vec::new();
         let mut literal_start = 0;
+        // Each variable's name and the offset of its first appearance.
+        let mut names: Vec<(String, usize)> = Vec::new();
+        let mut repeats = false;
         while let Some(c) = cur.peek() {
             match c {
                 '{' => {
                     push_literal(&mut parts, template, literal_start, cur.pos);
-                    parts.push(Part::Expr(parse_expression(&mut cur)?));
+                    let (expr, offsets) = parse_expression(&mut cur)?;
+                    for (spec, offset) in expr.vars.iter().zip(offsets) {
+                        match names.iter().find(|(n, _)| *n == spec.name) {
+                            Some(&(_, first)) if !allow_repeats => {
+                                return Err(TemplateError::RepeatedVariable {
+                                    name: spec.name.clone(),
+                                    offset,
+                                    first,
+                                });
+                            }
+                            Some(_) => repeats = true,
+                            None => names.push((spec.name.clone(), offset)),
+                        }
+                    }
+                    parts.push(Part::Expr(expr));
                     literal_start = cur.pos;
                 }
                 '}' => return Err(TemplateError::UnmatchedClose { offset: cur.pos }),
@@ -316,6 +367,7 @@ impl UriTemplate {
         Ok(Self {
             source: template.to_owned(),
             parts,
+            repeats,
         })
     }
 
@@ -378,9 +430,7 @@ impl UriTemplate {
 
     /// Like `matches` but returns the raw (still percent-encoded) substrings.
     ///
-    /// Invalid escapes are returned as they are rather than rejected. When a
-    /// variable occurs more than once, its occurrences are compared after
-    /// (lenient) decoding, and the longest one is returned.
+    /// Invalid escapes are returned as they are rather than rejected.
     pub fn matches_raw(&self, uri: &str) -> Option<BTreeMap<String, String>> {
         let captures = self.match_spans(uri)?;
         collect_values(&captures, uri, false)
@@ -436,6 +486,9 @@ impl UriTemplate {
 
     /// Finds one parse of `uri`: the byte range each variable occurrence covers.
     fn match_spans(&self, uri: &str) -> Option<Vec<Capture<'_>>> {
+        if self.repeats {
+            return None;
+        }
         let pieces = self.pieces();
         let len = uri.len();
         let mut scan = Scan::new(uri);
@@ -591,7 +644,8 @@ fn push_literal(parts: &mut Vec<Part>, template: &str, start: usize, end: usize)
     }
 }
 
-fn parse_expression(cur: &mut Cursor<'_>) -> Result<Expression, TemplateError> {
+/// One `{...}` expression, and the byte offset of each of its variable names.
+fn parse_expression(cur: &mut Cursor<'_>) -> Result<(Expression, Vec<usize>), TemplateError> {
     let open = cur.pos;
     cur.bump(); // '{'
     let op = match cur.peek() {
@@ -612,7 +666,9 @@ fn parse_expression(cur: &mut Cursor<'_>) -> Result<Expression, TemplateError> {
         },
     };
     let mut vars = Vec::new();
+    let mut offsets = Vec::new();
     loop {
+        offsets.push(cur.pos);
         let name = parse_varname(cur, open)?;
         let mut spec = VarSpec {
             name,
@@ -654,7 +710,7 @@ fn parse_expression(cur: &mut Cursor<'_>) -> Result<Expression, TemplateError> {
             Some(',') => cur.bump(),
             Some('}') => {
                 cur.bump();
-                return Ok(Expression { op, vars });
+                return Ok((Expression { op, vars }, offsets));
             }
             None => return Err(TemplateError::UnclosedExpression { offset: open }),
             Some(found) => {
@@ -870,8 +926,14 @@ fn list_piece(op: Operator, vars: &[VarSpec]) -> Piece<'_> {
     let (first, sep, stops) = match op {
         Operator::Reserved => (None, b',', D_QUESTION | D_HASH | comma),
         Operator::Fragment => (Some(b'#'), b',', comma),
-        Operator::Label => (Some(b'.'), b'.', D_SLASH | D_QUESTION | D_HASH | D_DOT),
-        Operator::Path => (Some(b'/'), b'/', D_SLASH | D_QUESTION | D_HASH),
+        // `&` as for `{var}`: their expansions write it `%26`, and a label that took a raw
+        // one left the `{x}` after it empty where the expansion gives `x = &` (fuzz finding).
+        Operator::Label => (
+            Some(b'.'),
+            b'.',
+            D_SLASH | D_QUESTION | D_HASH | D_DOT | D_AMP,
+        ),
+        Operator::Path => (Some(b'/'), b'/', D_SLASH | D_QUESTION | D_HASH | D_AMP),
         _ => (None, b',', D_SLASH | D_QUESTION | D_HASH | D_AMP | comma),
     };
     Piece::List {
@@ -1106,7 +1168,8 @@ fn delimiter_class(b: u8) -> u8 {
 /// Per-URI lookup tables that make each step of a walk O(1) or O(log L).
 struct Scan<'u> {
     text: &'u str,
-    /// Offsets where a value may end: char boundaries that do not split a `%XX`.
+    /// Offsets where a value may end: char boundaries that split neither a `%XX` nor the
+    /// `%XX` sequence of one encoded UTF-8 character.
     cuts: PosSet,
     /// For each stop mask used so far: `next[i]` = first offset >= i holding one of its delimiters.
     next: Vec<(u8, Vec<usize>)>,
@@ -1120,7 +1183,14 @@ impl<'u> Scan<'u> {
         let mut cuts = PosSet::new(bytes.len() + 1);
         let mut i = 0;
         while i <= bytes.len() {
-            if text.is_char_boundary(i) {
+            // Not before a `%80`..`%BF` either: that byte continues the character before
+            // it, and a value holding half a character decodes to nothing. Without this,
+            // `{vh}{var}` read `%D1%99` (`љ`, as `{var}` expands it) as `vh = %D1%9`,
+            // `var = 9`, and a matched `љ` did not match back (fuzz finding).
+            let continuation = is_triplet(bytes, i)
+                && (0x80..=0xBF)
+                    .contains(&(hex_value(bytes[i + 1]) << 4 | hex_value(bytes[i + 2])));
+            if text.is_char_boundary(i) && !continuation {
                 cuts.insert(i);
             }
             // Skip the inside of a triplet: a template expansion never splits one.
@@ -1276,59 +1346,28 @@ impl PosSet {
     }
 }
 
-/// Turns captures into the result map, decoding and checking that repeated
-/// variables and prefix modifiers are consistent.
+/// Turns captures into the result map, decoding and checking prefix modifiers. Each
+/// variable has at most one capture: a template that repeats one never matches.
 fn collect_values(
     captures: &[Capture<'_>],
     uri: &str,
     decode: bool,
 ) -> Option<BTreeMap<String, String>> {
-    struct Seen {
-        /// What the caller gets back.
-        value: String,
-        /// Decoded form, for comparing occurrences encoded differently (`{a}` vs `{+a}`).
-        decoded: String,
-        prefix: Option<u16>,
-    }
-    let mut by_name: BTreeMap<&str, Vec<Seen>> = BTreeMap::new();
+    let mut values = BTreeMap::new();
     for capture in captures {
         let raw = uri.get(capture.start..capture.end)?;
-        let seen = if decode {
+        let value = if decode {
             let decoded = decode_strict(raw)?;
             if let Some(n) = capture.var.prefix
                 && decoded.chars().count() > usize::from(n)
             {
                 return None;
             }
-            Seen {
-                value: decoded.clone(),
-                decoded,
-                prefix: capture.var.prefix,
-            }
+            decoded
         } else {
-            Seen {
-                value: raw.to_owned(),
-                decoded: percent_decode_str(raw).decode_utf8_lossy().into_owned(),
-                prefix: capture.var.prefix,
-            }
+            raw.to_owned()
         };
-        by_name.entry(&capture.var.name).or_default().push(seen);
-    }
-    let mut values = BTreeMap::new();
-    for (name, seen) in by_name {
-        // The longest occurrence is the fullest view of the value; every other
-        // occurrence must be it, or its first N characters for a `:N` prefix.
-        let best = seen.iter().max_by_key(|s| s.decoded.chars().count())?;
-        for other in &seen {
-            let expected = match other.prefix {
-                Some(n) => truncate_chars(&best.decoded, usize::from(n)),
-                None => &best.decoded,
-            };
-            if other.decoded != expected {
-                return None;
-            }
-        }
-        values.insert(name.to_owned(), best.value.clone());
+        values.insert(capture.var.name.clone(), value);
     }
     Some(values)
 }
@@ -1369,6 +1408,11 @@ mod tests {
 
     fn t(template: &str) -> UriTemplate {
         UriTemplate::parse(template).unwrap_or_else(|e| panic!("{template:?}: {e}"))
+    }
+
+    /// A template that is only expanded: repeats allowed.
+    fn te(template: &str) -> UriTemplate {
+        UriTemplate::parse_for_expansion(template).unwrap_or_else(|e| panic!("{template:?}: {e}"))
     }
 
     /// The string variables of RFC 6570 §1.2 and §3.2.
@@ -1478,7 +1522,7 @@ mod tests {
         let values = rfc_vars();
         for (template, expected) in RFC_EXAMPLES {
             assert_eq!(
-                &t(template).expand(&values),
+                &te(template).expand(&values),
                 expected,
                 "template {template:?}"
             );
@@ -1495,7 +1539,15 @@ mod tests {
             if ambiguous.contains(template) {
                 continue;
             }
-            let tpl = t(template);
+            // The examples that name a variable twice are for expansion only.
+            let Ok(tpl) = UriTemplate::parse(template) else {
+                assert!(
+                    ["{.who,who}", "{/who,who}", "{/var:1,var}"].contains(template),
+                    "{template:?} should parse"
+                );
+                assert_eq!(te(template).matches(uri), None, "{template:?}");
+                continue;
+            };
             let got = tpl
                 .matches(uri)
                 .unwrap_or_else(|| panic!("{template:?} should match {uri:?}"));
@@ -1747,7 +1799,7 @@ mod tests {
 
     #[test]
     fn accessors() {
-        let tpl = t("file:///srv/docs/{+path}{?offset,length}{&path}");
+        let tpl = te("file:///srv/docs/{+path}{?offset,length}{&path}");
         assert_eq!(tpl.literal_prefix(), "file:///srv/docs/");
         assert_eq!(tpl.variables(), ["path", "offset", "length"]);
         // Non-ASCII literals are percent-encoded in URI form (RFC 6570 §3.1).
@@ -1981,7 +2033,7 @@ mod tests {
     }
 
     #[test]
-    fn prefixes_and_repeats() {
+    fn prefixes() {
         assert_eq!(t("x/{a:3}").matches("x/abc"), Some(vars(&[("a", "abc")])));
         assert_eq!(t("x/{a:3}").matches("x/abcd"), None);
         // Three characters, nine bytes of escapes.
@@ -1993,13 +2045,96 @@ mod tests {
             t("x/{a:2}{b}").matches("x/abcd"),
             Some(vars(&[("a", "ab"), ("b", "cd")]))
         );
-        let repeat = t("{/var:1,var}");
-        assert_eq!(repeat.matches("/v/value"), Some(vars(&[("var", "value")])));
-        assert_eq!(repeat.matches("/x/value"), None);
-        let twice = t("x/{a}/{+a}");
-        assert_eq!(twice.matches("x/a%2Fb/a/b"), Some(vars(&[("a", "a/b")])));
-        assert_eq!(twice.matches("x/a/b"), None);
-        assert_eq!(twice.matches("x/a/c"), None);
+    }
+
+    /// Fuzz finding (`template` target): `{.b}{x,lo,y}` matched `.b=1&` as `b = b=1&`,
+    /// `x = ""`; the expansion writes the `&` as `%26`, which `{x}` may hold, so it matched
+    /// back as `b = b=1`, `x = &`. `{.var}` and `{/var}` stop at a raw `&` like `{var}`.
+    #[test]
+    fn fuzz_label_and_segment_stop_at_ampersand() {
+        let tpl = t("{.b}{x,lo,y}");
+        assert_eq!(tpl.matches(".b=1&"), None);
+        let want = vars(&[("b", "b=1"), ("x", "&")]);
+        assert_eq!(tpl.matches(".b=1%26"), Some(want.clone()));
+        assert_eq!(tpl.expand(&want), ".b%3D1%26");
+        assert_eq!(tpl.matches(".b%3D1%26"), Some(want));
+        assert_eq!(t("x{.a}").matches("x.a&b"), None);
+        assert_eq!(t("x{/a}").matches("x/a&b"), None);
+        assert_eq!(t("x{/a}").matches("x/a%26b"), Some(vars(&[("a", "a&b")])));
+        assert_eq!(t("x{.a}").matches("x.a=b"), Some(vars(&[("a", "a=b")])));
+    }
+
+    /// Fuzz finding (`template` target): `up{+path}{vh}{var}` matched a raw `upљ` as
+    /// `var = љ`, which expands to `up%D1%99`; that split inside the encoded character
+    /// (`var = 9`) and did not match back. A value never ends inside an encoded character.
+    #[test]
+    fn fuzz_encoded_character_is_not_split() {
+        let tpl = t("up{+path}{vh}{var}");
+        let want = vars(&[("path", ""), ("vh", ""), ("var", "\u{459}")]);
+        assert_eq!(tpl.matches("up\u{459}"), Some(want.clone()));
+        assert_eq!(tpl.expand(&want), "up%D1%99");
+        assert_eq!(tpl.matches("up%D1%99"), Some(want));
+        assert_eq!(
+            tpl.matches_raw("up%D1%99"),
+            Some(vars(&[("path", ""), ("vh", ""), ("var", "%D1%99")]))
+        );
+        // Two characters: the last one alone is the shortest value that decodes.
+        assert_eq!(
+            t("{a}{b}").matches("%C3%A9%C3%A9"),
+            Some(vars(&[("a", "\u{e9}"), ("b", "\u{e9}")]))
+        );
+        // A lone continuation byte is still refused by decoding, not by the split.
+        assert_eq!(t("x{a}").matches("x%80"), None);
+        assert_eq!(t("x{a}").matches_raw("x%80"), Some(vars(&[("a", "%80")])));
+    }
+
+    /// Fuzz finding (`template` target): `{y,hello,y}` matched `.` as `y = .`, whose
+    /// expansion `.,.` matches other values, so a matched URI did not round-trip. A template
+    /// matched against URIs may not name a variable twice, in one expression or across
+    /// several; one that is only expanded may, and then matches nothing.
+    #[test]
+    fn fuzz_repeated_variable_is_refused() {
+        use TemplateError as E;
+        let cases: &[(&str, &str, usize, usize)] = &[
+            ("{y,hello,y}", "y", 9, 1),
+            ("{/var:1,var}", "var", 8, 2),
+            ("x/{a}/{+a}", "a", 8, 3),
+            ("{?a,b}{&a}", "a", 8, 2),
+            ("{;a,ab,a}", "a", 7, 2),
+        ];
+        for &(template, name, offset, first) in cases {
+            let err = UriTemplate::parse(template).unwrap_err();
+            assert_eq!(
+                err,
+                E::RepeatedVariable {
+                    name: name.into(),
+                    offset,
+                    first
+                },
+                "{template}"
+            );
+            let message = err.to_string();
+            assert!(
+                message.contains(&format!("{name:?}")) && message.contains("byte offset"),
+                "{message}"
+            );
+        }
+        // Names that share a prefix are different variables.
+        assert!(UriTemplate::parse("{a,ab}{/a.b}").is_ok());
+        // For expansion, RFC 6570's own repeat expands; it never matches, not even itself.
+        let repeat = te("{y,hello,y}");
+        let values = vars(&[("y", "."), ("hello", "h")]);
+        assert_eq!(repeat.expand(&values), ".,h,.");
+        for uri in [".", ".,.", ".,h,.", ""] {
+            assert_eq!(repeat.matches(uri), None, "{uri}");
+            assert_eq!(repeat.matches_raw(uri), None, "{uri}");
+        }
+        assert_eq!(
+            te("{/var:1,var}").expand(&vars(&[("var", "value")])),
+            "/v/value"
+        );
+        // A template without repeats parses the same both ways.
+        assert_eq!(te("x/{a}/{+b}"), t("x/{a}/{+b}"));
     }
 
     #[test]
@@ -2042,8 +2177,8 @@ mod tests {
             "{a}{b}{c}",
             "{+a}{+b}",
             "x{a:1}{b:2}",
-            "{;a,a,a}",
-            "{?a,a}{&a}",
+            "{;a,ab,abc}",
+            "{?a,b}{&c}",
             "{.a:3,b}{/c:1,d}",
             "%41{#a,b}",
         ];

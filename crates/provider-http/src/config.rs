@@ -377,7 +377,8 @@ fn check_endpoint(e: &Endpoint) -> Result<(), (&'static str, String)> {
     if e.name.is_empty() {
         return Err(("name", "must not be empty".into()));
     }
-    let url = UriTemplate::parse(&e.url).map_err(|err| ("url", format!("{err}")))?;
+    // Only ever expanded, never matched: it may name a variable twice (`?id={id}`).
+    let url = UriTemplate::parse_for_expansion(&e.url).map_err(|err| ("url", format!("{err}")))?;
     // The scheme and host must be literal: a value may never choose where the request goes.
     let prefix = url.literal_prefix();
     let scheme_ok = prefix.starts_with("https://") || prefix.starts_with("http://");
@@ -631,6 +632,29 @@ mod tests {
             )],
         );
         c.validate().unwrap();
+    }
+
+    /// The `template` fuzz finding: a resource URI may not name a variable twice (its match
+    /// would be ambiguous), while the upstream URL, only expanded, may.
+    #[test]
+    fn repeated_variable_only_in_the_url() {
+        let c = HttpConfig::api(
+            "w",
+            vec![Endpoint::new("api://w/{id}/{id}", "https://h/v1/{id}")],
+        );
+        let e = c.validate().unwrap_err();
+        assert_eq!(e.key, "endpoint.0.uri", "{e}");
+        assert!(
+            e.message.contains("\"id\"") && e.message.contains("byte offset 14"),
+            "{e}"
+        );
+        let ep = Endpoint::new("api://w/{id}", "https://h/v1/{id}?ref={id}");
+        HttpConfig::api("w", vec![ep.clone()]).validate().unwrap();
+        let c = crate::target::Compiled::new(&ep).unwrap();
+        let url = crate::target::api_target(&[c], "api://w/a%2Fb")
+            .unwrap()
+            .url;
+        assert_eq!(url.as_str(), "https://h/v1/a%2Fb?ref=a%2Fb");
     }
 
     #[test]

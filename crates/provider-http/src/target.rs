@@ -25,7 +25,9 @@ impl Compiled {
             Error::internal(format!("endpoint {}: {what} does not parse: {err}", e.uri))
         };
         let uri = UriTemplate::parse(&e.uri).map_err(|err| internal("uri", err.to_string()))?;
-        let url = UriTemplate::parse(&e.url).map_err(|err| internal("url", err.to_string()))?;
+        // Expanded, never matched: a variable may appear twice (config.rs allows it).
+        let url = UriTemplate::parse_for_expansion(&e.url)
+            .map_err(|err| internal("url", err.to_string()))?;
         let mut patterns = BTreeMap::new();
         for (name, p) in &e.params {
             if let Some(pat) = &p.pattern {
