@@ -1,7 +1,9 @@
 //! Issue #18 end to end: three replicas of the built binary in one cluster over a NATS server
 //! of the test's own (so it can stop and restart it), with a shared files mount, a SQLite
 //! and a PostgreSQL mount; clients send each request to a different replica. Checked: each
-//! change reaches every listen stream and legacy session once, whichever replica watches;
+//! change reaches every listen stream and legacy session once, whichever replica watches (the
+//! legacy session roams: created on one replica, subscribed through another, its stream on the
+//! third);
 //! killing the watcher moves its lease and subscriptions keep working; a NATS restart keeps
 //! them working; a replica whose NATS is absent at start serves reads, says why it is not
 //! ready and joins when NATS appears; metrics; cursors continue across replicas; no secret
@@ -297,13 +299,16 @@ async fn listen(http: &reqwest::Client, r: &Replica, uris: &[&str]) -> Heard {
 /// A legacy session on `r` subscribed to `uris`, its GET stream followed.
 /// A subscription in `refused` must fail as it would without a cluster (the watcher's
 /// provider refuses it).
+/// A legacy session that roams: `initialize` (and `initialized`) on `on[0]`, every
+/// `resources/subscribe` on `on[1]`, the GET stream on `on[2]` (the session lives in the
+/// cluster, so any replica continues it).
 async fn legacy_session(
     http: &reqwest::Client,
-    r: &Replica,
+    on: [&Replica; 3],
     uris: &[&str],
     refused: &[&str],
 ) -> Heard {
-    let post = |sid: Option<&str>, body: Value| {
+    let post_to = |r: &Replica, sid: Option<&str>, body: Value| {
         let mut b = http
             .post(r.url())
             .header("content-type", "application/json")
@@ -314,7 +319,8 @@ async fn legacy_session(
         }
         b.body(body.to_string()).send()
     };
-    let resp = post(
+    let resp = post_to(
+        on[0],
         None,
         json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
             "protocolVersion": "2025-11-25", "capabilities": {},
@@ -327,7 +333,8 @@ async fn legacy_session(
         .unwrap()
         .to_owned();
     let _ = resp.text().await;
-    let resp = post(
+    let resp = post_to(
+        on[0],
         Some(&sid),
         json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
     )
@@ -335,7 +342,8 @@ async fn legacy_session(
     .unwrap();
     assert_eq!(resp.status(), 202);
     for (i, uri) in uris.iter().enumerate() {
-        let resp = post(
+        let resp = post_to(
+            on[1],
             Some(&sid),
             json!({"jsonrpc": "2.0", "id": 10 + i, "method": "resources/subscribe", "params": {"uri": uri}}),
         )
@@ -345,7 +353,8 @@ async fn legacy_session(
         assert!(body.contains("\"result\""), "{body}");
     }
     for uri in refused {
-        let resp = post(
+        let resp = post_to(
+            on[1],
             Some(&sid),
             json!({"jsonrpc": "2.0", "id": 99, "method": "resources/subscribe", "params": {"uri": uri}}),
         )
@@ -358,7 +367,7 @@ async fn legacy_session(
         );
     }
     let get = http
-        .get(r.url())
+        .get(on[2].url())
         .header("accept", "text/event-stream")
         .header("mcp-protocol-version", "2025-11-25")
         .header("mcp-session-id", &sid)
@@ -622,7 +631,16 @@ async fn three_replicas_watch_each_source_once_and_survive_failures() {
     // A denied file: the watcher's provider refuses the watch, as it would locally.
     std::fs::write(files.join("x.secret"), "s").unwrap();
     let missing = file_uri(&files.join("x.secret"));
-    let legacy = legacy_session(&http, &replicas[a], &uris, &[&missing]).await;
+    // A legacy session roaming over all three replicas: created on the watcher (killed
+    // below: the session outlives the replica that created it), subscribed through b, its
+    // stream on a.
+    let legacy = legacy_session(
+        &http,
+        [&replicas[fw], &replicas[b], &replicas[a]],
+        &uris,
+        &[&missing],
+    )
+    .await;
     let streams = [&on_a, &on_b, &legacy];
     // The watches start on the watcher before the subscriptions are answered; a breath for
     // the GET stream to be attached.
