@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
+use mcpr_testkit::nats::NatsServer;
 use serde_json::{Value, json};
 
 const BIN: &str = env!("CARGO_BIN_EXE_mcp-resources");
@@ -43,79 +44,6 @@ fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
-}
-
-fn nats_binary() -> Option<PathBuf> {
-    [
-        "/usr/sbin/nats-server",
-        "/usr/bin/nats-server",
-        "/usr/local/bin/nats-server",
-    ]
-    .iter()
-    .map(PathBuf::from)
-    .find(|p| p.exists())
-    .or_else(|| {
-        Command::new("nats-server")
-            .arg("--version")
-            .output()
-            .ok()
-            .map(|_| PathBuf::from("nats-server"))
-    })
-}
-
-/// A NATS server with JetStream on a fixed loopback port, stoppable and restartable.
-struct Nats {
-    bin: PathBuf,
-    port: u16,
-    dir: tempfile::TempDir,
-    child: Option<Child>,
-}
-
-impl Nats {
-    fn new(bin: PathBuf) -> Self {
-        Self {
-            bin,
-            port: free_port(),
-            dir: tempfile::tempdir().unwrap(),
-            child: None,
-        }
-    }
-
-    fn start(&mut self) {
-        let child = Command::new(&self.bin)
-            .args([
-                "-js",
-                "-a",
-                "127.0.0.1",
-                "-p",
-                &self.port.to_string(),
-                "-sd",
-            ])
-            .arg(self.dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(Instant::now() < deadline, "nats-server did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for Nats {
-    fn drop(&mut self) {
-        self.stop();
-    }
 }
 
 /// One replica: the built binary serving HTTP on a loopback port.
@@ -532,11 +460,10 @@ fn sqlite_exec(path: &Path, sql: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_watch_each_source_once_and_survive_failures() {
-    let Some(nats_bin) = nats_binary() else {
-        return absent("nats-server", "not installed");
+    let Some(mut nats) = NatsServer::find() else {
+        return;
     };
     install_crypto();
-    let mut nats = Nats::new(nats_bin);
     nats.start();
     let pg = Pg::create().await;
 
@@ -558,7 +485,7 @@ async fn three_replicas_watch_each_source_once_and_survive_failures() {
         "[server]\npage_size = 2\n[cluster]\nnats_url = \"nats://u:{secret}@127.0.0.1:{}\"\nname = \"{cluster}\"\nlease_ttl_ms = {TTL_MS}\n\
          [[mount]]\nkind = \"files\"\nroot = \"{}\"\nshared = true\ndeny = [\"*.secret\"]\n\
          [[mount]]\nkind = \"sqlite\"\nname = \"lite\"\nurl = \"sqlite://{}\"\npoll_interval_ms = 100\n",
-        nats.port,
+        nats.port(),
         files.display(),
         db.display()
     );
@@ -764,11 +691,10 @@ async fn three_replicas_watch_each_source_once_and_survive_failures() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_without_nats_serves_reads_and_joins_later() {
-    let Some(nats_bin) = nats_binary() else {
-        return absent("nats-server", "not installed");
+    let Some(mut nats) = NatsServer::find() else {
+        return;
     };
     install_crypto();
-    let mut nats = Nats::new(nats_bin);
     let dir = tempfile::tempdir().unwrap();
     let files = dir.path().join("d");
     std::fs::create_dir(&files).unwrap();
@@ -780,7 +706,7 @@ async fn a_replica_without_nats_serves_reads_and_joins_later() {
         &cfg,
         format!(
             "[cluster]\nnats_url = \"nats://admin:{secret}@127.0.0.1:{}\"\nname = \"late{}\"\nlease_ttl_ms = {TTL_MS}\n[[mount]]\nkind = \"files\"\nroot = \"{}\"\nshared = true\n",
-            nats.port,
+            nats.port(),
             std::process::id(),
             files.display()
         ),
@@ -792,7 +718,7 @@ async fn a_replica_without_nats_serves_reads_and_joins_later() {
     assert!(
         body.contains(&format!(
             "cluster: NATS unreachable at nats://***@127.0.0.1:{}",
-            nats.port
+            nats.port()
         )),
         "{body}"
     );

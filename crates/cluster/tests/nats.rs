@@ -3,79 +3,15 @@
 //! the binary the tests say so and pass, except under `CI=true`, where it is a failure.
 
 use std::collections::HashSet;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
 use mcpr_cluster::{Lease, NatsBus};
 use mcpr_core::{ChangeBus, ChangeEvent, ChangeSink, FeedItem};
+use mcpr_testkit::nats::NatsServer;
 
-struct Nats {
-    child: Child,
-    port: u16,
-    dir: tempfile::TempDir,
-}
-
-impl Nats {
-    /// Stop the server and start it again on the same port and store.
-    async fn restart(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        self.child = spawn(&nats_binary().expect("checked"), self.port, self.dir.path());
-        wait_listening(self.port).await;
-    }
-}
-
-fn spawn(bin: &str, port: u16, dir: &std::path::Path) -> Child {
-    Command::new(bin)
-        .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
-        .arg(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap()
-}
-
-async fn wait_listening(port: u16) {
-    for _ in 0..200 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("nats-server did not listen on {port} within 5 s");
-}
-
-impl Drop for Nats {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn nats_binary() -> Option<String> {
-    let bin = std::env::var("MCPR_NATS_SERVER").unwrap_or_else(|_| "/usr/sbin/nats-server".into());
-    if std::path::Path::new(&bin).exists() {
-        return Some(bin);
-    }
-    assert!(
-        !std::env::var("CI").is_ok_and(|v| v == "true"),
-        "nats-server is required under CI=true: install it (apt-get install nats-server) or set MCPR_NATS_SERVER"
-    );
-    eprintln!("SKIPPED: no nats-server at {bin} (set MCPR_NATS_SERVER)");
-    None
-}
-
-async fn start_nats() -> Option<Nats> {
-    let bin = nats_binary()?;
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let child = spawn(&bin, port, dir.path());
-    wait_listening(port).await;
-    Some(Nats { child, port, dir })
+async fn start_nats() -> Option<NatsServer> {
+    NatsServer::started()
 }
 
 async fn client(port: u16) -> async_nats::Client {
@@ -112,10 +48,10 @@ async fn a_change_reaches_each_interested_replica_once_and_no_other() {
         return;
     };
     let local: HashSet<String> = ["file:///local/".to_owned()].into();
-    let a = NatsBus::new(client(nats.port).await, "t1", local.clone());
-    let b = NatsBus::new(client(nats.port).await, "t1", local.clone());
-    let c = NatsBus::new(client(nats.port).await, "t1", local.clone());
-    let other_cluster = NatsBus::new(client(nats.port).await, "t2", local);
+    let a = NatsBus::new(client(nats.port()).await, "t1", local.clone());
+    let b = NatsBus::new(client(nats.port()).await, "t1", local.clone());
+    let c = NatsBus::new(client(nats.port()).await, "t1", local.clone());
+    let other_cluster = NatsBus::new(client(nats.port()).await, "t2", local);
     let (mut fa, mut fb, mut fc, mut fo) = (a.feed(), b.feed(), c.feed(), other_cluster.feed());
 
     let mount = "db://shop/";
@@ -188,12 +124,12 @@ async fn one_lease_holder_and_a_takeover_within_the_ttl() {
     let ttl = Duration::from_millis(900);
     let mut leases = Vec::new();
     for r in ["r1", "r2", "r3"] {
-        let c = client(nats.port).await;
+        let c = client(nats.port()).await;
         Lease::prepare(&c, "lt", ttl).await.unwrap();
         leases.push((r, Lease::compete(c, "lt", "db://shop/", r, ttl)));
     }
     // Replicas that disagree on the TTL are told so.
-    let e = Lease::prepare(&client(nats.port).await, "lt", ttl * 2)
+    let e = Lease::prepare(&client(nats.port()).await, "lt", ttl * 2)
         .await
         .unwrap_err();
     assert!(e.contains("lease_ttl_ms"), "{e}");
@@ -240,8 +176,8 @@ async fn after_a_nats_restart_interests_are_subscribed_again() {
     let Some(mut nats) = start_nats().await else {
         return;
     };
-    let a = NatsBus::new(client(nats.port).await, "t3", HashSet::new());
-    let b = NatsBus::new(client(nats.port).await, "t3", HashSet::new());
+    let a = NatsBus::new(client(nats.port()).await, "t3", HashSet::new());
+    let b = NatsBus::new(client(nats.port()).await, "t3", HashSet::new());
     let mut fb = b.feed();
     let mount = "db://shop/";
     let watched = up("db://shop/orders/1");
@@ -254,7 +190,7 @@ async fn after_a_nats_restart_interests_are_subscribed_again() {
         vec![FeedItem::Event(watched.clone())]
     );
 
-    nats.restart().await;
+    nats.start();
     // Both clients reconnect on their own (bounded wait), and B's subscription is renewed.
     let mut heard = Vec::new();
     for _ in 0..60 {

@@ -4,7 +4,6 @@
 //! tests say so and pass, except under `CI=true`, where it is a failure.
 
 use std::collections::HashSet;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,56 +13,19 @@ use mcpr_core::Provider;
 use mcpr_provider_files::{FilesConfig, FilesProvider};
 use mcpr_server::http::{AuthSettings, HttpSettings, StaticToken};
 use mcpr_server::{ServerState, Settings};
+use mcpr_testkit::nats::NatsServer;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-struct Nats {
-    child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Nats {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-async fn start_nats() -> Option<Nats> {
-    let bin = std::env::var("MCPR_NATS_SERVER").unwrap_or_else(|_| "/usr/sbin/nats-server".into());
-    if !std::path::Path::new(&bin).exists() {
-        assert!(
-            !std::env::var("CI").is_ok_and(|v| v == "true"),
-            "nats-server is required under CI=true: install it (apt-get install nats-server) or set MCPR_NATS_SERVER"
-        );
-        eprintln!("SKIPPED: no nats-server at {bin} (set MCPR_NATS_SERVER)");
-        return None;
-    }
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+/// What every test starts from: a NATS server of its own and a directory holding `a.md`
+/// (its real path, as replicas name it). `None`: no nats-server here (the test is skipped).
+fn setup() -> Option<(NatsServer, tempfile::TempDir, std::path::PathBuf)> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let nats = NatsServer::started()?;
     let dir = tempfile::tempdir().unwrap();
-    // Owned by the guard at once: it is killed and waited for however the test ends.
-    let nats = Nats {
-        child: Command::new(&bin)
-            .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-        port,
-        _dir: dir,
-    };
-    for _ in 0..200 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return Some(nats);
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("nats-server did not listen on {port} within 5 s");
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::write(root.join("a.md"), "a").unwrap();
+    Some((nats, dir, root))
 }
 
 /// One replica over `root`: its MCP endpoint's URL.
@@ -260,19 +222,15 @@ async fn status_within(url: &str, session: &str, want: u16) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_roams_over_three_replicas() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let Some(nats) = start_nats().await else {
+    let Some((nats, _dir, root)) = setup() else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().canonicalize().unwrap();
-    std::fs::write(root.join("a.md"), "a").unwrap();
-    let a = replica(&root, nats.port, None).await;
-    let b = replica(&root, nats.port, None).await;
-    let c = replica(&root, nats.port, None).await;
+    let a = replica(&root, nats.port(), None).await;
+    let b = replica(&root, nats.port(), None).await;
+    let c = replica(&root, nats.port(), None).await;
 
     // Everything the replicas signal each other, to check no session id travels.
-    let spy = async_nats::connect(format!("nats://127.0.0.1:{}", nats.port))
+    let spy = async_nats::connect(format!("nats://127.0.0.1:{}", nats.port()))
         .await
         .unwrap();
     let mut signals = spy.subscribe("mcpr.roam.sctl").await.unwrap();
@@ -378,13 +336,9 @@ async fn a_session_roams_over_three_replicas() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_roaming_session_stays_bound_to_its_creator() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let Some(nats) = start_nats().await else {
+    let Some((nats, _dir, root)) = setup() else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().canonicalize().unwrap();
-    std::fs::write(root.join("a.md"), "a").unwrap();
     let auth = AuthSettings {
         tokens: vec![
             StaticToken {
@@ -398,8 +352,8 @@ async fn a_roaming_session_stays_bound_to_its_creator() {
         ],
         ..Default::default()
     };
-    let a = replica(&root, nats.port, Some(auth.clone())).await;
-    let b = replica(&root, nats.port, Some(auth)).await;
+    let a = replica(&root, nats.port(), Some(auth.clone())).await;
+    let b = replica(&root, nats.port(), Some(auth)).await;
 
     let id = initialize(&a, Some("alice-token")).await;
     // Another token is told the session does not exist, on the replica that never saw it
@@ -424,17 +378,13 @@ async fn a_roaming_session_stays_bound_to_its_creator() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_in_use_stays_shared_and_an_idle_one_is_forgotten() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let Some(nats) = start_nats().await else {
+    let Some((nats, _dir, root)) = setup() else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().canonicalize().unwrap();
-    std::fs::write(root.join("a.md"), "a").unwrap();
     let ttl = Duration::from_secs(2);
-    let a = replica_with_ttl(&root, nats.port, None, ttl).await;
-    let b = replica_with_ttl(&root, nats.port, None, ttl).await;
-    let c = replica_with_ttl(&root, nats.port, None, ttl).await;
+    let a = replica_with_ttl(&root, nats.port(), None, ttl).await;
+    let b = replica_with_ttl(&root, nats.port(), None, ttl).await;
+    let c = replica_with_ttl(&root, nats.port(), None, ttl).await;
 
     // Used on A for twice the TTL: its shared records are kept alive, B restores it.
     let id = initialize(&a, None).await;
@@ -451,14 +401,10 @@ async fn a_session_in_use_stays_shared_and_an_idle_one_is_forgotten() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_nats_a_subscribe_fails_clearly_and_other_requests_go_on() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let Some(nats) = start_nats().await else {
+    let Some((nats, _dir, root)) = setup() else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().canonicalize().unwrap();
-    std::fs::write(root.join("a.md"), "a").unwrap();
-    let a = replica(&root, nats.port, None).await;
+    let a = replica(&root, nats.port(), None).await;
     let id = initialize(&a, None).await;
     let listed = answer(post(&a, Some(&id), None, list()).await).await;
     let uri = listed["result"]["resources"][0]["uri"].clone();

@@ -17,6 +17,7 @@
 //!   expanding to URIs under the mount's prefixes.
 
 mod checks;
+pub mod nats;
 
 use std::sync::Arc;
 
