@@ -11,9 +11,6 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-/// JetStream's error code for a failed expected-last-sequence check.
-const WRONG_LAST_SEQUENCE: u64 = 10071;
-
 /// See the module docs. Dropping it stops renewing (the lease then expires on its own).
 pub struct Lease {
     held: watch::Receiver<bool>,
@@ -51,21 +48,13 @@ impl Lease {
             "num_replicas": 1,
             "discard": "old",
         });
-        let reply = client
-            .request(
-                format!("$JS.API.STREAM.CREATE.{}", stream_name(cluster)),
-                serde_json::to_vec(&config).expect("json").into(),
-            )
-            .await
-            .map_err(|e| format!("cannot create the lease stream: {e}"))?;
-        let v: serde_json::Value = serde_json::from_slice(&reply.payload)
-            .map_err(|e| format!("cannot create the lease stream: bad reply: {e}"))?;
-        match v.get("error") {
-            None => Ok(()),
-            Some(e) => Err(format!(
-                "cannot create the lease stream (do all replicas use the same lease_ttl_ms?): {}",
-                e.get("description").and_then(|d| d.as_str()).unwrap_or("?")
+        // async-nats' own default for a request without a deadline.
+        match crate::js::create_stream(client, &config, Duration::from_secs(10)).await {
+            Ok(()) => Ok(()),
+            Err(crate::js::JsError::Api { description, .. }) => Err(format!(
+                "cannot create the lease stream (do all replicas use the same lease_ttl_ms?): {description}"
             )),
+            Err(e) => Err(format!("cannot create the lease stream: {e}")),
         }
     }
 
@@ -133,33 +122,9 @@ async fn write(
     expected: u64,
     within: Duration,
 ) -> Result<u64, WriteError> {
-    let mut headers = async_nats::HeaderMap::new();
-    headers.insert(
-        "Nats-Expected-Last-Subject-Sequence",
-        expected.to_string().as_str(),
-    );
-    let reply = tokio::time::timeout(
-        within,
-        client.request_with_headers(subject.to_owned(), headers, me.clone()),
-    )
-    .await
-    .map_err(|_| WriteError::Unreachable("no answer in time".into()))?
-    .map_err(|e| WriteError::Unreachable(e.to_string()))?;
-    let v: serde_json::Value = serde_json::from_slice(&reply.payload)
-        .map_err(|e| WriteError::Unreachable(format!("bad reply: {e}")))?;
-    // An error reply may carry `seq: 0` too: look at the error first.
-    if v.get("error").is_none()
-        && let Some(seq) = v.get("seq").and_then(|s| s.as_u64())
-    {
-        return Ok(seq);
-    }
-    let code = v
-        .pointer("/error/err_code")
-        .and_then(|c| c.as_u64())
-        .unwrap_or(0);
-    if code == WRONG_LAST_SEQUENCE {
-        Err(WriteError::Taken)
-    } else {
-        Err(WriteError::Unreachable(v.to_string()))
+    match crate::js::publish(client, subject, me.clone(), Some(expected), within).await {
+        Ok(Some(seq)) => Ok(seq),
+        Ok(None) => Err(WriteError::Taken),
+        Err(e) => Err(WriteError::Unreachable(e.to_string())),
     }
 }

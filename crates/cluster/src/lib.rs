@@ -6,6 +6,7 @@
 //! ([`NatsSessionStore`], a `SessionHub`). The binary wires it when the config has `[cluster]`.
 
 mod bus;
+mod js;
 mod lease;
 mod sessions;
 mod watch;

@@ -20,6 +20,7 @@
 //! core NATS subject `mcpr.<cluster>.sctl`, naming sessions by the same hash, not their ids.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -29,10 +30,8 @@ use mcpr_server::http::{SessionHub, SessionSignal, SessionState, SessionStore, S
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
-/// JetStream's error code for "no message found".
-const NO_MESSAGE: u64 = 10037;
-/// JetStream's error code for a failed expected-last-sequence check.
-const WRONG_LAST_SEQUENCE: u64 = 10071;
+use crate::js::{self, JsError};
+
 /// How long a JetStream request may take before the store counts NATS unreachable.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -46,8 +45,11 @@ pub struct NatsSessionStore {
     touched: Mutex<HashMap<String, Instant>>,
     task: tokio::task::JoinHandle<()>,
     events_per_session: usize,
-    /// Whether the streams are known to exist (cleared when NATS says one is missing).
-    streams: tokio::sync::Mutex<bool>,
+    /// Whether the streams are known to exist (cleared when NATS says one is missing): read
+    /// on every operation, so not behind the lock that creating them takes.
+    streams: AtomicBool,
+    /// Held while the streams are being created, so concurrent first uses create them once.
+    creating: tokio::sync::Mutex<()>,
 }
 
 impl Drop for NatsSessionStore {
@@ -97,29 +99,28 @@ impl NatsSessionStore {
             touched: Mutex::new(HashMap::new()),
             task,
             events_per_session,
-            streams: tokio::sync::Mutex::new(false),
+            streams: AtomicBool::new(false),
+            creating: tokio::sync::Mutex::new(()),
         }))
     }
 
     /// Create the streams unless they are known to exist.
     async fn ensure_streams(&self) -> Result<(), SessionStoreError> {
-        let mut ready = self.streams.lock().await;
-        if *ready {
+        if self.streams.load(Ordering::Acquire) {
             return Ok(());
         }
-        let (client, cluster, idle_ttl, events_per_session) = (
-            &self.client,
-            self.cluster.as_str(),
-            self.ttl,
-            self.events_per_session,
-        );
-        let max_age = u64::try_from(idle_ttl.as_nanos()).unwrap_or(u64::MAX);
+        let _creating = self.creating.lock().await;
+        if self.streams.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let cluster = &self.cluster;
+        let max_age = u64::try_from(self.ttl.as_nanos()).unwrap_or(u64::MAX);
         for (name, subjects, per_subject) in [
             (records_stream(cluster), format!("mcpr.{cluster}.sess.>"), 1),
             (
                 events_stream(cluster),
                 format!("mcpr.{cluster}.sev.>"),
-                i64::try_from(events_per_session.max(1)).unwrap_or(i64::MAX),
+                i64::try_from(self.events_per_session.max(1)).unwrap_or(i64::MAX),
             ),
         ] {
             let config = json!({
@@ -131,26 +132,38 @@ impl NatsSessionStore {
                 "num_replicas": 1,
                 "discard": "old",
             });
-            let v = api(client, &format!("$JS.API.STREAM.CREATE.{name}"), &config)
-                .await
-                .map_err(|e| error(format!("cannot create the session stream {name}: {e}")))?;
-            if let Some(e) = v.get("error") {
-                return Err(error(format!(
-                    "cannot create the session stream {name} (do all replicas use the same session_idle_timeout and event_store_capacity?): {}",
-                    e.get("description").and_then(|d| d.as_str()).unwrap_or("?")
-                )));
+            match js::create_stream(&self.client, &config, REQUEST_TIMEOUT).await {
+                Ok(()) => {}
+                Err(JsError::Api { description, .. }) => {
+                    return Err(error(format!(
+                        "cannot create the session stream {name} (do all replicas use the same session_idle_timeout and event_store_capacity?): {description}"
+                    )));
+                }
+                Err(e) => {
+                    return Err(error(format!(
+                        "cannot create the session stream {name}: {e}"
+                    )));
+                }
             }
         }
-        *ready = true;
+        self.streams.store(true, Ordering::Release);
         Ok(())
     }
 
-    /// Forget that the streams exist after NATS said `e` (a stream missing: recreate it next
-    /// time).
-    async fn check_missing(&self, e: &str) {
-        if e.contains("no responders") || e.contains("10059") || e.contains("stream not found") {
-            *self.streams.lock().await = false;
+    /// `e` as the store's error; when it says a stream is missing (NATS lost it), the
+    /// streams are created again on the next operation.
+    fn failed(&self, what: &str, e: JsError) -> SessionStoreError {
+        if matches!(
+            e,
+            JsError::NoResponders
+                | JsError::Api {
+                    code: js::STREAM_NOT_FOUND,
+                    ..
+                }
+        ) {
+            self.streams.store(false, Ordering::Release);
         }
+        error(format!("{what}: {e}"))
     }
 
     fn record(&self, session: &str, record: &str) -> String {
@@ -180,19 +193,15 @@ impl NatsSessionStore {
         request: &Value,
     ) -> Result<Option<(u64, Vec<u8>)>, SessionStoreError> {
         self.ensure_streams().await?;
-        let v = api(
-            &self.client,
-            &format!("$JS.API.STREAM.MSG.GET.{stream}"),
-            request,
-        )
-        .await?;
-        if let Some(e) = v.get("error") {
-            if e.get("err_code").and_then(Value::as_u64) == Some(NO_MESSAGE) {
-                return Ok(None);
-            }
-            self.check_missing(&e.to_string()).await;
-            return Err(error(format!("message get failed: {e}")));
-        }
+        let subject = format!("$JS.API.STREAM.MSG.GET.{stream}");
+        let v = match js::api(&self.client, &subject, request, REQUEST_TIMEOUT).await {
+            Ok(v) => v,
+            Err(JsError::Api {
+                code: js::NO_MESSAGE,
+                ..
+            }) => return Ok(None),
+            Err(e) => return Err(self.failed("message get failed", e)),
+        };
         let seq = v
             .pointer("/message/seq")
             .and_then(Value::as_u64)
@@ -216,53 +225,28 @@ impl NatsSessionStore {
         expected: Option<u64>,
     ) -> Result<Option<u64>, SessionStoreError> {
         self.ensure_streams().await?;
-        let mut headers = async_nats::HeaderMap::new();
-        if let Some(seq) = expected {
-            headers.insert(
-                "Nats-Expected-Last-Subject-Sequence",
-                seq.to_string().as_str(),
-            );
-        }
-        let reply = tokio::time::timeout(
+        js::publish(
+            &self.client,
+            subject,
+            payload.into(),
+            expected,
             REQUEST_TIMEOUT,
-            self.client
-                .request_with_headers(subject.to_owned(), headers, payload.into()),
         )
         .await
-        .map_err(|_| error("NATS did not answer in time"))?;
-        let reply = match reply {
-            Ok(r) => r,
-            Err(e) => {
-                // No stream captures the subject: NATS lost it; recreate it next time.
-                self.check_missing(&e.to_string()).await;
-                return Err(error(e));
-            }
-        };
-        let v: Value = serde_json::from_slice(&reply.payload).map_err(error)?;
-        if let Some(e) = v.get("error") {
-            if e.get("err_code").and_then(Value::as_u64) == Some(WRONG_LAST_SEQUENCE) {
-                return Ok(None);
-            }
-            return Err(error(format!("publish failed: {e}")));
-        }
-        v.get("seq")
-            .and_then(Value::as_u64)
-            .map(Some)
-            .ok_or_else(|| error("publish: no sequence in the reply"))
+        .map_err(|e| self.failed("publish failed", e))
     }
 
     async fn purge(&self, stream: &str, filter: &str) -> Result<(), SessionStoreError> {
         self.ensure_streams().await?;
-        let v = api(
+        js::api(
             &self.client,
             &format!("$JS.API.STREAM.PURGE.{stream}"),
             &json!({ "filter": filter }),
+            REQUEST_TIMEOUT,
         )
-        .await?;
-        match v.get("error") {
-            None => Ok(()),
-            Some(e) => Err(error(format!("purge failed: {e}"))),
-        }
+        .await
+        .map(drop)
+        .map_err(|e| self.failed("purge failed", e))
     }
 }
 
@@ -276,25 +260,6 @@ fn events_stream(cluster: &str) -> String {
 
 fn control_subject(cluster: &str) -> String {
     format!("mcpr.{cluster}.sctl")
-}
-
-/// A JetStream API request and its JSON reply.
-async fn api(
-    client: &async_nats::Client,
-    subject: &str,
-    body: &Value,
-) -> Result<Value, SessionStoreError> {
-    let reply = tokio::time::timeout(
-        REQUEST_TIMEOUT,
-        client.request(
-            subject.to_owned(),
-            serde_json::to_vec(body).expect("json").into(),
-        ),
-    )
-    .await
-    .map_err(|_| error("NATS did not answer in time"))?
-    .map_err(error)?;
-    serde_json::from_slice(&reply.payload).map_err(|e| error(format!("bad reply: {e}")))
 }
 
 fn signal_json(s: &SessionSignal) -> Value {

@@ -602,10 +602,7 @@ async fn run_watcher(
                     // subscriptions they serve do not stay silent.
                     let pending: Vec<ChangeEvent> = retry.keys().cloned().collect();
                     for t in pending {
-                        if let Ok(guard) = start(&i, &mount, &t).await {
-                            // As for any replayed interest (handle_want): it may have
-                            // changed while nobody watched it.
-                            i.bus.publish(&mount, t.clone());
+                        if let Ok(guard) = start_replayed(&i, &mount, &t).await {
                             let replicas = retry.remove(&t).unwrap_or_default();
                             topics.insert(t, Watched { replicas, _guard: guard });
                         }
@@ -680,15 +677,14 @@ async fn handle_want(
             w.replicas.insert(replica.to_owned());
             continue;
         }
-        match start(i, mount, &t).await {
+        // A request is a new subscription; a message without a reply replays an interest.
+        let started = if msg.reply.is_some() {
+            start(i, mount, &t).await
+        } else {
+            start_replayed(i, mount, &t).await
+        };
+        match started {
             Ok(guard) => {
-                if msg.reply.is_none() {
-                    // A replayed interest nobody here watched: this replica is taking the
-                    // mount over (or rejoining), and a change between the last watcher's
-                    // end and this watch would go unseen. Say it may have changed: at most a
-                    // duplicate for the subscriber, never a lost change.
-                    i.bus.publish(mount, t.clone());
-                }
                 topics.insert(
                     t,
                     Watched {
@@ -728,6 +724,16 @@ async fn start(i: &Inner, mount: &str, topic: &ChangeEvent) -> Result<WatchGuard
         ChangeEvent::Updated { uri } => provider.watch(&ResourceUri::parse(uri)?, sink).await,
         ChangeEvent::ListChanged { .. } => provider.watch_list(sink).await,
     }
+}
+
+/// [`start`] for a replayed interest nobody here watched: this replica is taking the mount
+/// over (or rejoining, or retrying), and a change between the last watch's end and this one
+/// would go unseen. Say it may have changed: at most a duplicate for the subscriber, never a
+/// lost change.
+async fn start_replayed(i: &Inner, mount: &str, topic: &ChangeEvent) -> Result<WatchGuard> {
+    let guard = start(i, mount, topic).await?;
+    i.bus.publish(mount, topic.clone());
+    Ok(guard)
 }
 
 const KINDS: &[(ErrorKind, &str)] = &[

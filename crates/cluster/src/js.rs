@@ -1,0 +1,140 @@
+//! Raw JetStream API requests, shared by the watcher lease and the session store: async-nats
+//! 0.51's typed JetStream API cannot parse the replies of nats-server 2.9, so both speak
+//! `$JS.API.*` and stream-captured publishes directly, through these few functions.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+/// JetStream's error code for "no message found".
+pub(crate) const NO_MESSAGE: u64 = 10037;
+/// JetStream's error code for "stream not found".
+pub(crate) const STREAM_NOT_FOUND: u64 = 10059;
+/// JetStream's error code for a failed expected-last-sequence check.
+const WRONG_LAST_SEQUENCE: u64 = 10071;
+
+/// Why a JetStream request failed.
+#[derive(Debug)]
+pub(crate) enum JsError {
+    /// NATS did not answer in time, the connection failed, or the reply was not JSON.
+    Unreachable(String),
+    /// Nothing answers on the subject: for a publish, no stream captures it (NATS lost it).
+    NoResponders,
+    /// JetStream answered with an error.
+    Api {
+        /// Its `err_code`.
+        code: u64,
+        /// Its `description`.
+        description: String,
+    },
+}
+
+impl std::fmt::Display for JsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Unreachable(e) => f.write_str(e),
+            Self::NoResponders => f.write_str("no responders: no stream captures the subject"),
+            Self::Api { code, description } => write!(f, "{description} (JetStream {code})"),
+        }
+    }
+}
+
+/// Send `payload` (with `headers`) to `subject` and read the JSON reply, an `error` member
+/// becoming [`JsError::Api`] (looked at first: an error reply may carry `seq: 0` too).
+async fn request(
+    client: &async_nats::Client,
+    subject: &str,
+    headers: async_nats::HeaderMap,
+    payload: bytes::Bytes,
+    within: Duration,
+) -> Result<Value, JsError> {
+    let reply = tokio::time::timeout(
+        within,
+        client.request_with_headers(subject.to_owned(), headers, payload),
+    )
+    .await
+    .map_err(|_| JsError::Unreachable("NATS did not answer in time".into()))?
+    .map_err(|e| match e.kind() {
+        async_nats::RequestErrorKind::NoResponders => JsError::NoResponders,
+        _ => JsError::Unreachable(e.to_string()),
+    })?;
+    let v: Value = serde_json::from_slice(&reply.payload)
+        .map_err(|e| JsError::Unreachable(format!("bad reply: {e}")))?;
+    match v.get("error") {
+        None => Ok(v),
+        Some(e) => Err(JsError::Api {
+            code: e.get("err_code").and_then(Value::as_u64).unwrap_or(0),
+            description: e
+                .get("description")
+                .and_then(Value::as_str)
+                .unwrap_or("?")
+                .to_owned(),
+        }),
+    }
+}
+
+/// A `$JS.API.*` request with a JSON body.
+pub(crate) async fn api(
+    client: &async_nats::Client,
+    subject: &str,
+    body: &Value,
+    within: Duration,
+) -> Result<Value, JsError> {
+    let body = serde_json::to_vec(body).expect("json");
+    request(
+        client,
+        subject,
+        async_nats::HeaderMap::new(),
+        body.into(),
+        within,
+    )
+    .await
+}
+
+/// Create (or find, with the same settings) the stream `config` describes.
+pub(crate) async fn create_stream(
+    client: &async_nats::Client,
+    config: &Value,
+    within: Duration,
+) -> Result<(), JsError> {
+    let name = config["name"].as_str().expect("a stream config has a name");
+    api(
+        client,
+        &format!("$JS.API.STREAM.CREATE.{name}"),
+        config,
+        within,
+    )
+    .await
+    .map(drop)
+}
+
+/// Publish `payload` on `subject`, which a stream captures; with `expected`, only if the
+/// subject's last sequence is that (0: no message). The stored message's sequence, or
+/// `Ok(None)` when the expected-sequence check failed (another writer came first).
+pub(crate) async fn publish(
+    client: &async_nats::Client,
+    subject: &str,
+    payload: bytes::Bytes,
+    expected: Option<u64>,
+    within: Duration,
+) -> Result<Option<u64>, JsError> {
+    let mut headers = async_nats::HeaderMap::new();
+    if let Some(seq) = expected {
+        headers.insert(
+            "Nats-Expected-Last-Subject-Sequence",
+            seq.to_string().as_str(),
+        );
+    }
+    match request(client, subject, headers, payload, within).await {
+        Ok(v) => v
+            .get("seq")
+            .and_then(Value::as_u64)
+            .map(Some)
+            .ok_or_else(|| JsError::Unreachable("publish: no sequence in the reply".into())),
+        Err(JsError::Api {
+            code: WRONG_LAST_SEQUENCE,
+            ..
+        }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
