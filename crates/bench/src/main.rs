@@ -88,7 +88,8 @@ fn answer_lines(
 }
 
 /// The file floor: for every line, the system calls `mcp-resources` makes for a direct read
-/// of a small file (`statx`, `openat2` beneath the directory, `fstat`, `read`, `close`), then
+/// of a small file (`statx`, `openat2` beneath the directory, `fstat`, `read`, `fstat`,
+/// `close`), then
 /// the line back with the file's text as a JSON string, flushed. What a server that reads the
 /// file on every request cannot go below on this machine; no JSON parsing, no URI, no rules.
 fn file_echo(dir: &str, file: &str) -> Result<(), String> {
@@ -121,6 +122,8 @@ fn file_echo(dir: &str, file: &str) -> Result<(), String> {
         text.resize(st.stx_size.max(size as u64) as usize + 1, 0);
         let n = rustix::io::read(&fd, &mut text[..]).map_err(|e| e.to_string())?;
         text.truncate(n);
+        // The server checks the file did not change while it was read (an in-place rewrite).
+        rustix::fs::fstat(&fd).map_err(|e| e.to_string())?;
         drop(fd);
         answer.extend_from_slice(br#"{"echo":"#);
         answer.extend_from_slice(line.strip_suffix(b"\n").unwrap_or(line));

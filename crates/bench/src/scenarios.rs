@@ -430,7 +430,7 @@ fn floors_and_ours(env: &Env, placement: Placement) -> (Vec<Row>, Option<f64>) {
     rows.push(Row::new(S, "echo floor", &rpsm, frps, "req/s").note(floor_note));
     let (ff50, ff99, ffrps) = (file.latency.p50_us(), file.latency.p99_us(), file.rps);
     let file_note = &format!(
-        "the file floor: the echo floor plus, for every line, the system calls mcp-resources makes to read the 1 KiB file (statx, openat2 beneath the directory, fstat, read, close) and the text in the answer as a JSON string; no JSON parsing, URI or rules; measured in the same rounds{}",
+        "the file floor: the echo floor plus, for every line, the system calls mcp-resources makes to read the 1 KiB file (statx, openat2 beneath the directory, fstat, read, fstat, close) and the text in the answer as a JSON string; no JSON parsing, URI or rules; measured in the same rounds{}",
         placement.describe()
     );
     rows.push(
