@@ -214,7 +214,6 @@ fn visible_mounts(router: &Router, grant: Option<&Grant>) -> Option<Vec<u32>> {
     })
 }
 
-/// `raw` parsed, or invalid params naming it.
 /// The error of a session hub that did not answer.
 fn hub_error(e: crate::http::SessionStoreError) -> Error {
     Error::new(
@@ -223,6 +222,15 @@ fn hub_error(e: crate::http::SessionStoreError) -> Error {
     )
 }
 
+/// The refusal of a subscription beyond `max_subscriptions_per_session` (`max`).
+fn too_many_subscriptions(max: usize, uri: &str) -> Error {
+    Error::invalid_params(format!(
+        "this session already has {max} subscriptions, the limit (max_subscriptions_per_session); unsubscribe from some first"
+    ))
+    .with_uri(uri)
+}
+
+/// `raw` parsed, or invalid params naming it.
 fn parse_uri(raw: &str) -> Result<ResourceUri> {
     ResourceUri::parse(raw).map_err(|e| Error::invalid_params(e.message).with_uri(raw))
 }
@@ -597,12 +605,8 @@ impl Service {
             let id = subscriber();
             let registry = &self.state.registry;
             let max = self.state.settings.max_subscriptions_per_session;
-            if !registry.is_subscribed(id, uri.as_str()) && registry.subscription_count(id) >= max
-            {
-                return Err(Error::invalid_params(format!(
-                    "this session already has {max} subscriptions, the limit (max_subscriptions_per_session); unsubscribe from some first"
-                ))
-                .with_uri(uri.as_str()));
+            if !registry.is_subscribed(id, uri.as_str()) && registry.subscription_count(id) >= max {
+                return Err(too_many_subscriptions(max, uri.as_str()));
             }
             registry.subscribe(id, &uri).await
         })
@@ -636,13 +640,11 @@ impl Service {
             }
             let held = hub.subscriptions(session).await.map_err(hub_error)?;
             let max = self.state.settings.max_subscriptions_per_session;
-            if !held.iter().any(|u| u == uri.as_str()) && held.len() >= max {
-                return Err(Error::invalid_params(format!(
-                    "this session already has {max} subscriptions, the limit (max_subscriptions_per_session); unsubscribe from some first"
-                ))
-                .with_uri(uri.as_str()));
+            let new = !held.iter().any(|u| u == uri.as_str());
+            if new && held.len() >= max {
+                return Err(too_many_subscriptions(max, uri.as_str()));
             }
-            if !held.iter().any(|u| u == uri.as_str()) {
+            if new {
                 // Start the watch once here, as a local subscription would, and let it go:
                 // a URI the source refuses to watch (missing, denied) is refused to this
                 // client now, not accepted and then silent on whichever replica holds the
