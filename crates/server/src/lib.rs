@@ -98,8 +98,6 @@ pub struct ServerState {
     pub(crate) read_budget: layers::ReadBudget,
     /// The tool bridge's tools; empty when it is off.
     pub(crate) tools: Vec<rmcp::model::Tool>,
-    /// Who runs provider watches; reports the cluster's state.
-    pub(crate) cluster: Arc<dyn mcpr_core::Watching>,
     /// Cancelled when an HTTP shutdown's grace period is over: reads still running then
     /// answer a clear error instead of being cut off with their connection.
     pub(crate) reads_cut: tokio_util::sync::CancellationToken,
@@ -130,7 +128,6 @@ impl ServerState {
         bus: Arc<dyn ChangeBus>,
         watching: Arc<dyn mcpr_core::Watching>,
     ) -> Arc<Self> {
-        let cluster = watching.clone();
         let router = Router::new(providers);
         // Cursors from another build or another mount layout must not verify.
         let mut fingerprint = Vec::new();
@@ -183,14 +180,13 @@ impl ServerState {
             list_cache: list_cache.unwrap_or_default(),
             info,
             metrics: metrics::Metrics::default(),
-            cluster,
             reads_cut: tokio_util::sync::CancellationToken::new(),
         })
     }
 
     /// The cluster's state (`None` without `[cluster]`), for `/readyz` and `/metrics`.
     pub fn cluster(&self) -> Option<mcpr_core::ClusterStatus> {
-        self.cluster.cluster()
+        self.registry.watching().cluster()
     }
 
     /// The subscription registry (for metrics and tests).

@@ -155,6 +155,11 @@ impl Registry {
         this
     }
 
+    /// Who runs the provider watches (and reports the cluster's state).
+    pub(crate) fn watching(&self) -> &dyn Watching {
+        &*self.watching
+    }
+
     /// Register a subscriber; its notices arrive on the returned receiver until
     /// [`Registry::remove`] is called with its id.
     pub fn add_subscriber(&self) -> (u64, crate::mailbox::Receiver) {
