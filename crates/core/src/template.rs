@@ -37,6 +37,17 @@
 //!   shortest non-empty match, which makes earlier pieces greedy:
 //!   `{+path}/{file}` against `a/b/c` gives `path = a/b`, `file = c`, and
 //!   `{name}{.ext}` against `a.tar.gz` gives `name = a.tar`, `ext = gz`.
+//! * A URI that the template could have written is split the way it was written: a first,
+//!   strict pass admits only values as their expansion writes them (unreserved characters
+//!   and `%XX` of other bytes; in `{+var}` and `{#var}` reserved characters too), only the
+//!   named forms it writes (`;name` for an empty value, `key=`), and query keys in template
+//!   order. Only when no strict split exists does the lenient one above read raw
+//!   characters (`a b`, `x:y`), `?key` and keys in any order.
+//! * Every match reads back ([`UriTemplate::canonical`]): the URI the template writes for
+//!   the matched values matches the same values. A URI for which that fails does not match:
+//!   `x{?a}1{b}` against `x?a={1?b=1`, whose raw `?` is all that stops `{b}` from taking
+//!   part of it once the value is written `%7B1%3Fb%3D`. A value also never holds a `%XX`
+//!   that decodes to no character where it stands (`%A3` alone).
 //!
 //! # Cost of matching
 //!
@@ -56,7 +67,9 @@
 //! URI (P·L = 2.7·10⁸ steps).
 //!
 //! Ambiguity is resolved on the structure alone, which is why a variable may not repeat:
-//! each split then gives every variable exactly one value.
+//! each split then gives every variable exactly one value. The read-back costs one
+//! expansion, and a second split only when the URI is not already canonical; a lenient
+//! split adds one more.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -406,11 +419,23 @@ impl UriTemplate {
     ///
     /// Literals are copied as stored in [`Part::Literal`]: already valid URI text.
     pub fn expand(&self, vars: &BTreeMap<String, String>) -> String {
+        self.expand_keeping(vars, &BTreeMap::new())
+    }
+
+    /// [`Self::expand`], except that the variables in `verbatim` are written from the text
+    /// given there as it is (escapes and all), untruncated: a matched `{+var}`'s text
+    /// already holds at most its prefix of decoded characters, and counting its `%XX` as
+    /// three would cut one in half.
+    fn expand_keeping(
+        &self,
+        vars: &BTreeMap<String, String>,
+        verbatim: &BTreeMap<String, &str>,
+    ) -> String {
         let mut out = String::with_capacity(self.source.len());
         for part in &self.parts {
             match part {
                 Part::Literal(text) => out.push_str(text),
-                Part::Expr(expr) => expand_expression(expr, vars, &mut out),
+                Part::Expr(expr) => expand_expression(expr, vars, verbatim, &mut out),
             }
         }
         out
@@ -421,19 +446,54 @@ impl UriTemplate {
     /// from the map). Returns None when the URI does not match, or when a decoded value would
     /// not be valid UTF-8.
     ///
-    /// A value containing an invalid escape (`%zz`, a truncated `%4`) also makes
-    /// the URI not match.
+    /// A value containing an invalid escape (`%zz`, a truncated `%4`) also makes the URI
+    /// not match, and so does a URI whose values do not read back (see [`Self::canonical`]).
     pub fn matches(&self, uri: &str) -> Option<BTreeMap<String, String>> {
-        let captures = self.match_spans(uri)?;
-        collect_values(&captures, uri, true)
+        self.read(uri).map(|(values, _)| values)
     }
 
     /// Like `matches` but returns the raw (still percent-encoded) substrings.
     ///
-    /// Invalid escapes are returned as they are rather than rejected.
+    /// Invalid escapes are returned as they are rather than rejected (and the read-back
+    /// check, which needs the decoded values, is then skipped).
     pub fn matches_raw(&self, uri: &str) -> Option<BTreeMap<String, String>> {
-        let captures = self.match_spans(uri)?;
+        let captures = self.split(uri)?;
+        if collect_values(&captures, uri, true).is_some() && self.read(uri).is_none() {
+            return None;
+        }
         collect_values(&captures, uri, false)
+    }
+
+    /// The URI this template writes for what `uri` matches: `uri` itself when it is an
+    /// expansion (up to the case of `%xx`), else the same values written as the expansion
+    /// writes them (`a b` as `a%20b`, `?b=1&a=2` as `?a=2&b=1`). `{+var}` and `{#var}`
+    /// keep the `%XX` they matched, as their expansion does: decoded, `%23` would come
+    /// back as a raw `#`, which RFC 6570 does not make invertible.
+    ///
+    /// Every match reads back: the canonical form matches the same values, and is its own
+    /// canonical form. A URI for which this would not hold does not match at all. It holds
+    /// unless `uri` has, raw inside a value, a character the expansion percent-encodes and
+    /// that the split depended on: `x{?a}1{b}` reads `x?a={1?b=1` as `a = {1?b=`, `b`
+    /// empty (a raw `?` cannot start `{b}`), but the canonical `x?a=%7B1%3Fb%3D1` splits at
+    /// the first `1`, since `b` may hold `%3F`. Such a URI is ambiguous, so refused.
+    pub fn canonical(&self, uri: &str) -> Option<String> {
+        self.read(uri).map(|(_, canonical)| canonical)
+    }
+
+    /// The decoded values `uri` matches, with its canonical form, if they read back.
+    fn read(&self, uri: &str) -> Option<(BTreeMap<String, String>, String)> {
+        let captures = self.split(uri)?;
+        let values = collect_values(&captures, uri, true)?;
+        let canonical = self.expand_keeping(&values, &verbatim_texts(&captures, uri));
+        if canonical != uri {
+            let again = self.split(&canonical)?;
+            let same = collect_values(&again, &canonical, true).as_ref() == Some(&values)
+                && self.expand_keeping(&values, &verbatim_texts(&again, &canonical)) == canonical;
+            if !same {
+                return None;
+            }
+        }
+        Some((values, canonical))
     }
 
     fn expressions(&self) -> impl Iterator<Item = &Expression> {
@@ -484,14 +544,23 @@ impl UriTemplate {
         pieces
     }
 
-    /// Finds one parse of `uri`: the byte range each variable occurrence covers.
-    fn match_spans(&self, uri: &str) -> Option<Vec<Capture<'_>>> {
+    /// Finds one parse of `uri`: the byte range each variable occurrence covers. When `uri`
+    /// is what the template writes for some values (a strict parse exists), that parse;
+    /// otherwise any parse, which has to read back ([`Self::canonical`]).
+    fn split(&self, uri: &str) -> Option<Vec<Capture<'_>>> {
+        self.match_spans(uri, true)
+            .or_else(|| self.match_spans(uri, false))
+    }
+
+    /// Finds one parse of `uri` in which, with `strict`, every value and named form is
+    /// written as the expansion writes it.
+    fn match_spans(&self, uri: &str, strict: bool) -> Option<Vec<Capture<'_>>> {
         if self.repeats {
             return None;
         }
         let pieces = self.pieces();
         let len = uri.len();
-        let mut scan = Scan::new(uri);
+        let mut scan = Scan::new(uri, strict);
 
         // sets[i] = offsets where piece i can start, i.e. where pieces[..i] can end.
         let mut sets: Vec<PosSet> = Vec::with_capacity(pieces.len() + 1);
@@ -563,7 +632,12 @@ impl UriTemplate {
                     if lo <= end && end <= hi {
                         let mut caps = committed.to_vec();
                         if let Some((var, start)) = open {
-                            caps.push(Capture { var, start, end });
+                            caps.push(Capture {
+                                var,
+                                start,
+                                end,
+                                verbatim: false,
+                            });
                         }
                         found = Some((s, caps));
                         ControlFlow::Break(())
@@ -577,7 +651,8 @@ impl UriTemplate {
             }
             debug_assert!(found.is_some(), "forward and backward passes disagree");
             let (s, caps) = found?;
-            captures.extend(caps);
+            let verbatim = matches!(piece, Piece::List { verbatim: true, .. });
+            captures.extend(caps.into_iter().map(|c| Capture { verbatim, ..c }));
             end = s;
         }
         Some(captures)
@@ -828,11 +903,17 @@ const ENCODE_RESERVED: &AsciiSet = &ENCODE_UNRESERVED
     .remove(b';')
     .remove(b'=');
 
-fn expand_expression(expr: &Expression, vars: &BTreeMap<String, String>, out: &mut String) {
+fn expand_expression(
+    expr: &Expression,
+    vars: &BTreeMap<String, String>,
+    verbatim: &BTreeMap<String, &str>,
+    out: &mut String,
+) {
     let spec = expr.op.spec();
     let mut first = true;
     for var in &expr.vars {
-        let Some(value) = vars.get(&var.name) else {
+        let kept = verbatim.get(&var.name).copied();
+        let Some(value) = kept.or_else(|| vars.get(&var.name).map(String::as_str)) else {
             continue;
         };
         out.push_str(if first { spec.first } else { spec.sep });
@@ -846,8 +927,8 @@ fn expand_expression(expr: &Expression, vars: &BTreeMap<String, String>, out: &m
             out.push('=');
         }
         let value = match var.prefix {
-            Some(n) => truncate_chars(value, usize::from(n)),
-            None => value,
+            Some(n) if kept.is_none() => truncate_chars(value, usize::from(n)),
+            _ => value,
         };
         push_encoded(value, spec.allow_reserved, out);
     }
@@ -900,7 +981,9 @@ enum Piece<'t> {
         /// Separator between values.
         sep: u8,
         /// Delimiter classes (`D_*`) a value cannot contain.
-        stops: u8,
+        stops: u16,
+        /// `{+var}` or `{#var}`: the expansion copies reserved characters and `%XX` as they are.
+        verbatim: bool,
         vars: &'t [VarSpec],
     },
     /// `{;a,b}`: `;name[=value]` items in template order.
@@ -940,6 +1023,7 @@ fn list_piece(op: Operator, vars: &[VarSpec]) -> Piece<'_> {
         first,
         sep,
         stops,
+        verbatim: matches!(op, Operator::Reserved | Operator::Fragment),
         vars,
     }
 }
@@ -950,6 +1034,8 @@ struct Capture<'t> {
     var: &'t VarSpec,
     start: usize,
     end: usize,
+    /// Of a `{+var}` or `{#var}`, whose expansion copies `%XX` as it is.
+    verbatim: bool,
 }
 
 /// Receives the ends a piece can reach from a start offset, as inclusive ranges
@@ -973,8 +1059,9 @@ fn walk<'t>(
             first,
             sep,
             stops,
+            verbatim,
             vars,
-        } => walk_list(*first, *sep, *stops, vars, scan, s, visit),
+        } => walk_list(*first, *sep, (*stops, *verbatim), vars, scan, s, visit),
         Piece::Params { vars } => walk_params(vars, scan, s, visit),
         Piece::Query { lead, vars } => walk_query(*lead, vars, scan, s, visit),
     }
@@ -983,7 +1070,7 @@ fn walk<'t>(
 fn walk_list<'t>(
     first: Option<u8>,
     sep: u8,
-    stops: u8,
+    (stops, verbatim): (u16, bool),
     vars: &'t [VarSpec],
     scan: &mut Scan<'_>,
     s: usize,
@@ -1000,7 +1087,7 @@ fn walk_list<'t>(
         item = s + 1;
     }
     for (j, var) in vars.iter().enumerate() {
-        let run_end = scan.next_in(stops, item);
+        let run_end = scan.value_end(stops, verbatim, item);
         let item_end = match var.prefix {
             Some(n) => scan.limit_chars(item, run_end, usize::from(n)),
             None => run_end,
@@ -1014,6 +1101,7 @@ fn walk_list<'t>(
             var,
             start: item,
             end: run_end,
+            verbatim: false,
         });
         item = run_end + 1;
     }
@@ -1043,13 +1131,18 @@ fn walk_params<'t>(
             let value_end = match scan.byte(name_end) {
                 Some(b'=') => {
                     let value_start = name_end + 1;
-                    let run_end = scan.next_in(D_SEMI | D_SLASH | D_QUESTION | D_HASH, value_start);
+                    let stops = D_SEMI | D_SLASH | D_QUESTION | D_HASH;
+                    let run_end = scan.value_end(stops, false, value_start);
                     let item_end = match var.prefix {
                         Some(n) => scan.limit_chars(value_start, run_end, usize::from(n)),
                         None => run_end,
                     };
-                    visit(value_start, item_end, &committed, Some((var, value_start)))?;
-                    (item_end == run_end && scan.byte(run_end) == Some(b';'))
+                    // An empty value is written `;name`, never `;name=`.
+                    let lo = value_start + usize::from(scan.strict);
+                    if lo <= item_end {
+                        visit(lo, item_end, &committed, Some((var, value_start)))?;
+                    }
+                    (item_end == run_end && lo <= run_end && scan.byte(run_end) == Some(b';'))
                         .then_some((value_start, run_end))
                 }
                 Some(b';') => Some((name_end, name_end)),
@@ -1058,7 +1151,12 @@ fn walk_params<'t>(
             // A name followed by '=' or ';' fixes the item, and taking the first
             // unused variable with that name leaves the most room for the rest.
             if let Some((start, end)) = value_end {
-                committed.push(Capture { var, start, end });
+                committed.push(Capture {
+                    var,
+                    start,
+                    end,
+                    verbatim: false,
+                });
                 pos = end;
                 next_var = vi + 1;
                 continued = true;
@@ -1102,14 +1200,16 @@ fn walk_query<'t>(
         let Some((vi, var)) = found.and_then(|vi| Some((vi, vars.get(vi)?.spec))) else {
             break;
         };
-        if let Some(u) = used.get_mut(vi) {
+        // The expansion writes the keys in template order.
+        let taken = if scan.strict { 0..=vi } else { vi..=vi };
+        for u in used.get_mut(taken).unwrap_or_default() {
             *u = true;
         }
         if scan.byte(key_end) == Some(b'=') {
             // Like any other value, the last one may end early (before a literal
             // that follows the expression); only a complete one can be followed by '&'.
             let value_start = key_end + 1;
-            let run_end = scan.next_in(D_AMP | D_HASH, value_start);
+            let run_end = scan.value_end(D_AMP | D_HASH, false, value_start);
             let item_end = match var.prefix {
                 Some(n) => scan.limit_chars(value_start, run_end, usize::from(n)),
                 None => run_end,
@@ -1122,14 +1222,19 @@ fn walk_query<'t>(
                 var,
                 start: value_start,
                 end: run_end,
+                verbatim: false,
             });
             pos = run_end;
+        } else if scan.strict {
+            // The expansion writes an empty value `key=`.
+            break;
         } else {
             // `?key` without '=': an empty value.
             committed.push(Capture {
                 var,
                 start: key_end,
                 end: key_end,
+                verbatim: false,
             });
             visit(key_end, key_end, &committed, None)?;
             pos = key_end;
@@ -1142,17 +1247,28 @@ fn walk_query<'t>(
 }
 
 // Delimiter classes, one bit each, so a value's stop set is a mask.
-const D_SLASH: u8 = 1;
-const D_QUESTION: u8 = 1 << 1;
-const D_HASH: u8 = 1 << 2;
-const D_AMP: u8 = 1 << 3;
-const D_COMMA: u8 = 1 << 4;
-const D_DOT: u8 = 1 << 5;
-const D_SEMI: u8 = 1 << 6;
-const D_EQ: u8 = 1 << 7;
+const D_SLASH: u16 = 1;
+const D_QUESTION: u16 = 1 << 1;
+const D_HASH: u16 = 1 << 2;
+const D_AMP: u16 = 1 << 3;
+const D_COMMA: u16 = 1 << 4;
+const D_DOT: u16 = 1 << 5;
+const D_SEMI: u16 = 1 << 6;
+const D_EQ: u16 = 1 << 7;
+/// Text the expansion of a value never writes there: anything but an unreserved character
+/// or a `%XX` of a byte that is not one (`%41` is written `A`).
+const D_ENCODED: u16 = 1 << 8;
+/// Text the expansion of a `{+var}` or `{#var}` value never writes there: anything but an
+/// unreserved or reserved character or a `%XX` (a lone `%` is written `%25`).
+const D_UNWRITTEN: u16 = 1 << 9;
+/// A `%XX` whose byte is no part of a UTF-8 character where it stands (`%A3` alone, `%DE`
+/// before `b`): no value can hold it, as no value decodes to it.
+const D_INVALID: u16 = 1 << 10;
 
-fn delimiter_class(b: u8) -> u8 {
-    match b {
+/// The classes of the URI text at offset `i` (the first byte of a `%XX` stands for it).
+fn class_at(bytes: &[u8], i: usize) -> u16 {
+    let Some(&b) = bytes.get(i) else { return 0 };
+    let delimiter = match b {
         b'/' => D_SLASH,
         b'?' => D_QUESTION,
         b'#' => D_HASH,
@@ -1162,7 +1278,28 @@ fn delimiter_class(b: u8) -> u8 {
         b';' => D_SEMI,
         b'=' => D_EQ,
         _ => 0,
-    }
+    };
+    let written = if b == b'%' {
+        if !is_triplet(bytes, i) {
+            D_ENCODED | D_UNWRITTEN
+        } else if is_unreserved(hex_value(bytes[i + 1]) << 4 | hex_value(bytes[i + 2])) {
+            D_ENCODED
+        } else {
+            0
+        }
+    } else if is_unreserved(b) {
+        0
+    } else if b":/?#[]@!$&'()*+,;=".contains(&b) {
+        D_ENCODED
+    } else {
+        D_ENCODED | D_UNWRITTEN
+    };
+    delimiter | written
+}
+
+/// RFC 3986 `unreserved`: the characters every expansion writes as they are.
+fn is_unreserved(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
 }
 
 /// Per-URI lookup tables that make each step of a walk O(1) or O(log L).
@@ -1172,34 +1309,26 @@ struct Scan<'u> {
     /// `%XX` sequence of one encoded UTF-8 character.
     cuts: PosSet,
     /// For each stop mask used so far: `next[i]` = first offset >= i holding one of its delimiters.
-    next: Vec<(u8, Vec<usize>)>,
+    next: Vec<(u16, Vec<usize>)>,
+    /// Offsets of the `%XX` that are [`D_INVALID`].
+    invalid: PosSet,
+    /// Values stop where their expansion would not write the URI's text as it is, and the
+    /// named forms are only those the expansion writes: this pass finds the parses whose
+    /// values expand back to exactly this URI (up to the case of `%xx`).
+    strict: bool,
     /// `counts[i]` = decoded characters that start before offset i; built on first use.
     counts: Option<Vec<usize>>,
 }
 
 impl<'u> Scan<'u> {
-    fn new(text: &'u str) -> Self {
-        let bytes = text.as_bytes();
-        let mut cuts = PosSet::new(bytes.len() + 1);
-        let mut i = 0;
-        while i <= bytes.len() {
-            // Not before a `%80`..`%BF` either: that byte continues the character before
-            // it, and a value holding half a character decodes to nothing. Without this,
-            // `{vh}{var}` read `%D1%99` (`љ`, as `{var}` expands it) as `vh = %D1%9`,
-            // `var = 9`, and a matched `љ` did not match back (fuzz finding).
-            let continuation = is_triplet(bytes, i)
-                && (0x80..=0xBF)
-                    .contains(&(hex_value(bytes[i + 1]) << 4 | hex_value(bytes[i + 2])));
-            if text.is_char_boundary(i) && !continuation {
-                cuts.insert(i);
-            }
-            // Skip the inside of a triplet: a template expansion never splits one.
-            i += if is_triplet(bytes, i) { 3 } else { 1 };
-        }
+    fn new(text: &'u str, strict: bool) -> Self {
+        let (cuts, invalid) = characters(text);
         Self {
             text,
             cuts,
             next: Vec::new(),
+            invalid,
+            strict,
             counts: None,
         }
     }
@@ -1219,8 +1348,22 @@ impl<'u> Scan<'u> {
         self.cuts.contains(i)
     }
 
+    /// Where a value starting at `from` must end at the latest: at one of `stops`, and in
+    /// the strict pass also where the text stops being what its expansion writes.
+    fn value_end(&mut self, stops: u16, verbatim: bool, from: usize) -> usize {
+        let written = match (self.strict, verbatim) {
+            (false, _) => 0,
+            (true, false) => D_ENCODED,
+            (true, true) => D_UNWRITTEN,
+        };
+        // A value stops before text it cannot decode to, so the split goes elsewhere: in
+        // `{#a}{;x,t%deb}` the `#a` must not take `;t%deb=..`, whose `%DE` (a var name's)
+        // starts no character before `b` (fuzz finding).
+        self.next_in(stops | written | D_INVALID, from)
+    }
+
     /// First offset >= `from` holding a delimiter in `mask`, or the URI length.
-    fn next_in(&mut self, mask: u8, from: usize) -> usize {
+    fn next_in(&mut self, mask: u16, from: usize) -> usize {
         let len = self.text.len();
         if mask == 0 || from >= len {
             return len;
@@ -1231,7 +1374,12 @@ impl<'u> Scan<'u> {
                 let bytes = self.text.as_bytes();
                 let mut table = vec![len; len + 1];
                 for i in (0..len).rev() {
-                    table[i] = if delimiter_class(bytes[i]) & mask != 0 {
+                    let invalid = if self.invalid.contains(i) {
+                        D_INVALID
+                    } else {
+                        0
+                    };
+                    table[i] = if (class_at(bytes, i) | invalid) & mask != 0 {
                         i
                     } else {
                         table[i + 1]
@@ -1281,6 +1429,64 @@ impl<'u> Scan<'u> {
         let limit = window.first().copied().unwrap_or(0).saturating_add(n);
         a + window.partition_point(|&c| c <= limit).saturating_sub(1)
     }
+}
+
+/// Decodes the whole URI as one stream (raw bytes as they are, each `%XX` as its byte) and
+/// returns where a value may start or end, and which `%XX` are [`D_INVALID`].
+///
+/// A value may end at the end and before every decoded byte that does not continue a
+/// UTF-8 character: never inside a `%XX`, nor inside the `%XX` sequence of one encoded
+/// character, as a value holding half a character decodes to nothing. Without this,
+/// `{vh}{var}` read `%D1%99` (`љ`, as `{var}` expands it) as `vh = %D1%9`, `var = 9` (fuzz
+/// finding). A `%80`..`%BF` that continues no character is no such inside: a template
+/// literal may start with one (`x{?b}%bb`), and the value before it must be able to end
+/// there (fuzz finding).
+fn characters(text: &str) -> (PosSet, PosSet) {
+    let bytes = text.as_bytes();
+    let mut cuts = PosSet::new(bytes.len() + 1);
+    let mut invalid = PosSet::new(bytes.len() + 1);
+    cuts.insert(bytes.len());
+    if !bytes.contains(&b'%') {
+        for (i, _) in text.char_indices() {
+            cuts.insert(i);
+        }
+        return (cuts, invalid);
+    }
+    let (mut decoded, mut source) = (Vec::with_capacity(bytes.len()), Vec::new());
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        source.push(i);
+        if is_triplet(bytes, i) {
+            decoded.push(hex_value(bytes[i + 1]) << 4 | hex_value(bytes[i + 2]));
+            i += 3;
+        } else {
+            decoded.push(b);
+            i += 1;
+        }
+    }
+    let mut at = 0;
+    while at < decoded.len() {
+        let rest = decoded.get(at..).unwrap_or_default();
+        let (valid, bad) = match std::str::from_utf8(rest) {
+            Ok(_) => (rest.len(), 0),
+            Err(e) => (
+                e.valid_up_to(),
+                e.error_len().unwrap_or(rest.len() - e.valid_up_to()),
+            ),
+        };
+        for k in at..at + valid {
+            if decoded.get(k).is_some_and(|b| b & 0xC0 != 0x80) {
+                cuts.insert(source.get(k).copied().unwrap_or_default());
+            }
+        }
+        for k in at + valid..at + valid + bad {
+            let offset = source.get(k).copied().unwrap_or_default();
+            cuts.insert(offset);
+            invalid.insert(offset);
+        }
+        at += valid + bad;
+    }
+    (cuts, invalid)
 }
 
 fn hex_value(b: u8) -> u8 {
@@ -1370,6 +1576,15 @@ fn collect_values(
         values.insert(capture.var.name.clone(), value);
     }
     Some(values)
+}
+
+/// The text each `{+var}` and `{#var}` matched, which their canonical expansion keeps.
+fn verbatim_texts<'u>(captures: &[Capture<'_>], uri: &'u str) -> BTreeMap<String, &'u str> {
+    captures
+        .iter()
+        .filter(|c| c.verbatim)
+        .filter_map(|c| Some((c.var.name.clone(), uri.get(c.start..c.end)?)))
+        .collect()
 }
 
 /// Percent-decodes `raw`, rejecting malformed escapes and non-UTF-8 results.
@@ -2083,9 +2298,113 @@ mod tests {
             t("{a}{b}").matches("%C3%A9%C3%A9"),
             Some(vars(&[("a", "\u{e9}"), ("b", "\u{e9}")]))
         );
-        // A lone continuation byte is still refused by decoding, not by the split.
+        // A lone continuation byte is no character: no value holds it, raw or decoded.
         assert_eq!(t("x{a}").matches("x%80"), None);
-        assert_eq!(t("x{a}").matches_raw("x%80"), Some(vars(&[("a", "%80")])));
+        assert_eq!(t("x{a}").matches_raw("x%80"), None);
+    }
+
+    /// Fuzz finding (`template` target): `x{?a}1{2b}` read `x?a={1?b=1` as `a = {1?b=`,
+    /// `2b` empty (a raw `?` cannot start `{2b}`), but the expansion of that,
+    /// `x?a=%7B1%3Fb%3D1`, split at the first `1`: `a = {`, `2b = ?b=1`. A URI whose
+    /// canonical form reads other values is ambiguous and matches nothing; the canonical
+    /// form itself matches, as itself.
+    #[test]
+    fn fuzz_ambiguous_uri_is_refused() {
+        let tpl = t("x{?a}1{2b}");
+        assert_eq!(tpl.matches("x?a={1?b=1"), None);
+        assert_eq!(tpl.matches_raw("x?a={1?b=1"), None);
+        assert_eq!(tpl.canonical("x?a={1?b=1"), None);
+        let canonical = "x?a=%7B1%3Fb%3D1";
+        let want = vars(&[("a", "{"), ("2b", "?b=1")]);
+        assert_eq!(tpl.matches(canonical), Some(want.clone()));
+        assert_eq!(tpl.expand(&want), canonical);
+        assert_eq!(tpl.canonical(canonical).as_deref(), Some(canonical));
+        // `%31` is `1`: the canonical `x11y` splits after the first `1`, not `x1` + `1y`.
+        assert_eq!(t("x{a}1{b}").matches("x1%31y"), None);
+        assert_eq!(
+            t("x{a}1{b}").matches("x11y"),
+            Some(vars(&[("a", "1"), ("b", "y")]))
+        );
+    }
+
+    /// Fuzz finding (`template` target): `{__o,o,y}{c}{;d}{?e}{.f}` read `.ee y;d=e>&=`
+    /// with `;d=e>&=` as `d`, and its expansion `.ee%20y;d=e%3E%26%3D` as `f = ee y;d=e>&=`
+    /// (the `&` that had stopped `{.f}` now encoded). The split of a URI that is an
+    /// expansion now prefers the parse whose values are written as the expansion writes
+    /// them, so both read the same values, and a raw character a value holds is only
+    /// accepted when the split does not depend on it.
+    #[test]
+    fn fuzz_raw_delimiters_between_adjacent_expressions() {
+        let tpl = t("{__o,o,y}{c}{;d}{?e}{.f}");
+        let want = vars(&[("__o", ".ee "), ("c", "y"), ("d", "e>&=")]);
+        assert_eq!(tpl.matches(".ee y;d=e>&="), Some(want.clone()));
+        let canonical = tpl.expand(&want);
+        assert_eq!(canonical, ".ee%20y;d=e%3E%26%3D");
+        assert_eq!(tpl.canonical(".ee y;d=e>&=").as_deref(), Some(&*canonical));
+        assert_eq!(tpl.matches(&canonical), Some(want));
+        // Raw characters the split does not depend on are still read.
+        assert_eq!(
+            t("{a}:{b}").matches("x:y:z"),
+            Some(vars(&[("a", "x:y"), ("b", "z")]))
+        );
+        assert_eq!(t("{a}:{b}").canonical("x:y:z").as_deref(), Some("x%3Ay:z"));
+        let files = t("file:///d/{+path}{?offset,length}");
+        let uri = "file:///d/a b.md?length=3&offset=1";
+        let want = vars(&[("path", "a b.md"), ("offset", "1"), ("length", "3")]);
+        assert_eq!(files.matches(uri), Some(want));
+        assert_eq!(
+            files.canonical(uri).as_deref(),
+            Some("file:///d/a%20b.md?offset=1&length=3")
+        );
+        // `{+var}` keeps the `%XX` it matched: `%23` is not written back as `#`.
+        assert_eq!(
+            t("fil{+p}").matches("fila%2333"),
+            Some(vars(&[("p", "a#33")]))
+        );
+        assert_eq!(
+            t("fil{+p}").canonical("fila%2333").as_deref(),
+            Some("fila%2333")
+        );
+    }
+
+    /// Fuzz finding (`template` target): `x{?b}%bb/h` did not match its own expansion
+    /// `x?b=%21%bb/h`: no value could end before a `%80`..`%BF`, even one that continues no
+    /// character, as the literal's `%bb` here. Now only the inside of a character is no place
+    /// to end.
+    #[test]
+    fn fuzz_literal_may_start_with_a_continuation_escape() {
+        let tpl = t("x{?b}%bb/h");
+        assert_eq!(tpl.expand(&vars(&[("b", "!")])), "x?b=%21%bb/h");
+        assert_eq!(tpl.matches("x?b=%21%bb/h"), Some(vars(&[("b", "!")])));
+        let tpl = t("O{+u}%8E{x}X");
+        let want = vars(&[("u", "a{"), ("x", "\n")]);
+        assert_eq!(tpl.expand(&want), "Oa%7B%8E%0AX");
+        assert_eq!(tpl.matches("Oa%7B%8E%0AX"), Some(want));
+        // A continuation that does continue a character is still not split off.
+        assert_eq!(t("{a}%A9").matches("%C3%A9"), None);
+        assert_eq!(
+            t("{a}%A9").matches("%C3%A9%A9"),
+            Some(vars(&[("a", "\u{e9}")]))
+        );
+    }
+
+    /// Fuzz finding (`template` target): `{#a}{;t%deb,c}` did not match its own expansion
+    /// `#f;t%deb=z;c=w`. The params took the shortest parse, `;c=w` alone, and left `a` the
+    /// text `f;t%deb=z`, whose `%DE` (part of a variable name) decodes to no character before
+    /// `b`; decoding then refused the whole URI. A value now stops before such an escape, so
+    /// the split goes elsewhere.
+    #[test]
+    fn fuzz_value_stops_before_undecodable_escape() {
+        let tpl = t("{#a}{;t%deb,c}");
+        let want = vars(&[("a", "f"), ("t%deb", "z"), ("c", "w")]);
+        assert_eq!(tpl.expand(&want), "#f;t%deb=z;c=w");
+        assert_eq!(tpl.matches("#f;t%deb=z;c=w"), Some(want));
+        // Where no split avoids it, nothing matches.
+        assert_eq!(t("{#a}").matches("#%DEb"), None);
+        assert_eq!(
+            t("{#a}").matches("#%C3%A9b"),
+            Some(vars(&[("a", "\u{e9}b")]))
+        );
     }
 
     /// Fuzz finding (`template` target): `{y,hello,y}` matched `.` as `y = .`, whose
