@@ -490,6 +490,24 @@ fn failures_are_one_line_and_a_nonzero_exit() {
     let e = line_of(run(cmd));
     assert!(e.contains("not JSON-RPC") || e.contains("exited"), "{e}");
 
+    // A server whose stdout line never ends: the client stops at --max-message-mib
+    // instead of holding the line whole.
+    let mut cmd = Command::new(bin());
+    cmd.args([
+        "ls",
+        "--max-message-mib",
+        "1",
+        "--",
+        "sh",
+        "-c",
+        "head -c 3000000 /dev/zero; exec sleep 30",
+    ]);
+    let e = line_of(run(cmd));
+    assert!(
+        e.contains("a line of over 1 MiB to stdout") && e.contains("--max-message-mib"),
+        "{e}"
+    );
+
     // A bad --header is refused before anything starts, and its value is not echoed.
     let mut cmd = Command::new(bin());
     cmd.args([

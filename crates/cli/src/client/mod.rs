@@ -50,6 +50,11 @@ pub(crate) struct Connect {
     #[arg(long, value_name = "SECS", default_value_t = 30,
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     timeout: u64,
+    /// The largest message taken from the server, in MiB: a stdio line, an HTTP answer or
+    /// an SSE event. Past it the client stops reading instead of holding it all.
+    #[arg(long, value_name = "MIB", default_value_t = 512,
+          value_parser = clap::value_parser!(u64).range(1..=4096))]
+    max_message_mib: u64,
     /// A stdio server to start: everything after `--`, e.g. `-- mcp-resources serve ./docs`.
     #[arg(last = true, value_name = "COMMAND")]
     command: Vec<OsString>,
@@ -90,9 +95,10 @@ impl Session {
         c: &Connect,
     ) -> anyhow::Result<(Self, mpsc::UnboundedReceiver<Inbound>)> {
         let (tx, rx) = mpsc::unbounded_channel();
+        let max = usize::try_from(c.max_message_mib << 20).unwrap_or(usize::MAX);
         let transport = match (&c.url, c.command.is_empty()) {
-            (Some(url), _) => Transport::Http(Http::new(url, parse_headers(&c.headers)?, tx)?),
-            (None, false) => Transport::Stdio(Stdio::spawn(&c.command, tx)?),
+            (Some(url), _) => Transport::Http(Http::new(url, parse_headers(&c.headers)?, tx, max)?),
+            (None, false) => Transport::Stdio(Stdio::spawn(&c.command, tx, max)?),
             (None, true) => bail!(
                 "no server given: use --url URL for Streamable HTTP, or -- COMMAND ARGS... to start one over stdio"
             ),

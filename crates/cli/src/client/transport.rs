@@ -16,7 +16,9 @@ use futures::StreamExt as _;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
+use tokio::io::{
+    AsyncBufRead, AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader,
+};
 use tokio::process::{Child, ChildStdin};
 use tokio::sync::{mpsc, oneshot};
 
@@ -158,6 +160,43 @@ type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Reply>>>>;
 
 /// How many of the child's last stderr lines are kept for error messages.
 const STDERR_TAIL: usize = 20;
+/// The longest stderr line kept whole; a longer one is kept in pieces of this size.
+const STDERR_LINE: usize = 64 * 1024;
+
+/// One line read by [`read_line`].
+enum Line {
+    /// The line, without its `\n` (or `\r\n`); the last one may lack it.
+    Text(Vec<u8>),
+    /// The first `max + 1` bytes of a longer line; the rest is still to be read.
+    TooLong(Vec<u8>),
+    /// The end of the stream.
+    End,
+}
+
+/// Reads one line of at most `max` bytes, never holding more than `max + 1` of it.
+async fn read_line<R: AsyncBufRead + Unpin>(reader: &mut R, max: usize) -> std::io::Result<Line> {
+    let mut buf = Vec::new();
+    let limit = u64::try_from(max).unwrap_or(u64::MAX).saturating_add(1);
+    let n = (&mut *reader)
+        .take(limit)
+        .read_until(b'\n', &mut buf)
+        .await?;
+    if n == 0 {
+        return Ok(Line::End);
+    }
+    if buf.last() == Some(&b'\n') {
+        buf.pop();
+        if buf.last() == Some(&b'\r') {
+            buf.pop();
+        }
+        return Ok(Line::Text(buf));
+    }
+    Ok(if buf.len() > max {
+        Line::TooLong(buf)
+    } else {
+        Line::Text(buf)
+    })
+}
 
 /// The child's stdin, shared by requests and by answers to the server's own requests; the
 /// mutex keeps each line whole on the pipe.
@@ -173,10 +212,12 @@ pub(crate) struct Stdio {
 }
 
 impl Stdio {
-    /// Start `command` (program and arguments) with piped stdio.
+    /// Start `command` (program and arguments) with piped stdio. A line on its stdout may be
+    /// `max_message` bytes long at most (`--max-message-mib`).
     pub(crate) fn spawn(
         command: &[OsString],
         inbound: mpsc::UnboundedSender<Inbound>,
+        max_message: usize,
     ) -> anyhow::Result<Self> {
         let (program, args) = command
             .split_first()
@@ -200,8 +241,14 @@ impl Stdio {
         let stderr_task = {
             let tail = tail.clone();
             tokio::spawn(async move {
-                let mut lines = BufReader::new(stderr).lines();
-                while let Ok(Some(line)) = lines.next_line().await {
+                let mut stderr = BufReader::new(stderr);
+                loop {
+                    // A longer line is kept in pieces of this size: the tail stays bounded.
+                    let line = match read_line(&mut stderr, STDERR_LINE).await {
+                        Ok(Line::Text(bytes)) => String::from_utf8_lossy(&bytes).into_owned(),
+                        Ok(Line::TooLong(bytes)) => String::from_utf8_lossy(&bytes).into_owned(),
+                        Ok(Line::End) | Err(_) => break,
+                    };
                     let mut t = tail.lock().expect("stderr tail lock");
                     if t.len() == STDERR_TAIL {
                         t.pop_front();
@@ -222,31 +269,45 @@ impl Stdio {
         let child = this.child.clone();
         let stdin = this.stdin.clone();
         tokio::spawn(async move {
-            let mut lines = BufReader::new(stdout).lines();
+            let mut stdout = BufReader::new(stdout);
             loop {
-                match lines.next_line().await {
-                    Ok(Some(line)) if line.trim().is_empty() => {}
-                    Ok(Some(line)) => match serde_json::from_str::<Incoming>(&line) {
-                        Ok(msg) => {
-                            if let Some(answer) = dispatch(msg, &line, &pending, &inbound) {
-                                let stdin = stdin.clone();
-                                tokio::spawn(async move {
-                                    let _ = write_line(&stdin, &answer).await;
-                                });
-                            }
+                let line = match read_line(&mut stdout, max_message).await {
+                    Ok(Line::Text(bytes)) => String::from_utf8(bytes)
+                        .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
+                    Ok(Line::TooLong(_)) => {
+                        // Reading on would hold the whole line: a server gone wrong (or one
+                        // that is not speaking JSON-RPC) could take all memory.
+                        let reason = format!(
+                            "the server `{shown}` wrote a line of over {} MiB to stdout; stopped reading (--max-message-mib raises the limit)",
+                            max_message >> 20
+                        );
+                        finish(&pending, &ended, &inbound, reason);
+                        return;
+                    }
+                    Ok(Line::End) | Err(_) => break,
+                };
+                if line.trim().is_empty() {
+                    continue;
+                }
+                match serde_json::from_str::<Incoming>(&line) {
+                    Ok(msg) => {
+                        if let Some(answer) = dispatch(msg, &line, &pending, &inbound) {
+                            let stdin = stdin.clone();
+                            tokio::spawn(async move {
+                                let _ = write_line(&stdin, &answer).await;
+                            });
                         }
-                        Err(e) => {
-                            // A line that is not JSON means the child is not an MCP server
-                            // (or it logs to stdout); say so with the line's start.
-                            let reason = format!(
-                                "the server `{shown}` wrote something that is not JSON-RPC to stdout ({e}): {}",
-                                snippet(&line)
-                            );
-                            finish(&pending, &ended, &inbound, reason);
-                            return;
-                        }
-                    },
-                    Ok(None) | Err(_) => break,
+                    }
+                    Err(e) => {
+                        // A line that is not JSON means the child is not an MCP server
+                        // (or it logs to stdout); say so with the line's start.
+                        let reason = format!(
+                            "the server `{shown}` wrote something that is not JSON-RPC to stdout ({e}): {}",
+                            snippet(&line)
+                        );
+                        finish(&pending, &ended, &inbound, reason);
+                        return;
+                    }
                 }
             }
             // stdout closed: the child exited or is exiting. Its status and last stderr line
@@ -424,6 +485,8 @@ struct HttpInner {
     headers: reqwest::header::HeaderMap,
     state: Mutex<HttpState>,
     inbound: mpsc::UnboundedSender<Inbound>,
+    /// The largest JSON body or SSE event taken.
+    max_message: usize,
 }
 
 #[derive(Default)]
@@ -437,11 +500,13 @@ struct HttpState {
 }
 
 impl Http {
-    /// A client for `url`, sending `headers` (from `--header`) on every request.
+    /// A client for `url`, sending `headers` (from `--header`) on every request and taking
+    /// answers and events of at most `max_message` bytes (`--max-message-mib`).
     pub(crate) fn new(
         url: &str,
         headers: reqwest::header::HeaderMap,
         inbound: mpsc::UnboundedSender<Inbound>,
+        max_message: usize,
     ) -> anyhow::Result<Self> {
         let url = reqwest::Url::parse(url).with_context(|| format!("--url {url}: not a URL"))?;
         anyhow::ensure!(
@@ -467,6 +532,7 @@ impl Http {
                 url,
                 shown: shown.to_string(),
                 headers,
+                max_message,
                 state: Mutex::default(),
                 inbound,
             }),
@@ -578,10 +644,20 @@ impl Http {
                 )),
             };
         }
-        let bytes = resp
-            .bytes()
-            .await
-            .map_err(|e| anyhow!("the answer to {} broke off: {e}", req.method))?;
+        let mut body = resp.bytes_stream();
+        let mut bytes = Vec::new();
+        while let Some(chunk) = body.next().await {
+            let chunk =
+                chunk.map_err(|e| anyhow!("the answer to {} broke off: {e}", req.method))?;
+            if bytes.len() + chunk.len() > self.inner.max_message {
+                bail!(
+                    "the answer to {} is over {} MiB; stopped reading (--max-message-mib raises the limit)",
+                    req.method,
+                    self.inner.max_message >> 20
+                );
+            }
+            bytes.extend_from_slice(&chunk);
+        }
         if bytes.is_empty() {
             bail!(
                 "the server answered {} with HTTP {status} and no JSON-RPC response",
@@ -658,10 +734,10 @@ impl Http {
                 }
                 None => return None,
             };
-            if parser.pending() > MAX_EVENT_BYTES {
+            if parser.pending() > self.inner.max_message {
                 let e = anyhow!(
-                    "the server sent an event over {} MiB without ending it; stopped reading",
-                    MAX_EVENT_BYTES >> 20
+                    "the server sent an event over {} MiB without ending it; stopped reading (--max-message-mib raises the limit)",
+                    self.inner.max_message >> 20
                 );
                 return Some(Err(e));
             }
@@ -789,11 +865,6 @@ struct SseParser {
     buf: Vec<u8>,
     data: Option<String>,
 }
-
-/// The most an SSE event may hold before the stream is given up: far above any answer a
-/// server sends (reads are limited server-side), low enough that a stream which never ends
-/// its event cannot take all memory.
-const MAX_EVENT_BYTES: usize = 512 << 20;
 
 impl SseParser {
     /// Bytes held for the event in progress.
