@@ -458,8 +458,8 @@ impl UriTemplate {
     /// check, which needs the decoded values, is then skipped).
     pub fn matches_raw(&self, uri: &str) -> Option<BTreeMap<String, String>> {
         let captures = self.split(uri)?;
-        if collect_values(&captures, uri, true).is_some() && self.read(uri).is_none() {
-            return None;
+        if let Some(values) = collect_values(&captures, uri, true) {
+            self.read_back(&captures, uri, &values)?;
         }
         collect_values(&captures, uri, false)
     }
@@ -484,16 +484,28 @@ impl UriTemplate {
     fn read(&self, uri: &str) -> Option<(BTreeMap<String, String>, String)> {
         let captures = self.split(uri)?;
         let values = collect_values(&captures, uri, true)?;
-        let canonical = self.expand_keeping(&values, &verbatim_texts(&captures, uri));
+        let canonical = self.read_back(&captures, uri, &values)?;
+        Some((values, canonical))
+    }
+
+    /// The canonical form of the split `captures` of `uri` (decoded to `values`), if it
+    /// matches the same values and is its own canonical form.
+    fn read_back(
+        &self,
+        captures: &[Capture<'_>],
+        uri: &str,
+        values: &BTreeMap<String, String>,
+    ) -> Option<String> {
+        let canonical = self.expand_keeping(values, &verbatim_texts(captures, uri));
         if canonical != uri {
             let again = self.split(&canonical)?;
-            let same = collect_values(&again, &canonical, true).as_ref() == Some(&values)
-                && self.expand_keeping(&values, &verbatim_texts(&again, &canonical)) == canonical;
+            let same = collect_values(&again, &canonical, true).as_ref() == Some(values)
+                && self.expand_keeping(values, &verbatim_texts(&again, &canonical)) == canonical;
             if !same {
                 return None;
             }
         }
-        Some((values, canonical))
+        Some(canonical)
     }
 
     fn expressions(&self) -> impl Iterator<Item = &Expression> {
@@ -548,115 +560,121 @@ impl UriTemplate {
     /// is what the template writes for some values (a strict parse exists), that parse;
     /// otherwise any parse, which has to read back ([`Self::canonical`]).
     fn split(&self, uri: &str) -> Option<Vec<Capture<'_>>> {
-        self.match_spans(uri, true)
-            .or_else(|| self.match_spans(uri, false))
-    }
-
-    /// Finds one parse of `uri` in which, with `strict`, every value and named form is
-    /// written as the expansion writes it.
-    fn match_spans(&self, uri: &str, strict: bool) -> Option<Vec<Capture<'_>>> {
         if self.repeats {
             return None;
         }
+        // The pieces and the URI's tables serve both passes.
         let pieces = self.pieces();
-        let len = uri.len();
-        let mut scan = Scan::new(uri, strict);
-
-        // sets[i] = offsets where piece i can start, i.e. where pieces[..i] can end.
-        let mut sets: Vec<PosSet> = Vec::with_capacity(pieces.len() + 1);
-        let mut start = PosSet::new(len + 1);
-        start.insert(0);
-        sets.push(start);
-        let mut reach: Vec<usize> = Vec::new();
-        for piece in &pieces {
-            let prev = sets.last()?;
-            let mut next = PosSet::new(len + 1);
-            if let Piece::Literal(lit) = piece {
-                for s in prev.iter() {
-                    if uri
-                        .as_bytes()
-                        .get(s..)
-                        .is_some_and(|rest| rest.starts_with(lit.as_bytes()))
-                    {
-                        next.insert(s + lit.len());
-                    }
-                }
-            } else {
-                // reach[lo] = one past the furthest end of any range starting at lo;
-                // a single sweep then unions all ranges in O(L) however much they overlap.
-                reach.clear();
-                reach.resize(len + 1, 0);
-                for s in prev.iter() {
-                    let _ = walk(piece, &mut scan, s, &mut |lo, hi, _, _| {
-                        if let Some(r) = reach.get_mut(lo) {
-                            *r = (*r).max(hi + 1);
-                        }
-                        ControlFlow::Continue(())
-                    });
-                }
-                let mut covered_until = 0;
-                for (pos, &r) in reach.iter().enumerate() {
-                    covered_until = covered_until.max(r);
-                    if pos < covered_until && scan.can_cut(pos) {
-                        next.insert(pos);
-                    }
-                }
-            }
-            if next.is_empty() {
-                return None;
-            }
-            sets.push(next);
+        let mut scan = Scan::new(uri);
+        scan.strict = true;
+        if let Some(captures) = match_spans(&pieces, &mut scan) {
+            return Some(captures);
         }
-        if !sets.last()?.contains(len) {
+        scan.strict = false;
+        match_spans(&pieces, &mut scan)
+    }
+}
+
+/// Finds one parse of `scan`'s URI in which, with `scan.strict`, every value and named form
+/// is written as the expansion writes it.
+fn match_spans<'t>(pieces: &[Piece<'t>], scan: &mut Scan<'_>) -> Option<Vec<Capture<'t>>> {
+    let uri = scan.text;
+    let len = uri.len();
+
+    // sets[i] = offsets where piece i can start, i.e. where pieces[..i] can end.
+    let mut sets: Vec<PosSet> = Vec::with_capacity(pieces.len() + 1);
+    let mut start = PosSet::new(len + 1);
+    start.insert(0);
+    sets.push(start);
+    let mut reach: Vec<usize> = Vec::new();
+    for piece in pieces {
+        let prev = sets.last()?;
+        let mut next = PosSet::new(len + 1);
+        if let Piece::Literal(lit) = piece {
+            for s in prev.iter() {
+                if uri
+                    .as_bytes()
+                    .get(s..)
+                    .is_some_and(|rest| rest.starts_with(lit.as_bytes()))
+                {
+                    next.insert(s + lit.len());
+                }
+            }
+        } else {
+            // reach[lo] = one past the furthest end of any range starting at lo;
+            // a single sweep then unions all ranges in O(L) however much they overlap.
+            reach.clear();
+            reach.resize(len + 1, 0);
+            for s in prev.iter() {
+                let _ = walk(piece, scan, s, &mut |lo, hi, _, _| {
+                    if let Some(r) = reach.get_mut(lo) {
+                        *r = (*r).max(hi + 1);
+                    }
+                    ControlFlow::Continue(())
+                });
+            }
+            let mut covered_until = 0;
+            for (pos, &r) in reach.iter().enumerate() {
+                covered_until = covered_until.max(r);
+                if pos < covered_until && scan.can_cut(pos) {
+                    next.insert(pos);
+                }
+            }
+        }
+        if next.is_empty() {
             return None;
         }
-
-        // Backward pass: every offset in the sets is reachable from 0, so picking any
-        // predecessor always succeeds; taking the largest one makes later pieces short
-        // and therefore earlier ones greedy.
-        let mut end = len;
-        let mut captures = Vec::new();
-        for (i, piece) in pieces.iter().enumerate().rev() {
-            if let Piece::Literal(lit) = piece {
-                end = end.checked_sub(lit.len())?;
-                continue;
-            }
-            let starts: Vec<usize> = sets.get(i)?.iter().take_while(|&s| s <= end).collect();
-            // Shortest non-empty match first, and the empty match only as a last
-            // resort: `{name}{.ext}` should read `readme.md` as `readme` + `md`.
-            let order = starts.iter().rev().filter(|&&s| s < end);
-            let order = order.chain(starts.last().filter(|&&s| s == end));
-            let mut found = None;
-            for &s in order {
-                let _ = walk(piece, &mut scan, s, &mut |lo, hi, committed, open| {
-                    if lo <= end && end <= hi {
-                        let mut caps = committed.to_vec();
-                        if let Some((var, start)) = open {
-                            caps.push(Capture {
-                                var,
-                                start,
-                                end,
-                                verbatim: false,
-                            });
-                        }
-                        found = Some((s, caps));
-                        ControlFlow::Break(())
-                    } else {
-                        ControlFlow::Continue(())
-                    }
-                });
-                if found.is_some() {
-                    break;
-                }
-            }
-            debug_assert!(found.is_some(), "forward and backward passes disagree");
-            let (s, caps) = found?;
-            let verbatim = matches!(piece, Piece::List { verbatim: true, .. });
-            captures.extend(caps.into_iter().map(|c| Capture { verbatim, ..c }));
-            end = s;
-        }
-        Some(captures)
+        sets.push(next);
     }
+    if !sets.last()?.contains(len) {
+        return None;
+    }
+
+    // Backward pass: every offset in the sets is reachable from 0, so picking any
+    // predecessor always succeeds; taking the largest one makes later pieces short
+    // and therefore earlier ones greedy.
+    let mut end = len;
+    let mut captures = Vec::new();
+    for (i, piece) in pieces.iter().enumerate().rev() {
+        if let Piece::Literal(lit) = piece {
+            end = end.checked_sub(lit.len())?;
+            continue;
+        }
+        let starts: Vec<usize> = sets.get(i)?.iter().take_while(|&s| s <= end).collect();
+        // Shortest non-empty match first, and the empty match only as a last
+        // resort: `{name}{.ext}` should read `readme.md` as `readme` + `md`.
+        let order = starts.iter().rev().filter(|&&s| s < end);
+        let order = order.chain(starts.last().filter(|&&s| s == end));
+        let mut found = None;
+        for &s in order {
+            let _ = walk(piece, scan, s, &mut |lo, hi, committed, open| {
+                if lo <= end && end <= hi {
+                    let mut caps = committed.to_vec();
+                    if let Some((var, start)) = open {
+                        caps.push(Capture {
+                            var,
+                            start,
+                            end,
+                            verbatim: false,
+                        });
+                    }
+                    found = Some((s, caps));
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                }
+            });
+            if found.is_some() {
+                break;
+            }
+        }
+        debug_assert!(found.is_some(), "forward and backward passes disagree");
+        let (s, caps) = found?;
+        let verbatim = matches!(piece, Piece::List { verbatim: true, .. });
+        captures.extend(caps.into_iter().map(|c| Capture { verbatim, ..c }));
+        end = s;
+    }
+    Some(captures)
 }
 
 impl FromStr for UriTemplate {
@@ -1282,7 +1300,7 @@ fn class_at(bytes: &[u8], i: usize) -> u16 {
     let written = if b == b'%' {
         if !is_triplet(bytes, i) {
             D_ENCODED | D_UNWRITTEN
-        } else if is_unreserved(hex_value(bytes[i + 1]) << 4 | hex_value(bytes[i + 2])) {
+        } else if is_unreserved(triplet_byte(bytes, i)) {
             D_ENCODED
         } else {
             0
@@ -1308,10 +1326,10 @@ struct Scan<'u> {
     /// Offsets where a value may end: char boundaries that split neither a `%XX` nor the
     /// `%XX` sequence of one encoded UTF-8 character.
     cuts: PosSet,
+    /// `classes[i]` = the `D_*` classes of the text at offset `i`.
+    classes: Vec<u16>,
     /// For each stop mask used so far: `next[i]` = first offset >= i holding one of its delimiters.
     next: Vec<(u16, Vec<usize>)>,
-    /// Offsets of the `%XX` that are [`D_INVALID`].
-    invalid: PosSet,
     /// Values stop where their expansion would not write the URI's text as it is, and the
     /// named forms are only those the expansion writes: this pass finds the parses whose
     /// values expand back to exactly this URI (up to the case of `%xx`).
@@ -1321,14 +1339,17 @@ struct Scan<'u> {
 }
 
 impl<'u> Scan<'u> {
-    fn new(text: &'u str, strict: bool) -> Self {
-        let (cuts, invalid) = characters(text);
+    /// The tables of `text`, for a lenient pass until `strict` is set.
+    fn new(text: &'u str) -> Self {
+        let bytes = text.as_bytes();
+        let mut classes: Vec<u16> = (0..bytes.len()).map(|i| class_at(bytes, i)).collect();
+        let cuts = characters(text, &mut classes);
         Self {
             text,
             cuts,
+            classes,
             next: Vec::new(),
-            invalid,
-            strict,
+            strict: false,
             counts: None,
         }
     }
@@ -1371,15 +1392,9 @@ impl<'u> Scan<'u> {
         let index = match self.next.iter().position(|(m, _)| *m == mask) {
             Some(index) => index,
             None => {
-                let bytes = self.text.as_bytes();
                 let mut table = vec![len; len + 1];
                 for i in (0..len).rev() {
-                    let invalid = if self.invalid.contains(i) {
-                        D_INVALID
-                    } else {
-                        0
-                    };
-                    table[i] = if (class_at(bytes, i) | invalid) & mask != 0 {
+                    table[i] = if self.classes[i] & mask != 0 {
                         i
                     } else {
                         table[i + 1]
@@ -1404,8 +1419,7 @@ impl<'u> Scan<'u> {
             while i < bytes.len() {
                 let (width, chars) = if is_triplet(bytes, i) {
                     // A decoded UTF-8 continuation byte does not start a character.
-                    let byte = hex_value(bytes[i + 1]) << 4 | hex_value(bytes[i + 2]);
-                    (3, usize::from(byte & 0xC0 != 0x80))
+                    (3, usize::from(triplet_byte(bytes, i) & 0xC0 != 0x80))
                 } else {
                     (utf8_width(bytes[i]), 1)
                 };
@@ -1431,8 +1445,9 @@ impl<'u> Scan<'u> {
     }
 }
 
-/// Decodes the whole URI as one stream (raw bytes as they are, each `%XX` as its byte) and
-/// returns where a value may start or end, and which `%XX` are [`D_INVALID`].
+/// Decodes the whole URI as one stream (raw bytes as they are, each `%XX` as its byte),
+/// returns where a value may start or end, and adds [`D_INVALID`] to the `classes` of the
+/// `%XX` that decode to no character where they stand.
 ///
 /// A value may end at the end and before every decoded byte that does not continue a
 /// UTF-8 character: never inside a `%XX`, nor inside the `%XX` sequence of one encoded
@@ -1441,23 +1456,22 @@ impl<'u> Scan<'u> {
 /// finding). A `%80`..`%BF` that continues no character is no such inside: a template
 /// literal may start with one (`x{?b}%bb`), and the value before it must be able to end
 /// there (fuzz finding).
-fn characters(text: &str) -> (PosSet, PosSet) {
+fn characters(text: &str, classes: &mut [u16]) -> PosSet {
     let bytes = text.as_bytes();
     let mut cuts = PosSet::new(bytes.len() + 1);
-    let mut invalid = PosSet::new(bytes.len() + 1);
     cuts.insert(bytes.len());
     if !bytes.contains(&b'%') {
         for (i, _) in text.char_indices() {
             cuts.insert(i);
         }
-        return (cuts, invalid);
+        return cuts;
     }
     let (mut decoded, mut source) = (Vec::with_capacity(bytes.len()), Vec::new());
     let mut i = 0;
     while let Some(&b) = bytes.get(i) {
         source.push(i);
         if is_triplet(bytes, i) {
-            decoded.push(hex_value(bytes[i + 1]) << 4 | hex_value(bytes[i + 2]));
+            decoded.push(triplet_byte(bytes, i));
             i += 3;
         } else {
             decoded.push(b);
@@ -1482,11 +1496,18 @@ fn characters(text: &str) -> (PosSet, PosSet) {
         for k in at + valid..at + valid + bad {
             let offset = source.get(k).copied().unwrap_or_default();
             cuts.insert(offset);
-            invalid.insert(offset);
+            if let Some(class) = classes.get_mut(offset) {
+                *class |= D_INVALID;
+            }
         }
         at += valid + bad;
     }
-    (cuts, invalid)
+    cuts
+}
+
+/// The byte the `%XX` at `i` stands for ([`is_triplet`] must hold there).
+fn triplet_byte(bytes: &[u8], i: usize) -> u8 {
+    hex_value(bytes[i + 1]) << 4 | hex_value(bytes[i + 2])
 }
 
 fn hex_value(b: u8) -> u8 {
@@ -1600,7 +1621,7 @@ fn decode_strict(raw: &str) -> Option<String> {
             if !is_triplet(bytes, i) {
                 return None;
             }
-            out.push(hex_value(bytes[i + 1]) << 4 | hex_value(bytes[i + 2]));
+            out.push(triplet_byte(bytes, i));
             i += 3;
         } else {
             out.push(b);

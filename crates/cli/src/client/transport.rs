@@ -245,8 +245,9 @@ impl Stdio {
                 loop {
                     // A longer line is kept in pieces of this size: the tail stays bounded.
                     let line = match read_line(&mut stderr, STDERR_LINE).await {
-                        Ok(Line::Text(bytes)) => String::from_utf8_lossy(&bytes).into_owned(),
-                        Ok(Line::TooLong(bytes)) => String::from_utf8_lossy(&bytes).into_owned(),
+                        Ok(Line::Text(bytes) | Line::TooLong(bytes)) => {
+                            String::from_utf8_lossy(&bytes).into_owned()
+                        }
                         Ok(Line::End) | Err(_) => break,
                     };
                     let mut t = tail.lock().expect("stderr tail lock");
