@@ -465,7 +465,7 @@ impl UriTemplate {
     }
 
     /// The URI this template writes for what `uri` matches: `uri` itself when it is an
-    /// expansion (up to the case of `%xx`), else the same values written as the expansion
+    /// expansion, else the same values written as the expansion
     /// writes them (`a b` as `a%20b`, `?b=1&a=2` as `?a=2&b=1`). `{+var}` and `{#var}`
     /// keep the `%XX` they matched, as their expansion does: decoded, `%23` would come
     /// back as a raw `#`, which RFC 6570 does not make invertible.
@@ -1274,7 +1274,8 @@ const D_DOT: u16 = 1 << 5;
 const D_SEMI: u16 = 1 << 6;
 const D_EQ: u16 = 1 << 7;
 /// Text the expansion of a value never writes there: anything but an unreserved character
-/// or a `%XX` of a byte that is not one (`%41` is written `A`).
+/// or a `%XX` of a byte that is not one (`%41` is written `A`), in upper case (`%7d` is
+/// written `%7D`).
 const D_ENCODED: u16 = 1 << 8;
 /// Text the expansion of a `{+var}` or `{#var}` value never writes there: anything but an
 /// unreserved or reserved character or a `%XX` (a lone `%` is written `%25`).
@@ -1300,7 +1301,9 @@ fn class_at(bytes: &[u8], i: usize) -> u16 {
     let written = if b == b'%' {
         if !is_triplet(bytes, i) {
             D_ENCODED | D_UNWRITTEN
-        } else if is_unreserved(triplet_byte(bytes, i)) {
+        } else if is_unreserved(triplet_byte(bytes, i))
+            || bytes[i + 1..i + 3].iter().any(u8::is_ascii_lowercase)
+        {
             D_ENCODED
         } else {
             0
@@ -1332,7 +1335,7 @@ struct Scan<'u> {
     next: Vec<(u16, Vec<usize>)>,
     /// Values stop where their expansion would not write the URI's text as it is, and the
     /// named forms are only those the expansion writes: this pass finds the parses whose
-    /// values expand back to exactly this URI (up to the case of `%xx`).
+    /// values expand back to exactly this URI.
     strict: bool,
     /// `counts[i]` = decoded characters that start before offset i; built on first use.
     counts: Option<Vec<usize>>,
@@ -2407,6 +2410,22 @@ mod tests {
             t("{a}%A9").matches("%C3%A9%A9"),
             Some(vars(&[("a", "\u{e9}")]))
         );
+    }
+
+    /// Fuzz finding (`template` target): `{#a}{;%7d}{e}{f}/` read its own expansion
+    /// `#;%7d/` (the variable `%7d` empty) as `a = ;`, `e = }`, whose canonical form is
+    /// `#;%7D/`: the strict pass took a lowercase `%7d` in a value for what the expansion
+    /// writes, which is `%7D`. It no longer does, so the only strict split is the one that
+    /// writes the URI back exactly; a lowercase escape still matches, through the lenient one.
+    #[test]
+    fn fuzz_lowercase_escape_is_not_strict() {
+        let tpl = t("{#a}{;%7d}{e}{f}/");
+        let want = vars(&[("a", ""), ("%7d", ""), ("e", ""), ("f", "")]);
+        assert_eq!(tpl.expand(&want), "#;%7d/");
+        assert_eq!(tpl.matches("#;%7d/"), Some(want));
+        assert_eq!(tpl.canonical("#;%7d/").as_deref(), Some("#;%7d/"));
+        assert_eq!(t("x/{a}").matches("x/%7d"), Some(vars(&[("a", "}")])));
+        assert_eq!(t("x/{a}").canonical("x/%7d").as_deref(), Some("x/%7D"));
     }
 
     /// Fuzz finding (`template` target): `{#a}{;t%deb,c}` did not match its own expansion
