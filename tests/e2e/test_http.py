@@ -1121,7 +1121,11 @@ async def test_shutdown_grace_bounds_the_wait(http_serve, base):
     # answers a JSON-RPC error saying the server is shutting down (or, when its answer was
     # already on the way out, the connection is aborted): never contents.
     resp = out["resp"]
-    if isinstance(resp, httpx2.Response) and resp.status_code == 200:
+    # A machine fast enough to finish the read inside the grace may answer it: that is the
+    # grace doing its job, not waiting past it (0.1 s for what the socket buffers still hold
+    # when the last frame has left the server).
+    within_grace = out["done"] - out["sigterm"] < 0.3 + 0.1
+    if isinstance(resp, httpx2.Response) and resp.status_code == 200 and not within_grace:
         answer = resp.json()
         assert "result" not in answer, (
             f"the in-flight read completed {out['done'] - out['sigterm']:.2f}s after SIGTERM although "

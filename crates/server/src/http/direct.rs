@@ -52,9 +52,14 @@ pub(crate) struct DirectSettings {
     pub enabled: bool,
     /// Reads answered here, for `/metrics`.
     pub answered: Arc<AtomicU64>,
-    /// Cancelled when the shutdown grace is over, as rmcp's own requests are: a read still
-    /// running then is cut off instead of holding the exit.
+    /// Cancelled when the streams close, after the grace and the moment given to the answers
+    /// of cut reads, as rmcp's own requests are: a read still running then is cut off instead
+    /// of holding the exit.
     pub shutdown: CancellationToken,
+    /// Cancelled when `shutdown_grace_ms` is over (before `shutdown`): a large answer still
+    /// going out then is cut. The moment between the two is for the small error answers of
+    /// cut reads, not for a result to finish in.
+    pub grace_over: CancellationToken,
 }
 
 /// rmcp's `StreamableHttpService` with the direct read path in front.
@@ -252,7 +257,7 @@ impl<M: SessionManager> DirectRead<M> {
                 .status(status)
                 .header(header::CONTENT_TYPE, JSON)
                 .header(header::CONTENT_LENGTH, body.len())
-                .body(until_shutdown(body, self.settings.shutdown.clone()))
+                .body(until_shutdown(body, self.settings.grace_over.clone()))
                 .expect("valid response"),
             Err(e) => plain(
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -454,6 +459,7 @@ mod tests {
             enabled: true,
             answered: Arc::default(),
             shutdown: CancellationToken::new(),
+            grace_over: CancellationToken::new(),
         }
     }
 

@@ -227,6 +227,7 @@ pub async fn serve(
             enabled: settings.direct_reads && settings.json_response,
             answered: direct_reads.clone(),
             shutdown: streams.child_token(),
+            grace_over: state.reads_cut.child_token(),
         },
     );
 
