@@ -76,7 +76,8 @@ impl NatsBus {
     }
 
     /// Wait (at most `within`) until every interest declared so far is subscribed at the
-    /// server; false if NATS did not confirm in time (it is unreachable).
+    /// server (confirmed by a round trip through it); false if NATS did not confirm in time
+    /// (it is unreachable).
     pub async fn settled(&self, within: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + within;
         while self.inner.pending.load(Ordering::SeqCst) > 0 {
@@ -85,9 +86,21 @@ impl NatsBus {
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        tokio::time::timeout_at(deadline, self.inner.client.flush())
+        // async-nats's flush only empties the socket buffer; the server may not have read the
+        // subscriptions yet, and a change published from another connection meanwhile would
+        // reach nobody. The server handles one connection's operations in order, so hearing
+        // our own message back on this connection proves every subscription before it is in
+        // place.
+        let client = &self.inner.client;
+        let inbox = client.new_inbox();
+        let round_trip = async {
+            let mut echo = client.subscribe(inbox.clone()).await.ok()?;
+            client.publish(inbox, bytes::Bytes::new()).await.ok()?;
+            echo.next().await
+        };
+        tokio::time::timeout_at(deadline, round_trip)
             .await
-            .is_ok_and(|r| r.is_ok())
+            .is_ok_and(|m| m.is_some())
     }
 
     /// Whether the NATS connection is up now.
