@@ -33,7 +33,8 @@ struct Inner {
     outbox: mpsc::Sender<(String, bytes::Bytes)>,
     /// Subject → (interests held, the task reading its subscription).
     subs: Mutex<HashMap<String, (usize, tokio::task::JoinHandle<()>)>>,
-    /// Subscriptions asked for and not yet confirmed to the server.
+    /// Subscriptions asked for and not yet handed to the connection; `settled` waits for
+    /// them, then confirms them all with one round trip through the server.
     pending: AtomicUsize,
 }
 
@@ -183,13 +184,12 @@ impl ChangeBus for NatsBus {
                 let task = tokio::spawn(async move {
                     // The client re-subscribes by itself after a reconnect.
                     let sub = client.subscribe(s.clone()).await;
-                    let flushed = client.flush().await;
                     if let Some(bus) = bus.upgrade() {
                         bus.pending.fetch_sub(1, Ordering::SeqCst);
                     }
-                    let mut sub = match (sub, flushed) {
-                        (Ok(sub), _) => sub,
-                        (Err(e), _) => {
+                    let mut sub = match sub {
+                        Ok(sub) => sub,
+                        Err(e) => {
                             tracing::warn!(error = %e, "cannot subscribe to change events");
                             return;
                         }
