@@ -205,6 +205,8 @@ impl Engine {
 
 /// How deep sqlparser may recurse into one statement (see `check_read_only`).
 const MAX_NESTING: usize = 32;
+/// How deep parentheses and square brackets may nest in one statement (see `check_read_only`).
+const MAX_BRACKETS: usize = 16;
 
 /// Check that `sql` is exactly one read-only query. Returns the names of its `:name`
 /// placeholders (without the colon).
@@ -231,6 +233,24 @@ pub fn check_read_only(sql: &str, engine: Engine) -> Result<BTreeSet<String>> {
         )
     {
         return Err(refuse("UESCAPE is not allowed"));
+    }
+    // Brackets counted from the tokens first: within the recursion limit below, sqlparser's
+    // backtracking still grows exponentially with their depth (a second fuzz finding, 110
+    // bytes of `CAST(TA(C(…` and `[((`, parsed for over 10 s at a limit of 32).
+    let mut depth = 0usize;
+    for t in &tokens {
+        match t {
+            Token::LParen | Token::LBracket => {
+                depth += 1;
+                if depth > MAX_BRACKETS {
+                    return Err(refuse(&format!(
+                        "it nests brackets deeper than the limit of {MAX_BRACKETS}"
+                    )));
+                }
+            }
+            Token::RParen | Token::RBracket => depth = depth.saturating_sub(1),
+            _ => {}
+        }
     }
     // sqlparser backtracks at each opening parenthesis (a subquery, else an expression), so
     // its time grows exponentially with the depth it may recurse to: at its default of 50 a
@@ -530,7 +550,16 @@ mod tests {
             let e = check_read_only(sql, engine).expect_err(sql).message;
             assert!(e.starts_with("SQL refused: "), "{engine:?}: {e}");
         }
+        // The second finding, slow within the recursion limit: refused by the bracket count.
+        let sql = "SELECT CAST(TA(C(TA(CAST(TA(C(TA(CAST(T(TA(C(TA(CAST(TA(C(TA(CAST(TA[((((WIT((([((Am\u{0}\u{0}\u{0}A[(=(((WITHa((WI[ (S>>(";
+        for engine in [Engine::Sqlite, Engine::Postgres, Engine::MySql] {
+            let e = check_read_only(sql, engine).expect_err(sql).message;
+            assert!(e.starts_with("SQL refused: "), "{engine:?}: {e}");
+        }
         let deep = format!("SELECT {}1{}", "(".repeat(40), ")".repeat(40));
+        let e = refused(&deep);
+        assert!(e.contains("brackets deeper than the limit of 16"), "{e}");
+        let deep = format!("SELECT {}1", "- ".repeat(40));
         let e = refused(&deep);
         assert!(e.contains("deeper than the limit of 32 levels"), "{e}");
         // What a named query plausibly needs still passes: subqueries five deep, each with
