@@ -769,5 +769,18 @@ mod tests {
         let mut c = HttpConfig::web(vec!["https://d/".into()]);
         c.max_redirects = 21;
         assert_eq!(c.validate().unwrap_err().key, "max_redirects");
+        let mut c = HttpConfig::web(vec!["https://d/".into()]);
+        c.max_convert_bytes = 100;
+        let e = c.validate().unwrap_err();
+        assert_eq!(e.key, "max_convert_bytes", "{e}");
+        let mut c = HttpConfig::web(vec!["https://d/".into()]);
+        c.max_html_depth = 5000;
+        assert_eq!(c.validate().unwrap_err().key, "max_html_depth");
+        let mut c = HttpConfig::web(vec!["https://d/".into()]);
+        c.max_conversions = 0;
+        assert_eq!(c.validate().unwrap_err().key, "max_conversions");
+        let c = HttpConfig::web(vec!["https://d/".into()]);
+        assert!(c.max_conversions >= 1 && c.max_convert_bytes == 2 << 20);
+        c.validate().unwrap();
     }
 }
