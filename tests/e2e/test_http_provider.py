@@ -242,11 +242,16 @@ async def test_hostile_html_leaves_the_server_running(serve, mode, base, upstrea
     upstream.set("/docs/big.html", "<p>" + "word " * 220_000 + "</p>", "text/html")
     cfg = write_config(base / "http.toml", upstream)
     async with serve(mode, config=cfg) as c:
-        # Nesting that overflowed htmd's recursion and aborted the process: flattened.
+        # Nesting that overflowed htmd's recursion and aborted the process: refused past four
+        # times max_html_depth (128 here), naming it; flattened between.
         for path in DEEP_PAGES:
-            md = await c.read_one(upstream.base + path)
-            assert mime_base(md.mime_type) == "text/markdown"
-            assert "deepest-" + path.split("/")[-1].removesuffix(".html") in md.text
+            err = await c.error_of(c.client.read_resource(upstream.base + path))
+            assert err.code == INVALID_PARAMS, err
+            assert "more than 512 deep" in err.message and "max_html_depth" in err.message, err.message
+        upstream.set("/docs/nested.html", "<blockquote>x" * 300 + "deepest", "text/html")
+        md = await c.read_one(upstream.base + "/docs/nested.html")
+        assert "deepest" in md.text
+        assert max(line.count(">") for line in md.text.splitlines()) < 128, "flattened past 128 levels"
         # Polled with no read at all: the poller converts each page every 200 ms.
         uri = upstream.base + "/docs/quote.html"
         async with subscribed(c, uri):

@@ -11,7 +11,8 @@
 //! top (`resume_unwind`, which runs no panic hook) when a bound is hit.
 
 use std::borrow::Cow;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::rc::Rc;
 use std::sync::Arc;
@@ -34,6 +35,12 @@ use crate::error;
 /// formatting tag is re-opened, attributes and all, in every following paragraph), and the
 /// tree is what costs memory (about 160 bytes a node, 40 an attribute).
 const BYTES_PER_NODE: u64 = 8;
+
+/// The parse is refused once the tree gets this many times `max_html_depth` deep: html5ever
+/// scans its stack of open elements at most start tags, so its own work grows with the
+/// nesting (5000 nested `<blockquote>` took seconds), and flattening afterwards cannot undo
+/// that.
+const PARSE_DEPTH_FACTOR: usize = 4;
 
 /// The Markdown built at all levels together may be this many times `max_convert_bytes`
 /// (htmd copies each element's Markdown into its parent's, so nesting multiplies it).
@@ -348,6 +355,7 @@ struct Job {
 #[derive(Debug)]
 enum Halt {
     Cancelled,
+    Depth(usize),
     TimedOut,
     Nodes,
     Output,
@@ -378,7 +386,18 @@ impl Halt {
                 ),
                 job.max_nodes as u64,
             ),
-            Halt::Output => error::too_large(uri, None, job.out_limit),
+            Halt::Depth(limit) => Error::invalid_params(format!(
+                "{uri}: the page's HTML nests elements more than {limit} deep ({PARSE_DEPTH_FACTOR} × max_html_depth), too deep to convert to Markdown; a mount with html = \"raw\" serves it as HTML"
+            ))
+            .with_uri(uri)
+            .with_detail("limit", limit as u64),
+            Halt::Output => too_large(
+                format!(
+                    "{uri}: the page's Markdown would be more than the read limit of {} bytes (max_read_bytes)",
+                    job.out_limit
+                ),
+                job.out_limit,
+            ),
             Halt::Work => too_large(
                 format!(
                     "{uri}: converting the page's HTML builds more than {} bytes of Markdown across its nesting levels ({WORK_FACTOR} × max_convert_bytes); a mount with html = \"raw\" serves it as HTML",
@@ -460,6 +479,8 @@ fn convert(page: &[u8], base: &url::Url, job: &Job, stop: &Arc<Stop>) -> String 
         stop,
         nodes: Cell::new(0),
         max_nodes: job.max_nodes,
+        depths: RefCell::new(HashMap::new()),
+        max_depth: job.max_depth.saturating_mul(PARSE_DEPTH_FACTOR),
     };
     let opts = ParseOpts {
         tree_builder: TreeBuilderOpts {
@@ -499,6 +520,12 @@ struct Counted<'a> {
     stop: &'a Stop,
     nodes: Cell<usize>,
     max_nodes: usize,
+    /// The depth of each element placed in the tree, by address (a node lives as long as
+    /// the tree holds it; a new node at a reused address is given its depth when placed).
+    /// Children moved by `reparent_children` keep theirs, off by one: a bound on cost, not
+    /// the flattening, which measures the finished tree.
+    depths: RefCell<HashMap<usize, usize>>,
+    max_depth: usize,
 }
 
 impl Counted<'_> {
@@ -509,6 +536,29 @@ impl Counted<'_> {
             halt(Halt::Nodes);
         }
         self.stop.check();
+    }
+
+    fn depth(&self, node: &Handle) -> usize {
+        self.depths
+            .borrow()
+            .get(&(Rc::as_ptr(node) as usize))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// `child` is placed under a node at `parent_depth`.
+    fn placed(&self, parent_depth: usize, child: &NodeOrText<Handle>) {
+        if let NodeOrText::AppendNode(node) = child
+            && matches!(node.data, NodeData::Element { .. })
+        {
+            let d = parent_depth + 1;
+            if d > self.max_depth {
+                halt(Halt::Depth(self.max_depth));
+            }
+            self.depths
+                .borrow_mut()
+                .insert(Rc::as_ptr(node) as usize, d);
+        }
     }
 }
 
@@ -552,6 +602,7 @@ impl TreeSink for Counted<'_> {
 
     fn append(&self, parent: &Handle, child: NodeOrText<Handle>) {
         self.stop.check();
+        self.placed(self.depth(parent), &child);
         self.dom.append(parent, child)
     }
 
@@ -561,6 +612,7 @@ impl TreeSink for Counted<'_> {
         prev_element: &Handle,
         child: NodeOrText<Handle>,
     ) {
+        self.placed(self.depth(element).max(self.depth(prev_element)), &child);
         self.dom
             .append_based_on_parent_node(element, prev_element, child)
     }
@@ -588,6 +640,7 @@ impl TreeSink for Counted<'_> {
     }
 
     fn append_before_sibling(&self, sibling: &Handle, new_node: NodeOrText<Handle>) {
+        self.placed(self.depth(sibling).saturating_sub(1), &new_node);
         self.dom.append_before_sibling(sibling, new_node)
     }
 
@@ -764,7 +817,7 @@ fn flatten(node: &Handle) {
         }
     }
     let leaf = Node::new(NodeData::Text {
-        contents: std::cell::RefCell::new(StrTendril::from(text.as_str())),
+        contents: RefCell::new(StrTendril::from(text.as_str())),
     });
     leaf.parent.set(Some(Rc::downgrade(node)));
     // The old subtree is dropped here; markup5ever_rcdom drops nodes without recursion.
@@ -785,6 +838,11 @@ struct Guard {
 impl ElementHandler for Guard {
     fn handle(&self, handlers: &dyn Handlers, element: htmd::Element) -> Option<HandlerResult> {
         self.stop.check();
+        // htmd pads every cell to its column's width: one long cell and many short rows
+        // would make rows × width bytes before the size could be checked after.
+        if element.tag == "table" && table_size(element.node) > self.out_limit {
+            halt(Halt::Output);
+        }
         let out = handlers.fallback(element);
         if let Some(r) = &out {
             let len = r.content.len() as u64;
@@ -798,6 +856,60 @@ impl ElementHandler for Guard {
         self.stop.check();
         out
     }
+}
+
+/// About how many bytes htmd's Markdown of `table` takes, measured on the tree before it is
+/// made: every row as wide as the widest cell of each column (cells measured by their text,
+/// link and image addresses, and a few bytes per element), plus the separators.
+fn table_size(table: &Handle) -> u64 {
+    let mut widths: Vec<u64> = Vec::new();
+    let mut rows = 0u64;
+    let mut stack: Vec<Handle> = table.children.borrow().iter().rev().cloned().collect();
+    while let Some(n) = stack.pop() {
+        match tag(&n) {
+            // A nested table is a cell's content, measured with its cell.
+            Some("table") => {}
+            Some("tr") => {
+                rows += 1;
+                let cells = n.children.borrow();
+                let cells = cells.iter().filter(|c| matches!(tag(c), Some("td" | "th")));
+                for (i, cell) in cells.enumerate() {
+                    let w = markdown_size(cell);
+                    if i == widths.len() {
+                        widths.push(w);
+                    } else if widths[i] < w {
+                        widths[i] = w;
+                    }
+                }
+            }
+            _ => stack.extend(n.children.borrow().iter().rev().cloned()),
+        }
+    }
+    let row: u64 = widths.iter().map(|w| w + 3).sum::<u64>() + 2;
+    row.saturating_mul(rows + 1)
+}
+
+/// An upper estimate of the Markdown under `node`: its text, its attribute values (link and
+/// image addresses), and 8 bytes per element for the markup.
+fn markdown_size(node: &Handle) -> u64 {
+    let mut size = 0u64;
+    let mut stack = vec![node.clone()];
+    while let Some(n) = stack.pop() {
+        match &n.data {
+            NodeData::Text { contents } => size += contents.borrow().len() as u64,
+            NodeData::Element { attrs, .. } => {
+                size += 8;
+                size += attrs
+                    .borrow()
+                    .iter()
+                    .map(|a| a.value.len() as u64)
+                    .sum::<u64>();
+                stack.extend(n.children.borrow().iter().cloned());
+            }
+            _ => {}
+        }
+    }
+    size
 }
 
 #[cfg(test)]

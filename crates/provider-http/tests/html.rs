@@ -1,5 +1,6 @@
 //! HTML to Markdown on web mounts against a real upstream on loopback: hostile nesting is
-//! flattened on reads and on subscription polls with the process alive, oversized and
+//! flattened, or refused naming the limit, on reads and on subscription polls with the
+//! process alive, oversized and
 //! element-heavy pages are refused naming the limit, conversions are limited in number and
 //! stop when their read times out or goes away, and links come out absolute.
 
@@ -51,25 +52,35 @@ fn deep_pages() -> Vec<(&'static str, String)> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn deeply_nested_pages_are_flattened_on_read_and_the_process_lives() {
+async fn deeply_nested_pages_are_refused_on_read_naming_the_limit_and_the_process_lives() {
     let up = Upstream::start().await;
     for (name, page) in deep_pages() {
         up.set(&format!("/site/{name}"), Doc::new("text/html", page));
     }
     let p = provider(web(&up));
     for (name, _) in deep_pages() {
-        let md = markdown(&p, &format!("{}/site/{name}", up.base())).await;
-        let marker = format!("deepest-{}", name.trim_end_matches(".html"));
-        assert!(md.contains(&marker), "{name}: the deep text is kept");
-        // Structure stops at the depth limit (256 levels, the document's own included).
-        let deepest = md
-            .lines()
-            .map(|l| l.matches('>').count())
-            .max()
-            .unwrap_or(0);
-        assert!(deepest < 256, "{name}: {deepest} quote levels");
+        let t = Instant::now();
+        let e = p
+            .read(&uri(&format!("{}/site/{name}", up.base())), &LIMITS)
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidParams, "{name}: {e}");
+        assert!(
+            e.message.contains("more than 1024 deep") && e.message.contains("max_html_depth"),
+            "{name}: {e}"
+        );
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "{name}: {:?}",
+            t.elapsed()
+        );
     }
     assert_eq!(p.conversions_running(), 0);
+    up.set("/site/ok.html", Doc::new("text/html", "<h1>alive</h1>"));
+    assert_eq!(
+        markdown(&p, &format!("{}/site/ok.html", up.base())).await,
+        "# alive"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -95,6 +106,14 @@ async fn nesting_past_max_html_depth_becomes_text() {
         flat.contains("level20"),
         "the deep levels share one text: {flat}"
     );
+    // Past four times the limit the parse itself stops.
+    let page = "<blockquote>".repeat(70);
+    up.set("/site/q70.html", Doc::new("text/html", page));
+    let e = p
+        .read(&uri(&format!("{}/site/q70.html", up.base())), &LIMITS)
+        .await
+        .unwrap_err();
+    assert!(e.message.contains("more than 64 deep"), "{e}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -125,9 +144,9 @@ async fn deeply_nested_pages_are_polled_without_harm() {
         let n = up.count(&format!("/site/{name}"));
         assert!(n >= 3, "{name} polled {n} times");
     }
-    // The polls convert the page: a change to the deep text is a change.
+    // The polls convert the page: a refused page that becomes readable is a change.
     up.update("/site/quote.html", |d| {
-        d.body = format!("{}changed", "<blockquote>x".repeat(5000)).into_bytes();
+        d.body = format!("{}changed", "<blockquote>x".repeat(50)).into_bytes();
     });
     let deadline = Instant::now() + Duration::from_secs(20);
     let heard = loop {
@@ -138,7 +157,7 @@ async fn deeply_nested_pages_are_polled_without_harm() {
             _ => break false,
         }
     };
-    assert!(heard, "the change behind 5000 levels is noticed");
+    assert!(heard, "the change of the refused page is noticed");
     drop(guards);
 }
 
@@ -198,6 +217,40 @@ async fn pages_that_make_too_many_elements_are_refused() {
         .unwrap_err();
     assert_eq!(e.kind, ErrorKind::TooLarge, "{e}");
     assert_eq!(p.conversions_running(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_whose_padding_would_pass_the_read_limit_is_refused_before_it_is_built() {
+    let up = Upstream::start().await;
+    // One cell of 1 MB and 2000 short rows: htmd pads every row to the long cell's width,
+    // 2 GB of Markdown from 1 MB of HTML.
+    let page = format!(
+        "<table><tr><td>{}</td></tr>{}</table>",
+        "w".repeat(1_000_000),
+        "<tr><td>x</td></tr>".repeat(2000)
+    );
+    up.set("/site/t.html", Doc::new("text/html", page));
+    up.set(
+        "/site/ok.html",
+        Doc::new(
+            "text/html",
+            "<table><tr><th>a</th><th>b</th></tr><tr><td>1</td><td>2</td></tr></table>",
+        ),
+    );
+    let p = provider(web(&up));
+    let t = Instant::now();
+    let e = p
+        .read(&uri(&format!("{}/site/t.html", up.base())), &LIMITS)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::TooLarge, "{e}");
+    assert!(
+        e.message.contains("Markdown") && e.message.contains("8388608 bytes (max_read_bytes)"),
+        "{e}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    let md = markdown(&p, &format!("{}/site/ok.html", up.base())).await;
+    assert!(md.contains("| a | b |") && md.contains("| 1 | 2 |"), "{md}");
 }
 
 /// A page whose conversion takes long without being large: 255 nested quotes around many
