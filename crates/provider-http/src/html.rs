@@ -916,17 +916,23 @@ fn markdown_size(node: &Handle) -> u64 {
 mod tests {
     use super::*;
 
+    const JOB: Job = Job {
+        max_nodes: 1 << 20,
+        max_depth: 256,
+        out_limit: 64 << 20,
+        max_work: 1 << 30,
+    };
+
     fn run(page: &str, max_depth: usize) -> std::result::Result<String, Halt> {
+        run_job(page, Job { max_depth, ..JOB })
+    }
+
+    fn run_job(page: &str, job: Job) -> std::result::Result<String, Halt> {
+        let max_depth = job.max_depth;
         let stop = Arc::new(Stop {
             cancelled: AtomicBool::new(false),
             deadline: Instant::now() + Duration::from_secs(600),
         });
-        let job = Job {
-            max_nodes: 1 << 20,
-            max_depth,
-            out_limit: 64 << 20,
-            max_work: 1 << 30,
-        };
         let base = url::Url::parse("https://d.example/a/b.html").unwrap();
         let page = page.as_bytes().to_vec();
         std::thread::Builder::new()
@@ -952,5 +958,40 @@ mod tests {
             .convert(page)
             .unwrap();
         assert_eq!(run(page, 256).unwrap(), plain);
+    }
+
+    /// The bounds checked around htmd's handlers unwind through htmd cleanly, and the thread
+    /// answers which bound it was.
+    #[test]
+    fn output_and_work_bounds_stop_the_walk() {
+        let long = format!("<div><p>{}</p></div>", "word ".repeat(1000));
+        let out = run_job(
+            &long,
+            Job {
+                out_limit: 1000,
+                ..JOB
+            },
+        );
+        assert!(matches!(out, Err(Halt::Output)), "{out:?}");
+        let nested: String = (0..50)
+            .map(|_| format!("<blockquote><p>{}</p>", "word ".repeat(100)))
+            .collect();
+        run_job(&nested, JOB).unwrap();
+        let out = run_job(
+            &nested,
+            Job {
+                max_work: 100_000,
+                ..JOB
+            },
+        );
+        assert!(matches!(out, Err(Halt::Work)), "{out:?}");
+        let out = run_job(
+            &nested,
+            Job {
+                max_nodes: 60,
+                ..JOB
+            },
+        );
+        assert!(matches!(out, Err(Halt::Nodes)), "{out:?}");
     }
 }
