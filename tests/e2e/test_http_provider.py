@@ -151,6 +151,10 @@ kind = "web"
 allow = [{toml_str(b + "/docs/")}]
 pages = [{toml_str(b + "/docs/index.html")}]
 allow_private = {private}
+poll_interval_ms = 200
+max_convert_bytes = "1MiB"
+max_html_depth = 128
+max_conversions = 2
 """
     )
     return path
@@ -205,7 +209,7 @@ async def test_api_and_web_list_read_complete(serve, mode, base, upstream):
         md = await c.read_one(page)
         assert mime_base(md.mime_type) == "text/markdown"
         assert md.text.startswith("# Docs"), md.text
-        assert "[here](/docs/a.html)" in md.text
+        assert f"[here]({upstream.base}/docs/a.html)" in md.text, "links come out absolute"
 
         # Served from the cache the second time (max-age=60), with the remaining freshness.
         before = upstream.count("/docs/index.html")
@@ -223,6 +227,43 @@ async def test_api_and_web_list_read_complete(serve, mode, base, upstream):
         assert upstream.count("/private/") == 0
         await c.assert_not_found(upstream.base + "/private/x")
         await c.assert_not_found(upstream.base + "/docs/missing.html")
+
+
+DEEP_PAGES = {
+    "/docs/ul.html": "<ul><li>x" * 1000 + "deepest-ul",
+    "/docs/div.html": "<div>" * 3000 + "deepest-div",
+    "/docs/quote.html": "<blockquote>x" * 5000 + "deepest-quote",
+}
+
+
+async def test_hostile_html_leaves_the_server_running(serve, mode, base, upstream):
+    for path, page in DEEP_PAGES.items():
+        upstream.set(path, page, "text/html")
+    upstream.set("/docs/big.html", "<p>" + "word " * 220_000 + "</p>", "text/html")
+    cfg = write_config(base / "http.toml", upstream)
+    async with serve(mode, config=cfg) as c:
+        # Nesting that overflowed htmd's recursion and aborted the process: refused past four
+        # times max_html_depth (128 here), naming it; flattened between.
+        for path in DEEP_PAGES:
+            err = await c.error_of(c.client.read_resource(upstream.base + path))
+            assert err.code == INVALID_PARAMS, err
+            assert "more than 512 deep" in err.message and "max_html_depth" in err.message, err.message
+        upstream.set("/docs/nested.html", "<blockquote>x" * 300 + "deepest", "text/html")
+        md = await c.read_one(upstream.base + "/docs/nested.html")
+        assert "deepest" in md.text
+        assert max(line.count(">") for line in md.text.splitlines()) < 128, "flattened past 128 levels"
+        # Polled with no read at all: the poller converts each page every 200 ms.
+        uri = upstream.base + "/docs/quote.html"
+        async with subscribed(c, uri):
+            before = upstream.count("/docs/quote.html")
+            with anyio.fail_after(10):
+                while upstream.count("/docs/quote.html") < before + 3:
+                    await anyio.sleep(0.1)
+        # More HTML than max_convert_bytes: refused naming the setting.
+        err = await c.error_of(c.client.read_resource(upstream.base + "/docs/big.html"))
+        assert "max_convert_bytes" in err.message and "1048576" in err.message, err.message
+        md = await c.read_one(upstream.base + "/docs/index.html")
+        assert md.text.startswith("# Docs"), "the server still answers"
 
 
 ATTACKS = [

@@ -29,6 +29,12 @@ pub const POLL_INTERVAL_MS: RangeInclusive<u64> = 100..=86_400_000;
 pub const CACHE_MAX_BYTES: RangeInclusive<u64> = 1..=(16 << 30);
 /// Allowed `default_ttl_ms` (0: an answer without freshness headers is never reused unchecked).
 pub const DEFAULT_TTL_MS: RangeInclusive<u64> = 0..=604_800_000;
+/// Allowed `max_convert_bytes` (web: the largest HTML converted to Markdown), 1 KiB to 64 MiB.
+pub const MAX_CONVERT_BYTES: RangeInclusive<u64> = 1024..=(64 << 20);
+/// Allowed `max_html_depth` (web: element nesting converted as structure; deeper is text).
+pub const MAX_HTML_DEPTH: RangeInclusive<u64> = 16..=1024;
+/// Allowed `max_conversions` (web: HTML conversions running at once).
+pub const MAX_CONVERSIONS: RangeInclusive<u64> = 1..=256;
 /// The most endpoints (api) or allow prefixes and pages (web) one mount may have.
 pub const MAX_ENTRIES: usize = 10_000;
 
@@ -165,6 +171,12 @@ pub struct HttpConfig {
     pub pages: Vec<String>,
     /// web: what `text/html` becomes.
     pub html: HtmlMode,
+    /// web: larger HTML is not converted to Markdown (the read answers "too large").
+    pub max_convert_bytes: u64,
+    /// web: elements nested deeper than this are converted as their text.
+    pub max_html_depth: u32,
+    /// web: HTML conversions running at once; more wait.
+    pub max_conversions: usize,
     /// The mount's own cache hints (the per-result ones come from the upstream).
     pub cache: CacheHints,
 }
@@ -184,6 +196,9 @@ impl fmt::Debug for HttpConfig {
             .field("allow", &self.allow)
             .field("pages", &self.pages)
             .field("html", &self.html)
+            .field("max_convert_bytes", &self.max_convert_bytes)
+            .field("max_html_depth", &self.max_html_depth)
+            .field("max_conversions", &self.max_conversions)
             .finish()
     }
 }
@@ -203,6 +218,9 @@ impl HttpConfig {
             allow: Vec::new(),
             pages: Vec::new(),
             html: HtmlMode::Markdown,
+            max_convert_bytes: 2 << 20,
+            max_html_depth: 256,
+            max_conversions: default_conversions(),
             cache: CacheHints::default(),
         }
     }
@@ -215,7 +233,9 @@ impl HttpConfig {
         c
     }
 
-    /// A web mount of the URLs under `allow`, with the same defaults and HTML as Markdown.
+    /// A web mount of the URLs under `allow`, with the same defaults and HTML as Markdown
+    /// (at most 2 MiB of HTML converted, 256 levels of nesting, one conversion per core at
+    /// once).
     pub fn web(allow: Vec<String>) -> Self {
         let mut c = Self::new(HttpKind::Web, "web");
         c.allow = allow;
@@ -241,6 +261,21 @@ impl HttpConfig {
             "default_ttl_ms",
             self.default_ttl.as_millis() as u64,
             &DEFAULT_TTL_MS,
+        )?;
+        SettingError::check_range(
+            "max_convert_bytes",
+            self.max_convert_bytes,
+            &MAX_CONVERT_BYTES,
+        )?;
+        SettingError::check_range(
+            "max_html_depth",
+            u64::from(self.max_html_depth),
+            &MAX_HTML_DEPTH,
+        )?;
+        SettingError::check_range(
+            "max_conversions",
+            self.max_conversions as u64,
+            &MAX_CONVERSIONS,
         )?;
         if self.name.is_empty() || self.name.len() > 64 || self.name.chars().any(char::is_control) {
             return Err(SettingError::new(
@@ -316,6 +351,14 @@ impl HttpConfig {
         }
         Ok(())
     }
+}
+
+/// One HTML conversion at a time per core: conversion is CPU work, more at once only queues
+/// memory.
+fn default_conversions() -> usize {
+    std::thread::available_parallelism()
+        .map_or(2, usize::from)
+        .clamp(1, *MAX_CONVERSIONS.end() as usize)
 }
 
 /// An allow prefix: an absolute http(s) URL with a host, no userinfo, query or fragment,
@@ -469,6 +512,9 @@ struct HttpToml {
     allow: Option<Vec<Spanned<String>>>,
     pages: Option<Vec<Spanned<String>>>,
     html: Option<Spanned<String>>,
+    max_convert_bytes: Option<Spanned<IntOrString>>,
+    max_html_depth: Option<Spanned<IntOrString>>,
+    max_conversions: Option<Spanned<IntOrString>>,
 }
 
 /// One `[[mount.endpoint]]` as written.
@@ -554,8 +600,29 @@ impl ProviderFactory for HttpFactory {
         for (i, p) in raw.pages.iter().flatten().enumerate() {
             c.pages.push(file.expand(p, &format!("mount.pages.{i}"))?);
         }
-        if raw.html.is_some() && kind == HttpKind::Api {
-            return Err(table.error("html", "`html` is a setting of web mounts"));
+        if let Some(v) = &raw.max_convert_bytes {
+            c.max_convert_bytes = file.size(v, "mount.max_convert_bytes", u64::MAX)?;
+        }
+        if let Some(v) = &raw.max_html_depth {
+            c.max_html_depth = file
+                .number(v, "mount.max_html_depth")?
+                .min(u64::from(u32::MAX)) as u32;
+        }
+        if let Some(v) = &raw.max_conversions {
+            c.max_conversions = file
+                .number(v, "mount.max_conversions")?
+                .min(u64::from(u32::MAX)) as usize;
+        }
+        if kind == HttpKind::Api {
+            let web_only = [
+                ("html", raw.html.is_some()),
+                ("max_convert_bytes", raw.max_convert_bytes.is_some()),
+                ("max_html_depth", raw.max_html_depth.is_some()),
+                ("max_conversions", raw.max_conversions.is_some()),
+            ];
+            if let Some((key, _)) = web_only.iter().find(|(_, set)| *set) {
+                return Err(table.error(key, format!("`{key}` is a setting of web mounts")));
+            }
         }
         for (i, e) in raw.endpoint.iter().enumerate() {
             let uri = file.expand(&e.uri, &format!("mount.endpoint.{i}.uri"))?;
@@ -702,5 +769,18 @@ mod tests {
         let mut c = HttpConfig::web(vec!["https://d/".into()]);
         c.max_redirects = 21;
         assert_eq!(c.validate().unwrap_err().key, "max_redirects");
+        let mut c = HttpConfig::web(vec!["https://d/".into()]);
+        c.max_convert_bytes = 100;
+        let e = c.validate().unwrap_err();
+        assert_eq!(e.key, "max_convert_bytes", "{e}");
+        let mut c = HttpConfig::web(vec!["https://d/".into()]);
+        c.max_html_depth = 5000;
+        assert_eq!(c.validate().unwrap_err().key, "max_html_depth");
+        let mut c = HttpConfig::web(vec!["https://d/".into()]);
+        c.max_conversions = 0;
+        assert_eq!(c.validate().unwrap_err().key, "max_conversions");
+        let c = HttpConfig::web(vec!["https://d/".into()]);
+        assert!(c.max_conversions >= 1 && c.max_convert_bytes == 2 << 20);
+        c.validate().unwrap();
     }
 }

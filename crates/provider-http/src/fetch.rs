@@ -17,8 +17,13 @@ use crate::net::{Guarded, HostResolver, Policy, check_host};
 pub(crate) enum Outcome {
     /// 304: the cached body is still current.
     NotModified { headers: HeaderMap },
-    /// 2xx with the whole body.
-    Full { headers: HeaderMap, body: Vec<u8> },
+    /// 2xx with the whole body, and the URL that answered (after redirects), which relative
+    /// links in an HTML body are resolved against.
+    Full {
+        headers: HeaderMap,
+        body: Vec<u8>,
+        url: reqwest::Url,
+    },
 }
 
 /// One request.
@@ -144,7 +149,7 @@ impl Fetcher {
         }
         let headers = resp.headers().clone();
         let body = read_body(uri, &url, resp, req.limit).await?;
-        Ok(Outcome::Full { headers, body })
+        Ok(Outcome::Full { headers, body, url })
     }
 
     /// Every hop: http(s) only, within the redirect budget, an allowed IP literal, and on

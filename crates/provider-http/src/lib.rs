@@ -12,6 +12,7 @@ mod cache;
 mod config;
 mod error;
 mod fetch;
+mod html;
 mod list;
 mod net;
 mod provider;
@@ -22,7 +23,8 @@ mod watch;
 pub use cache::CacheCounts;
 pub use config::{
     CACHE_MAX_BYTES, DEFAULT_TTL_MS, Endpoint, Header, HtmlMode, HttpConfig, HttpFactory, HttpKind,
-    MAX_REDIRECTS, POLL_INTERVAL_MS, ParamSpec, TIMEOUT_MS,
+    MAX_CONVERSIONS, MAX_CONVERT_BYTES, MAX_HTML_DEPTH, MAX_REDIRECTS, POLL_INTERVAL_MS, ParamSpec,
+    TIMEOUT_MS,
 };
 pub use net::{HostResolver, SystemResolver, is_public};
 pub use provider::HttpProvider;

@@ -13,6 +13,7 @@ use mcpr_core::{
 use crate::cache::{CacheCounts, CacheStats, Flights, Store};
 use crate::config::{HttpConfig, HttpKind};
 use crate::fetch::Fetcher;
+use crate::html::Converter;
 use crate::net::{HostResolver, SystemResolver};
 use crate::read::{Mode, serve};
 use crate::target::{Compiled, Target};
@@ -29,6 +30,8 @@ pub(crate) struct Inner {
     pub(crate) cache: Store,
     pub(crate) stats: CacheStats,
     pub(crate) flights: Flights,
+    /// web: HTML to Markdown, bounded.
+    pub(crate) converter: Converter,
     /// The read limit of the last read, which change checks use too.
     read_limit: AtomicU64,
 }
@@ -111,6 +114,7 @@ impl HttpProvider {
         };
         let inner = Arc::new(Inner {
             cache: crate::cache::store(config.cache_max_bytes),
+            converter: Converter::new(&config),
             config,
             endpoints,
             fetcher,
@@ -131,6 +135,12 @@ impl HttpProvider {
     /// Cache hits, misses and revalidations so far.
     pub fn cache_counts(&self) -> CacheCounts {
         self.inner.stats.counts()
+    }
+
+    /// HTML conversions running now (at most `max_conversions`); a conversion whose reader
+    /// went away or ran out of time stops at its next check between elements.
+    pub fn conversions_running(&self) -> usize {
+        self.inner.converter.running()
     }
 
     /// Whether the change watcher runs (it stops with the last watch).

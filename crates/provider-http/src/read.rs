@@ -1,6 +1,7 @@
 //! `resources/read` through the mount's cache: a fresh entry is served as is, a stale one with
 //! validators is revalidated (304 serves the cached body), anything else is fetched; then
-//! the body becomes text (JSON and other text types), Markdown (HTML on web mounts) or a blob.
+//! the body becomes text (JSON and other text types), Markdown (HTML on web mounts, through
+//! the bounded [`crate::html`] conversion) or a blob.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -88,12 +89,19 @@ pub(crate) async fn serve(inner: &Inner, uri: &str, limit: u64, mode: Mode) -> R
             keep(inner, uri, &policy, &entry);
             served(uri, &entry, limit)
         }
-        Outcome::Full { headers, body } => {
+        Outcome::Full { headers, body, url } => {
             inner.stats.miss();
             let policy = Policy::of(&headers);
             let mime_override = endpoint.and_then(|e| e.mime_type.clone());
-            let html = (inner.config.kind == HttpKind::Web).then_some(inner.config.html);
-            let body = build_body(&headers, body, mime_override, html).await?;
+            let markdown =
+                inner.config.kind == HttpKind::Web && inner.config.html == HtmlMode::Markdown;
+            let convert = markdown.then_some(Convert {
+                inner,
+                uri,
+                url,
+                limit,
+            });
+            let body = build_body(&headers, body, mime_override, convert).await?;
             let entry = Entry {
                 body: Arc::new(body),
                 validators: Validators::of(&headers),
@@ -165,12 +173,22 @@ fn is_text(mime: &str) -> bool {
         )
 }
 
+/// What an HTML body is converted with, on a web mount that serves Markdown.
+struct Convert<'a> {
+    inner: &'a Inner,
+    uri: &'a str,
+    /// The URL that answered, after redirects: the base of relative links.
+    url: reqwest::Url,
+    /// The read limit, which the Markdown is held to as well.
+    limit: u64,
+}
+
 /// Text, Markdown or bytes, with the MIME type served.
 async fn build_body(
     headers: &HeaderMap,
     bytes: Vec<u8>,
     mime_override: Option<String>,
-    html: Option<HtmlMode>,
+    convert: Option<Convert<'_>>,
 ) -> Result<Body> {
     let upstream = headers
         .get(CONTENT_TYPE)
@@ -181,16 +199,12 @@ async fn build_body(
         mime.as_deref(),
         Some("text/html") | Some("application/xhtml+xml")
     );
-    if is_html && html == Some(HtmlMode::Markdown) {
-        let page = String::from_utf8_lossy(&bytes).into_owned();
-        let md = mcpr_core::run_blocking("html to markdown", move || {
-            htmd::HtmlToMarkdown::builder()
-                .skip_tags(vec!["script", "style", "noscript", "template", "head"])
-                .build()
-                .convert(&page)
-                .map_err(|e| mcpr_core::Error::internal(format!("cannot convert HTML: {e}")))
-        })
-        .await?;
+    if is_html && let Some(c) = convert {
+        let md = c
+            .inner
+            .converter
+            .markdown(c.uri, bytes, c.url, c.limit)
+            .await?;
         return Ok(Body {
             mime_type: Some("text/markdown".into()),
             content: ContentsBody::Text(md),

@@ -183,7 +183,7 @@ async fn bodies_become_text_markdown_or_blobs() {
         panic!("markdown is text")
     };
     assert!(md.contains("# Hello"), "{md}");
-    assert!(md.contains("[link](/x)"), "{md}");
+    assert!(md.contains(&format!("[link]({base}/x)")), "{md}");
     assert!(!md.contains("evil()") && !md.contains("<h1>"), "{md}");
     let bad = get(&p, &base, "bad-utf8.txt").await;
     assert_eq!(bad.body, ContentsBody::Blob(vec![b'a', 0xff]));
