@@ -96,7 +96,8 @@ fn main() -> ExitCode {
     }
 }
 
-/// A client command's failure is one line, `error: …`. A closed stdout (`ls | head`) is not
+/// A client command's failure is one line, `error: …`, cleaned as every server text the
+/// client prints (its messages carry the server's own). A closed stdout (`ls | head`) is not
 /// a failure: the reader had what it wanted.
 fn client_exit(result: anyhow::Result<()>) -> ExitCode {
     match result {
@@ -110,7 +111,7 @@ fn client_exit(result: anyhow::Result<()>) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", client::clean(&format!("{e:#}")));
             ExitCode::FAILURE
         }
     }
