@@ -174,7 +174,39 @@ async fn build_providers(cfg: &Config) -> anyhow::Result<Vec<ScopedProvider>> {
         }
         providers.push((p, m.scope.clone()));
     }
+    refuse_nested_roots(&providers)?;
     Ok(providers)
+}
+
+/// Refuse a directory (or bucket prefix) mount inside another: the outer one lists every
+/// file of the inner one too, under the same URI, so a listing would show each twice and
+/// which mount answers a read would depend on the longest prefix, not on what was listed.
+/// Only kinds whose one prefix is a root that lists everything under it are compared; git's
+/// `git://@name` beside a short-form `git://` mount, say, does not overlap.
+fn refuse_nested_roots(providers: &[ScopedProvider]) -> anyhow::Result<()> {
+    let roots: Vec<(&str, &str)> = providers
+        .iter()
+        .filter(|(p, _)| matches!(p.info().kind, "files" | "s3"))
+        .flat_map(|(p, _)| {
+            let info = p.info();
+            info.uri_prefixes
+                .iter()
+                .map(move |prefix| (prefix.as_str(), info.label.as_str()))
+        })
+        .collect();
+    for (outer, outer_label) in &roots {
+        for (inner, inner_label) in &roots {
+            let Some(rest) = inner.strip_prefix(outer) else {
+                continue;
+            };
+            if !rest.is_empty() && (outer.ends_with('/') || rest.starts_with('/')) {
+                anyhow::bail!(
+                    "mount {inner_label} ({inner}) is inside mount {outer_label} ({outer}): each file under it would be listed twice with the same URI; serve only one of the two"
+                );
+            }
+        }
+    }
+    Ok(())
 }
 
 fn serve(
