@@ -122,13 +122,27 @@ fn init_logging(level: &str) {
     // rmcp logs every error response at WARN; a client asking for a missing file is routine,
     // so rmcp's own service chatter is kept to real errors unless RUST_LOG says otherwise.
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new(format!("{level},rmcp::service=error,async_nats=warn"))
+        tracing_subscriber::EnvFilter::new(format!(
+            "{},rmcp::service=error,async_nats=warn",
+            level_directives(level)
+        ))
     });
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(filter)
         .with_ansi(false)
         .init();
+}
+
+/// `--log-level` as filter directives. At debug and trace only our own crates (the binary and
+/// the `mcpr_*` libraries; a target matches a directive by prefix) say more: the
+/// dependencies' debug output (hyper, h2, rustls, sqlx, gix…) would bury ours, so they stay
+/// at warn. RUST_LOG, when set, replaces all of this.
+fn level_directives(level: &str) -> String {
+    match level {
+        "debug" | "trace" => format!("warn,mcp_resources={level},mcpr_={level}"),
+        _ => level.to_owned(),
+    }
 }
 
 fn load_config(paths: Vec<PathBuf>, config: Option<PathBuf>) -> anyhow::Result<Config> {
