@@ -96,7 +96,8 @@ fn main() -> ExitCode {
     }
 }
 
-/// A client command's failure is one line, `error: …`. A closed stdout (`ls | head`) is not
+/// A client command's failure is one line, `error: …`, cleaned as every server text the
+/// client prints (its messages carry the server's own). A closed stdout (`ls | head`) is not
 /// a failure: the reader had what it wanted.
 fn client_exit(result: anyhow::Result<()>) -> ExitCode {
     match result {
@@ -110,7 +111,7 @@ fn client_exit(result: anyhow::Result<()>) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", client::clean(&format!("{e:#}")));
             ExitCode::FAILURE
         }
     }
@@ -121,13 +122,27 @@ fn init_logging(level: &str) {
     // rmcp logs every error response at WARN; a client asking for a missing file is routine,
     // so rmcp's own service chatter is kept to real errors unless RUST_LOG says otherwise.
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new(format!("{level},rmcp::service=error,async_nats=warn"))
+        tracing_subscriber::EnvFilter::new(format!(
+            "{},rmcp::service=error,async_nats=warn",
+            level_directives(level)
+        ))
     });
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(filter)
         .with_ansi(false)
         .init();
+}
+
+/// `--log-level` as filter directives. At debug and trace only our own crates (the binary and
+/// the `mcpr_*` libraries; a target matches a directive by prefix) say more: the
+/// dependencies' debug output (hyper, h2, rustls, sqlx, gix…) would bury ours, so they stay
+/// at warn. RUST_LOG, when set, replaces all of this.
+fn level_directives(level: &str) -> String {
+    match level {
+        "debug" | "trace" => format!("warn,mcp_resources={level},mcpr_={level}"),
+        _ => level.to_owned(),
+    }
 }
 
 fn load_config(paths: Vec<PathBuf>, config: Option<PathBuf>) -> anyhow::Result<Config> {
@@ -173,7 +188,39 @@ async fn build_providers(cfg: &Config) -> anyhow::Result<Vec<ScopedProvider>> {
         }
         providers.push((p, m.scope.clone()));
     }
+    refuse_nested_roots(&providers)?;
     Ok(providers)
+}
+
+/// Refuse a directory (or bucket prefix) mount inside another: the outer one lists every
+/// file of the inner one too, under the same URI, so a listing would show each twice and
+/// which mount answers a read would depend on the longest prefix, not on what was listed.
+/// Only kinds whose one prefix is a root that lists everything under it are compared; git's
+/// `git://@name` beside a short-form `git://` mount, say, does not overlap.
+fn refuse_nested_roots(providers: &[ScopedProvider]) -> anyhow::Result<()> {
+    let roots: Vec<(&str, &str)> = providers
+        .iter()
+        .filter(|(p, _)| matches!(p.info().kind, "files" | "s3"))
+        .flat_map(|(p, _)| {
+            let info = p.info();
+            info.uri_prefixes
+                .iter()
+                .map(move |prefix| (prefix.as_str(), info.label.as_str()))
+        })
+        .collect();
+    for (outer, outer_label) in &roots {
+        for (inner, inner_label) in &roots {
+            let Some(rest) = inner.strip_prefix(outer) else {
+                continue;
+            };
+            if !rest.is_empty() && (outer.ends_with('/') || rest.starts_with('/')) {
+                anyhow::bail!(
+                    "mount {inner_label} ({inner}) is inside mount {outer_label} ({outer}): each file under it would be listed twice with the same URI; serve only one of the two"
+                );
+            }
+        }
+    }
+    Ok(())
 }
 
 fn serve(

@@ -609,3 +609,39 @@ fn a_watch_whose_server_goes_away_says_so() {
         assert!(err.starts_with("error: "), "{protocol}: {err}");
     }
 }
+
+/// A URI the server will not watch is warned about and the others are watched, the same in
+/// both eras (a refused `resources/subscribe`, or a URI the listen's acknowledgment leaves
+/// out); when every URI is refused the watch ends at once, exit 1, instead of waiting for
+/// notifications that cannot come.
+#[test]
+fn watch_warns_about_refused_uris_and_fails_when_nothing_is_watched() {
+    let t = Tree::new();
+    let refused = "file:///no-such-mount/x.txt";
+    let uri = t.uri("a.txt");
+    let warning = format!("warning: the server will not watch {refused}: ");
+    for (protocol, _) in ERAS {
+        let out = run(t.client(&["watch", "--protocol", protocol, refused]));
+        assert_eq!(out.code, Some(1), "{protocol}: {out:?}");
+        let lines: Vec<&str> = out.stderr.lines().collect();
+        assert_eq!(lines.len(), 2, "{protocol}: {}", out.stderr);
+        assert!(lines[0].starts_with(&warning), "{protocol}: {}", out.stderr);
+        assert_eq!(
+            lines[1], "error: nothing to watch: the server refused every URI given",
+            "{protocol}"
+        );
+
+        let watch = Lines::spawn(t.client(&["watch", "--protocol", protocol, refused, &uri]));
+        let mut n = 0;
+        watch.poke_until(
+            || {
+                n += 1;
+                std::fs::write(t.root.join("a.txt"), format!("{protocol} {n}\n")).unwrap();
+            },
+            |l| l == format!("updated {uri}"),
+        );
+        let err = watch.stderr();
+        assert_eq!(err.lines().count(), 1, "{protocol}: {err}");
+        assert!(err.starts_with(&warning), "{protocol}: {err}");
+    }
+}

@@ -25,10 +25,12 @@ use rmcp::model::{
     UnsubscribeRequestParams,
 };
 use rmcp::service::{RequestContext, RoleServer, SubscriptionContext};
+use rmcp::transport::streamable_http_server::session::SessionRestoreMarker;
 use rmcp::{ErrorData, Peer, ServerHandler};
 
 use crate::errors::to_mcp_error;
 use crate::http::{Grant, Identity};
+use crate::layers::metered_rpc;
 use crate::registry::Notice;
 use crate::router::Router;
 use crate::service::{ChangeTokens, CompletionRef, Service, Subscriber};
@@ -562,32 +564,44 @@ impl ServerHandler for McpHandler {
         request: InitializeRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<InitializeResult, ErrorData> {
-        ctx.peer.set_peer_info(request.clone());
-        // Legacy clients cannot opt in or out of list_changed: the capability promises it.
-        // Registering here, before the answer, means no change after the client's first
-        // listing can be missed; the watches start in the background and `list_resources`
-        // waits for them.
-        let grant = grant_of(&ctx.extensions);
-        // A roaming session hears of list changes from the replica holding its stream.
-        if self.service.reports_list_changes() && self.hub.is_none() {
-            let id = self.legacy_subscriber(&ctx.peer, grant);
-            self.service.listen_for_list_changes(id);
+        let answer = async {
+            ctx.peer.set_peer_info(request.clone());
+            // Legacy clients cannot opt in or out of list_changed: the capability promises
+            // it. Registering here, before the answer, means no change after the client's
+            // first listing can be missed; the watches start in the background and
+            // `list_resources` waits for them.
+            let grant = grant_of(&ctx.extensions);
+            // A roaming session hears of list changes from the replica holding its stream.
+            if self.service.reports_list_changes() && self.hub.is_none() {
+                let id = self.legacy_subscriber(&ctx.peer, grant);
+                self.service.listen_for_list_changes(id);
+            }
+            let mut result = self.negotiate_initialize(&request)?;
+            result.instructions = Some(instructions(self.service.state().router(), grant));
+            Ok(result)
+        };
+        // A session restored on this replica replays its stored `initialize`: no client
+        // asked anything, so nothing is counted.
+        if ctx.extensions.get::<SessionRestoreMarker>().is_some() {
+            answer.await
+        } else {
+            metered_rpc(self.service.state().metrics(), "initialize", answer).await
         }
-        let mut result = self.negotiate_initialize(&request)?;
-        result.instructions = Some(instructions(self.service.state().router(), grant));
-        Ok(result)
     }
 
     async fn discover(&self, ctx: RequestContext<RoleServer>) -> Result<DiscoverResult, ErrorData> {
-        let mut info = self.get_info();
-        info.instructions = Some(instructions(
-            self.service.state().router(),
-            grant_of(&ctx.extensions),
-        ));
-        Ok(DiscoverResult::from_server_info(
-            self.supported_protocol_versions().into_owned(),
-            info,
-        ))
+        metered_rpc(self.service.state().metrics(), "server/discover", async {
+            let mut info = self.get_info();
+            info.instructions = Some(instructions(
+                self.service.state().router(),
+                grant_of(&ctx.extensions),
+            ));
+            Ok(DiscoverResult::from_server_info(
+                self.supported_protocol_versions().into_owned(),
+                info,
+            ))
+        })
+        .await
     }
 
     fn accepted_subscription_filter(

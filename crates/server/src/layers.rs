@@ -212,6 +212,23 @@ pub(crate) async fn metered<T>(
     result
 }
 
+/// [`metered`] for a method the handler answers itself (`initialize`, `server/discover`),
+/// whose errors are already JSON-RPC errors: the same series, the outcome from their code.
+pub(crate) async fn metered_rpc<T>(
+    metrics: &Metrics,
+    method: &'static str,
+    fut: impl Future<Output = std::result::Result<T, rmcp::ErrorData>>,
+) -> std::result::Result<T, rmcp::ErrorData> {
+    let start = Instant::now();
+    let result = fut.await;
+    let outcome = match &result {
+        Ok(_) => "ok",
+        Err(e) => crate::metrics::outcome_of(e.code.0),
+    };
+    metrics.record(method, outcome, start.elapsed());
+    result
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,6 +9,7 @@ use std::time::Duration;
 /// The MCP methods counted separately; anything else is `other`.
 pub const METHODS: &[&str] = &[
     "initialize",
+    "server/discover",
     "resources/list",
     "resources/templates/list",
     "resources/read",

@@ -190,7 +190,7 @@ impl Listen {
 }
 
 /// Whether a caller holding `grant` may see `mount`.
-fn visible(grant: Option<&Grant>, mount: &Mount) -> bool {
+pub(crate) fn visible(grant: Option<&Grant>, mount: &Mount) -> bool {
     grant.is_none_or(|g| g.allows(mount.scope.as_deref()))
 }
 

@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 use crate::errors::to_mcp_error;
 use crate::handler::{contents_of, resource_of};
 use crate::http::Grant;
-use crate::service::{CompletionRef, Service};
+use crate::service::{CompletionRef, Service, visible};
 use crate::{SCAN_MAX_PAGES, Settings};
 
 /// The tool names, as `tools/list` gives them.
@@ -369,9 +369,7 @@ async fn templates(service: &Service, grant: Option<&Grant>) -> Result<CallToolR
         .map(|t| {
             // A template that does not parse offers no arguments rather than failing the
             // whole list; providers' templates are checked by the behaviour suite.
-            let arguments: Vec<String> = UriTemplate::parse(&t.uri_template)
-                .map(|p| p.variables().into_iter().map(str::to_owned).collect())
-                .unwrap_or_default();
+            let arguments = template_arguments(&t.uri_template);
             let mut v = json!({
                 "uriTemplate": t.uri_template,
                 "name": t.name,
@@ -403,11 +401,52 @@ struct CompleteArgs {
     context: Option<BTreeMap<String, String>>,
 }
 
+/// The variables of `template`, as list_resource_templates gives them as `arguments`: a
+/// template that does not parse offers none.
+fn template_arguments(template: &str) -> Vec<String> {
+    UriTemplate::parse(template)
+        .map(|p| p.variables().into_iter().map(str::to_owned).collect())
+        .unwrap_or_default()
+}
+
 async fn complete(
     service: &Service,
     grant: Option<&Grant>,
     args: CompleteArgs,
 ) -> Result<CallToolResult, ErrorData> {
+    // Checked here rather than left to completion/complete, whose message points at
+    // resources/templates/list, a method a tools-only client cannot call; and whose answer to
+    // an argument the template does not have is an empty list, which reads as "no value
+    // matches" when the name is what is wrong.
+    let known = service
+        .state()
+        .router()
+        .route_template(&args.template)
+        .is_some_and(|m| visible(grant, m));
+    if !known {
+        return Err(ErrorData::invalid_params(
+            format!(
+                "no resource template {:?}; {TEMPLATES} lists the templates of this server, exactly as this argument takes them, with their arguments",
+                args.template
+            ),
+            None,
+        ));
+    }
+    let arguments = template_arguments(&args.template);
+    if !arguments.contains(&args.argument) {
+        let has = if arguments.is_empty() {
+            "it has none".to_owned()
+        } else {
+            format!("its arguments are {}", arguments.join(", "))
+        };
+        return Err(ErrorData::invalid_params(
+            format!(
+                "template {:?} has no argument {:?}; {has}",
+                args.template, args.argument
+            ),
+            None,
+        ));
+    }
     let done = service
         .complete(
             grant,

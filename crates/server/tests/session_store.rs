@@ -33,11 +33,20 @@ impl SessionStore for MemoryStore {
 }
 
 async fn replica(root: &std::path::Path, store: Option<Arc<dyn SessionStore>>) -> String {
+    replica_with_state(root, store).await.0
+}
+
+/// A replica's endpoint and its state (for its metrics).
+async fn replica_with_state(
+    root: &std::path::Path,
+    store: Option<Arc<dyn SessionStore>>,
+) -> (String, Arc<ServerState>) {
     let provider: Arc<dyn Provider> = Arc::new(FilesProvider::new(FilesConfig::new(root)).unwrap());
     let state = ServerState::new(Settings::default(), vec![provider]);
     let mut http = HttpSettings::new("127.0.0.1:0".parse().unwrap());
     http.session_store = store;
-    format!("{}/mcp", common::spawn_http(state, http).await)
+    let url = format!("{}/mcp", common::spawn_http(state.clone(), http).await);
+    (url, state)
 }
 
 async fn post(url: &str, session: Option<&str>, message: Value) -> reqwest::Response {
@@ -101,6 +110,25 @@ async fn a_session_created_on_one_replica_continues_on_another_through_the_store
     // A replica without the store does not know the session.
     let resp = post(&alone, Some(&id), list()).await;
     assert_eq!(resp.status(), 404, "{}", resp.text().await.unwrap());
+}
+
+/// rmcp replays the stored `initialize` to restore a session on another replica: no client
+/// asked for it there, so that replica's `/metrics` does not count it.
+#[tokio::test]
+async fn a_restored_session_is_not_counted_as_an_initialize() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let store: Arc<dyn SessionStore> = Arc::new(MemoryStore::default());
+    let (a, a_state) = replica_with_state(&root, Some(store.clone())).await;
+    let (b, b_state) = replica_with_state(&root, Some(store)).await;
+    let id = initialize(&a).await;
+    let resp = post(&b, Some(&id), list()).await;
+    assert_eq!(resp.status(), 200);
+    let _ = resp.text().await;
+    assert_eq!(a_state.metrics().count("initialize", "ok"), 1);
+    assert_eq!(b_state.metrics().count("initialize", "ok"), 0);
+    assert_eq!(b_state.metrics().count("resources/list", "ok"), 1);
 }
 
 #[test]

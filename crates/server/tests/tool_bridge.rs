@@ -391,6 +391,87 @@ async fn every_tool_in_both_eras() {
     }
 }
 
+/// A tools-only client cannot call resources/templates/list: a completion of an unknown
+/// template sends it to the bridge's own list_resource_templates; an argument the template
+/// does not have is an error naming the ones it has, not an empty list that reads as "no
+/// value matches".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completion_errors_point_a_tools_only_client_at_tools_it_can_call() {
+    let t = tree();
+    let state = state(&t, 25, true);
+    for modern in [false, true] {
+        let client = connect(&state, modern).await;
+        let msg = error_of(
+            &call(
+                &client,
+                "complete_resource_argument",
+                json!({"template": "nope://{x}", "argument": "x"}),
+            )
+            .await
+            .unwrap(),
+        );
+        assert!(
+            msg.contains("no resource template \"nope://{x}\"")
+                && msg.contains("list_resource_templates"),
+            "{msg}"
+        );
+        assert!(!msg.contains("resources/templates/list"), "{msg}");
+
+        let templates = json_of(
+            &call(&client, "list_resource_templates", json!({}))
+                .await
+                .unwrap(),
+        );
+        let first = &templates["resourceTemplates"][0];
+        let template = first["uriTemplate"].as_str().unwrap();
+        let arguments: Vec<&str> = first["arguments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        assert!(
+            !arguments.is_empty() && !arguments.contains(&"pth"),
+            "{first}"
+        );
+        let msg = error_of(
+            &call(
+                &client,
+                "complete_resource_argument",
+                json!({"template": template, "argument": "pth", "value": ""}),
+            )
+            .await
+            .unwrap(),
+        );
+        assert_eq!(
+            msg,
+            format!(
+                "template {template:?} has no argument \"pth\"; its arguments are {}",
+                arguments.join(", ")
+            )
+        );
+        // A real argument still completes.
+        let done = json_of(
+            &call(
+                &client,
+                "complete_resource_argument",
+                json!({"template": template, "argument": arguments[0], "value": "no"}),
+            )
+            .await
+            .unwrap(),
+        );
+        assert!(
+            done["values"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|v| v.as_str().unwrap().contains("notes.md")),
+            "{done}"
+        );
+        client.cancel().await.unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn search_does_bounded_work_per_call_and_continues() {
     let t = tree();
@@ -605,6 +686,27 @@ async fn tools_see_only_the_mounts_a_token_allows() {
     let fin_root = encode_path_uri(&fin.path().canonicalize().unwrap());
     let templates = body["result"]["structuredContent"]["resourceTemplates"].to_string();
     assert!(!templates.contains(&fin_root), "{templates}");
+    // A template of a mount the token cannot see is one the server does not have.
+    let hidden = format!("{fin_root}/{{+path}}");
+    for (token, known) in [("docs-only", false), ("all", true)] {
+        let (_, body) = post(
+            &url,
+            token,
+            "tools/call",
+            tool(
+                "complete_resource_argument",
+                json!({"template": hidden, "argument": "path", "value": "led"}),
+            ),
+        )
+        .await;
+        let text = body["result"]["content"][0]["text"].as_str().unwrap();
+        if known {
+            assert!(text.contains("ledger.csv"), "{token}: {body}");
+        } else {
+            assert_eq!(body["result"]["isError"], true, "{body}");
+            assert!(text.starts_with("no resource template"), "{body}");
+        }
+    }
 
     // 2026-07-28 over HTTP: the bridge's list is publicly cacheable; prompts are 404.
     let (status, body) = post(&url, "docs-only", "tools/list", json!({})).await;

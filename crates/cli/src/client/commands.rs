@@ -11,7 +11,7 @@ use clap::Subcommand;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use super::output::{clean, field, human_size, json_line, raw_line, table};
+use super::output::{clean, clean_text, field, human_size, json_line, raw_line, table};
 use super::transport::Inbound;
 use super::{Connect, Era, Session};
 
@@ -272,6 +272,7 @@ fn parsed(item: &RawValue) -> anyhow::Result<Value> {
 
 async fn ls(s: &Session, prefix: Option<&str>, json: bool) -> anyhow::Result<()> {
     let stdout = std::io::stdout();
+    let terminal = stdout.is_terminal();
     let mut rows = Vec::new();
     paginate(s, "resources/list", "resources", |item| {
         let r = parsed(item)?;
@@ -281,7 +282,7 @@ async fn ls(s: &Session, prefix: Option<&str>, json: bool) -> anyhow::Result<()>
         }
         if json {
             // Streamed page by page: a consumer sees the first resources at once.
-            raw_line(&mut stdout.lock(), item)?;
+            raw_line(&mut stdout.lock(), item, terminal)?;
         } else {
             rows.push(vec![
                 clean(uri),
@@ -307,10 +308,11 @@ async fn ls(s: &Session, prefix: Option<&str>, json: bool) -> anyhow::Result<()>
 
 async fn templates(s: &Session, json: bool) -> anyhow::Result<()> {
     let stdout = std::io::stdout();
+    let terminal = stdout.is_terminal();
     let mut rows = Vec::new();
     paginate(s, "resources/templates/list", "resourceTemplates", |item| {
         if json {
-            raw_line(&mut stdout.lock(), item)?;
+            raw_line(&mut stdout.lock(), item, terminal)?;
         } else {
             let t = parsed(item)?;
             rows.push(vec![
@@ -390,21 +392,38 @@ async fn cat(s: &Session, uri: &str, output: Option<PathBuf>) -> anyhow::Result<
         return Ok(());
     }
     let stdout = std::io::stdout();
-    if stdout.is_terminal()
-        && let Some(p) = parts.iter().find(|p| p.binary)
-    {
+    let terminal = stdout.is_terminal();
+    if terminal && let Some(p) = parts.iter().find(|p| p.binary) {
         bail!(
-            "{uri} is binary ({}, {}): not printed on a terminal; write it to a file with -o FILE or redirect stdout",
-            p.mime.as_deref().unwrap_or("no MIME type"),
+            "{} is binary ({}, {}): not printed on a terminal; write it to a file with -o FILE or redirect stdout",
+            clean(uri),
+            mime_shown(p),
             human_size(p.bytes.len() as u64)
         );
     }
     let mut out = stdout.lock();
     for p in &parts {
-        out.write_all(&p.bytes)?;
+        write_text(&mut out, p, terminal)?;
     }
     out.flush()?;
     Ok(())
+}
+
+/// A part's MIME type for a note about it, cleaned of what a terminal would act on.
+fn mime_shown(p: &Part) -> String {
+    p.mime
+        .as_deref()
+        .map_or_else(|| "no MIME type".to_owned(), clean)
+}
+
+/// A text part as the server sent it; on a terminal, cleaned of control and bidirectional
+/// characters (its lines and tabs kept): what a pipe or a file gets stays byte for byte.
+fn write_text(out: &mut impl std::io::Write, p: &Part, terminal: bool) -> std::io::Result<()> {
+    if terminal {
+        out.write_all(clean_text(&String::from_utf8_lossy(&p.bytes)).as_bytes())
+    } else {
+        out.write_all(&p.bytes)
+    }
 }
 
 /// `--arg NAME=VALUE` pairs into `context.arguments`.
@@ -442,9 +461,10 @@ async fn complete(
     let completion = result
         .get("completion")
         .context("the server's completion/complete answer has no `completion`")?;
+    let terminal = std::io::stdout().is_terminal();
     let mut out = std::io::stdout().lock();
     if json {
-        json_line(&mut out, completion)?;
+        json_line(&mut out, completion, terminal)?;
         return Ok(());
     }
     let values = completion
@@ -504,11 +524,28 @@ async fn watch(
         }
         // The stream first, so that no update between a subscribe and its stream is lost.
         session.open_notification_stream().await?;
+        // A refused URI is warned about and the others are watched, as a 2026-07-28 listen
+        // does with the URIs its acknowledgment leaves out.
+        let mut watched = 0;
         for uri in uris {
-            session
+            match session
                 .request("resources/subscribe", json!({ "uri": uri }))
                 .await
-                .with_context(|| format!("cannot subscribe to {uri}"))?;
+            {
+                Ok(_) => watched += 1,
+                Err(e) => eprintln!(
+                    "warning: the server will not watch {}: {}",
+                    clean(uri),
+                    clean(&format!("{e:#}"))
+                ),
+            }
+        }
+        if watched == 0 {
+            let outcome = Err(nothing_watched());
+            if let Ok(session) = Arc::try_unwrap(session) {
+                session.close().await;
+            }
+            return outcome;
         }
     }
 
@@ -569,7 +606,12 @@ async fn watch_loop(
             .unwrap_or_default();
         let params = notification.get("params").cloned().unwrap_or_default();
         match method {
-            "notifications/subscriptions/acknowledged" => warn_unhonoured(&params, uris),
+            "notifications/subscriptions/acknowledged" => {
+                let watched = warn_unhonoured(&params, uris);
+                if watched == 0 {
+                    return Err(nothing_watched());
+                }
+            }
             "notifications/resources/updated" => {
                 let uri = params
                     .get("uri")
@@ -578,9 +620,10 @@ async fn watch_loop(
                 print_update(session, method, uri, read, json).await?;
             }
             "notifications/resources/list_changed" => {
+                let terminal = std::io::stdout().is_terminal();
                 let mut out = std::io::stdout().lock();
                 if json {
-                    json_line(&mut out, &json!({ "method": method }))?;
+                    json_line(&mut out, &json!({ "method": method }), terminal)?;
                 } else {
                     writeln!(out, "list_changed")?;
                 }
@@ -593,17 +636,31 @@ async fn watch_loop(
 
 /// The acknowledgement of a listen names the subset the server honours; a URI it left out
 /// will never be reported, which the user should know now rather than wonder later.
-fn warn_unhonoured(params: &Value, uris: &[String]) {
+/// Returns how many of `uris` are watched.
+fn warn_unhonoured(params: &Value, uris: &[String]) -> usize {
     let honoured: HashSet<&str> = params
         .pointer("/notifications/resourceSubscriptions")
         .and_then(Value::as_array)
         .map(|a| a.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
+    let mut watched = 0;
     for uri in uris {
-        if !honoured.contains(uri.as_str()) {
-            eprintln!("warning: the server does not watch {}", clean(uri));
+        if honoured.contains(uri.as_str()) {
+            watched += 1;
+        } else {
+            eprintln!(
+                "warning: the server will not watch {}: its acknowledgment of the listen leaves it out",
+                clean(uri)
+            );
         }
     }
+    watched
+}
+
+/// Why a watch ends when the server refused every URI given (each already warned about):
+/// waiting on would print nothing, ever.
+fn nothing_watched() -> anyhow::Error {
+    anyhow!("nothing to watch: the server refused every URI given")
 }
 
 async fn print_update(
@@ -624,6 +681,7 @@ async fn print_update(
     } else {
         None
     };
+    let terminal = std::io::stdout().is_terminal();
     let mut out = std::io::stdout().lock();
     if json {
         let mut line = json!({ "method": method, "uri": uri });
@@ -634,7 +692,7 @@ async fn print_update(
             Some(Err(e)) => line["error"] = json!(format!("{e:#}")),
             None => {}
         }
-        json_line(&mut out, &line)?;
+        json_line(&mut out, &line, terminal)?;
     } else {
         writeln!(out, "updated {}", clean(uri))?;
         match contents {
@@ -645,21 +703,25 @@ async fn print_update(
                             writeln!(
                                 out,
                                 "(binary, {}, {})",
-                                p.mime.as_deref().unwrap_or("no MIME type"),
+                                mime_shown(&p),
                                 human_size(p.bytes.len() as u64)
                             )?;
                         } else {
-                            out.write_all(&p.bytes)?;
+                            write_text(&mut out, &p, terminal)?;
                             if !p.bytes.ends_with(b"\n") {
                                 writeln!(out)?;
                             }
                         }
                     }
                 }
-                Err(e) => eprintln!("error: {e:#}"),
+                Err(e) => eprintln!("error: {}", clean(&format!("{e:#}"))),
             },
             // A resource that vanished or failed to read is reported, and watching goes on.
-            Some(Err(e)) => eprintln!("error: cannot read {}: {e:#}", clean(uri)),
+            Some(Err(e)) => eprintln!(
+                "error: cannot read {}: {}",
+                clean(uri),
+                clean(&format!("{e:#}"))
+            ),
             None => {}
         }
     }

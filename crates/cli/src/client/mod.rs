@@ -10,6 +10,8 @@ pub(crate) mod commands;
 mod output;
 mod transport;
 
+pub(crate) use output::clean;
+
 use std::ffi::OsString;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;

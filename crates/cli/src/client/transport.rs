@@ -459,11 +459,17 @@ fn finish(
     let _ = inbound.send(Inbound::Ended(reason));
 }
 
-/// The start of a line for an error message, without control characters.
+/// The start of a line for an error message, what a terminal would act on made blanks.
 fn snippet(line: &str) -> String {
     let clean: String = line
         .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
+        .map(|c| {
+            if super::output::unsafe_on_terminal(c) {
+                ' '
+            } else {
+                c
+            }
+        })
         .take(200)
         .collect();
     clean.trim().to_owned()

@@ -1,0 +1,162 @@
+//! `serve` as a user starts it: mounts that would serve the same URIs are refused before
+//! anything is served, and `--log-level` decides whose logs reach stderr.
+
+mod client_common;
+
+use std::io::Write as _;
+use std::process::{Command, Stdio};
+
+use client_common::{bin, client_stdio, run};
+
+/// `serve DIR DIR/reports` would list every report twice under one URI: refused, both named,
+/// in either order, from the command line and from a config file; a sibling that only shares
+/// the start of the name (`DIR-old`) is not inside and is served.
+#[test]
+fn nested_roots_are_refused_naming_both() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().canonicalize().unwrap();
+    let docs = base.join("docs");
+    let reports = docs.join("reports");
+    let sibling = base.join("docs-old");
+    std::fs::create_dir_all(&reports).unwrap();
+    std::fs::create_dir_all(&sibling).unwrap();
+    std::fs::write(reports.join("q1.md"), "q1").unwrap();
+    std::fs::write(sibling.join("old.md"), "old").unwrap();
+    let (docs_s, reports_s) = (docs.display().to_string(), reports.display().to_string());
+
+    for order in [[&docs_s, &reports_s], [&reports_s, &docs_s]] {
+        let mut cmd = Command::new(bin());
+        cmd.args(["serve", order[0], order[1]]);
+        let out = run(cmd);
+        assert_eq!(out.code, Some(1), "{out:?}");
+        assert!(
+            out.stderr
+                .contains(&format!("mount {reports_s} (file://{reports_s})"))
+                && out
+                    .stderr
+                    .contains(&format!("inside mount {docs_s} (file://{docs_s})"))
+                && out.stderr.contains("listed twice"),
+            "{}",
+            out.stderr
+        );
+    }
+
+    let config = base.join("nested.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[mount]]\nkind = \"files\"\nroot = \"{reports_s}\"\n[[mount]]\nkind = \"files\"\nroot = \"{docs_s}\"\n"
+        ),
+    )
+    .unwrap();
+    let mut cmd = Command::new(bin());
+    cmd.arg("check-config").arg(&config);
+    let out = run(cmd);
+    assert_eq!(out.code, Some(1), "{out:?}");
+    assert!(out.stderr.contains("is inside mount"), "{}", out.stderr);
+
+    let listed = run(client_stdio(
+        &["ls"],
+        &[
+            "serve",
+            "--log-level",
+            "warn",
+            &docs_s,
+            &sibling.display().to_string(),
+        ],
+    ))
+    .ok();
+    assert!(
+        listed.contains("reports/q1.md") && listed.contains("docs-old/old.md"),
+        "{listed}"
+    );
+}
+
+/// The level and target of each log line (`TIMESTAMP LEVEL target: message`).
+fn log_lines(stderr: &str) -> Vec<(String, String)> {
+    stderr
+        .lines()
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            let _time = words.next()?;
+            let level = words.next()?;
+            if !matches!(level, "TRACE" | "DEBUG" | "INFO" | "WARN" | "ERROR") {
+                return None;
+            }
+            // Spans come before the target; the target is the first word ending in ':' that
+            // is not a span (`name{…}:`).
+            let target = words.find(|w| w.ends_with(':') && !w.contains('{'))?;
+            Some((level.to_owned(), target.trim_end_matches(':').to_owned()))
+        })
+        .collect()
+}
+
+fn ours(target: &str) -> bool {
+    target.starts_with("mcp_resources") || target.starts_with("mcpr_")
+}
+
+/// A stdio server at `--log-level debug` (and `RUST_LOG` as given) that answers a
+/// handshake, a listing and a read; its stderr.
+fn debug_session(rust_log: Option<&str>) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.md"), "# a\n").unwrap();
+    let uri = format!(
+        "file://{}/a.md",
+        dir.path().canonicalize().unwrap().display()
+    );
+    let mut cmd = Command::new(bin());
+    cmd.args(["serve", "--log-level", "debug"])
+        .arg(dir.path())
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(f) = rust_log {
+        cmd.env("RUST_LOG", f);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    for line in [
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#.to_owned(),
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_owned(),
+        r#"{"jsonrpc":"2.0","id":2,"method":"resources/list","params":{}}"#.to_owned(),
+        format!(r#"{{"jsonrpc":"2.0","id":3,"method":"resources/read","params":{{"uri":"{uri}"}}}}"#),
+    ] {
+        writeln!(stdin, "{line}").unwrap();
+    }
+    // The answers first: closing stdin before them could end the session unanswered.
+    let stdout = child.stdout.take().unwrap();
+    let answers = std::io::BufRead::lines(std::io::BufReader::new(stdout))
+        .map_while(Result::ok)
+        .take(3)
+        .count();
+    assert_eq!(answers, 3);
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// `--log-level debug` is our crates' debug lines, not every dependency's; `RUST_LOG` still
+/// decides when set.
+#[test]
+fn debug_logs_are_ours_and_dependencies_stay_at_warn() {
+    let stderr = debug_session(None);
+    let lines = log_lines(&stderr);
+    assert!(
+        lines.iter().any(|(l, t)| l == "DEBUG" && ours(t)),
+        "no debug line of ours: {stderr}"
+    );
+    let theirs: Vec<_> = lines
+        .iter()
+        .filter(|(l, t)| !ours(t) && matches!(l.as_str(), "DEBUG" | "TRACE" | "INFO"))
+        .collect();
+    assert!(theirs.is_empty(), "{theirs:?}\n{stderr}");
+
+    let stderr = debug_session(Some("debug"));
+    assert!(
+        log_lines(&stderr)
+            .iter()
+            .any(|(l, t)| l == "DEBUG" && !ours(t)),
+        "RUST_LOG=debug shows the dependencies' debug lines too: {stderr}"
+    );
+}
