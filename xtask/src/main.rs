@@ -517,30 +517,36 @@ fn node22(root: &Path) -> Result<PathBuf, String> {
 }
 
 /// The reference server the terminal client is tested against (`crates/cli/tests/
-/// client_everything.rs` looks for this version in `.cache/node22`).
-const CLIENT_TEST_SERVER: &str = "@modelcontextprotocol/server-everything@2026.8.31";
+/// client_everything.rs` looks for this version in `.cache/node22`), and the MCP Inspector
+/// whose README command `crates/cli/tests/readme.rs` runs.
+const CLIENT_TEST_PACKAGES: &[&str] = &[
+    "@modelcontextprotocol/server-everything@2026.8.31",
+    "@modelcontextprotocol/inspector@2.12.0",
+];
 
-/// Node 22 and [`CLIENT_TEST_SERVER`] in `.cache/node22`, installed from the npm registry
+/// Node 22 and [`CLIENT_TEST_PACKAGES`] in `.cache/node22`, installed from the npm registry
 /// unless that version is already there.
 fn client_test_server(root: &Path) -> Result<(), String> {
     node22(root)?;
     let prefix = root.join(".cache/node22");
-    let (name, version) = CLIENT_TEST_SERVER.rsplit_once('@').expect("pinned");
-    let installed =
-        std::fs::read_to_string(prefix.join("node_modules").join(name).join("package.json"))
-            .is_ok_and(|p| p.contains(&format!("\"version\": \"{version}\"")));
-    if !installed {
-        run(Command::new("npm")
-            .args([
-                "install",
-                "--no-audit",
-                "--no-fund",
-                "--silent",
-                "--save-exact",
-            ])
-            .arg("--prefix")
-            .arg(&prefix)
-            .arg(CLIENT_TEST_SERVER))?;
+    for package in CLIENT_TEST_PACKAGES {
+        let (name, version) = package.rsplit_once('@').expect("pinned");
+        let installed =
+            std::fs::read_to_string(prefix.join("node_modules").join(name).join("package.json"))
+                .is_ok_and(|p| p.contains(&format!("\"version\": \"{version}\"")));
+        if !installed {
+            run(Command::new("npm")
+                .args([
+                    "install",
+                    "--no-audit",
+                    "--no-fund",
+                    "--silent",
+                    "--save-exact",
+                ])
+                .arg("--prefix")
+                .arg(&prefix)
+                .arg(package))?;
+        }
     }
     Ok(())
 }

@@ -67,6 +67,9 @@ pub struct Mount {
     /// Whether every replica of a cluster sees the same source, so one replica watches it
     /// for all: always for databases, git, HTTP and S3; `shared = true` for files.
     pub shared: bool,
+    /// Where the mount was declared, to prefix the errors of opening it as parse errors are:
+    /// `team.toml:12: mount 2 (git)`, or `serve argument ./docs`.
+    pub origin: String,
 }
 
 /// `[http]`: the Streamable HTTP transport.
@@ -223,13 +226,13 @@ pub fn parse(
     let DeValue::Array(list) = mounts.into_inner() else {
         return file.err(mounts_span, "mount", "write mounts as [[mount]] tables");
     };
-    for m in list {
+    for (i, m) in list.into_iter().enumerate() {
         let span = m.span();
         let DeValue::Table(table) = m.into_inner() else {
             return file.err(span, "mount", "write mounts as [[mount]] tables");
         };
         cfg.mounts
-            .push(mount(&file, registry, Spanned::new(span, table))?);
+            .push(mount(&file, registry, i + 1, Spanned::new(span, table))?);
     }
     Ok(cfg)
 }
@@ -276,6 +279,7 @@ fn server_config(
 fn mount(
     file: &ConfigFile<'_>,
     registry: &ProviderRegistry,
+    number: usize,
     table: Spanned<DeTable<'_>>,
 ) -> Result<Mount, ConfigError> {
     let span = table.span();
@@ -331,6 +335,11 @@ fn mount(
     let common = MountCommon {
         cache: cache_hints(file, &shared)?,
     };
+    let origin = format!(
+        "{}:{}: mount {number} ({kind_s})",
+        file.path().display(),
+        file.line(kind_span.start)
+    );
     let table = MountTable::new(
         file,
         Spanned::new(kind_span, kind_s),
@@ -341,6 +350,7 @@ fn mount(
         spec: Arc::from(spec),
         scope,
         shared: is_shared,
+        origin,
     })
 }
 
@@ -447,15 +457,9 @@ fn http_config(cx: &ConfigFile<'_>, h: RawHttp) -> Result<HttpConfig, ConfigErro
     let mut out = HttpConfig::default();
     if let Some(v) = &h.listen {
         let s = cx.expand(v, "http.listen")?;
-        out.listen = Some(match s.parse() {
+        out.listen = Some(match parse_listen(&s) {
             Ok(a) => a,
-            Err(_) => {
-                return cx.err(
-                    v.span(),
-                    "http.listen",
-                    format!("{s:?} is not an address like 127.0.0.1:8080"),
-                );
-            }
+            Err(e) => return cx.err(v.span(), "http.listen", e),
         });
     }
     if let Some(v) = &h.path {
@@ -576,6 +580,23 @@ fn http_config(cx: &ConfigFile<'_>, h: RawHttp) -> Result<HttpConfig, ConfigErro
     Ok(out)
 }
 
+/// An address to listen on, `IP:PORT`. A bare port, `:PORT` or a host name (`localhost:8080`)
+/// is refused with the address to write instead: names are not looked up, and a bare port
+/// would leave open whether every interface was meant.
+pub fn parse_listen(s: &str) -> Result<std::net::SocketAddr, String> {
+    if let Ok(a) = s.trim().parse() {
+        return Ok(a);
+    }
+    let t = s.trim();
+    let port = t.rsplit_once(':').map_or(t, |(_, p)| p).parse::<u16>().ok();
+    Err(match port {
+        Some(p) => format!(
+            "{t:?} is not an IP address and port: use 127.0.0.1:{p} (this machine only), or 0.0.0.0:{p} for every interface (which needs [http.auth])"
+        ),
+        None => format!("{t:?} is not an IP address and port like 127.0.0.1:8080"),
+    })
+}
+
 /// Resolve a token source: `env:NAME` (the variable's value) or `file:PATH` (one token per
 /// non-empty line, `#` comments allowed). Tokens never appear literally in the config, so the
 /// file can be shared and committed.
@@ -596,7 +617,10 @@ fn token_source(
         };
     }
     if let Some(path) = s.strip_prefix("file:") {
-        return match std::fs::read_to_string(path) {
+        // Relative to the config file, like every path in it.
+        let path = cx.resolve_path(path);
+        let path = path.display();
+        return match std::fs::read_to_string(path.to_string()) {
             Ok(text) => {
                 let toks: Vec<String> = text
                     .lines()

@@ -46,7 +46,7 @@ enum Command {
         config: Option<PathBuf>,
         /// Serve MCP Streamable HTTP on this address (e.g. 127.0.0.1:8080) instead of stdio;
         /// overrides `[http] listen`.
-        #[arg(long, value_name = "ADDR")]
+        #[arg(long, value_name = "ADDR", value_parser = config::parse_listen)]
         http: Option<std::net::SocketAddr>,
         /// Allow listening on a non-loopback address without `[http.auth]`; only for a
         /// reverse proxy that authenticates in front. Loudly logged.
@@ -61,10 +61,18 @@ enum Command {
               value_parser = ["off", "error", "warn", "info", "debug", "trace"])]
         log_level: String,
     },
-    /// Validate a configuration file and print the mounts it declares.
+    /// Validate a configuration file offline and print what it declares.
+    ///
+    /// Checks every key and value and opens the sources on this machine (directories,
+    /// git repositories, SQLite files, with their named queries); sources reached over the
+    /// network (PostgreSQL, MySQL, HTTP, S3) are not contacted unless `--connect` is given.
     CheckConfig {
         /// The TOML configuration file.
         file: PathBuf,
+        /// Also open every network source and list its first resource: one line per mount,
+        /// `ok` or the error; exit status 1 if any failed.
+        #[arg(long)]
+        connect: bool,
     },
     #[command(flatten)]
     Client(client::commands::ClientCommand),
@@ -84,7 +92,7 @@ fn main() -> ExitCode {
             init_logging(&log_level);
             serve(paths, config, http, insecure_no_auth, tools)
         }
-        Command::CheckConfig { file } => check_config(&file),
+        Command::CheckConfig { file, connect } => check_config(&file, connect),
         Command::Client(cmd) => return client_exit(client::commands::run(cmd)),
     };
     match result {
@@ -164,6 +172,7 @@ fn load_config(paths: Vec<PathBuf>, config: Option<PathBuf>) -> anyhow::Result<C
             spec: spec.into(),
             scope: None,
             shared: false,
+            origin: format!("serve argument {}", p.display()),
         });
     }
     anyhow::ensure!(
@@ -180,12 +189,8 @@ async fn build_providers(cfg: &Config) -> anyhow::Result<Vec<ScopedProvider>> {
     let mut providers: Vec<ScopedProvider> = Vec::new();
     let mut prefixes = std::collections::HashMap::new();
     for m in &cfg.mounts {
-        let p = m.spec.build().await.map_err(|e| anyhow::anyhow!("{e}"))?;
-        for prefix in &p.info().uri_prefixes {
-            if let Some(other) = prefixes.insert(prefix.clone(), p.info().label.clone()) {
-                anyhow::bail!("two mounts serve the same URI prefix {prefix} ({other})");
-            }
-        }
+        let p = build_mount(m).await?;
+        check_prefixes(&mut prefixes, m, &*p)?;
         providers.push((p, m.scope.clone()));
     }
     refuse_nested_roots(&providers)?;
@@ -218,6 +223,32 @@ fn refuse_nested_roots(providers: &[ScopedProvider]) -> anyhow::Result<()> {
                     "mount {inner_label} ({inner}) is inside mount {outer_label} ({outer}): each file under it would be listed twice with the same URI; serve only one of the two"
                 );
             }
+        }
+    }
+    Ok(())
+}
+
+/// Open one mount's source; an error names where the mount is declared.
+async fn build_mount(m: &Mount) -> anyhow::Result<Arc<dyn Provider>> {
+    m.spec
+        .build()
+        .await
+        .map_err(|e| anyhow::anyhow!("{}: {e}", m.origin))
+}
+
+/// Record the URI prefixes of `p` (built from `m`), refusing one that another mount already
+/// serves: the message names both mounts' declarations.
+fn check_prefixes<'a>(
+    seen: &mut std::collections::HashMap<String, &'a str>,
+    m: &'a Mount,
+    p: &dyn Provider,
+) -> anyhow::Result<()> {
+    for prefix in &p.info().uri_prefixes {
+        if let Some(other) = seen.insert(prefix.clone(), &m.origin) {
+            anyhow::bail!(
+                "{}: two mounts serve the same URI prefix {prefix}: this one and {other}",
+                m.origin
+            );
         }
     }
     Ok(())
@@ -440,26 +471,204 @@ async fn shutdown_signal() {
     }
 }
 
-fn check_config(file: &std::path::Path) -> anyhow::Result<()> {
+/// `check-config`: the file validated offline (every key and value; the sources on this
+/// machine opened, named queries included), or with `connect` every source opened and asked
+/// for its first resource. One line per mount; an empty config is refused as `serve` refuses it.
+fn check_config(file: &std::path::Path, connect: bool) -> anyhow::Result<()> {
     let cfg = config::load(file, &providers::registry())?;
+    anyhow::ensure!(
+        !cfg.mounts.is_empty(),
+        "{}: nothing to serve: the file declares no [[mount]], which `serve --config` refuses too",
+        file.display()
+    );
     // Opening some sources (databases) is async; a small runtime does it here too.
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let providers = rt.block_on(build_providers(&cfg))?;
-    println!("{}: OK", file.display());
-    println!(
-        "server: name={} page_size={} max_read_bytes={}",
-        cfg.server.name, cfg.server.page_size, cfg.server.max_read_bytes
-    );
-    for (m, (p, _)) in cfg.mounts.iter().zip(&providers) {
-        println!(
-            "mount {}: {} -> {}",
-            m.spec.kind(),
-            p.info().label,
-            p.info().uri_prefixes.join(", ")
-        );
+    let (lines, failed) = rt.block_on(check_mounts(&cfg, connect));
+    rt.shutdown_timeout(std::time::Duration::from_millis(200));
+    if failed == 0 {
+        if connect {
+            println!("{}: OK: every source opened and listed", file.display());
+        } else {
+            println!(
+                "{}: OK, checked offline: every key and value, and the sources on this machine opened; network sources were not contacted (check-config --connect tries them)",
+                file.display()
+            );
+        }
     }
+    println!(
+        "server: name={} page_size={} max_read_bytes={} tools={}",
+        cfg.server.name, cfg.server.page_size, cfg.server.max_read_bytes, cfg.server.tools
+    );
+    if let Some(h) = &cfg.http {
+        println!("{}", describe_http(h));
+    }
+    if let Some(c) = &cfg.cluster {
+        println!("{}", describe_cluster(c));
+    }
+    for l in &lines {
+        println!("{l}");
+    }
+    anyhow::ensure!(
+        failed == 0,
+        "{}: {failed} of {} mounts failed (above)",
+        file.display(),
+        cfg.mounts.len()
+    );
     Ok(())
+}
+
+/// One line per mount and how many failed. Offline, only mounts whose sources are on this
+/// machine are opened; with `connect` every mount is opened and its first page listed,
+/// which is where an unreachable server, a missing bucket or a refused login shows.
+async fn check_mounts(cfg: &Config, connect: bool) -> (Vec<String>, usize) {
+    let mut lines = Vec::new();
+    let mut failed = 0;
+    let mut prefixes = std::collections::HashMap::new();
+    for m in &cfg.mounts {
+        if !connect && !m.spec.is_local() {
+            lines.push(format!(
+                "{}: not contacted (a network source; check-config --connect tries it)",
+                m.origin
+            ));
+            continue;
+        }
+        let outcome = async {
+            let p = build_mount(m).await?;
+            check_prefixes(&mut prefixes, m, &*p)?;
+            if connect {
+                probe(&*p)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("{}: {e}", m.origin))?;
+            }
+            anyhow::Ok(p)
+        }
+        .await;
+        match outcome {
+            Ok(p) => lines.push(format!(
+                "{}: {}{} -> {}",
+                m.origin,
+                if connect { "ok: " } else { "" },
+                p.info().label,
+                mcpr_server::mount_addresses(&*p).join(", ")
+            )),
+            Err(e) => {
+                failed += 1;
+                lines.push(format!("{e:#}"));
+            }
+        }
+    }
+    (lines, failed)
+}
+
+/// Ask a built mount for its first resource, as a client's first `resources/list` would:
+/// building leaves a database server or a bucket that does not answer for later (the mount
+/// is then not ready), and this is where it shows. A mount that lists without its source
+/// (a database's overview) and is still not ready is asked to read that first resource,
+/// whose error says why.
+async fn probe(p: &dyn Provider) -> anyhow::Result<()> {
+    const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
+    let within = |what: &'static str| {
+        move |_| anyhow::anyhow!("no answer to {what} within {} s", PROBE_TIMEOUT.as_secs())
+    };
+    let page = mcpr_core::PageRequest {
+        after: None,
+        limit: 1,
+    };
+    let first = match tokio::time::timeout(PROBE_TIMEOUT, p.list(page))
+        .await
+        .map_err(within("the listing"))?
+    {
+        Err(e) if e.kind == mcpr_core::ErrorKind::Unsupported => None,
+        Err(e) => anyhow::bail!("{e}"),
+        Ok(page) => page.items.into_iter().next(),
+    };
+    if p.ready().await {
+        return Ok(());
+    }
+    if let Some(first) = first
+        && let Ok(uri) = mcpr_core::ResourceUri::parse(&first.uri)
+    {
+        let limits = mcpr_core::ReadLimits { max_bytes: 1 << 20 };
+        tokio::time::timeout(PROBE_TIMEOUT, p.read(&uri, &limits))
+            .await
+            .map_err(within("a read"))?
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    anyhow::bail!("not ready")
+}
+
+/// The `[http]` settings as read, token values never shown.
+fn describe_http(h: &config::HttpConfig) -> String {
+    let l = &h.limits;
+    let mut s = format!(
+        "http: listen={} path={} allowed_hosts={} allowed_origins={} public_url={} json_response={} max_body_bytes={} max_concurrent_requests={} rate_limit_per_second={} rate_limit_burst={} max_sessions={} session_idle_timeout_ms={} shutdown_grace_ms={} event_store_capacity={} body_timeout_ms={}",
+        h.listen
+            .map_or_else(|| "(--http)".to_owned(), |a| a.to_string()),
+        h.path.as_deref().unwrap_or("/mcp"),
+        h.allowed_hosts
+            .as_ref()
+            .map_or_else(|| "(default)".to_owned(), |v| v.join(",")),
+        h.allowed_origins
+            .as_ref()
+            .map_or_else(|| "(default)".to_owned(), |v| v.join(",")),
+        h.public_url.as_deref().unwrap_or("-"),
+        h.json_response
+            .map_or_else(|| "(default)".to_owned(), |j| j.to_string()),
+        l.max_body_bytes,
+        l.max_concurrent_requests,
+        l.rate_limit_per_second,
+        l.rate_limit_burst,
+        l.max_sessions,
+        l.session_idle_timeout.as_millis(),
+        l.shutdown_grace.as_millis(),
+        l.event_store_capacity,
+        l.body_timeout.as_millis(),
+    );
+    let unscoped = h.tokens.iter().filter(|(_, s)| s.is_none()).count();
+    let scoped: Vec<String> = h
+        .tokens
+        .iter()
+        .filter_map(|(_, s)| s.as_ref().map(|s| s.join("+")))
+        .collect();
+    if h.tokens.is_empty() && h.jwt.is_none() {
+        s.push_str(" auth=none");
+    } else {
+        s.push_str(&format!(
+            " auth: {unscoped} unscoped token(s), {} scoped token(s){}",
+            scoped.len(),
+            if scoped.is_empty() {
+                String::new()
+            } else {
+                format!(" [{}]", scoped.join(", "))
+            }
+        ));
+        if let Some(j) = &h.jwt {
+            s.push_str(&format!(
+                ", OAuth issuer={} jwks_url={} audience={} leeway_s={} required_scopes={}",
+                j.issuer,
+                j.jwks_url,
+                j.audience,
+                j.leeway.as_secs(),
+                j.required_scopes.join(",")
+            ));
+        }
+    }
+    s
+}
+
+/// The `[cluster]` settings as read, the NATS URL's credentials never shown.
+fn describe_cluster(c: &config::ClusterConfig) -> String {
+    #[cfg(feature = "cluster")]
+    let url = mcpr_cluster::redact_url(&c.nats_url);
+    #[cfg(not(feature = "cluster"))]
+    let url = "(redacted)";
+    format!(
+        "cluster: nats_url={url} name={} replica={} lease_ttl_ms={} (NATS not contacted)",
+        c.name,
+        c.replica,
+        c.lease_ttl.as_millis()
+    )
 }

@@ -307,7 +307,10 @@ fn a_bearer_token_goes_in_a_header_and_its_absence_is_explained() {
     let refused = run(cmd);
     assert_eq!(refused.code, Some(1));
     assert!(
-        refused.stderr.contains("HTTP 401") && refused.stderr.contains("--header"),
+        refused.stderr.contains("HTTP 401")
+            && refused.stderr.contains("requires authorization")
+            && refused.stderr.contains("a bearer token is required")
+            && refused.stderr.contains("--header"),
         "{}",
         refused.stderr
     );
@@ -336,6 +339,12 @@ fn a_bearer_token_goes_in_a_header_and_its_absence_is_explained() {
     assert!(
         !wrong.stderr.contains("wrong-token-xyz"),
         "a header value is never printed: {}",
+        wrong.stderr
+    );
+    // A wrong token is told apart from a missing one.
+    assert!(
+        wrong.stderr.contains("refused the token") && wrong.stderr.contains("not valid"),
+        "{}",
         wrong.stderr
     );
 }

@@ -119,10 +119,48 @@ fn example_config_checks() {
         "check-config examples/mcp-resources.toml failed: {}{stdout}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // The templated named query is named by its template, not by its fixed start
+    // `db://users/`, which is no resource.
     assert!(
-        stdout.contains("mount sqlite: app (sqlite://")
-            && stdout.contains("examples/app.db) -> db://app, db://users/active/list, db://users/"),
+        stdout.contains("mount 2 (sqlite): app (sqlite://")
+            && stdout.contains(
+                "examples/app.db) -> db://app, db://users/active/list, db://users/{status}/list\n"
+            ),
         "the example's db:// mount: {stdout}"
     );
-    assert!(stdout.contains("mount files: "), "{stdout}");
+    assert!(stdout.contains("mount 1 (files): "), "{stdout}");
+}
+
+/// The instructions of `initialize` name the mounts' URIs, a templated named query by its
+/// template (a client that read `db://users/` from them found nothing there).
+#[test]
+fn instructions_name_a_templated_query_by_its_template() {
+    use std::io::{BufRead as _, Write as _};
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-resources"))
+        .args(["serve", "--log-level", "error", "--config"])
+        .arg(examples().join("mcp-resources.toml"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the server");
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(
+        stdin,
+        r#"{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{{"protocolVersion":"2025-11-25","capabilities":{{}},"clientInfo":{{"name":"t","version":"1"}}}}}}"#
+    )
+    .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    drop(stdin);
+    let _ = child.wait();
+    let answer: serde_json::Value = serde_json::from_str(&line).expect("a JSON answer");
+    let instructions = answer["result"]["instructions"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        instructions.contains("db://app, db://users/active/list, db://users/{status}/list)"),
+        "{instructions}"
+    );
 }

@@ -139,19 +139,24 @@ impl<'a> ConfigFile<'a> {
     }
 
     /// The directory that relative paths in the file are relative to (the file's own, not
-    /// wherever the server was started).
+    /// wherever the server was started), made absolute so that messages and labels name the
+    /// place a relative path really led to (`repo = "."` reads `/home/me/proj`, not `.`).
     pub fn base_dir(&self) -> PathBuf {
-        self.path
-            .parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_default()
+        let dir = self.path.parent().unwrap_or(Path::new(""));
+        let dir = if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        };
+        std::path::absolute(dir).map_or_else(|_| dir.to_path_buf(), |d| lexical(&d))
     }
 
-    /// `path` resolved against [`ConfigFile::base_dir`] when relative.
+    /// `path` resolved against [`ConfigFile::base_dir`] when relative, without `.`
+    /// components (symlinks are not resolved: the path stays the one the user wrote).
     pub fn resolve_path(&self, path: &str) -> PathBuf {
         let p = PathBuf::from(path);
         if p.is_relative() {
-            self.base_dir().join(p)
+            lexical(&self.base_dir().join(p))
         } else {
             p
         }
@@ -394,6 +399,14 @@ impl<'a> ConfigFile<'a> {
     }
 }
 
+/// `path` without its `.` components (`/a/./b/.` is `/a/b`); `..` is kept, since only the
+/// file system knows where it leads through a symlink.
+fn lexical(path: &Path) -> PathBuf {
+    path.components()
+        .filter(|c| !matches!(c, std::path::Component::CurDir))
+        .collect()
+}
+
 /// `8MiB`, `512 KiB`, `10MB`, `1048576`.
 pub fn parse_size(s: &str) -> Option<u64> {
     let s = s.trim();
@@ -558,6 +571,12 @@ pub trait MountSpec: Send + Sync + fmt::Debug {
     fn kind(&self) -> &str;
     /// Open the source (a directory, a repository, a database pool) and build the provider.
     async fn build(&self) -> crate::Result<Arc<dyn Provider>>;
+    /// Whether building it touches only this machine (a directory, a repository, an SQLite
+    /// file), so an offline `check-config` may open it. The default is no: a source that may
+    /// be reached over the network is contacted only when asked (`check-config --connect`).
+    fn is_local(&self) -> bool {
+        false
+    }
 }
 
 /// Builds the mounts of one or more kinds from their configuration tables.

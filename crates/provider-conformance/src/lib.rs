@@ -246,6 +246,11 @@ impl mcpr_core::config::MountSpec for ConformanceSpec {
             500,
         ))))
     }
+
+    /// In-memory fixtures: nothing to reach.
+    fn is_local(&self) -> bool {
+        true
+    }
 }
 
 struct AbortOnDrop(tokio::task::JoinHandle<()>);

@@ -257,4 +257,8 @@ impl MountSpec for FilesSpec {
     async fn build(&self) -> mcpr_core::Result<Arc<dyn Provider>> {
         Ok(Arc::new(crate::FilesProvider::new(self.0.clone())?))
     }
+
+    fn is_local(&self) -> bool {
+        true
+    }
 }

@@ -202,4 +202,8 @@ impl MountSpec for GitSpec {
     async fn build(&self) -> mcpr_core::Result<Arc<dyn Provider>> {
         Ok(Arc::new(crate::GitProvider::new(self.0.clone())?))
     }
+
+    fn is_local(&self) -> bool {
+        true
+    }
 }

@@ -360,14 +360,9 @@ impl ProviderFactory for SqlFactory {
         if let Some(path) = url_s.strip_prefix("sqlite://")
             && !path.starts_with('/')
         {
-            // A relative database path is relative to the config file, like every other path
-            // (a leading `./` dropped, so the mount's label reads `examples/app.db`).
-            url_s = format!(
-                "sqlite://{}",
-                file.base_dir()
-                    .join(path.trim_start_matches("./"))
-                    .display()
-            );
+            // A relative database path is relative to the config file, like every other path,
+            // and made absolute so messages name the file really opened.
+            url_s = format!("sqlite://{}", file.resolve_path(path).display());
         }
         let mut c = SqlConfig::new(name, url_s);
         c.kind = kind;
@@ -468,6 +463,11 @@ impl MountSpec for SqlSpec {
 
     async fn build(&self) -> Result<Arc<dyn Provider>> {
         Ok(Arc::new(crate::SqlProvider::new(self.0.clone()).await?))
+    }
+
+    /// An SQLite file is on this machine; PostgreSQL and MySQL are servers.
+    fn is_local(&self) -> bool {
+        self.0.kind == SqlKind::Sqlite
     }
 }
 

