@@ -268,16 +268,20 @@ fn a_read_right_before_the_end_is_answered_in_both_lifecycles() {
     run.answered_exactly(&[1]);
     assert_eq!(text_of(run.answer(1)), "alpha\n");
 
-    // A legacy session's read takes the transport's direct path.
+    // A legacy session's reads take the transport's direct path; a large file's finishes
+    // on a task of its own, after the end of input.
+    std::fs::write(root.path.join("big.txt"), "z".repeat(4 << 20)).unwrap();
     let lines = [
         initialize(1),
         INITIALIZED.into(),
         legacy(2, "resources/read", read),
+        legacy(3, "resources/read", json!({"uri": root.uri("big.txt")})),
     ];
     let run = Run::of(&root.path, &lines);
     run.ended_cleanly();
-    run.answered_exactly(&[1, 2]);
+    run.answered_exactly(&[1, 2, 3]);
     assert_eq!(text_of(run.answer(2)), "alpha\n");
+    assert_eq!(text_of(run.answer(3)).len(), 4 << 20);
 }
 
 #[test]

@@ -1791,4 +1791,136 @@ mod tests {
             "a closed transport refuses answers"
         );
     }
+
+    fn line(json: &str) -> String {
+        format!("{json}\n")
+    }
+
+    fn empty_answer(id: i64) -> TxJsonRpcMessage<RoleServer> {
+        TxJsonRpcMessage::<RoleServer>::response(ServerResult::empty(()), RequestId::Number(id))
+    }
+
+    /// Whether `receive` is still holding the stream open 50 ms later (it is cancel-safe, so
+    /// asking costs nothing).
+    async fn still_open(t: &mut StdioTransport<tokio::io::DuplexStream>) -> bool {
+        tokio::time::timeout(std::time::Duration::from_millis(50), t.receive())
+            .await
+            .is_err()
+    }
+
+    #[tokio::test]
+    async fn the_end_of_input_waits_for_the_answers_to_the_requests_read_before_it() {
+        let (mut t, mut w, _r) = pair(1024).await;
+        w.write_all(line(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).as_bytes())
+            .await
+            .unwrap();
+        w.write_all(line(r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#).as_bytes())
+            .await
+            .unwrap();
+        drop(w);
+        assert_eq!(read_uri(&t.receive().await.unwrap()), "ping");
+        assert_eq!(read_uri(&t.receive().await.unwrap()), "ping");
+        let over = t.end().input_over();
+        assert!(
+            still_open(&mut t).await,
+            "ended with two requests unanswered"
+        );
+        t.send(empty_answer(2)).await.unwrap();
+        assert!(
+            still_open(&mut t).await,
+            "ended with one request unanswered"
+        );
+        assert!(!over.is_cancelled());
+        t.send(empty_answer(1)).await.unwrap();
+        assert!(t.receive().await.is_none(), "every request is answered");
+        assert!(over.is_cancelled());
+        assert!(t.end().read_error().is_none(), "a clean end of input");
+    }
+
+    #[tokio::test]
+    async fn a_request_never_answered_holds_the_end_of_input_only_for_the_bound() {
+        let bound = std::time::Duration::from_millis(400);
+        let (t, mut w, _r) = pair(1024).await;
+        let mut t = t.with_eof_drain(bound);
+        w.write_all(line(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).as_bytes())
+            .await
+            .unwrap();
+        drop(w);
+        t.receive().await.unwrap();
+        let start = tokio::time::Instant::now();
+        // Asked again and again, as rmcp's loop does: the bound counts from the end of input.
+        for _ in 0..3 {
+            assert!(still_open(&mut t).await);
+        }
+        assert!(t.receive().await.is_none());
+        let waited = start.elapsed();
+        assert!(
+            waited >= bound && waited < bound * 3,
+            "{waited:?} for a bound of {bound:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_end_of_input_ends_open_listens_after_their_acknowledgment() {
+        let (mut t, mut w, _r) = pair(1024).await;
+        let listen = r#"{"jsonrpc":"2.0","id":5,"method":"subscriptions/listen","params":{"notifications":{"resourcesListChanged":true},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"}}}}"#;
+        w.write_all(line(listen).as_bytes()).await.unwrap();
+        drop(w);
+        t.receive().await.unwrap();
+        let over = t.end().input_over();
+        // Not acknowledged yet: the acknowledgment needs rmcp's loop, so the stream stays.
+        assert!(still_open(&mut t).await);
+        assert!(!over.is_cancelled(), "listens ended before acknowledged");
+        let ack: TxJsonRpcMessage<RoleServer> = serde_json::from_str(
+            r#"{"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged","params":{"_meta":{"io.modelcontextprotocol/subscriptionId":5},"notifications":{"resourcesListChanged":true}}}"#,
+        )
+        .unwrap();
+        t.send(ack).await.unwrap();
+        // Acknowledged and nothing else unanswered: the listens are told to end, and the
+        // stream stays until the listen's final answer.
+        assert!(still_open(&mut t).await);
+        assert!(over.is_cancelled());
+        t.send(empty_answer(5)).await.unwrap();
+        assert!(t.receive().await.is_none());
+    }
+
+    /// A reader that gives `first`, then fails.
+    struct Failing(Option<Vec<u8>>);
+
+    impl AsyncRead for Failing {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            match self.0.take() {
+                Some(bytes) => {
+                    buf.put_slice(&bytes);
+                    Poll::Ready(Ok(()))
+                }
+                None => Poll::Ready(Err(io::Error::other("the pipe broke"))),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_read_error_is_kept_and_the_answers_before_it_still_go_out() {
+        let (server_w, client_r) = tokio::io::duplex(1 << 16);
+        let mut t = StdioTransport::new(Failing(Some(b"not json\n".to_vec())), server_w);
+        let end = t.end();
+        // The refused line is answered by the transport itself; then the error ends input.
+        assert!(t.receive().await.is_none());
+        assert_eq!(
+            end.read_error().map(ToString::to_string).as_deref(),
+            Some("the pipe broke")
+        );
+        // Dropped unclosed, as rmcp's failed handshake does: the answer still arrives.
+        drop(t);
+        end.flushed().await;
+        let mut r = tokio::io::BufReader::new(client_r);
+        let mut answer = String::new();
+        r.read_line(&mut answer).await.unwrap();
+        let v: serde_json::Value = serde_json::from_str(&answer).unwrap();
+        assert_eq!(v["error"]["code"], -32700, "{answer}");
+    }
 }
