@@ -31,7 +31,9 @@
 //! rmcp stops reading at once and gives its handlers a fixed 5 s before cancelling them, and
 //! a direct read runs outside rmcp altogether. So `receive` holds the stream open after EOF
 //! until no request handed to rmcp and no direct read is left unanswered, at most the drain
-//! bound ([`StdioTransport::with_eof_drain`]). A client that leaves before choosing a
+//! bound ([`StdioTransport::with_eof_drain`]); then it has the handler end the open listens
+//! ([`StdioEnd::input_over`]) and waits briefly for their final answers, which also go
+//! through rmcp's loop. A client that leaves before choosing a
 //! lifecycle makes rmcp's handshake fail and drop the transport unclosed; [`StdioEnd`] lets
 //! the binary still wait for the answers queued until then, and tell a clean end of input
 //! from a read error.
