@@ -51,6 +51,9 @@ impl tokio::io::AsyncRead for Trickle<'_> {
     }
 }
 
+/// No rmcp answers the requests handed over here, so the end of input does not wait for them.
+const NO_DRAIN: std::time::Duration = std::time::Duration::ZERO;
+
 fn runtime() -> &'static tokio::runtime::Runtime {
     static RT: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
     RT.get_or_init(|| {
@@ -71,13 +74,17 @@ fuzz_target!(|data: &[u8]| {
     let handed = runtime().block_on(async {
         let mut handed = 0usize;
         if trickle {
-            let mut t = StdioTransport::new(Trickle(input), sink.clone()).with_max_line_length(512);
+            let mut t = StdioTransport::new(Trickle(input), sink.clone())
+                .with_max_line_length(512)
+                .with_eof_drain(NO_DRAIN);
             while t.receive().await.is_some() {
                 handed += 1;
             }
             t.close().await.expect("close");
         } else {
-            let mut t = StdioTransport::new(input, sink.clone()).with_max_line_length(512);
+            let mut t = StdioTransport::new(input, sink.clone())
+                .with_max_line_length(512)
+                .with_eof_drain(NO_DRAIN);
             while t.receive().await.is_some() {
                 handed += 1;
             }

@@ -57,3 +57,43 @@ def test_stdout_carries_only_json_rpc(base):
     responses = {p["id"]: p for p in parsed if "id" in p}
     assert sorted(responses) == [1, 2]
     assert [r["name"] for r in responses[2]["result"]["resources"]] == ["f.txt"]
+
+
+META_2026 = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {},
+    "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "0"},
+}
+
+
+def test_a_shell_pipeline_gets_every_answer_and_exit_0(base):
+    """`printf … | mcp-resources serve DIR`: stdin closes right after the lines, before any
+    lifecycle is chosen or while requests run; each is answered once, and the exit is 0."""
+    root = base / "root"
+    write(root / "f.txt", "x")
+    lines = [
+        {"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {"_meta": META_2026}},
+        {"jsonrpc": "2.0", "id": 2, "method": "resources/list", "params": {}},
+    ]
+    script = "printf '%s\\n' \"$@\" | \"$BIN\" serve \"$ROOT\""
+    proc = subprocess.run(
+        ["sh", "-c", script, "sh", *(json.dumps(m) for m in lines)],
+        env={"BIN": str(BIN), "ROOT": str(root), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        timeout=10,
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    answers = [json.loads(line) for line in proc.stdout.decode().splitlines()]
+    assert sorted(a["id"] for a in answers) == [1, 2], answers
+    by_id = {a["id"]: a for a in answers}
+    assert "2026-07-28" in by_id[1]["result"]["supportedVersions"]
+    # Before any lifecycle, a request without `_meta` is refused, not dropped.
+    assert by_id[2]["error"]["code"] == -32602
+
+
+def test_empty_stdin_exits_0_and_writes_nothing(base):
+    root = base / "root"
+    write(root / "f.txt", "x")
+    proc = subprocess.run([str(BIN), "serve", str(root)], stdin=subprocess.DEVNULL, capture_output=True, timeout=10)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert proc.stdout == b""

@@ -321,23 +321,50 @@ fn serve(
                 eprintln!("mcp-resources: serving MCP on http://{}{}", server.local_addr, cfg.http.as_ref().and_then(|h| h.path.clone()).unwrap_or_else(|| "/mcp".into()));
                 server.wait().await.map_err(|e| anyhow::anyhow!(e))?;
             }
-            None => {
-                let direct = McpHandler::new(state.clone());
-                let service = McpHandler::new(state)
-                    // Pipes on the IO reactor, not tokio's blocking-pool stdin/stdout (a
-                    // thread hand-off per message costs more than the request), a tagged
-                    // decode of the hot requests and batched writes (issue #6).
-                    .serve(mcpr_server::stdio::StdioTransport::stdio().with_direct_reads(direct))
-                    .await
-                    .context("the client closed the connection before it began")?;
-                service.waiting().await.context("the stdio session failed")?;
-            }
+            None => serve_stdio(state, cfg.server.request_timeout).await?,
         }
         anyhow::Ok(())
     })?;
     // Watcher threads and blocking reads must not keep a finished server alive.
     rt.shutdown_timeout(std::time::Duration::from_millis(200));
     Ok(())
+}
+
+/// One stdio session, to the end of input. Closing stdin is how a client ends it, in every
+/// lifecycle and before any: that is a success once every request read is answered and the
+/// answers are flushed. Only a failure to read stdin, or a handshake rmcp refused, is an error.
+async fn serve_stdio(
+    state: Arc<ServerState>,
+    request_timeout: std::time::Duration,
+) -> anyhow::Result<()> {
+    let direct = McpHandler::new(state.clone());
+    // Pipes on the IO reactor, not tokio's blocking-pool stdin/stdout (a thread hand-off per
+    // message costs more than the request), a tagged decode of the hot requests and batched
+    // writes (issue #6). After EOF, requests still running get as long as they may take: a
+    // read waits up to the request timeout for read budget, then its source up to that again.
+    let transport = mcpr_server::stdio::StdioTransport::stdio()
+        .with_direct_reads(direct)
+        .with_eof_drain(request_timeout * 2 + std::time::Duration::from_secs(1));
+    let end = transport.end();
+    let handler = McpHandler::new(state).ending_listens_on(end.input_over());
+    let result = match handler.serve(transport).await {
+        Ok(service) => service
+            .waiting()
+            .await
+            .map(drop)
+            .context("the stdio session failed"),
+        // The client left before choosing a lifecycle (empty input, or only `server/discover`,
+        // pings and refused lines): rmcp's handshake ends without a session, a normal end.
+        Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => Ok(()),
+        Err(e) => Err(anyhow::anyhow!(e)).context("the stdio session could not start"),
+    };
+    // rmcp drops the transport without closing it when the handshake fails: the answers it
+    // queued (to a discover, to refused lines) still go out before the process ends.
+    end.flushed().await;
+    if let Some(e) = end.read_error() {
+        anyhow::bail!("cannot read stdin: {e}");
+    }
+    result
 }
 
 /// The cluster's NATS connection (a stand-in type when the feature is off).

@@ -108,6 +108,9 @@ pub struct McpHandler {
     /// Over HTTP with sessions roaming between replicas: a legacy session's subscriptions
     /// are recorded there, and the replica holding its GET stream watches them.
     hub: Option<Arc<dyn crate::http::SessionHub>>,
+    /// Over stdio: cancelled once the client closed its input and everything else it asked
+    /// is answered; every listen stream then ends with its final result.
+    listens_end: Option<tokio_util::sync::CancellationToken>,
 }
 
 impl McpHandler {
@@ -118,7 +121,16 @@ impl McpHandler {
             subscriber: OnceLock::new(),
             tokens: ChangeTokens::default(),
             hub: None,
+            listens_end: None,
         }
+    }
+
+    /// End every `subscriptions/listen` stream, with its final result, once `token` is
+    /// cancelled (see [`crate::stdio::StdioEnd::input_over`]): a stream has no reader then,
+    /// and the session cannot end while one is open.
+    pub fn ending_listens_on(mut self, token: tokio_util::sync::CancellationToken) -> Self {
+        self.listens_end = Some(token);
+        self
     }
 
     /// Record legacy sessions' subscriptions in `hub` (HTTP sessions roaming between
@@ -669,9 +681,17 @@ impl McpHandler {
             .await
             .map_err(to_mcp_error)?;
         let sink = ctx.sink();
+        let ended = async {
+            match &self.listens_end {
+                Some(token) => token.cancelled().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(ended);
         loop {
             tokio::select! {
                 () = ctx.cancelled() => break,
+                () = &mut ended => break,
                 notice = listen.next() => {
                     let Some(notice) = notice else { break };
                     let sent = match notice {

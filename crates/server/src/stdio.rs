@@ -26,6 +26,17 @@
 //! that era and the same handler call and metrics; every other message goes to rmcp as
 //! before. A read still running when the client cancels it gets no answer, as rmcp drops
 //! the answer to a cancelled request.
+//!
+//! The end of input ends the stream only once every request read before it is answered:
+//! rmcp stops reading at once and gives its handlers a fixed 5 s before cancelling them, and
+//! a direct read runs outside rmcp altogether. So `receive` holds the stream open after EOF
+//! until no request handed to rmcp and no direct read is left unanswered, at most the drain
+//! bound ([`StdioTransport::with_eof_drain`]); then it has the handler end the open listens
+//! ([`StdioEnd::input_over`]) and waits briefly for their final answers, which also go
+//! through rmcp's loop. A client that leaves before choosing a
+//! lifecycle makes rmcp's handshake fail and drop the transport unclosed; [`StdioEnd`] lets
+//! the binary still wait for the answers queued until then, and tell a clean end of input
+//! from a read error.
 
 use std::collections::HashMap;
 use std::io;
@@ -41,7 +52,8 @@ use rmcp::model::{
     ClientNotification, ClientRequest, CompleteRequest, ErrorData, GetMeta, JsonRpcMessage,
     JsonRpcRequest, JsonRpcVersion2_0, ListResourceTemplatesRequest, ListResourcesRequest,
     PingRequest, ProtocolVersion, ReadResourceRequest, ReadResourceResponse, RequestId,
-    RequestMetaObject, ResourceContents, ServerResult, SubscribeRequest, UnsubscribeRequest,
+    RequestMetaObject, ResourceContents, ServerNotification, ServerResult, SubscribeRequest,
+    UnsubscribeRequest,
 };
 use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
@@ -64,6 +76,12 @@ const READ_CHUNK: usize = 64 * 1024;
 const PIPE_BYTES: usize = 1 << 20;
 /// How long `close` waits for queued answers to reach the pipe.
 const CLOSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long the listens get to end once the end of input has ended them (they end at once,
+/// unless busy sending).
+const LISTENS_END_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+/// How long after the end of input the stream stays open for unanswered requests, unless
+/// [`StdioTransport::with_eof_drain`] says otherwise (the default request timeout).
+pub const DEFAULT_EOF_DRAIN: std::time::Duration = std::time::Duration::from_secs(30);
 /// Unwritten answers (bytes) over which the transport stops reading requests (issue #20,
 /// item 6): a client that does not read stdout then holds at most about this much, plus the
 /// answers of requests already taken, instead of growing the server without bound.
@@ -96,7 +114,15 @@ pub struct StdioTransport<R> {
     out: Option<Queue>,
     /// What the writer has not written yet.
     backlog: Arc<Backlog>,
-    writer: Option<tokio::task::JoinHandle<()>>,
+    /// The writer task and how input ended, shared with [`StdioEnd`].
+    ending: Arc<Ending>,
+    /// How long after EOF the stream waits for unanswered requests.
+    eof_drain: std::time::Duration,
+    /// When that wait ends, from the first `receive` that found EOF (kept across calls:
+    /// rmcp drops and repeats the call).
+    drain_deadline: Option<tokio::time::Instant>,
+    /// When the wait for the listens to end after that ends.
+    listens_deadline: Option<tokio::time::Instant>,
     /// The direct read path, when enabled (see [`StdioTransport::with_direct_reads`]).
     direct: Option<Arc<McpHandler>>,
     /// Reads the direct path has taken.
@@ -123,6 +149,53 @@ enum Lifecycle {
     /// Anything else (a second `initialize`, an `initialize` answered with 2026-07-28):
     /// rmcp answers everything.
     Other,
+}
+
+/// What outlives the transport: rmcp drops it without `close` when its handshake fails.
+struct Ending {
+    /// The writer task, until `close` or [`StdioEnd::flushed`] waits for it.
+    writer: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The error that ended reading, when input did not end cleanly.
+    read_error: std::sync::OnceLock<io::Error>,
+    /// Cancelled once input is over and every request read before is answered (or the drain
+    /// bound passed): the listens are ended then.
+    input_over: CancellationToken,
+}
+
+/// A handle on how a [`StdioTransport`]'s session ends, for the binary: whether input ended
+/// cleanly, when every request read was answered, and the last answers reaching the output.
+#[derive(Clone)]
+pub struct StdioEnd(Arc<Ending>);
+
+impl StdioEnd {
+    /// Cancelled once input has ended and every request read before it is answered (or the
+    /// drain bound passed). A `subscriptions/listen` stream still open then has no reader,
+    /// and the stream of messages does not end while one is open: give this token to the
+    /// session's handler ([`McpHandler::ending_listens_on`]) to end them.
+    pub fn input_over(&self) -> CancellationToken {
+        self.0.input_over.clone()
+    }
+
+    /// The error reading input stopped at, if it did not end with a clean end of file.
+    pub fn read_error(&self) -> Option<&io::Error> {
+        self.0.read_error.get()
+    }
+
+    /// Waits, at most 5 s, for the answers queued so far to be written and flushed. Call it
+    /// once the transport is closed or dropped: the writer ends when its queue does.
+    pub async fn flushed(&self) {
+        let writer = self
+            .0
+            .writer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(writer) = writer
+            && tokio::time::timeout(CLOSE_TIMEOUT, writer).await.is_err()
+        {
+            tracing::warn!("stdout did not take the last answers in time");
+        }
+    }
 }
 
 impl StdioTransport<rmcp::transport::StdioReader> {
@@ -158,7 +231,18 @@ impl<R: AsyncRead + Unpin + Send> StdioTransport<R> {
                 tx,
                 backlog: backlog.clone(),
             }),
-            writer: Some(tokio::spawn(write_loop(writer, rx, backlog.clone()))),
+            ending: Arc::new(Ending {
+                writer: std::sync::Mutex::new(Some(tokio::spawn(write_loop(
+                    writer,
+                    rx,
+                    backlog.clone(),
+                )))),
+                read_error: std::sync::OnceLock::new(),
+                input_over: CancellationToken::new(),
+            }),
+            eof_drain: DEFAULT_EOF_DRAIN,
+            drain_deadline: None,
+            listens_deadline: None,
             backlog,
             direct: None,
             direct_answered: Arc::default(),
@@ -195,6 +279,19 @@ impl<R: AsyncRead + Unpin + Send> StdioTransport<R> {
     pub fn backlog_bytes(&self) -> impl Fn() -> usize + Send + Sync + 'static {
         let backlog = self.backlog.clone();
         move || backlog.bytes.load(Ordering::Relaxed)
+    }
+
+    /// After the end of input, keep the stream open at most `bound` for requests not yet
+    /// answered (default [`DEFAULT_EOF_DRAIN`]); what is still unanswered then is left to
+    /// rmcp's own short drain. The binary passes its request bounds.
+    pub fn with_eof_drain(mut self, bound: std::time::Duration) -> Self {
+        self.eof_drain = bound;
+        self
+    }
+
+    /// How the session ends (see [`StdioEnd`]); it stays valid after the transport is gone.
+    pub fn end(&self) -> StdioEnd {
+        StdioEnd(self.ending.clone())
     }
 
     /// Lines longer than this are dropped (rmcp's default is 16 MiB).
@@ -349,6 +446,46 @@ impl<R: AsyncRead + Unpin + Send> StdioTransport<R> {
 }
 
 impl<R> StdioTransport<R> {
+    /// After the end of input: waits until no request handed to rmcp waits for its answer
+    /// (a listen for its acknowledgment) and no direct read is running, at most `eof_drain`
+    /// after the end; then ends the listens ([`StdioEnd::input_over`]) and waits, at most
+    /// [`LISTENS_END_TIMEOUT`], for their final answers. rmcp's loop keeps running meanwhile
+    /// (it polls `receive` beside its handlers' answers and its own sends), so everything it
+    /// owes is sent and counted off here; once `receive` ends, rmcp stops serving its
+    /// handlers' notifications (a listen's acknowledgment among them). Cancel-safe: the
+    /// deadlines are kept across calls.
+    async fn drain(&mut self) {
+        if !self.ending.input_over.is_cancelled() {
+            let bound = self.eof_drain;
+            let deadline = *self
+                .drain_deadline
+                .get_or_insert_with(|| tokio::time::Instant::now() + bound);
+            let waiting = self.waiting.clone();
+            let open = drained_by(&self.backlog, deadline, move |b| {
+                b.pending_count.load(Ordering::Acquire) + lock(&waiting).len()
+            })
+            .await;
+            if open > 0 {
+                tracing::warn!(
+                    "input ended; {open} request(s) still unanswered {} ms later, the bound; \
+                     ending without waiting for them",
+                    bound.as_millis()
+                );
+            }
+            self.ending.input_over.cancel();
+        }
+        let deadline = *self
+            .listens_deadline
+            .get_or_insert_with(|| tokio::time::Instant::now() + LISTENS_END_TIMEOUT);
+        let open = drained_by(&self.backlog, deadline, |b| {
+            b.listening_count.load(Ordering::Acquire)
+        })
+        .await;
+        if open > 0 {
+            tracing::debug!("input ended; {open} listen stream(s) did not end in time");
+        }
+    }
+
     /// Answers `msg` here when it is a `resources/read` that rmcp would hand to the handler
     /// unchanged, and returns it otherwise.
     async fn answer_directly(
@@ -435,8 +572,31 @@ impl<R> StdioTransport<R> {
             {
                 let _ = out.send(bytes);
             }
+            drop(waiting);
+            // A `receive` holding the stream open after EOF counts the reads still running.
+            out.backlog.drained.notify_waiters();
         });
         None
+    }
+}
+
+/// Waits until `open` counts nothing in `backlog` or `deadline` passes; what it counts then.
+async fn drained_by(
+    backlog: &Backlog,
+    deadline: tokio::time::Instant,
+    open: impl Fn(&Backlog) -> usize + Send + Sync,
+) -> usize {
+    loop {
+        let drained = backlog.drained.notified();
+        tokio::pin!(drained);
+        // Registered before the count, so a change between the two wakes it.
+        drained.as_mut().enable();
+        if open(backlog) == 0 {
+            return 0;
+        }
+        if tokio::time::timeout_at(deadline, drained).await.is_err() {
+            return open(backlog);
+        }
     }
 }
 
@@ -709,6 +869,19 @@ impl<R: AsyncRead + Unpin + Send> Transport<RoleServer> for StdioTransport<R> {
         let notification = matches!(item, JsonRpcMessage::Notification(_));
         match &item {
             JsonRpcMessage::Response(r) => self.backlog.answered(&r.id),
+            // A listen is open once acknowledged: its handler then only waits for changes.
+            // Until then it counts as unanswered, because the acknowledgment needs rmcp's loop
+            // running, which stops once `receive` ends.
+            JsonRpcMessage::Notification(n)
+                if matches!(
+                    n.notification,
+                    ServerNotification::SubscriptionsAcknowledgedNotification(_)
+                ) =>
+            {
+                if let Some(id) = n.notification.get_meta().subscription_id() {
+                    self.backlog.acknowledged(&id);
+                }
+            }
             JsonRpcMessage::Error(e) => {
                 if let Some(id) = &e.id {
                     self.backlog.answered(id);
@@ -756,6 +929,8 @@ impl<R: AsyncRead + Unpin + Send> Transport<RoleServer> for StdioTransport<R> {
             }
             if self.eof {
                 // Bytes after the last newline are an unfinished message: nothing to deliver.
+                // The requests before it are answered before the stream ends.
+                self.drain().await;
                 return None;
             }
             self.buf.reserve(READ_CHUNK);
@@ -763,8 +938,11 @@ impl<R: AsyncRead + Unpin + Send> Transport<RoleServer> for StdioTransport<R> {
                 Ok(0) => self.eof = true,
                 Ok(_) => {}
                 Err(e) => {
+                    // The lines read before still get their answers; the binary reports the
+                    // error once they are out.
                     tracing::error!("Error reading from stdin: {e}");
-                    return None;
+                    let _ = self.ending.read_error.set(e);
+                    self.eof = true;
                 }
             }
         }
@@ -773,11 +951,7 @@ impl<R: AsyncRead + Unpin + Send> Transport<RoleServer> for StdioTransport<R> {
     async fn close(&mut self) -> Result<(), Self::Error> {
         // Dropping the last sender ends the writer once it has written everything queued.
         self.out = None;
-        if let Some(writer) = self.writer.take()
-            && tokio::time::timeout(CLOSE_TIMEOUT, writer).await.is_err()
-        {
-            tracing::warn!("stdout did not take the last answers in time");
-        }
+        self.end().flushed().await;
         Ok(())
     }
 }
@@ -877,10 +1051,14 @@ struct Backlog {
     deferred: std::sync::Mutex<Vec<Vec<u8>>>,
     /// Notifications dropped because [`MAX_DEFERRED`] were already held back.
     dropped: AtomicU64,
-    /// Requests rmcp has and has not answered (a listen, answered only when it ends, is not
-    /// counted); a cancelled one leaves too, as rmcp drops its answer.
+    /// Requests rmcp has and has not answered (a listen, answered only when it ends, until it
+    /// is acknowledged); a cancelled one leaves too, as rmcp drops its answer.
     pending: std::sync::Mutex<std::collections::HashSet<RequestId>>,
     pending_count: AtomicUsize,
+    /// Listens handed to rmcp and not ended (by their final answer or a cancellation): the
+    /// end of input waits for them too, once it has ended them (see `receive`).
+    listening: std::sync::Mutex<std::collections::HashSet<RequestId>>,
+    listening_count: AtomicUsize,
     /// stdout is gone: nothing bounds reading any more.
     closed: std::sync::atomic::AtomicBool,
 }
@@ -898,6 +1076,8 @@ impl Backlog {
             dropped: AtomicU64::new(0),
             pending: std::sync::Mutex::new(std::collections::HashSet::new()),
             pending_count: AtomicUsize::new(0),
+            listening: std::sync::Mutex::new(std::collections::HashSet::new()),
+            listening_count: AtomicUsize::new(0),
             closed: std::sync::atomic::AtomicBool::new(false),
         }
     }
@@ -908,12 +1088,23 @@ impl Backlog {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// `msg` goes to rmcp: a request is pending until answered; a cancellation ends one.
+    fn lock_listening(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<RequestId>> {
+        self.listening
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// `msg` goes to rmcp: a request is pending until answered (a listen until acknowledged);
+    /// a cancellation ends one.
     fn handed_to_rmcp(&self, msg: &RxJsonRpcMessage<RoleServer>) {
         match msg {
-            JsonRpcMessage::Request(r)
-                if !matches!(r.request, ClientRequest::SubscriptionsListenRequest(_)) =>
-            {
+            JsonRpcMessage::Request(r) => {
+                if matches!(r.request, ClientRequest::SubscriptionsListenRequest(_)) {
+                    let mut listening = self.lock_listening();
+                    listening.insert(r.id.clone());
+                    self.listening_count
+                        .store(listening.len(), Ordering::Release);
+                }
                 let mut pending = self.lock_pending();
                 if pending.insert(r.id.clone()) {
                     self.pending_count.store(pending.len(), Ordering::Release);
@@ -932,6 +1123,21 @@ impl Backlog {
 
     /// Request `id` was answered (or will never be).
     fn answered(&self, id: &RequestId) {
+        self.acknowledged(id);
+        if self.listening_count.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let mut listening = self.lock_listening();
+        if listening.remove(id) {
+            self.listening_count
+                .store(listening.len(), Ordering::Release);
+            drop(listening);
+            self.drained.notify_waiters();
+        }
+    }
+
+    /// Request `id` needs nothing more of rmcp's loop: answered, or a listen acknowledged.
+    fn acknowledged(&self, id: &RequestId) {
         if self.pending_count.load(Ordering::Acquire) == 0 {
             return;
         }
@@ -1509,7 +1715,9 @@ mod tests {
 
     #[tokio::test]
     async fn frames_lines_in_order_across_partial_writes() {
-        let (mut t, mut w, mut r) = pair(1024).await;
+        let (t, mut w, mut r) = pair(1024).await;
+        // No rmcp here answers the requests: the end of input must not wait for them.
+        let mut t = t.with_eof_drain(std::time::Duration::ZERO);
         let read = |id: u32, uri: &str| {
             format!(
                 r#"{{"jsonrpc":"2.0","id":{id},"method":"resources/read","params":{{"uri":"{uri}"}}}}"#
@@ -1584,5 +1792,137 @@ mod tests {
             t.send(msg).await.is_err(),
             "a closed transport refuses answers"
         );
+    }
+
+    fn line(json: &str) -> String {
+        format!("{json}\n")
+    }
+
+    fn empty_answer(id: i64) -> TxJsonRpcMessage<RoleServer> {
+        TxJsonRpcMessage::<RoleServer>::response(ServerResult::empty(()), RequestId::Number(id))
+    }
+
+    /// Whether `receive` is still holding the stream open 50 ms later (it is cancel-safe, so
+    /// asking costs nothing).
+    async fn still_open(t: &mut StdioTransport<tokio::io::DuplexStream>) -> bool {
+        tokio::time::timeout(std::time::Duration::from_millis(50), t.receive())
+            .await
+            .is_err()
+    }
+
+    #[tokio::test]
+    async fn the_end_of_input_waits_for_the_answers_to_the_requests_read_before_it() {
+        let (mut t, mut w, _r) = pair(1024).await;
+        w.write_all(line(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).as_bytes())
+            .await
+            .unwrap();
+        w.write_all(line(r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#).as_bytes())
+            .await
+            .unwrap();
+        drop(w);
+        assert_eq!(read_uri(&t.receive().await.unwrap()), "ping");
+        assert_eq!(read_uri(&t.receive().await.unwrap()), "ping");
+        let over = t.end().input_over();
+        assert!(
+            still_open(&mut t).await,
+            "ended with two requests unanswered"
+        );
+        t.send(empty_answer(2)).await.unwrap();
+        assert!(
+            still_open(&mut t).await,
+            "ended with one request unanswered"
+        );
+        assert!(!over.is_cancelled());
+        t.send(empty_answer(1)).await.unwrap();
+        assert!(t.receive().await.is_none(), "every request is answered");
+        assert!(over.is_cancelled());
+        assert!(t.end().read_error().is_none(), "a clean end of input");
+    }
+
+    #[tokio::test]
+    async fn a_request_never_answered_holds_the_end_of_input_only_for_the_bound() {
+        let bound = std::time::Duration::from_millis(400);
+        let (t, mut w, _r) = pair(1024).await;
+        let mut t = t.with_eof_drain(bound);
+        w.write_all(line(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).as_bytes())
+            .await
+            .unwrap();
+        drop(w);
+        t.receive().await.unwrap();
+        let start = tokio::time::Instant::now();
+        // Asked again and again, as rmcp's loop does: the bound counts from the end of input.
+        for _ in 0..3 {
+            assert!(still_open(&mut t).await);
+        }
+        assert!(t.receive().await.is_none());
+        let waited = start.elapsed();
+        assert!(
+            waited >= bound && waited < bound * 3,
+            "{waited:?} for a bound of {bound:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_end_of_input_ends_open_listens_after_their_acknowledgment() {
+        let (mut t, mut w, _r) = pair(1024).await;
+        let listen = r#"{"jsonrpc":"2.0","id":5,"method":"subscriptions/listen","params":{"notifications":{"resourcesListChanged":true},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"}}}}"#;
+        w.write_all(line(listen).as_bytes()).await.unwrap();
+        drop(w);
+        t.receive().await.unwrap();
+        let over = t.end().input_over();
+        // Not acknowledged yet: the acknowledgment needs rmcp's loop, so the stream stays.
+        assert!(still_open(&mut t).await);
+        assert!(!over.is_cancelled(), "listens ended before acknowledged");
+        let ack: TxJsonRpcMessage<RoleServer> = serde_json::from_str(
+            r#"{"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged","params":{"_meta":{"io.modelcontextprotocol/subscriptionId":5},"notifications":{"resourcesListChanged":true}}}"#,
+        )
+        .unwrap();
+        t.send(ack).await.unwrap();
+        // Acknowledged and nothing else unanswered: the listens are told to end, and the
+        // stream stays until the listen's final answer.
+        assert!(still_open(&mut t).await);
+        assert!(over.is_cancelled());
+        t.send(empty_answer(5)).await.unwrap();
+        assert!(t.receive().await.is_none());
+    }
+
+    /// A reader that gives `first`, then fails.
+    struct Failing(Option<Vec<u8>>);
+
+    impl AsyncRead for Failing {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            match self.0.take() {
+                Some(bytes) => {
+                    buf.put_slice(&bytes);
+                    Poll::Ready(Ok(()))
+                }
+                None => Poll::Ready(Err(io::Error::other("the pipe broke"))),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_read_error_is_kept_and_the_answers_before_it_still_go_out() {
+        let (server_w, client_r) = tokio::io::duplex(1 << 16);
+        let mut t = StdioTransport::new(Failing(Some(b"not json\n".to_vec())), server_w);
+        let end = t.end();
+        // The refused line is answered by the transport itself; then the error ends input.
+        assert!(t.receive().await.is_none());
+        assert_eq!(
+            end.read_error().map(ToString::to_string).as_deref(),
+            Some("the pipe broke")
+        );
+        // Dropped unclosed, as rmcp's failed handshake does: the answer still arrives.
+        drop(t);
+        end.flushed().await;
+        let mut r = tokio::io::BufReader::new(client_r);
+        let mut answer = String::new();
+        r.read_line(&mut answer).await.unwrap();
+        let v: serde_json::Value = serde_json::from_str(&answer).unwrap();
+        assert_eq!(v["error"]["code"], -32700, "{answer}");
     }
 }
