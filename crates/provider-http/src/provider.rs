@@ -278,6 +278,7 @@ impl Provider for HttpProvider {
                 help: "Conditional requests the upstream answered 304 Not Modified.",
                 value: c.revalidations,
             },
+            self.watches.throttled(),
         ]
     }
 
