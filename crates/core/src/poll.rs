@@ -14,10 +14,12 @@
 //!   own URI. The last [`WatchGuard`] of the last key stops the task and drops the source's
 //!   event sources.
 //! - **A rate limit** ([`PollConfig::max_checks_per_second`]): a token bucket (a second's
-//!   worth of burst) caps the checks a mount makes, however many targets are watched; checks
-//!   over the cap are deferred, spread at the capped rate, and counted
-//!   ([`Poller::throttled_counter`], `mcp_poll_throttled_total` at `/metrics`).
-//! - **An interval with jitter**: each key is due `interval × (1 ± jitter/2)` after its last
+//!   worth of burst) caps the checks a mount makes, however many targets are watched. Checks
+//!   over the cap stay due and wait their turn, oldest first, so every target is still
+//!   checked, less often (and a deferred one is made even in a round the probe would skip);
+//!   each is counted once ([`Poller::throttled_counter`], `mcp_poll_throttled_total` at
+//!   `/metrics`). While throttled, the task runs about ten rounds a second.
+//! - **An interval with jitter**: each target is due `interval × (1 ± jitter/2)` after its last
 //!   check, so many keys (and many servers) do not all poll in the same instant. The jitter is
 //!   a hash of the key, the time and std's per-process random hash keys: no `rand` needed.
 //! - **Wake now** ([`Waker::wake`]): an event source wakes the poller, which waits the
