@@ -826,6 +826,30 @@ mod tests {
     }
 
     #[test]
+    fn max_poll_requests_per_second_is_range_checked_and_kept() {
+        let s3 = "[[mount]]\nkind = \"s3\"\nbucket = \"my-bucket\"\nregion = \"us-east-1\"\n";
+        let api = "[[mount]]\nkind = \"api\"\n[[mount.endpoint]]\nuri = \"api://w/x\"\nurl = \"https://h/x\"\n[[mount]]\nkind = \"web\"\nallow = [\"https://d.example/\"]\n";
+        for (head, line) in [(s3, 5), (api, 9)] {
+            for bad in ["0", "10001"] {
+                let e = parse_str(&format!("{head}max_poll_requests_per_second = {bad}\n"))
+                    .unwrap_err()
+                    .0;
+                assert!(
+                    e.starts_with(&format!(
+                        "test.toml:{line}: `mount.max_poll_requests_per_second`: {bad} is out of range; allowed 1..=10000"
+                    )),
+                    "{e}"
+                );
+            }
+            let m = parse_str(&format!("{head}max_poll_requests_per_second = 3\n")).unwrap();
+            assert!(
+                format!("{m:?}").contains("max_poll_requests_per_second: 3"),
+                "{m:?}"
+            );
+        }
+    }
+
+    #[test]
     fn s3_refuses_keys_of_other_kinds_and_checks_its_own() {
         let head = "[[mount]]\nkind = \"s3\"\nbucket = \"my-bucket\"\nregion = \"us-east-1\"\n";
         refused(&format!("{head}root = \"/tmp\"\n"), "root", 5);

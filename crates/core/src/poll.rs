@@ -7,10 +7,19 @@
 //! at all" probe per round and the event sources that wake the poller early (inotify on ref
 //! storage, PostgreSQL `LISTEN`). The poller owns what every such watcher needs the same way:
 //!
-//! - **One check per key** however many guards: a key is checked once per round and every
-//!   sink subscribed to it is told; the last [`WatchGuard`] of the last key stops the task
-//!   and drops the source's event sources.
-//! - **An interval with jitter**: each key is due `interval × (1 ± jitter/2)` after its last
+//! - **One check per target** however many keys and guards: the source maps each watched key
+//!   to the [`PollKey`] of what it looks at ([`PollSource::poll_key`]: the S3 object behind
+//!   every window URI of it, the upstream URL behind every URI that fetches it), a target is
+//!   checked once per round, and every sink of every key mapped to it is told, each with its
+//!   own URI. The last [`WatchGuard`] of the last key stops the task and drops the source's
+//!   event sources.
+//! - **A rate limit** ([`PollConfig::max_checks_per_second`]): a token bucket (a second's
+//!   worth of burst) caps the checks a mount makes, however many targets are watched. Checks
+//!   over the cap stay due and wait their turn, oldest first, so every target is still
+//!   checked, less often (and a deferred one is made even in a round the probe would skip);
+//!   each is counted once ([`Poller::throttled_counter`], `mcp_poll_throttled_total` at
+//!   `/metrics`). While throttled, the task runs about ten rounds a second.
+//! - **An interval with jitter**: each target is due `interval × (1 ± jitter/2)` after its last
 //!   check, so many keys (and many servers) do not all poll in the same instant. The jitter is
 //!   a hash of the key, the time and std's per-process random hash keys: no `rand` needed.
 //! - **Wake now** ([`Waker::wake`]): an event source wakes the poller, which waits the
@@ -23,14 +32,16 @@
 //! [`crate::blocking::run_blocking`]; git does so once per round for all its keys
 //! ([`PollSource::check_all`]), so it costs one hop to the blocking pool per round, where a
 //! thread of its own per watched repository cost a parked thread and its stack all the time.
-//! Keys are checked one after another within a round, not concurrently: a round is as gentle
-//! on the source as the old per-provider loops were, and jitter already spreads keys out.
+//! Targets are checked one after another within a round, not concurrently: a round is as
+//! gentle on the source as the old per-provider loops were, and jitter already spreads
+//! targets out.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::collections::hash_map::RandomState;
 use std::fmt::Debug;
 use std::hash::{BuildHasher, Hash, Hasher};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -41,7 +52,11 @@ use tokio::time::Instant;
 
 use crate::change::{ChangeSink, WatchGuard};
 use crate::error::Result;
+use crate::provider::Counter;
 use crate::uri::ResourceUri;
+
+/// The name of the counter of deferred checks at `/metrics` ([`Poller::throttled_counter`]).
+pub const THROTTLED_METRIC: &str = "mcp_poll_throttled_total";
 
 /// What is watched: one resource, or the set of resources of the mount.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -62,6 +77,26 @@ impl Watched {
     }
 }
 
+/// What one check looks at ([`PollSource::poll_key`]). Watched keys with the same poll key
+/// share one check per round and one fingerprint.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum PollKey {
+    /// The mount's listing.
+    List,
+    /// One object, named as the source likes (an S3 key, an upstream URL).
+    Object(String),
+}
+
+impl PollKey {
+    /// Each key its own target: a resource by its URI as written, the listing as the listing.
+    pub fn of(key: &Watched) -> Self {
+        match key {
+            Watched::Resource(uri) => PollKey::Object(uri.as_str().to_owned()),
+            Watched::List => PollKey::List,
+        }
+    }
+}
+
 /// Why a round runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Cause {
@@ -78,8 +113,8 @@ pub enum Round {
     Scheduled,
     /// Something changed: check every key now.
     All,
-    /// Nothing changed since the last round: check only failed keys whose retry is due, and
-    /// push the others' next check one interval on.
+    /// Nothing changed since the last round: check only failed keys whose retry is due (and
+    /// checks the rate limit deferred), and push the others' next check one interval on.
     Skip,
 }
 
@@ -97,11 +132,14 @@ pub struct PollConfig {
     pub retry_min: Duration,
     /// The longest delay between retries.
     pub retry_max: Duration,
+    /// The most checks per second, over all targets (`None`: no limit). A token bucket
+    /// holding one second's worth: checks beyond it are deferred to when tokens come back.
+    pub max_checks_per_second: Option<u32>,
 }
 
 impl PollConfig {
-    /// Check every `interval` (10 % jitter, no debounce); retries start at one interval and
-    /// back off to a minute (or the interval, when longer).
+    /// Check every `interval` (10 % jitter, no debounce, no rate limit); retries start at
+    /// one interval and back off to a minute (or the interval, when longer).
     pub fn every(interval: Duration) -> Self {
         Self {
             interval: Some(interval),
@@ -109,6 +147,7 @@ impl PollConfig {
             debounce: Duration::ZERO,
             retry_min: interval,
             retry_max: interval.max(Duration::from_secs(60)),
+            max_checks_per_second: None,
         }
     }
 
@@ -120,6 +159,7 @@ impl PollConfig {
             debounce: Duration::ZERO,
             retry_min: Duration::from_secs(1),
             retry_max: Duration::from_secs(60),
+            max_checks_per_second: None,
         }
     }
 
@@ -141,6 +181,12 @@ impl PollConfig {
         self.jitter = jitter.clamp(0.0, 1.0);
         self
     }
+
+    /// The same with at most `n` checks a second (at least 1).
+    pub fn with_max_checks_per_second(mut self, n: u32) -> Self {
+        self.max_checks_per_second = Some(n.max(1));
+        self
+    }
 }
 
 /// How a provider looks at what is watched. Implemented once per provider; the [`Poller`]
@@ -156,6 +202,9 @@ pub trait PollSource: Send + Sync + 'static {
     /// for conditional requests or to reuse work when nothing moved. An error means "could
     /// not look this time" (the source is down, a timeout): nobody is notified, `last` is
     /// kept, and the key is retried with backoff.
+    ///
+    /// `key` is one of the keys of a [`PollKey`] (any of them: the answer must not depend on
+    /// which); every key of it is told of a change.
     async fn check(
         &self,
         key: &Watched,
@@ -174,6 +223,15 @@ pub trait PollSource: Send + Sync + 'static {
             out.push(self.check(key, last.as_ref()).await);
         }
         out
+    }
+
+    /// What `key` looks at. Keys with the same poll key are checked once per round together
+    /// and share the fingerprint, so give two keys the same one only when a check of either
+    /// sees the same thing and [`changed`](Self::changed) answers the same for both (window
+    /// URIs of one object; URIs that fetch one upstream URL). The default: every key its own.
+    /// Called when a key is watched: keep it cheap and free of I/O.
+    fn poll_key(&self, key: &Watched) -> PollKey {
+        PollKey::of(key)
     }
 
     /// Whether `new` differs from `old` as the subscribers of `key` see it (default: `!=`).
@@ -226,20 +284,25 @@ struct Signal {
     woken: AtomicBool,
 }
 
-/// One watched key: who to tell, what was seen, when to look next.
-struct Entry<F> {
-    sinks: HashMap<u64, ChangeSink>,
+/// One polled target: the keys that look at it with who to tell, what was seen, when to
+/// look next.
+struct Target<F> {
+    /// Each watched key of this target with its subscribers.
+    keys: HashMap<Watched, HashMap<u64, ChangeSink>>,
     /// `None`: nothing seen yet, so the first successful check is reported as a change (a
     /// subscriber whose first read failed must learn when the resource is there).
     last: Option<F>,
     /// `None`: only on a wake-up.
     due: Option<Instant>,
     failures: u32,
+    /// A check the rate limit deferred: made when due whatever the round probe says, since
+    /// the round that wanted it may have been the only one to know of a change.
+    owed: bool,
 }
 
 struct State<F> {
     next_id: u64,
-    keys: HashMap<Watched, Entry<F>>,
+    targets: HashMap<PollKey, Target<F>>,
     task: Option<JoinHandle<()>>,
 }
 
@@ -249,6 +312,10 @@ struct Shared<S: PollSource> {
     config: PollConfig,
     signal: Arc<Signal>,
     state: Mutex<State<S::Fingerprint>>,
+    /// Checks deferred by the rate limit, since the start.
+    throttled: AtomicU64,
+    /// Whether the first deferral was logged.
+    warned: AtomicBool,
 }
 
 impl<S: PollSource> Shared<S> {
@@ -256,15 +323,15 @@ impl<S: PollSource> Shared<S> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// When a key checked now is next due.
-    fn next_check(&self, key: &Watched, now: Instant) -> Option<Instant> {
+    /// When a target checked now is next due.
+    fn next_check(&self, key: &PollKey, now: Instant) -> Option<Instant> {
         self.config
             .interval
             .map(|i| now + jittered(i, self.config.jitter, key))
     }
 
-    /// When a key that failed `failures` times in a row is retried.
-    fn retry_at(&self, key: &Watched, failures: u32, now: Instant) -> Instant {
+    /// When a target that failed `failures` times in a row is retried.
+    fn retry_at(&self, key: &PollKey, failures: u32, now: Instant) -> Instant {
         let c = &self.config;
         let exp = failures.saturating_sub(1).min(20);
         let delay = c
@@ -313,9 +380,11 @@ impl<S: PollSource> Poller<S> {
                 }),
                 state: Mutex::new(State {
                     next_id: 0,
-                    keys: HashMap::new(),
+                    targets: HashMap::new(),
                     task: None,
                 }),
+                throttled: AtomicU64::new(0),
+                warned: AtomicBool::new(false),
             }),
         }
     }
@@ -323,8 +392,9 @@ impl<S: PollSource> Poller<S> {
     /// Watch `key` for `sink` until the guard is dropped. `initial` is what the caller saw
     /// when it set the watch up (read it *before* calling this, so a change in between is
     /// seen by the first check); `None` when that failed, which makes the first successful
-    /// check a change. A key already watched keeps the fingerprint it has, so no subscriber
-    /// misses a change that is not yet checked.
+    /// check a change. A target already polled (for this key or another with the same
+    /// [`PollKey`]) keeps the fingerprint it has, so no subscriber misses a change that is
+    /// not yet checked.
     ///
     /// Starts the task (on the current tokio runtime) if it was not running.
     pub fn watch(
@@ -333,29 +403,66 @@ impl<S: PollSource> Poller<S> {
         sink: ChangeSink,
         initial: Option<S::Fingerprint>,
     ) -> WatchGuard {
+        let target = self.poll_key(&key);
+        self.attach(target, key, sink, Some(initial))
+            .expect("attach with a starting point always watches")
+    }
+
+    /// Watch `key` for `sink` if its target is already polled, with no look of its own: the
+    /// target's fingerprint is the starting point (a change since it was taken is reported,
+    /// at worst once more than needed). `None` when the target is not polled yet: look, then
+    /// [`watch`](Self::watch). This is what keeps many URIs of one object (windows) from each
+    /// costing a request when subscribed.
+    pub fn join(&self, key: &Watched, sink: &ChangeSink) -> Option<WatchGuard> {
+        let target = self.poll_key(key);
+        self.attach(target, key.clone(), sink.clone(), None)
+    }
+
+    fn poll_key(&self, key: &Watched) -> PollKey {
+        match self.shared.source.upgrade() {
+            Some(source) => source.poll_key(key),
+            None => PollKey::of(key),
+        }
+    }
+
+    /// Add the subscription; `initial` `None` joins an existing target only.
+    fn attach(
+        &self,
+        target: PollKey,
+        key: Watched,
+        sink: ChangeSink,
+        initial: Option<Option<S::Fingerprint>>,
+    ) -> Option<WatchGuard> {
         let sh = &self.shared;
         let mut st = sh.lock();
         let id = st.next_id;
         st.next_id += 1;
-        let now = Instant::now();
-        let entry = st.keys.entry(key.clone()).or_insert_with(|| Entry {
-            sinks: HashMap::new(),
-            last: initial,
-            due: sh.next_check(&key, now),
-            failures: 0,
-        });
-        entry.sinks.insert(id, sink);
+        let t = match st.targets.entry(target.clone()) {
+            Entry::Occupied(o) => o.into_mut(),
+            Entry::Vacant(v) => {
+                let initial = initial?;
+                v.insert(Target {
+                    keys: HashMap::new(),
+                    last: initial,
+                    due: sh.next_check(&target, Instant::now()),
+                    failures: 0,
+                    owed: false,
+                })
+            }
+        };
+        t.keys.entry(key.clone()).or_default().insert(id, sink);
         if st.task.as_ref().is_none_or(JoinHandle::is_finished) {
             st.task = Some(tokio::spawn(run(self.shared.clone())));
         } else {
-            // The task may be sleeping towards a later time than this key's first check.
+            // The task may be sleeping towards a later time than this target's first check.
             sh.signal.notify.notify_one();
         }
-        WatchGuard::new(Release {
+        Some(WatchGuard::new(Release {
             shared: Arc::downgrade(&self.shared),
+            target,
             key,
             id,
-        })
+        }))
     }
 
     /// A handle that wakes this poller.
@@ -372,15 +479,31 @@ impl<S: PollSource> Poller<S> {
             .is_some_and(|t| !t.is_finished())
     }
 
-    /// How many keys are watched.
+    /// How many targets are polled (keys sharing a [`PollKey`] count once).
     pub fn watched(&self) -> usize {
-        self.shared.lock().keys.len()
+        self.shared.lock().targets.len()
+    }
+
+    /// How many checks the rate limit deferred since the poller was made.
+    pub fn throttled(&self) -> u64 {
+        self.shared.throttled.load(Ordering::Relaxed)
+    }
+
+    /// [`throttled`](Self::throttled) as the provider counter `mcp_poll_throttled_total`,
+    /// for [`crate::Provider::counters`].
+    pub fn throttled_counter(&self) -> Counter {
+        Counter {
+            name: THROTTLED_METRIC,
+            help: "Change checks deferred because the mount reached its max_poll_requests_per_second.",
+            value: self.throttled(),
+        }
     }
 }
 
 /// Removes one subscription when dropped; the last one of the last key stops the task.
 struct Release<S: PollSource> {
     shared: Weak<Shared<S>>,
+    target: PollKey,
     key: Watched,
     id: u64,
 }
@@ -391,13 +514,18 @@ impl<S: PollSource> Drop for Release<S> {
             return;
         };
         let mut st = sh.lock();
-        if let Some(e) = st.keys.get_mut(&self.key) {
-            e.sinks.remove(&self.id);
-            if e.sinks.is_empty() {
-                st.keys.remove(&self.key);
+        if let Some(t) = st.targets.get_mut(&self.target) {
+            if let Some(sinks) = t.keys.get_mut(&self.key) {
+                sinks.remove(&self.id);
+                if sinks.is_empty() {
+                    t.keys.remove(&self.key);
+                }
+            }
+            if t.keys.is_empty() {
+                st.targets.remove(&self.target);
             }
         }
-        if st.keys.is_empty()
+        if st.targets.is_empty()
             && let Some(task) = st.task.take()
         {
             // Aborting drops the task's future, and with it the source's event sources.
@@ -407,7 +535,7 @@ impl<S: PollSource> Drop for Release<S> {
 }
 
 /// `d` with `jitter` of it spread at random around it.
-fn jittered(d: Duration, jitter: f64, key: &Watched) -> Duration {
+fn jittered(d: Duration, jitter: f64, key: &PollKey) -> Duration {
     if jitter <= 0.0 || d.is_zero() {
         return d;
     }
@@ -420,6 +548,41 @@ fn jittered(d: Duration, jitter: f64, key: &Watched) -> Duration {
     d.mul_f64(1.0 - jitter / 2.0 + jitter * u)
 }
 
+/// The rate limit: tokens for checks, one second's worth at most, refilled continuously.
+struct Bucket {
+    rate: f64,
+    tokens: f64,
+    at: Instant,
+}
+
+impl Bucket {
+    fn new(per_second: u32, now: Instant) -> Self {
+        let rate = f64::from(per_second.max(1));
+        Self {
+            rate,
+            tokens: rate,
+            at: now,
+        }
+    }
+
+    fn refill(&mut self, now: Instant) {
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * self.rate).min(self.rate);
+        self.at = now;
+    }
+
+    /// When `n` tokens are there.
+    fn ready_at(&self, n: f64, now: Instant) -> Instant {
+        let wait = (n - self.tokens).max(0.0) / self.rate;
+        now + Duration::from_secs_f64(wait)
+    }
+
+    /// The tokens a throttled round waits for: a tenth of a second's worth, at least one.
+    fn batch(&self) -> f64 {
+        (self.rate / 10.0).ceil().max(1.0)
+    }
+}
+
 /// The poller's task: sleep until the first key is due or a wake-up, then run a round.
 async fn run<S: PollSource>(shared: Arc<Shared<S>>) {
     let Some(source) = shared.source.upgrade() else {
@@ -428,8 +591,20 @@ async fn run<S: PollSource>(shared: Arc<Shared<S>>) {
     let _events = source.start(Waker(shared.signal.clone()));
     // Hold the source only during a round, so the task never keeps a dropped provider alive.
     drop(source);
+    let mut bucket = shared
+        .config
+        .max_checks_per_second
+        .map(|n| Bucket::new(n, Instant::now()));
     loop {
-        let next = shared.lock().keys.values().filter_map(|e| e.due).min();
+        let mut next = shared.lock().targets.values().filter_map(|t| t.due).min();
+        if let (Some(at), Some(b)) = (next, bucket.as_mut()) {
+            // Over the limit, targets stay due: wait for enough tokens for a tenth of a
+            // second's checks, so a throttled mount runs about ten rounds a second, not one
+            // per token.
+            let now = Instant::now();
+            b.refill(now);
+            next = Some(at.max(b.ready_at(b.batch(), now)));
+        }
         let woken = tokio::select! {
             _ = shared.signal.notify.notified() => shared.signal.woken.swap(false, Ordering::SeqCst),
             _ = sleep_until(next) => false,
@@ -450,7 +625,7 @@ async fn run<S: PollSource>(shared: Arc<Shared<S>>) {
         let Some(source) = shared.source.upgrade() else {
             return;
         };
-        round(&shared, &source, cause).await;
+        round(&shared, &source, cause, bucket.as_mut()).await;
     }
 }
 
@@ -461,62 +636,107 @@ async fn sleep_until(at: Option<Instant>) {
     }
 }
 
-/// One round: pick the keys, check them, compare, notify, reschedule.
-async fn round<S: PollSource>(shared: &Shared<S>, source: &S, cause: Cause) {
+/// One round: pick the targets, keep within the rate limit, check them, compare, notify,
+/// reschedule.
+async fn round<S: PollSource>(
+    shared: &Shared<S>,
+    source: &S,
+    cause: Cause,
+    bucket: Option<&mut Bucket>,
+) {
     let decision = source.round(cause).await;
     let now = Instant::now();
-    let batch: Vec<(Watched, Option<S::Fingerprint>)> = {
+    let batch: Vec<(PollKey, Watched, Option<S::Fingerprint>)> = {
         let mut st = shared.lock();
-        let mut batch = Vec::new();
-        for (key, e) in st.keys.iter_mut() {
-            let due = e.due.is_some_and(|d| d <= now);
+        let mut picked: Vec<(Option<Instant>, PollKey)> = Vec::new();
+        for (key, t) in st.targets.iter_mut() {
+            let due = t.due.is_some_and(|d| d <= now);
             let take = match decision {
                 Round::All => true,
                 Round::Scheduled => cause == Cause::Woken || due,
-                Round::Skip => due && e.failures > 0,
+                Round::Skip => due && (t.failures > 0 || t.owed),
             };
             if take {
-                batch.push((key.clone(), e.last.clone()));
+                picked.push((t.due, key.clone()));
             } else if due {
-                e.due = shared.next_check(key, now);
+                t.due = shared.next_check(key, now);
             }
         }
-        batch
+        if let Some(bucket) = bucket {
+            bucket.refill(now);
+            let allowed = bucket.tokens.floor() as usize;
+            if picked.len() > allowed {
+                // The longest waiting first: a deferred target keeps the time it came due, so
+                // a mount over its limit still gets round every target, each less often.
+                picked.sort_by_key(|(due, _)| *due);
+                let deferred = picked.split_off(allowed);
+                let mut newly = 0;
+                for (_, key) in deferred {
+                    if let Some(t) = st.targets.get_mut(&key) {
+                        // Still due, so the task comes back for it as soon as tokens are.
+                        t.due = Some(t.due.map_or(now, |d| d.min(now)));
+                        newly += u64::from(!t.owed);
+                        t.owed = true;
+                    }
+                }
+                // Counted once per check that had to wait, however many rounds it waits.
+                shared.throttled.fetch_add(newly, Ordering::Relaxed);
+                if newly > 0 && !shared.warned.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(poller = %shared.label, limit = bucket.rate, "change checks reached the mount's max_poll_requests_per_second; checks are spaced out, so each target is checked less often than the poll interval");
+                }
+            }
+            bucket.tokens -= picked.len() as f64;
+        }
+        picked
+            .into_iter()
+            .filter_map(|(_, key)| {
+                let t = st.targets.get(&key)?;
+                let watched = t.keys.keys().next()?.clone();
+                Some((key, watched, t.last.clone()))
+            })
+            .collect()
     };
     if batch.is_empty() {
         return;
     }
-    let results = source.check_all(&batch).await;
+    let keys: Vec<(Watched, Option<S::Fingerprint>)> = batch
+        .iter()
+        .map(|(_, w, last)| (w.clone(), last.clone()))
+        .collect();
+    let results = source.check_all(&keys).await;
     let now = Instant::now();
     let mut st = shared.lock();
-    for ((key, _), result) in batch.into_iter().zip(results) {
-        // A key dropped meanwhile stays silent.
-        let Some(e) = st.keys.get_mut(&key) else {
+    for ((target, watched, _), result) in batch.into_iter().zip(results) {
+        // A target dropped meanwhile stays silent.
+        let Some(t) = st.targets.get_mut(&target) else {
             continue;
         };
+        t.owed = false;
         match result {
             Ok(fp) => {
-                let changed = e
+                let changed = t
                     .last
                     .as_ref()
-                    .is_none_or(|old| source.changed(&key, old, &fp));
+                    .is_none_or(|old| source.changed(&watched, old, &fp));
                 if changed {
-                    for sink in e.sinks.values() {
-                        key.notify(sink);
+                    for (key, sinks) in &t.keys {
+                        for sink in sinks.values() {
+                            key.notify(sink);
+                        }
                     }
                 }
-                e.last = Some(fp);
-                e.failures = 0;
-                e.due = shared.next_check(&key, now);
+                t.last = Some(fp);
+                t.failures = 0;
+                t.due = shared.next_check(&target, now);
             }
             Err(err) => {
-                e.failures = e.failures.saturating_add(1);
-                let at = shared.retry_at(&key, e.failures, now);
-                e.due = Some(at);
-                if e.failures == 1 {
-                    tracing::warn!(poller = %shared.label, key = ?key, error = %err, "checking for changes failed; retrying with backoff");
+                t.failures = t.failures.saturating_add(1);
+                let at = shared.retry_at(&target, t.failures, now);
+                t.due = Some(at);
+                if t.failures == 1 {
+                    tracing::warn!(poller = %shared.label, key = ?watched, error = %err, "checking for changes failed; retrying with backoff");
                 } else {
-                    tracing::debug!(poller = %shared.label, key = ?key, error = %err, failures = e.failures, "checking for changes failed again");
+                    tracing::debug!(poller = %shared.label, key = ?watched, error = %err, failures = t.failures, "checking for changes failed again");
                 }
             }
         }
@@ -569,7 +789,8 @@ mod tests {
 
         async fn check(&self, key: &Watched, _last: Option<&u64>) -> Result<u64> {
             let name = match key {
-                Watched::Resource(u) => u.as_str().to_owned(),
+                // A query is a window of the value: the same thing to look at.
+                Watched::Resource(u) => u.without_query().to_owned(),
                 Watched::List => "list".to_owned(),
             };
             self.checks.lock().unwrap().push(name.clone());
@@ -579,6 +800,13 @@ mod tests {
             match self.values.lock().unwrap().get(&name) {
                 Some(Some(v)) => Ok(*v),
                 _ => Err(Error::new(ErrorKind::Unavailable, "source down")),
+            }
+        }
+
+        fn poll_key(&self, key: &Watched) -> PollKey {
+            match key {
+                Watched::Resource(u) => PollKey::Object(u.without_query().to_owned()),
+                Watched::List => PollKey::List,
             }
         }
 
@@ -792,9 +1020,120 @@ mod tests {
         assert!(!p.is_running());
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn keys_of_one_target_share_one_check_and_each_hears_its_own_uri() {
+        let src = Arc::new(Values::default());
+        src.set("x://a", Some(1));
+        let p = Poller::new("t", Arc::downgrade(&src), no_jitter(SEC));
+        let (bus, mut rx) = bus();
+        let sink = ChangeSink::new(bus.clone(), "m0");
+        let first = p.watch(res("x://a?w=0"), sink.clone(), Some(1));
+        // Joining needs no look of its own; a target nobody polls cannot be joined.
+        assert!(p.join(&res("x://b?w=1"), &sink).is_none());
+        let mut guards: Vec<WatchGuard> = (1..200)
+            .map(|i| p.join(&res(&format!("x://a?w={i}")), &sink).unwrap())
+            .collect();
+        assert_eq!(p.watched(), 1, "200 window URIs, one target");
+        tokio::time::sleep(SEC * 5 + SEC / 2).await;
+        assert_eq!(src.checks(), vec!["x://a"; 5], "one check per interval");
+        assert_eq!(drain(&mut rx), []);
+        src.set("x://a", Some(2));
+        tokio::time::sleep(SEC).await;
+        let mut got = drain(&mut rx);
+        got.sort_by_key(|e| format!("{e:?}"));
+        let mut want: Vec<ChangeEvent> =
+            (0..200).map(|i| updated(&format!("x://a?w={i}"))).collect();
+        want.sort_by_key(|e| format!("{e:?}"));
+        assert_eq!(got, want, "every subscribed URI hears the change once");
+        // The target outlives the key it was set up with, and ends with its last key.
+        drop(first);
+        guards.truncate(1);
+        src.set("x://a", Some(3));
+        tokio::time::sleep(SEC).await;
+        assert_eq!(drain(&mut rx), [updated("x://a?w=1")]);
+        assert!(p.is_running());
+        drop(guards);
+        assert!(!p.is_running());
+        assert_eq!(p.watched(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_rate_limit_spreads_checks_counts_them_and_reaches_every_target() {
+        let src = Arc::new(Values::default());
+        for i in 0..100 {
+            src.set(&format!("x://k{i}"), Some(1));
+        }
+        let cfg = no_jitter(SEC).with_max_checks_per_second(10);
+        let p = Poller::new("t", Arc::downgrade(&src), cfg);
+        let (bus, mut rx) = bus();
+        let _g: Vec<WatchGuard> = (0..100)
+            .map(|i| {
+                let sink = ChangeSink::new(bus.clone(), "m0");
+                p.watch(res(&format!("x://k{i}")), sink, Some(1))
+            })
+            .collect();
+        // 100 targets due every second, 10 checks a second allowed: a burst of 10 (a second's
+        // worth), then 10 a second, never more, where unlimited would be 100 a second.
+        let mut per_second = Vec::new();
+        for _ in 0..20 {
+            tokio::time::sleep(SEC).await;
+            per_second.push(src.checks());
+        }
+        let counts: Vec<usize> = per_second.iter().map(Vec::len).collect();
+        let total: usize = counts.iter().sum();
+        assert!(total <= 10 * 20 + 10, "over the limit: {counts:?}");
+        assert!(
+            counts.iter().all(|&n| n <= 20) && counts[3..].iter().all(|&n| n <= 11),
+            "over the limit: {counts:?}"
+        );
+        assert!(total >= 180, "spread, not stalled: {counts:?}");
+        assert!(p.throttled() >= 80, "deferrals counted: {}", p.throttled());
+        assert_eq!(p.throttled_counter().name, "mcp_poll_throttled_total");
+        assert_eq!(p.throttled_counter().value, p.throttled());
+        // Every target gets its turn within the 20 s.
+        let seen: std::collections::BTreeSet<&String> = per_second.iter().flatten().collect();
+        assert_eq!(seen.len(), 100, "some targets were never checked");
+        // A change of any of them is still reported, within a round of all of them.
+        src.set("x://k57", Some(2));
+        tokio::time::sleep(SEC * 12).await;
+        assert_eq!(drain(&mut rx), [updated("x://k57")]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_deferred_check_is_made_even_when_the_probe_says_skip() {
+        let src = Arc::new(Values::default());
+        for i in 0..3 {
+            src.set(&format!("x://k{i}"), Some(1));
+        }
+        // One check a second, no interval: only wake-ups check.
+        let cfg = PollConfig::on_wake_only().with_max_checks_per_second(1);
+        let p = Poller::new("t", Arc::downgrade(&src), cfg);
+        let (bus, mut rx) = bus();
+        let _g: Vec<WatchGuard> = (0..3)
+            .map(|i| {
+                let sink = ChangeSink::new(bus.clone(), "m0");
+                p.watch(res(&format!("x://k{i}")), sink, Some(1))
+            })
+            .collect();
+        for i in 0..3 {
+            src.set(&format!("x://k{i}"), Some(2));
+        }
+        // The probe saw the change once (All); later rounds would skip, but the two checks
+        // the limit deferred are owed and made.
+        *src.gate.lock().unwrap() = Some(Round::All);
+        p.waker().wake();
+        tokio::time::sleep(SEC / 10).await;
+        *src.gate.lock().unwrap() = Some(Round::Skip);
+        assert_eq!(src.checks().len(), 1);
+        tokio::time::sleep(SEC * 3).await;
+        assert_eq!(src.checks().len(), 2, "the deferred checks came");
+        assert_eq!(drain(&mut rx).len(), 3, "every change reported");
+        assert_eq!(p.throttled(), 2);
+    }
+
     #[test]
     fn jitter_stays_within_its_fraction_and_varies() {
-        let key = res("x://a");
+        let key = PollKey::Object("x://a".into());
         let d = Duration::from_secs(10);
         let all: Vec<Duration> = (0..200).map(|_| jittered(d, 0.2, &key)).collect();
         assert!(

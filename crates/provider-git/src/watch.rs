@@ -7,7 +7,9 @@
 //! replaces `tables.list`; debounced). Each round re-reads the refs on the blocking pool and
 //! fingerprints each watched URI: the commit for a commit URI, the id of the entry at the path
 //! for anything else. So `git://main/x` fires when `main` moves *and* `x` changed, never
-//! when `main` moves past commits that leave `x` alone.
+//! when `main` moves past commits that leave `x` alone. That fingerprint depends only on the
+//! ref and the path, so every URI of one ref and path (directory blocks `?after=`, history
+//! pages, other spellings) is one [`PollKey`]: one lookup per round, each URI notified.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -15,7 +17,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use gix::ObjectId;
-use mcpr_core::poll::{PollConfig, PollSource, Poller, Waker, Watched};
+use mcpr_core::poll::{PollConfig, PollKey, PollSource, Poller, Waker, Watched};
 use mcpr_core::{ChangeSink, Error, ErrorKind, ResourceUri, Result, WatchGuard, run_blocking};
 use notify::{RecursiveMode, Watcher as _};
 
@@ -191,6 +193,17 @@ impl PollSource for RefSource {
         }
     }
 
+    /// The ref as written and the path: the query (directory block, history page) does not
+    /// change what is fingerprinted.
+    fn poll_key(&self, key: &Watched) -> PollKey {
+        if let Watched::Resource(uri) = key
+            && let Ok(target) = crate::uri::parse(&self.inner.bases, uri)
+        {
+            return PollKey::Object(format!("{:?} {:?}", target.rev, target.path));
+        }
+        PollKey::of(key)
+    }
+
     fn changed(&self, _key: &Watched, old: &Seen, new: &Seen) -> bool {
         match (old, new) {
             // Only what the URI shows counts, not the commit the ref moved to.
@@ -280,12 +293,15 @@ impl Watcher {
         target: GitUri,
         sink: ChangeSink,
     ) -> Result<WatchGuard> {
+        let key = Watched::Resource(uri.clone());
+        // The same ref and path polled for another URI: its fingerprint is the start.
+        if let Some(guard) = self.poller.join(&key, &sink) {
+            return Ok(guard);
+        }
         let h = self.inner.repo.handle();
         let last = fingerprint(&self.inner, &h, &target, None, &mut HashMap::new())?;
         drop(h);
-        Ok(self
-            .poller
-            .watch(Watched::Resource(uri.clone()), sink, Some(Seen::Uri(last))))
+        Ok(self.poller.watch(key, sink, Some(Seen::Uri(last))))
     }
 
     /// Report list changes to `sink` (blocking: takes the starting snapshot).

@@ -225,3 +225,57 @@ async fn watches_off_declares_nothing() {
         .unwrap_err();
     assert_eq!(err.kind, mcpr_core::ErrorKind::Unsupported);
 }
+
+/// Every URI of one ref and path (history pages, directory blocks) shares one check per
+/// round, and each of them is told when that path changes, and only then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_uri_of_one_path_hears_its_change_once() {
+    let r = repo_xy(TestRepo::new());
+    r.write("d/a", b"a0\n");
+    r.write("d/b", b"b0\n");
+    r.commit("dir");
+    let p = provider(&r, RefWatchMode::Auto);
+    let bus = Arc::new(LocalBus::default());
+    let mut rx = bus.subscribe();
+    let x_uris = [
+        "git://main/x",
+        "git://main/x?history",
+        "git://main/x?history&limit=3",
+        "git://main/x?history&limit=7",
+    ];
+    let d_uris = [
+        "git://main/d",
+        "git://main/d?after=a",
+        "git://main/d?history",
+    ];
+    let mut guards = Vec::new();
+    for u in x_uris.iter().chain(&d_uris) {
+        guards.push(watch(&p, u, &bus).await);
+    }
+    let sorted = |mut v: Vec<ChangeEvent>| {
+        v.sort_by_key(|e| format!("{e:?}"));
+        v
+    };
+    // y alone: nobody.
+    r.write("y", b"y1\n");
+    r.commit("y");
+    let got = events(&mut rx, Duration::from_millis(800)).await;
+    assert!(got.is_empty(), "{got:?}");
+    // x: each URI of x once, none of d.
+    r.write("x", b"x1\n");
+    r.commit("x");
+    let got = events(&mut rx, Duration::from_millis(1500)).await;
+    assert_eq!(
+        sorted(got),
+        sorted(x_uris.iter().map(|u| updated(u)).collect())
+    );
+    // A file inside d: each URI of d once.
+    r.write("d/b", b"b1\n");
+    r.commit("d/b");
+    let got = events(&mut rx, Duration::from_millis(1500)).await;
+    assert_eq!(
+        sorted(got),
+        sorted(d_uris.iter().map(|u| updated(u)).collect())
+    );
+    drop(guards);
+}

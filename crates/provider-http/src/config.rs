@@ -25,6 +25,11 @@ pub const TIMEOUT_MS: RangeInclusive<u64> = 100..=600_000;
 pub const MAX_REDIRECTS: RangeInclusive<u64> = 0..=20;
 /// Allowed `poll_interval_ms`.
 pub const POLL_INTERVAL_MS: RangeInclusive<u64> = 100..=86_400_000;
+/// Allowed `max_poll_requests_per_second`.
+pub const MAX_POLL_REQUESTS_PER_SECOND: RangeInclusive<u64> = 1..=10_000;
+/// The default `max_poll_requests_per_second`: gentle on an upstream with its own rate limit,
+/// and 300 subscribed upstream URLs at the default 30 s interval.
+pub const DEFAULT_MAX_POLL_REQUESTS_PER_SECOND: u32 = 10;
 /// Allowed `cache_max_bytes` (1 byte to 16 GiB).
 pub const CACHE_MAX_BYTES: RangeInclusive<u64> = 1..=(16 << 30);
 /// Allowed `default_ttl_ms` (0: an answer without freshness headers is never reused unchecked).
@@ -157,6 +162,9 @@ pub struct HttpConfig {
     pub max_redirects: u32,
     /// How often subscribed URIs are re-fetched (with jitter).
     pub poll_interval: Duration,
+    /// The most upstream requests a second polling makes, however many URIs are subscribed;
+    /// checks beyond it wait their turn.
+    pub max_poll_requests_per_second: u32,
     /// Allow loopback, private, link-local and other non-public addresses.
     pub allow_private: bool,
     /// The response cache's bound, in bytes.
@@ -189,6 +197,10 @@ impl fmt::Debug for HttpConfig {
             .field("timeout", &self.timeout)
             .field("max_redirects", &self.max_redirects)
             .field("poll_interval", &self.poll_interval)
+            .field(
+                "max_poll_requests_per_second",
+                &self.max_poll_requests_per_second,
+            )
             .field("allow_private", &self.allow_private)
             .field("cache_max_bytes", &self.cache_max_bytes)
             .field("default_ttl", &self.default_ttl)
@@ -211,6 +223,7 @@ impl HttpConfig {
             timeout: Duration::from_secs(10),
             max_redirects: 5,
             poll_interval: Duration::from_secs(30),
+            max_poll_requests_per_second: DEFAULT_MAX_POLL_REQUESTS_PER_SECOND,
             allow_private: false,
             cache_max_bytes: 64 << 20,
             default_ttl: Duration::from_secs(5),
@@ -255,6 +268,11 @@ impl HttpConfig {
             "poll_interval_ms",
             self.poll_interval.as_millis() as u64,
             &POLL_INTERVAL_MS,
+        )?;
+        SettingError::check_range(
+            "max_poll_requests_per_second",
+            u64::from(self.max_poll_requests_per_second),
+            &MAX_POLL_REQUESTS_PER_SECOND,
         )?;
         SettingError::check_range("cache_max_bytes", self.cache_max_bytes, &CACHE_MAX_BYTES)?;
         SettingError::check_range(
@@ -504,6 +522,7 @@ struct HttpToml {
     timeout_ms: Option<Spanned<IntOrString>>,
     max_redirects: Option<Spanned<IntOrString>>,
     poll_interval_ms: Option<Spanned<IntOrString>>,
+    max_poll_requests_per_second: Option<Spanned<IntOrString>>,
     allow_private: Option<bool>,
     cache_max_bytes: Option<Spanned<IntOrString>>,
     default_ttl_ms: Option<Spanned<IntOrString>>,
@@ -572,6 +591,14 @@ impl ProviderFactory for HttpFactory {
         }
         if let Some(v) = &raw.poll_interval_ms {
             c.poll_interval = ms(v, "mount.poll_interval_ms")?;
+        }
+        if let Some(v) = &raw.max_poll_requests_per_second {
+            let n = file.int(
+                v,
+                "mount.max_poll_requests_per_second",
+                MAX_POLL_REQUESTS_PER_SECOND,
+            )?;
+            c.max_poll_requests_per_second = n as u32;
         }
         if let Some(v) = &raw.default_ttl_ms {
             c.default_ttl = ms(v, "mount.default_ttl_ms")?;

@@ -288,6 +288,7 @@ impl Provider for HttpProvider {
                 help: "Conditional requests the upstream answered 304 Not Modified.",
                 value: c.revalidations,
             },
+            self.watches.throttled(),
         ]
     }
 

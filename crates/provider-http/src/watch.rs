@@ -1,14 +1,18 @@
-//! Change notifications: every subscribed URI is re-fetched every `poll_interval_ms` (with
-//! jitter) through core's [`Poller`], conditionally when the upstream gave validators, and
-//! its subscribers are told when the ETag or the body's hash changed. One poller per mount,
-//! one check per URI however many subscribers, stopped with the last; an upstream that fails
-//! is retried with backoff and notifies nobody.
+//! Change notifications: every subscribed upstream URL is re-fetched every `poll_interval_ms`
+//! (with jitter) through core's [`Poller`], conditionally when the upstream gave validators,
+//! and the subscribers of every URI that fetches it are told when the ETag or the body's hash
+//! changed. One poller per mount, one check per upstream URL (and api endpoint) however many
+//! URIs and subscribers (URIs that differ only in spelling or in a query value the URL does
+//! not use fetch the same thing), stopped with the last; an upstream that fails is retried
+//! with backoff and notifies nobody. The mount's checks are capped at
+//! `max_poll_requests_per_second` (core's rate limit: checks over it wait their turn and are
+//! counted in `mcp_poll_throttled_total`).
 
 use std::sync::{Arc, Weak};
 
 use async_trait::async_trait;
-use mcpr_core::poll::{PollConfig, PollSource, Poller, Watched};
-use mcpr_core::{ChangeSink, Error, ErrorKind, ResourceUri, Result, WatchGuard};
+use mcpr_core::poll::{PollConfig, PollKey, PollSource, Poller, Watched};
+use mcpr_core::{ChangeSink, Counter, Error, ErrorKind, ResourceUri, Result, WatchGuard};
 
 use crate::provider::Inner;
 use crate::read::{Mode, serve};
@@ -47,17 +51,27 @@ impl Watches {
             Arc::downgrade(&source),
             PollConfig::every(interval)
                 .with_jitter(0.2)
-                .with_retry(interval, interval.saturating_mul(16)),
+                .with_retry(interval, interval.saturating_mul(16))
+                .with_max_checks_per_second(config.max_poll_requests_per_second),
         );
         Self { source, poller }
     }
 
     /// Watch `uri` for `sink`; the first check is made now, so a change right after the
-    /// subscription is seen by the next one.
+    /// subscription is seen by the next one. A URI whose upstream URL is already polled joins
+    /// that poll without a request.
     pub(crate) async fn add(&self, uri: &ResourceUri, sink: ChangeSink) -> WatchGuard {
         let key = Watched::Resource(uri.clone());
+        if let Some(guard) = self.poller.join(&key, &sink) {
+            return guard;
+        }
         let first = self.source.check(&key, None).await.ok();
         self.poller.watch(key, sink, first)
+    }
+
+    /// The checks the rate limit deferred, for `/metrics`.
+    pub(crate) fn throttled(&self) -> Counter {
+        self.poller.throttled_counter()
     }
 
     /// Whether the poller's task runs (it must stop with the last watch).
@@ -69,6 +83,20 @@ impl Watches {
 #[async_trait]
 impl PollSource for HttpSource {
     type Fingerprint = Fingerprint;
+
+    /// The upstream URL with the endpoint that fetches it (its headers and MIME override are
+    /// part of what is served); a web mount's URL has no fragment.
+    fn poll_key(&self, key: &Watched) -> PollKey {
+        if let (Watched::Resource(uri), Some(inner)) = (key, self.inner.upgrade())
+            && let Ok(t) = inner.target(uri.as_str())
+        {
+            return PollKey::Object(match t.endpoint {
+                Some(i) => format!("{i} {}", t.url),
+                None => t.url.to_string(),
+            });
+        }
+        PollKey::of(key)
+    }
 
     async fn check(&self, key: &Watched, _last: Option<&Fingerprint>) -> Result<Fingerprint> {
         let inner = self

@@ -14,6 +14,11 @@ use toml::Spanned;
 
 /// Allowed `poll_interval_ms`: at least 100 ms (each check is a request to the store).
 pub const POLL_INTERVAL_MS: std::ops::RangeInclusive<u64> = 100..=3_600_000;
+/// Allowed `max_poll_requests_per_second`.
+pub const MAX_POLL_REQUESTS_PER_SECOND: std::ops::RangeInclusive<u64> = 1..=10_000;
+/// The default `max_poll_requests_per_second`: 20 a second is at most 1.7 million requests a
+/// day, whatever clients subscribe to; it polls 100 objects at the default 5 s interval.
+pub const DEFAULT_MAX_POLL_REQUESTS_PER_SECOND: u32 = 20;
 /// The longest `prefix`: S3 keys are at most 1,024 bytes.
 pub const PREFIX_MAX: usize = 1024;
 
@@ -40,6 +45,9 @@ pub struct S3Config {
     pub secret_access_key: Option<String>,
     /// How often subscribed keys and watched listings are re-checked.
     pub poll_interval: Duration,
+    /// The most requests a second polling makes (HEADs and listing pages together), however
+    /// many URIs are subscribed; checks beyond it wait their turn.
+    pub max_poll_requests_per_second: u32,
     /// Cache hints on results from this mount.
     pub cache: CacheHints,
 }
@@ -56,6 +64,10 @@ impl std::fmt::Debug for S3Config {
             .field("access_key_id", &redact(&self.access_key_id))
             .field("secret_access_key", &redact(&self.secret_access_key))
             .field("poll_interval", &self.poll_interval)
+            .field(
+                "max_poll_requests_per_second",
+                &self.max_poll_requests_per_second,
+            )
             .field("cache", &self.cache)
             .finish()
     }
@@ -74,6 +86,7 @@ impl S3Config {
             access_key_id: None,
             secret_access_key: None,
             poll_interval: Duration::from_secs(5),
+            max_poll_requests_per_second: DEFAULT_MAX_POLL_REQUESTS_PER_SECOND,
             cache: CacheHints::default(),
         }
     }
@@ -171,6 +184,11 @@ impl S3Config {
             self.poll_interval.as_millis() as u64,
             &POLL_INTERVAL_MS,
         )?;
+        SettingError::check_range(
+            "max_poll_requests_per_second",
+            u64::from(self.max_poll_requests_per_second),
+            &MAX_POLL_REQUESTS_PER_SECOND,
+        )?;
         Ok(())
     }
 }
@@ -207,6 +225,7 @@ struct S3Toml {
     access_key_id: Option<Spanned<String>>,
     secret_access_key: Option<Spanned<String>>,
     poll_interval_ms: Option<Spanned<IntOrString>>,
+    max_poll_requests_per_second: Option<Spanned<IntOrString>>,
 }
 
 /// Builds `kind = "s3"` mounts.
@@ -252,6 +271,14 @@ impl ProviderFactory for S3Factory {
         }
         if let Some(v) = &raw.poll_interval_ms {
             c.poll_interval = Duration::from_millis(file.number(v, "mount.poll_interval_ms")?);
+        }
+        if let Some(v) = &raw.max_poll_requests_per_second {
+            let n = file.int(
+                v,
+                "mount.max_poll_requests_per_second",
+                MAX_POLL_REQUESTS_PER_SECOND,
+            )?;
+            c.max_poll_requests_per_second = n as u32;
         }
         c.cache = common.cache;
         c.validate().map_err(|e| table.setting_error(e))?;
@@ -320,6 +347,11 @@ mod tests {
         let e = c.validate().unwrap_err();
         assert_eq!(e.key, "poll_interval_ms");
         assert!(e.message.contains("100"), "{}", e.message);
+        let mut c = ok();
+        c.max_poll_requests_per_second = 0;
+        let e = c.validate().unwrap_err();
+        assert_eq!(e.key, "max_poll_requests_per_second");
+        assert!(e.message.contains("1..=10000"), "{}", e.message);
     }
 
     #[test]

@@ -197,6 +197,7 @@ impl S3Provider {
             mime_type: None,
         }];
         let poll = config.poll_interval;
+        let max_rate = config.max_poll_requests_per_second;
         let inner = Arc::new(Inner {
             store,
             lister,
@@ -205,7 +206,7 @@ impl S3Provider {
             config,
             read_ahead: crate::list::read_aheads(),
         });
-        let watches = Watches::new(&inner.keys.root, Arc::downgrade(&inner), poll);
+        let watches = Watches::new(&inner.keys.root, Arc::downgrade(&inner), poll, max_rate);
         // The first look at the bucket runs beside start-up: an endpoint that swallows
         // packets would otherwise hold the whole server for the retry budget.
         let first = inner.clone();
@@ -323,11 +324,14 @@ impl Provider for S3Provider {
     }
 
     fn counters(&self) -> Vec<Counter> {
-        vec![Counter {
-            name: "mcpr_s3_keys_skipped_total",
-            help: "Keys the store listed that the mount does not serve (an empty, `.` or `..` segment, a leading `/`, control characters).",
-            value: self.inner.lister.skipped.load(Ordering::Relaxed),
-        }]
+        vec![
+            Counter {
+                name: "mcpr_s3_keys_skipped_total",
+                help: "Keys the store listed that the mount does not serve (an empty, `.` or `..` segment, a leading `/`, control characters).",
+                value: self.inner.lister.skipped.load(Ordering::Relaxed),
+            },
+            self.watches.throttled(),
+        ]
     }
 }
 

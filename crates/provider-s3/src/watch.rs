@@ -5,15 +5,21 @@
 //! ETag, or a deletion, is `resources/updated`; while anyone wants `list_changed`, the keys
 //! under the mount's prefix are listed and a key appearing or going is `list_changed`.
 //!
-//! The core [`Poller`] makes one check per key however many subscribers, stops with the
-//! last one, and treats a failed check (the store down) as "could not look", not a change:
-//! it keeps the last fingerprint and retries with backoff, so recovery notifies only what
-//! really changed meanwhile.
+//! The core [`Poller`] makes one check per object however many URIs and subscribers: every
+//! URI of one key (the object itself, `?head=1`, `?head=2`, `?tail=…` windows, other
+//! percent-encodings of the same key) has the key as its [`PollKey`], so it is one HEAD per
+//! interval that notifies each of those URIs. A URI of an object already polled joins it
+//! without a first look of its own. The poller stops with the last subscriber, and treats a
+//! failed check (the store down) as "could not look", not a change: it keeps the last
+//! fingerprint and retries with backoff, so recovery notifies only what really changed
+//! meanwhile.
 //!
-//! Cost: a subscribed key is one HEAD per interval. A watched listing is one list request per
-//! 1,000 keys per interval, bounded at [`LIST_WATCH_MAX_PAGES`] requests (100,000 keys): in a
-//! bigger bucket (or prefix) keys beyond the first 100,000 in key order are not watched
-//! (a warning says so once).
+//! Cost: a subscribed object is one HEAD per interval. A watched listing is one list request
+//! per 1,000 keys per interval, bounded at [`LIST_WATCH_MAX_PAGES`] requests (100,000 keys):
+//! in a bigger bucket (or prefix) keys beyond the first 100,000 in key order are not watched
+//! (a warning says so once). Whatever is subscribed, the mount's checks are capped at
+//! `max_poll_requests_per_second` (core's rate limit: checks over it wait their turn and are
+//! counted in `mcp_poll_throttled_total`); a listing check counts as one, however many pages.
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
@@ -22,8 +28,8 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use mcpr_core::poll::{PollConfig, PollSource, Poller, Watched};
-use mcpr_core::{ChangeSink, Error, ResourceUri, Result, WatchGuard};
+use mcpr_core::poll::{PollConfig, PollKey, PollSource, Poller, Watched};
+use mcpr_core::{ChangeSink, Counter, Error, ResourceUri, Result, WatchGuard};
 use object_store::{GetOptions, ObjectStore as _};
 
 use crate::list::STORE_PAGE_MAX;
@@ -61,27 +67,41 @@ struct S3Source {
 }
 
 impl Watches {
-    pub(crate) fn new(label: &str, inner: Weak<Inner>, poll: Duration) -> Self {
+    pub(crate) fn new(label: &str, inner: Weak<Inner>, poll: Duration, max_rate: u32) -> Self {
         let source = Arc::new(S3Source {
             inner,
             warned: AtomicBool::new(false),
         });
-        let poller = Poller::new(label, Arc::downgrade(&source), PollConfig::every(poll));
+        let config = PollConfig::every(poll).with_max_checks_per_second(max_rate);
+        let poller = Poller::new(label, Arc::downgrade(&source), config);
         Self { source, poller }
     }
 
     /// Watch the object `key` (at `uri`). Its state now is the starting point, so a change
-    /// from here on is reported (when the store is down now, the first answer is one).
+    /// from here on is reported (when the store is down now, the first answer is one); an
+    /// object already polled for another URI (another window of it) starts from what that
+    /// poll saw, without a request.
     pub(crate) async fn add_object(&self, uri: ResourceUri, sink: ChangeSink) -> WatchGuard {
         let key = Watched::Resource(uri);
+        if let Some(guard) = self.poller.join(&key, &sink) {
+            return guard;
+        }
         let first = self.first_look(&key).await;
         self.poller.watch(key, sink, first)
     }
 
     /// Watch the listing of the mount.
     pub(crate) async fn add_list(&self, sink: ChangeSink) -> WatchGuard {
+        if let Some(guard) = self.poller.join(&Watched::List, &sink) {
+            return guard;
+        }
         let first = self.first_look(&Watched::List).await;
         self.poller.watch(Watched::List, sink, first)
+    }
+
+    /// The checks the rate limit deferred, for `/metrics`.
+    pub(crate) fn throttled(&self) -> Counter {
+        self.poller.throttled_counter()
     }
 
     /// What `key` looks like now, within [`FIRST_LOOK_TIMEOUT`]: a store that is down must
@@ -176,6 +196,17 @@ impl S3Source {
 #[async_trait]
 impl PollSource for S3Source {
     type Fingerprint = Seen;
+
+    /// The object's key: a window (`?head=`, `?tail=`, `?offset=`) and any other spelling of
+    /// the key look at the same object, and a HEAD's answer is the same for all of them.
+    fn poll_key(&self, key: &Watched) -> PollKey {
+        if let (Watched::Resource(uri), Some(inner)) = (key, self.inner.upgrade())
+            && let Ok(Target::Object(k)) = inner.keys.parse(uri)
+        {
+            return PollKey::Object(k);
+        }
+        PollKey::of(key)
+    }
 
     async fn check(&self, key: &Watched, last: Option<&Seen>) -> Result<Seen> {
         let inner = self

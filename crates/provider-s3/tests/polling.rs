@@ -1,6 +1,7 @@
 //! What polling costs, counted on a loopback S3 stand-in that records every request: one
-//! `HEAD` per interval per subscribed key however many subscribers, `If-None-Match` with the
-//! last ETag (answered 304), and no request at all once the last subscriber is gone.
+//! `HEAD` per interval per subscribed object however many subscribers and window URIs,
+//! `If-None-Match` with the last ETag (answered 304), no request at all once the last
+//! subscriber is gone, and never more than the mount's `max_poll_requests_per_second`.
 
 mod common;
 
@@ -9,23 +10,35 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{config, unique_bucket};
-use mcpr_core::{ChangeSink, LocalBus, Provider, ResourceUri};
+use mcpr_core::{ChangeBus, ChangeEvent, ChangeSink, LocalBus, Provider, ResourceUri};
 use mcpr_provider_s3::S3Provider;
 
 /// The request lines (method and path) and whether each carried `If-None-Match`.
 type Log = Arc<Mutex<Vec<(String, bool)>>>;
 
-/// Answers HEAD with an object (ETag `"v1"`), or 304 when `If-None-Match` names it; anything
-/// else (the start-up probe's listing) with an empty listing.
+/// Every object's ETag (one for all, so a change changes every object).
+type Etag = Arc<Mutex<String>>;
+
 fn stand_in() -> (String, Log) {
+    let (endpoint, log, _) = stand_in_with_etag();
+    (endpoint, log)
+}
+
+/// Answers HEAD of any key with an object (ETag `"v1"` until the returned ETag is changed),
+/// or 304 when `If-None-Match` names the current ETag; anything else (the start-up probe's
+/// listing) with an empty listing.
+fn stand_in_with_etag() -> (String, Log, Etag) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let endpoint = format!("http://{}", listener.local_addr().unwrap());
     let log: Log = Arc::default();
+    let etag: Etag = Arc::new(Mutex::new("v1".into()));
     let seen = log.clone();
+    let current = etag.clone();
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { return };
             let seen = seen.clone();
+            let current = current.clone();
             std::thread::spawn(move || {
                 let mut buf = Vec::new();
                 let mut chunk = [0u8; 4096];
@@ -41,13 +54,17 @@ fn stand_in() -> (String, Log) {
                     let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
                     buf.drain(..end);
                     let line = head.lines().next().unwrap_or("").to_owned();
-                    let inm = head.contains("if-none-match: \"v1\"");
+                    let tag = current.lock().unwrap().clone();
+                    let inm = head.contains(&format!("if-none-match: \"{tag}\""));
                     seen.lock().unwrap().push((line.clone(), inm));
                     let reply = if line.starts_with("head ") && inm {
-                        "HTTP/1.1 304 Not Modified\r\nETag: \"v1\"\r\nContent-Length: 0\r\n\r\n"
-                            .to_owned()
+                        format!(
+                            "HTTP/1.1 304 Not Modified\r\nETag: \"{tag}\"\r\nContent-Length: 0\r\n\r\n"
+                        )
                     } else if line.starts_with("head ") {
-                        "HTTP/1.1 200 OK\r\nETag: \"v1\"\r\nContent-Length: 2\r\nLast-Modified: Mon, 23 Nov 2026 10:00:00 GMT\r\n\r\n".to_owned()
+                        format!(
+                            "HTTP/1.1 200 OK\r\nETag: \"{tag}\"\r\nContent-Length: 2\r\nLast-Modified: Mon, 23 Nov 2026 10:00:00 GMT\r\n\r\n"
+                        )
                     } else {
                         let body = "<?xml version=\"1.0\" encoding=\"UTF-8\"?><ListBucketResult><Name>b</Name><KeyCount>0</KeyCount><MaxKeys>1</MaxKeys><IsTruncated>false</IsTruncated></ListBucketResult>";
                         format!(
@@ -62,7 +79,7 @@ fn stand_in() -> (String, Log) {
             });
         }
     });
-    (endpoint, log)
+    (endpoint, log, etag)
 }
 
 fn heads(log: &Log, path: &str) -> Vec<bool> {
@@ -93,8 +110,9 @@ async fn one_conditional_head_per_interval_shared_and_stopped_with_the_last_subs
         .unwrap();
     tokio::time::sleep(Duration::from_millis(2100)).await;
     let seen = heads(&log, "/a.txt");
-    // Two first looks (one per watch call), then one HEAD per 200 ms interval (± jitter) for
-    // both subscribers together: about 10 in 2 s, where one poller per subscriber would be 20.
+    // One first look (the second watch joins the poll), then one HEAD per 200 ms interval
+    // (± jitter) for both subscribers together: about 10 in 2 s, where one poller per
+    // subscriber would be 20.
     assert!(
         (6..=14).contains(&seen.len()),
         "{} HEADs in 2.1 s: {seen:?}",
@@ -102,7 +120,7 @@ async fn one_conditional_head_per_interval_shared_and_stopped_with_the_last_subs
     );
     // After the first answer every check is conditional on the ETag it saw.
     assert!(
-        seen[2..].iter().all(|&c| c),
+        seen[1..].iter().all(|&c| c),
         "checks without If-None-Match: {seen:?}"
     );
     drop(g1);
@@ -120,4 +138,141 @@ async fn one_conditional_head_per_interval_shared_and_stopped_with_the_last_subs
         stopped,
         "no request after the last subscriber left"
     );
+}
+
+/// The `updated` URIs heard so far.
+fn updated(rx: &mut tokio::sync::broadcast::Receiver<ChangeEvent>) -> Vec<String> {
+    let mut out = Vec::new();
+    while let Ok(e) = rx.try_recv() {
+        if let ChangeEvent::Updated { uri } = e {
+            out.push(uri);
+        }
+    }
+    out
+}
+
+/// The `updated` URIs heard until `n` distinct ones came or `limit` passed, sorted.
+async fn heard_within(
+    rx: &mut tokio::sync::broadcast::Receiver<ChangeEvent>,
+    n: usize,
+    limit: Duration,
+) -> Vec<String> {
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut all = Vec::new();
+    let distinct = |all: &Vec<String>| all.iter().collect::<std::collections::BTreeSet<_>>().len();
+    while distinct(&all) < n && tokio::time::Instant::now() < deadline {
+        all.extend(updated(rx));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A second notification of one URI would show here, and fail the comparison.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    all.extend(updated(rx));
+    all.sort();
+    all
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_window_uris_of_one_object_are_one_head_per_interval_and_all_hear_a_change() {
+    let (endpoint, log, etag) = stand_in_with_etag();
+    let bucket = unique_bucket("windows");
+    let mut cfg = config(&endpoint, &bucket);
+    cfg.poll_interval = Duration::from_millis(200);
+    let p = S3Provider::new(cfg).await.unwrap();
+    let bus = Arc::new(LocalBus::default());
+    let mut rx = bus.subscribe();
+    // Windows of every kind, and the same key spelled with a needless percent-encoding.
+    let uris: Vec<String> = (0..200)
+        .map(|i| match i % 4 {
+            0 => format!("s3://{bucket}/logs/app.log?head={}", i + 1),
+            1 => format!("s3://{bucket}/logs/app.log?tail={i}"),
+            2 => format!("s3://{bucket}/logs/app.log?offset={i}&length=10"),
+            _ => format!("s3://{bucket}/logs/app%2Elog?head={i}"),
+        })
+        .collect();
+    let mut guards = Vec::new();
+    for u in &uris {
+        let uri = ResourceUri::parse(u).unwrap();
+        guards.push(
+            p.watch(&uri, ChangeSink::new(bus.clone(), "m0"))
+                .await
+                .unwrap(),
+        );
+    }
+    let at_subscribe = heads(&log, "/logs/app.log").len();
+    assert_eq!(at_subscribe, 1, "one first look for 200 URIs of one object");
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let polled = heads(&log, "/logs/app.log").len() - at_subscribe;
+    // About 10 HEADs in 2.1 s at a 200 ms interval, where a poll per URI would be 2,000.
+    assert!(
+        (6..=14).contains(&polled),
+        "{polled} HEADs in 2.1 s for 200 URIs of one object"
+    );
+    assert_eq!(
+        updated(&mut rx),
+        Vec::<String>::new(),
+        "nothing changed yet"
+    );
+    *etag.lock().unwrap() = "v2".into();
+    let mut want = uris.clone();
+    want.sort();
+    assert_eq!(
+        heard_within(&mut rx, want.len(), Duration::from_secs(5)).await,
+        want,
+        "every subscribed URI is told of the change, once"
+    );
+    drop(guards);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_objects_stay_under_the_mounts_request_cap_and_the_throttling_is_counted() {
+    let (endpoint, log, etag) = stand_in_with_etag();
+    let bucket = unique_bucket("capped");
+    let mut cfg = config(&endpoint, &bucket);
+    cfg.poll_interval = Duration::from_millis(100);
+    cfg.max_poll_requests_per_second = 20;
+    let p = S3Provider::new(cfg).await.unwrap();
+    let bus = Arc::new(LocalBus::default());
+    let mut rx = bus.subscribe();
+    let uris: Vec<String> = (0..60)
+        .map(|i| format!("s3://{bucket}/k/{i}.json"))
+        .collect();
+    let mut guards = Vec::new();
+    for u in &uris {
+        let uri = ResourceUri::parse(u).unwrap();
+        guards.push(
+            p.watch(&uri, ChangeSink::new(bus.clone(), "m0"))
+                .await
+                .unwrap(),
+        );
+    }
+    let all_heads = |log: &Log| heads(log, "/k/").len();
+    // One first look each, and whatever polling began while the later ones subscribed.
+    let at_subscribe = all_heads(&log);
+    assert!(at_subscribe >= 60, "{at_subscribe}");
+    tokio::time::sleep(Duration::from_millis(3000)).await;
+    let polled = all_heads(&log) - at_subscribe;
+    // 60 objects every 100 ms would be 1,800 HEADs in 3 s; the cap allows a second's burst
+    // (20) and 20 a second (60), with one round of slack for timing.
+    assert!(
+        (30..=85).contains(&polled),
+        "{polled} HEADs in 3 s under a cap of 20 a second"
+    );
+    let throttled = p
+        .counters()
+        .into_iter()
+        .find(|c| c.name == "mcp_poll_throttled_total")
+        .expect("the mount exports mcp_poll_throttled_total")
+        .value;
+    assert!(throttled >= 40, "deferred checks counted: {throttled}");
+    // A change still reaches every object's subscriber: the capped rounds go round all 60
+    // objects in about 3 s.
+    *etag.lock().unwrap() = "v2".into();
+    let mut want = uris.clone();
+    want.sort();
+    assert_eq!(
+        heard_within(&mut rx, want.len(), Duration::from_secs(10)).await,
+        want,
+        "every object's change is reported"
+    );
+    drop(guards);
 }
