@@ -482,3 +482,112 @@ async fn a_flood_of_interests_is_capped_at_max_watches() {
         .map_or(0, |(_, n)| *n);
     assert_eq!(wants, 1, "{status:?}");
 }
+
+/// A `nats-server` of this test's own requiring user `mcpr` with password `pw` (no
+/// JetStream: only the connection is looked at). `None` (SKIPPED) without the binary.
+struct AuthNats {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl AuthNats {
+    fn start(pw: &str) -> Option<Self> {
+        let bin = std::env::var_os("MCPR_NATS_SERVER")
+            .map(std::path::PathBuf::from)
+            .into_iter()
+            .chain(
+                [
+                    "/usr/sbin/nats-server",
+                    "/usr/bin/nats-server",
+                    "/usr/local/bin/nats-server",
+                ]
+                .map(std::path::PathBuf::from),
+            )
+            .find(|p| p.exists());
+        let Some(bin) = bin else {
+            assert!(
+                !std::env::var("CI").is_ok_and(|v| v == "true"),
+                "nats-server is required under CI=true"
+            );
+            eprintln!("SKIPPED: no nats-server found");
+            return None;
+        };
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = std::process::Command::new(bin)
+            .args([
+                "-a",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "--user",
+                "mcpr",
+                "--pass",
+                pw,
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "nats-server did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Some(Self { child, port })
+    }
+}
+
+impl Drop for AuthNats {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_credentials_of_nats_url_authenticate_the_replica() {
+    let pw = "p@ss/w:rd";
+    let Some(nats) = AuthNats::start(pw) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let join_with = |userinfo: &str| {
+        let cfg = mcpr_cluster::ClusterConfig {
+            nats_url: format!("nats://{userinfo}@127.0.0.1:{}", nats.port),
+            name: "auth".into(),
+            replica: "r1".into(),
+            lease_ttl: Duration::from_secs(1),
+            secret: String::from_utf8(SECRET.to_vec()).unwrap(),
+            max_watches: 10,
+        };
+        let provider: Arc<dyn mcpr_core::Provider> = Arc::new(
+            mcpr_provider_files::FilesProvider::new(mcpr_provider_files::FilesConfig::new(&root))
+                .unwrap(),
+        );
+        mcpr_cluster::join(
+            cfg,
+            vec![mcpr_cluster::ClusterMount {
+                name: MOUNT.into(),
+                provider,
+                shared: true,
+            }],
+        )
+    };
+    // The password percent-encoded in the URL, as URLs write `@`, `/` and `:`.
+    let good = join_with("mcpr:p%40ss%2Fw%3Ard").await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || good.bus.connected()).await,
+        "not connected with the right password"
+    );
+    let bad = join_with("mcpr:wrong").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!bad.bus.connected(), "connected with a wrong password");
+}
