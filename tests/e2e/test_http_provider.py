@@ -323,8 +323,8 @@ async def test_subscription_fires_on_change_only(serve, mode, base, upstream):
             assert json.loads((await c.read_one(uri)).text) == {"t": 25}
 
 
-async def test_secret_header_stays_out_of_answers_and_debug_log(serve, mode, base, upstream, monkeypatch, request):
-    monkeypatch.setenv("MCPR_RUST_LOG", "debug")
+async def test_secret_header_stays_out_of_answers_and_trace_log(serve, mode, base, upstream, monkeypatch, request):
+    monkeypatch.setenv("MCPR_RUST_LOG", "trace")
     upstream.set("/forecast/shanghai", b"", "text/plain", status=503)
     cfg = write_config(base / "http.toml", upstream)
     answers: list[str] = []
@@ -341,5 +341,5 @@ async def test_secret_header_stays_out_of_answers_and_debug_log(serve, mode, bas
         assert TOKEN not in text, text
     log_path = request.node._mcpr_logs[-1][0]
     log = log_path.read_text(errors="replace")
-    assert "api://weather" in log, f"the debug log should mention the reads: {log[-2000:]}"
+    assert "api://weather" in log, f"the trace log should mention the reads: {log[-2000:]}"
     assert TOKEN not in log

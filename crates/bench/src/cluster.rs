@@ -676,7 +676,7 @@ fn write_config(
     let (cluster, shared) = match cluster {
         Some((url, replica)) => (
             format!(
-                "[cluster]\nnats_url = \"{url}\"\nname = \"bench\"\nreplica = \"{replica}\"\nlease_ttl_ms = 1000\n\n"
+                "[cluster]\nnats_url = \"{url}\"\nname = \"bench\"\nreplica = \"{replica}\"\nlease_ttl_ms = 1000\nsecret = \"mcpr-bench cluster secret, 32+ bytes\"\n\n"
             ),
             "shared = true\n",
         ),

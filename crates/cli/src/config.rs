@@ -44,6 +44,8 @@ pub struct ClusterConfig {
     pub replica: String,
     /// `lease_ttl_ms`: how long a silent watcher keeps its mounts.
     pub lease_ttl: Duration,
+    /// `secret`, expanded: the key every replica seals its messages with. Never shown.
+    pub secret: String,
 }
 
 impl std::fmt::Debug for ClusterConfig {
@@ -53,6 +55,7 @@ impl std::fmt::Debug for ClusterConfig {
             .field("name", &self.name)
             .field("replica", &self.replica)
             .field("lease_ttl", &self.lease_ttl)
+            .field("secret", &"[redacted]")
             .finish()
     }
 }
@@ -85,8 +88,9 @@ pub struct HttpConfig {
     pub allowed_origins: Option<Vec<String>>,
     /// `public_url`: this endpoint's externally visible URL (for OAuth metadata).
     pub public_url: Option<String>,
-    /// Resolved bearer tokens with their scopes (`None` = every mount).
-    pub tokens: Vec<(String, Option<Vec<String>>)>,
+    /// Resolved bearer tokens with their scopes (`None` = every mount) and the name the
+    /// config gives them (the identity of their holders).
+    pub tokens: Vec<(String, Option<Vec<String>>, Option<String>)>,
     /// OAuth 2.1 resource-server mode.
     pub jwt: Option<mcpr_server::http::JwtSettings>,
     /// `json_response`.
@@ -136,6 +140,7 @@ struct RawCluster {
     name: Option<Spanned<String>>,
     replica: Option<Spanned<String>>,
     lease_ttl_ms: Option<Spanned<IntOrString>>,
+    secret: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -158,6 +163,7 @@ struct RawAuth {
 struct RawScopedToken {
     token: Spanned<String>,
     scopes: Vec<String>,
+    name: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -416,13 +422,38 @@ fn cluster_config(
         Some(v) => Duration::from_millis(file.int(v, "cluster.lease_ttl_ms", 500..=600_000)?),
         None => Duration::from_secs(5),
     };
+    let Some(secret_v) = &c.secret else {
+        return file.err(
+            table_span,
+            "cluster.secret",
+            "`[cluster]` needs `secret`, shared by every replica, at least 32 bytes, like secret = \"${MCPR_CLUSTER_SECRET}\": it authenticates what the replicas say to each other over NATS",
+        );
+    };
+    let secret = file.expand(secret_v, "cluster.secret")?;
+    if secret.len() < MIN_CLUSTER_SECRET_BYTES {
+        // Only its length is told: the value is a secret.
+        return file.err(
+            secret_v.span(),
+            "cluster.secret",
+            format!(
+                "must be at least {} bytes, got {} (generate one with `openssl rand -hex 32`)",
+                MIN_CLUSTER_SECRET_BYTES,
+                secret.len()
+            ),
+        );
+    }
     Ok(ClusterConfig {
         nats_url,
         name,
         replica,
         lease_ttl,
+        secret,
     })
 }
+
+/// The shortest cluster secret accepted, in bytes (`mcpr_cluster::MIN_SECRET_BYTES`, which
+/// this module cannot name: the cluster crate is an optional feature).
+const MIN_CLUSTER_SECRET_BYTES: usize = 32;
 
 /// The host name and the process id: unique per replica on one host and across hosts.
 fn default_replica() -> String {
@@ -530,7 +561,7 @@ fn http_config(cx: &ConfigFile<'_>, h: RawHttp) -> Result<HttpConfig, ConfigErro
     if let Some(auth) = &h.auth {
         for t in &auth.bearer_tokens {
             for tok in token_source(cx, t, "http.auth.bearer_tokens")? {
-                out.tokens.push((tok, None));
+                out.tokens.push((tok, None, None));
             }
         }
         match (&auth.issuer, &auth.jwks_url, &auth.audience) {
@@ -573,7 +604,8 @@ fn http_config(cx: &ConfigFile<'_>, h: RawHttp) -> Result<HttpConfig, ConfigErro
         }
         for st in &auth.scoped_token {
             for tok in token_source(cx, &st.token, "http.auth.scoped_token.token")? {
-                out.tokens.push((tok, Some(st.scopes.clone())));
+                out.tokens
+                    .push((tok, Some(st.scopes.clone()), st.name.clone()));
             }
         }
     }
@@ -679,7 +711,12 @@ mod tests {
 
     #[test]
     fn cluster_table_is_parsed_and_checked() {
-        let env = |n: &str| (n == "NATS_PW").then(|| "hunter2".to_owned());
+        let env = |n: &str| match n {
+            "NATS_PW" => Some("hunter2".to_owned()),
+            "SECRET" => Some("a-cluster-secret-of-at-least-32-bytes".to_owned()),
+            "SHORT" => Some("hunter2-short".to_owned()),
+            _ => None,
+        };
         let p = |t: &str| {
             parse(
                 Path::new("test.toml"),
@@ -688,7 +725,7 @@ mod tests {
                 &crate::providers::registry(),
             )
         };
-        let c = p("[cluster]\nnats_url = \"nats://u:${NATS_PW}@127.0.0.1:4222\"\nname = \"team-data\"\nreplica = \"r1\"\nlease_ttl_ms = 1000\n[[mount]]\nkind = \"files\"\nroot = \"/tmp\"\nshared = true\n[[mount]]\nkind = \"files\"\nroot = \"/usr\"\n[[mount]]\nkind = \"sqlite\"\nname = \"a\"\nurl = \"sqlite:///tmp/a.db\"\n").unwrap();
+        let c = p("[cluster]\nnats_url = \"nats://u:${NATS_PW}@127.0.0.1:4222\"\nname = \"team-data\"\nreplica = \"r1\"\nlease_ttl_ms = 1000\nsecret = \"${SECRET}\"\n[[mount]]\nkind = \"files\"\nroot = \"/tmp\"\nshared = true\n[[mount]]\nkind = \"files\"\nroot = \"/usr\"\n[[mount]]\nkind = \"sqlite\"\nname = \"a\"\nurl = \"sqlite:///tmp/a.db\"\n").unwrap();
         let cl = c.cluster.as_ref().unwrap();
         assert_eq!(cl.nats_url, "nats://u:hunter2@127.0.0.1:4222");
         assert_eq!((cl.name.as_str(), cl.replica.as_str()), ("team-data", "r1"));
@@ -696,7 +733,8 @@ mod tests {
         assert!(!format!("{c:?}").contains("hunter2"));
         let shared: Vec<bool> = c.mounts.iter().map(|m| m.shared).collect();
         assert_eq!(shared, [true, false, true]);
-        let d = p("[cluster]\nnats_url = \"tls://h:4222\"\nname = \"x\"\n").unwrap();
+        let d = p("[cluster]\nnats_url = \"tls://h:4222\"\nname = \"x\"\nsecret = \"${SECRET}\"\n")
+            .unwrap();
         let d = d.cluster.unwrap();
         assert_eq!(d.lease_ttl, Duration::from_secs(5));
         assert!(
@@ -725,8 +763,42 @@ mod tests {
             .unwrap_err()
             .0;
         assert!(e.contains("`cluster.port`"), "{e}");
+        assert!(!format!("{d:?}").contains("a-cluster-secret"));
         let e = p("[[mount]]\nkind = \"sqlite\"\nname = \"a\"\nurl = \"sqlite:///tmp/a.db\"\nshared = false\n").unwrap_err().0;
         assert!(e.starts_with("test.toml:5: `mount.shared`"), "{e}");
+    }
+
+    #[test]
+    fn a_cluster_without_a_long_enough_secret_is_refused() {
+        let env = |n: &str| (n == "SHORT").then(|| "hunter2-short".to_owned());
+        let p = |t: &str| {
+            parse(
+                Path::new("test.toml"),
+                t,
+                &env,
+                &crate::providers::registry(),
+            )
+        };
+        let e = p("[cluster]\nnats_url = \"nats://h\"\nname = \"a\"\n")
+            .unwrap_err()
+            .0;
+        assert!(
+            e.starts_with("test.toml:1: `cluster.secret`") && e.contains("needs `secret`"),
+            "{e}"
+        );
+        let e = p("[cluster]\nnats_url = \"nats://h\"\nname = \"a\"\nsecret = \"${SHORT}\"\n")
+            .unwrap_err()
+            .0;
+        assert!(
+            e.starts_with("test.toml:4: `cluster.secret`")
+                && e.contains("at least 32 bytes, got 13")
+                && !e.contains("hunter2"),
+            "{e}"
+        );
+        let e = p("[cluster]\nnats_url = \"nats://h\"\nname = \"a\"\nsecret = \"${UNSET}\"\n")
+            .unwrap_err()
+            .0;
+        assert!(e.contains("`cluster.secret`") && e.contains("UNSET"), "{e}");
     }
 
     #[test]

@@ -129,9 +129,17 @@ fn client_exit(result: anyhow::Result<()>) -> ExitCode {
 fn init_logging(level: &str) {
     // rmcp logs every error response at WARN; a client asking for a missing file is routine,
     // so rmcp's own service chatter is kept to real errors unless RUST_LOG says otherwise.
+    // rmcp logs each new session's id at INFO, and its session span carries the id; without
+    // authentication the id is the credential, so the streamable HTTP server's own logs stay
+    // at WARN unless the level asked for is debug or trace (or RUST_LOG says otherwise).
+    let sessions = if matches!(level, "debug" | "trace") {
+        ""
+    } else {
+        ",rmcp::transport::streamable_http_server=warn"
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
         tracing_subscriber::EnvFilter::new(format!(
-            "{},rmcp::service=error,async_nats=warn",
+            "{},rmcp::service=error,async_nats=warn{sessions}",
             level_directives(level)
         ))
     });
@@ -301,10 +309,11 @@ fn serve(
             Some(mut settings) => {
                 // Legacy sessions live in the cluster: any replica continues any session.
                 #[cfg(feature = "cluster")]
-                if let (Some(c), Some(client)) = (&cfg.cluster, nats) {
+                if let (Some(c), Some((client, seal))) = (&cfg.cluster, nats) {
                     settings.session_hub = Some(
                         mcpr_cluster::NatsSessionStore::connect(
                             client,
+                            seal,
                             &c.name,
                             settings.limits.session_idle_timeout,
                             settings.limits.event_store_capacity,
@@ -367,9 +376,9 @@ async fn serve_stdio(
     result
 }
 
-/// The cluster's NATS connection (a stand-in type when the feature is off).
+/// The cluster's NATS connection and keys (a stand-in type when the feature is off).
 #[cfg(feature = "cluster")]
-type NatsClient = mcpr_cluster::NatsClient;
+type NatsClient = (mcpr_cluster::NatsClient, Arc<mcpr_cluster::Seal>);
 #[cfg(not(feature = "cluster"))]
 type NatsClient = std::convert::Infallible;
 
@@ -400,6 +409,8 @@ async fn change_seams(
             name: c.name.clone(),
             replica: c.replica.clone(),
             lease_ttl: c.lease_ttl,
+            secret: c.secret.clone(),
+            max_watches: cfg.server.max_watches,
         };
         tracing::info!(cluster = %c.name, replica = %c.replica, nats = %mcpr_cluster::redact_url(&c.nats_url), "joining the cluster");
         let joined = mcpr_cluster::join(settings, mounts)
@@ -408,7 +419,7 @@ async fn change_seams(
         return Ok((
             Arc::new(joined.bus),
             Arc::new(joined.watching),
-            Some(joined.client),
+            Some((joined.client, joined.seal)),
         ));
     }
     let _ = (cfg, providers);
@@ -461,11 +472,18 @@ fn http_settings(
                 tokens: h
                     .tokens
                     .iter()
-                    .map(|(t, scopes)| StaticToken {
+                    .map(|(t, scopes, name)| StaticToken {
                         token: t.clone(),
                         scopes: scopes.as_ref().map(|v| v.iter().cloned().collect()),
+                        name: name.clone(),
                     })
                     .collect(),
+                // With a cluster, every replica names a token alike (not by its place in
+                // the list); without, a key of this process.
+                identity_key: cfg
+                    .cluster
+                    .as_ref()
+                    .map(|c| mcpr_server::http::IdentityKey::derive(c.secret.as_bytes())),
                 resource_metadata_url: metadata_url,
                 resource,
                 jwt: h.jwt.clone(),
@@ -654,11 +672,11 @@ fn describe_http(h: &config::HttpConfig) -> String {
         l.event_store_capacity,
         l.body_timeout.as_millis(),
     );
-    let unscoped = h.tokens.iter().filter(|(_, s)| s.is_none()).count();
+    let unscoped = h.tokens.iter().filter(|(_, s, _)| s.is_none()).count();
     let scoped: Vec<String> = h
         .tokens
         .iter()
-        .filter_map(|(_, s)| s.as_ref().map(|s| s.join("+")))
+        .filter_map(|(_, s, _)| s.as_ref().map(|s| s.join("+")))
         .collect();
     if h.tokens.is_empty() && h.jwt.is_none() {
         s.push_str(" auth=none");

@@ -24,6 +24,8 @@ use serde_json::{Value, json};
 const BIN: &str = env!("CARGO_BIN_EXE_mcp-resources");
 const META: &str = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}"#;
 const TTL_MS: u64 = 1000;
+/// The `[cluster] secret` of these replicas: it must appear in no log, metric or answer.
+const CLUSTER_SECRET: &str = "cluster-secret-n0t-for-logs-0123456789";
 const PG_ADMIN: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 
 fn absent(what: &str, e: impl std::fmt::Display) {
@@ -482,7 +484,7 @@ async fn three_replicas_watch_each_source_once_and_survive_failures() {
     let cluster = format!("t{}_{}", std::process::id(), rand_suffix());
     let secret = "pw-n0t-for-logs";
     let mut config = format!(
-        "[server]\npage_size = 2\n[cluster]\nnats_url = \"nats://u:{secret}@127.0.0.1:{}\"\nname = \"{cluster}\"\nlease_ttl_ms = {TTL_MS}\n\
+        "[server]\npage_size = 2\n[cluster]\nnats_url = \"nats://u:{secret}@127.0.0.1:{}\"\nname = \"{cluster}\"\nlease_ttl_ms = {TTL_MS}\nsecret = \"{CLUSTER_SECRET}\"\n\
          [[mount]]\nkind = \"files\"\nroot = \"{}\"\nshared = true\ndeny = [\"*.secret\"]\n\
          [[mount]]\nkind = \"sqlite\"\nname = \"lite\"\nurl = \"sqlite://{}\"\npoll_interval_ms = 100\n",
         nats.port(),
@@ -680,12 +682,21 @@ async fn three_replicas_watch_each_source_once_and_survive_failures() {
         let (_, m) = r.get("/metrics").await;
         let (_, ready) = r.get("/readyz").await;
         assert!(!m.contains(secret) && !ready.contains(secret));
+        assert!(!m.contains(CLUSTER_SECRET) && !ready.contains(CLUSTER_SECRET));
+        // Nothing was forged here: every kind is listed, at 0.
+        assert!(
+            m.contains("mcp_cluster_rejected_total{kind=\"event\"} 0"),
+            "{m}"
+        );
     }
     drop(alive);
     for r in &mut replicas {
         r.kill();
         let log = std::fs::read_to_string(&r.log).unwrap();
-        assert!(!log.contains(secret), "{log}");
+        assert!(
+            !log.contains(secret) && !log.contains(CLUSTER_SECRET),
+            "{log}"
+        );
     }
 }
 
@@ -705,7 +716,7 @@ async fn a_replica_without_nats_serves_reads_and_joins_later() {
     std::fs::write(
         &cfg,
         format!(
-            "[cluster]\nnats_url = \"nats://admin:{secret}@127.0.0.1:{}\"\nname = \"late{}\"\nlease_ttl_ms = {TTL_MS}\n[[mount]]\nkind = \"files\"\nroot = \"{}\"\nshared = true\n",
+            "[cluster]\nnats_url = \"nats://admin:{secret}@127.0.0.1:{}\"\nname = \"late{}\"\nlease_ttl_ms = {TTL_MS}\nsecret = \"{CLUSTER_SECRET}\"\n[[mount]]\nkind = \"files\"\nroot = \"{}\"\nshared = true\n",
             nats.port(),
             std::process::id(),
             files.display()
@@ -761,5 +772,8 @@ async fn a_replica_without_nats_serves_reads_and_joins_later() {
     expect_updates(&[&heard], &uri, 1, Duration::from_secs(5)).await;
     r.kill();
     let log = std::fs::read_to_string(&r.log).unwrap();
-    assert!(!log.contains(secret), "{log}");
+    assert!(
+        !log.contains(secret) && !log.contains(CLUSTER_SECRET),
+        "{log}"
+    );
 }

@@ -1,7 +1,8 @@
 //! The NATS change bus: events of shared mounts travel as NATS messages on subjects derived
 //! from the mount and URI, and a replica subscribes only to the subjects its registry
 //! declared interest in. Events of local mounts (a files mount each replica watches on its
-//! own disk) never leave the process.
+//! own disk) never leave the process. Every event is sealed ([`Seal`]) for its subject;
+//! what arrives unsealed, sealed for another subject or too late is dropped and counted.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -12,6 +13,8 @@ use futures::StreamExt as _;
 use mcpr_core::change::Feeds;
 use mcpr_core::{ChangeBus, ChangeEvent, ChangeFeed, Interest};
 use tokio::sync::{broadcast, mpsc};
+
+use crate::seal::{Kind, MESSAGE_MAX_AGE, Seal};
 
 /// How many events may wait to be handed to the NATS client; beyond that (NATS down for long
 /// under a flood of changes) new ones are dropped with a warning rather than grow memory.
@@ -25,6 +28,7 @@ pub struct NatsBus {
 
 struct Inner {
     client: async_nats::Client,
+    seal: Arc<Seal>,
     cluster: String,
     /// Mounts whose events stay in this process.
     local: HashSet<String>,
@@ -48,9 +52,15 @@ impl Drop for Inner {
 }
 
 impl NatsBus {
-    /// A bus for cluster `cluster` over `client`; events of the mounts named in `local` stay
-    /// in this process. Must be called inside a tokio runtime.
-    pub fn new(client: async_nats::Client, cluster: &str, local: HashSet<String>) -> Self {
+    /// A bus for cluster `cluster` over `client`, sealing and checking events with `seal`;
+    /// events of the mounts named in `local` stay in this process. Must be called inside a
+    /// tokio runtime.
+    pub fn new(
+        client: async_nats::Client,
+        seal: Arc<Seal>,
+        cluster: &str,
+        local: HashSet<String>,
+    ) -> Self {
         let (outbox, mut rx) = mpsc::channel::<(String, bytes::Bytes)>(OUTBOX);
         let sender = client.clone();
         // One task keeps publications in order; the client queues them while disconnected.
@@ -65,6 +75,7 @@ impl NatsBus {
         Self {
             inner: Arc::new(Inner {
                 client,
+                seal,
                 cluster: cluster.to_owned(),
                 local,
                 feeds: Feeds::default(),
@@ -154,12 +165,8 @@ impl ChangeBus for NatsBus {
         }
         let subject = crate::subject(&self.inner.cluster, mount, &event);
         let payload = serde_json::to_vec(&event).expect("events serialise");
-        if self
-            .inner
-            .outbox
-            .try_send((subject, payload.into()))
-            .is_err()
-        {
+        let payload = self.inner.seal.seal(&subject, &payload);
+        if self.inner.outbox.try_send((subject, payload)).is_err() {
             tracing::warn!(mount, "change event dropped: too many waiting for NATS");
         }
     }
@@ -196,7 +203,13 @@ impl ChangeBus for NatsBus {
                     };
                     while let Some(msg) = sub.next().await {
                         let Some(bus) = bus.upgrade() else { return };
-                        match serde_json::from_slice::<ChangeEvent>(&msg.payload) {
+                        let Some(payload) =
+                            bus.seal
+                                .open(Kind::Event, &msg.subject, &msg.payload, MESSAGE_MAX_AGE)
+                        else {
+                            continue;
+                        };
+                        match serde_json::from_slice::<ChangeEvent>(payload) {
                             Ok(ev) => bus.deliver(ev),
                             Err(e) => tracing::warn!(error = %e, "malformed change event"),
                         }

@@ -138,3 +138,34 @@ pub(crate) async fn publish(
         Err(e) => Err(e),
     }
 }
+
+/// The message of `stream` that `request` names (`{"last_by_subj": …}`, `{"seq": …,
+/// "next_by_subj": …}`): its sequence and payload, `None` when there is none.
+pub(crate) async fn get(
+    client: &async_nats::Client,
+    stream: &str,
+    request: &Value,
+    within: Duration,
+) -> Result<Option<(u64, Vec<u8>)>, JsError> {
+    use base64::Engine as _;
+    let subject = format!("$JS.API.STREAM.MSG.GET.{stream}");
+    let v = match api(client, &subject, request, within).await {
+        Ok(v) => v,
+        Err(JsError::Api {
+            code: NO_MESSAGE, ..
+        }) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let seq = v
+        .pointer("/message/seq")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| JsError::Unreachable("message get: no sequence in the reply".into()))?;
+    let data = v
+        .pointer("/message/data")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let data = base64::engine::general_purpose::STANDARD
+        .decode(data)
+        .map_err(|e| JsError::Unreachable(format!("message get: bad data: {e}")))?;
+    Ok(Some((seq, data)))
+}

@@ -6,10 +6,19 @@
 //! (expected sequence 0), which succeeds once the holder's message expired. A holder that
 //! could not renew for a whole TTL stops considering itself the watcher even if NATS is
 //! unreachable, so two replicas never both believe they hold it for long.
+//!
+//! Each record is sealed ([`Seal`]) for its subject and stamped: a record that does not
+//! verify (written by another client of the NATS account) or is older than the TTL (a
+//! captured record written again) counts as absent, and is overwritten with a
+//! compare-and-set on its own sequence, so a stranger writing the subject cannot keep every
+//! replica from watching.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
+
+use crate::seal::{Kind, Seal};
 
 /// See the module docs. Dropping it stops renewing (the lease then expires on its own).
 pub struct Lease {
@@ -58,9 +67,11 @@ impl Lease {
         }
     }
 
-    /// Compete for the lease of mount `mount` as `replica` (after [`Lease::prepare`]).
+    /// Compete for the lease of mount `mount` as `replica` (after [`Lease::prepare`]),
+    /// sealing and checking records with `seal`.
     pub fn compete(
         client: async_nats::Client,
+        seal: Arc<Seal>,
         cluster: &str,
         mount: &str,
         replica: &str,
@@ -68,14 +79,22 @@ impl Lease {
     ) -> Self {
         let (tx, held) = watch::channel(false);
         let subject = format!("mcpr.{cluster}.lease.{}", crate::token(mount, 12));
-        let me = bytes::Bytes::from(replica.to_owned());
+        let me = replica.to_owned();
+        let stream = stream_name(cluster);
         let task = tokio::spawn(async move {
+            let at = Place {
+                client: &client,
+                seal: &seal,
+                stream: &stream,
+                subject: &subject,
+                ttl,
+            };
             let period = ttl / 3;
             let mut sequence: Option<u64> = None;
             let mut renewed = tokio::time::Instant::now();
             loop {
                 let expected = sequence.unwrap_or(0);
-                sequence = match write(&client, &subject, &me, expected, period).await {
+                sequence = match at.write(&me, expected, period).await {
                     Ok(seq) => {
                         renewed = tokio::time::Instant::now();
                         Some(seq)
@@ -114,17 +133,49 @@ fn stream_name(cluster: &str) -> String {
     format!("MCPR_{cluster}_LEASES")
 }
 
-/// Write `me` on `subject` if its last sequence is `expected` (0: no message); the new one.
-async fn write(
-    client: &async_nats::Client,
-    subject: &str,
-    me: &bytes::Bytes,
-    expected: u64,
-    within: Duration,
-) -> Result<u64, WriteError> {
-    match crate::js::publish(client, subject, me.clone(), Some(expected), within).await {
-        Ok(Some(seq)) => Ok(seq),
-        Ok(None) => Err(WriteError::Taken),
-        Err(e) => Err(WriteError::Unreachable(e.to_string())),
+/// Where one mount's lease record lives, and how to seal and check it.
+struct Place<'a> {
+    client: &'a async_nats::Client,
+    seal: &'a Seal,
+    stream: &'a str,
+    subject: &'a str,
+    ttl: Duration,
+}
+
+impl Place<'_> {
+    /// Write `me` if the subject's last sequence is `expected` (0: no message); the new
+    /// sequence. When another record is there, it is looked at: ours (a write whose answer
+    /// was lost) is kept, a valid one of another replica means the lease is taken, and one
+    /// that does not verify or is stale counts as absent and is overwritten.
+    async fn write(&self, me: &str, expected: u64, within: Duration) -> Result<u64, WriteError> {
+        let unreachable = |e: crate::js::JsError| WriteError::Unreachable(e.to_string());
+        let put = |expected: u64| {
+            let payload = self.seal.seal(self.subject, me.as_bytes());
+            crate::js::publish(self.client, self.subject, payload, Some(expected), within)
+        };
+        if let Some(seq) = put(expected).await.map_err(unreachable)? {
+            return Ok(seq);
+        }
+        let last = crate::js::get(
+            self.client,
+            self.stream,
+            &serde_json::json!({ "last_by_subj": self.subject }),
+            within,
+        )
+        .await
+        .map_err(unreachable)?;
+        let seq = match last {
+            // Expired meanwhile.
+            None => 0,
+            Some((seq, data)) => match self.seal.open(Kind::Lease, self.subject, &data, self.ttl) {
+                Some(holder) if holder == me.as_bytes() => return Ok(seq),
+                Some(_) => return Err(WriteError::Taken),
+                None => seq,
+            },
+        };
+        put(seq)
+            .await
+            .map_err(unreachable)?
+            .ok_or(WriteError::Taken)
     }
 }

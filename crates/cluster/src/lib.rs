@@ -4,10 +4,12 @@
 //! [`join`]) that runs each shared mount's watches on its lease holder only, for every
 //! replica's subscribers, and legacy HTTP sessions shared by the replicas
 //! ([`NatsSessionStore`], a `SessionHub`). The binary wires it when the config has `[cluster]`.
+//! Everything the replicas publish or record is sealed with the cluster's secret ([`Seal`]).
 
 mod bus;
 mod js;
 mod lease;
+mod seal;
 mod sessions;
 mod watch;
 
@@ -15,6 +17,7 @@ mod watch;
 pub use async_nats::Client as NatsClient;
 pub use bus::NatsBus;
 pub use lease::Lease;
+pub use seal::{CLOCK_SKEW, Kind, MESSAGE_MAX_AGE, MIN_SECRET_BYTES, Seal};
 pub use sessions::NatsSessionStore;
 pub use watch::{ClusterMount, ClusterWatching, Joined, join};
 
@@ -33,6 +36,12 @@ pub struct ClusterConfig {
     pub replica: String,
     /// How long a watcher's lease lasts without renewal.
     pub lease_ttl: std::time::Duration,
+    /// The secret every replica shares (at least [`MIN_SECRET_BYTES`]): the key of every
+    /// message and record. Never printed.
+    pub secret: String,
+    /// The most interests one replica may hold on a mount's watcher (`server.max_watches`,
+    /// the budget its own registry enforces): more from one replica is refused.
+    pub max_watches: usize,
 }
 
 impl std::fmt::Debug for ClusterConfig {
@@ -42,6 +51,8 @@ impl std::fmt::Debug for ClusterConfig {
             .field("name", &self.name)
             .field("replica", &self.replica)
             .field("lease_ttl", &self.lease_ttl)
+            .field("secret", &"[redacted]")
+            .field("max_watches", &self.max_watches)
             .finish()
     }
 }
@@ -64,6 +75,12 @@ impl ClusterConfig {
         if self.replica.is_empty() || self.replica.len() > 256 {
             return Err("cluster replica id must be 1 to 256 bytes".into());
         }
+        if self.secret.len() < MIN_SECRET_BYTES {
+            return Err(format!(
+                "the cluster secret must be at least {MIN_SECRET_BYTES} bytes, got {}",
+                self.secret.len()
+            ));
+        }
         if self.lease_ttl < std::time::Duration::from_millis(500) {
             return Err(format!(
                 "lease_ttl_ms must be at least 500, got {}",
@@ -84,6 +101,79 @@ pub fn redact_url(url: &str) -> String {
     match rest[..host_end].rfind('@') {
         Some(at) => format!("{scheme}***@{}", &rest[at + 1..]),
         None => url.to_owned(),
+    }
+}
+
+/// `url` without its user information, and the credentials it held: `user:password` or a
+/// token. They go to the client as connect options, never inside the URL it is handed,
+/// which async-nats prints (password included) in its debug logs of every connection
+/// attempt. Several URLs separated by commas are each cleaned; the first credentials found
+/// are used.
+pub fn split_credentials(url: &str) -> (String, Option<Credentials>) {
+    let mut found = None;
+    let clean: Vec<String> = url
+        .split(',')
+        .map(|one| {
+            let one = one.trim();
+            let (scheme, rest) = match one.split_once("://") {
+                Some((s, r)) => (format!("{s}://"), r),
+                None => (String::new(), one),
+            };
+            let host_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+            match rest[..host_end].rfind('@') {
+                Some(at) => {
+                    let info = &rest[..at];
+                    if found.is_none() {
+                        found = Some(match info.split_once(':') {
+                            Some((u, p)) => Credentials::UserPassword(decode(u), decode(p)),
+                            None => Credentials::Token(decode(info)),
+                        });
+                    }
+                    format!("{scheme}{}", &rest[at + 1..])
+                }
+                None => one.to_owned(),
+            }
+        })
+        .collect();
+    (clean.join(","), found)
+}
+
+/// Percent-decoding of URL user information (`p%40ss` is `p@ss`).
+fn decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| char::from(c).to_digit(16);
+        if b[i] == b'%'
+            && i + 2 < b.len()
+            && let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2]))
+        {
+            out.push(u8::try_from(h * 16 + l).unwrap_or(b'?'));
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// NATS credentials taken out of a URL ([`split_credentials`]). `Debug` never shows them.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Credentials {
+    /// `nats://user:password@host`.
+    UserPassword(String, String),
+    /// `nats://token@host`.
+    Token(String),
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::UserPassword(..) => f.write_str("UserPassword(***)"),
+            Self::Token(_) => f.write_str("Token(***)"),
+        }
     }
 }
 
@@ -127,8 +217,11 @@ mod tests {
             name: "team".into(),
             replica: "r1".into(),
             lease_ttl: std::time::Duration::from_secs(5),
+            secret: "a-cluster-secret-of-32-bytes-or-more".into(),
+            max_watches: 10,
         };
         assert!(!format!("{cfg:?}").contains("hunter2"));
+        assert!(!format!("{cfg:?}").contains("a-cluster-secret"));
     }
 
     #[test]
@@ -138,12 +231,33 @@ mod tests {
             name: "team.data".into(),
             replica: "r1".into(),
             lease_ttl: std::time::Duration::from_secs(5),
+            secret: "a-cluster-secret-of-32-bytes-or-more".into(),
+            max_watches: 10,
         };
         assert!(cfg.check().unwrap_err().contains("team.data"));
         cfg.name = "team-data".into();
         cfg.check().unwrap();
         cfg.lease_ttl = std::time::Duration::from_millis(10);
         assert!(cfg.check().unwrap_err().contains("lease_ttl_ms"));
+        cfg.lease_ttl = std::time::Duration::from_secs(5);
+        cfg.secret = "short".into();
+        assert!(cfg.check().unwrap_err().contains("at least 32 bytes"));
+    }
+
+    #[test]
+    fn credentials_leave_the_url_handed_to_the_client() {
+        let (url, c) = split_credentials("nats://mcpr:p%40ss@h:4222");
+        assert_eq!(url, "nats://h:4222");
+        assert_eq!(
+            c,
+            Some(Credentials::UserPassword("mcpr".into(), "p@ss".into()))
+        );
+        assert!(!format!("{c:?}").contains("p@ss"));
+        let (url, c) = split_credentials("tls://t0ken@a:1, nats://b:2");
+        assert_eq!(url, "tls://a:1,nats://b:2");
+        assert_eq!(c, Some(Credentials::Token("t0ken".into())));
+        assert_eq!(split_credentials("nats://h").0, "nats://h");
+        assert_eq!(split_credentials("nats://h").1, None);
     }
 
     #[test]

@@ -18,19 +18,25 @@
 //!
 //! Signals (a session ended, its subscriptions changed, its stream changed holder) travel on
 //! core NATS subject `mcpr.<cluster>.sctl`, naming sessions by the same hash, not their ids.
+//!
+//! Every record, log entry and signal is sealed ([`Seal`]) for its subject: a log entry that
+//! does not verify is never replayed, a signal that does not verify is dropped, a record that
+//! does not verify is not believed (an owner record is then an error: the session is refused
+//! rather than handed to anyone), each counted. Owner records are keyed hashes
+//! ([`Seal::owner`]).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use base64::Engine as _;
 use futures::StreamExt as _;
 use mcpr_server::http::{SessionHub, SessionSignal, SessionState, SessionStore, SessionStoreError};
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
 use crate::js::{self, JsError};
+use crate::seal::{Kind, MESSAGE_MAX_AGE, Seal};
 
 /// How long a JetStream request may take before the store counts NATS unreachable.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -38,6 +44,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// See the module docs.
 pub struct NatsSessionStore {
     client: async_nats::Client,
+    seal: Arc<Seal>,
     cluster: String,
     ttl: Duration,
     signals: broadcast::Sender<SessionSignal>,
@@ -69,6 +76,7 @@ impl NatsSessionStore {
     /// one cluster must agree on both. Set the result as `HttpSettings::session_hub`.
     pub async fn connect(
         client: async_nats::Client,
+        seal: Arc<Seal>,
         cluster: &str,
         idle_ttl: Duration,
         events_per_session: usize,
@@ -81,9 +89,15 @@ impl NatsSessionStore {
         // No flush: with NATS down at start the subscription is sent once it connects (and
         // again after every reconnect, by the client).
         let tx = signals.clone();
+        let opener = seal.clone();
         let task = tokio::spawn(async move {
             while let Some(msg) = sub.next().await {
-                match parse_signal(&msg.payload) {
+                let Some(payload) =
+                    opener.open(Kind::Signal, &msg.subject, &msg.payload, MESSAGE_MAX_AGE)
+                else {
+                    continue;
+                };
+                match parse_signal(payload) {
                     Some(s) => {
                         let _ = tx.send(s);
                     }
@@ -93,6 +107,7 @@ impl NatsSessionStore {
         });
         Ok(Arc::new(Self {
             client,
+            seal,
             cluster: cluster.to_owned(),
             ttl: idle_ttl,
             signals,
@@ -178,13 +193,34 @@ impl NatsSessionStore {
         format!("mcpr.{}.sev.{}", self.cluster, crate::token(session, 16))
     }
 
-    /// The last message on `subject` of `stream`: its sequence and payload.
+    /// The last record on `subject`: its sequence, and its payload if it verifies (`None`:
+    /// there is a message, but it was not sealed by a replica for this subject, or is stale).
     async fn last(
         &self,
-        stream: &str,
         subject: &str,
-    ) -> Result<Option<(u64, Vec<u8>)>, SessionStoreError> {
-        self.get(stream, &json!({ "last_by_subj": subject })).await
+    ) -> Result<Option<(u64, Option<Vec<u8>>)>, SessionStoreError> {
+        let stream = records_stream(&self.cluster);
+        Ok(self
+            .get(&stream, &json!({ "last_by_subj": subject }))
+            .await?
+            .map(|(seq, data)| {
+                let opened = self
+                    .seal
+                    .open(Kind::Record, subject, &data, self.ttl)
+                    .map(<[u8]>::to_vec);
+                (seq, opened)
+            }))
+    }
+
+    /// The payload of the last record on `subject`, an error if it does not verify.
+    async fn verified(&self, subject: &str) -> Result<Option<Vec<u8>>, SessionStoreError> {
+        match self.last(subject).await? {
+            None => Ok(None),
+            Some((_, Some(data))) => Ok(Some(data)),
+            Some((_, None)) => Err(error(
+                "a session record in NATS does not verify with the cluster's secret (another client of the NATS account wrote it)",
+            )),
+        }
     }
 
     async fn get(
@@ -193,27 +229,9 @@ impl NatsSessionStore {
         request: &Value,
     ) -> Result<Option<(u64, Vec<u8>)>, SessionStoreError> {
         self.ensure_streams().await?;
-        let subject = format!("$JS.API.STREAM.MSG.GET.{stream}");
-        let v = match js::api(&self.client, &subject, request, REQUEST_TIMEOUT).await {
-            Ok(v) => v,
-            Err(JsError::Api {
-                code: js::NO_MESSAGE,
-                ..
-            }) => return Ok(None),
-            Err(e) => return Err(self.failed("message get failed", e)),
-        };
-        let seq = v
-            .pointer("/message/seq")
-            .and_then(Value::as_u64)
-            .ok_or_else(|| error("message get: no sequence in the reply"))?;
-        let data = v
-            .pointer("/message/data")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        let data = base64::engine::general_purpose::STANDARD
-            .decode(data)
-            .map_err(|e| error(format!("message get: bad data: {e}")))?;
-        Ok(Some((seq, data)))
+        js::get(&self.client, stream, request, REQUEST_TIMEOUT)
+            .await
+            .map_err(|e| self.failed("message get failed", e))
     }
 
     /// Publish `payload` on `subject` (captured by a stream); with `expected`, only if the
@@ -221,14 +239,14 @@ impl NatsSessionStore {
     async fn put(
         &self,
         subject: &str,
-        payload: Vec<u8>,
+        payload: &[u8],
         expected: Option<u64>,
     ) -> Result<Option<u64>, SessionStoreError> {
         self.ensure_streams().await?;
         js::publish(
             &self.client,
             subject,
-            payload.into(),
+            self.seal.seal(subject, payload),
             expected,
             REQUEST_TIMEOUT,
         )
@@ -290,16 +308,16 @@ fn parse_signal(payload: &[u8]) -> Option<SessionSignal> {
 #[async_trait::async_trait]
 impl SessionStore for NatsSessionStore {
     async fn load(&self, session: &str) -> Result<Option<SessionState>, SessionStoreError> {
-        let stream = records_stream(&self.cluster);
-        match self.last(&stream, &self.record(session, "state")).await? {
-            Some((_, data)) => Ok(Some(serde_json::from_slice(&data).map_err(error)?)),
+        match self.verified(&self.record(session, "state")).await? {
+            Some(data) => Ok(Some(serde_json::from_slice(&data).map_err(error)?)),
             None => Ok(None),
         }
     }
 
     async fn store(&self, session: &str, state: &SessionState) -> Result<(), SessionStoreError> {
         let data = serde_json::to_vec(state).map_err(error)?;
-        self.put(&self.record(session, "state"), data, None).await?;
+        self.put(&self.record(session, "state"), &data, None)
+            .await?;
         Ok(())
     }
 
@@ -323,28 +341,26 @@ impl SessionHub for NatsSessionStore {
         crate::token(session, 16)
     }
 
+    fn owner_of(&self, identity: &str) -> String {
+        self.seal.owner(identity)
+    }
+
     async fn set_owner(&self, session: &str, owner: &str) -> Result<(), SessionStoreError> {
-        self.put(
-            &self.record(session, "owner"),
-            owner.as_bytes().to_vec(),
-            None,
-        )
-        .await?;
+        self.put(&self.record(session, "owner"), owner.as_bytes(), None)
+            .await?;
         Ok(())
     }
 
     async fn owner(&self, session: &str) -> Result<Option<String>, SessionStoreError> {
-        let stream = records_stream(&self.cluster);
         Ok(self
-            .last(&stream, &self.record(session, "owner"))
+            .verified(&self.record(session, "owner"))
             .await?
-            .map(|(_, d)| String::from_utf8_lossy(&d).into_owned()))
+            .map(|d| String::from_utf8_lossy(&d).into_owned()))
     }
 
     async fn subscriptions(&self, session: &str) -> Result<Vec<String>, SessionStoreError> {
-        let stream = records_stream(&self.cluster);
-        match self.last(&stream, &self.record(session, "subs")).await? {
-            Some((_, d)) => serde_json::from_slice(&d).map_err(error),
+        match self.verified(&self.record(session, "subs")).await? {
+            Some(d) => serde_json::from_slice(&d).map_err(error),
             None => Ok(Vec::new()),
         }
     }
@@ -355,15 +371,16 @@ impl SessionHub for NatsSessionStore {
         uri: &str,
         subscribed: bool,
     ) -> Result<Vec<String>, SessionStoreError> {
-        let stream = records_stream(&self.cluster);
         let subject = self.record(session, "subs");
         // Compare-and-set: two replicas changing one session's set at once both count.
         for _ in 0..16 {
-            let (seq, mut uris) = match self.last(&stream, &subject).await? {
-                Some((seq, d)) => (
+            let (seq, mut uris) = match self.last(&subject).await? {
+                Some((seq, Some(d))) => (
                     seq,
                     serde_json::from_slice::<Vec<String>>(&d).map_err(error)?,
                 ),
+                // A record that does not verify is not believed: overwritten.
+                Some((seq, None)) => (seq, Vec::new()),
                 None => (0, Vec::new()),
             };
             let present = uris.iter().any(|u| u == uri);
@@ -373,7 +390,7 @@ impl SessionHub for NatsSessionStore {
                 (false, true) => uris.retain(|u| u != uri),
             }
             let data = serde_json::to_vec(&uris).map_err(error)?;
-            if self.put(&subject, data, Some(seq)).await?.is_some() {
+            if self.put(&subject, &data, Some(seq)).await?.is_some() {
                 self.announce(SessionSignal::Subscriptions(self.key(session)))
                     .await?;
                 return Ok(uris);
@@ -385,7 +402,7 @@ impl SessionHub for NatsSessionStore {
     }
 
     async fn append(&self, session: &str, event: &[u8]) -> Result<u64, SessionStoreError> {
-        self.put(&self.log(session), event.to_vec(), None)
+        self.put(&self.log(session), event, None)
             .await?
             .ok_or_else(|| error("publish refused"))
     }
@@ -403,7 +420,11 @@ impl SessionHub for NatsSessionStore {
             .get(&stream, &json!({ "seq": next, "next_by_subj": subject }))
             .await?
         {
-            out.push((seq, data));
+            // Another client of the NATS account may append to the log: only what a replica
+            // sealed for this session's log is replayed to its client.
+            if let Some(event) = self.seal.open(Kind::Log, &subject, &data, self.ttl) {
+                out.push((seq, event.to_vec()));
+            }
             next = seq + 1;
         }
         Ok(out)
@@ -411,10 +432,9 @@ impl SessionHub for NatsSessionStore {
 
     async fn announce(&self, signal: SessionSignal) -> Result<(), SessionStoreError> {
         let payload = serde_json::to_vec(&signal_json(&signal)).expect("json");
-        self.client
-            .publish(control_subject(&self.cluster), payload.into())
-            .await
-            .map_err(error)?;
+        let subject = control_subject(&self.cluster);
+        let sealed = self.seal.seal(&subject, &payload);
+        self.client.publish(subject, sealed).await.map_err(error)?;
         self.client.flush().await.map_err(error)?;
         Ok(())
     }
@@ -439,17 +459,18 @@ impl SessionHub for NatsSessionStore {
             }
             touched.insert(session.to_owned(), now);
         }
-        let stream = records_stream(&self.cluster);
         for record in ["state", "owner", "subs"] {
             let subject = self.record(session, record);
-            match self.last(&stream, &subject).await {
-                // The same content again, unless another replica changed it meanwhile.
-                Ok(Some((seq, data))) => {
-                    if let Err(e) = self.put(&subject, data, Some(seq)).await {
+            match self.last(&subject).await {
+                // The same content again, sealed anew (the seal's time is the record's age),
+                // unless another replica changed it meanwhile. One that does not verify is
+                // left to expire.
+                Ok(Some((seq, Some(data)))) => {
+                    if let Err(e) = self.put(&subject, &data, Some(seq)).await {
                         tracing::debug!(error = %e, "cannot refresh a session record");
                     }
                 }
-                Ok(None) => {}
+                Ok(None | Some((_, None))) => {}
                 Err(e) => tracing::debug!(error = %e, "cannot refresh a session record"),
             }
         }

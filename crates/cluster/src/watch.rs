@@ -14,12 +14,16 @@
 //! - `mcpr.<c>.alive`: every replica's id, every `lease_ttl / 3`; the watcher forgets the
 //!   interests of a replica silent for longer than `lease_ttl`.
 //!
+//! Every message is sealed ([`Seal`]) for its subject, answers for the requester's inbox;
+//! what does not verify is dropped and counted. A replica's interests beyond
+//! `max_watches` (the budget its own registry keeps to) are refused on the watcher.
+//!
 //! Only the watcher publishes a shared mount's events, so each change reaches each replica
 //! once; around a handover or a NATS restart two replicas may briefly both watch (a duplicate
 //! notification, never a lost subscription).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -32,6 +36,7 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::seal::{Kind, MESSAGE_MAX_AGE, Seal};
 use crate::{ClusterConfig, Lease};
 
 /// The most bytes of interests sent in one message; NATS's default `max_payload` is 1 MiB.
@@ -55,10 +60,13 @@ struct Shared {
     interests: Mutex<HashMap<ChangeEvent, usize>>,
     /// Whether this replica holds the mount's lease (and runs its watches).
     held: AtomicBool,
+    /// How many topics this replica watches for the cluster while it holds the lease.
+    running: AtomicUsize,
 }
 
 struct Inner {
     client: async_nats::Client,
+    seal: Arc<Seal>,
     cfg: ClusterConfig,
     bus: Arc<dyn ChangeBus>,
     shared: HashMap<String, Shared>,
@@ -91,6 +99,8 @@ pub struct Joined {
     pub watching: ClusterWatching,
     /// The NATS connection (for the session store).
     pub client: async_nats::Client,
+    /// The cluster's keys (for the session store).
+    pub seal: Arc<Seal>,
 }
 
 /// Join cluster `cfg` with `mounts`: connect to NATS in the background (never waiting for
@@ -102,10 +112,19 @@ pub async fn join(
     mounts: Vec<ClusterMount>,
 ) -> std::result::Result<Joined, String> {
     cfg.check()?;
+    let seal = Arc::new(Seal::new(cfg.secret.as_bytes())?);
     // Every (re)connection bumps this, so the tasks re-announce and re-sync.
     let (epoch_tx, epoch_rx) = watch::channel(0u64);
     let redacted = crate::redact_url(&cfg.nats_url);
-    let client = async_nats::ConnectOptions::new()
+    let (url, credentials) = crate::split_credentials(&cfg.nats_url);
+    let options = match credentials {
+        Some(crate::Credentials::UserPassword(user, pass)) => {
+            async_nats::ConnectOptions::with_user_and_password(user, pass)
+        }
+        Some(crate::Credentials::Token(token)) => async_nats::ConnectOptions::with_token(token),
+        None => async_nats::ConnectOptions::new(),
+    };
+    let client = options
         .name(format!("mcp-resources {}", cfg.replica))
         .retry_on_initial_connect()
         .max_reconnects(None)
@@ -128,7 +147,7 @@ pub async fn join(
                 }
             }
         })
-        .connect(cfg.nats_url.as_str())
+        .connect(url.as_str())
         .await
         // The URL is not in the error: async-nats may print it with its credentials.
         .map_err(|e| format!("cluster: cannot use NATS at {redacted}: {}", e.kind()))?;
@@ -137,7 +156,7 @@ pub async fn join(
         .filter(|m| !m.shared)
         .map(|m| m.name.clone())
         .collect();
-    let bus = crate::NatsBus::new(client.clone(), &cfg.name, local);
+    let bus = crate::NatsBus::new(client.clone(), seal.clone(), &cfg.name, local);
     let shared = mounts
         .into_iter()
         .filter(|m| m.shared)
@@ -150,12 +169,14 @@ pub async fn join(
                     token,
                     interests: Mutex::new(HashMap::new()),
                     held: AtomicBool::new(false),
+                    running: AtomicUsize::new(0),
                 },
             )
         })
         .collect();
     let inner = Arc::new(Inner {
         client: client.clone(),
+        seal: seal.clone(),
         cfg,
         bus: Arc::new(bus.clone()),
         shared,
@@ -182,6 +203,7 @@ pub async fn join(
         bus,
         watching: ClusterWatching { inner },
         client,
+        seal,
     })
 }
 
@@ -192,6 +214,15 @@ impl Inner {
 
     fn connected(&self) -> bool {
         self.client.connection_state() == async_nats::connection::State::Connected
+    }
+
+    /// Publish `payload` on `subject`, sealed for it.
+    async fn publish(&self, subject: String, payload: &[u8]) -> Result<(), String> {
+        let sealed = self.seal.seal(&subject, payload);
+        self.client
+            .publish(subject, sealed)
+            .await
+            .map_err(|e| e.to_string())
     }
 
     fn touch(&self, replica: &str) {
@@ -220,13 +251,10 @@ impl Inner {
         let mut first = true;
         let send = |chunk: Vec<Value>, reset: bool| {
             let payload = json!({"replica": self.cfg.replica, "reset": reset, "add": chunk});
-            let client = self.client.clone();
             let subject = subject.clone();
             async move {
-                if let Err(e) = client
-                    .publish(subject, serde_json::to_vec(&payload).expect("json").into())
-                    .await
-                {
+                let payload = serde_json::to_vec(&payload).expect("json");
+                if let Err(e) = self.publish(subject, &payload).await {
                     tracing::warn!(error = %e, "cluster: cannot announce interests");
                 }
             }
@@ -267,21 +295,27 @@ impl Inner {
         }
         let payload = json!({"replica": self.cfg.replica, "add": [topic]});
         let within = self.cfg.lease_ttl + Duration::from_secs(2);
-        let reply = tokio::time::timeout(
-            within,
-            self.client.request(
-                self.subject("want", &m.token),
-                serde_json::to_vec(&payload).expect("json").into(),
-            ),
-        )
-        .await;
+        let subject = self.subject("want", &m.token);
+        let sealed = self
+            .seal
+            .seal(&subject, &serde_json::to_vec(&payload).expect("json"));
+        let reply = tokio::time::timeout(within, self.client.request(subject, sealed)).await;
         match reply {
-            Ok(Ok(msg)) => match serde_json::from_slice::<Value>(&msg.payload) {
+            Ok(Ok(msg)) => match self
+                .seal
+                .open(Kind::Answer, &msg.subject, &msg.payload, MESSAGE_MAX_AGE)
+                .map(serde_json::from_slice::<Value>)
+                .unwrap_or_else(|| Ok(json!({"forged": true})))
+            {
                 Ok(v) if v.get("error").is_some() => {
                     // The watcher did not add it: nothing to withdraw there.
                     std::mem::forget(guard);
                     self.forget(mount, &topic);
                     Err(error_from_json(&v["error"]))
+                }
+                Ok(v) if v.get("forged").is_some() => {
+                    // Not the watcher's answer: the interest stays, as with no answer.
+                    Ok(guard)
                 }
                 Ok(_) => Ok(guard),
                 Err(e) => {
@@ -339,12 +373,10 @@ impl Drop for Release {
         };
         let subject = inner.subject("want", &inner.shared[&self.mount].token);
         let payload = json!({"replica": inner.cfg.replica, "remove": [self.topic]});
-        let client = inner.client.clone();
+        let payload = serde_json::to_vec(&payload).expect("json");
         // A removal lost while NATS is down is corrected by the next sync (a reset).
         rt.spawn(async move {
-            let _ = client
-                .publish(subject, serde_json::to_vec(&payload).expect("json").into())
-                .await;
+            let _ = inner.publish(subject, &payload).await;
         });
     }
 }
@@ -411,7 +443,19 @@ impl Watching for ClusterWatching {
             connected,
             problem,
             watchers,
+            rejected: self.inner.seal.rejected(),
         })
+    }
+}
+
+impl ClusterWatching {
+    /// How many topics of shared mount `mount` this replica watches for the cluster now (0
+    /// when another replica is its watcher).
+    pub fn running(&self, mount: &str) -> usize {
+        self.inner
+            .shared
+            .get(mount)
+            .map_or(0, |m| m.running.load(Ordering::SeqCst))
     }
 }
 
@@ -422,10 +466,9 @@ async fn heartbeat(inner: std::sync::Weak<Inner>) {
         let period = i.cfg.lease_ttl / 3;
         if i.connected() {
             let _ = i
-                .client
                 .publish(
                     format!("mcpr.{}.alive", i.cfg.name),
-                    i.cfg.replica.clone().into(),
+                    i.cfg.replica.as_bytes(),
                 )
                 .await;
         }
@@ -448,7 +491,13 @@ async fn hear_alive(inner: std::sync::Weak<Inner>) {
     };
     while let Some(msg) = sub.next().await {
         let Some(i) = inner.upgrade() else { return };
-        if let Ok(replica) = std::str::from_utf8(&msg.payload) {
+        let Some(payload) = i
+            .seal
+            .open(Kind::Alive, &msg.subject, &msg.payload, MESSAGE_MAX_AGE)
+        else {
+            continue;
+        };
+        if let Ok(replica) = std::str::from_utf8(payload) {
             i.touch(replica);
         }
     }
@@ -468,6 +517,12 @@ async fn answer_sync(inner: std::sync::Weak<Inner>) {
     };
     while let Some(msg) = sub.next().await {
         let Some(i) = inner.upgrade() else { return };
+        if i.seal
+            .open(Kind::Sync, &msg.subject, &msg.payload, MESSAGE_MAX_AGE)
+            .is_none()
+        {
+            continue;
+        }
         let token = msg.subject.rsplit('.').next().unwrap_or_default();
         let mount = i
             .shared
@@ -534,6 +589,7 @@ async fn run_watcher(
         (
             Lease::compete(
                 i.client.clone(),
+                i.seal.clone(),
                 &i.cfg.name,
                 &mount,
                 &i.cfg.replica,
@@ -563,16 +619,16 @@ async fn run_watcher(
         tracing::info!(mount = %mount, "cluster: this replica now watches the mount");
         let _ = i.client.flush().await;
         let sync = i.subject("sync", &m.token);
-        let _ = i.client.publish(sync.clone(), "".into()).await;
-        let mut topics: HashMap<ChangeEvent, Watched> = HashMap::new();
-        let mut retry: Retry = HashMap::new();
+        let _ = i.publish(sync.clone(), b"").await;
+        let mut book = Book::default();
         let mut sweep = tokio::time::interval(ttl / 3);
         epoch.mark_unchanged();
         loop {
             tokio::select! {
                 msg = sub.next() => {
                     let Some(msg) = msg else { break };
-                    handle_want(&i, &mount, &mut topics, &mut retry, msg).await;
+                    handle_want(&i, &mount, &mut book, msg).await;
+                    m.running.store(book.topics.len(), Ordering::SeqCst);
                 }
                 changed = held.changed() => {
                     if changed.is_err() || !*held.borrow() {
@@ -584,52 +640,117 @@ async fn run_watcher(
                         break;
                     }
                     // Interests announced while this replica was disconnected were lost.
-                    let _ = i.client.publish(sync.clone(), "".into()).await;
+                    let _ = i.publish(sync.clone(), b"").await;
                 }
                 _ = sweep.tick() => {
                     let alive = i.alive.lock().expect("alive lock").clone();
                     let fresh = |r: &String| alive.get(r).is_some_and(|t| t.elapsed() <= ttl);
-                    topics.retain(|_, w| {
-                        w.replicas.retain(fresh);
-                        !w.replicas.is_empty()
-                    });
-                    retry.retain(|_, r| {
-                        r.retain(fresh);
-                        !r.is_empty()
-                    });
+                    book.retain_replicas(fresh);
                     // Watches replayed by a sync that failed for a passing reason (a
                     // database down during a handover) are tried again, so the
                     // subscriptions they serve do not stay silent.
-                    let pending: Vec<ChangeEvent> = retry.keys().cloned().collect();
+                    let pending: Vec<ChangeEvent> = book.retry.keys().cloned().collect();
                     for t in pending {
                         if let Ok(guard) = start_replayed(&i, &mount, &t).await {
-                            let replicas = retry.remove(&t).unwrap_or_default();
-                            topics.insert(t, Watched { replicas, _guard: guard });
+                            let replicas = book.retry.remove(&t).unwrap_or_default();
+                            book.topics.insert(t, Watched { replicas, _guard: guard });
                         }
                     }
+                    m.running.store(book.topics.len(), Ordering::SeqCst);
                 }
             }
         }
         m.held.store(false, Ordering::SeqCst);
+        m.running.store(0, Ordering::SeqCst);
         tracing::info!(mount = %mount, "cluster: this replica no longer watches the mount");
         // Dropping the subscriber and the guards ends this replica's watches of the mount.
         drop(sub);
-        drop(topics);
+        drop(book);
     }
 }
 
 /// Topics whose watch failed for a passing reason, with the replicas that want them.
 type Retry = HashMap<ChangeEvent, HashSet<String>>;
 
+/// What the watcher of a mount runs, for which replicas. A topic is in `topics` or in
+/// `retry`, never both.
+#[derive(Default)]
+struct Book {
+    topics: HashMap<ChangeEvent, Watched>,
+    retry: Retry,
+    /// How many topics (watched or waiting for a retry) each replica wants: bounded by
+    /// `max_watches`, as each replica's registry bounds its own.
+    per_replica: HashMap<String, usize>,
+}
+
+impl Book {
+    fn count(&self, replica: &str) -> usize {
+        self.per_replica.get(replica).copied().unwrap_or(0)
+    }
+
+    fn entered(&mut self, replica: &str) {
+        *self.per_replica.entry(replica.to_owned()).or_insert(0) += 1;
+    }
+
+    fn left(per_replica: &mut HashMap<String, usize>, replica: &str) {
+        if let Some(n) = per_replica.get_mut(replica) {
+            *n -= 1;
+            if *n == 0 {
+                per_replica.remove(replica);
+            }
+        }
+    }
+
+    /// Forget every interest of the replicas `keep` refuses.
+    fn retain_replicas(&mut self, keep: impl Fn(&String) -> bool) {
+        let per = &mut self.per_replica;
+        let mut kept = |r: &String| {
+            let k = keep(r);
+            if !k {
+                Self::left(per, r);
+            }
+            k
+        };
+        self.topics.retain(|_, w| {
+            w.replicas.retain(&mut kept);
+            !w.replicas.is_empty()
+        });
+        self.retry.retain(|_, r| {
+            r.retain(&mut kept);
+            !r.is_empty()
+        });
+    }
+
+    /// `replica` no longer wants `topic`.
+    fn remove(&mut self, topic: &ChangeEvent, replica: &str) {
+        if let Some(r) = self.retry.get_mut(topic) {
+            if r.remove(replica) {
+                Self::left(&mut self.per_replica, replica);
+            }
+            if r.is_empty() {
+                self.retry.remove(topic);
+            }
+        }
+        if let Some(w) = self.topics.get_mut(topic) {
+            if w.replicas.remove(replica) {
+                Self::left(&mut self.per_replica, replica);
+            }
+            if w.replicas.is_empty() {
+                self.topics.remove(topic);
+            }
+        }
+    }
+}
+
 /// One `want` message on the watcher.
-async fn handle_want(
-    i: &Arc<Inner>,
-    mount: &str,
-    topics: &mut HashMap<ChangeEvent, Watched>,
-    retry: &mut Retry,
-    msg: async_nats::Message,
-) {
-    let Ok(v) = serde_json::from_slice::<Value>(&msg.payload) else {
+async fn handle_want(i: &Arc<Inner>, mount: &str, book: &mut Book, msg: async_nats::Message) {
+    let Some(payload) = i
+        .seal
+        .open(Kind::Want, &msg.subject, &msg.payload, MESSAGE_MAX_AGE)
+    else {
+        return;
+    };
+    let Ok(v) = serde_json::from_slice::<Value>(payload) else {
         tracing::warn!("cluster: malformed interest message");
         return;
     };
@@ -648,33 +769,40 @@ async fn handle_want(
             .unwrap_or_default()
     };
     if v.get("reset").and_then(Value::as_bool) == Some(true) {
-        topics.retain(|_, w| {
-            w.replicas.remove(replica);
-            !w.replicas.is_empty()
-        });
-        retry.retain(|_, r| {
-            r.remove(replica);
-            !r.is_empty()
-        });
+        book.retain_replicas(|r| r != replica);
     }
     for t in events("remove") {
-        if let Some(r) = retry.get_mut(&t) {
-            r.remove(replica);
-            if r.is_empty() {
-                retry.remove(&t);
-            }
-        }
-        if let Some(w) = topics.get_mut(&t) {
-            w.replicas.remove(replica);
-            if w.replicas.is_empty() {
-                topics.remove(&t);
-            }
-        }
+        book.remove(&t, replica);
     }
+    let max = i.cfg.max_watches;
+    let mut refused = 0usize;
     let mut outcome: Result<()> = Ok(());
     for t in events("add") {
-        if let Some(w) = topics.get_mut(&t) {
+        let known = book
+            .topics
+            .get(&t)
+            .map(|w| &w.replicas)
+            .or_else(|| book.retry.get(&t))
+            .is_some_and(|r| r.contains(replica));
+        if known {
+            continue;
+        }
+        if book.count(replica) >= max {
+            refused += 1;
+            outcome = Err(over_budget(max));
+            continue;
+        }
+        if let Some(w) = book.topics.get_mut(&t) {
             w.replicas.insert(replica.to_owned());
+            book.entered(replica);
+            continue;
+        }
+        if msg.reply.is_none()
+            && let Some(r) = book.retry.get_mut(&t)
+        {
+            // Retried on the next sweep, with the others that want it.
+            r.insert(replica.to_owned());
+            book.entered(replica);
             continue;
         }
         // A request is a new subscription; a message without a reply replays an interest.
@@ -685,24 +813,36 @@ async fn handle_want(
         };
         match started {
             Ok(guard) => {
-                topics.insert(
+                let mut replicas = book.retry.remove(&t).unwrap_or_default();
+                replicas.insert(replica.to_owned());
+                book.topics.insert(
                     t,
                     Watched {
-                        replicas: HashSet::from([replica.to_owned()]),
+                        replicas,
                         _guard: guard,
                     },
                 );
+                book.entered(replica);
             }
             Err(e) => {
                 tracing::debug!(error = %e, "cluster: a wanted watch failed");
                 // A request hears the error (and its replica drops the interest); a replayed
                 // interest has nobody to tell, so a passing failure is retried.
                 if msg.reply.is_none() && e.kind.is_temporary() {
-                    retry.entry(t).or_default().insert(replica.to_owned());
+                    book.retry.entry(t).or_default().insert(replica.to_owned());
+                    book.entered(replica);
                 }
                 outcome = Err(e);
             }
         }
+    }
+    if refused > 0 {
+        tracing::warn!(
+            replica,
+            refused,
+            limit = max,
+            "cluster: a replica wants more watches of a mount than max_watches; the rest are refused"
+        );
     }
     if let Some(reply) = msg.reply {
         let answer = match outcome {
@@ -710,10 +850,27 @@ async fn handle_want(
             Err(e) => json!({"error": error_to_json(&e)}),
         };
         let _ = i
-            .client
-            .publish(reply, serde_json::to_vec(&answer).expect("json").into())
+            .publish(
+                reply.to_string(),
+                &serde_json::to_vec(&answer).expect("json"),
+            )
             .await;
     }
+}
+
+/// The refusal of an interest beyond a replica's `max_watches`, as its registry words it.
+fn over_budget(max: usize) -> Error {
+    let mut details = serde_json::Map::new();
+    details.insert("limit".into(), max.into());
+    details.insert("setting".into(), "server.max_watches".into());
+    let mut e = Error::new(
+        ErrorKind::Unavailable,
+        format!(
+            "the cluster's watcher already holds {max} subscriptions of this replica, the limit (max_watches); try again after some are released"
+        ),
+    );
+    e.details = Some(details);
+    e
 }
 
 /// Start the provider's watch of `topic`, publishing on the cluster's bus.

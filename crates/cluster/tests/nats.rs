@@ -6,12 +6,19 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mcpr_cluster::{Lease, NatsBus};
+use mcpr_cluster::{Lease, NatsBus, Seal};
 use mcpr_core::{ChangeBus, ChangeEvent, ChangeSink, FeedItem};
 use mcpr_testkit::nats::NatsServer;
 
 async fn start_nats() -> Option<NatsServer> {
     NatsServer::started()
+}
+
+/// The secret every replica of these tests shares.
+const SECRET: &[u8] = b"the test cluster's secret, 32+ bytes";
+
+fn seal() -> Arc<Seal> {
+    Arc::new(Seal::new(SECRET).unwrap())
 }
 
 async fn client(port: u16) -> async_nats::Client {
@@ -62,10 +69,10 @@ async fn a_change_reaches_each_interested_replica_once_and_no_other() {
         return;
     };
     let local: HashSet<String> = ["file:///local/".to_owned()].into();
-    let a = NatsBus::new(client(nats.port()).await, "t1", local.clone());
-    let b = NatsBus::new(client(nats.port()).await, "t1", local.clone());
-    let c = NatsBus::new(client(nats.port()).await, "t1", local.clone());
-    let other_cluster = NatsBus::new(client(nats.port()).await, "t2", local);
+    let a = NatsBus::new(client(nats.port()).await, seal(), "t1", local.clone());
+    let b = NatsBus::new(client(nats.port()).await, seal(), "t1", local.clone());
+    let c = NatsBus::new(client(nats.port()).await, seal(), "t1", local.clone());
+    let other_cluster = NatsBus::new(client(nats.port()).await, seal(), "t2", local);
     let (mut fa, mut fb, mut fc, mut fo) = (a.feed(), b.feed(), c.feed(), other_cluster.feed());
 
     let mount = "db://shop/";
@@ -134,7 +141,7 @@ async fn one_lease_holder_and_a_takeover_within_the_ttl() {
     for r in ["r1", "r2", "r3"] {
         let c = client(nats.port()).await;
         Lease::prepare(&c, "lt", ttl).await.unwrap();
-        leases.push((r, Lease::compete(c, "lt", "db://shop/", r, ttl)));
+        leases.push((r, Lease::compete(c, seal(), "lt", "db://shop/", r, ttl)));
     }
     // Replicas that disagree on the TTL are told so.
     let e = Lease::prepare(&client(nats.port()).await, "lt", ttl * 2)
@@ -184,8 +191,8 @@ async fn after_a_nats_restart_interests_are_subscribed_again() {
     let Some(mut nats) = start_nats().await else {
         return;
     };
-    let a = NatsBus::new(client(nats.port()).await, "t3", HashSet::new());
-    let b = NatsBus::new(client(nats.port()).await, "t3", HashSet::new());
+    let a = NatsBus::new(client(nats.port()).await, seal(), "t3", HashSet::new());
+    let b = NatsBus::new(client(nats.port()).await, seal(), "t3", HashSet::new());
     let mut fb = b.feed();
     let mount = "db://shop/";
     let watched = up("db://shop/orders/1");
@@ -214,4 +221,373 @@ async fn after_a_nats_restart_interests_are_subscribed_again() {
         vec![FeedItem::Event(watched)],
         "no change heard after the restart"
     );
+}
+
+/// What `seal` counted as rejected of `kind`.
+fn rejected(seal: &Seal, kind: &str) -> u64 {
+    seal.rejected()
+        .into_iter()
+        .find(|(k, _)| k == kind)
+        .map_or(0, |(_, n)| n)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_change_event_is_dropped_and_counted() {
+    let Some(nats) = start_nats().await else {
+        return;
+    };
+    let b_seal = seal();
+    let a = NatsBus::new(client(nats.port()).await, seal(), "t4", HashSet::new());
+    let b = NatsBus::new(
+        client(nats.port()).await,
+        b_seal.clone(),
+        "t4",
+        HashSet::new(),
+    );
+    let mut fb = b.feed();
+    let mount = "db://shop/";
+    let watched = up("db://shop/orders/1");
+    let _ib = b.interest(mount, &watched);
+    assert!(b.settled(Duration::from_secs(5)).await);
+
+    // Another client of the NATS account: the event as plain JSON, sealed with another
+    // secret, and a genuine sealed event copied to this subject from another one.
+    let forger = client(nats.port()).await;
+    let subject = mcpr_cluster::subject("t4", mount, &watched);
+    let json = serde_json::to_vec(&watched).unwrap();
+    forger
+        .publish(subject.clone(), json.clone().into())
+        .await
+        .unwrap();
+    let stranger = Seal::new(b"another cluster's secret, 32 bytes+").unwrap();
+    forger
+        .publish(subject.clone(), stranger.seal(&subject, &json))
+        .await
+        .unwrap();
+    let other = mcpr_cluster::subject("t4", mount, &up("db://shop/orders/2"));
+    forger
+        .publish(subject.clone(), seal().seal(&other, &json))
+        .await
+        .unwrap();
+    forger.flush().await.unwrap();
+    assert_eq!(drain(&mut fb, Duration::from_millis(500)).await, vec![]);
+    assert_eq!(rejected(&b_seal, "event"), 3);
+
+    // The watcher's own events still arrive.
+    ChangeSink::new(Arc::new(a.clone()), mount).updated("db://shop/orders/1");
+    assert_eq!(hear(&mut fb).await, vec![FeedItem::Event(watched)]);
+    assert_eq!(rejected(&b_seal, "event"), 3);
+}
+
+/// The subject of mount `mount`'s lease in cluster `cluster`, as the replicas write it.
+fn lease_subject(cluster: &str, mount: &str) -> String {
+    use sha2::Digest as _;
+    let h: String = sha2::Sha256::digest(mount.as_bytes())[..12]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("mcpr.{cluster}.lease.{h}")
+}
+
+/// One replica joined to cluster `name` with a shared files mount over `root`.
+async fn join_files(
+    port: u16,
+    name: &str,
+    root: &std::path::Path,
+    ttl: Duration,
+    max_watches: usize,
+) -> (mcpr_cluster::Joined, Arc<dyn mcpr_core::Provider>) {
+    let provider: Arc<dyn mcpr_core::Provider> = Arc::new(
+        mcpr_provider_files::FilesProvider::new(mcpr_provider_files::FilesConfig::new(root))
+            .unwrap(),
+    );
+    let cfg = mcpr_cluster::ClusterConfig {
+        nats_url: format!("nats://127.0.0.1:{port}"),
+        name: name.into(),
+        replica: "r1".into(),
+        lease_ttl: ttl,
+        secret: String::from_utf8(SECRET.to_vec()).unwrap(),
+        max_watches,
+    };
+    let joined = mcpr_cluster::join(
+        cfg,
+        vec![mcpr_cluster::ClusterMount {
+            name: MOUNT.into(),
+            provider: provider.clone(),
+            shared: true,
+        }],
+    )
+    .await
+    .unwrap();
+    (joined, provider)
+}
+
+const MOUNT: &str = "files";
+
+/// Wait (at most `within`) for `check`.
+async fn eventually(within: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + within;
+    while tokio::time::Instant::now() < deadline {
+        if check() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    check()
+}
+
+fn holds(joined: &mcpr_cluster::Joined) -> bool {
+    use mcpr_core::Watching as _;
+    joined
+        .watching
+        .cluster()
+        .is_some_and(|c| c.watchers.iter().any(|(_, held)| *held))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_lease_record_does_not_stop_watching() {
+    use mcpr_core::Watching as _;
+    let Some(nats) = start_nats().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::write(root.join("a.txt"), "v0").unwrap();
+    let ttl = Duration::from_millis(900);
+
+    // Another client of the NATS account writes the mount's lease record every 100 ms
+    // (the stream keeps only the last), from before the replica joins.
+    let forger = client(nats.port()).await;
+    let subject = lease_subject("t5", MOUNT);
+    let forging = tokio::spawn({
+        let forger = forger.clone();
+        async move {
+            loop {
+                let _ = forger.publish(subject.clone(), "mallory".into()).await;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    });
+
+    let (joined, provider) = join_files(nats.port(), "t5", &root, ttl, 1000).await;
+    assert!(
+        eventually(Duration::from_secs(5), || holds(&joined)).await,
+        "the replica never took the lease"
+    );
+    let uri = format!("file://{}", root.join("a.txt").display());
+    let mut feed = mcpr_core::ChangeBus::feed(&joined.bus);
+    let _interest = mcpr_core::ChangeBus::interest(&joined.bus, MOUNT, &up(&uri));
+    assert!(joined.bus.settled(Duration::from_secs(5)).await);
+    let sink = ChangeSink::new(Arc::new(joined.bus.clone()), MOUNT);
+    let _watch = joined
+        .watching
+        .watch(
+            MOUNT,
+            &provider,
+            &mcpr_core::ResourceUri::parse(&uri).unwrap(),
+            sink,
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    drain(&mut feed, Duration::from_millis(300)).await;
+
+    // Changes are delivered while the forger goes on, over several lease periods.
+    for round in 0..3 {
+        std::fs::write(root.join("a.txt"), format!("v{}", round + 1)).unwrap();
+        let heard = hear(&mut feed).await;
+        assert!(
+            heard.contains(&FeedItem::Event(up(&uri))),
+            "round {round}: {heard:?}"
+        );
+        assert!(holds(&joined), "round {round}: the lease was lost");
+        tokio::time::sleep(ttl).await;
+    }
+    let status = joined.watching.cluster().unwrap();
+    let lease = status
+        .rejected
+        .iter()
+        .find(|(k, _)| k == "lease")
+        .map_or(0, |(_, n)| *n);
+    assert!(lease > 0, "{status:?}");
+    forging.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_interests_is_capped_at_max_watches() {
+    let Some(nats) = start_nats().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let uris: Vec<String> = (0..20)
+        .map(|i| {
+            let p = root.join(format!("f{i}.txt"));
+            std::fs::write(&p, "x").unwrap();
+            format!("file://{}", p.display())
+        })
+        .collect();
+    let (joined, _provider) = join_files(nats.port(), "t6", &root, Duration::from_secs(3), 5).await;
+    assert!(
+        eventually(Duration::from_secs(5), || holds(&joined)).await,
+        "the replica never took the lease"
+    );
+    let want = {
+        use sha2::Digest as _;
+        let h: String = sha2::Sha256::digest(MOUNT.as_bytes())[..8]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        format!("mcpr.t6.want.{h}")
+    };
+    let flooder = client(nats.port()).await;
+
+    // A stranger's flood (not sealed): 10,000 interests, dropped whole and counted.
+    let many: Vec<serde_json::Value> = (0..10_000)
+        .map(|i| serde_json::to_value(up(&format!("file://{}/n{i}", root.display()))).unwrap())
+        .collect();
+    let body = serde_json::json!({"replica": "mallory", "add": many});
+    flooder
+        .publish(want.clone(), serde_json::to_vec(&body).unwrap().into())
+        .await
+        .unwrap();
+    // A replica of the cluster (it has the secret) asking for 20 watches, past its 5.
+    let adds: Vec<serde_json::Value> = uris
+        .iter()
+        .map(|u| serde_json::to_value(up(u)).unwrap())
+        .collect();
+    let body = serde_json::json!({"replica": "greedy", "add": adds});
+    flooder
+        .publish(
+            want.clone(),
+            seal().seal(&want, &serde_json::to_vec(&body).unwrap()),
+        )
+        .await
+        .unwrap();
+    flooder.flush().await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || joined.watching.running(MOUNT)
+            == 5)
+        .await,
+        "running {}",
+        joined.watching.running(MOUNT)
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(joined.watching.running(MOUNT), 5);
+    let status = mcpr_core::Watching::cluster(&joined.watching).unwrap();
+    let wants = status
+        .rejected
+        .iter()
+        .find(|(k, _)| k == "want")
+        .map_or(0, |(_, n)| *n);
+    assert_eq!(wants, 1, "{status:?}");
+}
+
+/// A `nats-server` of this test's own requiring user `mcpr` with password `pw` (no
+/// JetStream: only the connection is looked at). `None` (SKIPPED) without the binary.
+struct AuthNats {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl AuthNats {
+    fn start(pw: &str) -> Option<Self> {
+        let bin = std::env::var_os("MCPR_NATS_SERVER")
+            .map(std::path::PathBuf::from)
+            .into_iter()
+            .chain(
+                [
+                    "/usr/sbin/nats-server",
+                    "/usr/bin/nats-server",
+                    "/usr/local/bin/nats-server",
+                ]
+                .map(std::path::PathBuf::from),
+            )
+            .find(|p| p.exists());
+        let Some(bin) = bin else {
+            assert!(
+                !std::env::var("CI").is_ok_and(|v| v == "true"),
+                "nats-server is required under CI=true"
+            );
+            eprintln!("SKIPPED: no nats-server found");
+            return None;
+        };
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = std::process::Command::new(bin)
+            .args([
+                "-a",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "--user",
+                "mcpr",
+                "--pass",
+                pw,
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "nats-server did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Some(Self { child, port })
+    }
+}
+
+impl Drop for AuthNats {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_credentials_of_nats_url_authenticate_the_replica() {
+    let pw = "p@ss/w:rd";
+    let Some(nats) = AuthNats::start(pw) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let join_with = |userinfo: &str| {
+        let cfg = mcpr_cluster::ClusterConfig {
+            nats_url: format!("nats://{userinfo}@127.0.0.1:{}", nats.port),
+            name: "auth".into(),
+            replica: "r1".into(),
+            lease_ttl: Duration::from_secs(1),
+            secret: String::from_utf8(SECRET.to_vec()).unwrap(),
+            max_watches: 10,
+        };
+        let provider: Arc<dyn mcpr_core::Provider> = Arc::new(
+            mcpr_provider_files::FilesProvider::new(mcpr_provider_files::FilesConfig::new(&root))
+                .unwrap(),
+        );
+        mcpr_cluster::join(
+            cfg,
+            vec![mcpr_cluster::ClusterMount {
+                name: MOUNT.into(),
+                provider,
+                shared: true,
+            }],
+        )
+    };
+    // The password percent-encoded in the URL, as URLs write `@`, `/` and `:`.
+    let good = join_with("mcpr:p%40ss%2Fw%3Ard").await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || good.bus.connected()).await,
+        "not connected with the right password"
+    );
+    let bad = join_with("mcpr:wrong").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!bad.bus.connected(), "connected with a wrong password");
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt as _;
-use mcpr_cluster::{NatsBus, NatsSessionStore};
+use mcpr_cluster::{NatsBus, NatsSessionStore, Seal};
 use mcpr_core::Provider;
 use mcpr_provider_files::{FilesConfig, FilesProvider};
 use mcpr_server::http::{AuthSettings, HttpSettings, StaticToken};
@@ -28,6 +28,13 @@ fn setup() -> Option<(NatsServer, tempfile::TempDir, std::path::PathBuf)> {
     Some((nats, dir, root))
 }
 
+/// The secret every replica of these tests shares.
+const SECRET: &[u8] = b"the test cluster's secret, 32+ bytes";
+
+fn seal() -> Arc<Seal> {
+    Arc::new(Seal::new(SECRET).unwrap())
+}
+
 /// One replica over `root`: its MCP endpoint's URL.
 async fn replica(root: &std::path::Path, port: u16, auth: Option<AuthSettings>) -> String {
     replica_with_ttl(root, port, auth, Duration::from_secs(60)).await
@@ -43,10 +50,10 @@ async fn replica_with_ttl(
     let client = async_nats::connect(format!("nats://127.0.0.1:{port}"))
         .await
         .unwrap();
-    let bus = NatsBus::new(client.clone(), &cluster_of(ttl), HashSet::new());
+    let bus = NatsBus::new(client.clone(), seal(), &cluster_of(ttl), HashSet::new());
     let provider: Arc<dyn Provider> = Arc::new(FilesProvider::new(FilesConfig::new(root)).unwrap());
     let state = ServerState::with_bus(Settings::default(), vec![(provider, None)], Arc::new(bus));
-    let hub = NatsSessionStore::connect(client, &cluster_of(ttl), ttl, 16)
+    let hub = NatsSessionStore::connect(client, seal(), &cluster_of(ttl), ttl, 16)
         .await
         .unwrap();
     let mut http = HttpSettings::new("127.0.0.1:0".parse().unwrap());
@@ -344,12 +351,16 @@ async fn a_roaming_session_stays_bound_to_its_creator() {
             StaticToken {
                 token: "alice-token".into(),
                 scopes: None,
+                name: None,
             },
             StaticToken {
                 token: "mallory-token".into(),
                 scopes: None,
+                name: None,
             },
         ],
+        // The replicas name a token alike: keyed by the cluster's secret, as the binary does.
+        identity_key: Some(mcpr_server::http::IdentityKey::derive(SECRET)),
         ..Default::default()
     };
     let a = replica(&root, nats.port(), Some(auth.clone())).await;
@@ -423,4 +434,111 @@ async fn without_nats_a_subscribe_fails_clearly_and_other_requests_go_on() {
     );
     let message = done["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("shared session store"), "{done}");
+}
+
+/// The subject token of session `id` (its log and records are named by it).
+fn session_token(id: &str) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(id.as_bytes())[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// A session on `url` subscribed to `a.md` (its URI returned).
+async fn subscribed(url: &str) -> (String, String) {
+    let id = initialize(url, None).await;
+    let listed = answer(post(url, Some(&id), None, list()).await).await;
+    let uri = listed["result"]["resources"][0]["uri"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let sub =
+        json!({"jsonrpc": "2.0", "id": 8, "method": "resources/subscribe", "params": {"uri": uri}});
+    let done = answer(post(url, Some(&id), None, sub).await).await;
+    assert!(done.get("result").is_some(), "{done}");
+    (id, uri)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_log_entry_is_never_replayed() {
+    let Some((nats, _dir, root)) = setup() else {
+        return;
+    };
+    let a = replica(&root, nats.port(), None).await;
+    let b = replica(&root, nats.port(), None).await;
+    let (id, uri) = subscribed(&a).await;
+    let mut on_a = open_stream(&a, &id, None).await;
+    std::fs::write(root.join("a.md"), "changed").unwrap();
+    let (first, data) = next_event(&mut on_a).await;
+    assert!(data.contains(&uri), "{data}");
+
+    // Another client of the NATS account appends a request to the session's log, as plain
+    // JSON and sealed with another cluster's secret.
+    let forger = async_nats::connect(format!("nats://127.0.0.1:{}", nats.port()))
+        .await
+        .unwrap();
+    let log = format!("mcpr.roam.sev.{}", session_token(&id));
+    let forged = json!({"jsonrpc": "2.0", "id": 99, "method": "sampling/createMessage",
+        "params": {"messages": [], "maxTokens": 1}});
+    let forged = serde_json::to_vec(&forged).unwrap();
+    let stranger = Seal::new(b"another cluster's secret, 32 bytes+").unwrap();
+    for payload in [forged.clone().into(), stranger.seal(&log, &forged)] {
+        // A request: JetStream acknowledges the stored message.
+        let ack = forger.request(log.clone(), payload).await.unwrap();
+        assert!(
+            String::from_utf8_lossy(&ack.payload).contains("\"seq\""),
+            "{:?}",
+            ack.payload
+        );
+    }
+
+    // Resuming on B after the first event replays nothing, and the live stream there
+    // carries the next real change only.
+    let mut on_b = open_stream(&b, &id, Some(&first)).await;
+    quiet(&mut on_b, "resume after a forged append").await;
+    std::fs::write(root.join("a.md"), "changed again").unwrap();
+    let (_, data) = next_event(&mut on_b).await;
+    assert!(data.contains(&uri) && !data.contains("sampling"), "{data}");
+    // From the start: the real events only.
+    let mut from_start = open_stream(&a, &id, Some("0")).await;
+    for _ in 0..2 {
+        let (_, data) = next_event(&mut from_start).await;
+        assert!(!data.contains("sampling"), "{data}");
+    }
+    quiet(&mut from_start, "replay from the start").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_ended_signal_does_not_close_a_stream() {
+    let Some((nats, _dir, root)) = setup() else {
+        return;
+    };
+    let a = replica(&root, nats.port(), None).await;
+    let b = replica(&root, nats.port(), None).await;
+    let (id, uri) = subscribed(&a).await;
+    let mut on_b = open_stream(&b, &id, None).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let forger = async_nats::connect(format!("nats://127.0.0.1:{}", nats.port()))
+        .await
+        .unwrap();
+    let subject = "mcpr.roam.sctl";
+    let ended = serde_json::to_vec(&json!({ "ended": session_token(&id) })).unwrap();
+    let stranger = Seal::new(b"another cluster's secret, 32 bytes+").unwrap();
+    forger.publish(subject, ended.clone().into()).await.unwrap();
+    forger
+        .publish(subject, stranger.seal(subject, &ended))
+        .await
+        .unwrap();
+    forger.flush().await.unwrap();
+
+    // The stream stays open and the session usable on both replicas.
+    quiet(&mut on_b, "after a forged end").await;
+    std::fs::write(root.join("a.md"), "changed").unwrap();
+    let (_, data) = next_event(&mut on_b).await;
+    assert!(data.contains(&uri), "{data}");
+    for url in [&a, &b] {
+        status_within(url, &id, 200).await;
+    }
 }

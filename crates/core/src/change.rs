@@ -386,6 +386,8 @@ pub struct ClusterStatus {
     pub problem: Option<String>,
     /// Each shared mount by name, and whether this replica runs its watches now.
     pub watchers: Vec<(String, bool)>,
+    /// Messages from the broker dropped because they did not verify, by kind.
+    pub rejected: Vec<(String, u64)>,
 }
 
 /// The in-process [`Watching`]: every watch runs in this process.

@@ -90,7 +90,9 @@ async fn start() -> Fixture {
         tokens: vec![StaticToken {
             token: "static-all".into(),
             scopes: None,
+            name: None,
         }],
+        identity_key: None,
         resource_metadata_url: Some(
             "http://127.0.0.1/.well-known/oauth-protected-resource/mcp".into(),
         ),

@@ -60,14 +60,17 @@ async fn start(settings: Settings, limits: HttpLimits) -> Fixture {
             StaticToken {
                 token: ALL.into(),
                 scopes: None,
+                name: None,
             },
             StaticToken {
                 token: OTHER.into(),
                 scopes: None,
+                name: None,
             },
             StaticToken {
                 token: DOCS.into(),
                 scopes: Some(["docs".to_owned()].into()),
+                name: None,
             },
         ],
         ..Default::default()

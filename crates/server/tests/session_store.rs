@@ -139,6 +139,7 @@ fn a_shared_store_with_authentication_is_refused() {
         tokens: vec![mcpr_server::http::StaticToken {
             token: "t".into(),
             scopes: None,
+            name: None,
         }],
         ..Default::default()
     });

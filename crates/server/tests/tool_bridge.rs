@@ -590,15 +590,18 @@ async fn tools_see_only_the_mounts_a_token_allows() {
             StaticToken {
                 token: "docs-only".into(),
                 scopes: Some(BTreeSet::from(["docs".to_owned()])),
+                name: None,
             },
             StaticToken {
                 token: "all".into(),
                 scopes: None,
+                name: None,
             },
         ],
         resource_metadata_url: None,
         resource: None,
         jwt: None,
+        identity_key: None,
     });
     let url = format!("{}/mcp", common::spawn_http(state, http).await);
     let tool = |name: &str, args: Value| json!({"name": name, "arguments": args});

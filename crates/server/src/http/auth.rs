@@ -10,6 +10,8 @@ use std::collections::BTreeSet;
 use std::hash::BuildHasher as _;
 use std::sync::Arc;
 
+use hmac::{Hmac, KeyInit as _, Mac as _};
+
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode, header};
 use subtle::ConstantTimeEq as _;
@@ -40,6 +42,10 @@ pub struct StaticToken {
     pub token: String,
     /// Scopes; `None` grants every mount.
     pub scopes: Option<BTreeSet<String>>,
+    /// The identity its holder has (`static token <name>`), when the configuration names
+    /// it; otherwise a keyed hash of the token stands for it. Never its position in the
+    /// list: replicas listing tokens in another order must agree on who is who.
+    pub name: Option<String>,
 }
 
 impl std::fmt::Debug for StaticToken {
@@ -47,7 +53,48 @@ impl std::fmt::Debug for StaticToken {
         // Never print the secret, not even in debug logs.
         f.debug_struct("StaticToken")
             .field("scopes", &self.scopes)
+            .field("name", &self.name)
             .finish_non_exhaustive()
+    }
+}
+
+/// The key of the hash that names a token without a name (and a JWT without a subject):
+/// derived from the cluster's secret, so every replica computes the same identity for the
+/// same token while nobody without the secret can test a guessed token against it.
+#[derive(Clone)]
+pub struct IdentityKey([u8; 32]);
+
+impl IdentityKey {
+    /// The key for a cluster whose secret is `secret`.
+    pub fn derive(secret: &[u8]) -> Self {
+        let mut m = <Hmac<sha2::Sha256>>::new_from_slice(secret).expect("any key length");
+        m.update(b"mcp-resources token identity v1");
+        Self(m.finalize().into_bytes().into())
+    }
+
+    /// A key of this process only (no cluster: identities need not agree elsewhere).
+    fn random() -> Self {
+        let state = std::collections::hash_map::RandomState::new();
+        let mut key = [0u8; 32];
+        for (i, chunk) in key.chunks_mut(8).enumerate() {
+            chunk.copy_from_slice(&state.hash_one(i).to_le_bytes());
+        }
+        Self(key)
+    }
+
+    fn name(&self, token: &str) -> String {
+        let mut m = <Hmac<sha2::Sha256>>::new_from_slice(&self.0).expect("any key length");
+        m.update(token.as_bytes());
+        m.finalize().into_bytes()[..8]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+}
+
+impl std::fmt::Debug for IdentityKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("IdentityKey(***)")
     }
 }
 
@@ -63,6 +110,8 @@ pub struct AuthSettings {
     pub resource: Option<String>,
     /// OAuth 2.1 resource-server mode: JWT access tokens from an authorization server.
     pub jwt: Option<super::jwt::JwtSettings>,
+    /// The key of token identities ([`IdentityKey`]); `None`: one of this process.
+    pub identity_key: Option<IdentityKey>,
 }
 
 impl AuthSettings {
@@ -76,9 +125,11 @@ impl AuthSettings {
 pub struct Auth {
     pub(crate) settings: AuthSettings,
     jwt: Option<super::jwt::JwtValidator>,
-    /// Keyed per process: the identity of a JWT without a subject is a hash of the token
-    /// that cannot be computed (or reversed) elsewhere.
-    hasher: std::collections::hash_map::RandomState,
+    /// Each static token's identity, in the order of `settings.tokens`.
+    identities: Vec<Identity>,
+    /// Names tokens without a name: a keyed hash, that cannot be computed (or reversed)
+    /// without the key.
+    key: IdentityKey,
 }
 
 impl Auth {
@@ -89,25 +140,41 @@ impl Auth {
             .clone()
             .map(super::jwt::JwtValidator::new)
             .transpose()?;
+        let key = settings
+            .identity_key
+            .clone()
+            .unwrap_or_else(IdentityKey::random);
+        let identities = settings
+            .tokens
+            .iter()
+            .map(|t| {
+                Identity(match &t.name {
+                    Some(name) => format!("static token {name}"),
+                    None => format!("static token {}", key.name(&t.token)),
+                })
+            })
+            .collect();
         Ok(Arc::new(Self {
             settings,
             jwt,
-            hasher: std::collections::hash_map::RandomState::new(),
+            identities,
+            key,
         }))
     }
 
     fn check(&self, presented: &str) -> Option<(Grant, Identity)> {
         let mut found = None;
         // Compare against every token, so the time taken says nothing about which matched.
-        for (i, t) in self.settings.tokens.iter().enumerate() {
+        for (t, identity) in self.settings.tokens.iter().zip(&self.identities) {
             if bool::from(t.token.as_bytes().ct_eq(presented.as_bytes())) && found.is_none() {
                 found = Some((
                     Grant {
                         scopes: t.scopes.clone(),
                         personal: t.scopes.is_some(),
                     },
-                    // Which configured token, by position: names it without revealing it.
-                    Identity(format!("static token #{}", i + 1)),
+                    // Its name, or a keyed hash of it: the same on every replica whatever
+                    // the order of the list, and never the token.
+                    identity.clone(),
                 ));
             }
         }
@@ -220,7 +287,7 @@ impl Auth {
                     Some(sub) => Identity(format!("subject {sub}")),
                     // A token that names nobody is its own identity; a keyed hash stands
                     // for it so the secret itself is never kept or shown.
-                    None => Identity(format!("token {:016x}", self.hasher.hash_one(token))),
+                    None => Identity(format!("token {}", self.key.name(token))),
                 };
                 Ok((grant, identity))
             }
@@ -301,6 +368,7 @@ mod tests {
             tokens: vec![StaticToken {
                 token: "s3cret".into(),
                 scopes: None,
+                name: None,
             }],
             ..Default::default()
         })
@@ -309,5 +377,51 @@ mod tests {
         assert!(auth.check("s3cre").is_none());
         assert!(auth.check("s3cret!").is_none());
         assert!(auth.check("").is_none());
+    }
+
+    #[test]
+    fn a_token_has_the_same_identity_whatever_its_place_in_the_list() {
+        let key = IdentityKey::derive(b"a cluster secret of at least 32 bytes");
+        let token = |t: &str, name: Option<&str>| StaticToken {
+            token: t.into(),
+            scopes: None,
+            name: name.map(str::to_owned),
+        };
+        let replica = |tokens: Vec<StaticToken>| {
+            Auth::new(AuthSettings {
+                tokens,
+                identity_key: Some(key.clone()),
+                ..Default::default()
+            })
+            .unwrap()
+        };
+        let a = replica(vec![
+            token("alice-token", None),
+            token("bob-token", None),
+            token("carol-token", Some("carol")),
+        ]);
+        // Another replica, its list in another order and mid-rotation (a new token first).
+        let b = replica(vec![
+            token("new-token", None),
+            token("carol-token", Some("carol")),
+            token("bob-token", None),
+            token("alice-token", None),
+        ]);
+        let id = |auth: &Auth, t: &str| auth.check(t).unwrap().1;
+        for t in ["alice-token", "bob-token", "carol-token"] {
+            assert_eq!(id(&a, t), id(&b, t), "{t}");
+        }
+        assert_ne!(id(&a, "alice-token"), id(&a, "bob-token"));
+        assert_eq!(id(&a, "carol-token").as_str(), "static token carol");
+        // The identity names the token without containing it.
+        assert!(!id(&a, "alice-token").as_str().contains("alice"));
+        // Without the key (another cluster), the same token is someone else.
+        let other = Auth::new(AuthSettings {
+            tokens: vec![token("alice-token", None)],
+            identity_key: Some(IdentityKey::derive(b"another secret, also 32 bytes long")),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_ne!(id(&other, "alice-token"), id(&a, "alice-token"));
     }
 }

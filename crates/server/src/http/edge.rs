@@ -124,7 +124,7 @@ impl Edge {
         if self.auth.is_none() {
             return true;
         }
-        let mine = super::hub::owner_hash(identity);
+        let mine = self.owner_of(identity);
         if let Some(owner) = self.owners.lock().expect("owners lock").get(id) {
             return *owner == mine;
         }
@@ -151,12 +151,20 @@ impl Edge {
         }
     }
 
+    /// The owner record of `identity`: keyed by the cluster's secret with a hub.
+    fn owner_of(&self, identity: &Identity) -> String {
+        match &self.cluster {
+            Some((hub, _)) => hub.owner_of(identity.as_str()),
+            None => super::hub::owner_hash(identity),
+        }
+    }
+
     /// Remember that `identity` created session `id` (with a hub, for every replica).
     async fn bind(&self, id: &str, identity: Identity) -> Result<(), String> {
         if self.auth.is_none() {
             return Ok(());
         }
-        let owner = super::hub::owner_hash(&identity);
+        let owner = self.owner_of(&identity);
         if let Some((hub, _)) = &self.cluster {
             hub.set_owner(id, &owner)
                 .await

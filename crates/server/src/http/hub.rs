@@ -37,7 +37,11 @@ pub trait SessionHub: SessionStore {
     /// How signals name `session`: a hash, so that ids, which let a client use a session,
     /// never travel between replicas.
     fn key(&self, session: &str) -> String;
-    /// Record the owner of `session` (a hash of the creating identity, never a token).
+    /// The owner record of `identity` (the text of an [`Identity`](super::Identity)): a
+    /// hash keyed with the cluster's secret, so the store holds nothing an identity can be
+    /// checked against without it.
+    fn owner_of(&self, identity: &str) -> String;
+    /// Record the owner of `session` ([`SessionHub::owner_of`] its creator, never a token).
     async fn set_owner(&self, session: &str, owner: &str) -> Result<(), SessionStoreError>;
     /// The recorded owner of `session`, if any.
     async fn owner(&self, session: &str) -> Result<Option<String>, SessionStoreError>;
@@ -69,7 +73,8 @@ pub trait SessionHub: SessionStore {
     async fn touch(&self, session: &str);
 }
 
-/// The owner record of an identity: a hash, so the store never holds a token or a name.
+/// The owner record of an identity without a hub: a hash, kept in this process only (a hub
+/// keys its own, [`SessionHub::owner_of`]).
 pub(crate) fn owner_hash(identity: &super::Identity) -> String {
     use sha2::{Digest as _, Sha256};
     Sha256::digest(identity.as_str().as_bytes())

@@ -10,7 +10,7 @@ mod jwt;
 mod roaming;
 mod sessions;
 
-pub use auth::{AuthSettings, Grant, Identity, StaticToken};
+pub use auth::{AuthSettings, Grant, Identity, IdentityKey, StaticToken};
 pub use edge::HttpLimits;
 pub use hub::{SessionHub, SessionSignal};
 pub use jwt::JwtSettings;
@@ -483,6 +483,14 @@ async fn metrics(State(ops): State<Arc<Ops>>, headers: http::HeaderMap) -> Respo
                 "mcp_cluster_watcher{{mount=\"{}\"}} {}",
                 crate::metrics::escape_label(mount),
                 u8::from(*held)
+            );
+        }
+        out.push_str("# HELP mcp_cluster_rejected_total Messages and records from NATS dropped because they do not verify with the cluster's secret, by kind.\n# TYPE mcp_cluster_rejected_total counter\n");
+        for (kind, n) in &cluster.rejected {
+            let _ = writeln!(
+                out,
+                "mcp_cluster_rejected_total{{kind=\"{}\"}} {n}",
+                crate::metrics::escape_label(kind)
             );
         }
     }
