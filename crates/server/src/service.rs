@@ -940,3 +940,24 @@ impl Service {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn redact_drops_url_credentials_and_keeps_one_line() {
+        assert_eq!(
+            redact("cannot reach postgres://app:hunter2@db:5432/x\nretrying"),
+            "cannot reach postgres://[redacted]@db:5432/x retrying"
+        );
+        // No password, no `@` in the authority, or an `@` only in the path: unchanged.
+        for kept in [
+            "s3 endpoint http://127.0.0.1:9000 for bucket `b` cannot be reached",
+            "see https://user@example.com/a",
+            "https://example.com/a@b:c",
+        ] {
+            assert_eq!(redact(kept), kept);
+        }
+    }
+}
