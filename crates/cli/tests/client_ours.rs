@@ -654,3 +654,43 @@ fn watch_warns_about_refused_uris_and_fails_when_nothing_is_watched() {
         assert!(err.starts_with(&warning), "{protocol}: {err}");
     }
 }
+
+/// A server whose first mount is down (an S3 endpoint on a closed port): `ls` still lists
+/// every file, following the cursors past it, and says on stderr, once, which mount the
+/// listing left out and why; stdout stays the listing alone.
+#[test]
+fn ls_over_a_dead_mount_lists_the_rest_and_says_what_it_left_out() {
+    let t = Tree::new();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config = t.root.parent().unwrap().join("dead.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\npage_size = 4\n[[mount]]\nkind = \"s3\"\nbucket = \"gone\"\nregion = \"us-east-1\"\nendpoint = \"http://127.0.0.1:{port}\"\nallow_http = true\naccess_key_id = \"AKIADEAD\"\nsecret_access_key = \"dead-secret\"\n[[mount]]\nkind = \"files\"\nroot = \"{}\"\n",
+            t.root.display()
+        ),
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+    let out = run(client_stdio(
+        &["ls", "--json"],
+        &["serve", "--log-level", "error", "--config", config],
+    ));
+    let uris = json_uris(&out.ok());
+    assert_eq!(uris.len(), NUMBERED + 3, "{uris:?}");
+    let warnings: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("warning: "))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{}", out.stderr);
+    let expected = format!(
+        "warning: resources/list left out all of s3://gone/: s3 endpoint http://127.0.0.1:{port} for bucket `gone` cannot be reached while listing (after retries)"
+    );
+    assert_eq!(warnings[0], expected);
+    assert!(!out.stderr.contains("dead-secret"));
+}

@@ -337,7 +337,10 @@ fn every_toml_block_of_the_readme_checks_and_the_local_ones_serve() {
                 &text,
                 &[
                     ("NATS_PASSWORD", "nats-pw"),
-                    ("MCPR_CLUSTER_SECRET", "cluster-secret-value-of-at-least-32-bytes"),
+                    (
+                        "MCPR_CLUSTER_SECRET",
+                        "cluster-secret-value-of-at-least-32-bytes",
+                    ),
                 ],
             );
             let out = check_ok(&mut f, *line);

@@ -212,6 +212,21 @@ pub trait Provider: Send + Sync + 'static {
         true
     }
 
+    /// Like [`Provider::ready`], with the reason when the source cannot serve: an error as
+    /// its requests would answer (the bucket or database named, no secret), for `/readyz`.
+    /// The default says only that [`Provider::ready`] is false; a provider that can tell
+    /// why overrides this one and makes `ready` its `is_ok`.
+    async fn readiness(&self) -> Result<()> {
+        if self.ready().await {
+            Ok(())
+        } else {
+            Err(Error::new(
+                crate::error::ErrorKind::Unavailable,
+                format!("the {} mount is not ready", self.info().kind),
+            ))
+        }
+    }
+
     /// One page of resources, resuming after `page.after`.
     async fn list(&self, page: PageRequest) -> Result<Page<ResourceMeta>> {
         let _ = page;

@@ -277,10 +277,23 @@ impl Provider for S3Provider {
     }
 
     async fn ready(&self) -> bool {
-        matches!(
-            tokio::time::timeout(READY_TIMEOUT, probe(&self.inner)).await,
-            Ok(Ok(()))
-        )
+        self.readiness().await.is_ok()
+    }
+
+    async fn readiness(&self) -> Result<()> {
+        tokio::time::timeout(READY_TIMEOUT, probe(&self.inner))
+            .await
+            .unwrap_or_else(|_| {
+                Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "s3 bucket `{}` at {} did not answer within {} s",
+                        self.inner.config.bucket,
+                        self.inner.ctx.endpoint,
+                        READY_TIMEOUT.as_secs()
+                    ),
+                ))
+            })
     }
 
     async fn list(&self, page: PageRequest) -> Result<Page<ResourceMeta>> {

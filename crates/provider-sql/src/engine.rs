@@ -127,6 +127,15 @@ pub(crate) trait Engine: Send + Sync + 'static {
     /// Whether the database answers.
     async fn ping(&self) -> Result<()>;
 
+    /// One attempt to connect to a database server, outside the pool (so without its
+    /// retries) and for at most `within`: what start-up waits for before the checks that need
+    /// the server. A server that refuses or says nothing is unavailable, and the reads just
+    /// after fail fast too (the breaker). An embedded database is always there.
+    async fn reach(&self, within: std::time::Duration) -> Result<()> {
+        let _ = within;
+        Ok(())
+    }
+
     /// Check a named query (already through the pre-filter) against the database: it must
     /// prepare, which finds missing tables and columns at load instead of at the first read.
     async fn check_query(&self, uri: &str, sql: &str) -> Result<()>;
@@ -369,15 +378,15 @@ pub(crate) struct Breaker {
 const RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl Breaker {
-    /// Fail fast while the last attempt failed recently.
-    pub(crate) fn check(&self, engine: &str, mount: &str) -> Result<()> {
+    /// Fail fast while the last attempt failed recently: that attempt's error (which already
+    /// names the engine and the mount), and when the next attempt may be made.
+    pub(crate) fn check(&self) -> Result<()> {
         let last = self.last_failure.lock().ok().and_then(|g| g.clone());
         match last {
-            Some((at, why)) if at.elapsed() < RETRY_AFTER => Err(unavailable(
-                engine,
-                mount,
+            Some((at, message)) if at.elapsed() < RETRY_AFTER => Err(Error::new(
+                ErrorKind::Unavailable,
                 format!(
-                    "{why} (the next attempt is within {} s)",
+                    "{message} (the next attempt is within {} s)",
                     RETRY_AFTER.as_secs()
                 ),
             )),
@@ -385,7 +394,8 @@ impl Breaker {
         }
     }
 
-    /// Record the outcome of getting a connection.
+    /// Record the outcome of getting a connection (an unavailable error as its caller got
+    /// it: `unavailable`'s message).
     pub(crate) fn record(&self, outcome: std::result::Result<(), &Error>) {
         if let Ok(mut g) = self.last_failure.lock() {
             *g = match outcome {
@@ -398,13 +408,42 @@ impl Breaker {
     }
 }
 
+/// [`Engine::reach`] for a server engine: one connection with `opts`, closed at once, or
+/// the error `map_err` makes of the failure (unavailable past `within`), recorded in
+/// `breaker`.
+pub(crate) async fn reach_once<C: sqlx::ConnectOptions>(
+    opts: &C,
+    within: std::time::Duration,
+    breaker: &Breaker,
+    (engine, mount, timeout): (&str, &str, std::time::Duration),
+    map_err: fn(sqlx::Error, &str, std::time::Duration) -> Error,
+) -> Result<()>
+where
+    C::Connection: Sized,
+{
+    use sqlx::Connection as _;
+    let outcome = match tokio::time::timeout(within, opts.connect()).await {
+        Ok(Ok(conn)) => {
+            let _ = conn.close().await;
+            Ok(())
+        }
+        Ok(Err(e)) => Err(map_err(e, mount, timeout)),
+        Err(_) => Err(unavailable(
+            engine,
+            mount,
+            format!("the server did not answer within {} ms", within.as_millis()),
+        )),
+    };
+    breaker.record(outcome.as_ref().map(|_| ()));
+    outcome
+}
+
 /// How a server engine (PostgreSQL, MySQL) runs one read: the statement that opens its
 /// read-only transaction, how its errors map, and which failures leave a connection unfit
 /// to reuse (a result not read to its end).
 pub(crate) struct ReadTx<'a, DB: sqlx::Database> {
     pub(crate) pool: &'a sqlx::Pool<DB>,
     pub(crate) breaker: &'a Breaker,
-    pub(crate) engine: &'static str,
     pub(crate) mount: &'a str,
     pub(crate) timeout: std::time::Duration,
     pub(crate) begin: &'a str,
@@ -426,7 +465,7 @@ where
         + Send,
     ) -> Result<T> {
         use sqlx::Executor as _;
-        self.breaker.check(self.engine, self.mount)?;
+        self.breaker.check()?;
         let acquired = self
             .pool
             .acquire()

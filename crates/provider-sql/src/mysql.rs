@@ -98,7 +98,6 @@ impl MySqlDb {
         ReadTx {
             pool: &self.pool,
             breaker: &self.breaker,
-            engine: "mysql",
             mount: &self.mount,
             timeout: self.timeout,
             begin: "START TRANSACTION READ ONLY",
@@ -348,6 +347,17 @@ fn bind_json<'q>(
 
 #[async_trait]
 impl Engine for MySqlDb {
+    async fn reach(&self, within: Duration) -> Result<()> {
+        crate::engine::reach_once(
+            &*self.pool.connect_options(),
+            within,
+            &self.breaker,
+            ("mysql", &self.mount, self.timeout),
+            my_error,
+        )
+        .await
+    }
+
     async fn ping(&self) -> Result<()> {
         let (mount, timeout) = (self.mount.clone(), self.timeout);
         self.read(move |c| {

@@ -145,7 +145,6 @@ impl Postgres {
         ReadTx {
             pool: &self.pool,
             breaker: &self.breaker,
-            engine: "postgres",
             mount: &self.mount,
             timeout: self.timeout,
             begin: &begin,
@@ -377,6 +376,17 @@ impl Engine for Postgres {
                 Ok((names, total))
             })
         })
+        .await
+    }
+
+    async fn reach(&self, within: Duration) -> Result<()> {
+        crate::engine::reach_once(
+            &*self.pool.connect_options(),
+            within,
+            &self.breaker,
+            ("postgres", &self.mount, self.timeout),
+            pg_error,
+        )
         .await
     }
 

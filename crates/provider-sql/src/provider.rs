@@ -53,7 +53,18 @@ pub(crate) struct Inner {
     templates: Vec<TemplateMeta>,
     queries: Vec<Compiled>,
     watches: Watches,
+    /// The start-up checks still waiting for a database that was down at start.
+    _checks_later: Option<crate::watch::AbortOnDrop>,
 }
+
+/// How long start-up waits for one attempt to reach a PostgreSQL or MySQL server: a server
+/// that refuses (or says nothing for this long) leaves the mount not ready, and the checks
+/// that need it run in the background, so the server starts serving at once.
+const START_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How long the background start-up checks wait between attempts, at first and at most.
+const RECHECK_FIRST: std::time::Duration = std::time::Duration::from_secs(1);
+const RECHECK_MAX: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl SqlProvider {
     #[cfg(test)]
@@ -65,9 +76,11 @@ impl SqlProvider {
     /// parameters, and a prepare on the database, so a query naming a missing table or
     /// refused by the guard fails here, not at the first read).
     ///
-    /// A PostgreSQL or MySQL server that cannot be reached at start does not fail this: the
-    /// mount starts not ready, its reads answer "unavailable", and the pool connects when the
-    /// server is back (the named queries are then checked at their first read instead).
+    /// A PostgreSQL or MySQL server that cannot be reached at start (one attempt, at most
+    /// [`START_WAIT`]) neither fails nor holds this: the mount starts not ready, its reads
+    /// answer "unavailable", the pool connects when the server is back, and the checks that
+    /// need it run in the background until then (a broken named query is logged as an error
+    /// then, and its reads answer the error).
     pub async fn new(config: SqlConfig) -> Result<Self> {
         config.validate()?;
         let dialect = match config.kind {
@@ -119,29 +132,33 @@ impl SqlProvider {
                 Trigger::Poll,
             ),
         };
-        match check_against_db(engine.as_ref(), &config).await {
-            Ok(()) => {
-                if let Some(db) = &pg
-                    && let Ok(powers) = db.risky_role().await
-                    && !powers.is_empty()
-                {
-                    tracing::warn!(
-                        mount = %config.name,
-                        "the postgres role of this mount is {}: reads are still read-only transactions, but use a role with SELECT only (see the db:// docs)",
-                        powers.join(", ")
-                    );
+        // One attempt to reach a server engine, without the pool's retries: a database that
+        // is down must not hold start-up (the pool would keep trying for its whole acquire
+        // timeout). A database that answers is checked now, so a broken named query still
+        // stops start-up.
+        let deferred = match engine.reach(START_WAIT).await {
+            Err(e) if e.kind == ErrorKind::Unavailable => Some(e),
+            _ => match check_started(engine.as_ref(), pg.as_deref(), &config).await {
+                Ok(()) => None,
+                Err(e) if e.kind == ErrorKind::Unavailable && config.kind != SqlKind::Sqlite => {
+                    Some(e)
                 }
-            }
-            Err(e) if e.kind == ErrorKind::Unavailable && config.kind != SqlKind::Sqlite => {
-                tracing::warn!(
-                    mount = %config.name,
-                    url = %config.redacted_url(),
-                    "database unavailable at start; the mount is not ready until it answers: {}",
-                    e.message
-                );
-            }
-            Err(e) => return Err(e),
-        }
+                Err(e) => return Err(e),
+            },
+        };
+        let checks_later = deferred.map(|e| {
+            tracing::warn!(
+                mount = %config.name,
+                url = %config.redacted_url(),
+                "database unavailable at start; the mount is not ready until it answers, and its named queries are checked then: {}",
+                e.message
+            );
+            crate::watch::AbortOnDrop(tokio::spawn(check_when_back(
+                engine.clone(),
+                pg.clone(),
+                config.clone(),
+            )))
+        });
         let templates = templates(&config, &queries, engine.default_schema().is_some());
         let name = &config.name;
         let mut uri_prefixes = vec![format!("db://{name}")];
@@ -170,8 +187,61 @@ impl SqlProvider {
                 info,
                 templates,
                 queries,
+                _checks_later: checks_later,
             }),
         })
+    }
+}
+
+/// The start-up checks that need the database ([`check_against_db`]), then the warning
+/// about a PostgreSQL role with powers beyond reading.
+async fn check_started(
+    engine: &dyn Engine,
+    pg: Option<&crate::pg::Postgres>,
+    config: &SqlConfig,
+) -> Result<()> {
+    check_against_db(engine, config).await?;
+    if let Some(db) = pg
+        && let Ok(powers) = db.risky_role().await
+        && !powers.is_empty()
+    {
+        tracing::warn!(
+            mount = %config.name,
+            "the postgres role of this mount is {}: reads are still read-only transactions, but use a role with SELECT only (see the db:// docs)",
+            powers.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// The start-up checks of a mount whose database was down at start, made once it answers:
+/// tried again with a growing pause while it is unavailable; a broken named query is then
+/// logged as an error (start-up is long over; reads of that query answer the same error).
+async fn check_when_back(
+    engine: Arc<dyn Engine>,
+    pg: Option<Arc<crate::pg::Postgres>>,
+    config: SqlConfig,
+) {
+    let mut pause = RECHECK_FIRST;
+    loop {
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(RECHECK_MAX);
+        if let Err(e) = engine.reach(START_WAIT).await
+            && e.kind == ErrorKind::Unavailable
+        {
+            continue;
+        }
+        match check_started(engine.as_ref(), pg.as_deref(), &config).await {
+            Ok(()) => {
+                tracing::info!(mount = %config.name, "the database answers; the mount's named queries are checked");
+                return;
+            }
+            Err(e) if e.kind == ErrorKind::Unavailable => {}
+            Err(e) => {
+                tracing::error!(mount = %config.name, "the database answers, but a check failed: {}", e.message);
+                return;
+            }
+        }
     }
 }
 
@@ -749,7 +819,11 @@ impl Provider for SqlProvider {
     }
 
     async fn ready(&self) -> bool {
-        self.inner.engine.ping().await.is_ok()
+        self.readiness().await.is_ok()
+    }
+
+    async fn readiness(&self) -> Result<()> {
+        self.inner.engine.ping().await
     }
 
     async fn list(&self, page: PageRequest) -> Result<Page<ResourceMeta>> {
@@ -791,18 +865,10 @@ impl Provider for SqlProvider {
             };
             // After a table's rows entry, its schema entry comes next.
             let inclusive = section == Some(SEC_TABLE);
-            // A database that is down has no knowable tables; its overview and named queries
-            // are still listed (they exist by config and answer "unavailable" when read), so
-            // one database down does not fail the whole list. `list_changed` follows when the
-            // tables become visible again.
-            let tables = match inner.engine.tables(after, inclusive, limit + 1).await {
-                Ok(t) => t,
-                Err(e) if e.kind == ErrorKind::Unavailable => {
-                    tracing::warn!(mount = %name, "listing without tables: {}", e.message);
-                    Vec::new()
-                }
-                Err(e) => return Err(e),
-            };
+            // A database that is down fails the page rather than listing it without its
+            // tables as if it had none: the server then leaves this mount out of the listing
+            // and says so (`_meta`, log, metric), and goes on with the other mounts.
+            let tables = inner.engine.tables(after, inclusive, limit + 1).await?;
             for t in tables {
                 let base = inner.table_uri(&t);
                 let pos = t.position();

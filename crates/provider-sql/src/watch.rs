@@ -199,8 +199,8 @@ impl PollSource for SqlSource {
     }
 }
 
-/// Stops a task when the watcher stops.
-struct AbortOnDrop(JoinHandle<()>);
+/// Stops a task when its holder (a watcher, a provider) is dropped.
+pub(crate) struct AbortOnDrop(pub(crate) JoinHandle<()>);
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {

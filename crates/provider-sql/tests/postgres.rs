@@ -426,16 +426,17 @@ async fn pg_down_at_start_is_not_ready_then_reconnects() {
     assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
     assert!(!e.to_string().contains("s3cret"), "{e}");
     assert!(e.message.contains("unavailable"), "{e}");
-    // Listing still works: the overview is there (its tables are not knowable yet).
-    let page = p
+    // The listing fails as clearly (the server leaves the mount out and says so), rather
+    // than listing the database as if it had no tables.
+    let e = p
         .list(mcpr_core::PageRequest {
             after: None,
             limit: 100,
         })
         .await
-        .unwrap();
-    let uris: Vec<&str> = page.items.iter().map(|r| r.uri.as_str()).collect();
-    assert_eq!(uris, ["db://pg"]);
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
+    assert!(!e.to_string().contains("s3cret"), "{e}");
     let bus = Arc::new(LocalBus::default());
     let mut rx = bus.subscribe();
     let _list = p
@@ -471,6 +472,83 @@ async fn pg_down_at_start_is_not_ready_then_reconnects() {
         "list_changed when the database is back"
     );
     proxy.abort();
+}
+
+/// A port nothing listens on.
+fn closed_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// A PostgreSQL server that is down at start costs start-up one refused connection, not
+/// the pool's 3 s of retries, and the errors of its reads say what is wrong once: the
+/// breaker's fast answer adds when the next attempt comes, it does not repeat the prefix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_down_at_start_builds_at_once_and_its_errors_name_the_mount_once() {
+    let url = format!(
+        "postgres://postgres:s3cret-pw@127.0.0.1:{}/x",
+        closed_port()
+    );
+    let started = Instant::now();
+    let p = SqlProvider::new(SqlConfig::new("a", url)).await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "start-up waited {:?} for a database that refuses",
+        started.elapsed()
+    );
+    // Within 2 s of the refused attempt, a read answers at once with that attempt's error.
+    let started = Instant::now();
+    let e = read(&p, "db://a/tables/users").await.unwrap_err();
+    assert!(started.elapsed() < Duration::from_millis(500));
+    assert_eq!(e.kind, ErrorKind::Unavailable);
+    assert_eq!(
+        e.message,
+        "postgres database of mount \"a\" is unavailable: Connection refused (os error 111) (the next attempt is within 2 s)"
+    );
+    assert_eq!(
+        p.readiness().await.unwrap_err().message,
+        e.message,
+        "/readyz gives the same reason"
+    );
+    // Later a read waits for the pool (or meets a background attempt's failure), and the
+    // one after a failed wait answers at once with that failure: every message names the
+    // mount once, in one of these exact forms.
+    let no_conn = "postgres database of mount \"a\" is unavailable: no connection could be made within 3 s (is the server up?)";
+    let refused =
+        "postgres database of mount \"a\" is unavailable: Connection refused (os error 111)";
+    let fast = |m: &str| format!("{m} (the next attempt is within 2 s)");
+    let forms = [no_conn.to_owned(), fast(no_conn), fast(refused)];
+    let mut seen = Vec::new();
+    for _ in 0..40 {
+        let e = read(&p, "db://a/tables/users").await.unwrap_err();
+        assert!(forms.contains(&e.message), "{}", e.message);
+        let done = seen.last() == Some(&no_conn.to_owned()) && e.message == fast(no_conn);
+        seen.push(e.message);
+        if done {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(seen.last(), Some(&fast(no_conn)), "{seen:#?}");
+}
+
+/// Checking at start only what answers at once does not let a broken named query through
+/// when the database is up: start-up still refuses it, naming the query.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_up_at_start_still_refuses_a_named_query_that_does_not_prepare() {
+    let Some(db) = TestDb::pg(&pg_setup()).await else {
+        return;
+    };
+    let mut c = SqlConfig::new("pg", db.url());
+    c.queries = vec![NamedQuery {
+        uri: "db://pg/broken".into(),
+        sql: "select * from no_such_table".into(),
+        params: BTreeMap::new(),
+        description: None,
+    }];
+    let e = SqlProvider::new(c).await.err().expect("refused at start");
+    assert_eq!(e.kind, ErrorKind::InvalidParams, "{e}");
+    assert!(e.message.contains("db://pg/broken"), "{e}");
 }
 
 /// Issue #20 item 13: a NUL in a text parameter (which PostgreSQL text cannot hold) is the

@@ -294,6 +294,22 @@ pub(crate) fn contents_of(c: Contents) -> ResourceContents {
     }
 }
 
+/// The mounts a listing left out, as its `_meta` (and the tool bridge's answers) name them:
+/// `[{"mount", "message", "partial"}]`, `partial` when entries of the mount went out on
+/// earlier pages and only the rest is missing.
+pub(crate) fn skipped_json(skipped: &[crate::service::SkippedMount]) -> serde_json::Value {
+    skipped
+        .iter()
+        .map(|s| {
+            serde_json::json!({
+                "mount": s.mount,
+                "message": crate::service::redact(&s.error.message),
+                "partial": s.partial,
+            })
+        })
+        .collect()
+}
+
 /// The request implementations: rmcp parameters in, one service call, rmcp types out.
 impl McpHandler {
     async fn do_list_resources(
@@ -310,6 +326,14 @@ impl McpHandler {
         let mut result =
             ListResourcesResult::with_all_items(page.items.into_iter().map(resource_of).collect());
         result.next_cursor = page.next_cursor;
+        if !page.skipped.is_empty() {
+            let mut meta = serde_json::Map::new();
+            meta.insert(
+                crate::service::UNAVAILABLE_META_KEY.to_owned(),
+                skipped_json(&page.skipped),
+            );
+            result.meta = Some(MetaObject(meta));
+        }
         if is_modern(&ctx) {
             result = result
                 .with_ttl_ms(page.hints.ttl_ms)

@@ -24,7 +24,8 @@ pub use registry::{ListenSlot, Notice, Registry, RegistryStats};
 pub use router::{Mount, Router, mount_addresses, mount_name};
 pub use service::{
     ChangeTokens, CompletionRef, ListPage, Listen, MAX_COMPLETION_VALUES, ReadOutcome,
-    SCAN_MAX_PAGES, SCAN_MAX_TIME, ScanPage, Service, Subscriber, TemplateList,
+    SCAN_MAX_PAGES, SCAN_MAX_TIME, ScanPage, Service, SkippedMount, Subscriber, TemplateList,
+    UNAVAILABLE_META_KEY,
 };
 
 use std::sync::Arc;
@@ -94,6 +95,8 @@ pub struct ServerState {
     pub(crate) list_cache: CacheHints,
     pub(crate) info: rmcp::model::ServerConfig,
     pub(crate) metrics: metrics::Metrics,
+    /// Per mount, the listings that left it out and whether it is in an outage now.
+    pub(crate) list_skips: metrics::ListSkips,
     /// What reads in progress hold of `max_inflight_read_bytes`.
     pub(crate) read_budget: layers::ReadBudget,
     /// The tool bridge's tools; empty when it is off.
@@ -165,6 +168,7 @@ impl ServerState {
         registry.set_max_watches(settings.max_watches);
         let info = handler::server_info(&settings, &router);
         let read_budget = layers::ReadBudget::new(settings.max_inflight_read_bytes);
+        let list_skips = metrics::ListSkips::new(router.mounts().iter().map(|m| m.name.clone()));
         let tools = if settings.tools {
             tools::definitions(&settings)
         } else {
@@ -180,6 +184,7 @@ impl ServerState {
             list_cache: list_cache.unwrap_or_default(),
             info,
             metrics: metrics::Metrics::default(),
+            list_skips,
             reads_cut: tokio_util::sync::CancellationToken::new(),
         })
     }
@@ -197,6 +202,11 @@ impl ServerState {
     /// Request metrics.
     pub fn metrics(&self) -> &metrics::Metrics {
         &self.metrics
+    }
+
+    /// Per mount, the listings that left it out because its source failed.
+    pub fn list_skips(&self) -> &metrics::ListSkips {
+        &self.list_skips
     }
 
     /// The settings in force.

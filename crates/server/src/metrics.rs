@@ -151,6 +151,74 @@ impl Metrics {
     }
 }
 
+/// Per mount: how many listings left it out because its source failed
+/// (`mcp_list_skipped_total{mount}`), and whether it is in such an outage now, so that the
+/// listing's warning is logged once per outage rather than once per request.
+pub struct ListSkips {
+    mounts: Vec<MountSkips>,
+}
+
+struct MountSkips {
+    name: std::sync::Arc<str>,
+    skipped: AtomicU64,
+    out: std::sync::atomic::AtomicBool,
+}
+
+impl ListSkips {
+    /// Counters for the mounts named `names`, in mount order.
+    pub(crate) fn new(names: impl IntoIterator<Item = std::sync::Arc<str>>) -> Self {
+        Self {
+            mounts: names
+                .into_iter()
+                .map(|name| MountSkips {
+                    name,
+                    skipped: AtomicU64::new(0),
+                    out: Default::default(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Count a listing that left mount `index` out; `true` when this begins an outage (the
+    /// one caller, however many listings fail at once, that should say so).
+    pub(crate) fn skipped(&self, index: usize) -> bool {
+        let Some(m) = self.mounts.get(index) else {
+            return false;
+        };
+        m.skipped.fetch_add(1, Ordering::Relaxed);
+        !m.out.swap(true, Ordering::AcqRel)
+    }
+
+    /// Mount `index` answered a listing; `true` when this ends an outage. A plain load
+    /// first, so a healthy listing writes nothing shared.
+    pub(crate) fn listed(&self, index: usize) -> bool {
+        self.mounts
+            .get(index)
+            .is_some_and(|m| m.out.load(Ordering::Acquire) && m.out.swap(false, Ordering::AcqRel))
+    }
+
+    /// How many listings left the mount named `mount` out.
+    pub fn count(&self, mount: &str) -> u64 {
+        self.mounts
+            .iter()
+            .find(|m| &*m.name == mount)
+            .map_or(0, |m| m.skipped.load(Ordering::Relaxed))
+    }
+
+    /// Append `mcp_list_skipped_total`, one series per mount, in Prometheus text format.
+    pub fn render(&self, out: &mut String) {
+        out.push_str("# HELP mcp_list_skipped_total Listings (resources/list pages, tool scans) that left a mount out because its source failed.\n# TYPE mcp_list_skipped_total counter\n");
+        for m in &self.mounts {
+            let _ = writeln!(
+                out,
+                "mcp_list_skipped_total{{mount=\"{}\"}} {}",
+                escape_label(&m.name),
+                m.skipped.load(Ordering::Relaxed)
+            );
+        }
+    }
+}
+
 /// The outcome label of a JSON-RPC error code.
 pub fn outcome_of(code: i32) -> &'static str {
     match code {

@@ -59,6 +59,8 @@ pub struct ListPage {
     pub next_cursor: Option<String>,
     /// The cache hints of a listing for this caller.
     pub hints: CacheHints,
+    /// The mounts this page left out because their source failed, in mount order.
+    pub skipped: Vec<SkippedMount>,
 }
 
 /// One call's worth of a filtered walk of the listing ([`Service::scan`]).
@@ -70,6 +72,35 @@ pub struct ScanPage {
     pub next_cursor: Option<String>,
     /// How many resources this call examined.
     pub examined: usize,
+    /// The mounts this call's walk left out because their source failed, in mount order.
+    pub skipped: Vec<SkippedMount>,
+}
+
+/// The `_meta` key under which a listing names the mounts it left out
+/// ([`ListPage::skipped`]): a list of `{"mount", "message", "partial"}`.
+pub const UNAVAILABLE_META_KEY: &str = "io.github.mcp-resources/unavailable";
+
+/// A mount a listing left out because its source failed (it is down, timed out, or answered
+/// nonsense): the listing goes on with the next mount instead of failing as a whole.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SkippedMount {
+    /// The mount's name: its first URI prefix.
+    pub mount: String,
+    /// What its provider answered, as a read of it would (no secret in it).
+    pub error: Error,
+    /// Whether the failure came while continuing inside the mount, whose first entries went
+    /// out on earlier pages: the rest of it is left out.
+    pub partial: bool,
+}
+
+/// What one walk over the mounts ([`Service::gather`]) brought back.
+struct Gathered {
+    items: Vec<ResourceMeta>,
+    /// Where the next page starts; `None` after the last.
+    next: Option<Position>,
+    skipped: Vec<SkippedMount>,
+    /// Whether some mount's list call answered (with entries or none).
+    listed: bool,
 }
 
 /// The URI templates a caller may see.
@@ -239,6 +270,57 @@ fn invalid_cursor(why: &str) -> Error {
     Error::new(ErrorKind::InvalidCursor, format!("invalid cursor: {why}"))
 }
 
+/// Whether a listing goes on past a mount whose list call failed with `e`. A failure of the
+/// source (unavailable, timed out, a transport error, an answer that makes no sense, a local
+/// failure) costs only that mount. A position inside the mount (`resumed`) that the mount
+/// refuses as malformed is the caller's error, from the cursor it sent, and is answered.
+fn skips(e: &Error, resumed: bool) -> bool {
+    !resumed || !matches!(e.kind, ErrorKind::InvalidCursor | ErrorKind::InvalidParams)
+}
+
+/// The answer to a first listing page that could list no mount at all, every one it tried
+/// having failed: their errors, rather than an empty list that looks like "nothing here".
+fn none_listed(mut skipped: Vec<SkippedMount>) -> Error {
+    if skipped.len() == 1 {
+        return skipped.remove(0).error;
+    }
+    let kind = skipped[0].error.kind;
+    let each: Vec<String> = skipped
+        .iter()
+        .map(|s| format!("{}: {}", s.mount, s.error.message))
+        .collect();
+    Error::new(
+        kind,
+        format!("no mount could be listed: {}", each.join("; ")),
+    )
+}
+
+/// `text` with the password of any `scheme://user:password@` in it replaced: a reason shown
+/// on `/readyz`, in `_meta` or in the log comes from a provider, which keeps secrets out of
+/// its errors; this is the second line of that defence. Also on one line.
+pub(crate) fn redact(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("://") {
+        let (head, tail) = rest.split_at(i + 3);
+        out.push_str(head);
+        // The authority ends at the first `/`, `?`, `#` or blank; a `user:password@` inside
+        // it loses everything before the `@`.
+        let end = tail
+            .find(|c: char| matches!(c, '/' | '?' | '#') || c.is_whitespace())
+            .unwrap_or(tail.len());
+        match tail[..end].rfind('@') {
+            Some(at) if tail[..at].contains(':') => {
+                out.push_str("[redacted]");
+                rest = &tail[at..];
+            }
+            _ => rest = tail,
+        }
+    }
+    out.push_str(rest);
+    out.replace(['\n', '\r'], " ")
+}
+
 impl Service {
     /// The service over `state`.
     pub fn new(state: Arc<ServerState>) -> Self {
@@ -267,6 +349,10 @@ impl Service {
     /// Waits first until any list watches being started are in place, so a change right
     /// after the listing is reported. A cursor that does not verify, or that names a mount or
     /// position this server does not have, is [`ErrorKind::InvalidCursor`].
+    ///
+    /// A mount whose source fails is left out and named in [`ListPage::skipped`] (see
+    /// [`Service::gather`]); only a first page that could list no mount at all answers the
+    /// failures as an error.
     pub async fn list(&self, grant: Option<&Grant>, cursor: Option<&str>) -> Result<ListPage> {
         metered(
             &self.state.metrics,
@@ -283,26 +369,58 @@ impl Service {
             None => (0usize, None),
             Some(c) => self.decode_cursor(c)?,
         };
-        let (items, next) = self.gather(grant, start, &|_| true).await?;
+        let g = self.gather(grant, start, &|_| true).await?;
+        if cursor.is_none() && !g.listed && !g.skipped.is_empty() {
+            return Err(none_listed(g.skipped));
+        }
         Ok(ListPage {
-            items,
-            next_cursor: next.map(|n| self.encode_cursor(n)),
+            items: g.items,
+            next_cursor: g.next.map(|n| self.encode_cursor(n)),
             hints: hints_for(grant, state.list_cache),
+            skipped: g.skipped,
         })
+    }
+
+    /// Mount `mount` answered a listing: the end of its outage, if it was in one.
+    fn mount_listed(&self, mount: &Mount) {
+        if self.state.list_skips.listed(mount.index as usize) {
+            tracing::info!(mount = %mount.name, "the mount lists again; listings include it");
+        }
+    }
+
+    /// Mount `mount` was left out of a listing for `e`: counted each time, logged once per
+    /// outage (until it lists again).
+    fn mount_skipped(&self, mount: &Mount, e: &Error) {
+        if self.state.list_skips.skipped(mount.index as usize) {
+            tracing::warn!(
+                mount = %mount.name,
+                "listings leave this mount out until it answers (its reads fail too): {}",
+                redact(&e.message)
+            );
+        }
     }
 
     /// Up to one page of entries from position `start` on, across the mounts that the caller
     /// may see and `wanted` keeps, and where the next page starts (`None` after the last).
+    ///
+    /// A mount whose list call fails ([`skips`]) is left out and the walk goes on with the
+    /// next one: one source that is down must not take the others' entries with it. Left out
+    /// while continuing inside it, the rest of that mount is skipped too, so the cursors
+    /// always move forward (no entry twice, no loop) and the page says what is missing.
     async fn gather(
         &self,
         grant: Option<&Grant>,
         (mut idx, mut after): Position,
         wanted: &(dyn Fn(&Mount) -> bool + Sync),
-    ) -> Result<(Vec<ResourceMeta>, Option<Position>)> {
+    ) -> Result<Gathered> {
         let mounts = self.state.router.mounts();
         let page_size = self.state.settings.page_size;
-        let mut items = Vec::with_capacity(page_size);
-        let mut next = None;
+        let mut out = Gathered {
+            items: Vec::with_capacity(page_size),
+            next: None,
+            skipped: Vec::new(),
+            listed: false,
+        };
         while idx < mounts.len() {
             let mount = &mounts[idx];
             if !mount.provider.info().capabilities.list || !visible(grant, mount) || !wanted(mount)
@@ -312,39 +430,44 @@ impl Service {
                 continue;
             }
             let resume = after.take();
+            let resumed = resume.is_some();
             let listed = self
                 .bounded(mount)
                 .list(PageRequest {
-                    after: resume.clone(),
-                    limit: page_size - items.len(),
+                    after: resume,
+                    limit: page_size - out.items.len(),
                 })
                 .await;
             let page = match listed {
                 Ok(page) => page,
-                // A mount that fails (a bucket or database that is down) must not take the
-                // entries already gathered from the mounts before it down with it: they go
-                // out as a page whose cursor resumes at the failing mount, so its error
-                // reaches the client on the next call, whole, and nothing is skipped.
-                Err(_) if !items.is_empty() => {
-                    next = Some((idx, resume));
-                    break;
+                Err(e) if skips(&e, resumed) => {
+                    self.mount_skipped(mount, &e);
+                    out.skipped.push(SkippedMount {
+                        mount: mount.name.to_string(),
+                        error: e,
+                        partial: resumed,
+                    });
+                    idx += 1;
+                    continue;
                 }
                 Err(e) => return Err(e),
             };
-            items.extend(page.items);
+            self.mount_listed(mount);
+            out.listed = true;
+            out.items.extend(page.items);
             if let Some(pos) = page.next {
-                next = Some((idx, Some(pos)));
+                out.next = Some((idx, Some(pos)));
                 break;
             }
             idx += 1;
-            if items.len() >= page_size {
+            if out.items.len() >= page_size {
                 if idx < mounts.len() {
-                    next = Some((idx, None));
+                    out.next = Some((idx, None));
                 }
                 break;
             }
         }
-        Ok((items, next))
+        Ok(out)
     }
 
     /// The signed cursor that resumes at `position`.
@@ -367,7 +490,8 @@ impl Service {
     /// no match and still have a next cursor.
     ///
     /// Mounts none of whose URI prefixes can hold a URI starting with `prefix` are skipped
-    /// without being listed. The tool bridge's `list_resources` with a prefix and
+    /// without being listed; mounts whose source fails are left out as [`Service::list`]
+    /// leaves them out, and named in [`ScanPage::skipped`]. The tool bridge's `list_resources` with a prefix and
     /// `search_resources` are this walk.
     pub async fn scan(
         &self,
@@ -395,12 +519,14 @@ impl Service {
             let began = Instant::now();
             let page_size = state.settings.page_size;
             let (mut items, mut examined, mut pages) = (Vec::new(), 0usize, 0usize);
+            let (mut skipped, mut listed) = (Vec::new(), false);
             while let Some(start) = at.take() {
                 let resume = start.clone();
-                let (page, next) = match self.gather(grant, start, &wanted).await {
+                let g = match self.gather(grant, start, &wanted).await {
                     Ok(found) => found,
-                    // Matches already found are not lost to a failing mount: the cursor
-                    // stays before it, so the next call reports its error.
+                    // Matches already found are not lost to an error that is not a mount's
+                    // outage (those are skipped inside `gather`): the cursor stays before it,
+                    // so the next call reports it.
                     Err(_) if pages > 0 => {
                         at = Some(resume);
                         break;
@@ -408,12 +534,15 @@ impl Service {
                     Err(e) => return Err(e),
                 };
                 pages += 1;
-                examined += page.len();
+                examined += g.items.len();
+                listed |= g.listed;
+                skipped.extend(g.skipped);
                 items.extend(
-                    page.into_iter()
+                    g.items
+                        .into_iter()
                         .filter(|r| prefix.is_none_or(|p| r.uri.starts_with(p)) && keep(r)),
                 );
-                at = next;
+                at = g.next;
                 if items.len() >= page_size
                     || pages >= SCAN_MAX_PAGES
                     || began.elapsed() >= SCAN_MAX_TIME
@@ -421,10 +550,14 @@ impl Service {
                     break;
                 }
             }
+            if cursor.is_none() && at.is_none() && !listed && !skipped.is_empty() {
+                return Err(none_listed(skipped));
+            }
             Ok(ScanPage {
                 items,
                 next_cursor: at.map(|at| self.encode_cursor(at)),
                 examined,
+                skipped,
             })
         })
         .await
@@ -805,5 +938,26 @@ impl Service {
             initial,
             notices,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn redact_drops_url_credentials_and_keeps_one_line() {
+        assert_eq!(
+            redact("cannot reach postgres://app:hunter2@db:5432/x\nretrying"),
+            "cannot reach postgres://[redacted]@db:5432/x retrying"
+        );
+        // No password, no `@` in the authority, or an `@` only in the path: unchanged.
+        for kept in [
+            "s3 endpoint http://127.0.0.1:9000 for bucket `b` cannot be reached",
+            "see https://user@example.com/a",
+            "https://example.com/a@b:c",
+        ] {
+            assert_eq!(redact(kept), kept);
+        }
     }
 }

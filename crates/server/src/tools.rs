@@ -292,20 +292,20 @@ async fn list(
     args: ListArgs,
 ) -> Result<CallToolResult, ErrorData> {
     let cursor = given(args.cursor);
-    let (items, next) = match given(args.prefix) {
+    let (items, next, skipped) = match given(args.prefix) {
         None => {
             let page = service
                 .list(grant, cursor.as_deref())
                 .await
                 .map_err(to_mcp_error)?;
-            (page.items, page.next_cursor)
+            (page.items, page.next_cursor, page.skipped)
         }
         Some(prefix) => {
             let page = service
                 .scan(grant, cursor.as_deref(), Some(&prefix), &|_| true)
                 .await
                 .map_err(to_mcp_error)?;
-            (page.items, page.next_cursor)
+            (page.items, page.next_cursor, page.skipped)
         }
     };
     let resources: Vec<Value> = items.into_iter().map(resource_json).collect();
@@ -313,7 +313,17 @@ async fn list(
     if let Some(next) = next {
         out["nextCursor"] = json!(next);
     }
+    with_unavailable(&mut out, &skipped);
     Ok(json_result(out))
+}
+
+/// Name in a listing tool's answer the mounts it left out because their source failed
+/// (`unavailable`, as the resource listing's `_meta` names them), so a model knows the
+/// answer is not the whole.
+fn with_unavailable(out: &mut Value, skipped: &[crate::service::SkippedMount]) {
+    if !skipped.is_empty() {
+        out["unavailable"] = crate::handler::skipped_json(skipped);
+    }
 }
 
 #[derive(Deserialize)]
@@ -495,6 +505,7 @@ async fn search(
     if let Some(next) = page.next_cursor {
         out["nextCursor"] = json!(next);
     }
+    with_unavailable(&mut out, &page.skipped);
     Ok(json_result(out))
 }
 

@@ -178,21 +178,28 @@ fn settings(page_size: usize) -> Settings {
     }
 }
 
-/// A mount whose listing fails (its source is down) does not hide what the mounts before it
-/// listed: their entries come as a page whose cursor resumes at the failing mount, and the
-/// next call answers that mount's error. Nothing is skipped or presented as the whole list.
+/// A mount whose listing fails (its source is gone) does not hide what the mounts before it
+/// listed, nor fail the listing: the page holds their entries, ends the list, and names the
+/// mount it left out with that mount's error.
 #[tokio::test]
-async fn a_failing_mount_keeps_earlier_entries_and_fails_on_the_next_page() {
+async fn a_failing_mount_is_left_out_after_the_earlier_entries_and_named() {
     let t = two_mounts(settings(10));
     let service = Service::new(t.state.clone());
     std::fs::remove_dir_all(t._dirs.1.path()).unwrap();
     let first = service.list(None, None).await.unwrap();
     assert_eq!(first.items.len(), 5, "the files mount's entries are served");
-    let cursor = first
-        .next_cursor
-        .expect("the page says the list goes on at the failing mount");
-    let err = service.list(None, Some(&cursor)).await.unwrap_err();
-    assert_eq!(err.kind, ErrorKind::Internal, "{err:?}");
+    assert_eq!(
+        first.next_cursor, None,
+        "the list ends past the failing mount"
+    );
+    assert_eq!(first.skipped.len(), 1);
+    assert_eq!(first.skipped[0].mount, "note://");
+    assert_eq!(
+        first.skipped[0].error.kind,
+        ErrorKind::Internal,
+        "{first:?}"
+    );
+    assert!(!first.skipped[0].partial);
 }
 
 #[tokio::test]

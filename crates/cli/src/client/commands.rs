@@ -243,6 +243,7 @@ async fn paginate(
         }
         count += items.len();
         pages += 1;
+        left_out(method, page.get("_meta").copied(), &mut progress);
         let next: Option<String> = match page.get("nextCursor") {
             Some(c) => serde_json::from_str(c.get())
                 .with_context(|| format!("the server's {method} nextCursor is not a string"))?,
@@ -263,6 +264,37 @@ async fn paginate(
     }
     progress.clear();
     Ok(())
+}
+
+/// The `_meta` key under which our server names the mounts a listing page left out because
+/// their source failed.
+const UNAVAILABLE_META_KEY: &str = "io.github.mcp-resources/unavailable";
+
+/// Say on stderr which mounts a page left out (`_meta` of our server), one line each: the
+/// listing goes on without them, and a reader should know it is not the whole.
+fn left_out(method: &str, meta: Option<&RawValue>, progress: &mut Progress) {
+    let Some(entries) = meta
+        .and_then(|m| serde_json::from_str::<Value>(m.get()).ok())
+        .and_then(|m| m.get(UNAVAILABLE_META_KEY).cloned())
+        .and_then(|v| v.as_array().cloned())
+    else {
+        return;
+    };
+    progress.clear();
+    for e in entries {
+        let mount = e.get("mount").and_then(Value::as_str).unwrap_or("?");
+        let message = e.get("message").and_then(Value::as_str).unwrap_or("");
+        let what = if e.get("partial").and_then(Value::as_bool) == Some(true) {
+            "the rest of"
+        } else {
+            "all of"
+        };
+        eprintln!(
+            "warning: {method} left out {what} {}: {}",
+            clean(mount),
+            clean(message)
+        );
+    }
 }
 
 /// One item of a page as a `Value`, for the table.

@@ -353,8 +353,9 @@ async fn healthz() -> &'static str {
     "ok\n"
 }
 
-/// The status code says whether every mount is ready. Which mount is not (their labels hold
-/// paths and database hosts) is told only to a caller that may see it: with authentication,
+/// The status code says whether every mount is ready. Which mount is not, and why (their
+/// labels and errors hold paths and database hosts), is told only to a caller that may see
+/// it: with authentication,
 /// a valid token and only the mounts its scopes cover; an unauthenticated probe gets a bare
 /// `ready` / `not ready`.
 async fn readyz(State(ops): State<Arc<Ops>>, headers: http::HeaderMap) -> Response {
@@ -365,13 +366,22 @@ async fn readyz(State(ops): State<Arc<Ops>>, headers: http::HeaderMap) -> Respon
     let mut all = true;
     let mut body = String::new();
     for m in ops.state.router().mounts() {
-        let ok = m.provider.ready().await;
-        all &= ok;
+        let readiness = m.provider.readiness().await;
+        all &= readiness.is_ok();
         if let Some(grant) = &grant
             && grant.as_ref().is_none_or(|g| g.allows(m.scope.as_deref()))
         {
-            let word = if ok { "ready" } else { "NOT READY" };
-            let _ = writeln!(body, "{word} {}", m.provider.info().label);
+            let label = &m.provider.info().label;
+            let _ = match readiness {
+                Ok(()) => writeln!(body, "ready {label}"),
+                // The reason is the error the mount's requests answer now (no secret in
+                // it, and redacted again), on the same line.
+                Err(e) => writeln!(
+                    body,
+                    "NOT READY {label}: {}",
+                    crate::service::redact(&e.message)
+                ),
+            };
         }
     }
     // The cluster's problem holds no secret (the NATS URL is redacted) and no mount label,
@@ -402,6 +412,7 @@ async fn metrics(State(ops): State<Arc<Ops>>, headers: http::HeaderMap) -> Respo
     }
     let mut out = String::new();
     ops.state.metrics().render(&mut out);
+    ops.state.list_skips().render(&mut out);
     let mounts: Vec<_> = ops
         .state
         .router()
