@@ -40,6 +40,10 @@ pub struct S3Config {
     pub secret_access_key: Option<String>,
     /// How often subscribed keys and watched listings are re-checked.
     pub poll_interval: Duration,
+    /// Deny patterns (gitignore syntax, matched against the key) added to
+    /// [`mcpr_core::DEFAULT_DENY`]: matching keys are never listed, read, completed or
+    /// watched, and answer not found.
+    pub deny: Vec<String>,
     /// Cache hints on results from this mount.
     pub cache: CacheHints,
 }
@@ -56,6 +60,7 @@ impl std::fmt::Debug for S3Config {
             .field("access_key_id", &redact(&self.access_key_id))
             .field("secret_access_key", &redact(&self.secret_access_key))
             .field("poll_interval", &self.poll_interval)
+            .field("deny", &self.deny)
             .field("cache", &self.cache)
             .finish()
     }
@@ -74,6 +79,7 @@ impl S3Config {
             access_key_id: None,
             secret_access_key: None,
             poll_interval: Duration::from_secs(5),
+            deny: Vec::new(),
             cache: CacheHints::default(),
         }
     }
@@ -145,6 +151,7 @@ impl S3Config {
                 ),
             ));
         }
+        mcpr_core::DenyList::validate_setting(&self.deny)?;
         match (&self.access_key_id, &self.secret_access_key) {
             (Some(_), None) => {
                 return Err(SettingError::new(
@@ -207,6 +214,7 @@ struct S3Toml {
     access_key_id: Option<Spanned<String>>,
     secret_access_key: Option<Spanned<String>>,
     poll_interval_ms: Option<Spanned<IntOrString>>,
+    deny: Option<Vec<Spanned<String>>>,
 }
 
 /// Builds `kind = "s3"` mounts.
@@ -252,6 +260,9 @@ impl ProviderFactory for S3Factory {
         }
         if let Some(v) = &raw.poll_interval_ms {
             c.poll_interval = Duration::from_millis(file.number(v, "mount.poll_interval_ms")?);
+        }
+        for d in raw.deny.iter().flatten() {
+            c.deny.push(file.expand(d, "mount.deny")?);
         }
         c.cache = common.cache;
         c.validate().map_err(|e| table.setting_error(e))?;
