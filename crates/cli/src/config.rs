@@ -1075,6 +1075,30 @@ mod tests {
         assert_eq!(e, "test.toml:5: `mount.max_rows`: -1 must not be negative");
     }
 
+    /// git and s3 mounts take `deny` as files mounts do, checked the same way.
+    #[test]
+    fn git_and_s3_mounts_take_deny_patterns() {
+        let c = parse_str("[[mount]]\nkind = \"git\"\nrepo = \"/tmp\"\ndeny = [\"reports/private/\"]\n[[mount]]\nkind = \"s3\"\nbucket = \"bkt\"\nregion = \"us-east-1\"\ndeny = [\"exports/raw/\"]\n").unwrap();
+        let git = format!("{:?}", c.mounts[0].spec);
+        assert!(git.contains("reports/private/"), "{git}");
+        let s3 = format!("{:?}", c.mounts[1].spec);
+        assert!(s3.contains("exports/raw/"), "{s3}");
+        for (kind, rest) in [
+            ("git", "repo = \"/tmp\""),
+            ("s3", "bucket = \"bkt\"\nregion = \"us-east-1\""),
+        ] {
+            let e = parse_str(&format!(
+                "[[mount]]\nkind = \"{kind}\"\n{rest}\ndeny = [\n  \"*.a\",\n  \"[z-a]\",\n]\n"
+            ))
+            .unwrap_err()
+            .0;
+            assert!(
+                e.contains("`mount.deny.1`: bad pattern \"[z-a]\""),
+                "{kind}: {e}"
+            );
+        }
+    }
+
     #[cfg(feature = "conformance")]
     #[test]
     fn conformance_refuses_every_setting() {

@@ -9,6 +9,7 @@ pub mod capabilities;
 pub mod change;
 pub mod config;
 pub mod cursor;
+pub mod deny;
 pub mod error;
 pub mod mime;
 pub mod poll;
@@ -24,6 +25,7 @@ pub use change::{
     LocalWatching, WatchGuard, Watching,
 };
 pub use cursor::{CursorCodec, CursorError, PageCursor};
+pub use deny::{DEFAULT_DENY, DenyList};
 pub use error::{Error, ErrorKind, Result};
 pub use provider::{
     CacheHints, CacheScope, Completion, CompletionRequest, Contents, ContentsBody, Counter, Page,

@@ -422,6 +422,24 @@ impl UriTemplate {
         self.expand_keeping(vars, &BTreeMap::new())
     }
 
+    /// [`Self::expand`] part by part: the text each of [`Self::parts`] writes (a literal as
+    /// stored, an expression as expanded), in order; concatenated, they are the expansion.
+    /// A caller can tell what the values wrote from what the template wrote.
+    pub fn expand_parts(&self, vars: &BTreeMap<String, String>) -> Vec<String> {
+        let none = BTreeMap::new();
+        self.parts
+            .iter()
+            .map(|part| match part {
+                Part::Literal(text) => text.clone(),
+                Part::Expr(expr) => {
+                    let mut out = String::new();
+                    expand_expression(expr, vars, &none, &mut out);
+                    out
+                }
+            })
+            .collect()
+    }
+
     /// [`Self::expand`], except that the variables in `verbatim` are written from the text
     /// given there as it is (escapes and all), untruncated: a matched `{+var}`'s text
     /// already holds at most its prefix of decoded characters, and counting its `%XX` as

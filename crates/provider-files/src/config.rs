@@ -18,43 +18,13 @@ pub const DEBOUNCE_MS: std::ops::RangeInclusive<u64> = 0..=60_000;
 /// Allowed `poll_interval_ms`.
 pub const POLL_INTERVAL_MS: std::ops::RangeInclusive<u64> = 100..=3_600_000;
 
-/// The deny list every files mount starts with (gitignore syntax, matched against the path
-/// relative to the root, ignoring case: `SERVER.PEM` is as secret as `server.pem`, and on a
-/// case-insensitive file system both name the same file). A pattern without a `/` before its
-/// end matches at any depth; `**/` makes one with a `/` do so too. Denied entries are never
-/// listed, read, completed or watched, and answer "not found" exactly like a missing file.
-pub const BUILTIN_DENY: &[&str] = &[
-    ".env",
-    ".env.*",
-    "*.pem",
-    "*.key",
-    "*.p12",
-    "*.pfx",
-    "*.jks",
-    "*.keystore",
-    "*.kdbx",
-    "id_rsa*",
-    "id_dsa*",
-    "id_ecdsa*",
-    "id_ed25519*",
-    ".ssh/",
-    ".gnupg/",
-    ".aws/",
-    ".azure/",
-    ".kube/",
-    // A `/` inside anchors a gitignore pattern to the root; a nested `.docker` is as secret.
-    "**/.docker/config.json",
-    ".git/",
-    ".hg/",
-    ".svn/",
-    ".netrc",
-    ".npmrc",
-    ".pypirc",
-    ".pgpass",
-    ".htpasswd",
-    ".git-credentials",
-    "credentials.json",
-];
+/// The deny list every files mount starts with: core's [`mcpr_core::DEFAULT_DENY`], which
+/// git and s3 mounts apply too (gitignore syntax, matched against the path relative to the
+/// root, ignoring case: `SERVER.PEM` is as secret as `server.pem`, and on a case-insensitive
+/// file system both name the same file). A pattern without a `/` before its end matches at
+/// any depth; `**/` makes one with a `/` do so too. Denied entries are never listed, read,
+/// completed or watched, and answer "not found" exactly like a missing file.
+pub const BUILTIN_DENY: &[&str] = mcpr_core::DEFAULT_DENY;
 
 /// How the set of files under a root is watched for `list_changed`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,14 +102,7 @@ impl FilesConfig {
             self.poll_interval.as_millis() as u64,
             &POLL_INTERVAL_MS,
         )?;
-        for (i, pat) in self.deny.iter().enumerate() {
-            if let Err(e) = ignore::gitignore::GitignoreBuilder::new("/").add_line(None, pat) {
-                return Err(SettingError::new(
-                    format!("deny.{i}"),
-                    format!("bad pattern {pat:?}: {e}"),
-                ));
-            }
-        }
+        mcpr_core::DenyList::validate_setting(&self.deny)?;
         for (i, t) in self.templates.iter().enumerate() {
             if let Err(e) = mcpr_core::UriTemplate::parse(&t.uri_template) {
                 return Err(SettingError::new(

@@ -2,15 +2,18 @@
 //!
 //! Deny and hidden rules apply to everything (list, read, completion, watch). Ignore files
 //! shape listings and completion only: a gitignored file is noise, not a secret, and stays
-//! readable by its URI. Matchers work on virtual paths under `/r` so the real root never
-//! leaks into pattern matching.
+//! readable by its URI. The deny list itself is core's [`DenyList`], which git and s3 mounts
+//! apply too; dot-files and ignore files are this provider's own. Matchers work on virtual
+//! paths under `/r` so the real root never leaks into pattern matching.
 
+use std::ffi::OsStr;
 use std::io::Read as _;
+use std::os::unix::ffi::OsStrExt as _;
 use std::path::Path;
 
 use cap_std::fs::Dir;
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
-use mcpr_core::{Error, Result};
+use mcpr_core::{DenyList, Result};
 
 use crate::path::RelPath;
 
@@ -24,7 +27,7 @@ const MEMO_PATHS: usize = 4096;
 /// The deny and hidden rules of one mount.
 #[derive(Debug)]
 pub(crate) struct Rules {
-    deny: Gitignore,
+    deny: DenyList,
     hidden: bool,
     pub(crate) respect_gitignore: bool,
     /// [`Rules::is_denied_either`]'s answers by path. The rules never change after start, so
@@ -32,6 +35,11 @@ pub(crate) struct Rules {
     /// of the matcher's two walks (about 5,000 instructions, most of a small read's own work
     /// after the system calls).
     memo: std::sync::Mutex<std::collections::HashMap<Box<[u8]>, bool>>,
+}
+
+/// `rel` as the relative path the deny list matches.
+fn rel_path(rel: &RelPath) -> &Path {
+    Path::new(OsStr::from_bytes(rel.as_bytes()))
 }
 
 impl Rules {
@@ -42,25 +50,8 @@ impl Rules {
         hidden: bool,
         respect_gitignore: bool,
     ) -> Result<Self> {
-        let mut b = GitignoreBuilder::new("/r");
-        // Secrets do not change by case (`SERVER.PEM`, `Credentials.json`, `.ENV`), and the
-        // user's own patterns follow the same rule so no spelling slips past them either.
-        // Set before any pattern: it applies only to patterns added after it.
-        b.case_insensitive(true)
-            .map_err(|e| Error::internal(format!("deny list: {e}")))?;
-        for pat in builtin
-            .iter()
-            .copied()
-            .chain(extra.iter().map(String::as_str))
-        {
-            b.add_line(None, pat)
-                .map_err(|e| Error::invalid_params(format!("bad deny pattern {pat:?}: {e}")))?;
-        }
-        let deny = b
-            .build()
-            .map_err(|e| Error::invalid_params(format!("bad deny list: {e}")))?;
         Ok(Self {
-            deny,
+            deny: DenyList::with_builtin(builtin, extra)?,
             hidden,
             respect_gitignore,
             memo: Default::default(),
@@ -76,9 +67,7 @@ impl Rules {
         if !self.hidden && rel.components().any(|c| c.first() == Some(&b'.')) {
             return true;
         }
-        self.deny
-            .matched_path_or_any_parents(rel.virtual_path(), is_dir)
-            .is_ignore()
+        self.deny.is_denied(rel_path(rel), is_dir)
     }
 
     /// Whether `rel` is denied as a file or as a directory (its type is unknown before a
@@ -104,20 +93,13 @@ impl Rules {
 
     /// [`Rules::is_denied_either`] without the memo.
     fn check_either(&self, rel: &RelPath) -> bool {
-        if self.deny.num_whitelists() > 0 {
-            return self.is_denied(rel, false) || self.is_denied(rel, true);
-        }
         if rel.is_root() {
             return false;
         }
         if !self.hidden && rel.components().any(|c| c.first() == Some(&b'.')) {
             return true;
         }
-        let path = rel.virtual_path();
-        self.deny
-            .matched_path_or_any_parents(&path, true)
-            .is_ignore()
-            || self.deny.matched(&path, false).is_ignore()
+        self.deny.is_denied_either(rel_path(rel))
     }
 
     /// Whether one directory entry named `name` inside an allowed directory is denied. Cheaper
@@ -126,7 +108,7 @@ impl Rules {
         if !self.hidden && name.first() == Some(&b'.') {
             return true;
         }
-        self.deny.matched(rel.virtual_path(), is_dir).is_ignore()
+        self.deny.is_entry_denied(rel_path(rel), is_dir)
     }
 }
 

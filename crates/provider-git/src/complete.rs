@@ -80,6 +80,10 @@ fn complete_path(inner: &Inner, req: &CompletionRequest) -> Result<Vec<String>> 
     let Some(dir) = TreePath::from_bytes(dir_part.trim_end_matches('/').as_bytes()) else {
         return Ok(Vec::new());
     };
+    // Inside a denied directory there is nothing to complete, as in one that does not exist.
+    if inner.denied(&dir) {
+        return Ok(Vec::new());
+    }
     let (root, _, _) = inner.repo.commit_links(&h, commit)?;
     let Some(entry) = inner.repo.entry_at(&h, root, &dir)? else {
         return Ok(Vec::new());
@@ -90,7 +94,10 @@ fn complete_path(inner: &Inner, req: &CompletionRequest) -> Result<Vec<String>> 
     let tree = inner.repo.tree(&h, entry.id)?;
     let mut out = Vec::new();
     for e in tree.iter() {
-        if !valid_component(&e.name) || !e.name.starts_with(prefix.as_bytes()) {
+        if !valid_component(&e.name)
+            || !e.name.starts_with(prefix.as_bytes())
+            || inner.entry_denied(&dir.join(&e.name), e.kind == Kind::Tree)
+        {
             continue;
         }
         let Ok(name) = std::str::from_utf8(&e.name) else {

@@ -58,6 +58,9 @@ pub struct GitConfig {
     pub last_modified_depth: usize,
     /// How many first-parent commits one history page may examine at most.
     pub history_scan_limit: usize,
+    /// Deny patterns (gitignore syntax) added to [`mcpr_core::DEFAULT_DENY`]: matching paths
+    /// are never listed, read, completed or watched, and answer not found.
+    pub deny: Vec<String>,
     /// Cache hints on results from this mount.
     pub cache: CacheHints,
 }
@@ -75,6 +78,7 @@ impl GitConfig {
             poll_interval: Duration::from_secs(2),
             last_modified_depth: 1000,
             history_scan_limit: 10_000,
+            deny: Vec::new(),
             cache: CacheHints::default(),
         }
     }
@@ -110,6 +114,7 @@ impl GitConfig {
             self.history_scan_limit as u64,
             &HISTORY_SCAN_LIMIT,
         )?;
+        mcpr_core::DenyList::validate_setting(&self.deny)?;
         Ok(())
     }
 }
@@ -127,6 +132,7 @@ struct GitToml {
     watch: Option<Spanned<String>>,
     last_modified_depth: Option<Spanned<IntOrString>>,
     history_scan_limit: Option<Spanned<IntOrString>>,
+    deny: Option<Vec<Spanned<String>>>,
 }
 
 /// Builds `kind = "git"` mounts.
@@ -182,6 +188,9 @@ impl ProviderFactory for GitFactory {
         }
         if let Some(v) = &raw.history_scan_limit {
             g.history_scan_limit = file.number(v, "mount.history_scan_limit")? as usize;
+        }
+        for d in raw.deny.iter().flatten() {
+            g.deny.push(file.expand(d, "mount.deny")?);
         }
         g.cache = common.cache;
         g.validate().map_err(|e| table.setting_error(e))?;

@@ -234,6 +234,10 @@ pub(crate) fn walk(
             continue;
         }
         let path = level.path.join(&entry.name);
+        // Denied entries are not listed; a denied tree is not entered.
+        if inner.entry_denied(&path, entry.kind == Kind::Tree) {
+            continue;
+        }
         if entry.kind == Kind::Tree {
             let tree = inner.repo.tree(h, entry.id)?;
             stack.push(Level {

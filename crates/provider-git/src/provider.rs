@@ -6,9 +6,9 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use gix::ObjectId;
 use mcpr_core::{
-    Capabilities, ChangeSink, Completion, CompletionRequest, Contents, Error, Page, PageRequest,
-    Provider, ProviderInfo, ReadLimits, ResourceMeta, ResourceUri, Result, TemplateMeta,
-    UriTemplate, WatchGuard, run_blocking,
+    Capabilities, ChangeSink, Completion, CompletionRequest, Contents, DenyList, Error, Page,
+    PageRequest, Provider, ProviderInfo, ReadLimits, ResourceMeta, ResourceUri, Result,
+    TemplateMeta, UriTemplate, WatchGuard, run_blocking,
 };
 
 use crate::config::{GitConfig, RefWatchMode};
@@ -23,6 +23,28 @@ pub(crate) struct Inner {
     pub(crate) config: GitConfig,
     /// (commit, path) → committer date of the commit that last changed the path.
     pub(crate) last_modified: Mutex<HashMap<(ObjectId, TreePath), Option<i64>>>,
+    /// The deny list (core's defaults plus the mount's `deny`).
+    pub(crate) deny: DenyList,
+}
+
+impl Inner {
+    /// Whether `path` is denied, as a file or as a tree: a URI naming it answers not found
+    /// before anything is looked up, so the answer does not depend on whether it exists.
+    pub(crate) fn denied(&self, path: &TreePath) -> bool {
+        !path.is_root() && self.deny.is_denied_either(as_path(path).as_ref())
+    }
+
+    /// Whether the tree entry at `path` (a tree when `is_tree`) is denied itself, for walks
+    /// and directory reads whose parents were already kept.
+    pub(crate) fn entry_denied(&self, path: &TreePath, is_tree: bool) -> bool {
+        self.deny.is_entry_denied(as_path(path).as_ref(), is_tree)
+    }
+}
+
+/// `path` as the deny list matches it. Names that are not UTF-8 are matched with their bad
+/// bytes replaced, which no pattern (UTF-8 text) could have named anyway.
+fn as_path(path: &TreePath) -> std::borrow::Cow<'_, str> {
+    String::from_utf8_lossy(path.as_bytes())
 }
 
 /// The `git://` provider for one repository.
@@ -40,6 +62,7 @@ impl GitProvider {
     /// repository gix can read, a setting is out of range, or `default_ref` names no commit.
     pub fn new(config: GitConfig) -> Result<Self> {
         config.validate()?;
+        let deny = DenyList::new(&config.deny)?;
         let repo = Repo::open(&config.repo)?;
         if let Some(r) = &config.default_ref {
             let h = repo.handle();
@@ -81,6 +104,7 @@ impl GitProvider {
             bases,
             config,
             last_modified: Mutex::default(),
+            deny,
         });
         let watcher = Watcher::new(inner.clone());
         Ok(Self {
@@ -203,6 +227,9 @@ impl Provider for GitProvider {
             ));
         }
         let target = crate::uri::parse(&self.inner.bases, uri)?;
+        if target.path.as_ref().is_some_and(|p| self.inner.denied(p)) {
+            return Err(Error::not_found(uri.as_str()));
+        }
         let watcher = self.watcher.clone();
         let uri = uri.clone();
         run_blocking("git watch", move || watcher.watch(&uri, target, sink)).await
@@ -210,6 +237,9 @@ impl Provider for GitProvider {
 
     fn change_token(&self, uri: &ResourceUri) -> Option<String> {
         let target = crate::uri::parse(&self.inner.bases, uri).ok()?;
+        if target.path.as_ref().is_some_and(|p| self.inner.denied(p)) {
+            return None;
+        }
         let h = self.inner.repo.handle();
         crate::watch::fingerprint(&self.inner, &h, &target, None, &mut HashMap::new())
             .ok()

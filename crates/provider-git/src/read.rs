@@ -63,6 +63,10 @@ pub(crate) fn read(
     limits: &ReadLimits,
 ) -> Result<Vec<Contents>> {
     let u = uri.as_str();
+    // A denied path is not found whatever the ref, before anything is looked up.
+    if target.path.as_ref().is_some_and(|p| inner.denied(p)) {
+        return Err(Error::not_found(u));
+    }
     let h = inner.repo.handle();
     let commit = inner
         .repo
@@ -205,7 +209,9 @@ fn dir_json(
     let mut truncated = false;
     let mut last: Option<&[u8]> = None;
     for e in &tree[start.min(tree.len())..] {
-        if !crate::uri::valid_component(&e.name) {
+        if !crate::uri::valid_component(&e.name)
+            || inner.entry_denied(&path.join(&e.name), e.kind == Kind::Tree)
+        {
             continue;
         }
         if entries.len() == DIR_READ_MAX {

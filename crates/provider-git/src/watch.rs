@@ -24,7 +24,7 @@ use notify::{RecursiveMode, Watcher as _};
 use crate::config::RefWatchMode;
 use crate::provider::Inner;
 use crate::repo::{Kind, RefStore};
-use crate::uri::{GitUri, Query};
+use crate::uri::{GitUri, Query, TreePath};
 
 /// What a watched URI looked like at the last check.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,7 +128,7 @@ fn list_snapshot(
         Some(old) => {
             let differs = old.refs != refs
                 || match (old.tree, tree) {
-                    (Some(a), Some(b)) => names_differ(inner, h, a, b)?,
+                    (Some(a), Some(b)) => names_differ(inner, h, a, b, &TreePath::root())?,
                     (a, b) => a != b,
                 };
             old.shown + u64::from(differs)
@@ -137,22 +137,38 @@ fn list_snapshot(
     Ok(ListSnapshot { refs, tree, shown })
 }
 
-/// Whether two trees list different paths (not merely different contents): only subtrees
-/// whose ids differ are compared, so the cost follows the size of the change.
-fn names_differ(inner: &Inner, h: &gix::Repository, a: ObjectId, b: ObjectId) -> Result<bool> {
+/// Whether two trees (at `path`) list different paths (not merely different contents): only
+/// subtrees whose ids differ are compared, so the cost follows the size of the change.
+/// Entries the listing does not show (denied, or names no URI can hold) are left out: a
+/// denied file coming or going changes nothing a client can see.
+fn names_differ(
+    inner: &Inner,
+    h: &gix::Repository,
+    a: ObjectId,
+    b: ObjectId,
+    path: &TreePath,
+) -> Result<bool> {
     if a == b {
         return Ok(false);
     }
     let (ta, tb) = (inner.repo.tree(h, a)?, inner.repo.tree(h, b)?);
-    if ta.len() != tb.len() {
+    let shown = |e: &&crate::repo::Entry| {
+        crate::uri::valid_component(&e.name)
+            && !inner.entry_denied(&path.join(&e.name), e.kind == Kind::Tree)
+    };
+    let (sa, sb): (Vec<_>, Vec<_>) = (
+        ta.iter().filter(shown).collect(),
+        tb.iter().filter(shown).collect(),
+    );
+    if sa.len() != sb.len() {
         return Ok(true);
     }
-    for (ea, eb) in ta.iter().zip(tb.iter()) {
+    for (ea, eb) in sa.iter().zip(sb.iter()) {
         let (a_tree, b_tree) = (ea.kind == Kind::Tree, eb.kind == Kind::Tree);
         if ea.name != eb.name || a_tree != b_tree {
             return Ok(true);
         }
-        if a_tree && names_differ(inner, h, ea.id, eb.id)? {
+        if a_tree && names_differ(inner, h, ea.id, eb.id, &path.join(&ea.name))? {
             return Ok(true);
         }
     }

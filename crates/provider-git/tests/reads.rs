@@ -510,3 +510,161 @@ async fn nothing_is_written_to_the_repository() {
     }
     assert_eq!(before, snapshot());
 }
+
+/// The default deny rules and the mount's `deny` apply to git paths as to files: secrets in
+/// the tree are not listed, read (plain, as history, as a directory), completed or watched,
+/// and each answer is exactly the one a path that does not exist gets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn denied_paths_answer_as_missing_everywhere() {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use mcpr_core::{ChangeBus as _, ChangeEvent, ChangeSink, Error, LocalBus};
+
+    let r = TestRepo::new();
+    for (path, body) in [
+        ("README.md", "readme"),
+        (".env", "SECRET=1"),
+        ("app/.env.production", "SECRET=2"),
+        ("app/main.rs", "fn main() {}"),
+        ("certs/server.pem", "-----BEGIN"),
+        ("certs/Deploy.PEM", "-----BEGIN"),
+        ("certs/ca.txt", "public"),
+        ("home/.ssh/authorized_keys", "ssh-ed25519 AAAA"),
+        ("home/id_rsa", "-----BEGIN OPENSSH"),
+        ("home/notes.md", "notes"),
+        ("reports/private/q1.csv", "a,b"),
+        ("reports/q1.csv", "c,d"),
+    ] {
+        r.write(path, body.as_bytes());
+    }
+    r.commit("tree with secrets");
+    let mut cfg = GitConfig::new(r.path());
+    cfg.deny = vec!["reports/private/".into()];
+    let p = GitProvider::new(cfg).unwrap();
+
+    let denied = [
+        "git://main/.env",
+        "git://main/app/.env.production",
+        "git://main/certs/server.pem",
+        "git://main/certs/Deploy.PEM",
+        "git://main/home/.ssh",
+        "git://main/home/.ssh/authorized_keys",
+        "git://main/home/id_rsa",
+        "git://main/reports/private",
+        "git://main/reports/private/q1.csv",
+        "git://main/.env?history",
+        "git://main/home/.ssh?after=a",
+        "git://HEAD/.env",
+    ];
+    for uri in denied {
+        let e = read(&p, uri).await.expect_err(uri);
+        assert_eq!(e, Error::not_found(uri), "{uri}");
+        let missing = uri
+            .replace("main/", "main/no-such-")
+            .replace("HEAD/", "HEAD/nope");
+        let m = read(&p, &missing).await.expect_err(&missing);
+        assert_eq!(m.kind, e.kind, "{uri} vs {missing}");
+    }
+    // What stays visible is served.
+    assert_eq!(text(&p, "git://main/README.md").await, "readme");
+    assert_eq!(text(&p, "git://main/reports/q1.csv").await, "c,d");
+
+    // The listing.
+    let mut listed = Vec::new();
+    let mut after = None;
+    loop {
+        let page = p.list(PageRequest { after, limit: 3 }).await.unwrap();
+        listed.extend(page.items.into_iter().map(|m| m.uri));
+        match page.next {
+            Some(n) => after = Some(n),
+            None => break,
+        }
+    }
+    let files: Vec<&str> = listed
+        .iter()
+        .filter_map(|u| u.strip_prefix("git://main/"))
+        .collect();
+    assert_eq!(
+        files,
+        [
+            "README.md",
+            "app/main.rs",
+            "certs/ca.txt",
+            "home/notes.md",
+            "reports/q1.csv"
+        ]
+    );
+
+    // Directory reads.
+    let names = |doc: serde_json::Value| -> Vec<String> {
+        doc["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(
+        names(json(&p, "git://main/").await),
+        ["README.md", "app", "certs", "home", "reports"]
+    );
+    assert_eq!(names(json(&p, "git://main/home").await), ["notes.md"]);
+    assert_eq!(names(json(&p, "git://main/certs").await), ["ca.txt"]);
+    assert_eq!(names(json(&p, "git://main/reports").await), ["q1.csv"]);
+
+    // Completion.
+    let complete = |value: &str| {
+        let req = CompletionRequest {
+            template: "git://{ref}/{+path}".into(),
+            argument: "path".into(),
+            value: value.into(),
+            context: Default::default(),
+        };
+        let p = &p;
+        async move { p.complete(req).await.unwrap().values }
+    };
+    assert_eq!(
+        complete("").await,
+        ["README.md", "app/", "certs/", "home/", "reports/"]
+    );
+    assert_eq!(complete(".e").await, Vec::<String>::new());
+    assert_eq!(complete("home/").await, ["home/notes.md"]);
+    assert_eq!(complete("home/.ssh/").await, Vec::<String>::new());
+    assert_eq!(complete("certs/").await, ["certs/ca.txt"]);
+
+    // Watches and change tokens.
+    let bus = Arc::new(LocalBus::default());
+    for uri in ["git://main/.env", "git://main/home/.ssh/authorized_keys"] {
+        let u = ResourceUri::parse(uri).unwrap();
+        let e = p
+            .watch(&u, ChangeSink::new(bus.clone(), "m0"))
+            .await
+            .map(drop)
+            .expect_err(uri);
+        assert_eq!(e, Error::not_found(uri));
+        assert_eq!(p.change_token(&u), None, "{uri}");
+    }
+    assert!(
+        p.change_token(&ResourceUri::parse("git://main/README.md").unwrap())
+            .is_some()
+    );
+
+    // A denied file coming does not change the listing: no list_changed; a visible one does.
+    let mut rx = bus.subscribe();
+    let _g = p
+        .watch_list(ChangeSink::new(bus.clone(), "m0"))
+        .await
+        .unwrap();
+    let lc = ChangeEvent::ListChanged { mount: "m0".into() };
+    // (In directories that exist: a new directory shows in its parent's directory read.)
+    r.write("app/.env.local", b"SECRET=3");
+    r.write("certs/new.key", b"k");
+    r.write("home/.ssh/known_hosts", b"h");
+    r.commit("more secrets");
+    let got = common::events(&mut rx, Duration::from_millis(1500)).await;
+    assert!(!got.contains(&lc), "{got:?}");
+    r.write("config/app.toml", b"x = 1");
+    r.commit("a visible file");
+    common::expect(&mut rx, &lc, Duration::from_secs(3)).await;
+}

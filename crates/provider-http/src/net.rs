@@ -114,7 +114,9 @@ pub(crate) fn check_host(url: &reqwest::Url, policy: &Policy) -> Result<(), Refu
 /// Whether `ip` is a public unicast address: not loopback, private (RFC 1918, unique-local),
 /// link-local (169.254.169.254 among them), CGNAT, multicast, broadcast, reserved or
 /// unspecified, nor an IPv6 form that embeds one of those (IPv4-mapped, IPv4-compatible,
-/// NAT64, 6to4).
+/// IPv4-translated, NAT64 64:ff9b::/96, 6to4); local-use NAT64 (64:ff9b:1::/48), Teredo
+/// (2001::/32), documentation (2001:db8::/32) and discard-only (100::/64) addresses are never
+/// public.
 pub fn is_public(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => is_public_v4(v4),
@@ -141,37 +143,40 @@ fn is_public_v6(ip: Ipv6Addr) -> bool {
     if ip.is_unspecified() || ip.is_loopback() {
         return false;
     }
+    // The IPv4 address in segments `hi`, `lo`.
+    let v4 = |hi: u16, lo: u16| Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo));
     // IPv4-mapped ::ffff:a.b.c.d and IPv4-compatible ::a.b.c.d: the embedded address decides.
     if s[..5] == [0; 5] && (s[5] == 0xffff || s[5] == 0) {
-        return is_public_v4(Ipv4Addr::new(
-            (s[6] >> 8) as u8,
-            s[6] as u8,
-            (s[7] >> 8) as u8,
-            s[7] as u8,
-        ));
+        return is_public_v4(v4(s[6], s[7]));
+    }
+    // IPv4-translated ::ffff:0:a.b.c.d (SIIT, RFC 2765) reaches the embedded address too.
+    if s[..4] == [0; 4] && s[4] == 0xffff && s[5] == 0 {
+        return is_public_v4(v4(s[6], s[7]));
     }
     // NAT64 64:ff9b::/96 reaches the embedded IPv4 address.
     if s[0] == 0x64 && s[1] == 0xff9b && s[2..6] == [0; 4] {
-        return is_public_v4(Ipv4Addr::new(
-            (s[6] >> 8) as u8,
-            s[6] as u8,
-            (s[7] >> 8) as u8,
-            s[7] as u8,
-        ));
+        return is_public_v4(v4(s[6], s[7]));
+    }
+    // Local-use NAT64 64:ff9b:1::/48 (RFC 8215) translates into the operator's own network,
+    // where the IPv4 address sits wherever its prefix length puts it: never public.
+    if s[0] == 0x64 && s[1] == 0xff9b && s[2] == 1 {
+        return false;
     }
     // 6to4 2002:a.b.c.d::/48 tunnels to the embedded IPv4 address.
     if s[0] == 0x2002 {
-        return is_public_v4(Ipv4Addr::new(
-            (s[1] >> 8) as u8,
-            s[1] as u8,
-            (s[2] >> 8) as u8,
-            s[2] as u8,
-        ));
+        return is_public_v4(v4(s[1], s[2]));
+    }
+    // Teredo 2001::/32 tunnels through a relay to an IPv4 client (its address inverted in the
+    // last 32 bits) behind a NAT: where it lands is not the address's to say. Refused.
+    if s[0] == 0x2001 && s[1] == 0 {
+        return false;
     }
     !((s[0] & 0xfe00) == 0xfc00      // unique-local fc00::/7
         || (s[0] & 0xffc0) == 0xfe80 // link-local fe80::/10
         || (s[0] & 0xffc0) == 0xfec0 // site-local (deprecated) fec0::/10
-        || (s[0] & 0xff00) == 0xff00) // multicast
+        || (s[0] & 0xff00) == 0xff00 // multicast
+        || (s[0] == 0x2001 && s[1] == 0xdb8) // documentation 2001:db8::/32
+        || (s[0] == 0x100 && s[1..4] == [0; 3])) // discard-only 100::/64
 }
 
 #[cfg(test)]
@@ -208,6 +213,37 @@ mod tests {
             let ip: IpAddr = a.parse().unwrap();
             assert!(!is_public(ip), "{a} must be refused");
         }
+    }
+
+    /// The IPv6 forms that carry an IPv4 address are judged by it (private and loopback ones
+    /// refused, public ones allowed), or refused when where they lead is not theirs to say.
+    #[test]
+    fn ipv6_forms_embedding_ipv4_follow_the_embedded_address() {
+        for a in [
+            // IPv4-translated (SIIT) of loopback, metadata, RFC 1918.
+            "::ffff:0:127.0.0.1",
+            "::ffff:0:169.254.169.254",
+            "::ffff:0:10.0.0.1",
+            // NAT64 well-known prefix with private addresses.
+            "64:ff9b::10.0.0.1",
+            "64:ff9b::192.168.1.1",
+            "64:ff9b::127.0.0.1",
+            // Local-use NAT64, whatever it embeds.
+            "64:ff9b:1::8.8.8.8",
+            "64:ff9b:1:a9fe:a9fe::",
+            // 6to4 of private addresses.
+            "2002:c0a8:101::1",
+            "2002:a00:1::1",
+            "2002:a9fe:a9fe::1",
+            // Teredo, documentation, discard-only.
+            "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+            "2001::1",
+            "2001:db8::1",
+            "100::1",
+        ] {
+            let ip: IpAddr = a.parse().unwrap();
+            assert!(!is_public(ip), "{a} must be refused");
+        }
         for a in [
             "93.184.216.34",
             "8.8.8.8",
@@ -215,6 +251,10 @@ mod tests {
             "100.128.0.1",
             "2606:4700::1111",
             "::ffff:8.8.8.8",
+            "::ffff:0:8.8.8.8",
+            "64:ff9b::8.8.8.8",
+            "2002:808:808::1",
+            "2001:4860:4860::8888",
         ] {
             let ip: IpAddr = a.parse().unwrap();
             assert!(is_public(ip), "{a} is public");
@@ -230,6 +270,9 @@ mod tests {
             "http://2130706433/",
             "http://0x7f.1/",
             "http://169.254.169.254/latest/meta-data/",
+            "http://[::ffff:0:a9fe:a9fe]/latest/meta-data/",
+            "http://[64:ff9b:1::a00:1]/",
+            "http://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/",
         ] {
             let url = reqwest::Url::parse(u).unwrap();
             let closed = Policy::default();

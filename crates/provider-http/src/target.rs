@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use mcpr_core::template::Part;
 use mcpr_core::{Error, Result, UriTemplate};
 use percent_encoding::percent_decode_str;
 use regex_automata::meta::Regex;
@@ -113,9 +114,13 @@ fn check_values(c: &Compiled, values: &BTreeMap<String, String>, uri: &str) -> R
 /// Expand the URL template and parse the result. RFC 6570 simple expansion percent-encodes
 /// everything but unreserved characters, so a value cannot add `/`, `?`, `#`, `@` or CR/LF;
 /// what it can still do is be a whole `.` or `..` segment, which URL parsers resolve, so
-/// those are refused here (also when percent-encoded, once or twice).
+/// those are refused here (also when percent-encoded, once or twice). What a value writes
+/// into the path may also not hold an encoded `/` or `\` (unless the endpoint sets
+/// `allow_encoded_slash`) nor, once decoded, a `.` or `..` segment (`..%2F..%2Fadmin`):
+/// many upstreams decode before they route, and would climb out of the endpoint's path.
 fn expand(c: &Compiled, values: &BTreeMap<String, String>, uri: &str) -> Result<reqwest::Url> {
-    let raw = c.url.expand(values);
+    let pieces = c.url.expand_parts(values);
+    let raw = pieces.concat();
     let after_scheme = raw.find("://").map(|i| i + 3).unwrap_or(0);
     let path_start = raw[after_scheme..]
         .find('/')
@@ -133,10 +138,66 @@ fn expand(c: &Compiled, values: &BTreeMap<String, String>, uri: &str) -> Result<
             .with_uri(uri));
         }
     }
+    // What each expression wrote inside the path (literals are the configuration's own).
+    let mut at = 0;
+    for (part, text) in c.url.parts().iter().zip(&pieces) {
+        let start = at;
+        at += text.len();
+        if !matches!(part, Part::Expr(_)) || start < path_start || start >= path_end {
+            continue;
+        }
+        let text = &text[..text.len().min(path_end - start)];
+        match encoded_structure(text) {
+            Some(Encoded::DotSegment) => {
+                return Err(Error::invalid_params(format!(
+                    "{uri}: a parameter value may not hold an encoded `.` or `..` path segment (such as `..%2F` or `%2E%2E`): an upstream that decodes it would resolve it"
+                ))
+                .with_uri(uri));
+            }
+            Some(Encoded::Separator) if !c.endpoint.allow_encoded_slash => {
+                return Err(Error::invalid_params(format!(
+                    "{uri}: a parameter value in the URL's path may not hold `/` or `\\` (sent encoded as %2F, %5C), which many upstreams decode before routing; an endpoint whose identifiers hold them sets allow_encoded_slash = true"
+                ))
+                .with_uri(uri));
+            }
+            _ => {}
+        }
+    }
     reqwest::Url::parse(&raw).map_err(|e| {
         Error::invalid_params(format!("{uri}: the values do not make a valid URL: {e}"))
             .with_uri(uri)
     })
+}
+
+/// What text in a URL's path hides from a parser that does not decode it.
+#[derive(Debug, PartialEq, Eq)]
+enum Encoded {
+    /// An encoded `/` or `\` (`%2F`, `%5C`, also encoded again: `%252F`).
+    Separator,
+    /// A `.` or `..` segment once decoded and split at `/` and `\` (`..%2F`, `%5C.%2E`).
+    DotSegment,
+}
+
+/// Whether `text` (part of a URL's path) holds, once percent-decoded up to three times, a
+/// `.`/`..` segment or an encoded separator; a dot segment is the worse and wins. The text
+/// as it is (before decoding) is not split for dots: its plain segments are checked whole
+/// by [`is_dot_segment`], and a value's `..` next to a literal (`{id}.json`) is no segment.
+fn encoded_structure(text: &str) -> Option<Encoded> {
+    let mut s = text.to_owned();
+    let mut separator = false;
+    for round in 0..4 {
+        if round > 0 && s.split(['/', '\\']).any(|p| p == "." || p == "..") {
+            return Some(Encoded::DotSegment);
+        }
+        let lower = s.to_ascii_lowercase();
+        separator |= lower.contains("%2f") || lower.contains("%5c");
+        let next = percent_decode_str(&s).decode_utf8_lossy().into_owned();
+        if next == s {
+            break;
+        }
+        s = next;
+    }
+    separator.then_some(Encoded::Separator)
 }
 
 /// `.` or `..`, also after up to three rounds of percent-decoding.
@@ -170,8 +231,13 @@ pub(crate) fn web_url(allow: &[String], uri: &str) -> Option<reqwest::Url> {
 }
 
 /// Whether `url` (normalised by the parser: dot segments resolved) lies under a prefix at a
-/// boundary: the prefix ends in `/`, or the URL goes on with `/`, `?` or ends.
+/// boundary: the prefix ends in `/`, or the URL goes on with `/`, `?` or ends. A path that
+/// hides a dot segment behind encoding (`/docs/..%2Fadmin`, `/docs/%252e%252e/admin`) is under
+/// no prefix: the parser left it in place, and an upstream that decodes it would climb out.
 pub(crate) fn allowed(allow: &[String], url: &reqwest::Url) -> bool {
+    if encoded_structure(url.path()) == Some(Encoded::DotSegment) {
+        return false;
+    }
     let s = url.as_str();
     allow.iter().any(|p| {
         s.strip_prefix(p.as_str()).is_some_and(|rest| {
@@ -228,10 +294,6 @@ mod tests {
         )];
         let got = |u: &str| api_target(&eps, u).map(|t| t.url.to_string());
         assert_eq!(
-            got("api://w/a%2Fb/forecast").unwrap(),
-            "https://h.example/v1/a%2Fb/f?units=metric"
-        );
-        assert_eq!(
             got("api://w/x%3Fy%3D1/forecast").unwrap(),
             "https://h.example/v1/x%3Fy%3D1/f?units=metric"
         );
@@ -242,10 +304,6 @@ mod tests {
         assert_eq!(
             got("api://w/a%0D%0AX-Evil%3A%201/forecast").unwrap(),
             "https://h.example/v1/a%0D%0AX-Evil%3A%201/f?units=metric"
-        );
-        assert_eq!(
-            got("api://w/http%3A%2F%2Fevil.example%2F/forecast").unwrap(),
-            "https://h.example/v1/http%3A%2F%2Fevil.example%2F/f?units=metric"
         );
         for dots in [
             "api://w/%2E%2E/forecast",
@@ -261,12 +319,106 @@ mod tests {
         );
     }
 
+    /// A value that would reach the upstream as `..%2F..%2Fadmin%2Fkeys` is refused: servers
+    /// that decode `%2F` before routing would serve `/admin/keys`. Encoded separators pass
+    /// only where the endpoint opts in, and encoded dot segments never do.
+    #[test]
+    fn encoded_separators_and_dot_segments_in_path_values_are_refused() {
+        let plain = ep(
+            "api://w/users/{id}/profile",
+            "https://h.example/v1/users/{id}/profile?q={id}",
+        );
+        let mut open = Endpoint::new(
+            "api://w/users/{id}/profile",
+            "https://h.example/v1/users/{id}/profile?q={id}",
+        );
+        open.allow_encoded_slash = true;
+        let open = Compiled::new(&open).unwrap();
+        let refused = |c: &Compiled, u: &str| {
+            let e = api_target(std::slice::from_ref(c), u).err().expect(u);
+            assert_eq!(e.kind, mcpr_core::ErrorKind::InvalidParams, "{u}: {e:?}");
+            e.message
+        };
+        let url = |c: &Compiled, u: &str| {
+            api_target(std::slice::from_ref(c), u)
+                .map(|t| t.url.to_string())
+                .unwrap_or_else(|e| panic!("{u}: {e:?}"))
+        };
+        // Dot segments hidden behind encoded separators or dots: refused, opted in or not.
+        for u in [
+            "api://w/users/..%2F..%2Fadmin%2Fkeys/profile",
+            "api://w/users/..%5C..%5Cadmin/profile",
+            "api://w/users/a%2F.%2E%2Fadmin/profile",
+            "api://w/users/x%2F%252E%252E%2Fadmin/profile",
+            "api://w/users/%252E%252E%252Fadmin/profile",
+        ] {
+            let m = refused(&plain, u);
+            assert!(m.contains("`.` or `..`"), "{u}: {m}");
+            let m = refused(&open, u);
+            assert!(m.contains("`.` or `..`"), "{u}: {m}");
+        }
+        // Encoded separators alone: refused unless the endpoint allows them.
+        for (u, sent) in [
+            ("api://w/users/a%2Fb/profile", "a%2Fb"),
+            ("api://w/users/a%5Cb/profile", "a%5Cb"),
+            ("api://w/users/a%252Fb/profile", "a%252Fb"),
+            (
+                "api://w/users/http%3A%2F%2Fevil.example%2F/profile",
+                "http%3A%2F%2Fevil.example%2F",
+            ),
+        ] {
+            let m = refused(&plain, u);
+            assert!(m.contains("allow_encoded_slash"), "{u}: {m}");
+            assert_eq!(
+                url(&open, u),
+                format!("https://h.example/v1/users/{sent}/profile?q={sent}")
+            );
+        }
+        // Ordinary values, and dots that are no segment, pass.
+        assert_eq!(
+            url(&plain, "api://w/users/a.b..c/profile"),
+            "https://h.example/v1/users/a.b..c/profile?q=a.b..c"
+        );
+        let json = ep("api://w/users/{id}", "https://h.example/v1/users/{id}.json");
+        assert_eq!(
+            api_target(std::slice::from_ref(&json), "api://w/users/..")
+                .unwrap()
+                .url
+                .as_str(),
+            "https://h.example/v1/users/...json"
+        );
+        // In the query, a value's `/` is no path structure.
+        let q = ep("api://w/s{?q}", "https://h.example/v1/search{?q}");
+        assert_eq!(
+            api_target(std::slice::from_ref(&q), "api://w/s?q=..%2F..%2Fadmin")
+                .unwrap()
+                .url
+                .as_str(),
+            "https://h.example/v1/search?q=..%2F..%2Fadmin"
+        );
+    }
+
     #[test]
     fn web_urls_stay_under_their_prefix() {
         let allow = vec!["https://d.example/docs/".to_owned()];
         assert!(web_url(&allow, "https://d.example/docs/a.html").is_some());
         assert!(web_url(&allow, "https://d.example/docs/../admin").is_none());
         assert!(web_url(&allow, "https://d.example/docs/%2e%2e/admin").is_none());
+        // Dot segments the parser leaves alone because their separators are encoded.
+        for hidden in [
+            "https://d.example/docs/..%2Fadmin",
+            "https://d.example/docs/..%2fadmin",
+            "https://d.example/docs/..%5Cadmin",
+            "https://d.example/docs/.%2E%2Fadmin",
+            "https://d.example/docs/%2E%2E%2Fadmin",
+            "https://d.example/docs/x/%252E%252E%252F..%252Fadmin",
+            "https://d.example/docs/%252e%252e/admin",
+        ] {
+            assert!(web_url(&allow, hidden).is_none(), "{hidden}");
+        }
+        // An encoded separator with no dot segment cannot climb out.
+        assert!(web_url(&allow, "https://d.example/docs/a%2Fb.html").is_some());
+        assert!(web_url(&allow, "https://d.example/docs/v1..2.html").is_some());
         assert!(web_url(&allow, "https://u:p@d.example/docs/a").is_none());
         assert!(web_url(&allow, "http://d.example/docs/a").is_none());
         assert!(web_url(&allow, "https://d.example/docsx").is_none());

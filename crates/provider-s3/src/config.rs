@@ -48,6 +48,10 @@ pub struct S3Config {
     /// The most requests a second polling makes (HEADs and listing pages together), however
     /// many URIs are subscribed; checks beyond it wait their turn.
     pub max_poll_requests_per_second: u32,
+    /// Deny patterns (gitignore syntax, matched against the key) added to
+    /// [`mcpr_core::DEFAULT_DENY`]: matching keys are never listed, read, completed or
+    /// watched, and answer not found.
+    pub deny: Vec<String>,
     /// Cache hints on results from this mount.
     pub cache: CacheHints,
 }
@@ -68,6 +72,7 @@ impl std::fmt::Debug for S3Config {
                 "max_poll_requests_per_second",
                 &self.max_poll_requests_per_second,
             )
+            .field("deny", &self.deny)
             .field("cache", &self.cache)
             .finish()
     }
@@ -87,6 +92,7 @@ impl S3Config {
             secret_access_key: None,
             poll_interval: Duration::from_secs(5),
             max_poll_requests_per_second: DEFAULT_MAX_POLL_REQUESTS_PER_SECOND,
+            deny: Vec::new(),
             cache: CacheHints::default(),
         }
     }
@@ -158,6 +164,7 @@ impl S3Config {
                 ),
             ));
         }
+        mcpr_core::DenyList::validate_setting(&self.deny)?;
         match (&self.access_key_id, &self.secret_access_key) {
             (Some(_), None) => {
                 return Err(SettingError::new(
@@ -226,6 +233,7 @@ struct S3Toml {
     secret_access_key: Option<Spanned<String>>,
     poll_interval_ms: Option<Spanned<IntOrString>>,
     max_poll_requests_per_second: Option<Spanned<IntOrString>>,
+    deny: Option<Vec<Spanned<String>>>,
 }
 
 /// Builds `kind = "s3"` mounts.
@@ -279,6 +287,9 @@ impl ProviderFactory for S3Factory {
                 MAX_POLL_REQUESTS_PER_SECOND,
             )?;
             c.max_poll_requests_per_second = n as u32;
+        }
+        for d in raw.deny.iter().flatten() {
+            c.deny.push(file.expand(d, "mount.deny")?);
         }
         c.cache = common.cache;
         c.validate().map_err(|e| table.setting_error(e))?;

@@ -43,6 +43,19 @@ impl Context {
         out
     }
 
+    /// A store whose answer is not the length it should be (`detail`: what it sent and what
+    /// was asked for), while `what`. Not served: a longer body is a lie about the object, a
+    /// shorter one a partial answer.
+    pub(crate) fn wrong_length(&self, what: &str, detail: &str) -> Error {
+        Error::new(
+            ErrorKind::Unavailable,
+            format!(
+                "s3 bucket `{}` at {} sent {detail} while {what}; the answer was refused",
+                self.bucket, self.endpoint
+            ),
+        )
+    }
+
     /// The core error for `err`, which happened while `what` (`reading s3://b/k`,
     /// `listing`). `uri`, when given, is what a not-found is about.
     pub(crate) fn map(&self, err: object_store::Error, what: &str, uri: Option<&str>) -> Error {

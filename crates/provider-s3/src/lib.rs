@@ -6,6 +6,7 @@
 //! and "directories" (keys ending in `/`) read as delimiter listings. Subscribed keys and
 //! watched listings are polled. See `docs.md` for the capability checklist.
 
+mod bounded;
 mod config;
 mod error;
 mod list;
@@ -18,5 +19,6 @@ mod watch;
 
 pub use config::{POLL_INTERVAL_MS, S3Config, S3Factory};
 pub use list::{COMPLETE_MAX, DIR_READ_MAX, STORE_PAGE_MAX};
+pub use listing::LIST_BODY_MAX;
 pub use provider::{CONNECT_TIMEOUT, MAX_RETRIES, REQUEST_TIMEOUT, RETRY_TIMEOUT, S3Provider};
 pub use watch::LIST_WATCH_MAX_PAGES;

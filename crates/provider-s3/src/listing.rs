@@ -15,11 +15,16 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
+use futures::StreamExt as _;
 use object_store::aws::{AmazonS3, AwsAuthorizer};
-use object_store::client::{HttpClient, HttpError, HttpErrorKind, HttpRequest, HttpRequestBody};
+use object_store::client::{
+    HttpClient, HttpError, HttpErrorKind, HttpRequest, HttpRequestBody, HttpResponseBody,
+};
 use percent_encoding::percent_decode_str;
 use reqwest::Url;
 use serde::Deserialize;
+
+use mcpr_core::DenyList;
 
 use crate::error::Context;
 use crate::provider::{MAX_RETRIES, RETRY_TIMEOUT};
@@ -59,6 +64,31 @@ pub(crate) fn served_key(key: &str) -> bool {
     !body.is_empty() && object_path(body).is_some()
 }
 
+/// The most of a ListObjectsV2 answer that is read. 1,000 keys of at most 1,024 bytes,
+/// URL-encoded (3 characters a byte at worst), with their dates, sizes, ETags and owners come
+/// to under 4 MiB; a longer answer is not a listing this mount asked for.
+pub const LIST_BODY_MAX: usize = 8 << 20;
+
+/// The most of a failed list request's error document kept for the message.
+const ERROR_TEXT_MAX: usize = 4096;
+
+/// Up to `max` bytes of `body`, and whether that was all of it. Reading stops at the first
+/// chunk past `max`: a body that goes on is not taken into memory.
+async fn read_at_most(body: HttpResponseBody, max: usize) -> Result<(Vec<u8>, bool), HttpError> {
+    let mut stream = body.bytes_stream();
+    let mut out = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk?;
+        if out.len() + chunk.len() > max {
+            let room = max - out.len();
+            out.extend_from_slice(&chunk[..room]);
+            return Ok((out, false));
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok((out, true))
+}
+
 /// The list options of one request.
 pub(crate) struct ListOptions<'a> {
     pub(crate) prefix: &'a str,
@@ -80,6 +110,20 @@ pub(crate) struct Lister {
     /// The skipped keys already logged: each is logged once, not at every listing (a watched
     /// listing meets it every interval). Bounded by [`WARNED_MAX`].
     pub(crate) warned: Mutex<HashSet<String>>,
+    /// The mount's deny list: denied keys and prefixes are taken out of every listing
+    /// (silently: they are hidden on purpose, not odd), and their URIs are not found.
+    pub(crate) deny: DenyList,
+}
+
+impl Lister {
+    /// Whether `key` (an object, or a folder marker or common prefix when it ends in `/`) is
+    /// denied.
+    pub(crate) fn denied(&self, key: &str) -> bool {
+        match key.strip_suffix('/') {
+            Some(dir) => self.deny.is_denied(dir, true),
+            None => self.deny.is_denied(key, false),
+        }
+    }
 }
 
 /// How many distinct skipped keys are remembered as logged; past that, further ones are
@@ -205,14 +249,30 @@ impl Lister {
             .map_err(Failure::Credential)?;
         let res = self.http.execute(req).await.map_err(Failure::Transport)?;
         let status = res.status();
-        let bytes = res.into_body().bytes().await.map_err(Failure::Transport)?;
-        let text = String::from_utf8_lossy(&bytes).into_owned();
         if status.is_success() {
-            Ok(Ok(text))
+            let (bytes, whole) = read_at_most(res.into_body(), LIST_BODY_MAX)
+                .await
+                .map_err(Failure::Transport)?;
+            if !whole {
+                return Err(Failure::Transport(HttpError::new(
+                    HttpErrorKind::Decode,
+                    std::io::Error::other(format!(
+                        "the list response is longer than {} MiB (1,000 keys take at most about 4 MiB); the rest was not read",
+                        LIST_BODY_MAX >> 20
+                    )),
+                )));
+            }
+            Ok(Ok(String::from_utf8_lossy(&bytes).into_owned()))
         } else {
+            // The start of an error document is all a message needs.
+            let (bytes, whole) = read_at_most(res.into_body(), ERROR_TEXT_MAX)
+                .await
+                .map_err(Failure::Transport)?;
+            let more = if whole { "" } else { " …" };
+            let text = String::from_utf8_lossy(&bytes);
             Ok(Err(Failure::Status(
                 status.as_u16(),
-                format!("{status}: {text}"),
+                format!("{status}: {text}{more}"),
             )))
         }
     }
@@ -234,6 +294,9 @@ impl Lister {
                 self.skip(&key);
                 continue;
             }
+            if self.denied(&key) {
+                continue;
+            }
             out.objects.push(ListedObject {
                 key,
                 size: c.size,
@@ -249,6 +312,9 @@ impl Lister {
             }
             if !served_key(&p) {
                 self.skip(&p);
+                continue;
+            }
+            if self.denied(&p) {
                 continue;
             }
             out.prefixes.push(p);
@@ -324,6 +390,7 @@ mod tests {
             region: "us-east-1".into(),
             skipped: AtomicU64::new(0),
             warned: Mutex::default(),
+            deny: DenyList::new(&[]).unwrap(),
         }
     }
 

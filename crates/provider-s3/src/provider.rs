@@ -6,14 +6,15 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use mcpr_core::{
-    Capabilities, ChangeSink, Completion, CompletionRequest, Contents, Counter, Error, ErrorKind,
-    Page, PageRequest, Provider, ProviderInfo, ReadLimits, ResourceMeta, ResourceUri, Result,
-    TemplateMeta, WatchGuard,
+    Capabilities, ChangeSink, Completion, CompletionRequest, Contents, Counter, DenyList, Error,
+    ErrorKind, Page, PageRequest, Provider, ProviderInfo, ReadLimits, ResourceMeta, ResourceUri,
+    Result, TemplateMeta, WatchGuard,
 };
 use object_store::aws::{AmazonS3, AmazonS3Builder, AmazonS3ConfigKey};
-use object_store::client::{HttpConnector as _, ReqwestConnector};
+use object_store::client::HttpConnector as _;
 use object_store::{BackoffConfig, ClientOptions, RetryConfig};
 
+use crate::bounded::BoundedConnector;
 use crate::config::S3Config;
 use crate::error::Context;
 use crate::listing::{ListOptions, Listed, Lister};
@@ -44,6 +45,19 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
+    /// What `uri` names; a denied key or prefix is not found, like one that does not exist
+    /// (decided before the store is asked, so the answer cannot depend on whether it does).
+    pub(crate) fn target(&self, uri: &ResourceUri) -> Result<Target> {
+        let t = self.keys.parse(uri)?;
+        let key = match &t {
+            Target::Object(k) | Target::Dir(k) => k.trim_end_matches('/'),
+        };
+        if !key.is_empty() && self.lister.deny.is_denied_either(key) {
+            return Err(Error::not_found(uri.as_str()));
+        }
+        Ok(t)
+    }
+
     /// One list request: at most `max` keys under `prefix` after `start_after`, grouped by
     /// `/` when `delimiter`. Exactly one request to the store (and its retries).
     pub(crate) async fn list_once(
@@ -100,7 +114,7 @@ impl S3Provider {
             max_retries: MAX_RETRIES,
             retry_timeout: RETRY_TIMEOUT,
         };
-        let http = ReqwestConnector::default().connect(&client).map_err(|e| {
+        let http = BoundedConnector.connect(&client).map_err(|e| {
             Error::invalid_params(format!(
                 "s3 bucket `{}`: the HTTP client cannot be set up: {e}",
                 config.bucket
@@ -108,6 +122,7 @@ impl S3Provider {
         })?;
         let mut b = credentials_from_env(AmazonS3Builder::new())
             .with_client_options(client)
+            .with_http_connector(BoundedConnector)
             .with_retry(retry)
             .with_bucket_name(&config.bucket)
             .with_region(&config.region)
@@ -170,6 +185,7 @@ impl S3Provider {
             region: config.region.clone(),
             skipped: AtomicU64::new(0),
             warned: std::sync::Mutex::default(),
+            deny: DenyList::new(&config.deny)?,
         };
         let keys = Keys {
             root: config.root_uri(),
@@ -301,7 +317,7 @@ impl Provider for S3Provider {
     }
 
     async fn read(&self, uri: &ResourceUri, limits: &ReadLimits) -> Result<Vec<Contents>> {
-        match self.inner.keys.parse(uri)? {
+        match self.inner.target(uri)? {
             Target::Object(key) => crate::read::read_object(&self.inner, uri, &key, limits).await,
             Target::Dir(prefix) => crate::list::read_dir(&self.inner, uri, &prefix).await,
         }
@@ -323,7 +339,7 @@ impl Provider for S3Provider {
     }
 
     async fn watch(&self, uri: &ResourceUri, sink: ChangeSink) -> Result<WatchGuard> {
-        match self.inner.keys.parse(uri)? {
+        match self.inner.target(uri)? {
             Target::Object(_) => Ok(self.watches.add_object(uri.clone(), sink).await),
             Target::Dir(_) => Err(Error::new(
                 ErrorKind::InvalidParams,

@@ -2,10 +2,12 @@
 //!
 //! A whole read is one GET: its response headers give the size, which is checked against
 //! `max_read_bytes` before any of the body is taken (the body is then dropped unread), and
-//! the body is counted again while it streams in, so an object that grew is refused too.
+//! the body is counted again while it streams in and never taken past the size the headers
+//! announced, so an object that grew, or a store that sends more than it said, is refused.
 //! A window (`offset`/`length`, `head`, `tail`: core's [`mcpr_core::window`]) is a HEAD for
 //! the size, then ranged GETs pinned to the HEAD's ETag (`If-Match`), so the bytes all come
-//! from one version of the object.
+//! from one version of the object; each ranged body is read up to the length asked for and
+//! no further: a store that answers a 10-byte range with more is an error, not a bigger read.
 
 use futures::StreamExt as _;
 use mcpr_core::window::{
@@ -62,9 +64,10 @@ pub(crate) async fn read_object(
             return Err(too_large(uri_s, size, max));
         }
         let ctype = content_type(&res);
-        let bytes = collect(inner, res, max, &what)
-            .await?
-            .ok_or_else(|| too_large(uri_s, size.max(max + 1), max))?;
+        // `size` is what the headers announced (at most `max` here): the body is not read
+        // past it, so a store that lies about the length cannot make the read any bigger.
+        let bytes = collect(inner, res, size, &what).await?;
+        let bytes = exact(inner, bytes, size, &what, "its headers announced")?;
         return Ok(vec![make_contents(
             uri_s,
             key,
@@ -140,7 +143,8 @@ fn content_type(res: &GetResult) -> Option<String> {
         .map(|v| v.as_ref().to_owned())
 }
 
-/// The body of `res`, or `None` when it is more than `max` bytes (the rest is not taken).
+/// The body of `res`, or `None` when it is more than `max` bytes (the rest is not taken:
+/// the stream is dropped at the first chunk past `max`).
 async fn collect(inner: &Inner, res: GetResult, max: u64, what: &str) -> Result<Option<Vec<u8>>> {
     let mut stream = res.into_stream();
     let mut buf = Vec::new();
@@ -165,14 +169,36 @@ async fn get_range(
     if range.start >= range.end {
         return Ok(Vec::new());
     }
+    let want = range.end - range.start;
     let res = inner
         .store
         .get_opts(path, pinned(meta, GetRange::Bounded(range)))
         .await
         .map_err(|e| changed_or(inner, e, what))?;
-    collect(inner, res, u64::MAX, what)
-        .await
-        .map(Option::unwrap_or_default)
+    let bytes = collect(inner, res, want, what).await?;
+    exact(inner, bytes, want, what, "asked for")
+}
+
+/// `bytes` when it is exactly `want` bytes long; otherwise (`None`: more than `want`) the
+/// error saying the store sent another length than it should have. Neither a longer body
+/// nor a shorter one is served: one is a lie, the other a partial answer.
+fn exact(
+    inner: &Inner,
+    bytes: Option<Vec<u8>>,
+    want: u64,
+    what: &str,
+    why: &str,
+) -> Result<Vec<u8>> {
+    match bytes {
+        Some(b) if b.len() as u64 == want => Ok(b),
+        Some(b) => Err(inner
+            .ctx
+            .wrong_length(what, &format!("{} bytes where {want} were {why}", b.len()))),
+        None => Err(inner.ctx.wrong_length(
+            what,
+            &format!("more than the {want} bytes {why}; the rest was not read"),
+        )),
+    }
 }
 
 /// GET options for `range` of exactly the version `meta` describes.
@@ -210,6 +236,7 @@ async fn head_lines(
     if n == 0 || range.start >= range.end {
         return Ok(Some(buf));
     }
+    let want = range.end - range.start;
     let res = inner
         .store
         .get_opts(path, pinned(meta, GetRange::Bounded(range)))
@@ -217,8 +244,16 @@ async fn head_lines(
         .map_err(|e| changed_or(inner, e, what))?;
     let mut stream = res.into_stream();
     let mut lines = 0u64;
+    let mut taken = 0u64;
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|e| inner.ctx.map(e, what, None))?;
+        taken += chunk.len() as u64;
+        if taken > want {
+            return Err(inner.ctx.wrong_length(
+                what,
+                &format!("more than the {want} bytes asked for; the rest was not read"),
+            ));
+        }
         for (i, &b) in chunk.iter().enumerate() {
             if b == b'\n' {
                 lines += 1;

@@ -577,3 +577,146 @@ async fn reads_report_the_stored_content_type() {
         ]
     );
 }
+
+/// The default deny rules and the mount's `deny` apply to keys as to files: `public/.env`,
+/// keys and credentials are not listed, read, shown in prefix listings, completed or watched,
+/// and each answer is exactly the one a missing key gets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn denied_keys_answer_as_missing_everywhere() {
+    use mcpr_core::Error;
+
+    let Some(m) = moto() else { return };
+    let bucket = unique_bucket("deny");
+    create_bucket(&m.endpoint(), &bucket).await;
+    let w = writer(&m.endpoint(), &bucket);
+    for key in [
+        "README.md",
+        "public/.env",
+        "public/report.csv",
+        "certs/server.pem",
+        "certs/Deploy.PEM",
+        "certs/ca.txt",
+        "home/.ssh/authorized_keys",
+        "home/id_rsa",
+        "home/notes.md",
+        "exports/raw/a.csv",
+        "exports/ok.csv",
+    ] {
+        put(&w, key, b"data").await;
+    }
+    let mut cfg = config(&m.endpoint(), &bucket);
+    cfg.deny = vec!["exports/raw/".into()];
+    let p = S3Provider::new(cfg).await.unwrap();
+    let b = &bucket;
+
+    for key in [
+        "public/.env",
+        "certs/server.pem",
+        "certs/Deploy.PEM",
+        "home/.ssh/authorized_keys",
+        "home/.ssh/",
+        "home/id_rsa",
+        "exports/raw/a.csv",
+        "exports/raw/",
+        "public/.env?head=1",
+    ] {
+        let uri = format!("s3://{b}/{key}");
+        let e = p.read(&u(&uri), &BIG).await.unwrap_err();
+        assert_eq!(e, Error::not_found(&uri), "{uri}");
+        let missing = format!("s3://{b}/public/nothing-{key}");
+        let me = p.read(&u(&missing), &BIG).await.unwrap_err();
+        assert_eq!(me.kind, e.kind, "{uri} vs {missing}");
+    }
+    let (body, _) = bytes_of(&p, &format!("s3://{b}/public/report.csv"), &BIG).await;
+    assert_eq!(body, b"data");
+
+    // The listing, page by page.
+    let mut names = Vec::new();
+    let mut after = None;
+    loop {
+        let page = p.list(PageRequest { after, limit: 2 }).await.unwrap();
+        names.extend(page.items.into_iter().map(|i| i.name));
+        match page.next {
+            Some(n) => after = Some(n),
+            None => break,
+        }
+    }
+    assert_eq!(
+        names,
+        [
+            "README.md",
+            "certs/ca.txt",
+            "exports/ok.csv",
+            "home/notes.md",
+            "public/report.csv"
+        ]
+    );
+
+    // Prefix listings.
+    let entries = |d: Value| -> Vec<String> {
+        d["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(
+        entries(json_of(&p, &format!("s3://{b}/home/")).await),
+        ["notes.md"]
+    );
+    assert_eq!(
+        entries(json_of(&p, &format!("s3://{b}/certs/")).await),
+        ["ca.txt"]
+    );
+    assert_eq!(
+        entries(json_of(&p, &format!("s3://{b}/exports/")).await),
+        ["ok.csv"]
+    );
+    assert_eq!(
+        entries(json_of(&p, &format!("s3://{b}/public/")).await),
+        ["report.csv"]
+    );
+
+    // Completion.
+    let complete = |v: &str| {
+        let req = CompletionRequest {
+            template: format!("s3://{b}/{{+key}}"),
+            argument: "key".into(),
+            value: v.into(),
+            context: Default::default(),
+        };
+        let p = &p;
+        async move { p.complete(req).await.unwrap().values }
+    };
+    assert_eq!(complete("public/").await, ["public/report.csv"]);
+    assert_eq!(complete("public/.e").await, Vec::<String>::new());
+    assert_eq!(complete("home/").await, ["home/notes.md"]);
+    assert_eq!(complete("home/.ssh/").await, Vec::<String>::new());
+    assert_eq!(complete("exports/").await, ["exports/ok.csv"]);
+
+    // Subscriptions, and the watched listing.
+    let bus = Arc::new(LocalBus::default());
+    let uri = format!("s3://{b}/public/.env");
+    let e = p
+        .watch(&u(&uri), ChangeSink::new(bus.clone(), "m0"))
+        .await
+        .map(drop)
+        .unwrap_err();
+    assert_eq!(e, Error::not_found(&uri));
+    let mut rx = bus.subscribe();
+    let _g = p
+        .watch_list(ChangeSink::new(bus.clone(), "m0"))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    while rx.try_recv().is_ok() {}
+    put(&w, "public/.env.local", b"SECRET").await;
+    put(&w, "certs/new.key", b"k").await;
+    assert_eq!(next_event(&mut rx, Duration::from_millis(900)).await, None);
+    put(&w, "public/new.csv", b"n").await;
+    match next_event(&mut rx, Duration::from_secs(3)).await {
+        Some(ChangeEvent::ListChanged { mount }) => assert_eq!(mount, "m0"),
+        other => panic!("expected list_changed, got {other:?}"),
+    }
+}

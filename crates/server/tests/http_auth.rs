@@ -6,6 +6,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use futures::StreamExt as _;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use mcpr_core::Provider;
 use mcpr_provider_files::{FilesConfig, FilesProvider, encode_path_uri};
@@ -71,7 +72,10 @@ struct Fixture {
 }
 
 async fn start() -> Fixture {
-    let jwks_url = jwks_server().await;
+    start_with_jwks(jwks_server().await).await
+}
+
+async fn start_with_jwks(jwks_url: String) -> Fixture {
     let docs_dir = tempfile::tempdir().unwrap();
     let fin_dir = tempfile::tempdir().unwrap();
     std::fs::write(docs_dir.path().join("guide.md"), "# guide").unwrap();
@@ -319,5 +323,74 @@ async fn jwt_validation_and_scopes() {
         .unwrap();
     assert_eq!(meta["resource"], AUDIENCE);
     assert_eq!(meta["authorization_servers"], json!([ISSUER]));
-    assert_eq!(meta["scopes_supported"], json!(["docs", "finance"]));
+}
+
+/// The RFC 9728 document is served without a token: it advertises the scope every token
+/// needs (`required_scopes`) and nothing that names a scoped mount, which README promises
+/// is invisible to callers without its scope.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn public_metadata_names_no_scoped_mount() {
+    let f = start().await;
+    for path in [
+        "/.well-known/oauth-protected-resource",
+        "/.well-known/oauth-protected-resource/mcp",
+    ] {
+        let resp = f
+            .http
+            .get(format!("{}{path}", f.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200, "{path}");
+        let text = resp.text().await.unwrap();
+        let meta: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(meta["scopes_supported"], json!(["mcp"]), "{path}: {text}");
+        for mount_scope in ["docs", "finance"] {
+            assert!(
+                !text.contains(mount_scope),
+                "{path} names the scoped mount {mount_scope}: {text}"
+            );
+        }
+    }
+}
+
+/// A JWKS URL whose answer never ends (up to 256 MiB, until the reader goes away), and how
+/// many bytes of it were sent.
+async fn endless_jwks_server() -> (String, Arc<std::sync::atomic::AtomicU64>) {
+    let sent = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counter = sent.clone();
+    let app = axum::Router::new().route(
+        "/jwks.json",
+        axum::routing::get(move || {
+            let counter = counter.clone();
+            async move {
+                let block = bytes::Bytes::from(vec![b' '; 64 * 1024]);
+                let stream = futures::stream::iter(0..4096).map(move |_| {
+                    counter.fetch_add(block.len() as u64, std::sync::atomic::Ordering::SeqCst);
+                    Ok::<_, std::io::Error>(block.clone())
+                });
+                axum::body::Body::from_stream(stream)
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}/jwks.json"), sent)
+}
+
+/// A key set that never ends is not taken into memory: the fetch stops at 1 MiB while it
+/// streams, and the token is refused as "keys unavailable" (503) at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endless_key_set_is_cut_off_while_it_streams() {
+    let (url, sent) = endless_jwks_server().await;
+    let f = start_with_jwks(url).await;
+    let token = token(Algorithm::RS256, "rsa1", "test-rsa.pem", claims("mcp docs"));
+    let started = std::time::Instant::now();
+    let (status, _, body) = f.call(Some(&token), "resources/list", json!({})).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let n = sent.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(n < 32 << 20, "{n} bytes of the key set were sent");
 }

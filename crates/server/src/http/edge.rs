@@ -6,7 +6,8 @@
 //! refusal is a clear HTTP status with a JSON-RPC error body naming the limit.
 //!
 //! [`ops_gate`] applies the same Host and Origin checks to `/healthz`, `/readyz`, `/metrics`
-//! and the OAuth metadata.
+//! and the OAuth metadata; [`authority_as_host`], in front of everything, gives an HTTP/2
+//! request without `Host` its `:authority` as `Host` for those checks.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -547,6 +548,25 @@ pub async fn ops_gate(State(gate): State<Arc<OpsGate>>, req: Request, next: Next
             "Forbidden: Origin header is not allowed",
         )
             .into_response();
+    }
+    next.run(req).await
+}
+
+/// An HTTP/2 (or HTTP/3) request names its host in the `:authority` pseudo-header, which
+/// hyper puts in the request URI; `Host` is then optional (RFC 9113 §8.3.1). Every Host check
+/// (rmcp's, the direct read path's, [`ops_gate`]) reads the `Host` header, so a request
+/// without one gets its authority as `Host` here, in front of them all: the same checks then
+/// apply to both protocol versions. A `Host` that is present is left as it is; an HTTP/1.1
+/// request without `Host` has no authority in its URI and still fails the checks.
+pub async fn authority_as_host(mut req: Request, next: Next) -> Response {
+    if !req.headers().contains_key(http::header::HOST)
+        && let Some(authority) = req.uri().authority()
+    {
+        // `:authority` may not carry userinfo (RFC 9113 §8.3.1); if it does, it is not a host.
+        let host = authority.as_str().rsplit('@').next().unwrap_or_default();
+        if let Ok(v) = HeaderValue::from_str(host) {
+            req.headers_mut().insert(http::header::HOST, v);
+        }
     }
     next.run(req).await
 }

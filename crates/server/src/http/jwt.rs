@@ -45,6 +45,26 @@ pub enum JwtError {
     KeysUnavailable(String),
 }
 
+/// The biggest key set read. A set holds a few keys of a few hundred bytes each; the
+/// authorization server (or whatever answers at its URL) cannot make the process hold more.
+const MAX_JWKS_BYTES: usize = 1 << 20;
+
+/// The body of `resp`, or `None` when it is over `max` bytes: by `Content-Length` before
+/// reading, and while it streams (reading stops at the first chunk past `max`).
+async fn read_at_most(mut resp: reqwest::Response, max: usize) -> reqwest::Result<Option<Vec<u8>>> {
+    if resp.content_length().is_some_and(|n| n > max as u64) {
+        return Ok(None);
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = resp.chunk().await? {
+        if body.len() + chunk.len() > max {
+            return Ok(None);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(Some(body))
+}
+
 struct Keys {
     set: JwkSet,
     fetched: Instant,
@@ -99,10 +119,15 @@ impl JwtValidator {
                 resp.status()
             )));
         }
-        let body = resp
-            .bytes()
+        let body = read_at_most(resp, MAX_JWKS_BYTES)
             .await
-            .map_err(|e| JwtError::KeysUnavailable(format!("reading {url}: {e}")))?;
+            .map_err(|e| JwtError::KeysUnavailable(format!("reading {url}: {e}")))?
+            .ok_or_else(|| {
+                JwtError::KeysUnavailable(format!(
+                    "{url} sent a key set over {} KiB; the rest was not read",
+                    MAX_JWKS_BYTES / 1024
+                ))
+            })?;
         serde_json::from_slice(&body)
             .map_err(|e| JwtError::KeysUnavailable(format!("{url} is not a JWK set: {e}")))
     }

@@ -246,21 +246,21 @@ pub async fn serve(
             .zip(roaming.map(|r| r.grants.clone())),
     );
     // RFC 9728 protected-resource metadata: where clients find the authorization server.
+    // It is served to anyone, so `scopes_supported` names only the scopes every token needs
+    // (`required_scopes`): a mount's own scope would name the mount, which callers without
+    // that scope must not learn (RFC 9728 §2 lets a resource leave scopes out).
     let metadata = settings.auth.as_ref().filter(|a| a.is_enabled()).map(|a| {
-        let scopes: BTreeSet<&str> = state
-            .router()
-            .mounts()
-            .iter()
-            .filter_map(|m| m.scope.as_deref())
-            .collect();
         let mut m = serde_json::json!({
             "resource": a.resource.clone().or_else(|| a.jwt.as_ref().map(|j| j.audience.clone())),
             "bearer_methods_supported": ["header"],
             "resource_name": state.settings.name,
-            "scopes_supported": scopes,
         });
         if let Some(j) = &a.jwt {
             m["authorization_servers"] = serde_json::json!([j.issuer]);
+            let scopes: BTreeSet<&str> = j.required_scopes.iter().map(String::as_str).collect();
+            if !scopes.is_empty() {
+                m["scopes_supported"] = serde_json::json!(scopes);
+            }
         }
         m
     });
@@ -294,7 +294,8 @@ pub async fn serve(
         )
         .with_state(ops)
         .layer(axum::middleware::from_fn_with_state(gate, edge::ops_gate))
-        .merge(mcp_route);
+        .merge(mcp_route)
+        .layer(axum::middleware::from_fn(edge::authority_as_host));
 
     let listener = listen(settings.listen)
         .map_err(|e| format!("cannot listen on {}: {e}", settings.listen))?;
