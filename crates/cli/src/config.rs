@@ -163,7 +163,7 @@ struct RawAuth {
 struct RawScopedToken {
     token: Spanned<String>,
     scopes: Vec<String>,
-    name: Option<String>,
+    name: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -602,10 +602,27 @@ fn http_config(cx: &ConfigFile<'_>, h: RawHttp) -> Result<HttpConfig, ConfigErro
                 );
             }
         }
+        // A name is one identity: the tokens of one entry (a file of them, old and new
+        // during a rotation) share it, but two entries may not, since their holders would
+        // then own each other's sessions whatever their scopes.
+        let mut names = std::collections::HashSet::new();
+        for spanned in auth.scoped_token.iter().filter_map(|st| st.name.as_ref()) {
+            let n = spanned.get_ref();
+            if !names.insert(n) {
+                return cx.err(
+                    spanned.span(),
+                    "http.auth.scoped_token.name",
+                    format!(
+                        "{n:?} names another scoped_token entry too: each entry's name is its holders' identity (their sessions), so names must differ"
+                    ),
+                );
+            }
+        }
         for st in &auth.scoped_token {
+            let name = st.name.as_ref().map(|n| n.get_ref().clone());
             for tok in token_source(cx, &st.token, "http.auth.scoped_token.token")? {
                 out.tokens
-                    .push((tok, Some(st.scopes.clone()), st.name.clone()));
+                    .push((tok, Some(st.scopes.clone()), name.clone()));
             }
         }
     }
@@ -819,6 +836,19 @@ mod tests {
         assert!(e.contains("tools"), "{e}");
         let e = parse_str("[http]\nbody_timeout_ms = 5\n").unwrap_err().0;
         assert!(e.contains("body_timeout_ms"), "{e}");
+    }
+
+    #[test]
+    fn two_scoped_token_entries_may_not_share_a_name() {
+        let e = parse_str(
+            "[http.auth]\n[[http.auth.scoped_token]]\ntoken = \"env:MCPR_T1\"\nscopes = [\"docs\"]\nname = \"team\"\n[[http.auth.scoped_token]]\ntoken = \"env:MCPR_T2\"\nscopes = [\"db\"]\nname = \"team\"\n",
+        )
+        .unwrap_err()
+        .0;
+        assert!(
+            e.starts_with("test.toml:9: `http.auth.scoped_token.name`: \"team\" names another"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -91,8 +91,38 @@ impl ClusterConfig {
     }
 }
 
-/// `url` with any user information replaced by `***`, for logs and errors.
+/// `url` with any user information replaced by `***`, for logs and errors; a list of URLs
+/// separated by commas (as `nats_url` takes) has each of them cleaned.
 pub fn redact_url(url: &str) -> String {
+    split_urls(url)
+        .into_iter()
+        .map(redact_one_url)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The URLs of a comma-separated list. A comma starts another URL only where a scheme
+/// follows it, so a comma inside a password does not split the URL (and leave part of the
+/// password outside the user information that is taken out).
+fn split_urls(url: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for (i, _) in url.match_indices(',') {
+        let next = &url[i + 1..];
+        let next = next.trim_start();
+        let scheme = next
+            .find("://")
+            .filter(|&n| n > 0 && next[..n].chars().all(|c| c.is_ascii_alphanumeric()));
+        if scheme.is_some() {
+            out.push(&url[start..i]);
+            start = i + 1;
+        }
+    }
+    out.push(&url[start..]);
+    out
+}
+
+fn redact_one_url(url: &str) -> String {
     let (scheme, rest) = match url.split_once("://") {
         Some((s, r)) => (format!("{s}://"), r),
         None => (String::new(), url),
@@ -111,8 +141,8 @@ pub fn redact_url(url: &str) -> String {
 /// are used.
 pub fn split_credentials(url: &str) -> (String, Option<Credentials>) {
     let mut found = None;
-    let clean: Vec<String> = url
-        .split(',')
+    let clean: Vec<String> = split_urls(url)
+        .into_iter()
         .map(|one| {
             let one = one.trim();
             let (scheme, rest) = match one.split_once("://") {
@@ -212,6 +242,11 @@ mod tests {
         );
         assert_eq!(redact_url("tls://tok@h/x@y"), "tls://***@h/x@y");
         assert_eq!(redact_url("nats://h:4222"), "nats://h:4222");
+        assert_eq!(
+            redact_url("nats://a:1,nats://u:pw@b:2,tls://t0k@c"),
+            "nats://a:1,nats://***@b:2,tls://***@c"
+        );
+        assert_eq!(redact_url("nats://u:pa,ss@h:1"), "nats://***@h:1");
         let cfg = ClusterConfig {
             nats_url: "nats://u:hunter2@h".into(),
             name: "team".into(),
@@ -258,6 +293,13 @@ mod tests {
         assert_eq!(c, Some(Credentials::Token("t0ken".into())));
         assert_eq!(split_credentials("nats://h").0, "nats://h");
         assert_eq!(split_credentials("nats://h").1, None);
+        // A comma inside the password does not start another URL.
+        let (url, c) = split_credentials("nats://u:pa,ss@h:1,nats://b:2");
+        assert_eq!(url, "nats://h:1,nats://b:2");
+        assert_eq!(
+            c,
+            Some(Credentials::UserPassword("u".into(), "pa,ss".into()))
+        );
     }
 
     #[test]

@@ -114,7 +114,13 @@ impl PollSource for HttpSource {
             }),
             Err(e) if e.kind == ErrorKind::NotFound => Ok(Fingerprint::Gone),
             Err(e) if matches!(e.kind, ErrorKind::TooLarge | ErrorKind::InvalidParams) => {
-                Ok(Fingerprint::Refused(e.kind, e.message))
+                // The message names the URI this check went through, which is whichever of
+                // the URIs sharing the poll key comes first and changes as they come and go:
+                // without it, the same refusal compares equal whichever URI asked.
+                Ok(Fingerprint::Refused(
+                    e.kind,
+                    e.message.replace(uri.as_str(), ""),
+                ))
             }
             Err(e) => {
                 tracing::debug!(uri = uri.as_str(), error = %e, "poll failed; retrying later");

@@ -189,6 +189,13 @@ impl ListSkips {
         !m.out.swap(true, Ordering::AcqRel)
     }
 
+    /// Whether mount `index` is in an outage: left out of a listing and not listed since.
+    pub(crate) fn is_out(&self, index: usize) -> bool {
+        self.mounts
+            .get(index)
+            .is_some_and(|m| m.out.load(Ordering::Acquire))
+    }
+
     /// Mount `index` answered a listing; `true` when this ends an outage. A plain load
     /// first, so a healthy listing writes nothing shared.
     pub(crate) fn listed(&self, index: usize) -> bool {

@@ -278,6 +278,12 @@ fn skips(e: &Error, resumed: bool) -> bool {
     !resumed || !matches!(e.kind, ErrorKind::InvalidCursor | ErrorKind::InvalidParams)
 }
 
+/// How long a listing asks a mount that is in an outage (left out of an earlier listing and
+/// not listed since): a quarter of the request timeout, at least one second.
+fn outage_probe(timeout: Duration) -> Duration {
+    (timeout / 4).max(Duration::from_secs(1))
+}
+
 /// The answer to a first listing page that could list no mount at all, every one it tried
 /// having failed: their errors, rather than an empty list that looks like "nothing here".
 fn none_listed(mut skipped: Vec<SkippedMount>) -> Error {
@@ -287,7 +293,7 @@ fn none_listed(mut skipped: Vec<SkippedMount>) -> Error {
     let kind = skipped[0].error.kind;
     let each: Vec<String> = skipped
         .iter()
-        .map(|s| format!("{}: {}", s.mount, s.error.message))
+        .map(|s| format!("{}: {}", s.mount, redact(&s.error.message)))
         .collect();
     Error::new(
         kind,
@@ -370,7 +376,7 @@ impl Service {
             Some(c) => self.decode_cursor(c)?,
         };
         let g = self.gather(grant, start, &|_| true).await?;
-        if cursor.is_none() && !g.listed && !g.skipped.is_empty() {
+        if cursor.is_none() && g.next.is_none() && !g.listed && !g.skipped.is_empty() {
             return Err(none_listed(g.skipped));
         }
         Ok(ListPage {
@@ -415,6 +421,12 @@ impl Service {
     ) -> Result<Gathered> {
         let mounts = self.state.router.mounts();
         let page_size = self.state.settings.page_size;
+        let timeout = self.state.settings.request_timeout;
+        // One deadline for the whole walk: several mounts that hang must not each take the
+        // request timeout in turn, so that the client gives up before any answer. The first
+        // mount asked always gets the full timeout, so every page moves the cursor forward.
+        let deadline = Instant::now() + timeout;
+        let mut asked = false;
         let mut out = Gathered {
             items: Vec::with_capacity(page_size),
             next: None,
@@ -429,10 +441,26 @@ impl Service {
                 after = None;
                 continue;
             }
+            let mut budget = if asked {
+                deadline.saturating_duration_since(Instant::now())
+            } else {
+                timeout
+            };
+            if budget.is_zero() {
+                // Out of time: the next page starts at this mount, where this one stopped.
+                out.next = Some((idx, after));
+                break;
+            }
+            if self.state.list_skips.is_out(mount.index as usize) {
+                // A mount already left out of a listing is asked again on every page (so its
+                // recovery shows at once), but not for long: each page of a walk past it
+                // would otherwise wait the full timeout again.
+                budget = budget.min(outage_probe(timeout));
+            }
+            asked = true;
             let resume = after.take();
             let resumed = resume.is_some();
-            let listed = self
-                .bounded(mount)
+            let listed = Bounded::new(&*mount.provider, budget)
                 .list(PageRequest {
                     after: resume,
                     limit: page_size - out.items.len(),

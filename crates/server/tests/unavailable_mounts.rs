@@ -178,6 +178,65 @@ async fn a_first_page_that_could_list_no_mount_answers_their_errors() {
     );
 }
 
+/// An S3 mount of `bucket` whose endpoint accepts connections and never answers; the
+/// listener lives as long as the returned handle's task.
+async fn hanging_s3(bucket: &str) -> (Arc<dyn Provider>, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((conn, _)) = listener.accept().await {
+            open.push(conn);
+        }
+    });
+    let mut c = S3Config::new(bucket, "us-east-1");
+    c.endpoint = Some(format!("http://127.0.0.1:{port}"));
+    c.allow_http = true;
+    c.access_key_id = Some(KEY_ID.into());
+    c.secret_access_key = Some(SECRET.into());
+    (Arc::new(S3Provider::new(c).await.unwrap()), held)
+}
+
+/// Three mounts that hang do not each take the request timeout in turn on one page: a page
+/// answers within about one timeout, its cursor stopping at the mount it had no time for, so
+/// a client following cursors still gets every file, each page in bounded time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mounts_that_hang_cost_a_page_one_timeout_not_one_each() {
+    let (_dir, fs, file_uris) = files(3);
+    let (a, _ha) = hanging_s3("hang-a").await;
+    let (b, _hb) = hanging_s3("hang-b").await;
+    let (c, _hc) = hanging_s3("hang-c").await;
+    let timeout = Duration::from_millis(1500);
+    let state = ServerState::new(
+        Settings {
+            request_timeout: timeout,
+            ..settings(10)
+        },
+        vec![a, b, c, fs],
+    );
+    let service = Service::new(state);
+    let mut cursor: Option<String> = None;
+    let (mut uris, mut skipped) = (Vec::new(), Vec::new());
+    for _ in 0..10 {
+        let began = std::time::Instant::now();
+        let page = service.list(None, cursor.as_deref()).await.unwrap();
+        let took = began.elapsed();
+        assert!(
+            took < timeout + Duration::from_millis(1000),
+            "a page took {took:?} with a request timeout of {timeout:?}"
+        );
+        uris.extend(page.items.iter().map(|r| r.uri.clone()));
+        skipped.extend(page.skipped.iter().map(|s| s.mount.clone()));
+        cursor = page.next_cursor;
+        if cursor.is_none() {
+            break;
+        }
+    }
+    assert!(cursor.is_none(), "the listing did not end");
+    assert_eq!(uris, file_uris);
+    assert_eq!(skipped, ["s3://hang-a/", "s3://hang-b/", "s3://hang-c/"]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scan_goes_past_a_dead_mount_and_names_it() {
     let (_dir, fs, file_uris) = files(3);

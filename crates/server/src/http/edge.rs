@@ -556,10 +556,12 @@ pub async fn ops_gate(State(gate): State<Arc<OpsGate>>, req: Request, next: Next
 /// hyper puts in the request URI; `Host` is then optional (RFC 9113 §8.3.1). Every Host check
 /// (rmcp's, the direct read path's, [`ops_gate`]) reads the `Host` header, so a request
 /// without one gets its authority as `Host` here, in front of them all: the same checks then
-/// apply to both protocol versions. A `Host` that is present is left as it is; an HTTP/1.1
-/// request without `Host` has no authority in its URI and still fails the checks.
+/// apply to both protocol versions. A `Host` that is present is left as it is. Only HTTP/2
+/// and later: an HTTP/1.1 request in absolute form (`GET http://h/ HTTP/1.1`) also has an
+/// authority in its URI, but HTTP/1.1 requires `Host`, so one without it still fails.
 pub async fn authority_as_host(mut req: Request, next: Next) -> Response {
-    if !req.headers().contains_key(http::header::HOST)
+    if req.version() >= http::Version::HTTP_2
+        && !req.headers().contains_key(http::header::HOST)
         && let Some(authority) = req.uri().authority()
     {
         // `:authority` may not carry userinfo (RFC 9113 §8.3.1); if it does, it is not a host.
