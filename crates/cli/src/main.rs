@@ -572,6 +572,7 @@ async fn check_mounts(cfg: &Config, connect: bool) -> (Vec<String>, usize) {
     let mut lines = Vec::new();
     let mut failed = 0;
     let mut prefixes = std::collections::HashMap::new();
+    let mut built: Vec<ScopedProvider> = Vec::new();
     for m in &cfg.mounts {
         if !connect && !m.spec.is_local() {
             lines.push(format!(
@@ -592,18 +593,26 @@ async fn check_mounts(cfg: &Config, connect: bool) -> (Vec<String>, usize) {
         }
         .await;
         match outcome {
-            Ok(p) => lines.push(format!(
-                "{}: {}{} -> {}",
-                m.origin,
-                if connect { "ok: " } else { "" },
-                p.info().label,
-                mcpr_server::mount_addresses(&*p).join(", ")
-            )),
+            Ok(p) => {
+                lines.push(format!(
+                    "{}: {}{} -> {}",
+                    m.origin,
+                    if connect { "ok: " } else { "" },
+                    p.info().label,
+                    mcpr_server::mount_addresses(&*p).join(", ")
+                ));
+                built.push((p, m.scope.clone()));
+            }
             Err(e) => {
                 failed += 1;
                 lines.push(format!("{e:#}"));
             }
         }
+    }
+    // `serve` refuses a root inside another's; so does the check, among the mounts it opened.
+    if let Err(e) = refuse_nested_roots(&built) {
+        failed += 1;
+        lines.push(format!("{e:#}"));
     }
     (lines, failed)
 }

@@ -221,12 +221,13 @@ fn the_http_and_cluster_settings_read_are_printed_without_secrets() {
     let cfg = write(
         dir.path(),
         "h.toml",
-        "[http]\nlisten = \"127.0.0.1:9000\"\nmax_sessions = 7\n[http.auth]\nbearer_tokens = [\"env:H8_TOKEN\"]\n[cluster]\nnats_url = \"nats://u:natspw@127.0.0.1:4222\"\nname = \"c1\"\nreplica = \"r1\"\n[[mount]]\nkind = \"files\"\nroot = \".\"\n",
+        "[http]\nlisten = \"127.0.0.1:9000\"\nmax_sessions = 7\n[http.auth]\nbearer_tokens = [\"env:H8_TOKEN\"]\n[cluster]\nnats_url = \"nats://u:natspw@127.0.0.1:4222\"\nname = \"c1\"\nreplica = \"r1\"\nsecret = \"${H8_CLUSTER_SECRET}\"\n[[mount]]\nkind = \"files\"\nroot = \".\"\n",
     );
     let mut cmd = Command::new(bin());
     cmd.arg("check-config")
         .arg(&cfg)
-        .env("H8_TOKEN", "tok-secret");
+        .env("H8_TOKEN", "tok-secret")
+        .env("H8_CLUSTER_SECRET", "cluster-secret-of-at-least-32-bytes");
     let out = run(cmd).ok();
     assert!(
         out.contains("http: listen=127.0.0.1:9000 path=/mcp")
@@ -236,7 +237,7 @@ fn the_http_and_cluster_settings_read_are_printed_without_secrets() {
         "{out}"
     );
     assert!(
-        !out.contains("tok-secret") && !out.contains("natspw"),
+        !out.contains("tok-secret") && !out.contains("natspw") && !out.contains("cluster-secret"),
         "{out}"
     );
 }

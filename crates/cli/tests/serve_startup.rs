@@ -53,7 +53,14 @@ fn nested_roots_are_refused_naming_both() {
     cmd.arg("check-config").arg(&config);
     let out = run(cmd);
     assert_eq!(out.code, Some(1), "{out:?}");
-    assert!(out.stderr.contains("is inside mount"), "{}", out.stderr);
+    // check-config prints one line per finding on stdout and the count on stderr.
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(report.contains("is inside mount"), "{report}");
+    assert!(
+        out.stderr.contains("1 of 2 mounts failed"),
+        "{}",
+        out.stderr
+    );
 
     let listed = run(client_stdio(
         &["ls"],
