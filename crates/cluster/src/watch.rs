@@ -860,17 +860,12 @@ async fn handle_want(i: &Arc<Inner>, mount: &str, book: &mut Book, msg: async_na
 
 /// The refusal of an interest beyond a replica's `max_watches`, as its registry words it.
 fn over_budget(max: usize) -> Error {
-    let mut details = serde_json::Map::new();
-    details.insert("limit".into(), max.into());
-    details.insert("setting".into(), "server.max_watches".into());
-    let mut e = Error::new(
-        ErrorKind::Unavailable,
+    Error::over_watch_budget(
+        max,
         format!(
             "the cluster's watcher already holds {max} subscriptions of this replica, the limit (max_watches); try again after some are released"
         ),
-    );
-    e.details = Some(details);
-    e
+    )
 }
 
 /// Start the provider's watch of `topic`, publishing on the cluster's bus.

@@ -71,6 +71,18 @@ impl Error {
         }
     }
 
+    /// A subscription refused because `server.max_watches` (`max`) is reached, where
+    /// `message` says whose budget it is. The registry and the cluster's watcher both refuse
+    /// with it, and the server recognises either by these details.
+    pub fn over_watch_budget(max: usize, message: impl Into<String>) -> Self {
+        let mut details = serde_json::Map::new();
+        details.insert("limit".into(), max.into());
+        details.insert("setting".into(), "server.max_watches".into());
+        let mut e = Self::new(ErrorKind::Unavailable, message);
+        e.details = Some(details);
+        e
+    }
+
     /// Bad request parameters.
     pub fn invalid_params(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::InvalidParams, message)

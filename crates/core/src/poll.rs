@@ -55,6 +55,10 @@ use crate::error::Result;
 use crate::provider::Counter;
 use crate::uri::ResourceUri;
 
+/// Allowed `max_poll_requests_per_second`, the mount setting behind
+/// [`PollConfig::max_checks_per_second`], for every provider that offers it.
+pub const MAX_POLL_REQUESTS_PER_SECOND: std::ops::RangeInclusive<u64> = 1..=10_000;
+
 /// The name of the counter of deferred checks at `/metrics` ([`Poller::throttled_counter`]).
 pub const THROTTLED_METRIC: &str = "mcp_poll_throttled_total";
 

@@ -25,8 +25,8 @@ pub const TIMEOUT_MS: RangeInclusive<u64> = 100..=600_000;
 pub const MAX_REDIRECTS: RangeInclusive<u64> = 0..=20;
 /// Allowed `poll_interval_ms`.
 pub const POLL_INTERVAL_MS: RangeInclusive<u64> = 100..=86_400_000;
-/// Allowed `max_poll_requests_per_second`.
-pub const MAX_POLL_REQUESTS_PER_SECOND: RangeInclusive<u64> = 1..=10_000;
+/// Allowed `max_poll_requests_per_second`, as for every polling provider.
+pub use mcpr_core::poll::MAX_POLL_REQUESTS_PER_SECOND;
 /// The default `max_poll_requests_per_second`: gentle on an upstream with its own rate limit,
 /// and 300 subscribed upstream URLs at the default 30 s interval.
 pub const DEFAULT_MAX_POLL_REQUESTS_PER_SECOND: u32 = 10;

@@ -14,8 +14,8 @@ use toml::Spanned;
 
 /// Allowed `poll_interval_ms`: at least 100 ms (each check is a request to the store).
 pub const POLL_INTERVAL_MS: std::ops::RangeInclusive<u64> = 100..=3_600_000;
-/// Allowed `max_poll_requests_per_second`.
-pub const MAX_POLL_REQUESTS_PER_SECOND: std::ops::RangeInclusive<u64> = 1..=10_000;
+/// Allowed `max_poll_requests_per_second`, as for every polling provider.
+pub use mcpr_core::poll::MAX_POLL_REQUESTS_PER_SECOND;
 /// The default `max_poll_requests_per_second`: 20 a second is at most 1.7 million requests a
 /// day, whatever clients subscribe to; it polls 100 objects at the default 5 s interval.
 pub const DEFAULT_MAX_POLL_REQUESTS_PER_SECOND: u32 = 20;

@@ -98,17 +98,12 @@ impl Drop for Registry {
 
 /// The error of a subscription beyond the global budget.
 pub(crate) fn over_budget(max: usize) -> Error {
-    let mut details = serde_json::Map::new();
-    details.insert("limit".into(), max.into());
-    details.insert("setting".into(), "server.max_watches".into());
-    let mut e = Error::new(
-        ErrorKind::Unavailable,
+    Error::over_watch_budget(
+        max,
         format!(
             "the server already holds {max} subscriptions over all sessions and listen streams, the limit (max_watches); try again after some are released"
         ),
-    );
-    e.details = Some(details);
-    e
+    )
 }
 
 /// Whether `e` is the global budget's refusal.
