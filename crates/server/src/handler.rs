@@ -17,12 +17,10 @@ use rmcp::model::{
     CompleteResult, CompletionInfo, CustomRequest, CustomResult, DiscoverResult, ErrorCode,
     GetPromptRequestParams, GetPromptResponse, Implementation, InitializeRequestParams,
     InitializeResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
-    ListToolsResult, MetaObject, PaginatedRequestParams, ProtocolVersion,
-    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Reference, RequestId,
-    RequestMetaObject, Resource, ResourceContents, ResourceTemplate,
-    ResourceUpdatedNotificationParam, ServerCapabilities, ServerConfig, ServerJsonRpcMessage,
-    ServerResult, SubscribeRequestParams, SubscriptionFilter, Tool, ToolsCapability,
-    UnsubscribeRequestParams,
+    ListToolsResult, MetaObject, PaginatedRequestParams, ReadResourceRequestParams,
+    ReadResourceResponse, ReadResourceResult, Reference, Resource, ResourceContents,
+    ResourceTemplate, ServerCapabilities, ServerConfig, SubscribeRequestParams, SubscriptionFilter,
+    Tool, ToolsCapability, UnsubscribeRequestParams,
 };
 use rmcp::service::{RequestContext, RoleServer, SubscriptionContext};
 use rmcp::transport::streamable_http_server::session::SessionRestoreMarker;
@@ -34,6 +32,8 @@ use crate::layers::metered_rpc;
 use crate::registry::Notice;
 use crate::router::Router;
 use crate::service::{ChangeTokens, CompletionRef, Service, Subscriber};
+use crate::wire::era::is_modern;
+use crate::wire::notify::notification;
 use crate::{ServerState, Settings};
 
 /// The capabilities and identity announced by `initialize` and `server/discover`.
@@ -184,13 +184,7 @@ async fn notify(
     peer: &Peer<RoleServer>,
     notice: Notice,
 ) -> Result<(), rmcp::service::ServiceError> {
-    match notice {
-        Notice::Updated(uri) => {
-            peer.notify_resource_updated(ResourceUpdatedNotificationParam::new(uri))
-                .await
-        }
-        Notice::ListChanged => peer.notify_resource_list_changed().await,
-    }
+    peer.send_notification(notification(notice)).await
 }
 
 /// The caller's grant, when the request came over authenticated HTTP.
@@ -209,50 +203,6 @@ fn identity_of(ext: &rmcp::model::Extensions) -> Option<&Identity> {
 /// leaves unimplemented.
 fn method_not_found(method: &'static str) -> ErrorData {
     ErrorData::new(ErrorCode::METHOD_NOT_FOUND, method, None)
-}
-
-/// Whether the request is from a 2026-07-28 (or later) peer, which wants cache hints.
-fn is_modern(ctx: &RequestContext<RoleServer>) -> bool {
-    ctx.protocol_version()
-        .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str())
-}
-
-/// Whether `meta` names exactly 2026-07-28 and has every member that version requires: rmcp
-/// then treats the request as a 2026-07-28 one whatever the session. The direct read paths
-/// (stdio and HTTP) take such a read themselves.
-pub(crate) fn complete_2026_07_28(meta: &RequestMetaObject) -> bool {
-    meta.protocol_version() == Some(ProtocolVersion::V_2026_07_28)
-        && meta
-            .missing_required_keys(&ProtocolVersion::V_2026_07_28)
-            .is_empty()
-}
-
-/// What rmcp's `ServerHandler` dispatch makes of a `resources/read` outcome for request `id`,
-/// for the direct read paths that answer without it: for a 2026-07-28 (`modern`) request,
-/// cache hints filled in where missing and not-found as the standard -32602; for a legacy
-/// one, `resultType` stripped.
-pub(crate) fn read_message(
-    answer: Result<ReadResourceResponse, ErrorData>,
-    id: RequestId,
-    modern: bool,
-) -> ServerJsonRpcMessage {
-    match answer {
-        Ok(result) => {
-            let mut result: ServerResult = result.into();
-            if modern {
-                result.fill_missing_cache_hints();
-            } else {
-                result.strip_result_type_for_legacy_peer();
-            }
-            ServerJsonRpcMessage::response(result, id)
-        }
-        Err(mut error) => {
-            if modern && error.code == ErrorCode::RESOURCE_NOT_FOUND {
-                error.code = ErrorCode::INVALID_PARAMS;
-            }
-            ServerJsonRpcMessage::error(error, Some(id))
-        }
-    }
 }
 
 fn scope(h: CacheHints) -> CacheScope {
@@ -668,11 +618,12 @@ impl ServerHandler for McpHandler {
         let CustomRequest { method, params, .. } = request;
         // A method the 2026-07-28 era removed does not exist for its requests, whatever
         // their params: "method not found" (404 over HTTP), as that era requires.
-        if is_modern(&ctx) && crate::params::REMOVED_IN_2026_07_28.contains(&method.as_str()) {
+        if is_modern(&ctx) && crate::wire::params::REMOVED_IN_2026_07_28.contains(&method.as_str())
+        {
             return Err(ErrorData::new(ErrorCode::METHOD_NOT_FOUND, method, None));
         }
-        if crate::params::is_known(&method, self.service.state().settings.tools) {
-            return Err(crate::params::invalid_params_or_generic(
+        if crate::wire::params::is_known(&method, self.service.state().settings.tools) {
+            return Err(crate::wire::params::invalid_params_or_generic(
                 &method,
                 params.as_ref(),
             ));
@@ -718,11 +669,7 @@ impl McpHandler {
                 () = &mut ended => break,
                 notice = listen.next() => {
                     let Some(notice) = notice else { break };
-                    let sent = match notice {
-                        Notice::Updated(uri) => sink.notify_resource_updated(uri).await,
-                        Notice::ListChanged => sink.notify_resource_list_changed().await,
-                    };
-                    if sent.is_err() {
+                    if sink.send(notification(notice)).await.is_err() {
                         break;
                     }
                 }

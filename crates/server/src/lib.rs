@@ -11,12 +11,12 @@ pub mod http;
 mod layers;
 pub mod mailbox;
 pub mod metrics;
-mod params;
 mod registry;
 mod router;
 mod service;
 pub mod stdio;
 mod tools;
+mod wire;
 
 pub use errors::to_mcp_error;
 pub use handler::McpHandler;

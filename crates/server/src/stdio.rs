@@ -1,5 +1,8 @@
 //! The stdio transport: newline-delimited JSON-RPC on a pipe pair, with a tagged decode of
-//! the hot resource requests and batched writes (issue #6).
+//! the hot resource requests and batched writes (issue #6). This file frames lines, writes
+//! answers (the writer task and its backlog) and runs the direct reads; what they copy from
+//! rmcp (the decode, the encoder, the refusals, the mirror of rmcp's handshake) is in
+//! [`crate::wire`].
 //!
 //! rmcp's own line transport decodes every message through its untagged `ClientRequest`
 //! union, which tries the variants one by one over a buffered copy of the message: a
@@ -45,28 +48,27 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::task::Poll;
 
 use bytes::{Buf, BytesMut};
-// `SubscribeRequest`/`UnsubscribeRequest` are deprecated in rmcp because they are legacy-era
-// only; the legacy era is one we serve.
-#[allow(deprecated)]
 use rmcp::model::{
-    ClientNotification, ClientRequest, CompleteRequest, ErrorData, GetMeta, JsonRpcMessage,
-    JsonRpcRequest, JsonRpcVersion2_0, ListResourceTemplatesRequest, ListResourcesRequest,
-    PingRequest, ProtocolVersion, ReadResourceRequest, ReadResourceResponse, RequestId,
-    RequestMetaObject, ResourceContents, ServerNotification, ServerResult, SubscribeRequest,
-    UnsubscribeRequest,
+    ClientNotification, ClientRequest, ErrorData, GetMeta, JsonRpcMessage, JsonRpcRequest,
+    JsonRpcVersion2_0, ReadResourceResponse, RequestId, RequestMetaObject, ServerNotification,
+    ServerResult,
 };
 use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use rmcp::transport::async_rw::{
     DEFAULT_MAX_LINE_LENGTH, JsonRpcMessageCodec, JsonRpcMessageCodecError,
 };
-use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio_util::codec::Decoder;
 use tokio_util::sync::CancellationToken;
 
 use crate::McpHandler;
+use crate::wire::decode::decode_hot;
+use crate::wire::encode::{own_answer_json, to_json};
+use crate::wire::era;
+use crate::wire::lifecycle::Lifecycle;
+use crate::wire::refusals::{self, Checked, check_line, error_answer, is_list_without_params};
 
 /// A batch stops growing here, so one huge batch does not hold every answer behind it.
 const BATCH_BYTES: usize = 1 << 20;
@@ -134,21 +136,6 @@ pub struct StdioTransport<R> {
     /// Whether the tool bridge is on, so `tools/*` are methods this server has; taken from
     /// the direct path's handler (the server's own state).
     tools: bool,
-}
-
-/// The session's lifecycle as the transport sees it, from the messages it hands rmcp and
-/// the answers rmcp sends.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Lifecycle {
-    /// rmcp is still choosing the lifecycle (its handshake reads the messages).
-    Opening,
-    /// One `initialize` answered with a version before 2026-07-28: a legacy session.
-    Legacy,
-    /// Opened without `initialize` by a request carrying its own 2026-07-28 `_meta`.
-    Inline,
-    /// Anything else (a second `initialize`, an `initialize` answered with 2026-07-28):
-    /// rmcp answers everything.
-    Other,
 }
 
 /// What outlives the transport: rmcp drops it without `close` when its handshake fails.
@@ -375,27 +362,7 @@ impl<R: AsyncRead + Unpin + Send> StdioTransport<R> {
             Ok(msg) => msg,
             Err(JsonRpcMessageCodecError::Serde(e)) => {
                 tracing::debug!("Protocol error on incoming message: {e}");
-                let answer = match (e.classify(), request) {
-                    (serde_json::error::Category::Syntax | serde_json::error::Category::Eof, _) => {
-                        error_answer(
-                            ErrorData::parse_error(format!("Parse error: {e}"), None),
-                            None,
-                        )
-                    }
-                    // A request of a known method rmcp cannot decode: its params are wrong.
-                    (_, Some((id, Some(method), params))) => error_answer(
-                        crate::params::invalid_params_or_generic(&method, params.as_ref()),
-                        Some(id),
-                    ),
-                    (_, Some((id, None, _))) => error_answer(
-                        ErrorData::invalid_request(format!("Invalid request: {e}"), None),
-                        Some(id),
-                    ),
-                    (_, None) => error_answer(
-                        ErrorData::invalid_request(format!("Invalid request: {e}"), None),
-                        None,
-                    ),
-                };
+                let answer = refusals::undecodable(&e, request);
                 self.answer(answer);
                 None
             }
@@ -495,40 +462,29 @@ impl<R> StdioTransport<R> {
         let Some(handler) = self.direct.clone() else {
             return Some(msg);
         };
-        match &msg {
-            // A second `initialize` may change what rmcp makes of the reads behind it, and
-            // its answer goes out only after they are read: from here on rmcp answers all.
-            JsonRpcMessage::Request(r)
-                if matches!(r.request, ClientRequest::InitializeRequest(_))
-                    && self.lifecycle != Lifecycle::Opening =>
-            {
-                self.lifecycle = Lifecycle::Other;
-            }
-            // The request rmcp's handshake opens an inline session with; rmcp answers it.
-            JsonRpcMessage::Request(r)
-                if self.lifecycle == Lifecycle::Opening && opens_inline(&r.request, &handler) =>
-            {
-                self.lifecycle = Lifecycle::Inline;
-                return Some(msg);
-            }
-            // rmcp drops the answer to a request cancelled before it is done; so does this
-            // path. The notification still goes to rmcp, which finds nothing of its own.
-            JsonRpcMessage::Notification(n) => {
-                if let ClientNotification::CancelledNotification(c) = &n.notification
-                    && let Some(id) = &c.params.request_id
-                    && let Some(waiting) = lock(&self.waiting).remove(id)
-                {
-                    waiting.cancel();
-                }
-            }
-            _ => {}
+        if let JsonRpcMessage::Request(r) = &msg
+            && self.lifecycle.saw(&r.request, &handler)
+        {
+            return Some(msg);
+        }
+        // rmcp drops the answer to a request cancelled before it is done; so does this
+        // path. The notification still goes to rmcp, which finds nothing of its own.
+        if let JsonRpcMessage::Notification(n) = &msg
+            && let ClientNotification::CancelledNotification(c) = &n.notification
+            && let Some(id) = &c.params.request_id
+            && let Some(waiting) = lock(&self.waiting).remove(id)
+        {
+            waiting.cancel();
         }
         let (id, params, modern) = match msg {
             JsonRpcMessage::Request(JsonRpcRequest {
                 id,
                 request: ClientRequest::ReadResourceRequest(read),
                 ..
-            }) => match era(self.lifecycle, read.extensions.get::<RequestMetaObject>()) {
+            }) => match self
+                .lifecycle
+                .era(read.extensions.get::<RequestMetaObject>())
+            {
                 Some(modern) => (id, read.params, modern),
                 None => {
                     return Some(JsonRpcMessage::Request(JsonRpcRequest {
@@ -600,49 +556,13 @@ async fn drained_by(
     }
 }
 
-/// Whether rmcp's dispatch would do nothing to a `resources/read` with this `_meta` but call
-/// the handler, and if so whether it would treat it as a 2026-07-28 request (`Some(true)`).
-/// A legacy session's request naming no version of its own is a legacy one; a request in an
-/// open session naming exactly 2026-07-28, with every `_meta` member that version requires, is
-/// a 2026-07-28 one (rmcp checks those members and takes the request's version). Anything else
-/// is left to rmcp.
-fn era(lifecycle: Lifecycle, meta: Option<&RequestMetaObject>) -> Option<bool> {
-    let named = meta.is_some_and(|m| m.contains_key(PROTOCOL_VERSION_KEY));
-    match lifecycle {
-        Lifecycle::Legacy if !named => Some(false),
-        Lifecycle::Legacy | Lifecycle::Inline => meta
-            .is_some_and(crate::handler::complete_2026_07_28)
-            .then_some(true),
-        Lifecycle::Opening | Lifecycle::Other => None,
-    }
-}
-
-/// Whether rmcp's handshake opens an inline session with `request`: not a ping, `initialize`
-/// or discover, with complete 2026-07-28 `_meta` naming a version the server supports.
-fn opens_inline(request: &ClientRequest, handler: &McpHandler) -> bool {
-    if matches!(
-        request,
-        ClientRequest::PingRequest(_)
-            | ClientRequest::InitializeRequest(_)
-            | ClientRequest::DiscoverRequest(_)
-    ) {
-        return false;
-    }
-    let meta = request.get_meta();
-    meta.missing_required_keys(&ProtocolVersion::V_2026_07_28)
-        .is_empty()
-        && meta
-            .protocol_version()
-            .is_some_and(|v| rmcp::Service::supported_protocol_versions(handler).contains(&v))
-}
-
-/// [`crate::handler::read_message`], serialised.
+/// [`crate::wire::era::read_message`], serialised.
 fn answer_bytes(
     answer: Result<ReadResourceResponse, ErrorData>,
     id: RequestId,
     modern: bool,
 ) -> Option<Vec<u8>> {
-    encode(crate::handler::read_message(answer, id, modern))
+    encode(era::read_message(answer, id, modern))
         .inspect_err(|e| tracing::error!("cannot encode an answer: {e}"))
         .ok()
 }
@@ -658,9 +578,6 @@ fn lock(w: &Waiting) -> std::sync::MutexGuard<'_, HashMap<RequestId, Cancellatio
 /// Direct answers in a row before `receive` yields to the other tasks.
 const DIRECT_RUN: usize = 64;
 
-/// The `_meta` member that makes a request choose its own protocol version.
-const PROTOCOL_VERSION_KEY: &str = "io.modelcontextprotocol/protocolVersion";
-
 fn closed() -> io::Error {
     io::Error::new(io::ErrorKind::NotConnected, "the stdio transport is closed")
 }
@@ -669,183 +586,6 @@ fn encode(item: TxJsonRpcMessage<RoleServer>) -> io::Result<Vec<u8>> {
     let mut bytes = to_json(item)?;
     bytes.push(b'\n');
     Ok(bytes)
-}
-
-/// One message as JSON, byte for byte what `serde_json::to_vec` writes, with large read
-/// contents escaped a chunk at a time (see [`SPLICE_FROM`]). Also the HTTP direct path's body.
-pub(crate) fn to_json(mut item: TxJsonRpcMessage<RoleServer>) -> io::Result<Vec<u8>> {
-    let taken = take_contents(&mut item);
-    // With contents taken out this is the small skeleton; `splice_contents` sizes the answer.
-    let mut bytes = Vec::with_capacity(512);
-    serde_json::to_writer(&mut bytes, &item)?;
-    if !taken.is_empty() {
-        bytes = splice_contents(&bytes, &taken)?;
-    }
-    Ok(bytes)
-}
-
-/// Contents from this size on are escaped by [`escape_into`] instead of serde_json.
-///
-/// serde_json escapes a string one byte at a time through a table; for an 8 MiB blob (11 MB
-/// of base64) that scan alone costs more than the rest of the read. The resource's text or
-/// blob is taken out of the answer and replaced by a marker, the rest is serialised by
-/// serde_json as before, and the marker is then replaced by the contents, escaped a chunk at
-/// a time. The output is byte for byte what serde_json writes (tested).
-const SPLICE_FROM: usize = 512;
-
-/// Contents spliced per answer; any further contents (a directory of many files) are
-/// escaped by serde_json as before.
-const MAX_SPLICED: usize = 64;
-
-/// The markers, each with a searcher for its JSON form: no resource can forge one, as each is a
-/// per-process random tag inside control characters. Built once, so an answer costs no
-/// formatting.
-fn markers() -> &'static [(String, memchr::memmem::Finder<'static>)] {
-    use std::hash::{BuildHasher, Hasher};
-    type Markers = Vec<(String, memchr::memmem::Finder<'static>)>;
-    static MARKERS: std::sync::OnceLock<Markers> = std::sync::OnceLock::new();
-    MARKERS.get_or_init(|| {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u64(std::process::id().into());
-        let tag = h.finish();
-        (0..MAX_SPLICED)
-            .map(|i| {
-                let m = format!("\u{1}mcpr-{tag:016x}-{i}\u{1}");
-                let json = serde_json::to_vec(&m).expect("a string serialises");
-                (m, memchr::memmem::Finder::new(&json).into_owned())
-            })
-            .collect()
-    })
-}
-
-/// Takes the large text and blob strings out of a `resources/read` answer, leaving markers;
-/// each is returned with the index of its marker.
-fn take_contents(item: &mut TxJsonRpcMessage<RoleServer>) -> Vec<(usize, String)> {
-    let mut taken = Vec::new();
-    if let JsonRpcMessage::Response(r) = item
-        && let ServerResult::ReadResourceResult(result) = &mut r.result
-    {
-        for c in &mut result.contents {
-            if taken.len() == MAX_SPLICED {
-                break;
-            }
-            let body = match c {
-                ResourceContents::TextResourceContents { text, .. } => text,
-                ResourceContents::BlobResourceContents { blob, .. } => blob,
-                _ => continue,
-            };
-            if body.len() >= SPLICE_FROM {
-                let i = taken.len();
-                let body = std::mem::replace(body, markers()[i].0.clone());
-                taken.push((i, body));
-            }
-        }
-    }
-    taken
-}
-
-/// `skeleton` with each marker (as serde_json wrote it) replaced by its escaped contents.
-fn splice_contents(skeleton: &[u8], taken: &[(usize, String)]) -> io::Result<Vec<u8>> {
-    let mut out =
-        Vec::with_capacity(skeleton.len() + taken.iter().map(|(_, s)| s.len() + 16).sum::<usize>());
-    let mut rest = skeleton;
-    for (i, body) in taken {
-        let finder = &markers()[*i].1;
-        let at = finder
-            .find(rest)
-            .ok_or_else(|| io::Error::other("answer marker lost in serialisation"))?;
-        out.extend_from_slice(&rest[..at]);
-        out.push(b'"');
-        escape_into(&mut out, body.as_bytes());
-        out.push(b'"');
-        rest = &rest[at + finder.needle().len()..];
-    }
-    out.extend_from_slice(rest);
-    Ok(out)
-}
-
-/// JSON string escaping as serde_json does it (the same escapes, lowercase `\u00XX` for
-/// other control characters), copying the runs between escapes whole.
-fn escape_into(out: &mut Vec<u8>, s: &[u8]) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    out.reserve(s.len());
-    let mut run = 0;
-    while let Some(j) = next_escape(s, run) {
-        out.extend_from_slice(&s[run..j]);
-        run = j + 1;
-        match s[j] {
-            b'"' => out.extend_from_slice(b"\\\""),
-            b'\\' => out.extend_from_slice(b"\\\\"),
-            b'\n' => out.extend_from_slice(b"\\n"),
-            b'\r' => out.extend_from_slice(b"\\r"),
-            b'\t' => out.extend_from_slice(b"\\t"),
-            0x08 => out.extend_from_slice(b"\\b"),
-            0x0c => out.extend_from_slice(b"\\f"),
-            c => out.extend_from_slice(&[
-                b'\\',
-                b'u',
-                b'0',
-                b'0',
-                HEX[usize::from(c >> 4)],
-                HEX[usize::from(c & 0xf)],
-            ]),
-        }
-    }
-    out.extend_from_slice(&s[run..]);
-}
-
-const fn needs_escape(c: u8) -> bool {
-    c < 0x20 || c == b'"' || c == b'\\'
-}
-
-/// The first byte at or after `from` that JSON must escape.
-///
-/// A 32-byte chunk with none is skipped with one branch (the fold becomes vector compares:
-/// a base64 blob is all such chunks). In a chunk with one, the byte is found eight at a time
-/// ([`escape_mask`]) instead of one at a time: text has a newline every line, so most of its
-/// chunks have one, and the byte loop was most of a 1 KiB read's serialisation.
-fn next_escape(s: &[u8], mut from: usize) -> Option<usize> {
-    while let Some(chunk) = s.get(from..from + 32) {
-        if chunk.iter().fold(false, |acc, &c| acc | needs_escape(c)) {
-            let hit = chunk
-                .chunks_exact(8)
-                .enumerate()
-                .find_map(|(k, w)| {
-                    let word = u64::from_le_bytes(<[u8; 8]>::try_from(w).ok()?);
-                    let m = escape_mask(word);
-                    (m != 0).then(|| k * 8 + (m.trailing_zeros() / 8) as usize)
-                })
-                .or_else(|| chunk.iter().position(|&c| needs_escape(c)));
-            if let Some(at) = hit {
-                return Some(from + at);
-            }
-        }
-        from += 32;
-    }
-    s[from..]
-        .iter()
-        .position(|&c| needs_escape(c))
-        .map(|at| from + at)
-}
-
-/// Bit 7 of each byte of `word` that JSON must escape (below 0x20, `"` or `\`), exactly:
-/// every sum stays inside its byte, so no byte's answer leaks into its neighbour's.
-const fn escape_mask(word: u64) -> u64 {
-    const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    const fn ones(b: u8) -> u64 {
-        u64::from_ne_bytes([b; 8])
-    }
-    // Bit 7 ends up clear exactly in the bytes below 0x20: (b & 0x7f) + 0x60 reaches 0x80
-    // from 0x20 on, and `| word` sets it for 0x80 and up.
-    let below = !(((word & LOW7) + ones(0x60)) | word);
-    // Bit 7 clear exactly in the zero bytes of `x`.
-    const fn zero_bytes(x: u64) -> u64 {
-        !(((x & LOW7) + LOW7) | x)
-    }
-    let quote = zero_bytes(word ^ ones(b'"'));
-    let backslash = zero_bytes(word ^ ones(b'\\'));
-    (below | quote | backslash) & HIGH
 }
 
 impl<R: AsyncRead + Unpin + Send> Transport<RoleServer> for StdioTransport<R> {
@@ -858,13 +598,7 @@ impl<R: AsyncRead + Unpin + Send> Transport<RoleServer> for StdioTransport<R> {
         if let JsonRpcMessage::Response(r) = &item
             && let ServerResult::InitializeResult(init) = &r.result
         {
-            self.lifecycle = if self.lifecycle == Lifecycle::Opening
-                && init.protocol_version.as_str() < ProtocolVersion::V_2026_07_28.as_str()
-            {
-                Lifecycle::Legacy
-            } else {
-                Lifecycle::Other
-            };
+            self.lifecycle.initialized(&init.protocol_version);
         }
         let notification = matches!(item, JsonRpcMessage::Notification(_));
         match &item {
@@ -1231,411 +965,11 @@ impl Backlog {
     }
 }
 
-/// What [`check_line`] makes of a line rmcp is about to decode.
-enum Checked {
-    /// The line is no message rmcp may take: this answer goes back instead.
-    Answer(Box<TxJsonRpcMessage<RoleServer>>),
-    /// rmcp's to decode; for a request, its id and (if this server knows it) its method, to
-    /// answer with should rmcp's decode still fail.
-    Pass(Option<PassedRequest>),
-}
-
-/// A request's id, its method if this server knows it, and its params.
-type PassedRequest = (RequestId, Option<String>, Option<serde_json::Value>);
-
-/// The members of any JSON-RPC message, read to answer one that rmcp cannot take.
-#[derive(Deserialize)]
-struct Envelope<'a> {
-    #[serde(default, borrow)]
-    method: Option<std::borrow::Cow<'a, str>>,
-    /// A number beyond `i64` (`1e400`), a fraction or any other type fails the envelope:
-    /// such an id cannot be echoed, so the answer has a null one.
-    #[serde(default)]
-    id: Option<RequestId>,
-    #[serde(default)]
-    params: Option<serde_json::Value>,
-    #[serde(default)]
-    result: Present,
-    #[serde(default)]
-    error: Present,
-}
-
-/// The checks rmcp's codec does not make, or makes without answering: bytes that are not
-/// UTF-8 or not one JSON value (two messages on a line) are a parse error (-32700); JSON
-/// that is no message, or has an id no answer can carry, is an invalid request (-32600),
-/// both with a null id as JSON-RPC asks; a request of a known method whose params are not
-/// an object, or a list whose cursor is not a string, is invalid params (-32602) with its
-/// id. Anything else is left to rmcp. `tools/*` methods are known only with the tool
-/// bridge on (`tools`).
-fn check_line(line: &[u8], tools: bool) -> Checked {
-    let line = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
-    let Ok(text) = std::str::from_utf8(line) else {
-        return refuse(
-            ErrorData::parse_error("Parse error: the message is not valid UTF-8", None),
-            None,
-        );
-    };
-    // `IgnoredAny` checks the syntax without converting numbers, so `1e400` passes here and
-    // is refused below as an id, not as a parse error.
-    if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(text) {
-        return refuse(
-            ErrorData::parse_error(
-                format!("Parse error: {e} (one JSON-RPC message per line)"),
-                None,
-            ),
-            None,
-        );
-    }
-    if !text.trim_start().starts_with('{') {
-        return refuse(
-            ErrorData::invalid_request(
-                "Invalid request: a message is a JSON object (batches are not part of MCP)",
-                None,
-            ),
-            None,
-        );
-    }
-    let env = match serde_json::from_str::<Envelope<'_>>(text) {
-        Ok(env) => env,
-        // The syntax check above does not count depth: JSON nested past serde_json's limit
-        // is a parse error, not an invalid request (serde_json names the error only in text).
-        Err(e) if e.to_string().starts_with("recursion limit exceeded") => {
-            return refuse(
-                ErrorData::parse_error(
-                    format!("Parse error: {e} (the limit is 128 levels of nesting)"),
-                    None,
-                ),
-                None,
-            );
-        }
-        Err(e) => {
-            return refuse(
-                ErrorData::invalid_request(
-                    format!(
-                        "Invalid request: {e} (a message is an object whose id is a string or \
-                         an integer)"
-                    ),
-                    None,
-                ),
-                None,
-            );
-        }
-    };
-    if env.result.0 || env.error.0 {
-        return Checked::Pass(None);
-    }
-    let (Some(id), Some(method)) = (env.id, env.method) else {
-        return Checked::Pass(None);
-    };
-    let known = crate::params::is_known(&method, tools);
-    let params = env.params.as_ref();
-    let refused = match params {
-        Some(p) if !p.is_object() && !p.is_null() => Some(if known {
-            crate::params::invalid_params_or_generic(&method, params)
-        } else {
-            ErrorData::new(
-                rmcp::model::ErrorCode::METHOD_NOT_FOUND,
-                method.to_string(),
-                None,
-            )
-        }),
-        Some(_) if known && is_list_method(&method) => {
-            crate::params::invalid_params(&method, params)
-        }
-        _ => None,
-    };
-    match refused {
-        Some(e) => refuse(e, Some(id)),
-        None => Checked::Pass(Some((id, known.then(|| method.into_owned()), env.params))),
-    }
-}
-
-/// The JSON-RPC error for a message body no request can be read from, or whose params do
-/// not fit its method, as [`check_line`] finds it; with `undecodable` (rmcp could not decode
-/// the body), also for a known method whose params rmcp refused. For the HTTP transport.
-pub(crate) fn refusal(
-    body: &[u8],
-    undecodable: bool,
-    tools: bool,
-) -> Option<TxJsonRpcMessage<RoleServer>> {
-    match check_line(body, tools) {
-        Checked::Answer(answer) => Some(*answer),
-        Checked::Pass(Some((id, Some(method), params))) if undecodable => Some(error_answer(
-            crate::params::invalid_params_or_generic(&method, params.as_ref()),
-            Some(id),
-        )),
-        Checked::Pass(_) => None,
-    }
-}
-
-/// An answer the transport gives itself, as JSON. An error that answers no readable id
-/// carries `"id": null`, as JSON-RPC 2.0 asks (rmcp leaves the member out).
-pub(crate) fn own_answer_json(answer: TxJsonRpcMessage<RoleServer>) -> io::Result<Vec<u8>> {
-    match answer {
-        JsonRpcMessage::Error(e) if e.id.is_none() => Ok(serde_json::to_vec(
-            &serde_json::json!({"jsonrpc": "2.0", "id": null, "error": e.error}),
-        )?),
-        other => to_json(other),
-    }
-}
-
-/// [`Checked::Answer`] with this error.
-fn refuse(error: ErrorData, id: Option<RequestId>) -> Checked {
-    Checked::Answer(Box::new(error_answer(error, id)))
-}
-
-fn is_list_method(method: &str) -> bool {
-    matches!(
-        method,
-        "resources/list" | "resources/templates/list" | "tools/list"
-    )
-}
-
-/// A list request whose params rmcp's decode gave as absent (they may have been dropped).
-fn is_list_without_params(msg: &RxJsonRpcMessage<RoleServer>) -> bool {
-    match msg {
-        JsonRpcMessage::Request(r) => match &r.request {
-            ClientRequest::ListResourcesRequest(l) => l.params.is_none(),
-            ClientRequest::ListResourceTemplatesRequest(l) => l.params.is_none(),
-            _ => false,
-        },
-        _ => false,
-    }
-}
-
-fn error_answer(error: ErrorData, id: Option<RequestId>) -> TxJsonRpcMessage<RoleServer> {
-    TxJsonRpcMessage::<RoleServer>::error(error, id)
-}
-
-/// Whether a member is present, whatever its value (`null` included): rmcp classifies a
-/// message by which members it has, not by their values.
-#[derive(Default)]
-struct Present(bool);
-
-impl<'de> Deserialize<'de> for Present {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        serde::de::IgnoredAny::deserialize(d)?;
-        Ok(Present(true))
-    }
-}
-
-/// The members that decide what a line is. Unknown members are skipped, as rmcp skips them;
-/// a duplicate member fails here and so goes to rmcp.
-#[derive(Deserialize)]
-struct Head<'a> {
-    #[serde(default, borrow)]
-    jsonrpc: Option<&'a str>,
-    /// `null` or a non-id value reads as absent, which sends the line to rmcp.
-    #[serde(default)]
-    id: Option<RequestId>,
-    #[serde(default, borrow)]
-    method: Option<&'a str>,
-    #[serde(default)]
-    result: Present,
-    #[serde(default)]
-    error: Present,
-}
-
-/// The tagged decode of the requests a client sends most, or `None` to leave the line to
-/// rmcp. It answers only when the line is unambiguously that request: version "2.0", an id,
-/// no `result` or `error`, one of these methods, and a body that parses as that request
-/// (through rmcp's own `Deserialize` for it, which also moves `_meta` into extensions). A
-/// body that does not parse is left to rmcp, which then decides what it is.
-#[allow(deprecated)] // legacy-era subscribe/unsubscribe, see the imports
-pub(crate) fn decode_hot(line: &[u8]) -> Option<RxJsonRpcMessage<RoleServer>> {
-    if line.starts_with(b"\xEF\xBB\xBF") {
-        return None;
-    }
-    let head: Head<'_> = serde_json::from_slice(line).ok()?;
-    if head.jsonrpc != Some("2.0") || head.result.0 || head.error.0 {
-        return None;
-    }
-    let id = head.id?;
-    let request = match head.method? {
-        "resources/read" => parse_as::<ReadResourceRequest>(line)?,
-        "resources/list" => parse_as::<ListResourcesRequest>(line)?,
-        "resources/templates/list" => parse_as::<ListResourceTemplatesRequest>(line)?,
-        "resources/subscribe" => parse_as::<SubscribeRequest>(line)?,
-        "resources/unsubscribe" => parse_as::<UnsubscribeRequest>(line)?,
-        "completion/complete" => parse_as::<CompleteRequest>(line)?,
-        "ping" => parse_as::<PingRequest>(line)?,
-        _ => return None,
-    };
-    Some(JsonRpcMessage::Request(JsonRpcRequest {
-        jsonrpc: JsonRpcVersion2_0,
-        id,
-        request,
-    }))
-}
-
-/// The whole line as request type `T` (rmcp's own `Deserialize` for it), as a `ClientRequest`.
-fn parse_as<T>(line: &[u8]) -> Option<ClientRequest>
-where
-    T: serde::de::DeserializeOwned + Into<ClientRequest>,
-{
-    serde_json::from_slice::<T>(line).ok().map(Into::into)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::decode::rmcp_decode;
     use tokio::io::AsyncBufReadExt;
-
-    /// rmcp's own decode of one line, the reference the tagged decode must equal.
-    fn rmcp_decode(line: &str) -> Result<Option<RxJsonRpcMessage<RoleServer>>, String> {
-        let mut b = BytesMut::from(format!("{line}\n").as_bytes());
-        JsonRpcMessageCodec::<RxJsonRpcMessage<RoleServer>>::default()
-            .decode(&mut b)
-            .map_err(|e| e.to_string())
-    }
-
-    fn same(a: &RxJsonRpcMessage<RoleServer>, b: &RxJsonRpcMessage<RoleServer>) -> bool {
-        format!("{a:?}") == format!("{b:?}")
-            && serde_json::to_value(a).unwrap() == serde_json::to_value(b).unwrap()
-    }
-
-    #[test]
-    fn hot_requests_decode_exactly_as_rmcp_decodes_them() {
-        let lines = [
-            r#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"file:///docs/a.md"}}"#,
-            r#"{"method":"resources/read","params":{"uri":"db://app/tables/users?cursor=x%20y"},"id":"s-7","jsonrpc":"2.0"}"#,
-            r#"{"jsonrpc":"2.0","id":2,"method":"resources/read","params":{"uri":"file:///a","_meta":{"progressToken":3,"io.modelcontextprotocol/protocolVersion":"2026-07-28","x":{"y":[1,2.5,null]}}}}"#,
-            r#"{"jsonrpc":"2.0","id":3,"method":"resources/read","params":{"uri":"file:///\u00e9t\u00e9.txt"},"extra":true}"#,
-            r#"{"jsonrpc":"2.0","id":4,"method":"resources/list"}"#,
-            r#"{"jsonrpc":"2.0","id":5,"method":"resources/list","params":{"cursor":"abc"}}"#,
-            r#"{"jsonrpc":"2.0","id":6,"method":"resources/list","params":{}}"#,
-            r#"{"jsonrpc":"2.0","id":7,"method":"resources/templates/list","params":{"_meta":{"k":"v"}}}"#,
-            r#"{"jsonrpc":"2.0","id":8,"method":"resources/subscribe","params":{"uri":"file:///a"}}"#,
-            r#"{"jsonrpc":"2.0","id":9,"method":"resources/unsubscribe","params":{"uri":"file:///a"}}"#,
-            r#"{"jsonrpc":"2.0","id":10,"method":"completion/complete","params":{"ref":{"type":"ref/resource","uri":"db://app/tables/{table}"},"argument":{"name":"table","value":"us"},"context":{"arguments":{"a":"b"}}}}"#,
-            r#"{"jsonrpc":"2.0","id":11,"method":"ping"}"#,
-            r#"{"jsonrpc":"2.0","id":-12,"method":"ping","params":{"_meta":{"a":1}}}"#,
-        ];
-        for line in lines {
-            let fast = decode_hot(line.as_bytes()).unwrap_or_else(|| panic!("not decoded: {line}"));
-            let reference = rmcp_decode(line).unwrap().unwrap();
-            assert!(
-                same(&fast, &reference),
-                "{line}\nfast: {fast:?}\nrmcp: {reference:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn anything_unusual_is_left_to_rmcp() {
-        let lines = [
-            // Members that make it something other than a request, even when null.
-            r#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"a"},"result":null}"#,
-            r#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"a"},"error":{}}"#,
-            // Not version 2.0, no id, a null id.
-            r#"{"jsonrpc":"1.0","id":1,"method":"resources/read","params":{"uri":"a"}}"#,
-            r#"{"id":1,"method":"resources/read","params":{"uri":"a"}}"#,
-            r#"{"jsonrpc":"2.0","method":"resources/read","params":{"uri":"a"}}"#,
-            r#"{"jsonrpc":"2.0","id":null,"method":"resources/read","params":{"uri":"a"}}"#,
-            // Params that are not this request's, an escaped method name, a duplicate member.
-            r#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":5}}"#,
-            r#"{"jsonrpc":"2.0","id":1,"method":"resources/read"}"#,
-            r#"{"jsonrpc":"2.0","id":1,"method":"resources\/read","params":{"uri":"a"}}"#,
-            r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"resources/read","params":{"uri":"a"}}"#,
-            // Methods outside the hot set, notifications, answers, a byte-order mark, garbage.
-            r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#,
-            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
-            r#"{"jsonrpc":"2.0","id":1,"result":{}}"#,
-            "\u{feff}{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}",
-            "not json",
-            "[1,2]",
-        ];
-        for line in lines {
-            assert!(decode_hot(line.as_bytes()).is_none(), "decoded: {line}");
-        }
-    }
-
-    fn read_answer(contents: Vec<ResourceContents>) -> TxJsonRpcMessage<RoleServer> {
-        TxJsonRpcMessage::<RoleServer>::response(
-            ServerResult::ReadResourceResult(rmcp::model::ReadResourceResult::new(contents)),
-            RequestId::String("r-1".into()),
-        )
-    }
-
-    #[test]
-    fn spliced_answers_are_what_serde_json_writes() {
-        // Every byte value that needs escaping, at chunk edges and in runs, plus UTF-8.
-        let mut nasty = String::new();
-        for i in 0..2000u32 {
-            let c = char::from_u32(i % 0x24).unwrap();
-            nasty.push(c);
-            nasty.push_str(&"é✓x".repeat((i % 40) as usize));
-            if i % 7 == 0 {
-                nasty.push_str("\\\"\u{7f}\u{1}mcpr-0000000000000000-0\u{1}");
-            }
-        }
-        let blob = base64::Engine::encode(
-            &base64::engine::general_purpose::STANDARD,
-            (0..100_000u32).map(|i| (i * 7) as u8).collect::<Vec<u8>>(),
-        );
-        let cases = vec![
-            vec![ResourceContents::text(nasty.clone(), "file:///a \"q\".txt")],
-            vec![
-                ResourceContents::blob(blob.clone(), "file:///b.bin")
-                    .with_mime_type("application/octet-stream"),
-            ],
-            vec![
-                ResourceContents::text("short", "file:///s"),
-                ResourceContents::text("x".repeat(SPLICE_FROM), "file:///edge"),
-                ResourceContents::blob(blob, "file:///c"),
-                ResourceContents::text(nasty, "file:///d"),
-            ],
-            vec![ResourceContents::text("", "file:///empty")],
-        ];
-        for contents in cases {
-            let msg = read_answer(contents);
-            let mut want = serde_json::to_vec(&msg).unwrap();
-            want.push(b'\n');
-            let got = encode(msg).unwrap();
-            assert!(
-                got == want,
-                "differs:\n{}\n{}",
-                String::from_utf8_lossy(&got[..got.len().min(300)]),
-                String::from_utf8_lossy(&want[..want.len().min(300)])
-            );
-        }
-    }
-
-    #[test]
-    fn escaping_finds_every_byte_that_needs_it_wherever_it_is() {
-        // Each ASCII byte (and a two-byte character) at every offset of strings that span
-        // the word and chunk edges, alone and next to a second one, against serde_json.
-        let specials: Vec<String> = (0u8..0x80)
-            .map(|b| char::from(b).to_string())
-            .chain(["é".to_string(), "✓".to_string()])
-            .collect();
-        let check = |text: &str| {
-            let mut got = vec![b'"'];
-            escape_into(&mut got, text.as_bytes());
-            got.push(b'"');
-            assert_eq!(
-                String::from_utf8_lossy(&got),
-                serde_json::to_string(text).unwrap(),
-                "{text:?}"
-            );
-        };
-        for len in [1, 7, 8, 9, 31, 32, 33, 40, 64, 70] {
-            for at in 0..len {
-                for c in &specials {
-                    let mut t = "a".repeat(at);
-                    t.push_str(c);
-                    t.push_str(&"b".repeat(len - at - 1));
-                    check(&t);
-                    let mut two = t.clone();
-                    two.insert(at.min(two.len() - c.len()), '"');
-                    check(&two);
-                }
-            }
-        }
-        check("");
-        check(&"\n".repeat(100));
-        check(&"\u{1f}\u{7f}\u{80}".repeat(50));
-    }
 
     /// A client on one end of in-memory pipes, the transport on the other.
     async fn pair(

@@ -27,20 +27,22 @@ use axum::body::Body;
 use axum::response::Response;
 use bytes::Bytes;
 use futures::future::BoxFuture;
-use http::{HeaderMap, HeaderValue, Method, Request, StatusCode, header};
+use http::{HeaderMap, Method, Request, StatusCode, header};
 use http_body_util::BodyExt as _;
-use rmcp::model::{ClientRequest, ErrorCode, GetMeta as _, JsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::model::{ClientRequest, GetMeta as _, JsonRpcMessage, ServerJsonRpcMessage};
 use rmcp::transport::streamable_http_server::StreamableHttpService;
 use rmcp::transport::streamable_http_server::session::SessionManager;
 use tokio_util::sync::CancellationToken;
 
 use super::Grant;
 use crate::McpHandler;
+use crate::wire::http_checks::{
+    JSON, accepts_json_and_sse, content_type_is_json, host_allowed, sole, status_of,
+};
+use crate::wire::{decode, encode, era, refusals};
 
 const PROTOCOL_VERSION: &str = "2026-07-28";
 const METHOD: &str = "resources/read";
-const JSON: &str = "application/json";
-const EVENT_STREAM: &str = "text/event-stream";
 
 /// What the direct path needs to decide and answer.
 pub(crate) struct DirectSettings {
@@ -167,7 +169,7 @@ impl<M: SessionManager> DirectRead<M> {
                 .is_some_and(|h| host_allowed(h, &self.settings.allowed_hosts));
         if host_ok
             && memchr::memmem::find(&bytes, b"\"cursor\"").is_some()
-            && let Some(answer) = crate::stdio::refusal(&bytes, false, self.tools())
+            && let Some(answer) = refusals::refusal(&bytes, false, self.tools())
         {
             return json_error(answer);
         }
@@ -178,7 +180,7 @@ impl<M: SessionManager> DirectRead<M> {
             .await
             .map(Body::new);
         if response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE
-            && let Some(answer) = crate::stdio::refusal(&bytes, true, self.tools())
+            && let Some(answer) = refusals::refusal(&bytes, true, self.tools())
         {
             return json_error(answer);
         }
@@ -193,7 +195,7 @@ fn json_error(message: ServerJsonRpcMessage) -> Response {
         JsonRpcMessage::Error(e) if e.id.is_none() => StatusCode::BAD_REQUEST,
         _ => StatusCode::OK,
     };
-    match crate::stdio::own_answer_json(message) {
+    match encode::own_answer_json(message) {
         Ok(body) => Response::builder()
             .status(status)
             .header(header::CONTENT_TYPE, JSON)
@@ -221,10 +223,10 @@ impl<M: SessionManager> DirectRead<M> {
                 ));
             }
         };
-        let Some(JsonRpcMessage::Request(request)) = crate::stdio::decode_hot(&bytes) else {
+        let Some(JsonRpcMessage::Request(request)) = decode::decode_hot(&bytes) else {
             return Err(Request::from_parts(parts, Body::from(bytes)));
         };
-        let well_formed = crate::handler::complete_2026_07_28(request.request.get_meta());
+        let well_formed = era::complete_2026_07_28(request.request.get_meta());
         let ClientRequest::ReadResourceRequest(read) = request.request else {
             return Err(Request::from_parts(parts, Body::from(bytes)));
         };
@@ -250,9 +252,9 @@ impl<M: SessionManager> DirectRead<M> {
                 ));
             }
         };
-        let message = crate::handler::read_message(answer, id, true);
+        let message = era::read_message(answer, id, true);
         let status = status_of(&message);
-        Ok(match crate::stdio::to_json(message) {
+        Ok(match encode::to_json(message) {
             Ok(body) => Response::builder()
                 .status(status)
                 .header(header::CONTENT_TYPE, JSON)
@@ -296,20 +298,6 @@ fn until_shutdown(body: Vec<u8>, shutdown: CancellationToken) -> Body {
     Body::from_stream(frames)
 }
 
-/// The HTTP status rmcp gives a stateless answer whose request `_meta` was well formed.
-fn status_of(message: &ServerJsonRpcMessage) -> StatusCode {
-    let JsonRpcMessage::Error(e) = message else {
-        return StatusCode::OK;
-    };
-    match e.error.code {
-        ErrorCode::UNSUPPORTED_PROTOCOL_VERSION
-        | ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY
-        | ErrorCode::HEADER_MISMATCH => StatusCode::BAD_REQUEST,
-        ErrorCode::METHOD_NOT_FOUND => StatusCode::NOT_FOUND,
-        _ => StatusCode::OK,
-    }
-}
-
 fn plain(status: StatusCode, text: String) -> Response {
     Response::builder()
         .status(status)
@@ -343,93 +331,10 @@ fn eligible(method: &Method, headers: &HeaderMap, settings: &DirectSettings) -> 
     (len <= settings.max_body_bytes).then_some(len)
 }
 
-/// The one value of header `name` as visible ASCII; absent, repeated or otherwise is `None`.
-fn sole<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    let mut all = headers.get_all(name).iter();
-    let value: &HeaderValue = all.next()?;
-    if all.next().is_some() {
-        return None;
-    }
-    value.to_str().ok()
-}
-
-/// rmcp's Host check: the name (brackets and case aside) must be on the list, and the port
-/// too when the list entry names one.
-pub(crate) fn host_allowed(host: &str, allowed: &[String]) -> bool {
-    let Ok(host) = http::uri::Authority::try_from(host) else {
-        return false;
-    };
-    if allowed.is_empty() {
-        return true;
-    }
-    let name = normalize(host.host());
-    allowed.iter().any(|a| {
-        let a = a.trim();
-        if a.is_empty() {
-            return false;
-        }
-        match http::uri::Authority::try_from(a) {
-            Ok(entry) => {
-                normalize(entry.host()) == name
-                    && entry.port_u16().is_none_or(|p| host.port_u16() == Some(p))
-            }
-            Err(_) => normalize(a) == name,
-        }
-    })
-}
-
-fn normalize(host: &str) -> String {
-    host.trim_matches('[')
-        .trim_matches(']')
-        .to_ascii_lowercase()
-}
-
-fn content_type_is_json(value: &str) -> bool {
-    let essence = value.split_once(';').map_or(value, |(e, _)| e);
-    essence.trim().eq_ignore_ascii_case(JSON)
-}
-
-/// Whether `Accept` names both JSON and SSE, as rmcp reads it; a quoted parameter (which
-/// rmcp's splitter treats specially) is `None`, left to rmcp.
-fn accepts_json_and_sse(headers: &HeaderMap) -> Option<bool> {
-    let (mut json, mut sse) = (false, false);
-    for value in headers.get_all(header::ACCEPT) {
-        let Ok(value) = value.to_str() else {
-            continue;
-        };
-        if value.contains('"') {
-            return None;
-        }
-        for entry in value.split(',') {
-            let mut parts = entry.split(';');
-            let essence = parts.next().unwrap_or_default().trim();
-            let weighted_out = parts.any(|p| {
-                p.split_once('=').is_some_and(|(name, q)| {
-                    name.trim().eq_ignore_ascii_case("q") && !quality_acceptable(q.trim())
-                })
-            });
-            if weighted_out {
-                continue;
-            }
-            json |= essence.eq_ignore_ascii_case(JSON);
-            sse |= essence.eq_ignore_ascii_case(EVENT_STREAM);
-        }
-    }
-    Some(json && sse)
-}
-
-/// RFC 9110 weights: only an explicit zero excludes a range; a malformed weight is ignored.
-fn quality_acceptable(q: &str) -> bool {
-    let (whole, fraction) = q.split_once('.').unwrap_or((q, ""));
-    if fraction.len() > 3 || !fraction.bytes().all(|d| d.is_ascii_digit()) {
-        return true;
-    }
-    whole != "0" || fraction.bytes().any(|d| d != b'0')
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::HeaderValue;
 
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();
@@ -504,36 +409,5 @@ mod tests {
         let mut h = GOOD.to_vec();
         h.push(("mcp-method", "resources/read"));
         assert_eq!(eligible(&Method::POST, &headers(&h), &s), None);
-    }
-
-    #[test]
-    fn host_check_matches_rmcps() {
-        let list = |l: &[&str]| l.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
-        assert!(host_allowed("LOCALHOST:1", &list(&["localhost"])));
-        assert!(host_allowed("[::1]:9", &list(&["::1"])));
-        assert!(host_allowed("a:80", &list(&["a:80"])));
-        assert!(!host_allowed("a:81", &list(&["a:80"])));
-        assert!(!host_allowed("a", &list(&["a:80"])));
-        assert!(!host_allowed("b", &list(&["a"])));
-        assert!(host_allowed("anything", &[]));
-        assert!(!host_allowed("bad host", &[]));
-    }
-
-    #[test]
-    fn accept_weights_as_rmcp_reads_them() {
-        let h = |v: &str| headers(&[("accept", v)]);
-        assert_eq!(
-            accepts_json_and_sse(&h("application/json;q=0.5, text/event-stream")),
-            Some(true)
-        );
-        assert_eq!(
-            accepts_json_and_sse(&h("application/json;q=0.000, text/event-stream")),
-            Some(false)
-        );
-        assert_eq!(
-            accepts_json_and_sse(&h("application/json;q=0.0001, text/event-stream")),
-            Some(true)
-        );
-        assert_eq!(accepts_json_and_sse(&h("*/*")), Some(false));
     }
 }

@@ -529,7 +529,9 @@ pub async fn ops_gate(State(gate): State<Arc<OpsGate>>, req: Request, next: Next
         .headers()
         .get(http::header::HOST)
         .and_then(|h| h.to_str().ok())
-        .is_some_and(|h| super::direct::host_allowed(h, &gate.allowed_hosts) || is_ip_literal(h))
+        .is_some_and(|h| {
+            crate::wire::http_checks::host_allowed(h, &gate.allowed_hosts) || is_ip_literal(h)
+        })
         || gate.allowed_hosts.is_empty();
     if !host_ok {
         return (

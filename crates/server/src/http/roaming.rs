@@ -27,7 +27,6 @@ use tokio::sync::{Notify, mpsc, oneshot};
 
 use super::Grant;
 use super::hub::{SessionHub, SessionSignal};
-use crate::registry::Notice;
 use crate::service::Service;
 
 /// The grants of GET requests on their way to the session manager, by session id: the edge
@@ -295,19 +294,6 @@ fn event(seq: u64, bytes: &[u8]) -> Option<ServerSseMessage> {
     }
 }
 
-/// The JSON-RPC notification of a notice.
-fn notification(notice: &Notice) -> Vec<u8> {
-    let v = match notice {
-        Notice::Updated(uri) => serde_json::json!({
-            "jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": uri}
-        }),
-        Notice::ListChanged => serde_json::json!({
-            "jsonrpc": "2.0", "method": "notifications/resources/list_changed"
-        }),
-    };
-    serde_json::to_vec(&v).expect("json")
-}
-
 /// A holder's life: keep this replica's registry subscriber in step with the recorded
 /// subscriptions, log each notice and pass it to the open stream. Ends (dropping the
 /// subscriber) when aborted, or when no stream has been open for `idle`.
@@ -334,7 +320,7 @@ async fn hold(
         tokio::select! {
             notice = rx.recv() => {
                 let Some(notice) = notice else { break };
-                let bytes = notification(&notice);
+                let bytes = crate::wire::notify::notification_json(&notice);
                 let seq = match roaming.hub.append(&id, &bytes).await {
                     Ok(seq) => seq,
                     Err(e) => {

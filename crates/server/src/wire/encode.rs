@@ -1,0 +1,290 @@
+//! The JSON encoder of answers: byte for byte what `serde_json::to_vec` writes (and so what
+//! rmcp's transports write), with the large contents of a `resources/read` answer spliced in
+//! and escaped a chunk at a time; and the answers a transport gives itself, whose null id
+//! rmcp would leave out.
+
+use std::io;
+
+use rmcp::model::{JsonRpcMessage, ResourceContents, ServerResult};
+use rmcp::service::{RoleServer, TxJsonRpcMessage};
+
+/// One message as JSON, byte for byte what `serde_json::to_vec` writes, with large read
+/// contents escaped a chunk at a time (see [`SPLICE_FROM`]): every answer of the stdio
+/// transport, and the HTTP direct path's body.
+pub(crate) fn to_json(mut item: TxJsonRpcMessage<RoleServer>) -> io::Result<Vec<u8>> {
+    let taken = take_contents(&mut item);
+    // With contents taken out this is the small skeleton; `splice_contents` sizes the answer.
+    let mut bytes = Vec::with_capacity(512);
+    serde_json::to_writer(&mut bytes, &item)?;
+    if !taken.is_empty() {
+        bytes = splice_contents(&bytes, &taken)?;
+    }
+    Ok(bytes)
+}
+
+/// Contents from this size on are escaped by [`escape_into`] instead of serde_json.
+///
+/// serde_json escapes a string one byte at a time through a table; for an 8 MiB blob (11 MB
+/// of base64) that scan alone costs more than the rest of the read. The resource's text or
+/// blob is taken out of the answer and replaced by a marker, the rest is serialised by
+/// serde_json as before, and the marker is then replaced by the contents, escaped a chunk at
+/// a time. The output is byte for byte what serde_json writes (tested).
+const SPLICE_FROM: usize = 512;
+
+/// Contents spliced per answer; any further contents (a directory of many files) are
+/// escaped by serde_json as before.
+const MAX_SPLICED: usize = 64;
+
+/// The markers, each with a searcher for its JSON form: no resource can forge one, as each is a
+/// per-process random tag inside control characters. Built once, so an answer costs no
+/// formatting.
+fn markers() -> &'static [(String, memchr::memmem::Finder<'static>)] {
+    use std::hash::{BuildHasher, Hasher};
+    type Markers = Vec<(String, memchr::memmem::Finder<'static>)>;
+    static MARKERS: std::sync::OnceLock<Markers> = std::sync::OnceLock::new();
+    MARKERS.get_or_init(|| {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(std::process::id().into());
+        let tag = h.finish();
+        (0..MAX_SPLICED)
+            .map(|i| {
+                let m = format!("\u{1}mcpr-{tag:016x}-{i}\u{1}");
+                let json = serde_json::to_vec(&m).expect("a string serialises");
+                (m, memchr::memmem::Finder::new(&json).into_owned())
+            })
+            .collect()
+    })
+}
+
+/// Takes the large text and blob strings out of a `resources/read` answer, leaving markers;
+/// each is returned with the index of its marker.
+fn take_contents(item: &mut TxJsonRpcMessage<RoleServer>) -> Vec<(usize, String)> {
+    let mut taken = Vec::new();
+    if let JsonRpcMessage::Response(r) = item
+        && let ServerResult::ReadResourceResult(result) = &mut r.result
+    {
+        for c in &mut result.contents {
+            if taken.len() == MAX_SPLICED {
+                break;
+            }
+            let body = match c {
+                ResourceContents::TextResourceContents { text, .. } => text,
+                ResourceContents::BlobResourceContents { blob, .. } => blob,
+                _ => continue,
+            };
+            if body.len() >= SPLICE_FROM {
+                let i = taken.len();
+                let body = std::mem::replace(body, markers()[i].0.clone());
+                taken.push((i, body));
+            }
+        }
+    }
+    taken
+}
+
+/// `skeleton` with each marker (as serde_json wrote it) replaced by its escaped contents.
+fn splice_contents(skeleton: &[u8], taken: &[(usize, String)]) -> io::Result<Vec<u8>> {
+    let mut out =
+        Vec::with_capacity(skeleton.len() + taken.iter().map(|(_, s)| s.len() + 16).sum::<usize>());
+    let mut rest = skeleton;
+    for (i, body) in taken {
+        let finder = &markers()[*i].1;
+        let at = finder
+            .find(rest)
+            .ok_or_else(|| io::Error::other("answer marker lost in serialisation"))?;
+        out.extend_from_slice(&rest[..at]);
+        out.push(b'"');
+        escape_into(&mut out, body.as_bytes());
+        out.push(b'"');
+        rest = &rest[at + finder.needle().len()..];
+    }
+    out.extend_from_slice(rest);
+    Ok(out)
+}
+
+/// JSON string escaping as serde_json does it (the same escapes, lowercase `\u00XX` for
+/// other control characters), copying the runs between escapes whole.
+fn escape_into(out: &mut Vec<u8>, s: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.reserve(s.len());
+    let mut run = 0;
+    while let Some(j) = next_escape(s, run) {
+        out.extend_from_slice(&s[run..j]);
+        run = j + 1;
+        match s[j] {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            0x08 => out.extend_from_slice(b"\\b"),
+            0x0c => out.extend_from_slice(b"\\f"),
+            c => out.extend_from_slice(&[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[usize::from(c >> 4)],
+                HEX[usize::from(c & 0xf)],
+            ]),
+        }
+    }
+    out.extend_from_slice(&s[run..]);
+}
+
+const fn needs_escape(c: u8) -> bool {
+    c < 0x20 || c == b'"' || c == b'\\'
+}
+
+/// The first byte at or after `from` that JSON must escape.
+///
+/// A 32-byte chunk with none is skipped with one branch (the fold becomes vector compares:
+/// a base64 blob is all such chunks). In a chunk with one, the byte is found eight at a time
+/// ([`escape_mask`]) instead of one at a time: text has a newline every line, so most of its
+/// chunks have one, and the byte loop was most of a 1 KiB read's serialisation.
+fn next_escape(s: &[u8], mut from: usize) -> Option<usize> {
+    while let Some(chunk) = s.get(from..from + 32) {
+        if chunk.iter().fold(false, |acc, &c| acc | needs_escape(c)) {
+            let hit = chunk
+                .chunks_exact(8)
+                .enumerate()
+                .find_map(|(k, w)| {
+                    let word = u64::from_le_bytes(<[u8; 8]>::try_from(w).ok()?);
+                    let m = escape_mask(word);
+                    (m != 0).then(|| k * 8 + (m.trailing_zeros() / 8) as usize)
+                })
+                .or_else(|| chunk.iter().position(|&c| needs_escape(c)));
+            if let Some(at) = hit {
+                return Some(from + at);
+            }
+        }
+        from += 32;
+    }
+    s[from..]
+        .iter()
+        .position(|&c| needs_escape(c))
+        .map(|at| from + at)
+}
+
+/// Bit 7 of each byte of `word` that JSON must escape (below 0x20, `"` or `\`), exactly:
+/// every sum stays inside its byte, so no byte's answer leaks into its neighbour's.
+const fn escape_mask(word: u64) -> u64 {
+    const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    const fn ones(b: u8) -> u64 {
+        u64::from_ne_bytes([b; 8])
+    }
+    // Bit 7 ends up clear exactly in the bytes below 0x20: (b & 0x7f) + 0x60 reaches 0x80
+    // from 0x20 on, and `| word` sets it for 0x80 and up.
+    let below = !(((word & LOW7) + ones(0x60)) | word);
+    // Bit 7 clear exactly in the zero bytes of `x`.
+    const fn zero_bytes(x: u64) -> u64 {
+        !(((x & LOW7) + LOW7) | x)
+    }
+    let quote = zero_bytes(word ^ ones(b'"'));
+    let backslash = zero_bytes(word ^ ones(b'\\'));
+    (below | quote | backslash) & HIGH
+}
+
+/// An answer the transport gives itself, as JSON. An error that answers no readable id
+/// carries `"id": null`, as JSON-RPC 2.0 asks (rmcp leaves the member out).
+pub(crate) fn own_answer_json(answer: TxJsonRpcMessage<RoleServer>) -> io::Result<Vec<u8>> {
+    match answer {
+        JsonRpcMessage::Error(e) if e.id.is_none() => Ok(serde_json::to_vec(
+            &serde_json::json!({"jsonrpc": "2.0", "id": null, "error": e.error}),
+        )?),
+        other => to_json(other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rmcp::model::RequestId;
+
+    fn read_answer(contents: Vec<ResourceContents>) -> TxJsonRpcMessage<RoleServer> {
+        TxJsonRpcMessage::<RoleServer>::response(
+            ServerResult::ReadResourceResult(rmcp::model::ReadResourceResult::new(contents)),
+            RequestId::String("r-1".into()),
+        )
+    }
+
+    #[test]
+    fn spliced_answers_are_what_serde_json_writes() {
+        // Every byte value that needs escaping, at chunk edges and in runs, plus UTF-8.
+        let mut nasty = String::new();
+        for i in 0..2000u32 {
+            let c = char::from_u32(i % 0x24).unwrap();
+            nasty.push(c);
+            nasty.push_str(&"é✓x".repeat((i % 40) as usize));
+            if i % 7 == 0 {
+                nasty.push_str("\\\"\u{7f}\u{1}mcpr-0000000000000000-0\u{1}");
+            }
+        }
+        let blob = base64::Engine::encode(
+            &base64::engine::general_purpose::STANDARD,
+            (0..100_000u32).map(|i| (i * 7) as u8).collect::<Vec<u8>>(),
+        );
+        let cases = vec![
+            vec![ResourceContents::text(nasty.clone(), "file:///a \"q\".txt")],
+            vec![
+                ResourceContents::blob(blob.clone(), "file:///b.bin")
+                    .with_mime_type("application/octet-stream"),
+            ],
+            vec![
+                ResourceContents::text("short", "file:///s"),
+                ResourceContents::text("x".repeat(SPLICE_FROM), "file:///edge"),
+                ResourceContents::blob(blob, "file:///c"),
+                ResourceContents::text(nasty, "file:///d"),
+            ],
+            vec![ResourceContents::text("", "file:///empty")],
+        ];
+        for contents in cases {
+            let msg = read_answer(contents);
+            let want = serde_json::to_vec(&msg).unwrap();
+            let got = to_json(msg).unwrap();
+            assert!(
+                got == want,
+                "differs:\n{}\n{}",
+                String::from_utf8_lossy(&got[..got.len().min(300)]),
+                String::from_utf8_lossy(&want[..want.len().min(300)])
+            );
+        }
+    }
+
+    #[test]
+    fn escaping_finds_every_byte_that_needs_it_wherever_it_is() {
+        // Each ASCII byte (and a two-byte character) at every offset of strings that span
+        // the word and chunk edges, alone and next to a second one, against serde_json.
+        let specials: Vec<String> = (0u8..0x80)
+            .map(|b| char::from(b).to_string())
+            .chain(["é".to_string(), "✓".to_string()])
+            .collect();
+        let check = |text: &str| {
+            let mut got = vec![b'"'];
+            escape_into(&mut got, text.as_bytes());
+            got.push(b'"');
+            assert_eq!(
+                String::from_utf8_lossy(&got),
+                serde_json::to_string(text).unwrap(),
+                "{text:?}"
+            );
+        };
+        for len in [1, 7, 8, 9, 31, 32, 33, 40, 64, 70] {
+            for at in 0..len {
+                for c in &specials {
+                    let mut t = "a".repeat(at);
+                    t.push_str(c);
+                    t.push_str(&"b".repeat(len - at - 1));
+                    check(&t);
+                    let mut two = t.clone();
+                    two.insert(at.min(two.len() - c.len()), '"');
+                    check(&two);
+                }
+            }
+        }
+        check("");
+        check(&"\n".repeat(100));
+        check(&"\u{1f}\u{7f}\u{80}".repeat(50));
+    }
+}
