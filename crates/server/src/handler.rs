@@ -5,7 +5,8 @@
 //! HTTP): its subscriptions are released when it is dropped. In the 2026-07-28 era every
 //! request stands alone and each `subscriptions/listen` stream registers for its own lifetime.
 //! What belongs to rmcp or to an era lives here: parameter and result types, cache hints only
-//! for 2026-07-28 peers, `resultType` and not-found rewriting for the direct read paths.
+//! for 2026-07-28 peers; the `resultType` and not-found rewriting the direct read paths copy
+//! from rmcp's dispatch is in [`crate::wire::era`].
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
@@ -27,7 +28,7 @@ use rmcp::transport::streamable_http_server::session::SessionRestoreMarker;
 use rmcp::{ErrorData, Peer, ServerHandler};
 
 use crate::errors::to_mcp_error;
-use crate::http::{Grant, Identity};
+use crate::grant::{Grant, Identity};
 use crate::layers::metered_rpc;
 use crate::registry::Notice;
 use crate::router::Router;

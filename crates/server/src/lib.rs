@@ -6,6 +6,7 @@
 //! JSON-RPC, sessions, cursors on the wire or protocol eras lives in this crate.
 
 mod errors;
+mod grant;
 mod handler;
 pub mod http;
 mod layers;
@@ -19,13 +20,14 @@ mod tools;
 mod wire;
 
 pub use errors::to_mcp_error;
+pub use grant::{Grant, Identity};
 pub use handler::McpHandler;
 pub use registry::{ListenSlot, Notice, Registry, RegistryStats};
 pub use router::{Mount, Router, mount_addresses, mount_name};
 pub use service::{
-    ChangeTokens, CompletionRef, ListPage, Listen, MAX_COMPLETION_VALUES, ReadOutcome,
-    SCAN_MAX_PAGES, SCAN_MAX_TIME, ScanPage, Service, SkippedMount, Subscriber, TemplateList,
-    UNAVAILABLE_META_KEY,
+    ChangeTokens, CompletionRef, ListPage, Listen, MAX_COMPLETION_VALUES, ReadOutcome, RecordError,
+    SCAN_MAX_PAGES, SCAN_MAX_TIME, ScanPage, Service, SkippedMount, Subscriber, SubscriptionRecord,
+    TemplateList, UNAVAILABLE_META_KEY,
 };
 
 use std::sync::Arc;

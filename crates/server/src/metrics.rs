@@ -17,6 +17,8 @@ pub const METHODS: &[&str] = &[
     "resources/unsubscribe",
     "subscriptions/listen",
     "completion/complete",
+    // The tool bridge's search walks the listings, but is not one: its own series.
+    "search_resources",
     "other",
 ];
 

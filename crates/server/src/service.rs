@@ -18,8 +18,7 @@ use mcpr_core::{
 };
 
 use crate::ServerState;
-use crate::http::Grant;
-use crate::http::Identity;
+use crate::grant::{Grant, Identity};
 use crate::layers::{Bounded, metered};
 use crate::registry::{ListenSlot, Notice, Registry, is_over_budget, over_budget};
 use crate::router::{Mount, Router};
@@ -246,11 +245,32 @@ fn visible_mounts(router: &Router, grant: Option<&Grant>) -> Option<Vec<u32>> {
 }
 
 /// The error of a session hub that did not answer.
-fn hub_error(e: crate::http::SessionStoreError) -> Error {
+fn hub_error(e: RecordError) -> Error {
     Error::new(
         ErrorKind::Unavailable,
         format!("the shared session store did not answer: {e}"),
     )
+}
+
+/// Why a [`SubscriptionRecord`] did not answer.
+pub type RecordError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Where a roaming legacy session's subscriptions are recorded, for replicas sharing it:
+/// the service checks a subscription and records it there, and whichever replica holds the
+/// session's notification stream watches it. The HTTP transport's session hub is one
+/// (`crate::http::SessionHub`); the service knows only this.
+#[async_trait::async_trait]
+pub trait SubscriptionRecord: Send + Sync {
+    /// The URIs `session` is subscribed to.
+    async fn subscriptions(&self, session: &str) -> std::result::Result<Vec<String>, RecordError>;
+    /// Add (`subscribed`) or remove `uri` from the session's subscriptions and tell the
+    /// replica watching them; returns the set afterwards.
+    async fn set_subscription(
+        &self,
+        session: &str,
+        uri: &str,
+        subscribed: bool,
+    ) -> std::result::Result<Vec<String>, RecordError>;
 }
 
 /// The refusal of a subscription beyond `max_subscriptions_per_session` (`max`).
@@ -528,7 +548,33 @@ impl Service {
         prefix: Option<&str>,
         keep: &(dyn Fn(&ResourceMeta) -> bool + Sync),
     ) -> Result<ScanPage> {
-        metered(&self.state.metrics, "resources/list", async {
+        self.scan_as("resources/list", grant, cursor, prefix, keep)
+            .await
+    }
+
+    /// [`Service::scan`] for a search (the tool bridge's `search_resources`): the same walk,
+    /// counted in the metrics as `search_resources`, not as a listing.
+    pub async fn search(
+        &self,
+        grant: Option<&Grant>,
+        cursor: Option<&str>,
+        prefix: Option<&str>,
+        keep: &(dyn Fn(&ResourceMeta) -> bool + Sync),
+    ) -> Result<ScanPage> {
+        self.scan_as("search_resources", grant, cursor, prefix, keep)
+            .await
+    }
+
+    /// The walk of [`Service::scan`], metered as `method`.
+    async fn scan_as(
+        &self,
+        method: &'static str,
+        grant: Option<&Grant>,
+        cursor: Option<&str>,
+        prefix: Option<&str>,
+        keep: &(dyn Fn(&ResourceMeta) -> bool + Sync),
+    ) -> Result<ScanPage> {
+        metered(&self.state.metrics, method, async {
             let state = &self.state;
             state.registry.wait_list_ready().await;
             let mut at = match cursor {
@@ -782,7 +828,7 @@ impl Service {
         &self,
         grant: Option<&Grant>,
         uri: &str,
-        hub: &dyn crate::http::SessionHub,
+        hub: &(impl SubscriptionRecord + ?Sized),
         session: &str,
     ) -> Result<()> {
         metered(&self.state.metrics, "resources/subscribe", async {
@@ -828,7 +874,7 @@ impl Service {
     pub async fn unsubscribe_recorded(
         &self,
         uri: &str,
-        hub: &dyn crate::http::SessionHub,
+        hub: &(impl SubscriptionRecord + ?Sized),
         session: &str,
     ) -> Result<()> {
         metered(&self.state.metrics, "resources/unsubscribe", async {

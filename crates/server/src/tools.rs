@@ -25,8 +25,8 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::errors::to_mcp_error;
+use crate::grant::Grant;
 use crate::handler::{contents_of, resource_of};
-use crate::http::Grant;
 use crate::service::{CompletionRef, Service, visible};
 use crate::{SCAN_MAX_PAGES, Settings};
 
@@ -492,7 +492,7 @@ async fn search(
     let pattern = Pattern::new(&args.query)?;
     let prefix = given(args.prefix);
     let page = service
-        .scan(
+        .search(
             grant,
             given(args.cursor).as_deref(),
             prefix.as_deref(),

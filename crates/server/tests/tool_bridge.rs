@@ -509,6 +509,37 @@ async fn search_does_bounded_work_per_call_and_continues() {
     client.cancel().await.unwrap();
 }
 
+/// The metrics say what was done: a search walks the listings but is counted as a search,
+/// while `list_resources` (with a prefix, the same walk) is a listing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_search_is_counted_as_a_search_not_as_a_listing() {
+    let t = tree();
+    let state = state(&t, 100, true);
+    let client = connect(&state, true).await;
+    let page = json_of(
+        &call(&client, "search_resources", json!({"query": "zz-needle"}))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(uris(&page, "matches").len(), 1);
+    let prefix = encode_path_uri(&t.root.join("many"));
+    json_of(
+        &call(&client, "list_resources", json!({"prefix": prefix}))
+            .await
+            .unwrap(),
+    );
+    let m = state.metrics();
+    assert_eq!(m.count("search_resources", "ok"), 1);
+    assert_eq!(m.count("resources/list", "ok"), 1, "only the listing");
+    let mut rendered = String::new();
+    m.render(&mut rendered);
+    assert!(
+        rendered.contains("mcp_requests_total{method=\"search_resources\",outcome=\"ok\"} 1\n"),
+        "{rendered}"
+    );
+    client.cancel().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_bridge_tools_and_prompts_are_method_not_found() {
     let t = tree();

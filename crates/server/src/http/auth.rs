@@ -16,24 +16,7 @@ use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode, header};
 use subtle::ConstantTimeEq as _;
 
-/// What an authenticated caller may do.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Grant {
-    /// Scopes the token carries; `None` means unrestricted (a static token without scopes).
-    pub scopes: Option<BTreeSet<String>>,
-    /// Whether the answer depends on who asks (cache hints become `private`).
-    pub personal: bool,
-}
-
-impl Grant {
-    /// Whether a mount that requires `scope` is visible to this caller.
-    pub fn allows(&self, scope: Option<&str>) -> bool {
-        match (scope, &self.scopes) {
-            (None, _) | (_, None) => true,
-            (Some(s), Some(have)) => have.contains(s),
-        }
-    }
-}
+use crate::grant::{Grant, Identity};
 
 /// One accepted static token and the scopes it grants.
 #[derive(Clone)]
@@ -225,30 +208,6 @@ impl Auth {
     }
 }
 
-/// Who is calling, as far as the edge can tell: the subject of a JWT, which static token,
-/// or (without authentication) the client's address. It never holds a secret. A legacy
-/// session is bound to the identity that created it, and listen streams are counted per
-/// identity. The edge puts it in every MCP request's extensions; the handler reads it there.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Identity(String);
-
-impl Identity {
-    /// An identity from its text (tests and other transports).
-    pub fn new(id: impl Into<String>) -> Self {
-        Self(id.into())
-    }
-
-    /// The client's address, for requests without authentication.
-    pub(crate) fn address(ip: std::net::IpAddr) -> Self {
-        Self(format!("address {ip}"))
-    }
-
-    /// The identity as text.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
 impl Auth {
     /// Authenticate a request on its headers alone, before anything reads its body or holds a
     /// concurrency permit: the caller's grant and identity, or the refusal to send.
@@ -347,20 +306,6 @@ pub(crate) fn hide_subscriptions(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn scopes_gate_mounts() {
-        let all = Grant {
-            scopes: None,
-            personal: false,
-        };
-        assert!(all.allows(Some("docs")) && all.allows(None));
-        let docs = Grant {
-            scopes: Some(["docs".to_owned()].into()),
-            personal: true,
-        };
-        assert!(docs.allows(Some("docs")) && docs.allows(None) && !docs.allows(Some("finance")));
-    }
 
     #[test]
     fn tokens_compare_whole() {

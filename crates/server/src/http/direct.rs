@@ -34,8 +34,8 @@ use rmcp::transport::streamable_http_server::StreamableHttpService;
 use rmcp::transport::streamable_http_server::session::SessionManager;
 use tokio_util::sync::CancellationToken;
 
-use super::Grant;
 use crate::McpHandler;
+use crate::grant::Grant;
 use crate::wire::http_checks::{
     JSON, accepts_json_and_sse, content_type_is_json, host_allowed, sole, status_of,
 };

@@ -24,7 +24,8 @@ use http_body_util::BodyExt as _;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use tokio::sync::{Notify, Semaphore};
 
-use super::auth::{Auth, Grant, Identity};
+use super::auth::Auth;
+use crate::grant::{Grant, Identity};
 
 /// Limits of the HTTP edge.
 #[derive(Debug, Clone)]

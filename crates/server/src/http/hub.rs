@@ -37,7 +37,7 @@ pub trait SessionHub: SessionStore {
     /// How signals name `session`: a hash, so that ids, which let a client use a session,
     /// never travel between replicas.
     fn key(&self, session: &str) -> String;
-    /// The owner record of `identity` (the text of an [`Identity`](super::Identity)): a
+    /// The owner record of `identity` (the text of an [`Identity`](crate::Identity)): a
     /// hash keyed with the cluster's secret, so the store holds nothing an identity can be
     /// checked against without it.
     fn owner_of(&self, identity: &str) -> String;
@@ -75,12 +75,29 @@ pub trait SessionHub: SessionStore {
 
 /// The owner record of an identity without a hub: a hash, kept in this process only (a hub
 /// keys its own, [`SessionHub::owner_of`]).
-pub(crate) fn owner_hash(identity: &super::Identity) -> String {
+pub(crate) fn owner_hash(identity: &crate::Identity) -> String {
     use sha2::{Digest as _, Sha256};
     Sha256::digest(identity.as_str().as_bytes())
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
+}
+
+/// A hub records the subscriptions of the sessions it shares: the service's view of it.
+#[async_trait::async_trait]
+impl<T: SessionHub + ?Sized> crate::service::SubscriptionRecord for T {
+    async fn subscriptions(&self, session: &str) -> Result<Vec<String>, SessionStoreError> {
+        SessionHub::subscriptions(self, session).await
+    }
+
+    async fn set_subscription(
+        &self,
+        session: &str,
+        uri: &str,
+        subscribed: bool,
+    ) -> Result<Vec<String>, SessionStoreError> {
+        SessionHub::set_subscription(self, session, uri, subscribed).await
+    }
 }
 
 impl std::fmt::Debug for dyn SessionHub {

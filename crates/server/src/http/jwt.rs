@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 
-use super::auth::Grant;
+use crate::grant::Grant;
 
 /// Keys older than this are refetched.
 const MAX_AGE: Duration = Duration::from_secs(600);

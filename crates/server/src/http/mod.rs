@@ -10,7 +10,8 @@ mod jwt;
 mod roaming;
 mod sessions;
 
-pub use auth::{AuthSettings, Grant, Identity, IdentityKey, StaticToken};
+pub use crate::grant::{Grant, Identity};
+pub use auth::{AuthSettings, IdentityKey, StaticToken};
 pub use edge::HttpLimits;
 pub use hub::{SessionHub, SessionSignal};
 pub use jwt::JwtSettings;

@@ -25,8 +25,8 @@ use rmcp::transport::streamable_http_server::session::ServerSseMessage;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use tokio::sync::{Notify, mpsc, oneshot};
 
-use super::Grant;
 use super::hub::{SessionHub, SessionSignal};
+use crate::grant::Grant;
 use crate::service::Service;
 
 /// The grants of GET requests on their way to the session manager, by session id: the edge
