@@ -91,3 +91,67 @@ fn opens_inline(request: &ClientRequest, handler: &McpHandler) -> bool {
             .protocol_version()
             .is_some_and(|v| rmcp::Service::supported_protocol_versions(handler).contains(&v))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rmcp::model::JsonRpcMessage;
+
+    /// The `_meta` of a read whose `params._meta` is `meta` (JSON), as rmcp's decode puts it
+    /// in the request's extensions.
+    fn meta_of(meta: Option<&str>) -> Option<RequestMetaObject> {
+        let meta = meta.map_or(String::new(), |m| format!(r#","_meta":{m}"#));
+        let line = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{{"uri":"file:///a"{meta}}}}}"#
+        );
+        let Some(JsonRpcMessage::Request(r)) = crate::wire::decode::decode_hot(line.as_bytes())
+        else {
+            panic!("not a request: {line}")
+        };
+        let ClientRequest::ReadResourceRequest(read) = r.request else {
+            panic!("not a read: {line}")
+        };
+        read.extensions.get::<RequestMetaObject>().cloned()
+    }
+
+    const COMPLETE: &str = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"}}"#;
+    const VERSION_ONLY: &str = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}"#;
+    const OLDER: &str = r#"{"io.modelcontextprotocol/protocolVersion":"2025-11-25"}"#;
+
+    #[test]
+    fn a_read_is_taken_only_where_rmcp_would_only_call_the_handler() {
+        let cases = [
+            (Lifecycle::Legacy, None, Some(false)),
+            (
+                Lifecycle::Legacy,
+                Some(r#"{"progressToken":1}"#),
+                Some(false),
+            ),
+            (Lifecycle::Legacy, Some(COMPLETE), Some(true)),
+            (Lifecycle::Legacy, Some(VERSION_ONLY), None),
+            (Lifecycle::Legacy, Some(OLDER), None),
+            (Lifecycle::Inline, None, None),
+            (Lifecycle::Inline, Some(COMPLETE), Some(true)),
+            (Lifecycle::Inline, Some(VERSION_ONLY), None),
+            (Lifecycle::Opening, Some(COMPLETE), None),
+            (Lifecycle::Other, Some(COMPLETE), None),
+            (Lifecycle::Other, None, None),
+        ];
+        for (lifecycle, meta, want) in cases {
+            let m = meta_of(meta);
+            assert_eq!(lifecycle.era(m.as_ref()), want, "{lifecycle:?} {meta:?}");
+        }
+    }
+
+    #[test]
+    fn only_a_first_initialize_answered_below_2026_07_28_opens_a_legacy_session() {
+        let mut l = Lifecycle::Opening;
+        l.initialized(&ProtocolVersion::V_2025_11_25);
+        assert_eq!(l, Lifecycle::Legacy);
+        l.initialized(&ProtocolVersion::V_2025_11_25);
+        assert_eq!(l, Lifecycle::Other, "a second initialize");
+        let mut l = Lifecycle::Opening;
+        l.initialized(&ProtocolVersion::V_2026_07_28);
+        assert_eq!(l, Lifecycle::Other);
+    }
+}
