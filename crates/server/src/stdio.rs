@@ -2,7 +2,7 @@
 //! the hot resource requests and batched writes (issue #6). This file frames lines, writes
 //! answers (the writer task and its backlog) and runs the direct reads; what they copy from
 //! rmcp (the decode, the encoder, the refusals, the mirror of rmcp's handshake) is in
-//! [`crate::wire`].
+//! `crate::wire`.
 //!
 //! rmcp's own line transport decodes every message through its untagged `ClientRequest`
 //! union, which tries the variants one by one over a buffered copy of the message: a
