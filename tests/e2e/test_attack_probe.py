@@ -41,7 +41,7 @@ def rss_kib(pid: int) -> int:
     raise AssertionError("no VmRSS")
 
 
-def test_item13_malformed_lines_are_answered_not_dropped(base):
+def test_malformed_lines_are_answered_not_dropped(base):
     root = (base / "root").resolve()
     write(root / "a.txt", "hello\n")
     localhost = file_uri(root / "a.txt").replace("file:///", "file://localhost/", 1)
@@ -76,7 +76,7 @@ def test_item13_malformed_lines_are_answered_not_dropped(base):
     assert sorted(a["error"]["code"] for a in nulls) == [-32700, -32700, -32600], answers
 
 
-def test_item6_a_client_that_never_reads_does_not_grow_the_server(base):
+def test_a_client_that_never_reads_does_not_grow_the_server(base):
     root = (base / "root").resolve()
     write(root / "big.txt", "x" * 200_000)
     uri = file_uri(root / "big.txt")

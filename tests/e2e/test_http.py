@@ -537,7 +537,7 @@ async def test_legacy_subscribe_update_then_delete_releases(http_serve, base):
         assert r.status_code == 404, f"a request on a deleted session should get 404, got {r.status_code}"
 
 
-async def test_issue20_sdk_session_termination_is_not_a_failure(http_serve, base, caplog):
+async def test_sdk_session_termination_is_not_a_failure(http_serve, base, caplog):
     """The SDK's DELETE on exit is answered 204, so it logs no failed termination (it did for
     rmcp's 202), and the session is gone."""
     root = base / "root"
@@ -552,7 +552,7 @@ async def test_issue20_sdk_session_termination_is_not_a_failure(http_serve, base
     await srv.wait_metrics({"mcp_sessions": 0})
 
 
-async def test_issue20_listen_streams_per_client_limit(http_serve, base):
+async def test_listen_streams_per_client_limit(http_serve, base):
     """One listen stream more than `max_listen_streams_per_client` ends with an error naming
     the setting; closing a stream makes room."""
     root = base / "root"

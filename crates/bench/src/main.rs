@@ -24,23 +24,31 @@ use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-const USAGE: &str = "usage:
-  mcpr-bench echo
-  mcpr-bench file-echo DIR FILE
-  mcpr-bench soak --server BIN --config SOAK.toml --out DIR --minutes N
-                  [--sessions 1000] [--listens 200] [--pg-url URL]
-  mcpr-bench run --server BIN --cache DIR [--quick] [--node NODE --peers DIR]
-                 [--opendal BIN | --no-opendal REASON] [--only s1,s2]
-scenarios: stdio, http, list, blob, notify, memory, startup, sqlite, api, s3, cluster";
+/// The benchmark's load driver.
+#[derive(clap::Parser, Debug)]
+#[command(name = "mcpr-bench", about)]
+enum Cli {
+    /// The floor: answer each line of stdin with itself.
+    Echo,
+    /// The file floor: answer each line with the text of DIR/FILE, read as the server reads it.
+    FileEcho {
+        /// The directory the file is opened beneath.
+        dir: String,
+        /// The file, relative to DIR.
+        file: String,
+    },
+    /// Run the benchmark scenarios (`cargo xtask bench`).
+    Run(RunArgs),
+    /// The soak of issue #19 (`cargo xtask soak`).
+    Soak(soak::Options),
+}
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = match args.first().map(String::as_str) {
-        Some("echo") => echo(),
-        Some("file-echo") if args.len() == 3 => file_echo(&args[1], &args[2]),
-        Some("run") => run(&args[1..]),
-        Some("soak") => soak::run(&args[1..]),
-        _ => Err(USAGE.into()),
+    let result = match <Cli as clap::Parser>::parse() {
+        Cli::Echo => echo(),
+        Cli::FileEcho { dir, file } => file_echo(&dir, &file),
+        Cli::Run(a) => run(a),
+        Cli::Soak(o) => soak::run(o),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -135,49 +143,34 @@ fn file_echo(dir: &str, file: &str) -> Result<(), String> {
     })
 }
 
-struct Args {
+/// `mcpr-bench run`'s arguments.
+#[derive(clap::Args, Debug)]
+struct RunArgs {
+    /// The `mcp-resources` binary under test.
+    #[arg(long)]
     server: PathBuf,
+    /// Fixtures, configs and results go here.
+    #[arg(long)]
     cache: PathBuf,
+    /// Smaller fixtures, shorter phases.
+    #[arg(long)]
     quick: bool,
+    /// Node for the npm peers (with --peers).
+    #[arg(long, requires = "peers")]
     node: Option<PathBuf>,
+    /// The directory holding the npm peers' node_modules (with --node).
+    #[arg(long, requires = "node")]
     peers: Option<PathBuf>,
-    opendal: Result<PathBuf, String>,
+    /// The `mcp-server-opendal` executable.
+    #[arg(long, conflicts_with = "no_opendal")]
+    opendal: Option<PathBuf>,
+    /// Why there is no `mcp-server-opendal` (shown in its rows).
+    #[arg(long, value_name = "REASON")]
+    no_opendal: Option<String>,
+    /// Only these scenarios: stdio, http, list, blob, notify, memory, startup, sqlite, git,
+    /// api, s3, cluster.
+    #[arg(long, value_delimiter = ',')]
     only: Option<Vec<String>>,
-}
-
-fn parse(args: &[String]) -> Result<Args, String> {
-    let mut a = Args {
-        server: PathBuf::new(),
-        cache: PathBuf::new(),
-        quick: false,
-        node: None,
-        peers: None,
-        opendal: Err("not installed (no --opendal given)".into()),
-        only: None,
-    };
-    let mut it = args.iter();
-    while let Some(flag) = it.next() {
-        let mut value = || {
-            it.next()
-                .cloned()
-                .ok_or(format!("{flag} needs a value\n{USAGE}"))
-        };
-        match flag.as_str() {
-            "--server" => a.server = value()?.into(),
-            "--cache" => a.cache = value()?.into(),
-            "--quick" => a.quick = true,
-            "--node" => a.node = Some(value()?.into()),
-            "--peers" => a.peers = Some(value()?.into()),
-            "--opendal" => a.opendal = Ok(value()?.into()),
-            "--no-opendal" => a.opendal = Err(value()?),
-            "--only" => a.only = Some(value()?.split(',').map(str::to_owned).collect()),
-            other => return Err(format!("unknown argument {other}\n{USAGE}")),
-        }
-    }
-    if a.server.as_os_str().is_empty() || a.cache.as_os_str().is_empty() {
-        return Err(USAGE.into());
-    }
-    Ok(a)
 }
 
 /// What the figures were measured on.
@@ -196,8 +189,12 @@ fn machine() -> serde_json::Value {
     })
 }
 
-fn run(args: &[String]) -> Result<(), String> {
-    let a = parse(args)?;
+fn run(a: RunArgs) -> Result<(), String> {
+    let opendal = match (a.opendal, a.no_opendal) {
+        (Some(bin), _) => Ok(bin),
+        (None, Some(why)) => Err(why),
+        (None, None) => Err("not installed (no --opendal given)".to_owned()),
+    };
     // Before any scenario pins the driver, so the CPU count is the machine's.
     let mut m = machine();
     let me = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
@@ -214,10 +211,10 @@ fn run(args: &[String]) -> Result<(), String> {
         fx,
         quick: a.quick,
         node,
-        opendal: a.opendal,
+        opendal,
     };
     type Scenario = fn(&scenarios::Env) -> Vec<report::Row>;
-    let all: [(&str, Scenario); 11] = [
+    let all: [(&str, Scenario); 12] = [
         ("startup", scenarios::startup),
         ("stdio", scenarios::stdio_read),
         ("http", scenarios::http_read),
@@ -226,6 +223,7 @@ fn run(args: &[String]) -> Result<(), String> {
         ("notify", scenarios::notify),
         ("memory", scenarios::memory),
         ("sqlite", scenarios::sqlite),
+        ("git", scenarios::git),
         ("api", scenarios::api),
         ("s3", scenarios::s3),
         ("cluster", cluster::cluster),

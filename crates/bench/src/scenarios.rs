@@ -1594,3 +1594,159 @@ url = "http://{0}/uncached"
     }
     rows
 }
+
+/// `git`, stopped and waited for when dropped (`git cat-file --batch` runs until its input ends).
+struct GitBatch(std::process::Child);
+
+impl Drop for GitBatch {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs `git args…` in `dir`, with an identity so the commit needs no user config.
+fn git_in(dir: &Path, args: &[&str]) -> Result<(), String> {
+    let out = Command::new("git")
+        .args([
+            "-c",
+            "user.name=mcpr-bench",
+            "-c",
+            "user.email=bench@localhost",
+            "-c",
+            "commit.gpgsign=false",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .map_err(|e| format!("git {}: {e} (is git installed?)", args.join(" ")))?;
+    if !out.status.success() {
+        return Err(format!(
+            "git {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(())
+}
+
+/// `git://`: a 1 KiB file at a branch, read through our server over stdio, next to the same
+/// blob read from a long-running `git cat-file --batch` by the same driver (the cost of going
+/// to the repository directly: one request and one answer through pipes, no process start).
+pub fn git(env: &Env) -> Vec<Row> {
+    const S: &str = "stdio read git blob";
+    let note = "resources/read git://main/f1k.txt: a 1 KiB file at the tip of branch main (ref resolved, tree walked, blob read through gix on every read); direct: `main:f1k.txt` asked of one `git cat-file --batch` process over its pipes, one at a time";
+    let r = (|| -> Result<Vec<Row>, String> {
+        let repo = env.cache.join("git-repo");
+        if repo.exists() {
+            std::fs::remove_dir_all(&repo).map_err(|e| format!("{}: {e}", repo.display()))?;
+        }
+        std::fs::create_dir_all(&repo).map_err(|e| format!("{}: {e}", repo.display()))?;
+        git_in(&repo, &["init", "-q", "-b", "main"])?;
+        let mut body = format!("{TEXT_1K_HEAD} (git)\n").into_bytes();
+        body.resize(1024, b'x');
+        std::fs::write(repo.join("f1k.txt"), &body).map_err(|e| e.to_string())?;
+        git_in(&repo, &["add", "f1k.txt"])?;
+        git_in(&repo, &["commit", "-q", "-m", "mcpr-bench fixture"])?;
+        let config = env.cache.join("git.toml");
+        let text = format!(
+            "# Written by mcpr-bench: a git mount of a one-commit repository.\n[[mount]]\nkind = \"git\"\nrepo = \"{}\"\nwatch = \"off\"\n",
+            repo.display()
+        );
+        std::fs::write(&config, text).map_err(|e| format!("{}: {e}", config.display()))?;
+
+        let mut srv = StdioServer::spawn(&mut env.ours(&config), false)?;
+        let _w = Watchdog::arm(srv.pid(), Duration::from_secs(120));
+        srv.initialize()?;
+        let mut ours = load::stdio(
+            &mut srv,
+            &read_req("git://main/f1k.txt"),
+            TEXT_1K_HEAD,
+            false,
+            env.plan(),
+        )?;
+        drop(srv);
+
+        let mut direct = direct_cat_file(&repo, env.plan())?;
+        let (d50, d99) = (direct.p50_us(), direct.p99_us());
+        Ok(vec![
+            Row::new(
+                S,
+                "mcp-resources",
+                "p50 (1 in flight)",
+                ours.latency.p50_us(),
+                "µs",
+            )
+            .compare(format!("git cat-file --batch p50 {d50:.0} µs"))
+            .note(note),
+            Row::new(
+                S,
+                "mcp-resources",
+                "p99 (1 in flight)",
+                ours.latency.p99_us(),
+                "µs",
+            )
+            .compare(format!("git cat-file --batch p99 {d99:.0} µs"))
+            .note(note),
+            Row::new(
+                S,
+                "mcp-resources",
+                "throughput (32 in flight)",
+                ours.rps,
+                "req/s",
+            )
+            .note(note),
+        ])
+    })();
+    guard(S, "mcp-resources", r)
+}
+
+/// The latency of `main:f1k.txt` from one `git cat-file --batch` in `repo`, one request at
+/// a time after `plan.warmup` unmeasured ones; every answer is checked to be the whole blob.
+fn direct_cat_file(repo: &Path, plan: Plan) -> Result<Samples, String> {
+    use std::io::{BufRead, Read, Write};
+    let mut child = GitBatch(
+        Command::new("git")
+            .args(["cat-file", "--batch"])
+            .current_dir(repo)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| format!("git cat-file --batch: {e}"))?,
+    );
+    let mut stdin = child.0.stdin.take().ok_or("no stdin")?;
+    let mut stdout = std::io::BufReader::new(child.0.stdout.take().ok_or("no stdout")?);
+    let mut header = String::new();
+    let mut blob = Vec::new();
+    let mut samples = Samples::with_capacity(plan.iters);
+    for i in 0..plan.warmup + plan.iters {
+        let t = Instant::now();
+        stdin
+            .write_all(b"main:f1k.txt\n")
+            .and_then(|()| stdin.flush())
+            .map_err(|e| format!("git cat-file --batch: {e}"))?;
+        header.clear();
+        stdout
+            .read_line(&mut header)
+            .map_err(|e| format!("git cat-file --batch: {e}"))?;
+        // `<oid> blob <size>\n`, then the contents and a newline.
+        let size: usize = header
+            .trim_end()
+            .rsplit(' ')
+            .next()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| format!("git cat-file --batch answered {header:?}"))?;
+        blob.resize(size + 1, 0);
+        stdout
+            .read_exact(&mut blob)
+            .map_err(|e| format!("git cat-file --batch: {e}"))?;
+        if i >= plan.warmup {
+            samples.push(t.elapsed());
+        }
+        if size != 1024 || !blob.starts_with(TEXT_1K_HEAD.as_bytes()) {
+            return Err(format!("git cat-file --batch answered {header:?}"));
+        }
+    }
+    Ok(samples)
+}

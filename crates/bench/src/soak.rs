@@ -28,9 +28,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-const USAGE: &str = "usage: mcpr-bench soak --server BIN --config SOAK.toml --out DIR --minutes N
-                       [--sessions 1000] [--listens 200] [--pg-url URL]";
-
 /// Seconds between samples.
 const SAMPLE_EVERY: Duration = Duration::from_secs(10);
 /// How long the server may take to come back to its baseline once the clients have left.
@@ -54,52 +51,43 @@ const RAMP: Duration = Duration::from_secs(60);
 const META_2026: &str = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"mcpr-soak","version":"0"}}"#;
 const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"mcpr-soak","version":"0"}}}"#;
 
-struct Options {
+/// `mcpr-bench soak`'s arguments.
+#[derive(clap::Args, Debug)]
+pub struct Options {
+    /// The `mcp-resources` binary to soak.
+    #[arg(long)]
     server: PathBuf,
+    /// Its config (crates/bench/soak.toml).
+    #[arg(long)]
     config: PathBuf,
+    /// Where the table, CSV and plot are written.
+    #[arg(long)]
     out: PathBuf,
+    /// How long the churn lasts, in minutes (fractions allowed).
+    #[arg(long, value_parser = positive_minutes)]
     minutes: f64,
+    /// Legacy HTTP session slots.
+    #[arg(long, default_value_t = 1000)]
     sessions: usize,
+    /// `subscriptions/listen` stream slots.
+    #[arg(long, default_value_t = 200)]
     listens: usize,
+    /// The PostgreSQL the soak's postgres mount reads.
+    #[arg(
+        long,
+        env = "SOAK_PG_URL",
+        default_value = "postgres://root@127.0.0.1:5432/test",
+        hide_env_values = true
+    )]
     pg_url: String,
 }
 
-fn parse(args: &[String]) -> Result<Options, String> {
-    let mut o = Options {
-        server: PathBuf::new(),
-        config: PathBuf::new(),
-        out: PathBuf::new(),
-        minutes: 0.0,
-        sessions: 1000,
-        listens: 200,
-        pg_url: std::env::var("SOAK_PG_URL")
-            .unwrap_or_else(|_| "postgres://root@127.0.0.1:5432/test".into()),
-    };
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut val = || {
-            it.next()
-                .ok_or_else(|| format!("{a} needs a value\n{USAGE}"))
-        };
-        match a.as_str() {
-            "--server" => o.server = val()?.into(),
-            "--config" => o.config = val()?.into(),
-            "--out" => o.out = val()?.into(),
-            "--minutes" => o.minutes = val()?.parse().map_err(|_| "--minutes: a number")?,
-            "--sessions" => o.sessions = val()?.parse().map_err(|_| "--sessions: a count")?,
-            "--listens" => o.listens = val()?.parse().map_err(|_| "--listens: a count")?,
-            "--pg-url" => o.pg_url = val()?.clone(),
-            other => return Err(format!("unknown argument {other}\n{USAGE}")),
-        }
+/// A churn of more than zero minutes.
+fn positive_minutes(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(m) if m > 0.0 && m.is_finite() => Ok(m),
+        _ => Err(format!("{s:?} is not a positive number of minutes")),
     }
-    if o.server.as_os_str().is_empty()
-        || o.config.as_os_str().is_empty()
-        || o.out.as_os_str().is_empty()
-        || o.minutes <= 0.0
-    {
-        return Err(USAGE.into());
-    }
-    Ok(o)
 }
 
 /// What the clients did, counted across threads.
@@ -190,8 +178,7 @@ const COUNTS: &[(&str, Count)] = &[
 ];
 
 /// `mcpr-bench soak …`.
-pub fn run(args: &[String]) -> Result<(), String> {
-    let o = parse(args)?;
+pub fn run(o: Options) -> Result<(), String> {
     if !pg_available(&o.pg_url) {
         let msg = format!(
             "PostgreSQL is not reachable at {} (psql); the soak needs it for its postgres mount (set SOAK_PG_URL)",

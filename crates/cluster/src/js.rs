@@ -1,6 +1,10 @@
 //! Raw JetStream API requests, shared by the watcher lease and the session store: async-nats
 //! 0.51's typed JetStream API cannot parse the replies of nats-server 2.9, so both speak
 //! `$JS.API.*` and stream-captured publishes directly, through these few functions.
+//!
+//! `tests/upstream_workarounds.rs` shows it against a real 2.9 server (creating a key-value
+//! bucket fails with "did not match any variant of untagged enum Response"); once that test
+//! fails, async-nats reads those replies and this layer can give way to its typed API.
 
 use std::time::Duration;
 

@@ -220,7 +220,7 @@ mod tests {
     /// concurrency bound, so 200 pipelined completions of a huge directory ran at once. Only
     /// `DIR_SCANS` run now; the rest wait for a permit, and file reads need none.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn item5_directory_scans_wait_for_a_permit() {
+    async fn directory_scans_wait_for_a_permit() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().canonicalize().unwrap();
         std::fs::create_dir(root.join("d")).unwrap();

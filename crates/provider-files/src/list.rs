@@ -507,7 +507,7 @@ mod tests {
     /// between the two steps). The listing used to follow the link and show the denied
     /// directory's names; now the opened handle's real path is checked and it is not found.
     #[test]
-    fn item9_directory_read_refuses_a_directory_swapped_for_a_link_to_a_denied_one() {
+    fn directory_read_refuses_a_directory_swapped_for_a_link_to_a_denied_one() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().canonicalize().unwrap();
         std::fs::create_dir(root.join("pub")).unwrap();

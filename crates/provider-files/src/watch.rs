@@ -667,7 +667,7 @@ mod tests {
     /// minutes and froze the runtime. Each release is now a hash removal, so all of them
     /// take well under a second; the bound is generous (quadratic costs minutes).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn item2_releasing_many_subscriptions_of_one_file_is_linear() {
+    async fn releasing_many_subscriptions_of_one_file_is_linear() {
         const N: usize = 100_000;
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().canonicalize().unwrap();
@@ -709,7 +709,7 @@ mod tests {
     /// a subscription arriving meanwhile keeps it (and keeps getting events), and the watch
     /// is gone once nobody needs it.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn item2_kernel_watch_released_off_the_runtime_survives_a_quick_resubscribe() {
+    async fn kernel_watch_released_off_the_runtime_survives_a_quick_resubscribe() {
         use std::os::unix::fs::MetadataExt as _;
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().canonicalize().unwrap();

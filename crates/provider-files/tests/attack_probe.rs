@@ -1,5 +1,5 @@
-//! Regression tests for issue #20 (an attacker's probe): each test is named after the item it
-//! pins. Items that need the provider's internals are unit tests beside the code
+//! What an attacker's probe of the files provider found (issue #20), each test named for
+//! what it shows. Those that need the provider's internals are unit tests beside the code
 //! (`watch.rs`, `list.rs`, `complete.rs`).
 
 use std::path::Path;
@@ -42,11 +42,11 @@ const ITEM1_CHILD: &str = "MCPR_TEST_ITEM1_CHILD";
 /// Counted in a child process running only this test, so `rchar` (bytes the process read)
 /// and `VmHWM` (its peak RSS) are this test's alone.
 #[test]
-fn item1_head_window_without_newline_stops_at_the_read_limit() {
+fn head_window_without_newline_stops_at_the_read_limit() {
     if std::env::var_os(ITEM1_CHILD).is_none() {
         let out = std::process::Command::new(std::env::current_exe().unwrap())
             .args([
-                "item1_head_window_without_newline_stops_at_the_read_limit",
+                "head_window_without_newline_stops_at_the_read_limit",
                 "--exact",
                 "--nocapture",
                 "--test-threads=1",
@@ -115,7 +115,7 @@ fn item1_head_window_without_newline_stops_at_the_read_limit() {
 /// Item 7: deny patterns match at any depth (`.docker/config.json` was anchored to the
 /// root) and ignore case (`SERVER.PEM`, `Credentials.json`, `.ENV` were served).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn item7_deny_rules_ignore_case_and_match_at_any_depth() {
+async fn deny_rules_ignore_case_and_match_at_any_depth() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().canonicalize().unwrap();
     let denied = [
@@ -184,7 +184,7 @@ async fn item7_deny_rules_ignore_case_and_match_at_any_depth() {
 /// Item 12: a directory subscription reported `updated` when a denied file in it changed;
 /// only entries the directory read shows may count.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn item12_directory_subscription_ignores_denied_and_hidden_entries() {
+async fn directory_subscription_ignores_denied_and_hidden_entries() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().canonicalize().unwrap();
     std::fs::create_dir(root.join("d")).unwrap();
@@ -236,7 +236,7 @@ async fn item12_directory_subscription_ignores_denied_and_hidden_entries() {
 /// between a real directory and a link to `.ssh` while directory reads run; no answer may
 /// name what is in `.ssh`. (`list.rs` has the same race made deterministic.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn item9_directory_read_racing_a_swap_to_a_denied_link_lists_nothing_of_it() {
+async fn directory_read_racing_a_swap_to_a_denied_link_lists_nothing_of_it() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().canonicalize().unwrap();
     std::fs::create_dir(root.join("pub")).unwrap();

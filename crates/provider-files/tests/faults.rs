@@ -115,7 +115,7 @@ async fn read_while(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn issue19_files_replaced_deleted_or_truncated_while_being_read() {
+async fn files_replaced_deleted_or_truncated_while_being_read() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().canonicalize().unwrap();
     let path = root.join("busy.txt");
@@ -195,7 +195,7 @@ async fn issue19_files_replaced_deleted_or_truncated_while_being_read() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn issue19_inotify_overflow_from_100000_creations() {
+async fn inotify_overflow_from_100000_creations() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().canonicalize().unwrap();
     let watched = root.join("watched.txt");

@@ -10,7 +10,7 @@ use mcpr_core::{CompletionRequest, ContentsBody, Provider, ReadLimits, ResourceU
 use mcpr_provider_files::{FilesConfig, FilesProvider, encode_path_uri};
 
 const CHILD: &str = "MCPR_TEST_ITEM5_CHILD";
-const TEST: &str = "item5_completion_and_directory_read_in_a_huge_directory_keep_only_their_answer";
+const TEST: &str = "completion_and_directory_read_in_a_huge_directory_keep_only_their_answer";
 
 /// Peak resident set size of this process, in bytes.
 fn peak_rss() -> usize {
@@ -34,7 +34,7 @@ fn name(i: usize) -> String {
 
 /// The parent: builds the directory once, then runs each operation in its own child.
 #[test]
-fn item5_completion_and_directory_read_in_a_huge_directory_keep_only_their_answer() {
+fn completion_and_directory_read_in_a_huge_directory_keep_only_their_answer() {
     if let Some(op) = std::env::var_os(CHILD) {
         let dir = std::env::var_os("MCPR_TEST_ITEM5_ROOT").unwrap();
         return child(op.to_str().unwrap(), std::path::Path::new(&dir));

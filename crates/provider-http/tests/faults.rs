@@ -105,7 +105,7 @@ fn serve(s: &mut std::net::TcpStream, mode: &AtomicU8, version: &AtomicU64) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn issue19_upstream_hangs_resets_and_answers_garbage_then_recovers() {
+async fn upstream_hangs_resets_and_answers_garbage_then_recovers() {
     let up = Faulty::start();
     let mut c = HttpConfig::api(
         "f",

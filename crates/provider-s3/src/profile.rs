@@ -1,5 +1,9 @@
 //! Credentials from the AWS shared files, the places most users keep them; object_store reads
-//! only the environment.
+//! only the environment. It had profile support through aws-config until 0.6, which removed
+//! it (<https://github.com/apache/arrow-rs/issues/4556>, now
+//! <https://github.com/apache/arrow-rs-object-store/issues/152>); the test
+//! `object_store_has_no_profile_setting` below fails once it has a setting for a profile or
+//! the shared files again, and then this module can give way to it.
 //!
 //! The profile is `AWS_PROFILE`, else `default`. Its static keys (`aws_access_key_id`,
 //! `aws_secret_access_key`, `aws_session_token`) are taken from the credentials file
@@ -418,5 +422,31 @@ sso_session = corp
             "{e}"
         );
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Why this module exists: object_store takes its S3 settings from the mount and the
+    /// environment, and has none naming a profile or the shared files (every key it knows
+    /// parses as an `AmazonS3ConfigKey`; these do not). When one of them parses, object_store
+    /// reads the shared files again and this module can go.
+    #[test]
+    fn object_store_has_no_profile_setting() {
+        use object_store::aws::AmazonS3ConfigKey;
+        // A key it does know, so the parse itself is what is being asked.
+        assert!("aws_access_key_id".parse::<AmazonS3ConfigKey>().is_ok());
+        for key in [
+            "aws_profile",
+            "profile",
+            "aws_shared_credentials_file",
+            "shared_credentials_file",
+            "aws_config_file",
+            "config_file",
+            "aws_credential_process",
+            "credential_process",
+        ] {
+            assert!(
+                key.parse::<AmazonS3ConfigKey>().is_err(),
+                "object_store now has a setting {key:?}: the shared-file parser in profile.rs may give way to it"
+            );
+        }
     }
 }

@@ -16,7 +16,9 @@ use mcpr_core::{Error, ErrorKind, Result};
 use rusqlite::config::DbConfig;
 use rusqlite::hooks::{AuthAction, AuthContext, Authorization};
 use rusqlite::limits::Limit;
-use rusqlite::{Connection, ErrorCode, OpenFlags};
+use rusqlite::{Connection, OpenFlags};
+
+use crate::error::sql_error;
 
 /// Pragmas the provider's own introspection uses (as `pragma_*` table-valued functions).
 const ALLOWED_PRAGMAS: &[&str] = &[
@@ -132,27 +134,6 @@ impl Conn {
         if let Ok(mut d) = self.deadline.lock() {
             *d = at;
         }
-    }
-}
-
-/// Map a SQLite error to the core kinds: interrupted → timeout, denied → invalid params.
-pub(crate) fn sql_error(e: rusqlite::Error, timeout: Duration) -> Error {
-    match e.sqlite_error_code() {
-        Some(ErrorCode::OperationInterrupted) => Error::new(
-            ErrorKind::Timeout,
-            format!(
-                "SQL statement exceeded its timeout of {} ms and was interrupted",
-                timeout.as_millis()
-            ),
-        )
-        .with_detail("statement_timeout_ms", timeout.as_millis() as u64),
-        Some(ErrorCode::AuthorizationForStatementDenied) => {
-            Error::invalid_params(format!("SQL refused by the read-only guard: {e}"))
-        }
-        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
-            Error::new(ErrorKind::Unavailable, format!("database busy: {e}"))
-        }
-        _ => Error::internal(format!("SQL error: {e}")),
     }
 }
 

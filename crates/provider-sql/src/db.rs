@@ -38,7 +38,7 @@ pub(crate) struct Ctx {
 
 impl Ctx {
     pub(crate) fn err(&self, e: rusqlite::Error) -> Error {
-        crate::conn::sql_error(e, self.timeout)
+        crate::error::sql_error(e, self.timeout)
     }
 }
 

@@ -6,6 +6,8 @@ use async_trait::async_trait;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use mcpr_core::{Error, ErrorKind, Result};
+
+use crate::error::{timed_out, unavailable};
 use serde_json::{Value, json};
 
 /// A table or view. `schema` is `None` on engines without schemas in URIs (SQLite, and MySQL,
@@ -356,15 +358,6 @@ pub(crate) fn decode_key_cursor(raw: &str, width: usize) -> Result<Vec<Value>> {
     }
 }
 
-/// Map a connection-level failure (refused, reset, pool timeout) to "unavailable", with a
-/// message that never carries the URL (it may hold a password).
-pub(crate) fn unavailable(engine: &str, mount: &str, why: impl std::fmt::Display) -> Error {
-    Error::new(
-        ErrorKind::Unavailable,
-        format!("{engine} database of mount {mount:?} is unavailable: {why}"),
-    )
-}
-
 /// Remembers that a server could not be reached, so the reads of the next moments answer
 /// "unavailable" at once instead of each waiting out the pool's connect timeout (a list
 /// across mounts must not stall on one database that is down). After `RETRY_AFTER` the next
@@ -491,26 +484,4 @@ where
         }
         out
     }
-}
-
-/// A named query that does not prepare is a config error naming the query; a database that
-/// cannot be reached stays "unavailable".
-pub(crate) fn query_check_error(uri: &str, e: Error) -> Error {
-    if e.kind == ErrorKind::Unavailable {
-        e
-    } else {
-        Error::invalid_params(format!("query {uri}: {}", e.message))
-    }
-}
-
-/// A statement past its deadline.
-pub(crate) fn timed_out(timeout: std::time::Duration) -> Error {
-    Error::new(
-        ErrorKind::Timeout,
-        format!(
-            "SQL statement exceeded its timeout of {} ms and was cancelled",
-            timeout.as_millis()
-        ),
-    )
-    .with_detail("statement_timeout_ms", timeout.as_millis() as u64)
 }

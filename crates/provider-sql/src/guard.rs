@@ -675,7 +675,7 @@ mod tests {
 
     /// Issue #20 item 8: the gaps a powerful role could reach from a configured query.
     #[test]
-    fn item8_sql_prefilter_compares_normalised_names_and_refuses_nested_sql() {
+    fn sql_prefilter_compares_normalised_names_and_refuses_nested_sql() {
         for (sql, why) in [
             (
                 r#"SELECT U&"pg\005fread_file"('/etc/passwd')"#,

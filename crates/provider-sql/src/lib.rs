@@ -12,6 +12,8 @@
 #![cfg_attr(not(feature = "engines"), allow(dead_code))]
 
 #[cfg(feature = "engines")]
+mod complete;
+#[cfg(feature = "engines")]
 mod config;
 #[cfg(feature = "engines")]
 mod conn;
@@ -19,13 +21,23 @@ mod conn;
 mod db;
 #[cfg(feature = "engines")]
 mod engine;
+#[cfg(feature = "engines")]
+mod error;
 mod guard;
+#[cfg(feature = "engines")]
+mod list;
 #[cfg(feature = "engines")]
 mod mysql;
 #[cfg(feature = "engines")]
 mod pg;
 #[cfg(feature = "engines")]
 mod provider;
+#[cfg(feature = "engines")]
+mod query;
+#[cfg(feature = "engines")]
+mod read;
+#[cfg(feature = "engines")]
+mod render;
 #[cfg(feature = "engines")]
 mod sqlite;
 #[cfg(feature = "engines")]

@@ -13,17 +13,15 @@ use futures::TryStreamExt;
 use futures::future::BoxFuture;
 use mcpr_core::{Error, ErrorKind, Result};
 use serde_json::{Map, Value, json};
-use sqlx::mysql::{
-    MySqlConnectOptions, MySqlConnection, MySqlDatabaseError, MySqlPool, MySqlPoolOptions, MySqlRow,
-};
+use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPool, MySqlPoolOptions, MySqlRow};
 use sqlx::{Column as _, Executor as _, MySql, Row as _, TypeInfo as _, ValueRef as _};
 
-use crate::engine::query_check_error;
 use crate::engine::{
     Breaker, Engine, ObjectInfo, ObjectKind, PageArgs, PageFill, Param, QueryRows, ReadTx,
-    RowBudget, RowPage, TableRef, decode_key_cursor, encode_key_cursor, query_envelope, timed_out,
-    too_large, too_many_rows, unavailable,
+    RowBudget, RowPage, TableRef, decode_key_cursor, encode_key_cursor, query_envelope, too_large,
+    too_many_rows,
 };
+use crate::error::{my_error, query_check_error};
 use crate::guard::{self, Placeholders};
 
 /// One MySQL or MariaDB database.
@@ -111,42 +109,6 @@ impl MySqlDb {
         }
         .run(f)
         .await
-    }
-}
-
-/// Map a sqlx error; never the URL.
-fn my_error(e: sqlx::Error, mount: &str, timeout: Duration) -> Error {
-    match &e {
-        sqlx::Error::Database(db) => {
-            let number = db
-                .try_downcast_ref::<MySqlDatabaseError>()
-                .map_or(0, MySqlDatabaseError::number);
-            match number {
-                // MariaDB max_statement_time, MySQL max_execution_time, interrupted.
-                1969 | 3024 | 1317 => timed_out(timeout),
-                1792 => Error::invalid_params(format!(
-                    "SQL refused by the read-only transaction: {}",
-                    db.message()
-                )),
-                1044 | 1045 | 1142 | 1143 => {
-                    Error::invalid_params(format!("the database refused access: {}", db.message()))
-                }
-                2002 | 2003 | 2006 | 2013 => unavailable("mysql", mount, db.message()),
-                _ => Error::internal(format!("SQL error: {}", db.message())),
-            }
-        }
-        sqlx::Error::PoolTimedOut => unavailable(
-            "mysql",
-            mount,
-            "no connection could be made within 3 s (is the server up?)",
-        ),
-        sqlx::Error::Io(io) => unavailable("mysql", mount, io),
-        sqlx::Error::Tls(_) => unavailable("mysql", mount, "TLS handshake failed"),
-        sqlx::Error::PoolClosed | sqlx::Error::WorkerCrashed => {
-            unavailable("mysql", mount, "the connection pool is closed")
-        }
-        sqlx::Error::Protocol(p) => unavailable("mysql", mount, p),
-        other => Error::internal(format!("SQL error: {other}")),
     }
 }
 

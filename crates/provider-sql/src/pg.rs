@@ -16,12 +16,12 @@ use serde_json::{Map, Value, json};
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{Column as _, Executor as _, Row as _, TypeInfo as _};
 
-use crate::engine::query_check_error;
 use crate::engine::{
     Breaker, Engine, ObjectInfo, ObjectKind, PageArgs, PageFill, Param, QueryRows, ReadTx,
-    RowBudget, RowPage, TableRef, decode_key_cursor, encode_key_cursor, query_envelope, timed_out,
-    too_large, too_many_rows, unavailable,
+    RowBudget, RowPage, TableRef, decode_key_cursor, encode_key_cursor, query_envelope, too_large,
+    too_many_rows,
 };
+use crate::error::{pg_error, query_check_error};
 use crate::guard::{self, Placeholders};
 
 /// Objects a mount shows: tables (plain and partitioned, not partitions), views and
@@ -236,44 +236,6 @@ struct PgColumn {
     identity: String,
     generated: String,
     type_name: String,
-}
-
-/// Map a sqlx error: connection trouble is "unavailable", a cancelled statement is a timeout,
-/// the read-only transaction's refusal is a clear invalid-params. Never the URL.
-fn pg_error(e: sqlx::Error, mount: &str, timeout: Duration) -> Error {
-    match &e {
-        sqlx::Error::Database(db) => match db.code().as_deref() {
-            Some("57014") => timed_out(timeout),
-            Some("25006") => Error::invalid_params(format!(
-                "SQL refused by the read-only transaction: {}",
-                db.message()
-            )),
-            Some("42501") => {
-                Error::invalid_params(format!("the database refused access: {}", db.message()))
-            }
-            // Data exceptions (class 22: a value that does not convert, a NUL byte, ...) come
-            // from the values a request supplied.
-            Some(code) if code.starts_with("22") => {
-                Error::invalid_params(format!("the database refused a value: {}", db.message()))
-            }
-            Some(code) if code.starts_with("08") || code.starts_with("57P") => {
-                unavailable("postgres", mount, db.message())
-            }
-            _ => Error::internal(format!("SQL error: {}", db.message())),
-        },
-        sqlx::Error::PoolTimedOut => unavailable(
-            "postgres",
-            mount,
-            "no connection could be made within 3 s (is the server up?)",
-        ),
-        sqlx::Error::Io(io) => unavailable("postgres", mount, io),
-        sqlx::Error::Tls(_) => unavailable("postgres", mount, "TLS handshake failed"),
-        sqlx::Error::PoolClosed | sqlx::Error::WorkerCrashed => {
-            unavailable("postgres", mount, "the connection pool is closed")
-        }
-        sqlx::Error::Protocol(p) => unavailable("postgres", mount, p),
-        other => Error::internal(format!("SQL error: {other}")),
-    }
 }
 
 /// `(schema, name)` binds for the keyset, with "before everything" for `None`.

@@ -85,7 +85,7 @@ impl Engine for Sqlite {
             db.prepare(&sql).map(|_| ()).map_err(|e| {
                 Error::invalid_params(format!(
                     "query {uri}: {}",
-                    crate::conn::sql_error(e, timeout)
+                    crate::error::sql_error(e, timeout)
                 ))
             })
         })

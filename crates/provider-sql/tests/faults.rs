@@ -60,7 +60,7 @@ async fn assert_watch_survives(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn issue19_pg_backend_terminated_mid_query() {
+async fn pg_backend_terminated_mid_query() {
     let Some(db) = TestDb::pg(&pg_setup()).await else {
         return;
     };
@@ -186,7 +186,7 @@ impl Flaky {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn issue19_pg_restarted_under_a_subscription() {
+async fn pg_restarted_under_a_subscription() {
     let Some(db) = TestDb::pg(&pg_setup()).await else {
         return;
     };
@@ -245,7 +245,7 @@ async fn issue19_pg_restarted_under_a_subscription() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn issue19_mysql_connections_killed_mid_query() {
+async fn mysql_connections_killed_mid_query() {
     let Some(db) = TestDb::my(&my_setup()).await else {
         return;
     };
@@ -452,7 +452,7 @@ impl Drop for OwnPg {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn issue19_own_pg_stopped_and_started_under_subscriptions() {
+async fn own_pg_stopped_and_started_under_subscriptions() {
     let Some(pg) = OwnPg::start() else {
         return;
     };

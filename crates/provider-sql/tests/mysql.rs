@@ -332,7 +332,7 @@ async fn mysql_down_at_start_is_not_ready_then_reconnects() {
 /// Issue #20 item 13, for MySQL: a NUL in a text parameter is an ordinary value there (its
 /// strings hold any byte), so it is bound and simply matches nothing: no internal error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn item13_mysql_nul_in_a_parameter_is_a_plain_value() {
+async fn mysql_nul_in_a_parameter_is_a_plain_value() {
     let Some(db) = TestDb::my(&my_setup()).await else {
         return;
     };

@@ -554,7 +554,7 @@ async fn pg_up_at_start_still_refuses_a_named_query_that_does_not_prepare() {
 /// Issue #20 item 13: a NUL in a text parameter (which PostgreSQL text cannot hold) is the
 /// caller's mistake, answered as invalid params naming the parameter; no SQL text, no -32603.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn item13_pg_nul_in_a_parameter_is_invalid_params() {
+async fn pg_nul_in_a_parameter_is_invalid_params() {
     let Some(db) = TestDb::pg(&pg_setup()).await else {
         return;
     };

@@ -132,7 +132,7 @@ async fn arrives(s: &mut tokio::net::TcpStream, needle: &str, within: Duration) 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn issue19_a_listen_client_that_never_reads_holds_no_memory_and_stalls_no_one() {
+async fn a_listen_client_that_never_reads_holds_no_memory_and_stalls_no_one() {
     let f = start().await;
     let all: Vec<String> = (0..FILES).map(|i| f.uri(i)).collect();
     // The client that never reads past the response head.
@@ -198,7 +198,7 @@ async fn issue19_a_listen_client_that_never_reads_holds_no_memory_and_stalls_no_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn issue19_a_legacy_client_that_vanishes_mid_sse_keeps_its_session_and_subscription() {
+async fn a_legacy_client_that_vanishes_mid_sse_keeps_its_session_and_subscription() {
     // reqwest needs a process-wide TLS provider even for plain http URLs.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let f = start().await;

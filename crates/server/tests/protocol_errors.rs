@@ -126,7 +126,7 @@ fn assert_error(a: &Value, code: i64, words: &[&str]) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn item13_params_of_the_wrong_type_answer_invalid_params_with_the_request_id() {
+async fn params_of_the_wrong_type_answer_invalid_params_with_the_request_id() {
     let (_dir, _root, state) = common::comparison_tree();
     for era in [Era::Legacy, Era::Modern] {
         let lines = vec![
@@ -149,7 +149,7 @@ async fn item13_params_of_the_wrong_type_answer_invalid_params_with_the_request_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn item13_unreadable_lines_answer_with_a_null_id() {
+async fn unreadable_lines_answer_with_a_null_id() {
     let (_dir, _root, state) = common::comparison_tree();
     let ping = |id: u32| format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#);
     for era in [Era::Legacy, Era::Modern] {
@@ -194,7 +194,7 @@ async fn item13_unreadable_lines_answer_with_a_null_id() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn item13_list_cursor_of_the_wrong_type_is_invalid_params() {
+async fn list_cursor_of_the_wrong_type_is_invalid_params() {
     let (_dir, _root, state) = common::comparison_tree();
     for era in [Era::Legacy, Era::Modern] {
         let meta = meta_for(era);
@@ -223,7 +223,7 @@ async fn item13_list_cursor_of_the_wrong_type_is_invalid_params() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn item13_file_localhost_reads_the_same_file() {
+async fn file_localhost_reads_the_same_file() {
     let (_dir, root, state) = common::comparison_tree();
     let plain = encode_path_uri(&root.join("small.txt"));
     let localhost = plain.replacen("file:///", "file://localhost/", 1);
@@ -280,7 +280,7 @@ fn wrong_types(meta: &str) -> Vec<(u32, Vec<u8>, &'static str)> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn issue19_wrong_parameter_types_are_invalid_params_over_stdio() {
+async fn wrong_parameter_types_are_invalid_params_over_stdio() {
     let (_dir, _root, state) = common::comparison_tree();
     for era in [Era::Legacy, Era::Modern] {
         let meta = meta_for(era);
@@ -316,7 +316,7 @@ async fn issue19_wrong_parameter_types_are_invalid_params_over_stdio() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn issue19_wrong_parameter_types_are_invalid_params_over_http() {
+async fn wrong_parameter_types_are_invalid_params_over_http() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let (_dir, _root, state) = common::comparison_tree();
     let settings = mcpr_server::http::HttpSettings::new("127.0.0.1:0".parse().unwrap());
@@ -401,7 +401,7 @@ async fn issue19_wrong_parameter_types_are_invalid_params_over_http() {
 /// #19 applies only to methods the request's era has (the official conformance suite's
 /// `sep-2575-http-server-method-not-found-404-*` checks).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn issue19_removed_methods_stay_method_not_found_in_the_2026_era() {
+async fn removed_methods_stay_method_not_found_in_the_2026_era() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let (_dir, _root, state) = common::comparison_tree();
     let settings = mcpr_server::http::HttpSettings::new("127.0.0.1:0".parse().unwrap());
@@ -445,7 +445,7 @@ async fn issue19_removed_methods_stay_method_not_found_in_the_2026_era() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn item13_malformed_bodies_over_http_answer_json_rpc_errors() {
+async fn malformed_bodies_over_http_answer_json_rpc_errors() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let (_dir, _root, state) = common::comparison_tree();
     let settings = mcpr_server::http::HttpSettings::new("127.0.0.1:0".parse().unwrap());

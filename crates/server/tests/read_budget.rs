@@ -37,7 +37,7 @@ impl Provider for GateProvider {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn item5_reads_past_the_inflight_budget_wait_then_answer_server_busy() {
+async fn reads_past_the_inflight_budget_wait_then_answer_server_busy() {
     let gate = Arc::new(Semaphore::new(0));
     let provider: Arc<dyn Provider> = Arc::new(GateProvider {
         info: ProviderInfo {

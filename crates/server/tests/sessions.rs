@@ -263,7 +263,7 @@ async fn modern_listen_notifies_and_releases_on_cancel() {
 /// capped by `max_listen_streams_per_client`, and subscriptions of both eras by
 /// `max_watches`; each refusal names its setting.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn issue20_listen_and_watch_limits_over_a_pipe() {
+async fn listen_and_watch_limits_over_a_pipe() {
     let mut s = setup(100);
     s.state = ServerState::new(
         Settings {

@@ -22,7 +22,7 @@ const ANSWER_BYTES: usize = 20_000;
 const LIMIT: usize = 1 << 20;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn item6_stdio_backlog_is_bounded_when_the_client_does_not_read() {
+async fn stdio_backlog_is_bounded_when_the_client_does_not_read() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().canonicalize().unwrap();
     std::fs::write(root.join("a.txt"), "x".repeat(ANSWER_BYTES)).unwrap();

@@ -1,7 +1,7 @@
-//! Regression tests for the HTTP items of issue #20 (an attacker's probe), each named after
-//! its item, against a real server on loopback: listen-stream and watch limits (3), slow
-//! bodies (4), the operational endpoints and scoped mounts (10), legacy sessions bound to
-//! their token (11), and the case of the `Bearer` scheme (13).
+//! What an attacker's probe of the HTTP side found (issue #20), each test named for what it
+//! shows, against a real server on loopback: listen streams capped per client and the watch
+//! budget, slow request bodies, the operational endpoints and scoped mounts, legacy sessions
+//! bound to their token, and the case of the `Bearer` scheme.
 
 mod common;
 
@@ -202,7 +202,7 @@ async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn issue20_listen_streams_per_client_are_capped() {
+async fn listen_streams_per_client_are_capped() {
     let settings = Settings {
         max_listen_streams_per_client: 2,
         ..Settings::default()
@@ -259,7 +259,7 @@ async fn issue20_listen_streams_per_client_are_capped() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn issue20_watch_budget_is_global_and_named() {
+async fn watch_budget_is_global_and_named() {
     let settings = Settings {
         max_watches: 3,
         ..Settings::default()
@@ -343,7 +343,7 @@ async fn raw_answer(tcp: &mut tokio::net::TcpStream, within: Duration) -> String
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn issue20_slow_unauthenticated_bodies_do_not_starve_authenticated_clients() {
+async fn slow_unauthenticated_bodies_do_not_starve_authenticated_clients() {
     let limits = HttpLimits {
         max_concurrent_requests: 4,
         ..HttpLimits::default()
@@ -368,7 +368,7 @@ async fn issue20_slow_unauthenticated_bodies_do_not_starve_authenticated_clients
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn issue20_slow_body_times_out_with_408() {
+async fn slow_body_times_out_with_408() {
     let limits = HttpLimits {
         max_concurrent_requests: 2,
         body_timeout: Duration::from_millis(800),
@@ -396,7 +396,7 @@ async fn issue20_slow_body_times_out_with_408() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn issue20_ops_endpoints_check_host_and_origin() {
+async fn ops_endpoints_check_host_and_origin() {
     let f = start(Settings::default(), HttpLimits::default()).await;
     for path in ["/healthz", "/readyz", "/metrics"] {
         let url = format!("{}{path}", f.base);
@@ -431,7 +431,7 @@ async fn issue20_ops_endpoints_check_host_and_origin() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn issue20_ops_endpoints_with_configured_hosts() {
+async fn ops_endpoints_with_configured_hosts() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let docs = tempfile::tempdir().unwrap();
     let provider: Arc<dyn Provider> =
@@ -453,7 +453,7 @@ async fn issue20_ops_endpoints_with_configured_hosts() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn issue20_readyz_detail_and_metrics_need_a_token() {
+async fn readyz_detail_and_metrics_need_a_token() {
     let f = start(Settings::default(), HttpLimits::default()).await;
     let docs = f.docs_root.display().to_string();
     let finance = f.finance_root.display().to_string();
@@ -490,7 +490,7 @@ async fn issue20_readyz_detail_and_metrics_need_a_token() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn issue20_scoped_mounts_hidden_from_initialize_and_discover() {
+async fn scoped_mounts_hidden_from_initialize_and_discover() {
     let f = start(Settings::default(), HttpLimits::default()).await;
     let docs = f.docs_root.display().to_string();
     let finance = f.finance_root.display().to_string();
@@ -531,7 +531,7 @@ async fn issue20_scoped_mounts_hidden_from_initialize_and_discover() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn issue20_legacy_session_bound_to_its_token() {
+async fn legacy_session_bound_to_its_token() {
     let f = start(Settings::default(), HttpLimits::default()).await;
     let session = f.initialize(ALL).await;
     // Another token holding the id: the session does not exist for it.
@@ -577,7 +577,7 @@ async fn issue20_legacy_session_bound_to_its_token() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn issue20_bearer_scheme_is_case_insensitive() {
+async fn bearer_scheme_is_case_insensitive() {
     let f = start(Settings::default(), HttpLimits::default()).await;
     for scheme in ["Bearer", "bearer", "BEARER", "bEaReR"] {
         let resp = f
