@@ -12,7 +12,7 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use super::output::{clean, clean_text, field, human_size, json_line, raw_line, table};
-use super::transport::Inbound;
+use super::transport::{DEFAULT_RETRY, HttpStatus, Inbound, RECONNECTS, RpcError, StreamDropped};
 use super::{Connect, Era, Session};
 
 /// The client's subcommands, flattened into the binary's own.
@@ -534,20 +534,7 @@ async fn watch(
         if list_changed {
             filter["resourcesListChanged"] = json!(true);
         }
-        let id = session.new_request_id();
-        let s = session.clone();
-        // The listen request stays open for as long as we watch; its answer means the server
-        // ended the subscription.
-        let task = tokio::spawn(async move {
-            s.request_raw_with_id(
-                id,
-                "subscriptions/listen",
-                json!({ "notifications": filter }),
-                None,
-            )
-            .await
-        });
-        listen = Some((id, task));
+        listen = Some(start_listen(&session, json!({ "notifications": filter })));
     } else {
         if !session.resources_capability("subscribe") {
             bail!(
@@ -583,7 +570,7 @@ async fn watch(
 
     let outcome = watch_loop(&session, &mut rx, &mut listen, uris, read, json).await;
 
-    if let Some((id, task)) = listen {
+    if let Some(ListenTask { id, task, .. }) = listen {
         // Over stdio a listen ends with notifications/cancelled; over HTTP dropping its
         // stream is the cancellation.
         session.cancel(id).await;
@@ -596,10 +583,38 @@ async fn watch(
     outcome
 }
 
-type ListenTask = (u64, tokio::task::JoinHandle<anyhow::Result<Box<RawValue>>>);
+/// A 2026-07-28 listen in flight: its request id, its task, and its params (to listen again
+/// after a dropped stream).
+struct ListenTask {
+    id: u64,
+    task: tokio::task::JoinHandle<anyhow::Result<Box<RawValue>>>,
+    params: Value,
+}
+
+/// Send `subscriptions/listen` with `params`; the request stays open for as long as we watch,
+/// and its answer means the server ended the subscription.
+fn start_listen(session: &Arc<Session>, params: Value) -> ListenTask {
+    let id = session.new_request_id();
+    let s = session.clone();
+    let p = params.clone();
+    let task = tokio::spawn(async move {
+        s.request_raw_with_id(id, "subscriptions/listen", p, None)
+            .await
+    });
+    ListenTask { id, task, params }
+}
+
+/// Whether a listen that ended with `e` is worth sending again: its HTTP stream dropped or
+/// the server could not be reached (a restart, a proxy cutting idle connections), not a
+/// refusal the server answered.
+fn listen_again(session: &Session, e: &anyhow::Error) -> bool {
+    session.is_http()
+        && e.downcast_ref::<RpcError>().is_none()
+        && e.downcast_ref::<HttpStatus>().is_none()
+}
 
 async fn watch_loop(
-    session: &Session,
+    session: &Arc<Session>,
     rx: &mut tokio::sync::mpsc::UnboundedReceiver<Inbound>,
     listen: &mut Option<ListenTask>,
     uris: &[String],
@@ -608,30 +623,55 @@ async fn watch_loop(
 ) -> anyhow::Result<()> {
     let interrupted = crate::shutdown_signal();
     tokio::pin!(interrupted);
+    // Listens sent again in a row without a notification between them.
+    let mut relistens = 0;
     loop {
         let listen_end = async {
             match listen.as_mut() {
-                Some((_, task)) => task.await,
+                Some(l) => (&mut l.task).await,
                 None => std::future::pending().await,
             }
         };
         let msg = tokio::select! {
             () = &mut interrupted => return Ok(()),
             ended = listen_end => {
-                *listen = None;
-                return match ended {
-                    Ok(Ok(_)) => Err(anyhow!("the server ended the subscription")),
-                    Ok(Err(e)) => Err(e.context("the subscription failed")),
-                    Err(e) => Err(anyhow!("the subscription task failed: {e}")),
+                let params = listen.take().map(|l| l.params).unwrap_or_default();
+                let e = match ended {
+                    Ok(Ok(_)) => return Err(anyhow!("the server ended the subscription")),
+                    Ok(Err(e)) => e,
+                    Err(e) => return Err(anyhow!("the subscription task failed: {e}")),
                 };
+                if relistens == RECONNECTS || !listen_again(session, &e) {
+                    return Err(e.context("the subscription failed"));
+                }
+                relistens += 1;
+                // 2026-07-28 has no Last-Event-ID: a new listen starts from now, and what
+                // changed while the stream was down is not replayed.
+                let wait = e
+                    .downcast_ref::<StreamDropped>()
+                    .and_then(|d| d.retry)
+                    .unwrap_or(DEFAULT_RETRY);
+                eprintln!(
+                    "warning: {}; listening again in {} ms (attempt {relistens} of {RECONNECTS}): changes made meanwhile may have been missed",
+                    clean(&format!("{e:#}")),
+                    wait.as_millis()
+                );
+                tokio::time::sleep(wait).await;
+                *listen = Some(start_listen(session, params));
+                continue;
             }
             msg = rx.recv() => msg,
         };
         let notification = match msg {
             Some(Inbound::Notification(n)) => n,
+            Some(Inbound::Dropped(why)) => {
+                eprintln!("warning: {}", clean(&why));
+                continue;
+            }
             Some(Inbound::Ended(reason)) => bail!(reason),
             None => bail!("the connection to the server closed"),
         };
+        relistens = 0;
         let method = notification
             .get("method")
             .and_then(Value::as_str)

@@ -283,6 +283,11 @@ impl Session {
         }
     }
 
+    /// Whether the session runs over HTTP (where a stream can drop and be opened again).
+    pub(crate) fn is_http(&self) -> bool {
+        matches!(self.transport, Transport::Http(_))
+    }
+
     /// Cancel a request in flight (a 2026-07-28 listen over stdio ends this way).
     pub(crate) async fn cancel(&self, id: u64) {
         let mut params = json!({"requestId": id, "reason": "the user stopped watching"});
