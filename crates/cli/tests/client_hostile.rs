@@ -63,7 +63,9 @@ fn answer(request: &Value) -> Option<Value> {
             "supportedVersions": ["2026-07-28"],
             "capabilities": {
                 "resources": {"subscribe": true, "listChanged": true},
-                "completions": {}
+                "completions": {},
+                "tools": {},
+                "prompts": {}
             },
             "serverInfo": {"name": NAME, "version": "1"},
             "instructions": EVIL
@@ -89,6 +91,17 @@ fn answer(request: &Value) -> Option<Value> {
                 );
             }
         }
+        "tools/list" => json!({"tools": [
+            {"name": NAME, "description": EVIL, "inputSchema": {"type": "object",
+             "properties": {EVIL: {"type": "string"}}, "required": [EVIL]}}
+        ]}),
+        "tools/call" => json!({"content": [{"type": "text", "text": TEXT}]}),
+        "prompts/list" => json!({"prompts": [
+            {"name": NAME, "description": EVIL, "arguments": [{"name": EVIL, "required": true}]}
+        ]}),
+        "prompts/get" => json!({"messages": [
+            {"role": EVIL, "content": {"type": "text", "text": TEXT}}
+        ]}),
         "subscriptions/listen" => return None,
         _ => {
             return Some(
@@ -99,8 +112,8 @@ fn answer(request: &Value) -> Option<Value> {
     Some(json!({"jsonrpc": "2.0", "id": id, "result": result}))
 }
 
-/// One HTTP/1.1 exchange: the request's method and body.
-fn read_request(stream: &mut TcpStream) -> Option<(String, Vec<u8>)> {
+/// One HTTP/1.1 exchange: the request's method, path and body.
+fn read_request(stream: &mut TcpStream) -> Option<(String, String, Vec<u8>)> {
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
@@ -111,6 +124,7 @@ fn read_request(stream: &mut TcpStream) -> Option<(String, Vec<u8>)> {
     }
     let head = String::from_utf8_lossy(&head).into_owned();
     let method = head.split(' ').next()?.to_owned();
+    let path = head.split(' ').nth(1)?.to_owned();
     let len = head
         .lines()
         .find_map(|l| {
@@ -121,7 +135,7 @@ fn read_request(stream: &mut TcpStream) -> Option<(String, Vec<u8>)> {
         .unwrap_or(0);
     let mut body = vec![0; len];
     stream.read_exact(&mut body).ok()?;
-    Some((method, body))
+    Some((method, path, body))
 }
 
 fn respond(stream: &mut TcpStream, status: &str, content_type: &str, body: &[u8]) {
@@ -134,7 +148,7 @@ fn respond(stream: &mut TcpStream, status: &str, content_type: &str, body: &[u8]
 }
 
 fn serve(mut stream: TcpStream) {
-    let Some((method, body)) = read_request(&mut stream) else {
+    let Some((method, path, body)) = read_request(&mut stream) else {
         return;
     };
     if method != "POST" {
@@ -147,6 +161,21 @@ fn serve(mut stream: TcpStream) {
     };
     if request.get("id").is_none() {
         respond(&mut stream, "202 Accepted", "text/plain", b"");
+        return;
+    }
+    // `/bare` is the same server offering tools and prompts but no resources.
+    if path == "/bare" && request["method"] == "server/discover" {
+        let answer = json!({"jsonrpc": "2.0", "id": request["id"], "result": {
+            "supportedVersions": ["2026-07-28"],
+            "capabilities": {"tools": {}, "prompts": {}},
+            "serverInfo": {"name": NAME, "version": "1"}
+        }});
+        respond(
+            &mut stream,
+            "200 OK",
+            "application/json",
+            &serde_json::to_vec(&answer).unwrap(),
+        );
         return;
     }
     if let Some(answer) = answer(&request) {
@@ -320,4 +349,45 @@ fn on_a_terminal_json_and_text_contents_are_escaped_too() {
         text.contains(r"is binary (application/x-\u{1b}[2Jevil\u{9b}31m, 7 B)"),
         "{text}"
     );
+}
+
+/// Tool and prompt names, descriptions, argument names and roles reach a person cleaned; a
+/// tool's text to a pipe, and `--json`, stay as sent. Against the same server offering no
+/// resources, `ls`, `cat` and `templates` say so and name what it offers, its text cleaned.
+#[test]
+fn tools_and_prompts_print_server_text_harmlessly() {
+    let url = hostile();
+    for args in [&["tools"][..], &["prompts"]] {
+        let table = run(client(&url, args)).ok();
+        assert_safe(args[0], &table);
+        assert!(table.contains("report-\\u{202e}fdp.exe"), "{table}");
+    }
+    let out = run(client(&url, &["tools", "--json"])).ok();
+    let tool: Value = serde_json::from_str(out.trim_end()).expect("one JSON line");
+    assert_eq!(tool["name"], NAME);
+    assert_eq!(tool["description"], EVIL);
+
+    let out = run(client(&url, &["call", NAME]));
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert_eq!(
+        out.stdout,
+        TEXT.as_bytes(),
+        "a pipe gets the tool's text byte for byte"
+    );
+
+    let out = run(client(&url, &["prompt", NAME])).ok();
+    let role = out.lines().next().expect("a role line");
+    assert_safe("role", role);
+    assert!(out.ends_with(TEXT), "{out:?}");
+
+    let bare = url.replace("/mcp", "/bare");
+    for args in [&["ls"][..], &["cat", TEXT_URI], &["templates"]] {
+        let out = run(client(&bare, args));
+        assert_eq!(out.code, Some(1), "{out:?}");
+        assert_eq!(
+            out.stderr,
+            "error: this server offers no resources; it offers tools (1) and prompts (1)\n",
+            "{args:?}"
+        );
+    }
 }

@@ -1,4 +1,5 @@
-//! The client commands: `ls`, `cat`, `templates`, `complete` and `watch`.
+//! The client commands: `ls`, `cat`, `templates`, `complete` and `watch`, and the dispatch of
+//! `tools`, `call`, `prompts` and `prompt` (in `primitives.rs`).
 
 use std::collections::{HashMap, HashSet};
 use std::io::{IsTerminal as _, Write as _};
@@ -13,7 +14,7 @@ use serde_json::{Value, json};
 
 use super::output::{clean, clean_text, field, human_size, json_line, raw_line, table};
 use super::transport::{DEFAULT_RETRY, HttpStatus, Inbound, RECONNECTS, RpcError, StreamDropped};
-use super::{Connect, Era, Session};
+use super::{Connect, Era, Session, primitives};
 
 /// The client's subcommands, flattened into the binary's own.
 #[derive(Subcommand, Debug)]
@@ -38,8 +39,11 @@ pub(crate) enum ClientCommand {
         /// The resource's URI.
         uri: String,
         /// Write the contents to this file instead of stdout.
-        #[arg(long, short = 'o', value_name = "FILE")]
+        #[arg(long, short = 'o', value_name = "FILE", conflicts_with = "json")]
         output: Option<PathBuf>,
+        /// The whole `resources/read` result as the server sent it, on one line.
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         connect: Connect,
     },
@@ -89,6 +93,61 @@ pub(crate) enum ClientCommand {
         #[command(flatten)]
         connect: Connect,
     },
+    /// List a server's tools (every page), as a table or JSON Lines.
+    Tools {
+        /// One tool object per line, exactly as the server sent it.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        connect: Connect,
+    },
+    /// Call a tool: its text content to stdout, image, audio and blob content to `-o`; exit
+    /// code 1 when the tool reports an error (`isError`).
+    ///
+    /// Example: `mcp-resources call read_resource --arg uri=file:///srv/docs/README.md -- mcp-resources serve /srv/docs --tools`.
+    Call {
+        /// The tool's name, as `tools` lists it.
+        tool: String,
+        /// An argument: NAME=VALUE gives a string, NAME:=JSON any JSON value (a number,
+        /// `true`, an object). Repeatable; applied over --args-json.
+        #[arg(long = "arg", value_name = "NAME=VALUE")]
+        args: Vec<String>,
+        /// All arguments as one JSON object.
+        #[arg(long, value_name = "JSON")]
+        args_json: Option<String>,
+        /// Write image, audio and blob content here (a second part to FILE-2, and so on).
+        #[arg(long, short = 'o', value_name = "FILE", conflicts_with = "json")]
+        output: Option<PathBuf>,
+        /// The whole `tools/call` result as the server sent it, on one line.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        connect: Connect,
+    },
+    /// List a server's prompts (every page), as a table or JSON Lines.
+    Prompts {
+        /// One prompt object per line, exactly as the server sent it.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        connect: Connect,
+    },
+    /// Get a prompt: each message as `[role]` and its content.
+    Prompt {
+        /// The prompt's name, as `prompts` lists it.
+        name: String,
+        /// An argument as NAME=VALUE (repeatable).
+        #[arg(long = "arg", value_name = "NAME=VALUE")]
+        args: Vec<String>,
+        /// Write image, audio and blob content here (a second part to FILE-2, and so on).
+        #[arg(long, short = 'o', value_name = "FILE", conflicts_with = "json")]
+        output: Option<PathBuf>,
+        /// The whole `prompts/get` result as the server sent it, on one line.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        connect: Connect,
+    },
 }
 
 /// Run one client command to its end; errors are for `main` to print as one line.
@@ -112,10 +171,11 @@ pub(crate) fn run(cmd: ClientCommand) -> anyhow::Result<()> {
             ClientCommand::Cat {
                 uri,
                 output,
+                json,
                 connect,
             } => {
                 with_session(&connect, |s| async move {
-                    cat(&s, &uri, output).await.map(|()| s)
+                    cat(&s, &uri, output, json).await.map(|()| s)
                 })
                 .await
             }
@@ -149,6 +209,49 @@ pub(crate) fn run(cmd: ClientCommand) -> anyhow::Result<()> {
             } => {
                 let (session, rx) = Session::connect(&connect).await?;
                 watch(session, rx, &uris, read, json).await
+            }
+            ClientCommand::Tools { json, connect } => {
+                with_session(&connect, |s| async move {
+                    primitives::tools(&s, json).await.map(|()| s)
+                })
+                .await
+            }
+            ClientCommand::Call {
+                tool,
+                args,
+                args_json,
+                output,
+                json,
+                connect,
+            } => {
+                let arguments = primitives::tool_arguments(&args, args_json.as_deref())?;
+                with_session(&connect, |s| async move {
+                    primitives::call(&s, &tool, arguments, output, json)
+                        .await
+                        .map(|()| s)
+                })
+                .await
+            }
+            ClientCommand::Prompts { json, connect } => {
+                with_session(&connect, |s| async move {
+                    primitives::prompts(&s, json).await.map(|()| s)
+                })
+                .await
+            }
+            ClientCommand::Prompt {
+                name,
+                args,
+                output,
+                json,
+                connect,
+            } => {
+                let arguments = primitives::prompt_arguments(&args)?;
+                with_session(&connect, |s| async move {
+                    primitives::prompt(&s, &name, arguments, output, json)
+                        .await
+                        .map(|()| s)
+                })
+                .await
             }
         }
     });
@@ -216,7 +319,7 @@ impl Drop for Progress {
 
 /// Follow every cursor of a list method, calling `each` with every item of `key` as the
 /// server wrote it.
-async fn paginate(
+pub(super) async fn paginate(
     s: &Session,
     method: &str,
     key: &str,
@@ -298,11 +401,12 @@ fn left_out(method: &str, meta: Option<&RawValue>, progress: &mut Progress) {
 }
 
 /// One item of a page as a `Value`, for the table.
-fn parsed(item: &RawValue) -> anyhow::Result<Value> {
+pub(super) fn parsed(item: &RawValue) -> anyhow::Result<Value> {
     serde_json::from_str(item.get()).context("the server sent an item that is not valid JSON")
 }
 
 async fn ls(s: &Session, prefix: Option<&str>, json: bool) -> anyhow::Result<()> {
+    primitives::require_resources(s).await?;
     let stdout = std::io::stdout();
     let terminal = stdout.is_terminal();
     let mut rows = Vec::new();
@@ -339,6 +443,7 @@ async fn ls(s: &Session, prefix: Option<&str>, json: bool) -> anyhow::Result<()>
 }
 
 async fn templates(s: &Session, json: bool) -> anyhow::Result<()> {
+    primitives::require_resources(s).await?;
     let stdout = std::io::stdout();
     let terminal = stdout.is_terminal();
     let mut rows = Vec::new();
@@ -411,7 +516,16 @@ fn decode_contents(uri: &str, result: &Value) -> anyhow::Result<Vec<Part>> {
         .collect()
 }
 
-async fn cat(s: &Session, uri: &str, output: Option<PathBuf>) -> anyhow::Result<()> {
+async fn cat(s: &Session, uri: &str, output: Option<PathBuf>, json: bool) -> anyhow::Result<()> {
+    primitives::require_resources(s).await?;
+    if json {
+        let raw = s
+            .request_raw("resources/read", json!({ "uri": uri }), Some(s.timeout))
+            .await?;
+        let stdout = std::io::stdout();
+        raw_line(&mut stdout.lock(), &raw, stdout.is_terminal())?;
+        return Ok(());
+    }
     let result = s.request("resources/read", json!({ "uri": uri })).await?;
     let parts = decode_contents(uri, &result)?;
     if let Some(path) = output {

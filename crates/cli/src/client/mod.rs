@@ -1,4 +1,5 @@
-//! The terminal client (`ls`, `cat`, `templates`, `complete`, `watch`) for any MCP server.
+//! The terminal client (`ls`, `cat`, `templates`, `complete`, `watch`, `tools`, `call`,
+//! `prompts`, `prompt`) for any MCP server.
 //!
 //! It speaks raw JSON-RPC rather than through rmcp's typed client so that `--json` can print
 //! what the server sent byte for byte in meaning (unknown fields included), and so that both
@@ -8,6 +9,7 @@
 
 pub(crate) mod commands;
 mod output;
+mod primitives;
 mod transport;
 
 pub(crate) use output::clean;
