@@ -163,6 +163,59 @@ fn serve(mut stream: TcpStream) {
         respond(&mut stream, "202 Accepted", "text/plain", b"");
         return;
     }
+    // `/old` speaks only two `initialize` versions and says so to a 2026-07-28 discover
+    // (-32022 with `data.supported`); an `initialize` for another version is refused.
+    if path == "/old" {
+        let id = request["id"].clone();
+        let (status, answer) = match request["method"].as_str().unwrap_or_default() {
+            "server/discover" => (
+                "400 Bad Request",
+                json!({"jsonrpc": "2.0", "id": id, "error": {
+                "code": -32022, "message": "unsupported protocol version",
+                "data": {"supported": ["2024-11-05", "2025-06-18"]}}}),
+            ),
+            "initialize" if request["params"]["protocolVersion"] == "2025-06-18" => (
+                "200 OK",
+                json!({"jsonrpc": "2.0", "id": id, "result": {
+                    "protocolVersion": "2025-06-18", "capabilities": {"tools": {}},
+                    "serverInfo": {"name": "old", "version": "1"}}}),
+            ),
+            "initialize" => (
+                "200 OK",
+                json!({"jsonrpc": "2.0", "id": id, "error": {
+                "code": -32602, "message": "unsupported protocol version"}}),
+            ),
+            _ => ("200 OK", answer(&request).unwrap()),
+        };
+        respond(
+            &mut stream,
+            status,
+            "application/json",
+            &serde_json::to_vec(&answer).unwrap(),
+        );
+        return;
+    }
+    // `/slow` takes 800 ms for each of four pages of tools.
+    if path == "/slow" && request["method"] == "tools/list" {
+        std::thread::sleep(Duration::from_millis(800));
+        let page = request["params"]["cursor"]
+            .as_str()
+            .and_then(|c| c.parse::<u32>().ok())
+            .unwrap_or(0);
+        let mut result = json!({"tools": [{"name": format!("t{page}"),
+                                           "inputSchema": {"type": "object"}}]});
+        if page < 3 {
+            result["nextCursor"] = json!((page + 1).to_string());
+        }
+        let answer = json!({"jsonrpc": "2.0", "id": request["id"], "result": result});
+        respond(
+            &mut stream,
+            "200 OK",
+            "application/json",
+            &serde_json::to_vec(&answer).unwrap(),
+        );
+        return;
+    }
     // `/bare` is the same server offering tools and prompts but no resources.
     if path == "/bare" && request["method"] == "server/discover" {
         let answer = json!({"jsonrpc": "2.0", "id": request["id"], "result": {
@@ -390,4 +443,59 @@ fn tools_and_prompts_print_server_text_harmlessly() {
             "{args:?}"
         );
     }
+}
+
+/// A server that answers a 2026-07-28 discover with -32022 and the versions it speaks gets an
+/// `initialize` for the newest of them both sides speak, under `--protocol auto`; under
+/// `--protocol 2026-07-28` the error says what it speaks.
+#[test]
+fn an_unsupported_version_refusal_picks_the_newest_version_both_speak() {
+    let old = hostile().replace("/mcp", "/old");
+    let table = run(client(&old, &["tools"])).ok();
+    assert!(table.contains("report-"), "{table}");
+    let out = run(client(&old, &["tools", "--protocol", "2026-07-28"]));
+    assert_eq!(out.code, Some(1), "{out:?}");
+    assert_eq!(
+        out.stderr,
+        "error: the server does not speak 2026-07-28 (it speaks [\"2024-11-05\",\"2025-06-18\"]); try --protocol legacy\n"
+    );
+}
+
+/// `--timeout` bounds the whole command, not each request: four pages of 800 ms each pass
+/// with `--timeout 5` and end with `--timeout 2`, naming the step it waited for; a stdio
+/// server that never answers ends the command at its `--timeout`.
+#[test]
+fn the_timeout_bounds_the_whole_command_and_names_the_step() {
+    let slow = hostile().replace("/mcp", "/slow");
+    let table = run(client(&slow, &["tools", "--timeout", "5"])).ok();
+    assert_eq!(table.lines().count(), 5, "{table}");
+    let started = std::time::Instant::now();
+    let out = run(client(&slow, &["tools", "--timeout", "2"]));
+    assert_eq!(out.code, Some(1), "{out:?}");
+    assert_eq!(
+        out.stderr,
+        "error: the command did not finish within 2s (--timeout): no answer to tools/list yet\n"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+
+    let started = std::time::Instant::now();
+    let out = run({
+        let mut cmd = Command::new(bin());
+        cmd.args(["ls", "--timeout", "1", "--", "sleep", "30"]);
+        cmd
+    });
+    assert_eq!(out.code, Some(1), "{out:?}");
+    assert_eq!(
+        out.stderr,
+        "error: the command did not finish within 1s (--timeout): no answer to server/discover yet\n"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
 }

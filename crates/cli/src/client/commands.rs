@@ -334,7 +334,7 @@ pub(super) async fn paginate(
             Some(c) => json!({ "cursor": c }),
             None => json!({}),
         };
-        let raw = s.request_raw(method, params, Some(s.timeout)).await?;
+        let raw = s.request_raw(method, params, Some(s.timeout())).await?;
         let page: HashMap<&str, &RawValue> = serde_json::from_str(raw.get())
             .with_context(|| format!("the server's {method} answer is not a JSON object"))?;
         let items: Vec<&RawValue> = page
@@ -520,7 +520,7 @@ async fn cat(s: &Session, uri: &str, output: Option<PathBuf>, json: bool) -> any
     primitives::require_resources(s).await?;
     if json {
         let raw = s
-            .request_raw("resources/read", json!({ "uri": uri }), Some(s.timeout))
+            .request_raw("resources/read", json!({ "uri": uri }), Some(s.timeout()))
             .await?;
         let stdout = std::io::stdout();
         raw_line(&mut stdout.lock(), &raw, stdout.is_terminal())?;
@@ -682,6 +682,8 @@ async fn watch(
         }
     }
 
+    // Watching: from here each read has --timeout of its own, and the watch runs on.
+    session.end_deadline();
     let outcome = watch_loop(&session, &mut rx, &mut listen, uris, read, json).await;
 
     if let Some(ListenTask { id, task, .. }) = listen {

@@ -30,6 +30,28 @@ use transport::{Http, HttpStatus, Inbound, Outgoing, RpcError, Stdio, Transport}
 const MODERN: &str = "2026-07-28";
 /// The version a legacy `initialize` asks for; servers answer with the one they speak.
 const LEGACY: &str = "2025-11-25";
+/// Every version this client speaks, newest first: the one era without `initialize`, then
+/// the `initialize` ones.
+const SPOKEN: [&str; 5] = [MODERN, LEGACY, "2025-06-18", "2025-03-26", "2024-11-05"];
+/// "Unsupported protocol version" (2026-07-28), with the versions the server speaks in
+/// `data.supported`.
+const UNSUPPORTED_VERSION: i64 = -32022;
+
+/// The versions a -32022 refusal says the server speaks.
+fn supported_versions(e: &anyhow::Error) -> Option<Vec<Value>> {
+    let r = e.downcast_ref::<RpcError>()?;
+    if r.code != UNSUPPORTED_VERSION {
+        return None;
+    }
+    r.data.as_ref()?.get("supported")?.as_array().cloned()
+}
+
+/// The newest version both this client and a server that speaks `supported` speak.
+fn newest_common(supported: &[Value]) -> Option<&'static str> {
+    SPOKEN
+        .into_iter()
+        .find(|v| supported.iter().any(|s| s.as_str() == Some(v)))
+}
 
 /// How to reach the server: shared by every client command.
 #[derive(Args, Debug, Clone)]
@@ -50,7 +72,9 @@ pub(crate) struct Connect {
     /// `initialize` handshake.
     #[arg(long, value_enum, default_value_t = Protocol::Auto)]
     protocol: Protocol,
-    /// Seconds to wait for each answer (and for the server to start).
+    /// Seconds the whole command may take, the server's start included (for `watch`: until
+    /// it is watching, then for each read); past it the command ends naming the step it
+    /// was waiting for.
     #[arg(long, value_name = "SECS", default_value_t = 30,
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     timeout: u64,
@@ -90,6 +114,9 @@ pub(crate) struct Session {
     capabilities: Value,
     next_id: AtomicU64,
     timeout: Duration,
+    /// When the command must be done by (`--timeout` from its start), until
+    /// [`Session::end_deadline`]; after it each request gets `timeout` of its own.
+    deadline: std::sync::Mutex<Option<tokio::time::Instant>>,
 }
 
 impl Session {
@@ -98,6 +125,7 @@ impl Session {
     pub(crate) async fn connect(
         c: &Connect,
     ) -> anyhow::Result<(Self, mpsc::UnboundedReceiver<Inbound>)> {
+        let started = tokio::time::Instant::now();
         let (tx, rx) = mpsc::unbounded_channel();
         let max = usize::try_from(c.max_message_mib << 20).unwrap_or(usize::MAX);
         let transport = match (&c.url, c.command.is_empty()) {
@@ -113,6 +141,7 @@ impl Session {
             capabilities: Value::Null,
             next_id: AtomicU64::new(1),
             timeout: Duration::from_secs(c.timeout),
+            deadline: std::sync::Mutex::new(Some(started + Duration::from_secs(c.timeout))),
         };
         match session.start(c.protocol).await {
             Ok(()) => Ok((session, rx)),
@@ -125,7 +154,28 @@ impl Session {
 
     async fn start(&mut self, protocol: Protocol) -> anyhow::Result<()> {
         if protocol != Protocol::Legacy {
-            match self.discover().await {
+            let answer = self.discover().await;
+            // A server that does not speak 2026-07-28 may say which versions it does
+            // (-32022, `data.supported`): the newest both speak is the one to use.
+            if let Err(e) = &answer
+                && let Some(supported) = supported_versions(e)
+            {
+                let shown = Value::Array(supported.clone());
+                return match newest_common(&supported) {
+                    Some(v) if v == MODERN => Err(anyhow::anyhow!(
+                        "the server refused {MODERN} although it lists it among {shown}"
+                    )),
+                    Some(v) if protocol != Protocol::Modern => self.initialize(v).await,
+                    Some(_) => bail!(
+                        "the server does not speak {MODERN} (it speaks {shown}); try --protocol legacy"
+                    ),
+                    None => bail!(
+                        "the server speaks none of the protocol versions this client does (it speaks {shown}; this client {})",
+                        Value::from(SPOKEN.to_vec())
+                    ),
+                };
+            }
+            match answer {
                 Ok(result) => {
                     let offered = result
                         .get("supportedVersions")
@@ -158,7 +208,7 @@ impl Session {
                 Err(e) => return Err(e),
             }
         }
-        self.initialize().await
+        self.initialize(LEGACY).await
     }
 
     async fn discover(&mut self) -> anyhow::Result<Value> {
@@ -169,18 +219,19 @@ impl Session {
         self.request("server/discover", json!({})).await
     }
 
-    async fn initialize(&mut self) -> anyhow::Result<()> {
-        self.era = Era::Legacy(LEGACY.to_owned());
+    /// The legacy handshake, asking for `version`.
+    async fn initialize(&mut self, version: &str) -> anyhow::Result<()> {
+        self.era = Era::Legacy(version.to_owned());
         if let Transport::Http(h) = &self.transport {
             // Until `initialize` is answered there is no version to announce in headers; a
             // discover attempt's are taken back.
-            h.set_version(LEGACY, false);
+            h.set_version(version, false);
         }
         let result = self
             .request(
                 "initialize",
                 json!({
-                    "protocolVersion": LEGACY,
+                    "protocolVersion": version,
                     "capabilities": {},
                     "clientInfo": client_info(),
                 }),
@@ -260,17 +311,41 @@ impl Session {
             _ => None,
         };
         let message = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        self.transport
-            .request(
-                Outgoing {
-                    id,
-                    method,
-                    message,
-                    name: name.as_deref(),
-                },
-                timeout,
-            )
-            .await
+        let exchange = self.transport.request(Outgoing {
+            id,
+            method,
+            message,
+            name: name.as_deref(),
+        });
+        let Some(t) = timeout else {
+            return exchange.await;
+        };
+        let deadline = *self.deadline.lock().expect("deadline lock");
+        match deadline {
+            Some(at) => tokio::time::timeout_at(at, exchange).await.map_err(|_| {
+                anyhow::anyhow!(
+                    "the command did not finish within {}s (--timeout): no answer to {method} yet",
+                    self.timeout.as_secs()
+                )
+            })?,
+            None => tokio::time::timeout(t, exchange).await.map_err(|_| {
+                anyhow::anyhow!(
+                    "the server did not answer {method} within {}s (--timeout)",
+                    t.as_secs()
+                )
+            })?,
+        }
+    }
+
+    /// The per-request timeout, for commands that pass it on.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// From now on each request has `--timeout` of its own instead of sharing the command's:
+    /// a watch that is watching runs until interrupted.
+    pub(crate) fn end_deadline(&self) {
+        *self.deadline.lock().expect("deadline lock") = None;
     }
 
     /// For the legacy era over HTTP: open the stream notifications arrive on. Over stdio they
@@ -362,6 +437,20 @@ fn header_name(h: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_newest_version_both_speak_is_chosen() {
+        let v = |list: &[&str]| list.iter().map(|s| json!(s)).collect::<Vec<_>>();
+        assert_eq!(
+            newest_common(&v(&["2024-11-05", "2025-06-18", "2099-01-01"])),
+            Some("2025-06-18")
+        );
+        assert_eq!(
+            newest_common(&v(&["2026-07-28", "2025-11-25"])),
+            Some(MODERN)
+        );
+        assert_eq!(newest_common(&v(&["2099-01-01"])), None);
+    }
 
     #[test]
     fn headers_parse_and_errors_never_show_values() {

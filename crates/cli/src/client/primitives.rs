@@ -369,7 +369,7 @@ pub(crate) async fn call(
         .request_raw(
             "tools/call",
             json!({ "name": tool, "arguments": arguments }),
-            Some(s.timeout),
+            Some(s.timeout()),
         )
         .await?;
     let result: Value =
@@ -416,7 +416,7 @@ pub(crate) async fn prompt(
         params["arguments"] = Value::Object(arguments);
     }
     let raw = s
-        .request_raw("prompts/get", params, Some(s.timeout))
+        .request_raw("prompts/get", params, Some(s.timeout()))
         .await?;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();

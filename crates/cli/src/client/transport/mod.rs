@@ -17,7 +17,6 @@ pub(crate) use stdio::Stdio;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use anyhow::anyhow;
 use serde::Deserialize;
@@ -30,6 +29,8 @@ use tokio::sync::{mpsc, oneshot};
 pub(crate) struct RpcError {
     pub code: i64,
     pub message: String,
+    /// The error's `data`, e.g. the versions a server speaks with -32022.
+    pub data: Option<Value>,
 }
 
 impl fmt::Display for RpcError {
@@ -49,6 +50,7 @@ impl RpcError {
                 .and_then(Value::as_str)
                 .unwrap_or("the server sent an error without a message")
                 .to_owned(),
+            data: error.get("data").cloned(),
         }
     }
 }
@@ -97,23 +99,11 @@ pub(crate) enum Transport {
 }
 
 impl Transport {
-    /// Send a request and wait for its answer, up to `timeout` when given.
-    pub(crate) async fn request(&self, req: Outgoing<'_>, timeout: Option<Duration>) -> Reply {
-        let method = req.method.to_owned();
-        let exchange = async {
-            match self {
-                Transport::Stdio(s) => s.request(req).await,
-                Transport::Http(h) => h.request(req).await,
-            }
-        };
-        match timeout {
-            Some(t) => tokio::time::timeout(t, exchange).await.map_err(|_| {
-                anyhow!(
-                    "the server did not answer {method} within {}s (--timeout)",
-                    t.as_secs_f32()
-                )
-            })?,
-            None => exchange.await,
+    /// Send a request and wait for its answer (the session bounds the wait).
+    pub(crate) async fn request(&self, req: Outgoing<'_>) -> Reply {
+        match self {
+            Transport::Stdio(s) => s.request(req).await,
+            Transport::Http(h) => h.request(req).await,
         }
     }
 
