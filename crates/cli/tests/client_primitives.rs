@@ -77,6 +77,16 @@ fn tools_calls_and_prompts_against_a_python_sdk_server() {
     let Some((py, script)) = python_server(&dir) else {
         return;
     };
+    // `info`: who it is, the version agreed, what it offers; `--json` parsed back.
+    let info = run(client(&["info"], &py, &script)).ok();
+    assert!(info.starts_with("server:   tools-and-prompts"), "{info}");
+    assert!(info.contains("\nprotocol: 20"), "{info}");
+    assert!(info.contains("tools") && info.contains("prompts"), "{info}");
+    let json = run(client(&["info", "--json"], &py, &script)).ok();
+    let v: Value = serde_json::from_str(json.trim_end()).unwrap();
+    assert_eq!(v["serverInfo"]["name"], "tools-and-prompts");
+    assert!(v["capabilities"]["tools"].is_object(), "{json}");
+
     // The table: one line per tool, required arguments starred, a description's first line.
     let table = run(client(&["tools"], &py, &script)).ok();
     let lines: Vec<&str> = table.lines().collect();

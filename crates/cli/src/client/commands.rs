@@ -93,6 +93,15 @@ pub(crate) enum ClientCommand {
         #[command(flatten)]
         connect: Connect,
     },
+    /// Connect and say what the server is: its name and version, the protocol version agreed,
+    /// and what it offers.
+    Info {
+        /// `protocolVersion`, `serverInfo` and `capabilities` as one JSON object.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        connect: Connect,
+    },
     /// List a server's tools (every page), as a table or JSON Lines.
     Tools {
         /// One tool object per line, exactly as the server sent it.
@@ -209,6 +218,12 @@ pub(crate) fn run(cmd: ClientCommand) -> anyhow::Result<()> {
             } => {
                 let (session, rx) = Session::connect(&connect).await?;
                 watch(session, rx, &uris, read, json).await
+            }
+            ClientCommand::Info { json, connect } => {
+                with_session(&connect, |s| async move {
+                    primitives::info(&s, json).map(|()| s)
+                })
+                .await
             }
             ClientCommand::Tools { json, connect } => {
                 with_session(&connect, |s| async move {

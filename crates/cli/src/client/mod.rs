@@ -27,7 +27,7 @@ use tokio::sync::mpsc;
 use transport::{Http, HttpStatus, Inbound, Outgoing, RpcError, Stdio, Transport};
 
 /// The current protocol version, the one without `initialize`.
-const MODERN: &str = "2026-07-28";
+pub(crate) const MODERN: &str = "2026-07-28";
 /// The version a legacy `initialize` asks for; servers answer with the one they speak.
 const LEGACY: &str = "2025-11-25";
 /// Every version this client speaks, newest first: the one era without `initialize`, then
@@ -112,6 +112,8 @@ pub(crate) struct Session {
     era: Era,
     /// `capabilities` from `server/discover` or `initialize`.
     capabilities: Value,
+    /// `serverInfo` from `server/discover` or `initialize`.
+    server_info: Value,
     next_id: AtomicU64,
     timeout: Duration,
     /// When the command must be done by (`--timeout` from its start), until
@@ -139,6 +141,7 @@ impl Session {
             transport,
             era: Era::Modern,
             capabilities: Value::Null,
+            server_info: Value::Null,
             next_id: AtomicU64::new(1),
             timeout: Duration::from_secs(c.timeout),
             deadline: std::sync::Mutex::new(Some(started + Duration::from_secs(c.timeout))),
@@ -154,7 +157,15 @@ impl Session {
 
     async fn start(&mut self, protocol: Protocol) -> anyhow::Result<()> {
         if protocol != Protocol::Legacy {
-            let answer = self.discover().await;
+            let mut answer = self.discover().await;
+            // A server may refuse a first request and name 2026-07-28 among the versions it
+            // speaks (the conformance suite's request-metadata does): asking once more, with
+            // a version it lists, is the retry the refusal invites.
+            if let Err(e) = &answer
+                && supported_versions(e).is_some_and(|s| newest_common(&s) == Some(MODERN))
+            {
+                answer = self.discover().await;
+            }
             // A server that does not speak 2026-07-28 may say which versions it does
             // (-32022, `data.supported`): the newest both speak is the one to use.
             if let Err(e) = &answer
@@ -184,6 +195,14 @@ impl Session {
                         .unwrap_or_default();
                     if offered.iter().any(|v| v.as_str() == Some(MODERN)) {
                         self.capabilities = result.get("capabilities").cloned().unwrap_or_default();
+                        // 2026-07-28 servers name themselves in `_meta` (some also at the top).
+                        self.server_info = result
+                            .get("serverInfo")
+                            .or_else(|| {
+                                result.pointer("/_meta/io.modelcontextprotocol~1serverInfo")
+                            })
+                            .cloned()
+                            .unwrap_or_default();
                         return Ok(());
                     }
                     if protocol == Protocol::Modern {
@@ -247,6 +266,7 @@ impl Session {
             h.set_version(&version, false);
         }
         self.capabilities = result.get("capabilities").cloned().unwrap_or_default();
+        self.server_info = result.get("serverInfo").cloned().unwrap_or_default();
         self.era = Era::Legacy(version);
         self.transport
             .notify(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
@@ -256,6 +276,16 @@ impl Session {
     /// The era this session speaks.
     pub(crate) fn era(&self) -> &Era {
         &self.era
+    }
+
+    /// `capabilities` as the server declared them.
+    pub(crate) fn capabilities(&self) -> &Value {
+        &self.capabilities
+    }
+
+    /// `serverInfo` as the server sent it.
+    pub(crate) fn server_info(&self) -> &Value {
+        &self.server_info
     }
 
     /// The server's `capabilities.resources.<flag>`.
@@ -308,6 +338,10 @@ impl Session {
             "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
                 params.get("uri").and_then(Value::as_str).map(str::to_owned)
             }
+            "tools/call" | "prompts/get" => params
+                .get("name")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
             _ => None,
         };
         let message = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});

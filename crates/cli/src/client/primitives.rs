@@ -130,6 +130,61 @@ fn offers(s: &Session, missing: &str) -> String {
     }
 }
 
+/// `info`: who the server is, the version agreed, and what it offers, one line each.
+pub(crate) fn info(s: &Session, json: bool) -> anyhow::Result<()> {
+    let version = match s.era() {
+        super::Era::Modern => super::MODERN.to_owned(),
+        super::Era::Legacy(v) => v.clone(),
+    };
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    if json {
+        let v = json!({
+            "protocolVersion": version,
+            "serverInfo": s.server_info(),
+            "capabilities": s.capabilities(),
+        });
+        super::output::json_line(&mut out, &v, stdout.is_terminal())?;
+        return Ok(());
+    }
+    let info = s.server_info();
+    // A server may send an empty version: no trailing blank then.
+    let who = format!("{} {}", field(info, "name"), field(info, "version"));
+    writeln!(out, "server:   {}", who.trim_end())?;
+    writeln!(out, "protocol: {}", clean(&version))?;
+    let offered: Vec<String> = s
+        .capabilities()
+        .as_object()
+        .map(|caps| {
+            caps.iter()
+                .map(|(name, v)| {
+                    let flags: Vec<String> = v
+                        .as_object()
+                        .map(|f| {
+                            f.iter()
+                                .filter(|(_, on)| on.as_bool() == Some(true))
+                                .map(|(k, _)| clean(k))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    if flags.is_empty() {
+                        clean(name)
+                    } else {
+                        format!("{} ({})", clean(name), flags.join(", "))
+                    }
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let offered = if offered.is_empty() {
+        "nothing".to_owned()
+    } else {
+        offered.join(", ")
+    };
+    writeln!(out, "offers:   {offered}")?;
+    Ok(())
+}
+
 /// The first line of a description, for a table cell.
 fn first_line(obj: &Value, key: &str) -> String {
     obj.get(key)
