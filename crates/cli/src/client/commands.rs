@@ -93,6 +93,12 @@ pub(crate) enum ClientCommand {
         #[command(flatten)]
         connect: Connect,
     },
+    /// List the servers found in the config files `--server NAME` looks in, and where.
+    Servers {
+        /// A JSON file of servers of your own, looked in first.
+        #[arg(long, value_name = "FILE")]
+        servers: Option<PathBuf>,
+    },
     /// Connect and say what the server is: its name and version, the protocol version agreed,
     /// and what it offers.
     Info {
@@ -219,6 +225,7 @@ pub(crate) fn run(cmd: ClientCommand) -> anyhow::Result<()> {
                 let (session, rx) = Session::connect(&connect).await?;
                 watch(session, rx, &uris, read, json).await
             }
+            ClientCommand::Servers { servers } => list_servers(servers.as_deref()),
             ClientCommand::Info { json, connect } => {
                 with_session(&connect, |s| async move {
                     primitives::info(&s, json).map(|()| s)
@@ -929,5 +936,41 @@ async fn print_update(
         }
     }
     out.flush()?;
+    Ok(())
+}
+
+/// `servers`: one row per entry found (name, host, file, what it runs or reaches; never its
+/// environment or headers, which may hold secrets), and a note per file that could not be read.
+fn list_servers(explicit: Option<&std::path::Path>) -> anyhow::Result<()> {
+    let (entries, notes) = super::hosts::load(explicit)?;
+    for n in notes {
+        eprintln!("warning: {}", clean(&n));
+    }
+    let rows: Vec<Vec<String>> = entries
+        .iter()
+        .map(|e| {
+            let target = match &e.url {
+                Some(url) => clean(url),
+                None => clean(
+                    &e.command
+                        .iter()
+                        .map(|a| a.to_string_lossy())
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                ),
+            };
+            vec![
+                clean(&e.name),
+                e.host.to_owned(),
+                clean(&e.file.display().to_string()),
+                target,
+            ]
+        })
+        .collect();
+    table(
+        &mut std::io::stdout().lock(),
+        &["NAME", "FROM", "FILE", "RUNS OR REACHES"],
+        &rows,
+    )?;
     Ok(())
 }

@@ -8,6 +8,7 @@
 //! `_meta` to every request, and turns answers into `Value`s for the commands.
 
 pub(crate) mod commands;
+pub(crate) mod hosts;
 mod output;
 mod primitives;
 mod transport;
@@ -59,6 +60,14 @@ pub(crate) struct Connect {
     /// A Streamable HTTP server's endpoint, e.g. http://127.0.0.1:8080/mcp.
     #[arg(long, value_name = "URL", conflicts_with = "command")]
     url: Option<String>,
+    /// A server from a host's config file (Claude Desktop, VS Code, Cursor) or --servers,
+    /// by name, with its environment and headers (`mcp-resources servers` lists them).
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["url", "command"])]
+    server: Option<String>,
+    /// A JSON file of servers (`{"mcpServers": {NAME: {command, args, env} or {url,
+    /// headers}}}`), looked in before the hosts' files.
+    #[arg(long, value_name = "FILE")]
+    servers: Option<std::path::PathBuf>,
     /// An HTTP header for every request, as "Name: value" (repeatable); e.g. an
     /// "Authorization: Bearer …" token. Never printed.
     #[arg(
@@ -131,10 +140,22 @@ impl Session {
         let (tx, rx) = mpsc::unbounded_channel();
         let max = usize::try_from(c.max_message_mib << 20).unwrap_or(usize::MAX);
         let transport = match (&c.url, c.command.is_empty()) {
+            _ if c.server.is_some() => {
+                let name = c.server.as_deref().unwrap_or_default();
+                let entry = hosts::find(name, c.servers.as_deref())?;
+                match &entry.url {
+                    Some(url) => {
+                        let mut headers = entry.headers.clone();
+                        headers.extend(c.headers.iter().cloned());
+                        Transport::Http(Http::new(url, parse_headers(&headers)?, tx, max)?)
+                    }
+                    None => Transport::Stdio(Stdio::spawn(&entry.command, &entry.env, tx, max)?),
+                }
+            }
             (Some(url), _) => Transport::Http(Http::new(url, parse_headers(&c.headers)?, tx, max)?),
-            (None, false) => Transport::Stdio(Stdio::spawn(&c.command, tx, max)?),
+            (None, false) => Transport::Stdio(Stdio::spawn(&c.command, &[], tx, max)?),
             (None, true) => bail!(
-                "no server given: use --url URL for Streamable HTTP, or -- COMMAND ARGS... to start one over stdio"
+                "no server given: use --url URL for Streamable HTTP, -- COMMAND ARGS... to start one over stdio, or --server NAME for one from a config file"
             ),
         };
         let mut session = Self {

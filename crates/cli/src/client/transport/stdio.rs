@@ -74,6 +74,7 @@ impl Stdio {
     /// `max_message` bytes long at most (`--max-message-mib`).
     pub(crate) fn spawn(
         command: &[OsString],
+        env: &[(String, String)],
         inbound: mpsc::UnboundedSender<Inbound>,
         max_message: usize,
     ) -> anyhow::Result<Self> {
@@ -83,6 +84,7 @@ impl Stdio {
         let shown = program.to_string_lossy().into_owned();
         let mut child = tokio::process::Command::new(program)
             .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
