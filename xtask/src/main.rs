@@ -603,6 +603,8 @@ fn node22(root: &Path) -> Result<PathBuf, String> {
 /// whose README command `crates/cli/tests/readme.rs` runs.
 const CLIENT_TEST_PACKAGES: &[&str] = &[
     "@modelcontextprotocol/server-everything@2026.8.31",
+    // Tools but no resources: `crates/cli/tests/client_filesystem.rs`.
+    "@modelcontextprotocol/server-filesystem@2026.8.31",
     "@modelcontextprotocol/inspector@2.12.0",
 ];
 
