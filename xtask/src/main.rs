@@ -15,10 +15,11 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("test") => test(&args[1..]),
         Some("conformance") => conformance(),
+        Some("conformance-client") => conformance_client(),
         Some("bench") => bench(&args[1..]),
         Some("soak") => soak(&args[1..]),
         Some("fuzz") => fuzz(&args[1..]),
-        _ => Err("usage: cargo xtask <task>\n\n  test [--rust-only]  run every test: the Rust workspace tests, the Python SDK end-to-end suite\n                      against the built binary, then the official conformance suite over HTTP\n  conformance         only the official MCP conformance suite (Node 22 from the npm registry)\n  bench [--quick] [--no-peers] [--only s1,s2]\n                      the benchmark: release build, fixtures and peers in .cache/bench, one table\n                      (also .cache/bench/results.json and bench-results.md)\n  soak --minutes N [--release] [--sessions N] [--listens N]\n                      1,000 legacy sessions and 200 listen streams churning against files, SQLite\n                      and PostgreSQL mounts; the table, CSV and PNG plot in .cache/soak\n  fuzz --seconds N [--only t1,t2] [--jobs J] [--asan]\n                      every fuzz target in fuzz/ for N seconds each, J at a time (default 2;\n                      cargo-fuzz, nightly; installs cargo-fuzz when missing); a crash fails the\n                      run and is kept in fuzz/artifacts; --asan: -O with AddressSanitizer".into()),
+        _ => Err("usage: cargo xtask <task>\n\n  test [--rust-only]  run every test: the Rust workspace tests, the Python SDK end-to-end suite\n                      against the built binary, then the official conformance suite over HTTP\n  conformance         only the official MCP conformance suite (Node 22 from the npm registry)\n  conformance-client  the suite's client scenarios against the terminal client\n  bench [--quick] [--no-peers] [--only s1,s2]\n                      the benchmark: release build, fixtures and peers in .cache/bench, one table\n                      (also .cache/bench/results.json and bench-results.md)\n  soak --minutes N [--release] [--sessions N] [--listens N]\n                      1,000 legacy sessions and 200 listen streams churning against files, SQLite\n                      and PostgreSQL mounts; the table, CSV and PNG plot in .cache/soak\n  fuzz --seconds N [--only t1,t2] [--jobs J] [--asan]\n                      every fuzz target in fuzz/ for N seconds each, J at a time (default 2;\n                      cargo-fuzz, nightly; installs cargo-fuzz when missing); a crash fails the\n                      run and is kept in fuzz/artifacts; --asan: -O with AddressSanitizer".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -90,7 +91,8 @@ fn test(args: &[String]) -> Result<(), String> {
         .current_dir(&root)
         .env("MCPR_BIN", root.join("target/debug/mcp-resources"))
         .args(["-m", "pytest", "tests/e2e", "-q", "-p", "no:cacheprovider"]))?;
-    conformance()
+    conformance()?;
+    conformance_client()
 }
 
 /// Each provider is a cargo feature of the binary: one built with only `files` must build
@@ -501,6 +503,86 @@ fn conformance() -> Result<(), String> {
     }
 }
 
+/// The suite's client scenarios the terminal client must pass, per spec version; the suite
+/// runs `tests/conformance/client.sh` (which picks the command for the scenario) against a
+/// server of its own. Not run, and why:
+/// - `http-standard-headers`: it wants `Mcp-Method` on every POST, `initialize` included, and
+///   `tools/call`, `resources/read` and `prompts/get` against its fixtures in one run; this
+///   client sends the SEP-2243 headers only in the 2026-07-28 era, and one command is one
+///   request kind.
+/// - `auth/*`: the client has no OAuth flow (no dynamic registration, no browser); it takes a
+///   bearer token with `--header "Authorization: Bearer …"`.
+const CLIENT_SCENARIOS: &[(&str, &[&str])] = &[
+    ("2025-11-25", &["initialize", "sse-retry", "tools_call"]),
+    ("2026-07-28", &["request-metadata", "tools_call"]),
+];
+
+/// The conformance suite's client scenarios ([`CLIENT_SCENARIOS`]) against the built binary.
+fn conformance_client() -> Result<(), String> {
+    let root = root();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let prefix = root.join(".cache/node22");
+    let node = node22(&root)?;
+    let suite = prefix.join("node_modules/@modelcontextprotocol/conformance/dist/index.js");
+    if !suite.exists() {
+        run(Command::new("npm")
+            .args(["install", "--no-audit", "--no-fund", "--silent", "--prefix"])
+            .arg(&prefix)
+            .arg(CONFORMANCE_PKG))?;
+    }
+    run(Command::new(&cargo)
+        .current_dir(&root)
+        .args(["build", "-p", "mcp-resources"]))?;
+    let client = root.join("tests/conformance/client.sh");
+    let (mut passed, mut failed) = (0, Vec::new());
+    for (version, scenarios) in CLIENT_SCENARIOS {
+        for scenario in *scenarios {
+            let out = Command::new(&node)
+                .arg(&suite)
+                .args(["client", "--command"])
+                .arg(&client)
+                .args(["--scenario", scenario, "--spec-version", version])
+                .env("MCPR_BIN", root.join("target/debug/mcp-resources"))
+                .output()
+                .map_err(|e| format!("cannot run the conformance suite: {e}"))?;
+            let text = String::from_utf8_lossy(&out.stdout).to_string()
+                + &String::from_utf8_lossy(&out.stderr);
+            let ok = out.status.success()
+                && text.contains("OVERALL: PASSED")
+                && !text.contains("is not applicable at spec version");
+            let summary = text
+                .lines()
+                .rev()
+                .find(|l| l.contains("Passed:"))
+                .unwrap_or("")
+                .trim();
+            println!(
+                "conformance client {version} {scenario}: {} {}",
+                if ok { "ok" } else { "FAILED" },
+                strip_ansi(summary)
+            );
+            if ok {
+                passed += 1;
+            } else {
+                println!("{}", strip_ansi(&text));
+                failed.push(format!("{version} {scenario}"));
+            }
+        }
+    }
+    println!(
+        "conformance client: {passed} passed, {} failed",
+        failed.len()
+    );
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "conformance client scenarios failed: {}",
+            failed.join(", ")
+        ))
+    }
+}
+
 /// Node 22 from the npm registry in `.cache/node22` (the machine's Node may be older).
 fn node22(root: &Path) -> Result<PathBuf, String> {
     let prefix = root.join(".cache/node22");
@@ -521,6 +603,8 @@ fn node22(root: &Path) -> Result<PathBuf, String> {
 /// whose README command `crates/cli/tests/readme.rs` runs.
 const CLIENT_TEST_PACKAGES: &[&str] = &[
     "@modelcontextprotocol/server-everything@2026.8.31",
+    // Tools but no resources: `crates/cli/tests/client_filesystem.rs`.
+    "@modelcontextprotocol/server-filesystem@2026.8.31",
     "@modelcontextprotocol/inspector@2.12.0",
 ];
 

@@ -63,7 +63,9 @@ fn answer(request: &Value) -> Option<Value> {
             "supportedVersions": ["2026-07-28"],
             "capabilities": {
                 "resources": {"subscribe": true, "listChanged": true},
-                "completions": {}
+                "completions": {},
+                "tools": {},
+                "prompts": {}
             },
             "serverInfo": {"name": NAME, "version": "1"},
             "instructions": EVIL
@@ -89,6 +91,17 @@ fn answer(request: &Value) -> Option<Value> {
                 );
             }
         }
+        "tools/list" => json!({"tools": [
+            {"name": NAME, "description": EVIL, "inputSchema": {"type": "object",
+             "properties": {EVIL: {"type": "string"}}, "required": [EVIL]}}
+        ]}),
+        "tools/call" => json!({"content": [{"type": "text", "text": TEXT}]}),
+        "prompts/list" => json!({"prompts": [
+            {"name": NAME, "description": EVIL, "arguments": [{"name": EVIL, "required": true}]}
+        ]}),
+        "prompts/get" => json!({"messages": [
+            {"role": EVIL, "content": {"type": "text", "text": TEXT}}
+        ]}),
         "subscriptions/listen" => return None,
         _ => {
             return Some(
@@ -99,8 +112,8 @@ fn answer(request: &Value) -> Option<Value> {
     Some(json!({"jsonrpc": "2.0", "id": id, "result": result}))
 }
 
-/// One HTTP/1.1 exchange: the request's method and body.
-fn read_request(stream: &mut TcpStream) -> Option<(String, Vec<u8>)> {
+/// One HTTP/1.1 exchange: the request's method, path and body.
+fn read_request(stream: &mut TcpStream) -> Option<(String, String, Vec<u8>)> {
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
@@ -111,6 +124,7 @@ fn read_request(stream: &mut TcpStream) -> Option<(String, Vec<u8>)> {
     }
     let head = String::from_utf8_lossy(&head).into_owned();
     let method = head.split(' ').next()?.to_owned();
+    let path = head.split(' ').nth(1)?.to_owned();
     let len = head
         .lines()
         .find_map(|l| {
@@ -121,7 +135,7 @@ fn read_request(stream: &mut TcpStream) -> Option<(String, Vec<u8>)> {
         .unwrap_or(0);
     let mut body = vec![0; len];
     stream.read_exact(&mut body).ok()?;
-    Some((method, body))
+    Some((method, path, body))
 }
 
 fn respond(stream: &mut TcpStream, status: &str, content_type: &str, body: &[u8]) {
@@ -134,7 +148,7 @@ fn respond(stream: &mut TcpStream, status: &str, content_type: &str, body: &[u8]
 }
 
 fn serve(mut stream: TcpStream) {
-    let Some((method, body)) = read_request(&mut stream) else {
+    let Some((method, path, body)) = read_request(&mut stream) else {
         return;
     };
     if method != "POST" {
@@ -147,6 +161,74 @@ fn serve(mut stream: TcpStream) {
     };
     if request.get("id").is_none() {
         respond(&mut stream, "202 Accepted", "text/plain", b"");
+        return;
+    }
+    // `/old` speaks only two `initialize` versions and says so to a 2026-07-28 discover
+    // (-32022 with `data.supported`); an `initialize` for another version is refused.
+    if path == "/old" {
+        let id = request["id"].clone();
+        let (status, answer) = match request["method"].as_str().unwrap_or_default() {
+            "server/discover" => (
+                "400 Bad Request",
+                json!({"jsonrpc": "2.0", "id": id, "error": {
+                "code": -32022, "message": "unsupported protocol version",
+                "data": {"supported": ["2024-11-05", "2025-06-18"]}}}),
+            ),
+            "initialize" if request["params"]["protocolVersion"] == "2025-06-18" => (
+                "200 OK",
+                json!({"jsonrpc": "2.0", "id": id, "result": {
+                    "protocolVersion": "2025-06-18", "capabilities": {"tools": {}},
+                    "serverInfo": {"name": "old", "version": "1"}}}),
+            ),
+            "initialize" => (
+                "200 OK",
+                json!({"jsonrpc": "2.0", "id": id, "error": {
+                "code": -32602, "message": "unsupported protocol version"}}),
+            ),
+            _ => ("200 OK", answer(&request).unwrap()),
+        };
+        respond(
+            &mut stream,
+            status,
+            "application/json",
+            &serde_json::to_vec(&answer).unwrap(),
+        );
+        return;
+    }
+    // `/slow` takes 800 ms for each of four pages of tools.
+    if path == "/slow" && request["method"] == "tools/list" {
+        std::thread::sleep(Duration::from_millis(800));
+        let page = request["params"]["cursor"]
+            .as_str()
+            .and_then(|c| c.parse::<u32>().ok())
+            .unwrap_or(0);
+        let mut result = json!({"tools": [{"name": format!("t{page}"),
+                                           "inputSchema": {"type": "object"}}]});
+        if page < 3 {
+            result["nextCursor"] = json!((page + 1).to_string());
+        }
+        let answer = json!({"jsonrpc": "2.0", "id": request["id"], "result": result});
+        respond(
+            &mut stream,
+            "200 OK",
+            "application/json",
+            &serde_json::to_vec(&answer).unwrap(),
+        );
+        return;
+    }
+    // `/bare` is the same server offering tools and prompts but no resources.
+    if path == "/bare" && request["method"] == "server/discover" {
+        let answer = json!({"jsonrpc": "2.0", "id": request["id"], "result": {
+            "supportedVersions": ["2026-07-28"],
+            "capabilities": {"tools": {}, "prompts": {}},
+            "serverInfo": {"name": NAME, "version": "1"}
+        }});
+        respond(
+            &mut stream,
+            "200 OK",
+            "application/json",
+            &serde_json::to_vec(&answer).unwrap(),
+        );
         return;
     }
     if let Some(answer) = answer(&request) {
@@ -319,5 +401,101 @@ fn on_a_terminal_json_and_text_contents_are_escaped_too() {
     assert!(
         text.contains(r"is binary (application/x-\u{1b}[2Jevil\u{9b}31m, 7 B)"),
         "{text}"
+    );
+}
+
+/// Tool and prompt names, descriptions, argument names and roles reach a person cleaned; a
+/// tool's text to a pipe, and `--json`, stay as sent. Against the same server offering no
+/// resources, `ls`, `cat` and `templates` say so and name what it offers, its text cleaned.
+#[test]
+fn tools_and_prompts_print_server_text_harmlessly() {
+    let url = hostile();
+    for args in [&["tools"][..], &["prompts"]] {
+        let table = run(client(&url, args)).ok();
+        assert_safe(args[0], &table);
+        assert!(table.contains("report-\\u{202e}fdp.exe"), "{table}");
+    }
+    let out = run(client(&url, &["tools", "--json"])).ok();
+    let tool: Value = serde_json::from_str(out.trim_end()).expect("one JSON line");
+    assert_eq!(tool["name"], NAME);
+    assert_eq!(tool["description"], EVIL);
+
+    let out = run(client(&url, &["call", NAME]));
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert_eq!(
+        out.stdout,
+        TEXT.as_bytes(),
+        "a pipe gets the tool's text byte for byte"
+    );
+
+    let out = run(client(&url, &["prompt", NAME])).ok();
+    let role = out.lines().next().expect("a role line");
+    assert_safe("role", role);
+    assert!(out.ends_with(TEXT), "{out:?}");
+
+    let bare = url.replace("/mcp", "/bare");
+    for args in [&["ls"][..], &["cat", TEXT_URI], &["templates"]] {
+        let out = run(client(&bare, args));
+        assert_eq!(out.code, Some(1), "{out:?}");
+        assert_eq!(
+            out.stderr,
+            "error: this server offers no resources; it offers tools (1) and prompts (1)\n",
+            "{args:?}"
+        );
+    }
+}
+
+/// A server that answers a 2026-07-28 discover with -32022 and the versions it speaks gets an
+/// `initialize` for the newest of them both sides speak, under `--protocol auto`; under
+/// `--protocol 2026-07-28` the error says what it speaks.
+#[test]
+fn an_unsupported_version_refusal_picks_the_newest_version_both_speak() {
+    let old = hostile().replace("/mcp", "/old");
+    let table = run(client(&old, &["tools"])).ok();
+    assert!(table.contains("report-"), "{table}");
+    let out = run(client(&old, &["tools", "--protocol", "2026-07-28"]));
+    assert_eq!(out.code, Some(1), "{out:?}");
+    assert_eq!(
+        out.stderr,
+        "error: the server does not speak 2026-07-28 (it speaks [\"2024-11-05\",\"2025-06-18\"]); try --protocol legacy\n"
+    );
+}
+
+/// `--timeout` bounds the whole command, not each request: four pages of 800 ms each pass
+/// with `--timeout 5` and end with `--timeout 2`, naming the step it waited for; a stdio
+/// server that never answers ends the command at its `--timeout`.
+#[test]
+fn the_timeout_bounds_the_whole_command_and_names_the_step() {
+    let slow = hostile().replace("/mcp", "/slow");
+    let table = run(client(&slow, &["tools", "--timeout", "5"])).ok();
+    assert_eq!(table.lines().count(), 5, "{table}");
+    let started = std::time::Instant::now();
+    let out = run(client(&slow, &["tools", "--timeout", "2"]));
+    assert_eq!(out.code, Some(1), "{out:?}");
+    assert_eq!(
+        out.stderr,
+        "error: the command did not finish within 2s (--timeout): no answer to tools/list yet\n"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+
+    let started = std::time::Instant::now();
+    let out = run({
+        let mut cmd = Command::new(bin());
+        cmd.args(["ls", "--timeout", "1", "--", "sleep", "30"]);
+        cmd
+    });
+    assert_eq!(out.code, Some(1), "{out:?}");
+    assert_eq!(
+        out.stderr,
+        "error: the command did not finish within 1s (--timeout): no answer to server/discover yet\n"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
     );
 }

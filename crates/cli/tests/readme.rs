@@ -527,3 +527,27 @@ fn readme_inspector_commands_list_and_read() {
     let read = bash(lines[1], &workspace(), &path).ok();
     assert!(read.contains("Ada Lovelace"), "README.md:{line}: {read}");
 }
+
+/// The README's tools block, run from the repository as it says: `tools` lists the tool
+/// bridge's tools and `call read_resource` prints the example config's text.
+#[test]
+fn readme_tools_commands_list_and_call() {
+    let block: Vec<(usize, String)> = blocks("sh")
+        .into_iter()
+        .filter(|(_, b)| b.contains("mcp-resources call "))
+        .collect();
+    assert_eq!(block.len(), 1, "the README's tools block");
+    let (line, text) = &block[0];
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "README.md:{line}: {text}");
+    let (_bin_dir, path) = path_with_binary();
+    let tools = bash(lines[0], &workspace(), &path).ok();
+    assert!(tools.starts_with("NAME"), "README.md:{line}: {tools}");
+    assert!(
+        tools.contains("\nread_resource "),
+        "README.md:{line}: {tools}"
+    );
+    let text = bash(lines[1], &workspace(), &path).ok();
+    let example = std::fs::read_to_string(workspace().join("examples/mcp-resources.toml")).unwrap();
+    assert_eq!(text.trim_end(), example.trim_end(), "README.md:{line}");
+}

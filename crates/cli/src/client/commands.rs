@@ -1,4 +1,5 @@
-//! The client commands: `ls`, `cat`, `templates`, `complete` and `watch`.
+//! The client commands: `ls`, `cat`, `templates`, `complete` and `watch`, and the dispatch of
+//! `tools`, `call`, `prompts` and `prompt` (in `primitives.rs`).
 
 use std::collections::{HashMap, HashSet};
 use std::io::{IsTerminal as _, Write as _};
@@ -12,8 +13,8 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use super::output::{clean, clean_text, field, human_size, json_line, raw_line, table};
-use super::transport::Inbound;
-use super::{Connect, Era, Session};
+use super::transport::{DEFAULT_RETRY, HttpStatus, Inbound, RECONNECTS, RpcError, StreamDropped};
+use super::{Connect, Era, Session, primitives};
 
 /// The client's subcommands, flattened into the binary's own.
 #[derive(Subcommand, Debug)]
@@ -38,8 +39,11 @@ pub(crate) enum ClientCommand {
         /// The resource's URI.
         uri: String,
         /// Write the contents to this file instead of stdout.
-        #[arg(long, short = 'o', value_name = "FILE")]
+        #[arg(long, short = 'o', value_name = "FILE", conflicts_with = "json")]
         output: Option<PathBuf>,
+        /// The whole `resources/read` result as the server sent it, on one line.
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         connect: Connect,
     },
@@ -89,6 +93,76 @@ pub(crate) enum ClientCommand {
         #[command(flatten)]
         connect: Connect,
     },
+    /// List the servers found in the config files `--server NAME` looks in, and where.
+    Servers {
+        /// A JSON file of servers of your own, looked in first.
+        #[arg(long, value_name = "FILE")]
+        servers: Option<PathBuf>,
+    },
+    /// Connect and say what the server is: its name and version, the protocol version agreed,
+    /// and what it offers.
+    Info {
+        /// `protocolVersion`, `serverInfo` and `capabilities` as one JSON object.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        connect: Connect,
+    },
+    /// List a server's tools (every page), as a table or JSON Lines.
+    Tools {
+        /// One tool object per line, exactly as the server sent it.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        connect: Connect,
+    },
+    /// Call a tool: its text content to stdout, image, audio and blob content to `-o`; exit
+    /// code 1 when the tool reports an error (`isError`).
+    ///
+    /// Example: `mcp-resources call read_resource --arg uri=file:///srv/docs/README.md -- mcp-resources serve /srv/docs --tools`.
+    Call {
+        /// The tool's name, as `tools` lists it.
+        tool: String,
+        /// An argument: NAME=VALUE gives a string, NAME:=JSON any JSON value (a number,
+        /// `true`, an object). Repeatable; applied over --args-json.
+        #[arg(long = "arg", value_name = "NAME=VALUE")]
+        args: Vec<String>,
+        /// All arguments as one JSON object.
+        #[arg(long, value_name = "JSON")]
+        args_json: Option<String>,
+        /// Write image, audio and blob content here (a second part to FILE-2, and so on).
+        #[arg(long, short = 'o', value_name = "FILE", conflicts_with = "json")]
+        output: Option<PathBuf>,
+        /// The whole `tools/call` result as the server sent it, on one line.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        connect: Connect,
+    },
+    /// List a server's prompts (every page), as a table or JSON Lines.
+    Prompts {
+        /// One prompt object per line, exactly as the server sent it.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        connect: Connect,
+    },
+    /// Get a prompt: each message as `[role]` and its content.
+    Prompt {
+        /// The prompt's name, as `prompts` lists it.
+        name: String,
+        /// An argument as NAME=VALUE (repeatable).
+        #[arg(long = "arg", value_name = "NAME=VALUE")]
+        args: Vec<String>,
+        /// Write image, audio and blob content here (a second part to FILE-2, and so on).
+        #[arg(long, short = 'o', value_name = "FILE", conflicts_with = "json")]
+        output: Option<PathBuf>,
+        /// The whole `prompts/get` result as the server sent it, on one line.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        connect: Connect,
+    },
 }
 
 /// Run one client command to its end; errors are for `main` to print as one line.
@@ -112,10 +186,11 @@ pub(crate) fn run(cmd: ClientCommand) -> anyhow::Result<()> {
             ClientCommand::Cat {
                 uri,
                 output,
+                json,
                 connect,
             } => {
                 with_session(&connect, |s| async move {
-                    cat(&s, &uri, output).await.map(|()| s)
+                    cat(&s, &uri, output, json).await.map(|()| s)
                 })
                 .await
             }
@@ -149,6 +224,56 @@ pub(crate) fn run(cmd: ClientCommand) -> anyhow::Result<()> {
             } => {
                 let (session, rx) = Session::connect(&connect).await?;
                 watch(session, rx, &uris, read, json).await
+            }
+            ClientCommand::Servers { servers } => list_servers(servers.as_deref()),
+            ClientCommand::Info { json, connect } => {
+                with_session(&connect, |s| async move {
+                    primitives::info(&s, json).map(|()| s)
+                })
+                .await
+            }
+            ClientCommand::Tools { json, connect } => {
+                with_session(&connect, |s| async move {
+                    primitives::tools(&s, json).await.map(|()| s)
+                })
+                .await
+            }
+            ClientCommand::Call {
+                tool,
+                args,
+                args_json,
+                output,
+                json,
+                connect,
+            } => {
+                let arguments = primitives::tool_arguments(&args, args_json.as_deref())?;
+                with_session(&connect, |s| async move {
+                    primitives::call(&s, &tool, arguments, output, json)
+                        .await
+                        .map(|()| s)
+                })
+                .await
+            }
+            ClientCommand::Prompts { json, connect } => {
+                with_session(&connect, |s| async move {
+                    primitives::prompts(&s, json).await.map(|()| s)
+                })
+                .await
+            }
+            ClientCommand::Prompt {
+                name,
+                args,
+                output,
+                json,
+                connect,
+            } => {
+                let arguments = primitives::prompt_arguments(&args)?;
+                with_session(&connect, |s| async move {
+                    primitives::prompt(&s, &name, arguments, output, json)
+                        .await
+                        .map(|()| s)
+                })
+                .await
             }
         }
     });
@@ -216,7 +341,7 @@ impl Drop for Progress {
 
 /// Follow every cursor of a list method, calling `each` with every item of `key` as the
 /// server wrote it.
-async fn paginate(
+pub(super) async fn paginate(
     s: &Session,
     method: &str,
     key: &str,
@@ -231,7 +356,7 @@ async fn paginate(
             Some(c) => json!({ "cursor": c }),
             None => json!({}),
         };
-        let raw = s.request_raw(method, params, Some(s.timeout)).await?;
+        let raw = s.request_raw(method, params, Some(s.timeout())).await?;
         let page: HashMap<&str, &RawValue> = serde_json::from_str(raw.get())
             .with_context(|| format!("the server's {method} answer is not a JSON object"))?;
         let items: Vec<&RawValue> = page
@@ -298,11 +423,12 @@ fn left_out(method: &str, meta: Option<&RawValue>, progress: &mut Progress) {
 }
 
 /// One item of a page as a `Value`, for the table.
-fn parsed(item: &RawValue) -> anyhow::Result<Value> {
+pub(super) fn parsed(item: &RawValue) -> anyhow::Result<Value> {
     serde_json::from_str(item.get()).context("the server sent an item that is not valid JSON")
 }
 
 async fn ls(s: &Session, prefix: Option<&str>, json: bool) -> anyhow::Result<()> {
+    primitives::require_resources(s).await?;
     let stdout = std::io::stdout();
     let terminal = stdout.is_terminal();
     let mut rows = Vec::new();
@@ -339,6 +465,7 @@ async fn ls(s: &Session, prefix: Option<&str>, json: bool) -> anyhow::Result<()>
 }
 
 async fn templates(s: &Session, json: bool) -> anyhow::Result<()> {
+    primitives::require_resources(s).await?;
     let stdout = std::io::stdout();
     let terminal = stdout.is_terminal();
     let mut rows = Vec::new();
@@ -411,7 +538,16 @@ fn decode_contents(uri: &str, result: &Value) -> anyhow::Result<Vec<Part>> {
         .collect()
 }
 
-async fn cat(s: &Session, uri: &str, output: Option<PathBuf>) -> anyhow::Result<()> {
+async fn cat(s: &Session, uri: &str, output: Option<PathBuf>, json: bool) -> anyhow::Result<()> {
+    primitives::require_resources(s).await?;
+    if json {
+        let raw = s
+            .request_raw("resources/read", json!({ "uri": uri }), Some(s.timeout()))
+            .await?;
+        let stdout = std::io::stdout();
+        raw_line(&mut stdout.lock(), &raw, stdout.is_terminal())?;
+        return Ok(());
+    }
     let result = s.request("resources/read", json!({ "uri": uri })).await?;
     let parts = decode_contents(uri, &result)?;
     if let Some(path) = output {
@@ -534,20 +670,7 @@ async fn watch(
         if list_changed {
             filter["resourcesListChanged"] = json!(true);
         }
-        let id = session.new_request_id();
-        let s = session.clone();
-        // The listen request stays open for as long as we watch; its answer means the server
-        // ended the subscription.
-        let task = tokio::spawn(async move {
-            s.request_raw_with_id(
-                id,
-                "subscriptions/listen",
-                json!({ "notifications": filter }),
-                None,
-            )
-            .await
-        });
-        listen = Some((id, task));
+        listen = Some(start_listen(&session, json!({ "notifications": filter })));
     } else {
         if !session.resources_capability("subscribe") {
             bail!(
@@ -581,9 +704,11 @@ async fn watch(
         }
     }
 
+    // Watching: from here each read has --timeout of its own, and the watch runs on.
+    session.end_deadline();
     let outcome = watch_loop(&session, &mut rx, &mut listen, uris, read, json).await;
 
-    if let Some((id, task)) = listen {
+    if let Some(ListenTask { id, task, .. }) = listen {
         // Over stdio a listen ends with notifications/cancelled; over HTTP dropping its
         // stream is the cancellation.
         session.cancel(id).await;
@@ -596,10 +721,38 @@ async fn watch(
     outcome
 }
 
-type ListenTask = (u64, tokio::task::JoinHandle<anyhow::Result<Box<RawValue>>>);
+/// A 2026-07-28 listen in flight: its request id, its task, and its params (to listen again
+/// after a dropped stream).
+struct ListenTask {
+    id: u64,
+    task: tokio::task::JoinHandle<anyhow::Result<Box<RawValue>>>,
+    params: Value,
+}
+
+/// Send `subscriptions/listen` with `params`; the request stays open for as long as we watch,
+/// and its answer means the server ended the subscription.
+fn start_listen(session: &Arc<Session>, params: Value) -> ListenTask {
+    let id = session.new_request_id();
+    let s = session.clone();
+    let p = params.clone();
+    let task = tokio::spawn(async move {
+        s.request_raw_with_id(id, "subscriptions/listen", p, None)
+            .await
+    });
+    ListenTask { id, task, params }
+}
+
+/// Whether a listen that ended with `e` is worth sending again: its HTTP stream dropped or
+/// the server could not be reached (a restart, a proxy cutting idle connections), not a
+/// refusal the server answered.
+fn listen_again(session: &Session, e: &anyhow::Error) -> bool {
+    session.is_http()
+        && e.downcast_ref::<RpcError>().is_none()
+        && e.downcast_ref::<HttpStatus>().is_none()
+}
 
 async fn watch_loop(
-    session: &Session,
+    session: &Arc<Session>,
     rx: &mut tokio::sync::mpsc::UnboundedReceiver<Inbound>,
     listen: &mut Option<ListenTask>,
     uris: &[String],
@@ -608,30 +761,55 @@ async fn watch_loop(
 ) -> anyhow::Result<()> {
     let interrupted = crate::shutdown_signal();
     tokio::pin!(interrupted);
+    // Listens sent again in a row without a notification between them.
+    let mut relistens = 0;
     loop {
         let listen_end = async {
             match listen.as_mut() {
-                Some((_, task)) => task.await,
+                Some(l) => (&mut l.task).await,
                 None => std::future::pending().await,
             }
         };
         let msg = tokio::select! {
             () = &mut interrupted => return Ok(()),
             ended = listen_end => {
-                *listen = None;
-                return match ended {
-                    Ok(Ok(_)) => Err(anyhow!("the server ended the subscription")),
-                    Ok(Err(e)) => Err(e.context("the subscription failed")),
-                    Err(e) => Err(anyhow!("the subscription task failed: {e}")),
+                let params = listen.take().map(|l| l.params).unwrap_or_default();
+                let e = match ended {
+                    Ok(Ok(_)) => return Err(anyhow!("the server ended the subscription")),
+                    Ok(Err(e)) => e,
+                    Err(e) => return Err(anyhow!("the subscription task failed: {e}")),
                 };
+                if relistens == RECONNECTS || !listen_again(session, &e) {
+                    return Err(e.context("the subscription failed"));
+                }
+                relistens += 1;
+                // 2026-07-28 has no Last-Event-ID: a new listen starts from now, and what
+                // changed while the stream was down is not replayed.
+                let wait = e
+                    .downcast_ref::<StreamDropped>()
+                    .and_then(|d| d.retry)
+                    .unwrap_or(DEFAULT_RETRY);
+                eprintln!(
+                    "warning: {}; listening again in {} ms (attempt {relistens} of {RECONNECTS}): changes made meanwhile may have been missed",
+                    clean(&format!("{e:#}")),
+                    wait.as_millis()
+                );
+                tokio::time::sleep(wait).await;
+                *listen = Some(start_listen(session, params));
+                continue;
             }
             msg = rx.recv() => msg,
         };
         let notification = match msg {
             Some(Inbound::Notification(n)) => n,
+            Some(Inbound::Dropped(why)) => {
+                eprintln!("warning: {}", clean(&why));
+                continue;
+            }
             Some(Inbound::Ended(reason)) => bail!(reason),
             None => bail!("the connection to the server closed"),
         };
+        relistens = 0;
         let method = notification
             .get("method")
             .and_then(Value::as_str)
@@ -758,5 +936,41 @@ async fn print_update(
         }
     }
     out.flush()?;
+    Ok(())
+}
+
+/// `servers`: one row per entry found (name, host, file, what it runs or reaches; never its
+/// environment or headers, which may hold secrets), and a note per file that could not be read.
+fn list_servers(explicit: Option<&std::path::Path>) -> anyhow::Result<()> {
+    let (entries, notes) = super::hosts::load(explicit)?;
+    for n in notes {
+        eprintln!("warning: {}", clean(&n));
+    }
+    let rows: Vec<Vec<String>> = entries
+        .iter()
+        .map(|e| {
+            let target = match &e.url {
+                Some(url) => clean(url),
+                None => clean(
+                    &e.command
+                        .iter()
+                        .map(|a| a.to_string_lossy())
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                ),
+            };
+            vec![
+                clean(&e.name),
+                e.host.to_owned(),
+                clean(&e.file.display().to_string()),
+                target,
+            ]
+        })
+        .collect();
+    table(
+        &mut std::io::stdout().lock(),
+        &["NAME", "FROM", "FILE", "RUNS OR REACHES"],
+        &rows,
+    )?;
     Ok(())
 }

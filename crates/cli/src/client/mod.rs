@@ -1,4 +1,5 @@
-//! The terminal client (`ls`, `cat`, `templates`, `complete`, `watch`) for any MCP server.
+//! The terminal client (`ls`, `cat`, `templates`, `complete`, `watch`, `tools`, `call`,
+//! `prompts`, `prompt`) for any MCP server.
 //!
 //! It speaks raw JSON-RPC rather than through rmcp's typed client so that `--json` can print
 //! what the server sent byte for byte in meaning (unknown fields included), and so that both
@@ -7,7 +8,9 @@
 //! `_meta` to every request, and turns answers into `Value`s for the commands.
 
 pub(crate) mod commands;
+pub(crate) mod hosts;
 mod output;
+mod primitives;
 mod transport;
 
 pub(crate) use output::clean;
@@ -25,9 +28,31 @@ use tokio::sync::mpsc;
 use transport::{Http, HttpStatus, Inbound, Outgoing, RpcError, Stdio, Transport};
 
 /// The current protocol version, the one without `initialize`.
-const MODERN: &str = "2026-07-28";
+pub(crate) const MODERN: &str = "2026-07-28";
 /// The version a legacy `initialize` asks for; servers answer with the one they speak.
 const LEGACY: &str = "2025-11-25";
+/// Every version this client speaks, newest first: the one era without `initialize`, then
+/// the `initialize` ones.
+const SPOKEN: [&str; 5] = [MODERN, LEGACY, "2025-06-18", "2025-03-26", "2024-11-05"];
+/// "Unsupported protocol version" (2026-07-28), with the versions the server speaks in
+/// `data.supported`.
+const UNSUPPORTED_VERSION: i64 = -32022;
+
+/// The versions a -32022 refusal says the server speaks.
+fn supported_versions(e: &anyhow::Error) -> Option<Vec<Value>> {
+    let r = e.downcast_ref::<RpcError>()?;
+    if r.code != UNSUPPORTED_VERSION {
+        return None;
+    }
+    r.data.as_ref()?.get("supported")?.as_array().cloned()
+}
+
+/// The newest version both this client and a server that speaks `supported` speak.
+fn newest_common(supported: &[Value]) -> Option<&'static str> {
+    SPOKEN
+        .into_iter()
+        .find(|v| supported.iter().any(|s| s.as_str() == Some(v)))
+}
 
 /// How to reach the server: shared by every client command.
 #[derive(Args, Debug, Clone)]
@@ -35,6 +60,14 @@ pub(crate) struct Connect {
     /// A Streamable HTTP server's endpoint, e.g. http://127.0.0.1:8080/mcp.
     #[arg(long, value_name = "URL", conflicts_with = "command")]
     url: Option<String>,
+    /// A server from a host's config file (Claude Desktop, VS Code, Cursor) or --servers,
+    /// by name, with its environment and headers (`mcp-resources servers` lists them).
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["url", "command"])]
+    server: Option<String>,
+    /// A JSON file of servers (`{"mcpServers": {NAME: {command, args, env} or {url,
+    /// headers}}}`), looked in before the hosts' files.
+    #[arg(long, value_name = "FILE")]
+    servers: Option<std::path::PathBuf>,
     /// An HTTP header for every request, as "Name: value" (repeatable); e.g. an
     /// "Authorization: Bearer …" token. Never printed.
     #[arg(
@@ -48,7 +81,9 @@ pub(crate) struct Connect {
     /// `initialize` handshake.
     #[arg(long, value_enum, default_value_t = Protocol::Auto)]
     protocol: Protocol,
-    /// Seconds to wait for each answer (and for the server to start).
+    /// Seconds the whole command may take, the server's start included (for `watch`: until
+    /// it is watching, then for each read); past it the command ends naming the step it
+    /// was waiting for.
     #[arg(long, value_name = "SECS", default_value_t = 30,
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     timeout: u64,
@@ -86,8 +121,13 @@ pub(crate) struct Session {
     era: Era,
     /// `capabilities` from `server/discover` or `initialize`.
     capabilities: Value,
+    /// `serverInfo` from `server/discover` or `initialize`.
+    server_info: Value,
     next_id: AtomicU64,
     timeout: Duration,
+    /// When the command must be done by (`--timeout` from its start), until
+    /// [`Session::end_deadline`]; after it each request gets `timeout` of its own.
+    deadline: std::sync::Mutex<Option<tokio::time::Instant>>,
 }
 
 impl Session {
@@ -96,21 +136,36 @@ impl Session {
     pub(crate) async fn connect(
         c: &Connect,
     ) -> anyhow::Result<(Self, mpsc::UnboundedReceiver<Inbound>)> {
+        let started = tokio::time::Instant::now();
         let (tx, rx) = mpsc::unbounded_channel();
         let max = usize::try_from(c.max_message_mib << 20).unwrap_or(usize::MAX);
         let transport = match (&c.url, c.command.is_empty()) {
+            _ if c.server.is_some() => {
+                let name = c.server.as_deref().unwrap_or_default();
+                let entry = hosts::find(name, c.servers.as_deref())?;
+                match &entry.url {
+                    Some(url) => {
+                        let mut headers = entry.headers.clone();
+                        headers.extend(c.headers.iter().cloned());
+                        Transport::Http(Http::new(url, parse_headers(&headers)?, tx, max)?)
+                    }
+                    None => Transport::Stdio(Stdio::spawn(&entry.command, &entry.env, tx, max)?),
+                }
+            }
             (Some(url), _) => Transport::Http(Http::new(url, parse_headers(&c.headers)?, tx, max)?),
-            (None, false) => Transport::Stdio(Stdio::spawn(&c.command, tx, max)?),
+            (None, false) => Transport::Stdio(Stdio::spawn(&c.command, &[], tx, max)?),
             (None, true) => bail!(
-                "no server given: use --url URL for Streamable HTTP, or -- COMMAND ARGS... to start one over stdio"
+                "no server given: use --url URL for Streamable HTTP, -- COMMAND ARGS... to start one over stdio, or --server NAME for one from a config file"
             ),
         };
         let mut session = Self {
             transport,
             era: Era::Modern,
             capabilities: Value::Null,
+            server_info: Value::Null,
             next_id: AtomicU64::new(1),
             timeout: Duration::from_secs(c.timeout),
+            deadline: std::sync::Mutex::new(Some(started + Duration::from_secs(c.timeout))),
         };
         match session.start(c.protocol).await {
             Ok(()) => Ok((session, rx)),
@@ -123,7 +178,36 @@ impl Session {
 
     async fn start(&mut self, protocol: Protocol) -> anyhow::Result<()> {
         if protocol != Protocol::Legacy {
-            match self.discover().await {
+            let mut answer = self.discover().await;
+            // A server may refuse a first request and name 2026-07-28 among the versions it
+            // speaks (the conformance suite's request-metadata does): asking once more, with
+            // a version it lists, is the retry the refusal invites.
+            if let Err(e) = &answer
+                && supported_versions(e).is_some_and(|s| newest_common(&s) == Some(MODERN))
+            {
+                answer = self.discover().await;
+            }
+            // A server that does not speak 2026-07-28 may say which versions it does
+            // (-32022, `data.supported`): the newest both speak is the one to use.
+            if let Err(e) = &answer
+                && let Some(supported) = supported_versions(e)
+            {
+                let shown = Value::Array(supported.clone());
+                return match newest_common(&supported) {
+                    Some(v) if v == MODERN => Err(anyhow::anyhow!(
+                        "the server refused {MODERN} although it lists it among {shown}"
+                    )),
+                    Some(v) if protocol != Protocol::Modern => self.initialize(v).await,
+                    Some(_) => bail!(
+                        "the server does not speak {MODERN} (it speaks {shown}); try --protocol legacy"
+                    ),
+                    None => bail!(
+                        "the server speaks none of the protocol versions this client does (it speaks {shown}; this client {})",
+                        Value::from(SPOKEN.to_vec())
+                    ),
+                };
+            }
+            match answer {
                 Ok(result) => {
                     let offered = result
                         .get("supportedVersions")
@@ -132,6 +216,14 @@ impl Session {
                         .unwrap_or_default();
                     if offered.iter().any(|v| v.as_str() == Some(MODERN)) {
                         self.capabilities = result.get("capabilities").cloned().unwrap_or_default();
+                        // 2026-07-28 servers name themselves in `_meta` (some also at the top).
+                        self.server_info = result
+                            .get("serverInfo")
+                            .or_else(|| {
+                                result.pointer("/_meta/io.modelcontextprotocol~1serverInfo")
+                            })
+                            .cloned()
+                            .unwrap_or_default();
                         return Ok(());
                     }
                     if protocol == Protocol::Modern {
@@ -156,7 +248,7 @@ impl Session {
                 Err(e) => return Err(e),
             }
         }
-        self.initialize().await
+        self.initialize(LEGACY).await
     }
 
     async fn discover(&mut self) -> anyhow::Result<Value> {
@@ -167,18 +259,19 @@ impl Session {
         self.request("server/discover", json!({})).await
     }
 
-    async fn initialize(&mut self) -> anyhow::Result<()> {
-        self.era = Era::Legacy(LEGACY.to_owned());
+    /// The legacy handshake, asking for `version`.
+    async fn initialize(&mut self, version: &str) -> anyhow::Result<()> {
+        self.era = Era::Legacy(version.to_owned());
         if let Transport::Http(h) = &self.transport {
             // Until `initialize` is answered there is no version to announce in headers; a
             // discover attempt's are taken back.
-            h.set_version(LEGACY, false);
+            h.set_version(version, false);
         }
         let result = self
             .request(
                 "initialize",
                 json!({
-                    "protocolVersion": LEGACY,
+                    "protocolVersion": version,
                     "capabilities": {},
                     "clientInfo": client_info(),
                 }),
@@ -194,6 +287,7 @@ impl Session {
             h.set_version(&version, false);
         }
         self.capabilities = result.get("capabilities").cloned().unwrap_or_default();
+        self.server_info = result.get("serverInfo").cloned().unwrap_or_default();
         self.era = Era::Legacy(version);
         self.transport
             .notify(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
@@ -203,6 +297,16 @@ impl Session {
     /// The era this session speaks.
     pub(crate) fn era(&self) -> &Era {
         &self.era
+    }
+
+    /// `capabilities` as the server declared them.
+    pub(crate) fn capabilities(&self) -> &Value {
+        &self.capabilities
+    }
+
+    /// `serverInfo` as the server sent it.
+    pub(crate) fn server_info(&self) -> &Value {
+        &self.server_info
     }
 
     /// The server's `capabilities.resources.<flag>`.
@@ -255,20 +359,48 @@ impl Session {
             "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
                 params.get("uri").and_then(Value::as_str).map(str::to_owned)
             }
+            "tools/call" | "prompts/get" => params
+                .get("name")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
             _ => None,
         };
         let message = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        self.transport
-            .request(
-                Outgoing {
-                    id,
-                    method,
-                    message,
-                    name: name.as_deref(),
-                },
-                timeout,
-            )
-            .await
+        let exchange = self.transport.request(Outgoing {
+            id,
+            method,
+            message,
+            name: name.as_deref(),
+        });
+        let Some(t) = timeout else {
+            return exchange.await;
+        };
+        let deadline = *self.deadline.lock().expect("deadline lock");
+        match deadline {
+            Some(at) => tokio::time::timeout_at(at, exchange).await.map_err(|_| {
+                anyhow::anyhow!(
+                    "the command did not finish within {}s (--timeout): no answer to {method} yet",
+                    self.timeout.as_secs()
+                )
+            })?,
+            None => tokio::time::timeout(t, exchange).await.map_err(|_| {
+                anyhow::anyhow!(
+                    "the server did not answer {method} within {}s (--timeout)",
+                    t.as_secs()
+                )
+            })?,
+        }
+    }
+
+    /// The per-request timeout, for commands that pass it on.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// From now on each request has `--timeout` of its own instead of sharing the command's:
+    /// a watch that is watching runs until interrupted.
+    pub(crate) fn end_deadline(&self) {
+        *self.deadline.lock().expect("deadline lock") = None;
     }
 
     /// For the legacy era over HTTP: open the stream notifications arrive on. Over stdio they
@@ -281,6 +413,11 @@ impl Session {
             }
             Transport::Stdio(_) => Ok(()),
         }
+    }
+
+    /// Whether the session runs over HTTP (where a stream can drop and be opened again).
+    pub(crate) fn is_http(&self) -> bool {
+        matches!(self.transport, Transport::Http(_))
     }
 
     /// Cancel a request in flight (a 2026-07-28 listen over stdio ends this way).
@@ -355,6 +492,20 @@ fn header_name(h: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_newest_version_both_speak_is_chosen() {
+        let v = |list: &[&str]| list.iter().map(|s| json!(s)).collect::<Vec<_>>();
+        assert_eq!(
+            newest_common(&v(&["2024-11-05", "2025-06-18", "2099-01-01"])),
+            Some("2025-06-18")
+        );
+        assert_eq!(
+            newest_common(&v(&["2026-07-28", "2025-11-25"])),
+            Some(MODERN)
+        );
+        assert_eq!(newest_common(&v(&["2099-01-01"])), None);
+    }
 
     #[test]
     fn headers_parse_and_errors_never_show_values() {

@@ -229,3 +229,52 @@ pub fn on_terminal(words: &[&std::ffi::OsStr]) -> Option<Out> {
         .arg("/dev/null");
     Some(run(cmd))
 }
+
+/// A TCP proxy on a free loopback port in front of `upstream` (`host:port`) that can cut every
+/// connection through it at once, as a load balancer or a flaky network does to a long-lived
+/// event stream; new connections go through as before.
+pub struct CuttingProxy {
+    pub addr: std::net::SocketAddr,
+    live: std::sync::Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
+}
+
+impl CuttingProxy {
+    pub fn new(upstream: &str) -> Self {
+        use std::net::{TcpListener, TcpStream};
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
+        let addr = listener.local_addr().expect("proxy address");
+        let live = std::sync::Arc::new(std::sync::Mutex::new(Vec::<TcpStream>::new()));
+        let upstream = upstream.to_owned();
+        let held = live.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { break };
+                let Ok(server) = TcpStream::connect(&upstream) else {
+                    continue;
+                };
+                {
+                    let mut held = held.lock().unwrap();
+                    held.push(client.try_clone().unwrap());
+                    held.push(server.try_clone().unwrap());
+                }
+                for (mut from, mut to) in [
+                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                    (server, client),
+                ] {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Write);
+                    });
+                }
+            }
+        });
+        Self { addr, live }
+    }
+
+    /// Close every connection made so far, both ways.
+    pub fn cut(&self) {
+        for s in self.live.lock().unwrap().drain(..) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! The client's three ways to carry JSON-RPC: a child process over stdio ([`stdio`]),
+//! Streamable HTTP ([`http`]), and the `text/event-stream` bodies HTTP answers may be ([`sse`]).
+//!
+//! All carry raw JSON-RPC (`serde_json::Value`), so `ls --json` can print resources exactly as
+//! the server sent them. Responses are matched to requests by id; notifications from the
+//! server go to one channel the session reads; a request from the server is answered (`ping`)
+//! or refused (-32601), since this client declares no capabilities. This file holds what the
+//! transports share: the message types, the routing and the errors.
+
+mod http;
+mod sse;
+mod stdio;
+
+pub(crate) use http::{DEFAULT_RETRY, Http, HttpStatus, RECONNECTS, StreamDropped};
+pub(crate) use stdio::Stdio;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use anyhow::anyhow;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot};
+
+/// A JSON-RPC error answered by the server. Displays as `message (code)`.
+#[derive(Debug, Clone)]
+pub(crate) struct RpcError {
+    pub code: i64,
+    pub message: String,
+    /// The error's `data`, e.g. the versions a server speaks with -32022.
+    pub data: Option<Value>,
+}
+
+impl fmt::Display for RpcError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.message, self.code)
+    }
+}
+
+impl std::error::Error for RpcError {}
+
+impl RpcError {
+    pub(super) fn from_value(error: &Value) -> Self {
+        Self {
+            code: error.get("code").and_then(Value::as_i64).unwrap_or(0),
+            message: error
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("the server sent an error without a message")
+                .to_owned(),
+            data: error.get("data").cloned(),
+        }
+    }
+}
+
+/// What arrives from the server outside the answers to our requests.
+#[derive(Debug)]
+pub(crate) enum Inbound {
+    /// A JSON-RPC notification, as sent.
+    Notification(Value),
+    /// The notification stream dropped and is being reconnected, with why and how.
+    Dropped(String),
+    /// The connection (or the notification stream) ended, with why.
+    Ended(String),
+}
+
+/// The answer to one request: its `result` as the server wrote it, or the error it got.
+pub(super) type Reply = Result<Box<RawValue>, anyhow::Error>;
+
+/// A message from the server, split just enough to route it; `result` stays unparsed so a
+/// command can print parts of it exactly as sent.
+#[derive(Deserialize)]
+pub(super) struct Incoming {
+    #[serde(default)]
+    pub(super) id: Option<Value>,
+    #[serde(default)]
+    pub(super) method: Option<String>,
+    #[serde(default)]
+    pub(super) result: Option<Box<RawValue>>,
+    #[serde(default)]
+    pub(super) error: Option<Value>,
+}
+
+/// One outgoing request: its id, method and the whole JSON-RPC message.
+pub(crate) struct Outgoing<'a> {
+    pub id: u64,
+    pub method: &'a str,
+    pub message: Value,
+    /// The `Mcp-Name` header's value (the 2026-07-28 era over HTTP).
+    pub name: Option<&'a str>,
+}
+
+/// A connected transport.
+pub(crate) enum Transport {
+    Stdio(Stdio),
+    Http(Http),
+}
+
+impl Transport {
+    /// Send a request and wait for its answer (the session bounds the wait).
+    pub(crate) async fn request(&self, req: Outgoing<'_>) -> Reply {
+        match self {
+            Transport::Stdio(s) => s.request(req).await,
+            Transport::Http(h) => h.request(req).await,
+        }
+    }
+
+    /// Send a notification (no answer expected).
+    pub(crate) async fn notify(&self, message: Value) -> anyhow::Result<()> {
+        match self {
+            Transport::Stdio(s) => s.write(&message).await,
+            Transport::Http(h) => h.notify(message).await,
+        }
+    }
+
+    /// End the connection politely: stdin closed (then the child killed if it lingers), or the
+    /// legacy HTTP session deleted.
+    pub(crate) async fn close(self) {
+        match self {
+            Transport::Stdio(s) => s.close().await,
+            Transport::Http(h) => h.close().await,
+        }
+    }
+}
+
+/// Requests waiting for their answer, by id.
+pub(super) type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Reply>>>>;
+
+/// Route one message from the server (`line` is its text). Returns the answer to send back
+/// when the message was a request of the server's own.
+pub(super) fn dispatch(
+    msg: Incoming,
+    line: &str,
+    pending: &Pending,
+    inbound: &mpsc::UnboundedSender<Inbound>,
+) -> Option<Value> {
+    match (msg.method.as_deref(), msg.id.clone()) {
+        (None, Some(id)) => {
+            let tx = id
+                .as_u64()
+                .and_then(|id| pending.lock().expect("pending lock").remove(&id))?;
+            let _ = tx.send(reply_of(msg));
+            None
+        }
+        (Some(method), Some(id)) => Some(answer_server_request(method, id)),
+        (Some(_), None) => {
+            if let Ok(n) = serde_json::from_str::<Value>(line) {
+                let _ = inbound.send(Inbound::Notification(n));
+            }
+            None
+        }
+        (None, None) => None,
+    }
+}
+
+/// The `result` of a response, or its `error` as an [`RpcError`].
+pub(super) fn reply_of(msg: Incoming) -> Reply {
+    if let Some(error) = &msg.error {
+        return Err(RpcError::from_value(error).into());
+    }
+    msg.result
+        .ok_or_else(|| anyhow!("the server sent a response with neither `result` nor `error`"))
+}
+
+/// `ping` is answered; anything else the server asks (sampling, roots, elicitation) is refused,
+/// as this client declares none of those capabilities.
+pub(super) fn answer_server_request(method: &str, id: Value) -> Value {
+    if method == "ping" {
+        json!({"jsonrpc": "2.0", "id": id, "result": {}})
+    } else {
+        json!({"jsonrpc": "2.0", "id": id, "error": {
+            "code": -32601,
+            "message": "this client (mcp-resources) declares no client capabilities"
+        }})
+    }
+}
+
+/// Fail every waiting request with `reason` and tell the session the connection ended.
+pub(super) fn finish(
+    pending: &Pending,
+    ended: &Mutex<Option<String>>,
+    inbound: &mpsc::UnboundedSender<Inbound>,
+    reason: String,
+) {
+    *ended.lock().expect("ended lock") = Some(reason.clone());
+    for (_, tx) in pending.lock().expect("pending lock").drain() {
+        let _ = tx.send(Err(anyhow!(reason.clone())));
+    }
+    let _ = inbound.send(Inbound::Ended(reason));
+}
+
+/// The start of a line for an error message, what a terminal would act on made blanks.
+pub(super) fn snippet(line: &str) -> String {
+    let clean: String = line
+        .chars()
+        .map(|c| {
+            if crate::client::output::unsafe_on_terminal(c) {
+                ' '
+            } else {
+                c
+            }
+        })
+        .take(200)
+        .collect();
+    clean.trim().to_owned()
+}

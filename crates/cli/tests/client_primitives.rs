@@ -1,0 +1,232 @@
+//! `tools`, `call`, `prompts`, `prompt` and `cat --json` against real servers: a server
+//! written with the Python SDK's `MCPServer` (the FastMCP of `mcp` 2.x, from `.cache/venv`)
+//! over stdio, with a text tool, an image tool and a failing tool and one prompt; and our own
+//! server for `cat --json`. Every `--json` output is parsed back.
+
+mod client_common;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use client_common::{absent, bin, client_stdio, run, workspace};
+use serde_json::Value;
+
+/// The Python SDK server: `add(a, b)`, `pixel()` (a text and a 256-byte PNG-typed image),
+/// `fail(why)` (raises), and the prompt `greet(name)`.
+const SERVER: &str = r#"
+import base64
+from mcp.server.mcpserver import MCPServer
+from mcp.types import ImageContent, TextContent
+
+app = MCPServer("tools-and-prompts")
+
+@app.tool()
+def add(a: int, b: int) -> str:
+    """Add two numbers.
+
+    A second line, not shown in the table."""
+    return f"{a + b}"
+
+@app.tool()
+def pixel() -> list:
+    """A tiny image."""
+    data = base64.b64encode(bytes(range(256))).decode()
+    return [TextContent(type="text", text="here it is"),
+            ImageContent(type="image", data=data, mimeType="image/png")]
+
+@app.tool()
+def fail(why: str) -> str:
+    """Always fails."""
+    raise ValueError(f"failed because {why}")
+
+@app.prompt()
+def greet(name: str) -> str:
+    """Greets someone."""
+    return f"Hello, {name}!"
+
+app.run()
+"#;
+
+/// The venv's Python and the server script in a temp dir, or `None` (skip) without the SDK.
+fn python_server(dir: &tempfile::TempDir) -> Option<(PathBuf, PathBuf)> {
+    let python = workspace().join(".cache/venv/bin/python");
+    let has_sdk = Command::new(&python)
+        .args(["-c", "import mcp.server.mcpserver"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_sdk {
+        return absent(
+            "the Python MCP SDK (mcp 2.x) in .cache/venv",
+            "not installed; `cargo xtask test` sets up the venv",
+        );
+    }
+    let script = dir.path().join("server.py");
+    std::fs::write(&script, SERVER).unwrap();
+    Some((python, script))
+}
+
+fn client(args: &[&str], python: &PathBuf, script: &PathBuf) -> Command {
+    let mut cmd = Command::new(bin());
+    cmd.args(args).arg("--").arg(python).arg(script);
+    cmd
+}
+
+#[test]
+fn tools_calls_and_prompts_against_a_python_sdk_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((py, script)) = python_server(&dir) else {
+        return;
+    };
+    // `info`: who it is, the version agreed, what it offers; `--json` parsed back.
+    let info = run(client(&["info"], &py, &script)).ok();
+    assert!(info.starts_with("server:   tools-and-prompts"), "{info}");
+    assert!(info.contains("\nprotocol: 20"), "{info}");
+    assert!(info.contains("tools") && info.contains("prompts"), "{info}");
+    let json = run(client(&["info", "--json"], &py, &script)).ok();
+    let v: Value = serde_json::from_str(json.trim_end()).unwrap();
+    assert_eq!(v["serverInfo"]["name"], "tools-and-prompts");
+    assert!(v["capabilities"]["tools"].is_object(), "{json}");
+
+    // The table: one line per tool, required arguments starred, a description's first line.
+    let table = run(client(&["tools"], &py, &script)).ok();
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 4, "{table}");
+    assert!(lines[0].starts_with("NAME"), "{table}");
+    assert!(
+        lines[1].starts_with("add") && lines[1].contains("a* b*"),
+        "{table}"
+    );
+    assert!(lines[1].ends_with("Add two numbers."), "{table}");
+    assert!(!table.contains("second line"), "{table}");
+
+    // --json: each tool object as sent, one per line.
+    let json = run(client(&["tools", "--json"], &py, &script)).ok();
+    let names: Vec<String> = json
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+            assert!(v["inputSchema"].is_object(), "{l}");
+            v["name"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    assert_eq!(names, ["add", "pixel", "fail"]);
+
+    // Arguments: NAME:=JSON for numbers, --args-json for all at once.
+    let out = run(client(
+        &["call", "add", "--arg", "a:=2", "--arg", "b:=40"],
+        &py,
+        &script,
+    ));
+    assert_eq!(out.text(), "42\n", "{out:?}");
+    let out = run(client(
+        &[
+            "call",
+            "add",
+            "--json",
+            "--args-json",
+            r#"{"a": 1, "b": 2}"#,
+        ],
+        &py,
+        &script,
+    ))
+    .ok();
+    let result: Value = serde_json::from_str(out.trim_end()).expect("one JSON line");
+    assert_eq!(result["content"][0]["text"], "3");
+    assert_eq!(result["isError"], false);
+    // A string where the tool wants a number is the tool's error: exit 1.
+    let out = run(client(
+        &["call", "add", "--arg", "a=x", "--arg", "b:=1"],
+        &py,
+        &script,
+    ));
+    assert_eq!(out.code, Some(1), "{out:?}");
+
+    // Text to stdout, the image to -o byte for byte, a note on stderr saying where it went.
+    let png = dir.path().join("out.png");
+    let out = run(client(
+        &["call", "pixel", "-o", png.to_str().unwrap()],
+        &py,
+        &script,
+    ));
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert_eq!(out.text(), "here it is\n");
+    assert_eq!(
+        std::fs::read(&png).unwrap(),
+        (0..=255u8).collect::<Vec<_>>()
+    );
+    assert!(
+        out.stderr.contains("image/png, 256 B: written to"),
+        "{out:?}"
+    );
+    // Without -o the image is named, not printed.
+    let out = run(client(&["call", "pixel"], &py, &script)).ok();
+    assert!(
+        out.contains("(image, image/png, 256 B: not printed"),
+        "{out}"
+    );
+
+    // isError: the tool's text printed, then one error line and exit 1.
+    let out = run(client(
+        &["call", "fail", "--arg", "why=testing"],
+        &py,
+        &script,
+    ));
+    assert_eq!(out.code, Some(1), "{out:?}");
+    assert!(!out.stdout.is_empty(), "{out:?}");
+    assert_eq!(
+        out.stderr,
+        "error: the tool fail reported an error (isError)\n"
+    );
+
+    // Prompts: the table, then one prompt's messages.
+    let table = run(client(&["prompts"], &py, &script)).ok();
+    assert!(
+        table.lines().nth(1).unwrap().starts_with("greet"),
+        "{table}"
+    );
+    assert!(table.contains("name*"), "{table}");
+    let json = run(client(&["prompts", "--json"], &py, &script)).ok();
+    let p: Value = serde_json::from_str(json.trim_end()).unwrap();
+    assert_eq!(p["name"], "greet");
+    let out = run(client(
+        &["prompt", "greet", "--arg", "name=Ann"],
+        &py,
+        &script,
+    ))
+    .ok();
+    assert_eq!(out, "[user]\nHello, Ann!\n");
+    let out = run(client(
+        &["prompt", "greet", "--arg", "name=Ann", "--json"],
+        &py,
+        &script,
+    ))
+    .ok();
+    let got: Value = serde_json::from_str(out.trim_end()).unwrap();
+    assert_eq!(got["messages"][0]["content"]["text"], "Hello, Ann!");
+
+    // Bad arguments are refused before any server is started.
+    let out = run(client(&["call", "add", "--arg", "novalue"], &py, &script));
+    assert_eq!(out.code, Some(1), "{out:?}");
+    assert!(out.stderr.contains("expected NAME=VALUE"), "{out:?}");
+}
+
+/// `cat --json` prints the `resources/read` result as the server sent it, in each era.
+#[test]
+fn cat_json_is_the_read_result_as_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::write(root.join("a.txt"), "alpha\n").unwrap();
+    let uri = format!("file://{}/a.txt", root.display());
+    let root = root.display().to_string();
+    for protocol in ["legacy", "2026-07-28"] {
+        let out = run(client_stdio(
+            &["cat", "--json", "--protocol", protocol, &uri],
+            &["serve", "--log-level", "warn", &root],
+        ))
+        .ok();
+        assert_eq!(out.lines().count(), 1, "{out}");
+        let v: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["contents"][0]["uri"], uri.as_str(), "{protocol}");
+        assert_eq!(v["contents"][0]["text"], "alpha\n", "{protocol}");
+    }
+}
