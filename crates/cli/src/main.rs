@@ -412,7 +412,7 @@ async fn change_seams(
             secret: c.secret.clone(),
             max_watches: cfg.server.max_watches,
         };
-        tracing::info!(cluster = %c.name, replica = %c.replica, nats = %mcpr_cluster::redact_url(&c.nats_url), "joining the cluster");
+        tracing::info!(cluster = %c.name, replica = %c.replica, nats = %mcpr_core::redact_url(&c.nats_url), "joining the cluster");
         let joined = mcpr_cluster::join(settings, mounts)
             .await
             .map_err(|e| anyhow::anyhow!(e))?;
@@ -716,7 +716,7 @@ fn describe_http(h: &config::HttpConfig) -> String {
 /// The `[cluster]` settings as read, the NATS URL's credentials never shown.
 fn describe_cluster(c: &config::ClusterConfig) -> String {
     #[cfg(feature = "cluster")]
-    let url = mcpr_cluster::redact_url(&c.nats_url);
+    let url = mcpr_core::redact_url(&c.nats_url);
     #[cfg(not(feature = "cluster"))]
     let url = "(redacted)";
     format!(

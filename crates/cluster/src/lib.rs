@@ -27,7 +27,7 @@ use sha2::{Digest, Sha256};
 #[derive(Clone)]
 pub struct ClusterConfig {
     /// The NATS server, possibly with credentials (`nats://user:pass@host:4222`). Never
-    /// printed: see [`redact_url`].
+    /// printed: see [`mcpr_core::redact_url`].
     pub nats_url: String,
     /// The cluster's name: replicas with the same name share events and leases. Letters,
     /// digits, `-` and `_` (it becomes a NATS subject token and a bucket name).
@@ -47,7 +47,7 @@ pub struct ClusterConfig {
 impl std::fmt::Debug for ClusterConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ClusterConfig")
-            .field("nats_url", &redact_url(&self.nats_url))
+            .field("nats_url", &mcpr_core::redact_url(&self.nats_url))
             .field("name", &self.name)
             .field("replica", &self.replica)
             .field("lease_ttl", &self.lease_ttl)
@@ -91,49 +91,6 @@ impl ClusterConfig {
     }
 }
 
-/// `url` with any user information replaced by `***`, for logs and errors; a list of URLs
-/// separated by commas (as `nats_url` takes) has each of them cleaned.
-pub fn redact_url(url: &str) -> String {
-    split_urls(url)
-        .into_iter()
-        .map(redact_one_url)
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-/// The URLs of a comma-separated list. A comma starts another URL only where a scheme
-/// follows it, so a comma inside a password does not split the URL (and leave part of the
-/// password outside the user information that is taken out).
-fn split_urls(url: &str) -> Vec<&str> {
-    let mut out = Vec::new();
-    let mut start = 0;
-    for (i, _) in url.match_indices(',') {
-        let next = &url[i + 1..];
-        let next = next.trim_start();
-        let scheme = next
-            .find("://")
-            .filter(|&n| n > 0 && next[..n].chars().all(|c| c.is_ascii_alphanumeric()));
-        if scheme.is_some() {
-            out.push(&url[start..i]);
-            start = i + 1;
-        }
-    }
-    out.push(&url[start..]);
-    out
-}
-
-fn redact_one_url(url: &str) -> String {
-    let (scheme, rest) = match url.split_once("://") {
-        Some((s, r)) => (format!("{s}://"), r),
-        None => (String::new(), url),
-    };
-    let host_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    match rest[..host_end].rfind('@') {
-        Some(at) => format!("{scheme}***@{}", &rest[at + 1..]),
-        None => url.to_owned(),
-    }
-}
-
 /// `url` without its user information, and the credentials it held: `user:password` or a
 /// token. They go to the client as connect options, never inside the URL it is handed,
 /// which async-nats prints (password included) in its debug logs of every connection
@@ -141,7 +98,7 @@ fn redact_one_url(url: &str) -> String {
 /// are used.
 pub fn split_credentials(url: &str) -> (String, Option<Credentials>) {
     let mut found = None;
-    let clean: Vec<String> = split_urls(url)
+    let clean: Vec<String> = mcpr_core::redact::split_urls(url)
         .into_iter()
         .map(|one| {
             let one = one.trim();
@@ -236,17 +193,6 @@ mod tests {
 
     #[test]
     fn credentials_never_show() {
-        assert_eq!(
-            redact_url("nats://user:s3cret@host:4222"),
-            "nats://***@host:4222"
-        );
-        assert_eq!(redact_url("tls://tok@h/x@y"), "tls://***@h/x@y");
-        assert_eq!(redact_url("nats://h:4222"), "nats://h:4222");
-        assert_eq!(
-            redact_url("nats://a:1,nats://u:pw@b:2,tls://t0k@c"),
-            "nats://a:1,nats://***@b:2,tls://***@c"
-        );
-        assert_eq!(redact_url("nats://u:pa,ss@h:1"), "nats://***@h:1");
         let cfg = ClusterConfig {
             nats_url: "nats://u:hunter2@h".into(),
             name: "team".into(),

@@ -380,7 +380,7 @@ async fn readyz(State(ops): State<Arc<Ops>>, headers: http::HeaderMap) -> Respon
                 Err(e) => writeln!(
                     body,
                     "NOT READY {label}: {}",
-                    crate::service::redact(&e.message)
+                    mcpr_core::redact_urls_in(&e.message)
                 ),
             };
         }
