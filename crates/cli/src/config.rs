@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use mcpr_core::config::{
     ConfigError, ConfigFile, IntOrString, MountCommon, MountSpec, MountTable, ProviderRegistry,
+    Sharing,
 };
 use mcpr_core::{CacheHints, CacheScope};
 use serde::Deserialize;
@@ -33,32 +34,14 @@ pub struct Config {
     pub cluster: Option<ClusterConfig>,
 }
 
-/// `[cluster]`: where the replicas of one deployment meet.
-#[derive(Clone)]
-pub struct ClusterConfig {
-    /// `nats_url`, expanded; may hold credentials, so `Debug` never shows it.
-    pub nats_url: String,
-    /// `name`: replicas with the same name form one cluster.
-    pub name: String,
-    /// `replica`: this replica's id (default: host name and process id).
-    pub replica: String,
-    /// `lease_ttl_ms`: how long a silent watcher keeps its mounts.
-    pub lease_ttl: Duration,
-    /// `secret`, expanded: the key every replica seals its messages with. Never shown.
-    pub secret: String,
-}
+/// `[cluster]`: read and validated by the cluster crate.
+#[cfg(feature = "cluster")]
+pub use mcpr_cluster::ClusterConfig;
 
-impl std::fmt::Debug for ClusterConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClusterConfig")
-            .field("nats_url", &"[redacted]")
-            .field("name", &self.name)
-            .field("replica", &self.replica)
-            .field("lease_ttl", &self.lease_ttl)
-            .field("secret", &"[redacted]")
-            .finish()
-    }
-}
+/// Without the `cluster` feature a `[cluster]` table is refused, so there is never one.
+#[cfg(not(feature = "cluster"))]
+#[derive(Debug, Clone)]
+pub enum ClusterConfig {}
 
 /// One mount: its validated provider settings, and who may see it over HTTP.
 #[derive(Debug, Clone)]
@@ -68,7 +51,8 @@ pub struct Mount {
     /// The token scope needed to see it over authenticated HTTP.
     pub scope: Option<String>,
     /// Whether every replica of a cluster sees the same source, so one replica watches it
-    /// for all: always for databases, git, HTTP and S3; `shared = true` for files.
+    /// for all: the provider's [`Sharing`] (always for databases, git, HTTP and S3;
+    /// `shared = true` for files).
     pub shared: bool,
     /// Where the mount was declared, to prefix the errors of opening it as parse errors are:
     /// `team.toml:12: mount 2 (git)`, or `serve argument ./docs`.
@@ -105,9 +89,10 @@ pub struct HttpConfig {
 struct RawConfig {
     server: Option<RawServer>,
     http: Option<RawHttp>,
-    cluster: Option<RawCluster>,
-    /// Taken out before this is read; named here so an unknown top-level key's message
-    /// lists it among the keys expected.
+    /// `cluster` and `mount` are taken out before this is read (their owners read them);
+    /// named here so an unknown top-level key's message lists them among the keys expected.
+    #[allow(dead_code)]
+    cluster: Option<serde::de::IgnoredAny>,
     #[allow(dead_code)]
     mount: Option<serde::de::IgnoredAny>,
 }
@@ -131,16 +116,6 @@ struct RawHttp {
     event_store_capacity: Option<Spanned<IntOrString>>,
     body_timeout_ms: Option<Spanned<IntOrString>>,
     auth: Option<RawAuth>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawCluster {
-    nats_url: Option<Spanned<String>>,
-    name: Option<Spanned<String>>,
-    replica: Option<Spanned<String>>,
-    lease_ttl_ms: Option<Spanned<IntOrString>>,
-    secret: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -213,7 +188,7 @@ pub fn parse(
     let root_span = root.span();
     let mut root = root.into_inner();
     let mounts = root.remove("mount");
-    let cluster_span = root.get("cluster").map(|v| v.span()).unwrap_or(0..0);
+    let cluster = root.remove("cluster");
     let raw: RawConfig = file.deserialize_table(&Spanned::new(root_span, root), "")?;
     let mut cfg = Config::default();
     if let Some(s) = raw.server {
@@ -222,8 +197,8 @@ pub fn parse(
     if let Some(h) = raw.http {
         cfg.http = Some(http_config(&file, h)?);
     }
-    if let Some(c) = raw.cluster {
-        cfg.cluster = Some(cluster_config(&file, cluster_span, c)?);
+    if let Some(c) = cluster {
+        cfg.cluster = Some(cluster_config(&file, c, cfg.server.max_watches)?);
     }
     let Some(mounts) = mounts else {
         return Ok(cfg);
@@ -318,20 +293,31 @@ fn mount(
             crate::providers::unavailable(&kind_s, registry),
         );
     };
-    // Files are the one kind whose source may differ per replica (a local disk); every
-    // other kind names one source all replicas reach. The conformance fixtures are test data.
-    let is_shared = match (&shared.shared, kind_s.as_str()) {
-        (Some(v), "files") => *v.get_ref(),
+    // Whether every replica reaches the same source is the provider's answer.
+    let sharing = factory.sharing();
+    let is_shared = match (&shared.shared, sharing) {
+        (Some(v), Sharing::OptIn) => *v.get_ref(),
         (Some(v), _) => {
+            let opt_in: Vec<&str> = registry
+                .kinds()
+                .into_iter()
+                .filter(|k| registry.factory(k).map(|f| f.sharing()) == Some(Sharing::OptIn))
+                .collect();
+            let how = if sharing == Sharing::Always {
+                "always watched once per cluster"
+            } else {
+                "never shared"
+            };
             return file.err(
                 v.span(),
                 "mount.shared",
                 format!(
-                    "`shared` is a setting of files mounts only; {kind_s} mounts are always watched once per cluster"
+                    "`shared` is a setting of {} mounts only; {kind_s} mounts are {how}",
+                    opt_in.join(", ")
                 ),
             );
         }
-        (None, k) => k != "files" && k != "conformance",
+        (None, s) => s.by_default(),
     };
     let scope = shared
         .scope
@@ -360,110 +346,35 @@ fn mount(
     })
 }
 
+/// `[cluster]`, handed to the cluster crate, which owns its keys and rules.
 fn cluster_config(
     file: &ConfigFile<'_>,
-    table_span: std::ops::Range<usize>,
-    c: RawCluster,
+    table: Spanned<DeValue<'_>>,
+    max_watches: usize,
 ) -> Result<ClusterConfig, ConfigError> {
-    let Some(url_v) = &c.nats_url else {
-        return file.err(
-            table_span,
-            "cluster.nats_url",
-            "`[cluster]` needs `nats_url`, like nats://127.0.0.1:4222",
-        );
+    let span = table.span();
+    let DeValue::Table(t) = table.into_inner() else {
+        return file.err(span, "cluster", "write `[cluster]` as a table");
     };
-    let nats_url = file.expand(url_v, "cluster.nats_url")?;
-    let Some((scheme, rest)) = nats_url.split_once("://") else {
-        return file.err(
-            url_v.span(),
-            "cluster.nats_url",
-            "must be a nats:// or tls:// URL, like nats://127.0.0.1:4222",
+    #[cfg(feature = "cluster")]
+    {
+        let table = mcpr_core::config::ConfigTable::new(
+            file,
+            "cluster",
+            span.clone(),
+            Spanned::new(span, t),
         );
-    };
-    if !["nats", "tls"].contains(&scheme) || rest.is_empty() {
-        // The value may hold a password: only its scheme is quoted.
-        return file.err(
-            url_v.span(),
-            "cluster.nats_url",
-            format!("must be a nats:// or tls:// URL, not {scheme}://"),
-        );
+        ClusterConfig::from_table(&table, max_watches)
     }
-    let Some(name_v) = &c.name else {
-        return file.err(
-            table_span,
-            "cluster.name",
-            "`[cluster]` needs `name`: replicas with the same name form one cluster",
-        );
-    };
-    let name = file.expand(name_v, "cluster.name")?;
-    let name_ok = !name.is_empty()
-        && name.len() <= 64
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-    if !name_ok {
-        return file.err(
-            name_v.span(),
-            "cluster.name",
-            format!("{name:?} must be 1 to 64 letters, digits, '-' or '_'"),
-        );
+    #[cfg(not(feature = "cluster"))]
+    {
+        let _ = (t, max_watches);
+        file.err(
+            span,
+            "cluster",
+            "`[cluster]` is not compiled into this binary (cargo feature `cluster`)",
+        )
     }
-    let replica = match &c.replica {
-        Some(v) => {
-            let r = file.expand(v, "cluster.replica")?;
-            if r.is_empty() || r.len() > 256 {
-                return file.err(v.span(), "cluster.replica", "must be 1 to 256 bytes");
-            }
-            r
-        }
-        None => default_replica(),
-    };
-    let lease_ttl = match &c.lease_ttl_ms {
-        Some(v) => Duration::from_millis(file.int(v, "cluster.lease_ttl_ms", 500..=600_000)?),
-        None => Duration::from_secs(5),
-    };
-    let Some(secret_v) = &c.secret else {
-        return file.err(
-            table_span,
-            "cluster.secret",
-            "`[cluster]` needs `secret`, shared by every replica, at least 32 bytes, like secret = \"${MCPR_CLUSTER_SECRET}\": it authenticates what the replicas say to each other over NATS",
-        );
-    };
-    let secret = file.expand(secret_v, "cluster.secret")?;
-    if secret.len() < MIN_CLUSTER_SECRET_BYTES {
-        // Only its length is told: the value is a secret.
-        return file.err(
-            secret_v.span(),
-            "cluster.secret",
-            format!(
-                "must be at least {} bytes, got {} (generate one with `openssl rand -hex 32`)",
-                MIN_CLUSTER_SECRET_BYTES,
-                secret.len()
-            ),
-        );
-    }
-    Ok(ClusterConfig {
-        nats_url,
-        name,
-        replica,
-        lease_ttl,
-        secret,
-    })
-}
-
-/// The shortest cluster secret accepted, in bytes (`mcpr_cluster::MIN_SECRET_BYTES`, which
-/// this module cannot name: the cluster crate is an optional feature).
-const MIN_CLUSTER_SECRET_BYTES: usize = 32;
-
-/// The host name and the process id: unique per replica on one host and across hosts.
-fn default_replica() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .unwrap_or_else(|| "replica".into());
-    format!("{host}-{}", std::process::id())
 }
 
 fn cache_hints(file: &ConfigFile<'_>, m: &RawShared) -> Result<CacheHints, ConfigError> {

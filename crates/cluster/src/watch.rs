@@ -111,7 +111,7 @@ pub async fn join(
     cfg: ClusterConfig,
     mounts: Vec<ClusterMount>,
 ) -> std::result::Result<Joined, String> {
-    cfg.check()?;
+    cfg.validate().map_err(|e| format!("cluster: {e}"))?;
     let seal = Arc::new(Seal::new(cfg.secret.as_bytes())?);
     // Every (re)connection bumps this, so the tasks re-announce and re-sync.
     let (epoch_tx, epoch_rx) = watch::channel(0u64);
