@@ -3,6 +3,7 @@
 //! `/healthz`, `/readyz` and `/metrics`.
 
 mod auth;
+mod config;
 mod direct;
 mod edge;
 mod hub;
@@ -11,6 +12,7 @@ mod roaming;
 mod sessions;
 
 pub use auth::{AuthSettings, Grant, Identity, IdentityKey, StaticToken};
+pub use config::{HttpConfig, parse_listen};
 pub use edge::HttpLimits;
 pub use hub::{SessionHub, SessionSignal};
 pub use jwt::JwtSettings;
