@@ -1,11 +1,14 @@
 //! Mount configuration: how a provider reads its own keys from `mcp-resources.toml`.
 //!
-//! The binary's loader reads `[server]`, `[http]` and the keys every mount shares (`kind`,
-//! `scope`, `ttl_ms`, `cache_scope`), then hands the rest of each `[[mount]]` table to the
+//! The binary's loader reads `[server]` and the keys every mount shares (`kind`, `scope`,
+//! `ttl_ms`, `cache_scope`, `shared`), then hands the rest of each `[[mount]]` table to the
 //! [`ProviderFactory`] registered for its `kind` (OpenDAL's shape: each service owns its
 //! settings). A factory deserializes that [`MountTable`] into its own `Deserialize` struct
 //! with `deny_unknown_fields`, so a key of another kind is refused with the file, line and key
 //! named, validates it once, and returns a [`MountSpec`] that opens the source.
+//!
+//! `[http]` and `[cluster]` are handed over the same way, as a [`ConfigTable`], to the
+//! crates that define them.
 //!
 //! Spans survive the hand-over because the table is a `toml::de::DeValue` slice of the one
 //! parse of the file: every error maps back to a line of the file the user wrote.
