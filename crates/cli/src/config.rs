@@ -1,24 +1,26 @@
-//! Loading `mcp-resources.toml`: the binary's own tables (`[server]`, `[http]`, `[cluster]`)
-//! and the keys every mount shares (`kind`, `scope`, `ttl_ms`, `cache_scope`, `shared`). The
-//! rest of each `[[mount]]` table goes to the factory registered for its kind (see
-//! `providers.rs`), which reads and validates its own keys: no provider key is named here. Unknown keys and bad
-//! values are errors that name the file, line and key; `${NAME}` reads the environment.
+//! Loading `mcp-resources.toml`: the binary's own table (`[server]`) and the keys every
+//! mount shares (`kind`, `scope`, `ttl_ms`, `cache_scope`, `shared`). The other tables go to
+//! the crates that define them, which read and validate their own keys: `[http]` to the
+//! server's HTTP transport, `[cluster]` to the cluster crate, the rest of each `[[mount]]`
+//! to the factory registered for its kind (see `providers.rs`); no provider key is named
+//! here. Unknown keys and bad values are errors that name the file, line and key; `${NAME}`
+//! reads the environment.
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use mcpr_core::config::{
-    ConfigError, ConfigFile, IntOrString, MountCommon, MountSpec, MountTable, ProviderRegistry,
+    ConfigError, ConfigFile, ConfigTable, IntOrString, MountCommon, MountSpec, MountTable,
+    ProviderRegistry, Sharing,
 };
 use mcpr_core::{CacheHints, CacheScope};
 use serde::Deserialize;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
-/// The largest `max_read_bytes` accepted. Past this a single stdio message (base64 adds a
-/// third) outgrows what common clients buffer; windows are the way to read more.
-pub const MAX_READ_LIMIT: u64 = 64 * 1024 * 1024;
+/// The largest `max_read_bytes` (and `http.max_body_bytes`) accepted.
+pub use mcpr_server::MAX_READ_LIMIT;
 
 /// A validated configuration.
 #[derive(Debug, Clone, Default)]
@@ -33,32 +35,14 @@ pub struct Config {
     pub cluster: Option<ClusterConfig>,
 }
 
-/// `[cluster]`: where the replicas of one deployment meet.
-#[derive(Clone)]
-pub struct ClusterConfig {
-    /// `nats_url`, expanded; may hold credentials, so `Debug` never shows it.
-    pub nats_url: String,
-    /// `name`: replicas with the same name form one cluster.
-    pub name: String,
-    /// `replica`: this replica's id (default: host name and process id).
-    pub replica: String,
-    /// `lease_ttl_ms`: how long a silent watcher keeps its mounts.
-    pub lease_ttl: Duration,
-    /// `secret`, expanded: the key every replica seals its messages with. Never shown.
-    pub secret: String,
-}
+/// `[cluster]`: read and validated by the cluster crate.
+#[cfg(feature = "cluster")]
+pub use mcpr_cluster::ClusterConfig;
 
-impl std::fmt::Debug for ClusterConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClusterConfig")
-            .field("nats_url", &"[redacted]")
-            .field("name", &self.name)
-            .field("replica", &self.replica)
-            .field("lease_ttl", &self.lease_ttl)
-            .field("secret", &"[redacted]")
-            .finish()
-    }
-}
+/// Without the `cluster` feature a `[cluster]` table is refused, so there is never one.
+#[cfg(not(feature = "cluster"))]
+#[derive(Debug, Clone)]
+pub enum ClusterConfig {}
 
 /// One mount: its validated provider settings, and who may see it over HTTP.
 #[derive(Debug, Clone)]
@@ -68,102 +52,33 @@ pub struct Mount {
     /// The token scope needed to see it over authenticated HTTP.
     pub scope: Option<String>,
     /// Whether every replica of a cluster sees the same source, so one replica watches it
-    /// for all: always for databases, git, HTTP and S3; `shared = true` for files.
+    /// for all: the provider's [`Sharing`] (always for databases, git, HTTP and S3;
+    /// `shared = true` for files).
     pub shared: bool,
     /// Where the mount was declared, to prefix the errors of opening it as parse errors are:
     /// `team.toml:12: mount 2 (git)`, or `serve argument ./docs`.
     pub origin: String,
 }
 
-/// `[http]`: the Streamable HTTP transport.
-#[derive(Debug, Clone, Default)]
-pub struct HttpConfig {
-    /// `listen`, when given.
-    pub listen: Option<std::net::SocketAddr>,
-    /// `path`.
-    pub path: Option<String>,
-    /// `allowed_hosts`.
-    pub allowed_hosts: Option<Vec<String>>,
-    /// `allowed_origins`.
-    pub allowed_origins: Option<Vec<String>>,
-    /// `public_url`: this endpoint's externally visible URL (for OAuth metadata).
-    pub public_url: Option<String>,
-    /// Resolved bearer tokens with their scopes (`None` = every mount) and the name the
-    /// config gives them (the identity of their holders).
-    pub tokens: Vec<(String, Option<Vec<String>>, Option<String>)>,
-    /// OAuth 2.1 resource-server mode.
-    pub jwt: Option<mcpr_server::http::JwtSettings>,
-    /// `json_response`.
-    pub json_response: Option<bool>,
-    /// Limits.
-    pub limits: mcpr_server::http::HttpLimits,
-}
+/// `[http]`: read and validated by the server crate, which defines the transport.
+pub use mcpr_server::http::HttpConfig;
+/// An address to listen on (`--http ADDR`, `http.listen`).
+pub use mcpr_server::http::parse_listen;
 
 /// The file's own tables; `mount` is taken out before this is read.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {
     server: Option<RawServer>,
-    http: Option<RawHttp>,
-    cluster: Option<RawCluster>,
-    /// Taken out before this is read; named here so an unknown top-level key's message
-    /// lists it among the keys expected.
+    /// `http`, `cluster` and `mount` are taken out before this is read (their owners read
+    /// them); named here so an unknown top-level key's message lists them among the keys
+    /// expected.
+    #[allow(dead_code)]
+    http: Option<serde::de::IgnoredAny>,
+    #[allow(dead_code)]
+    cluster: Option<serde::de::IgnoredAny>,
     #[allow(dead_code)]
     mount: Option<serde::de::IgnoredAny>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawHttp {
-    listen: Option<Spanned<String>>,
-    path: Option<Spanned<String>>,
-    allowed_hosts: Option<Vec<Spanned<String>>>,
-    allowed_origins: Option<Vec<Spanned<String>>>,
-    public_url: Option<Spanned<String>>,
-    json_response: Option<bool>,
-    max_body_bytes: Option<Spanned<IntOrString>>,
-    max_concurrent_requests: Option<Spanned<IntOrString>>,
-    rate_limit_per_second: Option<Spanned<IntOrString>>,
-    rate_limit_burst: Option<Spanned<IntOrString>>,
-    max_sessions: Option<Spanned<IntOrString>>,
-    session_idle_timeout_ms: Option<Spanned<IntOrString>>,
-    shutdown_grace_ms: Option<Spanned<IntOrString>>,
-    event_store_capacity: Option<Spanned<IntOrString>>,
-    body_timeout_ms: Option<Spanned<IntOrString>>,
-    auth: Option<RawAuth>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawCluster {
-    nats_url: Option<Spanned<String>>,
-    name: Option<Spanned<String>>,
-    replica: Option<Spanned<String>>,
-    lease_ttl_ms: Option<Spanned<IntOrString>>,
-    secret: Option<Spanned<String>>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawAuth {
-    #[serde(default)]
-    bearer_tokens: Vec<Spanned<String>>,
-    issuer: Option<Spanned<String>>,
-    jwks_url: Option<Spanned<String>>,
-    audience: Option<Spanned<String>>,
-    leeway_s: Option<Spanned<IntOrString>>,
-    #[serde(default)]
-    required_scopes: Vec<String>,
-    #[serde(default)]
-    scoped_token: Vec<RawScopedToken>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawScopedToken {
-    token: Spanned<String>,
-    scopes: Vec<String>,
-    name: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -213,17 +128,23 @@ pub fn parse(
     let root_span = root.span();
     let mut root = root.into_inner();
     let mounts = root.remove("mount");
-    let cluster_span = root.get("cluster").map(|v| v.span()).unwrap_or(0..0);
+    let http = root.remove("http");
+    let cluster = root.remove("cluster");
     let raw: RawConfig = file.deserialize_table(&Spanned::new(root_span, root), "")?;
     let mut cfg = Config::default();
     if let Some(s) = raw.server {
         server_config(&file, s, &mut cfg.server)?;
     }
-    if let Some(h) = raw.http {
-        cfg.http = Some(http_config(&file, h)?);
+    if let Some(h) = http {
+        let span = h.span();
+        let DeValue::Table(t) = h.into_inner() else {
+            return file.err(span, "http", "write `[http]` as a table");
+        };
+        let table = ConfigTable::new(&file, "http", span.clone(), Spanned::new(span, t));
+        cfg.http = Some(HttpConfig::from_table(&table)?);
     }
-    if let Some(c) = raw.cluster {
-        cfg.cluster = Some(cluster_config(&file, cluster_span, c)?);
+    if let Some(c) = cluster {
+        cfg.cluster = Some(cluster_config(&file, c, cfg.server.max_watches)?);
     }
     let Some(mounts) = mounts else {
         return Ok(cfg);
@@ -318,20 +239,31 @@ fn mount(
             crate::providers::unavailable(&kind_s, registry),
         );
     };
-    // Files are the one kind whose source may differ per replica (a local disk); every
-    // other kind names one source all replicas reach. The conformance fixtures are test data.
-    let is_shared = match (&shared.shared, kind_s.as_str()) {
-        (Some(v), "files") => *v.get_ref(),
+    // Whether every replica reaches the same source is the provider's answer.
+    let sharing = factory.sharing();
+    let is_shared = match (&shared.shared, sharing) {
+        (Some(v), Sharing::OptIn) => *v.get_ref(),
         (Some(v), _) => {
+            let opt_in: Vec<&str> = registry
+                .kinds()
+                .into_iter()
+                .filter(|k| registry.factory(k).map(|f| f.sharing()) == Some(Sharing::OptIn))
+                .collect();
+            let how = if sharing == Sharing::Always {
+                "always watched once per cluster"
+            } else {
+                "never shared"
+            };
             return file.err(
                 v.span(),
                 "mount.shared",
                 format!(
-                    "`shared` is a setting of files mounts only; {kind_s} mounts are always watched once per cluster"
+                    "`shared` is a setting of {} mounts only; {kind_s} mounts are {how}",
+                    opt_in.join(", ")
                 ),
             );
         }
-        (None, k) => k != "files" && k != "conformance",
+        (None, s) => s.by_default(),
     };
     let scope = shared
         .scope
@@ -360,110 +292,30 @@ fn mount(
     })
 }
 
+/// `[cluster]`, handed to the cluster crate, which owns its keys and rules.
 fn cluster_config(
     file: &ConfigFile<'_>,
-    table_span: std::ops::Range<usize>,
-    c: RawCluster,
+    table: Spanned<DeValue<'_>>,
+    max_watches: usize,
 ) -> Result<ClusterConfig, ConfigError> {
-    let Some(url_v) = &c.nats_url else {
-        return file.err(
-            table_span,
-            "cluster.nats_url",
-            "`[cluster]` needs `nats_url`, like nats://127.0.0.1:4222",
-        );
+    let span = table.span();
+    let DeValue::Table(t) = table.into_inner() else {
+        return file.err(span, "cluster", "write `[cluster]` as a table");
     };
-    let nats_url = file.expand(url_v, "cluster.nats_url")?;
-    let Some((scheme, rest)) = nats_url.split_once("://") else {
-        return file.err(
-            url_v.span(),
-            "cluster.nats_url",
-            "must be a nats:// or tls:// URL, like nats://127.0.0.1:4222",
-        );
-    };
-    if !["nats", "tls"].contains(&scheme) || rest.is_empty() {
-        // The value may hold a password: only its scheme is quoted.
-        return file.err(
-            url_v.span(),
-            "cluster.nats_url",
-            format!("must be a nats:// or tls:// URL, not {scheme}://"),
-        );
+    #[cfg(feature = "cluster")]
+    {
+        let table = ConfigTable::new(file, "cluster", span.clone(), Spanned::new(span, t));
+        ClusterConfig::from_table(&table, max_watches)
     }
-    let Some(name_v) = &c.name else {
-        return file.err(
-            table_span,
-            "cluster.name",
-            "`[cluster]` needs `name`: replicas with the same name form one cluster",
-        );
-    };
-    let name = file.expand(name_v, "cluster.name")?;
-    let name_ok = !name.is_empty()
-        && name.len() <= 64
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-    if !name_ok {
-        return file.err(
-            name_v.span(),
-            "cluster.name",
-            format!("{name:?} must be 1 to 64 letters, digits, '-' or '_'"),
-        );
+    #[cfg(not(feature = "cluster"))]
+    {
+        let _ = (t, max_watches);
+        file.err(
+            span,
+            "cluster",
+            "`[cluster]` is not compiled into this binary (cargo feature `cluster`)",
+        )
     }
-    let replica = match &c.replica {
-        Some(v) => {
-            let r = file.expand(v, "cluster.replica")?;
-            if r.is_empty() || r.len() > 256 {
-                return file.err(v.span(), "cluster.replica", "must be 1 to 256 bytes");
-            }
-            r
-        }
-        None => default_replica(),
-    };
-    let lease_ttl = match &c.lease_ttl_ms {
-        Some(v) => Duration::from_millis(file.int(v, "cluster.lease_ttl_ms", 500..=600_000)?),
-        None => Duration::from_secs(5),
-    };
-    let Some(secret_v) = &c.secret else {
-        return file.err(
-            table_span,
-            "cluster.secret",
-            "`[cluster]` needs `secret`, shared by every replica, at least 32 bytes, like secret = \"${MCPR_CLUSTER_SECRET}\": it authenticates what the replicas say to each other over NATS",
-        );
-    };
-    let secret = file.expand(secret_v, "cluster.secret")?;
-    if secret.len() < MIN_CLUSTER_SECRET_BYTES {
-        // Only its length is told: the value is a secret.
-        return file.err(
-            secret_v.span(),
-            "cluster.secret",
-            format!(
-                "must be at least {} bytes, got {} (generate one with `openssl rand -hex 32`)",
-                MIN_CLUSTER_SECRET_BYTES,
-                secret.len()
-            ),
-        );
-    }
-    Ok(ClusterConfig {
-        nats_url,
-        name,
-        replica,
-        lease_ttl,
-        secret,
-    })
-}
-
-/// The shortest cluster secret accepted, in bytes (`mcpr_cluster::MIN_SECRET_BYTES`, which
-/// this module cannot name: the cluster crate is an optional feature).
-const MIN_CLUSTER_SECRET_BYTES: usize = 32;
-
-/// The host name and the process id: unique per replica on one host and across hosts.
-fn default_replica() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .unwrap_or_else(|| "replica".into());
-    format!("{host}-{}", std::process::id())
 }
 
 fn cache_hints(file: &ConfigFile<'_>, m: &RawShared) -> Result<CacheHints, ConfigError> {
@@ -482,215 +334,6 @@ fn cache_hints(file: &ConfigFile<'_>, m: &RawShared) -> Result<CacheHints, Confi
         )?;
     }
     Ok(cache)
-}
-
-fn http_config(cx: &ConfigFile<'_>, h: RawHttp) -> Result<HttpConfig, ConfigError> {
-    let mut out = HttpConfig::default();
-    if let Some(v) = &h.listen {
-        let s = cx.expand(v, "http.listen")?;
-        out.listen = Some(match parse_listen(&s) {
-            Ok(a) => a,
-            Err(e) => return cx.err(v.span(), "http.listen", e),
-        });
-    }
-    if let Some(v) = &h.path {
-        let p = cx.expand(v, "http.path")?;
-        if !p.starts_with('/') {
-            return cx.err(v.span(), "http.path", format!("{p:?} must start with '/'"));
-        }
-        out.path = Some(p);
-    }
-    if let Some(list) = &h.allowed_hosts {
-        out.allowed_hosts = Some(
-            list.iter()
-                .map(|v| cx.expand(v, "http.allowed_hosts"))
-                .collect::<Result<_, _>>()?,
-        );
-    }
-    if let Some(list) = &h.allowed_origins {
-        let mut origins = Vec::new();
-        for v in list {
-            let o = cx.expand(v, "http.allowed_origins")?;
-            if !o.contains("://") && o != "null" {
-                return cx.err(
-                    v.span(),
-                    "http.allowed_origins",
-                    format!("{o:?} needs a scheme, like https://app.example.com"),
-                );
-            }
-            origins.push(o);
-        }
-        out.allowed_origins = Some(origins);
-    }
-    if let Some(v) = &h.public_url {
-        out.public_url = Some(cx.expand(v, "http.public_url")?);
-    }
-    out.json_response = h.json_response;
-    let l = &mut out.limits;
-    if let Some(v) = &h.max_body_bytes {
-        l.max_body_bytes = cx.size(v, "http.max_body_bytes", MAX_READ_LIMIT)? as usize;
-    }
-    if let Some(v) = &h.max_concurrent_requests {
-        l.max_concurrent_requests =
-            cx.int(v, "http.max_concurrent_requests", 1..=1_000_000)? as usize;
-    }
-    if let Some(v) = &h.rate_limit_per_second {
-        l.rate_limit_per_second = cx.int(v, "http.rate_limit_per_second", 0..=1_000_000)? as f64;
-    }
-    if let Some(v) = &h.rate_limit_burst {
-        l.rate_limit_burst = cx.int(v, "http.rate_limit_burst", 1..=1_000_000)? as u32;
-    }
-    if let Some(v) = &h.max_sessions {
-        l.max_sessions = cx.int(v, "http.max_sessions", 1..=10_000_000)? as usize;
-    }
-    if let Some(v) = &h.session_idle_timeout_ms {
-        l.session_idle_timeout =
-            Duration::from_millis(cx.int(v, "http.session_idle_timeout_ms", 1000..=86_400_000)?);
-    }
-    if let Some(v) = &h.shutdown_grace_ms {
-        l.shutdown_grace =
-            Duration::from_millis(cx.int(v, "http.shutdown_grace_ms", 0..=600_000)?);
-    }
-    if let Some(v) = &h.event_store_capacity {
-        l.event_store_capacity = cx.int(v, "http.event_store_capacity", 1..=10_000_000)? as usize;
-    }
-    if let Some(v) = &h.body_timeout_ms {
-        l.body_timeout =
-            Duration::from_millis(cx.int(v, "http.body_timeout_ms", 100..=3_600_000)?);
-    }
-    if let Some(auth) = &h.auth {
-        for t in &auth.bearer_tokens {
-            for tok in token_source(cx, t, "http.auth.bearer_tokens")? {
-                out.tokens.push((tok, None, None));
-            }
-        }
-        match (&auth.issuer, &auth.jwks_url, &auth.audience) {
-            (None, None, None) => {}
-            (Some(iss), Some(jwks), Some(aud)) => {
-                let leeway = match &auth.leeway_s {
-                    Some(v) => cx.int(v, "http.auth.leeway_s", 0..=600)?,
-                    None => 30,
-                };
-                let jwks_url = cx.expand(jwks, "http.auth.jwks_url")?;
-                if !jwks_url.starts_with("https://") && !jwks_url.starts_with("http://") {
-                    return cx.err(
-                        jwks.span(),
-                        "http.auth.jwks_url",
-                        format!("{jwks_url:?} is not an http(s) URL"),
-                    );
-                }
-                out.jwt = Some(mcpr_server::http::JwtSettings {
-                    issuer: cx.expand(iss, "http.auth.issuer")?,
-                    jwks_url,
-                    audience: cx.expand(aud, "http.auth.audience")?,
-                    leeway: Duration::from_secs(leeway),
-                    required_scopes: auth.required_scopes.clone(),
-                });
-            }
-            _ => {
-                let span = auth
-                    .issuer
-                    .as_ref()
-                    .or(auth.jwks_url.as_ref())
-                    .or(auth.audience.as_ref())
-                    .map(|v| v.span())
-                    .unwrap_or(0..0);
-                return cx.err(
-                    span,
-                    "http.auth",
-                    "OAuth mode needs all three of `issuer`, `jwks_url` and `audience`",
-                );
-            }
-        }
-        // A name is one identity: the tokens of one entry (a file of them, old and new
-        // during a rotation) share it, but two entries may not, since their holders would
-        // then own each other's sessions whatever their scopes.
-        let mut names = std::collections::HashSet::new();
-        for spanned in auth.scoped_token.iter().filter_map(|st| st.name.as_ref()) {
-            let n = spanned.get_ref();
-            if !names.insert(n) {
-                return cx.err(
-                    spanned.span(),
-                    "http.auth.scoped_token.name",
-                    format!(
-                        "{n:?} names another scoped_token entry too: each entry's name is its holders' identity (their sessions), so names must differ"
-                    ),
-                );
-            }
-        }
-        for st in &auth.scoped_token {
-            let name = st.name.as_ref().map(|n| n.get_ref().clone());
-            for tok in token_source(cx, &st.token, "http.auth.scoped_token.token")? {
-                out.tokens
-                    .push((tok, Some(st.scopes.clone()), name.clone()));
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// An address to listen on, `IP:PORT`. A bare port, `:PORT` or a host name (`localhost:8080`)
-/// is refused with the address to write instead: names are not looked up, and a bare port
-/// would leave open whether every interface was meant.
-pub fn parse_listen(s: &str) -> Result<std::net::SocketAddr, String> {
-    if let Ok(a) = s.trim().parse() {
-        return Ok(a);
-    }
-    let t = s.trim();
-    let port = t.rsplit_once(':').map_or(t, |(_, p)| p).parse::<u16>().ok();
-    Err(match port {
-        Some(p) => format!(
-            "{t:?} is not an IP address and port: use 127.0.0.1:{p} (this machine only), or 0.0.0.0:{p} for every interface (which needs [http.auth])"
-        ),
-        None => format!("{t:?} is not an IP address and port like 127.0.0.1:8080"),
-    })
-}
-
-/// Resolve a token source: `env:NAME` (the variable's value) or `file:PATH` (one token per
-/// non-empty line, `#` comments allowed). Tokens never appear literally in the config, so the
-/// file can be shared and committed.
-fn token_source(
-    cx: &ConfigFile<'_>,
-    v: &Spanned<String>,
-    key: &str,
-) -> Result<Vec<String>, ConfigError> {
-    let s = v.get_ref();
-    if let Some(name) = s.strip_prefix("env:") {
-        return match cx.env(name) {
-            Some(t) if !t.trim().is_empty() => Ok(vec![t.trim().to_owned()]),
-            _ => cx.err(
-                v.span(),
-                key,
-                format!("environment variable `{name}` is not set or empty"),
-            ),
-        };
-    }
-    if let Some(path) = s.strip_prefix("file:") {
-        // Relative to the config file, like every path in it.
-        let path = cx.resolve_path(path);
-        let path = path.display();
-        return match std::fs::read_to_string(path.to_string()) {
-            Ok(text) => {
-                let toks: Vec<String> = text
-                    .lines()
-                    .map(str::trim)
-                    .filter(|l| !l.is_empty() && !l.starts_with('#'))
-                    .map(str::to_owned)
-                    .collect();
-                if toks.is_empty() {
-                    cx.err(v.span(), key, format!("{path} holds no token"))
-                } else {
-                    Ok(toks)
-                }
-            }
-            Err(e) => cx.err(v.span(), key, format!("cannot read {path}: {e}")),
-        };
-    }
-    cx.err(
-        v.span(),
-        key,
-        "a token source must be `env:NAME` or `file:PATH`; tokens do not belong in the config file",
-    )
 }
 
 #[cfg(test)]

@@ -279,11 +279,6 @@ fn serve(
         cfg.cluster.is_none() || http_settings.is_some(),
         "`[cluster]` is for replicas serving HTTP (--http ADDR); a stdio server has one client and nothing to share"
     );
-    #[cfg(not(feature = "cluster"))]
-    anyhow::ensure!(
-        cfg.cluster.is_none(),
-        "`[cluster]` is not compiled into this binary (cargo feature `cluster`)"
-    );
     // stdio has one client on one pipe: a single runtime thread answers it without waking a
     // second worker for every request (a futex round trip each, issue #6); blocking work
     // still goes to the blocking pool. HTTP serves many connections on two workers.
@@ -404,16 +399,8 @@ async fn change_seams(
                 shared: m.shared,
             })
             .collect();
-        let settings = mcpr_cluster::ClusterConfig {
-            nats_url: c.nats_url.clone(),
-            name: c.name.clone(),
-            replica: c.replica.clone(),
-            lease_ttl: c.lease_ttl,
-            secret: c.secret.clone(),
-            max_watches: cfg.server.max_watches,
-        };
-        tracing::info!(cluster = %c.name, replica = %c.replica, nats = %mcpr_cluster::redact_url(&c.nats_url), "joining the cluster");
-        let joined = mcpr_cluster::join(settings, mounts)
+        tracing::info!(cluster = %c.name, replica = %c.replica, nats = %mcpr_core::redact_url(&c.nats_url), "joining the cluster");
+        let joined = mcpr_cluster::join(c.clone(), mounts)
             .await
             .map_err(|e| anyhow::anyhow!(e))?;
         return Ok((
@@ -483,7 +470,7 @@ fn http_settings(
                 identity_key: cfg
                     .cluster
                     .as_ref()
-                    .map(|c| mcpr_server::http::IdentityKey::derive(c.secret.as_bytes())),
+                    .map(|c| mcpr_server::http::IdentityKey::derive(cluster_secret(c))),
                 resource_metadata_url: metadata_url,
                 resource,
                 jwt: h.jwt.clone(),
@@ -714,15 +701,31 @@ fn describe_http(h: &config::HttpConfig) -> String {
 }
 
 /// The `[cluster]` settings as read, the NATS URL's credentials never shown.
+#[cfg(feature = "cluster")]
 fn describe_cluster(c: &config::ClusterConfig) -> String {
-    #[cfg(feature = "cluster")]
-    let url = mcpr_cluster::redact_url(&c.nats_url);
-    #[cfg(not(feature = "cluster"))]
-    let url = "(redacted)";
     format!(
-        "cluster: nats_url={url} name={} replica={} lease_ttl_ms={} (NATS not contacted)",
+        "cluster: nats_url={} name={} replica={} lease_ttl_ms={} (NATS not contacted)",
+        mcpr_core::redact_url(&c.nats_url),
         c.name,
         c.replica,
         c.lease_ttl.as_millis()
     )
+}
+
+/// Without the feature there is never a `[cluster]` (the config refuses it).
+#[cfg(not(feature = "cluster"))]
+fn describe_cluster(c: &config::ClusterConfig) -> String {
+    match *c {}
+}
+
+/// The cluster's shared secret, from which every replica derives the same identity key.
+#[cfg(feature = "cluster")]
+fn cluster_secret(c: &config::ClusterConfig) -> &[u8] {
+    c.secret.as_bytes()
+}
+
+/// Without the feature there is never a `[cluster]` (the config refuses it).
+#[cfg(not(feature = "cluster"))]
+fn cluster_secret(c: &config::ClusterConfig) -> &[u8] {
+    match *c {}
 }

@@ -3,10 +3,12 @@
 //! cluster's [`Watching`](mcpr_core::Watching) seam ([`ClusterWatching`], joined with
 //! [`join`]) that runs each shared mount's watches on its lease holder only, for every
 //! replica's subscribers, and legacy HTTP sessions shared by the replicas
-//! ([`NatsSessionStore`], a `SessionHub`). The binary wires it when the config has `[cluster]`.
-//! Everything the replicas publish or record is sealed with the cluster's secret ([`Seal`]).
+//! ([`NatsSessionStore`], a `SessionHub`). The binary wires it when the config has `[cluster]`,
+//! which this crate reads and validates ([`ClusterConfig::from_table`]). Everything the
+//! replicas publish or record is sealed with the cluster's secret ([`Seal`]).
 
 mod bus;
+mod config;
 mod js;
 mod lease;
 mod seal;
@@ -16,123 +18,13 @@ mod watch;
 /// The NATS connection a replica joined with ([`Joined::client`]).
 pub use async_nats::Client as NatsClient;
 pub use bus::NatsBus;
+pub use config::{ClusterConfig, LEASE_TTL_MS};
 pub use lease::Lease;
 pub use seal::{CLOCK_SKEW, Kind, MESSAGE_MAX_AGE, MIN_SECRET_BYTES, Seal};
 pub use sessions::NatsSessionStore;
 pub use watch::{ClusterMount, ClusterWatching, Joined, join};
 
 use sha2::{Digest, Sha256};
-
-/// Where a cluster's replicas meet.
-#[derive(Clone)]
-pub struct ClusterConfig {
-    /// The NATS server, possibly with credentials (`nats://user:pass@host:4222`). Never
-    /// printed: see [`redact_url`].
-    pub nats_url: String,
-    /// The cluster's name: replicas with the same name share events and leases. Letters,
-    /// digits, `-` and `_` (it becomes a NATS subject token and a bucket name).
-    pub name: String,
-    /// This replica's id, unique in the cluster.
-    pub replica: String,
-    /// How long a watcher's lease lasts without renewal.
-    pub lease_ttl: std::time::Duration,
-    /// The secret every replica shares (at least [`MIN_SECRET_BYTES`]): the key of every
-    /// message and record. Never printed.
-    pub secret: String,
-    /// The most interests one replica may hold on a mount's watcher (`server.max_watches`,
-    /// the budget its own registry enforces): more from one replica is refused.
-    pub max_watches: usize,
-}
-
-impl std::fmt::Debug for ClusterConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClusterConfig")
-            .field("nats_url", &redact_url(&self.nats_url))
-            .field("name", &self.name)
-            .field("replica", &self.replica)
-            .field("lease_ttl", &self.lease_ttl)
-            .field("secret", &"[redacted]")
-            .field("max_watches", &self.max_watches)
-            .finish()
-    }
-}
-
-impl ClusterConfig {
-    /// Check the name (it becomes a subject token and a bucket name).
-    pub fn check(&self) -> Result<(), String> {
-        let ok = |s: &str| {
-            !s.is_empty()
-                && s.len() <= 64
-                && s.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        };
-        if !ok(&self.name) {
-            return Err(format!(
-                "cluster name must be 1 to 64 letters, digits, '-' or '_', got {:?}",
-                self.name
-            ));
-        }
-        if self.replica.is_empty() || self.replica.len() > 256 {
-            return Err("cluster replica id must be 1 to 256 bytes".into());
-        }
-        if self.secret.len() < MIN_SECRET_BYTES {
-            return Err(format!(
-                "the cluster secret must be at least {MIN_SECRET_BYTES} bytes, got {}",
-                self.secret.len()
-            ));
-        }
-        if self.lease_ttl < std::time::Duration::from_millis(500) {
-            return Err(format!(
-                "lease_ttl_ms must be at least 500, got {}",
-                self.lease_ttl.as_millis()
-            ));
-        }
-        Ok(())
-    }
-}
-
-/// `url` with any user information replaced by `***`, for logs and errors; a list of URLs
-/// separated by commas (as `nats_url` takes) has each of them cleaned.
-pub fn redact_url(url: &str) -> String {
-    split_urls(url)
-        .into_iter()
-        .map(redact_one_url)
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-/// The URLs of a comma-separated list. A comma starts another URL only where a scheme
-/// follows it, so a comma inside a password does not split the URL (and leave part of the
-/// password outside the user information that is taken out).
-fn split_urls(url: &str) -> Vec<&str> {
-    let mut out = Vec::new();
-    let mut start = 0;
-    for (i, _) in url.match_indices(',') {
-        let next = &url[i + 1..];
-        let next = next.trim_start();
-        let scheme = next
-            .find("://")
-            .filter(|&n| n > 0 && next[..n].chars().all(|c| c.is_ascii_alphanumeric()));
-        if scheme.is_some() {
-            out.push(&url[start..i]);
-            start = i + 1;
-        }
-    }
-    out.push(&url[start..]);
-    out
-}
-
-fn redact_one_url(url: &str) -> String {
-    let (scheme, rest) = match url.split_once("://") {
-        Some((s, r)) => (format!("{s}://"), r),
-        None => (String::new(), url),
-    };
-    let host_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    match rest[..host_end].rfind('@') {
-        Some(at) => format!("{scheme}***@{}", &rest[at + 1..]),
-        None => url.to_owned(),
-    }
-}
 
 /// `url` without its user information, and the credentials it held: `user:password` or a
 /// token. They go to the client as connect options, never inside the URL it is handed,
@@ -141,7 +33,7 @@ fn redact_one_url(url: &str) -> String {
 /// are used.
 pub fn split_credentials(url: &str) -> (String, Option<Credentials>) {
     let mut found = None;
-    let clean: Vec<String> = split_urls(url)
+    let clean: Vec<String> = mcpr_core::redact::split_urls(url)
         .into_iter()
         .map(|one| {
             let one = one.trim();
@@ -233,51 +125,6 @@ pub fn subject(cluster: &str, mount: &str, event: &mcpr_core::ChangeEvent) -> St
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn credentials_never_show() {
-        assert_eq!(
-            redact_url("nats://user:s3cret@host:4222"),
-            "nats://***@host:4222"
-        );
-        assert_eq!(redact_url("tls://tok@h/x@y"), "tls://***@h/x@y");
-        assert_eq!(redact_url("nats://h:4222"), "nats://h:4222");
-        assert_eq!(
-            redact_url("nats://a:1,nats://u:pw@b:2,tls://t0k@c"),
-            "nats://a:1,nats://***@b:2,tls://***@c"
-        );
-        assert_eq!(redact_url("nats://u:pa,ss@h:1"), "nats://***@h:1");
-        let cfg = ClusterConfig {
-            nats_url: "nats://u:hunter2@h".into(),
-            name: "team".into(),
-            replica: "r1".into(),
-            lease_ttl: std::time::Duration::from_secs(5),
-            secret: "a-cluster-secret-of-32-bytes-or-more".into(),
-            max_watches: 10,
-        };
-        assert!(!format!("{cfg:?}").contains("hunter2"));
-        assert!(!format!("{cfg:?}").contains("a-cluster-secret"));
-    }
-
-    #[test]
-    fn names_are_checked() {
-        let mut cfg = ClusterConfig {
-            nats_url: "nats://h".into(),
-            name: "team.data".into(),
-            replica: "r1".into(),
-            lease_ttl: std::time::Duration::from_secs(5),
-            secret: "a-cluster-secret-of-32-bytes-or-more".into(),
-            max_watches: 10,
-        };
-        assert!(cfg.check().unwrap_err().contains("team.data"));
-        cfg.name = "team-data".into();
-        cfg.check().unwrap();
-        cfg.lease_ttl = std::time::Duration::from_millis(10);
-        assert!(cfg.check().unwrap_err().contains("lease_ttl_ms"));
-        cfg.lease_ttl = std::time::Duration::from_secs(5);
-        cfg.secret = "short".into();
-        assert!(cfg.check().unwrap_err().contains("at least 32 bytes"));
-    }
 
     #[test]
     fn credentials_leave_the_url_handed_to_the_client() {

@@ -111,11 +111,11 @@ pub async fn join(
     cfg: ClusterConfig,
     mounts: Vec<ClusterMount>,
 ) -> std::result::Result<Joined, String> {
-    cfg.check()?;
+    cfg.validate().map_err(|e| format!("cluster: {e}"))?;
     let seal = Arc::new(Seal::new(cfg.secret.as_bytes())?);
     // Every (re)connection bumps this, so the tasks re-announce and re-sync.
     let (epoch_tx, epoch_rx) = watch::channel(0u64);
-    let redacted = crate::redact_url(&cfg.nats_url);
+    let redacted = mcpr_core::redact_url(&cfg.nats_url);
     let (url, credentials) = crate::split_credentials(&cfg.nats_url);
     let options = match credentials {
         Some(crate::Credentials::UserPassword(user, pass)) => {
@@ -429,7 +429,7 @@ impl Watching for ClusterWatching {
         } else {
             Some(format!(
                 "cluster: NATS unreachable at {}",
-                crate::redact_url(&self.inner.cfg.nats_url)
+                mcpr_core::redact_url(&self.inner.cfg.nats_url)
             ))
         };
         let mut watchers: Vec<(String, bool)> = self

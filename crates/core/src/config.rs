@@ -1,11 +1,14 @@
 //! Mount configuration: how a provider reads its own keys from `mcp-resources.toml`.
 //!
-//! The binary's loader reads `[server]`, `[http]` and the keys every mount shares (`kind`,
-//! `scope`, `ttl_ms`, `cache_scope`), then hands the rest of each `[[mount]]` table to the
+//! The binary's loader reads `[server]` and the keys every mount shares (`kind`, `scope`,
+//! `ttl_ms`, `cache_scope`, `shared`), then hands the rest of each `[[mount]]` table to the
 //! [`ProviderFactory`] registered for its `kind` (OpenDAL's shape: each service owns its
 //! settings). A factory deserializes that [`MountTable`] into its own `Deserialize` struct
 //! with `deny_unknown_fields`, so a key of another kind is refused with the file, line and key
 //! named, validates it once, and returns a [`MountSpec`] that opens the source.
+//!
+//! `[http]` and `[cluster]` are handed over the same way, as a [`ConfigTable`], to the
+//! crates that define them.
 //!
 //! Spans survive the hand-over because the table is a `toml::de::DeValue` slice of the one
 //! parse of the file: every error maps back to a line of the file the user wrote.
@@ -473,63 +476,64 @@ pub struct MountCommon {
     pub cache: CacheHints,
 }
 
-/// One `[[mount]]` table without the shared keys: what its provider's factory reads.
-pub struct MountTable<'a> {
+/// One table of the file that a crate other than the binary reads as its own: a mount's
+/// (through [`MountTable`]) or `[cluster]`. Its owner deserializes it into a struct that
+/// denies unknown fields and validates it once; every error names the file, the line and
+/// the key, prefixed with the table's own (`mount.root`, `cluster.name`).
+pub struct ConfigTable<'a> {
     file: &'a ConfigFile<'a>,
-    kind: String,
-    kind_span: Range<usize>,
+    prefix: String,
+    anchor: Range<usize>,
     table: Spanned<DeTable<'a>>,
 }
 
-impl<'a> MountTable<'a> {
-    /// The table of one mount of `file`, its `kind` already taken out.
+impl<'a> ConfigTable<'a> {
+    /// `table` of `file`, its keys named `{prefix}.{key}` in errors. An error about the
+    /// table as a whole, or about a key that is not written, points at `anchor`.
     pub fn new(
         file: &'a ConfigFile<'a>,
-        kind: Spanned<String>,
+        prefix: impl Into<String>,
+        anchor: Range<usize>,
         table: Spanned<DeTable<'a>>,
     ) -> Self {
         Self {
             file,
-            kind_span: kind.span(),
-            kind: kind.into_inner(),
+            prefix: prefix.into(),
+            anchor,
             table,
         }
     }
 
-    /// The mount's `kind`.
-    pub fn kind(&self) -> &str {
-        &self.kind
-    }
-
-    /// The file this mount is written in.
+    /// The file this table is written in.
     pub fn file(&self) -> &ConfigFile<'a> {
         self.file
     }
 
-    /// Deserialize the provider's own settings. The provider's struct should deny unknown
-    /// fields: a key of another kind is then refused with file, line and key.
+    /// Deserialize the owner's settings. The owner's struct should deny unknown fields: a
+    /// key that is not its own is then refused with file, line and key.
     pub fn parse<T: DeserializeOwned>(&self) -> Result<T, ConfigError> {
         T::deserialize(self.table.clone().into_deserializer()).map_err(|e| {
             match e.span() {
-                // A missing required key has no span of its own: point at the mount.
-                None => self.error_at_mount(e.message().trim_end()),
+                // A missing required key has no span of its own: point at the table.
+                None => self.error_at_table(e.message().trim_end()),
                 Some(_) => self
                     .file
-                    .toml_error(&e, Some(self.table.get_ref()), "mount"),
+                    .toml_error(&e, Some(self.table.get_ref()), &self.prefix),
             }
         })
     }
 
-    /// An error about the mount as a whole (a missing key), at its `kind` line.
-    pub fn error_at_mount(&self, msg: impl fmt::Display) -> ConfigError {
-        self.file.error(self.kind_span.clone(), "mount", msg)
+    /// An error about the table as a whole (a missing key), at its anchor.
+    pub fn error_at_table(&self, msg: impl fmt::Display) -> ConfigError {
+        self.file.error(self.anchor.clone(), &self.prefix, msg)
     }
 
-    /// An error about `key` (dotted for nested tables) of this mount, at the line where the
-    /// key is written, or at the mount's `kind` line when it is not written.
+    /// An error about `key` (dotted for nested tables) of this table, at the line where the
+    /// key is written, or at the anchor when it is not written.
     pub fn error(&self, key: &str, msg: impl fmt::Display) -> ConfigError {
-        let span = self.span_of(key).unwrap_or_else(|| self.kind_span.clone());
-        self.file.error(span, &format!("mount.{key}"), msg)
+        let span = self.span_of(key).unwrap_or_else(|| self.anchor.clone());
+        self.file
+            .error(span, &format!("{}.{key}", self.prefix), msg)
     }
 
     /// A failed validation, placed at its key.
@@ -564,6 +568,60 @@ impl<'a> MountTable<'a> {
     }
 }
 
+/// One `[[mount]]` table without the shared keys: what its provider's factory reads. Its
+/// keys are `mount.{key}` in errors, and errors about the mount as a whole point at its
+/// `kind` line.
+pub struct MountTable<'a> {
+    kind: String,
+    table: ConfigTable<'a>,
+}
+
+impl<'a> MountTable<'a> {
+    /// The table of one mount of `file`, its `kind` already taken out.
+    pub fn new(
+        file: &'a ConfigFile<'a>,
+        kind: Spanned<String>,
+        table: Spanned<DeTable<'a>>,
+    ) -> Self {
+        Self {
+            table: ConfigTable::new(file, "mount", kind.span(), table),
+            kind: kind.into_inner(),
+        }
+    }
+
+    /// The mount's `kind`.
+    pub fn kind(&self) -> &str {
+        &self.kind
+    }
+
+    /// The file this mount is written in.
+    pub fn file(&self) -> &ConfigFile<'a> {
+        self.table.file()
+    }
+
+    /// Deserialize the provider's own settings. The provider's struct should deny unknown
+    /// fields: a key of another kind is then refused with file, line and key.
+    pub fn parse<T: DeserializeOwned>(&self) -> Result<T, ConfigError> {
+        self.table.parse()
+    }
+
+    /// An error about the mount as a whole (a missing key), at its `kind` line.
+    pub fn error_at_mount(&self, msg: impl fmt::Display) -> ConfigError {
+        self.table.error_at_table(msg)
+    }
+
+    /// An error about `key` (dotted for nested tables) of this mount, at the line where the
+    /// key is written, or at the mount's `kind` line when it is not written.
+    pub fn error(&self, key: &str, msg: impl fmt::Display) -> ConfigError {
+        self.table.error(key, msg)
+    }
+
+    /// A failed validation, placed at its key.
+    pub fn setting_error(&self, e: SettingError) -> ConfigError {
+        self.table.setting_error(e)
+    }
+}
+
 /// A validated mount, ready to open its source.
 #[async_trait]
 pub trait MountSpec: Send + Sync + fmt::Debug {
@@ -579,10 +637,38 @@ pub trait MountSpec: Send + Sync + fmt::Debug {
     }
 }
 
+/// How the mounts of a kind are watched when replicas form a cluster: the provider's
+/// answer, since only it knows whether every replica reaches the same source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sharing {
+    /// Every replica reaches the same source (a database, a remote repository, an API, a
+    /// bucket): one replica watches it for all. A mount may not set `shared`.
+    Always,
+    /// Each replica may see a source of its own (a local directory): one replica watches it
+    /// for all only when its mount says `shared = true`.
+    OptIn,
+    /// Each replica has its own (test data a replica makes up itself): never shared. A
+    /// mount may not set `shared`.
+    Never,
+}
+
+impl Sharing {
+    /// Whether a mount that does not set `shared` is shared.
+    pub fn by_default(self) -> bool {
+        self == Sharing::Always
+    }
+}
+
 /// Builds the mounts of one or more kinds from their configuration tables.
 pub trait ProviderFactory: Send + Sync {
     /// The `kind` values this factory serves (`["sqlite", "postgres", "mysql"]`).
     fn kinds(&self) -> &'static [&'static str];
+
+    /// How its mounts are watched in a cluster. The default is [`Sharing::Always`]: a source
+    /// reached over the network is the same from every replica.
+    fn sharing(&self) -> Sharing {
+        Sharing::Always
+    }
 
     /// Read and validate one mount's own keys.
     fn configure(

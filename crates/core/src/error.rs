@@ -83,6 +83,18 @@ impl Error {
         e
     }
 
+    /// The one "too large" error: something is more than a limit (bytes, unless `message`
+    /// says otherwise). `message` says what and which setting sets the limit; the details
+    /// are always `limit` and, when known, `size`, whichever provider or layer refuses. Attach the resource with
+    /// [`Error::with_uri`] when there is one.
+    pub fn too_large(message: impl Into<String>, size: Option<u64>, limit: u64) -> Self {
+        let e = Self::new(ErrorKind::TooLarge, message).with_detail("limit", limit);
+        match size {
+            Some(size) => e.with_detail("size", size),
+            None => e,
+        }
+    }
+
     /// Bad request parameters.
     pub fn invalid_params(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::InvalidParams, message)

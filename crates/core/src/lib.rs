@@ -14,6 +14,7 @@ pub mod error;
 pub mod mime;
 pub mod poll;
 pub mod provider;
+pub mod redact;
 pub mod template;
 pub mod uri;
 pub mod window;
@@ -31,6 +32,7 @@ pub use provider::{
     CacheHints, CacheScope, Completion, CompletionRequest, Contents, ContentsBody, Counter, Page,
     PageRequest, Provider, ProviderInfo, ReadLimits, ResourceMeta, TemplateMeta, template_index,
 };
+pub use redact::{redact_url, redact_urls_in};
 pub use template::UriTemplate;
 pub use uri::ResourceUri;
 pub use window::Window;

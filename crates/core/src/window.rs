@@ -10,7 +10,7 @@
 use std::io::{BufRead, Read, Seek, SeekFrom};
 use std::ops::Range;
 
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::uri::ResourceUri;
 
 /// The key of the `_meta` entry that tells a client which bytes a window returned.
@@ -151,27 +151,26 @@ fn read_exact_range<R: Read + Seek>(source: &mut R, range: Range<u64>) -> std::i
 /// `limit`: it names both and how to read it in windows instead. The same words from every
 /// provider that supports windows, so a client can act on it the same way.
 pub fn too_large(uri: &str, size: u64, limit: u64) -> Error {
-    Error::new(
-        ErrorKind::TooLarge,
+    Error::too_large(
         format!(
             "{uri} is {size} bytes, more than the read limit of {limit} bytes (max_read_bytes); \
              read it in windows with ?offset=N&length=M, ?head=N or ?tail=N"
         ),
+        Some(size),
+        limit,
     )
     .with_uri(uri)
-    .with_detail("size", size)
-    .with_detail("limit", limit)
 }
 
 /// The error for a window whose bytes are more than the read limit; `what` is the parameter
 /// that made it so (`length`, `head` or `tail`).
 pub fn window_too_large(uri: &str, limit: u64, what: &str) -> Error {
-    Error::new(
-        ErrorKind::TooLarge,
+    Error::too_large(
         format!("the requested {what} window of {uri} is more than the read limit of {limit} bytes (max_read_bytes); ask for less"),
+        None,
+        limit,
     )
     .with_uri(uri)
-    .with_detail("limit", limit)
 }
 
 /// The first `n` lines of `reader`, or `None` when they are more than `max` bytes. The last
@@ -373,6 +372,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::error::ErrorKind;
 
     fn uri(q: &str) -> ResourceUri {
         ResourceUri::parse(&format!("s3://bucket/key.log?{q}")).unwrap()

@@ -220,6 +220,11 @@ impl mcpr_core::config::ProviderFactory for ConformanceFactory {
         &["conformance"]
     }
 
+    /// Each replica makes up its own fixtures.
+    fn sharing(&self) -> mcpr_core::config::Sharing {
+        mcpr_core::config::Sharing::Never
+    }
+
     fn configure(
         &self,
         table: &mcpr_core::config::MountTable<'_>,

@@ -146,6 +146,12 @@ impl ProviderFactory for FilesFactory {
         &["files"]
     }
 
+    /// A directory is on one machine: replicas share it only when the mount says so (an
+    /// NFS export, a shared volume).
+    fn sharing(&self) -> mcpr_core::config::Sharing {
+        mcpr_core::config::Sharing::OptIn
+    }
+
     fn configure(
         &self,
         table: &MountTable<'_>,

@@ -3,7 +3,7 @@
 //! submodules, each as documented in `docs.md`.
 
 use gix::ObjectId;
-use mcpr_core::{Contents, ContentsBody, Error, ErrorKind, ReadLimits, ResourceUri, Result};
+use mcpr_core::{Contents, ContentsBody, Error, ReadLimits, ResourceUri, Result};
 use serde_json::{Map, Value, json};
 
 use crate::history::history;
@@ -24,13 +24,12 @@ pub(crate) fn mime_by_extension(path: &[u8]) -> Option<&'static str> {
 }
 
 fn too_large(uri: &str, size: u64, limit: u64) -> Error {
-    Error::new(
-        ErrorKind::TooLarge,
+    Error::too_large(
         format!("{uri} is {size} bytes, over the read limit of {limit} bytes"),
+        Some(size),
+        limit,
     )
     .with_uri(uri)
-    .with_detail("size", size)
-    .with_detail("limit", limit)
 }
 
 fn person_json(p: &Person) -> Value {

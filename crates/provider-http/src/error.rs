@@ -64,13 +64,7 @@ pub(crate) fn too_large(uri: &str, size: Option<u64>, limit: u64) -> Error {
             "{uri} is more than the read limit of {limit} bytes (max_read_bytes); the upstream's body was read only up to the limit"
         ),
     };
-    let e = Error::new(ErrorKind::TooLarge, msg)
-        .with_uri(uri)
-        .with_detail("limit", limit);
-    match size {
-        Some(s) => e.with_detail("size", s),
-        None => e,
-    }
+    Error::too_large(msg, size, limit).with_uri(uri)
 }
 
 /// A transport failure (connect, TLS, a broken body) from reqwest. The URL reqwest would

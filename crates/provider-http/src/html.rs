@@ -264,16 +264,15 @@ impl Converter {
     ) -> Result<String> {
         let size = page.len() as u64;
         if size > self.max_bytes {
-            return Err(Error::new(
-                ErrorKind::TooLarge,
+            return Err(Error::too_large(
                 format!(
                     "{uri}: the page's HTML is {size} bytes, more than the {} bytes converted to Markdown (max_convert_bytes); a mount with html = \"raw\" serves it as HTML",
                     self.max_bytes
                 ),
+                Some(size),
+                self.max_bytes,
             )
-            .with_uri(uri)
-            .with_detail("limit", self.max_bytes)
-            .with_detail("size", size));
+            .with_uri(uri));
         }
         // Waiting here costs nothing: a requester that goes away while queued never starts.
         let permit = self
@@ -365,11 +364,7 @@ enum Halt {
 
 impl Halt {
     fn error(self, uri: &str, c: &Converter, job: &Job) -> Error {
-        let too_large = |msg: String, limit: u64| {
-            Error::new(ErrorKind::TooLarge, msg)
-                .with_uri(uri)
-                .with_detail("limit", limit)
-        };
+        let too_large = |msg: String, limit: u64| Error::too_large(msg, None, limit).with_uri(uri);
         match self {
             Halt::TimedOut => Error::new(
                 ErrorKind::Timeout,

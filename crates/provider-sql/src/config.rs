@@ -181,9 +181,10 @@ impl SqlConfig {
         }
     }
 
-    /// The URL without credentials or query string, for labels and logs.
+    /// The URL with its credentials masked and without its query string, for labels and
+    /// logs ([`mcpr_core::redact_url`]).
     pub fn redacted_url(&self) -> String {
-        redact_url(&self.url)
+        mcpr_core::redact_url(&self.url)
     }
 
     /// The SQLite file the URL names.
@@ -471,44 +472,16 @@ impl MountSpec for SqlSpec {
     }
 }
 
-/// `scheme://host:port/path` of a URL: user, password and query string (which may hold
-/// `password=`) removed.
-pub(crate) fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return "(unparsable URL)".into();
-    };
-    let rest = rest.split(['?', '#']).next().unwrap_or_default();
-    let (authority, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, ""),
-    };
-    let host = authority.rsplit('@').next().unwrap_or_default();
-    format!("{scheme}://{host}{path}")
-}
-
 #[cfg(test)]
 mod tests {
-    use super::redact_url;
-
-    #[test]
-    fn urls_lose_their_credentials() {
-        assert_eq!(
-            redact_url("postgres://app:s3cr%40t@db.example:5432/app?sslmode=require&password=x"),
-            "postgres://db.example:5432/app"
-        );
-        assert_eq!(
-            redact_url("mysql://root@127.0.0.1/test"),
-            "mysql://127.0.0.1/test"
-        );
-        assert_eq!(redact_url("sqlite://./a.db"), "sqlite://./a.db");
-        assert_eq!(redact_url("nonsense"), "(unparsable URL)");
-    }
-
     #[test]
     fn debug_of_a_config_and_a_spec_hides_the_password() {
         let config = super::SqlConfig::new("app", "postgres://app:hunter2@db.example/app");
         let printed = format!("{config:?} {:?}", super::SqlSpec(config.clone()));
         assert!(!printed.contains("hunter2"), "{printed}");
-        assert!(printed.contains("postgres://db.example/app"), "{printed}");
+        assert!(
+            printed.contains("postgres://***@db.example/app"),
+            "{printed}"
+        );
     }
 }

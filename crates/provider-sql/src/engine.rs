@@ -327,12 +327,14 @@ pub(crate) fn query_envelope(uri: &str, columns: &[String], max_rows: usize) -> 
     .len() as u64
 }
 
+/// `what` (a query's result, one row of a table) is over `max_bytes`: core's one
+/// "too large" error, with its details.
 pub(crate) fn too_large(what: &str, max_bytes: u64) -> Error {
-    Error::new(
-        ErrorKind::TooLarge,
+    Error::too_large(
         format!("{what} is larger than the read limit of {max_bytes} bytes"),
+        None,
+        max_bytes,
     )
-    .with_detail("max_bytes", max_bytes)
 }
 
 pub(crate) fn too_many_rows(uri: &str, max_rows: usize) -> Error {

@@ -141,11 +141,12 @@ impl Inner {
             }
         };
         if text.len() as u64 > max_bytes {
-            return Err(Error::new(
-                ErrorKind::TooLarge,
+            return Err(Error::too_large(
                 format!("the result is larger than the read limit of {max_bytes} bytes"),
+                Some(text.len() as u64),
+                max_bytes,
             )
-            .with_detail("max_bytes", max_bytes));
+            .with_uri(uri.as_str()));
         }
         Ok(Contents {
             uri: uri.as_str().to_owned(),
@@ -180,14 +181,15 @@ impl Inner {
             .await
             .map_err(|e| {
                 if e.kind == ErrorKind::TooLarge {
-                    Error::new(
-                        ErrorKind::TooLarge,
+                    Error::too_large(
                         format!(
                             "a page of {size} rows of view {} is larger than the read limit of {max_bytes} bytes; lower page_size",
                             self.shown(t)
                         ),
+                        None,
+                        max_bytes,
                     )
-                    .with_detail("max_bytes", max_bytes)
+                    .with_uri(uri.as_str())
                 } else {
                     e
                 }

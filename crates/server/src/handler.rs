@@ -254,7 +254,7 @@ pub(crate) fn skipped_json(skipped: &[crate::service::SkippedMount]) -> serde_js
         .map(|s| {
             serde_json::json!({
                 "mount": s.mount,
-                "message": crate::service::redact(&s.error.message),
+                "message": mcpr_core::redact_urls_in(&s.error.message),
                 "partial": s.partial,
             })
         })

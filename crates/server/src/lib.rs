@@ -37,6 +37,11 @@ use mcpr_core::{CacheHints, CacheScope, ChangeBus, CursorCodec, LocalBus, Provid
 /// The default `[server] max_inflight_read_bytes`: 64 reads of the default 8 MiB at once.
 pub const DEFAULT_MAX_INFLIGHT_READ_BYTES: u64 = 512 << 20;
 
+/// The largest `max_read_bytes` (and `http.max_body_bytes`) accepted. Past this a single
+/// stdio message (base64 adds a third) outgrows what common clients buffer; windows are the
+/// way to read more.
+pub const MAX_READ_LIMIT: u64 = 64 * 1024 * 1024;
+
 /// Server-wide settings, from the `[server]` table.
 #[derive(Debug, Clone)]
 pub struct Settings {

@@ -313,38 +313,18 @@ fn none_listed(mut skipped: Vec<SkippedMount>) -> Error {
     let kind = skipped[0].error.kind;
     let each: Vec<String> = skipped
         .iter()
-        .map(|s| format!("{}: {}", s.mount, redact(&s.error.message)))
+        .map(|s| {
+            format!(
+                "{}: {}",
+                s.mount,
+                mcpr_core::redact_urls_in(&s.error.message)
+            )
+        })
         .collect();
     Error::new(
         kind,
         format!("no mount could be listed: {}", each.join("; ")),
     )
-}
-
-/// `text` with the password of any `scheme://user:password@` in it replaced: a reason shown
-/// on `/readyz`, in `_meta` or in the log comes from a provider, which keeps secrets out of
-/// its errors; this is the second line of that defence. Also on one line.
-pub(crate) fn redact(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(i) = rest.find("://") {
-        let (head, tail) = rest.split_at(i + 3);
-        out.push_str(head);
-        // The authority ends at the first `/`, `?`, `#` or blank; a `user:password@` inside
-        // it loses everything before the `@`.
-        let end = tail
-            .find(|c: char| matches!(c, '/' | '?' | '#') || c.is_whitespace())
-            .unwrap_or(tail.len());
-        match tail[..end].rfind('@') {
-            Some(at) if tail[..at].contains(':') => {
-                out.push_str("[redacted]");
-                rest = &tail[at..];
-            }
-            _ => rest = tail,
-        }
-    }
-    out.push_str(rest);
-    out.replace(['\n', '\r'], " ")
 }
 
 impl Service {
@@ -421,7 +401,7 @@ impl Service {
             tracing::warn!(
                 mount = %mount.name,
                 "listings leave this mount out until it answers (its reads fail too): {}",
-                redact(&e.message)
+                mcpr_core::redact_urls_in(&e.message)
             );
         }
     }
@@ -1012,26 +992,5 @@ impl Service {
             initial,
             notices,
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::redact;
-
-    #[test]
-    fn redact_drops_url_credentials_and_keeps_one_line() {
-        assert_eq!(
-            redact("cannot reach postgres://app:hunter2@db:5432/x\nretrying"),
-            "cannot reach postgres://[redacted]@db:5432/x retrying"
-        );
-        // No password, no `@` in the authority, or an `@` only in the path: unchanged.
-        for kept in [
-            "s3 endpoint http://127.0.0.1:9000 for bucket `b` cannot be reached",
-            "see https://user@example.com/a",
-            "https://example.com/a@b:c",
-        ] {
-            assert_eq!(redact(kept), kept);
-        }
     }
 }

@@ -3,6 +3,7 @@
 //! `/healthz`, `/readyz` and `/metrics`.
 
 mod auth;
+mod config;
 mod direct;
 mod edge;
 mod hub;
@@ -12,6 +13,7 @@ mod sessions;
 
 pub use crate::grant::{Grant, Identity};
 pub use auth::{AuthSettings, IdentityKey, StaticToken};
+pub use config::{HttpConfig, parse_listen};
 pub use edge::HttpLimits;
 pub use hub::{SessionHub, SessionSignal};
 pub use jwt::JwtSettings;
@@ -381,7 +383,7 @@ async fn readyz(State(ops): State<Arc<Ops>>, headers: http::HeaderMap) -> Respon
                 Err(e) => writeln!(
                     body,
                     "NOT READY {label}: {}",
-                    crate::service::redact(&e.message)
+                    mcpr_core::redact_urls_in(&e.message)
                 ),
             };
         }
