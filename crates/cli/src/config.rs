@@ -462,7 +462,7 @@ mod tests {
     }
 
     #[test]
-    fn issue20_listen_and_body_limits_are_settings() {
+    fn listen_and_body_limits_are_settings() {
         let c = parse_str("[server]\nmax_listen_streams_per_client = 3\nmax_watches = 500\n[http]\nbody_timeout_ms = 2500\n").unwrap();
         assert_eq!(c.server.max_listen_streams_per_client, 3);
         assert_eq!(c.server.max_watches, 500);

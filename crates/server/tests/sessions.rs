@@ -307,8 +307,11 @@ async fn listen_and_watch_limits_over_a_pipe() {
     let mut filter = SubscriptionFilter::default();
     filter.resource_subscriptions = Some(vec![uri(5)]);
     let _first = client.listen(filter.clone()).await.unwrap();
-    for _ in 0..200 {
-        if s.state.registry().stats().listen_streams == 1 {
+    // The stream is counted before its watches are in place: wait for both, or a loaded
+    // machine sees the stream with its subscription still on the way.
+    for _ in 0..500 {
+        let stats = s.state.registry().stats();
+        if stats.listen_streams == 1 && stats.subscriptions == 2 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
