@@ -14,7 +14,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use mcpr_core::{
     Capabilities, ChangeSink, Contents, ContentsBody, Error, Page, PageRequest, Provider,
-    ProviderInfo, ReadLimits, ResourceMeta, ResourceUri, Result, TemplateMeta, UriTemplate,
+    ProviderInfo, ReadLimits, ReadOutput, ResourceMeta, ResourceUri, Result, TemplateMeta, UriTemplate,
     WatchGuard,
 };
 
@@ -134,7 +134,7 @@ impl Provider for ConformanceProvider {
         })
     }
 
-    async fn read(&self, uri: &ResourceUri, limits: &ReadLimits) -> Result<Vec<Contents>> {
+    async fn read(&self, uri: &ResourceUri, limits: &ReadLimits) -> Result<ReadOutput> {
         let text = |t: String, mime: &str| Contents {
             uri: uri.as_str().into(),
             mime_type: Some(mime.into()),
@@ -175,7 +175,7 @@ impl Provider for ConformanceProvider {
                 "fixture larger than the read limit",
             ));
         }
-        Ok(vec![out])
+        Ok(vec![out].into())
     }
 
     fn templates(&self) -> &[TemplateMeta] {

@@ -938,11 +938,11 @@ impl Provider for SqlProvider {
         Ok(Page::from_lookahead(items, limit))
     }
 
-    async fn read(&self, uri: &ResourceUri, limits: &ReadLimits) -> Result<Vec<Contents>> {
+    async fn read(&self, uri: &ResourceUri, limits: &ReadLimits) -> Result<mcpr_core::ReadOutput> {
         self.inner
             .read(uri, limits.max_bytes)
             .await
-            .map(|c| vec![c])
+            .map(|c| vec![c].into())
             .map_err(|e| {
                 if e.uri.is_none() {
                     e.with_uri(uri.as_str())

@@ -19,7 +19,7 @@ pub mod stdio;
 mod tools;
 
 pub use errors::to_mcp_error;
-pub use handler::McpHandler;
+pub use handler::{McpHandler, Served};
 pub use registry::{ListenSlot, Notice, Registry, RegistryStats};
 pub use router::{Mount, Router, mount_addresses, mount_name};
 pub use service::{
@@ -164,7 +164,7 @@ impl ServerState {
                     },
                 })
             });
-        let registry = Registry::new(router.clone(), bus, watching);
+        let registry = Registry::new(router.clone(), bus, watching, settings.request_timeout);
         registry.set_max_watches(settings.max_watches);
         let info = handler::server_info(&settings, &router);
         let read_budget = layers::ReadBudget::new(settings.max_inflight_read_bytes);
