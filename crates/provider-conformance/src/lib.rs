@@ -14,8 +14,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use mcpr_core::{
     Capabilities, ChangeSink, Contents, ContentsBody, Error, Page, PageRequest, Provider,
-    ProviderInfo, ReadLimits, ReadOutput, ResourceMeta, ResourceUri, Result, TemplateMeta, UriTemplate,
-    WatchGuard,
+    ProviderInfo, ReadLimits, ReadOutput, ResourceMeta, ResourceUri, Result, TemplateMeta,
+    UriTemplate, WatchGuard,
 };
 
 /// The text the suite expects from `test://static-text`.
@@ -272,7 +272,8 @@ mod tests {
         let c = p
             .read(&ResourceUri::parse("test://static-text").unwrap(), &limits)
             .await
-            .unwrap();
+            .unwrap()
+            .contents;
         assert_eq!(c[0].body, ContentsBody::Text(STATIC_TEXT.into()));
         let c = p
             .read(
@@ -280,7 +281,8 @@ mod tests {
                 &limits,
             )
             .await
-            .unwrap();
+            .unwrap()
+            .contents;
         let ContentsBody::Text(t) = &c[0].body else {
             panic!("text")
         };

@@ -7,8 +7,8 @@ use async_trait::async_trait;
 use cap_std::ambient_authority;
 use cap_std::fs::{Dir, Metadata};
 use mcpr_core::{
-    Capabilities, ChangeSink, Completion, CompletionRequest, Error, Page, PageRequest,
-    Provider, ProviderInfo, ReadLimits, ReadOutput, ResourceMeta, ResourceUri, Result, TemplateMeta,
+    Capabilities, ChangeSink, Completion, CompletionRequest, Error, Page, PageRequest, Provider,
+    ProviderInfo, ReadLimits, ReadOutput, ResourceMeta, ResourceUri, Result, TemplateMeta,
     UriTemplate, WatchGuard, run_blocking,
 };
 

@@ -271,6 +271,7 @@ async fn issue19_inotify_overflow_from_100000_creations() {
             &ReadLimits { max_bytes: 1 << 20 },
         )
         .await
-        .unwrap();
+        .unwrap()
+        .contents;
     assert_eq!(c[0].body, ContentsBody::Text("after the burst".into()));
 }

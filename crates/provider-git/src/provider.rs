@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use gix::ObjectId;
 use mcpr_core::{
-    Capabilities, ChangeSink, Completion, CompletionRequest, DenyList, Error, Page,
-    PageRequest, Provider, ProviderInfo, ReadLimits, ReadOutput, ResourceMeta, ResourceUri, Result,
+    Capabilities, ChangeSink, Completion, CompletionRequest, DenyList, Error, Page, PageRequest,
+    Provider, ProviderInfo, ReadLimits, ReadOutput, ResourceMeta, ResourceUri, Result,
     TemplateMeta, UriTemplate, WatchGuard, run_blocking,
 };
 

@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use mcpr_core::{
-    Capabilities, ChangeSink, Completion, CompletionRequest, Contents, Counter, Error,
-    Page, PageRequest, Provider, ProviderInfo, ReadLimits, ReadOutput, ResourceMeta, ResourceUri, Result,
+    Capabilities, ChangeSink, Completion, CompletionRequest, Contents, Counter, Error, Page,
+    PageRequest, Provider, ProviderInfo, ReadLimits, ReadOutput, ResourceMeta, ResourceUri, Result,
     TemplateMeta, WatchGuard,
 };
 

@@ -30,7 +30,7 @@ fn web(up: &Upstream) -> HttpConfig {
 }
 
 async fn markdown(p: &HttpProvider, u: &str) -> String {
-    let c = p.read(&uri(u), &LIMITS).await.unwrap().remove(0);
+    let c = p.read(&uri(u), &LIMITS).await.unwrap().contents.remove(0);
     assert_eq!(c.mime_type.as_deref(), Some("text/markdown"), "{u}");
     let ContentsBody::Text(md) = c.body else {
         panic!("{u}: markdown is text")
@@ -181,7 +181,8 @@ async fn html_over_max_convert_bytes_is_refused_naming_the_limit() {
     // Under the read limit, text of the same size is served.
     p.read(&uri(&format!("{}/site/big.txt", up.base())), &LIMITS)
         .await
-        .unwrap();
+        .unwrap()
+        .contents;
     let mut c = web(&up);
     c.max_convert_bytes = 4 << 20;
     let md = markdown(&provider(c), &format!("{}/site/big.html", up.base())).await;

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use mcpr_core::{
-    Capabilities, ChangeSink, Completion, CompletionRequest, Counter, DenyList, Error,
-    ErrorKind, Page, PageRequest, Provider, ProviderInfo, ReadLimits, ReadOutput, ResourceMeta, ResourceUri,
+    Capabilities, ChangeSink, Completion, CompletionRequest, Counter, DenyList, Error, ErrorKind,
+    Page, PageRequest, Provider, ProviderInfo, ReadLimits, ReadOutput, ResourceMeta, ResourceUri,
     Result, TemplateMeta, WatchGuard,
 };
 use object_store::aws::{AmazonS3, AmazonS3Builder, AmazonS3ConfigKey};

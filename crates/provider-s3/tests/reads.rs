@@ -77,12 +77,14 @@ async fn awkward_keys_text_and_binary_read_byte_exact() {
     let c = p
         .read(&u(&format!("s3://{bucket}/bin/all-bytes.bin")), &BIG)
         .await
-        .unwrap();
+        .unwrap()
+        .contents;
     assert!(matches!(c[0].body, ContentsBody::Blob(_)));
     let c = p
         .read(&u(&format!("s3://{bucket}/{}", enc(AWKWARD[5]))), &BIG)
         .await
-        .unwrap();
+        .unwrap()
+        .contents;
     assert!(matches!(c[0].body, ContentsBody::Text(_)));
     assert_eq!(c[0].mime_type.as_deref(), Some("text/markdown"));
     // Every listed URI reads back the key it names (the round trip of the URI rule).
@@ -150,7 +152,8 @@ async fn limits_windows_and_errors() {
     let c = p
         .read(&u(&format!("{uri}?offset=100&length=50")), &small)
         .await
-        .unwrap();
+        .unwrap()
+        .contents;
     let ContentsBody::Text(t) = &c[0].body else {
         panic!("text")
     };
@@ -540,6 +543,7 @@ async fn reads_report_the_stored_content_type() {
                 .read(&u(&format!("s3://{bucket}/{key}")), &BIG)
                 .await
                 .unwrap()
+                .contents
                 .remove(0);
             (
                 c.mime_type.unwrap(),

@@ -19,8 +19,7 @@ use std::time::{Duration, Instant};
 
 use mcpr_core::{
     ChangeSink, Completion, CompletionRequest, Error, ErrorKind, Page, PageRequest, Provider,
-    ReadLimits, ReadOutput, ResourceMeta, ResourceUri, Result, TemplateMeta, WatchGuard,
-    Watching,
+    ReadLimits, ReadOutput, ResourceMeta, ResourceUri, Result, TemplateMeta, WatchGuard, Watching,
 };
 
 use crate::metrics::Metrics;
