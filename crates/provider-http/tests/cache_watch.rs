@@ -68,10 +68,10 @@ async fn freshness_and_revalidation_counted_at_the_upstream() {
         let p = &p;
         async move {
             let u = uri(&format!("api://c/{name}"));
-            let a = p.read_hinted(&u, &LIMITS).await.unwrap();
-            let b = p.read_hinted(&u, &LIMITS).await.unwrap();
-            assert_eq!(a.0, b.0, "{name}: same body both times");
-            (a.1.unwrap(), b.1.unwrap())
+            let a = p.read(&u, &LIMITS).await.unwrap();
+            let b = p.read(&u, &LIMITS).await.unwrap();
+            assert_eq!(a.contents, b.contents, "{name}: same body both times");
+            (a.hints.unwrap(), b.hints.unwrap())
         }
     };
 
@@ -335,7 +335,7 @@ async fn concurrent_misses_share_one_upstream_request() {
         futures::future::join_all(reads)
     };
     for r in burst("shared").await {
-        let c = r.unwrap().unwrap();
+        let c = r.unwrap().unwrap().contents;
         assert_eq!(c[0].body, ContentsBody::Text(r#"{"v":1}"#.into()));
     }
     assert_eq!(

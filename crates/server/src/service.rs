@@ -150,9 +150,9 @@ impl Drop for Subscriber {
     }
 }
 
-/// Change tokens ([`mcpr_core::Provider::change_token`]) taken when a listen is accepted,
-/// per URI, oldest first, until the listen that asked for them starts; see
-/// [`Service::accept_listen`]. Keep one per adapter instance (per handler): a listen must
+/// Change tokens ([`mcpr_core::Provider::change_token`]) taken before a listen is
+/// acknowledged, per URI, oldest first, until the listen that asked for them starts; see
+/// [`Service::prepare_listen`]. Keep one per adapter instance (per handler): a listen must
 /// claim the token taken for its own acknowledgment, or a change between two acknowledgments
 /// could be compared away.
 #[derive(Default)]
