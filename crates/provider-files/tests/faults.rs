@@ -103,7 +103,7 @@ async fn read_while(
         let r = tokio::time::timeout(Duration::from_secs(5), p.read(&uri, &limits))
             .await
             .unwrap_or_else(|_| panic!("{how}: a read hung"));
-        if check(r, how, whole) {
+        if check(r.map(|o| o.contents), how, whole) {
             answered += 1;
         } else {
             not_found += 1;

@@ -158,7 +158,8 @@ async fn packed_refs_rewrites_are_detected() {
             &mcpr_core::ReadLimits { max_bytes: 1024 },
         )
         .await
-        .unwrap();
+        .unwrap()
+        .contents;
     assert_eq!(
         c[0].body,
         mcpr_core::ContentsBody::Text("from side\n".into())

@@ -25,7 +25,8 @@ async fn bytes_of(p: &S3Provider, uri: &str, limits: &ReadLimits) -> (Vec<u8>, O
     let c = p
         .read(&u(uri), limits)
         .await
-        .unwrap_or_else(|e| panic!("read {uri}: {e}"));
+        .unwrap_or_else(|e| panic!("read {uri}: {e}"))
+        .contents;
     assert_eq!(c.len(), 1);
     let c = c.into_iter().next().unwrap();
     let b = match c.body {

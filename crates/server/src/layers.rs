@@ -9,7 +9,8 @@
 //! second on stdio); a generic wrapper adds nothing to the future the service already awaits.
 //!
 //! The invariant: the server reaches a provider only through [`Layered`] — the service's
-//! list, read, complete and change tokens, the registry's watches and list watches alike —
+//! list, read, complete and change tokens, the registry's watches and list watches, and
+//! `/readyz`'s readiness alike —
 //! so an operation a mount did not declare is refused in one place with one message, and no
 //! provider call can hold a request past `request_timeout`.
 
@@ -95,6 +96,12 @@ impl<'a> Layered<'a> {
         } else {
             Err(unsupported(self.mount, op, uri))
         }
+    }
+
+    /// [`Provider::readiness`], bounded: a source that does not say in time whether it can
+    /// serve is not ready, with the timeout error as the reason.
+    pub(crate) async fn readiness(&self) -> Result<()> {
+        within(self.limit, None, self.provider().readiness()).await
     }
 
     /// [`Provider::list`], checked and bounded.

@@ -218,7 +218,11 @@ impl ServerState {
     pub async fn ready(&self) -> Vec<(String, bool)> {
         let mut out = Vec::new();
         for m in self.router.mounts() {
-            out.push((m.provider.info().label.clone(), m.provider.ready().await));
+            let ready = layers::Layered::new(m, self.settings.request_timeout)
+                .readiness()
+                .await
+                .is_ok();
+            out.push((m.provider.info().label.clone(), ready));
         }
         out
     }
