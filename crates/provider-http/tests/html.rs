@@ -181,8 +181,7 @@ async fn html_over_max_convert_bytes_is_refused_naming_the_limit() {
     // Under the read limit, text of the same size is served.
     p.read(&uri(&format!("{}/site/big.txt", up.base())), &LIMITS)
         .await
-        .unwrap()
-        .contents;
+        .unwrap();
     let mut c = web(&up);
     c.max_convert_bytes = 4 << 20;
     let md = markdown(&provider(c), &format!("{}/site/big.html", up.base())).await;
