@@ -350,7 +350,10 @@ async fn serve_stdio(
         .with_direct_reads(direct)
         .with_eof_drain(request_timeout * 2 + std::time::Duration::from_secs(1));
     let end = transport.end();
-    let handler = McpHandler::new(state).ending_listens_on(end.input_over());
+    // Served: a listen's change tokens are awaited before rmcp acknowledges it, not taken by
+    // blocking the one runtime thread.
+    let handler =
+        mcpr_server::Served::from(McpHandler::new(state).ending_listens_on(end.input_over()));
     let result = match handler.serve(transport).await {
         Ok(service) => service
             .waiting()

@@ -30,7 +30,8 @@ pub use deny::{DEFAULT_DENY, DenyList};
 pub use error::{Error, ErrorKind, Result};
 pub use provider::{
     CacheHints, CacheScope, Completion, CompletionRequest, Contents, ContentsBody, Counter, Page,
-    PageRequest, Provider, ProviderInfo, ReadLimits, ResourceMeta, TemplateMeta, template_index,
+    PageRequest, Provider, ProviderInfo, ReadLimits, ReadOutput, ResourceMeta, TemplateMeta,
+    template_index,
 };
 pub use redact::{redact_url, redact_urls_in};
 pub use template::UriTemplate;

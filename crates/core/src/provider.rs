@@ -140,6 +140,26 @@ pub struct ReadLimits {
     pub max_bytes: u64,
 }
 
+/// What one read returns: the contents, and cache hints of the result's own when its
+/// freshness depends on the resource (an HTTP answer's `max-age`).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ReadOutput {
+    /// The content items.
+    pub contents: Vec<Contents>,
+    /// Hints for this result; `None` keeps the mount's [`ProviderInfo::cache`].
+    pub hints: Option<CacheHints>,
+}
+
+impl From<Vec<Contents>> for ReadOutput {
+    /// Contents with the mount's cache hints.
+    fn from(contents: Vec<Contents>) -> Self {
+        Self {
+            contents,
+            hints: None,
+        }
+    }
+}
+
 /// The body of one content item.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ContentsBody {
@@ -236,19 +256,10 @@ pub trait Provider: Send + Sync + 'static {
         )))
     }
 
-    /// The contents of `uri`, which the router has already matched to this mount.
-    async fn read(&self, uri: &ResourceUri, limits: &ReadLimits) -> Result<Vec<Contents>>;
-
-    /// Like [`Provider::read`], with cache hints of the result's own when its freshness
-    /// depends on the resource (an HTTP answer's `max-age`); `None` keeps the mount's
-    /// [`ProviderInfo::cache`]. The server reads through this method.
-    async fn read_hinted(
-        &self,
-        uri: &ResourceUri,
-        limits: &ReadLimits,
-    ) -> Result<(Vec<Contents>, Option<CacheHints>)> {
-        Ok((self.read(uri, limits).await?, None))
-    }
+    /// The contents of `uri`, which the router has already matched to this mount, with
+    /// cache hints of the result's own when its freshness depends on the resource
+    /// ([`ReadOutput::hints`]; a `Vec<Contents>` converts with `into()`, keeping the mount's).
+    async fn read(&self, uri: &ResourceUri, limits: &ReadLimits) -> Result<ReadOutput>;
 
     /// The URI templates this mount advertises.
     fn templates(&self) -> &[TemplateMeta] {
@@ -274,12 +285,13 @@ pub trait Provider: Send + Sync + 'static {
         )))
     }
 
-    /// A cheap, synchronous fingerprint of the resource's current state (for files: size,
-    /// modification time and inode), or `None` when the provider has none.
+    /// A cheap fingerprint of the resource's current state (for files: size, modification
+    /// time and inode), or `None` when the provider has none. Blocking work (a `stat`) runs
+    /// on the blocking pool ([`crate::run_blocking`]), never on the async runtime.
     ///
     /// The server takes one before it starts a watch and compares after, so a change made
     /// while the watch was being set up is still reported.
-    fn change_token(&self, uri: &ResourceUri) -> Option<String> {
+    async fn change_token(&self, uri: &ResourceUri) -> Option<String> {
         let _ = uri;
         None
     }

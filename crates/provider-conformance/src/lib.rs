@@ -14,8 +14,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use mcpr_core::{
     Capabilities, ChangeSink, Contents, ContentsBody, Error, Page, PageRequest, Provider,
-    ProviderInfo, ReadLimits, ResourceMeta, ResourceUri, Result, TemplateMeta, UriTemplate,
-    WatchGuard,
+    ProviderInfo, ReadLimits, ReadOutput, ResourceMeta, ResourceUri, Result, TemplateMeta,
+    UriTemplate, WatchGuard,
 };
 
 /// The text the suite expects from `test://static-text`.
@@ -134,7 +134,7 @@ impl Provider for ConformanceProvider {
         })
     }
 
-    async fn read(&self, uri: &ResourceUri, limits: &ReadLimits) -> Result<Vec<Contents>> {
+    async fn read(&self, uri: &ResourceUri, limits: &ReadLimits) -> Result<ReadOutput> {
         let text = |t: String, mime: &str| Contents {
             uri: uri.as_str().into(),
             mime_type: Some(mime.into()),
@@ -175,7 +175,7 @@ impl Provider for ConformanceProvider {
                 "fixture larger than the read limit",
             ));
         }
-        Ok(vec![out])
+        Ok(vec![out].into())
     }
 
     fn templates(&self) -> &[TemplateMeta] {
@@ -277,7 +277,8 @@ mod tests {
         let c = p
             .read(&ResourceUri::parse("test://static-text").unwrap(), &limits)
             .await
-            .unwrap();
+            .unwrap()
+            .contents;
         assert_eq!(c[0].body, ContentsBody::Text(STATIC_TEXT.into()));
         let c = p
             .read(
@@ -285,7 +286,8 @@ mod tests {
                 &limits,
             )
             .await
-            .unwrap();
+            .unwrap()
+            .contents;
         let ContentsBody::Text(t) = &c[0].body else {
             panic!("text")
         };

@@ -7,8 +7,8 @@ use async_trait::async_trait;
 use cap_std::ambient_authority;
 use cap_std::fs::{Dir, Metadata};
 use mcpr_core::{
-    Capabilities, ChangeSink, Completion, CompletionRequest, Contents, Error, Page, PageRequest,
-    Provider, ProviderInfo, ReadLimits, ResourceMeta, ResourceUri, Result, TemplateMeta,
+    Capabilities, ChangeSink, Completion, CompletionRequest, Error, Page, PageRequest, Provider,
+    ProviderInfo, ReadLimits, ReadOutput, ResourceMeta, ResourceUri, Result, TemplateMeta,
     UriTemplate, WatchGuard, run_blocking,
 };
 
@@ -344,13 +344,13 @@ impl Provider for FilesProvider {
         .await
     }
 
-    async fn read(&self, uri: &ResourceUri, limits: &ReadLimits) -> Result<Vec<Contents>> {
+    async fn read(&self, uri: &ResourceUri, limits: &ReadLimits) -> Result<ReadOutput> {
         let not_found = || Error::not_found(uri.as_str());
         let decoded = self.inner.decode_allowed(uri).ok_or_else(not_found)?;
         if uri.query().is_none()
             && let Some(answer) = crate::read::read_direct(&self.inner, &decoded, uri, limits)
         {
-            return answer;
+            return answer.map(ReadOutput::from);
         }
         let rel = self.inner.resolve_real(&decoded).ok_or_else(not_found)?;
         // Small whole-file reads run right here: a hop to the blocking pool would cost more
@@ -366,7 +366,7 @@ impl Provider for FilesProvider {
                 .is_ok_and(|m| m.is_file() && m.len() <= INLINE_READ_MAX);
         if small {
             // The stat just taken is the one `read_path` would take first.
-            return read_path(&self.inner, &rel, uri, limits, md.ok());
+            return read_path(&self.inner, &rel, uri, limits, md.ok()).map(ReadOutput::from);
         }
         let scan = match &md {
             Ok(m) if m.is_dir() => Some(self.inner.scan_permit().await?),
@@ -381,6 +381,7 @@ impl Provider for FilesProvider {
             read_path(&inner, &rel, &uri, &limits, None)
         })
         .await
+        .map(ReadOutput::from)
     }
 
     fn templates(&self) -> &[TemplateMeta] {
@@ -408,16 +409,26 @@ impl Provider for FilesProvider {
         self.watcher.watch(uri.as_str(), rel, sink)
     }
 
-    fn change_token(&self, uri: &ResourceUri) -> Option<String> {
+    async fn change_token(&self, uri: &ResourceUri) -> Option<String> {
         use cap_std::fs::MetadataExt as _;
-        let rel = self.inner.resolve(uri)?;
-        Some(match self.inner.root.metadata(rel.as_path()) {
-            Ok(md) => {
-                let mtime = md.modified().ok().map(|t| t.into_std());
-                format!("{}:{}:{:?}", md.ino(), md.len(), mtime)
-            }
-            Err(_) => "absent".to_owned(),
+        let inner = self.inner.clone();
+        let uri = uri.clone();
+        // Resolving and `stat` are file system calls: the blocking pool's work.
+        run_blocking("files change token", move || {
+            let Some(rel) = inner.resolve(&uri) else {
+                return Ok(None);
+            };
+            Ok(Some(match inner.root.metadata(rel.as_path()) {
+                Ok(md) => {
+                    let mtime = md.modified().ok().map(|t| t.into_std());
+                    format!("{}:{}:{:?}", md.ino(), md.len(), mtime)
+                }
+                Err(_) => "absent".to_owned(),
+            }))
         })
+        .await
+        .ok()
+        .flatten()
     }
 
     async fn watch_list(&self, sink: ChangeSink) -> Result<WatchGuard> {

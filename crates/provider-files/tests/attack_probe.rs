@@ -266,7 +266,7 @@ async fn directory_read_racing_a_swap_to_a_denied_link_lists_nothing_of_it() {
     let (mut listed, mut leaked) = (0, 0);
     for _ in 0..3000 {
         if let Ok(c) = p.read(&uri, &limits).await {
-            let mcpr_core::ContentsBody::Text(t) = &c[0].body else {
+            let mcpr_core::ContentsBody::Text(t) = &c.contents[0].body else {
                 panic!("a directory reads as text")
             };
             listed += 1;

@@ -265,7 +265,8 @@ async fn size_limit_and_windows() {
             &limits,
         )
         .await
-        .unwrap();
+        .unwrap()
+        .contents;
     assert_eq!(text(&r), "line 0\nline 1\n");
     let r = p
         .read(
@@ -273,7 +274,8 @@ async fn size_limit_and_windows() {
             &limits,
         )
         .await
-        .unwrap();
+        .unwrap()
+        .contents;
     assert_eq!(text(&r), "line 9998\nline 9999\n");
     let r = p
         .read(
@@ -281,7 +283,8 @@ async fn size_limit_and_windows() {
             &limits,
         )
         .await
-        .unwrap();
+        .unwrap()
+        .contents;
     assert_eq!(text(&r), "line 1");
     let r = p
         .read(
@@ -289,7 +292,8 @@ async fn size_limit_and_windows() {
             &limits,
         )
         .await
-        .unwrap();
+        .unwrap()
+        .contents;
     assert_eq!(text(&r), "line 1\n");
     let err = p
         .read(
@@ -329,7 +333,8 @@ async fn directory_reads_as_entries() {
             &ReadLimits { max_bytes: 1 << 20 },
         )
         .await
-        .unwrap();
+        .unwrap()
+        .contents;
     assert_eq!(c[0].mime_type.as_deref(), Some("application/json"));
     let mcpr_core::ContentsBody::Text(t) = &c[0].body else {
         panic!("text")

@@ -103,7 +103,7 @@ async fn read_while(
         let r = tokio::time::timeout(Duration::from_secs(5), p.read(&uri, &limits))
             .await
             .unwrap_or_else(|_| panic!("{how}: a read hung"));
-        if check(r, how, whole) {
+        if check(r.map(|o| o.contents), how, whole) {
             answered += 1;
         } else {
             not_found += 1;
@@ -271,6 +271,7 @@ async fn inotify_overflow_from_100000_creations() {
             &ReadLimits { max_bytes: 1 << 20 },
         )
         .await
-        .unwrap();
+        .unwrap()
+        .contents;
     assert_eq!(c[0].body, ContentsBody::Text("after the burst".into()));
 }

@@ -102,7 +102,7 @@ fn child(op: &str, root: &std::path::Path) {
         "read" => {
             let uri = ResourceUri::parse(&encode_path_uri(&big)).unwrap();
             let limits = ReadLimits { max_bytes: 8 << 20 };
-            let r = rt.block_on(p.read(&uri, &limits)).unwrap();
+            let r = rt.block_on(p.read(&uri, &limits)).unwrap().contents;
             let grew = peak_rss() - before;
             let ContentsBody::Text(text) = &r[0].body else {
                 panic!("a directory reads as text")

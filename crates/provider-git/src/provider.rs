@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use gix::ObjectId;
 use mcpr_core::{
-    Capabilities, ChangeSink, Completion, CompletionRequest, Contents, DenyList, Error, Page,
-    PageRequest, Provider, ProviderInfo, ReadLimits, ResourceMeta, ResourceUri, Result,
+    Capabilities, ChangeSink, Completion, CompletionRequest, DenyList, Error, Page, PageRequest,
+    Provider, ProviderInfo, ReadLimits, ReadOutput, ResourceMeta, ResourceUri, Result,
     TemplateMeta, UriTemplate, WatchGuard, run_blocking,
 };
 
@@ -197,7 +197,7 @@ impl Provider for GitProvider {
         .await
     }
 
-    async fn read(&self, uri: &ResourceUri, limits: &ReadLimits) -> Result<Vec<Contents>> {
+    async fn read(&self, uri: &ResourceUri, limits: &ReadLimits) -> Result<ReadOutput> {
         let target = crate::uri::parse(&self.inner.bases, uri)?;
         let uri = uri.clone();
         let limits = *limits;
@@ -205,6 +205,7 @@ impl Provider for GitProvider {
             crate::read::read(inner, &uri, &target, &limits)
         })
         .await
+        .map(ReadOutput::from)
     }
 
     fn templates(&self) -> &[TemplateMeta] {
@@ -235,15 +236,23 @@ impl Provider for GitProvider {
         run_blocking("git watch", move || watcher.watch(&uri, target, sink)).await
     }
 
-    fn change_token(&self, uri: &ResourceUri) -> Option<String> {
+    async fn change_token(&self, uri: &ResourceUri) -> Option<String> {
         let target = crate::uri::parse(&self.inner.bases, uri).ok()?;
         if target.path.as_ref().is_some_and(|p| self.inner.denied(p)) {
             return None;
         }
-        let h = self.inner.repo.handle();
-        crate::watch::fingerprint(&self.inner, &h, &target, None, &mut HashMap::new())
-            .ok()
-            .map(|f| f.token())
+        // A fingerprint reads the object database (gix): the blocking pool's work.
+        self.blocking("git change token", move |inner| {
+            let h = inner.repo.handle();
+            Ok(
+                crate::watch::fingerprint(inner, &h, &target, None, &mut HashMap::new())
+                    .ok()
+                    .map(|f| f.token()),
+            )
+        })
+        .await
+        .ok()
+        .flatten()
     }
 
     async fn watch_list(&self, sink: ChangeSink) -> Result<WatchGuard> {

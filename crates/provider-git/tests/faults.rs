@@ -29,7 +29,7 @@ async fn read(p: &GitProvider, uri: &str) -> mcpr_core::Result<String> {
     let r = tokio::time::timeout(Duration::from_secs(5), p.read(&uri, &BIG))
         .await
         .unwrap_or_else(|_| panic!("read {uri} hung"))?;
-    match &r[0].body {
+    match &r.contents[0].body {
         ContentsBody::Text(t) => Ok(t.clone()),
         ContentsBody::Blob(b) => panic!("{uri}: expected text, got {} bytes", b.len()),
     }

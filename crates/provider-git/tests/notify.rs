@@ -158,7 +158,8 @@ async fn packed_refs_rewrites_are_detected() {
             &mcpr_core::ReadLimits { max_bytes: 1024 },
         )
         .await
-        .unwrap();
+        .unwrap()
+        .contents;
     assert_eq!(
         c[0].body,
         mcpr_core::ContentsBody::Text("from side\n".into())
@@ -195,18 +196,18 @@ async fn change_token_follows_the_path_not_the_ref() {
     let r = repo_xy(TestRepo::new());
     let p = provider(&r, RefWatchMode::Auto);
     let x = ResourceUri::parse("git://main/x").unwrap();
-    let t0 = p.change_token(&x).unwrap();
+    let t0 = p.change_token(&x).await.unwrap();
     r.write("y", b"y2\n");
     r.commit("y");
-    let t1 = p.change_token(&x).unwrap();
+    let t1 = p.change_token(&x).await.unwrap();
     r.write("x", b"x2\n");
     r.commit("x");
-    let t2 = p.change_token(&x).unwrap();
+    let t2 = p.change_token(&x).await.unwrap();
     assert_ne!(t0, t2);
     assert_ne!(t1, t2);
     // The token names the commit too, so it differs after any move; what matters for the
     // server is that an unchanged state gives the same token.
-    assert_eq!(p.change_token(&x).unwrap(), t2);
+    assert_eq!(p.change_token(&x).await.unwrap(), t2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -643,10 +643,11 @@ async fn denied_paths_answer_as_missing_everywhere() {
             .map(drop)
             .expect_err(uri);
         assert_eq!(e, Error::not_found(uri));
-        assert_eq!(p.change_token(&u), None, "{uri}");
+        assert_eq!(p.change_token(&u).await, None, "{uri}");
     }
     assert!(
         p.change_token(&ResourceUri::parse("git://main/README.md").unwrap())
+            .await
             .is_some()
     );
 

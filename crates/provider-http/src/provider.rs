@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use mcpr_core::{
-    CacheHints, Capabilities, ChangeSink, Completion, CompletionRequest, Contents, Counter, Error,
-    Page, PageRequest, Provider, ProviderInfo, ReadLimits, ResourceMeta, ResourceUri, Result,
+    Capabilities, ChangeSink, Completion, CompletionRequest, Contents, Counter, Error, Page,
+    PageRequest, Provider, ProviderInfo, ReadLimits, ReadOutput, ResourceMeta, ResourceUri, Result,
     TemplateMeta, WatchGuard,
 };
 
@@ -198,15 +198,7 @@ impl Provider for HttpProvider {
         crate::list::page(&self.resources, &page)
     }
 
-    async fn read(&self, uri: &ResourceUri, limits: &ReadLimits) -> Result<Vec<Contents>> {
-        Ok(self.read_hinted(uri, limits).await?.0)
-    }
-
-    async fn read_hinted(
-        &self,
-        uri: &ResourceUri,
-        limits: &ReadLimits,
-    ) -> Result<(Vec<Contents>, Option<CacheHints>)> {
+    async fn read(&self, uri: &ResourceUri, limits: &ReadLimits) -> Result<ReadOutput> {
         self.inner
             .read_limit
             .store(limits.max_bytes, Ordering::Relaxed);
@@ -217,7 +209,10 @@ impl Provider for HttpProvider {
             body: s.body.content.clone(),
             meta: None,
         };
-        Ok((vec![contents], Some(s.hints)))
+        Ok(ReadOutput {
+            contents: vec![contents],
+            hints: Some(s.hints),
+        })
     }
 
     fn templates(&self) -> &[TemplateMeta] {

@@ -68,10 +68,10 @@ async fn freshness_and_revalidation_counted_at_the_upstream() {
         let p = &p;
         async move {
             let u = uri(&format!("api://c/{name}"));
-            let a = p.read_hinted(&u, &LIMITS).await.unwrap();
-            let b = p.read_hinted(&u, &LIMITS).await.unwrap();
-            assert_eq!(a.0, b.0, "{name}: same body both times");
-            (a.1.unwrap(), b.1.unwrap())
+            let a = p.read(&u, &LIMITS).await.unwrap();
+            let b = p.read(&u, &LIMITS).await.unwrap();
+            assert_eq!(a.contents, b.contents, "{name}: same body both times");
+            (a.hints.unwrap(), b.hints.unwrap())
         }
     };
 
@@ -118,7 +118,11 @@ async fn freshness_and_revalidation_counted_at_the_upstream() {
         d.body = br#"{"v":2}"#.to_vec();
         d.etag = Some("\"v2\"".into());
     });
-    let got = p.read(&uri("api://c/etag"), &LIMITS).await.unwrap();
+    let got = p
+        .read(&uri("api://c/etag"), &LIMITS)
+        .await
+        .unwrap()
+        .contents;
     assert_eq!(got[0].body, ContentsBody::Text(r#"{"v":2}"#.into()));
 
     read2("lm").await;
@@ -169,7 +173,7 @@ async fn bodies_become_text_markdown_or_blobs() {
     let p = provider(c.clone());
     async fn get(p: &HttpProvider, base: &str, path: &str) -> mcpr_core::Contents {
         let u = format!("{base}/site/{path}");
-        p.read(&uri(&u), &LIMITS).await.unwrap().remove(0)
+        p.read(&uri(&u), &LIMITS).await.unwrap().contents.remove(0)
     }
     let j = get(&p, &base, "data.json").await;
     assert_eq!(j.mime_type.as_deref(), Some("application/json"));
@@ -199,7 +203,7 @@ async fn bodies_become_text_markdown_or_blobs() {
     let mut ep = Endpoint::new("api://m/x", format!("{base}/site/data.json"));
     ep.mime_type = Some("application/vnd.test+json".into());
     let p = provider(HttpConfig::api("m", vec![ep]));
-    let got = p.read(&uri("api://m/x"), &LIMITS).await.unwrap();
+    let got = p.read(&uri("api://m/x"), &LIMITS).await.unwrap().contents;
     assert_eq!(
         got[0].mime_type.as_deref(),
         Some("application/vnd.test+json")
@@ -331,7 +335,7 @@ async fn concurrent_misses_share_one_upstream_request() {
         futures::future::join_all(reads)
     };
     for r in burst("shared").await {
-        let c = r.unwrap().unwrap();
+        let c = r.unwrap().unwrap().contents;
         assert_eq!(c[0].body, ContentsBody::Text(r#"{"v":1}"#.into()));
     }
     assert_eq!(

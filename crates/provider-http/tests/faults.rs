@@ -126,7 +126,7 @@ async fn upstream_hangs_resets_and_answers_garbage_then_recovers() {
         other => panic!("{other:?}"),
     };
     assert_eq!(
-        text(p.read(&uri, &limits).await.unwrap()),
+        text(p.read(&uri, &limits).await.unwrap().contents),
         r#"{"version":1}"#
     );
     let bus = Arc::new(LocalBus::default());
@@ -187,7 +187,7 @@ async fn upstream_hangs_resets_and_answers_garbage_then_recovers() {
         "the subscription did not survive the faults"
     );
     assert_eq!(
-        text(p.read(&uri, &limits).await.unwrap()),
+        text(p.read(&uri, &limits).await.unwrap().contents),
         r#"{"version":2}"#
     );
 }

@@ -30,7 +30,7 @@ fn web(up: &Upstream) -> HttpConfig {
 }
 
 async fn markdown(p: &HttpProvider, u: &str) -> String {
-    let c = p.read(&uri(u), &LIMITS).await.unwrap().remove(0);
+    let c = p.read(&uri(u), &LIMITS).await.unwrap().contents.remove(0);
     assert_eq!(c.mime_type.as_deref(), Some("text/markdown"), "{u}");
     let ContentsBody::Text(md) = c.body else {
         panic!("{u}: markdown is text")

@@ -25,6 +25,7 @@ async fn read(p: &HttpProvider, uri: &str) -> mcpr_core::Result<String> {
     let c = p
         .read(&ResourceUri::parse(uri).unwrap(), &LIMITS)
         .await?
+        .contents
         .remove(0);
     match c.body {
         ContentsBody::Text(t) => Ok(t),
@@ -408,7 +409,8 @@ async fn bodies_are_held_to_the_limit_while_streaming() {
             &ReadLimits { max_bytes: 100_000 },
         )
         .await
-        .unwrap();
+        .unwrap()
+        .contents;
     assert_eq!(ok.len(), 1);
     // A body that trickles past timeout_ms.
     let started = std::time::Instant::now();

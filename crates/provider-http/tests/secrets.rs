@@ -114,7 +114,8 @@ async fn secrets_appear_in_no_answer_error_or_log() {
     let ok = p
         .read(&ResourceUri::parse("api://s/ok").unwrap(), &limits)
         .await
-        .unwrap();
+        .unwrap()
+        .contents;
     answers.push_str(&format!("{ok:?}"));
     let mut failures = 0;
     for name in ["fail", "redirect", "slow", "missing", "dead"] {

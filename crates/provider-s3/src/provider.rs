@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use mcpr_core::{
-    Capabilities, ChangeSink, Completion, CompletionRequest, Contents, Counter, DenyList, Error,
-    ErrorKind, Page, PageRequest, Provider, ProviderInfo, ReadLimits, ResourceMeta, ResourceUri,
+    Capabilities, ChangeSink, Completion, CompletionRequest, Counter, DenyList, Error, ErrorKind,
+    Page, PageRequest, Provider, ProviderInfo, ReadLimits, ReadOutput, ResourceMeta, ResourceUri,
     Result, TemplateMeta, WatchGuard,
 };
 use object_store::aws::{AmazonS3, AmazonS3Builder, AmazonS3ConfigKey};
@@ -316,11 +316,12 @@ impl Provider for S3Provider {
         crate::list::list_page(&self.inner, page.after.as_deref(), page.limit.max(1)).await
     }
 
-    async fn read(&self, uri: &ResourceUri, limits: &ReadLimits) -> Result<Vec<Contents>> {
+    async fn read(&self, uri: &ResourceUri, limits: &ReadLimits) -> Result<ReadOutput> {
         match self.inner.target(uri)? {
             Target::Object(key) => crate::read::read_object(&self.inner, uri, &key, limits).await,
             Target::Dir(prefix) => crate::list::read_dir(&self.inner, uri, &prefix).await,
         }
+        .map(ReadOutput::from)
     }
 
     fn templates(&self) -> &[TemplateMeta] {

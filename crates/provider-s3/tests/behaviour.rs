@@ -164,7 +164,8 @@ async fn behaviour_suite() {
             &mcpr_core::ReadLimits { max_bytes: 1 << 20 },
         )
         .await
-        .unwrap();
+        .unwrap()
+        .contents;
     let mcpr_core::ContentsBody::Text(t) = &c[0].body else {
         panic!("a listing is text")
     };

@@ -97,7 +97,8 @@ async fn child_lists_without_configured_keys() {
             &ReadLimits { max_bytes: 1024 },
         )
         .await
-        .unwrap_or_else(|e| panic!("CHILD-ERROR {e}"));
+        .unwrap_or_else(|e| panic!("CHILD-ERROR {e}"))
+        .contents;
     assert!(matches!(&c[0].body, ContentsBody::Text(t) if t == "hi"));
 }
 

@@ -88,7 +88,8 @@ async fn unreachable_at_start_then_recovers() {
     let c = p
         .read(&u(&format!("s3://{bucket}/a.txt")), &BIG)
         .await
-        .unwrap();
+        .unwrap()
+        .contents;
     assert_eq!(c.len(), 1);
     m.stop();
 }
@@ -135,7 +136,7 @@ async fn stopped_mid_test_clear_errors_then_recovery() {
     create_bucket(&endpoint, &bucket).await;
     put(&writer(&endpoint, &bucket), "w.txt", b"v2 after the outage").await;
     assert!(ready_within(&p, Duration::from_secs(10)).await);
-    let c = p.read(&u(&uri), &BIG).await.unwrap();
+    let c = p.read(&u(&uri), &BIG).await.unwrap().contents;
     assert_eq!(c.len(), 1);
     // The watch recovers with backoff and reports the change it missed.
     let deadline = Duration::from_secs(10);
@@ -385,7 +386,7 @@ async fn internal_errors_then_recovery_under_a_subscription() {
         .watch(&u(&uri), ChangeSink::new(bus.clone(), "m0"))
         .await
         .unwrap();
-    assert_eq!(p.read(&u(&uri), &BIG).await.unwrap().len(), 1);
+    assert_eq!(p.read(&u(&uri), &BIG).await.unwrap().contents.len(), 1);
 
     proxy.fail(true);
     // Reads and listings: a clear error after the bounded retries, each of which got a 500.
@@ -434,7 +435,7 @@ async fn internal_errors_then_recovery_under_a_subscription() {
         updated_within(&mut rx, &uri, Duration::from_secs(10)).await,
         "the change made during the 500s was not reported after recovery"
     );
-    let c = p.read(&u(&uri), &BIG).await.unwrap();
+    let c = p.read(&u(&uri), &BIG).await.unwrap().contents;
     assert_eq!(
         c[0].body,
         mcpr_core::ContentsBody::Text("v2, written during the 500s".into())

@@ -25,7 +25,8 @@ async fn bytes_of(p: &S3Provider, uri: &str, limits: &ReadLimits) -> (Vec<u8>, O
     let c = p
         .read(&u(uri), limits)
         .await
-        .unwrap_or_else(|e| panic!("read {uri}: {e}"));
+        .unwrap_or_else(|e| panic!("read {uri}: {e}"))
+        .contents;
     assert_eq!(c.len(), 1);
     let c = c.into_iter().next().unwrap();
     let b = match c.body {
@@ -77,12 +78,14 @@ async fn awkward_keys_text_and_binary_read_byte_exact() {
     let c = p
         .read(&u(&format!("s3://{bucket}/bin/all-bytes.bin")), &BIG)
         .await
-        .unwrap();
+        .unwrap()
+        .contents;
     assert!(matches!(c[0].body, ContentsBody::Blob(_)));
     let c = p
         .read(&u(&format!("s3://{bucket}/{}", enc(AWKWARD[5]))), &BIG)
         .await
-        .unwrap();
+        .unwrap()
+        .contents;
     assert!(matches!(c[0].body, ContentsBody::Text(_)));
     assert_eq!(c[0].mime_type.as_deref(), Some("text/markdown"));
     // Every listed URI reads back the key it names (the round trip of the URI rule).
@@ -150,7 +153,8 @@ async fn limits_windows_and_errors() {
     let c = p
         .read(&u(&format!("{uri}?offset=100&length=50")), &small)
         .await
-        .unwrap();
+        .unwrap()
+        .contents;
     let ContentsBody::Text(t) = &c[0].body else {
         panic!("text")
     };
@@ -540,6 +544,7 @@ async fn reads_report_the_stored_content_type() {
                 .read(&u(&format!("s3://{bucket}/{key}")), &BIG)
                 .await
                 .unwrap()
+                .contents
                 .remove(0);
             (
                 c.mime_type.unwrap(),

@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use mcpr_core::{
-    Capabilities, ChangeSink, Completion, CompletionRequest, Contents, ErrorKind, Page,
-    PageRequest, Provider, ProviderInfo, ReadLimits, ResourceMeta, ResourceUri, Result,
-    TemplateMeta, WatchGuard,
+    Capabilities, ChangeSink, Completion, CompletionRequest, ErrorKind, Page, PageRequest,
+    Provider, ProviderInfo, ReadLimits, ResourceMeta, ResourceUri, Result, TemplateMeta,
+    WatchGuard,
 };
 
 use crate::config::{SqlConfig, SqlKind};
@@ -352,11 +352,11 @@ impl Provider for SqlProvider {
         self.inner.list(page).await
     }
 
-    async fn read(&self, uri: &ResourceUri, limits: &ReadLimits) -> Result<Vec<Contents>> {
+    async fn read(&self, uri: &ResourceUri, limits: &ReadLimits) -> Result<mcpr_core::ReadOutput> {
         self.inner
             .read(uri, limits.max_bytes)
             .await
-            .map(|c| vec![c])
+            .map(|c| vec![c].into())
             .map_err(|e| {
                 if e.uri.is_none() {
                     e.with_uri(uri.as_str())

@@ -261,7 +261,8 @@ async fn read(p: &SqlProvider, uri: &str) -> mcpr_core::Result<Value> {
                 max_bytes: 64 << 20,
             },
         )
-        .await?;
+        .await?
+        .contents;
     let ContentsBody::Text(t) = &c[0].body else {
         panic!("json is text")
     };
@@ -390,7 +391,8 @@ async fn large_table_pages_with_bounded_memory_and_timeout_frees_connection() {
             &ReadLimits { max_bytes: 4096 },
         )
         .await
-        .unwrap();
+        .unwrap()
+        .contents;
     let ContentsBody::Text(t) = &small[0].body else {
         panic!()
     };

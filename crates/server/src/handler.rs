@@ -18,10 +18,10 @@ use rmcp::model::{
     CompleteResult, CompletionInfo, CustomRequest, CustomResult, DiscoverResult, ErrorCode,
     GetPromptRequestParams, GetPromptResponse, Implementation, InitializeRequestParams,
     InitializeResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
-    ListToolsResult, MetaObject, PaginatedRequestParams, ReadResourceRequestParams,
-    ReadResourceResponse, ReadResourceResult, Reference, Resource, ResourceContents,
-    ResourceTemplate, ServerCapabilities, ServerConfig, SubscribeRequestParams, SubscriptionFilter,
-    Tool, ToolsCapability, UnsubscribeRequestParams,
+    ListToolsResult, MetaObject, PaginatedRequestParams, ProtocolVersion,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Reference, Resource,
+    ResourceContents, ResourceTemplate, ServerCapabilities, ServerConfig, ServerResult,
+    SubscribeRequestParams, SubscriptionFilter, Tool, ToolsCapability, UnsubscribeRequestParams,
 };
 use rmcp::service::{RequestContext, RoleServer, SubscriptionContext};
 use rmcp::transport::streamable_http_server::session::SessionRestoreMarker;
@@ -112,9 +112,31 @@ pub struct McpHandler {
     /// Over stdio: cancelled once the client closed its input and everything else it asked
     /// is answered; every listen stream then ends with its final result.
     listens_end: Option<tokio_util::sync::CancellationToken>,
+    /// Whether [`Served`] takes listens' change tokens before rmcp dispatches them, so
+    /// `accepted_subscription_filter` need not.
+    listens_prepared: bool,
 }
 
 impl McpHandler {
+    /// Take the change tokens of a listen's accepted `uris` before rmcp acknowledges it,
+    /// from inside rmcp's synchronous `accepted_subscription_filter` (a handler served
+    /// without [`Served`]: the HTTP transport, which takes only a `ServerHandler`).
+    ///
+    /// On a multi-thread runtime the wait is `block_in_place`: this worker's other tasks
+    /// move to another while the tokens are taken (through the layer, so bounded by the
+    /// request timeout; a `stat` runs on the blocking pool). A current-thread runtime has no
+    /// other worker; there the tokens are awaited in place, which stops that runtime until
+    /// the blocking pool answers (serve [`Served`] there: stdio does).
+    fn prepare_listen_now(&self, uris: &[String]) {
+        let prepare = self.service.prepare_listen(uris, &self.tokens);
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) if rt.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(|| rt.block_on(prepare));
+            }
+            _ => futures::executor::block_on(prepare),
+        }
+    }
+
     /// A handler (one session) over the shared server state.
     pub fn new(state: Arc<ServerState>) -> Self {
         Self {
@@ -123,6 +145,7 @@ impl McpHandler {
             tokens: ChangeTokens::default(),
             hub: None,
             listens_end: None,
+            listens_prepared: false,
         }
     }
 
@@ -599,7 +622,10 @@ impl ServerHandler for McpHandler {
         accepted.tools_list_changed = None;
         accepted.prompts_list_changed = None;
         if let Some(uris) = accepted.resource_subscriptions.as_mut() {
-            self.service.accept_listen(uris, &self.tokens);
+            self.service.accept_listen(uris);
+            if !self.listens_prepared {
+                self.prepare_listen_now(uris);
+            }
         }
         Some(accepted)
     }
@@ -677,5 +703,53 @@ impl McpHandler {
             }
         }
         Ok(())
+    }
+}
+
+/// [`McpHandler`] as rmcp serves it: rmcp's own dispatch, with one step of ours before it.
+///
+/// rmcp acknowledges a `subscriptions/listen` right after the synchronous
+/// `accepted_subscription_filter`, which leaves no place to await the change tokens the
+/// listen compares against once its watches are in place (see
+/// [`Service::prepare_listen`]). This takes them before rmcp dispatches the request, so a
+/// change the client makes the moment it sees the acknowledgment is still reported. Serve
+/// this, not the bare handler (stdio in the binary, each HTTP session).
+pub struct Served(McpHandler);
+
+impl From<McpHandler> for Served {
+    fn from(mut handler: McpHandler) -> Self {
+        handler.listens_prepared = true;
+        Self(handler)
+    }
+}
+
+impl rmcp::Service<RoleServer> for Served {
+    async fn handle_request(
+        &self,
+        request: rmcp::model::ClientRequest,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ServerResult, ErrorData> {
+        if let rmcp::model::ClientRequest::SubscriptionsListenRequest(listen) = &request
+            && let Some(uris) = &listen.params.notifications.resource_subscriptions
+        {
+            self.0.service.prepare_listen(uris, &self.0.tokens).await;
+        }
+        rmcp::Service::handle_request(&self.0, request, context).await
+    }
+
+    async fn handle_notification(
+        &self,
+        notification: rmcp::model::ClientNotification,
+        context: rmcp::service::NotificationContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        rmcp::Service::handle_notification(&self.0, notification, context).await
+    }
+
+    fn get_info(&self) -> ServerConfig {
+        rmcp::Service::<RoleServer>::get_info(&self.0)
+    }
+
+    fn supported_protocol_versions(&self) -> std::borrow::Cow<'static, [ProtocolVersion]> {
+        rmcp::Service::<RoleServer>::supported_protocol_versions(&self.0)
     }
 }

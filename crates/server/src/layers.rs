@@ -1,62 +1,183 @@
-//! The behaviour that wraps every operation rather than living inside one: the request
-//! timeout around each provider call ([`Bounded`]), the request metrics around each
-//! service operation ([`metered`]), and the memory budget of reads in progress
-//! ([`ReadBudget`]).
+//! The behaviour that wraps every operation rather than living inside one: the layer around
+//! each provider call ([`Layered`]: capability check and request timeout), the request
+//! metrics around each service operation ([`metered`]), and the memory budget of reads in
+//! progress ([`ReadBudget`]).
 //!
 //! Both are generic future wrappers, not [`Provider`] implementations. The `Provider` trait
 //! is an `async_trait`, so a wrapping provider would box a second future on every call, the
 //! smallest read included (one more allocation on a path that handles well over 100k reads a
 //! second on stdio); a generic wrapper adds nothing to the future the service already awaits.
-//! Every provider call the service makes goes through [`Bounded`], so the service has no
-//! unbounded way to reach a provider.
+//!
+//! The invariant: the server reaches a provider only through [`Layered`] — the service's
+//! list, read, complete and change tokens, the registry's watches and list watches, and
+//! `/readyz`'s readiness alike —
+//! so an operation a mount did not declare is refused in one place with one message, and no
+//! provider call can hold a request past `request_timeout`.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use mcpr_core::{
-    CacheHints, Completion, CompletionRequest, Contents, Error, ErrorKind, Page, PageRequest,
-    Provider, ReadLimits, ResourceMeta, ResourceUri, Result,
+    ChangeSink, Completion, CompletionRequest, Error, ErrorKind, Page, PageRequest, Provider,
+    ReadLimits, ReadOutput, ResourceMeta, ResourceUri, Result, TemplateMeta, WatchGuard, Watching,
 };
 
 use crate::metrics::Metrics;
+use crate::router::Mount;
 
-/// A provider whose every call is bounded by the request timeout (`[server]
-/// request_timeout_ms`), so a stuck source answers a clear error instead of holding the
-/// request, and its client, forever.
-pub(crate) struct Bounded<'a> {
-    provider: &'a dyn Provider,
+/// A provider operation that a mount declares in its capabilities (or not).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Op {
+    /// `list`.
+    List,
+    /// `read`.
+    Read,
+    /// `complete`.
+    Complete,
+    /// `watch` and `change_token`.
+    Watch,
+    /// `watch_list`.
+    WatchList,
+}
+
+/// Whether `mount` declares `op`: where a caller walks mounts and passes over those that do
+/// not (a listing, the `listChanged` capability), rather than being refused.
+pub(crate) fn declares(mount: &Mount, op: Op) -> bool {
+    let c = &mount.provider.info().capabilities;
+    match op {
+        Op::List => c.list,
+        Op::Read => c.read,
+        Op::Complete => c.complete,
+        Op::Watch => c.watch,
+        Op::WatchList => c.list_changed,
+    }
+}
+
+/// The one refusal of an operation `mount` did not declare (about `uri`, when there is one).
+fn unsupported(mount: &Mount, op: Op, uri: Option<&ResourceUri>) -> Error {
+    let kind = mount.provider.info().kind;
+    let message = match op {
+        Op::List => format!("{kind} mounts cannot list resources"),
+        Op::Read => format!("{kind} mounts cannot be read"),
+        Op::Complete => format!("{kind} mounts do not complete arguments"),
+        Op::Watch => match uri {
+            Some(uri) => format!("{kind} mounts do not support subscriptions: {uri}"),
+            None => format!("{kind} mounts do not support subscriptions"),
+        },
+        Op::WatchList => format!("{kind} mounts do not report list changes"),
+    };
+    Error::unsupported(message)
+}
+
+/// One mount's provider as the server may call it: each call refused unless the mount
+/// declares it, and bounded by the request timeout (`[server] request_timeout_ms`), so a
+/// stuck source answers a clear error instead of holding the request, and its client,
+/// forever.
+pub(crate) struct Layered<'a> {
+    mount: &'a Mount,
     limit: Duration,
 }
 
-impl<'a> Bounded<'a> {
-    /// `provider` with each call limited to `limit`.
-    pub(crate) fn new(provider: &'a dyn Provider, limit: Duration) -> Self {
-        Self { provider, limit }
+impl<'a> Layered<'a> {
+    /// `mount`'s provider with each call limited to `limit`.
+    pub(crate) fn new(mount: &'a Mount, limit: Duration) -> Self {
+        Self { mount, limit }
     }
 
-    /// [`Provider::list`], bounded.
+    fn provider(&self) -> &'a dyn Provider {
+        &*self.mount.provider
+    }
+
+    /// `Ok` when the mount declares `op`, else the one "unsupported" refusal.
+    pub(crate) fn check(&self, op: Op, uri: Option<&ResourceUri>) -> Result<()> {
+        if declares(self.mount, op) {
+            Ok(())
+        } else {
+            Err(unsupported(self.mount, op, uri))
+        }
+    }
+
+    /// [`Provider::readiness`], bounded: a source that does not say in time whether it can
+    /// serve is not ready, with the timeout error as the reason.
+    pub(crate) async fn readiness(&self) -> Result<()> {
+        within(self.limit, None, self.provider().readiness()).await
+    }
+
+    /// [`Provider::list`], checked and bounded.
     pub(crate) async fn list(&self, page: PageRequest) -> Result<Page<ResourceMeta>> {
-        within(self.limit, None, self.provider.list(page)).await
+        self.check(Op::List, None)?;
+        within(self.limit, None, self.provider().list(page)).await
     }
 
-    /// [`Provider::read_hinted`], bounded; a timeout names `uri`.
-    pub(crate) async fn read(
-        &self,
-        uri: &ResourceUri,
-        limits: &ReadLimits,
-    ) -> Result<(Vec<Contents>, Option<CacheHints>)> {
+    /// [`Provider::read`], checked and bounded; a timeout names `uri`.
+    pub(crate) async fn read(&self, uri: &ResourceUri, limits: &ReadLimits) -> Result<ReadOutput> {
+        self.check(Op::Read, Some(uri))?;
         within(
             self.limit,
             Some(uri.as_str()),
-            self.provider.read_hinted(uri, limits),
+            self.provider().read(uri, limits),
         )
         .await
     }
 
-    /// [`Provider::complete`], bounded.
+    /// [`Provider::templates`]: a field the provider built when it was mounted, so there is
+    /// nothing to bound.
+    pub(crate) fn templates(&self) -> &'a [TemplateMeta] {
+        self.provider().templates()
+    }
+
+    /// [`Provider::complete`], checked and bounded.
     pub(crate) async fn complete(&self, req: CompletionRequest) -> Result<Completion> {
-        within(self.limit, None, self.provider.complete(req)).await
+        self.check(Op::Complete, None)?;
+        within(self.limit, None, self.provider().complete(req)).await
+    }
+
+    /// [`Provider::watch`] of `uri` as `watching` runs it (in this process, or by the
+    /// cluster's watcher of the mount), checked and bounded: a source that is slow to start
+    /// a watch (the http provider fetches the upstream first) answers the timeout error
+    /// rather than holding the subscribe.
+    pub(crate) async fn watch(
+        &self,
+        watching: &dyn Watching,
+        uri: &ResourceUri,
+        sink: ChangeSink,
+    ) -> Result<WatchGuard> {
+        self.check(Op::Watch, Some(uri))?;
+        within(
+            self.limit,
+            Some(uri.as_str()),
+            watching.watch(&self.mount.name, &self.mount.provider, uri, sink),
+        )
+        .await
+    }
+
+    /// [`Provider::watch_list`] as `watching` runs it, checked and bounded.
+    pub(crate) async fn watch_list(
+        &self,
+        watching: &dyn Watching,
+        sink: ChangeSink,
+    ) -> Result<WatchGuard> {
+        self.check(Op::WatchList, None)?;
+        within(
+            self.limit,
+            None,
+            watching.watch_list(&self.mount.name, &self.mount.provider, sink),
+        )
+        .await
+    }
+
+    /// [`Provider::change_token`] of `uri`, bounded; `None` when the mount does not watch or
+    /// the token did not come in time (then a change during set-up can only be missed the
+    /// way it would be for a provider without tokens, never wrongly reported).
+    pub(crate) async fn change_token(&self, uri: &ResourceUri) -> Option<String> {
+        self.check(Op::Watch, Some(uri)).ok()?;
+        within(self.limit, Some(uri.as_str()), async {
+            Ok(self.provider().change_token(uri).await)
+        })
+        .await
+        .ok()
+        .flatten()
     }
 }
 
@@ -260,7 +381,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn item5_read_budget_waits_then_answers_server_busy() {
+    async fn read_budget_waits_then_answers_server_busy() {
         let b = std::sync::Arc::new(ReadBudget::new(100));
         let limit = Duration::from_millis(50);
         let first = b.reserve(60, limit).await.unwrap();

@@ -21,7 +21,7 @@ mod wire;
 
 pub use errors::to_mcp_error;
 pub use grant::{Grant, Identity};
-pub use handler::McpHandler;
+pub use handler::{McpHandler, Served};
 pub use registry::{ListenSlot, Notice, Registry, RegistryStats};
 pub use router::{Mount, Router, mount_addresses, mount_name};
 pub use service::{
@@ -171,7 +171,7 @@ impl ServerState {
                     },
                 })
             });
-        let registry = Registry::new(router.clone(), bus, watching);
+        let registry = Registry::new(router.clone(), bus, watching, settings.request_timeout);
         registry.set_max_watches(settings.max_watches);
         let info = handler::server_info(&settings, &router);
         let read_budget = layers::ReadBudget::new(settings.max_inflight_read_bytes);
@@ -225,7 +225,11 @@ impl ServerState {
     pub async fn ready(&self) -> Vec<(String, bool)> {
         let mut out = Vec::new();
         for m in self.router.mounts() {
-            out.push((m.provider.info().label.clone(), m.provider.ready().await));
+            let ready = layers::Layered::new(m, self.settings.request_timeout)
+                .readiness()
+                .await
+                .is_ok();
+            out.push((m.provider.info().label.clone(), ready));
         }
         out
     }

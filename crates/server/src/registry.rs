@@ -18,6 +18,7 @@ use mcpr_core::{
     ResourceUri, Result, WatchGuard, Watching,
 };
 
+use crate::layers::{Layered, Op, declares};
 use crate::router::Router;
 
 /// What a subscriber is told.
@@ -81,6 +82,8 @@ pub struct Registry {
     bus: Arc<dyn ChangeBus>,
     /// Who runs the provider watches: this process, or a cluster's watcher of the mount.
     watching: Arc<dyn Watching>,
+    /// The request timeout, bounding each watch start ([`Layered`]).
+    timeout: std::time::Duration,
     inner: Mutex<Inner>,
     /// False while list watches are being started.
     list_ready: tokio::sync::watch::Sender<bool>,
@@ -133,14 +136,20 @@ impl Drop for ListenSlot {
 }
 
 impl Registry {
-    /// A registry over `router`'s mounts, reading `bus`, with watches run by `watching`.
-    /// Starts the fan-out task.
-    pub fn new(router: Router, bus: Arc<dyn ChangeBus>, watching: Arc<dyn Watching>) -> Arc<Self> {
+    /// A registry over `router`'s mounts, reading `bus`, with watches run by `watching`, each
+    /// watch start bounded by `timeout` (the request timeout). Starts the fan-out task.
+    pub fn new(
+        router: Router,
+        bus: Arc<dyn ChangeBus>,
+        watching: Arc<dyn Watching>,
+        timeout: std::time::Duration,
+    ) -> Arc<Self> {
         let feed = bus.feed();
         let this = Arc::new(Self {
             router,
             bus,
             watching,
+            timeout,
             inner: Mutex::new(Inner::default()),
             list_ready: tokio::sync::watch::Sender::new(true),
             max_watches: AtomicUsize::new(usize::MAX),
@@ -251,21 +260,15 @@ impl Registry {
             .router
             .route(uri)
             .ok_or_else(|| Error::not_found(uri.as_str()))?;
-        if !mount.provider.info().capabilities.watch {
-            return Err(Error::unsupported(format!(
-                "{} mounts do not support subscriptions: {uri}",
-                mount.provider.info().kind
-            )));
-        }
+        let layered = Layered::new(mount, self.timeout);
+        layered.check(Op::Watch, Some(uri))?;
         // Interest first: a change the new watch reports at once must find it in place.
         let interest = self
             .bus
             .interest(&mount.name, &ChangeEvent::Updated { uri: key.clone() });
-        let guard = self
-            .watching
+        let guard = layered
             .watch(
-                &mount.name,
-                &mount.provider,
+                &*self.watching,
                 uri,
                 ChangeSink::new(self.bus.clone(), mount.name.clone()),
             )
@@ -341,7 +344,7 @@ impl Registry {
     pub async fn acquire_list_watches(&self) {
         let mut guards = Vec::new();
         for m in self.router.mounts() {
-            if !m.provider.info().capabilities.list_changed {
+            if !declares(m, Op::WatchList) {
                 continue;
             }
             let interest = self.bus.interest(
@@ -350,11 +353,9 @@ impl Registry {
                     mount: m.name.to_string(),
                 },
             );
-            match self
-                .watching
+            match Layered::new(m, self.timeout)
                 .watch_list(
-                    &m.name,
-                    &m.provider,
+                    &*self.watching,
                     ChangeSink::new(self.bus.clone(), m.name.clone()),
                 )
                 .await

@@ -19,7 +19,7 @@ use mcpr_core::{
 
 use crate::ServerState;
 use crate::grant::{Grant, Identity};
-use crate::layers::{Bounded, metered};
+use crate::layers::{Layered, Op, declares, metered};
 use crate::registry::{ListenSlot, Notice, Registry, is_over_budget, over_budget};
 use crate::router::{Mount, Router};
 
@@ -149,9 +149,9 @@ impl Drop for Subscriber {
     }
 }
 
-/// Change tokens ([`mcpr_core::Provider::change_token`]) taken when a listen is accepted,
-/// per URI, oldest first, until the listen that asked for them starts; see
-/// [`Service::accept_listen`]. Keep one per adapter instance (per handler): a listen must
+/// Change tokens ([`mcpr_core::Provider::change_token`]) taken before a listen is
+/// acknowledged, per URI, oldest first, until the listen that asked for them starts; see
+/// [`Service::prepare_listen`]. Keep one per adapter instance (per handler): a listen must
 /// claim the token taken for its own acknowledgment, or a change between two acknowledgments
 /// could be compared away.
 #[derive(Default)]
@@ -338,9 +338,16 @@ impl Service {
         &self.state
     }
 
-    /// `provider` with every call bounded by the request timeout.
-    fn bounded<'a>(&self, mount: &'a Mount) -> Bounded<'a> {
-        Bounded::new(&*mount.provider, self.state.settings.request_timeout)
+    /// `mount`'s provider behind the layer every call goes through (capability check,
+    /// request timeout).
+    fn layered<'a>(&self, mount: &'a Mount) -> Layered<'a> {
+        Layered::new(mount, self.state.settings.request_timeout)
+    }
+
+    /// The current change token of `uri` from the mount that owns it, through the layer.
+    async fn change_token(&self, uri: &ResourceUri) -> Option<String> {
+        let mount = self.state.router.route(uri)?;
+        self.layered(mount).change_token(uri).await
     }
 
     /// The mount owning `uri` if the caller may see it. A mount the caller's grant does not
@@ -435,8 +442,7 @@ impl Service {
         };
         while idx < mounts.len() {
             let mount = &mounts[idx];
-            if !mount.provider.info().capabilities.list || !visible(grant, mount) || !wanted(mount)
-            {
+            if !declares(mount, Op::List) || !visible(grant, mount) || !wanted(mount) {
                 idx += 1;
                 after = None;
                 continue;
@@ -460,7 +466,7 @@ impl Service {
             asked = true;
             let resume = after.take();
             let resumed = resume.is_some();
-            let listed = Bounded::new(&*mount.provider, budget)
+            let listed = Layered::new(mount, budget)
                 .list(PageRequest {
                     after: resume,
                     limit: page_size - out.items.len(),
@@ -644,7 +650,7 @@ impl Service {
                 .mounts()
                 .iter()
                 .filter(|m| visible(grant, m))
-                .flat_map(|m| m.provider.templates().iter().cloned())
+                .flat_map(|m| self.layered(m).templates().iter().cloned())
                 .collect();
             Ok(TemplateList {
                 templates,
@@ -679,13 +685,9 @@ impl Service {
         let mount = self
             .visible_route(grant, &uri)
             .ok_or_else(|| Error::not_found(uri.as_str()))?;
-        let info = mount.provider.info();
-        if !info.capabilities.read {
-            return Err(Error::unsupported(format!(
-                "{} mounts cannot be read",
-                info.kind
-            )));
-        }
+        let layered = self.layered(mount);
+        // Refused before the read takes any of the budget, as the layer would refuse it.
+        layered.check(Op::Read, Some(&uri))?;
         let settings = &self.state.settings;
         let limits = ReadLimits {
             max_bytes: settings.max_read_bytes,
@@ -696,12 +698,12 @@ impl Service {
             .read_budget
             .reserve(settings.max_read_bytes, settings.request_timeout)
             .await?;
-        let (contents, own) = self.bounded(mount).read(&uri, &limits).await?;
+        let out = layered.read(&uri, &limits).await?;
         // A result with hints of its own (an HTTP answer's remaining freshness) carries
         // those; the caller's grant can still only make them stricter.
         Ok(ReadOutcome {
-            contents,
-            hints: hints_for(grant, own.unwrap_or(info.cache)),
+            contents: out.contents,
+            hints: hints_for(grant, out.hints.unwrap_or(mount.provider.info().cache)),
         })
     }
 
@@ -737,15 +739,8 @@ impl Service {
                         "no resource template {template:?}; see resources/templates/list"
                     ))
                 })?;
-            let info = mount.provider.info();
-            if !info.capabilities.complete {
-                return Err(Error::unsupported(format!(
-                    "{} mounts do not complete arguments",
-                    info.kind
-                )));
-            }
             let mut done = self
-                .bounded(mount)
+                .layered(mount)
                 .complete(CompletionRequest {
                     template: template.to_owned(),
                     argument: argument.to_owned(),
@@ -819,12 +814,7 @@ impl Service {
                 .route(&uri)
                 .filter(|m| visible(grant, m))
                 .ok_or_else(|| Error::not_found(uri.as_str()))?;
-            if !mount.provider.info().capabilities.watch {
-                return Err(Error::unsupported(format!(
-                    "{} mounts do not support subscriptions: {uri}",
-                    mount.provider.info().kind
-                )));
-            }
+            self.layered(mount).check(Op::Watch, Some(&uri))?;
             let held = hub.subscriptions(session).await.map_err(hub_error)?;
             let max = self.state.settings.max_subscriptions_per_session;
             let new = !held.iter().any(|u| u == uri.as_str());
@@ -882,7 +872,7 @@ impl Service {
             .router
             .mounts()
             .iter()
-            .any(|m| m.provider.info().capabilities.list_changed)
+            .any(|m| declares(m, Op::WatchList))
     }
 
     /// Register subscriber `id` for list changes and return at once; the list watches, if
@@ -896,35 +886,56 @@ impl Service {
         }
     }
 
+    /// `uri` parsed, with its mount, if a listen accepts it: its mount declares watching.
+    fn listenable(&self, uri: &str) -> Option<(ResourceUri, &Mount)> {
+        let parsed = ResourceUri::parse(uri).ok()?;
+        let mount = self
+            .state
+            .router
+            .route(&parsed)
+            .filter(|m| declares(m, Op::Watch))?;
+        Some((parsed, mount))
+    }
+
+    /// Stash in `tokens` the current change token of each of `uris` that
+    /// [`Service::accept_listen`] will accept, before the acknowledgment of that listen goes
+    /// out: a client may change a resource the moment it sees the acknowledgment, before
+    /// [`Service::listen`] has a watch in place, and `listen` compares against these.
+    ///
+    /// Tokens come from the providers through the layer (asynchronously: for files a `stat`
+    /// on the blocking pool), which is why this is apart from the synchronous
+    /// `accept_listen` that rmcp's `accepted_subscription_filter` calls.
+    pub async fn prepare_listen(&self, uris: &[String], tokens: &ChangeTokens) {
+        let max = self.state.settings.max_subscriptions_per_session;
+        // All at once: each token is bounded by the request timeout, and so, together, are
+        // they, however many URIs a listen names.
+        let taken = futures::future::join_all(
+            uris.iter()
+                .take(max)
+                .filter_map(|u| self.listenable(u))
+                .map(|(parsed, mount)| async move {
+                    let token = self.layered(mount).change_token(&parsed).await;
+                    (parsed, token)
+                }),
+        )
+        .await;
+        for (parsed, token) in taken {
+            tokens.stash(&parsed, token);
+        }
+    }
+
     /// Which of `uris` a listen about to be acknowledged will watch: at most
     /// `max_subscriptions_per_session` of them, owned by a mount that declares watching; the
-    /// rest are removed, so the acknowledgment tells the client what is honoured.
-    ///
-    /// This runs before the acknowledgment goes out, and a client may change a resource the
-    /// moment it sees it, before [`Service::listen`] has a watch in place; so the current
-    /// change token of each accepted URI is stashed in `tokens`, for `listen` to compare.
-    pub fn accept_listen(&self, uris: &mut Vec<String>, tokens: &ChangeTokens) {
+    /// rest are removed, so the acknowledgment tells the client what is honoured. Their
+    /// change tokens were taken by [`Service::prepare_listen`].
+    pub fn accept_listen(&self, uris: &mut Vec<String>) {
         uris.truncate(self.state.settings.max_subscriptions_per_session);
-        uris.retain(|u| {
-            let Ok(parsed) = ResourceUri::parse(u) else {
-                return false;
-            };
-            let Some(mount) = self
-                .state
-                .router
-                .route(&parsed)
-                .filter(|m| m.provider.info().capabilities.watch)
-            else {
-                return false;
-            };
-            tokens.stash(&parsed, mount.provider.change_token(&parsed));
-            true
-        });
+        uris.retain(|u| self.listenable(u).is_some());
     }
 
     /// Start a listen for a caller holding `grant`, known as `client` (`None` for the one
     /// peer of stdio): watch `uris` (as accepted by [`Service::accept_listen`], with `tokens`
-    /// from it) and, with `list_changed`, the list.
+    /// from [`Service::prepare_listen`]) and, with `list_changed`, the list.
     ///
     /// Refused, with an error naming the setting, when `client` already holds
     /// `max_listen_streams_per_client` listens, or when watching `uris` would take the server
@@ -953,8 +964,6 @@ impl Service {
         let (subscriber, notices) = self.add_subscriber(grant);
         let id = subscriber.id();
         let router = &self.state.router;
-        let current =
-            |uri: &ResourceUri| router.route(uri).and_then(|m| m.provider.change_token(uri));
         let mut before = Vec::new();
         for uri in uris {
             let Ok(parsed) = ResourceUri::parse(uri) else {
@@ -964,7 +973,10 @@ impl Service {
             if router.route(&parsed).is_some_and(|m| !visible(grant, m)) {
                 continue;
             }
-            let token = token.unwrap_or_else(|| current(&parsed));
+            let token = match token {
+                Some(t) => t,
+                None => self.change_token(&parsed).await,
+            };
             before.push((parsed, token));
         }
         let fresh_list = list_changed && registry.add_list_listener(id).await;
@@ -979,7 +991,7 @@ impl Service {
                 tracing::debug!(uri = %parsed, error = %e, "listen: cannot watch");
                 continue;
             }
-            if token.is_some() && current(&parsed) != token {
+            if token.is_some() && self.change_token(&parsed).await != token {
                 initial.push_back(Notice::Updated(parsed.as_str().to_owned()));
             }
         }

@@ -25,14 +25,15 @@ impl Provider for GateProvider {
         &self.info
     }
 
-    async fn read(&self, uri: &ResourceUri, _limits: &ReadLimits) -> Result<Vec<Contents>> {
+    async fn read(&self, uri: &ResourceUri, _limits: &ReadLimits) -> Result<mcpr_core::ReadOutput> {
         self.gate.acquire().await.unwrap().forget();
         Ok(vec![Contents {
             uri: uri.as_str().to_owned(),
             mime_type: None,
             body: ContentsBody::Text("done".into()),
             meta: None,
-        }])
+        }]
+        .into())
     }
 }
 

@@ -89,7 +89,7 @@ impl Provider for NotesProvider {
         Ok(Page::from_lookahead(items, page.limit))
     }
 
-    async fn read(&self, uri: &ResourceUri, _limits: &ReadLimits) -> Result<Vec<Contents>> {
+    async fn read(&self, uri: &ResourceUri, _limits: &ReadLimits) -> Result<mcpr_core::ReadOutput> {
         let name = uri.as_str().strip_prefix("note://").unwrap_or_default();
         if name.is_empty() || name.contains('/') {
             return Err(Error::not_found(uri.as_str()));
@@ -101,7 +101,8 @@ impl Provider for NotesProvider {
             mime_type: Some("text/plain".into()),
             body: ContentsBody::Text(text),
             meta: None,
-        }])
+        }]
+        .into())
     }
 
     fn templates(&self) -> &[TemplateMeta] {
@@ -448,7 +449,8 @@ async fn a_change_between_a_listens_acceptance_and_its_start_is_reported_first()
 
     // Only URIs of a mount that declares watching are accepted (notes do not).
     let mut uris = vec![watched.clone(), "note://n0".into(), "not a uri".into()];
-    service.accept_listen(&mut uris, &tokens);
+    service.prepare_listen(&uris, &tokens).await;
+    service.accept_listen(&mut uris);
     assert_eq!(uris, std::slice::from_ref(&watched));
 
     // The client changes the resource the moment it sees the acknowledgment, before the

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use mcpr_core::{
     Capabilities, Contents, ContentsBody, Error, ErrorKind, Page, PageRequest, Provider,
-    ProviderInfo, ReadLimits, ResourceMeta, ResourceUri, Result,
+    ProviderInfo, ReadLimits, ReadOutput, ResourceMeta, ResourceUri, Result,
 };
 use mcpr_testkit::{Fixture, run_suite};
 
@@ -101,7 +101,7 @@ impl Provider for Mem {
         Ok(out)
     }
 
-    async fn read(&self, uri: &ResourceUri, limits: &ReadLimits) -> Result<Vec<Contents>> {
+    async fn read(&self, uri: &ResourceUri, limits: &ReadLimits) -> Result<ReadOutput> {
         let mut bytes = self
             .items
             .get(uri.as_str())
@@ -122,10 +122,11 @@ impl Provider for Mem {
             mime_type: None,
             body: ContentsBody::Text(String::from_utf8(bytes).unwrap()),
             meta: None,
-        }])
+        }]
+        .into())
     }
 
-    fn change_token(&self, _uri: &ResourceUri) -> Option<String> {
+    async fn change_token(&self, _uri: &ResourceUri) -> Option<String> {
         (self.fault == Fault::TokenWithoutSaying).then(|| "t".into())
     }
 }

@@ -218,7 +218,9 @@ pub const BIG: ReadLimits = ReadLimits {
 };
 
 pub async fn read(p: &GitProvider, uri: &str) -> mcpr_core::Result<Vec<mcpr_core::Contents>> {
-    p.read(&ResourceUri::parse(uri).unwrap(), &BIG).await
+    p.read(&ResourceUri::parse(uri).unwrap(), &BIG)
+        .await
+        .map(|r| r.contents)
 }
 
 /// The text at `uri`; panics on an error or a blob.

@@ -30,7 +30,8 @@ pub async fn read_raw(p: &SqlProvider, uri: &str) -> mcpr_core::Result<String> {
                 max_bytes: 64 << 20,
             },
         )
-        .await?;
+        .await?
+        .contents;
     let ContentsBody::Text(t) = &c[0].body else {
         panic!("db:// results are text")
     };

@@ -370,7 +370,9 @@ async fn readyz(State(ops): State<Arc<Ops>>, headers: http::HeaderMap) -> Respon
     let mut all = true;
     let mut body = String::new();
     for m in ops.state.router().mounts() {
-        let readiness = m.provider.readiness().await;
+        let readiness = crate::layers::Layered::new(m, ops.state.settings().request_timeout)
+            .readiness()
+            .await;
         all &= readiness.is_ok();
         if let Some(grant) = &grant
             && grant.as_ref().is_none_or(|g| g.allows(m.scope.as_deref()))

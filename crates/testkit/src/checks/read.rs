@@ -24,7 +24,8 @@ pub(crate) async fn check_reads(provider: &dyn Provider, fixture: &dyn Fixture) 
         let contents = provider
             .read(&parse(&uri), &GENEROUS)
             .await
-            .unwrap_or_else(|e| panic!("read {uri}: {e}"));
+            .unwrap_or_else(|e| panic!("read {uri}: {e}"))
+            .contents;
         assert_eq!(contents.len(), 1, "read {uri}: one content item");
         assert_eq!(
             contents[0].uri, uri,
@@ -80,7 +81,7 @@ pub(crate) async fn check_too_large(provider: &dyn Provider, fixture: &dyn Fixtu
                 "too large: read {uri} ({size} bytes) with a limit of {} bytes must answer \
                  TooLarge, got {} bytes as if whole",
                 size - 1,
-                c.first().map_or(0, |c| body_bytes(c).len())
+                c.contents.first().map_or(0, |c| body_bytes(c).len())
             ),
             Err(e) => {
                 assert_eq!(
@@ -108,7 +109,7 @@ pub(crate) async fn check_too_large(provider: &dyn Provider, fixture: &dyn Fixtu
         let exact = ReadLimits { max_bytes: size };
         match provider.read(&parsed, &exact).await {
             Ok(c) => assert_eq!(
-                body_bytes(&c[0]),
+                body_bytes(&c.contents[0]),
                 bytes,
                 "too large: read {uri} at a limit of its size {size}: bytes differ"
             ),

@@ -26,7 +26,7 @@ fn first_uri(fixture: &dyn Fixture) -> String {
 pub(crate) async fn check_change_token(provider: &dyn Provider, fixture: &dyn Fixture) {
     if !fixture.change_tokens() {
         for (uri, _) in fixture.expected() {
-            let t = provider.change_token(&parse(&uri));
+            let t = provider.change_token(&parse(&uri)).await;
             assert!(
                 t.is_none(),
                 "change_token: the fixture says the provider has no tokens, yet {uri} has \
@@ -39,15 +39,16 @@ pub(crate) async fn check_change_token(provider: &dyn Provider, fixture: &dyn Fi
     let parsed = parse(&uri);
     let before = provider
         .change_token(&parsed)
+        .await
         .unwrap_or_else(|| panic!("change_token: {uri} must have a token (fixture says so)"));
-    let again = provider.change_token(&parsed);
+    let again = provider.change_token(&parsed).await;
     assert_eq!(
         again.as_ref(),
         Some(&before),
         "change_token: {uri} unchanged must keep its token"
     );
     fixture.modify(&uri).await;
-    let after = provider.change_token(&parsed);
+    let after = provider.change_token(&parsed).await;
     assert!(
         after.is_some() && after.as_ref() != Some(&before),
         "change_token: {uri} must get a different token after it changed (before {before:?}, \
