@@ -1,5 +1,6 @@
 //! The behaviour that wraps every operation rather than living inside one: the layer around
-//! each provider call ([`Layered`]: capability check and request timeout), the request
+//! each provider call ([`Layered`]: capability check, request timeout and the per-mount
+//! call counts `mcp_provider_calls_total`), the request
 //! metrics around each service operation ([`metered`]), and the memory budget of reads in
 //! progress ([`ReadBudget`]).
 //!
@@ -70,10 +71,36 @@ fn unsupported(mount: &Mount, op: Op, uri: Option<&ResourceUri>) -> Error {
     Error::unsupported(message)
 }
 
+/// The positions in [`crate::metrics::PROVIDER_OPS`] of the calls the layer counts.
+mod call {
+    pub(super) const LIST: usize = 0;
+    pub(super) const READ: usize = 1;
+    pub(super) const COMPLETE: usize = 2;
+    pub(super) const WATCH: usize = 3;
+    pub(super) const WATCH_LIST: usize = 4;
+    pub(super) const CHANGE_TOKEN: usize = 5;
+    pub(super) const READINESS: usize = 6;
+}
+
+/// The position of "unsupported" in [`crate::metrics::PROVIDER_OUTCOMES`].
+const UNSUPPORTED: usize = 2;
+
+/// The position in [`crate::metrics::PROVIDER_OUTCOMES`] of how a call ended.
+fn outcome<T>(r: &Result<T>) -> usize {
+    match r {
+        Ok(_) => 0,
+        Err(e) => match e.kind {
+            ErrorKind::Unsupported => UNSUPPORTED,
+            ErrorKind::Timeout => 3,
+            _ => 1,
+        },
+    }
+}
+
 /// One mount's provider as the server may call it: each call refused unless the mount
-/// declares it, and bounded by the request timeout (`[server] request_timeout_ms`), so a
-/// stuck source answers a clear error instead of holding the request, and its client,
-/// forever.
+/// declares it, bounded by the request timeout (`[server] request_timeout_ms`), so a stuck
+/// source answers a clear error instead of holding the request, and its client, forever;
+/// and counted per mount, operation and outcome (`mcp_provider_calls_total`).
 pub(crate) struct Layered<'a> {
     mount: &'a Mount,
     limit: Duration,
@@ -89,32 +116,60 @@ impl<'a> Layered<'a> {
         &*self.mount.provider
     }
 
-    /// `Ok` when the mount declares `op`, else the one "unsupported" refusal.
+    /// `Ok` when the mount declares `op`, else the one "unsupported" refusal, counted as a
+    /// refused call of `op` (callers that refuse early, before taking a read budget or a
+    /// subscription slot, check here first; the call that follows is then not refused again).
     pub(crate) fn check(&self, op: Op, uri: Option<&ResourceUri>) -> Result<()> {
+        let n = match op {
+            Op::List => call::LIST,
+            Op::Read => call::READ,
+            Op::Complete => call::COMPLETE,
+            Op::Watch => call::WATCH,
+            Op::WatchList => call::WATCH_LIST,
+        };
+        self.checked(op, n, uri)
+    }
+
+    /// `Ok` when the mount declares `op`, else the refusal, counted as call `n`'s.
+    fn checked(&self, op: Op, n: usize, uri: Option<&ResourceUri>) -> Result<()> {
         if declares(self.mount, op) {
-            Ok(())
-        } else {
-            Err(unsupported(self.mount, op, uri))
+            return Ok(());
         }
+        self.mount.calls.record(n, UNSUPPORTED);
+        Err(unsupported(self.mount, op, uri))
+    }
+
+    /// `fut`, call `n` of the provider, bounded by the request timeout and counted.
+    async fn bounded<T>(
+        &self,
+        n: usize,
+        uri: Option<&str>,
+        fut: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let r = within(self.limit, uri, fut).await;
+        self.mount.calls.record(n, outcome(&r));
+        r
     }
 
     /// [`Provider::readiness`], bounded: a source that does not say in time whether it can
     /// serve is not ready, with the timeout error as the reason.
     pub(crate) async fn readiness(&self) -> Result<()> {
-        within(self.limit, None, self.provider().readiness()).await
+        self.bounded(call::READINESS, None, self.provider().readiness())
+            .await
     }
 
     /// [`Provider::list`], checked and bounded.
     pub(crate) async fn list(&self, page: PageRequest) -> Result<Page<ResourceMeta>> {
-        self.check(Op::List, None)?;
-        within(self.limit, None, self.provider().list(page)).await
+        self.checked(Op::List, call::LIST, None)?;
+        self.bounded(call::LIST, None, self.provider().list(page))
+            .await
     }
 
     /// [`Provider::read`], checked and bounded; a timeout names `uri`.
     pub(crate) async fn read(&self, uri: &ResourceUri, limits: &ReadLimits) -> Result<ReadOutput> {
-        self.check(Op::Read, Some(uri))?;
-        within(
-            self.limit,
+        self.checked(Op::Read, call::READ, Some(uri))?;
+        self.bounded(
+            call::READ,
             Some(uri.as_str()),
             self.provider().read(uri, limits),
         )
@@ -129,8 +184,9 @@ impl<'a> Layered<'a> {
 
     /// [`Provider::complete`], checked and bounded.
     pub(crate) async fn complete(&self, req: CompletionRequest) -> Result<Completion> {
-        self.check(Op::Complete, None)?;
-        within(self.limit, None, self.provider().complete(req)).await
+        self.checked(Op::Complete, call::COMPLETE, None)?;
+        self.bounded(call::COMPLETE, None, self.provider().complete(req))
+            .await
     }
 
     /// [`Provider::watch`] of `uri` as `watching` runs it (in this process, or by the
@@ -143,9 +199,9 @@ impl<'a> Layered<'a> {
         uri: &ResourceUri,
         sink: ChangeSink,
     ) -> Result<WatchGuard> {
-        self.check(Op::Watch, Some(uri))?;
-        within(
-            self.limit,
+        self.checked(Op::Watch, call::WATCH, Some(uri))?;
+        self.bounded(
+            call::WATCH,
             Some(uri.as_str()),
             watching.watch(&self.mount.name, &self.mount.provider, uri, sink),
         )
@@ -158,9 +214,9 @@ impl<'a> Layered<'a> {
         watching: &dyn Watching,
         sink: ChangeSink,
     ) -> Result<WatchGuard> {
-        self.check(Op::WatchList, None)?;
-        within(
-            self.limit,
+        self.checked(Op::WatchList, call::WATCH_LIST, None)?;
+        self.bounded(
+            call::WATCH_LIST,
             None,
             watching.watch_list(&self.mount.name, &self.mount.provider, sink),
         )
@@ -171,8 +227,9 @@ impl<'a> Layered<'a> {
     /// the token did not come in time (then a change during set-up can only be missed the
     /// way it would be for a provider without tokens, never wrongly reported).
     pub(crate) async fn change_token(&self, uri: &ResourceUri) -> Option<String> {
-        self.check(Op::Watch, Some(uri)).ok()?;
-        within(self.limit, Some(uri.as_str()), async {
+        self.checked(Op::Watch, call::CHANGE_TOKEN, Some(uri))
+            .ok()?;
+        self.bounded(call::CHANGE_TOKEN, Some(uri.as_str()), async {
             Ok(self.provider().change_token(uri).await)
         })
         .await

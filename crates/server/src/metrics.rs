@@ -228,6 +228,83 @@ impl ListSkips {
     }
 }
 
+/// The provider operations [`crate::layers::Layered`] counts, in label order.
+pub const PROVIDER_OPS: &[&str] = &[
+    "list",
+    "read",
+    "complete",
+    "watch",
+    "watch_list",
+    "change_token",
+    "readiness",
+];
+
+/// How a provider call ended: answered, failed, refused by the layer because the mount does
+/// not declare it, or cut off at the request timeout.
+pub const PROVIDER_OUTCOMES: &[&str] = &["ok", "error", "unsupported", "timeout"];
+
+/// One mount's provider calls by operation and outcome
+/// (`mcp_provider_calls_total{mount,op,outcome}`), counted by the layer every call goes
+/// through, so a source that times out or fails shows on its own mount rather than only in
+/// the request totals of whatever method reached it.
+pub struct ProviderCalls {
+    counts: Vec<AtomicU64>,
+}
+
+impl Default for ProviderCalls {
+    fn default() -> Self {
+        Self {
+            counts: (0..PROVIDER_OPS.len() * PROVIDER_OUTCOMES.len())
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+        }
+    }
+}
+
+impl ProviderCalls {
+    /// Count one call of operation number `op` ([`PROVIDER_OPS`]) that ended with outcome
+    /// number `outcome` ([`PROVIDER_OUTCOMES`]).
+    pub(crate) fn record(&self, op: usize, outcome: usize) {
+        if let Some(c) = self.counts.get(op * PROVIDER_OUTCOMES.len() + outcome) {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// How many calls of `op` ended with `outcome` (for tests and health checks).
+    pub fn count(&self, op: &str, outcome: &str) -> u64 {
+        let (Some(o), Some(r)) = (
+            PROVIDER_OPS.iter().position(|&x| x == op),
+            PROVIDER_OUTCOMES.iter().position(|&x| x == outcome),
+        ) else {
+            return 0;
+        };
+        self.counts[o * PROVIDER_OUTCOMES.len() + r].load(Ordering::Relaxed)
+    }
+}
+
+/// Append `mcp_provider_calls_total`, one series per mount, operation and outcome, in
+/// Prometheus text format.
+pub fn render_provider_calls<'a>(
+    mounts: impl IntoIterator<Item = (&'a str, &'a ProviderCalls)>,
+    out: &mut String,
+) {
+    out.push_str("# HELP mcp_provider_calls_total Calls the server made to a mount's provider, by operation and outcome (unsupported: refused before the provider was asked; timeout: cut off at request_timeout_ms).
+# TYPE mcp_provider_calls_total counter
+");
+    for (mount, calls) in mounts {
+        let mount = escape_label(mount);
+        for (o, op) in PROVIDER_OPS.iter().enumerate() {
+            for (r, outcome) in PROVIDER_OUTCOMES.iter().enumerate() {
+                let n = calls.counts[o * PROVIDER_OUTCOMES.len() + r].load(Ordering::Relaxed);
+                let _ = writeln!(
+                    out,
+                    "mcp_provider_calls_total{{mount=\"{mount}\",op=\"{op}\",outcome=\"{outcome}\"}} {n}"
+                );
+            }
+        }
+    }
+}
+
 /// The outcome label of a JSON-RPC error code.
 pub fn outcome_of(code: i32) -> &'static str {
     match code {

@@ -16,6 +16,8 @@ pub struct Mount {
     pub provider: Arc<dyn Provider>,
     /// The token scope a caller needs to see this mount over HTTP; `None` for everyone.
     pub scope: Option<String>,
+    /// The calls made to `provider`, counted by the layer they all go through.
+    pub calls: Arc<crate::metrics::ProviderCalls>,
 }
 
 /// The name on the change bus of the mount at position `index` served by `provider`: its
@@ -78,6 +80,7 @@ impl Router {
                 name: mount_name(i, &*provider).into(),
                 provider,
                 scope,
+                calls: Default::default(),
             })
             .collect();
         let mut prefixes: Vec<(String, u32)> = mounts

@@ -110,6 +110,10 @@ async fn a_watch_that_never_starts_does_not_hold_a_subscribe_past_the_timeout() 
     // Nothing is held for a watch that did not start.
     let stats = service.state().registry().stats();
     assert_eq!((stats.watched_uris, stats.subscriptions), (0, 0));
+    // The layer counted the call on its mount, as cut off.
+    let calls = &service.state().router().mounts()[0].calls;
+    assert_eq!(calls.count("watch", "timeout"), 1);
+    assert_eq!(calls.count("watch", "ok"), 0);
 }
 
 #[tokio::test]
@@ -173,6 +177,8 @@ async fn an_undeclared_operation_is_refused_by_the_layer_before_the_provider_is_
         err.message,
         "quiet mounts do not support subscriptions: quiet://a"
     );
+    let calls = &service.state().router().mounts()[0].calls;
+    assert_eq!(calls.count("watch", "unsupported"), 1);
     // A listen does not accept its URIs, and takes no token for them.
     let tokens = ChangeTokens::default();
     let mut uris = vec!["quiet://a".to_owned()];

@@ -419,6 +419,14 @@ async fn metrics(State(ops): State<Arc<Ops>>, headers: http::HeaderMap) -> Respo
     let mut out = String::new();
     ops.state.metrics().render(&mut out);
     ops.state.list_skips().render(&mut out);
+    crate::metrics::render_provider_calls(
+        ops.state
+            .router()
+            .mounts()
+            .iter()
+            .map(|m| (&*m.name, &*m.calls)),
+        &mut out,
+    );
     let mounts: Vec<_> = ops
         .state
         .router()
