@@ -31,6 +31,7 @@ pub use provider::{
     CacheHints, CacheScope, Completion, CompletionRequest, Contents, ContentsBody, Counter, Page,
     PageRequest, Provider, ProviderInfo, ReadLimits, ResourceMeta, TemplateMeta, template_index,
 };
+pub use provider::{DIRECTORY_MIME_TYPE, not_a_directory};
 pub use template::UriTemplate;
 pub use uri::ResourceUri;
 pub use window::Window;

@@ -36,6 +36,8 @@ use crate::router::Router;
 use crate::service::{ChangeTokens, CompletionRef, Service, Subscriber};
 use crate::{ServerState, Settings};
 
+mod skills;
+
 /// The capabilities and identity announced by `initialize` and `server/discover`.
 pub(crate) fn server_info(settings: &Settings, router: &Router) -> ServerConfig {
     let any = |f: fn(&mcpr_core::Capabilities) -> bool| {
@@ -508,6 +510,14 @@ impl ServerHandler for McpHandler {
                 .await
         })
         .await
+    }
+
+    async fn read_resource_directory(
+        &self,
+        request: rmcp::model::ReadResourceDirectoryRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        Box::pin(self.do_read_resource_directory(request, ctx)).await
     }
 
     async fn complete(

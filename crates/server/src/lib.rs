@@ -22,6 +22,7 @@ pub use errors::to_mcp_error;
 pub use handler::McpHandler;
 pub use registry::{ListenSlot, Notice, Registry, RegistryStats};
 pub use router::{Mount, Router, mount_addresses, mount_name};
+pub use service::DirectoryPage;
 pub use service::{
     ChangeTokens, CompletionRef, ListPage, Listen, MAX_COMPLETION_VALUES, ReadOutcome,
     SCAN_MAX_PAGES, SCAN_MAX_TIME, ScanPage, Service, SkippedMount, Subscriber, TemplateList,

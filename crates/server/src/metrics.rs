@@ -17,6 +17,7 @@ pub const METHODS: &[&str] = &[
     "resources/unsubscribe",
     "subscriptions/listen",
     "completion/complete",
+    "resources/directory/read",
     "other",
 ];
 

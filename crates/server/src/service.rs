@@ -24,6 +24,9 @@ use crate::layers::{Bounded, metered};
 use crate::registry::{ListenSlot, Notice, Registry, is_over_budget, over_budget};
 use crate::router::{Mount, Router};
 
+mod directory;
+pub use directory::DirectoryPage;
+
 /// Position tag in a cursor: resume at the start of the mount, or after a provider position.
 const AT_START: u8 = 0;
 const AFTER: u8 = 1;
