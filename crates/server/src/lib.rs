@@ -15,6 +15,7 @@ mod params;
 mod registry;
 mod router;
 mod service;
+pub mod skills;
 pub mod stdio;
 mod tools;
 
