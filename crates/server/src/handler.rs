@@ -512,6 +512,22 @@ impl ServerHandler for McpHandler {
         .await
     }
 
+    async fn list_skills(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListSkillsResult, ErrorData> {
+        Box::pin(self.do_list_skills(request, ctx)).await
+    }
+
+    async fn get_skill(
+        &self,
+        request: rmcp::model::GetSkillRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetSkillResult, ErrorData> {
+        Box::pin(self.do_get_skill(request, ctx)).await
+    }
+
     async fn read_resource_directory(
         &self,
         request: rmcp::model::ReadResourceDirectoryRequestParams,

@@ -23,12 +23,12 @@ pub use errors::to_mcp_error;
 pub use handler::McpHandler;
 pub use registry::{ListenSlot, Notice, Registry, RegistryStats};
 pub use router::{Mount, Router, mount_addresses, mount_name};
-pub use service::DirectoryPage;
 pub use service::{
     ChangeTokens, CompletionRef, ListPage, Listen, MAX_COMPLETION_VALUES, ReadOutcome,
     SCAN_MAX_PAGES, SCAN_MAX_TIME, ScanPage, Service, SkippedMount, Subscriber, TemplateList,
     UNAVAILABLE_META_KEY,
 };
+pub use service::{DirectoryPage, SkillsPage};
 
 use std::sync::Arc;
 
@@ -67,6 +67,8 @@ pub struct Settings {
     /// also declares `tools` and offers the resource operations as tools, for clients that
     /// use only tools.
     pub tools: bool,
+    /// The mounts that carry skills (SEP-2640), with their settings.
+    pub skills: Vec<skills::SkillsSetting>,
 }
 
 impl Default for Settings {
@@ -82,6 +84,7 @@ impl Default for Settings {
             max_listen_streams_per_client: 64,
             max_watches: 100_000,
             tools: false,
+            skills: Vec::new(),
         }
     }
 }
@@ -106,6 +109,8 @@ pub struct ServerState {
     /// Cancelled when an HTTP shutdown's grace period is over: reads still running then
     /// answer a clear error instead of being cut off with their connection.
     pub(crate) reads_cut: tokio_util::sync::CancellationToken,
+    /// The skills catalog, when a mount carries skills.
+    pub(crate) skills: Option<Arc<skills::Catalog>>,
 }
 
 impl ServerState {
@@ -176,7 +181,9 @@ impl ServerState {
         } else {
             Vec::new()
         };
+        let skills = skills::catalog_for(&settings, &router);
         Arc::new(Self {
+            skills,
             tools,
             read_budget,
             settings,

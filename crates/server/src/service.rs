@@ -25,7 +25,9 @@ use crate::registry::{ListenSlot, Notice, Registry, is_over_budget, over_budget}
 use crate::router::{Mount, Router};
 
 mod directory;
+mod skills;
 pub use directory::DirectoryPage;
+pub use skills::SkillsPage;
 
 /// Position tag in a cursor: resume at the start of the mount, or after a provider position.
 const AT_START: u8 = 0;
@@ -638,7 +640,7 @@ impl Service {
         let read = metered(
             &self.state.metrics,
             "resources/read",
-            self.read_uri(grant, uri),
+            self.read_any(grant, uri),
         );
         tokio::select! {
             r = read => r,

@@ -72,6 +72,7 @@ fn files(root: &Path) -> Arc<dyn Provider> {
 fn source(p: &Arc<dyn Provider>, root: &Path, folder: &str, prefix: &str) -> SkillSource {
     SkillSource {
         mount: "files".into(),
+        index: 0,
         provider: p.clone(),
         root: format!("{}/{folder}", encode_path_uri(root)),
         prefix: prefix.into(),

@@ -34,8 +34,10 @@ const DIR_PAGE: usize = 1000;
 
 /// One mount's skills folder.
 pub struct SkillSource {
-    /// The mount (for logs; the service maps it to its router index).
+    /// The mount's name, for logs.
     pub mount: String,
+    /// The mount's index in the router (scopes apply per mount).
+    pub index: u32,
     /// The mount's provider.
     pub provider: Arc<dyn Provider>,
     /// The URI of the skills folder in the mount, as a directory read takes it.
@@ -114,6 +116,8 @@ pub struct Catalog {
     read_limit: u64,
     cache: Mutex<HashMap<String, Hashed>>,
     warned: Mutex<HashSet<String>>,
+    /// The last listing, for resolving `skill://` URIs without walking again.
+    snapshot: Mutex<Arc<Vec<SkillEntry>>>,
     /// Counters.
     pub stats: CatalogStats,
 }
@@ -163,6 +167,7 @@ impl Catalog {
             read_limit,
             cache: Mutex::new(HashMap::new()),
             warned: Mutex::new(HashSet::new()),
+            snapshot: Mutex::new(Arc::new(Vec::new())),
             stats: CatalogStats::default(),
         }
     }
@@ -462,17 +467,28 @@ impl Catalog {
                 }
             }
         }
-        by_uri.into_values().collect()
+        let skills: Vec<SkillEntry> = by_uri.into_values().collect();
+        *self.snapshot.lock().expect("snapshot lock") = Arc::new(skills.clone());
+        skills
     }
 
     /// The source and mount URI behind `skill_uri` (a `skill://` URI of a skill's file or
     /// folder) as the current catalog has it, or not found.
     pub async fn resolve(&self, skill_uri: &str) -> Result<(usize, String)> {
-        for entry in self.skills().await {
-            if let Some(f) = entry.files.iter().find(|f| f.uri == skill_uri) {
-                return Ok((entry.source, f.target.clone()));
-            }
+        let find = |skills: &[SkillEntry]| {
+            skills.iter().find_map(|entry| {
+                entry
+                    .files
+                    .iter()
+                    .find(|f| f.uri == skill_uri)
+                    .map(|f| (entry.source, f.target.clone()))
+            })
+        };
+        let known = self.snapshot.lock().expect("snapshot lock").clone();
+        if let Some(found) = find(&known) {
+            return Ok(found);
         }
-        Err(Error::not_found(skill_uri))
+        // Not in the last listing: maybe new since; look again once.
+        find(&self.skills().await).ok_or_else(|| Error::not_found(skill_uri))
     }
 }

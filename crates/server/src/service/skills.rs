@@ -1,0 +1,150 @@
+//! SEP-2640 skills in protocol-neutral terms: `skills/list` pages with our signed cursors,
+//! `skills/get`, and reads of `skill://` URIs through the mount that holds the bytes (with
+//! every rule of that mount, and the caller's scopes).
+
+use mcpr_core::{CacheHints, Error, PageCursor, Result};
+use rmcp::model::Skill;
+
+use super::{ReadOutcome, Service, hints_for, invalid_cursor, visible};
+use crate::http::Grant;
+use crate::skills::SkillEntry;
+use crate::skills::catalog::SKILL_SCHEME;
+
+/// Position tag of a `skills/list` cursor (listing cursors use 0 and 1, directory reads 2).
+const IN_SKILLS: u8 = 3;
+
+/// One page of `skills/list`.
+#[derive(Debug, Clone)]
+pub struct SkillsPage {
+    /// The skills, by URI.
+    pub skills: Vec<Skill>,
+    /// The signed cursor of the next page, `None` after the last.
+    pub next_cursor: Option<String>,
+    /// Cache hints for this caller.
+    pub hints: CacheHints,
+}
+
+impl Service {
+    /// Whether the server has a skills catalog (a mount carries skills).
+    pub fn has_skills(&self) -> bool {
+        self.state.skills.is_some()
+    }
+
+    /// The catalog's skills a caller holding `grant` may see (the mounts its scopes cover).
+    async fn visible_skills(&self, grant: Option<&Grant>) -> Vec<SkillEntry> {
+        let Some(catalog) = &self.state.skills else {
+            return Vec::new();
+        };
+        let mounts = self.state.router.mounts();
+        let sources = catalog.sources();
+        catalog
+            .skills()
+            .await
+            .into_iter()
+            .filter(|s| {
+                mounts
+                    .get(sources[s.source].index as usize)
+                    .is_some_and(|m| visible(grant, m))
+            })
+            .collect()
+    }
+
+    /// The cache hints of skills results: the strictest over the mounts carrying skills.
+    fn skills_hints(&self, grant: Option<&Grant>) -> CacheHints {
+        hints_for(grant, self.state.list_cache)
+    }
+
+    /// One page of the skills a caller holding `grant` may see, from `cursor`.
+    pub async fn list_skills(
+        &self,
+        grant: Option<&Grant>,
+        cursor: Option<&str>,
+    ) -> Result<SkillsPage> {
+        let after = match cursor {
+            None => None,
+            Some(c) => {
+                let pc = self
+                    .state
+                    .codec
+                    .decode(c)
+                    .map_err(|e| invalid_cursor(&e.to_string()))?;
+                match pc.position.split_first() {
+                    Some((&IN_SKILLS, rest)) if pc.mount == 0 => Some(
+                        String::from_utf8(rest.to_vec())
+                            .map_err(|_| invalid_cursor("unknown position"))?,
+                    ),
+                    _ => return Err(invalid_cursor("it does not continue skills/list")),
+                }
+            }
+        };
+        let size = self.state.settings.page_size.max(1);
+        let mut rest: Vec<SkillEntry> = self
+            .visible_skills(grant)
+            .await
+            .into_iter()
+            .filter(|s| after.as_ref().is_none_or(|a| s.uri.as_str() > a.as_str()))
+            .collect();
+        let next_cursor = if rest.len() > size {
+            rest.truncate(size);
+            rest.last().map(|last| {
+                let mut position = vec![IN_SKILLS];
+                position.extend_from_slice(last.uri.as_bytes());
+                self.state.codec.encode(&PageCursor { mount: 0, position })
+            })
+        } else {
+            None
+        };
+        Ok(SkillsPage {
+            skills: rest.iter().map(SkillEntry::to_skill).collect(),
+            next_cursor,
+            hints: self.skills_hints(grant),
+        })
+    }
+
+    /// The skill whose `SKILL.md` is `uri`, for a caller holding `grant`; invalid params
+    /// (-32602, as SEP-2640 asks) when there is none it may see.
+    pub async fn get_skill(&self, grant: Option<&Grant>, uri: &str) -> Result<(Skill, CacheHints)> {
+        self.visible_skills(grant)
+            .await
+            .iter()
+            .find(|s| s.uri == uri)
+            .map(|s| (s.to_skill(), self.skills_hints(grant)))
+            .ok_or_else(|| {
+                Error::invalid_params(format!("no skill is served at {uri}")).with_uri(uri)
+            })
+    }
+
+    /// Read `raw`: a `skill://` URI through the mount holding its bytes, named as asked;
+    /// any other URI as [`Service::read`] reads it.
+    pub(super) async fn read_any(&self, grant: Option<&Grant>, raw: &str) -> Result<ReadOutcome> {
+        let Some(catalog) = self
+            .state
+            .skills
+            .as_ref()
+            .filter(|_| raw.starts_with(SKILL_SCHEME))
+        else {
+            return self.read_uri(grant, raw).await;
+        };
+        let (source, target) = catalog.resolve(raw).await?;
+        let index = catalog.sources()[source].index as usize;
+        if !self
+            .state
+            .router
+            .mounts()
+            .get(index)
+            .is_some_and(|m| visible(grant, m))
+        {
+            return Err(Error::not_found(raw));
+        }
+        let mut out = self.read_uri(grant, &target).await.map_err(|mut e| {
+            if e.uri.is_some() {
+                e.uri = Some(raw.to_owned());
+            }
+            e
+        })?;
+        for c in &mut out.contents {
+            c.uri = raw.to_owned();
+        }
+        Ok(out)
+    }
+}
