@@ -368,7 +368,7 @@ impl Service {
         metered(
             &self.state.metrics,
             "resources/list",
-            self.list_page(grant, cursor),
+            self.list_with_skills(grant, cursor),
         )
         .await
     }

@@ -148,3 +148,61 @@ async fn a_mount_the_grant_may_not_see_has_no_skills_for_it() {
             .is_ok()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skill_md_files_are_listed_and_skill_folders_read_as_directories() {
+    let (_dir, service) = setup(None);
+    // Pages of two: the mount's nine files, then the three SKILL.md entries.
+    let (mut all, mut cursor) = (Vec::new(), None::<String>);
+    loop {
+        let page = service.list(None, cursor.as_deref()).await.unwrap();
+        assert!(page.items.len() <= 2);
+        all.extend(page.items);
+        match page.next_cursor {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+    }
+    let skills: Vec<_> = all
+        .iter()
+        .filter(|m| m.uri.starts_with("skill://"))
+        .collect();
+    assert_eq!(all.len(), 9);
+    assert_eq!(skills.len(), 3);
+    assert_eq!(skills[1].uri, "skill://acme/beta/SKILL.md");
+    assert_eq!(skills[1].name, "beta");
+    assert_eq!(skills[1].description.as_deref(), Some("Does beta"));
+    assert_eq!(skills[1].mime_type.as_deref(), Some("text/markdown"));
+
+    let page = service
+        .read_directory(None, "skill://acme/beta", None)
+        .await
+        .unwrap();
+    let children: Vec<(&str, Option<&str>)> = page
+        .items
+        .iter()
+        .map(|m| (m.uri.as_str(), m.mime_type.as_deref()))
+        .collect();
+    assert_eq!(
+        children,
+        [
+            ("skill://acme/beta/SKILL.md", Some("text/markdown")),
+            ("skill://acme/beta/ref", Some("inode/directory")),
+        ]
+    );
+    let sub = service
+        .read_directory(None, "skill://acme/beta/ref", None)
+        .await
+        .unwrap();
+    assert_eq!(sub.items[0].uri, "skill://acme/beta/ref/notes.txt");
+    let e = service
+        .read_directory(None, "skill://acme/beta/SKILL.md", None)
+        .await
+        .unwrap_err();
+    assert_eq!(to_mcp_error(e).code.0, -32602, "a file is not a directory");
+    let e = service
+        .read_directory(None, "skill://acme/nope", None)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::NotFound);
+}

@@ -49,6 +49,39 @@ impl Service {
         cursor: Option<&str>,
     ) -> Result<DirectoryPage> {
         metered(&self.state.metrics, "resources/directory/read", async {
+            match self.skill_folder(uri).await? {
+                None => self.read_directory_at(grant, uri, cursor).await,
+                Some((target, skill)) => {
+                    // A skill's folder (or one under it): read the mount's folder, name
+                    // the children as skill URIs.
+                    let mut page = self
+                        .read_directory_at(grant, &target, cursor)
+                        .await
+                        .map_err(|mut e| {
+                            if e.uri.is_some() {
+                                e.uri = Some(uri.to_owned());
+                            }
+                            e
+                        })?;
+                    let from = target.trim_end_matches('/');
+                    for m in &mut page.items {
+                        let rest = m.uri.strip_prefix(from).unwrap_or_default();
+                        m.uri = format!("{skill}{}", rest.trim_end_matches('/'));
+                    }
+                    Ok(page)
+                }
+            }
+        })
+        .await
+    }
+
+    async fn read_directory_at(
+        &self,
+        grant: Option<&Grant>,
+        uri: &str,
+        cursor: Option<&str>,
+    ) -> Result<DirectoryPage> {
+        {
             let parsed = parse_uri(uri)?;
             let mount = self
                 .visible_route(grant, &parsed)
@@ -110,7 +143,6 @@ impl Service {
                 next_cursor,
                 hints: hints_for(grant, mount.provider.info().cache),
             })
-        })
-        .await
+        }
     }
 }

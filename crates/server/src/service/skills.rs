@@ -10,8 +10,14 @@ use crate::http::Grant;
 use crate::skills::SkillEntry;
 use crate::skills::catalog::SKILL_SCHEME;
 
+/// What a skill's `SKILL.md` URI ends with after its folder.
+const SKILL_MD_SUFFIX: &str = "/SKILL.md";
+
 /// Position tag of a `skills/list` cursor (listing cursors use 0 and 1, directory reads 2).
 const IN_SKILLS: u8 = 3;
+/// Position tag of a `resources/list` cursor inside the skills' `SKILL.md` entries, which
+/// follow the mounts' resources.
+const LISTING_SKILLS: u8 = 4;
 
 /// One page of `skills/list`.
 #[derive(Debug, Clone)]
@@ -146,5 +152,113 @@ impl Service {
             c.uri = raw.to_owned();
         }
         Ok(out)
+    }
+
+    /// For a `skill://` URI naming a valid skill's folder or a folder under it: the mount's
+    /// directory URI behind it and the URI as asked (without a trailing `/`). `None` for any
+    /// other URI; not found for a `skill://` URI that is no such folder.
+    pub(super) async fn skill_folder(&self, uri: &str) -> Result<Option<(String, String)>> {
+        let Some(catalog) = self
+            .state
+            .skills
+            .as_ref()
+            .filter(|_| uri.starts_with(SKILL_SCHEME))
+        else {
+            return Ok(None);
+        };
+        let asked = uri.trim_end_matches('/');
+        for entry in catalog.skills().await {
+            let Some(folder) = entry.uri.strip_suffix(SKILL_MD_SUFFIX) else {
+                continue;
+            };
+            let Some(rest) = asked.strip_prefix(folder) else {
+                continue;
+            };
+            if !(rest.is_empty() || rest.starts_with('/')) {
+                continue;
+            }
+            let Some(md) = entry.files.iter().find(|f| f.uri == entry.uri) else {
+                continue;
+            };
+            let target_folder = md
+                .target
+                .strip_suffix(SKILL_MD_SUFFIX)
+                .unwrap_or(&md.target);
+            let mut target = format!("{target_folder}{rest}");
+            // Prefix-style directories (s3) end in `/`, as the source's root does.
+            if catalog.sources()[entry.source].root.ends_with('/') {
+                target.push('/');
+            }
+            return Ok(Some((target, asked.to_owned())));
+        }
+        Err(Error::not_found(uri))
+    }
+
+    /// `resources/list` with every visible skill's `SKILL.md` after the mounts' resources
+    /// (`text/markdown`, named and described by its frontmatter). Cursors into that part
+    /// carry a tag of their own; any other cursor is the mounts' listing's.
+    pub(super) async fn list_with_skills(
+        &self,
+        grant: Option<&Grant>,
+        cursor: Option<&str>,
+    ) -> Result<super::ListPage> {
+        if self.state.skills.is_none() {
+            return self.list_page(grant, cursor).await;
+        }
+        let size = self.state.settings.page_size.max(1);
+        // A cursor inside the skills part, or the mounts' page before it.
+        let in_skills = cursor.and_then(|c| {
+            let pc = self.state.codec.decode(c).ok()?;
+            match pc.position.split_first() {
+                Some((&LISTING_SKILLS, rest)) if pc.mount == 0 => {
+                    Some(String::from_utf8(rest.to_vec()).unwrap_or_default())
+                }
+                _ => None,
+            }
+        });
+        let (mut page, after) = match in_skills {
+            Some(after) => (
+                super::ListPage {
+                    items: Vec::new(),
+                    next_cursor: None,
+                    hints: hints_for(grant, self.state.list_cache),
+                    skipped: Vec::new(),
+                },
+                after,
+            ),
+            None => {
+                let page = self.list_page(grant, cursor).await?;
+                if page.next_cursor.is_some() {
+                    return Ok(page);
+                }
+                (page, String::new())
+            }
+        };
+        let room = size.saturating_sub(page.items.len());
+        let mut rest: Vec<SkillEntry> = self
+            .visible_skills(grant)
+            .await
+            .into_iter()
+            .filter(|s| s.uri.as_str() > after.as_str())
+            .collect();
+        if rest.len() > room {
+            rest.truncate(room);
+            let last = rest.last().map_or(after.clone(), |s| s.uri.clone());
+            let mut position = vec![LISTING_SKILLS];
+            position.extend_from_slice(last.as_bytes());
+            page.next_cursor = Some(self.state.codec.encode(&PageCursor { mount: 0, position }));
+        }
+        page.items.extend(rest.iter().map(|s| {
+            let md = s.files.iter().find(|f| f.uri == s.uri);
+            mcpr_core::ResourceMeta {
+                uri: s.uri.clone(),
+                name: s.frontmatter.name.clone(),
+                description: Some(s.frontmatter.description.clone()),
+                mime_type: Some("text/markdown".into()),
+                size: md.map(|f| f.size),
+                ..Default::default()
+            }
+        }));
+        Ok(page)
     }
 }
