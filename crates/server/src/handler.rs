@@ -55,6 +55,15 @@ pub(crate) fn server_info(settings: &Settings, router: &Router) -> ServerConfig 
         r.subscribe = Some(any(|c| c.watch));
         r.list_changed = Some(any(|c| c.list_changed));
     }
+    // SEP-2640: skills/list, skills/get and resources/directory/read, when a mount
+    // carries skills (see `crate::skills`).
+    if !settings.skills.is_empty() {
+        let mut skills = serde_json::Map::new();
+        skills.insert("directoryRead".into(), true.into());
+        caps.extensions
+            .get_or_insert_with(Default::default)
+            .insert(rmcp::model::SKILLS_EXTENSION_ID.to_owned(), skills);
+    }
     // The bridge's tools are fixed for the life of the server: no `listChanged`.
     if settings.tools {
         caps.tools = Some(ToolsCapability::default());

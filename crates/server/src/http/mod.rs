@@ -414,6 +414,9 @@ async fn metrics(State(ops): State<Arc<Ops>>, headers: http::HeaderMap) -> Respo
     let mut out = String::new();
     ops.state.metrics().render(&mut out);
     ops.state.list_skips().render(&mut out);
+    if let Some(skills) = &ops.state.skills {
+        skills.stats.render(&mut out);
+    }
     let mounts: Vec<_> = ops
         .state
         .router()

@@ -227,7 +227,8 @@ impl Service {
                 after,
             ),
             None => {
-                let page = self.list_page(grant, cursor).await?;
+                let mut page = self.list_page(grant, cursor).await?;
+                self.describe_skill_files(&mut page.items).await;
                 if page.next_cursor.is_some() {
                     return Ok(page);
                 }
@@ -260,5 +261,33 @@ impl Service {
             }
         }));
         Ok(page)
+    }
+
+    /// A mount's own listing entry of a skill's `SKILL.md` described as the skill entry is
+    /// (`text/markdown`, name and description from the frontmatter), from the catalog's
+    /// last listing: a client finds the skill whichever URI it meets first.
+    async fn describe_skill_files(&self, items: &mut [mcpr_core::ResourceMeta]) {
+        let Some(catalog) = &self.state.skills else {
+            return;
+        };
+        let mut skills = catalog.last();
+        if skills.is_empty() {
+            catalog.skills().await;
+            skills = catalog.last();
+        }
+        let by_target: std::collections::HashMap<&str, &SkillEntry> = skills
+            .iter()
+            .filter_map(|s| {
+                let md = s.files.iter().find(|f| f.uri == s.uri)?;
+                Some((md.target.as_str(), s))
+            })
+            .collect();
+        for m in items {
+            if let Some(s) = by_target.get(m.uri.as_str()) {
+                m.name = s.frontmatter.name.clone();
+                m.description = Some(s.frontmatter.description.clone());
+                m.mime_type = Some("text/markdown".into());
+            }
+        }
     }
 }

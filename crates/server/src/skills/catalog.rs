@@ -110,6 +110,36 @@ pub struct CatalogStats {
     pub collisions: AtomicU64,
 }
 
+impl CatalogStats {
+    /// Append the catalog's counters in Prometheus text format.
+    pub fn render(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        for (name, help, v) in [
+            (
+                "mcp_skills_invalid_total",
+                "Skills left out of skills/list (invalid SKILL.md, over the spec's limits, unreadable), once per listing.",
+                &self.invalid,
+            ),
+            (
+                "mcp_skills_collisions_total",
+                "Skill URIs served by two mounts; the first mount's skill is kept.",
+                &self.collisions,
+            ),
+            (
+                "mcp_skills_files_hashed_total",
+                "Skill files read and hashed for a manifest (unchanged files are not hashed again).",
+                &self.hashed,
+            ),
+        ] {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+                v.load(Ordering::Relaxed)
+            );
+        }
+    }
+}
+
 /// The skills of every source, their manifests and the digest cache.
 pub struct Catalog {
     sources: Vec<SkillSource>,
@@ -470,6 +500,11 @@ impl Catalog {
         let skills: Vec<SkillEntry> = by_uri.into_values().collect();
         *self.snapshot.lock().expect("snapshot lock") = Arc::new(skills.clone());
         skills
+    }
+
+    /// The skills of the last listing, without walking again (empty before the first).
+    pub fn last(&self) -> Arc<Vec<SkillEntry>> {
+        self.snapshot.lock().expect("snapshot lock").clone()
     }
 
     /// The source and mount URI behind `skill_uri` (a `skill://` URI of a skill's file or
