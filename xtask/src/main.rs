@@ -381,6 +381,9 @@ const SCENARIOS: &[(&str, &[&str])] = &[
             "server-sse-polling",
             "server-sse-multiple-streams",
             "tools-list",
+            "sep-2640-skills-directory",
+            "sep-2640-skills-enumeration",
+            "sep-2640-skills-manifest",
         ],
     ),
     (
@@ -397,6 +400,9 @@ const SCENARIOS: &[(&str, &[&str])] = &[
             "http-header-validation",
             "server-sse-multiple-streams",
             "tools-list",
+            "sep-2640-skills-directory",
+            "sep-2640-skills-enumeration",
+            "sep-2640-skills-manifest",
         ],
     ),
 ];
@@ -438,10 +444,11 @@ fn conformance() -> Result<(), String> {
         .map_err(|e| format!("no free port: {e}"))?
         .port();
     let addr = format!("127.0.0.1:{port}");
+    let config = skills_fixture(&root)?;
     let server = Child(
         Command::new(root.join("target/debug/mcp-resources"))
             .args(["serve", "--log-level", "warn", "--http", &addr, "--config"])
-            .arg(root.join("tests/conformance/conformance.toml"))
+            .arg(&config)
             .spawn()
             .map_err(|e| format!("cannot start the server: {e}"))?,
     );
@@ -464,6 +471,8 @@ fn conformance() -> Result<(), String> {
                     "--expected-failures",
                 ])
                 .arg(&baseline)
+                // Extension scenarios (SEP-2640 skills) run with a spec version only forced.
+                .args(scenario.starts_with("sep-2640-").then_some("--force"))
                 .output()
                 .map_err(|e| format!("cannot run the conformance suite: {e}"))?;
             let text = String::from_utf8_lossy(&out.stdout).to_string()
@@ -581,6 +590,43 @@ fn conformance_client() -> Result<(), String> {
             failed.join(", ")
         ))
     }
+}
+
+/// The conformance configuration with a skills mount over a folder of skills this run
+/// writes (`target/conformance-skills`): the SEP-2640 scenarios discover the skills from
+/// the server itself. Returns the configuration's path.
+fn skills_fixture(root: &Path) -> Result<PathBuf, String> {
+    let dir = root.join("target/conformance-skills");
+    let _ = std::fs::remove_dir_all(&dir);
+    let write = |rel: &str, text: &str| {
+        let p = dir.join(rel);
+        std::fs::create_dir_all(p.parent().expect("a parent"))
+            .and_then(|()| std::fs::write(&p, text))
+            .map_err(|e| format!("cannot write {}: {e}", p.display()))
+    };
+    write(
+        "skills/pdf-forms/SKILL.md",
+        "---\nname: pdf-forms\ndescription: Fill in PDF forms from structured data.\nlicense: Apache-2.0\n---\n# PDF forms\n\nRun `scripts/fill.py` with the form and the data; see `reference/fields.md`.\n",
+    )?;
+    write("skills/pdf-forms/scripts/fill.py", "print('filled')\n")?;
+    write(
+        "skills/pdf-forms/reference/fields.md",
+        "# Fields\n\nName, date, signature.\n",
+    )?;
+    write(
+        "skills/review/code-review/SKILL.md",
+        "---\nname: code-review\ndescription: Review a change for correctness and style.\n---\n# Code review\n",
+    )?;
+    let base = std::fs::read_to_string(root.join("tests/conformance/conformance.toml"))
+        .map_err(|e| format!("cannot read the conformance config: {e}"))?;
+    let skills_root = dir.canonicalize().map_err(|e| e.to_string())?;
+    let config = format!(
+        "{base}\n[[mount]]\nkind = \"files\"\nroot = {:?}\nskills = \"skills\"\nskills_prefix = \"acme\"\n",
+        skills_root.display().to_string()
+    );
+    let path = dir.join("conformance.toml");
+    std::fs::write(&path, config).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    Ok(path)
 }
 
 /// Node 22 from the npm registry in `.cache/node22` (the machine's Node may be older).

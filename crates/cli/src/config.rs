@@ -58,6 +58,8 @@ pub struct Mount {
     /// Where the mount was declared, to prefix the errors of opening it as parse errors are:
     /// `team.toml:12: mount 2 (git)`, or `serve argument ./docs`.
     pub origin: String,
+    /// `skills` (+ `skills_prefix`, `skills_ref`): the folder whose skills it publishes.
+    pub skills: Option<mcpr_server::skills::SkillsSetting>,
 }
 
 /// `[http]`: read and validated by the server crate, which defines the transport.
@@ -103,10 +105,21 @@ struct RawShared {
     ttl_ms: Option<Spanned<IntOrString>>,
     cache_scope: Option<Spanned<String>>,
     shared: Option<Spanned<bool>>,
+    skills: Option<Spanned<String>>,
+    skills_prefix: Option<Spanned<String>>,
+    skills_ref: Option<Spanned<String>>,
 }
 
 /// The shared keys, by name.
-const SHARED_KEYS: &[&str] = &["scope", "ttl_ms", "cache_scope", "shared"];
+const SHARED_KEYS: &[&str] = &[
+    "scope",
+    "ttl_ms",
+    "cache_scope",
+    "shared",
+    "skills",
+    "skills_prefix",
+    "skills_ref",
+];
 
 /// Read and validate the file at `path`.
 pub fn load(path: &Path, registry: &ProviderRegistry) -> Result<Config, ConfigError> {
@@ -158,8 +171,11 @@ pub fn parse(
         let DeValue::Table(table) = m.into_inner() else {
             return file.err(span, "mount", "write mounts as [[mount]] tables");
         };
-        cfg.mounts
-            .push(mount(&file, registry, i + 1, Spanned::new(span, table))?);
+        let m = mount(&file, registry, i + 1, Spanned::new(span, table))?;
+        if let Some(skills) = &m.skills {
+            cfg.server.skills.push(skills.clone());
+        }
+        cfg.mounts.push(m);
     }
     Ok(cfg)
 }
@@ -278,6 +294,7 @@ fn mount(
         file.path().display(),
         file.line(kind_span.start)
     );
+    let skills = skills_setting(file, &shared, number - 1, &kind_s)?;
     let table = MountTable::new(
         file,
         Spanned::new(kind_span, kind_s),
@@ -289,7 +306,91 @@ fn mount(
         scope,
         shared: is_shared,
         origin,
+        skills,
     })
+}
+
+/// `skills`, `skills_prefix` and `skills_ref` of mount `index` (of kind `kind`).
+fn skills_setting(
+    file: &ConfigFile<'_>,
+    shared: &RawShared,
+    index: usize,
+    kind: &str,
+) -> Result<Option<mcpr_server::skills::SkillsSetting>, ConfigError> {
+    let Some(path) = &shared.skills else {
+        for (v, key) in [
+            (&shared.skills_prefix, "mount.skills_prefix"),
+            (&shared.skills_ref, "mount.skills_ref"),
+        ] {
+            if let Some(v) = v {
+                return file.err(
+                    v.span(),
+                    key,
+                    "applies to a mount that carries skills: set `skills` (the skills folder, \".\" for the root) too",
+                );
+            }
+        }
+        return Ok(None);
+    };
+    if !matches!(kind, "files" | "git" | "s3") {
+        return file.err(
+            path.span(),
+            "mount.skills",
+            format!("skills are published from files, git and s3 mounts, not {kind} mounts"),
+        );
+    }
+    let value = file.expand(path, "mount.skills")?;
+    let bad_segment = |s: &str| s.is_empty() || s == ".." || s.contains('\0');
+    if value.starts_with('/')
+        || value
+            .trim_end_matches('/')
+            .split('/')
+            .any(|s| bad_segment(s) || (s == "." && value.trim_end_matches('/') != "."))
+    {
+        return file.err(
+            path.span(),
+            "mount.skills",
+            "the skills folder is a path inside the mount, like \"skills\" or \".\" for its root (no leading /, no . or .. segments)",
+        );
+    }
+    let prefix = match &shared.skills_prefix {
+        None => String::new(),
+        Some(p) => {
+            let p_s = file.expand(p, "mount.skills_prefix")?;
+            let ok = !p_s.is_empty()
+                && p_s.split('/').all(|seg| {
+                    !seg.is_empty()
+                        && seg
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b"-._~".contains(&b))
+                });
+            if !ok {
+                return file.err(
+                    p.span(),
+                    "mount.skills_prefix",
+                    "segments of letters, digits, - . _ ~ separated by /, like \"acme\" or \"acme/team\"",
+                );
+            }
+            p_s
+        }
+    };
+    let rev = match &shared.skills_ref {
+        None => None,
+        Some(r) if kind != "git" => {
+            return file.err(
+                r.span(),
+                "mount.skills_ref",
+                format!("`skills_ref` picks a git ref; {kind} mounts have none"),
+            );
+        }
+        Some(r) => Some(file.expand(r, "mount.skills_ref")?),
+    };
+    Ok(Some(mcpr_server::skills::SkillsSetting {
+        mount: index,
+        path: value,
+        prefix,
+        rev,
+    }))
 }
 
 /// `[cluster]`, handed to the cluster crate, which owns its keys and rules.
@@ -347,6 +448,54 @@ mod tests {
             &|n| (n == "DOCS").then(|| "/tmp".to_owned()),
             &crate::providers::registry(),
         )
+    }
+
+    #[test]
+    fn skills_settings_name_their_mount_and_are_checked() {
+        let c = parse_str("[[mount]]\nkind = \"files\"\nroot = \"/tmp\"\n[[mount]]\nkind = \"files\"\nroot = \"${DOCS}\"\nskills = \"team/skills\"\nskills_prefix = \"acme\"\n").unwrap();
+        assert_eq!(
+            c.server.skills,
+            vec![mcpr_server::skills::SkillsSetting {
+                mount: 1,
+                path: "team/skills".into(),
+                prefix: "acme".into(),
+                rev: None,
+            }]
+        );
+        let root =
+            parse_str("[[mount]]\nkind = \"files\"\nroot = \"/tmp\"\nskills = \".\"\n").unwrap();
+        assert_eq!(root.server.skills[0].path, ".");
+        for (extra, key, says) in [
+            (
+                "skills = \"../up\"",
+                "mount.skills",
+                "path inside the mount",
+            ),
+            ("skills = \"/abs\"", "mount.skills", "no leading /"),
+            ("skills = \"a/./b\"", "mount.skills", "no . or .."),
+            (
+                "skills_prefix = \"acme\"",
+                "mount.skills_prefix",
+                "set `skills`",
+            ),
+            (
+                "skills = \"s\"\nskills_prefix = \"a b\"",
+                "mount.skills_prefix",
+                "segments",
+            ),
+            (
+                "skills = \"s\"\nskills_ref = \"main\"",
+                "mount.skills_ref",
+                "git ref",
+            ),
+        ] {
+            let e = parse_str(&format!(
+                "[[mount]]\nkind = \"files\"\nroot = \"/tmp\"\n{extra}\n"
+            ))
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains(key) && e.contains(says), "{extra}: {e}");
+        }
     }
 
     #[test]

@@ -180,6 +180,7 @@ fn load_config(paths: Vec<PathBuf>, config: Option<PathBuf>) -> anyhow::Result<C
             spec: spec.into(),
             scope: None,
             shared: false,
+            skills: None,
             origin: format!("serve argument {}", p.display()),
         });
     }

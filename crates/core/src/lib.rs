@@ -33,6 +33,7 @@ pub use provider::{
     PageRequest, Provider, ProviderInfo, ReadLimits, ReadOutput, ResourceMeta, TemplateMeta,
     template_index,
 };
+pub use provider::{DIRECTORY_MIME_TYPE, not_a_directory};
 pub use redact::{redact_url, redact_urls_in};
 pub use template::UriTemplate;
 pub use uri::ResourceUri;

@@ -10,6 +10,9 @@ use crate::change::{ChangeSink, WatchGuard};
 use crate::error::{Error, Result};
 use crate::uri::ResourceUri;
 
+/// The MIME type of a directory in a directory read (SEP-2640).
+pub const DIRECTORY_MIME_TYPE: &str = "inode/directory";
+
 /// Who may cache a result (2026-07-28 `cacheScope`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CacheScope {
@@ -97,6 +100,15 @@ pub fn template_index(templates: &[TemplateMeta], template: &str) -> Result<usiz
         .iter()
         .position(|t| t.uri_template == template)
         .ok_or_else(|| Error::invalid_params(format!("unknown template {template:?}")))
+}
+
+/// The error a directory read of something that is not a directory answers: invalid
+/// params (-32602), as SEP-2640 asks, with the URI.
+pub fn not_a_directory(uri: &str) -> Error {
+    Error::invalid_params(format!(
+        "{uri} is not a directory: resources/directory/read lists directories only"
+    ))
+    .with_uri(uri)
 }
 
 /// A resource as listed.
@@ -260,6 +272,26 @@ pub trait Provider: Send + Sync + 'static {
     /// cache hints of the result's own when its freshness depends on the resource
     /// ([`ReadOutput::hints`]; a `Vec<Contents>` converts with `into()`, keeping the mount's).
     async fn read(&self, uri: &ResourceUri, limits: &ReadLimits) -> Result<ReadOutput>;
+
+    /// One page of the direct children of directory `uri` (SEP-2640
+    /// `resources/directory/read`), metadata only, in the provider's stable order: files as
+    /// they are listed, subfolders with [`DIRECTORY_MIME_TYPE`], resuming after `page.after`
+    /// (a position from a previous page). The entries are the ones reading the directory
+    /// shows (the mount's deny, hidden and ignore rules applied). A URI that names anything
+    /// but a directory answers [`not_a_directory`]; one the mount does not serve,
+    /// not found.
+    async fn read_directory(
+        &self,
+        uri: &ResourceUri,
+        page: PageRequest,
+    ) -> Result<Page<ResourceMeta>> {
+        let _ = page;
+        Err(Error::unsupported(format!(
+            "{} mounts have no directories to read ({})",
+            self.info().kind,
+            uri.as_str()
+        )))
+    }
 
     /// The URI templates this mount advertises.
     fn templates(&self) -> &[TemplateMeta] {

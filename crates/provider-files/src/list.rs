@@ -9,7 +9,7 @@ use std::os::unix::ffi::OsStrExt;
 
 use cap_fs_ext::DirExt as _;
 use cap_std::fs::Dir;
-use mcpr_core::{Page, ResourceMeta, Result};
+use mcpr_core::{DIRECTORY_MIME_TYPE, Page, ResourceMeta, Result};
 
 use crate::error::map_io;
 use crate::path::{RelPath, valid_component};
@@ -494,6 +494,97 @@ pub(crate) fn dir_listing(
         doc.insert("next".into(), next.into());
     }
     Ok(serde_json::Value::Object(doc).to_string())
+}
+
+/// One page of directory `rel`'s direct children as resources (SEP-2640 directory reads),
+/// after entry name `after`, at most `limit`: the entries a directory read shows (deny,
+/// hidden and ignore rules applied), files with their listing metadata, subfolders as
+/// [`DIRECTORY_MIME_TYPE`]. A symlink is shown as what it resolves to inside the root when
+/// the rules allow that; a link out of the root, a dangling one and special files are left
+/// out, since none of them can be read. The position is the last entry's name; like
+/// [`dir_listing`], only `limit + 1` names are kept while scanning.
+pub(crate) fn dir_page(
+    inner: &Inner,
+    rel: &RelPath,
+    uri: &str,
+    after: Option<&[u8]>,
+    limit: usize,
+) -> Result<Page<ResourceMeta>> {
+    let dir = open_dir_checked(inner, rel).map_err(|e| map_io(e, uri))?;
+    let ignores = stack_for(&inner.root, rel, inner.rules.respect_gitignore);
+    let mut pending = Vec::new();
+    let mut resume = after.map(<[u8]>::to_vec);
+    loop {
+        // The lookahead entry says whether there is a next page.
+        let want = limit + 1 - pending.len();
+        let mut first = Smallest::new(want);
+        visit_raw(&dir, |name, kind| {
+            if resume.as_deref().is_some_and(|a| name <= a)
+                || kind == Kind::Other
+                || first.would_drop(|max: &Entry| max.name.as_slice() <= name)
+            {
+                return;
+            }
+            if shows_entry(inner, Some(&ignores), &rel.join(name), name, kind) {
+                first.push(Entry {
+                    name: name.to_vec(),
+                    kind,
+                });
+            }
+        })
+        .map_err(|e| map_io(e, uri))?;
+        let scanned = first.into_sorted();
+        let full = scanned.len() == want;
+        for e in &scanned {
+            if let Some(meta) = child_resource(inner, rel, e) {
+                pending.push((e.name.clone(), meta));
+            }
+        }
+        // Rare: links that do not resolve left the page short while the directory holds
+        // more; scan again after the last name looked at.
+        match scanned.last() {
+            Some(last) if full && pending.len() <= limit => resume = Some(last.name.clone()),
+            _ => break,
+        }
+    }
+    Ok(Page::from_lookahead(pending, limit))
+}
+
+/// The resource entry of child `e` of directory `rel`, or `None` when it cannot be read.
+fn child_resource(inner: &Inner, rel: &RelPath, e: &Entry) -> Option<ResourceMeta> {
+    let child = rel.join(&e.name);
+    let is_dir = match e.kind {
+        Kind::File => false,
+        Kind::Dir => true,
+        Kind::Symlink => {
+            let target = inner.resolve_links(&child)?;
+            let md = inner.root.metadata(target.as_path()).ok()?;
+            if inner.rules.is_denied(&target, md.is_dir()) {
+                return None;
+            }
+            if md.is_file() {
+                return Some(inner.resource_meta(&child, &target, &md));
+            }
+            if !md.is_dir() {
+                return None;
+            }
+            true
+        }
+        Kind::Other => return None,
+    };
+    if is_dir {
+        let md = inner.root.symlink_metadata(child.as_path()).ok();
+        return Some(ResourceMeta {
+            uri: inner.root_uri.uri_of(&child),
+            name: child.display(),
+            mime_type: Some(DIRECTORY_MIME_TYPE.to_owned()),
+            last_modified: md.as_ref().and_then(crate::provider::rfc3339),
+            ..ResourceMeta::default()
+        });
+    }
+    let md = inner.root.symlink_metadata(child.as_path()).ok()?;
+    md.is_file()
+        .then(|| inner.resource_meta(&child, &child, &md))
 }
 
 #[cfg(test)]

@@ -384,6 +384,40 @@ impl Provider for FilesProvider {
         .map(ReadOutput::from)
     }
 
+    async fn read_directory(
+        &self,
+        uri: &ResourceUri,
+        page: PageRequest,
+    ) -> Result<Page<ResourceMeta>> {
+        if uri.query().is_some() {
+            return Err(Error::invalid_params(format!(
+                "{} has a query; a directory read takes the directory's URI and a cursor",
+                uri.as_str()
+            )));
+        }
+        let rel = self
+            .inner
+            .resolve(uri)
+            .ok_or_else(|| Error::not_found(uri.as_str()))?;
+        let md = self
+            .inner
+            .root
+            .metadata(rel.as_path())
+            .map_err(|e| crate::error::map_io(e, uri.as_str()))?;
+        if !md.is_dir() {
+            return Err(mcpr_core::not_a_directory(uri.as_str()));
+        }
+        // A directory read scans the whole directory, as a read of it does: one permit.
+        let scan = self.inner.scan_permit().await?;
+        let inner = self.inner.clone();
+        let uri = uri.as_str().to_owned();
+        run_blocking("files directory read", move || {
+            let _scan = scan;
+            crate::list::dir_page(&inner, &rel, &uri, page.after.as_deref(), page.limit.max(1))
+        })
+        .await
+    }
+
     fn templates(&self) -> &[TemplateMeta] {
         &self.templates
     }

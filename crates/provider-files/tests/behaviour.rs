@@ -124,6 +124,9 @@ impl Fixture for Tree {
             (b"zzz".to_vec(), None),
         ]
     }
+    fn directories(&self) -> Vec<String> {
+        vec![uri(&self.root)]
+    }
     fn change_tokens(&self) -> bool {
         true
     }
@@ -349,4 +352,57 @@ async fn directory_reads_as_entries() {
     assert_eq!(names, vec!["inner", "x.txt"]);
     assert_eq!(v["entries"][0]["type"], "directory");
     assert_eq!(v["truncated"], false);
+}
+
+/// SEP-2640 directory reads show a link as what it resolves to inside the root; a link out
+/// of the root, a dangling one and a FIFO are left out, as none of them can be read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn directory_read_shows_only_what_can_be_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::write(outside.path().join("secret.txt"), "no").unwrap();
+    std::fs::create_dir(root.join("real")).unwrap();
+    std::fs::write(root.join("real/a.txt"), "a").unwrap();
+    std::os::unix::fs::symlink(outside.path().join("secret.txt"), root.join("out.txt")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), root.join("outdir")).unwrap();
+    std::os::unix::fs::symlink("real/a.txt", root.join("in.txt")).unwrap();
+    std::os::unix::fs::symlink("real", root.join("indir")).unwrap();
+    std::os::unix::fs::symlink("nowhere", root.join("dangling")).unwrap();
+    let status = std::process::Command::new("mkfifo")
+        .arg(root.join("pipe"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let p = provider(&root);
+    let page = p
+        .read_directory(
+            &ResourceUri::parse(&uri(&root)).unwrap(),
+            PageRequest {
+                after: None,
+                limit: 100,
+            },
+        )
+        .await
+        .unwrap();
+    let got: Vec<(String, Option<String>)> = page
+        .items
+        .iter()
+        .map(|m| {
+            (
+                m.uri.rsplit('/').next().unwrap().to_owned(),
+                m.mime_type.clone(),
+            )
+        })
+        .collect();
+    let dir_mime = Some("inode/directory".to_owned());
+    assert_eq!(
+        got,
+        vec![
+            ("in.txt".into(), Some("text/plain".into())),
+            ("indir".into(), dir_mime.clone()),
+            ("real".into(), dir_mime),
+        ]
+    );
+    assert_eq!(page.next, None);
 }

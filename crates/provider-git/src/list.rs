@@ -132,6 +132,92 @@ pub(crate) fn list_page(
     Ok(Page::from_lookahead(items, limit))
 }
 
+/// One page of the direct children of the tree `uri` names (SEP-2640 directory reads), after
+/// entry name `after` in git's tree order, at most `limit`: the entries a directory read
+/// shows (deny rules applied), trees as [`DIRECTORY_MIME_TYPE`], everything else as
+/// `resources/list` describes it (without the last-change date, which costs a history walk
+/// per entry). A commit URI (`git://main`) names its root tree.
+pub(crate) fn dir_page(
+    inner: &Inner,
+    uri: &mcpr_core::ResourceUri,
+    target: &crate::uri::GitUri,
+    after: Option<&[u8]>,
+    limit: usize,
+) -> Result<Page<ResourceMeta>> {
+    let u = uri.as_str();
+    if !matches!(target.query, crate::uri::Query::None) {
+        return Err(Error::invalid_params(format!(
+            "{u} has a query; a directory read takes the directory's URI and a cursor"
+        )));
+    }
+    let path = target.path.clone().unwrap_or_else(TreePath::root);
+    if inner.denied(&path) {
+        return Err(Error::not_found(u));
+    }
+    let h = inner.repo.handle();
+    let commit = inner
+        .repo
+        .resolve_rev(&h, &target.rev)
+        .map_err(|e| e.with_uri(u))?
+        .ok_or_else(|| Error::not_found(u))?;
+    let (root, _, _) = inner
+        .repo
+        .commit_links(&h, commit)
+        .map_err(|e| e.with_uri(u))?;
+    let tree_id = if path.is_root() {
+        root
+    } else {
+        let entry = inner
+            .repo
+            .entry_at(&h, root, &path)
+            .map_err(|e| e.with_uri(u))?
+            .ok_or_else(|| Error::not_found(u))?;
+        if entry.kind != Kind::Tree {
+            return Err(mcpr_core::not_a_directory(u));
+        }
+        entry.id
+    };
+    let tree = inner.repo.tree(&h, tree_id).map_err(|e| e.with_uri(u))?;
+    let base = inner.bases.canonical();
+    // A position is an entry name; git orders a tree `a` as `a/`, so the comparison needs
+    // the kind, which the name alone does not carry: find the name, or its place.
+    let start = after.map_or(0, |a| {
+        tree.iter()
+            .position(|e| e.name.as_slice() == a)
+            .map_or_else(
+                || {
+                    tree.partition_point(|e| {
+                        git_order(&e.name, e.kind == Kind::Tree, a, false).is_le()
+                    })
+                },
+                |i| i + 1,
+            )
+    });
+    let mut items = Vec::new();
+    for e in &tree[start.min(tree.len())..] {
+        if items.len() > limit {
+            break;
+        }
+        let child = path.join(&e.name);
+        if !crate::uri::valid_component(&e.name) || inner.entry_denied(&child, e.kind == Kind::Tree)
+        {
+            continue;
+        }
+        let meta = if e.kind == Kind::Tree {
+            ResourceMeta {
+                uri: path_uri(base, &target.rev, &child),
+                name: child.display(),
+                mime_type: Some(mcpr_core::DIRECTORY_MIME_TYPE.to_owned()),
+                ..ResourceMeta::default()
+            }
+        } else {
+            entry_meta(inner, &h, base, &target.rev, &child, e, None)?
+        };
+        items.push((e.name.clone(), meta));
+    }
+    Ok(Page::from_lookahead(items, limit))
+}
+
 /// The listing entry of a non-tree entry at `path`.
 fn entry_meta(
     inner: &Inner,

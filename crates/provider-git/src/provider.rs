@@ -208,6 +208,25 @@ impl Provider for GitProvider {
         .map(ReadOutput::from)
     }
 
+    async fn read_directory(
+        &self,
+        uri: &ResourceUri,
+        page: PageRequest,
+    ) -> Result<Page<ResourceMeta>> {
+        let target = crate::uri::parse(&self.inner.bases, uri)?;
+        let uri = uri.clone();
+        self.blocking("git directory read", move |inner| {
+            crate::list::dir_page(
+                inner,
+                &uri,
+                &target,
+                page.after.as_deref(),
+                page.limit.max(1),
+            )
+        })
+        .await
+    }
+
     fn templates(&self) -> &[TemplateMeta] {
         &self.templates
     }

@@ -228,6 +228,11 @@ impl Fixture for Fx {
         v
     }
 
+    fn directories(&self) -> Vec<String> {
+        // The default ref's root tree, and a subfolder by its own URI.
+        vec!["git://main".into(), "git://main/many".into()]
+    }
+
     fn unknown_positions(&self) -> Vec<(Vec<u8>, Option<String>)> {
         // Names that exist nowhere resume at the next ref, or the next path in tree order.
         vec![

@@ -353,6 +353,117 @@ pub(crate) async fn read_dir(
     }])
 }
 
+/// One page of the objects and common prefixes directly under `prefix` (SEP-2640 directory
+/// reads), the entries [`read_dir`] shows: objects as `resources/list` describes them,
+/// common prefixes as [`DIRECTORY_MIME_TYPE`](mcpr_core::DIRECTORY_MIME_TYPE) with their
+/// `/`-ending URI. The position is the last key or prefix the store returned, so a
+/// response made only of keys this mount does not serve still moves the read on; a page
+/// costs at most two list requests, like a `resources/list` page.
+pub(crate) async fn dir_page(
+    inner: &Inner,
+    uri: &ResourceUri,
+    prefix: &str,
+    after: Option<&[u8]>,
+    limit: usize,
+) -> Result<Page<ResourceMeta>> {
+    if uri.query().is_some() {
+        return Err(Error::invalid_params(format!(
+            "{uri} has a query; a directory read takes the directory's URI and a cursor"
+        )));
+    }
+    let limit = limit.clamp(1, STORE_PAGE_MAX - 1);
+    let after = after.map(position).transpose()?;
+    let dir_meta = |full: &str| ResourceMeta {
+        uri: inner.keys.uri_of(full),
+        name: full.to_owned(),
+        mime_type: Some(mcpr_core::DIRECTORY_MIME_TYPE.to_owned()),
+        ..Default::default()
+    };
+    let mount = &inner.config.prefix;
+    // Above the mount's prefix: only the way down to it is shown, as a read shows it.
+    let (prefix, toward) = if inner.keys.serves(prefix) {
+        (prefix, None)
+    } else {
+        let rest = &mount[prefix.len()..];
+        match rest.find('/') {
+            Some(i) => ("", Some(format!("{prefix}{}", &rest[..=i]))),
+            None => (mount.as_str(), None),
+        }
+    };
+    if let Some(dir) = toward {
+        let items = if after.as_deref().is_none_or(|a| a < dir.as_str()) {
+            vec![dir_meta(&dir)]
+        } else {
+            Vec::new()
+        };
+        return Ok(Page { items, next: None });
+    }
+    let mut items: Vec<(Vec<u8>, ResourceMeta)> = Vec::new();
+    let mut start_after = after.as_ref().map(|a| {
+        if a.ends_with('/') {
+            past_prefix(a)
+        } else {
+            a.clone()
+        }
+    });
+    let mut marker = false;
+    for request in 0..2 {
+        let r = inner
+            .list_once(
+                prefix,
+                start_after.clone(),
+                limit + 1 - items.len(),
+                true,
+                "reading a directory",
+            )
+            .await
+            .map_err(|e| e.with_uri(uri.as_str()))?;
+        marker |= r.objects.iter().any(|o| o.key == prefix);
+        for e in entries(&r, prefix) {
+            let meta = match e.object {
+                None => dir_meta(&e.full),
+                Some(o) => ResourceMeta {
+                    uri: inner.keys.uri_of(&e.full),
+                    name: e.full.clone(),
+                    mime_type: mcpr_core::mime::by_extension(e.full.as_bytes()).map(str::to_owned),
+                    size: Some(o.size),
+                    last_modified: o.last_modified.map(rfc3339),
+                    ..Default::default()
+                },
+            };
+            items.push((e.full.into_bytes(), meta));
+        }
+        if items.len() > limit || !r.truncated {
+            break;
+        }
+        let Some(last) = r.last else {
+            return Err(Error::internal(format!(
+                "s3 bucket `{}` said a listing continues but returned no key to continue after",
+                inner.config.bucket
+            )));
+        };
+        if request == 1 {
+            // Two requests' worth of keys this mount does not serve: the page ends short
+            // and the next one resumes after what the store returned.
+            let items = items.into_iter().map(|(_, m)| m).collect();
+            return Ok(Page {
+                items,
+                next: Some(last.into_bytes()),
+            });
+        }
+        start_after = Some(if last.ends_with('/') {
+            past_prefix(&last)
+        } else {
+            last
+        });
+    }
+    if items.is_empty() && !marker && after.is_none() && prefix.len() > mount.len() {
+        // S3 has no directories: a prefix with nothing under it does not exist.
+        return Err(Error::not_found(uri.as_str()));
+    }
+    Ok(Page::from_lookahead(items, limit))
+}
+
 fn dir_entry(inner: &Inner, parent: &str, full: &str) -> serde_json::Value {
     let mut obj = serde_json::Map::new();
     obj.insert("name".into(), full[parent.len()..].into());

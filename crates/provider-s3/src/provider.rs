@@ -324,6 +324,22 @@ impl Provider for S3Provider {
         .map(ReadOutput::from)
     }
 
+    async fn read_directory(
+        &self,
+        uri: &ResourceUri,
+        page: PageRequest,
+    ) -> Result<Page<ResourceMeta>> {
+        match self.inner.target(uri)? {
+            // S3 has no directories but prefixes, whose URIs end in `/`; an object's URI
+            // names an object.
+            Target::Object(_) => Err(mcpr_core::not_a_directory(uri.as_str())),
+            Target::Dir(prefix) => {
+                crate::list::dir_page(&self.inner, uri, &prefix, page.after.as_deref(), page.limit)
+                    .await
+            }
+        }
+    }
+
     fn templates(&self) -> &[TemplateMeta] {
         &self.templates
     }

@@ -130,6 +130,11 @@ impl Fixture for Fx {
         v
     }
 
+    fn directories(&self) -> Vec<String> {
+        // The mount's prefix, then a "folder" with a space by its own URI.
+        vec![self.uri("pre/"), self.uri("pre/a b/")]
+    }
+
     fn unknown_positions(&self) -> Vec<(Vec<u8>, Option<String>)> {
         let mut keys: Vec<&str> = self.objects.iter().map(|(k, _)| k.as_str()).collect();
         keys.sort();

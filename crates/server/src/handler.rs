@@ -37,6 +37,8 @@ use crate::wire::era::is_modern;
 use crate::wire::notify::notification;
 use crate::{ServerState, Settings};
 
+mod skills;
+
 /// The capabilities and identity announced by `initialize` and `server/discover`.
 pub(crate) fn server_info(settings: &Settings, router: &Router) -> ServerConfig {
     let any = |f: fn(&mcpr_core::Capabilities) -> bool| {
@@ -53,6 +55,15 @@ pub(crate) fn server_info(settings: &Settings, router: &Router) -> ServerConfig 
     if let Some(r) = caps.resources.as_mut() {
         r.subscribe = Some(any(|c| c.watch));
         r.list_changed = Some(any(|c| c.list_changed));
+    }
+    // SEP-2640: skills/list, skills/get and resources/directory/read, when a mount
+    // carries skills (see `crate::skills`).
+    if !settings.skills.is_empty() {
+        let mut skills = serde_json::Map::new();
+        skills.insert("directoryRead".into(), true.into());
+        caps.extensions
+            .get_or_insert_with(Default::default)
+            .insert(rmcp::model::SKILLS_EXTENSION_ID.to_owned(), skills);
     }
     // The bridge's tools are fixed for the life of the server: no `listChanged`.
     if settings.tools {
@@ -482,6 +493,30 @@ impl ServerHandler for McpHandler {
                 .await
         })
         .await
+    }
+
+    async fn list_skills(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListSkillsResult, ErrorData> {
+        Box::pin(self.do_list_skills(request, ctx)).await
+    }
+
+    async fn get_skill(
+        &self,
+        request: rmcp::model::GetSkillRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetSkillResult, ErrorData> {
+        Box::pin(self.do_get_skill(request, ctx)).await
+    }
+
+    async fn read_resource_directory(
+        &self,
+        request: rmcp::model::ReadResourceDirectoryRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        Box::pin(self.do_read_resource_directory(request, ctx)).await
     }
 
     async fn complete(

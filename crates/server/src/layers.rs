@@ -80,6 +80,7 @@ mod call {
     pub(super) const WATCH_LIST: usize = 4;
     pub(super) const CHANGE_TOKEN: usize = 5;
     pub(super) const READINESS: usize = 6;
+    pub(super) const READ_DIRECTORY: usize = 7;
 }
 
 /// The position of "unsupported" in [`crate::metrics::PROVIDER_OUTCOMES`].
@@ -172,6 +173,22 @@ impl<'a> Layered<'a> {
             call::READ,
             Some(uri.as_str()),
             self.provider().read(uri, limits),
+        )
+        .await
+    }
+
+    /// [`Provider::read_directory`] of `uri`, checked as a read and bounded; a provider
+    /// without directories answers its own "unsupported", counted as such.
+    pub(crate) async fn read_directory(
+        &self,
+        uri: &ResourceUri,
+        page: PageRequest,
+    ) -> Result<Page<ResourceMeta>> {
+        self.checked(Op::Read, call::READ_DIRECTORY, Some(uri))?;
+        self.bounded(
+            call::READ_DIRECTORY,
+            Some(uri.as_str()),
+            self.provider().read_directory(uri, page),
         )
         .await
     }

@@ -15,6 +15,7 @@ pub mod metrics;
 mod registry;
 mod router;
 mod service;
+pub mod skills;
 pub mod stdio;
 mod tools;
 mod wire;
@@ -29,6 +30,7 @@ pub use service::{
     SCAN_MAX_PAGES, SCAN_MAX_TIME, ScanPage, Service, SkippedMount, Subscriber, SubscriptionRecord,
     TemplateList, UNAVAILABLE_META_KEY,
 };
+pub use service::{DirectoryPage, SkillsPage};
 
 use std::sync::Arc;
 
@@ -72,6 +74,8 @@ pub struct Settings {
     /// also declares `tools` and offers the resource operations as tools, for clients that
     /// use only tools.
     pub tools: bool,
+    /// The mounts that carry skills (SEP-2640), with their settings.
+    pub skills: Vec<skills::SkillsSetting>,
 }
 
 impl Default for Settings {
@@ -87,6 +91,7 @@ impl Default for Settings {
             max_listen_streams_per_client: 64,
             max_watches: 100_000,
             tools: false,
+            skills: Vec::new(),
         }
     }
 }
@@ -111,6 +116,8 @@ pub struct ServerState {
     /// Cancelled when an HTTP shutdown's grace period is over: reads still running then
     /// answer a clear error instead of being cut off with their connection.
     pub(crate) reads_cut: tokio_util::sync::CancellationToken,
+    /// The skills catalog, when a mount carries skills.
+    pub(crate) skills: Option<Arc<skills::Catalog>>,
 }
 
 impl ServerState {
@@ -181,7 +188,9 @@ impl ServerState {
         } else {
             Vec::new()
         };
+        let skills = skills::catalog_for(&settings, &router);
         Arc::new(Self {
+            skills,
             tools,
             read_budget,
             settings,

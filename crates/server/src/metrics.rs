@@ -19,6 +19,7 @@ pub const METHODS: &[&str] = &[
     "completion/complete",
     // The tool bridge's search walks the listings, but is not one: its own series.
     "search_resources",
+    "resources/directory/read",
     "other",
 ];
 
@@ -237,6 +238,7 @@ pub const PROVIDER_OPS: &[&str] = &[
     "watch_list",
     "change_token",
     "readiness",
+    "read_directory",
 ];
 
 /// How a provider call ended: answered, failed, refused by the layer because the mount does

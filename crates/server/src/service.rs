@@ -23,6 +23,11 @@ use crate::layers::{Layered, Op, declares, metered};
 use crate::registry::{ListenSlot, Notice, Registry, is_over_budget, over_budget};
 use crate::router::{Mount, Router};
 
+mod directory;
+mod skills;
+pub use directory::DirectoryPage;
+pub use skills::SkillsPage;
+
 /// Position tag in a cursor: resume at the start of the mount, or after a provider position.
 const AT_START: u8 = 0;
 const AFTER: u8 = 1;
@@ -370,7 +375,7 @@ impl Service {
         metered(
             &self.state.metrics,
             "resources/list",
-            self.list_page(grant, cursor),
+            self.list_with_skills(grant, cursor),
         )
         .await
     }
@@ -667,7 +672,7 @@ impl Service {
         let read = metered(
             &self.state.metrics,
             "resources/read",
-            self.read_uri(grant, uri),
+            self.read_any(grant, uri),
         );
         tokio::select! {
             r = read => r,

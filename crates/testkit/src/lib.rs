@@ -13,6 +13,8 @@
 //!   the mount's prefixes, malformed positions refused, unknown positions resumed after;
 //! - `read`: exact bytes, not-found without an oracle, `TooLarge` for a limit one byte short
 //!   (never a truncated body), `change_token` stable and changed by a modification;
+//! - directory reads, for the directories a fixture names: every page of every subfolder,
+//!   without a gap or a duplicate, showing exactly the expected files;
 //! - `templates`, `complete`, `watch`, `list_changed`: as before, plus completed values
 //!   expanding to URIs under the mount's prefixes.
 
@@ -69,6 +71,13 @@ pub trait Fixture: Send + Sync {
     fn change_tokens(&self) -> bool {
         false
     }
+    /// Directory URIs whose reads (`Provider::read_directory`) the suite checks, the root of
+    /// the tree of [`Fixture::expected`] first: every subfolder under them is read too, at
+    /// several page sizes, and the files found under the first must be exactly the expected
+    /// resources under it. Empty (the default) for a provider without directories.
+    fn directories(&self) -> Vec<String> {
+        Vec::new()
+    }
     /// The expected resources the suite reads with a limit one byte below their size, which
     /// must answer `TooLarge`. The default is every non-empty one; a fixture leaves a
     /// resource out only for a known, reported provider bug, saying which in a comment.
@@ -106,6 +115,7 @@ pub async fn run_suite(provider: Arc<dyn Provider>, fixture: &dyn Fixture) {
         checks::read::check_reads(provider.as_ref(), fixture).await;
         checks::read::check_too_large(provider.as_ref(), fixture).await;
     }
+    checks::directory::check_directories(provider.as_ref(), fixture).await;
     if caps.templates {
         checks::templates::check_templates(provider.as_ref(), fixture);
     }

@@ -22,6 +22,8 @@ enum Fault {
     ListsWhenUndeclared,
     TrailingEmptyPage,
     TokenWithoutSaying,
+    DirectoryPagesOverlap,
+    FileReadsAsDirectory,
 }
 
 struct Mem {
@@ -126,6 +128,46 @@ impl Provider for Mem {
         .into())
     }
 
+    async fn read_directory(
+        &self,
+        uri: &ResourceUri,
+        page: PageRequest,
+    ) -> Result<Page<ResourceMeta>> {
+        // One flat directory, the prefix itself; its children are the items.
+        if uri.as_str() != PREFIX {
+            if !self.items.contains_key(uri.as_str()) {
+                return Err(Error::not_found(uri.as_str()));
+            }
+            if self.fault != Fault::FileReadsAsDirectory {
+                return Err(mcpr_core::not_a_directory(uri.as_str()));
+            }
+        }
+        let after = page
+            .after
+            .as_ref()
+            .map(|a| String::from_utf8_lossy(a).into_owned());
+        let rest: Vec<(Vec<u8>, ResourceMeta)> = self
+            .items
+            .keys()
+            .filter(|_| uri.as_str() == PREFIX)
+            .filter(|u| after.as_ref().is_none_or(|a| u.as_str() > a.as_str()))
+            .map(|u| {
+                let meta = ResourceMeta {
+                    uri: u.clone(),
+                    name: u.clone(),
+                    ..Default::default()
+                };
+                (u.clone().into_bytes(), meta)
+            })
+            .collect();
+        let mut out = Page::from_lookahead(rest.clone(), page.limit);
+        if self.fault == Fault::DirectoryPagesOverlap && out.next.is_some() && out.items.len() > 1 {
+            // Resume before the last entry served: the next page repeats it.
+            out.next = Some(out.items[out.items.len() - 2].uri.clone().into_bytes());
+        }
+        Ok(out)
+    }
+
     async fn change_token(&self, _uri: &ResourceUri) -> Option<String> {
         (self.fault == Fault::TokenWithoutSaying).then(|| "t".into())
     }
@@ -144,6 +186,9 @@ impl Fixture for Fx {
     async fn modify(&self, _uri: &str) {}
     async fn add(&self) -> String {
         unreachable!("the memory provider declares no list_changed")
+    }
+    fn directories(&self) -> Vec<String> {
+        vec![PREFIX.into()]
     }
     fn unknown_positions(&self) -> Vec<(Vec<u8>, Option<String>)> {
         vec![
@@ -189,6 +234,11 @@ async fn each_broken_contract_is_named() {
             "list: the last page must have `next` None",
         ),
         (Fault::TokenWithoutSaying, "change_token:"),
+        (Fault::DirectoryPagesOverlap, "without a gap or a duplicate"),
+        (
+            Fault::FileReadsAsDirectory,
+            "a directory read of a file must fail",
+        ),
     ] {
         let msg = failure(fault)
             .await

@@ -427,6 +427,9 @@ async fn metrics(State(ops): State<Arc<Ops>>, headers: http::HeaderMap) -> Respo
             .map(|m| (&*m.name, &*m.calls)),
         &mut out,
     );
+    if let Some(skills) = &ops.state.skills {
+        skills.stats.render(&mut out);
+    }
     let mounts: Vec<_> = ops
         .state
         .router()

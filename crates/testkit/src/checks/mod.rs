@@ -1,5 +1,6 @@
 //! The suite's checks, one module per area of the `Provider` trait, and the helpers they share.
 
+pub(crate) mod directory;
 pub(crate) mod list;
 pub(crate) mod read;
 pub(crate) mod templates;

@@ -42,6 +42,20 @@ pub(crate) async fn check_undeclared(provider: &dyn Provider, fixture: &dyn Fixt
             .await;
         assert_unsupported("list", page);
     }
+    if fixture.directories().is_empty() {
+        // A fixture that names no directory: the provider must have none to read either,
+        // so directory reads cannot start answering untested.
+        let page = provider
+            .read_directory(
+                &parsed,
+                PageRequest {
+                    after: None,
+                    limit: 10,
+                },
+            )
+            .await;
+        assert_unsupported("read_directory", page);
+    }
     if !caps.read {
         let read = provider
             .read(&parsed, &ReadLimits { max_bytes: 1 << 20 })

@@ -1,0 +1,136 @@
+//! `resources/directory/read` (SEP-2640) in protocol-neutral terms: one page of a
+//! directory's direct children from the mount that owns it, with a signed cursor bound to
+//! that directory.
+
+use mcpr_core::{Error, PageCursor, PageRequest, ResourceMeta, Result};
+use sha2::Digest as _;
+
+use super::{Service, hints_for, invalid_cursor, parse_uri};
+use crate::http::Grant;
+use crate::layers::metered;
+
+/// Position tag of a directory-read cursor (listing cursors use 0 and 1), so a listing
+/// cursor is refused here and a directory cursor by `resources/list`.
+const IN_DIRECTORY: u8 = 2;
+
+/// Bytes of the directory URI's hash a cursor carries: a cursor continues the directory it
+/// came from, not another one of the same mount.
+const DIR_TAG_LEN: usize = 8;
+
+/// One page of a directory read.
+#[derive(Debug, Clone)]
+pub struct DirectoryPage {
+    /// The children: files as listed, subfolders with `mimeType` `inode/directory`.
+    pub items: Vec<ResourceMeta>,
+    /// The signed cursor of the next page, `None` after the last.
+    pub next_cursor: Option<String>,
+    /// Cache hints for this caller (the mount's, as a read of the directory has).
+    pub hints: mcpr_core::CacheHints,
+}
+
+fn dir_tag(uri: &str) -> [u8; DIR_TAG_LEN] {
+    let digest = sha2::Sha256::digest(uri.as_bytes());
+    let mut tag = [0; DIR_TAG_LEN];
+    tag.copy_from_slice(&digest[..DIR_TAG_LEN]);
+    tag
+}
+
+impl Service {
+    /// The direct children of directory `uri` for a caller holding `grant`, one page of at
+    /// most the server's page size, from `cursor` (the previous page's
+    /// [`DirectoryPage::next_cursor`]). A URI of a mount the caller may not see is not
+    /// found; a URI that names anything but a directory (or a mount without directories) is
+    /// invalid params, as SEP-2640 asks; a cursor minted for another directory, or not by
+    /// this server, is [`mcpr_core::ErrorKind::InvalidCursor`].
+    pub async fn read_directory(
+        &self,
+        grant: Option<&Grant>,
+        uri: &str,
+        cursor: Option<&str>,
+    ) -> Result<DirectoryPage> {
+        metered(&self.state.metrics, "resources/directory/read", async {
+            match self.skill_folder(uri).await? {
+                None => self.read_directory_at(grant, uri, cursor).await,
+                Some((target, skill)) => {
+                    // A skill's folder (or one under it): read the mount's folder, name
+                    // the children as skill URIs.
+                    let mut page = self
+                        .read_directory_at(grant, &target, cursor)
+                        .await
+                        .map_err(|mut e| {
+                            if e.uri.is_some() {
+                                e.uri = Some(uri.to_owned());
+                            }
+                            e
+                        })?;
+                    let from = target.trim_end_matches('/');
+                    for m in &mut page.items {
+                        let rest = m.uri.strip_prefix(from).unwrap_or_default();
+                        m.uri = format!("{skill}{}", rest.trim_end_matches('/'));
+                    }
+                    Ok(page)
+                }
+            }
+        })
+        .await
+    }
+
+    async fn read_directory_at(
+        &self,
+        grant: Option<&Grant>,
+        uri: &str,
+        cursor: Option<&str>,
+    ) -> Result<DirectoryPage> {
+        {
+            let parsed = parse_uri(uri)?;
+            let mount = self
+                .visible_route(grant, &parsed)
+                .ok_or_else(|| Error::not_found(parsed.as_str()))?;
+            let tag = dir_tag(parsed.as_str());
+            let after = match cursor {
+                None => None,
+                Some(c) => {
+                    let pc = self
+                        .state
+                        .codec
+                        .decode(c)
+                        .map_err(|e| invalid_cursor(&e.to_string()))?;
+                    match pc.position.split_first() {
+                        Some((&IN_DIRECTORY, rest))
+                            if pc.mount == mount.index
+                                && rest.len() > DIR_TAG_LEN
+                                && rest[..DIR_TAG_LEN] == tag =>
+                        {
+                            Some(rest[DIR_TAG_LEN..].to_vec())
+                        }
+                        _ => {
+                            return Err(invalid_cursor(
+                                "it does not continue a read of this directory",
+                            ));
+                        }
+                    }
+                }
+            };
+            let limit = self.state.settings.page_size.max(1);
+            let page = self
+                .layered(mount)
+                .read_directory(&parsed, PageRequest { after, limit })
+                .await?;
+            let next_cursor = page.next.map(|pos| {
+                let mut position = Vec::with_capacity(1 + DIR_TAG_LEN + pos.len());
+                position.push(IN_DIRECTORY);
+                position.extend_from_slice(&tag);
+                position.extend_from_slice(&pos);
+                self.state.codec.encode(&PageCursor {
+                    mount: mount.index,
+                    position,
+                })
+            });
+            Ok(DirectoryPage {
+                items: page.items,
+                next_cursor,
+                hints: hints_for(grant, mount.provider.info().cache),
+            })
+        }
+    }
+}

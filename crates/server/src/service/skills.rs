@@ -1,0 +1,293 @@
+//! SEP-2640 skills in protocol-neutral terms: `skills/list` pages with our signed cursors,
+//! `skills/get`, and reads of `skill://` URIs through the mount that holds the bytes (with
+//! every rule of that mount, and the caller's scopes).
+
+use mcpr_core::{CacheHints, Error, PageCursor, Result};
+use rmcp::model::Skill;
+
+use super::{ReadOutcome, Service, hints_for, invalid_cursor, visible};
+use crate::http::Grant;
+use crate::skills::SkillEntry;
+use crate::skills::catalog::SKILL_SCHEME;
+
+/// What a skill's `SKILL.md` URI ends with after its folder.
+const SKILL_MD_SUFFIX: &str = "/SKILL.md";
+
+/// Position tag of a `skills/list` cursor (listing cursors use 0 and 1, directory reads 2).
+const IN_SKILLS: u8 = 3;
+/// Position tag of a `resources/list` cursor inside the skills' `SKILL.md` entries, which
+/// follow the mounts' resources.
+const LISTING_SKILLS: u8 = 4;
+
+/// One page of `skills/list`.
+#[derive(Debug, Clone)]
+pub struct SkillsPage {
+    /// The skills, by URI.
+    pub skills: Vec<Skill>,
+    /// The signed cursor of the next page, `None` after the last.
+    pub next_cursor: Option<String>,
+    /// Cache hints for this caller.
+    pub hints: CacheHints,
+}
+
+impl Service {
+    /// Whether the server has a skills catalog (a mount carries skills).
+    pub fn has_skills(&self) -> bool {
+        self.state.skills.is_some()
+    }
+
+    /// The catalog's skills a caller holding `grant` may see (the mounts its scopes cover).
+    async fn visible_skills(&self, grant: Option<&Grant>) -> Vec<SkillEntry> {
+        let Some(catalog) = &self.state.skills else {
+            return Vec::new();
+        };
+        let mounts = self.state.router.mounts();
+        let sources = catalog.sources();
+        catalog
+            .skills()
+            .await
+            .into_iter()
+            .filter(|s| {
+                mounts
+                    .get(sources[s.source].index as usize)
+                    .is_some_and(|m| visible(grant, m))
+            })
+            .collect()
+    }
+
+    /// The cache hints of skills results: the strictest over the mounts carrying skills.
+    fn skills_hints(&self, grant: Option<&Grant>) -> CacheHints {
+        hints_for(grant, self.state.list_cache)
+    }
+
+    /// One page of the skills a caller holding `grant` may see, from `cursor`.
+    pub async fn list_skills(
+        &self,
+        grant: Option<&Grant>,
+        cursor: Option<&str>,
+    ) -> Result<SkillsPage> {
+        let after = match cursor {
+            None => None,
+            Some(c) => {
+                let pc = self
+                    .state
+                    .codec
+                    .decode(c)
+                    .map_err(|e| invalid_cursor(&e.to_string()))?;
+                match pc.position.split_first() {
+                    Some((&IN_SKILLS, rest)) if pc.mount == 0 => Some(
+                        String::from_utf8(rest.to_vec())
+                            .map_err(|_| invalid_cursor("unknown position"))?,
+                    ),
+                    _ => return Err(invalid_cursor("it does not continue skills/list")),
+                }
+            }
+        };
+        let size = self.state.settings.page_size.max(1);
+        let mut rest: Vec<SkillEntry> = self
+            .visible_skills(grant)
+            .await
+            .into_iter()
+            .filter(|s| after.as_ref().is_none_or(|a| s.uri.as_str() > a.as_str()))
+            .collect();
+        let next_cursor = if rest.len() > size {
+            rest.truncate(size);
+            rest.last().map(|last| {
+                let mut position = vec![IN_SKILLS];
+                position.extend_from_slice(last.uri.as_bytes());
+                self.state.codec.encode(&PageCursor { mount: 0, position })
+            })
+        } else {
+            None
+        };
+        Ok(SkillsPage {
+            skills: rest.iter().map(SkillEntry::to_skill).collect(),
+            next_cursor,
+            hints: self.skills_hints(grant),
+        })
+    }
+
+    /// The skill whose `SKILL.md` is `uri`, for a caller holding `grant`; invalid params
+    /// (-32602, as SEP-2640 asks) when there is none it may see.
+    pub async fn get_skill(&self, grant: Option<&Grant>, uri: &str) -> Result<(Skill, CacheHints)> {
+        self.visible_skills(grant)
+            .await
+            .iter()
+            .find(|s| s.uri == uri)
+            .map(|s| (s.to_skill(), self.skills_hints(grant)))
+            .ok_or_else(|| {
+                Error::invalid_params(format!("no skill is served at {uri}")).with_uri(uri)
+            })
+    }
+
+    /// Read `raw`: a `skill://` URI through the mount holding its bytes, named as asked;
+    /// any other URI as [`Service::read`] reads it.
+    pub(super) async fn read_any(&self, grant: Option<&Grant>, raw: &str) -> Result<ReadOutcome> {
+        let Some(catalog) = self
+            .state
+            .skills
+            .as_ref()
+            .filter(|_| raw.starts_with(SKILL_SCHEME))
+        else {
+            return self.read_uri(grant, raw).await;
+        };
+        let (source, target) = catalog.resolve(raw).await?;
+        let index = catalog.sources()[source].index as usize;
+        if !self
+            .state
+            .router
+            .mounts()
+            .get(index)
+            .is_some_and(|m| visible(grant, m))
+        {
+            return Err(Error::not_found(raw));
+        }
+        let mut out = self.read_uri(grant, &target).await.map_err(|mut e| {
+            if e.uri.is_some() {
+                e.uri = Some(raw.to_owned());
+            }
+            e
+        })?;
+        for c in &mut out.contents {
+            c.uri = raw.to_owned();
+        }
+        Ok(out)
+    }
+
+    /// For a `skill://` URI naming a valid skill's folder or a folder under it: the mount's
+    /// directory URI behind it and the URI as asked (without a trailing `/`). `None` for any
+    /// other URI; not found for a `skill://` URI that is no such folder.
+    pub(super) async fn skill_folder(&self, uri: &str) -> Result<Option<(String, String)>> {
+        let Some(catalog) = self
+            .state
+            .skills
+            .as_ref()
+            .filter(|_| uri.starts_with(SKILL_SCHEME))
+        else {
+            return Ok(None);
+        };
+        let asked = uri.trim_end_matches('/');
+        for entry in catalog.skills().await {
+            let Some(folder) = entry.uri.strip_suffix(SKILL_MD_SUFFIX) else {
+                continue;
+            };
+            let Some(rest) = asked.strip_prefix(folder) else {
+                continue;
+            };
+            if !(rest.is_empty() || rest.starts_with('/')) {
+                continue;
+            }
+            let Some(md) = entry.files.iter().find(|f| f.uri == entry.uri) else {
+                continue;
+            };
+            let target_folder = md
+                .target
+                .strip_suffix(SKILL_MD_SUFFIX)
+                .unwrap_or(&md.target);
+            let mut target = format!("{target_folder}{rest}");
+            // Prefix-style directories (s3) end in `/`, as the source's root does.
+            if catalog.sources()[entry.source].root.ends_with('/') {
+                target.push('/');
+            }
+            return Ok(Some((target, asked.to_owned())));
+        }
+        Err(Error::not_found(uri))
+    }
+
+    /// `resources/list` with every visible skill's `SKILL.md` after the mounts' resources
+    /// (`text/markdown`, named and described by its frontmatter). Cursors into that part
+    /// carry a tag of their own; any other cursor is the mounts' listing's.
+    pub(super) async fn list_with_skills(
+        &self,
+        grant: Option<&Grant>,
+        cursor: Option<&str>,
+    ) -> Result<super::ListPage> {
+        if self.state.skills.is_none() {
+            return self.list_page(grant, cursor).await;
+        }
+        let size = self.state.settings.page_size.max(1);
+        // A cursor inside the skills part, or the mounts' page before it.
+        let in_skills = cursor.and_then(|c| {
+            let pc = self.state.codec.decode(c).ok()?;
+            match pc.position.split_first() {
+                Some((&LISTING_SKILLS, rest)) if pc.mount == 0 => {
+                    Some(String::from_utf8(rest.to_vec()).unwrap_or_default())
+                }
+                _ => None,
+            }
+        });
+        let (mut page, after) = match in_skills {
+            Some(after) => (
+                super::ListPage {
+                    items: Vec::new(),
+                    next_cursor: None,
+                    hints: hints_for(grant, self.state.list_cache),
+                    skipped: Vec::new(),
+                },
+                after,
+            ),
+            None => {
+                let mut page = self.list_page(grant, cursor).await?;
+                self.describe_skill_files(&mut page.items).await;
+                if page.next_cursor.is_some() {
+                    return Ok(page);
+                }
+                (page, String::new())
+            }
+        };
+        let room = size.saturating_sub(page.items.len());
+        let mut rest: Vec<SkillEntry> = self
+            .visible_skills(grant)
+            .await
+            .into_iter()
+            .filter(|s| s.uri.as_str() > after.as_str())
+            .collect();
+        if rest.len() > room {
+            rest.truncate(room);
+            let last = rest.last().map_or(after.clone(), |s| s.uri.clone());
+            let mut position = vec![LISTING_SKILLS];
+            position.extend_from_slice(last.as_bytes());
+            page.next_cursor = Some(self.state.codec.encode(&PageCursor { mount: 0, position }));
+        }
+        page.items.extend(rest.iter().map(|s| {
+            let md = s.files.iter().find(|f| f.uri == s.uri);
+            mcpr_core::ResourceMeta {
+                uri: s.uri.clone(),
+                name: s.frontmatter.name.clone(),
+                description: Some(s.frontmatter.description.clone()),
+                mime_type: Some("text/markdown".into()),
+                size: md.map(|f| f.size),
+                ..Default::default()
+            }
+        }));
+        Ok(page)
+    }
+
+    /// A mount's own listing entry of a skill's `SKILL.md` described as the skill entry is
+    /// (`text/markdown`, name and description from the frontmatter), from the catalog's
+    /// last listing: a client finds the skill whichever URI it meets first.
+    async fn describe_skill_files(&self, items: &mut [mcpr_core::ResourceMeta]) {
+        let Some(catalog) = &self.state.skills else {
+            return;
+        };
+        let mut skills = catalog.last();
+        if skills.is_empty() {
+            catalog.skills().await;
+            skills = catalog.last();
+        }
+        let by_target: std::collections::HashMap<&str, &SkillEntry> = skills
+            .iter()
+            .filter_map(|s| {
+                let md = s.files.iter().find(|f| f.uri == s.uri)?;
+                Some((md.target.as_str(), s))
+            })
+            .collect();
+        for m in items {
+            if let Some(s) = by_target.get(m.uri.as_str()) {
+                m.name = s.frontmatter.name.clone();
+                m.description = Some(s.frontmatter.description.clone());
+                m.mime_type = Some("text/markdown".into());
+            }
+        }
+    }
+}

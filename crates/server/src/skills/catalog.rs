@@ -1,0 +1,547 @@
+//! The catalog: skills found under the `skills` folders of mounts, through the providers'
+//! own operations (directory reads, reads, change tokens), so files, git and s3 mounts
+//! behave alike and every rule of a mount (sandbox, deny, hidden, size limit) applies to its
+//! skills without a line here.
+//!
+//! A skill is a folder holding a `SKILL.md`; its manifest is every file under the folder
+//! that the mount serves, with a `sha256:` digest and size. Digests (and parsed
+//! frontmatters) are cached by the file's fingerprint (its change token, else size and
+//! modification time), so a second listing of unchanged skills hashes nothing.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use std::time::Duration;
+
+use mcpr_core::{
+    ContentsBody, DIRECTORY_MIME_TYPE, Error, PageRequest, ReadLimits, ResourceMeta, ResourceUri,
+    Result,
+};
+
+use crate::layers::Layered;
+use crate::router::Mount;
+use rmcp::model::{SKILL_MD, Skill, SkillFrontmatter, SkillResource, SkillResources};
+
+/// The URI scheme of skills.
+pub const SKILL_SCHEME: &str = "skill://";
+/// The most files one skill may hold (the spec's limit); a larger one is left out.
+pub const MAX_SKILL_FILES: usize = 512;
+/// The most bytes one skill may hold (the spec's limit); a larger one is left out.
+pub const MAX_SKILL_BYTES: u64 = 16 * 1024 * 1024;
+/// The most directories one discovery walks per source: a skills folder is a catalog, not
+/// a whole file system; past this the rest of the folder is not searched (and it is logged).
+pub const MAX_WALK_DIRS: usize = 20_000;
+/// The deepest folder a discovery or a manifest descends to.
+pub const MAX_WALK_DEPTH: usize = 16;
+/// Entries per directory-read page the catalog asks for.
+const DIR_PAGE: usize = 1000;
+
+/// One mount's skills folder.
+pub struct SkillSource {
+    /// The mount's name, for logs.
+    pub mount: String,
+    /// The mount's index in the router (scopes apply per mount).
+    pub index: u32,
+    /// The mount, whose provider the catalog calls through the server's one layer
+    /// ([`Layered`]: capability check, request timeout, call counts).
+    pub at: Mount,
+    /// The URI of the skills folder in the mount, as a directory read takes it.
+    pub root: String,
+    /// Segments put before every skill path of this source (`skills_prefix`), without
+    /// slashes at the ends; empty for none.
+    pub prefix: String,
+}
+
+/// One file of a skill's manifest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkillFile {
+    /// Its `skill://` URI.
+    pub uri: String,
+    /// The URI of the mount's resource that holds its bytes.
+    pub target: String,
+    /// `sha256:` and 64 hex digits.
+    pub digest: String,
+    /// Bytes.
+    pub size: u64,
+}
+
+/// One valid skill.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SkillEntry {
+    /// The `skill://…/SKILL.md` URI.
+    pub uri: String,
+    /// Index of its source.
+    pub source: usize,
+    /// Its parsed frontmatter.
+    pub frontmatter: SkillFrontmatter,
+    /// Every file, `SKILL.md` included, sorted by URI.
+    pub files: Vec<SkillFile>,
+}
+
+impl SkillEntry {
+    /// As rmcp's `Skill` (the manifest of its files).
+    pub fn to_skill(&self) -> Skill {
+        Skill::new(
+            self.uri.clone(),
+            self.frontmatter.clone(),
+            SkillResources::Files(
+                self.files
+                    .iter()
+                    .map(|f| SkillResource::new(f.uri.clone(), f.digest.clone(), f.size))
+                    .collect(),
+            ),
+        )
+    }
+}
+
+/// What a cached file was when it was hashed.
+#[derive(Clone)]
+struct Hashed {
+    fingerprint: String,
+    digest: String,
+    size: u64,
+    /// For a `SKILL.md`: its frontmatter, or why it is not one.
+    frontmatter: Option<std::result::Result<SkillFrontmatter, String>>,
+}
+
+/// Counters the catalog keeps for `/metrics` and tests.
+#[derive(Debug, Default)]
+pub struct CatalogStats {
+    /// Files read and hashed (a warm listing adds none).
+    pub hashed: AtomicU64,
+    /// Skills left out (invalid frontmatter, too large, unreadable), counted per listing.
+    pub invalid: AtomicU64,
+    /// Skill URIs two sources both produced (the first source's skill kept).
+    pub collisions: AtomicU64,
+}
+
+impl CatalogStats {
+    /// Append the catalog's counters in Prometheus text format.
+    pub fn render(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        for (name, help, v) in [
+            (
+                "mcp_skills_invalid_total",
+                "Skills left out of skills/list (invalid SKILL.md, over the spec's limits, unreadable), once per listing.",
+                &self.invalid,
+            ),
+            (
+                "mcp_skills_collisions_total",
+                "Skill URIs served by two mounts; the first mount's skill is kept.",
+                &self.collisions,
+            ),
+            (
+                "mcp_skills_files_hashed_total",
+                "Skill files read and hashed for a manifest (unchanged files are not hashed again).",
+                &self.hashed,
+            ),
+        ] {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+                v.load(Ordering::Relaxed)
+            );
+        }
+    }
+}
+
+/// The skills of every source, their manifests and the digest cache.
+pub struct Catalog {
+    sources: Vec<SkillSource>,
+    read_limit: u64,
+    timeout: Duration,
+    cache: Mutex<HashMap<String, Hashed>>,
+    warned: Mutex<HashSet<String>>,
+    /// The last listing, for resolving `skill://` URIs without walking again.
+    snapshot: Mutex<Arc<Vec<SkillEntry>>>,
+    /// Counters.
+    pub stats: CatalogStats,
+}
+
+/// Why a skill is left out (named in its one warning).
+struct LeftOut {
+    file: String,
+    reason: String,
+}
+
+fn left_out(file: &str, reason: impl Into<String>) -> LeftOut {
+    LeftOut {
+        file: file.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+/// `uri` without the trailing `/` a prefix-style directory URI (s3) carries.
+fn bare(uri: &str) -> &str {
+    uri.strip_suffix('/').unwrap_or(uri)
+}
+
+/// The last path segment of `uri`.
+fn last_segment(uri: &str) -> &str {
+    bare(uri).rsplit('/').next().unwrap_or_default()
+}
+
+fn is_dir(m: &ResourceMeta) -> bool {
+    m.mime_type.as_deref() == Some(DIRECTORY_MIME_TYPE)
+}
+
+/// The bytes of a read's first content.
+fn bytes_of(contents: Vec<mcpr_core::Contents>) -> Vec<u8> {
+    match contents.into_iter().next().map(|c| c.body) {
+        Some(ContentsBody::Text(t)) => t.into_bytes(),
+        Some(ContentsBody::Blob(b)) => b,
+        None => Vec::new(),
+    }
+}
+
+impl Catalog {
+    /// A catalog over `sources`, reading files up to `read_limit` bytes each (the server's
+    /// `max_read_bytes`: a file the mount would not serve is not in a manifest).
+    /// Each provider call is bounded by `timeout` (the server's request timeout).
+    pub fn new(sources: Vec<SkillSource>, read_limit: u64, timeout: Duration) -> Self {
+        Self {
+            sources,
+            read_limit,
+            timeout,
+            cache: Mutex::new(HashMap::new()),
+            warned: Mutex::new(HashSet::new()),
+            snapshot: Mutex::new(Arc::new(Vec::new())),
+            stats: CatalogStats::default(),
+        }
+    }
+
+    /// The sources.
+    pub fn sources(&self) -> &[SkillSource] {
+        &self.sources
+    }
+
+    /// Warn once per file and reason; count every time.
+    fn leave_out(&self, source: &SkillSource, why: &LeftOut) {
+        self.stats.invalid.fetch_add(1, Ordering::Relaxed);
+        let key = format!("{}\0{}", why.file, why.reason);
+        if self.warned.lock().expect("warned lock").insert(key) {
+            tracing::warn!(
+                mount = %source.mount,
+                file = %why.file,
+                "skill left out of skills/list: {}",
+                why.reason
+            );
+        }
+    }
+
+    /// Every page of directory `dir`.
+    async fn children(&self, provider: &Layered<'_>, dir: &str) -> Result<Vec<ResourceMeta>> {
+        let uri = ResourceUri::parse(dir)?;
+        let mut out = Vec::new();
+        let mut after = None;
+        loop {
+            let page = provider
+                .read_directory(
+                    &uri,
+                    PageRequest {
+                        after,
+                        limit: DIR_PAGE,
+                    },
+                )
+                .await?;
+            out.extend(page.items);
+            match page.next {
+                Some(n) => after = Some(n),
+                None => return Ok(out),
+            }
+        }
+    }
+
+    /// The skill folders under source `s`'s root, breadth first: a folder holding a
+    /// `SKILL.md` is a skill and is not searched further.
+    async fn discover(&self, s: &SkillSource) -> Result<Vec<(String, Vec<ResourceMeta>)>> {
+        let mut found = Vec::new();
+        let mut queue = std::collections::VecDeque::from([(s.root.clone(), 0usize)]);
+        let mut walked = 0usize;
+        while let Some((dir, depth)) = queue.pop_front() {
+            walked += 1;
+            if walked > MAX_WALK_DIRS {
+                tracing::warn!(
+                    mount = %s.mount,
+                    "the skills folder {} holds more than {MAX_WALK_DIRS} folders; the rest is not searched",
+                    s.root
+                );
+                break;
+            }
+            let entries = match self
+                .children(&Layered::new(&s.at, self.timeout), &dir)
+                .await
+            {
+                Ok(e) => e,
+                // The root itself failing fails the source; a folder that went away since
+                // it was listed is skipped.
+                Err(e) if dir == s.root => return Err(e),
+                Err(_) => continue,
+            };
+            let has_skill_md = dir != s.root
+                && entries
+                    .iter()
+                    .any(|m| !is_dir(m) && last_segment(&m.uri) == SKILL_MD);
+            if has_skill_md {
+                found.push((dir, entries));
+                continue;
+            }
+            if depth < MAX_WALK_DEPTH {
+                queue.extend(
+                    entries
+                        .into_iter()
+                        .filter(is_dir)
+                        .map(|m| (m.uri, depth + 1)),
+                );
+            }
+        }
+        Ok(found)
+    }
+
+    /// The cache key of a file's state, or `None` when the source gives nothing to tell
+    /// versions apart by (then it is hashed every time).
+    async fn fingerprint(
+        provider: &Layered<'_>,
+        uri: &ResourceUri,
+        m: &ResourceMeta,
+    ) -> Option<String> {
+        match provider.change_token(uri).await {
+            Some(t) => Some(format!("t:{t}:{:?}", m.size)),
+            None => m
+                .last_modified
+                .as_ref()
+                .map(|lm| format!("m:{lm}:{:?}", m.size)),
+        }
+    }
+
+    /// The digest and size of `m` (and its frontmatter when `skill_md`), from the cache when
+    /// its fingerprint is unchanged, else read through the mount and hashed.
+    async fn hashed(
+        &self,
+        provider: &Layered<'_>,
+        m: &ResourceMeta,
+        skill_md: bool,
+    ) -> Result<Hashed> {
+        let uri = ResourceUri::parse(&m.uri)?;
+        let fingerprint = Self::fingerprint(provider, &uri, m).await;
+        if let Some(fp) = &fingerprint
+            && let Some(h) = self.cache.lock().expect("cache lock").get(&m.uri)
+            && &h.fingerprint == fp
+            && (!skill_md || h.frontmatter.is_some())
+        {
+            return Ok(h.clone());
+        }
+        let bytes = bytes_of(
+            provider
+                .read(
+                    &uri,
+                    &ReadLimits {
+                        max_bytes: self.read_limit,
+                    },
+                )
+                .await?
+                .contents,
+        );
+        self.stats.hashed.fetch_add(1, Ordering::Relaxed);
+        let frontmatter = skill_md.then(|| match std::str::from_utf8(&bytes) {
+            Ok(text) => super::frontmatter::parse(text).map_err(|e| e.to_string()),
+            Err(_) => Err("it is not UTF-8 text".to_owned()),
+        });
+        let h = Hashed {
+            fingerprint: fingerprint.clone().unwrap_or_default(),
+            digest: rmcp::model::sha256_digest(&bytes),
+            size: bytes.len() as u64,
+            frontmatter,
+        };
+        if fingerprint.is_some() {
+            self.cache
+                .lock()
+                .expect("cache lock")
+                .insert(m.uri.clone(), h.clone());
+        }
+        Ok(h)
+    }
+
+    /// The skill in folder `dir` of source `si` (its entries already read), or why not.
+    async fn skill_at(
+        &self,
+        si: usize,
+        dir: &str,
+        entries: Vec<ResourceMeta>,
+    ) -> std::result::Result<SkillEntry, LeftOut> {
+        let s = &self.sources[si];
+        let layered = Layered::new(&s.at, self.timeout);
+        let provider = &layered;
+        let root = bare(&s.root);
+        let rel = bare(dir)
+            .strip_prefix(root)
+            .and_then(|r| r.strip_prefix('/'))
+            .ok_or_else(|| left_out(dir, "its folder is not under the skills folder"))?;
+        let base = if s.prefix.is_empty() {
+            format!("{SKILL_SCHEME}{rel}")
+        } else {
+            format!("{SKILL_SCHEME}{}/{rel}", s.prefix)
+        };
+        let skill_md = format!("{}/{SKILL_MD}", bare(dir));
+        // Every file under the folder, by a walk bounded in files and depth.
+        let mut files: Vec<ResourceMeta> = Vec::new();
+        let mut pending = vec![(entries, 0usize)];
+        let mut total = 0u64;
+        while let Some((list, depth)) = pending.pop() {
+            for m in list {
+                if is_dir(&m) {
+                    if depth >= MAX_WALK_DEPTH {
+                        return Err(left_out(
+                            &skill_md,
+                            format!("it nests folders deeper than {MAX_WALK_DEPTH}"),
+                        ));
+                    }
+                    let sub = self.children(provider, &m.uri).await.map_err(|e| {
+                        left_out(&m.uri, format!("its folder cannot be read: {}", e.message))
+                    })?;
+                    pending.push((sub, depth + 1));
+                    continue;
+                }
+                total += m.size.unwrap_or(0);
+                files.push(m);
+                if files.len() > MAX_SKILL_FILES {
+                    return Err(left_out(
+                        &skill_md,
+                        format!("it holds more than {MAX_SKILL_FILES} files (the spec's limit)"),
+                    ));
+                }
+                if total > MAX_SKILL_BYTES {
+                    return Err(left_out(
+                        &skill_md,
+                        format!(
+                            "it holds more than {MAX_SKILL_BYTES} bytes (the spec's limit of 16 MiB)"
+                        ),
+                    ));
+                }
+            }
+        }
+        let mut manifest = Vec::with_capacity(files.len());
+        let mut frontmatter = None;
+        let mut total = 0u64;
+        for m in &files {
+            let is_md = bare(&m.uri) == skill_md;
+            let h = self
+                .hashed(provider, m, is_md)
+                .await
+                .map_err(|e| left_out(&m.uri, format!("it cannot be read: {}", e.message)))?;
+            total += h.size;
+            if total > MAX_SKILL_BYTES {
+                return Err(left_out(
+                    &skill_md,
+                    format!(
+                        "it holds more than {MAX_SKILL_BYTES} bytes (the spec's limit of 16 MiB)"
+                    ),
+                ));
+            }
+            if is_md {
+                frontmatter = Some(
+                    h.frontmatter
+                        .clone()
+                        .unwrap_or_else(|| Err("unread".into())),
+                );
+            }
+            let rel_file = &m.uri[bare(dir).len()..];
+            manifest.push(SkillFile {
+                uri: format!("{base}{rel_file}"),
+                target: m.uri.clone(),
+                digest: h.digest,
+                size: h.size,
+            });
+        }
+        let frontmatter = frontmatter
+            .ok_or_else(|| left_out(&skill_md, "its SKILL.md is not served by the mount"))?
+            .map_err(|why| left_out(&skill_md, why))?;
+        manifest.sort_by(|a, b| a.uri.cmp(&b.uri));
+        let entry = SkillEntry {
+            uri: format!("{base}/{SKILL_MD}"),
+            source: si,
+            frontmatter,
+            files: manifest,
+        };
+        // The spec's rules: name by the Agent Skills rules and equal to the folder's name,
+        // the manifest inside the folder, no file twice.
+        entry
+            .to_skill()
+            .validate()
+            .map_err(|e| left_out(&skill_md, e.to_string()))?;
+        Ok(entry)
+    }
+
+    /// Every valid skill of every source, sorted by URI. A skill that is invalid, too
+    /// large or unreadable is left out with one warning and counted; a source whose skills
+    /// folder cannot be read is left out with its error logged. Two sources producing the
+    /// same URI keep the first source's skill, counted and logged once.
+    pub async fn skills(&self) -> Vec<SkillEntry> {
+        let mut by_uri: std::collections::BTreeMap<String, SkillEntry> = Default::default();
+        for (si, s) in self.sources.iter().enumerate() {
+            let found = match self.discover(s).await {
+                Ok(f) => f,
+                Err(e) => {
+                    let why = left_out(
+                        &s.root,
+                        format!("the skills folder cannot be read: {}", e.message),
+                    );
+                    let key = format!("{}\0{}", why.file, why.reason);
+                    if self.warned.lock().expect("warned lock").insert(key) {
+                        tracing::warn!(mount = %s.mount, "{}: {}", why.file, why.reason);
+                    }
+                    continue;
+                }
+            };
+            for (dir, entries) in found {
+                match self.skill_at(si, &dir, entries).await {
+                    Ok(entry) => {
+                        if by_uri.contains_key(&entry.uri) {
+                            self.stats.collisions.fetch_add(1, Ordering::Relaxed);
+                            let key = format!("collision\0{}", entry.uri);
+                            if self.warned.lock().expect("warned lock").insert(key) {
+                                tracing::warn!(
+                                    mount = %s.mount,
+                                    "skill {} is also served by an earlier mount; that one is kept (set skills_prefix to tell them apart)",
+                                    entry.uri
+                                );
+                            }
+                            continue;
+                        }
+                        by_uri.insert(entry.uri.clone(), entry);
+                    }
+                    Err(why) => self.leave_out(s, &why),
+                }
+            }
+        }
+        let skills: Vec<SkillEntry> = by_uri.into_values().collect();
+        *self.snapshot.lock().expect("snapshot lock") = Arc::new(skills.clone());
+        skills
+    }
+
+    /// The skills of the last listing, without walking again (empty before the first).
+    pub fn last(&self) -> Arc<Vec<SkillEntry>> {
+        self.snapshot.lock().expect("snapshot lock").clone()
+    }
+
+    /// The source and mount URI behind `skill_uri` (a `skill://` URI of a skill's file or
+    /// folder) as the current catalog has it, or not found.
+    pub async fn resolve(&self, skill_uri: &str) -> Result<(usize, String)> {
+        let find = |skills: &[SkillEntry]| {
+            skills.iter().find_map(|entry| {
+                entry
+                    .files
+                    .iter()
+                    .find(|f| f.uri == skill_uri)
+                    .map(|f| (entry.source, f.target.clone()))
+            })
+        };
+        let known = self.snapshot.lock().expect("snapshot lock").clone();
+        if let Some(found) = find(&known) {
+            return Ok(found);
+        }
+        // Not in the last listing: maybe new since; look again once.
+        find(&self.skills().await).ok_or_else(|| Error::not_found(skill_uri))
+    }
+}

@@ -1,0 +1,208 @@
+//! `skills/list`, `skills/get` and `skill://` reads through the `Service` over a real files
+//! mount carrying skills: signed cursors, -32602 for an unknown skill, bytes read through
+//! the mount equal to the manifest, scopes hiding a mount's skills.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use mcpr_core::{ContentsBody, ErrorKind, Provider};
+use mcpr_provider_files::{FilesConfig, FilesProvider};
+use mcpr_server::http::Grant;
+use mcpr_server::skills::SkillsSetting;
+use mcpr_server::{ServerState, Service, Settings, to_mcp_error};
+use rmcp::model::SkillResources;
+
+fn setup(scope: Option<&str>) -> (tempfile::TempDir, Service) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    for name in ["alpha", "beta", "gamma"] {
+        let d = root.join("team-skills").join(name);
+        std::fs::create_dir_all(d.join("ref")).unwrap();
+        std::fs::write(
+            d.join("SKILL.md"),
+            format!("---\nname: {name}\ndescription: Does {name}\n---\nUse it.\n"),
+        )
+        .unwrap();
+        std::fs::write(d.join("ref/notes.txt"), format!("{name} notes\n")).unwrap();
+    }
+    let settings = Settings {
+        page_size: 2,
+        skills: vec![SkillsSetting {
+            mount: 0,
+            path: "team-skills".into(),
+            prefix: "acme".into(),
+            rev: None,
+        }],
+        ..Settings::default()
+    };
+    let files: Arc<dyn Provider> = Arc::new(FilesProvider::new(FilesConfig::new(&root)).unwrap());
+    let state = ServerState::with_bus(
+        settings,
+        vec![(files, scope.map(str::to_owned))],
+        Arc::new(mcpr_core::LocalBus::default()),
+    );
+    (dir, Service::new(state))
+}
+
+fn grant(scopes: &[&str]) -> Grant {
+    Grant {
+        scopes: Some(
+            scopes
+                .iter()
+                .map(|s| s.to_string())
+                .collect::<BTreeSet<_>>(),
+        ),
+        personal: false,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skills_list_pages_get_answers_and_skill_uris_read_through_the_mount() {
+    let (_dir, service) = setup(None);
+    assert!(service.has_skills());
+    let first = service.list_skills(None, None).await.unwrap();
+    assert_eq!(first.skills.len(), 2);
+    let cursor = first
+        .next_cursor
+        .clone()
+        .expect("three skills, pages of two");
+    let second = service.list_skills(None, Some(&cursor)).await.unwrap();
+    assert!(second.next_cursor.is_none());
+    let uris: Vec<String> = first
+        .skills
+        .iter()
+        .chain(&second.skills)
+        .map(|s| s.uri.clone())
+        .collect();
+    assert_eq!(
+        uris,
+        [
+            "skill://acme/alpha/SKILL.md",
+            "skill://acme/beta/SKILL.md",
+            "skill://acme/gamma/SKILL.md",
+        ]
+    );
+    // A listing cursor does not continue skills/list, nor the other way round.
+    let e = service.list(None, Some(&cursor)).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::InvalidCursor);
+
+    let (skill, _) = service
+        .get_skill(None, "skill://acme/beta/SKILL.md")
+        .await
+        .unwrap();
+    assert_eq!(skill.frontmatter.description, "Does beta");
+    let SkillResources::Files(files) = &skill.resources else {
+        panic!("a manifest of files")
+    };
+    for f in files {
+        let read = service.read(None, &f.uri).await.unwrap();
+        assert_eq!(read.contents[0].uri, f.uri, "contents are named as asked");
+        let bytes = match &read.contents[0].body {
+            ContentsBody::Text(t) => t.as_bytes().to_vec(),
+            ContentsBody::Blob(b) => b.clone(),
+        };
+        f.verify(&bytes).unwrap();
+    }
+    let e = service
+        .get_skill(None, "skill://acme/nope/SKILL.md")
+        .await
+        .unwrap_err();
+    assert_eq!(to_mcp_error(e).code.0, -32602);
+    let e = service
+        .read(None, "skill://acme/beta/missing.txt")
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::NotFound);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mount_the_grant_may_not_see_has_no_skills_for_it() {
+    let (_dir, service) = setup(Some("team"));
+    let team = grant(&["team"]);
+    let other = grant(&[]);
+    assert_eq!(
+        service
+            .list_skills(Some(&team), None)
+            .await
+            .unwrap()
+            .skills
+            .len(),
+        2
+    );
+    let page = service.list_skills(Some(&other), None).await.unwrap();
+    assert!(page.skills.is_empty() && page.next_cursor.is_none());
+    let e = service
+        .get_skill(Some(&other), "skill://acme/alpha/SKILL.md")
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::InvalidParams);
+    let e = service
+        .read(Some(&other), "skill://acme/alpha/SKILL.md")
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::NotFound);
+    assert!(
+        service
+            .read(Some(&team), "skill://acme/alpha/SKILL.md")
+            .await
+            .is_ok()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skill_md_files_are_listed_and_skill_folders_read_as_directories() {
+    let (_dir, service) = setup(None);
+    // Pages of two: the mount's nine files, then the three SKILL.md entries.
+    let (mut all, mut cursor) = (Vec::new(), None::<String>);
+    loop {
+        let page = service.list(None, cursor.as_deref()).await.unwrap();
+        assert!(page.items.len() <= 2);
+        all.extend(page.items);
+        match page.next_cursor {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+    }
+    let skills: Vec<_> = all
+        .iter()
+        .filter(|m| m.uri.starts_with("skill://"))
+        .collect();
+    assert_eq!(all.len(), 9);
+    assert_eq!(skills.len(), 3);
+    assert_eq!(skills[1].uri, "skill://acme/beta/SKILL.md");
+    assert_eq!(skills[1].name, "beta");
+    assert_eq!(skills[1].description.as_deref(), Some("Does beta"));
+    assert_eq!(skills[1].mime_type.as_deref(), Some("text/markdown"));
+
+    let page = service
+        .read_directory(None, "skill://acme/beta", None)
+        .await
+        .unwrap();
+    let children: Vec<(&str, Option<&str>)> = page
+        .items
+        .iter()
+        .map(|m| (m.uri.as_str(), m.mime_type.as_deref()))
+        .collect();
+    assert_eq!(
+        children,
+        [
+            ("skill://acme/beta/SKILL.md", Some("text/markdown")),
+            ("skill://acme/beta/ref", Some("inode/directory")),
+        ]
+    );
+    let sub = service
+        .read_directory(None, "skill://acme/beta/ref", None)
+        .await
+        .unwrap();
+    assert_eq!(sub.items[0].uri, "skill://acme/beta/ref/notes.txt");
+    let e = service
+        .read_directory(None, "skill://acme/beta/SKILL.md", None)
+        .await
+        .unwrap_err();
+    assert_eq!(to_mcp_error(e).code.0, -32602, "a file is not a directory");
+    let e = service
+        .read_directory(None, "skill://acme/nope", None)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::NotFound);
+}
