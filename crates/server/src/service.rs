@@ -781,6 +781,7 @@ impl Service {
     ) -> Result<()> {
         metered(&self.state.metrics, "resources/subscribe", async {
             let uri = parse_uri(uri)?;
+            self.refuse_skill_subscription(&uri)?;
             if self
                 .state
                 .router
@@ -813,6 +814,7 @@ impl Service {
     ) -> Result<()> {
         metered(&self.state.metrics, "resources/subscribe", async {
             let uri = parse_uri(uri)?;
+            self.refuse_skill_subscription(&uri)?;
             let mount = self
                 .state
                 .router

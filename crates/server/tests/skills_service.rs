@@ -113,6 +113,15 @@ async fn skills_list_pages_get_answers_and_skill_uris_read_through_the_mount() {
         .await
         .unwrap_err();
     assert_eq!(e.kind, ErrorKind::NotFound);
+    // A skill:// subscription would never be notified yet: refused, saying what to do.
+    let (subscriber, _rx) = service.add_subscriber(None);
+    let e = service
+        .subscribe(None, "skill://acme/beta/SKILL.md", || subscriber.id())
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unsupported);
+    assert!(e.message.contains("not supported yet"), "{}", e.message);
+    assert_eq!(service.state().registry().stats().subscriptions, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

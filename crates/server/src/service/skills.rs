@@ -2,11 +2,11 @@
 //! `skills/get`, and reads of `skill://` URIs through the mount that holds the bytes (with
 //! every rule of that mount, and the caller's scopes).
 
-use mcpr_core::{CacheHints, Error, PageCursor, Result};
+use mcpr_core::{CacheHints, Error, PageCursor, ResourceUri, Result};
 use rmcp::model::Skill;
 
 use super::{ReadOutcome, Service, hints_for, invalid_cursor, visible};
-use crate::http::Grant;
+use crate::grant::Grant;
 use crate::skills::SkillEntry;
 use crate::skills::catalog::SKILL_SCHEME;
 
@@ -122,6 +122,19 @@ impl Service {
 
     /// Read `raw`: a `skill://` URI through the mount holding its bytes, named as asked;
     /// any other URI as [`Service::read`] reads it.
+    /// A subscription to a `skill://` URI is refused with what to do instead: its changes
+    /// are not yet delivered under that URI (the file's own mount URI can be watched), and
+    /// accepting it would promise notifications that never come.
+    pub(super) fn refuse_skill_subscription(&self, uri: &ResourceUri) -> Result<()> {
+        if self.state.skills.is_some() && uri.as_str().starts_with(SKILL_SCHEME) {
+            return Err(Error::unsupported(format!(
+                "subscriptions to skill:// URIs are not supported yet: {uri}; subscribe to the file's own URI in its mount instead"
+            ))
+            .with_uri(uri.as_str()));
+        }
+        Ok(())
+    }
+
     pub(super) async fn read_any(&self, grant: Option<&Grant>, raw: &str) -> Result<ReadOutcome> {
         let Some(catalog) = self
             .state
