@@ -90,7 +90,7 @@ fuzz_target!(|input: &str| {
     let Ok(contents) = t.rt.block_on(t.provider.read(&uri, &limits)) else {
         return;
     };
-    for c in contents {
+    for c in contents.contents {
         let text = match &c.body {
             ContentsBody::Text(s) => s.clone(),
             ContentsBody::Blob(b) => String::from_utf8_lossy(b).into_owned(),
