@@ -208,7 +208,7 @@ pub(crate) fn run(cmd: ClientCommand) -> anyhow::Result<()> {
                 json,
                 connect,
             } => {
-                let context = parse_context(&context)?;
+                let context = parse_string_args(&context)?;
                 with_session(&connect, |s| async move {
                     complete(&s, &template, &argument, &value, context, json)
                         .await
@@ -267,7 +267,7 @@ pub(crate) fn run(cmd: ClientCommand) -> anyhow::Result<()> {
                 json,
                 connect,
             } => {
-                let arguments = primitives::prompt_arguments(&args)?;
+                let arguments = parse_string_args(&args)?;
                 with_session(&connect, |s| async move {
                     primitives::prompt(&s, &name, arguments, output, json)
                         .await
@@ -594,8 +594,9 @@ fn write_text(out: &mut impl std::io::Write, p: &Part, terminal: bool) -> std::i
     }
 }
 
-/// `--arg NAME=VALUE` pairs into `context.arguments`.
-fn parse_context(pairs: &[String]) -> anyhow::Result<serde_json::Map<String, Value>> {
+/// `--arg NAME=VALUE` pairs as a map of strings: `complete`'s `context.arguments` and
+/// `prompt`'s arguments (both maps of strings in the spec).
+fn parse_string_args(pairs: &[String]) -> anyhow::Result<serde_json::Map<String, Value>> {
     pairs
         .iter()
         .map(|p| {

@@ -60,20 +60,6 @@ fn kind_of(v: &Value) -> &'static str {
     }
 }
 
-/// `prompt NAME --arg k=v`: prompt arguments are strings (the spec's `arguments` is a map of
-/// strings).
-pub(crate) fn prompt_arguments(pairs: &[String]) -> anyhow::Result<Map<String, Value>> {
-    pairs
-        .iter()
-        .map(|p| {
-            let (k, v) = p
-                .split_once('=')
-                .with_context(|| format!("--arg {p}: expected NAME=VALUE"))?;
-            Ok((k.to_owned(), Value::String(v.to_owned())))
-        })
-        .collect()
-}
-
 /// Fail unless the server declared `capability`, naming what it offers instead.
 fn require(s: &Session, capability: &str, what: &str) -> anyhow::Result<()> {
     if s.has_capability(capability) {
