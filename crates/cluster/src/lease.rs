@@ -153,29 +153,44 @@ impl Place<'_> {
             let payload = self.seal.seal(self.subject, me.as_bytes());
             crate::js::publish(self.client, self.subject, payload, Some(expected), within)
         };
-        if let Some(seq) = put(expected).await.map_err(unreachable)? {
-            return Ok(seq);
-        }
-        let last = crate::js::get(
-            self.client,
-            self.stream,
-            &serde_json::json!({ "last_by_subj": self.subject }),
-            within,
-        )
-        .await
-        .map_err(unreachable)?;
-        let seq = match last {
-            // Expired meanwhile.
-            None => 0,
-            Some((seq, data)) => match self.seal.open(Kind::Lease, self.subject, &data, self.ttl) {
-                Some(holder) if holder == me.as_bytes() => return Ok(seq),
-                Some(_) => return Err(WriteError::Taken),
-                None => seq,
-            },
-        };
-        put(seq)
+        let mut expected = expected;
+        // A stranger writing the subject can slip a record in between our look and our
+        // compare-and-set; only a valid record of another replica means the lease is taken,
+        // so a lost race with a forged one is tried again (a few times: a stranger writing
+        // without pause must not hold this task either).
+        for _ in 0..FORGED_RETRIES {
+            if let Some(seq) = put(expected).await.map_err(unreachable)? {
+                return Ok(seq);
+            }
+            let last = crate::js::get(
+                self.client,
+                self.stream,
+                &serde_json::json!({ "last_by_subj": self.subject }),
+                within,
+            )
             .await
-            .map_err(unreachable)?
-            .ok_or(WriteError::Taken)
+            .map_err(unreachable)?;
+            expected = match last {
+                // Expired meanwhile.
+                None => 0,
+                Some((seq, data)) => {
+                    match self.seal.open(Kind::Lease, self.subject, &data, self.ttl) {
+                        Some(holder) if holder == me.as_bytes() => return Ok(seq),
+                        Some(_) => return Err(WriteError::Taken),
+                        None => seq,
+                    }
+                }
+            };
+        }
+        // Not taken by a replica, not written either: like an unreachable NATS, the lease
+        // stays ours until a whole TTL passed since the last renewal.
+        Err(WriteError::Unreachable(format!(
+            "the lease record changed under {FORGED_RETRIES} compare-and-sets in a row \
+             (a client that is not a replica writes {})",
+            self.subject
+        )))
     }
 }
+
+/// How many compare-and-sets one write tries against records that do not verify.
+const FORGED_RETRIES: usize = 4;
