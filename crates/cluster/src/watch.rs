@@ -869,13 +869,31 @@ fn over_budget(max: usize) -> Error {
 }
 
 /// Start the provider's watch of `topic`, publishing on the cluster's bus.
+///
+/// Bounded by the lease TTL: the watcher of a mount handles one interest at a time, so a
+/// source slow to start a watch (the http provider fetches the upstream first) would hold
+/// every other interest in the mount, and the lease's loss, behind it. The requester waits
+/// a TTL and two seconds, so it hears this timeout rather than its own.
 async fn start(i: &Inner, mount: &str, topic: &ChangeEvent) -> Result<WatchGuard> {
     let provider = &i.shared[mount].provider;
     let sink = ChangeSink::new(i.bus.clone(), mount.to_owned());
-    match topic {
-        ChangeEvent::Updated { uri } => provider.watch(&ResourceUri::parse(uri)?, sink).await,
-        ChangeEvent::ListChanged { .. } => provider.watch_list(sink).await,
-    }
+    let limit = i.cfg.lease_ttl;
+    let started = tokio::time::timeout(limit, async {
+        match topic {
+            ChangeEvent::Updated { uri } => provider.watch(&ResourceUri::parse(uri)?, sink).await,
+            ChangeEvent::ListChanged { .. } => provider.watch_list(sink).await,
+        }
+    })
+    .await;
+    started.unwrap_or_else(|_| {
+        Err(Error::new(
+            ErrorKind::Timeout,
+            format!(
+                "the mount's source did not start the watch within {} ms (the cluster's lease_ttl_ms); try again",
+                limit.as_millis()
+            ),
+        ))
+    })
 }
 
 /// [`start`] for a replayed interest nobody here watched: this replica is taking the mount

@@ -591,3 +591,110 @@ async fn the_credentials_of_nats_url_authenticate_the_replica() {
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(!bad.bus.connected(), "connected with a wrong password");
 }
+
+/// A files mount whose watches of `stuck.txt` never start (a source that hangs while
+/// subscribing); everything else is the files provider's.
+struct StuckWatch(Arc<dyn mcpr_core::Provider>);
+
+#[async_trait::async_trait]
+impl mcpr_core::Provider for StuckWatch {
+    fn info(&self) -> &mcpr_core::ProviderInfo {
+        self.0.info()
+    }
+
+    async fn read(
+        &self,
+        uri: &mcpr_core::ResourceUri,
+        limits: &mcpr_core::ReadLimits,
+    ) -> mcpr_core::Result<mcpr_core::ReadOutput> {
+        self.0.read(uri, limits).await
+    }
+
+    async fn watch(
+        &self,
+        uri: &mcpr_core::ResourceUri,
+        sink: ChangeSink,
+    ) -> mcpr_core::Result<mcpr_core::WatchGuard> {
+        if uri.as_str().ends_with("stuck.txt") {
+            std::future::pending::<()>().await;
+        }
+        self.0.watch(uri, sink).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_that_never_starts_holds_the_watcher_only_for_the_lease_ttl() {
+    use mcpr_core::Watching as _;
+    let Some(nats) = start_nats().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::write(root.join("a.txt"), "v0").unwrap();
+    std::fs::write(root.join("stuck.txt"), "v0").unwrap();
+    let ttl = Duration::from_millis(900);
+    let files: Arc<dyn mcpr_core::Provider> = Arc::new(
+        mcpr_provider_files::FilesProvider::new(mcpr_provider_files::FilesConfig::new(&root))
+            .unwrap(),
+    );
+    let provider: Arc<dyn mcpr_core::Provider> = Arc::new(StuckWatch(files));
+    let cfg = mcpr_cluster::ClusterConfig {
+        nats_url: format!("nats://127.0.0.1:{}", nats.port()),
+        name: "t7".into(),
+        replica: "r1".into(),
+        lease_ttl: ttl,
+        secret: String::from_utf8(SECRET.to_vec()).unwrap(),
+        max_watches: 100,
+    };
+    let joined = mcpr_cluster::join(
+        cfg,
+        vec![mcpr_cluster::ClusterMount {
+            name: MOUNT.into(),
+            provider: provider.clone(),
+            shared: true,
+        }],
+    )
+    .await
+    .unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || holds(&joined)).await,
+        "the replica never took the lease"
+    );
+    let uri = |name: &str| {
+        mcpr_core::ResourceUri::parse(&format!("file://{}", root.join(name).display())).unwrap()
+    };
+    let stuck = uri("stuck.txt");
+    let sink = ChangeSink::new(Arc::new(joined.bus.clone()), MOUNT);
+    let began = tokio::time::Instant::now();
+    let err = tokio::time::timeout(
+        ttl + Duration::from_secs(5),
+        joined
+            .watching
+            .watch(MOUNT, &provider, &stuck, sink.clone()),
+    )
+    .await
+    .expect("the stuck watch held the request past the watcher's bound")
+    .err()
+    .expect("a watch that never starts cannot succeed");
+    assert!(began.elapsed() >= ttl, "answered before the bound: {err}");
+    assert_eq!(err.kind, mcpr_core::ErrorKind::Timeout, "{err}");
+
+    // The watcher goes on: another URI of the mount is watched and its change delivered.
+    let a = uri("a.txt");
+    let mut feed = ChangeBus::feed(&joined.bus);
+    let _interest = ChangeBus::interest(&joined.bus, MOUNT, &up(a.as_str()));
+    assert!(joined.bus.settled(Duration::from_secs(5)).await);
+    let _watch = joined
+        .watching
+        .watch(MOUNT, &provider, &a, sink)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    drain(&mut feed, Duration::from_millis(300)).await;
+    std::fs::write(root.join("a.txt"), "v1").unwrap();
+    let heard = hear(&mut feed).await;
+    assert!(
+        heard.contains(&FeedItem::Event(up(a.as_str()))),
+        "{heard:?}"
+    );
+}

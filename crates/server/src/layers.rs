@@ -428,6 +428,40 @@ pub(crate) async fn metered_rpc<T>(
 mod tests {
     use super::*;
 
+    /// The layer counts calls by position in the metric's label lists: each position names
+    /// the operation and outcome the layer means, so a label added in `metrics` in the
+    /// wrong place fails here rather than counting reads as lists.
+    #[test]
+    fn call_positions_name_the_metric_labels() {
+        use crate::metrics::{PROVIDER_OPS, PROVIDER_OUTCOMES};
+        let ops = [
+            (call::LIST, "list"),
+            (call::READ, "read"),
+            (call::COMPLETE, "complete"),
+            (call::WATCH, "watch"),
+            (call::WATCH_LIST, "watch_list"),
+            (call::CHANGE_TOKEN, "change_token"),
+            (call::READINESS, "readiness"),
+            (call::READ_DIRECTORY, "read_directory"),
+        ];
+        for (n, name) in ops {
+            assert_eq!(PROVIDER_OPS[n], name);
+        }
+        assert_eq!(PROVIDER_OPS.len(), ops.len());
+        let outcomes = [
+            (outcome::<()>(&Ok(())), "ok"),
+            (outcome::<()>(&Err(Error::internal("x"))), "error"),
+            (UNSUPPORTED, "unsupported"),
+            (
+                outcome::<()>(&Err(Error::new(ErrorKind::Timeout, "x"))),
+                "timeout",
+            ),
+        ];
+        for (n, name) in outcomes {
+            assert_eq!(PROVIDER_OUTCOMES[n], name);
+        }
+    }
+
     #[tokio::test]
     async fn a_call_past_the_limit_answers_the_timeout_error() {
         let slow = std::future::pending::<Result<()>>();
