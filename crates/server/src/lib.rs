@@ -183,12 +183,12 @@ impl ServerState {
         let info = handler::server_info(&settings, &router);
         let read_budget = layers::ReadBudget::new(settings.max_inflight_read_bytes);
         let list_skips = metrics::ListSkips::new(router.mounts().iter().map(|m| m.name.clone()));
+        let skills = skills::catalog_for(&settings, &router);
         let tools = if settings.tools {
-            tools::definitions(&settings)
+            tools::definitions(&settings, skills.is_some())
         } else {
             Vec::new()
         };
-        let skills = skills::catalog_for(&settings, &router);
         Arc::new(Self {
             skills,
             tools,

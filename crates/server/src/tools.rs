@@ -36,16 +36,18 @@ const READ: &str = "read_resource";
 const TEMPLATES: &str = "list_resource_templates";
 const COMPLETE: &str = "complete_resource_argument";
 const SEARCH: &str = "search_resources";
+const SKILLS: &str = "list_skills";
 
 /// The longest `search_resources` query accepted, in bytes.
 pub(crate) const MAX_QUERY_LEN: usize = 1024;
 
-/// The tools of the bridge, with descriptions that name the limits in force.
-pub(crate) fn definitions(settings: &Settings) -> Vec<Tool> {
+/// The tools of the bridge, with descriptions that name the limits in force;
+/// `list_skills` only when `skills` (a mount carries skills).
+pub(crate) fn definitions(settings: &Settings, skills: bool) -> Vec<Tool> {
     let page = settings.page_size;
     let max_read = human_bytes(settings.max_read_bytes);
     let scanned = SCAN_MAX_PAGES * page;
-    vec![
+    let mut tools = vec![
         tool(
             LIST,
             "List resources",
@@ -163,7 +165,29 @@ pub(crate) fn definitions(settings: &Settings) -> Vec<Tool> {
             }),
             &["query"],
         ),
-    ]
+    ];
+    if skills {
+        tools.push(tool(
+            SKILLS,
+            "List skills",
+            format!(
+                "List the agent skills this server publishes, one page of at most {page} at \
+                 a time: each skill's `name`, `description` and `uri` (its SKILL.md, a \
+                 skill:// URI). Read a skill's instructions with read_resource on that `uri`; \
+                 the files it refers to are read the same way, by their skill:// URIs \
+                 (relative paths in SKILL.md are relative to its folder). When the answer \
+                 has a `nextCursor`, call again with it as `cursor` for more."
+            ),
+            json!({
+                "cursor": {
+                    "type": "string",
+                    "description": "The nextCursor of the previous answer, to continue it"
+                }
+            }),
+            &[],
+        ));
+    }
+    tools
 }
 
 /// One read-only tool whose input is an object of `properties`, `required` of them required.
@@ -232,11 +256,20 @@ pub(crate) async fn call(
             Ok(args) => search(service, grant, args).await,
             Err(e) => Err(e),
         },
+        SKILLS if service.has_skills() => match arguments(name, args) {
+            Ok(args) => skills(service, grant, args).await,
+            Err(e) => Err(e),
+        },
         other => {
+            let tools = &service.state().tools;
+            let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+            let names = match names.split_last() {
+                Some((last, [])) => (*last).to_owned(),
+                Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+                None => String::new(),
+            };
             return Err(ErrorData::invalid_params(
-                format!(
-                    "unknown tool {other:?}; this server's tools are {LIST}, {READ}, {TEMPLATES}, {COMPLETE} and {SEARCH}"
-                ),
+                format!("unknown tool {other:?}; this server's tools are {names}"),
                 None,
             ));
         }
@@ -509,6 +542,42 @@ async fn search(
     Ok(json_result(out))
 }
 
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SkillsArgs {
+    #[serde(default)]
+    cursor: Option<String>,
+}
+
+/// One page of `skills/list` (the same signed cursors, the caller's scopes), each skill as
+/// its name, description and `SKILL.md` URI: what a model needs to pick one and read it.
+async fn skills(
+    service: &Service,
+    grant: Option<&Grant>,
+    args: SkillsArgs,
+) -> Result<CallToolResult, ErrorData> {
+    let page = service
+        .list_skills(grant, given(args.cursor).as_deref())
+        .await
+        .map_err(to_mcp_error)?;
+    let skills: Vec<Value> = page
+        .skills
+        .into_iter()
+        .map(|s| {
+            json!({
+                "name": s.frontmatter.name,
+                "description": s.frontmatter.description,
+                "uri": s.uri,
+            })
+        })
+        .collect();
+    let mut out = json!({ "skills": skills });
+    if let Some(next) = page.next_cursor {
+        out["nextCursor"] = json!(next);
+    }
+    Ok(json_result(out))
+}
+
 /// A `search_resources` query: a case-insensitive substring, or, with a `*`, a glob that
 /// must match the whole name or URI, `*` matching any run of characters.
 #[derive(Debug)]
@@ -599,9 +668,10 @@ mod tests {
 
     #[test]
     fn every_tool_is_read_only_with_an_object_schema() {
-        let tools = definitions(&Settings::default());
+        let tools = definitions(&Settings::default(), true);
         let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
-        assert_eq!(names, [LIST, READ, TEMPLATES, COMPLETE, SEARCH]);
+        assert_eq!(names, [LIST, READ, TEMPLATES, COMPLETE, SEARCH, SKILLS]);
+        assert_eq!(definitions(&Settings::default(), false).len(), 5);
         for t in &tools {
             let a = t.annotations.as_ref().unwrap();
             assert_eq!(a.read_only_hint, Some(true), "{}", t.name);

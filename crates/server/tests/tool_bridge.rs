@@ -754,3 +754,257 @@ async fn tools_see_only_the_mounts_a_token_allows() {
         "{body}"
     );
 }
+
+/// Three skills (`alpha`, `beta`, `gamma`) under `team-skills/` of a files mount, each with
+/// a `SKILL.md` and `ref/notes.txt`; `beta` also has a binary `data.bin`.
+fn skills_tree() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["alpha", "beta", "gamma"] {
+        let d = dir.path().join("team-skills").join(name);
+        std::fs::create_dir_all(d.join("ref")).unwrap();
+        std::fs::write(
+            d.join("SKILL.md"),
+            format!("---\nname: {name}\ndescription: Does {name}\n---\nSee ref/notes.txt.\n"),
+        )
+        .unwrap();
+        std::fs::write(d.join("ref/notes.txt"), format!("{name} notes\n")).unwrap();
+    }
+    std::fs::write(
+        dir.path().join("team-skills/beta/data.bin"),
+        [0u8, 255, 1, 2, 254],
+    )
+    .unwrap();
+    dir
+}
+
+fn skills_state(dir: &tempfile::TempDir, scope: Option<&str>) -> Arc<ServerState> {
+    let provider: Arc<dyn Provider> =
+        Arc::new(FilesProvider::new(FilesConfig::new(dir.path())).unwrap());
+    let settings = Settings {
+        page_size: 2,
+        tools: true,
+        skills: vec![mcpr_server::skills::SkillsSetting {
+            mount: 0,
+            path: "team-skills".into(),
+            prefix: "acme".into(),
+            rev: None,
+        }],
+        ..Settings::default()
+    };
+    ServerState::with_bus(
+        settings,
+        vec![(provider, scope.map(str::to_owned))],
+        Arc::new(mcpr_core::LocalBus::default()),
+    )
+}
+
+/// `list_skills` pages every skill (name, description, URI) with skills/list's cursor, and
+/// `read_resource` reads every file of every manifest, bytes equal to its digest and size.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_skills_pages_and_read_resource_reads_every_skill_file() {
+    let dir = skills_tree();
+    let state = skills_state(&dir, None);
+    let service = mcpr_server::Service::new(state.clone());
+    for modern in [false, true] {
+        let client = connect(&state, modern).await;
+        let tools = client.list_all_tools().await.unwrap();
+        let skills_tool = tools
+            .iter()
+            .find(|t| t.name == "list_skills")
+            .expect("list_skills offered when a mount carries skills");
+        assert_eq!(
+            skills_tool.annotations.as_ref().unwrap().read_only_hint,
+            Some(true)
+        );
+        assert_eq!(tools.len(), 6);
+
+        let mut listed = Vec::new();
+        let mut cursor: Option<String> = None;
+        let mut pages = 0;
+        loop {
+            pages += 1;
+            assert!(pages <= 5, "the listing ends");
+            let args = match &cursor {
+                Some(c) => json!({"cursor": c}),
+                None => json!({}),
+            };
+            let page = json_of(&call(&client, "list_skills", args).await.unwrap());
+            let skills = page["skills"].as_array().unwrap();
+            assert!(skills.len() <= 2, "pages of page_size: {page}");
+            listed.extend(skills.iter().cloned());
+            cursor = page["nextCursor"].as_str().map(str::to_owned);
+            if cursor.is_none() {
+                break;
+            }
+        }
+        assert_eq!(pages, 2);
+        assert_eq!(
+            listed,
+            ["alpha", "beta", "gamma"]
+                .map(|n| json!({
+                    "name": n,
+                    "description": format!("Does {n}"),
+                    "uri": format!("skill://acme/{n}/SKILL.md"),
+                }))
+                .to_vec()
+        );
+        let msg = error_of(
+            &call(&client, "list_skills", json!({"cursor": "garbage"}))
+                .await
+                .unwrap(),
+        );
+        assert!(msg.contains("invalid cursor"), "{msg}");
+        // A resources/list cursor does not continue list_skills.
+        let page = json_of(&call(&client, "list_resources", json!({})).await.unwrap());
+        let other = page["nextCursor"].as_str().unwrap();
+        let msg = error_of(
+            &call(&client, "list_skills", json!({"cursor": other}))
+                .await
+                .unwrap(),
+        );
+        assert!(msg.contains("invalid cursor"), "{msg}");
+        let msg = error_of(
+            &call(&client, "list_skills", json!({"prefix": "x"}))
+                .await
+                .unwrap(),
+        );
+        assert!(msg.contains("prefix"), "{msg}");
+
+        // Every manifest file, read through the bridge, is the bytes its digest names.
+        let mut read = 0;
+        for s in &listed {
+            let uri = s["uri"].as_str().unwrap();
+            let (skill, _) = service.get_skill(None, uri).await.unwrap();
+            let rmcp::model::SkillResources::Files(files) = &skill.resources else {
+                panic!("a manifest of files")
+            };
+            for f in files {
+                let r = call(&client, "read_resource", json!({"uri": f.uri}))
+                    .await
+                    .unwrap();
+                assert_ne!(r.is_error, Some(true), "{r:?}");
+                let bytes = match &r.content[0] {
+                    ContentBlock::Text(t) => t.text.clone().into_bytes(),
+                    ContentBlock::Resource(res) => match &res.resource {
+                        ResourceContents::BlobResourceContents { blob, uri, .. } => {
+                            assert_eq!(uri, &f.uri, "named as asked");
+                            use base64::Engine as _;
+                            base64::engine::general_purpose::STANDARD
+                                .decode(blob)
+                                .unwrap()
+                        }
+                        other => panic!("{other:?}"),
+                    },
+                    other => panic!("{other:?}"),
+                };
+                f.verify(&bytes)
+                    .unwrap_or_else(|e| panic!("{}: {e}", f.uri));
+                read += 1;
+            }
+        }
+        assert_eq!(read, 7, "three SKILL.md, three notes, one binary");
+        let msg = error_of(
+            &call(
+                &client,
+                "read_resource",
+                json!({"uri": "skill://acme/beta/nope.txt"}),
+            )
+            .await
+            .unwrap(),
+        );
+        assert!(msg.contains("not found"), "{msg}");
+        client.cancel().await.unwrap();
+    }
+}
+
+/// Without a mount carrying skills there is no `list_skills`: not listed, and a call is an
+/// unknown tool (-32602) whose message names the tools there are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_skills_is_offered_only_when_a_mount_carries_skills() {
+    let t = tree();
+    let state = state(&t, 25, true);
+    let client = connect(&state, true).await;
+    let tools = client.list_all_tools().await.unwrap();
+    assert!(tools.iter().all(|t| t.name != "list_skills"));
+    let e = call(&client, "list_skills", json!({})).await.unwrap_err();
+    let ServiceError::McpError(e) = e else {
+        panic!("a JSON-RPC error")
+    };
+    assert_eq!(e.code.0, -32602);
+    assert!(
+        e.message.contains("search_resources") && !e.message.contains("list_skills, "),
+        "{}",
+        e.message
+    );
+    client.cancel().await.unwrap();
+}
+
+/// A token whose scopes do not cover the mount holding the skills lists none and reads
+/// none; one that does sees them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_skills_and_skill_reads_follow_the_token_scopes() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = skills_tree();
+    let state = skills_state(&dir, Some("team"));
+    let mut http = HttpSettings::new("127.0.0.1:0".parse().unwrap());
+    http.auth = Some(AuthSettings {
+        tokens: vec![
+            StaticToken {
+                token: "outsider".into(),
+                scopes: Some(BTreeSet::new()),
+                name: None,
+            },
+            StaticToken {
+                token: "team".into(),
+                scopes: Some(BTreeSet::from(["team".to_owned()])),
+                name: None,
+            },
+        ],
+        resource_metadata_url: None,
+        resource: None,
+        jwt: None,
+        identity_key: None,
+    });
+    let url = format!("{}/mcp", common::spawn_http(state, http).await);
+    let tool = |name: &str, args: Value| json!({"name": name, "arguments": args});
+    let (_, body) = post(
+        &url,
+        "outsider",
+        "tools/call",
+        tool("list_skills", json!({})),
+    )
+    .await;
+    assert_eq!(
+        body["result"]["structuredContent"],
+        json!({"skills": []}),
+        "{body}"
+    );
+    let (_, body) = post(&url, "team", "tools/call", tool("list_skills", json!({}))).await;
+    let skills = &body["result"]["structuredContent"];
+    assert_eq!(skills["skills"].as_array().unwrap().len(), 2, "{body}");
+    assert!(skills["nextCursor"].is_string(), "{body}");
+    let uri = "skill://acme/alpha/ref/notes.txt";
+    let (_, body) = post(
+        &url,
+        "outsider",
+        "tools/call",
+        tool("read_resource", json!({"uri": uri})),
+    )
+    .await;
+    assert_eq!(body["result"]["isError"], true, "{body}");
+    assert_eq!(
+        body["result"]["content"][0]["text"],
+        format!("Resource not found: {uri}")
+    );
+    let (_, body) = post(
+        &url,
+        "team",
+        "tools/call",
+        tool("read_resource", json!({"uri": uri})),
+    )
+    .await;
+    assert_eq!(
+        body["result"]["content"][0]["text"], "alpha notes\n",
+        "{body}"
+    );
+}

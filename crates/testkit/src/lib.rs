@@ -17,9 +17,14 @@
 //!   without a gap or a duplicate, showing exactly the expected files;
 //! - `templates`, `complete`, `watch`, `list_changed`: as before, plus completed values
 //!   expanding to URIs under the mount's prefixes.
+//!
+//! [`skills`] holds the skills checks (SEP-2640) a server's tests run over files, git and s3
+//! mounts, and [`moto`] a shared S3-compatible server for tests outside the s3 provider.
 
 mod checks;
+pub mod moto;
 pub mod nats;
+pub mod skills;
 
 use std::sync::Arc;
 
