@@ -1,5 +1,5 @@
 //! The terminal client (`ls`, `cat`, `templates`, `complete`, `watch`, `tools`, `call`,
-//! `prompts`, `prompt`) for any MCP server.
+//! `prompts`, `prompt`, `skills`) for any MCP server.
 //!
 //! It speaks raw JSON-RPC rather than through rmcp's typed client so that `--json` can print
 //! what the server sent byte for byte in meaning (unknown fields included), and so that both
@@ -11,6 +11,7 @@ pub(crate) mod commands;
 pub(crate) mod hosts;
 mod output;
 mod primitives;
+mod skills;
 mod transport;
 
 pub(crate) use output::clean;
