@@ -245,7 +245,7 @@ fn a_server_without_skills_is_named_as_such() {
 /// A stdio MCP server in plain Python that serves one skill, `lying`, with two files; argv[1]
 /// picks how its manifest lies: `digest` (the second file's digest is not its bytes'), `size`,
 /// `escape` (a file URI with `..`), `absolute` (an empty segment: `//etc/x`), `backslash`,
-/// `outside` (another skill's folder), or `honest`.
+/// `outside` (another skill's folder), `toobig` (a size past the spec's 16 MiB), or `honest`.
 const LYING: &str = r#"
 import sys, json, hashlib, base64
 mode = sys.argv[1]
@@ -265,6 +265,8 @@ elif mode == "absolute":
     manifest[1]["uri"] = root + "/etc/escaped.txt"
 elif mode == "backslash":
     manifest[1]["uri"] = root + "..\\escaped.txt"
+elif mode == "toobig":
+    manifest[1]["size"] = 17 * 1024 * 1024
 elif mode == "outside":
     manifest[1]["uri"] = "skill://team/other/escaped.txt"
 skill = {"uri": root + "SKILL.md", "frontmatter": {"name": "lying", "description": "Lies"},

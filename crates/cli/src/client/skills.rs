@@ -6,6 +6,7 @@ use std::io::{IsTerminal as _, Write as _};
 use std::path::{Component, Path, PathBuf};
 
 use anyhow::{Context as _, anyhow, bail};
+use mcpr_server::skills::catalog::{MAX_SKILL_BYTES, MAX_SKILL_FILES};
 use rmcp::model::{SKILLS_EXTENSION_ID, Skill, SkillResources};
 use serde_json::{Value, json};
 
@@ -40,10 +41,10 @@ pub(crate) async fn list(s: &Session, json: bool) -> anyhow::Result<()> {
             let front = skill.get("frontmatter").cloned().unwrap_or_default();
             let files = match skill.get("resources") {
                 Some(Value::Array(files)) => {
-                    let bytes: u64 = files
+                    let bytes = files
                         .iter()
                         .filter_map(|f| f.get("size").and_then(Value::as_u64))
-                        .sum();
+                        .fold(0u64, u64::saturating_add);
                     format!("{} ({})", files.len(), super::output::human_size(bytes))
                 }
                 Some(Value::String(marker)) => clean(marker),
@@ -252,6 +253,18 @@ pub(crate) async fn pull(s: &Session, uri: &str, dir: &Path, force: bool) -> any
             clean(uri)
         );
     };
+    // The spec's bounds on a skill, before anything is read: a manifest past them is not
+    // one to download, however long --timeout is.
+    let total = files.iter().fold(0u64, |t, f| t.saturating_add(f.size));
+    if files.len() > MAX_SKILL_FILES || total > MAX_SKILL_BYTES {
+        bail!(
+            "the skill {} lists {} files of {} in all, over the spec's limits ({MAX_SKILL_FILES} files, {}); nothing was read",
+            clean(uri),
+            files.len(),
+            super::output::human_size(total),
+            super::output::human_size(MAX_SKILL_BYTES)
+        );
+    }
     // Every path first, with our own message; then the spec's rules (name, SKILL.md in the
     // manifest, no duplicates, well-formed digests) as rmcp checks them.
     let targets = files
