@@ -65,7 +65,7 @@ pub(crate) struct Connect {
     /// by name, with its environment and headers (`mcp-resources servers` lists them).
     #[arg(long, value_name = "NAME", conflicts_with_all = ["url", "command"])]
     server: Option<String>,
-    /// A JSON file of servers (`{"mcpServers": {NAME: {command, args, env} or {url,
+    /// A JSON (or JSONC) file of servers (`{"mcpServers": {NAME: {command, args, env} or {url,
     /// headers}}}`), looked in before the hosts' files.
     #[arg(long, value_name = "FILE")]
     servers: Option<std::path::PathBuf>,
