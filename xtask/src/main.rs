@@ -512,21 +512,73 @@ fn conformance() -> Result<(), String> {
     }
 }
 
-/// The suite's client scenarios the terminal client must pass, per spec version; the suite
-/// runs `tests/conformance/client.sh` (which picks the command for the scenario) against a
-/// server of its own. Not run, and why:
-/// - `http-standard-headers`: it wants `Mcp-Method` on every POST, `initialize` included, and
-///   `tools/call`, `resources/read` and `prompts/get` against its fixtures in one run; this
-///   client sends the SEP-2243 headers only in the 2026-07-28 era, and one command is one
-///   request kind.
-/// - `auth/*`: the client has no OAuth flow (no dynamic registration, no browser); it takes a
-///   bearer token with `--header "Authorization: Bearer …"`.
-const CLIENT_SCENARIOS: &[(&str, &[&str])] = &[
-    ("2025-11-25", &["initialize", "sse-retry", "tools_call"]),
-    ("2026-07-28", &["request-metadata", "tools_call"]),
+/// The runs of the suite's client scenarios against the terminal client: every scenario the
+/// suite has for a spec version (`--suite all`), the extension suite (the OAuth extensions),
+/// and the SEP-2640 skills scenarios, which no suite holds. The suite runs
+/// `tests/conformance/client.sh` (which picks the command for the scenario) against a server
+/// of its own. What cannot pass is in [`CLIENT_EXPECTED`], scenario, era and reason; the era
+/// of a run is its first field.
+const CLIENT_RUNS: &[(&str, &[&str])] = &[
+    (
+        "2025-11-25",
+        &["--suite", "all", "--spec-version", "2025-11-25"],
+    ),
+    (
+        "2026-07-28",
+        &["--suite", "all", "--spec-version", "2026-07-28"],
+    ),
+    ("extension", &["--suite", "extensions"]),
+    ("extension", &["--scenario", "sep-2640-client-no-prefetch"]),
+    (
+        "extension",
+        &["--scenario", "sep-2640-client-verify-digest"],
+    ),
+    ("extension", &["--scenario", "sep-2640-client-verify-size"]),
+    (
+        "extension",
+        &["--scenario", "sep-2640-client-verify-frontmatter"],
+    ),
 ];
 
-/// The conformance suite's client scenarios ([`CLIENT_SCENARIOS`]) against the built binary.
+/// The client scenarios expected to fail, one per line: scenario, the eras (`2025-11-25`,
+/// `2026-07-28`, `extension`, comma-separated) and why. The suite's own baseline check then
+/// fails the run when one of them passes (stale: take it out) or another one fails.
+const CLIENT_EXPECTED: &str = "tests/conformance/client-expected-failures.txt";
+
+/// [`CLIENT_EXPECTED`] parsed: (scenario, eras, reason).
+fn client_expected(root: &Path) -> Result<Vec<(String, Vec<String>, String)>, String> {
+    let path = root.join(CLIENT_EXPECTED);
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let mut words = line.splitn(3, char::is_whitespace);
+        let (Some(scenario), Some(eras), Some(reason)) = (words.next(), words.next(), words.next())
+        else {
+            return Err(format!(
+                "{}:{}: expected `SCENARIO ERAS REASON`",
+                path.display(),
+                n + 1
+            ));
+        };
+        let eras: Vec<String> = eras.split(',').map(str::to_owned).collect();
+        if let Some(bad) = eras
+            .iter()
+            .find(|e| !CLIENT_RUNS.iter().any(|(v, _)| v == *e))
+        {
+            return Err(format!("{}:{}: unknown era {bad}", path.display(), n + 1));
+        }
+        out.push((scenario.to_owned(), eras, reason.trim().to_owned()));
+    }
+    Ok(out)
+}
+
+/// The conformance suite's client scenarios ([`CLIENT_RUNS`]) against the built binary, with
+/// [`CLIENT_EXPECTED`] as the suite's baseline for each run.
 fn conformance_client() -> Result<(), String> {
     let root = root();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
@@ -543,50 +595,79 @@ fn conformance_client() -> Result<(), String> {
         .current_dir(&root)
         .args(["build", "-p", "mcp-resources"]))?;
     let client = root.join("tests/conformance/client.sh");
-    let (mut passed, mut failed) = (0, Vec::new());
-    for (version, scenarios) in CLIENT_SCENARIOS {
-        for scenario in *scenarios {
-            let out = Command::new(&node)
-                .arg(&suite)
-                .args(["client", "--command"])
-                .arg(&client)
-                .args(["--scenario", scenario, "--spec-version", version])
-                .env("MCPR_BIN", root.join("target/debug/mcp-resources"))
-                .output()
-                .map_err(|e| format!("cannot run the conformance suite: {e}"))?;
-            let text = String::from_utf8_lossy(&out.stdout).to_string()
-                + &String::from_utf8_lossy(&out.stderr);
-            let ok = out.status.success()
-                && text.contains("OVERALL: PASSED")
-                && !text.contains("is not applicable at spec version");
-            let summary = text
-                .lines()
-                .rev()
-                .find(|l| l.contains("Passed:"))
-                .unwrap_or("")
-                .trim();
-            println!(
-                "conformance client {version} {scenario}: {} {}",
-                if ok { "ok" } else { "FAILED" },
-                strip_ansi(summary)
-            );
-            if ok {
-                passed += 1;
-            } else {
-                println!("{}", strip_ansi(&text));
-                failed.push(format!("{version} {scenario}"));
-            }
+    let expected = client_expected(&root)?;
+    let scratch = root.join("target/conformance-client");
+    std::fs::create_dir_all(&scratch)
+        .map_err(|e| format!("cannot create {}: {e}", scratch.display()))?;
+    for (scenario, eras, reason) in &expected {
+        println!(
+            "conformance client {scenario} ({}): expected to fail: {reason}",
+            eras.join(", ")
+        );
+    }
+    let mut failed = Vec::new();
+    for (era, selection) in CLIENT_RUNS {
+        let shown = selection.join(" ");
+        let listed: Vec<&(String, Vec<String>, String)> = expected
+            .iter()
+            .filter(|(_, eras, _)| eras.iter().any(|e| e == era))
+            .collect();
+        let mut yaml = String::from("client:\n");
+        for (scenario, _, _) in &listed {
+            yaml.push_str(&format!("  - {scenario:?}\n"));
+        }
+        if listed.is_empty() {
+            yaml = "client: []\n".into();
+        }
+        let baseline = scratch.join(format!("expected-{era}.yml"));
+        std::fs::write(&baseline, yaml)
+            .map_err(|e| format!("cannot write {}: {e}", baseline.display()))?;
+        let mut cmd = Command::new(&node);
+        cmd.arg(&suite)
+            .args(["client", "--command"])
+            .arg(&client)
+            .args(*selection)
+            .arg("--expected-failures")
+            .arg(&baseline)
+            .env("MCPR_BIN", root.join("target/debug/mcp-resources"));
+        let started = std::time::Instant::now();
+        let out = cmd
+            .output()
+            .map_err(|e| format!("cannot run the conformance suite: {e}"))?;
+        let text = strip_ansi(
+            &(String::from_utf8_lossy(&out.stdout).to_string()
+                + &String::from_utf8_lossy(&out.stderr)),
+        );
+        // The suite's summary (a line per scenario, or the one scenario's checks), then the
+        // baseline's verdict.
+        let summary: Vec<&str> = text
+            .lines()
+            .skip_while(|l| !l.contains("SUITE SUMMARY") && !l.contains("Test Results"))
+            .filter(|l| !l.trim().is_empty())
+            .collect();
+        println!(
+            "conformance client {era} ({shown}, {:.1} s):",
+            started.elapsed().as_secs_f64()
+        );
+        for l in &summary {
+            println!("  {}", l.trim_end());
+        }
+        let ok = out.status.success() && text.contains("Baseline check passed");
+        if !ok {
+            println!("{text}");
+            failed.push(format!("{era} {shown}"));
         }
     }
     println!(
-        "conformance client: {passed} passed, {} failed",
+        "conformance client: {} runs passed, {} failed",
+        CLIENT_RUNS.len() - failed.len(),
         failed.len()
     );
     if failed.is_empty() {
         Ok(())
     } else {
         Err(format!(
-            "conformance client scenarios failed: {}",
+            "conformance client runs failed (an unexpected failure, or a listed scenario that passes now): {}",
             failed.join(", ")
         ))
     }

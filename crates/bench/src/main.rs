@@ -16,6 +16,7 @@ mod plot;
 mod proc;
 mod report;
 mod scenarios;
+mod skills_pull;
 mod soak;
 mod stats;
 mod upstream;
@@ -168,7 +169,7 @@ struct RunArgs {
     #[arg(long, value_name = "REASON")]
     no_opendal: Option<String>,
     /// Only these scenarios: stdio, http, list, blob, notify, memory, startup, sqlite, git,
-    /// api, s3, cluster.
+    /// api, s3, cluster, skills-pull.
     #[arg(long, value_delimiter = ',')]
     only: Option<Vec<String>>,
 }
@@ -214,7 +215,7 @@ fn run(a: RunArgs) -> Result<(), String> {
         opendal,
     };
     type Scenario = fn(&scenarios::Env) -> Vec<report::Row>;
-    let all: [(&str, Scenario); 12] = [
+    let all: [(&str, Scenario); 13] = [
         ("startup", scenarios::startup),
         ("stdio", scenarios::stdio_read),
         ("http", scenarios::http_read),
@@ -227,6 +228,7 @@ fn run(a: RunArgs) -> Result<(), String> {
         ("api", scenarios::api),
         ("s3", scenarios::s3),
         ("cluster", cluster::cluster),
+        ("skills-pull", skills_pull::skills_pull),
     ];
     let mut rows = Vec::new();
     for (name, f) in all {

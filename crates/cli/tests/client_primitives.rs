@@ -1,7 +1,8 @@
 //! `tools`, `call`, `prompts`, `prompt` and `cat --json` against real servers: a server
 //! written with the Python SDK's `MCPServer` (the FastMCP of `mcp` 2.x, from `.cache/venv`)
-//! over stdio, with a text tool, an image tool and a failing tool and one prompt; and our own
-//! server for `cat --json`. Every `--json` output is parsed back.
+//! over stdio and over Streamable HTTP in both eras, with a text tool, an image tool and a
+//! failing tool and one prompt; and our own server for `cat --json`. Every `--json` output is
+//! parsed back.
 
 mod client_common;
 
@@ -44,7 +45,11 @@ def greet(name: str) -> str:
     """Greets someone."""
     return f"Hello, {name}!"
 
-app.run()
+import sys
+if len(sys.argv) > 1:
+    app.run("streamable-http", port=int(sys.argv[1]))
+else:
+    app.run()
 "#;
 
 /// The venv's Python and the server script in a temp dir, or `None` (skip) without the SDK.
@@ -208,6 +213,89 @@ fn tools_calls_and_prompts_against_a_python_sdk_server() {
     let out = run(client(&["call", "add", "--arg", "novalue"], &py, &script));
     assert_eq!(out.code, Some(1), "{out:?}");
     assert!(out.stderr.contains("expected NAME=VALUE"), "{out:?}");
+}
+
+/// The same Python SDK server over Streamable HTTP on a free loopback port: `tools`, `call`
+/// (numbers, an image to `-o`, `isError`), `prompts` and `prompt`, in each era.
+#[test]
+fn tools_and_prompts_over_http_against_a_python_sdk_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((py, script)) = python_server(&dir) else {
+        return;
+    };
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let _server = client_common::Guard(
+        Command::new(&py)
+            .arg(&script)
+            .arg(port.to_string())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start the Python server"),
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the Python server does not listen"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    for protocol in ["legacy", "2026-07-28"] {
+        let http = |args: &[&str]| {
+            let mut cmd = Command::new(bin());
+            cmd.args(args).args(["--protocol", protocol, "--url", &url]);
+            cmd
+        };
+        let info = run(http(&["info", "--json"])).ok();
+        let v: Value = serde_json::from_str(info.trim_end()).unwrap();
+        assert_eq!(v["serverInfo"]["name"], "tools-and-prompts", "{protocol}");
+        let want = if protocol == "legacy" {
+            "2025-11-25"
+        } else {
+            protocol
+        };
+        assert_eq!(v["protocolVersion"], want, "{protocol}: {info}");
+
+        let json = run(http(&["tools", "--json"])).ok();
+        let names: Vec<String> = json
+            .lines()
+            .map(|l| {
+                let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+                v["name"].as_str().unwrap().to_owned()
+            })
+            .collect();
+        assert_eq!(names, ["add", "pixel", "fail"], "{protocol}");
+        let out = run(http(&["call", "add", "--arg", "a:=2", "--arg", "b:=40"]));
+        assert_eq!(out.text(), "42\n", "{protocol}: {out:?}");
+        let png = dir.path().join(format!("out-{protocol}.png"));
+        run(http(&["call", "pixel", "-o", png.to_str().unwrap()])).ok();
+        assert_eq!(
+            std::fs::read(&png).unwrap(),
+            (0..=255u8).collect::<Vec<_>>(),
+            "{protocol}"
+        );
+        let out = run(http(&["call", "fail", "--arg", "why=testing"]));
+        assert_eq!(out.code, Some(1), "{protocol}: {out:?}");
+        assert!(
+            out.stderr.ends_with("reported an error (isError)\n"),
+            "{out:?}"
+        );
+
+        let table = run(http(&["prompts"])).ok();
+        assert!(
+            table.contains("greet") && table.contains("name*"),
+            "{protocol}: {table}"
+        );
+        let out = run(http(&["prompt", "greet", "--arg", "name=Ann"])).ok();
+        assert_eq!(out, "[user]\nHello, Ann!\n", "{protocol}");
+    }
 }
 
 /// `cat --json` prints the `resources/read` result as the server sent it, in each era.

@@ -551,3 +551,51 @@ fn readme_tools_commands_list_and_call() {
     let example = std::fs::read_to_string(workspace().join("examples/mcp-resources.toml")).unwrap();
     assert_eq!(text.trim_end(), example.trim_end(), "README.md:{line}");
 }
+
+/// The README's skills block, run in a folder holding `skills.toml` and one skill as it says:
+/// `skills` lists it, `skills pull` installs it under the (temporary) home's agent folder,
+/// byte for byte.
+#[test]
+fn readme_skills_commands_list_and_pull() {
+    let block: Vec<(usize, String)> = blocks("sh")
+        .into_iter()
+        .filter(|(_, b)| b.contains("mcp-resources skills"))
+        .collect();
+    assert_eq!(block.len(), 1, "the README's skills block");
+    let (line, text) = &block[0];
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "README.md:{line}: {text}");
+    let dir = tempfile::tempdir().unwrap();
+    let skill = dir.path().join("team-skills/review");
+    std::fs::create_dir_all(skill.join("checklists")).unwrap();
+    let front = "---\nname: review\ndescription: Reviews a change\n---\nUse the checklist.\n";
+    std::fs::write(skill.join("SKILL.md"), front).unwrap();
+    std::fs::write(skill.join("checklists/rust.md"), "- clippy\n").unwrap();
+    std::fs::write(
+        dir.path().join("skills.toml"),
+        "[[mount]]\nkind = \"files\"\nroot = \".\"\nskills = \"team-skills\"\nskills_prefix = \"acme\"\n",
+    )
+    .unwrap();
+    let (_bin_dir, path) = path_with_binary();
+    let listed = bash(lines[0], dir.path(), &path).ok();
+    assert!(
+        listed.contains("skill://acme/review/SKILL.md") && listed.contains("Reviews a change"),
+        "README.md:{line}: {listed}"
+    );
+    let home = dir.path().join("home");
+    let pull = fill(
+        lines[1],
+        "~/.claude/skills",
+        &format!("{}/.claude/skills", home.display()),
+    );
+    bash(&pull, dir.path(), &path).ok();
+    let installed = home.join(".claude/skills/review");
+    assert_eq!(
+        std::fs::read_to_string(installed.join("SKILL.md")).unwrap(),
+        front
+    );
+    assert_eq!(
+        std::fs::read_to_string(installed.join("checklists/rust.md")).unwrap(),
+        "- clippy\n"
+    );
+}

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use super::output::{clean, clean_text, field, human_size, json_line, raw_line, table};
 use super::transport::{DEFAULT_RETRY, HttpStatus, Inbound, RECONNECTS, RpcError, StreamDropped};
-use super::{Connect, Era, Session, primitives};
+use super::{Connect, Era, Session, primitives, skills};
 
 /// The client's subcommands, flattened into the binary's own.
 #[derive(Subcommand, Debug)]
@@ -147,6 +147,20 @@ pub(crate) enum ClientCommand {
         #[command(flatten)]
         connect: Connect,
     },
+    /// List a server's skills (the Skills extension, every page), or pull one into a folder.
+    ///
+    /// Examples: `mcp-resources skills --url http://127.0.0.1:8080/mcp`;
+    /// `mcp-resources skills pull skill://acme/review/SKILL.md ~/.claude/skills --url http://127.0.0.1:8080/mcp`.
+    #[command(args_conflicts_with_subcommands = true)]
+    Skills {
+        #[command(subcommand)]
+        action: Option<Box<SkillsCommand>>,
+        /// One skill object per line (uri, frontmatter, manifest), exactly as the server sent it.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        connect: Connect,
+    },
     /// Get a prompt: each message as `[role]` and its content.
     Prompt {
         /// The prompt's name, as `prompts` lists it.
@@ -160,6 +174,24 @@ pub(crate) enum ClientCommand {
         /// The whole `prompts/get` result as the server sent it, on one line.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        connect: Connect,
+    },
+}
+
+/// `skills pull`.
+#[derive(Subcommand, Debug)]
+pub(crate) enum SkillsCommand {
+    /// Download a skill into DIR/<name>: every file of its manifest, each checked against its
+    /// size and `sha256:` digest before the folder is moved into place.
+    Pull {
+        /// The URI of the skill's `SKILL.md`, as `skills` lists it.
+        uri: String,
+        /// The folder to put the skill's folder in (an agent's skills folder); made if missing.
+        dir: PathBuf,
+        /// Replace DIR/<name> when it exists (only once the new one is complete and verified).
+        #[arg(long)]
+        force: bool,
         #[command(flatten)]
         connect: Connect,
     },
@@ -257,6 +289,31 @@ pub(crate) fn run(cmd: ClientCommand) -> anyhow::Result<()> {
             ClientCommand::Prompts { json, connect } => {
                 with_session(&connect, |s| async move {
                     primitives::prompts(&s, json).await.map(|()| s)
+                })
+                .await
+            }
+            ClientCommand::Skills {
+                action: None,
+                json,
+                connect,
+            } => {
+                with_session(&connect, |s| async move {
+                    skills::list(&s, json).await.map(|()| s)
+                })
+                .await
+            }
+            ClientCommand::Skills {
+                action: Some(action),
+                ..
+            } => {
+                let SkillsCommand::Pull {
+                    uri,
+                    dir,
+                    force,
+                    connect,
+                } = *action;
+                with_session(&connect, |s| async move {
+                    skills::pull(&s, &uri, &dir, force).await.map(|()| s)
                 })
                 .await
             }
@@ -495,14 +552,14 @@ async fn templates(s: &Session, json: bool) -> anyhow::Result<()> {
 }
 
 /// One item of `contents`, decoded.
-struct Part {
-    bytes: Vec<u8>,
+pub(super) struct Part {
+    pub(super) bytes: Vec<u8>,
     binary: bool,
     mime: Option<String>,
 }
 
 /// The `contents` of a `resources/read` result, blobs decoded from base64.
-fn decode_contents(uri: &str, result: &Value) -> anyhow::Result<Vec<Part>> {
+pub(super) fn decode_contents(uri: &str, result: &Value) -> anyhow::Result<Vec<Part>> {
     let contents = result
         .get("contents")
         .and_then(Value::as_array)

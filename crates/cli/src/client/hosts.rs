@@ -1,8 +1,12 @@
 //! Servers from the config files people already have (`--server NAME`, `servers`): Claude
-//! Desktop's `claude_desktop_config.json`, VS Code's `.vscode/mcp.json` and user `mcp.json`,
-//! Cursor's `~/.cursor/mcp.json` and `.cursor/mcp.json`, and a file given with `--servers`.
-//! Each holds a map of servers (`mcpServers`, or `servers` for VS Code) whose entries have a
-//! `command`, `args` and `env` (stdio) or a `url` and `headers` (HTTP).
+//! Desktop's `claude_desktop_config.json`, VS Code's `.vscode/mcp.json`, user `mcp.json` and
+//! user `settings.json` (under `mcp.servers`), Cursor's `~/.cursor/mcp.json` and
+//! `.cursor/mcp.json`, and a file given with `--servers`. Each holds a map of servers
+//! (`mcpServers`, or `servers` for VS Code) whose entries have a `command`, `args` and `env`
+//! (stdio) or a `url` and `headers` (HTTP). The files are JSONC, as the hosts write them
+//! (comments, trailing commas); VS Code's and Cursor's `${…}` variables are expanded when an
+//! entry is used, as the host would, `${input:ID}` from the environment since nothing here
+//! can prompt.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -25,7 +29,146 @@ pub(crate) struct Entry {
     pub url: Option<String>,
     /// Headers for every request, as "Name: value".
     pub headers: Vec<String>,
+    /// The `${…}` variables of this file's host, expanded by [`Entry::expand`]; `None` for a
+    /// host that takes every string literally.
+    vars: Option<Vars>,
 }
+
+/// What a host's `${…}` variables can refer to.
+#[derive(Debug, Clone, Default)]
+struct Vars {
+    /// `${input:ID}` is VS Code's: the `inputs` of the same file, as (id, description).
+    inputs: Option<Vec<(String, String)>>,
+}
+
+/// The environment variable that gives the value of VS Code input `id`: `MCPR_INPUT_` and the
+/// id in upper case, every character other than a letter or digit as `_` (`api-key` is
+/// `MCPR_INPUT_API_KEY`).
+pub(crate) fn input_env_name(id: &str) -> String {
+    let id: String = id
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_uppercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("MCPR_INPUT_{id}")
+}
+
+impl Vars {
+    /// `text` with every `${…}` replaced: `${env:NAME}` (empty when unset, as VS Code does),
+    /// `${workspaceFolder}` (the working directory: the folder `.vscode/` or `.cursor/` is
+    /// looked for in), `${userHome}`, `${pathSeparator}`, and for VS Code `${input:ID}` from
+    /// `MCPR_INPUT_<ID>`. Anything else is refused by name rather than passed on as written.
+    fn expand(&self, text: &str, server: &str, file: &Path) -> anyhow::Result<String> {
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text;
+        while let Some(start) = rest.find("${") {
+            out.push_str(&rest[..start]);
+            let after = &rest[start + 2..];
+            let end = after.find('}').with_context(|| {
+                format!(
+                    "{}: server {server}: a `${{` without its closing `}}`",
+                    file.display()
+                )
+            })?;
+            let var = &after[..end];
+            out.push_str(&self.value(var, server, file)?);
+            rest = &after[end + 1..];
+        }
+        out.push_str(rest);
+        Ok(out)
+    }
+
+    fn value(&self, var: &str, server: &str, file: &Path) -> anyhow::Result<String> {
+        if let Some(name) = var.strip_prefix("env:") {
+            return Ok(std::env::var(name).unwrap_or_default());
+        }
+        match var {
+            "workspaceFolder" => {
+                let cwd = std::env::current_dir()
+                    .context("cannot read the working directory for ${workspaceFolder}")?;
+                return Ok(cwd.display().to_string());
+            }
+            "workspaceFolderBasename" => {
+                let cwd = std::env::current_dir()
+                    .context("cannot read the working directory for ${workspaceFolderBasename}")?;
+                return Ok(cwd
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default());
+            }
+            "userHome" => {
+                return std::env::var("HOME").context("${userHome}: HOME is not set");
+            }
+            "pathSeparator" | "/" => return Ok(std::path::MAIN_SEPARATOR.to_string()),
+            _ => {}
+        }
+        if let (Some(id), Some(inputs)) = (var.strip_prefix("input:"), &self.inputs) {
+            let env = input_env_name(id);
+            if let Ok(v) = std::env::var(&env) {
+                return Ok(v);
+            }
+            let what = match inputs.iter().find(|(i, _)| i == id) {
+                Some((_, d)) if !d.is_empty() => format!("the input {id:?} ({d})"),
+                Some(_) => format!("the input {id:?}"),
+                None => format!("the input {id:?}, which its `inputs` do not define,"),
+            };
+            bail!(
+                "server {server} in {} needs {what}; VS Code would prompt for it, this client cannot: set the environment variable {env}",
+                file.display()
+            );
+        }
+        bail!(
+            "server {server} in {}: ${{{var}}} is a variable this client does not expand (it knows env:NAME, workspaceFolder, workspaceFolderBasename, userHome, pathSeparator{})",
+            file.display(),
+            if self.inputs.is_some() {
+                ", input:ID"
+            } else {
+                ""
+            }
+        )
+    }
+}
+
+impl Entry {
+    /// The entry as its host would run it: every `${…}` of its command, arguments,
+    /// environment, URL and headers expanded. An entry of a host without variables is
+    /// returned as it is.
+    pub(crate) fn expand(mut self) -> anyhow::Result<Self> {
+        let Some(vars) = self.vars.take() else {
+            return Ok(self);
+        };
+        let (name, file) = (self.name.clone(), self.file.clone());
+        let x = |t: &str| vars.expand(t, &name, &file);
+        self.command = self
+            .command
+            .iter()
+            .map(|a| match a.to_str() {
+                Some(t) => x(t).map(OsString::from),
+                None => Ok(a.clone()),
+            })
+            .collect::<anyhow::Result<_>>()?;
+        self.env = self
+            .env
+            .iter()
+            .map(|(k, v)| Ok((k.clone(), x(v)?)))
+            .collect::<anyhow::Result<_>>()?;
+        self.url = self.url.as_deref().map(x).transpose()?;
+        self.headers = self
+            .headers
+            .iter()
+            .map(|h| x(h))
+            .collect::<anyhow::Result<_>>()?;
+        Ok(self)
+    }
+}
+
+/// The host name of VS Code's user `settings.json`, whose servers are under `mcp.servers`.
+const VSCODE_SETTINGS: &str = "VS Code (settings)";
 
 /// The files looked in, in order: the one given with `--servers`, then each host's.
 fn files(explicit: Option<&Path>) -> Vec<(&'static str, PathBuf)> {
@@ -49,6 +192,14 @@ fn files(explicit: Option<&Path>) -> Vec<(&'static str, PathBuf)> {
         out.push((
             "VS Code (user)",
             home.join("Library/Application Support/Code/User/mcp.json"),
+        ));
+        out.push((
+            VSCODE_SETTINGS,
+            home.join(".config/Code/User/settings.json"),
+        ));
+        out.push((
+            VSCODE_SETTINGS,
+            home.join("Library/Application Support/Code/User/settings.json"),
         ));
         out.push(("Cursor", home.join(".cursor/mcp.json")));
     }
@@ -87,7 +238,7 @@ pub(crate) fn load(explicit: Option<&Path>) -> anyhow::Result<(Vec<Entry>, Vec<S
 pub(crate) fn find(name: &str, explicit: Option<&Path>) -> anyhow::Result<Entry> {
     let (entries, _) = load(explicit)?;
     if let Some(e) = entries.iter().find(|e| e.name == name) {
-        return Ok(e.clone());
+        return e.clone().expand();
     }
     let known: Vec<&str> = entries.iter().map(|e| e.name.as_str()).collect();
     if known.is_empty() {
@@ -118,15 +269,66 @@ fn strings(v: Option<&Value>, what: &str, file: &Path) -> anyhow::Result<Vec<(St
         .collect()
 }
 
+/// A host's file as a JSON value. Every host reads its file as JSONC (VS Code's
+/// `settings.json` and `mcp.json` are full of comments and trailing commas; Claude Desktop's
+/// and Cursor's are plain JSON, which JSONC reads the same), so this does too.
+fn parse_jsonc(text: &str, file: &Path) -> anyhow::Result<Value> {
+    // What VS Code's own parser refuses stays refused: a file it would not read is not one
+    // this client should guess at. Comments and trailing commas are on by default.
+    let options = jsonc_parser::ParseOptions {
+        allow_loose_object_property_names: false,
+        allow_missing_commas: false,
+        allow_single_quoted_strings: false,
+        allow_hexadecimal_numbers: false,
+        allow_unary_plus_numbers: false,
+        allow_bare_decimal_point_numbers: false,
+        allow_non_finite_numbers: false,
+        allow_extended_string_escapes: false,
+        ..Default::default()
+    };
+    jsonc_parser::parse_to_serde_value::<Value>(text, &options)
+        .map_err(|e| anyhow::anyhow!("{}: not valid JSON with comments: {e}", file.display()))
+}
+
 fn parse(text: &str, host: &'static str, file: &Path) -> anyhow::Result<Vec<Entry>> {
-    let doc: Value = serde_json::from_str(text)
-        .with_context(|| format!("{}: not valid JSON", file.display()))?;
-    let Some(servers) = doc
-        .get("mcpServers")
-        .or_else(|| doc.get("servers"))
-        .and_then(Value::as_object)
-    else {
+    let doc = parse_jsonc(text, file)?;
+    // VS Code's `settings.json` nests them under `mcp` (`"mcp": {"servers": …}`), or holds
+    // the dotted key `"mcp.servers"`; its inputs are under `mcp.inputs` likewise.
+    let (servers, inputs) = if host == VSCODE_SETTINGS {
+        let mcp = doc.get("mcp");
+        (
+            mcp.and_then(|m| m.get("servers"))
+                .or_else(|| doc.get("mcp.servers")),
+            mcp.and_then(|m| m.get("inputs"))
+                .or_else(|| doc.get("mcp.inputs")),
+        )
+    } else {
+        (
+            doc.get("mcpServers").or_else(|| doc.get("servers")),
+            doc.get("inputs"),
+        )
+    };
+    let Some(servers) = servers.and_then(Value::as_object) else {
         return Ok(Vec::new());
+    };
+    let vars = if host.starts_with("VS Code") {
+        let inputs = inputs
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|i| {
+                let id = i.get("id")?.as_str()?.to_owned();
+                let d = i.get("description").and_then(Value::as_str).unwrap_or("");
+                Some((id, d.to_owned()))
+            })
+            .collect();
+        Some(Vars {
+            inputs: Some(inputs),
+        })
+    } else if host.starts_with("Cursor") {
+        Some(Vars { inputs: None })
+    } else {
+        None
     };
     let mut out = Vec::new();
     for (name, s) in servers {
@@ -167,6 +369,7 @@ fn parse(text: &str, host: &'static str, file: &Path) -> anyhow::Result<Vec<Entr
             env: strings(s.get("env"), "env", file)?,
             url,
             headers,
+            vars: vars.clone(),
         });
     }
     Ok(out)
@@ -192,5 +395,67 @@ mod tests {
         assert_eq!(e.headers, ["Authorization: Bearer t"]);
         assert!(parse(r#"{"mcpServers": {"bad": {}}}"#, "Cursor", f).is_err());
         assert!(parse("{}", "Cursor", f).unwrap().is_empty());
+    }
+
+    #[test]
+    fn vscode_settings_are_jsonc_with_servers_under_mcp() {
+        let f = Path::new("settings.json");
+        let settings = r#"{
+            // the editor's own settings come first
+            "editor.fontSize": 14,
+            "mcp": {
+                "inputs": [{"type": "promptString", "id": "api-key", "description": "The API key", "password": true},],
+                "servers": {
+                    /* a stdio server */
+                    "docs": {"command": "mcp-resources", "args": ["serve", "${workspaceFolder}/docs",],},
+                },
+            },
+        }"#;
+        let e = parse(settings, VSCODE_SETTINGS, f).unwrap().remove(0);
+        assert_eq!(e.name, "docs");
+        let cwd = std::env::current_dir().unwrap().display().to_string();
+        let e = e.expand().unwrap();
+        assert_eq!(e.command[2], OsString::from(format!("{cwd}/docs")));
+        let dotted = r#"{"mcp.servers": {"a": {"url": "http://h/mcp"}}}"#;
+        assert_eq!(parse(dotted, VSCODE_SETTINGS, f).unwrap()[0].name, "a");
+        let e = parse("{\"servers\": {}", VSCODE_SETTINGS, f).unwrap_err();
+        assert!(
+            format!("{e}").starts_with("settings.json: not valid JSON"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn inputs_come_from_the_environment_or_are_refused_by_name() {
+        let f = Path::new(".vscode/mcp.json");
+        let file = r#"{"inputs": [{"type": "promptString", "id": "never-set-9f1c", "description": "The token"}],
+            "servers": {"api": {"url": "http://h/mcp", "headers": {"Authorization": "Bearer ${input:never-set-9f1c}"}},
+                        "odd": {"url": "http://h/${config:x}"}}}"#;
+        let mut entries = parse(file, "VS Code (workspace)", f).unwrap();
+        let odd = entries.pop().unwrap();
+        let e = entries.pop().unwrap().expand().unwrap_err();
+        let e = format!("{e}");
+        assert!(
+            e.contains("needs the input \"never-set-9f1c\" (The token)"),
+            "{e}"
+        );
+        assert!(
+            e.contains("set the environment variable MCPR_INPUT_NEVER_SET_9F1C"),
+            "{e}"
+        );
+        let e = format!("{}", odd.expand().unwrap_err());
+        assert!(
+            e.contains("${config:x} is a variable this client does not expand"),
+            "{e}"
+        );
+        // Claude Desktop takes strings as written.
+        let claude = r#"{"mcpServers": {"x": {"url": "http://h/${input:a}"}}}"#;
+        let e = parse(claude, "Claude Desktop", f)
+            .unwrap()
+            .remove(0)
+            .expand()
+            .unwrap();
+        assert_eq!(e.url.as_deref(), Some("http://h/${input:a}"));
+        assert_eq!(input_env_name("api-key"), "MCPR_INPUT_API_KEY");
     }
 }

@@ -1,5 +1,5 @@
 //! The terminal client (`ls`, `cat`, `templates`, `complete`, `watch`, `tools`, `call`,
-//! `prompts`, `prompt`) for any MCP server.
+//! `prompts`, `prompt`, `skills`) for any MCP server.
 //!
 //! It speaks raw JSON-RPC rather than through rmcp's typed client so that `--json` can print
 //! what the server sent byte for byte in meaning (unknown fields included), and so that both
@@ -11,6 +11,7 @@ pub(crate) mod commands;
 pub(crate) mod hosts;
 mod output;
 mod primitives;
+mod skills;
 mod transport;
 
 pub(crate) use output::clean;
@@ -64,7 +65,7 @@ pub(crate) struct Connect {
     /// by name, with its environment and headers (`mcp-resources servers` lists them).
     #[arg(long, value_name = "NAME", conflicts_with_all = ["url", "command"])]
     server: Option<String>,
-    /// A JSON file of servers (`{"mcpServers": {NAME: {command, args, env} or {url,
+    /// A JSON (or JSONC) file of servers (`{"mcpServers": {NAME: {command, args, env} or {url,
     /// headers}}}`), looked in before the hosts' files.
     #[arg(long, value_name = "FILE")]
     servers: Option<std::path::PathBuf>,

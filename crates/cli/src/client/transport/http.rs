@@ -116,7 +116,7 @@ struct HttpState {
     session: Option<String>,
     /// `MCP-Protocol-Version` once known.
     version: Option<String>,
-    /// The 2026-07-28 era: `Mcp-Method` and `Mcp-Name` on every request.
+    /// The 2026-07-28 era (stateless: nothing to resume a dropped stream from).
     modern: bool,
 }
 
@@ -160,8 +160,8 @@ impl Http {
         })
     }
 
-    /// Send `MCP-Protocol-Version: version` from now on; `modern` adds the 2026-07-28 routing
-    /// headers.
+    /// Send `MCP-Protocol-Version: version` from now on; `modern` says the session is of the
+    /// 2026-07-28 era.
     pub(crate) fn set_version(&self, version: &str, modern: bool) {
         let mut s = self.inner.state.lock().expect("http state lock");
         s.version = Some(version.to_owned());
@@ -191,13 +191,15 @@ impl Http {
         if let Some(v) = &s.version {
             rb = rb.header("MCP-Protocol-Version", v);
         }
-        if s.modern {
-            if let Some(m) = method {
-                rb = rb.header("Mcp-Method", m);
-            }
-            if let Some(n) = name {
-                rb = rb.header("Mcp-Name", header_safe(n));
-            }
+        // SEP-2243's routing headers go on every POST in either era, `initialize` and
+        // notifications included, as its conformance scenario (`http-standard-headers`)
+        // checks: a legacy server ignores headers it does not know, and a proxy or gateway
+        // in front of one can route on them too.
+        if let Some(m) = method {
+            rb = rb.header("Mcp-Method", m);
+        }
+        if let Some(n) = name {
+            rb = rb.header("Mcp-Name", header_safe(n));
         }
         rb
     }

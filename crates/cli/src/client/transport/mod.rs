@@ -88,7 +88,7 @@ pub(crate) struct Outgoing<'a> {
     pub id: u64,
     pub method: &'a str,
     pub message: Value,
-    /// The `Mcp-Name` header's value (the 2026-07-28 era over HTTP).
+    /// The `Mcp-Name` header's value (over HTTP, in either era).
     pub name: Option<&'a str>,
 }
 

@@ -1,0 +1,369 @@
+//! `skills` and `skills pull` (the Skills extension, SEP-2640): against our own built server
+//! with a files mount carrying skills, over stdio and loopback HTTP in both eras, and against
+//! a lying server (a small stdio server in Python's standard library) whose manifest does not
+//! match its bytes or names paths outside the skill's folder.
+
+mod client_common;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use client_common::{absent, bin, client_stdio, our_http_server, run, workspace};
+use serde_json::Value;
+
+/// A files mount whose `team-skills` folder holds two skills, `alpha` with a nested text file
+/// and a binary one, and `beta`; served as `skill://acme/...`.
+struct Skills {
+    _dir: tempfile::TempDir,
+    base: PathBuf,
+    source: PathBuf,
+    config: PathBuf,
+}
+
+impl Skills {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().canonicalize().unwrap();
+        let root = base.join("docs");
+        let source = root.join("team-skills");
+        for name in ["alpha", "beta"] {
+            let d = source.join(name);
+            std::fs::create_dir_all(d.join("ref")).unwrap();
+            std::fs::write(
+                d.join("SKILL.md"),
+                format!("---\nname: {name}\ndescription: Does {name}\n---\nUse it.\n"),
+            )
+            .unwrap();
+            std::fs::write(d.join("ref/notes.txt"), format!("{name} notes\n")).unwrap();
+        }
+        let binary: Vec<u8> = (0..=255u8).cycle().take(5000).collect();
+        std::fs::write(source.join("alpha/ref/data.bin"), binary).unwrap();
+        let config = base.join("skills.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[server]\npage_size = 1\n[[mount]]\nkind = \"files\"\nroot = \"{}\"\nskills = \"team-skills\"\nskills_prefix = \"acme\"\n",
+                root.display()
+            ),
+        )
+        .unwrap();
+        Self {
+            _dir: dir,
+            base,
+            source,
+            config,
+        }
+    }
+
+    fn serve(&self) -> [String; 5] {
+        [
+            "serve".into(),
+            "--log-level".into(),
+            "warn".into(),
+            "--config".into(),
+            self.config.display().to_string(),
+        ]
+    }
+
+    fn stdio(&self, args: &[&str]) -> Command {
+        let serve = self.serve();
+        let serve: Vec<&str> = serve.iter().map(String::as_str).collect();
+        client_stdio(args, &serve)
+    }
+}
+
+/// Every file under `dir`, relative, with its bytes.
+fn tree(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push((
+                    p.strip_prefix(dir).unwrap().to_owned(),
+                    std::fs::read(&p).unwrap(),
+                ));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// `skills`, `skills --json` and `skills pull` (fresh, refused over an existing folder, then
+/// `--force`) through one way of reaching the server; `client` builds the command.
+fn list_and_pull(s: &Skills, what: &str, client: &dyn Fn(&[&str]) -> Command) {
+    let table = run(client(&["skills"])).ok();
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 3, "{what}: {table}");
+    assert!(
+        lines[0].starts_with("NAME") && lines[0].contains("FILES"),
+        "{what}: {table}"
+    );
+    assert!(
+        lines[1].starts_with("alpha") && lines[1].contains("skill://acme/alpha/SKILL.md"),
+        "{what}: {table}"
+    );
+    assert!(
+        lines[1].contains(" 3 (") && lines[1].ends_with("Does alpha"),
+        "{what}: {table}"
+    );
+
+    // --json: every page (page_size = 1), each skill as sent, parsed back.
+    let json = run(client(&["skills", "--json"])).ok();
+    let skills: Vec<Value> = json
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{what}: {e}: {l}")))
+        .collect();
+    let uris: Vec<&str> = skills.iter().map(|v| v["uri"].as_str().unwrap()).collect();
+    assert_eq!(
+        uris,
+        ["skill://acme/alpha/SKILL.md", "skill://acme/beta/SKILL.md"],
+        "{what}"
+    );
+    assert_eq!(skills[0]["frontmatter"]["name"], "alpha");
+    assert_eq!(
+        skills[0]["resources"].as_array().unwrap().len(),
+        3,
+        "{what}"
+    );
+
+    let out_dir = tempfile::tempdir().unwrap();
+    let into = out_dir.path().join("agent-skills");
+    let into_s = into.to_str().unwrap();
+    let uri = "skill://acme/alpha/SKILL.md";
+    let out = run(client(&["skills", "pull", uri, into_s])).ok();
+    assert!(out.starts_with("alpha (3 files) -> "), "{what}: {out}");
+    assert_eq!(
+        tree(&into.join("alpha")),
+        tree(&s.source.join("alpha")),
+        "{what}"
+    );
+    // Only the skill's folder: no temporary folder left beside it.
+    let names: Vec<_> = std::fs::read_dir(&into)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["alpha"], "{what}");
+
+    // An existing folder is never replaced without --force, and is left as it was.
+    std::fs::write(into.join("alpha/local-edit.txt"), "mine").unwrap();
+    let out = run(client(&["skills", "pull", uri, into_s]));
+    assert_eq!(out.code, Some(1), "{what}: {out:?}");
+    assert!(
+        out.stderr.contains("exists already; --force replaces it"),
+        "{what}: {out:?}"
+    );
+    assert!(into.join("alpha/local-edit.txt").exists(), "{what}");
+    run(client(&["skills", "pull", "--force", uri, into_s])).ok();
+    assert_eq!(
+        tree(&into.join("alpha")),
+        tree(&s.source.join("alpha")),
+        "{what}"
+    );
+    let names: Vec<_> = std::fs::read_dir(&into)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["alpha"], "{what}");
+
+    // A URI that is no skill: the server's error, nothing written.
+    let out = run(client(&[
+        "skills",
+        "pull",
+        "skill://acme/nope/SKILL.md",
+        into_s,
+    ]));
+    assert_eq!(out.code, Some(1), "{what}: {out:?}");
+    assert!(out.stderr.contains("-32602"), "{what}: {out:?}");
+    assert!(!into.join("nope").exists(), "{what}");
+}
+
+#[test]
+fn skills_list_and_pull_from_our_server_over_stdio_in_both_eras() {
+    let s = Skills::new();
+    for protocol in ["legacy", "2026-07-28"] {
+        let client = |args: &[&str]| {
+            let mut a = args.to_vec();
+            a.extend(["--protocol", protocol]);
+            s.stdio(&a)
+        };
+        list_and_pull(&s, &format!("stdio {protocol}"), &client);
+    }
+}
+
+#[test]
+fn skills_list_and_pull_from_our_server_over_http_in_both_eras() {
+    let s = Skills::new();
+    let serve = s.serve();
+    let serve: Vec<&str> = serve.iter().map(String::as_str).collect();
+    let (_server, url) = our_http_server(&serve);
+    for protocol in ["legacy", "2026-07-28"] {
+        let client = |args: &[&str]| {
+            let mut cmd = Command::new(bin());
+            cmd.args(args).args(["--protocol", protocol, "--url", &url]);
+            cmd
+        };
+        list_and_pull(&s, &format!("http {protocol}"), &client);
+    }
+    // --server NAME from a servers file reaches the same server.
+    let servers = s.base.join("servers.json");
+    std::fs::write(
+        &servers,
+        format!(r#"{{"mcpServers": {{"team": {{"url": "{url}"}}}}}}"#),
+    )
+    .unwrap();
+    let out = run({
+        let mut cmd = Command::new(bin());
+        cmd.args(["skills", "--server", "team", "--servers"])
+            .arg(&servers);
+        cmd
+    })
+    .ok();
+    assert!(out.contains("skill://acme/beta/SKILL.md"), "{out}");
+}
+
+#[test]
+fn a_server_without_skills_is_named_as_such() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_str().unwrap();
+    let out = run(client_stdio(
+        &["skills"],
+        &["serve", "--log-level", "warn", root],
+    ));
+    assert_eq!(out.code, Some(1), "{out:?}");
+    assert!(
+        out.stderr.contains("this server offers no skills"),
+        "{out:?}"
+    );
+}
+
+/// A stdio MCP server in plain Python that serves one skill, `lying`, with two files; argv[1]
+/// picks how its manifest lies: `digest` (the second file's digest is not its bytes'), `size`,
+/// `escape` (a file URI with `..`), `absolute` (an empty segment: `//etc/x`), `backslash`,
+/// `outside` (another skill's folder), `toobig` (a size past the spec's 16 MiB), or `honest`.
+const LYING: &str = r#"
+import sys, json, hashlib, base64
+mode = sys.argv[1]
+root = "skill://team/lying/"
+files = {root + "SKILL.md": b"---\nname: lying\ndescription: Lies\n---\nbody\n",
+         root + "ref/data.txt": b"the real bytes\n"}
+def entry(uri, data):
+    return {"uri": uri, "digest": "sha256:" + hashlib.sha256(data).hexdigest(), "size": len(data)}
+manifest = [entry(u, d) for u, d in files.items()]
+if mode == "digest":
+    manifest[1]["digest"] = "sha256:" + hashlib.sha256(b"other bytes").hexdigest()
+elif mode == "size":
+    manifest[1]["size"] += 1
+elif mode == "escape":
+    manifest[1]["uri"] = root + "ref/../../../escaped.txt"
+elif mode == "absolute":
+    manifest[1]["uri"] = root + "/etc/escaped.txt"
+elif mode == "backslash":
+    manifest[1]["uri"] = root + "..\\escaped.txt"
+elif mode == "toobig":
+    manifest[1]["size"] = 17 * 1024 * 1024
+elif mode == "outside":
+    manifest[1]["uri"] = "skill://team/other/escaped.txt"
+skill = {"uri": root + "SKILL.md", "frontmatter": {"name": "lying", "description": "Lies"},
+         "resources": manifest}
+caps = {"extensions": {"io.modelcontextprotocol/skills": {}}}
+info = {"name": "lying", "version": "1"}
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    method, params = msg["method"], msg.get("params", {})
+    if method == "initialize":
+        result = {"protocolVersion": params["protocolVersion"], "capabilities": caps, "serverInfo": info}
+    elif method == "server/discover":
+        result = {"supportedVersions": ["2026-07-28"], "capabilities": caps, "serverInfo": info}
+    elif method == "skills/get":
+        result = {"skill": skill}
+    elif method == "resources/read":
+        data = files.get(params["uri"], b"x")
+        result = {"contents": [{"uri": params["uri"], "blob": base64.b64encode(data).decode()}]}
+    else:
+        print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "error": {"code": -32601, "message": "no"}}), flush=True)
+        continue
+    print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}), flush=True)
+"#;
+
+#[test]
+fn a_manifest_that_lies_or_escapes_is_refused_and_nothing_is_written() {
+    let python = workspace().join(".cache/venv/bin/python");
+    if Command::new(&python).arg("--version").output().is_err() {
+        return absent(
+            "Python in .cache/venv",
+            "`cargo xtask test` sets up the venv",
+        )
+        .unwrap_or(());
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("lying.py");
+    std::fs::write(&script, LYING).unwrap();
+    let into = dir.path().join("agent-skills");
+    std::fs::create_dir(&into).unwrap();
+    std::fs::write(into.join("kept.txt"), "mine").unwrap();
+    let before = tree(&into);
+    let pull = |mode: &str, protocol: &str, force: bool| {
+        let mut cmd = Command::new(bin());
+        cmd.args(["skills", "pull", "skill://team/lying/SKILL.md"])
+            .arg(&into)
+            .args(["--protocol", protocol]);
+        if force {
+            cmd.arg("--force");
+        }
+        cmd.arg("--").arg(&python).arg(&script).arg(mode);
+        run(cmd)
+    };
+    for protocol in ["legacy", "2026-07-28"] {
+        for (mode, says) in [
+            ("digest", "ref/data.txt does not match the manifest: "),
+            ("size", "ref/data.txt does not match the manifest: "),
+            (
+                "escape",
+                "would be written outside the skill's folder (a `.` or `..` segment)",
+            ),
+            (
+                "absolute",
+                "would be written outside the skill's folder (an empty path segment or an absolute path)",
+            ),
+            (
+                "backslash",
+                "would be written outside the skill's folder (a slash, backslash",
+            ),
+            (
+                "outside",
+                "would be written outside the skill's folder (its URI is not under",
+            ),
+        ] {
+            let out = pull(mode, protocol, false);
+            assert_eq!(out.code, Some(1), "{mode} {protocol}: {out:?}");
+            assert!(out.stderr.contains(says), "{mode} {protocol}: {out:?}");
+            assert_eq!(tree(&into), before, "{mode} {protocol}: DIR untouched");
+            let entries: BTreeSet<_> = std::fs::read_dir(&into)
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            assert_eq!(entries.len(), 1, "{mode} {protocol}: {entries:?}");
+            assert!(!dir.path().join("escaped.txt").exists());
+        }
+        // The digest names the file and both digests.
+        let out = pull("digest", protocol, false);
+        assert!(out.stderr.contains("the manifest says sha256:"), "{out:?}");
+    }
+    // The honest manifest installs; a lying one with --force leaves the installed copy alone.
+    pull("honest", "2026-07-28", false).ok();
+    let installed = tree(&into.join("lying"));
+    assert_eq!(installed.len(), 2);
+    let out = pull("digest", "2026-07-28", true);
+    assert_eq!(out.code, Some(1), "{out:?}");
+    assert_eq!(tree(&into.join("lying")), installed);
+    let entries = std::fs::read_dir(&into).unwrap().count();
+    assert_eq!(entries, 2, "kept.txt and lying/, no temporary folder");
+}
