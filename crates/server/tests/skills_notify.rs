@@ -152,7 +152,7 @@ async fn a_listen_on_a_skill_uri_is_acknowledged_and_told_under_that_uri() {
     service.accept_listen(&mut uris);
     assert_eq!(
         uris,
-        [uri.clone()],
+        std::slice::from_ref(&uri),
         "the acknowledgment keeps the skill file"
     );
     let mut listen = service
