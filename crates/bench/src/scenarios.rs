@@ -1756,10 +1756,12 @@ const SKILLS: usize = 1000;
 const FILES_PER_SKILL: usize = 5;
 
 /// The skills fixture: `flat/` with as many files as there are skills (the `resources/list`
-/// comparison) and `skills/sNNNN/` with `SKILL.md` and four more files each, two in a
-/// subfolder.
+/// comparison) and `tree/skills/sNNNN/` with `SKILL.md` and four more files each, two in a
+/// subfolder (two mounts, neither inside the other).
 fn skills_fixture(cache: &Path) -> Result<PathBuf, String> {
-    let dir = cache.join("fixtures").join(format!("skills-{SKILLS}"));
+    let dir = cache
+        .join("fixtures")
+        .join(format!("skills-{SKILLS}x{FILES_PER_SKILL}"));
     if dir.join(".complete").exists() {
         return Ok(dir);
     }
@@ -1771,7 +1773,7 @@ fn skills_fixture(cache: &Path) -> Result<PathBuf, String> {
     };
     for i in 0..SKILLS {
         w(dir.join(format!("flat/f{i:04}.txt")), format!("file {i}\n"))?;
-        let s = dir.join(format!("skills/s{i:04}"));
+        let s = dir.join(format!("tree/skills/s{i:04}"));
         w(
             s.join("SKILL.md"),
             format!("---\nname: s{i:04}\ndescription: Bench skill {i}\n---\nUse it.\n"),
@@ -1796,7 +1798,7 @@ pub fn skills(env: &Env) -> Vec<Row> {
         let text = format!(
             "# Written by mcpr-bench.\n[server]\npage_size = 100\n\n[[mount]]\nkind = \"files\"\nroot = \"{flat}\"\n\n[[mount]]\nkind = \"files\"\nroot = \"{root}\"\nskills = \"skills\"\n",
             flat = dir.join("flat").display(),
-            root = dir.display(),
+            root = dir.join("tree").display(),
         );
         std::fs::write(&config, text).map_err(|e| format!("{}: {e}", config.display()))?;
         let mut srv = StdioServer::spawn(&mut env.ours(&config), false)?;

@@ -84,11 +84,29 @@ impl Service {
             }
         };
         let size = self.state.settings.page_size.max(1);
-        let mut rest: Vec<SkillEntry> = self
-            .visible_skills(grant)
-            .await
-            .into_iter()
-            .filter(|s| after.as_ref().is_none_or(|a| s.uri.as_str() > a.as_str()))
+        let Some(catalog) = &self.state.skills else {
+            return Ok(SkillsPage {
+                skills: Vec::new(),
+                next_cursor: None,
+                hints: self.skills_hints(grant),
+            });
+        };
+        // The catalog's shared, URI-sorted list: a page costs a search and its own skills,
+        // not a copy of every skill.
+        let all = catalog.shared().await;
+        let mounts = self.state.router.mounts();
+        let sources = catalog.sources();
+        let start = after
+            .as_ref()
+            .map_or(0, |a| all.partition_point(|s| s.uri.as_str() <= a.as_str()));
+        let mut rest: Vec<&SkillEntry> = all[start..]
+            .iter()
+            .filter(|s| {
+                mounts
+                    .get(sources[s.source].index as usize)
+                    .is_some_and(|m| visible(grant, m))
+            })
+            .take(size + 1)
             .collect();
         let next_cursor = if rest.len() > size {
             rest.truncate(size);
@@ -101,7 +119,7 @@ impl Service {
             None
         };
         Ok(SkillsPage {
-            skills: rest.iter().map(SkillEntry::to_skill).collect(),
+            skills: rest.iter().map(|s| s.to_skill()).collect(),
             next_cursor,
             hints: self.skills_hints(grant),
         })

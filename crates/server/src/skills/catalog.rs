@@ -167,7 +167,7 @@ struct Walked {
     /// makes the next listing walk again.
     generation: u64,
     /// Its valid skills (before collisions with other sources are settled).
-    skills: Vec<SkillEntry>,
+    skills: Arc<Vec<SkillEntry>>,
     /// The watches of every folder the walk read; `None` when the mount could not watch
     /// one (then this walk is not reused).
     guards: Option<Vec<WatchGuard>>,
@@ -226,6 +226,9 @@ pub struct Catalog {
     warned: Mutex<HashSet<String>>,
     /// The last listing, for resolving `skill://` URIs without walking again.
     snapshot: Mutex<Arc<Vec<SkillEntry>>>,
+    /// The sources' walks the snapshot was merged from: while every source answers with
+    /// the same walk, the snapshot is the answer, and a listing copies nothing.
+    merged_from: Mutex<Vec<Arc<Vec<SkillEntry>>>>,
     /// Counters.
     pub stats: CatalogStats,
 }
@@ -322,6 +325,7 @@ impl Catalog {
             cache: Mutex::new(HashMap::new()),
             warned: Mutex::new(HashSet::new()),
             snapshot: Mutex::new(Arc::new(Vec::new())),
+            merged_from: Mutex::new(Vec::new()),
             stats: CatalogStats::default(),
         }
     }
@@ -643,7 +647,7 @@ impl Catalog {
 
     /// Source `si`'s valid skills: from its last walk while its watches report no change,
     /// else walked again (then told to the registry if the set of skills differs).
-    async fn source_skills(&self, si: usize) -> Vec<SkillEntry> {
+    async fn source_skills(&self, si: usize) -> Arc<Vec<SkillEntry>> {
         let s = &self.sources[si];
         let state = &self.states[si];
         let mut walked = state.walked.lock().await;
@@ -693,6 +697,7 @@ impl Catalog {
         let changed = walked
             .as_ref()
             .is_some_and(|before| uris(&before.skills) != uris(&skills));
+        let skills = Arc::new(skills);
         *walked = Some(Walked {
             generation,
             skills: skills.clone(),
@@ -710,9 +715,25 @@ impl Catalog {
     /// folder cannot be read is left out with its error logged. Two sources producing the
     /// same URI keep the first source's skill, counted and logged once.
     pub async fn skills(&self) -> Vec<SkillEntry> {
+        (*self.shared().await).clone()
+    }
+
+    /// [`Catalog::skills`], shared: the same `Arc` while no source walked again.
+    pub async fn shared(&self) -> Arc<Vec<SkillEntry>> {
+        let mut parts = Vec::with_capacity(self.sources.len());
+        for si in 0..self.sources.len() {
+            parts.push(self.source_skills(si).await);
+        }
+        {
+            let from = self.merged_from.lock().expect("merged lock");
+            if from.len() == parts.len() && from.iter().zip(&parts).all(|(a, b)| Arc::ptr_eq(a, b))
+            {
+                return self.snapshot.lock().expect("snapshot lock").clone();
+            }
+        }
         let mut by_uri: std::collections::BTreeMap<String, SkillEntry> = Default::default();
         for (si, s) in self.sources.iter().enumerate() {
-            for entry in self.source_skills(si).await {
+            for entry in parts[si].iter().cloned() {
                 if by_uri.contains_key(&entry.uri) {
                     self.stats.collisions.fetch_add(1, Ordering::Relaxed);
                     let key = format!("collision\0{}", entry.uri);
@@ -728,8 +749,9 @@ impl Catalog {
                 by_uri.insert(entry.uri.clone(), entry);
             }
         }
-        let skills: Vec<SkillEntry> = by_uri.into_values().collect();
-        *self.snapshot.lock().expect("snapshot lock") = Arc::new(skills.clone());
+        let skills: Arc<Vec<SkillEntry>> = Arc::new(by_uri.into_values().collect());
+        *self.snapshot.lock().expect("snapshot lock") = skills.clone();
+        *self.merged_from.lock().expect("merged lock") = parts;
         skills
     }
 
@@ -737,7 +759,7 @@ impl Catalog {
     /// source first (one change token each): a file changed since the last walk, even one
     /// whose watch has not reported yet, makes its source walk again.
     pub async fn skill(&self, uri: &str) -> Option<SkillEntry> {
-        let found = self.skills().await.into_iter().find(|s| s.uri == uri)?;
+        let found = self.shared().await.iter().find(|s| s.uri == uri)?.clone();
         let s = &self.sources[found.source];
         let layered = Layered::new(&s.at, self.timeout);
         for f in &found.files {
@@ -758,7 +780,7 @@ impl Catalog {
                 self.states[found.source]
                     .generation
                     .fetch_add(1, Ordering::SeqCst);
-                return self.skills().await.into_iter().find(|s| s.uri == uri);
+                return self.shared().await.iter().find(|s| s.uri == uri).cloned();
             }
         }
         Some(found)
