@@ -929,7 +929,7 @@ impl Service {
                     .is_some_and(|p| self.known_skill_target(&p).is_none())
         }) && let Some(catalog) = &self.state.skills
         {
-            catalog.skills().await;
+            catalog.shared().await;
         }
         let taken = futures::future::join_all(uris.iter().take(max).filter_map(|u| {
             let (target, mount) = self.listenable(u)?;

@@ -44,14 +44,15 @@ impl Service {
         let mounts = self.state.router.mounts();
         let sources = catalog.sources();
         catalog
-            .skills()
+            .shared()
             .await
-            .into_iter()
+            .iter()
             .filter(|s| {
                 mounts
                     .get(sources[s.source].index as usize)
                     .is_some_and(|m| visible(grant, m))
             })
+            .cloned()
             .collect()
     }
 
@@ -206,7 +207,7 @@ impl Service {
     pub(super) fn watch_skills(&self) {
         if let Some(catalog) = self.state.skills.clone() {
             tokio::spawn(async move {
-                catalog.skills().await;
+                catalog.shared().await;
             });
         }
     }
@@ -258,7 +259,7 @@ impl Service {
             return Ok(None);
         };
         let asked = uri.trim_end_matches('/');
-        for entry in catalog.skills().await {
+        for entry in catalog.shared().await.iter() {
             let Some(folder) = entry.uri.strip_suffix(SKILL_MD_SUFFIX) else {
                 continue;
             };
@@ -363,7 +364,7 @@ impl Service {
         };
         let mut skills = catalog.last();
         if skills.is_empty() {
-            catalog.skills().await;
+            catalog.shared().await;
             skills = catalog.last();
         }
         let by_target: std::collections::HashMap<&str, &SkillEntry> = skills

@@ -359,7 +359,7 @@ impl Catalog {
                     return;
                 }
                 if want_walk() {
-                    catalog.skills().await;
+                    catalog.shared().await;
                 }
             }
         });
@@ -808,6 +808,6 @@ impl Catalog {
             return Ok(found);
         }
         // Not in the last listing: maybe new since; look again once.
-        find(&self.skills().await).ok_or_else(|| Error::not_found(skill_uri))
+        find(&self.shared().await).ok_or_else(|| Error::not_found(skill_uri))
     }
 }
