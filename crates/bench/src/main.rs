@@ -168,8 +168,8 @@ struct RunArgs {
     /// Why there is no `mcp-server-opendal` (shown in its rows).
     #[arg(long, value_name = "REASON")]
     no_opendal: Option<String>,
-    /// Only these scenarios: stdio, http, list, blob, notify, memory, startup, sqlite, git,
-    /// api, s3, cluster, skills-pull.
+    /// Only these scenarios: stdio, http, list, skills, blob, notify, memory, startup, sqlite,
+    /// git, api, s3, cluster, skills-pull.
     #[arg(long, value_delimiter = ',')]
     only: Option<Vec<String>>,
 }
@@ -215,11 +215,12 @@ fn run(a: RunArgs) -> Result<(), String> {
         opendal,
     };
     type Scenario = fn(&scenarios::Env) -> Vec<report::Row>;
-    let all: [(&str, Scenario); 13] = [
+    let all: [(&str, Scenario); 14] = [
         ("startup", scenarios::startup),
         ("stdio", scenarios::stdio_read),
         ("http", scenarios::http_read),
         ("list", scenarios::big_list),
+        ("skills", scenarios::skills),
         ("blob", scenarios::blobs),
         ("notify", scenarios::notify),
         ("memory", scenarios::memory),

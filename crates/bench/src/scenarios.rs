@@ -1750,3 +1750,125 @@ fn direct_cat_file(repo: &Path, plan: Plan) -> Result<Samples, String> {
     }
     Ok(samples)
 }
+
+/// Skills in the skills scenario, and files in each.
+const SKILLS: usize = 1000;
+const FILES_PER_SKILL: usize = 5;
+
+/// The skills fixture: `flat/` with as many files as there are skills (the `resources/list`
+/// comparison) and `tree/skills/sNNNN/` with `SKILL.md` and four more files each, two in a
+/// subfolder (two mounts, neither inside the other).
+fn skills_fixture(cache: &Path) -> Result<PathBuf, String> {
+    let dir = cache
+        .join("fixtures")
+        .join(format!("skills-{SKILLS}x{FILES_PER_SKILL}"));
+    if dir.join(".complete").exists() {
+        return Ok(dir);
+    }
+    let w = |p: PathBuf, text: String| -> Result<(), String> {
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+        }
+        std::fs::write(&p, text).map_err(|e| format!("{}: {e}", p.display()))
+    };
+    for i in 0..SKILLS {
+        w(dir.join(format!("flat/f{i:04}.txt")), format!("file {i}\n"))?;
+        let s = dir.join(format!("tree/skills/s{i:04}"));
+        w(
+            s.join("SKILL.md"),
+            format!("---\nname: s{i:04}\ndescription: Bench skill {i}\n---\nUse it.\n"),
+        )?;
+        for f in ["a.txt", "b.txt", "ref/c.txt", "ref/d.txt"] {
+            w(s.join(f), format!("skill {i} {f}\n"))?;
+        }
+    }
+    std::fs::write(dir.join(".complete"), b"").map_err(|e| e.to_string())?;
+    Ok(dir)
+}
+
+/// `skills/list` of 1,000 skills of 5 files each (every page), first call and warm call,
+/// beside a `resources/list` walk of 1,000 files on the same server.
+pub fn skills(env: &Env) -> Vec<Row> {
+    let s_name = format!("skills/list, {SKILLS} skills × {FILES_PER_SKILL} files");
+    let s = s_name.as_str();
+    let note = "2026-07-28 over stdio, page size 100, following nextCursor to the end; one server with a files mount of 1,000 files (first) and a files mount carrying the skills; first = the first skills/list walk after start (discovery, reads and hashes of 5,000 files); warm = later walks, nothing changed (median); resources/list = a walk of the first mount's 1,000 files (median)";
+    let r = (|| -> Result<Vec<Row>, String> {
+        let dir = skills_fixture(&env.cache)?;
+        let config = env.cache.join("skills.toml");
+        let text = format!(
+            "# Written by mcpr-bench.\n[server]\npage_size = 100\n\n[[mount]]\nkind = \"files\"\nroot = \"{flat}\"\n\n[[mount]]\nkind = \"files\"\nroot = \"{root}\"\nskills = \"skills\"\n",
+            flat = dir.join("flat").display(),
+            root = dir.join("tree").display(),
+        );
+        std::fs::write(&config, text).map_err(|e| format!("{}: {e}", config.display()))?;
+        let mut srv = StdioServer::spawn(&mut env.ours(&config), false)?;
+        let _w = Watchdog::arm(srv.pid(), Duration::from_secs(300));
+        // Every page of `method`, until `enough` entries (`needle` counted) or the end.
+        let mut walk =
+            |method: &str, needle: &str, enough: usize| -> Result<(Duration, usize), String> {
+                let start = Instant::now();
+                let mut cursor: Option<String> = None;
+                let mut count = 0usize;
+                loop {
+                    let params = match &cursor {
+                        None => META_2026.to_owned(),
+                        Some(c) => format!(r#""cursor":"{c}",{META_2026}"#),
+                    };
+                    let req = format!(
+                        r#"{{"jsonrpc":"2.0","id":1,"method":"{method}","params":{{{params}}}}}"#
+                    );
+                    srv.send_now(req.as_bytes())?;
+                    let line = srv.recv_response()?;
+                    load::verify(line, "")?;
+                    let text = std::str::from_utf8(line).map_err(|e| e.to_string())?;
+                    count += text.matches(needle).count();
+                    cursor = text
+                        .find("\"nextCursor\":\"")
+                        .map(|i| &text[i + 14..])
+                        .and_then(|rest| rest.split('"').next())
+                        .map(str::to_owned);
+                    if cursor.is_none() || count >= enough {
+                        return Ok((start.elapsed(), count));
+                    }
+                }
+            };
+        let check = |what: &str, got: usize, want: usize| {
+            if got == want {
+                Ok(())
+            } else {
+                Err(format!("{what}: {got} entries, expected {want}"))
+            }
+        };
+        let skill_needle = "\"frontmatter\":";
+        let (first, n) = walk("skills/list", skill_needle, usize::MAX)?;
+        check("skills/list", n, SKILLS)?;
+        let reps = env.reps(20).max(3);
+        let mut warm = Vec::new();
+        let mut list = Vec::new();
+        for _ in 0..reps {
+            let (t, n) = walk("skills/list", skill_needle, usize::MAX)?;
+            check("skills/list", n, SKILLS)?;
+            warm.push(t);
+            let (t, n) = walk("resources/list", "\"uri\":\"file://", SKILLS)?;
+            check("resources/list", n, SKILLS)?;
+            list.push(t);
+        }
+        warm.sort();
+        list.sort();
+        let warm = warm[warm.len() / 2];
+        let list = list[list.len() / 2];
+        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        let ratio = warm.as_secs_f64() / list.as_secs_f64();
+        Ok(vec![
+            Row::new(s, "mcp-resources", "first walk", ms(first), "ms").note(note),
+            Row::new(s, "mcp-resources", "warm walk (median)", ms(warm), "ms")
+                .compare(format!(
+                    "resources/list of {SKILLS} files: {:.2} ms; ratio {ratio:.2}×",
+                    ms(list)
+                ))
+                .target("≤ 2× resources/list", ratio <= 2.0)
+                .note(note),
+        ])
+    })();
+    guard(s, "mcp-resources", r)
+}

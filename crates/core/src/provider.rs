@@ -328,6 +328,14 @@ pub trait Provider: Send + Sync + 'static {
         None
     }
 
+    /// For a versioned source (git), the ref whose tree the mount serves by default (its
+    /// configured default ref, else `HEAD`), spelled as the ref segment of its URIs; `None`
+    /// for a source without refs. Things published from the mount at "its" version (the
+    /// skills catalog) use this.
+    fn default_ref(&self) -> Option<String> {
+        None
+    }
+
     /// Counters of the provider's own for `/metrics`; none by default.
     fn counters(&self) -> Vec<Counter> {
         Vec::new()

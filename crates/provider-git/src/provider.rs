@@ -181,6 +181,12 @@ impl Provider for GitProvider {
         &self.info
     }
 
+    fn default_ref(&self) -> Option<String> {
+        Some(crate::uri::encode_ref(
+            self.inner.config.default_ref.as_deref().unwrap_or("HEAD"),
+        ))
+    }
+
     async fn ready(&self) -> bool {
         self.blocking("git ready", |inner| {
             let h = inner.repo.handle();

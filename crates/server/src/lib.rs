@@ -189,6 +189,20 @@ impl ServerState {
         } else {
             Vec::new()
         };
+        if let Some(catalog) = &skills {
+            // Skills appearing or going are a list change of their mount, found by each
+            // replica's own catalog and told to this replica's listeners only.
+            let tell = Arc::downgrade(&registry);
+            let asks = Arc::downgrade(&registry);
+            catalog.start(
+                move |mount| {
+                    if let Some(r) = tell.upgrade() {
+                        r.list_changed_here(mount);
+                    }
+                },
+                move || asks.upgrade().is_some_and(|r| r.has_list_listeners()),
+            );
+        }
         Arc::new(Self {
             skills,
             tools,
@@ -208,6 +222,11 @@ impl ServerState {
     /// The cluster's state (`None` without `[cluster]`), for `/readyz` and `/metrics`.
     pub fn cluster(&self) -> Option<mcpr_core::ClusterStatus> {
         self.registry.watching().cluster()
+    }
+
+    /// The skills catalog, when a mount carries skills (for metrics and tests).
+    pub fn skills(&self) -> Option<&Arc<skills::Catalog>> {
+        self.skills.as_ref()
     }
 
     /// The subscription registry (for metrics and tests).

@@ -9,7 +9,7 @@
 //! broker bus a change is delivered once per replica that has an interest, whichever replica
 //! watched it, and never a second time from the local watch.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -52,12 +52,16 @@ struct Sub {
     tx: crate::mailbox::Sender,
     /// Mounts whose list changes this subscriber may hear of; `None` for all.
     mounts: Option<Vec<u32>>,
-    uris: HashSet<String>,
+    /// Each URI subscribed, as the subscriber named it, with the URI watched for it: the
+    /// same, or for a `skill://` URI the mount URI holding its bytes.
+    uris: HashMap<String, String>,
     list: bool,
 }
 
 struct UriWatch {
-    subs: HashSet<u64>,
+    /// Subscribers, each with the names it subscribed to this URI under (the URI itself,
+    /// `skill://` URIs whose bytes it holds).
+    subs: HashMap<u64, Vec<String>>,
     _guard: WatchGuard,
     _interest: Interest,
 }
@@ -185,7 +189,7 @@ impl Registry {
             Sub {
                 tx,
                 mounts,
-                uris: HashSet::new(),
+                uris: HashMap::new(),
                 list: false,
             },
         );
@@ -235,6 +239,14 @@ impl Registry {
     /// Subscribe `id` to `uri`, asking the owning provider to watch it if nobody did yet.
     /// A subscription beyond `max_watches` (over every subscriber) is refused.
     pub async fn subscribe(&self, id: u64, uri: &ResourceUri) -> Result<()> {
+        self.subscribe_as(id, uri.as_str(), uri).await
+    }
+
+    /// Subscribe `id` to `uri` under the name `name`: its notices name `name`. A `skill://`
+    /// URI is watched as the mount URI holding its bytes, through the same watch (and, in a
+    /// cluster, the same interest keyed by mount and URI) as a subscription to that URI, so
+    /// a change is delivered once per subscriber and name however many replicas watch it.
+    pub async fn subscribe_as(&self, id: u64, name: &str, uri: &ResourceUri) -> Result<()> {
         let key = uri.as_str().to_owned();
         let max = self.max_watches.load(Ordering::Relaxed);
         {
@@ -243,15 +255,20 @@ impl Registry {
             let Some(sub) = inner.subs.get(&id) else {
                 return Err(Error::internal("subscriber is gone"));
             };
-            if sub.uris.contains(&key) {
+            if sub.uris.contains_key(name) {
                 return Ok(());
             }
             if inner.held >= max {
                 return Err(over_budget(max));
             }
             if let Some(w) = inner.uris.get_mut(&key) {
-                w.subs.insert(id);
-                inner.subs.get_mut(&id).expect("checked").uris.insert(key);
+                w.subs.entry(id).or_default().push(name.to_owned());
+                inner
+                    .subs
+                    .get_mut(&id)
+                    .expect("checked")
+                    .uris
+                    .insert(name.to_owned(), key);
                 inner.held += 1;
                 return Ok(());
             }
@@ -278,14 +295,14 @@ impl Registry {
         let Some(sub) = inner.subs.get_mut(&id) else {
             return Ok(());
         };
-        if sub.uris.contains(&key) {
+        if sub.uris.contains_key(name) {
             return Ok(());
         }
         // Others may have subscribed while the watch was being set up.
         if inner.held >= max {
             return Err(over_budget(max));
         }
-        sub.uris.insert(key.clone());
+        sub.uris.insert(name.to_owned(), key.clone());
         inner.held += 1;
         // Another subscriber may have started a watch meanwhile; ours is then redundant and
         // is dropped here.
@@ -293,27 +310,50 @@ impl Registry {
             .uris
             .entry(key)
             .or_insert_with(|| UriWatch {
-                subs: HashSet::new(),
+                subs: HashMap::new(),
                 _guard: guard,
                 _interest: interest,
             })
             .subs
-            .insert(id);
+            .entry(id)
+            .or_default()
+            .push(name.to_owned());
         Ok(())
     }
 
-    /// Unsubscribe `id` from `uri`; the provider watch ends with the last subscriber.
+    /// Unsubscribe `id` from `uri` (the name it subscribed under); the provider watch ends
+    /// with the last subscriber.
     pub fn unsubscribe(&self, id: u64, uri: &str) {
         let released = {
             let mut inner = self.inner.lock().expect("registry lock");
-            if let Some(sub) = inner.subs.get_mut(&id)
-                && sub.uris.remove(uri)
-            {
-                inner.held -= 1;
+            let target = inner.subs.get_mut(&id).and_then(|sub| sub.uris.remove(uri));
+            match target {
+                Some(target) => {
+                    inner.held -= 1;
+                    release_uri(&mut inner, id, &target, uri)
+                }
+                None => None,
             }
-            release_uri(&mut inner, id, uri)
         };
         drop(released);
+    }
+
+    /// Tell the subscribers that hear list changes of mount `index` here that its list
+    /// changed, without the bus: for a change this replica found itself (the skills catalog
+    /// seeing a skill appear or go), which every replica finds on its own, so each stream
+    /// hears of it once.
+    pub(crate) fn list_changed_here(&self, index: u32) {
+        let inner = self.inner.lock().expect("registry lock");
+        for s in inner.subs.values() {
+            if s.list && s.mounts.as_ref().is_none_or(|m| m.contains(&index)) {
+                s.tx.send(Notice::ListChanged);
+            }
+        }
+    }
+
+    /// Whether any subscriber hears list changes.
+    pub(crate) fn has_list_listeners(&self) -> bool {
+        self.inner.lock().expect("registry lock").list_refs > 0
     }
 
     /// Register `id` for list changes without waiting for the watches. Returns true when the
@@ -408,8 +448,8 @@ impl Registry {
                 return;
             };
             inner.held -= sub.uris.len();
-            for uri in &sub.uris {
-                released.extend(release_uri(&mut inner, id, uri));
+            for (name, target) in &sub.uris {
+                released.extend(release_uri(&mut inner, id, target, name));
             }
             if sub.list {
                 inner.list_refs -= 1;
@@ -432,7 +472,10 @@ impl Registry {
     /// Whether subscriber `id` is already subscribed to `uri`.
     pub fn is_subscribed(&self, id: u64, uri: &str) -> bool {
         let inner = self.inner.lock().expect("registry lock");
-        inner.subs.get(&id).is_some_and(|s| s.uris.contains(uri))
+        inner
+            .subs
+            .get(&id)
+            .is_some_and(|s| s.uris.contains_key(uri))
     }
 
     /// Current counts.
@@ -453,9 +496,13 @@ impl Registry {
         match item {
             FeedItem::Event(ChangeEvent::Updated { uri }) => {
                 if let Some(w) = inner.uris.get(&uri) {
-                    for id in &w.subs {
+                    for (id, names) in &w.subs {
                         if let Some(s) = inner.subs.get(id) {
-                            s.tx.send(Notice::Updated(uri.clone()));
+                            // Named as subscribed: the URI itself, or each `skill://` URI
+                            // whose bytes it holds.
+                            for name in names {
+                                s.tx.send(Notice::Updated(name.clone()));
+                            }
                         }
                     }
                 }
@@ -477,7 +524,7 @@ impl Registry {
                 // everything may have changed, rather than leave a subscriber believing a
                 // stale resource is current.
                 for s in inner.subs.values() {
-                    for uri in &s.uris {
+                    for uri in s.uris.keys() {
                         s.tx.send(Notice::Updated(uri.clone()));
                     }
                     if s.list {
@@ -489,10 +536,15 @@ impl Registry {
     }
 }
 
-/// Remove `id` from `uri`'s watchers; returns the guard when it was the last.
-fn release_uri(inner: &mut Inner, id: u64, uri: &str) -> Option<UriWatch> {
+/// Remove `id`'s name `name` from `uri`'s watchers; returns the guard when it was the last.
+fn release_uri(inner: &mut Inner, id: u64, uri: &str, name: &str) -> Option<UriWatch> {
     let w = inner.uris.get_mut(uri)?;
-    w.subs.remove(&id);
+    if let Some(names) = w.subs.get_mut(&id) {
+        names.retain(|n| n != name);
+        if names.is_empty() {
+            w.subs.remove(&id);
+        }
+    }
     if w.subs.is_empty() {
         inner.uris.remove(uri)
     } else {

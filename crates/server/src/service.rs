@@ -780,23 +780,24 @@ impl Service {
         subscriber: impl FnOnce() -> u64,
     ) -> Result<()> {
         metered(&self.state.metrics, "resources/subscribe", async {
-            let uri = parse_uri(uri)?;
-            self.refuse_skill_subscription(&uri)?;
+            let name = parse_uri(uri)?;
+            let uri = self.watched_uri(grant, &name).await?;
             if self
                 .state
                 .router
                 .route(&uri)
                 .is_some_and(|m| !visible(grant, m))
             {
-                return Err(Error::not_found(uri.as_str()));
+                return Err(Error::not_found(name.as_str()));
             }
             let id = subscriber();
             let registry = &self.state.registry;
             let max = self.state.settings.max_subscriptions_per_session;
-            if !registry.is_subscribed(id, uri.as_str()) && registry.subscription_count(id) >= max {
-                return Err(too_many_subscriptions(max, uri.as_str()));
+            if !registry.is_subscribed(id, name.as_str()) && registry.subscription_count(id) >= max
+            {
+                return Err(too_many_subscriptions(max, name.as_str()));
             }
-            registry.subscribe(id, &uri).await
+            registry.subscribe_as(id, name.as_str(), &uri).await
         })
         .await
     }
@@ -813,15 +814,16 @@ impl Service {
         session: &str,
     ) -> Result<()> {
         metered(&self.state.metrics, "resources/subscribe", async {
-            let uri = parse_uri(uri)?;
-            self.refuse_skill_subscription(&uri)?;
+            let name = parse_uri(uri)?;
+            let target = self.watched_uri(grant, &name).await?;
+            let uri = name;
             let mount = self
                 .state
                 .router
-                .route(&uri)
+                .route(&target)
                 .filter(|m| visible(grant, m))
                 .ok_or_else(|| Error::not_found(uri.as_str()))?;
-            self.layered(mount).check(Op::Watch, Some(&uri))?;
+            self.layered(mount).check(Op::Watch, Some(&target))?;
             let held = hub.subscriptions(session).await.map_err(hub_error)?;
             let max = self.state.settings.max_subscriptions_per_session;
             let new = !held.iter().any(|u| u == uri.as_str());
@@ -835,7 +837,7 @@ impl Service {
                 // stream.
                 let registry = &self.state.registry;
                 let (probe, _rx) = registry.add_subscriber();
-                let watched = registry.subscribe(probe, &uri).await;
+                let watched = registry.subscribe(probe, &target).await;
                 registry.remove(probe);
                 watched?;
             }
@@ -891,11 +893,13 @@ impl Service {
             let registry = self.state.registry.clone();
             tokio::spawn(async move { registry.acquire_list_watches().await });
         }
+        self.watch_skills();
     }
 
     /// `uri` parsed, with its mount, if a listen accepts it: its mount declares watching.
     fn listenable(&self, uri: &str) -> Option<(ResourceUri, &Mount)> {
         let parsed = ResourceUri::parse(uri).ok()?;
+        let parsed = self.known_skill_target(&parsed).unwrap_or(parsed);
         let mount = self
             .state
             .router
@@ -916,18 +920,28 @@ impl Service {
         let max = self.state.settings.max_subscriptions_per_session;
         // All at once: each token is bounded by the request timeout, and so, together, are
         // they, however many URIs a listen names.
-        let taken = futures::future::join_all(
-            uris.iter()
-                .take(max)
-                .filter_map(|u| self.listenable(u))
-                .map(|(parsed, mount)| async move {
-                    let token = self.layered(mount).change_token(&parsed).await;
-                    (parsed, token)
-                }),
-        )
+        // A skill URI the catalog has not seen yet (no listing since the start) is looked
+        // up first, so the acknowledgment, which consults only the last listing, keeps it.
+        if uris.iter().take(max).any(|u| {
+            u.starts_with(crate::skills::catalog::SKILL_SCHEME)
+                && ResourceUri::parse(u)
+                    .ok()
+                    .is_some_and(|p| self.known_skill_target(&p).is_none())
+        }) && let Some(catalog) = &self.state.skills
+        {
+            catalog.shared().await;
+        }
+        let taken = futures::future::join_all(uris.iter().take(max).filter_map(|u| {
+            let (target, mount) = self.listenable(u)?;
+            let name = ResourceUri::parse(u).ok()?;
+            Some(async move {
+                let token = self.layered(mount).change_token(&target).await;
+                (name, token)
+            })
+        }))
         .await;
-        for (parsed, token) in taken {
-            tokens.stash(&parsed, token);
+        for (name, token) in taken {
+            tokens.stash(&name, token);
         }
     }
 
@@ -973,10 +987,13 @@ impl Service {
         let router = &self.state.router;
         let mut before = Vec::new();
         for uri in uris {
-            let Ok(parsed) = ResourceUri::parse(uri) else {
+            let Ok(name) = ResourceUri::parse(uri) else {
                 continue;
             };
-            let token = tokens.take(&parsed);
+            let token = tokens.take(&name);
+            let Ok(parsed) = self.watched_uri(grant, &name).await else {
+                continue;
+            };
             if router.route(&parsed).is_some_and(|m| !visible(grant, m)) {
                 continue;
             }
@@ -984,12 +1001,15 @@ impl Service {
                 Some(t) => t,
                 None => self.change_token(&parsed).await,
             };
-            before.push((parsed, token));
+            before.push((name, parsed, token));
         }
         let fresh_list = list_changed && registry.add_list_listener(id).await;
+        if list_changed {
+            self.watch_skills();
+        }
         let mut initial = VecDeque::new();
-        for (parsed, token) in before {
-            if let Err(e) = registry.subscribe(id, &parsed).await {
+        for (name, parsed, token) in before {
+            if let Err(e) = registry.subscribe_as(id, name.as_str(), &parsed).await {
                 // Others took the budget meanwhile: the whole listen is refused (dropping the
                 // subscriber releases what it got), never a part passed off as the whole.
                 if is_over_budget(&e) {
@@ -999,7 +1019,7 @@ impl Service {
                 continue;
             }
             if token.is_some() && self.change_token(&parsed).await != token {
-                initial.push_back(Notice::Updated(parsed.as_str().to_owned()));
+                initial.push_back(Notice::Updated(name.as_str().to_owned()));
             }
         }
         if fresh_list {

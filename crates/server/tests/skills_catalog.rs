@@ -167,8 +167,6 @@ async fn a_second_listing_hashes_nothing_and_a_change_rehashes_one_file() {
         "print('changed!')\n",
     )
     .unwrap();
-    let third = catalog.skills().await;
-    assert_eq!(catalog.stats.hashed.load(Ordering::Relaxed), hashed + 1);
     let digest = |s: &[mcpr_server::skills::SkillEntry]| {
         s[0].files
             .iter()
@@ -177,6 +175,18 @@ async fn a_second_listing_hashes_nothing_and_a_change_rehashes_one_file() {
             .digest
             .clone()
     };
+    // The walk is reused until the folder's watch reports the change (debounced), then
+    // the next listing walks again and hashes only the changed file.
+    let start = std::time::Instant::now();
+    let third = loop {
+        let now = catalog.skills().await;
+        if digest(&now) != digest(&first) {
+            break now;
+        }
+        assert!(start.elapsed() < TIMEOUT, "the change is seen");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert_eq!(catalog.stats.hashed.load(Ordering::Relaxed), hashed + 1);
     assert_ne!(digest(&first), digest(&third));
 }
 

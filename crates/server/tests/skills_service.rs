@@ -113,15 +113,15 @@ async fn skills_list_pages_get_answers_and_skill_uris_read_through_the_mount() {
         .await
         .unwrap_err();
     assert_eq!(e.kind, ErrorKind::NotFound);
-    // A skill:// subscription would never be notified yet: refused, saying what to do.
+    // A skill:// URI can be subscribed to: it is watched as the mount file behind it
+    // (delivery: tests/skills_notify.rs).
     let (subscriber, _rx) = service.add_subscriber(None);
-    let e = service
+    service
         .subscribe(None, "skill://acme/beta/SKILL.md", || subscriber.id())
         .await
-        .unwrap_err();
-    assert_eq!(e.kind, ErrorKind::Unsupported);
-    assert!(e.message.contains("not supported yet"), "{}", e.message);
-    assert_eq!(service.state().registry().stats().subscriptions, 0);
+        .unwrap();
+    let stats = service.state().registry().stats();
+    assert_eq!((stats.subscriptions, stats.watched_uris), (1, 1));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -376,10 +376,7 @@ async fn sync(roaming: &Roaming, id: &str, sid: u64, held: &mut HashSet<String>)
         if held.contains(&uri) {
             continue;
         }
-        let Ok(parsed) = mcpr_core::ResourceUri::parse(&uri) else {
-            continue;
-        };
-        match registry.subscribe(sid, &parsed).await {
+        match roaming.service.subscribe_recorded_here(sid, &uri).await {
             Ok(()) => {
                 held.insert(uri);
             }

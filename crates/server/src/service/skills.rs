@@ -5,7 +5,7 @@
 use mcpr_core::{CacheHints, Error, PageCursor, ResourceUri, Result};
 use rmcp::model::Skill;
 
-use super::{ReadOutcome, Service, hints_for, invalid_cursor, visible};
+use super::{ReadOutcome, Service, hints_for, invalid_cursor, parse_uri, visible};
 use crate::grant::Grant;
 use crate::skills::SkillEntry;
 use crate::skills::catalog::SKILL_SCHEME;
@@ -44,14 +44,15 @@ impl Service {
         let mounts = self.state.router.mounts();
         let sources = catalog.sources();
         catalog
-            .skills()
+            .shared()
             .await
-            .into_iter()
+            .iter()
             .filter(|s| {
                 mounts
                     .get(sources[s.source].index as usize)
                     .is_some_and(|m| visible(grant, m))
             })
+            .cloned()
             .collect()
     }
 
@@ -84,11 +85,29 @@ impl Service {
             }
         };
         let size = self.state.settings.page_size.max(1);
-        let mut rest: Vec<SkillEntry> = self
-            .visible_skills(grant)
-            .await
-            .into_iter()
-            .filter(|s| after.as_ref().is_none_or(|a| s.uri.as_str() > a.as_str()))
+        let Some(catalog) = &self.state.skills else {
+            return Ok(SkillsPage {
+                skills: Vec::new(),
+                next_cursor: None,
+                hints: self.skills_hints(grant),
+            });
+        };
+        // The catalog's shared, URI-sorted list: a page costs a search and its own skills,
+        // not a copy of every skill.
+        let all = catalog.shared().await;
+        let mounts = self.state.router.mounts();
+        let sources = catalog.sources();
+        let start = after
+            .as_ref()
+            .map_or(0, |a| all.partition_point(|s| s.uri.as_str() <= a.as_str()));
+        let mut rest: Vec<&SkillEntry> = all[start..]
+            .iter()
+            .filter(|s| {
+                mounts
+                    .get(sources[s.source].index as usize)
+                    .is_some_and(|m| visible(grant, m))
+            })
+            .take(size + 1)
             .collect();
         let next_cursor = if rest.len() > size {
             rest.truncate(size);
@@ -101,7 +120,7 @@ impl Service {
             None
         };
         Ok(SkillsPage {
-            skills: rest.iter().map(SkillEntry::to_skill).collect(),
+            skills: rest.iter().map(|s| s.to_skill()).collect(),
             next_cursor,
             hints: self.skills_hints(grant),
         })
@@ -110,31 +129,91 @@ impl Service {
     /// The skill whose `SKILL.md` is `uri`, for a caller holding `grant`; invalid params
     /// (-32602, as SEP-2640 asks) when there is none it may see.
     pub async fn get_skill(&self, grant: Option<&Grant>, uri: &str) -> Result<(Skill, CacheHints)> {
-        self.visible_skills(grant)
-            .await
-            .iter()
-            .find(|s| s.uri == uri)
+        let found = match &self.state.skills {
+            Some(catalog) => catalog.skill(uri).await.filter(|s| {
+                self.state
+                    .router
+                    .mounts()
+                    .get(catalog.sources()[s.source].index as usize)
+                    .is_some_and(|m| visible(grant, m))
+            }),
+            None => None,
+        };
+        found
             .map(|s| (s.to_skill(), self.skills_hints(grant)))
             .ok_or_else(|| {
                 Error::invalid_params(format!("no skill is served at {uri}")).with_uri(uri)
             })
     }
 
-    /// Read `raw`: a `skill://` URI through the mount holding its bytes, named as asked;
-    /// any other URI as [`Service::read`] reads it.
-    /// A subscription to a `skill://` URI is refused with what to do instead: its changes
-    /// are not yet delivered under that URI (the file's own mount URI can be watched), and
-    /// accepting it would promise notifications that never come.
-    pub(super) fn refuse_skill_subscription(&self, uri: &ResourceUri) -> Result<()> {
-        if self.state.skills.is_some() && uri.as_str().starts_with(SKILL_SCHEME) {
-            return Err(Error::unsupported(format!(
-                "subscriptions to skill:// URIs are not supported yet: {uri}; subscribe to the file's own URI in its mount instead"
-            ))
-            .with_uri(uri.as_str()));
+    /// The URI to watch for a subscription to `uri`: itself, or for a `skill://` URI the
+    /// mount URI holding its bytes (not found when no skill the caller may see has it).
+    pub(super) async fn watched_uri(
+        &self,
+        grant: Option<&Grant>,
+        uri: &ResourceUri,
+    ) -> Result<ResourceUri> {
+        let Some(catalog) = self
+            .state
+            .skills
+            .as_ref()
+            .filter(|_| uri.as_str().starts_with(SKILL_SCHEME))
+        else {
+            return Ok(uri.clone());
+        };
+        let (source, target) = catalog.resolve(uri.as_str()).await?;
+        let index = catalog.sources()[source].index as usize;
+        if !self
+            .state
+            .router
+            .mounts()
+            .get(index)
+            .is_some_and(|m| visible(grant, m))
+        {
+            return Err(Error::not_found(uri.as_str()));
         }
-        Ok(())
+        ResourceUri::parse(&target)
     }
 
+    /// For a `skill://` URI in the catalog's last listing, the mount URI holding its bytes,
+    /// without looking again (for the synchronous acknowledgment of a listen).
+    pub(super) fn known_skill_target(&self, uri: &ResourceUri) -> Option<ResourceUri> {
+        let catalog = self.state.skills.as_ref()?;
+        if !uri.as_str().starts_with(SKILL_SCHEME) {
+            return None;
+        }
+        let last = catalog.last();
+        let target = last
+            .iter()
+            .flat_map(|s| &s.files)
+            .find(|f| f.uri == uri.as_str())?;
+        ResourceUri::parse(&target.target).ok()
+    }
+
+    /// Subscribe registry subscriber `id` to `uri` as a replica holding a roaming session's
+    /// stream does for its recorded subscriptions: a `skill://` URI is watched as the
+    /// mount URI behind it and named as recorded.
+    pub async fn subscribe_recorded_here(&self, id: u64, uri: &str) -> Result<()> {
+        let name = parse_uri(uri)?;
+        let target = self.watched_uri(None, &name).await?;
+        self.state
+            .registry
+            .subscribe_as(id, name.as_str(), &target)
+            .await
+    }
+
+    /// Have the catalog hold its watches (by listing once in the background), so skills
+    /// appearing or going are told to list listeners even before anyone lists skills.
+    pub(super) fn watch_skills(&self) {
+        if let Some(catalog) = self.state.skills.clone() {
+            tokio::spawn(async move {
+                catalog.shared().await;
+            });
+        }
+    }
+
+    /// Read `raw`: a `skill://` URI through the mount holding its bytes, named as asked;
+    /// any other URI as [`Service::read`] reads it.
     pub(super) async fn read_any(&self, grant: Option<&Grant>, raw: &str) -> Result<ReadOutcome> {
         let Some(catalog) = self
             .state
@@ -180,7 +259,7 @@ impl Service {
             return Ok(None);
         };
         let asked = uri.trim_end_matches('/');
-        for entry in catalog.skills().await {
+        for entry in catalog.shared().await.iter() {
             let Some(folder) = entry.uri.strip_suffix(SKILL_MD_SUFFIX) else {
                 continue;
             };
@@ -285,7 +364,7 @@ impl Service {
         };
         let mut skills = catalog.last();
         if skills.is_empty() {
-            catalog.skills().await;
+            catalog.shared().await;
             skills = catalog.last();
         }
         let by_target: std::collections::HashMap<&str, &SkillEntry> = skills

@@ -7,16 +7,24 @@
 //! that the mount serves, with a `sha256:` digest and size. Digests (and parsed
 //! frontmatters) are cached by the file's fingerprint (its change token, else size and
 //! modification time), so a second listing of unchanged skills hashes nothing.
+//!
+//! The skills a walk found are kept per source, and reused while nothing changed: before a
+//! walk reads a folder it has the mount watch it (a git mount's tree at the ref is watched
+//! once, at the skills folder, which covers every file below), and any change the watches
+//! report marks the source for a new walk. A source whose mount cannot watch a folder (s3,
+//! whose folders are key prefixes) is walked on every listing. A new walk that finds a
+//! different set of skills tells the registry, which sends
+//! `notifications/resources/list_changed` to the streams that listen.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use std::time::Duration;
 
 use mcpr_core::{
-    ContentsBody, DIRECTORY_MIME_TYPE, Error, PageRequest, ReadLimits, ResourceMeta, ResourceUri,
-    Result,
+    ChangeBus, ChangeEvent, ChangeFeed, ChangeSink, ContentsBody, DIRECTORY_MIME_TYPE, Error,
+    LocalWatching, PageRequest, ReadLimits, ResourceMeta, ResourceUri, Result, WatchGuard,
 };
 
 use crate::layers::Layered;
@@ -114,6 +122,8 @@ pub struct CatalogStats {
     pub invalid: AtomicU64,
     /// Skill URIs two sources both produced (the first source's skill kept).
     pub collisions: AtomicU64,
+    /// Walks of a source's skills folder (a warm listing of a watched source adds none).
+    pub walks: AtomicU64,
 }
 
 impl CatalogStats {
@@ -123,7 +133,7 @@ impl CatalogStats {
         for (name, help, v) in [
             (
                 "mcp_skills_invalid_total",
-                "Skills left out of skills/list (invalid SKILL.md, over the spec's limits, unreadable), once per listing.",
+                "Skills left out of skills/list (invalid SKILL.md, over the spec's limits, unreadable), once per walk that met them.",
                 &self.invalid,
             ),
             (
@@ -136,6 +146,11 @@ impl CatalogStats {
                 "Skill files read and hashed for a manifest (unchanged files are not hashed again).",
                 &self.hashed,
             ),
+            (
+                "mcp_skills_walks_total",
+                "Walks of a mount's skills folder (a listing while nothing changed walks none).",
+                &self.walks,
+            ),
         ] {
             let _ = writeln!(
                 out,
@@ -146,17 +161,116 @@ impl CatalogStats {
     }
 }
 
+/// What the last walk of a source found, kept while its watches report no change.
+struct Walked {
+    /// The source's generation when the walk started: a change reported during the walk
+    /// makes the next listing walk again.
+    generation: u64,
+    /// Its valid skills (before collisions with other sources are settled).
+    skills: Arc<Vec<SkillEntry>>,
+    /// The watches of every folder the walk read; `None` when the mount could not watch
+    /// one (then this walk is not reused).
+    guards: Option<Vec<WatchGuard>>,
+}
+
+/// One source's walk cache.
+#[derive(Default)]
+struct SourceState {
+    /// Bumped by every change a watch of the source reports.
+    generation: Arc<AtomicU64>,
+    /// The last walk; one walk at a time per source.
+    walked: tokio::sync::Mutex<Option<Walked>>,
+}
+
+/// The bus the catalog's own watches publish on: not the server's change bus (nothing here
+/// is for subscribers, and in a cluster every replica keeps its own catalog), just a mark
+/// that the source changed and a wake-up for the task that looks again.
+struct Invalidate {
+    generation: Arc<AtomicU64>,
+    wake: Arc<tokio::sync::Notify>,
+}
+
+impl ChangeBus for Invalidate {
+    fn publish(&self, _mount: &str, _event: ChangeEvent) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        self.wake.notify_one();
+    }
+
+    fn feed(&self) -> ChangeFeed {
+        // Nobody reads this bus's events, only the marks `publish` leaves.
+        ChangeFeed::new().0
+    }
+
+    fn subscribe(&self) -> tokio::sync::broadcast::Receiver<ChangeEvent> {
+        tokio::sync::broadcast::channel(1).1
+    }
+}
+
+/// Told which mount (by index) had skills appear or disappear.
+type ListChanged = Box<dyn Fn(u32) + Send + Sync>;
+
 /// The skills of every source, their manifests and the digest cache.
 pub struct Catalog {
     sources: Vec<SkillSource>,
+    states: Vec<SourceState>,
+    /// Woken by the sources' watches.
+    wake: Arc<tokio::sync::Notify>,
+    /// Who hears of skills appearing or disappearing (the registry, see
+    /// [`Catalog::start`]).
+    on_list_changed: OnceLock<ListChanged>,
+    /// Set when the catalog goes, for the task of [`Catalog::start`].
+    closed: AtomicBool,
     read_limit: u64,
     timeout: Duration,
     cache: Mutex<HashMap<String, Hashed>>,
     warned: Mutex<HashSet<String>>,
     /// The last listing, for resolving `skill://` URIs without walking again.
     snapshot: Mutex<Arc<Vec<SkillEntry>>>,
+    /// The sources' walks the snapshot was merged from: while every source answers with
+    /// the same walk, the snapshot is the answer, and a listing copies nothing.
+    merged_from: Mutex<Vec<Arc<Vec<SkillEntry>>>>,
     /// Counters.
     pub stats: CatalogStats,
+}
+
+impl Drop for Catalog {
+    fn drop(&mut self) {
+        // Ends the task of `start`, which finds the catalog gone.
+        self.closed.store(true, Ordering::Relaxed);
+        self.wake.notify_one();
+    }
+}
+
+/// The watches one walk starts, before it reads each folder, so no change after the read
+/// can go unseen.
+struct Watches {
+    sink: ChangeSink,
+    /// A git mount's watch of the skills folder covers its whole tree at the ref.
+    recursive: bool,
+    guards: Option<Vec<WatchGuard>>,
+}
+
+impl Watches {
+    async fn folder(&mut self, provider: &Layered<'_>, dir: &str, root: bool) {
+        let Some(guards) = self.guards.as_mut() else {
+            return;
+        };
+        if self.recursive && !root {
+            return;
+        }
+        let watched = match ResourceUri::parse(dir) {
+            Ok(uri) => {
+                provider
+                    .watch(&LocalWatching, &uri, self.sink.clone())
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        match watched {
+            Ok(g) => guards.push(g),
+            Err(_) => self.guards = None,
+        }
+    }
 }
 
 /// Why a skill is left out (named in its one warning).
@@ -201,12 +315,17 @@ impl Catalog {
     /// Each provider call is bounded by `timeout` (the server's request timeout).
     pub fn new(sources: Vec<SkillSource>, read_limit: u64, timeout: Duration) -> Self {
         Self {
+            states: sources.iter().map(|_| SourceState::default()).collect(),
+            wake: Arc::new(tokio::sync::Notify::new()),
+            on_list_changed: OnceLock::new(),
+            closed: AtomicBool::new(false),
             sources,
             read_limit,
             timeout,
             cache: Mutex::new(HashMap::new()),
             warned: Mutex::new(HashSet::new()),
             snapshot: Mutex::new(Arc::new(Vec::new())),
+            merged_from: Mutex::new(Vec::new()),
             stats: CatalogStats::default(),
         }
     }
@@ -214,6 +333,36 @@ impl Catalog {
     /// The sources.
     pub fn sources(&self) -> &[SkillSource] {
         &self.sources
+    }
+
+    /// Have `list_changed` told (with the mount's index) when a new walk of a source finds
+    /// skills appeared or gone, and, while `want_walk` says someone listens, walk again as
+    /// soon as a source's watches report a change (else the next listing walks). The task
+    /// ends with the catalog. Call once, inside the runtime.
+    pub fn start(
+        self: &Arc<Self>,
+        list_changed: impl Fn(u32) + Send + Sync + 'static,
+        want_walk: impl Fn() -> bool + Send + 'static,
+    ) {
+        if self.on_list_changed.set(Box::new(list_changed)).is_err() {
+            return;
+        }
+        let wake = self.wake.clone();
+        let catalog: Weak<Self> = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                wake.notified().await;
+                let Some(catalog) = catalog.upgrade() else {
+                    return;
+                };
+                if catalog.closed.load(Ordering::Relaxed) {
+                    return;
+                }
+                if want_walk() {
+                    catalog.shared().await;
+                }
+            }
+        });
     }
 
     /// Warn once per file and reason; count every time.
@@ -230,8 +379,17 @@ impl Catalog {
         }
     }
 
-    /// Every page of directory `dir`.
-    async fn children(&self, provider: &Layered<'_>, dir: &str) -> Result<Vec<ResourceMeta>> {
+    /// Every page of directory `dir`, watched first when `watches` asks for it.
+    async fn children(
+        &self,
+        provider: &Layered<'_>,
+        dir: &str,
+        watches: Option<&mut Watches>,
+        root: bool,
+    ) -> Result<Vec<ResourceMeta>> {
+        if let Some(w) = watches {
+            w.folder(provider, dir, root).await;
+        }
         let uri = ResourceUri::parse(dir)?;
         let mut out = Vec::new();
         let mut after = None;
@@ -255,7 +413,11 @@ impl Catalog {
 
     /// The skill folders under source `s`'s root, breadth first: a folder holding a
     /// `SKILL.md` is a skill and is not searched further.
-    async fn discover(&self, s: &SkillSource) -> Result<Vec<(String, Vec<ResourceMeta>)>> {
+    async fn discover(
+        &self,
+        s: &SkillSource,
+        watches: &mut Watches,
+    ) -> Result<Vec<(String, Vec<ResourceMeta>)>> {
         let mut found = Vec::new();
         let mut queue = std::collections::VecDeque::from([(s.root.clone(), 0usize)]);
         let mut walked = 0usize;
@@ -269,8 +431,14 @@ impl Catalog {
                 );
                 break;
             }
+            let is_root = dir == s.root;
             let entries = match self
-                .children(&Layered::new(&s.at, self.timeout), &dir)
+                .children(
+                    &Layered::new(&s.at, self.timeout),
+                    &dir,
+                    Some(&mut *watches),
+                    is_root,
+                )
                 .await
             {
                 Ok(e) => e,
@@ -369,6 +537,7 @@ impl Catalog {
         si: usize,
         dir: &str,
         entries: Vec<ResourceMeta>,
+        watches: &mut Watches,
     ) -> std::result::Result<SkillEntry, LeftOut> {
         let s = &self.sources[si];
         let layered = Layered::new(&s.at, self.timeout);
@@ -397,9 +566,12 @@ impl Catalog {
                             format!("it nests folders deeper than {MAX_WALK_DEPTH}"),
                         ));
                     }
-                    let sub = self.children(provider, &m.uri).await.map_err(|e| {
-                        left_out(&m.uri, format!("its folder cannot be read: {}", e.message))
-                    })?;
+                    let sub = self
+                        .children(provider, &m.uri, Some(&mut *watches), false)
+                        .await
+                        .map_err(|e| {
+                            left_out(&m.uri, format!("its folder cannot be read: {}", e.message))
+                        })?;
                     pending.push((sub, depth + 1));
                     continue;
                 }
@@ -473,51 +645,145 @@ impl Catalog {
         Ok(entry)
     }
 
+    /// Source `si`'s valid skills: from its last walk while its watches report no change,
+    /// else walked again (then told to the registry if the set of skills differs).
+    async fn source_skills(&self, si: usize) -> Arc<Vec<SkillEntry>> {
+        let s = &self.sources[si];
+        let state = &self.states[si];
+        let mut walked = state.walked.lock().await;
+        let generation = state.generation.load(Ordering::SeqCst);
+        if let Some(w) = walked.as_ref()
+            && w.guards.is_some()
+            && w.generation == generation
+        {
+            return w.skills.clone();
+        }
+        self.stats.walks.fetch_add(1, Ordering::Relaxed);
+        let mut watches = Watches {
+            sink: ChangeSink::new(
+                Arc::new(Invalidate {
+                    generation: state.generation.clone(),
+                    wake: self.wake.clone(),
+                }),
+                s.mount.clone(),
+            ),
+            recursive: s.at.provider.info().kind == "git",
+            guards: Some(Vec::new()),
+        };
+        let mut skills = Vec::new();
+        match self.discover(s, &mut watches).await {
+            Ok(found) => {
+                for (dir, entries) in found {
+                    match self.skill_at(si, &dir, entries, &mut watches).await {
+                        Ok(entry) => skills.push(entry),
+                        Err(why) => self.leave_out(s, &why),
+                    }
+                }
+            }
+            Err(e) => {
+                let why = left_out(
+                    &s.root,
+                    format!("the skills folder cannot be read: {}", e.message),
+                );
+                let key = format!("{}\0{}", why.file, why.reason);
+                if self.warned.lock().expect("warned lock").insert(key) {
+                    tracing::warn!(mount = %s.mount, "{}: {}", why.file, why.reason);
+                }
+                // Not kept: a folder that failed is asked again next time.
+                watches.guards = None;
+            }
+        }
+        let uris = |v: &[SkillEntry]| v.iter().map(|e| e.uri.clone()).collect::<HashSet<_>>();
+        let changed = walked
+            .as_ref()
+            .is_some_and(|before| uris(&before.skills) != uris(&skills));
+        let skills = Arc::new(skills);
+        *walked = Some(Walked {
+            generation,
+            skills: skills.clone(),
+            guards: watches.guards,
+        });
+        drop(walked);
+        if changed && let Some(tell) = self.on_list_changed.get() {
+            tell(s.index);
+        }
+        skills
+    }
+
     /// Every valid skill of every source, sorted by URI. A skill that is invalid, too
     /// large or unreadable is left out with one warning and counted; a source whose skills
     /// folder cannot be read is left out with its error logged. Two sources producing the
     /// same URI keep the first source's skill, counted and logged once.
     pub async fn skills(&self) -> Vec<SkillEntry> {
+        (*self.shared().await).clone()
+    }
+
+    /// [`Catalog::skills`], shared: the same `Arc` while no source walked again.
+    pub async fn shared(&self) -> Arc<Vec<SkillEntry>> {
+        let mut parts = Vec::with_capacity(self.sources.len());
+        for si in 0..self.sources.len() {
+            parts.push(self.source_skills(si).await);
+        }
+        {
+            let from = self.merged_from.lock().expect("merged lock");
+            if from.len() == parts.len() && from.iter().zip(&parts).all(|(a, b)| Arc::ptr_eq(a, b))
+            {
+                return self.snapshot.lock().expect("snapshot lock").clone();
+            }
+        }
         let mut by_uri: std::collections::BTreeMap<String, SkillEntry> = Default::default();
         for (si, s) in self.sources.iter().enumerate() {
-            let found = match self.discover(s).await {
-                Ok(f) => f,
-                Err(e) => {
-                    let why = left_out(
-                        &s.root,
-                        format!("the skills folder cannot be read: {}", e.message),
-                    );
-                    let key = format!("{}\0{}", why.file, why.reason);
+            for entry in parts[si].iter().cloned() {
+                if by_uri.contains_key(&entry.uri) {
+                    self.stats.collisions.fetch_add(1, Ordering::Relaxed);
+                    let key = format!("collision\0{}", entry.uri);
                     if self.warned.lock().expect("warned lock").insert(key) {
-                        tracing::warn!(mount = %s.mount, "{}: {}", why.file, why.reason);
+                        tracing::warn!(
+                            mount = %s.mount,
+                            "skill {} is also served by an earlier mount; that one is kept (set skills_prefix to tell them apart)",
+                            entry.uri
+                        );
                     }
                     continue;
                 }
-            };
-            for (dir, entries) in found {
-                match self.skill_at(si, &dir, entries).await {
-                    Ok(entry) => {
-                        if by_uri.contains_key(&entry.uri) {
-                            self.stats.collisions.fetch_add(1, Ordering::Relaxed);
-                            let key = format!("collision\0{}", entry.uri);
-                            if self.warned.lock().expect("warned lock").insert(key) {
-                                tracing::warn!(
-                                    mount = %s.mount,
-                                    "skill {} is also served by an earlier mount; that one is kept (set skills_prefix to tell them apart)",
-                                    entry.uri
-                                );
-                            }
-                            continue;
-                        }
-                        by_uri.insert(entry.uri.clone(), entry);
-                    }
-                    Err(why) => self.leave_out(s, &why),
-                }
+                by_uri.insert(entry.uri.clone(), entry);
             }
         }
-        let skills: Vec<SkillEntry> = by_uri.into_values().collect();
-        *self.snapshot.lock().expect("snapshot lock") = Arc::new(skills.clone());
+        let skills: Arc<Vec<SkillEntry>> = Arc::new(by_uri.into_values().collect());
+        *self.snapshot.lock().expect("snapshot lock") = skills.clone();
+        *self.merged_from.lock().expect("merged lock") = parts;
         skills
+    }
+
+    /// The skill whose `SKILL.md` is `uri`, every file of its manifest checked against its
+    /// source first (one change token each): a file changed since the last walk, even one
+    /// whose watch has not reported yet, makes its source walk again.
+    pub async fn skill(&self, uri: &str) -> Option<SkillEntry> {
+        let found = self.shared().await.iter().find(|s| s.uri == uri)?.clone();
+        let s = &self.sources[found.source];
+        let layered = Layered::new(&s.at, self.timeout);
+        for f in &found.files {
+            let Ok(target) = ResourceUri::parse(&f.target) else {
+                continue;
+            };
+            let cached = self
+                .cache
+                .lock()
+                .expect("cache lock")
+                .get(&f.target)
+                .map(|h| h.fingerprint.clone());
+            let Some(token) = layered.change_token(&target).await else {
+                continue;
+            };
+            // The cache's fingerprint of a file with a change token starts with it.
+            if cached.is_some_and(|c| !c.starts_with(&format!("t:{token}:"))) {
+                self.states[found.source]
+                    .generation
+                    .fetch_add(1, Ordering::SeqCst);
+                return self.shared().await.iter().find(|s| s.uri == uri).cloned();
+            }
+        }
+        Some(found)
     }
 
     /// The skills of the last listing, without walking again (empty before the first).
@@ -542,6 +808,6 @@ impl Catalog {
             return Ok(found);
         }
         // Not in the last listing: maybe new since; look again once.
-        find(&self.skills().await).ok_or_else(|| Error::not_found(skill_uri))
+        find(&self.shared().await).ok_or_else(|| Error::not_found(skill_uri))
     }
 }

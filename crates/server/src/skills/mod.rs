@@ -18,7 +18,8 @@ pub struct SkillsSetting {
     pub path: String,
     /// Put before every skill path of the mount in `skill://` URIs; empty for none.
     pub prefix: String,
-    /// For git mounts, the ref whose tree is served (`HEAD` when not set).
+    /// For git mounts, the ref whose tree is served (when not set, the mount's default ref:
+    /// its `default_ref`, else `HEAD`).
     pub rev: Option<String>,
 }
 
@@ -36,7 +37,13 @@ pub fn root_uri(provider: &dyn Provider, setting: &SkillsSetting) -> Option<Stri
         if !uri.ends_with('/') {
             uri.push('/');
         }
-        uri.push_str(setting.rev.as_deref().unwrap_or("HEAD"));
+        // The ref the mount serves by default (its `default_ref`), unless `skills_ref` pins
+        // another.
+        let rev = match &setting.rev {
+            Some(r) => r.clone(),
+            None => provider.default_ref().unwrap_or_else(|| "HEAD".to_owned()),
+        };
+        uri.push_str(&rev);
     }
     for segment in path.split('/').filter(|s| !s.is_empty()) {
         uri.push('/');
