@@ -674,8 +674,7 @@ async fn a_watch_that_never_starts_holds_the_watcher_only_for_the_lease_ttl() {
     )
     .await
     .expect("the stuck watch held the request past the watcher's bound")
-    .err()
-    .expect("a watch that never starts cannot succeed");
+    .expect_err("a watch that never starts cannot succeed");
     assert!(began.elapsed() >= ttl, "answered before the bound: {err}");
     assert_eq!(err.kind, mcpr_core::ErrorKind::Timeout, "{err}");
 

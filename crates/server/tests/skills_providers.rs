@@ -231,3 +231,30 @@ async fn skills_checks_on_an_s3_mount() {
     let provider: Arc<dyn Provider> = Arc::new(S3Provider::new(config).await.unwrap());
     check_skills(&Over(service(provider)), &fixture(&[])).await;
 }
+
+/// A symbolic link committed inside a skill folder is no skill file: a git mount reads it
+/// as the path it names (`inode/symlink`), which installed as a file would be a file holding
+/// a path, here one outside the repository.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_committed_in_a_skill_folder_is_not_in_its_manifest() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    git(&root, &["init", "-q", "-b", "main"]);
+    write_tree(&root);
+    std::os::unix::fs::symlink("/etc/passwd", root.join("skills/pdf/leak.txt")).unwrap();
+    std::os::unix::fs::symlink("forms/a.txt", root.join("skills/pdf/inside.txt")).unwrap();
+    git(&root, &["add", "-A"]);
+    git(&root, &["commit", "-q", "-m", "skills with links"]);
+    let provider: Arc<dyn Provider> = Arc::new(GitProvider::new(GitConfig::new(&root)).unwrap());
+    let over = Over(service(provider));
+    let (skills, _) = over.list_skills(None).await.unwrap();
+    let pdf = skills
+        .iter()
+        .find(|s| s.uri == "skill://pdf/SKILL.md")
+        .expect("the pdf skill is listed");
+    let uris: Vec<&str> = pdf.files.iter().map(|f| f.uri.as_str()).collect();
+    assert!(uris.contains(&"skill://pdf/forms/a.txt"), "{uris:?}");
+    for link in ["skill://pdf/leak.txt", "skill://pdf/inside.txt"] {
+        assert!(!uris.contains(&link), "{link} in the manifest: {uris:?}");
+    }
+}

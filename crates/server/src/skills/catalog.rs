@@ -296,6 +296,9 @@ fn last_segment(uri: &str) -> &str {
     bare(uri).rsplit('/').next().unwrap_or_default()
 }
 
+/// The MIME type a git mount gives a symbolic link it stores (its content is the target path).
+const SYMLINK_MIME_TYPE: &str = "inode/symlink";
+
 fn is_dir(m: &ResourceMeta) -> bool {
     m.mime_type.as_deref() == Some(DIRECTORY_MIME_TYPE)
 }
@@ -573,6 +576,13 @@ impl Catalog {
                             left_out(&m.uri, format!("its folder cannot be read: {}", e.message))
                         })?;
                     pending.push((sub, depth + 1));
+                    continue;
+                }
+                // A link stored in a git tree reads as the path it names, typed
+                // `inode/symlink`, never as the file there: installed as a skill file it
+                // would be a file holding a path (possibly one outside the mount), so a
+                // manifest leaves it out, like a link out of a files mount.
+                if m.mime_type.as_deref() == Some(SYMLINK_MIME_TYPE) {
                     continue;
                 }
                 total += m.size.unwrap_or(0);
