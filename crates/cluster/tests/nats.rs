@@ -301,6 +301,20 @@ async fn join_files(
         mcpr_provider_files::FilesProvider::new(mcpr_provider_files::FilesConfig::new(root))
             .unwrap(),
     );
+    (
+        join_with(port, name, provider.clone(), ttl, max_watches).await,
+        provider,
+    )
+}
+
+/// One replica joined to cluster `name` with `provider` as its one shared mount.
+async fn join_with(
+    port: u16,
+    name: &str,
+    provider: Arc<dyn mcpr_core::Provider>,
+    ttl: Duration,
+    max_watches: usize,
+) -> mcpr_cluster::Joined {
     let cfg = mcpr_cluster::ClusterConfig {
         nats_url: format!("nats://127.0.0.1:{port}"),
         name: name.into(),
@@ -309,17 +323,16 @@ async fn join_files(
         secret: String::from_utf8(SECRET.to_vec()).unwrap(),
         max_watches,
     };
-    let joined = mcpr_cluster::join(
+    mcpr_cluster::join(
         cfg,
         vec![mcpr_cluster::ClusterMount {
             name: MOUNT.into(),
-            provider: provider.clone(),
+            provider,
             shared: true,
         }],
     )
     .await
-    .unwrap();
-    (joined, provider)
+    .unwrap()
 }
 
 const MOUNT: &str = "files";
@@ -638,24 +651,7 @@ async fn a_watch_that_never_starts_holds_the_watcher_only_for_the_lease_ttl() {
             .unwrap(),
     );
     let provider: Arc<dyn mcpr_core::Provider> = Arc::new(StuckWatch(files));
-    let cfg = mcpr_cluster::ClusterConfig {
-        nats_url: format!("nats://127.0.0.1:{}", nats.port()),
-        name: "t7".into(),
-        replica: "r1".into(),
-        lease_ttl: ttl,
-        secret: String::from_utf8(SECRET.to_vec()).unwrap(),
-        max_watches: 100,
-    };
-    let joined = mcpr_cluster::join(
-        cfg,
-        vec![mcpr_cluster::ClusterMount {
-            name: MOUNT.into(),
-            provider: provider.clone(),
-            shared: true,
-        }],
-    )
-    .await
-    .unwrap();
+    let joined = join_with(nats.port(), "t7", provider.clone(), ttl, 100).await;
     assert!(
         eventually(Duration::from_secs(5), || holds(&joined)).await,
         "the replica never took the lease"

@@ -153,15 +153,25 @@ impl Service {
         grant: Option<&Grant>,
         uri: &ResourceUri,
     ) -> Result<ResourceUri> {
+        match self.skill_target(grant, uri.as_str()).await? {
+            Some(target) => ResourceUri::parse(&target),
+            None => Ok(uri.clone()),
+        }
+    }
+
+    /// For a `skill://` URI (when a mount carries skills), the mount URI holding its bytes,
+    /// not found when no skill the caller holding `grant` may see has it; `None` for any
+    /// other URI.
+    async fn skill_target(&self, grant: Option<&Grant>, raw: &str) -> Result<Option<String>> {
         let Some(catalog) = self
             .state
             .skills
             .as_ref()
-            .filter(|_| uri.as_str().starts_with(SKILL_SCHEME))
+            .filter(|_| raw.starts_with(SKILL_SCHEME))
         else {
-            return Ok(uri.clone());
+            return Ok(None);
         };
-        let (source, target) = catalog.resolve(uri.as_str()).await?;
+        let (source, target) = catalog.resolve(raw).await?;
         let index = catalog.sources()[source].index as usize;
         if !self
             .state
@@ -170,9 +180,9 @@ impl Service {
             .get(index)
             .is_some_and(|m| visible(grant, m))
         {
-            return Err(Error::not_found(uri.as_str()));
+            return Err(Error::not_found(raw));
         }
-        ResourceUri::parse(&target)
+        Ok(Some(target))
     }
 
     /// For a `skill://` URI in the catalog's last listing, the mount URI holding its bytes,
@@ -215,25 +225,9 @@ impl Service {
     /// Read `raw`: a `skill://` URI through the mount holding its bytes, named as asked;
     /// any other URI as [`Service::read`] reads it.
     pub(super) async fn read_any(&self, grant: Option<&Grant>, raw: &str) -> Result<ReadOutcome> {
-        let Some(catalog) = self
-            .state
-            .skills
-            .as_ref()
-            .filter(|_| raw.starts_with(SKILL_SCHEME))
-        else {
+        let Some(target) = self.skill_target(grant, raw).await? else {
             return self.read_uri(grant, raw).await;
         };
-        let (source, target) = catalog.resolve(raw).await?;
-        let index = catalog.sources()[source].index as usize;
-        if !self
-            .state
-            .router
-            .mounts()
-            .get(index)
-            .is_some_and(|m| visible(grant, m))
-        {
-            return Err(Error::not_found(raw));
-        }
         let mut out = self.read_uri(grant, &target).await.map_err(|mut e| {
             if e.uri.is_some() {
                 e.uri = Some(raw.to_owned());
