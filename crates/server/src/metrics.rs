@@ -20,6 +20,8 @@ pub const METHODS: &[&str] = &[
     // The tool bridge's search walks the listings, but is not one: its own series.
     "search_resources",
     "resources/directory/read",
+    "skills/list",
+    "skills/get",
     "other",
 ];
 

@@ -967,7 +967,26 @@ impl Service {
     /// one taken at acceptance starts the listen with an update notice, and a listen that
     /// had to start the list watches with one list-changed notice, because creations during
     /// the start-up walk cannot be seen.
+    ///
+    /// Counted as `subscriptions/listen`, with the time to set the stream up (not how long
+    /// it then stays open).
     pub async fn listen(
+        &self,
+        grant: Option<&Grant>,
+        client: Option<&Identity>,
+        uris: &[String],
+        list_changed: bool,
+        tokens: &ChangeTokens,
+    ) -> Result<Listen> {
+        metered(
+            &self.state.metrics,
+            "subscriptions/listen",
+            self.start_listen(grant, client, uris, list_changed, tokens),
+        )
+        .await
+    }
+
+    async fn start_listen(
         &self,
         grant: Option<&Grant>,
         client: Option<&Identity>,

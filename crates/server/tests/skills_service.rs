@@ -215,3 +215,35 @@ async fn skill_md_files_are_listed_and_skill_folders_read_as_directories() {
         .unwrap_err();
     assert_eq!(e.kind, ErrorKind::NotFound);
 }
+
+/// `skills/list`, `skills/get` and the set-up of a `subscriptions/listen` each have their
+/// own series in `mcp_requests_total`, with the outcome the client saw.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skills_methods_and_listens_are_counted() {
+    let (_dir, service) = setup(None);
+    let first = service.list_skills(None, None).await.unwrap();
+    service
+        .list_skills(None, first.next_cursor.as_deref())
+        .await
+        .unwrap();
+    service
+        .get_skill(None, "skill://acme/alpha/SKILL.md")
+        .await
+        .unwrap();
+    service
+        .get_skill(None, "skill://acme/nobody/SKILL.md")
+        .await
+        .unwrap_err();
+    let tokens = mcpr_server::ChangeTokens::default();
+    let uris = vec!["skill://acme/alpha/ref/notes.txt".to_owned()];
+    let listen = service
+        .listen(None, None, &uris, true, &tokens)
+        .await
+        .unwrap();
+    let m = service.state().metrics();
+    assert_eq!(m.count("skills/list", "ok"), 2);
+    assert_eq!(m.count("skills/get", "ok"), 1);
+    assert_eq!(m.count("skills/get", "invalid_params"), 1);
+    assert_eq!(m.count("subscriptions/listen", "ok"), 1);
+    drop(listen);
+}

@@ -7,6 +7,7 @@ use rmcp::model::Skill;
 
 use super::{ReadOutcome, Service, hints_for, invalid_cursor, parse_uri, visible};
 use crate::grant::Grant;
+use crate::layers::metered;
 use crate::skills::SkillEntry;
 use crate::skills::catalog::SKILL_SCHEME;
 
@@ -67,6 +68,15 @@ impl Service {
         grant: Option<&Grant>,
         cursor: Option<&str>,
     ) -> Result<SkillsPage> {
+        metered(
+            &self.state.metrics,
+            "skills/list",
+            self.skills_page(grant, cursor),
+        )
+        .await
+    }
+
+    async fn skills_page(&self, grant: Option<&Grant>, cursor: Option<&str>) -> Result<SkillsPage> {
         let after = match cursor {
             None => None,
             Some(c) => {
@@ -129,6 +139,15 @@ impl Service {
     /// The skill whose `SKILL.md` is `uri`, for a caller holding `grant`; invalid params
     /// (-32602, as SEP-2640 asks) when there is none it may see.
     pub async fn get_skill(&self, grant: Option<&Grant>, uri: &str) -> Result<(Skill, CacheHints)> {
+        metered(
+            &self.state.metrics,
+            "skills/get",
+            self.find_skill(grant, uri),
+        )
+        .await
+    }
+
+    async fn find_skill(&self, grant: Option<&Grant>, uri: &str) -> Result<(Skill, CacheHints)> {
         let found = match &self.state.skills {
             Some(catalog) => catalog.skill(uri).await.filter(|s| {
                 self.state
