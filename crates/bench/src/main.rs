@@ -38,6 +38,14 @@ enum Cli {
         /// The file, relative to DIR.
         file: String,
     },
+    /// The minimal file floor: answer each line with the text of DIR/FILE, read with the four
+    /// calls any reader needs (`openat`, `fstat`, `read`, `close`).
+    MinFileEcho {
+        /// The directory the file is opened in.
+        dir: String,
+        /// The file, relative to DIR.
+        file: String,
+    },
     /// Run the benchmark scenarios (`cargo xtask bench`).
     Run(RunArgs),
     /// The soak of issue #19 (`cargo xtask soak`).
@@ -48,6 +56,7 @@ fn main() -> ExitCode {
     let result = match <Cli as clap::Parser>::parse() {
         Cli::Echo => echo(),
         Cli::FileEcho { dir, file } => file_echo(&dir, &file),
+        Cli::MinFileEcho { dir, file } => min_file_echo(&dir, &file),
         Cli::Run(a) => run(a),
         Cli::Soak(o) => soak::run(o),
     };
@@ -134,13 +143,45 @@ fn file_echo(dir: &str, file: &str) -> Result<(), String> {
         // The server checks the file did not change while it was read (an in-place rewrite).
         rustix::fs::fstat(&fd).map_err(|e| e.to_string())?;
         drop(fd);
-        answer.extend_from_slice(br#"{"echo":"#);
-        answer.extend_from_slice(line.strip_suffix(b"\n").unwrap_or(line));
-        answer.extend_from_slice(br#","text":"#);
-        serde_json::to_writer(&mut *answer, std::str::from_utf8(&text).unwrap_or(""))
-            .map_err(|e| e.to_string())?;
-        answer.extend_from_slice(b"}\n");
-        Ok(())
+        text_answer(line, &text, answer)
+    })
+}
+
+/// The file floors' answer to `line`: the line and the file's text as a JSON string.
+fn text_answer(line: &[u8], text: &[u8], answer: &mut Vec<u8>) -> Result<(), String> {
+    answer.extend_from_slice(br#"{"echo":"#);
+    answer.extend_from_slice(line.strip_suffix(b"\n").unwrap_or(line));
+    answer.extend_from_slice(br#","text":"#);
+    serde_json::to_writer(&mut *answer, std::str::from_utf8(text).unwrap_or(""))
+        .map_err(|e| e.to_string())?;
+    answer.extend_from_slice(b"}\n");
+    Ok(())
+}
+
+/// The minimal file floor (issue #32): for every line, the four calls any program that reads
+/// a file per request makes (`openat`, `fstat` for the size, `read`, `close`), then the same
+/// answer as [`file_echo`] in one write. No sandbox: no `RESOLVE_BENEATH`, no check that the
+/// file is not a link or changed during the read. Beside the six-call floor it splits what
+/// our calls cost from what everything else costs.
+fn min_file_echo(dir: &str, file: &str) -> Result<(), String> {
+    use rustix::fs::{Mode, OFlags};
+    let root = rustix::fs::open(
+        dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| format!("{dir}: {e}"))?;
+    let mut text = Vec::new();
+    answer_lines(|line, answer| {
+        let fd = rustix::fs::openat(&root, file, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
+            .map_err(|e| format!("{file}: {e}"))?;
+        let size = rustix::fs::fstat(&fd).map_err(|e| e.to_string())?.st_size;
+        text.clear();
+        text.resize(usize::try_from(size).unwrap_or(0) + 1, 0);
+        let n = rustix::io::read(&fd, &mut text[..]).map_err(|e| e.to_string())?;
+        text.truncate(n);
+        drop(fd);
+        text_answer(line, &text, answer)
     })
 }
 
