@@ -1,6 +1,7 @@
 //! The terminal client against a server that is not ours: the reference
 //! `@modelcontextprotocol/server-everything@2026.8.31` (TypeScript SDK, legacy era only),
-//! over stdio and Streamable HTTP: its resources, templates, completion and subscription.
+//! over stdio and Streamable HTTP: its resources, templates, completion and subscription, and
+//! its tools and prompts.
 //!
 //! `cargo xtask test` installs it (with Node 22) into `.cache/node22`; without it these tests
 //! say SKIPPED and pass, except under `CI=true`, where they fail.
@@ -171,12 +172,55 @@ fn check_resources(client: impl Fn(&[&str]) -> Command) {
     );
 }
 
+/// Its tools and prompts: listed (every page, `--json` parsed back), a text tool with a
+/// string and with number arguments, an image tool's bytes to `-o`, and a prompt with an
+/// argument.
+fn check_primitives(client: impl Fn(&[&str]) -> Command) {
+    let tools = run(client(&["tools", "--json"])).ok();
+    let names: Vec<String> = tools
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["name"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    for want in ["echo", "get-sum", "get-tiny-image"] {
+        assert!(names.iter().any(|n| n == want), "{want} in {names:?}");
+    }
+    let echo = run(client(&["call", "echo", "--arg", "message=hi there"])).ok();
+    assert_eq!(echo.trim(), "Echo: hi there");
+    let sum = run(client(&[
+        "call", "get-sum", "--arg", "a:=2", "--arg", "b:=3",
+    ]))
+    .ok();
+    assert!(sum.contains("The sum of 2 and 3 is 5"), "{sum}");
+    let dir = tempfile::tempdir().unwrap();
+    let png = dir.path().join("tiny.png");
+    let image = run(client(&[
+        "call",
+        "get-tiny-image",
+        "-o",
+        png.to_str().unwrap(),
+    ]));
+    assert_eq!(image.code, Some(0), "{}", image.stderr);
+    let bytes = std::fs::read(&png).expect("the image written to -o");
+    assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
+
+    let prompts = run(client(&["prompts", "--json"])).ok();
+    assert!(prompts.contains("\"args-prompt\""), "{prompts}");
+    let prompt = run(client(&["prompt", "args-prompt", "--arg", "city=Paris"])).ok();
+    assert!(prompt.contains("Paris"), "{prompt}");
+}
+
 #[test]
 fn everything_over_stdio() {
     let Some((node, entry)) = everything() else {
         return;
     };
     check_resources(|args| over_stdio(args, &node, &entry));
+    check_primitives(|args| over_stdio(args, &node, &entry));
 
     // It only sends updates after a tool call, which this client does not make; what can be
     // seen here is that the subscription is accepted and the watch stays up.
@@ -200,11 +244,13 @@ fn everything_over_http_with_updates() {
         return;
     };
     let (_server, url, sessions) = over_http(&node, &entry);
-    check_resources(|args| {
+    let over_http = |args: &[&str]| {
         let mut cmd = Command::new(bin());
         cmd.args(args).args(["--url", &url]);
         cmd
-    });
+    };
+    check_resources(over_http);
+    check_primitives(over_http);
 
     // Watch, learn the session it opened from the server's log, and switch on the server's
     // simulated updates for that session (a tool call, made here by hand): every 5 s it sends
