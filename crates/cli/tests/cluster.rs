@@ -475,6 +475,14 @@ async fn three_replicas_watch_each_source_once_and_survive_failures() {
     for i in 0..5 {
         std::fs::write(files.join(format!("f{i}.txt")), format!("v0 {i}")).unwrap();
     }
+    // A skill in the shared mount: its file's changes travel like the mount file's.
+    std::fs::create_dir_all(files.join("skills/s1")).unwrap();
+    std::fs::write(
+        files.join("skills/s1/SKILL.md"),
+        "---\nname: s1\ndescription: A shared skill\n---\nRead notes.md.\n",
+    )
+    .unwrap();
+    std::fs::write(files.join("skills/s1/notes.md"), "v0\n").unwrap();
     let files = files.canonicalize().unwrap();
     let db = dir.path().join("app.db");
     sqlite_exec(
@@ -485,7 +493,7 @@ async fn three_replicas_watch_each_source_once_and_survive_failures() {
     let secret = "pw-n0t-for-logs";
     let mut config = format!(
         "[server]\npage_size = 2\n[cluster]\nnats_url = \"nats://u:{secret}@127.0.0.1:{}\"\nname = \"{cluster}\"\nlease_ttl_ms = {TTL_MS}\nsecret = \"{CLUSTER_SECRET}\"\n\
-         [[mount]]\nkind = \"files\"\nroot = \"{}\"\nshared = true\ndeny = [\"*.secret\"]\n\
+         [[mount]]\nkind = \"files\"\nroot = \"{}\"\nshared = true\ndeny = [\"*.secret\"]\nskills = \"skills\"\n\
          [[mount]]\nkind = \"sqlite\"\nname = \"lite\"\nurl = \"sqlite://{}\"\npoll_interval_ms = 100\n",
         nats.port(),
         files.display(),
@@ -551,7 +559,8 @@ async fn three_replicas_watch_each_source_once_and_survive_failures() {
     let f0 = file_uri(&files.join("f0.txt"));
     let lite = "db://lite/tables/t".to_owned();
     let pgt = "db://pg/tables/t".to_owned();
-    let mut uris = vec![f0.as_str(), lite.as_str()];
+    let skill = "skill://s1/notes.md".to_owned();
+    let mut uris = vec![f0.as_str(), lite.as_str(), skill.as_str()];
     if pg.is_some() {
         uris.push(pgt.as_str());
     }
@@ -578,6 +587,9 @@ async fn three_replicas_watch_each_source_once_and_survive_failures() {
     // A write seen by the watcher reaches every stream on the other replicas once.
     std::fs::write(files.join("f0.txt"), "v1").unwrap();
     expect_updates(&streams, &f0, 1, Duration::from_secs(5)).await;
+    // A skill file's change, named by its skill:// URI, once per stream too.
+    std::fs::write(files.join("skills/s1/notes.md"), "v1\n").unwrap();
+    expect_updates(&streams, &skill, 1, Duration::from_secs(5)).await;
     sqlite_exec(&db, "INSERT INTO t VALUES (2, 'b');");
     expect_updates(&streams, &lite, 1, Duration::from_secs(5)).await;
     if let Some(pg) = &pg {
@@ -587,6 +599,7 @@ async fn three_replicas_watch_each_source_once_and_survive_failures() {
     // No duplicate arrives late.
     tokio::time::sleep(Duration::from_millis(700)).await;
     expect_updates(&streams, &f0, 1, Duration::ZERO).await;
+    expect_updates(&streams, &skill, 1, Duration::ZERO).await;
     expect_updates(&streams, &lite, 1, Duration::ZERO).await;
     for (i, r) in replicas.iter().enumerate() {
         let (w, c) = r.cluster_metrics().await;

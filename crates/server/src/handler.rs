@@ -657,10 +657,12 @@ impl ServerHandler for McpHandler {
         accepted.tools_list_changed = None;
         accepted.prompts_list_changed = None;
         if let Some(uris) = accepted.resource_subscriptions.as_mut() {
-            self.service.accept_listen(uris);
+            // Prepared first: preparing looks up skill URIs the catalog has not seen yet,
+            // which the acceptance (it consults only the last listing) would drop.
             if !self.listens_prepared {
                 self.prepare_listen_now(uris);
             }
+            self.service.accept_listen(uris);
         }
         Some(accepted)
     }
