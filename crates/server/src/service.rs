@@ -28,9 +28,18 @@ mod skills;
 pub use directory::DirectoryPage;
 pub use skills::SkillsPage;
 
-/// Position tag in a cursor: resume at the start of the mount, or after a provider position.
+/// Position tags: the first byte of a cursor's position says which walk it continues, so a
+/// cursor of one walk is refused by another. All of them here, one value each.
+/// `resources/list`: resume at the start of the mount, or after a provider position.
 const AT_START: u8 = 0;
 const AFTER: u8 = 1;
+/// `resources/directory/read` (`service/directory.rs`).
+const IN_DIRECTORY: u8 = 2;
+/// `skills/list` (`service/skills.rs`).
+const IN_SKILLS: u8 = 3;
+/// `resources/list` inside the skills' `SKILL.md` entries, which follow the mounts'
+/// resources (`service/skills.rs`).
+const LISTING_SKILLS: u8 = 4;
 
 /// The most values one completion answer carries (the MCP limit).
 pub const MAX_COMPLETION_VALUES: usize = 100;
@@ -511,14 +520,10 @@ impl Service {
 
     /// The signed cursor that resumes at `position`.
     fn encode_cursor(&self, (mount, after): Position) -> String {
-        let position = match after {
-            None => vec![AT_START],
-            Some(pos) => [&[AFTER][..], &pos].concat(),
-        };
-        self.state.codec.encode(&PageCursor {
-            mount: mount as u32,
-            position,
-        })
+        match after {
+            None => self.tagged_cursor(mount as u32, AT_START, &[]),
+            Some(pos) => self.tagged_cursor(mount as u32, AFTER, &[&pos]),
+        }
     }
 
     /// The resources a caller holding `grant` may see whose URI starts with `prefix` (if
@@ -626,6 +631,30 @@ impl Service {
             })
         })
         .await
+    }
+
+    /// The signed cursor of mount `mount` whose position is `tag` then `parts`, in order.
+    fn tagged_cursor(&self, mount: u32, tag: u8, parts: &[&[u8]]) -> String {
+        let mut position = Vec::with_capacity(1 + parts.iter().map(|p| p.len()).sum::<usize>());
+        position.push(tag);
+        for p in parts {
+            position.extend_from_slice(p);
+        }
+        self.state.codec.encode(&PageCursor { mount, position })
+    }
+
+    /// `cursor`'s mount and its position after `tag`; `None` when it is this server's but
+    /// continues another walk, invalid when it is not this server's.
+    fn open_cursor(&self, cursor: &str, tag: u8) -> Result<Option<(u32, Vec<u8>)>> {
+        let pc = self
+            .state
+            .codec
+            .decode(cursor)
+            .map_err(|e| invalid_cursor(&e.to_string()))?;
+        Ok(match pc.position.split_first() {
+            Some((&t, rest)) if t == tag => Some((pc.mount, rest.to_vec())),
+            _ => None,
+        })
     }
 
     /// `cursor` as (mount index, provider position to resume after).

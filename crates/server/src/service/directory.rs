@@ -2,16 +2,12 @@
 //! directory's direct children from the mount that owns it, with a signed cursor bound to
 //! that directory.
 
-use mcpr_core::{Error, PageCursor, PageRequest, ResourceMeta, Result};
+use mcpr_core::{Error, PageRequest, ResourceMeta, Result};
 use sha2::Digest as _;
 
-use super::{Service, hints_for, invalid_cursor, parse_uri};
-use crate::http::Grant;
+use super::{IN_DIRECTORY, Service, hints_for, invalid_cursor, parse_uri};
+use crate::grant::Grant;
 use crate::layers::metered;
-
-/// Position tag of a directory-read cursor (listing cursors use 0 and 1), so a listing
-/// cursor is refused here and a directory cursor by `resources/list`.
-const IN_DIRECTORY: u8 = 2;
 
 /// Bytes of the directory URI's hash a cursor carries: a cursor continues the directory it
 /// came from, not another one of the same mount.
@@ -81,56 +77,40 @@ impl Service {
         uri: &str,
         cursor: Option<&str>,
     ) -> Result<DirectoryPage> {
-        {
-            let parsed = parse_uri(uri)?;
-            let mount = self
-                .visible_route(grant, &parsed)
-                .ok_or_else(|| Error::not_found(parsed.as_str()))?;
-            let tag = dir_tag(parsed.as_str());
-            let after = match cursor {
-                None => None,
-                Some(c) => {
-                    let pc = self
-                        .state
-                        .codec
-                        .decode(c)
-                        .map_err(|e| invalid_cursor(&e.to_string()))?;
-                    match pc.position.split_first() {
-                        Some((&IN_DIRECTORY, rest))
-                            if pc.mount == mount.index
-                                && rest.len() > DIR_TAG_LEN
-                                && rest[..DIR_TAG_LEN] == tag =>
-                        {
-                            Some(rest[DIR_TAG_LEN..].to_vec())
-                        }
-                        _ => {
-                            return Err(invalid_cursor(
-                                "it does not continue a read of this directory",
-                            ));
-                        }
-                    }
+        let parsed = parse_uri(uri)?;
+        let mount = self
+            .visible_route(grant, &parsed)
+            .ok_or_else(|| Error::not_found(parsed.as_str()))?;
+        let tag = dir_tag(parsed.as_str());
+        let after = match cursor {
+            None => None,
+            Some(c) => match self.open_cursor(c, IN_DIRECTORY)? {
+                Some((m, rest))
+                    if m == mount.index
+                        && rest.len() > DIR_TAG_LEN
+                        && rest[..DIR_TAG_LEN] == tag =>
+                {
+                    Some(rest[DIR_TAG_LEN..].to_vec())
                 }
-            };
-            let limit = self.state.settings.page_size.max(1);
-            let page = self
-                .layered(mount)
-                .read_directory(&parsed, PageRequest { after, limit })
-                .await?;
-            let next_cursor = page.next.map(|pos| {
-                let mut position = Vec::with_capacity(1 + DIR_TAG_LEN + pos.len());
-                position.push(IN_DIRECTORY);
-                position.extend_from_slice(&tag);
-                position.extend_from_slice(&pos);
-                self.state.codec.encode(&PageCursor {
-                    mount: mount.index,
-                    position,
-                })
-            });
-            Ok(DirectoryPage {
-                items: page.items,
-                next_cursor,
-                hints: hints_for(grant, mount.provider.info().cache),
-            })
-        }
+                _ => {
+                    return Err(invalid_cursor(
+                        "it does not continue a read of this directory",
+                    ));
+                }
+            },
+        };
+        let limit = self.state.settings.page_size.max(1);
+        let page = self
+            .layered(mount)
+            .read_directory(&parsed, PageRequest { after, limit })
+            .await?;
+        let next_cursor = page
+            .next
+            .map(|pos| self.tagged_cursor(mount.index, IN_DIRECTORY, &[&tag, &pos]));
+        Ok(DirectoryPage {
+            items: page.items,
+            next_cursor,
+            hints: hints_for(grant, mount.provider.info().cache),
+        })
     }
 }

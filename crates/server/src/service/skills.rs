@@ -2,10 +2,12 @@
 //! `skills/get`, and reads of `skill://` URIs through the mount that holds the bytes (with
 //! every rule of that mount, and the caller's scopes).
 
-use mcpr_core::{CacheHints, Error, PageCursor, ResourceUri, Result};
+use mcpr_core::{CacheHints, Error, ResourceUri, Result};
 use rmcp::model::Skill;
 
-use super::{ReadOutcome, Service, hints_for, invalid_cursor, parse_uri, visible};
+use super::{
+    IN_SKILLS, LISTING_SKILLS, ReadOutcome, Service, hints_for, invalid_cursor, parse_uri, visible,
+};
 use crate::grant::Grant;
 use crate::layers::metered;
 use crate::skills::SkillEntry;
@@ -13,12 +15,6 @@ use crate::skills::catalog::SKILL_SCHEME;
 
 /// What a skill's `SKILL.md` URI ends with after its folder.
 const SKILL_MD_SUFFIX: &str = "/SKILL.md";
-
-/// Position tag of a `skills/list` cursor (listing cursors use 0 and 1, directory reads 2).
-const IN_SKILLS: u8 = 3;
-/// Position tag of a `resources/list` cursor inside the skills' `SKILL.md` entries, which
-/// follow the mounts' resources.
-const LISTING_SKILLS: u8 = 4;
 
 /// One page of `skills/list`.
 #[derive(Debug, Clone)]
@@ -79,20 +75,12 @@ impl Service {
     async fn skills_page(&self, grant: Option<&Grant>, cursor: Option<&str>) -> Result<SkillsPage> {
         let after = match cursor {
             None => None,
-            Some(c) => {
-                let pc = self
-                    .state
-                    .codec
-                    .decode(c)
-                    .map_err(|e| invalid_cursor(&e.to_string()))?;
-                match pc.position.split_first() {
-                    Some((&IN_SKILLS, rest)) if pc.mount == 0 => Some(
-                        String::from_utf8(rest.to_vec())
-                            .map_err(|_| invalid_cursor("unknown position"))?,
-                    ),
-                    _ => return Err(invalid_cursor("it does not continue skills/list")),
+            Some(c) => match self.open_cursor(c, IN_SKILLS)? {
+                Some((0, rest)) => {
+                    Some(String::from_utf8(rest).map_err(|_| invalid_cursor("unknown position"))?)
                 }
-            }
+                _ => return Err(invalid_cursor("it does not continue skills/list")),
+            },
         };
         let size = self.state.settings.page_size.max(1);
         let Some(catalog) = &self.state.skills else {
@@ -121,11 +109,8 @@ impl Service {
             .collect();
         let next_cursor = if rest.len() > size {
             rest.truncate(size);
-            rest.last().map(|last| {
-                let mut position = vec![IN_SKILLS];
-                position.extend_from_slice(last.uri.as_bytes());
-                self.state.codec.encode(&PageCursor { mount: 0, position })
-            })
+            rest.last()
+                .map(|last| self.tagged_cursor(0, IN_SKILLS, &[last.uri.as_bytes()]))
         } else {
             None
         };
@@ -312,14 +297,9 @@ impl Service {
         }
         let size = self.state.settings.page_size.max(1);
         // A cursor inside the skills part, or the mounts' page before it.
-        let in_skills = cursor.and_then(|c| {
-            let pc = self.state.codec.decode(c).ok()?;
-            match pc.position.split_first() {
-                Some((&LISTING_SKILLS, rest)) if pc.mount == 0 => {
-                    Some(String::from_utf8(rest.to_vec()).unwrap_or_default())
-                }
-                _ => None,
-            }
+        let in_skills = cursor.and_then(|c| match self.open_cursor(c, LISTING_SKILLS) {
+            Ok(Some((0, rest))) => Some(String::from_utf8(rest).unwrap_or_default()),
+            _ => None,
         });
         let (mut page, after) = match in_skills {
             Some(after) => (
@@ -350,9 +330,7 @@ impl Service {
         if rest.len() > room {
             rest.truncate(room);
             let last = rest.last().map_or(after.clone(), |s| s.uri.clone());
-            let mut position = vec![LISTING_SKILLS];
-            position.extend_from_slice(last.as_bytes());
-            page.next_cursor = Some(self.state.codec.encode(&PageCursor { mount: 0, position }));
+            page.next_cursor = Some(self.tagged_cursor(0, LISTING_SKILLS, &[last.as_bytes()]));
         }
         page.items.extend(rest.iter().map(|s| {
             let md = s.files.iter().find(|f| f.uri == s.uri);
