@@ -2,6 +2,8 @@
 //! `skills/get`, and reads of `skill://` URIs through the mount that holds the bytes (with
 //! every rule of that mount, and the caller's scopes).
 
+use std::sync::Arc;
+
 use mcpr_core::{CacheHints, Error, ResourceUri, Result};
 use rmcp::model::Skill;
 
@@ -33,24 +35,32 @@ impl Service {
         self.state.skills.is_some()
     }
 
-    /// The catalog's skills a caller holding `grant` may see (the mounts its scopes cover).
-    async fn visible_skills(&self, grant: Option<&Grant>) -> Vec<SkillEntry> {
+    /// At most `n` of the skills a caller holding `grant` may see (the mounts its scopes
+    /// cover) whose URI comes after `after`, by URI: the catalog's shared, URI-sorted list
+    /// and the positions in it, so a page costs a search and its own skills, not a copy of
+    /// every skill.
+    async fn visible_skills_after(
+        &self,
+        grant: Option<&Grant>,
+        after: &str,
+        n: usize,
+    ) -> (Arc<Vec<SkillEntry>>, Vec<usize>) {
         let Some(catalog) = &self.state.skills else {
-            return Vec::new();
+            return (Arc::default(), Vec::new());
         };
+        let all = catalog.shared().await;
         let mounts = self.state.router.mounts();
         let sources = catalog.sources();
-        catalog
-            .shared()
-            .await
-            .iter()
-            .filter(|s| {
+        let start = all.partition_point(|s| s.uri.as_str() <= after);
+        let page = (start..all.len())
+            .filter(|&i| {
                 mounts
-                    .get(sources[s.source].index as usize)
+                    .get(sources[all[i].source].index as usize)
                     .is_some_and(|m| visible(grant, m))
             })
-            .cloned()
-            .collect()
+            .take(n)
+            .collect();
+        (all, page)
     }
 
     /// The cache hints of skills results: the strictest over the mounts carrying skills.
@@ -83,39 +93,18 @@ impl Service {
             },
         };
         let size = self.state.settings.page_size.max(1);
-        let Some(catalog) = &self.state.skills else {
-            return Ok(SkillsPage {
-                skills: Vec::new(),
-                next_cursor: None,
-                hints: self.skills_hints(grant),
-            });
-        };
-        // The catalog's shared, URI-sorted list: a page costs a search and its own skills,
-        // not a copy of every skill.
-        let all = catalog.shared().await;
-        let mounts = self.state.router.mounts();
-        let sources = catalog.sources();
-        let start = after
-            .as_ref()
-            .map_or(0, |a| all.partition_point(|s| s.uri.as_str() <= a.as_str()));
-        let mut rest: Vec<&SkillEntry> = all[start..]
-            .iter()
-            .filter(|s| {
-                mounts
-                    .get(sources[s.source].index as usize)
-                    .is_some_and(|m| visible(grant, m))
-            })
-            .take(size + 1)
-            .collect();
-        let next_cursor = if rest.len() > size {
-            rest.truncate(size);
-            rest.last()
-                .map(|last| self.tagged_cursor(0, IN_SKILLS, &[last.uri.as_bytes()]))
+        let (all, mut page) = self
+            .visible_skills_after(grant, after.as_deref().unwrap_or(""), size + 1)
+            .await;
+        let next_cursor = if page.len() > size {
+            page.truncate(size);
+            page.last()
+                .map(|&last| self.tagged_cursor(0, IN_SKILLS, &[all[last].uri.as_bytes()]))
         } else {
             None
         };
         Ok(SkillsPage {
-            skills: rest.iter().map(|s| s.to_skill()).collect(),
+            skills: page.iter().map(|&i| all[i].to_skill()).collect(),
             next_cursor,
             hints: self.skills_hints(grant),
         })
@@ -321,18 +310,13 @@ impl Service {
             }
         };
         let room = size.saturating_sub(page.items.len());
-        let mut rest: Vec<SkillEntry> = self
-            .visible_skills(grant)
-            .await
-            .into_iter()
-            .filter(|s| s.uri.as_str() > after.as_str())
-            .collect();
+        let (all, mut rest) = self.visible_skills_after(grant, &after, room + 1).await;
         if rest.len() > room {
             rest.truncate(room);
-            let last = rest.last().map_or(after.clone(), |s| s.uri.clone());
+            let last = rest.last().map_or(after.as_str(), |&i| all[i].uri.as_str());
             page.next_cursor = Some(self.tagged_cursor(0, LISTING_SKILLS, &[last.as_bytes()]));
         }
-        page.items.extend(rest.iter().map(|s| {
+        page.items.extend(rest.iter().map(|&i| &all[i]).map(|s| {
             let md = s.files.iter().find(|f| f.uri == s.uri);
             mcpr_core::ResourceMeta {
                 uri: s.uri.clone(),

@@ -769,7 +769,12 @@ impl Catalog {
     /// source first (one change token each): a file changed since the last walk, even one
     /// whose watch has not reported yet, makes its source walk again.
     pub async fn skill(&self, uri: &str) -> Option<SkillEntry> {
-        let found = self.shared().await.iter().find(|s| s.uri == uri)?.clone();
+        // The shared list is sorted by URI (merged through a BTreeMap).
+        let all = self.shared().await;
+        let found = all
+            .binary_search_by(|s| s.uri.as_str().cmp(uri))
+            .ok()
+            .map(|i| all[i].clone())?;
         let s = &self.sources[found.source];
         let layered = Layered::new(&s.at, self.timeout);
         for f in &found.files {
