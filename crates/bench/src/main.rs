@@ -48,6 +48,24 @@ enum Cli {
     },
     /// Run the benchmark scenarios (`cargo xtask bench`).
     Run(RunArgs),
+    /// Drive one stdio server with `resources/read` of URI, 32 in flight for SECONDS, and
+    /// print its throughput: for taking a server's CPU profile or system calls by hand
+    /// (`perf stat -p`, `strace -c -p`) under the load the `stdio` scenario applies. The
+    /// caller places the processes (`taskset`); the server's pid goes to stderr first.
+    Drive {
+        /// Seconds of load.
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        /// Send `initialize` first (a legacy session); otherwise the lines are read raw, as
+        /// for the floors.
+        #[arg(long)]
+        init: bool,
+        /// The URI to read.
+        uri: String,
+        /// The server and its arguments.
+        #[arg(trailing_var_arg = true, required = true)]
+        cmd: Vec<String>,
+    },
     /// The soak of issue #19 (`cargo xtask soak`).
     Soak(soak::Options),
 }
@@ -58,6 +76,12 @@ fn main() -> ExitCode {
         Cli::FileEcho { dir, file } => file_echo(&dir, &file),
         Cli::MinFileEcho { dir, file } => min_file_echo(&dir, &file),
         Cli::Run(a) => run(a),
+        Cli::Drive {
+            seconds,
+            init,
+            uri,
+            cmd,
+        } => scenarios::drive(&cmd, &uri, init, seconds),
         Cli::Soak(o) => soak::run(o),
     };
     match result {
@@ -106,10 +130,10 @@ fn answer_lines(
 }
 
 /// The file floor: for every line, the system calls `mcp-resources` makes for a direct read
-/// of a small file (`statx`, `openat2` beneath the directory, `fstat`, `read`, `fstat`,
-/// `close`), then
-/// the line back with the file's text as a JSON string, flushed. What a server that reads the
-/// file on every request cannot go below on this machine; no JSON parsing, no URI, no rules.
+/// of a small file (`statx`, `openat2` beneath the directory, `read`, `statx` of the
+/// descriptor to see the file unchanged, `close`), then the line back with the file's text
+/// as a JSON string, flushed. What a server that reads the file on every request with those
+/// checks cannot go below on this machine; no JSON parsing, no URI, no rules.
 fn file_echo(dir: &str, file: &str) -> Result<(), String> {
     use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags, StatxFlags};
     let root = rustix::fs::open(
@@ -118,13 +142,18 @@ fn file_echo(dir: &str, file: &str) -> Result<(), String> {
         Mode::empty(),
     )
     .map_err(|e| format!("{dir}: {e}"))?;
+    let identity = StatxFlags::TYPE
+        | StatxFlags::SIZE
+        | StatxFlags::INO
+        | StatxFlags::MTIME
+        | StatxFlags::CTIME;
     let mut text = Vec::new();
     answer_lines(|line, answer| {
         let st = rustix::fs::statx(
             &root,
             file,
             AtFlags::SYMLINK_NOFOLLOW | AtFlags::NO_AUTOMOUNT,
-            StatxFlags::TYPE | StatxFlags::SIZE,
+            identity,
         )
         .map_err(|e| format!("{file}: {e}"))?;
         let fd = rustix::fs::openat2(
@@ -135,13 +164,13 @@ fn file_echo(dir: &str, file: &str) -> Result<(), String> {
             ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
         )
         .map_err(|e| format!("{file}: {e}"))?;
-        let size = rustix::fs::fstat(&fd).map_err(|e| e.to_string())?.st_size;
         text.clear();
-        text.resize(st.stx_size.max(size as u64) as usize + 1, 0);
+        text.resize(st.stx_size as usize + 1, 0);
         let n = rustix::io::read(&fd, &mut text[..]).map_err(|e| e.to_string())?;
         text.truncate(n);
-        // The server checks the file did not change while it was read (an in-place rewrite).
-        rustix::fs::fstat(&fd).map_err(|e| e.to_string())?;
+        // The server checks the file is the one it checked and did not change while it was
+        // read (an in-place rewrite).
+        rustix::fs::statx(&fd, "", AtFlags::EMPTY_PATH, identity).map_err(|e| e.to_string())?;
         drop(fd);
         text_answer(line, &text, answer)
     })
@@ -161,7 +190,7 @@ fn text_answer(line: &[u8], text: &[u8], answer: &mut Vec<u8>) -> Result<(), Str
 /// The minimal file floor (issue #32): for every line, the four calls any program that reads
 /// a file per request makes (`openat`, `fstat` for the size, `read`, `close`), then the same
 /// answer as [`file_echo`] in one write. No sandbox: no `RESOLVE_BENEATH`, no check that the
-/// file is not a link or changed during the read. Beside the six-call floor it splits what
+/// file is not a link or changed during the read. Beside the five-call floor it splits what
 /// our calls cost from what everything else costs.
 fn min_file_echo(dir: &str, file: &str) -> Result<(), String> {
     use rustix::fs::{Mode, OFlags};

@@ -54,7 +54,8 @@ impl Drop for Watchdog {
 /// A server speaking newline-delimited JSON-RPC on its stdin/stdout.
 pub struct StdioServer {
     child: Child,
-    stdin: BufWriter<ChildStdin>,
+    /// `None` once closed ([`StdioServer::end`]).
+    stdin: Option<BufWriter<ChildStdin>>,
     /// `None` once handed to a reader thread (`take_reader`).
     stdout: Option<BufReader<ChildStdout>>,
     line: Vec<u8>,
@@ -84,7 +85,7 @@ impl StdioServer {
         let stdout = BufReader::with_capacity(1 << 20, child.stdout.take().expect("piped"));
         Ok(Self {
             child,
-            stdin,
+            stdin: Some(stdin),
             stdout: Some(stdout),
             line: Vec::with_capacity(1 << 16),
         })
@@ -97,17 +98,33 @@ impl StdioServer {
 
     /// Queue one message (a newline is appended); it leaves on `flush`.
     pub fn send(&mut self, msg: &[u8]) -> Result<(), String> {
-        self.stdin
+        let stdin = self.stdin.as_mut().ok_or("the server's input is closed")?;
+        stdin
             .write_all(msg)
-            .and_then(|()| self.stdin.write_all(b"\n"))
+            .and_then(|()| stdin.write_all(b"\n"))
             .map_err(|e| format!("write to server: {e}"))
     }
 
     /// Send what is queued.
     pub fn flush(&mut self) -> Result<(), String> {
         self.stdin
+            .as_mut()
+            .ok_or("the server's input is closed")?
             .flush()
             .map_err(|e| format!("write to server: {e}"))
+    }
+
+    /// Close the server's input and give it `within` to exit on its own (a profiler around
+    /// it then writes its report), after which it is killed.
+    pub fn end(mut self, within: Duration) {
+        self.stdin = None;
+        let deadline = std::time::Instant::now() + within;
+        while std::time::Instant::now() < deadline {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Queue and send one message.

@@ -192,33 +192,46 @@ fn changed_while_read(uri: &str) -> Error {
 /// handles links, directories, windows, limits and every error; so anything unusual here is
 /// not an answer but a fall-back.
 ///
-/// `rel` must be the decoded URI path with the deny rules already checked on it. The open is
-/// `openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`: the kernel refuses it if any
-/// component is a link, so what is opened is at `rel` itself and the rules checked on `rel`
-/// are the rules of the real path (no link resolution, no `/proc/self/fd` check needed). The
-/// `statx` before it keeps FIFOs, sockets and devices from ever being opened; the `fstat`
-/// after it catches an entry swapped in between.
+/// `rel` must be the decoded URI path with the deny rules already checked on it. The calls,
+/// and what each buys (issue #32):
+/// - `statx` of the path, not following a link: FIFOs, sockets and devices are never opened
+///   (opening a device can act on it), and it gives the size and the identity (inode,
+///   device, size, times) the read is checked against.
+/// - `openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`: the kernel refuses it if any
+///   component is a link or the path leaves the root, so what is opened is at `rel` itself
+///   and the rules checked on `rel` are the rules of the real path (no link resolution, no
+///   `/proc/self/fd` check needed).
+/// - `read` into a buffer one byte larger than the size, so a short read is the end.
+/// - `statx` of the descriptor: the same identity as the first `statx` means the file opened
+///   is the one checked (an entry swapped in between has another inode or times) and nothing
+///   rewrote it since before the open, the read included.
+/// - `close`.
+///
+/// A reader that trusted the tree would make four: `openat`, `fstat`, `read`, `close`.
 pub(crate) fn read_direct(
     inner: &Inner,
     rel: &RelPath,
     uri: &ResourceUri,
     limits: &ReadLimits,
 ) -> Option<Result<Vec<Contents>>> {
-    use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags, StatxFlags};
+    use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
     if rel.is_root() {
         return None;
     }
     let cap = INLINE_READ_MAX.min(limits.max_bytes);
     let path = rel.as_path();
-    let st = rustix::fs::statx(
+    let before = rustix::fs::statx(
         &inner.root,
         path,
         // Never trigger an automount just to decide whether to try this path.
         AtFlags::SYMLINK_NOFOLLOW | AtFlags::NO_AUTOMOUNT,
-        StatxFlags::TYPE | StatxFlags::SIZE,
+        IDENTITY,
     )
     .ok()?;
-    if FileType::from_raw_mode(st.stx_mode.into()) != FileType::RegularFile || st.stx_size > cap {
+    if FileType::from_raw_mode(before.stx_mode.into()) != FileType::RegularFile
+        || before.stx_size > cap
+        || !before.stx_mask & IDENTITY.bits() != 0
+    {
         return None;
     }
     let fd = rustix::fs::openat2(
@@ -229,22 +242,17 @@ pub(crate) fn read_direct(
         ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
     )
     .ok()?;
-    let mut file = File::from(fd);
-    let md = file.metadata().ok()?;
-    if !md.is_file() || md.len() > cap {
-        return None;
-    }
-    let size = md.len() as usize;
+    let size = before.stx_size as usize;
     // One byte of room past the size: a read that stops short of filling the buffer at the
     // size is the end of a regular file, so no extra read just to see 0.
     let mut buf = vec![0u8; size + 1];
     let mut len = 0;
     loop {
         let want = buf.len() - len;
-        let n = match file.read(&mut buf[len..]) {
+        let n = match rustix::io::read(&fd, &mut buf[len..]) {
             Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Some(Err(map_io(e, uri.as_str()))),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Some(Err(map_io(e.into(), uri.as_str()))),
         };
         len += n;
         if len == buf.len() {
@@ -256,12 +264,43 @@ pub(crate) fn read_direct(
         }
     }
     buf.truncate(len);
-    // Rewritten in place during the read: the general path reads it again.
-    if !unchanged(&file, &md) {
+    // Another file than the one checked, or rewritten in place since: the general path
+    // opens and reads it again.
+    let after = rustix::fs::statx(&fd, "", AtFlags::EMPTY_PATH, IDENTITY).ok()?;
+    if !same_identity(&before, &after) || len as u64 != before.stx_size {
         return None;
     }
+    drop(fd);
     let ext_mime = mime_by_extension(rel.as_bytes());
     Some(Ok(vec![make_contents(uri.as_str(), buf, ext_mime, None)]))
+}
+
+/// What [`read_direct`] asks `statx` for: the type and what [`same_identity`] compares.
+const IDENTITY: rustix::fs::StatxFlags = rustix::fs::StatxFlags::TYPE
+    .union(rustix::fs::StatxFlags::SIZE)
+    .union(rustix::fs::StatxFlags::INO)
+    .union(rustix::fs::StatxFlags::MTIME)
+    .union(rustix::fs::StatxFlags::CTIME);
+
+/// Whether two `statx` answers describe the same file with the same content stamps: device,
+/// inode, type, size, and modification and status-change times to the nanosecond (see
+/// [`identity`] for what a kernel's timestamp granularity leaves unseen).
+fn same_identity(a: &rustix::fs::Statx, b: &rustix::fs::Statx) -> bool {
+    let time = |t: &rustix::fs::StatxTimestamp| (t.tv_sec, t.tv_nsec);
+    (
+        a.stx_dev_major,
+        a.stx_dev_minor,
+        a.stx_ino,
+        a.stx_mode,
+        a.stx_size,
+    ) == (
+        b.stx_dev_major,
+        b.stx_dev_minor,
+        b.stx_ino,
+        b.stx_mode,
+        b.stx_size,
+    ) && time(&a.stx_mtime) == time(&b.stx_mtime)
+        && time(&a.stx_ctime) == time(&b.stx_ctime)
 }
 
 /// Open a regular file through the sandbox without blocking on FIFOs, then re-check that

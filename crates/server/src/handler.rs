@@ -382,6 +382,31 @@ impl McpHandler {
         Ok(result.into())
     }
 
+    /// [`Self::read_as`] answered as the whole JSON-RPC answer to `id`, as JSON (what the
+    /// direct read paths write): a successful read is written straight from the provider's
+    /// contents ([`crate::wire::encode::read_answer_json`]), without building rmcp's result;
+    /// an error gets the same era shaping as rmcp's dispatch gives it.
+    pub(crate) async fn read_answer_as(
+        &self,
+        request: ReadResourceRequestParams,
+        grant: Option<&Grant>,
+        id: rmcp::model::RequestId,
+        modern: bool,
+    ) -> std::io::Result<Vec<u8>> {
+        match self.service.read(grant, &request.uri).await {
+            Ok(read) => crate::wire::encode::read_answer_json(
+                &id,
+                &read.contents,
+                modern.then(|| (read.hints.ttl_ms, scope(read.hints))),
+            ),
+            Err(e) => crate::wire::encode::to_json(crate::wire::era::read_message(
+                Err(to_mcp_error(e)),
+                id,
+                modern,
+            )),
+        }
+    }
+
     async fn do_complete(
         &self,
         mut request: CompleteRequestParams,

@@ -704,6 +704,9 @@ impl Service {
             self.read_any(grant, uri),
         );
         tokio::select! {
+            // The read first: a small file's read completes on its first poll, and the
+            // shutdown token then costs nothing (no random pick, no waiter registered).
+            biased;
             r = read => r,
             () = self.state.reads_cut.cancelled() => Err(Error::new(
                 ErrorKind::Unavailable,

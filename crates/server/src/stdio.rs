@@ -50,8 +50,7 @@ use std::task::Poll;
 use bytes::{Buf, BytesMut};
 use rmcp::model::{
     ClientNotification, ClientRequest, ErrorData, GetMeta, JsonRpcMessage, JsonRpcRequest,
-    JsonRpcVersion2_0, ReadResourceResponse, RequestId, RequestMetaObject, ServerNotification,
-    ServerResult,
+    JsonRpcVersion2_0, RequestId, RequestMetaObject, ServerNotification, ServerResult,
 };
 use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
@@ -66,7 +65,6 @@ use tokio_util::sync::CancellationToken;
 use crate::McpHandler;
 use crate::wire::decode::decode_hot;
 use crate::wire::encode::{own_answer_json, to_json};
-use crate::wire::era;
 use crate::wire::lifecycle::Lifecycle;
 use crate::wire::refusals::{self, Checked, check_line, error_answer, is_list_without_params};
 
@@ -290,7 +288,7 @@ impl<R: AsyncRead + Unpin + Send> StdioTransport<R> {
     /// The next whole line, with its `\n`, or `None` until more bytes arrive.
     fn next_line(&mut self) -> Option<BytesMut> {
         loop {
-            match self.buf[self.scanned..].iter().position(|&b| b == b'\n') {
+            match memchr::memchr(b'\n', &self.buf[self.scanned..]) {
                 Some(at) => {
                     let end = self.scanned + at;
                     self.scanned = 0;
@@ -500,13 +498,25 @@ impl<R> StdioTransport<R> {
         let out = self.out.clone()?;
         self.direct_answered.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(%id, uri = %params.uri, "resources/read answered by the direct path");
-        let mut read = Box::pin(async move { handler.read_as(params, None, modern).await });
+        let answer_id = id.clone();
+        let mut read = Box::pin(async move {
+            let answer = handler
+                .read_answer_as(params, None, answer_id, modern)
+                .await;
+            answer
+                .map(|mut bytes| {
+                    bytes.push(b'\n');
+                    bytes
+                })
+                .inspect_err(|e| tracing::error!("cannot encode an answer: {e}"))
+                .ok()
+        });
         // A read that completes on its first poll (a small file) is answered at once; one
         // that waits (a large file, a slow source) finishes on a task of its own, so the
         // requests behind it are not held up, and can be cancelled while it waits.
         let first = std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await;
         if let Poll::Ready(answer) = first {
-            if let Some(bytes) = answer_bytes(answer, id, modern) {
+            if let Some(bytes) = answer {
                 let _ = out.send(bytes);
             }
             return None;
@@ -519,7 +529,7 @@ impl<R> StdioTransport<R> {
                 answer = read => answer,
                 () = cancelled.cancelled() => return,
             };
-            let bytes = answer_bytes(answer, id.clone(), modern);
+            let bytes = answer;
             // Taken off the list and sent under one lock, so a cancellation is either
             // before (no answer) or after (the answer is already out).
             let mut waiting = lock(&waiting);
@@ -554,17 +564,6 @@ async fn drained_by(
             return open(backlog);
         }
     }
-}
-
-/// [`crate::wire::era::read_message`], serialised.
-fn answer_bytes(
-    answer: Result<ReadResourceResponse, ErrorData>,
-    id: RequestId,
-    modern: bool,
-) -> Option<Vec<u8>> {
-    encode(era::read_message(answer, id, modern))
-        .inspect_err(|e| tracing::error!("cannot encode an answer: {e}"))
-        .ok()
 }
 
 /// Direct reads still running, by request id, so a cancellation can stop them.

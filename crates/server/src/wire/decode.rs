@@ -11,7 +11,7 @@
 use rmcp::model::{
     ClientRequest, CompleteRequest, JsonRpcMessage, JsonRpcRequest, JsonRpcVersion2_0,
     ListResourceTemplatesRequest, ListResourcesRequest, PingRequest, ReadResourceRequest,
-    RequestId, SubscribeRequest, UnsubscribeRequest,
+    ReadResourceRequestParams, RequestId, RequestMetaObject, SubscribeRequest, UnsubscribeRequest,
 };
 use rmcp::service::{RoleServer, RxJsonRpcMessage};
 use serde::Deserialize;
@@ -55,6 +55,9 @@ pub(crate) fn decode_hot(line: &[u8]) -> Option<RxJsonRpcMessage<RoleServer>> {
     if line.starts_with(b"\xEF\xBB\xBF") {
         return None;
     }
+    if let Some(read) = decode_plain_read(line) {
+        return Some(read);
+    }
     let head: Head<'_> = serde_json::from_slice(line).ok()?;
     if head.jsonrpc != Some("2.0") || head.result.0 || head.error.0 {
         return None;
@@ -74,6 +77,50 @@ pub(crate) fn decode_hot(line: &[u8]) -> Option<RxJsonRpcMessage<RoleServer>> {
         jsonrpc: JsonRpcVersion2_0,
         id,
         request,
+    }))
+}
+
+/// A `resources/read` with nothing but `jsonrpc`, `id`, `method` and `params`, whose params
+/// hold nothing but `uri` and `_meta`: the request a client sends most, parsed in one pass
+/// into borrowed fields (issue #32). rmcp's own `Deserialize` for a request buffers `params`
+/// through serde's flatten and the [`Head`] read before it parses the line a second time;
+/// together they cost more than the rest of a small read's user time. What this builds is
+/// the value rmcp builds (its `_meta` moved into the extensions, the params' own `meta`
+/// left empty), held to rmcp's decode by the tests below. Any other member, a duplicate, an
+/// escape in `jsonrpc` or `method`, or any other value type fails the parse and leaves the
+/// line to the general decode.
+fn decode_plain_read(line: &[u8]) -> Option<RxJsonRpcMessage<RoleServer>> {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Line<'a> {
+        jsonrpc: &'a str,
+        id: RequestId,
+        method: &'a str,
+        #[serde(borrow)]
+        params: Params<'a>,
+    }
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Params<'a> {
+        #[serde(borrow)]
+        uri: std::borrow::Cow<'a, str>,
+        #[serde(default, rename = "_meta")]
+        meta: Option<rmcp::model::JsonObject>,
+    }
+    let parsed: Line<'_> = serde_json::from_slice(line).ok()?;
+    if parsed.jsonrpc != "2.0" || parsed.method != "resources/read" {
+        return None;
+    }
+    let mut read = ReadResourceRequest::new(ReadResourceRequestParams::new(
+        parsed.params.uri.into_owned(),
+    ));
+    if let Some(meta) = parsed.params.meta {
+        read.extensions.insert(RequestMetaObject::from(meta));
+    }
+    Some(JsonRpcMessage::Request(JsonRpcRequest {
+        jsonrpc: JsonRpcVersion2_0,
+        id: parsed.id,
+        request: ClientRequest::ReadResourceRequest(read),
     }))
 }
 
@@ -121,6 +168,14 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":10,"method":"completion/complete","params":{"ref":{"type":"ref/resource","uri":"db://app/tables/{table}"},"argument":{"name":"table","value":"us"},"context":{"arguments":{"a":"b"}}}}"#,
             r#"{"jsonrpc":"2.0","id":11,"method":"ping"}"#,
             r#"{"jsonrpc":"2.0","id":-12,"method":"ping","params":{"_meta":{"a":1}}}"#,
+            // Reads the one-pass decode takes, and reads it leaves to the general one.
+            r#"{"jsonrpc":"2.0","id":13,"method":"resources/read","params":{"_meta":null,"uri":"file:///a"}}"#,
+            r#"{"jsonrpc":"2.0","id":14,"method":"resources/read","params":{"uri":"file:///a","_meta":{}}}"#,
+            r#" { "params" : { "uri" : "file:///a\"b\\c\n" } , "id" : "x\"y" , "method" : "resources/read" , "jsonrpc" : "2.0" } "#,
+            r#"{"jsonrpc":"2.0","id":9007199254740993,"method":"resources/read","params":{"uri":"file:///a"}}"#,
+            r#"{"jsonrpc":"2.0","id":15,"method":"resources/read","params":{"uri":"file:///a","requestState":"s"}}"#,
+            r#"{"jsonrpc":"2.0","id":16,"method":"resources/read","params":{"uri":"file:///a","inputResponses":{}}}"#,
+            r#"{"jsonrpc":"2.0","id":17,"method":"resources/read","params":{"uri":"file:///a","_meta":{"a":1},"x":2}}"#,
         ];
         for line in lines {
             let fast = decode_hot(line.as_bytes()).unwrap_or_else(|| panic!("not decoded: {line}"));
@@ -129,6 +184,31 @@ mod tests {
                 same(&fast, &reference),
                 "{line}\nfast: {fast:?}\nrmcp: {reference:?}"
             );
+        }
+    }
+
+    #[test]
+    fn the_one_pass_read_decode_takes_plain_reads_only() {
+        let plain = [
+            r#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"file:///docs/a.md"}}"#,
+            r#"{"method":"resources/read","params":{"_meta":{"k":[1]},"uri":"x"},"id":"s","jsonrpc":"2.0"}"#,
+        ];
+        for line in plain {
+            let fast = decode_plain_read(line.as_bytes()).expect(line);
+            assert!(same(&fast, &rmcp_decode(line).unwrap().unwrap()), "{line}");
+        }
+        let general = [
+            r#"{"jsonrpc":"2.0","id":3,"method":"resources/read","params":{"uri":"a"},"extra":true}"#,
+            r#"{"jsonrpc":"2.0","id":3,"method":"resources/read","params":{"uri":"a","requestState":"s"}}"#,
+            r#"{"jsonrpc":"2.0","id":3,"method":"resources/read","params":{"uri":"a"},"result":null}"#,
+            r#"{"jsonrpc":"2.0","id":3,"method":"resources/read","params":{"uri":"a","uri":"b"}}"#,
+            r#"{"jsonrpc":"2\u002e0","id":3,"method":"resources/read","params":{"uri":"a"}}"#,
+            r#"{"jsonrpc":"2.0","id":null,"method":"resources/read","params":{"uri":"a"}}"#,
+            r#"{"jsonrpc":"2.0","id":3,"method":"resources/list","params":{"uri":"a"}}"#,
+            r#"{"jsonrpc":"2.0","id":3,"method":"resources/read","params":{"uri":"a","_meta":5}}"#,
+        ];
+        for line in general {
+            assert!(decode_plain_read(line.as_bytes()).is_none(), "{line}");
         }
     }
 

@@ -186,6 +186,90 @@ const fn escape_mask(word: u64) -> u64 {
     (below | quote | backslash) & HIGH
 }
 
+/// The whole answer to a successful `resources/read` of id `id`, as rmcp's dispatch would
+/// shape it for the era (`modern`: 2026-07-28, with `resultType` and the cache hints `ttl_ms`
+/// and `scope`; legacy: neither) and `serde_json` would write it, built straight from the
+/// provider's contents (issue #32). The direct read paths used to build rmcp's result (each
+/// blob base64-encoded into a `String`), wrap it in a message, serialise that skeleton and
+/// splice the contents in: about a quarter of a small read's user time. The output is byte for
+/// byte [`to_json`] of what [`crate::wire::era::read_message`] makes of the same read
+/// (tested below, every shape of contents in both eras).
+pub(crate) fn read_answer_json(
+    id: &rmcp::model::RequestId,
+    contents: &[mcpr_core::Contents],
+    modern: Option<(u64, rmcp::model::CacheScope)>,
+) -> io::Result<Vec<u8>> {
+    use mcpr_core::ContentsBody;
+    let room: usize = contents
+        .iter()
+        .map(|c| {
+            c.uri.len()
+                + 64
+                + match &c.body {
+                    ContentsBody::Text(t) => t.len() + t.len() / 8,
+                    ContentsBody::Blob(b) => b.len().div_ceil(3) * 4,
+                }
+        })
+        .sum();
+    let mut out = Vec::with_capacity(128 + room);
+    out.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+    serde_json::to_writer(&mut out, id)?;
+    out.extend_from_slice(br#","result":{"#);
+    if let Some((ttl_ms, scope)) = modern {
+        out.extend_from_slice(br#""resultType":"complete","ttlMs":"#);
+        serde_json::to_writer(&mut out, &ttl_ms)?;
+        out.extend_from_slice(br#","cacheScope":"#);
+        serde_json::to_writer(&mut out, &scope)?;
+        out.push(b',');
+    }
+    out.extend_from_slice(br#""contents":["#);
+    for (i, c) in contents.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(br#"{"uri":"#);
+        quoted_into(&mut out, c.uri.as_bytes());
+        if let Some(mime) = &c.mime_type {
+            out.extend_from_slice(br#","mimeType":"#);
+            quoted_into(&mut out, mime.as_bytes());
+        }
+        match &c.body {
+            ContentsBody::Text(text) => {
+                out.extend_from_slice(br#","text":"#);
+                quoted_into(&mut out, text.as_bytes());
+            }
+            ContentsBody::Blob(bytes) => {
+                // Base64 has nothing JSON escapes: written in place, as serde_json would.
+                out.extend_from_slice(br#","blob":""#);
+                let at = out.len();
+                out.resize(at + bytes.len().div_ceil(3) * 4, 0);
+                let n = base64::Engine::encode_slice(
+                    &base64::engine::general_purpose::STANDARD,
+                    bytes,
+                    &mut out[at..],
+                )
+                .map_err(io::Error::other)?;
+                out.truncate(at + n);
+                out.push(b'"');
+            }
+        }
+        if let Some(meta) = &c.meta {
+            out.extend_from_slice(br#","_meta":"#);
+            serde_json::to_writer(&mut out, meta)?;
+        }
+        out.push(b'}');
+    }
+    out.extend_from_slice(b"]}}");
+    Ok(out)
+}
+
+/// `s` as a JSON string, quotes included, as serde_json writes it.
+fn quoted_into(out: &mut Vec<u8>, s: &[u8]) {
+    out.push(b'"');
+    escape_into(out, s);
+    out.push(b'"');
+}
+
 /// An answer the transport gives itself, as JSON. An error that answers no readable id
 /// carries `"id": null`, as JSON-RPC 2.0 asks (rmcp leaves the member out).
 pub(crate) fn own_answer_json(answer: TxJsonRpcMessage<RoleServer>) -> io::Result<Vec<u8>> {
@@ -249,6 +333,90 @@ mod tests {
                 String::from_utf8_lossy(&got[..got.len().min(300)]),
                 String::from_utf8_lossy(&want[..want.len().min(300)])
             );
+        }
+    }
+
+    #[test]
+    fn direct_read_answers_are_what_rmcp_dispatch_and_serde_json_make() {
+        use mcpr_core::{Contents, ContentsBody};
+        let text = |uri: &str, mime: Option<&str>, t: &str| Contents {
+            uri: uri.into(),
+            mime_type: mime.map(Into::into),
+            body: ContentsBody::Text(t.into()),
+            meta: None,
+        };
+        let blob = |uri: &str, mime: Option<&str>, len: u32| Contents {
+            uri: uri.into(),
+            mime_type: mime.map(Into::into),
+            body: ContentsBody::Blob((0..len).map(|i| (i * 31 % 251) as u8).collect()),
+            meta: None,
+        };
+        let mut windowed = text("file:///w.log", Some("text/plain"), "line\n\"two\"\u{1}");
+        windowed.meta = Some(
+            serde_json::json!({"range": {"from": 10, "to": 20}, "total": 99, "é": [null, 1.5]})
+                .as_object()
+                .unwrap()
+                .clone(),
+        );
+        let long = "é✓ \\ \" \t".repeat(200);
+        let cases: Vec<Vec<Contents>> = vec![
+            vec![text("file:///a.md", Some("text/markdown"), "# A\n")],
+            vec![text("file:///a \"q\"\u{7f}.txt", None, &long)],
+            vec![text("file:///empty", Some("text/plain"), "")],
+            vec![blob(
+                "file:///b.bin",
+                Some("application/octet-stream"),
+                1000,
+            )],
+            vec![
+                blob("file:///c", None, 0),
+                blob("file:///d", None, 1),
+                blob("file:///e", None, 2),
+            ],
+            vec![
+                windowed.clone(),
+                text("db://x/y?z=1", Some("application/json"), "{}"),
+            ],
+            vec![],
+        ];
+        let ids = [
+            RequestId::Number(7),
+            RequestId::Number(-9_007_199_254_740_993),
+            RequestId::String("r\"1\u{1}".into()),
+        ];
+        let scopes = [
+            None,
+            Some((0, rmcp::model::CacheScope::Public)),
+            Some((86_400_000, rmcp::model::CacheScope::Private)),
+        ];
+        for contents in &cases {
+            for id in &ids {
+                for modern in scopes {
+                    let mut result = rmcp::model::ReadResourceResult::new(
+                        contents
+                            .iter()
+                            .cloned()
+                            .map(crate::handler::contents_of)
+                            .collect(),
+                    );
+                    if let Some((ttl, scope)) = modern {
+                        result = result.with_ttl_ms(ttl).with_cache_scope(scope);
+                    }
+                    let want = to_json(crate::wire::era::read_message(
+                        Ok(result.into()),
+                        id.clone(),
+                        modern.is_some(),
+                    ))
+                    .unwrap();
+                    let got = read_answer_json(id, contents, modern).unwrap();
+                    assert!(
+                        got == want,
+                        "differs:\n{}\n{}",
+                        String::from_utf8_lossy(&got),
+                        String::from_utf8_lossy(&want)
+                    );
+                }
+            }
         }
     }
 
