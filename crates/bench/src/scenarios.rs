@@ -907,7 +907,7 @@ fn stateless_and_floor(env: &Env) -> Result<Vec<Row>, String> {
         let vs = |mine: f64, floor: f64, unit: &str| {
             if subject == ou {
                 format!(
-                    "floor + {:.1} {unit} ({:.2}× floor)",
+                    "floor {:+.1} {unit} ({:.2}× floor)",
                     mine - floor,
                     mine / floor
                 )
