@@ -96,6 +96,24 @@ impl Conn {
         self.read_response()
     }
 
+    /// DELETE `path` with extra `headers` (ending a legacy session) and read the response.
+    pub fn delete(&mut self, path: &str, headers: &[(&str, &str)]) -> Result<Response, String> {
+        self.out.clear();
+        let _ = write!(
+            self.out,
+            "DELETE {path} HTTP/1.1\r\nhost: {}\r\n",
+            self.host
+        );
+        for (n, v) in headers {
+            let _ = write!(self.out, "{n}: {v}\r\n");
+        }
+        self.out.extend_from_slice(b"\r\n");
+        self.stream
+            .write_all(&self.out)
+            .map_err(|e| format!("send: {e}"))?;
+        self.read_response()
+    }
+
     /// GET `path` and read the whole response.
     pub fn get(&mut self, path: &str) -> Result<Response, String> {
         self.out.clear();

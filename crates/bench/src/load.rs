@@ -350,3 +350,370 @@ fn drive_http(addr: &str, call: Call, check: &str, plan: Plan) -> Result<Outcome
         errors,
     })
 }
+
+/// What [`http_interleaved`] measured for one server.
+pub struct HttpOutcome {
+    /// Latencies with one request in flight on one connection.
+    pub one: Samples,
+    /// Requests per second on that one connection.
+    pub one_rps: f64,
+    /// Latencies with `conns` connections, one request in flight on each.
+    pub many: Samples,
+    /// Requests per second over the `conns` connections.
+    pub many_rps: f64,
+    /// Server CPU time per request in the `conns`-connection phases, in µs, when its pid
+    /// was given (user + system time of every thread, from `/proc/PID/stat`).
+    pub cpu_us_per_req: Option<f64>,
+    /// Answers that were errors.
+    pub errors: u64,
+}
+
+/// One server in [`http_interleaved`]: its target, the text its answer must hold, and its
+/// pid for CPU accounting.
+pub struct HttpSide<'a, 'm> {
+    /// Where and what to send.
+    pub target: &'a HttpTarget<'m>,
+    /// Text the first answer must contain.
+    pub check: &'a str,
+    /// The server's process, for its CPU time.
+    pub pid: Option<u32>,
+}
+
+/// The keep-alive connections one side is driven over, kept for the whole run.
+struct HttpDriver<'a, 'm> {
+    side: &'a HttpSide<'a, 'm>,
+    one: Conn,
+    many: Vec<Conn>,
+    id: u64,
+    errors: u64,
+}
+
+impl HttpDriver<'_, '_> {
+    fn call(&mut self, timed: Option<&mut Samples>) -> Result<(), String> {
+        self.id += 1;
+        let start = Instant::now();
+        let (err, _) = self.side.target.call(&mut self.one, self.id)?;
+        if let Some(t) = timed {
+            t.push(start.elapsed());
+        }
+        self.errors += u64::from(err);
+        Ok(())
+    }
+
+    /// Every connection busy for `phase`, one request in flight on each: requests answered,
+    /// time taken, their latencies.
+    fn many(&mut self, phase: Duration, round: u64) -> Result<(u64, Duration, Samples), String> {
+        let target = self.side.target;
+        let start = Instant::now();
+        let results: Vec<Result<(u64, u64, Samples), String>> = std::thread::scope(|s| {
+            let handles: Vec<_> = self
+                .many
+                .iter_mut()
+                .enumerate()
+                .map(|(w, c)| {
+                    s.spawn(move || {
+                        let mut lat = Samples::with_capacity(4096);
+                        let (mut done, mut errs) = (0u64, 0u64);
+                        let mut id = 1_000_000_000 * (w as u64 + 1) + 10_000_000 * round;
+                        while start.elapsed() < phase {
+                            id += 1;
+                            let t = Instant::now();
+                            let (err, _) = target.call(c, id)?;
+                            lat.push(t.elapsed());
+                            done += 1;
+                            errs += u64::from(err);
+                        }
+                        Ok((done, errs, lat))
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err("load thread panicked".into()))
+                })
+                .collect()
+        });
+        let elapsed = start.elapsed();
+        let (mut done, mut lat) = (0, Samples::default());
+        for r in results {
+            let (d, e, l) = r?;
+            done += d;
+            self.errors += e;
+            lat.append(l);
+        }
+        Ok((done, elapsed, lat))
+    }
+}
+
+/// User plus system CPU time of every thread of `pid` so far.
+pub fn cpu_time(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces; the fields after it are fixed.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split(' ').collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name and state.
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    let hz = rustix::param::clock_ticks_per_second();
+    Some(Duration::from_nanos(ticks * 1_000_000_000 / hz.max(1)))
+}
+
+/// Drive HTTP servers in alternating rounds so all see the same machine (as
+/// [`stdio_interleaved`] does for pipes): in each round every side first answers its share of
+/// `plan.iters` requests one at a time on one connection, then keeps `conns` connections
+/// busy for its share of `plan.throughput_phase`. Every side keeps its connections (opened
+/// and warmed up before the first round) for the whole run.
+pub fn http_interleaved(
+    sides: &[HttpSide],
+    plan: Plan,
+    rounds: usize,
+    conns: usize,
+) -> Result<Vec<HttpOutcome>, String> {
+    let mut drivers = Vec::with_capacity(sides.len());
+    for side in sides {
+        let mut one = Conn::connect(&side.target.addr)?;
+        let (_, first) = side.target.call(&mut one, 1)?;
+        verify(&first, side.check)?;
+        let many = (0..conns)
+            .map(|_| Conn::connect(&side.target.addr))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut d = HttpDriver {
+            side,
+            one,
+            many,
+            id: 1,
+            errors: 0,
+        };
+        for _ in 0..plan.warmup {
+            d.call(None)?;
+        }
+        for c in &mut d.many {
+            d.id += 1;
+            side.target.call(c, d.id)?;
+        }
+        drivers.push(d);
+    }
+    let rounds = rounds.max(1);
+    let per = plan.iters.div_ceil(rounds);
+    let end = Instant::now() + plan.max_latency_phase;
+    let n = drivers.len();
+    let mut one: Vec<(Samples, Duration)> = (0..n)
+        .map(|_| (Samples::with_capacity(plan.iters), Duration::ZERO))
+        .collect();
+    let mut many: Vec<(Samples, u64, Duration, Duration)> = (0..n)
+        .map(|_| (Samples::default(), 0, Duration::ZERO, Duration::ZERO))
+        .collect();
+    let phase = plan.throughput_phase / rounds as u32;
+    for round in 0..rounds {
+        for (d, (lat, took)) in drivers.iter_mut().zip(&mut one) {
+            let start = Instant::now();
+            for _ in 0..per {
+                d.call(Some(lat))?;
+                if Instant::now() > end {
+                    break;
+                }
+            }
+            *took += start.elapsed();
+        }
+        for (d, (lat, done, took, cpu)) in drivers.iter_mut().zip(&mut many) {
+            let before = d.side.pid.and_then(cpu_time);
+            let (dn, dt, l) = d.many(phase, round as u64)?;
+            if let (Some(b), Some(a)) = (before, d.side.pid.and_then(cpu_time)) {
+                *cpu += a.saturating_sub(b);
+            }
+            lat.append(l);
+            *done += dn;
+            *took += dt;
+        }
+    }
+    Ok(drivers
+        .into_iter()
+        .zip(one)
+        .zip(many)
+        .map(
+            |((d, (one, one_took)), (many, done, took, cpu))| HttpOutcome {
+                one_rps: one.len() as f64 / one_took.as_secs_f64(),
+                one,
+                many,
+                many_rps: done as f64 / took.as_secs_f64(),
+                cpu_us_per_req: d
+                    .side
+                    .pid
+                    .filter(|_| done > 0 && !cpu.is_zero())
+                    .map(|_| cpu.as_secs_f64() * 1e6 / done as f64),
+                errors: d.errors,
+            },
+        )
+        .collect())
+}
+
+/// The load of the published cross-language MCP benchmarks (TM Dev Lab v1 and v2, k6): a
+/// fixed number of clients for a fixed time, each repeating one iteration: for every tool
+/// call a whole legacy session (`initialize`, `notifications/initialized`, the `tools/call`,
+/// `DELETE`), then one more session for `tools/list`, then a pause.
+pub struct SessionShape<'a> {
+    /// `127.0.0.1:PORT`.
+    pub addr: &'a str,
+    /// The MCP endpoint.
+    pub path: &'a str,
+    /// Concurrent clients (k6 virtual users), one keep-alive connection each.
+    pub clients: usize,
+    /// Run first without counting (k6 ramp-up and the script's excluded warm-up).
+    pub warmup: Duration,
+    /// The counted window.
+    pub duration: Duration,
+    /// The pause at the end of every iteration.
+    pub think: Duration,
+    /// The `params` of each `tools/call` of an iteration, as JSON.
+    pub calls: &'a [String],
+    /// Text every tool result must hold.
+    pub check: &'a str,
+}
+
+/// What a [`SessionShape`] run measured in its counted window.
+pub struct SessionOutcome {
+    /// Latencies of the `tools/call` requests (the published latency figures are these).
+    pub calls: Samples,
+    /// `initialize`, `tools/call` and `tools/list` requests answered (what the published
+    /// RPS counts: not `notifications/initialized` nor `DELETE`).
+    pub mcp_requests: u64,
+    /// Every HTTP request answered.
+    pub http_requests: u64,
+    /// The counted window.
+    pub window: Duration,
+    /// HTTP requests that failed (a status ≥ 400, or no answer).
+    pub http_failed: u64,
+    /// Tool calls without a successful result (a JSON-RPC error, `isError`, or not the text).
+    pub call_errors: u64,
+}
+
+/// Per client: what it counted.
+#[derive(Default)]
+struct SessionTally {
+    calls: Samples,
+    mcp: u64,
+    http: u64,
+    http_failed: u64,
+    call_errors: u64,
+}
+
+/// Run `shape`: `clients` threads, each on its own connection.
+pub fn sessions(shape: &SessionShape) -> Result<SessionOutcome, String> {
+    let start = Instant::now();
+    let (from, to) = (shape.warmup, shape.warmup + shape.duration);
+    let results: Vec<Result<SessionTally, String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..shape.clients)
+            .map(|_| s.spawn(move || session_client(shape, start, from, to)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("client thread panicked".into()))
+            })
+            .collect()
+    });
+    let mut out = SessionOutcome {
+        calls: Samples::default(),
+        mcp_requests: 0,
+        http_requests: 0,
+        window: shape.duration,
+        http_failed: 0,
+        call_errors: 0,
+    };
+    for r in results {
+        let t = r?;
+        out.calls.append(t.calls);
+        out.mcp_requests += t.mcp;
+        out.http_requests += t.http;
+        out.http_failed += t.http_failed;
+        out.call_errors += t.call_errors;
+    }
+    Ok(out)
+}
+
+const K6_INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2024-11-05","capabilities":{},"clientInfo":{"name":"k6-bench","version":"1.0"}}}"#;
+
+/// One client of [`sessions`]: iterations until `to` (since `start`); what finished inside
+/// `from..to` is counted.
+fn session_client(
+    shape: &SessionShape,
+    start: Instant,
+    from: Duration,
+    to: Duration,
+) -> Result<SessionTally, String> {
+    let mut c = Conn::connect(shape.addr)?;
+    let mut t = SessionTally {
+        calls: Samples::with_capacity(1 << 16),
+        ..SessionTally::default()
+    };
+    let lists = "{}".to_owned();
+    while start.elapsed() < to {
+        for params in shape.calls.iter().map(Some).chain([None]) {
+            let (method, params) = match params {
+                Some(p) => ("tools/call", p),
+                None => ("tools/list", &lists),
+            };
+            if session(shape, &mut c, &mut t, start, from..to, method, params).is_err() {
+                // k6 counts a request that got no answer as failed and goes on, on a new
+                // connection; so does this client.
+                t.http_failed += 1;
+                if method == "tools/call" && (from..to).contains(&start.elapsed()) {
+                    t.call_errors += 1;
+                }
+                c = Conn::connect(shape.addr)?;
+            }
+        }
+        std::thread::sleep(shape.think);
+    }
+    Ok(t)
+}
+
+/// One session: `initialize`, `notifications/initialized`, the call, `DELETE`.
+fn session(
+    shape: &SessionShape,
+    c: &mut Conn,
+    t: &mut SessionTally,
+    start: Instant,
+    window: std::ops::Range<Duration>,
+    method: &str,
+    params: &str,
+) -> Result<(), String> {
+    let counted = |t: &mut SessionTally, ok: bool, mcp: bool| {
+        if window.contains(&start.elapsed()) {
+            t.http += 1;
+            t.mcp += u64::from(mcp);
+            t.http_failed += u64::from(!ok);
+        }
+    };
+    let r = c.post(shape.path, &[], K6_INITIALIZE.as_bytes())?;
+    counted(t, r.status < 400, true);
+    let sid = r.header("mcp-session-id").map(str::to_owned);
+    let mut headers = Vec::new();
+    if let Some(sid) = &sid {
+        headers.push(("mcp-session-id", sid.as_str()));
+    }
+    let r = c.post(shape.path, &headers, crate::proc::INITIALIZED.as_bytes())?;
+    counted(t, r.status < 400, false);
+    let body = format!(r#"{{"jsonrpc":"2.0","id":2,"method":"{method}","params":{params}}}"#);
+    let sent = Instant::now();
+    let r = c.post(shape.path, &headers, body.as_bytes())?;
+    let took = sent.elapsed();
+    counted(t, r.status < 400, true);
+    if method == "tools/call" && window.contains(&start.elapsed()) {
+        t.calls.push(took);
+        let msg = r.message().unwrap_or_default();
+        let ok = r.status == 200
+            && !is_error(msg)
+            && crate::http::find(msg, b"\"result\"").is_some()
+            && crate::http::find(msg, b"\"isError\":true").is_none()
+            && crate::http::find(msg, shape.check.as_bytes()).is_some();
+        t.call_errors += u64::from(!ok);
+    }
+    if sid.is_some() {
+        let r = c.delete(shape.path, &headers)?;
+        counted(t, r.status < 400, false);
+    }
+    Ok(())
+}

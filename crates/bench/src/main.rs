@@ -5,12 +5,14 @@
 //! JSON and Markdown. `mcpr-bench echo` is the floor: it writes every stdin line back.
 //! `mcpr-bench file-echo DIR FILE` is the file floor: the echo, plus the system calls our
 //! server makes to read `FILE` beneath `DIR` for every line, with the text in the answer.
+//! `mcpr-bench http-floor ADDR DIR FILE` is the HTTP floor (`http_floor.rs`).
 //! `cargo xtask bench` builds, installs the peers and calls `run`; see the README.
 //! `mcpr-bench soak …` is the soak of issue #19 (`soak.rs`), run by `cargo xtask soak`.
 
 mod cluster;
 mod fixtures;
 mod http;
+mod http_floor;
 mod load;
 mod plot;
 mod proc;
@@ -46,6 +48,19 @@ enum Cli {
         /// The file, relative to DIR.
         file: String,
     },
+    /// The HTTP floor: a minimal hyper server on ADDR answering every POST with the text of
+    /// DIR/FILE as `mcp-resources` answers a 2026-07-28 `resources/read`.
+    HttpFloor {
+        /// `127.0.0.1:PORT` to listen on.
+        addr: String,
+        /// The directory the file is opened in.
+        dir: String,
+        /// The file, relative to DIR.
+        file: String,
+        /// The `mimeType` of the answer.
+        #[arg(long, default_value = "text/plain")]
+        mime: String,
+    },
     /// Run the benchmark scenarios (`cargo xtask bench`).
     Run(RunArgs),
     /// Drive one stdio server with `resources/read` of URI, 32 in flight for SECONDS, and
@@ -75,6 +90,12 @@ fn main() -> ExitCode {
         Cli::Echo => echo(),
         Cli::FileEcho { dir, file } => file_echo(&dir, &file),
         Cli::MinFileEcho { dir, file } => min_file_echo(&dir, &file),
+        Cli::HttpFloor {
+            addr,
+            dir,
+            file,
+            mime,
+        } => http_floor::serve(&addr, &dir, &file, &mime),
         Cli::Run(a) => run(a),
         Cli::Drive {
             seconds,

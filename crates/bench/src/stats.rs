@@ -27,6 +27,24 @@ impl Samples {
         self.0[rank - 1] as f64 / 1000.0
     }
 
+    /// Take every sample of `other` too.
+    pub fn append(&mut self, mut other: Samples) {
+        self.0.append(&mut other.0);
+    }
+
+    /// How many samples there are.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// The mean in microseconds; 0 without samples.
+    pub fn mean_us(&self) -> f64 {
+        if self.0.is_empty() {
+            return 0.0;
+        }
+        self.0.iter().map(|&n| n as f64).sum::<f64>() / self.0.len() as f64 / 1000.0
+    }
+
     /// Median in microseconds.
     pub fn p50_us(&mut self) -> f64 {
         self.quantile_us(0.5)
@@ -51,5 +69,11 @@ mod tests {
         assert_eq!(s.p50_us(), 50.0);
         assert_eq!(s.p99_us(), 99.0);
         assert_eq!(s.quantile_us(1.0), 100.0);
+        assert_eq!(s.mean_us(), 50.5);
+        let mut more = Samples::default();
+        more.push(Duration::from_micros(1000));
+        s.append(more);
+        assert_eq!(s.len(), 101);
+        assert_eq!(s.quantile_us(1.0), 1000.0);
     }
 }

@@ -76,3 +76,65 @@ fn the_file_floor_refuses_what_the_provider_refuses() {
     );
     assert!(!ok && out.is_empty(), "{out:?}");
 }
+
+/// A POST of `body` to `addr` on a new connection, and the whole response as text.
+fn post(addr: &str, body: &str) -> String {
+    use std::io::Read;
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    write!(
+        s,
+        "POST /mcp HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).expect("an answer");
+    out
+}
+
+#[test]
+fn the_http_floor_answers_each_read_with_the_file_as_it_is_now() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("f.txt");
+    std::fs::write(&f, "a \"quoted\"\nline").unwrap();
+    let addr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mcpr-bench"))
+        .args(["http-floor", &addr, dir.path().to_str().unwrap(), "f.txt"])
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("mcpr-bench starts");
+    let start = std::time::Instant::now();
+    while std::net::TcpStream::connect(&addr).is_err() {
+        assert!(start.elapsed().as_secs() < 20, "the floor never listened");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let req = |id: u64| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"resources/read","params":{{"uri":"file:///x/f.txt"}}}}"#
+        )
+    };
+    let first = post(&addr, &req(7));
+    std::fs::write(&f, "changed").unwrap();
+    let second = post(&addr, &req(8));
+    let bad = post(&addr, "not json");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+    assert!(
+        first
+            .to_ascii_lowercase()
+            .contains("content-type: application/json"),
+        "{first}"
+    );
+    assert!(
+        first.ends_with(
+            r#"{"jsonrpc":"2.0","id":7,"result":{"resultType":"complete","ttlMs":0,"cacheScope":"public","contents":[{"uri":"file:///x/f.txt","mimeType":"text/plain","text":"a \"quoted\"\nline"}]}}"#
+        ),
+        "{first}"
+    );
+    assert!(second.ends_with(r#""id":8,"result":{"resultType":"complete","ttlMs":0,"cacheScope":"public","contents":[{"uri":"file:///x/f.txt","mimeType":"text/plain","text":"changed"}]}}"#), "{second}");
+    assert!(bad.starts_with("HTTP/1.1 400"), "{bad}");
+}
