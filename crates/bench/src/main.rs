@@ -5,9 +5,12 @@
 //! JSON and Markdown. `mcpr-bench echo` is the floor: it writes every stdin line back.
 //! `mcpr-bench file-echo DIR FILE` is the file floor: the echo, plus the system calls our
 //! server makes to read `FILE` beneath `DIR` for every line, with the text in the answer.
+//! `mcpr-bench blob-echo DIR FILE` is the blob floor (`blob_floor.rs`): `FILE` read, base64'd
+//! and written as our `resources/read` answer, with buffers reused.
 //! `cargo xtask bench` builds, installs the peers and calls `run`; see the README.
 //! `mcpr-bench soak …` is the soak of issue #19 (`soak.rs`), run by `cargo xtask soak`.
 
+mod blob_floor;
 mod cluster;
 mod fixtures;
 mod http;
@@ -46,6 +49,14 @@ enum Cli {
         /// The file, relative to DIR.
         file: String,
     },
+    /// The blob floor: answer each line with DIR/FILE as a base64 `blob` in our answer's
+    /// shape: one read of the file, base64, one write, buffers reused.
+    BlobEcho {
+        /// The directory the file is opened in.
+        dir: String,
+        /// The file, relative to DIR.
+        file: String,
+    },
     /// Run the benchmark scenarios (`cargo xtask bench`).
     Run(RunArgs),
     /// The soak of issue #19 (`cargo xtask soak`).
@@ -57,6 +68,7 @@ fn main() -> ExitCode {
         Cli::Echo => echo(),
         Cli::FileEcho { dir, file } => file_echo(&dir, &file),
         Cli::MinFileEcho { dir, file } => min_file_echo(&dir, &file),
+        Cli::BlobEcho { dir, file } => blob_floor::blob_echo(&dir, &file),
         Cli::Run(a) => run(a),
         Cli::Soak(o) => soak::run(o),
     };
