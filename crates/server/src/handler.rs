@@ -33,6 +33,7 @@ use crate::layers::metered_rpc;
 use crate::registry::Notice;
 use crate::router::Router;
 use crate::service::{ChangeTokens, CompletionRef, Service, Subscriber};
+use crate::wire::encode::RawBlobs;
 use crate::wire::era::is_modern;
 use crate::wire::notify::notification;
 use crate::{ServerState, Settings};
@@ -367,19 +368,63 @@ impl McpHandler {
         grant: Option<&Grant>,
         modern: bool,
     ) -> Result<ReadResourceResponse, ErrorData> {
+        self.read_raw(request, grant, modern, false)
+            .await
+            .map(|(answer, _)| answer)
+    }
+
+    /// [`Self::read_as`] for a caller that encodes the answer itself with
+    /// [`crate::wire::encode::to_json_with`]: large blobs are left out of the answer (empty)
+    /// and handed over as bytes, so their base64 is written straight into the encoded answer.
+    pub(crate) async fn read_for_encoder(
+        &self,
+        request: ReadResourceRequestParams,
+        grant: Option<&Grant>,
+        modern: bool,
+    ) -> Result<(ReadResourceResponse, RawBlobs), ErrorData> {
+        self.read_raw(request, grant, modern, true).await
+    }
+
+    async fn read_raw(
+        &self,
+        request: ReadResourceRequestParams,
+        grant: Option<&Grant>,
+        modern: bool,
+        keep_blobs: bool,
+    ) -> Result<(ReadResourceResponse, RawBlobs), ErrorData> {
         let read = self
             .service
             .read(grant, &request.uri)
             .await
             .map_err(to_mcp_error)?;
-        let mut result =
-            ReadResourceResult::new(read.contents.into_iter().map(contents_of).collect());
+        let mut blobs = RawBlobs::default();
+        let contents = read
+            .contents
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut c)| {
+                if keep_blobs
+                    && let ContentsBody::Blob(bytes) = &mut c.body
+                    && blobs.keep(i, bytes)
+                {
+                    // The bytes are kept; the encoder puts their base64 in this empty blob.
+                    return ResourceContents::BlobResourceContents {
+                        uri: c.uri,
+                        mime_type: c.mime_type,
+                        blob: String::new(),
+                        meta: c.meta.map(MetaObject),
+                    };
+                }
+                contents_of(c)
+            })
+            .collect();
+        let mut result = ReadResourceResult::new(contents);
         if modern {
             result = result
                 .with_ttl_ms(read.hints.ttl_ms)
                 .with_cache_scope(scope(read.hints));
         }
-        Ok(result.into())
+        Ok((result.into(), blobs))
     }
 
     async fn do_complete(

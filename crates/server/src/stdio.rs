@@ -65,7 +65,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::McpHandler;
 use crate::wire::decode::decode_hot;
-use crate::wire::encode::{own_answer_json, to_json};
+use crate::wire::encode::{RawBlobs, own_answer_json, to_json, to_json_with};
 use crate::wire::era;
 use crate::wire::lifecycle::Lifecycle;
 use crate::wire::refusals::{self, Checked, check_line, error_answer, is_list_without_params};
@@ -500,7 +500,8 @@ impl<R> StdioTransport<R> {
         let out = self.out.clone()?;
         self.direct_answered.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(%id, uri = %params.uri, "resources/read answered by the direct path");
-        let mut read = Box::pin(async move { handler.read_as(params, None, modern).await });
+        let mut read =
+            Box::pin(async move { handler.read_for_encoder(params, None, modern).await });
         // A read that completes on its first poll (a small file) is answered at once; one
         // that waits (a large file, a slow source) finishes on a task of its own, so the
         // requests behind it are not held up, and can be cancelled while it waits.
@@ -556,13 +557,21 @@ async fn drained_by(
     }
 }
 
-/// [`crate::wire::era::read_message`], serialised.
+/// [`crate::wire::era::read_message`], serialised with the blobs kept out of it.
 fn answer_bytes(
-    answer: Result<ReadResourceResponse, ErrorData>,
+    answer: Result<(ReadResourceResponse, RawBlobs), ErrorData>,
     id: RequestId,
     modern: bool,
 ) -> Option<Vec<u8>> {
-    encode(era::read_message(answer, id, modern))
+    let (answer, blobs) = match answer {
+        Ok((answer, blobs)) => (Ok(answer), blobs),
+        Err(e) => (Err(e), RawBlobs::default()),
+    };
+    to_json_with(era::read_message(answer, id, modern), blobs)
+        .map(|mut bytes| {
+            bytes.push(b'\n');
+            bytes
+        })
         .inspect_err(|e| tracing::error!("cannot encode an answer: {e}"))
         .ok()
 }

@@ -240,7 +240,7 @@ impl<M: SessionManager> DirectRead<M> {
         self.settings.answered.fetch_add(1, Ordering::Relaxed);
         let grant = parts.extensions.get::<Grant>();
         let id = request.id;
-        let read = self.handler.read_as(read.params, grant, true);
+        let read = self.handler.read_for_encoder(read.params, grant, true);
         let answer = tokio::select! {
             answer = read => answer,
             // The words rmcp answers a stateless request with when shutdown cuts it off.
@@ -252,9 +252,13 @@ impl<M: SessionManager> DirectRead<M> {
                 ));
             }
         };
+        let (answer, blobs) = match answer {
+            Ok((answer, blobs)) => (Ok(answer), blobs),
+            Err(e) => (Err(e), encode::RawBlobs::default()),
+        };
         let message = era::read_message(answer, id, true);
         let status = status_of(&message);
-        Ok(match encode::to_json(message) {
+        Ok(match encode::to_json_with(message, blobs) {
             Ok(body) => Response::builder()
                 .status(status)
                 .header(header::CONTENT_TYPE, JSON)

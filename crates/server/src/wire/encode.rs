@@ -11,15 +11,72 @@ use rmcp::service::{RoleServer, TxJsonRpcMessage};
 /// One message as JSON, byte for byte what `serde_json::to_vec` writes, with large read
 /// contents escaped a chunk at a time (see [`SPLICE_FROM`]): every answer of the stdio
 /// transport, and the HTTP direct path's body.
-pub(crate) fn to_json(mut item: TxJsonRpcMessage<RoleServer>) -> io::Result<Vec<u8>> {
-    let taken = take_contents(&mut item);
+pub(crate) fn to_json(item: TxJsonRpcMessage<RoleServer>) -> io::Result<Vec<u8>> {
+    to_json_with(item, RawBlobs::default())
+}
+
+/// [`to_json`] of a read answer whose large blobs were kept out of it as bytes (`blobs`, see
+/// [`RawBlobs`]): their base64 is written straight into the answer, so the JSON is what
+/// `serde_json::to_vec` writes of the answer with the blobs encoded in place.
+pub(crate) fn to_json_with(
+    mut item: TxJsonRpcMessage<RoleServer>,
+    blobs: RawBlobs,
+) -> io::Result<Vec<u8>> {
+    let taken = take_contents(&mut item, blobs)?;
     // With contents taken out this is the small skeleton; `splice_contents` sizes the answer.
     let mut bytes = Vec::with_capacity(512);
     serde_json::to_writer(&mut bytes, &item)?;
     if !taken.is_empty() {
-        bytes = splice_contents(&bytes, &taken)?;
+        bytes = splice_contents(&bytes, taken)?;
     }
     Ok(bytes)
+}
+
+/// The bytes of a read answer's large blobs, kept out of its `BlobResourceContents` (whose
+/// `blob` is left empty) until the answer is encoded by [`to_json_with`].
+///
+/// A blob in the answer is a `String` of its base64: for an 8 MiB file that is an 11 MB
+/// buffer made, written, copied into the answer and freed on every read, on top of the
+/// answer itself; and with jemalloc every buffer of 8 MiB and more comes back as fresh pages
+/// to fault in. Encoded in place, the answer is the only buffer of that size besides the
+/// file's bytes.
+#[derive(Default)]
+pub(crate) struct RawBlobs(Vec<(usize, Vec<u8>)>);
+
+impl RawBlobs {
+    /// Keep `bytes` out of the answer as the blob of `contents[index]`; `false` (nothing
+    /// kept) when the bytes are small enough to go through serde_json as they are or as many
+    /// blobs as can be spliced are already kept.
+    pub(crate) fn keep(&mut self, index: usize, bytes: &mut Vec<u8>) -> bool {
+        if bytes.len() < SPLICE_FROM || self.0.len() == MAX_SPLICED {
+            return false;
+        }
+        self.0.push((index, std::mem::take(bytes)));
+        true
+    }
+}
+
+/// What goes in place of a marker.
+enum Body {
+    /// Text or a blob that was in the answer: escaped as JSON.
+    Escaped(String),
+    /// Bytes kept out of the answer ([`RawBlobs`]): their base64, which needs no escaping.
+    Base64(Vec<u8>),
+}
+
+impl Body {
+    /// The most bytes it takes in the answer, quotes aside (more when text needs escaping).
+    fn len_hint(&self) -> usize {
+        match self {
+            Self::Escaped(s) => s.len(),
+            Self::Base64(b) => base64_len(b.len()),
+        }
+    }
+}
+
+/// The length of the padded base64 of `n` bytes.
+const fn base64_len(n: usize) -> usize {
+    n.div_ceil(3) * 4
 }
 
 /// Contents from this size on are escaped by [`escape_into`] instead of serde_json.
@@ -56,16 +113,30 @@ fn markers() -> &'static [(String, memchr::memmem::Finder<'static>)] {
     })
 }
 
-/// Takes the large text and blob strings out of a `resources/read` answer, leaving markers;
-/// each is returned with the index of its marker.
-fn take_contents(item: &mut TxJsonRpcMessage<RoleServer>) -> Vec<(usize, String)> {
+/// Takes the large text and blob strings out of a `resources/read` answer, leaving markers,
+/// and puts markers where the blobs kept in `blobs` go; each body is returned with the index
+/// of its marker, in the order of the contents.
+fn take_contents(
+    item: &mut TxJsonRpcMessage<RoleServer>,
+    blobs: RawBlobs,
+) -> io::Result<Vec<(usize, Body)>> {
     let mut taken = Vec::new();
+    let mut kept = blobs.0.into_iter().peekable();
     if let JsonRpcMessage::Response(r) = item
         && let ServerResult::ReadResourceResult(result) = &mut r.result
     {
-        for c in &mut result.contents {
+        for (at, c) in result.contents.iter_mut().enumerate() {
             if taken.len() == MAX_SPLICED {
                 break;
+            }
+            let i = taken.len();
+            if let Some((_, bytes)) = kept.next_if(|(index, _)| *index == at) {
+                let ResourceContents::BlobResourceContents { blob, .. } = c else {
+                    return Err(io::Error::other("a kept blob's contents are not a blob"));
+                };
+                *blob = markers()[i].0.clone();
+                taken.push((i, Body::Base64(bytes)));
+                continue;
             }
             let body = match c {
                 ResourceContents::TextResourceContents { text, .. } => text,
@@ -73,28 +144,46 @@ fn take_contents(item: &mut TxJsonRpcMessage<RoleServer>) -> Vec<(usize, String)
                 _ => continue,
             };
             if body.len() >= SPLICE_FROM {
-                let i = taken.len();
                 let body = std::mem::replace(body, markers()[i].0.clone());
-                taken.push((i, body));
+                taken.push((i, Body::Escaped(body)));
             }
         }
     }
-    taken
+    // A blob whose contents were not found would go out empty: refuse the answer instead.
+    if kept.next().is_some() {
+        return Err(io::Error::other(
+            "a kept blob has no contents in the answer",
+        ));
+    }
+    Ok(taken)
 }
 
-/// `skeleton` with each marker (as serde_json wrote it) replaced by its escaped contents.
-fn splice_contents(skeleton: &[u8], taken: &[(usize, String)]) -> io::Result<Vec<u8>> {
-    let mut out =
-        Vec::with_capacity(skeleton.len() + taken.iter().map(|(_, s)| s.len() + 16).sum::<usize>());
+/// `skeleton` with each marker (as serde_json wrote it) replaced by its contents: escaped,
+/// or the base64 of kept bytes.
+fn splice_contents(skeleton: &[u8], taken: Vec<(usize, Body)>) -> io::Result<Vec<u8>> {
+    use base64::Engine as _;
+    // One byte more for the newline the stdio transport ends the line with.
+    let mut out = Vec::with_capacity(
+        skeleton.len() + 1 + taken.iter().map(|(_, b)| b.len_hint() + 2).sum::<usize>(),
+    );
     let mut rest = skeleton;
     for (i, body) in taken {
-        let finder = &markers()[*i].1;
+        let finder = &markers()[i].1;
         let at = finder
             .find(rest)
             .ok_or_else(|| io::Error::other("answer marker lost in serialisation"))?;
         out.extend_from_slice(&rest[..at]);
         out.push(b'"');
-        escape_into(&mut out, body.as_bytes());
+        match body {
+            Body::Escaped(text) => escape_into(&mut out, text.as_bytes()),
+            Body::Base64(bytes) => {
+                let from = out.len();
+                out.resize(from + base64_len(bytes.len()), 0);
+                base64::engine::general_purpose::STANDARD
+                    .encode_slice(&bytes, &mut out[from..])
+                    .map_err(io::Error::other)?;
+            }
+        }
         out.push(b'"');
         rest = &rest[at + finder.needle().len()..];
     }
@@ -250,6 +339,66 @@ mod tests {
                 String::from_utf8_lossy(&want[..want.len().min(300)])
             );
         }
+    }
+
+    #[test]
+    fn kept_blobs_encode_as_the_blobs_would() {
+        use base64::Engine as _;
+        let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+        // Sizes around the splice threshold and every padding length, with text around.
+        let bytes: Vec<Vec<u8>> = [SPLICE_FROM, SPLICE_FROM + 1, SPLICE_FROM + 2, 300_001]
+            .iter()
+            .map(|&n| (0..n).map(|i| (i * 31 + i / 7) as u8).collect())
+            .collect();
+        let text = "line \"one\"\n".repeat(200);
+        let full = |i: usize| {
+            ResourceContents::blob(b64(&bytes[i]), format!("file:///b{i}.bin"))
+                .with_mime_type("application/octet-stream")
+        };
+        let want = read_answer(vec![
+            full(0),
+            ResourceContents::text(text.clone(), "file:///t"),
+            full(1),
+            ResourceContents::blob("AAEC", "file:///small"),
+            full(2),
+            full(3),
+        ]);
+        let want = serde_json::to_vec(&want).unwrap();
+        let mut kept = RawBlobs::default();
+        let mut contents = Vec::new();
+        for (at, i) in [(0, 0), (2, 1), (4, 2), (5, 3)] {
+            while contents.len() < at {
+                contents.push(match contents.len() {
+                    1 => ResourceContents::text(text.clone(), "file:///t"),
+                    _ => ResourceContents::blob("AAEC", "file:///small"),
+                });
+            }
+            let mut b = bytes[i].clone();
+            assert!(kept.keep(at, &mut b));
+            assert!(b.is_empty());
+            contents.push(
+                ResourceContents::blob(String::new(), format!("file:///b{i}.bin"))
+                    .with_mime_type("application/octet-stream"),
+            );
+        }
+        let got = to_json_with(read_answer(contents), kept).unwrap();
+        assert!(got == want, "differs");
+        // A small blob is not kept: it goes through serde_json as it is.
+        let mut small = vec![1u8; SPLICE_FROM - 1];
+        assert!(!RawBlobs::default().keep(0, &mut small));
+        assert_eq!(small.len(), SPLICE_FROM - 1);
+    }
+
+    #[test]
+    fn a_kept_blob_without_its_contents_is_an_error_not_an_empty_blob() {
+        let mut kept = RawBlobs::default();
+        assert!(kept.keep(3, &mut vec![0u8; SPLICE_FROM]));
+        let answer = read_answer(vec![ResourceContents::blob(String::new(), "file:///a")]);
+        assert!(to_json_with(answer, kept).is_err());
+        let mut kept = RawBlobs::default();
+        assert!(kept.keep(0, &mut vec![0u8; SPLICE_FROM]));
+        let answer = read_answer(vec![ResourceContents::text("x", "file:///a")]);
+        assert!(to_json_with(answer, kept).is_err());
     }
 
     #[test]
