@@ -728,7 +728,8 @@ async fn write_loop<W: AsyncWrite + Unpin>(
             }
             w.write_all(&batch).await
         };
-        drop(first);
+        // A big answer's buffer goes to the next big read, pages and all (mcpr_core::spare).
+        mcpr_core::spare::give_back(first);
         let mut result = result.and(w.flush().await);
         if result.is_ok() {
             let deferred = backlog.written(bytes, messages);

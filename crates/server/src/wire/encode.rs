@@ -161,9 +161,9 @@ fn take_contents(
 /// `skeleton` with each marker (as serde_json wrote it) replaced by its contents: escaped,
 /// or the base64 of kept bytes.
 fn splice_contents(skeleton: &[u8], taken: Vec<(usize, Body)>) -> io::Result<Vec<u8>> {
-    use base64::Engine as _;
-    // One byte more for the newline the stdio transport ends the line with.
-    let mut out = Vec::with_capacity(
+    // One byte more for the newline the stdio transport ends the line with. A large answer
+    // takes a kept buffer, and the bodies are handed back once copied (mcpr_core::spare).
+    let mut out = mcpr_core::spare::buffer(
         skeleton.len() + 1 + taken.iter().map(|(_, b)| b.len_hint() + 2).sum::<usize>(),
     );
     let mut rest = skeleton;
@@ -175,13 +175,13 @@ fn splice_contents(skeleton: &[u8], taken: Vec<(usize, Body)>) -> io::Result<Vec
         out.extend_from_slice(&rest[..at]);
         out.push(b'"');
         match body {
-            Body::Escaped(text) => escape_into(&mut out, text.as_bytes()),
+            Body::Escaped(text) => {
+                escape_into(&mut out, text.as_bytes());
+                mcpr_core::spare::give_back(text.into_bytes());
+            }
             Body::Base64(bytes) => {
-                let from = out.len();
-                out.resize(from + base64_len(bytes.len()), 0);
-                base64::engine::general_purpose::STANDARD
-                    .encode_slice(&bytes, &mut out[from..])
-                    .map_err(io::Error::other)?;
+                base64_into(&mut out, &bytes)?;
+                mcpr_core::spare::give_back(bytes);
             }
         }
         out.push(b'"');
@@ -189,6 +189,23 @@ fn splice_contents(skeleton: &[u8], taken: Vec<(usize, Body)>) -> io::Result<Vec
     }
     out.extend_from_slice(rest);
     Ok(out)
+}
+
+/// Appends the padded base64 of `bytes`, a block at a time through a small buffer: every byte
+/// of the answer is written once, where encoding into a zeroed tail would write it twice.
+fn base64_into(out: &mut Vec<u8>, bytes: &[u8]) -> io::Result<()> {
+    use base64::Engine as _;
+    /// Input per block: a multiple of 3, so only the last block is padded.
+    const BLOCK: usize = 3 * 1024;
+    let mut encoded = [0u8; BLOCK / 3 * 4];
+    out.reserve(base64_len(bytes.len()));
+    for block in bytes.chunks(BLOCK) {
+        let n = base64::engine::general_purpose::STANDARD
+            .encode_slice(block, &mut encoded)
+            .map_err(io::Error::other)?;
+        out.extend_from_slice(&encoded[..n]);
+    }
+    Ok(())
 }
 
 /// JSON string escaping as serde_json does it (the same escapes, lowercase `\u00XX` for
