@@ -198,17 +198,7 @@ pub fn stdio_interleaved(
         .map(|(s, make, check, raw)| StdioDriver::start(s, make, check, raw, plan.warmup))
         .collect::<Result<Vec<_>, _>>()?;
     let rounds = rounds.max(1);
-    let mut latency: Vec<Samples> = drivers
-        .iter()
-        .map(|_| Samples::with_capacity(plan.iters))
-        .collect();
-    let per = plan.iters.div_ceil(rounds);
-    let end = Instant::now() + plan.max_latency_phase;
-    for _ in 0..rounds {
-        for (d, l) in drivers.iter_mut().zip(&mut latency) {
-            d.latency(per, l, end)?;
-        }
-    }
+    let latency = latency_rounds(&mut drivers, plan, rounds)?;
     let phase = plan.throughput_phase / rounds as u32;
     let mut totals = vec![(0u64, Duration::ZERO); drivers.len()];
     for _ in 0..rounds {
@@ -226,6 +216,47 @@ pub fn stdio_interleaved(
             rps: n as f64 / t.as_secs_f64(),
             errors: d.errors,
         })
+        .collect())
+}
+
+/// `plan.iters` one-in-flight round trips for each driver, taken in `rounds` alternating
+/// rounds; the samples in the order of `drivers`.
+fn latency_rounds(
+    drivers: &mut [StdioDriver],
+    plan: Plan,
+    rounds: usize,
+) -> Result<Vec<Samples>, String> {
+    let mut latency: Vec<Samples> = drivers
+        .iter()
+        .map(|_| Samples::with_capacity(plan.iters))
+        .collect();
+    let per = plan.iters.div_ceil(rounds);
+    let end = Instant::now() + plan.max_latency_phase;
+    for _ in 0..rounds {
+        for (d, l) in drivers.iter_mut().zip(&mut latency) {
+            d.latency(per, l, end)?;
+        }
+    }
+    Ok(latency)
+}
+
+/// The latency half of [`stdio_interleaved`] alone (`plan.throughput_phase` is not used): for
+/// answers too large to keep a window of them in flight, such as blob reads. The samples and
+/// the count of error answers, in the order of `sides`.
+pub fn stdio_interleaved_latency(
+    sides: Vec<Side>,
+    plan: Plan,
+    rounds: usize,
+) -> Result<Vec<(Samples, u64)>, String> {
+    let mut drivers = sides
+        .into_iter()
+        .map(|(s, make, check, raw)| StdioDriver::start(s, make, check, raw, plan.warmup))
+        .collect::<Result<Vec<_>, _>>()?;
+    let latency = latency_rounds(&mut drivers, plan, rounds.max(1))?;
+    Ok(latency
+        .into_iter()
+        .zip(drivers)
+        .map(|(l, d)| (l, d.errors))
         .collect())
 }
 

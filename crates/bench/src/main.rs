@@ -6,9 +6,12 @@
 //! `mcpr-bench file-echo DIR FILE` is the file floor: the echo, plus the system calls our
 //! server makes to read `FILE` beneath `DIR` for every line, with the text in the answer.
 //! `mcpr-bench http-floor ADDR DIR FILE` is the HTTP floor (`http_floor.rs`).
+//! `mcpr-bench blob-echo DIR FILE` is the blob floor (`blob_floor.rs`): `FILE` read, base64'd
+//! and written as our `resources/read` answer, with buffers reused.
 //! `cargo xtask bench` builds, installs the peers and calls `run`; see the README.
 //! `mcpr-bench soak …` is the soak of issue #19 (`soak.rs`), run by `cargo xtask soak`.
 
+mod blob_floor;
 mod cluster;
 mod fixtures;
 mod http;
@@ -61,6 +64,14 @@ enum Cli {
         #[arg(long, default_value = "text/plain")]
         mime: String,
     },
+    /// The blob floor: answer each line with DIR/FILE as a base64 `blob` in our answer's
+    /// shape: one read of the file, base64, one write, buffers reused.
+    BlobEcho {
+        /// The directory the file is opened in.
+        dir: String,
+        /// The file, relative to DIR.
+        file: String,
+    },
     /// Run the benchmark scenarios (`cargo xtask bench`).
     Run(RunArgs),
     /// Drive one stdio server with `resources/read` of URI, 32 in flight for SECONDS, and
@@ -96,6 +107,7 @@ fn main() -> ExitCode {
             file,
             mime,
         } => http_floor::serve(&addr, &dir, &file, &mime),
+        Cli::BlobEcho { dir, file } => blob_floor::blob_echo(&dir, &file),
         Cli::Run(a) => run(a),
         Cli::Drive {
             seconds,

@@ -15,6 +15,7 @@ pub mod mime;
 pub mod poll;
 pub mod provider;
 pub mod redact;
+pub mod spare;
 pub mod template;
 pub mod uri;
 pub mod window;

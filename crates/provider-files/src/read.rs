@@ -106,7 +106,8 @@ pub(crate) fn read_path(
             if size > limits.max_bytes {
                 return Err(too_large(uri_s, size, limits.max_bytes));
             }
-            let mut buf = Vec::with_capacity(size as usize);
+            // A kept buffer when the file is large: its pages are in already (mcpr_core::spare).
+            let mut buf = mcpr_core::spare::buffer(size as usize);
             // +1 detects a file that grew past the limit between the stat and the read.
             (&mut file)
                 .take(limits.max_bytes + 1)

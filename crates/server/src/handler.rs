@@ -382,24 +382,35 @@ impl McpHandler {
         Ok(result.into())
     }
 
-    /// [`Self::read_as`] answered as the whole JSON-RPC answer to `id`, as JSON (what the
-    /// direct read paths write): a successful read is written straight from the provider's
-    /// contents ([`crate::wire::encode::read_answer_json`]), without building rmcp's result;
-    /// an error gets the same era shaping as rmcp's dispatch gives it.
+    /// [`Self::read_as`] answered as the whole JSON-RPC answer to `id` (what the direct read
+    /// paths write): a successful read as JSON written straight from the provider's contents
+    /// ([`crate::wire::encode::read_answer_json`]), without building rmcp's result; a refused
+    /// one as the error message rmcp's dispatch would send for the era, for the transport to
+    /// encode (HTTP takes its status from it). Large buffers go back to
+    /// [`mcpr_core::spare`] once copied into the answer.
     pub(crate) async fn read_answer_as(
         &self,
         request: ReadResourceRequestParams,
         grant: Option<&Grant>,
         id: rmcp::model::RequestId,
         modern: bool,
-    ) -> std::io::Result<Vec<u8>> {
+    ) -> Result<std::io::Result<Vec<u8>>, rmcp::model::ServerJsonRpcMessage> {
         match self.service.read(grant, &request.uri).await {
-            Ok(read) => crate::wire::encode::read_answer_json(
-                &id,
-                &read.contents,
-                modern.then(|| (read.hints.ttl_ms, scope(read.hints))),
-            ),
-            Err(e) => crate::wire::encode::to_json(crate::wire::era::read_message(
+            Ok(read) => {
+                let answer = crate::wire::encode::read_answer_json(
+                    &id,
+                    &read.contents,
+                    modern.then(|| (read.hints.ttl_ms, scope(read.hints))),
+                );
+                for c in read.contents {
+                    mcpr_core::spare::give_back(match c.body {
+                        ContentsBody::Text(text) => text.into_bytes(),
+                        ContentsBody::Blob(bytes) => bytes,
+                    });
+                }
+                Ok(answer)
+            }
+            Err(e) => Err(crate::wire::era::read_message(
                 Err(to_mcp_error(e)),
                 id,
                 modern,

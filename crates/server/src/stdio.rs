@@ -504,6 +504,7 @@ impl<R> StdioTransport<R> {
                 .read_answer_as(params, None, answer_id, modern)
                 .await;
             answer
+                .unwrap_or_else(to_json)
                 .map(|mut bytes| {
                     bytes.push(b'\n');
                     bytes
@@ -718,7 +719,8 @@ async fn write_loop<W: AsyncWrite + Unpin>(
             }
             w.write_all(&batch).await
         };
-        drop(first);
+        // A big answer's buffer goes to the next big read, pages and all (mcpr_core::spare).
+        mcpr_core::spare::give_back(first);
         let mut result = result.and(w.flush().await);
         if result.is_ok() {
             let deferred = backlog.written(bytes, messages);

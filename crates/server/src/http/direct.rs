@@ -240,7 +240,7 @@ impl<M: SessionManager> DirectRead<M> {
         self.settings.answered.fetch_add(1, Ordering::Relaxed);
         let grant = parts.extensions.get::<Grant>();
         let id = request.id;
-        let read = self.handler.read_as(read.params, grant, true);
+        let read = self.handler.read_answer_as(read.params, grant, id, true);
         let answer = tokio::select! {
             answer = read => answer,
             // The words rmcp answers a stateless request with when shutdown cuts it off.
@@ -252,9 +252,11 @@ impl<M: SessionManager> DirectRead<M> {
                 ));
             }
         };
-        let message = era::read_message(answer, id, true);
-        let status = status_of(&message);
-        Ok(match encode::to_json(message) {
+        let (status, body) = match answer {
+            Ok(body) => (StatusCode::OK, body),
+            Err(message) => (status_of(&message), encode::to_json(message)),
+        };
+        Ok(match body {
             Ok(body) => Response::builder()
                 .status(status)
                 .header(header::CONTENT_TYPE, JSON)

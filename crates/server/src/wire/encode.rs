@@ -84,8 +84,11 @@ fn take_contents(item: &mut TxJsonRpcMessage<RoleServer>) -> Vec<(usize, String)
 
 /// `skeleton` with each marker (as serde_json wrote it) replaced by its escaped contents.
 fn splice_contents(skeleton: &[u8], taken: &[(usize, String)]) -> io::Result<Vec<u8>> {
-    let mut out =
-        Vec::with_capacity(skeleton.len() + taken.iter().map(|(_, s)| s.len() + 16).sum::<usize>());
+    // One byte more for the newline the stdio transport ends the line with. A large answer
+    // takes a kept buffer, with its pages in (mcpr_core::spare).
+    let mut out = mcpr_core::spare::buffer(
+        skeleton.len() + 1 + taken.iter().map(|(_, s)| s.len() + 16).sum::<usize>(),
+    );
     let mut rest = skeleton;
     for (i, body) in taken {
         let finder = &markers()[*i].1;
@@ -211,7 +214,9 @@ pub(crate) fn read_answer_json(
                 }
         })
         .sum();
-    let mut out = Vec::with_capacity(128 + room);
+    // One byte more for the newline the stdio transport ends the line with. A large answer
+    // takes a kept buffer, with its pages in (mcpr_core::spare).
+    let mut out = mcpr_core::spare::buffer(129 + room);
     out.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
     serde_json::to_writer(&mut out, id)?;
     out.extend_from_slice(br#","result":{"#);
@@ -241,15 +246,7 @@ pub(crate) fn read_answer_json(
             ContentsBody::Blob(bytes) => {
                 // Base64 has nothing JSON escapes: written in place, as serde_json would.
                 out.extend_from_slice(br#","blob":""#);
-                let at = out.len();
-                out.resize(at + bytes.len().div_ceil(3) * 4, 0);
-                let n = base64::Engine::encode_slice(
-                    &base64::engine::general_purpose::STANDARD,
-                    bytes,
-                    &mut out[at..],
-                )
-                .map_err(io::Error::other)?;
-                out.truncate(at + n);
+                base64_into(&mut out, bytes)?;
                 out.push(b'"');
             }
         }
@@ -261,6 +258,23 @@ pub(crate) fn read_answer_json(
     }
     out.extend_from_slice(b"]}}");
     Ok(out)
+}
+
+/// Appends the padded base64 of `bytes`, a block at a time through a small buffer: every byte
+/// of the answer is written once, where encoding into a zeroed tail would write it twice.
+fn base64_into(out: &mut Vec<u8>, bytes: &[u8]) -> io::Result<()> {
+    use base64::Engine as _;
+    /// Input per block: a multiple of 3, so only the last block is padded.
+    const BLOCK: usize = 3 * 1024;
+    let mut encoded = [0u8; BLOCK / 3 * 4];
+    out.reserve(bytes.len().div_ceil(3) * 4);
+    for block in bytes.chunks(BLOCK) {
+        let n = base64::engine::general_purpose::STANDARD
+            .encode_slice(block, &mut encoded)
+            .map_err(io::Error::other)?;
+        out.extend_from_slice(&encoded[..n]);
+    }
+    Ok(())
 }
 
 /// `s` as a JSON string, quotes included, as serde_json writes it.
