@@ -117,13 +117,7 @@ fn big_tree(big: &Path, dirs: usize) -> Result<(), String> {
                 })
             })
             .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err("fixture thread panicked".into()))
-            })
-            .collect()
+        crate::load::join_all(handles, "fixture")
     });
     results.into_iter().collect()
 }

@@ -10,6 +10,21 @@ use crate::stats::Samples;
 /// Requests kept in flight for throughput figures.
 pub const WINDOW: usize = 32;
 
+/// The results of scoped threads, in order; a thread that panicked counts as an error
+/// naming `what` ran on it.
+pub fn join_all<T>(
+    handles: Vec<std::thread::ScopedJoinHandle<'_, Result<T, String>>>,
+    what: &str,
+) -> Vec<Result<T, String>> {
+    handles
+        .into_iter()
+        .map(|h| {
+            h.join()
+                .unwrap_or_else(|_| Err(format!("{what} thread panicked")))
+        })
+        .collect()
+}
+
 /// How much load to apply.
 #[derive(Clone, Copy)]
 pub struct Plan {
@@ -360,13 +375,7 @@ fn drive_http(addr: &str, call: Call, check: &str, plan: Plan) -> Result<Outcome
                 })
             })
             .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err("load thread panicked".into()))
-            })
-            .collect()
+        join_all(handles, "load")
     });
     let elapsed = start.elapsed();
     let mut done = 0;
@@ -458,13 +467,7 @@ impl HttpDriver<'_, '_> {
                     })
                 })
                 .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err("load thread panicked".into()))
-                })
-                .collect()
+            join_all(handles, "load")
         });
         let elapsed = start.elapsed();
         let (mut done, mut lat) = (0, Samples::default());
@@ -637,13 +640,7 @@ pub fn sessions(shape: &SessionShape) -> Result<SessionOutcome, String> {
         let handles: Vec<_> = (0..shape.clients)
             .map(|_| s.spawn(move || session_client(shape, start, from, to)))
             .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err("client thread panicked".into()))
-            })
-            .collect()
+        join_all(handles, "client")
     });
     let mut out = SessionOutcome {
         calls: Samples::default(),

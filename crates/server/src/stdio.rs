@@ -393,10 +393,7 @@ impl<R: AsyncRead + Unpin + Send> StdioTransport<R> {
 
     /// Queue an answer the transport gives itself (to a line rmcp never sees).
     fn answer(&self, answer: TxJsonRpcMessage<RoleServer>) {
-        let encoded = own_answer_json(answer).map(|mut b| {
-            b.push(b'\n');
-            b
-        });
+        let encoded = own_answer_json(answer).map(as_line);
         if let Err(e) = encoded.and_then(|b| self.queue(b)) {
             tracing::debug!("cannot answer an invalid message: {e}");
         }
@@ -500,15 +497,14 @@ impl<R> StdioTransport<R> {
         tracing::debug!(%id, uri = %params.uri, "resources/read answered by the direct path");
         let answer_id = id.clone();
         let mut read = Box::pin(async move {
-            let answer = handler
+            let answer = match handler
                 .read_answer_as(params, None, answer_id, modern)
-                .await;
+                .await
+            {
+                Ok(json) => json.map(as_line),
+                Err(refused) => encode(refused),
+            };
             answer
-                .unwrap_or_else(to_json)
-                .map(|mut bytes| {
-                    bytes.push(b'\n');
-                    bytes
-                })
                 .inspect_err(|e| tracing::error!("cannot encode an answer: {e}"))
                 .ok()
         });
@@ -530,12 +526,11 @@ impl<R> StdioTransport<R> {
                 answer = read => answer,
                 () = cancelled.cancelled() => return,
             };
-            let bytes = answer;
             // Taken off the list and sent under one lock, so a cancellation is either
             // before (no answer) or after (the answer is already out).
             let mut waiting = lock(&waiting);
             if waiting.remove(&id).is_some()
-                && let Some(bytes) = bytes
+                && let Some(bytes) = answer
             {
                 let _ = out.send(bytes);
             }
@@ -583,9 +578,13 @@ fn closed() -> io::Error {
 }
 
 fn encode(item: TxJsonRpcMessage<RoleServer>) -> io::Result<Vec<u8>> {
-    let mut bytes = to_json(item)?;
-    bytes.push(b'\n');
-    Ok(bytes)
+    to_json(item).map(as_line)
+}
+
+/// A JSON message as a line of the stream: with its newline.
+fn as_line(mut json: Vec<u8>) -> Vec<u8> {
+    json.push(b'\n');
+    json
 }
 
 impl<R: AsyncRead + Unpin + Send> Transport<RoleServer> for StdioTransport<R> {
