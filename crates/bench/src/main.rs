@@ -92,6 +92,18 @@ enum Cli {
         #[arg(trailing_var_arg = true, required = true)]
         cmd: Vec<String>,
     },
+    /// Drive an HTTP server already listening on ADDR with stateless 2026-07-28
+    /// `resources/read` requests of URI at `/mcp`, 32 connections for SECONDS, as the `http`
+    /// scenario does: for a server's CPU profile by hand (`perf record -p`).
+    DriveHttp {
+        /// Seconds of load.
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        /// `127.0.0.1:PORT` the server listens on.
+        addr: String,
+        /// The URI to read.
+        uri: String,
+    },
     /// The soak of issue #19 (`cargo xtask soak`).
     Soak(soak::Options),
 }
@@ -109,6 +121,7 @@ fn main() -> ExitCode {
         } => http_floor::serve(&addr, &dir, &file, &mime),
         Cli::BlobEcho { dir, file } => blob_floor::blob_echo(&dir, &file),
         Cli::Run(a) => run(a),
+        Cli::DriveHttp { seconds, addr, uri } => scenarios::drive_http(&addr, &uri, seconds),
         Cli::Drive {
             seconds,
             init,

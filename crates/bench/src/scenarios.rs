@@ -394,6 +394,37 @@ pub fn drive(cmd: &[String], uri: &str, init: bool, seconds: u64) -> Result<(), 
     Ok(())
 }
 
+/// [`drive`] for an HTTP server: the load of the stateless read rows, printed.
+pub fn drive_http(addr: &str, uri: &str, seconds: u64) -> Result<(), String> {
+    let make = read_req_2026(uri);
+    let target = HttpTarget {
+        addr: addr.to_owned(),
+        path: "/mcp".into(),
+        headers: vec![
+            ("mcp-protocol-version".into(), "2026-07-28".into()),
+            ("mcp-method".into(), "resources/read".into()),
+            ("mcp-name".into(), uri.to_owned()),
+        ],
+        make: &make,
+    };
+    let plan = load::Plan {
+        iters: 2_000,
+        max_latency_phase: Duration::from_secs(1),
+        throughput_phase: Duration::from_secs(seconds),
+        warmup: 2_000,
+    };
+    let mut o = load::http(&target, TEXT_1K_HEAD, plan)?;
+    println!(
+        "{:.0} req/s at {} connections; 1 connection p50 {:.1} µs, p99 {:.1} µs; {} error answers",
+        o.rps,
+        load::WINDOW,
+        o.latency.p50_us(),
+        o.latency.p99_us(),
+        o.errors
+    );
+    Ok(())
+}
+
 /// The echo floor, the file floor and our server in alternating rounds in one placement:
 /// their rows, and our throughput.
 fn floors_and_ours(env: &Env, placement: Placement) -> (Vec<Row>, Option<f64>) {

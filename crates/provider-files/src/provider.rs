@@ -33,6 +33,8 @@ pub(crate) struct Inner {
     /// entry of a directory that may hold millions, so only [`DIR_SCANS`] run at once per
     /// mount and the rest wait their turn instead of piling up on the blocking pool.
     pub(crate) scans: Arc<tokio::sync::Semaphore>,
+    /// Small files the direct read path read recently, by path (see `crate::seen`).
+    pub(crate) seen: crate::seen::Seen,
 }
 
 /// How many directory scans (completions, directory reads) of one mount run at once.
@@ -284,6 +286,7 @@ impl FilesProvider {
             config,
             dir_cache: Default::default(),
             scans: Arc::new(tokio::sync::Semaphore::new(DIR_SCANS)),
+            seen: Default::default(),
         });
         let watcher = Watcher::new(inner.clone());
         Ok(Self {

@@ -20,6 +20,7 @@ use crate::error::map_io;
 use crate::list::dir_listing;
 use crate::path::RelPath;
 use crate::provider::Inner;
+use crate::seen::Identity;
 
 /// Files up to this size are read on the calling task: cheaper than a hop to the blocking
 /// pool, and short enough not to stall the runtime.
@@ -188,24 +189,25 @@ fn changed_while_read(uri: &str) -> Error {
     .with_uri(uri)
 }
 
-/// The common read in five system calls: the whole of a small regular file whose path has no
-/// symlink at all. `None` leaves the request to [`read_path`] (after `Inner::resolve`), which
-/// handles links, directories, windows, limits and every error; so anything unusual here is
-/// not an answer but a fall-back.
+/// The common read in four or five system calls: the whole of a small regular file whose
+/// path has no symlink at all. `None` leaves the request to [`read_path`] (after
+/// `Inner::resolve`), which handles links, directories, windows, limits and every error; so
+/// anything unusual here is not an answer but a fall-back.
 ///
 /// `rel` must be the decoded URI path with the deny rules already checked on it. The calls,
 /// and what each buys (issue #32):
-/// - `statx` of the path, not following a link: FIFOs, sockets and devices are never opened
-///   (opening a device can act on it), and it gives the size and the identity (inode,
-///   device, size, times) the read is checked against.
+/// - `statx` of the path, not following a link, only when the path was not read recently
+///   (`crate::seen`): FIFOs, sockets and devices are never opened (opening a device can act
+///   on it), and it gives the size and the identity (inode, device, size, times) the read is
+///   checked against. A path read recently uses the identity kept from then.
 /// - `openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`: the kernel refuses it if any
 ///   component is a link or the path leaves the root, so what is opened is at `rel` itself
 ///   and the rules checked on `rel` are the rules of the real path (no link resolution, no
 ///   `/proc/self/fd` check needed).
-/// - `read` into a buffer one byte larger than the size, so a short read is the end.
-/// - `statx` of the descriptor: the same identity as the first `statx` means the file opened
-///   is the one checked (an entry swapped in between has another inode or times) and nothing
-///   rewrote it since before the open, the read included.
+/// - `pread` into a buffer one byte larger than the size, so a short read is the end.
+/// - `statx` of the descriptor: the same identity as before means the file opened is the one
+///   checked (an entry swapped in between has another inode or times) and nothing rewrote
+///   it since before the open, the read included.
 /// - `close`.
 ///
 /// A reader that trusted the tree would make four: `openat`, `fstat`, `read`, `close`.
@@ -215,50 +217,68 @@ pub(crate) fn read_direct(
     uri: &ResourceUri,
     limits: &ReadLimits,
 ) -> Option<Result<Vec<Contents>>> {
-    use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
+    use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
     if rel.is_root() {
         return None;
     }
     let cap = INLINE_READ_MAX.min(limits.max_bytes);
     let path = rel.as_path();
-    let before = rustix::fs::statx(
-        &inner.root,
-        path,
-        // Never trigger an automount just to decide whether to try this path.
-        AtFlags::SYMLINK_NOFOLLOW | AtFlags::NO_AUTOMOUNT,
-        IDENTITY,
-    )
-    .ok()?;
-    if FileType::from_raw_mode(before.stx_mode.into()) != FileType::RegularFile
-        || before.stx_size > cap
-        || !before.stx_mask & IDENTITY.bits() != 0
-    {
-        return None;
-    }
+    let kept = inner.seen.get(rel.as_bytes()).filter(|id| id.size <= cap);
+    let before = match kept {
+        Some(id) => id,
+        None => {
+            let st = rustix::fs::statx(
+                &inner.root,
+                path,
+                // Never trigger an automount just to decide whether to try this path.
+                AtFlags::SYMLINK_NOFOLLOW | AtFlags::NO_AUTOMOUNT,
+                IDENTITY,
+            )
+            .ok()?;
+            if !is_small_file(&st, cap) {
+                return None;
+            }
+            Identity::of(&st)
+        }
+    };
     let fd = rustix::fs::openat2(
         &inner.root,
         path,
         OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
         Mode::empty(),
         ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
-    )
-    .ok()?;
-    let size = before.stx_size as usize;
+    );
+    let Ok(fd) = fd else {
+        // Gone, or a link now: nothing kept for it is true any more.
+        if kept.is_some() {
+            inner.seen.forget(rel.as_bytes());
+        }
+        return None;
+    };
+    let size = before.size as usize;
     // One byte of room past the size: a read that stops short of filling the buffer at the
-    // size is the end of a regular file, so no extra read just to see 0.
+    // size is the end of a regular file, so no extra read just to see 0. `pread`, not `read`:
+    // on a FIFO found where a kept regular file was, it fails instead of taking bytes that
+    // were some writer's.
     let mut buf = vec![0u8; size + 1];
     let mut len = 0;
     loop {
         let want = buf.len() - len;
-        let n = match rustix::io::read(&fd, &mut buf[len..]) {
+        let n = match rustix::io::pread(&fd, &mut buf[len..], len as u64) {
             Ok(n) => n,
             Err(rustix::io::Errno::INTR) => continue,
+            // Not a regular file any more (a directory, a FIFO): the general path says what
+            // it is now.
+            Err(_) if kept.is_some() => {
+                inner.seen.forget(rel.as_bytes());
+                return None;
+            }
             Err(e) => return Some(Err(map_io(e.into(), uri.as_str()))),
         };
         len += n;
         if len == buf.len() {
             // It grew since the stat: the general path reads it under the limits.
-            return None;
+            break;
         }
         if n == 0 || (n < want && len >= size) {
             break;
@@ -266,43 +286,40 @@ pub(crate) fn read_direct(
     }
     buf.truncate(len);
     // Another file than the one checked, or rewritten in place since: the general path
-    // opens and reads it again.
+    // opens and reads it again, and what the descriptor shows now is kept for next time
+    // (or forgotten, when it is no longer a small regular file).
     let after = rustix::fs::statx(&fd, "", AtFlags::EMPTY_PATH, IDENTITY).ok()?;
-    if !same_identity(&before, &after) || len as u64 != before.stx_size {
+    drop(fd);
+    if Identity::of(&after) != before || len as u64 != before.size {
+        if is_small_file(&after, cap) {
+            inner.seen.put(rel.as_bytes(), Identity::of(&after));
+        } else if kept.is_some() {
+            inner.seen.forget(rel.as_bytes());
+        }
         return None;
     }
-    drop(fd);
+    if kept.is_none() {
+        inner.seen.put(rel.as_bytes(), before);
+    }
     let ext_mime = mime_by_extension(rel.as_bytes());
     Some(Ok(vec![make_contents(uri.as_str(), buf, ext_mime, None)]))
 }
 
-/// What [`read_direct`] asks `statx` for: the type and what [`same_identity`] compares.
+/// Whether `st` is a regular file of at most `cap` bytes with every field of the identity
+/// given (a file system that leaves one out is read by the general path).
+fn is_small_file(st: &rustix::fs::Statx, cap: u64) -> bool {
+    use rustix::fs::FileType;
+    FileType::from_raw_mode(st.stx_mode.into()) == FileType::RegularFile
+        && st.stx_size <= cap
+        && st.stx_mask & IDENTITY.bits() == IDENTITY.bits()
+}
+
+/// What [`read_direct`] asks `statx` for: the type and what [`Identity`] holds.
 const IDENTITY: rustix::fs::StatxFlags = rustix::fs::StatxFlags::TYPE
     .union(rustix::fs::StatxFlags::SIZE)
     .union(rustix::fs::StatxFlags::INO)
     .union(rustix::fs::StatxFlags::MTIME)
     .union(rustix::fs::StatxFlags::CTIME);
-
-/// Whether two `statx` answers describe the same file with the same content stamps: device,
-/// inode, type, size, and modification and status-change times to the nanosecond (see
-/// [`identity`] for what a kernel's timestamp granularity leaves unseen).
-fn same_identity(a: &rustix::fs::Statx, b: &rustix::fs::Statx) -> bool {
-    let time = |t: &rustix::fs::StatxTimestamp| (t.tv_sec, t.tv_nsec);
-    (
-        a.stx_dev_major,
-        a.stx_dev_minor,
-        a.stx_ino,
-        a.stx_mode,
-        a.stx_size,
-    ) == (
-        b.stx_dev_major,
-        b.stx_dev_minor,
-        b.stx_ino,
-        b.stx_mode,
-        b.stx_size,
-    ) && time(&a.stx_mtime) == time(&b.stx_mtime)
-        && time(&a.stx_ctime) == time(&b.stx_ctime)
-}
 
 /// Open a regular file through the sandbox without blocking on FIFOs, then re-check that
 /// what was opened is still a regular file whose real path the rules allow (a symlink named

@@ -236,6 +236,132 @@ async fn fifo_neither_listed_nor_hangs_read() {
     assert_eq!(err.kind, ErrorKind::NotFound);
 }
 
+/// A path read before is read again without a `statx` of the path, against what was seen
+/// then (issue #32): every way that can go stale must still read what the path holds now, or
+/// refuse it as before. Each change is made after a read that kept the path's identity.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_path_read_before_is_read_afresh_after_every_kind_of_change() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let f = root.join("f.txt");
+    std::fs::write(outside.path().join("secret.txt"), "outside!!").unwrap();
+    let p = provider(&root);
+    let u = ResourceUri::parse(&uri(&f)).unwrap();
+    let limits = ReadLimits { max_bytes: 1 << 20 };
+    let read = || async {
+        tokio::time::timeout(std::time::Duration::from_secs(5), p.read(&u, &limits))
+            .await
+            .expect("a read must not hang")
+    };
+    let text =
+        |r: mcpr_core::Result<mcpr_core::ReadOutput>| match r.unwrap().contents[0].body.clone() {
+            mcpr_core::ContentsBody::Text(t) => t,
+            other => panic!("not text: {other:?}"),
+        };
+    // Each step: put the first version, read it twice (the second read uses what the first
+    // kept), change the path, and read what it holds now.
+    let fresh = |s: &str| {
+        let _ = std::fs::remove_file(&f);
+        std::fs::write(&f, s).unwrap();
+    };
+    fresh("version 1");
+    assert_eq!(text(read().await), "version 1");
+    assert_eq!(text(read().await), "version 1");
+
+    // Rewritten in place, same length.
+    std::fs::write(&f, "version 2").unwrap();
+    assert_eq!(text(read().await), "version 2");
+    assert_eq!(text(read().await), "version 2");
+
+    // Replaced by rename (another inode), same length.
+    std::fs::write(root.join("next"), "version 3").unwrap();
+    std::fs::rename(root.join("next"), &f).unwrap();
+    assert_eq!(text(read().await), "version 3");
+
+    // Grown past the inline size: read whole by the general path.
+    let big = "x".repeat(300 * 1024);
+    std::fs::write(&f, &big).unwrap();
+    assert_eq!(text(read().await).len(), big.len());
+    fresh("version 4");
+    assert_eq!(text(read().await), "version 4");
+    assert_eq!(text(read().await), "version 4");
+
+    // Deleted.
+    std::fs::remove_file(&f).unwrap();
+    assert_eq!(read().await.unwrap_err().kind, ErrorKind::NotFound);
+
+    // A link out of the root, then a link to a denied file, in its place.
+    fresh("version 5");
+    assert_eq!(text(read().await), "version 5");
+    std::fs::remove_file(&f).unwrap();
+    std::os::unix::fs::symlink(outside.path().join("secret.txt"), &f).unwrap();
+    assert_eq!(read().await.unwrap_err().kind, ErrorKind::NotFound);
+    std::fs::write(root.join(".env"), "SECRET=1!").unwrap();
+    std::fs::remove_file(&f).unwrap();
+    std::os::unix::fs::symlink(".env", &f).unwrap();
+    assert_eq!(read().await.unwrap_err().kind, ErrorKind::NotFound);
+
+    // A FIFO in its place: refused, never waited on.
+    std::fs::remove_file(&f).unwrap();
+    fresh("version 6");
+    assert_eq!(text(read().await), "version 6");
+    std::fs::remove_file(&f).unwrap();
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&f)
+            .status()
+            .unwrap()
+            .success()
+    );
+    assert_eq!(read().await.unwrap_err().kind, ErrorKind::NotFound);
+    // ... and with a writer's bytes waiting in it, those stay for the FIFO's own reader.
+    fresh("version 6");
+    assert_eq!(text(read().await), "version 6");
+    std::fs::remove_file(&f).unwrap();
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&f)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let mut fifo = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&f)
+        .unwrap();
+    std::io::Write::write_all(&mut fifo, b"for the real reader").unwrap();
+    assert_eq!(read().await.unwrap_err().kind, ErrorKind::NotFound);
+    let mut got = [0u8; 19];
+    std::io::Read::read_exact(&mut fifo, &mut got).unwrap();
+    assert_eq!(
+        &got, b"for the real reader",
+        "the server took a FIFO writer's bytes"
+    );
+    drop(fifo);
+
+    // A directory in its place: read as one.
+    std::fs::remove_file(&f).unwrap();
+    fresh("version 7");
+    assert_eq!(text(read().await), "version 7");
+    std::fs::remove_file(&f).unwrap();
+    std::fs::create_dir(&f).unwrap();
+    std::fs::write(f.join("inner.txt"), "in").unwrap();
+    assert!(text(read().await).contains("inner.txt"));
+    std::fs::remove_dir_all(&f).unwrap();
+
+    // No longer readable: the error the general path gives, not the old bytes.
+    fresh("version 8");
+    assert_eq!(text(read().await), "version 8");
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o000)).unwrap();
+    if std::fs::read(&f).is_err() {
+        // (root reads anything; the check means something only when the mode holds.)
+        assert!(read().await.is_err());
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn size_limit_and_windows() {
     let dir = tempfile::tempdir().unwrap();
