@@ -29,18 +29,33 @@ impl Grant {
 /// or (without authentication) the client's address. It never holds a secret. A legacy
 /// session is bound to the identity that created it, and listen streams are counted per
 /// identity. The edge puts it in every MCP request's extensions; the handler reads it there.
+///
+/// Shared text, so the copy each request's extensions take is a count, not an allocation.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Identity(pub(crate) String);
+pub struct Identity(pub(crate) std::sync::Arc<str>);
 
 impl Identity {
     /// An identity from its text (tests and other transports).
     pub fn new(id: impl Into<String>) -> Self {
-        Self(id.into())
+        Self(id.into().into())
     }
 
-    /// The client's address, for requests without authentication.
+    /// The client's address, for requests without authentication. The last address each
+    /// thread saw is kept with its text: a client's requests then share one, instead of
+    /// formatting the address on every request.
     pub(crate) fn address(ip: std::net::IpAddr) -> Self {
-        Self(format!("address {ip}"))
+        thread_local! {
+            static LAST: std::cell::RefCell<Option<(std::net::IpAddr, Identity)>> =
+                const { std::cell::RefCell::new(None) };
+        }
+        LAST.with_borrow_mut(|last| match last {
+            Some((seen, id)) if *seen == ip => id.clone(),
+            _ => {
+                let id = Self::new(format!("address {ip}"));
+                *last = Some((ip, id.clone()));
+                id
+            }
+        })
     }
 
     /// The identity as text.

@@ -131,7 +131,7 @@ impl Auth {
             .tokens
             .iter()
             .map(|t| {
-                Identity(match &t.name {
+                Identity::new(match &t.name {
                     Some(name) => format!("static token {name}"),
                     None => format!("static token {}", key.name(&t.token)),
                 })
@@ -243,10 +243,10 @@ impl Auth {
         match jwt.validate(token).await {
             Ok((grant, subject)) => {
                 let identity = match subject {
-                    Some(sub) => Identity(format!("subject {sub}")),
+                    Some(sub) => Identity::new(format!("subject {sub}")),
                     // A token that names nobody is its own identity; a keyed hash stands
                     // for it so the secret itself is never kept or shown.
-                    None => Identity(format!("token {}", self.key.name(token))),
+                    None => Identity::new(format!("token {}", self.key.name(token))),
                 };
                 Ok((grant, identity))
             }

@@ -27,7 +27,7 @@ use axum::body::Body;
 use axum::response::Response;
 use bytes::Bytes;
 use futures::future::BoxFuture;
-use http::{HeaderMap, Method, Request, StatusCode, header};
+use http::{HeaderMap, HeaderName, Method, Request, StatusCode, header};
 use http_body_util::BodyExt as _;
 use rmcp::model::{ClientRequest, GetMeta as _, JsonRpcMessage, ServerJsonRpcMessage};
 use rmcp::transport::streamable_http_server::StreamableHttpService;
@@ -36,18 +36,25 @@ use tokio_util::sync::CancellationToken;
 
 use crate::McpHandler;
 use crate::grant::Grant;
+use crate::http::edge::WholeBody;
 use crate::wire::http_checks::{
-    JSON, accepts_json_and_sse, content_type_is_json, host_allowed, sole, status_of,
+    AllowedHosts, JSON, accepts_json_and_sse, content_type_is_json, sole, status_of,
 };
 use crate::wire::{decode, encode, era, refusals};
 
 const PROTOCOL_VERSION: &str = "2026-07-28";
 const METHOD: &str = "resources/read";
+// Named once: a lookup by `HeaderName` hashes it as it is, where a `&str` is parsed first.
+const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+const MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
+const MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
+const MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
+const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
 
 /// What the direct path needs to decide and answer.
 pub(crate) struct DirectSettings {
     /// The same allow-list rmcp's service is configured with; empty accepts any host.
-    pub allowed_hosts: Vec<String>,
+    pub allowed_hosts: AllowedHosts,
     /// rmcp's body limit; larger bodies are rmcp's to refuse.
     pub max_body_bytes: usize,
     /// Off answers everything through rmcp (the test that compares the two paths).
@@ -66,7 +73,9 @@ pub(crate) struct DirectSettings {
 
 /// rmcp's `StreamableHttpService` with the direct read path in front.
 pub(crate) struct DirectRead<M: SessionManager> {
-    inner: StreamableHttpService<McpHandler, M>,
+    /// Shared: axum clones the service for every request, and rmcp's clone copies its whole
+    /// configuration (the host and origin lists) each time.
+    inner: Arc<StreamableHttpService<McpHandler, M>>,
     handler: Arc<McpHandler>,
     settings: Arc<DirectSettings>,
 }
@@ -88,7 +97,7 @@ impl<M: SessionManager> DirectRead<M> {
         settings: DirectSettings,
     ) -> Self {
         Self {
-            inner,
+            inner: Arc::new(inner),
             handler: Arc::new(handler),
             settings: Arc::new(settings),
         }
@@ -129,14 +138,12 @@ impl<M: SessionManager> tower::Service<Request<Body>> for DirectRead<M> {
 
 /// The body length of a POST whose JSON body may be checked here (issue #20 item 13).
 fn json_body_len(headers: &HeaderMap, settings: &DirectSettings) -> Option<usize> {
-    if !content_type_is_json(sole(headers, header::CONTENT_TYPE.as_str())?)
+    if !content_type_is_json(sole(headers, header::CONTENT_TYPE)?)
         || headers.contains_key(header::TRANSFER_ENCODING)
     {
         return None;
     }
-    let len: usize = sole(headers, header::CONTENT_LENGTH.as_str())?
-        .parse()
-        .ok()?;
+    let len: usize = sole(headers, header::CONTENT_LENGTH)?.parse().ok()?;
     (len <= settings.max_body_bytes).then_some(len)
 }
 
@@ -165,8 +172,8 @@ impl<M: SessionManager> DirectRead<M> {
             }
         };
         let host_ok = !parts.headers.contains_key(header::ORIGIN)
-            && sole(&parts.headers, header::HOST.as_str())
-                .is_some_and(|h| host_allowed(h, &self.settings.allowed_hosts));
+            && sole(&parts.headers, header::HOST)
+                .is_some_and(|h| self.settings.allowed_hosts.allows(h));
         if host_ok
             && memchr::memmem::find(&bytes, b"\"cursor\"").is_some()
             && let Some(answer) = refusals::refusal(&bytes, false, self.tools())
@@ -211,9 +218,22 @@ fn json_error(message: ServerJsonRpcMessage) -> Response {
 impl<M: SessionManager> DirectRead<M> {
     /// Answer `req` directly, or hand it back (with its body, as read) for rmcp.
     async fn try_answer(&self, req: Request<Body>, len: usize) -> Result<Response, Request<Body>> {
-        let (parts, body) = req.into_parts();
-        let bytes = match http_body_util::Limited::new(body, len).collect().await {
-            Ok(collected) => collected.to_bytes(),
+        let (mut parts, body) = req.into_parts();
+        let whole = parts
+            .extensions
+            .remove::<WholeBody>()
+            .filter(|w| w.0.len() == len);
+        let read = async {
+            match whole {
+                Some(WholeBody(bytes)) => Ok(bytes),
+                None => http_body_util::Limited::new(body, len)
+                    .collect()
+                    .await
+                    .map(|c| c.to_bytes()),
+            }
+        };
+        let bytes = match read.await {
+            Ok(bytes) => bytes,
             // The client went away or sent more than it announced: the words rmcp uses for a
             // body it could not read.
             Err(e) => {
@@ -232,7 +252,7 @@ impl<M: SessionManager> DirectRead<M> {
         };
         let named = parts
             .headers
-            .get("mcp-name")
+            .get(MCP_NAME)
             .is_some_and(|h| h.as_bytes() == read.params.uri.as_bytes());
         if !well_formed || !named {
             return Err(Request::from_parts(parts, Body::from(bytes)));
@@ -313,23 +333,18 @@ fn eligible(method: &Method, headers: &HeaderMap, settings: &DirectSettings) -> 
     if method != Method::POST
         || headers.contains_key(header::ORIGIN)
         || headers.contains_key(header::TRANSFER_ENCODING)
-        || headers.contains_key("mcp-session-id")
-        || headers.contains_key("last-event-id")
-        || sole(headers, "mcp-protocol-version")? != PROTOCOL_VERSION
-        || sole(headers, "mcp-method")? != METHOD
-        || sole(headers, "mcp-name")?.starts_with("=?")
-        || !host_allowed(
-            sole(headers, header::HOST.as_str())?,
-            &settings.allowed_hosts,
-        )
-        || !content_type_is_json(sole(headers, header::CONTENT_TYPE.as_str())?)
+        || headers.contains_key(MCP_SESSION_ID)
+        || headers.contains_key(LAST_EVENT_ID)
+        || sole(headers, MCP_PROTOCOL_VERSION)? != PROTOCOL_VERSION
+        || sole(headers, MCP_METHOD)? != METHOD
+        || sole(headers, MCP_NAME)?.starts_with("=?")
+        || !settings.allowed_hosts.allows(sole(headers, header::HOST)?)
+        || !content_type_is_json(sole(headers, header::CONTENT_TYPE)?)
         || !accepts_json_and_sse(headers)?
     {
         return None;
     }
-    let len: usize = sole(headers, header::CONTENT_LENGTH.as_str())?
-        .parse()
-        .ok()?;
+    let len: usize = sole(headers, header::CONTENT_LENGTH)?.parse().ok()?;
     (len <= settings.max_body_bytes).then_some(len)
 }
 
@@ -361,7 +376,11 @@ mod tests {
 
     fn settings() -> DirectSettings {
         DirectSettings {
-            allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "::1".into()],
+            allowed_hosts: AllowedHosts::new(&[
+                "localhost".into(),
+                "127.0.0.1".into(),
+                "::1".into(),
+            ]),
             max_body_bytes: 1000,
             enabled: true,
             answered: Arc::default(),

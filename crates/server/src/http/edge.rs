@@ -1,4 +1,4 @@
-//! The HTTP edge, as one axum middleware in front of the MCP endpoint, in this order:
+//! The HTTP edge, as one tower service in front of the MCP endpoint, in this order:
 //! shutdown draining, per-client rate limit, authentication on the headers, the binding of a
 //! legacy session to the identity that created it, the concurrency limit, the body (size
 //! and time limits), the session cap, and HTTP request counters. Authentication comes before
@@ -10,9 +10,11 @@
 //! request without `Host` its `:authority` as `Host` for those checks.
 
 use std::collections::HashMap;
+use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
@@ -258,17 +260,50 @@ impl Drop for InflightGuard {
     }
 }
 
-/// The edge middleware; see the module docs.
-pub async fn edge(
-    State(edge): State<Arc<Edge>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    req: Request,
-    next: Next,
-) -> Response {
-    let resp = guarded(&edge, peer, req, next).await;
-    let class = (resp.status().as_u16() / 100).clamp(2, 5) as usize - 2;
-    edge.by_status[class].fetch_add(1, Ordering::Relaxed);
-    resp
+/// The edge in front of the MCP endpoint's service `S`; see the module docs.
+///
+/// A tower service of its own rather than an axum `from_fn` middleware: that one boxes a
+/// handle on the next service for every request, on top of the future (issue #32).
+#[derive(Clone)]
+pub(crate) struct EdgeService<S> {
+    edge: Arc<Edge>,
+    inner: S,
+}
+
+impl<S> EdgeService<S> {
+    pub(crate) fn new(edge: Arc<Edge>, inner: S) -> Self {
+        Self { edge, inner }
+    }
+}
+
+impl<S> tower::Service<Request> for EdgeService<S>
+where
+    S: tower::Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = futures::future::BoxFuture<'static, Result<Response, Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut std::task::Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request) -> Self::Future {
+        let edge = self.edge.clone();
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            // Served with `into_make_service_with_connect_info`, so every request has it; the
+            // extractor this replaces answered 500 without it too.
+            let Some(&ConnectInfo(peer)) = req.extensions().get::<ConnectInfo<SocketAddr>>() else {
+                return Ok(StatusCode::INTERNAL_SERVER_ERROR.into_response());
+            };
+            let resp = guarded(&edge, peer, req, inner).await;
+            let class = (resp.status().as_u16() / 100).clamp(2, 5) as usize - 2;
+            edge.by_status[class].fetch_add(1, Ordering::Relaxed);
+            Ok(resp)
+        })
+    }
 }
 
 /// rmcp's answer to an unknown session id, word for word: a session bound to someone else
@@ -277,7 +312,11 @@ fn no_such_session() -> Response {
     (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response()
 }
 
-async fn guarded(edge: &Arc<Edge>, peer: SocketAddr, req: Request, next: Next) -> Response {
+async fn guarded<S>(edge: &Arc<Edge>, peer: SocketAddr, req: Request, next: S) -> Response
+where
+    S: tower::Service<Request, Response = Response, Error = Infallible>,
+{
+    use tower::ServiceExt as _;
     if edge.draining.load(Ordering::SeqCst) {
         return refuse(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -376,7 +415,7 @@ async fn guarded(edge: &Arc<Edge>, peer: SocketAddr, req: Request, next: Next) -
         (req, Post::Streaming)
     };
     if post == Post::Streaming {
-        let mut resp = next.run(req).await;
+        let Ok(mut resp) = next.oneshot(req).await;
         if method == Method::DELETE && resp.status() == StatusCode::ACCEPTED {
             // The session is gone once rmcp answers; clients (the Python SDK among them)
             // expect 200 or 204 to a DELETE, and log a failure for rmcp's 202.
@@ -389,7 +428,7 @@ async fn guarded(edge: &Arc<Edge>, peer: SocketAddr, req: Request, next: Next) -
     }
     edge.inflight.fetch_add(1, Ordering::SeqCst);
     let guard = InflightGuard(edge.clone());
-    let resp = next.run(req).await;
+    let Ok(resp) = next.oneshot(req).await;
     if post == Post::Initialize
         && let Some(id) = resp
             .headers()
@@ -513,8 +552,14 @@ async fn inspect_post(
     parts
         .headers
         .insert(http::header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+    // The direct read path takes the bytes from here rather than collecting the body again.
+    parts.extensions.insert(WholeBody(bytes.clone()));
     Ok((Request::from_parts(parts, Body::from(bytes)), kind))
 }
+
+/// The request body the edge has already read whole, as the body it passes on holds it.
+#[derive(Clone)]
+pub(crate) struct WholeBody(pub(crate) bytes::Bytes);
 
 /// Which requests to `/healthz`, `/readyz`, `/metrics` and the OAuth metadata are refused:
 /// the Host and Origin checks of the MCP endpoint.
@@ -562,7 +607,10 @@ pub async fn ops_gate(State(gate): State<Arc<OpsGate>>, req: Request, next: Next
 /// apply to both protocol versions. A `Host` that is present is left as it is. Only HTTP/2
 /// and later: an HTTP/1.1 request in absolute form (`GET http://h/ HTTP/1.1`) also has an
 /// authority in its URI, but HTTP/1.1 requires `Host`, so one without it still fails.
-pub async fn authority_as_host(mut req: Request, next: Next) -> Response {
+///
+/// A plain function of the request (a `MapRequest` layer, not an async middleware): it
+/// runs on every request, and needs neither a boxed future nor a handle on the next service.
+pub fn authority_as_host(mut req: Request) -> Request {
     if req.version() >= http::Version::HTTP_2
         && !req.headers().contains_key(http::header::HOST)
         && let Some(authority) = req.uri().authority()
@@ -573,7 +621,7 @@ pub async fn authority_as_host(mut req: Request, next: Next) -> Response {
             req.headers_mut().insert(http::header::HOST, v);
         }
     }
-    next.run(req).await
+    req
 }
 
 /// Whether `host` (a Host header) names an IP address rather than a name. The operational

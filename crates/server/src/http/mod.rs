@@ -225,7 +225,7 @@ pub async fn serve(
         mcp,
         McpHandler::new(state.clone()),
         direct::DirectSettings {
-            allowed_hosts: settings.allowed_hosts.clone(),
+            allowed_hosts: crate::wire::http_checks::AllowedHosts::new(&settings.allowed_hosts),
             max_body_bytes: limits.max_body_bytes,
             enabled: settings.direct_reads && settings.json_response,
             answered: direct_reads.clone(),
@@ -276,9 +276,8 @@ pub async fn serve(
     });
 
     // The edge authenticates, then limits, then reads the body (see `edge.rs`).
-    let mcp_route = Router::new().route_service(&settings.path, mcp).layer(
-        axum::middleware::from_fn_with_state(edge.clone(), edge::edge),
-    );
+    let mcp_route =
+        Router::new().route_service(&settings.path, edge::EdgeService::new(edge.clone(), mcp));
     let gate = Arc::new(edge::OpsGate {
         allowed_hosts: settings.allowed_hosts.clone(),
         allowed_origins: settings.allowed_origins.clone(),
@@ -298,7 +297,7 @@ pub async fn serve(
         .with_state(ops)
         .layer(axum::middleware::from_fn_with_state(gate, edge::ops_gate))
         .merge(mcp_route)
-        .layer(axum::middleware::from_fn(edge::authority_as_host));
+        .layer(tower::util::MapRequestLayer::new(edge::authority_as_host));
 
     let listener = listen(settings.listen)
         .map_err(|e| format!("cannot listen on {}: {e}", settings.listen))?;

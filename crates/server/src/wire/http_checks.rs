@@ -24,7 +24,8 @@ pub(crate) fn status_of(message: &ServerJsonRpcMessage) -> StatusCode {
 }
 
 /// The one value of header `name` as visible ASCII; absent, repeated or otherwise is `None`.
-pub(crate) fn sole<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+/// A `HeaderName` (a constant) is looked up as it is; a `&str` is parsed first.
+pub(crate) fn sole(headers: &HeaderMap, name: impl http::header::AsHeaderName) -> Option<&str> {
     let mut all = headers.get_all(name).iter();
     let value: &HeaderValue = all.next()?;
     if all.next().is_some() {
@@ -36,26 +37,49 @@ pub(crate) fn sole<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 /// rmcp's Host check: the name (brackets and case aside) must be on the list, and the port
 /// too when the list entry names one.
 pub(crate) fn host_allowed(host: &str, allowed: &[String]) -> bool {
-    let Ok(host) = http::uri::Authority::try_from(host) else {
-        return false;
-    };
-    if allowed.is_empty() {
-        return true;
+    AllowedHosts::new(allowed).allows(host)
+}
+
+/// An `allowed_hosts` list parsed once, for a check on every request without parsing every
+/// entry each time (issue #32): [`host_allowed`] is this, built and used once.
+pub(crate) struct AllowedHosts {
+    /// An empty list accepts any well-formed host.
+    any: bool,
+    /// Each entry's name, without brackets and in lower case, and its port if it names one;
+    /// blank entries match nothing and are left out.
+    entries: Vec<(String, Option<u16>)>,
+}
+
+impl AllowedHosts {
+    pub(crate) fn new(allowed: &[String]) -> Self {
+        let entries = allowed
+            .iter()
+            .map(|a| a.trim())
+            .filter(|a| !a.is_empty())
+            .map(|a| match http::uri::Authority::try_from(a) {
+                Ok(entry) => (normalize(entry.host()), entry.port_u16()),
+                Err(_) => (normalize(a), None),
+            })
+            .collect();
+        Self {
+            any: allowed.is_empty(),
+            entries,
+        }
     }
-    let name = normalize(host.host());
-    allowed.iter().any(|a| {
-        let a = a.trim();
-        if a.is_empty() {
+
+    /// Whether `host` (a Host header) passes.
+    pub(crate) fn allows(&self, host: &str) -> bool {
+        let Ok(host) = http::uri::Authority::try_from(host) else {
             return false;
+        };
+        if self.any {
+            return true;
         }
-        match http::uri::Authority::try_from(a) {
-            Ok(entry) => {
-                normalize(entry.host()) == name
-                    && entry.port_u16().is_none_or(|p| host.port_u16() == Some(p))
-            }
-            Err(_) => normalize(a) == name,
-        }
-    })
+        let name = host.host().trim_matches('[').trim_matches(']');
+        self.entries.iter().any(|(entry, port)| {
+            entry.eq_ignore_ascii_case(name) && port.is_none_or(|p| host.port_u16() == Some(p))
+        })
+    }
 }
 
 fn normalize(host: &str) -> String {
@@ -133,6 +157,11 @@ mod tests {
         assert!(!host_allowed("b", &list(&["a"])));
         assert!(host_allowed("anything", &[]));
         assert!(!host_allowed("bad host", &[]));
+        // Entries are trimmed; a blank one matches nothing, and a list of blanks is no list.
+        assert!(host_allowed("A:5", &list(&[" a "])));
+        assert!(!host_allowed("a", &list(&[" "])));
+        // An entry that is no authority is compared as a name.
+        assert!(!host_allowed("a", &list(&["a b"])));
     }
 
     #[test]
