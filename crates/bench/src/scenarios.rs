@@ -394,10 +394,10 @@ pub fn drive(cmd: &[String], uri: &str, init: bool, seconds: u64) -> Result<(), 
     Ok(())
 }
 
-/// [`drive`] for an HTTP server: the load of the stateless read rows, printed.
-pub fn drive_http(addr: &str, uri: &str, seconds: u64) -> Result<(), String> {
-    let make = read_req_2026(uri);
-    let target = HttpTarget {
+/// A 2026-07-28 stateless `resources/read` of `uri` at `addr`'s `/mcp`, with the headers
+/// that version requires.
+fn stateless_read<'a>(addr: &str, uri: &str, make: load::MakeRequest<'a>) -> HttpTarget<'a> {
+    HttpTarget {
         addr: addr.to_owned(),
         path: "/mcp".into(),
         headers: vec![
@@ -405,8 +405,14 @@ pub fn drive_http(addr: &str, uri: &str, seconds: u64) -> Result<(), String> {
             ("mcp-method".into(), "resources/read".into()),
             ("mcp-name".into(), uri.to_owned()),
         ],
-        make: &make,
-    };
+        make,
+    }
+}
+
+/// [`drive`] for an HTTP server: the load of the stateless read rows, printed.
+pub fn drive_http(addr: &str, uri: &str, seconds: u64) -> Result<(), String> {
+    let make = read_req_2026(uri);
+    let target = stateless_read(addr, uri, &make);
     let plan = load::Plan {
         iters: 2_000,
         max_latency_phase: Duration::from_secs(1),
@@ -904,17 +910,10 @@ fn stateless_and_floor(env: &Env) -> Result<Vec<Row>, String> {
         HttpProc::start(cmd, addr)?
     };
     let make = read_req_2026(&uri);
-    let target = |addr: &str| HttpTarget {
-        addr: addr.to_owned(),
-        path: "/mcp".into(),
-        headers: vec![
-            ("mcp-protocol-version".into(), "2026-07-28".into()),
-            ("mcp-method".into(), "resources/read".into()),
-            ("mcp-name".into(), uri.clone()),
-        ],
-        make: &make,
-    };
-    let (t_ours, t_floor) = (target(&ours.addr), target(&floor.addr));
+    let (t_ours, t_floor) = (
+        stateless_read(&ours.addr, &uri, &make),
+        stateless_read(&floor.addr, &uri, &make),
+    );
     same_answer(&t_ours, &t_floor)?;
     let sides = [
         load::HttpSide {

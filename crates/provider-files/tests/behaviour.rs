@@ -292,41 +292,36 @@ async fn a_path_read_before_is_read_afresh_after_every_kind_of_change() {
     std::fs::remove_file(&f).unwrap();
     assert_eq!(read().await.unwrap_err().kind, ErrorKind::NotFound);
 
+    // A path read once (its identity kept) and then taken away, for what comes in its place.
+    macro_rules! kept_then_removed {
+        ($s:expr) => {{
+            fresh($s);
+            assert_eq!(text(read().await), $s);
+            std::fs::remove_file(&f).unwrap();
+        }};
+    }
+    let mkfifo = || {
+        let made = std::process::Command::new("mkfifo").arg(&f).status();
+        assert!(made.unwrap().success());
+    };
+
     // A link out of the root, then a link to a denied file, in its place.
-    fresh("version 5");
-    assert_eq!(text(read().await), "version 5");
-    std::fs::remove_file(&f).unwrap();
+    kept_then_removed!("version 5");
     std::os::unix::fs::symlink(outside.path().join("secret.txt"), &f).unwrap();
     assert_eq!(read().await.unwrap_err().kind, ErrorKind::NotFound);
     std::fs::write(root.join(".env"), "SECRET=1!").unwrap();
     std::fs::remove_file(&f).unwrap();
     std::os::unix::fs::symlink(".env", &f).unwrap();
     assert_eq!(read().await.unwrap_err().kind, ErrorKind::NotFound);
+    std::fs::remove_file(&f).unwrap();
 
     // A FIFO in its place: refused, never waited on.
-    std::fs::remove_file(&f).unwrap();
-    fresh("version 6");
-    assert_eq!(text(read().await), "version 6");
-    std::fs::remove_file(&f).unwrap();
-    assert!(
-        std::process::Command::new("mkfifo")
-            .arg(&f)
-            .status()
-            .unwrap()
-            .success()
-    );
+    kept_then_removed!("version 6");
+    mkfifo();
     assert_eq!(read().await.unwrap_err().kind, ErrorKind::NotFound);
     // ... and with a writer's bytes waiting in it, those stay for the FIFO's own reader.
-    fresh("version 6");
-    assert_eq!(text(read().await), "version 6");
-    std::fs::remove_file(&f).unwrap();
-    assert!(
-        std::process::Command::new("mkfifo")
-            .arg(&f)
-            .status()
-            .unwrap()
-            .success()
-    );
+    kept_then_removed!("version 6");
+    mkfifo();
     let mut fifo = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -341,12 +336,10 @@ async fn a_path_read_before_is_read_afresh_after_every_kind_of_change() {
         "the server took a FIFO writer's bytes"
     );
     drop(fifo);
+    std::fs::remove_file(&f).unwrap();
 
     // A directory in its place: read as one.
-    std::fs::remove_file(&f).unwrap();
-    fresh("version 7");
-    assert_eq!(text(read().await), "version 7");
-    std::fs::remove_file(&f).unwrap();
+    kept_then_removed!("version 7");
     std::fs::create_dir(&f).unwrap();
     std::fs::write(f.join("inner.txt"), "in").unwrap();
     assert!(text(read().await).contains("inner.txt"));
