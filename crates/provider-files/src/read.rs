@@ -259,7 +259,7 @@ pub(crate) fn read_direct(
     // One byte of room past the size: a read that stops short of filling the buffer at the
     // size is the end of a regular file, so no extra read just to see 0. `pread`, not `read`:
     // on a FIFO found where a kept regular file was, it fails instead of taking bytes that
-    // were some writer's.
+    // are waiting in it.
     let mut buf = vec![0u8; size + 1];
     let mut len = 0;
     loop {
@@ -267,13 +267,14 @@ pub(crate) fn read_direct(
         let n = match rustix::io::pread(&fd, &mut buf[len..], len as u64) {
             Ok(n) => n,
             Err(rustix::io::Errno::INTR) => continue,
-            // Not a regular file any more (a directory, a FIFO): the general path says what
-            // it is now.
-            Err(_) if kept.is_some() => {
-                inner.seen.forget(rel.as_bytes());
+            // Not a regular file any more (a directory or a FIFO swapped in since it was
+            // checked), or a real I/O error: the general path says which, in its words.
+            Err(_) => {
+                if kept.is_some() {
+                    inner.seen.forget(rel.as_bytes());
+                }
                 return None;
             }
-            Err(e) => return Some(Err(map_io(e.into(), uri.as_str()))),
         };
         len += n;
         if len == buf.len() {

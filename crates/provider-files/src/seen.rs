@@ -11,12 +11,15 @@
 //! file again) and the new identity replaces the old.
 //!
 //! What is given up: a path that was a regular file when it was last read and has since been
-//! replaced by something else is opened once (non-blocking, no controlling terminal) before
-//! the descriptor shows what it is. For a directory or a FIFO that is harmless: the read is a
-//! `pread`, which both refuse, so no FIFO writer loses bytes. For a device node it is the
-//! open itself; making one takes `CAP_MKNOD`, and the `statx` first never closed that race
-//! either (the entry can change between the two calls). A path that is a device, a FIFO or a
-//! socket when first read is still never opened.
+//! replaced by something else is opened (read-only, non-blocking, no controlling terminal)
+//! before the descriptor shows what it is, and then closed. For a directory that is
+//! harmless. For a FIFO nothing is read (`pread` fails on one), but the open itself releases
+//! a writer waiting in its own `open`, which may then meet a closed pipe. For a device node
+//! the open itself may act on the device (a serial line, a watchdog, a tape). It takes a
+//! kept path replaced after its last read: by `mkfifo`, or by renaming a FIFO or a device
+//! node into its place. A path that is a FIFO, a socket or a device when it is first read
+//! is never opened, and the `statx`-first order had the same exposure in the moment between
+//! its two calls.
 //!
 //! Bounded: at most [`MAX_ENTRIES`] paths of at most [`MAX_KEY`] bytes; when full, the map is
 //! emptied and refills from the reads that follow (a bounded size with no per-entry

@@ -487,6 +487,9 @@ async fn readyz_detail_and_metrics_need_a_token() {
     assert!(body.contains("mcp_listen_streams 0"), "{body}");
     // The liveness probe stays open.
     assert_eq!(get("/healthz", None).await.0, 200);
+    // Any other path goes through the edge too: authenticated first, then not found.
+    assert_eq!(get("/elsewhere", None).await.0, 401);
+    assert_eq!(get("/elsewhere", Some(ALL)).await.0, 404);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -113,13 +113,17 @@ impl<M: SessionManager> tower::Service<Request<Body>> for DirectRead<M> {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, req: Request<Body>) -> Self::Future {
+    fn call(&mut self, mut req: Request<Body>) -> Self::Future {
         let this = self.clone();
+        // Taken off the request whatever happens next: rmcp keeps a request's extensions for
+        // as long as its handler runs (a listen stream: for hours), and the body is in the
+        // request already.
+        let whole = req.extensions_mut().remove::<WholeBody>();
         Box::pin(async move {
             let req = if this.settings.enabled
                 && let Some(len) = eligible(req.method(), req.headers(), &this.settings)
             {
-                match this.try_answer(req, len).await {
+                match this.try_answer(req, len, whole).await {
                     Ok(answer) => return Ok(answer),
                     Err(req) => req,
                 }
@@ -216,13 +220,16 @@ fn json_error(message: ServerJsonRpcMessage) -> Response {
 }
 
 impl<M: SessionManager> DirectRead<M> {
-    /// Answer `req` directly, or hand it back (with its body, as read) for rmcp.
-    async fn try_answer(&self, req: Request<Body>, len: usize) -> Result<Response, Request<Body>> {
-        let (mut parts, body) = req.into_parts();
-        let whole = parts
-            .extensions
-            .remove::<WholeBody>()
-            .filter(|w| w.0.len() == len);
+    /// Answer `req` directly, or hand it back (with its body, as read) for rmcp. `whole` is
+    /// the body the edge already read, if it did.
+    async fn try_answer(
+        &self,
+        req: Request<Body>,
+        len: usize,
+        whole: Option<WholeBody>,
+    ) -> Result<Response, Request<Body>> {
+        let (parts, body) = req.into_parts();
+        let whole = whole.filter(|w| w.0.len() == len);
         let read = async {
             match whole {
                 Some(WholeBody(bytes)) => Ok(bytes),

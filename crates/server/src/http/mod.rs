@@ -276,8 +276,16 @@ pub async fn serve(
     });
 
     // The edge authenticates, then limits, then reads the body (see `edge.rs`).
-    let mcp_route =
-        Router::new().route_service(&settings.path, edge::EdgeService::new(edge.clone(), mcp));
+    // Any other path answers 404 through the edge as well, as it did when the edge was a
+    // layer over this router (a layer wraps the fallback too): draining, the rate limit,
+    // authentication and the response counters apply to every request outside the
+    // operational endpoints.
+    let not_found = tower::service_fn(|_: axum::extract::Request| async {
+        Ok::<_, std::convert::Infallible>(http::StatusCode::NOT_FOUND.into_response())
+    });
+    let mcp_route = Router::new()
+        .route_service(&settings.path, edge::EdgeService::new(edge.clone(), mcp))
+        .fallback_service(edge::EdgeService::new(edge.clone(), not_found));
     let gate = Arc::new(edge::OpsGate {
         allowed_hosts: settings.allowed_hosts.clone(),
         allowed_origins: settings.allowed_origins.clone(),
