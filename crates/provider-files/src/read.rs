@@ -291,9 +291,10 @@ pub(crate) fn read_direct(
     // (or forgotten, when it is no longer a small regular file).
     let after = rustix::fs::statx(&fd, "", AtFlags::EMPTY_PATH, IDENTITY).ok()?;
     drop(fd);
-    if Identity::of(&after) != before || len as u64 != before.size {
+    let now = Identity::of(&after);
+    if now != before || len as u64 != before.size {
         if is_small_file(&after, cap) {
-            inner.seen.put(rel.as_bytes(), Identity::of(&after));
+            inner.seen.put(rel.as_bytes(), now);
         } else if kept.is_some() {
             inner.seen.forget(rel.as_bytes());
         }

@@ -33,8 +33,8 @@ pub(crate) const MAX_ENTRIES: usize = 4096;
 /// Longer paths are not kept, so the map holds at most about 1 MiB of keys.
 pub(crate) const MAX_KEY: usize = 256;
 
-/// What a `statx` says of a file that [`same`] compares: device, inode, type and mode, size,
-/// and modification and status-change times to the nanosecond.
+/// What a `statx` says of a file that `read_direct` compares before and after a read: device,
+/// inode, type and mode, size, and modification and status-change times to the nanosecond.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Identity {
     dev: (u32, u32),

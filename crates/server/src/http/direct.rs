@@ -123,7 +123,7 @@ impl<M: SessionManager> tower::Service<Request<Body>> for DirectRead<M> {
             let req = if this.settings.enabled
                 && let Some(len) = eligible(req.method(), req.headers(), &this.settings)
             {
-                match this.try_answer(req, len, whole).await {
+                match this.try_answer(req, len, whole.clone()).await {
                     Ok(answer) => return Ok(answer),
                     Err(req) => req,
                 }
@@ -131,9 +131,9 @@ impl<M: SessionManager> tower::Service<Request<Body>> for DirectRead<M> {
                 req
             };
             if req.method() == Method::POST
-                && json_body_len(req.headers(), &this.settings).is_some()
+                && let Some(len) = json_body_len(req.headers(), &this.settings)
             {
-                return Ok(this.checked(req).await);
+                return Ok(this.checked(req, len, whole).await);
             }
             Ok(this.inner.handle(req).await.map(Body::new))
         })
@@ -163,17 +163,11 @@ impl<M: SessionManager> DirectRead<M> {
     /// the JSON-RPC error the stdio transport gives it (issue #20 item 13). Everything else
     /// is rmcp's answer, unchanged: only a 415 is replaced, and a cursor is checked only on a
     /// request that passes rmcp's Host and Origin checks.
-    async fn checked(&self, req: Request<Body>) -> Response {
-        let len = json_body_len(req.headers(), &self.settings).unwrap_or_default();
+    async fn checked(&self, req: Request<Body>, len: usize, whole: Option<WholeBody>) -> Response {
         let (parts, body) = req.into_parts();
-        let bytes = match http_body_util::Limited::new(body, len).collect().await {
-            Ok(collected) => collected.to_bytes(),
-            Err(e) => {
-                return plain(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    format!("Failed to read request body: {e}"),
-                );
-            }
+        let bytes = match body_bytes(body, len, whole).await {
+            Ok(bytes) => bytes,
+            Err(refused) => return refused,
         };
         let host_ok = !parts.headers.contains_key(header::ORIGIN)
             && sole(&parts.headers, header::HOST)
@@ -229,26 +223,9 @@ impl<M: SessionManager> DirectRead<M> {
         whole: Option<WholeBody>,
     ) -> Result<Response, Request<Body>> {
         let (parts, body) = req.into_parts();
-        let whole = whole.filter(|w| w.0.len() == len);
-        let read = async {
-            match whole {
-                Some(WholeBody(bytes)) => Ok(bytes),
-                None => http_body_util::Limited::new(body, len)
-                    .collect()
-                    .await
-                    .map(|c| c.to_bytes()),
-            }
-        };
-        let bytes = match read.await {
+        let bytes = match body_bytes(body, len, whole).await {
             Ok(bytes) => bytes,
-            // The client went away or sent more than it announced: the words rmcp uses for a
-            // body it could not read.
-            Err(e) => {
-                return Ok(plain(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    format!("Failed to read request body: {e}"),
-                ));
-            }
+            Err(refused) => return Ok(refused),
         };
         let Some(JsonRpcMessage::Request(request)) = decode::decode_hot(&bytes) else {
             return Err(Request::from_parts(parts, Body::from(bytes)));
@@ -296,6 +273,25 @@ impl<M: SessionManager> DirectRead<M> {
             ),
         })
     }
+}
+
+/// The request body of `len` bytes: the one the edge already read (`whole`) when it has that
+/// length, or read here. A body that cannot be read (the client went away, or sent more than
+/// it announced) gets the words rmcp uses for one.
+async fn body_bytes(body: Body, len: usize, whole: Option<WholeBody>) -> Result<Bytes, Response> {
+    if let Some(WholeBody(bytes)) = whole.filter(|w| w.0.len() == len) {
+        return Ok(bytes);
+    }
+    http_body_util::Limited::new(body, len)
+        .collect()
+        .await
+        .map(|c| c.to_bytes())
+        .map_err(|e| {
+            plain(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("Failed to read request body: {e}"),
+            )
+        })
 }
 
 /// Answers up to this size go out as one frame.

@@ -564,7 +564,7 @@ pub(crate) struct WholeBody(pub(crate) bytes::Bytes);
 /// Which requests to `/healthz`, `/readyz`, `/metrics` and the OAuth metadata are refused:
 /// the Host and Origin checks of the MCP endpoint.
 pub(crate) struct OpsGate {
-    pub(crate) allowed_hosts: Vec<String>,
+    pub(crate) allowed_hosts: crate::wire::http_checks::AllowedHosts,
     pub(crate) allowed_origins: Vec<String>,
 }
 
@@ -575,10 +575,8 @@ pub async fn ops_gate(State(gate): State<Arc<OpsGate>>, req: Request, next: Next
         .headers()
         .get(http::header::HOST)
         .and_then(|h| h.to_str().ok())
-        .is_some_and(|h| {
-            crate::wire::http_checks::host_allowed(h, &gate.allowed_hosts) || is_ip_literal(h)
-        })
-        || gate.allowed_hosts.is_empty();
+        .is_some_and(|h| gate.allowed_hosts.allows(h) || is_ip_literal(h))
+        || gate.allowed_hosts.accepts_any();
     if !host_ok {
         return (
             StatusCode::FORBIDDEN,

@@ -37,6 +37,7 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
 
+use crate::wire::http_checks::AllowedHosts;
 use crate::{McpHandler, ServerState};
 
 /// Browser origins accepted by default: pages on this machine, any port.
@@ -221,11 +222,14 @@ pub async fn serve(
         config,
     );
     let direct_reads = Arc::new(AtomicU64::new(0));
+    // rmcp's service checks Host with its own copy of the list; the direct path and the
+    // operational endpoints check it with this one.
+    let hosts = AllowedHosts::new(&settings.allowed_hosts);
     let mcp = direct::DirectRead::new(
         mcp,
         McpHandler::new(state.clone()),
         direct::DirectSettings {
-            allowed_hosts: crate::wire::http_checks::AllowedHosts::new(&settings.allowed_hosts),
+            allowed_hosts: hosts.clone(),
             max_body_bytes: limits.max_body_bytes,
             enabled: settings.direct_reads && settings.json_response,
             answered: direct_reads.clone(),
@@ -287,7 +291,7 @@ pub async fn serve(
         .route_service(&settings.path, edge::EdgeService::new(edge.clone(), mcp))
         .fallback_service(edge::EdgeService::new(edge.clone(), not_found));
     let gate = Arc::new(edge::OpsGate {
-        allowed_hosts: settings.allowed_hosts.clone(),
+        allowed_hosts: hosts,
         allowed_origins: settings.allowed_origins.clone(),
     });
     let app = Router::new()

@@ -34,14 +34,10 @@ pub(crate) fn sole(headers: &HeaderMap, name: impl http::header::AsHeaderName) -
     value.to_str().ok()
 }
 
-/// rmcp's Host check: the name (brackets and case aside) must be on the list, and the port
-/// too when the list entry names one.
-pub(crate) fn host_allowed(host: &str, allowed: &[String]) -> bool {
-    AllowedHosts::new(allowed).allows(host)
-}
-
-/// An `allowed_hosts` list parsed once, for a check on every request without parsing every
-/// entry each time (issue #32): [`host_allowed`] is this, built and used once.
+/// rmcp's Host check on an `allowed_hosts` list, parsed once at start-up so a check on every
+/// request parses only the `Host` it is given (issue #32): the name (brackets and case aside)
+/// must be on the list, and the port too when the list entry names one.
+#[derive(Clone)]
 pub(crate) struct AllowedHosts {
     /// An empty list accepts any well-formed host.
     any: bool,
@@ -65,6 +61,11 @@ impl AllowedHosts {
             any: allowed.is_empty(),
             entries,
         }
+    }
+
+    /// Whether the list was empty: every well-formed host passes.
+    pub(crate) fn accepts_any(&self) -> bool {
+        self.any
     }
 
     /// Whether `host` (a Host header) passes.
@@ -144,6 +145,10 @@ mod tests {
             );
         }
         h
+    }
+
+    fn host_allowed(host: &str, allowed: &[String]) -> bool {
+        AllowedHosts::new(allowed).allows(host)
     }
 
     #[test]
