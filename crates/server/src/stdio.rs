@@ -492,7 +492,7 @@ impl<R> StdioTransport<R> {
             other => return Some(other),
         };
         // A closed transport answers nothing, as rmcp's would not.
-        let out = self.out.clone()?;
+        self.out.as_ref()?;
         self.direct_answered.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(%id, uri = %params.uri, "resources/read answered by the direct path");
         let answer_id = id.clone();
@@ -513,11 +513,13 @@ impl<R> StdioTransport<R> {
         // requests behind it are not held up, and can be cancelled while it waits.
         let first = std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await;
         if let Poll::Ready(answer) = first {
-            if let Some(bytes) = answer {
+            if let (Some(bytes), Some(out)) = (answer, &self.out) {
                 let _ = out.send(bytes);
             }
             return None;
         }
+        // Only a read that waits takes a handle on the queue (a count on the channel).
+        let out = self.out.clone()?;
         let cancelled = CancellationToken::new();
         lock(&self.waiting).insert(id.clone(), cancelled.clone());
         let waiting = self.waiting.clone();
