@@ -181,7 +181,8 @@ pub fn stdio(
     plan: Plan,
 ) -> Result<Outcome, String> {
     let mut d = StdioDriver::start(s, make, check, raw, plan.warmup)?;
-    let mut latency = Samples::with_capacity(plan.iters);
+    // `drive --one` asks for as many as fit in its time.
+    let mut latency = Samples::with_capacity(plan.iters.min(1 << 20));
     d.latency(
         plan.iters,
         &mut latency,

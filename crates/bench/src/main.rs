@@ -86,6 +86,10 @@ enum Cli {
         /// for the floors.
         #[arg(long)]
         init: bool,
+        /// One request in flight for all of SECONDS instead (the latency rows' load), for
+        /// profiling what a lone request costs.
+        #[arg(long)]
+        one: bool,
         /// The URI to read.
         uri: String,
         /// The server and its arguments.
@@ -125,9 +129,10 @@ fn main() -> ExitCode {
         Cli::Drive {
             seconds,
             init,
+            one,
             uri,
             cmd,
-        } => scenarios::drive(&cmd, &uri, init, seconds),
+        } => scenarios::drive(&cmd, &uri, init, one, seconds),
         Cli::Soak(o) => soak::run(o),
     };
     match result {
