@@ -188,7 +188,11 @@ pub fn stdio(
         &mut latency,
         Instant::now() + plan.max_latency_phase,
     )?;
-    let (done, elapsed) = d.throughput(plan.throughput_phase)?;
+    // No throughput phase (`drive --one`): no burst of 32 at the end either.
+    let (done, elapsed) = match plan.throughput_phase.is_zero() {
+        true => (0, Duration::from_secs(1)),
+        false => d.throughput(plan.throughput_phase)?,
+    };
     Ok(Outcome {
         latency,
         rps: done as f64 / elapsed.as_secs_f64(),

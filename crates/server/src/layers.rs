@@ -267,14 +267,15 @@ async fn within<T>(
     fut: impl Future<Output = Result<T>>,
 ) -> Result<T> {
     // Most calls finish on their first poll (a small file is read in place): they need no
-    // timer, and arming one (the runtime's handle, a clock read, the entry) was about 1 % of
-    // a small read's CPU. The timer starts when the call first has to wait; the first poll's
-    // own work could not have been cut short by it either.
+    // timer, and arming one (the runtime's handle, the entry) was most of the 1 % of a small
+    // read's CPU the timeout cost. The deadline is still taken before the first poll, so a
+    // call that works a while and then waits is held to the same bound as before.
+    let deadline = tokio::time::Instant::now() + limit;
     let mut fut = std::pin::pin!(fut);
     if let Poll::Ready(r) = std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await {
         return r;
     }
-    match tokio::time::timeout(limit, fut).await {
+    match tokio::time::timeout_at(deadline, fut).await {
         Ok(r) => r,
         Err(_) => Err(timed_out(limit, uri)),
     }

@@ -221,6 +221,8 @@ fn quoted_into(out: &mut Vec<u8>, s: &str) {
         let (piece, tail) = rest.split_at(end);
         SCRATCH.with_borrow_mut(|scratch| {
             scratch.clear();
+            // The kernel's own `reserve` would double the buffer past what a piece needs.
+            scratch.reserve_exact(ESCAPE_SCRATCH);
             json_escape_simd::escape_into(piece, scratch);
             // The kernel's own quotes are the first and last bytes.
             out.extend_from_slice(&scratch[1..scratch.len() - 1]);
@@ -230,8 +232,11 @@ fn quoted_into(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
 }
 
-/// Input escaped per call of the kernel: its scratch buffer stays under 50 KiB per thread.
+/// Input escaped per call of the kernel.
 const ESCAPE_PIECE: usize = 8 * 1024;
+/// What the kernel asks of the scratch buffer for a whole piece (six bytes per input byte and
+/// 35 more), reserved exactly, so the buffer stays this size (48 KiB) on every thread.
+const ESCAPE_SCRATCH: usize = ESCAPE_PIECE * 6 + 35;
 
 /// An answer the transport gives itself, as JSON. An error that answers no readable id
 /// carries `"id": null`, as JSON-RPC 2.0 asks (rmcp leaves the member out).
@@ -386,7 +391,8 @@ mod tests {
     #[test]
     fn escaping_finds_every_byte_that_needs_it_wherever_it_is() {
         // Each ASCII byte (and a two-byte character) at every offset of strings that span
-        // the word and chunk edges, alone and next to a second one, against serde_json.
+        // the word and chunk edges, alone and next to a second one, against serde_json; from
+        // 128 bytes on, the kernel's four-vector loop, with the byte in each of its vectors.
         let specials: Vec<String> = (0u8..0x80)
             .map(|b| char::from(b).to_string())
             .chain(["é".to_string(), "✓".to_string()])
@@ -400,7 +406,9 @@ mod tests {
                 "{text:?}"
             );
         };
-        for len in [1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 40, 47, 48, 49, 64, 70] {
+        for len in [
+            1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 40, 47, 48, 49, 64, 70, 127, 128, 129, 192, 256,
+        ] {
             for at in 0..len {
                 for c in &specials {
                     let mut t = "a".repeat(at);
