@@ -188,14 +188,17 @@ pub fn stdio(
         &mut latency,
         Instant::now() + plan.max_latency_phase,
     )?;
-    // No throughput phase (`drive --one`): no burst of 32 at the end either.
-    let (done, elapsed) = match plan.throughput_phase.is_zero() {
-        true => (0, Duration::from_secs(1)),
-        false => d.throughput(plan.throughput_phase)?,
+    // No throughput phase (`drive --one`): no burst of 32 at the end either, and no rate.
+    let rps = match plan.throughput_phase.is_zero() {
+        true => 0.0,
+        false => {
+            let (done, elapsed) = d.throughput(plan.throughput_phase)?;
+            done as f64 / elapsed.as_secs_f64()
+        }
     };
     Ok(Outcome {
         latency,
-        rps: done as f64 / elapsed.as_secs_f64(),
+        rps,
         errors: d.errors,
     })
 }

@@ -272,13 +272,23 @@ async fn within<T>(
     // call that works a while and then waits is held to the same bound as before.
     let deadline = tokio::time::Instant::now() + limit;
     let mut fut = std::pin::pin!(fut);
-    if let Poll::Ready(r) = std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await {
+    if let Poll::Ready(r) = poll_once(fut.as_mut()).await {
         return r;
     }
     match tokio::time::timeout_at(deadline, fut).await {
         Ok(r) => r,
         Err(_) => Err(timed_out(limit, uri)),
     }
+}
+
+/// Polls `fut` once, with the calling task's waker, and says what that poll gave: the hot
+/// paths finish a call that is ready at once in place, and only a call that waits gets a
+/// timer or a task of its own. A `Pending` future has registered its waker and may be
+/// polled again (or moved on, pinned) as usual.
+pub(crate) async fn poll_once<F: Future + ?Sized>(
+    mut fut: std::pin::Pin<&mut F>,
+) -> Poll<F::Output> {
+    std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await
 }
 
 /// The error a call that ran out of time answers, in the words clients have always seen.

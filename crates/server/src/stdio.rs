@@ -511,8 +511,7 @@ impl<R> StdioTransport<R> {
         // A read that completes on its first poll (a small file) is answered at once; one
         // that waits (a large file, a slow source) finishes on a task of its own, so the
         // requests behind it are not held up, and can be cancelled while it waits.
-        let first = std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await;
-        if let Poll::Ready(answer) = first {
+        if let Poll::Ready(answer) = crate::layers::poll_once(read.as_mut()).await {
             if let (Some(bytes), Some(out)) = (answer, &self.out) {
                 let _ = out.send(bytes);
             }
