@@ -343,11 +343,14 @@ async fn serve_stdio(
     request_timeout: std::time::Duration,
 ) -> anyhow::Result<()> {
     let direct = McpHandler::new(state.clone());
-    // Pipes on the IO reactor, not tokio's blocking-pool stdin/stdout (a thread hand-off per
-    // message costs more than the request), a tagged decode of the hot requests and batched
-    // writes (issue #6). After EOF, requests still running get as long as they may take: a
-    // read waits up to the request timeout for read budget, then its source up to that again.
+    // stdin read by a thread of its own blocking in `read`, which answers the small reads
+    // itself and writes their answers (issue #32), not tokio's blocking-pool stdin/stdout (a
+    // thread hand-off per message costs more than the request); a tagged decode of the hot
+    // requests and batched writes (issue #6). After EOF, requests still running get as long
+    // as they may take: a read waits up to the request timeout for read budget, then its
+    // source up to that again.
     let transport = mcpr_server::stdio::StdioTransport::stdio()
+        .context("cannot take stdin and stdout")?
         .with_direct_reads(direct)
         .with_eof_drain(request_timeout * 2 + std::time::Duration::from_secs(1));
     let end = transport.end();

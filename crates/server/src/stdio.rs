@@ -13,7 +13,7 @@
 //! Every other line (other methods, responses, notifications, anything unusual) goes through
 //! rmcp's `JsonRpcMessageCodec` unchanged, so its compatibility rules and errors still apply.
 //!
-//! Answers are serialised when rmcp hands them over and written by one writer task, which
+//! Answers are serialised when rmcp hands them over and written by one writer, which
 //! puts every answer that is ready into one `write`: with many requests in flight that is one
 //! system call for a batch instead of one per answer.
 //!
@@ -30,6 +30,24 @@
 //! before. A read still running when the client cancels it gets no answer, as rmcp drops
 //! the answer to a cancelled request.
 //!
+//! The binary's transport ([`StdioTransport::stdio`], [`StdioTransport::on_threads`]) reads
+//! on a thread of its own, blocking in `read` as the least program answering a line with a
+//! file does, instead of waiting in `epoll_wait` for the runtime to wake and read: that
+//! thread frames and decodes the lines, answers the direct reads that finish on their first
+//! poll, writes their answers itself (the answers made from one read of input together, in
+//! one `write`, as far as the output takes them without waiting) and hands the other
+//! messages to `receive` over a bounded channel. The answers rmcp sends, and whatever the
+//! reader could not write at once, are written by a second thread. The reader writes only
+//! when it can take the output's lock at once and no answer queued before is unwritten, so
+//! lines never mix, answers rmcp sent keep their order, and a client that writes many
+//! requests before reading gets them answered up to the backlog's bounds, as on the
+//! runtime. The lifecycle mirror counts an `initialize` as answered only once its answer
+//! is queued, so no direct answer goes out before it. With one request in flight on one
+//! CPU this saves the runtime's wake-ups, an `epoll_wait` and the hand-off to the writer
+//! task on every request (issue #32). [`StdioTransport::new`] reads and writes on the
+//! runtime, from any `AsyncRead` and `AsyncWrite` (tests' in-memory pipes); both share
+//! everything from the framing on.
+//!
 //! The end of input ends the stream only once every request read before it is answered:
 //! rmcp stops reading at once and gives its handlers a fixed 5 s before cancelling them, and
 //! a direct read runs outside rmcp altogether. So `receive` holds the stream open after EOF
@@ -43,6 +61,7 @@
 
 use std::collections::HashMap;
 use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::task::Poll;
@@ -98,23 +117,16 @@ const MAX_DEFERRED: usize = 4096;
 
 /// rmcp's `Transport` for the server side of a stdio pipe pair.
 pub struct StdioTransport<R> {
-    reader: R,
-    buf: BytesMut,
-    /// Where the search for the next newline resumes (bytes before it hold none).
-    scanned: usize,
-    /// Inside an over-long line: drop bytes up to the next newline.
-    discarding: bool,
-    eof: bool,
-    max_line: usize,
-    codec: JsonRpcMessageCodec<RxJsonRpcMessage<RoleServer>>,
-    /// To the writer task. Unbounded so that `send` queues synchronously, in the order rmcp
-    /// calls it (rmcp runs each returned future on its own task, in no set order); bounded
-    /// instead by [`Backlog`]: past it, no more requests are read (so no more answers are
-    /// made) and notifications are held back, one of each.
+    /// Where requests come from.
+    input: Input<R>,
+    /// To the writer. Unbounded so that `send` queues synchronously, in the order rmcp calls
+    /// it (rmcp runs each returned future on its own task, in no set order); bounded instead
+    /// by [`Backlog`]: past it, no more requests are read (so no more answers are made) and
+    /// notifications are held back, one of each.
     out: Option<Queue>,
     /// What the writer has not written yet.
     backlog: Arc<Backlog>,
-    /// The writer task and how input ended, shared with [`StdioEnd`].
+    /// The writer and how input ended, shared with [`StdioEnd`].
     ending: Arc<Ending>,
     /// How long after EOF the stream waits for unanswered requests.
     eof_drain: std::time::Duration,
@@ -123,14 +135,58 @@ pub struct StdioTransport<R> {
     drain_deadline: Option<tokio::time::Instant>,
     /// When the wait for the listens to end after that ends.
     listens_deadline: Option<tokio::time::Instant>,
-    /// The direct read path, when enabled (see [`StdioTransport::with_direct_reads`]).
-    direct: Option<Arc<McpHandler>>,
     /// Reads the direct path has taken.
     direct_answered: Arc<AtomicU64>,
     /// Direct reads still running.
     waiting: Waiting,
-    /// What the transport has seen of the session's lifecycle.
-    lifecycle: Lifecycle,
+    /// What the transport has seen of the session's lifecycle: the reading side tracks the
+    /// requests, `send` the `initialize` answers.
+    lifecycle: Arc<std::sync::Mutex<Lifecycle>>,
+}
+
+/// Where a [`StdioTransport`] reads its requests.
+enum Input<R> {
+    /// On the runtime, in `receive`, from any `AsyncRead` ([`StdioTransport::new`]).
+    Here { reader: R, lines: Lines, eof: bool },
+    /// On a thread of its own ([`StdioTransport::on_threads`]), started by the first
+    /// `receive`: it blocks in `read` on the descriptor, answers the direct reads itself
+    /// and writes their answers, and hands everything else to `receive` over `from`.
+    Thread {
+        start: Option<(Lines, OwnedFd)>,
+        output: Arc<Output>,
+        from: Option<mpsc::Receiver<RxJsonRpcMessage<RoleServer>>>,
+    },
+}
+
+/// The type parameter of a [`StdioTransport`] that reads on a thread of its own: it reads no
+/// `AsyncRead`, and no value of this type exists.
+pub enum OnThread {}
+
+impl AsyncRead for OnThread {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        _: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match *self {}
+    }
+}
+
+/// The reading side's state: the bytes read and not yet framed, the decode, and the direct
+/// path. Owned by `receive` or by the reader thread, never both.
+struct Lines {
+    buf: BytesMut,
+    /// Where the search for the next newline resumes (bytes before it hold none).
+    scanned: usize,
+    /// Inside an over-long line: drop bytes up to the next newline.
+    discarding: bool,
+    max_line: usize,
+    codec: JsonRpcMessageCodec<RxJsonRpcMessage<RoleServer>>,
+    /// The direct read path, when enabled (see [`StdioTransport::with_direct_reads`]).
+    direct: Option<Arc<McpHandler>>,
+    direct_answered: Arc<AtomicU64>,
+    waiting: Waiting,
+    lifecycle: Arc<std::sync::Mutex<Lifecycle>>,
     /// Whether the tool bridge is on, so `tools/*` are methods this server has; taken from
     /// the direct path's handler (the server's own state).
     tools: bool,
@@ -183,9 +239,10 @@ impl StdioEnd {
     }
 }
 
-impl StdioTransport<rmcp::transport::StdioReader> {
-    /// The process's own stdin and stdout, as non-blocking pipes where they are pipes.
-    pub fn stdio() -> Self {
+impl StdioTransport<OnThread> {
+    /// The process's own stdin and stdout, read and written by threads of their own
+    /// ([`StdioTransport::on_threads`]). Must be called inside a Tokio runtime.
+    pub fn stdio() -> io::Result<Self> {
         // A 1 MiB pipe (the unprivileged maximum) instead of 64 KiB: an 8 MiB blob then
         // crosses in 11 wake-ups of the reader, not 170. Not a pipe, or not allowed: as is.
         for size in [PIPE_BYTES, PIPE_BYTES / 4] {
@@ -193,57 +250,121 @@ impl StdioTransport<rmcp::transport::StdioReader> {
                 break;
             }
         }
-        let (r, w) = rmcp::transport::stdio_pipes();
-        Self::new(r, w)
+        let input = rustix::io::dup(std::io::stdin())?;
+        let output = rustix::io::dup(std::io::stdout())?;
+        Ok(Self::on_threads(input, output))
+    }
+
+    /// A transport reading requests from `input` on a thread of its own and writing answers
+    /// to `output` from threads (a pipe, a file, a terminal, a socket: any descriptor, in
+    /// blocking mode or not). Must be called inside a Tokio runtime.
+    ///
+    /// The reader thread blocks in `read`, as the least program answering a line with a file
+    /// does, instead of waiting in `epoll_wait` for the runtime to read: a direct read is
+    /// answered on that thread, its answer written by it with every other answer from the
+    /// same read of input, and no task is woken for it (issue #32). Everything else goes to
+    /// rmcp through `receive`. Answers rmcp sends are written by a second thread, one batch
+    /// at a time, under the same lock; a direct answer waits behind answers queued before it,
+    /// so an `initialize` answer is out before the first read it opens.
+    pub fn on_threads(input: OwnedFd, output: OwnedFd) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let backlog = Arc::new(Backlog::new(MAX_BACKLOG_BYTES, MAX_BACKLOG_MESSAGES));
+        let output = Arc::new(Output::new(output));
+        let writer = {
+            let (output, backlog) = (output.clone(), backlog.clone());
+            tokio::task::spawn_blocking(move || write_on_thread(&output, rx, &backlog))
+        };
+        let lifecycle = Arc::new(std::sync::Mutex::new(Lifecycle::Opening));
+        let lines = Lines::new(&lifecycle);
+        Self::with_input(
+            Input::Thread {
+                start: Some((lines, input)),
+                output,
+                from: None,
+            },
+            Queue { tx, backlog },
+            writer,
+            lifecycle,
+        )
     }
 }
 
 impl<R: AsyncRead + Unpin + Send> StdioTransport<R> {
-    /// A transport reading requests from `reader` and writing answers to `writer`. Must be
-    /// called inside a Tokio runtime (it starts the writer task).
+    /// A transport reading requests from `reader` and writing answers to `writer`, both on
+    /// the runtime. Must be called inside a Tokio runtime (it starts the writer task).
     pub fn new<W: AsyncWrite + Unpin + Send + 'static>(reader: R, writer: W) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         let backlog = Arc::new(Backlog::new(MAX_BACKLOG_BYTES, MAX_BACKLOG_MESSAGES));
+        let writer = tokio::spawn(write_loop(writer, rx, backlog.clone()));
+        let lifecycle = Arc::new(std::sync::Mutex::new(Lifecycle::Opening));
+        let lines = Lines::new(&lifecycle);
+        Self::with_input(
+            Input::Here {
+                reader,
+                lines,
+                eof: false,
+            },
+            Queue { tx, backlog },
+            writer,
+            lifecycle,
+        )
+    }
+}
+
+impl<R> StdioTransport<R> {
+    fn with_input(
+        input: Input<R>,
+        out: Queue,
+        writer: tokio::task::JoinHandle<()>,
+        lifecycle: Arc<std::sync::Mutex<Lifecycle>>,
+    ) -> Self {
+        let (direct_answered, waiting) = match &input {
+            Input::Here { lines, .. }
+            | Input::Thread {
+                start: Some((lines, _)),
+                ..
+            } => (lines.direct_answered.clone(), lines.waiting.clone()),
+            Input::Thread { start: None, .. } => unreachable!("a transport starts unstarted"),
+        };
         Self {
-            reader,
-            buf: BytesMut::with_capacity(READ_CHUNK),
-            scanned: 0,
-            discarding: false,
-            eof: false,
-            max_line: DEFAULT_MAX_LINE_LENGTH,
-            codec: JsonRpcMessageCodec::default(),
-            out: Some(Queue {
-                tx,
-                backlog: backlog.clone(),
-            }),
+            input,
+            backlog: out.backlog.clone(),
+            out: Some(out),
             ending: Arc::new(Ending {
-                writer: std::sync::Mutex::new(Some(tokio::spawn(write_loop(
-                    writer,
-                    rx,
-                    backlog.clone(),
-                )))),
+                writer: std::sync::Mutex::new(Some(writer)),
                 read_error: std::sync::OnceLock::new(),
                 input_over: CancellationToken::new(),
             }),
             eof_drain: DEFAULT_EOF_DRAIN,
             drain_deadline: None,
             listens_deadline: None,
-            backlog,
-            direct: None,
-            direct_answered: Arc::default(),
-            waiting: Arc::default(),
-            lifecycle: Lifecycle::Opening,
-            tools: false,
+            direct_answered,
+            waiting,
+            lifecycle,
+        }
+    }
+
+    /// The reading side's state, while nothing reads yet (a reader thread takes it).
+    fn lines_mut(&mut self) -> Option<&mut Lines> {
+        match &mut self.input {
+            Input::Here { lines, .. }
+            | Input::Thread {
+                start: Some((lines, _)),
+                ..
+            } => Some(lines),
+            Input::Thread { start: None, .. } => None,
         }
     }
 
     /// Answer the `resources/read` requests rmcp would only hand to the handler here, with
     /// `handler`, instead of through rmcp's serve loop (see the module documentation).
     /// `handler` is a handler of its own over the same server state: a read touches no
-    /// per-session state.
+    /// per-session state. Set before the first `receive`.
     pub fn with_direct_reads(mut self, handler: McpHandler) -> Self {
-        self.tools = handler.service().state().settings.tools;
-        self.direct = Some(Arc::new(handler));
+        if let Some(lines) = self.lines_mut() {
+            lines.tools = handler.service().state().settings.tools;
+            lines.direct = Some(Arc::new(handler));
+        }
         self
     }
 
@@ -279,124 +400,13 @@ impl<R: AsyncRead + Unpin + Send> StdioTransport<R> {
         StdioEnd(self.ending.clone())
     }
 
-    /// Lines longer than this are dropped (rmcp's default is 16 MiB).
+    /// Lines longer than this are dropped (rmcp's default is 16 MiB). Set before the first
+    /// `receive`.
     pub fn with_max_line_length(mut self, max: usize) -> Self {
-        self.max_line = max;
+        if let Some(lines) = self.lines_mut() {
+            lines.max_line = max;
+        }
         self
-    }
-
-    /// The next whole line, with its `\n`, or `None` until more bytes arrive.
-    fn next_line(&mut self) -> Option<BytesMut> {
-        loop {
-            match memchr::memchr(b'\n', &self.buf[self.scanned..]) {
-                Some(at) => {
-                    let end = self.scanned + at;
-                    self.scanned = 0;
-                    if self.discarding {
-                        self.buf.advance(end + 1);
-                        self.discarding = false;
-                        continue;
-                    }
-                    if end > self.max_line {
-                        // A whole over-long line that arrived in one read: refused the same.
-                        self.buf.advance(end + 1);
-                        self.refuse_long_line();
-                        continue;
-                    }
-                    return Some(self.buf.split_to(end + 1));
-                }
-                None if self.discarding => {
-                    self.buf.clear();
-                    self.scanned = 0;
-                    return None;
-                }
-                None if self.buf.len() > self.max_line => {
-                    self.refuse_long_line();
-                    self.buf.clear();
-                    self.scanned = 0;
-                    self.discarding = true;
-                    return None;
-                }
-                None => {
-                    self.scanned = self.buf.len();
-                    return None;
-                }
-            }
-        }
-    }
-
-    /// One line (with its `\n`) to a message: the tagged decode when it applies, else rmcp's
-    /// codec, which takes the framed line as it is. A line no message can come from gets its
-    /// JSON-RPC error here (issue #20, item 13): the client is waiting for an answer, and
-    /// dropping the line silently would hang it.
-    fn decode(&mut self, mut framed: BytesMut) -> Option<RxJsonRpcMessage<RoleServer>> {
-        let line = framed.strip_suffix(b"\n").unwrap_or(&framed);
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if line.is_empty() {
-            return None;
-        }
-        if let Some(msg) = decode_hot(line) {
-            // rmcp's decode of a list drops a `cursor` of the wrong type (and with it the
-            // params) instead of refusing it; a list without params is checked again.
-            if !is_list_without_params(&msg) {
-                return Some(msg);
-            }
-            return match check_line(line, self.tools) {
-                Checked::Answer(answer) => {
-                    self.answer(*answer);
-                    None
-                }
-                Checked::Pass(_) => Some(msg),
-            };
-        }
-        let request = match check_line(line, self.tools) {
-            Checked::Answer(answer) => {
-                self.answer(*answer);
-                return None;
-            }
-            Checked::Pass(request) => request,
-        };
-        match self.codec.decode(&mut framed) {
-            Ok(msg) => msg,
-            Err(JsonRpcMessageCodecError::Serde(e)) => {
-                tracing::debug!("Protocol error on incoming message: {e}");
-                let answer = refusals::undecodable(&e, request);
-                self.answer(answer);
-                None
-            }
-            Err(e) => {
-                tracing::error!("Error decoding an incoming message: {e}");
-                None
-            }
-        }
-    }
-
-    /// Answer a line over the limit, which is dropped unread: its id cannot be known
-    /// without reading it all, so the answer has none.
-    fn refuse_long_line(&self) {
-        tracing::error!(
-            max_line_length = self.max_line,
-            "Incoming message exceeded the maximum line length, discarding it"
-        );
-        self.answer(error_answer(
-            ErrorData::invalid_request(
-                format!(
-                    "Invalid request: the message is longer than {} bytes, the limit for one \
-                     line; it was discarded",
-                    self.max_line
-                ),
-                None,
-            ),
-            None,
-        ));
-    }
-
-    /// Queue an answer the transport gives itself (to a line rmcp never sees).
-    fn answer(&self, answer: TxJsonRpcMessage<RoleServer>) {
-        let encoded = own_answer_json(answer).map(as_line);
-        if let Err(e) = encoded.and_then(|b| self.queue(b)) {
-            tracing::debug!("cannot answer an invalid message: {e}");
-        }
     }
 
     fn queue(&self, bytes: Vec<u8>) -> io::Result<()> {
@@ -405,9 +415,46 @@ impl<R: AsyncRead + Unpin + Send> StdioTransport<R> {
             None => Err(closed()),
         }
     }
-}
 
-impl<R> StdioTransport<R> {
+    /// The next message from the reader thread, starting it on the first call; `None` once
+    /// it has read to the end of input (or could not start).
+    async fn next_from_thread(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
+        let Input::Thread {
+            start,
+            output,
+            from,
+        } = &mut self.input
+        else {
+            return None;
+        };
+        if let Some((lines, fd)) = start.take() {
+            let out = self.out.as_ref()?;
+            let (to, rx) = mpsc::channel(TO_RMCP);
+            let reader = Reader {
+                lines,
+                fd,
+                output: output.clone(),
+                out: out.downgrade(),
+                to_rmcp: to,
+                ending: self.ending.clone(),
+            };
+            let rt = tokio::runtime::Handle::current();
+            let started = std::thread::Builder::new()
+                .name("mcpr-stdin".into())
+                .spawn(move || {
+                    let _rt = rt.enter();
+                    reader.run();
+                });
+            if let Err(e) = started {
+                tracing::error!("cannot start the thread reading stdin: {e}");
+                let _ = self.ending.read_error.set(e);
+                return None;
+            }
+            *from = Some(rx);
+        }
+        from.as_mut()?.recv().await
+    }
+
     /// After the end of input: waits until no request handed to rmcp waits for its answer
     /// (a listen for its acknowledgment) and no direct read is running, at most `eof_drain`
     /// after the end; then ends the listens ([`StdioEnd::input_over`]) and waits, at most
@@ -447,18 +494,158 @@ impl<R> StdioTransport<R> {
             tracing::debug!("input ended; {open} listen stream(s) did not end in time");
         }
     }
+}
+
+impl Lines {
+    fn new(lifecycle: &Arc<std::sync::Mutex<Lifecycle>>) -> Self {
+        Self {
+            buf: BytesMut::with_capacity(READ_CHUNK),
+            scanned: 0,
+            discarding: false,
+            max_line: DEFAULT_MAX_LINE_LENGTH,
+            codec: JsonRpcMessageCodec::default(),
+            direct: None,
+            direct_answered: Arc::default(),
+            waiting: Arc::default(),
+            lifecycle: lifecycle.clone(),
+            tools: false,
+        }
+    }
+
+    /// The next whole line, with its `\n`, or `None` until more bytes arrive. An over-long
+    /// line is answered through `out` and dropped.
+    fn next_line(&mut self, out: Option<&Queue>) -> Option<BytesMut> {
+        loop {
+            match memchr::memchr(b'\n', &self.buf[self.scanned..]) {
+                Some(at) => {
+                    let end = self.scanned + at;
+                    self.scanned = 0;
+                    if self.discarding {
+                        self.buf.advance(end + 1);
+                        self.discarding = false;
+                        continue;
+                    }
+                    if end > self.max_line {
+                        // A whole over-long line that arrived in one read: refused the same.
+                        self.buf.advance(end + 1);
+                        self.refuse_long_line(out);
+                        continue;
+                    }
+                    return Some(self.buf.split_to(end + 1));
+                }
+                None if self.discarding => {
+                    self.buf.clear();
+                    self.scanned = 0;
+                    return None;
+                }
+                None if self.buf.len() > self.max_line => {
+                    self.refuse_long_line(out);
+                    self.buf.clear();
+                    self.scanned = 0;
+                    self.discarding = true;
+                    return None;
+                }
+                None => {
+                    self.scanned = self.buf.len();
+                    return None;
+                }
+            }
+        }
+    }
+
+    /// One line (with its `\n`) to a message: the tagged decode when it applies, else rmcp's
+    /// codec, which takes the framed line as it is. A line no message can come from gets its
+    /// JSON-RPC error through `out` (issue #20, item 13): the client is waiting for an
+    /// answer, and dropping the line silently would hang it.
+    fn decode(
+        &mut self,
+        mut framed: BytesMut,
+        out: Option<&Queue>,
+    ) -> Option<RxJsonRpcMessage<RoleServer>> {
+        let line = framed.strip_suffix(b"\n").unwrap_or(&framed);
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            return None;
+        }
+        if let Some(msg) = decode_hot(line) {
+            // rmcp's decode of a list drops a `cursor` of the wrong type (and with it the
+            // params) instead of refusing it; a list without params is checked again.
+            if !is_list_without_params(&msg) {
+                return Some(msg);
+            }
+            return match check_line(line, self.tools) {
+                Checked::Answer(answer) => {
+                    answer_with(out, *answer);
+                    None
+                }
+                Checked::Pass(_) => Some(msg),
+            };
+        }
+        let request = match check_line(line, self.tools) {
+            Checked::Answer(answer) => {
+                answer_with(out, *answer);
+                return None;
+            }
+            Checked::Pass(request) => request,
+        };
+        match self.codec.decode(&mut framed) {
+            Ok(msg) => msg,
+            Err(JsonRpcMessageCodecError::Serde(e)) => {
+                tracing::debug!("Protocol error on incoming message: {e}");
+                answer_with(out, refusals::undecodable(&e, request));
+                None
+            }
+            Err(e) => {
+                tracing::error!("Error decoding an incoming message: {e}");
+                None
+            }
+        }
+    }
+
+    /// Answer a line over the limit, which is dropped unread: its id cannot be known
+    /// without reading it all, so the answer has none.
+    fn refuse_long_line(&self, out: Option<&Queue>) {
+        tracing::error!(
+            max_line_length = self.max_line,
+            "Incoming message exceeded the maximum line length, discarding it"
+        );
+        answer_with(
+            out,
+            error_answer(
+                ErrorData::invalid_request(
+                    format!(
+                        "Invalid request: the message is longer than {} bytes, the limit for \
+                         one line; it was discarded",
+                        self.max_line
+                    ),
+                    None,
+                ),
+                None,
+            ),
+        );
+    }
 
     /// Answers `msg` here when it is a `resources/read` that rmcp would hand to the handler
-    /// unchanged, and returns it otherwise.
-    async fn answer_directly(
+    /// unchanged, and returns it otherwise. A read that finishes on its first poll (a small
+    /// file) has its answer appended to `batch` when there is one (the reader thread writes
+    /// it), else queued; one that waits (a large file, a slow source) finishes on a task of
+    /// its own, so the requests behind it are not held up, and can be cancelled while it
+    /// waits. That first poll has no waker to call: the task polls the read again, with its
+    /// own, as soon as it starts.
+    fn answer_directly(
         &mut self,
         msg: RxJsonRpcMessage<RoleServer>,
+        out: Option<&Queue>,
+        batch: Option<&mut Vec<u8>>,
     ) -> Option<RxJsonRpcMessage<RoleServer>> {
         let Some(handler) = self.direct.clone() else {
             return Some(msg);
         };
+        // One look at the lifecycle per message: `send` changes it only on an `initialize`
+        // answer.
+        let mut lifecycle = lock_lifecycle(&self.lifecycle);
         if let JsonRpcMessage::Request(r) = &msg
-            && self.lifecycle.saw(&r.request, &handler)
+            && lifecycle.saw(&r.request, &handler)
         {
             return Some(msg);
         }
@@ -476,10 +663,7 @@ impl<R> StdioTransport<R> {
                 id,
                 request: ClientRequest::ReadResourceRequest(read),
                 ..
-            }) => match self
-                .lifecycle
-                .era(read.extensions.get::<RequestMetaObject>())
-            {
+            }) => match lifecycle.era(read.extensions.get::<RequestMetaObject>()) {
                 Some(modern) => (id, read.params, modern),
                 None => {
                     return Some(JsonRpcMessage::Request(JsonRpcRequest {
@@ -491,8 +675,9 @@ impl<R> StdioTransport<R> {
             },
             other => return Some(other),
         };
+        drop(lifecycle);
         // A closed transport answers nothing, as rmcp's would not.
-        self.out.as_ref()?;
+        let out = out?;
         self.direct_answered.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(%id, uri = %params.uri, "resources/read answered by the direct path");
         let answer_id = id.clone();
@@ -508,17 +693,24 @@ impl<R> StdioTransport<R> {
                 .inspect_err(|e| tracing::error!("cannot encode an answer: {e}"))
                 .ok()
         });
-        // A read that completes on its first poll (a small file) is answered at once; one
-        // that waits (a large file, a slow source) finishes on a task of its own, so the
-        // requests behind it are not held up, and can be cancelled while it waits.
-        if let Poll::Ready(answer) = crate::layers::poll_once(read.as_mut()).await {
-            if let (Some(bytes), Some(out)) = (answer, &self.out) {
-                let _ = out.send(bytes);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        if let Poll::Ready(answer) = read.as_mut().poll(&mut cx) {
+            match (answer, batch) {
+                // A big answer (a blob) is not copied into the batch: the writer writes it
+                // as it is.
+                (Some(bytes), Some(batch)) if bytes.len() < BATCH_BYTES => {
+                    batch.extend_from_slice(&bytes);
+                    mcpr_core::spare::give_back(bytes);
+                }
+                (Some(bytes), _) => {
+                    let _ = out.send(bytes);
+                }
+                (None, _) => {}
             }
             return None;
         }
         // Only a read that waits takes a handle on the queue (a count on the channel).
-        let out = self.out.clone()?;
+        let out = out.clone();
         let cancelled = CancellationToken::new();
         lock(&self.waiting).insert(id.clone(), cancelled.clone());
         let waiting = self.waiting.clone();
@@ -541,6 +733,23 @@ impl<R> StdioTransport<R> {
         });
         None
     }
+}
+
+/// Queue an answer the transport gives itself (to a line rmcp never sees).
+fn answer_with(out: Option<&Queue>, answer: TxJsonRpcMessage<RoleServer>) {
+    let encoded = own_answer_json(answer).map(as_line);
+    let queued = encoded.and_then(|b| match out {
+        Some(out) => out.send(b),
+        None => Err(closed()),
+    });
+    if let Err(e) = queued {
+        tracing::debug!("cannot answer an invalid message: {e}");
+    }
+}
+
+fn lock_lifecycle(l: &std::sync::Mutex<Lifecycle>) -> std::sync::MutexGuard<'_, Lifecycle> {
+    // A plain value: consistent whatever panicked while holding it.
+    l.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Waits until `open` counts nothing in `backlog` or `deadline` passes; what it counts then.
@@ -595,11 +804,13 @@ impl<R: AsyncRead + Unpin + Send> Transport<RoleServer> for StdioTransport<R> {
         &mut self,
         item: TxJsonRpcMessage<RoleServer>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
-        if let JsonRpcMessage::Response(r) = &item
-            && let ServerResult::InitializeResult(init) = &r.result
-        {
-            self.lifecycle.initialized(&init.protocol_version);
-        }
+        let initialized = match &item {
+            JsonRpcMessage::Response(r) => match &r.result {
+                ServerResult::InitializeResult(init) => Some(init.protocol_version.clone()),
+                _ => None,
+            },
+            _ => None,
+        };
         let notification = matches!(item, JsonRpcMessage::Notification(_));
         match &item {
             JsonRpcMessage::Response(r) => self.backlog.answered(&r.id),
@@ -630,21 +841,37 @@ impl<R: AsyncRead + Unpin + Send> Transport<RoleServer> for StdioTransport<R> {
             Some(out) if notification => out.send_or_defer(bytes),
             _ => self.queue(bytes),
         });
+        // Only once the `initialize` answer is queued may the reader thread answer reads
+        // itself: it writes a direct answer at once only when nothing queued is unwritten.
+        if let Some(version) = initialized {
+            lock_lifecycle(&self.lifecycle).initialized(&version);
+        }
         std::future::ready(queued)
     }
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
         // Cancel-safe: rmcp polls this inside a `select!`. Bytes are only appended to `buf`
         // by a completed read, and a line is decoded and returned (or answered) with no await
-        // in between.
+        // in between; a message from the reader thread is taken off its channel whole.
+        if matches!(self.input, Input::Thread { .. }) {
+            if let Some(msg) = self.next_from_thread().await {
+                return Some(msg);
+            }
+            self.drain().await;
+            return None;
+        }
+        let Input::Here { reader, lines, eof } = &mut self.input else {
+            return None;
+        };
         let mut run = 0usize;
         loop {
             // Back-pressure: no new request while the client leaves too much unread. Waiting
             // here changes no state, so it is cancel-safe too.
             self.backlog.wait_below().await;
-            if let Some(line) = self.next_line() {
-                if let Some(msg) = self.decode(line) {
-                    match self.answer_directly(msg).await {
+            let out = self.out.as_ref();
+            if let Some(line) = lines.next_line(out) {
+                if let Some(msg) = lines.decode(line, out) {
+                    match lines.answer_directly(msg, out, None) {
                         Some(msg) => {
                             self.backlog.handed_to_rmcp(&msg);
                             return Some(msg);
@@ -661,29 +888,31 @@ impl<R: AsyncRead + Unpin + Send> Transport<RoleServer> for StdioTransport<R> {
                 }
                 continue;
             }
-            if self.eof {
-                // Bytes after the last newline are an unfinished message: nothing to deliver.
-                // The requests before it are answered before the stream ends.
-                self.drain().await;
-                return None;
+            if *eof {
+                break;
             }
-            self.buf.reserve(READ_CHUNK);
-            match self.reader.read_buf(&mut self.buf).await {
-                Ok(0) => self.eof = true,
+            lines.buf.reserve(READ_CHUNK);
+            match reader.read_buf(&mut lines.buf).await {
+                Ok(0) => *eof = true,
                 Ok(_) => {}
                 Err(e) => {
                     // The lines read before still get their answers; the binary reports the
                     // error once they are out.
                     tracing::error!("Error reading from stdin: {e}");
                     let _ = self.ending.read_error.set(e);
-                    self.eof = true;
+                    *eof = true;
                 }
             }
         }
+        // Bytes after the last newline are an unfinished message: nothing to deliver. The
+        // requests before it are answered before the stream ends.
+        self.drain().await;
+        None
     }
 
     async fn close(&mut self) -> Result<(), Self::Error> {
-        // Dropping the last sender ends the writer once it has written everything queued.
+        // Dropping the last sender ends the writer once it has written everything queued
+        // (the reader thread holds only a weak one).
         self.out = None;
         self.end().flushed().await;
         Ok(())
@@ -699,26 +928,8 @@ async fn write_loop<W: AsyncWrite + Unpin>(
 ) {
     let mut batch: Vec<u8> = Vec::with_capacity(64 * 1024);
     while let Some(first) = rx.recv().await {
-        let mut messages = 1;
-        let mut bytes = first.len();
-        let result = if first.len() >= BATCH_BYTES {
-            // A big answer (a blob) goes out as it is, without a copy.
-            w.write_all(&first).await
-        } else {
-            batch.clear();
-            batch.extend_from_slice(&first);
-            while batch.len() < BATCH_BYTES {
-                match rx.try_recv() {
-                    Ok(next) => {
-                        messages += 1;
-                        bytes += next.len();
-                        batch.extend_from_slice(&next);
-                    }
-                    Err(_) => break,
-                }
-            }
-            w.write_all(&batch).await
-        };
+        let (messages, bytes) = gather(&first, &mut rx, &mut batch);
+        let result = w.write_all(chosen(&first, &batch)).await;
         // A big answer's buffer goes to the next big read, pages and all (mcpr_core::spare).
         mcpr_core::spare::give_back(first);
         let mut result = result.and(w.flush().await);
@@ -730,16 +941,377 @@ async fn write_loop<W: AsyncWrite + Unpin>(
             }
         }
         if let Err(e) = result {
-            tracing::debug!("stdout closed: {e}");
-            // Nothing will drain now: let the reader go on (to the end of input; answers are
-            // refused by the closed queue) instead of waiting for room forever.
-            backlog.set_limits(usize::MAX, usize::MAX);
-            backlog.closed.store(true, Ordering::Release);
-            backlog.drained.notify_waiters();
+            stdout_gone(&backlog, &e);
             return;
         }
         if batch.capacity() > 4 * BATCH_BYTES {
             batch = Vec::with_capacity(64 * 1024);
+        }
+    }
+}
+
+/// [`write_loop`] on a thread of its own, for [`StdioTransport::on_threads`]: each batch is
+/// written whole under the output's lock, after what the reader thread left unwritten
+/// ([`Out::carry`]), and counted off the backlog before the lock is released, so the reader
+/// sees an empty backlog only once everything queued before is out.
+fn write_on_thread(output: &Output, mut rx: mpsc::UnboundedReceiver<Vec<u8>>, backlog: &Backlog) {
+    let mut batch: Vec<u8> = Vec::with_capacity(64 * 1024);
+    while let Some(first) = rx.blocking_recv() {
+        let (messages, bytes) = gather(&first, &mut rx, &mut batch);
+        let result = {
+            let mut o = output.lock();
+            let mut result = write_all_fd(o.fd.as_fd(), &o.carry);
+            o.carry.clear();
+            if result.is_ok() {
+                result = write_all_fd(o.fd.as_fd(), chosen(&first, &batch));
+            }
+            if result.is_ok() {
+                let deferred = backlog.written(bytes, messages);
+                if !deferred.is_empty() {
+                    result = write_all_fd(o.fd.as_fd(), &deferred.concat());
+                }
+            }
+            result
+        };
+        mcpr_core::spare::give_back(first);
+        if let Err(e) = result {
+            stdout_gone(backlog, &e);
+            return;
+        }
+        if batch.capacity() > 4 * BATCH_BYTES {
+            batch = Vec::with_capacity(64 * 1024);
+        }
+    }
+    // The transport is closed: a reader thread waiting for room must not wait for ever.
+    backlog.drained.notify_waiters();
+}
+
+/// Puts `first` and the answers queued behind it into `batch`, up to [`BATCH_BYTES`], unless
+/// `first` is big enough to go alone; how many answers and bytes that is.
+fn gather(
+    first: &[u8],
+    rx: &mut mpsc::UnboundedReceiver<Vec<u8>>,
+    batch: &mut Vec<u8>,
+) -> (usize, usize) {
+    if first.len() >= BATCH_BYTES {
+        return (1, first.len());
+    }
+    let (mut messages, mut bytes) = (1, first.len());
+    batch.clear();
+    batch.extend_from_slice(first);
+    while batch.len() < BATCH_BYTES {
+        match rx.try_recv() {
+            Ok(next) => {
+                messages += 1;
+                bytes += next.len();
+                batch.extend_from_slice(&next);
+            }
+            Err(_) => break,
+        }
+    }
+    (messages, bytes)
+}
+
+/// What [`gather`] made: a big answer as it is (no copy), else the batch.
+fn chosen<'a>(first: &'a [u8], batch: &'a [u8]) -> &'a [u8] {
+    if first.len() >= BATCH_BYTES {
+        first
+    } else {
+        batch
+    }
+}
+
+/// stdout is gone: nothing will drain now. Let the reader go on (to the end of input;
+/// answers are refused by the closed queue) instead of waiting for room forever.
+fn stdout_gone(backlog: &Backlog, e: &io::Error) {
+    tracing::debug!("stdout closed: {e}");
+    backlog.set_limits(usize::MAX, usize::MAX);
+    backlog.closed.store(true, Ordering::Release);
+    backlog.drained.notify_waiters();
+}
+
+/// The output descriptor of a transport on threads: one writer at a time, each batch whole
+/// (a pipe splits a write larger than its buffer, and two writers' pieces would mix).
+struct Output(std::sync::Mutex<Out>);
+
+struct Out {
+    fd: OwnedFd,
+    /// How the reader thread writes without ever blocking.
+    nowait: NoWait,
+    /// The end of a batch the reader thread wrote only in part (the pipe was full): the
+    /// writer thread writes it before anything else, so no line is split by another.
+    carry: Vec<u8>,
+}
+
+/// A write that never blocks, on the output descriptor.
+enum NoWait {
+    /// A pipe: a description of its own, opened with `O_NONBLOCK` through `/proc/self/fd`
+    /// (setting the flag on the shared one would make the process's stdout, and a stderr
+    /// sharing it, non-blocking for everyone).
+    Fifo(OwnedFd),
+    /// A socket (Node's `child_process` gives its children socket pairs): `MSG_DONTWAIT`.
+    Socket,
+    /// Anything else: the reader thread leaves every answer to the writer thread.
+    Never,
+}
+
+impl Output {
+    fn new(fd: OwnedFd) -> Self {
+        let nowait = match rustix::fs::fstat(&fd)
+            .map(|st| rustix::fs::FileType::from_raw_mode(st.st_mode))
+        {
+            Ok(rustix::fs::FileType::Fifo) => {
+                let path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd));
+                let flags = rustix::fs::OFlags::WRONLY
+                    | rustix::fs::OFlags::NONBLOCK
+                    | rustix::fs::OFlags::CLOEXEC;
+                match rustix::fs::open(path, flags, rustix::fs::Mode::empty()) {
+                    Ok(own) => NoWait::Fifo(own),
+                    Err(_) => NoWait::Never,
+                }
+            }
+            Ok(rustix::fs::FileType::Socket) => NoWait::Socket,
+            _ => NoWait::Never,
+        };
+        Self(std::sync::Mutex::new(Out {
+            fd,
+            nowait,
+            carry: Vec::new(),
+        }))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Out> {
+        // A descriptor and a buffer: nothing a panic could leave half-changed.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The lock if nobody holds it: the writer thread holds it while it writes, maybe
+    /// blocked on a full pipe, and the reader thread must not wait for that.
+    fn try_lock(&self) -> Option<std::sync::MutexGuard<'_, Out>> {
+        match self.0.try_lock() {
+            Ok(o) => Some(o),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+}
+
+impl Out {
+    /// Writes what fits of `bytes` now, without blocking; how much that was.
+    fn try_write(&self, bytes: &[u8]) -> io::Result<usize> {
+        loop {
+            let written = match &self.nowait {
+                NoWait::Fifo(own) => rustix::io::write(own, bytes),
+                NoWait::Socket => rustix::net::send(
+                    &self.fd,
+                    bytes,
+                    rustix::net::SendFlags::DONTWAIT | rustix::net::SendFlags::NOSIGNAL,
+                ),
+                NoWait::Never => return Ok(0),
+            };
+            match written {
+                Ok(n) => return Ok(n),
+                Err(rustix::io::Errno::INTR) => {}
+                Err(rustix::io::Errno::AGAIN) => return Ok(0),
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}
+
+/// Writes all of `bytes`, waiting for room when the descriptor is non-blocking and full.
+fn write_all_fd(fd: BorrowedFd<'_>, mut bytes: &[u8]) -> io::Result<()> {
+    while !bytes.is_empty() {
+        match rustix::io::write(fd, bytes) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => bytes = &bytes[n..],
+            Err(rustix::io::Errno::INTR) => {}
+            Err(rustix::io::Errno::AGAIN) => ready(fd, rustix::event::PollFlags::OUT)?,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Reads what `fd` has into the spare room of `scratch` (cleared first), waiting when the
+/// descriptor is non-blocking and empty; 0 at the end of input.
+fn read_fd(fd: BorrowedFd<'_>, scratch: &mut Vec<u8>) -> io::Result<usize> {
+    scratch.clear();
+    loop {
+        match rustix::io::read(fd, rustix::buffer::spare_capacity(&mut *scratch)) {
+            Ok(n) => return Ok(n),
+            Err(rustix::io::Errno::INTR) => {}
+            Err(rustix::io::Errno::AGAIN) => ready(fd, rustix::event::PollFlags::IN)?,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Blocks until `fd` is ready for `flags` (or hung up, or failed: the next call says which).
+fn ready(fd: BorrowedFd<'_>, flags: rustix::event::PollFlags) -> io::Result<()> {
+    let mut fds = [rustix::event::PollFd::from_borrowed_fd(fd, flags)];
+    match rustix::event::poll(&mut fds, None) {
+        Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The reader thread of a transport on threads (see [`StdioTransport::on_threads`]).
+struct Reader {
+    lines: Lines,
+    fd: OwnedFd,
+    output: Arc<Output>,
+    /// The answer queue, without keeping it open: when the transport closes it, the writer
+    /// ends once the answers queued are out, whatever this thread is waiting for.
+    out: WeakQueue,
+    to_rmcp: mpsc::Sender<RxJsonRpcMessage<RoleServer>>,
+    ending: Arc<Ending>,
+}
+
+/// Messages read ahead for rmcp: past this the reader thread waits for rmcp to take them.
+const TO_RMCP: usize = 256;
+
+impl Reader {
+    /// [`Reader::read`], and a panic in it reported as a read error, not as the end of input.
+    fn run(self) {
+        let ending = self.ending.clone();
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.read())).is_err() {
+            let _ = ending
+                .read_error
+                .set(io::Error::other("the thread reading stdin panicked"));
+        }
+    }
+
+    /// Reads to the end of input (or until the transport is gone): frames and decodes each
+    /// line, answers the direct reads and writes their answers after each read of input (or
+    /// before it waits), hands the rest to `receive`. Runs inside the runtime's context, so
+    /// a read that waits can start its task and timers.
+    fn read(mut self) {
+        let mut scratch: Vec<u8> = Vec::with_capacity(READ_CHUNK);
+        let mut batch: Vec<u8> = Vec::with_capacity(64 * 1024);
+        loop {
+            let Some(out) = self.out.upgrade() else {
+                return;
+            };
+            let mut over = false;
+            loop {
+                // Back-pressure, as in `receive`: no new request while the client leaves too
+                // much unread (or rmcp has too many to answer).
+                if out.backlog.over() {
+                    over = true;
+                    break;
+                }
+                let Some(line) = self.lines.next_line(Some(&out)) else {
+                    break;
+                };
+                let Some(msg) = self.lines.decode(line, Some(&out)) else {
+                    continue;
+                };
+                if let Some(msg) = self
+                    .lines
+                    .answer_directly(msg, Some(&out), Some(&mut batch))
+                {
+                    out.backlog.handed_to_rmcp(&msg);
+                    if futures::executor::block_on(self.to_rmcp.send(msg)).is_err() {
+                        return;
+                    }
+                }
+                if batch.len() >= BATCH_BYTES {
+                    self.write(&mut batch, &out);
+                }
+            }
+            // The answers made so far go out before this thread waits.
+            self.write(&mut batch, &out);
+            // Not held while blocked: a closed transport must end its writer.
+            drop(out);
+            if over {
+                if !self.wait_for_room() {
+                    return;
+                }
+                continue;
+            }
+            match read_fd(self.fd.as_fd(), &mut scratch) {
+                Ok(0) => return,
+                Ok(_) => self.lines.buf.extend_from_slice(&scratch),
+                Err(e) => {
+                    // The lines read before still get their answers; the binary reports the
+                    // error once they are out.
+                    tracing::error!("Error reading from stdin: {e}");
+                    let _ = self.ending.read_error.set(e);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Waits until the backlog is under its bound; `false` when the transport closed first.
+    fn wait_for_room(&self) -> bool {
+        let backlog = &self.out.backlog;
+        futures::executor::block_on(async {
+            loop {
+                let drained = backlog.drained.notified();
+                tokio::pin!(drained);
+                // Registered before the checks, so a write between them wakes it.
+                drained.as_mut().enable();
+                if !backlog.over() {
+                    return true;
+                }
+                if self.out.upgrade().is_none() {
+                    return false;
+                }
+                drained.await;
+            }
+        })
+    }
+
+    /// Writes the direct answers in `batch` now, as far as the output takes them without
+    /// waiting, when nothing queued before them is still unwritten; whatever is left goes to
+    /// the writer thread, behind what is queued. This thread never blocks on the output: a
+    /// client that writes many requests before it reads an answer has them read and answered
+    /// up to the backlog's bounds, as with the writer task.
+    fn write(&self, batch: &mut Vec<u8>, out: &Queue) {
+        if batch.is_empty() {
+            return;
+        }
+        if out.backlog.closed.load(Ordering::Acquire) {
+            // Nobody reads the answers any more.
+            batch.clear();
+            return;
+        }
+        let Some(mut o) = self.output.try_lock() else {
+            // The writer thread is writing: these go after its batch.
+            let _ = out.send(std::mem::take(batch));
+            return;
+        };
+        if !o.carry.is_empty() || out.backlog.messages.load(Ordering::Acquire) > 0 {
+            drop(o);
+            let _ = out.send(std::mem::take(batch));
+            return;
+        }
+        match o.try_write(batch) {
+            Ok(n) if n == batch.len() => batch.clear(),
+            Ok(0) => {
+                drop(o);
+                let _ = out.send(std::mem::take(batch));
+            }
+            Ok(n) => {
+                // Part of a line may be out: its end goes first, whoever writes next.
+                o.carry.extend_from_slice(&batch[n..]);
+                drop(o);
+                batch.clear();
+                // Wakes the writer thread for the carry (an empty answer, counted as one).
+                let _ = out.send(Vec::new());
+            }
+            Err(e) => {
+                drop(o);
+                batch.clear();
+                stdout_gone(&out.backlog, &e);
+            }
+        }
+        if batch.capacity() > 4 * BATCH_BYTES {
+            *batch = Vec::with_capacity(64 * 1024);
         }
     }
 }
@@ -752,6 +1324,14 @@ struct Queue {
 }
 
 impl Queue {
+    /// A handle that does not keep the queue open (see [`Reader`]).
+    fn downgrade(&self) -> WeakQueue {
+        WeakQueue {
+            tx: self.tx.downgrade(),
+            backlog: self.backlog.clone(),
+        }
+    }
+
     /// Queue an answer (always: the request was taken, its answer is owed).
     fn send(&self, bytes: Vec<u8>) -> io::Result<()> {
         self.backlog.add(bytes.len());
@@ -768,6 +1348,21 @@ impl Queue {
             None => Ok(()),
             Some(bytes) => self.send(bytes),
         }
+    }
+}
+
+/// A [`Queue`] that does not keep the writer running.
+struct WeakQueue {
+    tx: mpsc::WeakUnboundedSender<Vec<u8>>,
+    backlog: Arc<Backlog>,
+}
+
+impl WeakQueue {
+    fn upgrade(&self) -> Option<Queue> {
+        Some(Queue {
+            tx: self.tx.upgrade()?,
+            backlog: self.backlog.clone(),
+        })
     }
 }
 

@@ -103,3 +103,92 @@ async fn stdio_backlog_is_bounded_when_the_client_does_not_read() {
         assert_eq!(backlog(), 0);
     }
 }
+
+/// The binary's transport, on threads over real pipes: its reader thread writes the direct
+/// answers itself only as far as the pipe takes them without waiting, so when nobody reads
+/// them the rest are queued for the writer thread, bounded as above, and reading stops;
+/// reading again gets every answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdio_on_threads_stops_reading_when_the_client_does_not_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::write(root.join("a.txt"), "x".repeat(ANSWER_BYTES)).unwrap();
+    let provider: Arc<dyn Provider> =
+        Arc::new(FilesProvider::new(FilesConfig::new(&root)).unwrap());
+    let state = ServerState::new(Settings::default(), vec![provider]);
+    let uri = encode_path_uri(&root.join("a.txt"));
+
+    let (server_r, client_w) = rustix::pipe::pipe().unwrap();
+    let (client_r, server_w) = rustix::pipe::pipe().unwrap();
+    let transport = StdioTransport::on_threads(server_r, server_w)
+        .with_backlog_limit(LIMIT, 64)
+        .with_direct_reads(McpHandler::new(state.clone()));
+    let backlog = transport.backlog_bytes();
+    let taken = transport.direct_reads();
+    let server = tokio::spawn(async move {
+        let running = McpHandler::new(state).serve(transport).await.unwrap();
+        let _ = running.waiting().await;
+    });
+    let mut w = tokio::fs::File::from_std(std::fs::File::from(client_w));
+    let mut r = BufReader::new(tokio::fs::File::from_std(std::fs::File::from(client_r)));
+    // As a client does: the reads after the answer to `initialize`.
+    w.write_all(format!("{INIT}\n").as_bytes()).await.unwrap();
+    w.flush().await.unwrap();
+    let mut line = Vec::new();
+    r.read_until(b'\n', &mut line).await.unwrap();
+    assert!(line.starts_with(br#"{"jsonrpc":"2.0","id":"init""#));
+    let mut input = format!("{INITIALIZED}\n");
+    for i in 0..REQUESTS {
+        input.push_str(&format!(
+            r#"{{"jsonrpc":"2.0","id":{i},"method":"resources/read","params":{{"uri":"{uri}"}}}}"#
+        ));
+        input.push('\n');
+    }
+    let writer = tokio::spawn(async move {
+        w.write_all(input.as_bytes()).await.unwrap();
+        w.flush().await.unwrap();
+        w
+    });
+
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let held = backlog();
+    assert!(
+        held <= LIMIT + 64 * ANSWER_BYTES,
+        "{held} bytes of answers queued with a {LIMIT}-byte bound"
+    );
+    assert!(held > 0, "the answers were held somewhere else");
+    assert!(
+        !writer.is_finished(),
+        "the server read every request without anyone reading answers"
+    );
+
+    let mut answered = 0;
+    while answered < REQUESTS {
+        line.clear();
+        let n = tokio::time::timeout(Duration::from_secs(20), r.read_until(b'\n', &mut line))
+            .await
+            .unwrap_or_else(|_| panic!("stalled after {answered} answers"))
+            .unwrap();
+        assert!(n > 0, "closed after {answered} answers");
+        assert!(
+            line.windows(8).any(|w| w == b"\"result\""),
+            "{}",
+            String::from_utf8_lossy(&line[..line.len().min(300)])
+        );
+        answered += 1;
+    }
+    drop(writer.await.unwrap());
+    let mut rest = Vec::new();
+    let n = tokio::time::timeout(Duration::from_secs(10), r.read_until(b'\n', &mut rest))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(n, 0, "an answer no request asked for");
+    server.await.unwrap();
+    assert_eq!(backlog(), 0);
+    assert_eq!(
+        taken.load(std::sync::atomic::Ordering::Relaxed),
+        REQUESTS as u64,
+        "the reads were the reader thread's"
+    );
+}

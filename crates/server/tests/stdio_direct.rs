@@ -1,7 +1,8 @@
 //! The stdio direct read path against rmcp's own dispatch: the same sessions, line for line,
 //! through a transport with the direct path and one without, must get the same answers byte
-//! for byte; and the transport's counter shows which reads the direct path took, so a direct
-//! path that silently never answers fails too.
+//! for byte, with the direct path on the runtime and on the binary's threads over real pipes;
+//! and the transport's counter shows which reads the direct path took, so a direct path that
+//! silently never answers fails too.
 
 mod common;
 
@@ -15,51 +16,109 @@ use mcpr_provider_files::{FilesConfig, FilesProvider, encode_path_uri};
 use mcpr_server::stdio::StdioTransport;
 use mcpr_server::{McpHandler, ServerState, Settings};
 use rmcp::ServiceExt;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 
 const INIT: &str = r#"{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
 const INITIALIZED: &str = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
 const META_2026: &str = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"}}"#;
 
-/// One session's lines through one server; the answers by id (as JSON text) and how many
-/// reads the direct path took.
-async fn run(
+/// How a test's server reads its input.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Mode {
+    /// rmcp answers every read (no direct path), on in-memory pipes.
+    Rmcp,
+    /// The direct path on the runtime (`StdioTransport::new`), on in-memory pipes.
+    Direct,
+    /// The direct path on the binary's threads (`StdioTransport::on_threads`), on real pipes.
+    Threads,
+}
+
+/// Serves one session on `transport` to its end.
+fn serve<R: tokio::io::AsyncRead + Unpin + Send + 'static>(
     state: Arc<ServerState>,
-    direct: bool,
-    lines: &[String],
-    answers: usize,
-) -> (BTreeMap<String, String>, u64) {
-    let (client_w, server_r) = tokio::io::duplex(1 << 16);
-    let (server_w, client_r) = tokio::io::duplex(1 << 16);
-    let mut transport = StdioTransport::new(server_r, server_w);
-    if direct {
-        transport = transport.with_direct_reads(McpHandler::new(state.clone()));
-    }
-    let taken = transport.direct_reads();
-    let server = tokio::spawn(async move {
+    transport: StdioTransport<R>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
         let running = McpHandler::new(state).serve(transport).await.unwrap();
         let _ = running.waiting().await;
-    });
-    let mut w = client_w;
-    let input = lines.join("\n") + "\n";
+    })
+}
+
+/// One session's lines through one server; the answers by id (as JSON text) and how many
+/// reads the direct path took. When the first line is an `initialize`, its answer must be
+/// the first; with `wait_init` the rest are sent only once it has arrived, as a client does,
+/// else all at once.
+async fn run(
+    state: Arc<ServerState>,
+    mode: Mode,
+    lines: &[String],
+    answers: usize,
+    wait_init: bool,
+) -> (BTreeMap<String, String>, u64) {
+    let (server, taken, mut w, r): (
+        _,
+        _,
+        Box<dyn AsyncWrite + Unpin + Send>,
+        Box<dyn AsyncRead + Unpin + Send>,
+    ) = match mode {
+        Mode::Rmcp | Mode::Direct => {
+            let (client_w, server_r) = tokio::io::duplex(1 << 16);
+            let (server_w, client_r) = tokio::io::duplex(1 << 16);
+            let mut transport = StdioTransport::new(server_r, server_w);
+            if mode == Mode::Direct {
+                transport = transport.with_direct_reads(McpHandler::new(state.clone()));
+            }
+            let taken = transport.direct_reads();
+            let server = serve(state, transport);
+            (server, taken, Box::new(client_w), Box::new(client_r))
+        }
+        Mode::Threads => {
+            let (server_r, client_w) = rustix::pipe::pipe().unwrap();
+            let (client_r, server_w) = rustix::pipe::pipe().unwrap();
+            let transport = StdioTransport::on_threads(server_r, server_w)
+                .with_direct_reads(McpHandler::new(state.clone()));
+            let taken = transport.direct_reads();
+            let server = serve(state, transport);
+            let w = tokio::fs::File::from_std(std::fs::File::from(client_w));
+            let r = tokio::fs::File::from_std(std::fs::File::from(client_r));
+            (server, taken, Box::new(w), Box::new(r))
+        }
+    };
+    let mut r = BufReader::new(r);
+    let mut got = BTreeMap::new();
+    let init = lines
+        .first()
+        .filter(|first| first.contains(r#""method":"initialize""#));
+    let mut rest = lines;
+    if let Some(first) = init
+        && wait_init
+    {
+        w.write_all(format!("{first}\n").as_bytes()).await.unwrap();
+        w.flush().await.unwrap();
+        rest = &lines[1..];
+        let line = next_line(&mut r, &got, answers).await;
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        got.insert(v["id"].to_string(), line);
+    }
+    let input = rest.join("\n") + "\n";
     let writer = tokio::spawn(async move {
         w.write_all(input.as_bytes()).await.unwrap();
+        w.flush().await.unwrap();
         w
     });
-    let mut r = BufReader::new(client_r);
-    let mut got = BTreeMap::new();
     while got.len() < answers {
-        let mut line = String::new();
-        let n = tokio::time::timeout(Duration::from_secs(10), r.read_line(&mut line))
-            .await
-            .unwrap_or_else(|_| {
-                let ids: Vec<&String> = got.keys().collect();
-                panic!("only {} of {answers} answers, to {ids:?}", got.len())
-            })
-            .unwrap();
-        assert!(n > 0, "the server closed after {} answers", got.len());
+        let line = next_line(&mut r, &got, answers).await;
         let v: serde_json::Value = serde_json::from_str(&line).unwrap();
         let id = v["id"].to_string();
+        if got.is_empty()
+            && let Some(init) = init
+        {
+            let want: serde_json::Value = serde_json::from_str(init).unwrap();
+            assert_eq!(
+                v["id"], want["id"],
+                "{mode:?}: an answer before initialize's"
+            );
+        }
         assert!(
             got.insert(id.clone(), line).is_none(),
             "two answers to {id}"
@@ -77,6 +136,24 @@ async fn run(
     (got, taken.load(Ordering::Relaxed))
 }
 
+/// The next answer line; fails after 10 s, or when the server closes its output.
+async fn next_line(
+    r: &mut BufReader<Box<dyn AsyncRead + Unpin + Send>>,
+    got: &BTreeMap<String, String>,
+    answers: usize,
+) -> String {
+    let mut line = String::new();
+    let n = tokio::time::timeout(Duration::from_secs(10), r.read_line(&mut line))
+        .await
+        .unwrap_or_else(|_| {
+            let ids: Vec<&String> = got.keys().collect();
+            panic!("only {} of {answers} answers, to {ids:?}", got.len())
+        })
+        .unwrap();
+    assert!(n > 0, "the server closed after {} answers", got.len());
+    line
+}
+
 fn read(id: &str, uri: &str) -> String {
     format!(
         r#"{{"jsonrpc":"2.0","id":{id},"method":"resources/read","params":{{"uri":{}}}}}"#,
@@ -91,31 +168,44 @@ fn read_with_meta(id: &str, uri: &str, meta: &str) -> String {
     )
 }
 
-/// Runs `lines` through both servers and compares every answer; returns the direct count.
+/// Runs `lines` through the three servers and compares every answer; returns how many
+/// reads the direct path took on the runtime (all lines at once) and on threads (the rest
+/// after the `initialize` answer).
 async fn same_answers(
     state: &Arc<ServerState>,
     what: &str,
     lines: &[String],
     answers: usize,
-) -> u64 {
-    let (direct, taken) = run(state.clone(), true, lines, answers).await;
-    let (plain, none) = run(state.clone(), false, lines, answers).await;
+) -> (u64, u64) {
+    let (plain, none) = run(state.clone(), Mode::Rmcp, lines, answers, false).await;
     assert_eq!(none, 0, "{what}: the transport without the path took reads");
-    assert_eq!(
-        direct.keys().collect::<Vec<_>>(),
-        plain.keys().collect::<Vec<_>>(),
-        "{what}: answered ids differ"
-    );
-    for (id, a) in &direct {
-        let b = &plain[id];
-        assert!(
-            a == b,
-            "{what}: answer {id} differs\ndirect: {}\nrmcp:   {}",
-            &a[..a.len().min(400)],
-            &b[..b.len().min(400)]
+    let mut taken = Vec::new();
+    // All lines at once: on threads, what the reader reads before the `initialize` answer
+    // is queued goes to rmcp, so how many reads it takes is a race; the answers are not.
+    // Then as a client does: with the direct path on threads, the rest after that answer.
+    for (mode, wait_init) in [
+        (Mode::Direct, false),
+        (Mode::Threads, false),
+        (Mode::Threads, true),
+    ] {
+        let (direct, n) = run(state.clone(), mode, lines, answers, wait_init).await;
+        taken.push(n);
+        assert_eq!(
+            direct.keys().collect::<Vec<_>>(),
+            plain.keys().collect::<Vec<_>>(),
+            "{what} ({mode:?}, waiting {wait_init}): answered ids differ"
         );
+        for (id, a) in &direct {
+            let b = &plain[id];
+            assert!(
+                a == b,
+                "{what} ({mode:?}, waiting {wait_init}): answer {id} differs\ndirect: {}\nrmcp:   {}",
+                &a[..a.len().min(400)],
+                &b[..b.len().min(400)]
+            );
+        }
     }
-    taken
+    (taken[0], taken[2])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -185,7 +275,8 @@ async fn direct_reads_answer_exactly_as_rmcp_does() {
     );
     let answers = 1 + direct_reads.len() + rmcp_reads.len();
     let taken = same_answers(&state, "legacy session", &lines, answers).await;
-    assert_eq!(taken, direct_reads.len() as u64, "legacy session");
+    let n = direct_reads.len() as u64;
+    assert_eq!(taken, (n, n), "legacy session");
 
     // An older legacy version is a legacy session too.
     let lines = vec![
@@ -194,14 +285,16 @@ async fn direct_reads_answer_exactly_as_rmcp_does() {
         read("2", &uri("missing.txt")),
     ];
     let taken = same_answers(&state, "2024-11-05 session", &lines, 3).await;
-    assert_eq!(taken, 2, "2024-11-05 session");
+    assert_eq!(taken, (2, 2), "2024-11-05 session");
 
     // Before `initialize` is answered rmcp decides what a read is (an error here), and the
     // same read after it is the direct path's. The initialize line right behind the read is
-    // already buffered when the read is looked at.
+    // already buffered when the read is looked at. (The reader thread hands the second read
+    // to rmcp unless the `initialize` answer is queued when it gets to it: a race, so its
+    // count is not checked; its answer is.)
     let lines = vec![read("1", &small), INIT.to_owned(), read("2", &small)];
-    let taken = same_answers(&state, "read before initialize", &lines, 3).await;
-    assert_eq!(taken, 1, "read before initialize");
+    let (here, _) = same_answers(&state, "read before initialize", &lines, 3).await;
+    assert_eq!(here, 1, "read before initialize");
 
     // A 2026-07-28 session without initialize. rmcp's handshake answers what comes before
     // the request that opens the session (a read without _meta, one naming an unsupported
@@ -233,10 +326,11 @@ async fn direct_reads_answer_exactly_as_rmcp_does() {
             .replace("META", META_2026),
     ]);
     let taken = same_answers(&state, "2026-07-28 session", &lines, 13).await;
-    assert_eq!(taken, modern.len() as u64, "2026-07-28 session");
+    let n = modern.len() as u64;
+    assert_eq!(taken, (n, n), "2026-07-28 session");
 
     // A second initialize: rmcp answers everything after it, even the reads read before its
-    // answer went out.
+    // answer went out. (Sent all at once, it is read before the first is answered.)
     let lines = vec![
         INIT.to_owned(),
         read("1", &small),
@@ -244,7 +338,7 @@ async fn direct_reads_answer_exactly_as_rmcp_does() {
         read("2", &small),
     ];
     let taken = same_answers(&state, "second initialize", &lines, 4).await;
-    assert_eq!(taken, 1, "second initialize");
+    assert_eq!(taken, (1, 1), "second initialize");
 }
 
 /// A read still running when its cancellation arrives gets no answer on either path (rmcp
@@ -273,15 +367,15 @@ async fn a_cancelled_read_is_not_answered() {
         r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"slow","reason":"enough"}}"#.into(),
         read("\"after\"", &encode_path_uri(&root.join("small.txt"))),
     ];
-    for direct in [true, false] {
+    for mode in [Mode::Direct, Mode::Threads, Mode::Rmcp] {
         // `run` fails on any answer beyond the two expected, once the input is closed.
-        let (got, taken) = run(state.clone(), direct, &lines, 2).await;
+        let (got, taken) = run(state.clone(), mode, &lines, 2, true).await;
         assert_eq!(
             got.keys().collect::<Vec<_>>(),
             ["\"after\"", "\"init\""],
-            "direct path {direct}"
+            "{mode:?}"
         );
-        assert_eq!(taken, if direct { 2 } else { 0 });
+        assert_eq!(taken, if mode == Mode::Rmcp { 0 } else { 2 }, "{mode:?}");
     }
 }
 
@@ -301,14 +395,16 @@ async fn a_burst_of_direct_reads_is_answered_in_full() {
         let name = format!("f{}.txt", i % 50);
         lines.push(read(&i.to_string(), &encode_path_uri(&root.join(name))));
     }
-    let (got, taken) = run(state, true, &lines, 5001).await;
-    assert_eq!(taken, 5000);
-    for i in 0..5000 {
-        let v: serde_json::Value = serde_json::from_str(&got[&i.to_string()]).unwrap();
-        assert_eq!(
-            v["result"]["contents"][0]["text"],
-            format!("file {}", i % 50),
-            "answer {i}"
-        );
+    for mode in [Mode::Direct, Mode::Threads] {
+        let (got, taken) = run(state.clone(), mode, &lines, 5001, true).await;
+        assert_eq!(taken, 5000, "{mode:?}");
+        for i in 0..5000 {
+            let v: serde_json::Value = serde_json::from_str(&got[&i.to_string()]).unwrap();
+            assert_eq!(
+                v["result"]["contents"][0]["text"],
+                format!("file {}", i % 50),
+                "{mode:?}: answer {i}"
+            );
+        }
     }
 }

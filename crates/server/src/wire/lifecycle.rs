@@ -12,6 +12,9 @@ use crate::McpHandler;
 pub(crate) enum Lifecycle {
     /// rmcp is still choosing the lifecycle (its handshake reads the messages).
     Opening,
+    /// An `initialize` was read and is not answered yet. The stdio reader thread reads ahead
+    /// of rmcp's handshake, so what follows it is left to rmcp until its answer is queued.
+    Initializing,
     /// One `initialize` answered with a version before 2026-07-28: a legacy session.
     Legacy,
     /// Opened without `initialize` by a request carrying its own 2026-07-28 `_meta`.
@@ -25,10 +28,10 @@ pub(crate) enum Lifecycle {
 const PROTOCOL_VERSION_KEY: &str = "io.modelcontextprotocol/protocolVersion";
 
 impl Lifecycle {
-    /// rmcp answered an `initialize` with `version`: below 2026-07-28 the first one opens a
-    /// legacy session; any other leaves everything to rmcp.
+    /// rmcp answered an `initialize` with `version` (and the answer is queued): below
+    /// 2026-07-28 the first one opens a legacy session; any other leaves everything to rmcp.
     pub(crate) fn initialized(&mut self, version: &ProtocolVersion) {
-        *self = if *self == Lifecycle::Opening
+        *self = if matches!(self, Lifecycle::Opening | Lifecycle::Initializing)
             && version.as_str() < ProtocolVersion::V_2026_07_28.as_str()
         {
             Lifecycle::Legacy
@@ -41,10 +44,16 @@ impl Lifecycle {
     /// lifecycle; `true` when it is the request rmcp's handshake opens an inline session
     /// with, which rmcp answers.
     pub(crate) fn saw(&mut self, request: &ClientRequest, handler: &McpHandler) -> bool {
-        // A second `initialize` may change what rmcp makes of the reads behind it, and
-        // its answer goes out only after they are read: from here on rmcp answers all.
-        if matches!(request, ClientRequest::InitializeRequest(_)) && *self != Lifecycle::Opening {
-            *self = Lifecycle::Other;
+        // The first `initialize`: nothing is taken until its answer is queued (an `initialize`
+        // answered with an error leaves everything to rmcp for good). A second one may change
+        // what rmcp makes of the reads behind it, and its answer goes out only after they
+        // are read: from here on rmcp answers all.
+        if matches!(request, ClientRequest::InitializeRequest(_)) {
+            *self = if *self == Lifecycle::Opening {
+                Lifecycle::Initializing
+            } else {
+                Lifecycle::Other
+            };
             return false;
         }
         // The request rmcp's handshake opens an inline session with; rmcp answers it.
@@ -68,7 +77,7 @@ impl Lifecycle {
             Lifecycle::Legacy | Lifecycle::Inline => meta
                 .is_some_and(super::era::complete_2026_07_28)
                 .then_some(true),
-            Lifecycle::Opening | Lifecycle::Other => None,
+            Lifecycle::Opening | Lifecycle::Initializing | Lifecycle::Other => None,
         }
     }
 }
@@ -141,6 +150,43 @@ mod tests {
             let m = meta_of(meta);
             assert_eq!(lifecycle.era(m.as_ref()), want, "{lifecycle:?} {meta:?}");
         }
+    }
+
+    #[tokio::test]
+    async fn what_follows_an_initialize_is_left_to_rmcp_until_it_is_answered() {
+        let state = crate::ServerState::new(crate::Settings::default(), Vec::new());
+        let handler = McpHandler::new(state);
+        let request = |line: &str| match crate::wire::decode::rmcp_decode(line) {
+            Ok(Some(JsonRpcMessage::Request(r))) => r.request,
+            other => panic!("not a request: {other:?}"),
+        };
+        let init = request(
+            r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+        );
+        let inline = request(&format!(
+            r#"{{"jsonrpc":"2.0","id":2,"method":"resources/read","params":{{"uri":"file:///a","_meta":{COMPLETE}}}}}"#
+        ));
+        let mut l = Lifecycle::Opening;
+        assert!(!l.saw(&init, &handler));
+        assert_eq!(l, Lifecycle::Initializing);
+        // A request that would open an inline session does not, behind an `initialize`.
+        assert!(!l.saw(&inline, &handler));
+        assert_eq!(l, Lifecycle::Initializing);
+        assert_eq!(l.era(meta_of(Some(COMPLETE)).as_ref()), None);
+        assert_eq!(l.era(None), None);
+        l.initialized(&ProtocolVersion::V_2025_11_25);
+        assert_eq!(l, Lifecycle::Legacy);
+        // Two `initialize` read before the first is answered: rmcp answers everything.
+        let mut l = Lifecycle::Opening;
+        l.saw(&init, &handler);
+        l.saw(&init, &handler);
+        assert_eq!(l, Lifecycle::Other);
+        l.initialized(&ProtocolVersion::V_2025_11_25);
+        assert_eq!(l, Lifecycle::Other);
+        // Without an `initialize`, that request opens an inline session.
+        let mut l = Lifecycle::Opening;
+        assert!(l.saw(&inline, &handler));
+        assert_eq!(l, Lifecycle::Inline);
     }
 
     #[test]
