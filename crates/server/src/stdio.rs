@@ -250,8 +250,9 @@ impl StdioTransport<OnThread> {
                 break;
             }
         }
-        let input = rustix::io::dup(std::io::stdin())?;
-        let output = rustix::io::dup(std::io::stdout())?;
+        // Not inherited by child processes (a git or sql provider's).
+        let input = rustix::io::fcntl_dupfd_cloexec(std::io::stdin(), 0)?;
+        let output = rustix::io::fcntl_dupfd_cloexec(std::io::stdout(), 0)?;
         Ok(Self::on_threads(input, output))
     }
 
@@ -644,10 +645,13 @@ impl Lines {
         // One look at the lifecycle per message: `send` changes it only on an `initialize`
         // answer.
         let mut lifecycle = lock_lifecycle(&self.lifecycle);
-        if let JsonRpcMessage::Request(r) = &msg
-            && lifecycle.saw(&r.request, &handler)
-        {
-            return Some(msg);
+        match &msg {
+            JsonRpcMessage::Request(r) => {
+                if lifecycle.saw(&r.request, &handler) {
+                    return Some(msg);
+                }
+            }
+            _ => lifecycle.saw_other(),
         }
         // rmcp drops the answer to a request cancelled before it is done; so does this
         // path. The notification still goes to rmcp, which finds nothing of its own.
@@ -1177,11 +1181,15 @@ impl Reader {
     /// [`Reader::read`], and a panic in it reported as a read error, not as the end of input.
     fn run(self) {
         let ending = self.ending.clone();
+        // Keeps `receive` waiting until the error is recorded: the unwinding drops the
+        // reader's own sender first.
+        let open = self.to_rmcp.clone();
         if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.read())).is_err() {
             let _ = ending
                 .read_error
                 .set(io::Error::other("the thread reading stdin panicked"));
         }
+        drop(open);
     }
 
     /// Reads to the end of input (or until the transport is gone): frames and decodes each
@@ -1196,6 +1204,8 @@ impl Reader {
                 return;
             };
             let mut over = false;
+            // A message for rmcp that found its channel full.
+            let mut waiting = None;
             loop {
                 // Back-pressure, as in `receive`: no new request while the client leaves too
                 // much unread (or rmcp has too many to answer).
@@ -1214,8 +1224,16 @@ impl Reader {
                     .answer_directly(msg, Some(&out), Some(&mut batch))
                 {
                     out.backlog.handed_to_rmcp(&msg);
-                    if futures::executor::block_on(self.to_rmcp.send(msg)).is_err() {
-                        return;
+                    match self.to_rmcp.try_send(msg) {
+                        Ok(()) => {}
+                        Err(mpsc::error::TrySendError::Full(msg)) => {
+                            waiting = Some(msg);
+                            break;
+                        }
+                        Err(mpsc::error::TrySendError::Closed(_)) => {
+                            self.write(&mut batch, &out);
+                            return;
+                        }
                     }
                 }
                 if batch.len() >= BATCH_BYTES {
@@ -1226,6 +1244,14 @@ impl Reader {
             self.write(&mut batch, &out);
             // Not held while blocked: a closed transport must end its writer.
             drop(out);
+            if let Some(msg) = waiting {
+                // rmcp has 256 messages to take: wait for it (a cancellation behind them
+                // must not overtake them).
+                if futures::executor::block_on(self.to_rmcp.send(msg)).is_err() {
+                    return;
+                }
+                continue;
+            }
             if over {
                 if !self.wait_for_room() {
                     return;
@@ -1304,10 +1330,11 @@ impl Reader {
                 // Wakes the writer thread for the carry (an empty answer, counted as one).
                 let _ = out.send(Vec::new());
             }
-            Err(e) => {
+            Err(_) => {
+                // Whether the output is gone for good is the writer thread's to find out,
+                // with its blocking write (a socket's ENOBUFS passes).
                 drop(o);
-                batch.clear();
-                stdout_gone(&out.backlog, &e);
+                let _ = out.send(std::mem::take(batch));
             }
         }
         if batch.capacity() > 4 * BATCH_BYTES {

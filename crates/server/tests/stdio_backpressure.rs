@@ -78,6 +78,7 @@ async fn stdio_backlog_is_bounded_when_the_client_does_not_read() {
         let mut r = BufReader::new(client_r);
         let mut line = Vec::new();
         let mut answered = 0;
+        let mut ids = std::collections::HashSet::new();
         while answered < REQUESTS + 1 {
             line.clear();
             let n = tokio::time::timeout(Duration::from_secs(20), r.read_until(b'\n', &mut line))
@@ -85,13 +86,14 @@ async fn stdio_backlog_is_bounded_when_the_client_does_not_read() {
                 .unwrap_or_else(|_| panic!("direct={direct}: stalled after {answered} answers"))
                 .unwrap();
             assert!(n > 0, "direct={direct}: closed after {answered} answers");
-            assert!(
-                line.windows(8).any(|w| w == b"\"result\""),
-                "direct={direct}: {}",
-                String::from_utf8_lossy(&line[..line.len().min(300)])
-            );
+            check_answer(&line, &mut ids, &format!("direct={direct}"));
             answered += 1;
         }
+        assert_eq!(
+            ids.len(),
+            REQUESTS,
+            "direct={direct}: every read answered once"
+        );
         drop(writer.await.unwrap());
         let mut rest = Vec::new();
         let n = tokio::time::timeout(Duration::from_secs(10), r.read_until(b'\n', &mut rest))
@@ -163,6 +165,7 @@ async fn stdio_on_threads_stops_reading_when_the_client_does_not_read() {
     );
 
     let mut answered = 0;
+    let mut ids = std::collections::HashSet::new();
     while answered < REQUESTS {
         line.clear();
         let n = tokio::time::timeout(Duration::from_secs(20), r.read_until(b'\n', &mut line))
@@ -170,13 +173,10 @@ async fn stdio_on_threads_stops_reading_when_the_client_does_not_read() {
             .unwrap_or_else(|_| panic!("stalled after {answered} answers"))
             .unwrap();
         assert!(n > 0, "closed after {answered} answers");
-        assert!(
-            line.windows(8).any(|w| w == b"\"result\""),
-            "{}",
-            String::from_utf8_lossy(&line[..line.len().min(300)])
-        );
+        check_answer(&line, &mut ids, "on threads");
         answered += 1;
     }
+    assert_eq!(ids.len(), REQUESTS, "every read answered once");
     drop(writer.await.unwrap());
     let mut rest = Vec::new();
     let n = tokio::time::timeout(Duration::from_secs(10), r.read_until(b'\n', &mut rest))
@@ -190,5 +190,30 @@ async fn stdio_on_threads_stops_reading_when_the_client_does_not_read() {
         taken.load(std::sync::atomic::Ordering::Relaxed),
         REQUESTS as u64,
         "the reads were the reader thread's"
+    );
+}
+
+/// One answer line: whole JSON, a result with the file's text, to a read (or the
+/// `initialize`) not answered before; read ids go into `ids`.
+fn check_answer(line: &[u8], ids: &mut std::collections::HashSet<u64>, what: &str) {
+    let v: serde_json::Value = serde_json::from_slice(line).unwrap_or_else(|e| {
+        panic!(
+            "{what}: not one JSON answer ({e}): {}",
+            String::from_utf8_lossy(&line[..line.len().min(300)])
+        )
+    });
+    assert!(v["result"].is_object(), "{what}: {v}");
+    if v["id"] == "init" {
+        return;
+    }
+    let id = v["id"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{what}: id {}", v["id"]));
+    assert!(id < REQUESTS as u64, "{what}: id {id}");
+    assert!(ids.insert(id), "{what}: two answers to {id}");
+    assert_eq!(
+        v["result"]["contents"][0]["text"].as_str().map(str::len),
+        Some(ANSWER_BYTES),
+        "{what}: answer {id}"
     );
 }

@@ -31,6 +31,8 @@ enum Mode {
     Direct,
     /// The direct path on the binary's threads (`StdioTransport::on_threads`), on real pipes.
     Threads,
+    /// The same on socket pairs, as Node's `child_process` connects a server.
+    ThreadsSocket,
 }
 
 /// Serves one session on `transport` to its end.
@@ -72,9 +74,16 @@ async fn run(
             let server = serve(state, transport);
             (server, taken, Box::new(client_w), Box::new(client_r))
         }
-        Mode::Threads => {
-            let (server_r, client_w) = rustix::pipe::pipe().unwrap();
-            let (client_r, server_w) = rustix::pipe::pipe().unwrap();
+        Mode::Threads | Mode::ThreadsSocket => {
+            let ((server_r, client_w), (client_r, server_w)) = if mode == Mode::Threads {
+                (rustix::pipe::pipe().unwrap(), rustix::pipe::pipe().unwrap())
+            } else {
+                let pair = || {
+                    let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+                    (std::os::fd::OwnedFd::from(a), std::os::fd::OwnedFd::from(b))
+                };
+                (pair(), pair())
+            };
             let transport = StdioTransport::on_threads(server_r, server_w)
                 .with_direct_reads(McpHandler::new(state.clone()));
             let taken = transport.direct_reads();
@@ -182,11 +191,13 @@ async fn same_answers(
     let mut taken = Vec::new();
     // All lines at once: on threads, what the reader reads before the `initialize` answer
     // is queued goes to rmcp, so how many reads it takes is a race; the answers are not.
-    // Then as a client does: with the direct path on threads, the rest after that answer.
+    // Then as a client does: with the direct path on threads (over pipes, then sockets), the
+    // rest after that answer.
     for (mode, wait_init) in [
         (Mode::Direct, false),
         (Mode::Threads, false),
         (Mode::Threads, true),
+        (Mode::ThreadsSocket, true),
     ] {
         let (direct, n) = run(state.clone(), mode, lines, answers, wait_init).await;
         taken.push(n);
@@ -204,6 +215,12 @@ async fn same_answers(
                 &b[..b.len().min(400)]
             );
         }
+    }
+    // Unless an `initialize` that is not the first line races the reads behind it, pipes
+    // and sockets take the same reads.
+    let is_init = |l: &String| l.contains(r#""method":"initialize""#);
+    if lines.first().is_some_and(is_init) || !lines.iter().any(is_init) {
+        assert_eq!(taken[2], taken[3], "{what}: pipes and sockets");
     }
     (taken[0], taken[2])
 }
@@ -395,7 +412,7 @@ async fn a_burst_of_direct_reads_is_answered_in_full() {
         let name = format!("f{}.txt", i % 50);
         lines.push(read(&i.to_string(), &encode_path_uri(&root.join(name))));
     }
-    for mode in [Mode::Direct, Mode::Threads] {
+    for mode in [Mode::Direct, Mode::Threads, Mode::ThreadsSocket] {
         let (got, taken) = run(state.clone(), mode, &lines, 5001, true).await;
         assert_eq!(taken, 5000, "{mode:?}");
         for i in 0..5000 {

@@ -64,6 +64,15 @@ impl Lifecycle {
         false
     }
 
+    /// A message that is not a request (a notification, a response): before the lifecycle is
+    /// chosen rmcp's handshake refuses it and the session never opens, so nothing after it
+    /// is taken (the stdio reader thread reads ahead of that handshake).
+    pub(crate) fn saw_other(&mut self) {
+        if *self == Lifecycle::Opening {
+            *self = Lifecycle::Other;
+        }
+    }
+
     /// Whether rmcp's dispatch would do nothing to a `resources/read` with this `_meta` but call
     /// the handler, and if so whether it would treat it as a 2026-07-28 request (`Some(true)`).
     /// A legacy session's request naming no version of its own is a legacy one; a request in an
@@ -187,6 +196,14 @@ mod tests {
         let mut l = Lifecycle::Opening;
         assert!(l.saw(&inline, &handler));
         assert_eq!(l, Lifecycle::Inline);
+        l.saw_other();
+        assert_eq!(l, Lifecycle::Inline, "a notification in an open session");
+        // A notification first fails rmcp's handshake: nothing after it is taken.
+        let mut l = Lifecycle::Opening;
+        l.saw_other();
+        assert_eq!(l, Lifecycle::Other);
+        assert!(!l.saw(&inline, &handler));
+        assert_eq!(l.era(meta_of(Some(COMPLETE)).as_ref()), None);
     }
 
     #[test]
