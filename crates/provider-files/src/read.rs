@@ -260,11 +260,12 @@ pub(crate) fn read_direct(
     // size is the end of a regular file, so no extra read just to see 0. `pread`, not `read`:
     // on a FIFO found where a kept regular file was, it fails instead of taking bytes that
     // are waiting in it.
-    let mut buf = vec![0u8; size + 1];
-    let mut len = 0;
+    // Read into the buffer's spare room: zeroing it first cost a `calloc` and a `memset` of
+    // the file's size on every read.
+    let mut buf: Vec<u8> = Vec::with_capacity(size + 1);
     loop {
-        let want = buf.len() - len;
-        let n = match rustix::io::pread(&fd, &mut buf[len..], len as u64) {
+        let (len, want) = (buf.len(), buf.capacity() - buf.len());
+        let n = match rustix::io::pread(&fd, rustix::buffer::spare_capacity(&mut buf), len as u64) {
             Ok(n) => n,
             Err(rustix::io::Errno::INTR) => continue,
             // Not a regular file any more (a directory or a FIFO swapped in since it was
@@ -276,16 +277,15 @@ pub(crate) fn read_direct(
                 return None;
             }
         };
-        len += n;
-        if len == buf.len() {
+        if buf.len() == buf.capacity() {
             // It grew since the stat: the general path reads it under the limits.
             break;
         }
-        if n == 0 || (n < want && len >= size) {
+        if n == 0 || (n < want && buf.len() >= size) {
             break;
         }
     }
-    buf.truncate(len);
+    let len = buf.len();
     // Another file than the one checked, or rewritten in place since: the general path
     // opens and reads it again, and what the descriptor shows now is kept for next time
     // (or forgotten, when it is no longer a small regular file).

@@ -1108,11 +1108,9 @@ impl Out {
         loop {
             let written = match &self.nowait {
                 NoWait::Fifo(own) => rustix::io::write(own, bytes),
-                NoWait::Socket => rustix::net::send(
-                    &self.fd,
-                    bytes,
-                    rustix::net::SendFlags::DONTWAIT | rustix::net::SendFlags::NOSIGNAL,
-                ),
+                NoWait::Socket => {
+                    rustix::net::send(&self.fd, bytes, rustix::net::SendFlags::DONTWAIT)
+                }
                 NoWait::Never => return Ok(0),
             };
             match written {
