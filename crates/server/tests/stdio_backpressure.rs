@@ -21,8 +21,8 @@ const REQUESTS: usize = 3000;
 const ANSWER_BYTES: usize = 20_000;
 const LIMIT: usize = 1 << 20;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stdio_backlog_is_bounded_when_the_client_does_not_read() {
+/// A server over a directory holding one file of `ANSWER_BYTES`, and that file's URI.
+fn one_file() -> (tempfile::TempDir, Arc<ServerState>, String) {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().canonicalize().unwrap();
     std::fs::write(root.join("a.txt"), "x".repeat(ANSWER_BYTES)).unwrap();
@@ -30,6 +30,12 @@ async fn stdio_backlog_is_bounded_when_the_client_does_not_read() {
         Arc::new(FilesProvider::new(FilesConfig::new(&root)).unwrap());
     let state = ServerState::new(Settings::default(), vec![provider]);
     let uri = encode_path_uri(&root.join("a.txt"));
+    (dir, state, uri)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdio_backlog_is_bounded_when_the_client_does_not_read() {
+    let (_dir, state, uri) = one_file();
 
     for direct in [true, false] {
         let (client_w, server_r) = tokio::io::duplex(64 << 10);
@@ -76,31 +82,9 @@ async fn stdio_backlog_is_bounded_when_the_client_does_not_read() {
 
         // Reading again drains the queue, and every request is answered.
         let mut r = BufReader::new(client_r);
-        let mut line = Vec::new();
-        let mut answered = 0;
-        let mut ids = std::collections::HashSet::new();
-        while answered < REQUESTS + 1 {
-            line.clear();
-            let n = tokio::time::timeout(Duration::from_secs(20), r.read_until(b'\n', &mut line))
-                .await
-                .unwrap_or_else(|_| panic!("direct={direct}: stalled after {answered} answers"))
-                .unwrap();
-            assert!(n > 0, "direct={direct}: closed after {answered} answers");
-            check_answer(&line, &mut ids, &format!("direct={direct}"));
-            answered += 1;
-        }
-        assert_eq!(
-            ids.len(),
-            REQUESTS,
-            "direct={direct}: every read answered once"
-        );
+        every_answer(&mut r, REQUESTS + 1, &format!("direct={direct}")).await;
         drop(writer.await.unwrap());
-        let mut rest = Vec::new();
-        let n = tokio::time::timeout(Duration::from_secs(10), r.read_until(b'\n', &mut rest))
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!(n, 0, "an answer no request asked for");
+        nothing_more(&mut r).await;
         server.await.unwrap();
         assert_eq!(backlog(), 0);
     }
@@ -112,13 +96,7 @@ async fn stdio_backlog_is_bounded_when_the_client_does_not_read() {
 /// reading again gets every answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stdio_on_threads_stops_reading_when_the_client_does_not_read() {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().canonicalize().unwrap();
-    std::fs::write(root.join("a.txt"), "x".repeat(ANSWER_BYTES)).unwrap();
-    let provider: Arc<dyn Provider> =
-        Arc::new(FilesProvider::new(FilesConfig::new(&root)).unwrap());
-    let state = ServerState::new(Settings::default(), vec![provider]);
-    let uri = encode_path_uri(&root.join("a.txt"));
+    let (_dir, state, uri) = one_file();
 
     let (server_r, client_w) = rustix::pipe::pipe().unwrap();
     let (client_r, server_w) = rustix::pipe::pipe().unwrap();
@@ -164,26 +142,9 @@ async fn stdio_on_threads_stops_reading_when_the_client_does_not_read() {
         "the server read every request without anyone reading answers"
     );
 
-    let mut answered = 0;
-    let mut ids = std::collections::HashSet::new();
-    while answered < REQUESTS {
-        line.clear();
-        let n = tokio::time::timeout(Duration::from_secs(20), r.read_until(b'\n', &mut line))
-            .await
-            .unwrap_or_else(|_| panic!("stalled after {answered} answers"))
-            .unwrap();
-        assert!(n > 0, "closed after {answered} answers");
-        check_answer(&line, &mut ids, "on threads");
-        answered += 1;
-    }
-    assert_eq!(ids.len(), REQUESTS, "every read answered once");
+    every_answer(&mut r, REQUESTS, "on threads").await;
     drop(writer.await.unwrap());
-    let mut rest = Vec::new();
-    let n = tokio::time::timeout(Duration::from_secs(10), r.read_until(b'\n', &mut rest))
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(n, 0, "an answer no request asked for");
+    nothing_more(&mut r).await;
     server.await.unwrap();
     assert_eq!(backlog(), 0);
     assert_eq!(
@@ -191,6 +152,32 @@ async fn stdio_on_threads_stops_reading_when_the_client_does_not_read() {
         REQUESTS as u64,
         "the reads were the reader thread's"
     );
+}
+
+/// Reads `lines` answer lines, each checked, and every read answered once among them.
+async fn every_answer<R: tokio::io::AsyncBufRead + Unpin>(r: &mut R, lines: usize, what: &str) {
+    let mut line = Vec::new();
+    let mut ids = std::collections::HashSet::new();
+    for answered in 0..lines {
+        line.clear();
+        let n = tokio::time::timeout(Duration::from_secs(20), r.read_until(b'\n', &mut line))
+            .await
+            .unwrap_or_else(|_| panic!("{what}: stalled after {answered} answers"))
+            .unwrap();
+        assert!(n > 0, "{what}: closed after {answered} answers");
+        check_answer(&line, &mut ids, what);
+    }
+    assert_eq!(ids.len(), REQUESTS, "{what}: every read answered once");
+}
+
+/// Once the input is closed, the output ends with nothing more.
+async fn nothing_more<R: tokio::io::AsyncBufRead + Unpin>(r: &mut R) {
+    let mut rest = Vec::new();
+    let n = tokio::time::timeout(Duration::from_secs(10), r.read_until(b'\n', &mut rest))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(n, 0, "an answer no request asked for");
 }
 
 /// One answer line: whole JSON, a result with the file's text, to a read (or the
