@@ -267,6 +267,11 @@ impl StdioTransport<OnThread> {
     /// rmcp through `receive`. Answers rmcp sends are written by a second thread, one batch
     /// at a time, under the same lock; a direct answer waits behind answers queued before it,
     /// so an `initialize` answer is out before the first read it opens.
+    ///
+    /// The reader thread ends at the end of input, or when it next wakes after the transport
+    /// is closed or dropped; until then it holds `input`. A session that ends while the
+    /// client keeps its end open (a failed handshake) leaves it blocked in `read`, which the
+    /// binary's exit ends.
     pub fn on_threads(input: OwnedFd, output: OwnedFd) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         let backlog = Arc::new(Backlog::new(MAX_BACKLOG_BYTES, MAX_BACKLOG_MESSAGES));
