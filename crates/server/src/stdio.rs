@@ -444,6 +444,10 @@ impl<R> StdioTransport<R> {
                 to_rmcp: to,
                 ending: self.ending.clone(),
             };
+            tracing::debug!(
+                output = output.lock().nowait.kind(),
+                "stdio: stdin read on a thread of its own"
+            );
             let rt = tokio::runtime::Handle::current();
             let started = std::thread::Builder::new()
                 .name("mcpr-stdin".into())
@@ -1103,6 +1107,17 @@ impl Output {
             Ok(o) => Some(o),
             Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
             Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+}
+
+impl NoWait {
+    /// What the reader thread writes to, for the log.
+    fn kind(&self) -> &'static str {
+        match self {
+            NoWait::Fifo(_) => "pipe",
+            NoWait::Socket => "socket",
+            NoWait::Never => "neither pipe nor socket: answers through the writer thread",
         }
     }
 }
