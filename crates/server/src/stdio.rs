@@ -847,6 +847,13 @@ impl<R: AsyncRead + Unpin + Send> Transport<RoleServer> for StdioTransport<R> {
             }
             _ => {}
         }
+        // An `initialize` answer is queued and counted as answered under the lifecycle's
+        // lock: the writer thread may write it (and the client answer it with reads) before
+        // `initialized` runs, and the reader thread must not see those reads while the
+        // session still looks unopened.
+        let mut lifecycle = initialized
+            .is_some()
+            .then(|| lock_lifecycle(&self.lifecycle));
         // Serialised and queued here, so answers reach the pipe in the order rmcp sent them.
         let queued = encode(item).and_then(|bytes| match &self.out {
             // A notification does not wait behind a full backlog, nor grow it: it is held
@@ -856,9 +863,10 @@ impl<R: AsyncRead + Unpin + Send> Transport<RoleServer> for StdioTransport<R> {
         });
         // Only once the `initialize` answer is queued may the reader thread answer reads
         // itself: it writes a direct answer at once only when nothing queued is unwritten.
-        if let Some(version) = initialized {
-            lock_lifecycle(&self.lifecycle).initialized(&version);
+        if let (Some(version), Some(lifecycle)) = (initialized, lifecycle.as_mut()) {
+            lifecycle.initialized(&version);
         }
+        drop(lifecycle);
         std::future::ready(queued)
     }
 
