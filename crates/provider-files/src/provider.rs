@@ -37,10 +37,55 @@ pub(crate) struct Inner {
     pub(crate) seen: crate::seen::Seen,
 }
 
+/// How far [`Inner::read_start`] took a read.
+enum ReadStart {
+    /// Answered in place.
+    Done(Result<ReadOutput>),
+    /// To be read on the blocking pool: the real path, and what `symlink_metadata` said.
+    Pool {
+        rel: RelPath,
+        md: std::io::Result<Metadata>,
+    },
+}
+
 /// How many directory scans (completions, directory reads) of one mount run at once.
 pub(crate) const DIR_SCANS: usize = 4;
 
 impl Inner {
+    /// A read up to where it would wait: small whole files (nearly every read) are read
+    /// right here, since a hop to the blocking pool would cost more than the read; big
+    /// files, windows and directories are left to the pool, with the path and its stat.
+    fn read_start(&self, uri: &ResourceUri, limits: &ReadLimits) -> ReadStart {
+        let not_found = || Error::not_found(uri.as_str());
+        let Some(decoded) = self.decode_allowed(uri) else {
+            return ReadStart::Done(Err(not_found()));
+        };
+        if uri.query().is_none()
+            && let Some(answer) = crate::read::read_direct(self, &decoded, uri, limits)
+        {
+            return ReadStart::Done(answer.map(ReadOutput::from));
+        }
+        let Some(rel) = self.resolve_real(&decoded) else {
+            return ReadStart::Done(Err(not_found()));
+        };
+        // `rel` is already the real path (links resolved), so not following links changes
+        // nothing but the cost: a single-component path is then one `statx`, not a
+        // sandboxed open, `fstat` and close. A link swapped in since is not a regular file
+        // here and fails as not found.
+        let md = self.root.symlink_metadata(rel.as_path());
+        let small = uri.query().is_none()
+            && md
+                .as_ref()
+                .is_ok_and(|m| m.is_file() && m.len() <= INLINE_READ_MAX);
+        if small {
+            // The stat just taken is the one `read_path` would take first.
+            return ReadStart::Done(
+                read_path(self, &rel, uri, limits, md.ok()).map(ReadOutput::from),
+            );
+        }
+        ReadStart::Pool { rel, md }
+    }
+
     /// Decode `uri` into the real path (symlinks resolved) the mount may serve; `None` for
     /// anything else, including a link whose target is denied or outside the root.
     pub(crate) fn resolve(&self, uri: &ResourceUri) -> Option<RelPath> {
@@ -348,29 +393,10 @@ impl Provider for FilesProvider {
     }
 
     async fn read(&self, uri: &ResourceUri, limits: &ReadLimits) -> Result<ReadOutput> {
-        let not_found = || Error::not_found(uri.as_str());
-        let decoded = self.inner.decode_allowed(uri).ok_or_else(not_found)?;
-        if uri.query().is_none()
-            && let Some(answer) = crate::read::read_direct(&self.inner, &decoded, uri, limits)
-        {
-            return answer.map(ReadOutput::from);
-        }
-        let rel = self.inner.resolve_real(&decoded).ok_or_else(not_found)?;
-        // Small whole-file reads run right here: a hop to the blocking pool would cost more
-        // than the read. Big files, windows and directories go to the pool.
-        // `rel` is already the real path (links resolved), so not following links changes
-        // nothing but the cost: a single-component path is then one `statx`, not a
-        // sandboxed open, `fstat` and close. A link swapped in since is not a regular file
-        // here and fails as not found.
-        let md = self.inner.root.symlink_metadata(rel.as_path());
-        let small = uri.query().is_none()
-            && md
-                .as_ref()
-                .is_ok_and(|m| m.is_file() && m.len() <= INLINE_READ_MAX);
-        if small {
-            // The stat just taken is the one `read_path` would take first.
-            return read_path(&self.inner, &rel, uri, limits, md.ok()).map(ReadOutput::from);
-        }
+        let (rel, md) = match self.inner.read_start(uri, limits) {
+            ReadStart::Done(answer) => return answer,
+            ReadStart::Pool { rel, md } => (rel, md),
+        };
         let scan = match &md {
             Ok(m) if m.is_dir() => Some(self.inner.scan_permit().await?),
             _ => None,
@@ -385,6 +411,14 @@ impl Provider for FilesProvider {
         })
         .await
         .map(ReadOutput::from)
+    }
+
+    fn read_now(&self, uri: &ResourceUri, limits: &ReadLimits) -> Option<Result<ReadOutput>> {
+        match self.inner.read_start(uri, limits) {
+            ReadStart::Done(answer) => Some(answer),
+            // `read` starts again from the URI: a large file's read is worth the few calls.
+            ReadStart::Pool { .. } => None,
+        }
     }
 
     async fn read_directory(

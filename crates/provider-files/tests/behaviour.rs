@@ -525,3 +525,50 @@ async fn directory_read_shows_only_what_can_be_read() {
     );
     assert_eq!(page.next, None);
 }
+
+/// `read_now` answers in place what needs no wait (a small file, linked or not; a path the
+/// rules deny) and leaves to `read` what goes to the blocking pool: a file over the inline
+/// limit, a directory, a window, and a path that is no regular file (missing, a FIFO), whose
+/// error the general path words. The suite checks its answers equal `read`'s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_now_answers_what_needs_no_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::write(root.join("small.txt"), "small").unwrap();
+    std::fs::write(root.join("big.bin"), vec![7u8; 300 * 1024]).unwrap();
+    std::fs::create_dir(root.join("sub")).unwrap();
+    std::os::unix::fs::symlink("small.txt", root.join("link.txt")).unwrap();
+    std::fs::write(root.join(".env"), "SECRET=1").unwrap();
+    let status = std::process::Command::new("mkfifo")
+        .arg(root.join("pipe"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let p = provider(&root);
+    let limits = ReadLimits { max_bytes: 1 << 20 };
+    let parse = |rel: &str| ResourceUri::parse(&uri(&root.join(rel))).unwrap();
+    for rel in ["small.txt", "link.txt"] {
+        let now = p.read_now(&parse(rel), &limits).expect(rel).unwrap();
+        assert_eq!(now, p.read(&parse(rel), &limits).await.unwrap(), "{rel}");
+    }
+    let err = p.read_now(&parse(".env"), &limits).unwrap().unwrap_err();
+    assert_eq!(err.kind, ErrorKind::NotFound);
+    let window = ResourceUri::parse(&format!("{}?head=1", uri(&root.join("small.txt")))).unwrap();
+    for u in [
+        parse("big.bin"),
+        parse("sub"),
+        window,
+        parse("missing.txt"),
+        parse("pipe"),
+    ] {
+        assert!(p.read_now(&u, &limits).is_none(), "{}", u.as_str());
+    }
+    assert_eq!(
+        p.read(&parse("big.bin"), &limits)
+            .await
+            .unwrap()
+            .contents
+            .len(),
+        1
+    );
+}

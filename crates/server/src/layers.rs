@@ -178,6 +178,22 @@ impl<'a> Layered<'a> {
         .await
     }
 
+    /// [`Provider::read_now`], checked and counted as [`Layered::read`] counts its call; no
+    /// bound is needed for what does not wait. `None` (the read would wait) counts nothing:
+    /// the `read` that follows counts the call.
+    pub(crate) fn read_now(
+        &self,
+        uri: &ResourceUri,
+        limits: &ReadLimits,
+    ) -> Option<Result<ReadOutput>> {
+        if let Err(e) = self.checked(Op::Read, call::READ, Some(uri)) {
+            return Some(Err(e));
+        }
+        let r = self.provider().read_now(uri, limits)?;
+        self.mount.calls.record(call::READ, outcome(&r));
+        Some(r)
+    }
+
     /// [`Provider::read_directory`] of `uri`, checked as a read and bounded; a provider
     /// without directories answers its own "unsupported", counted as such.
     pub(crate) async fn read_directory(
@@ -354,17 +370,24 @@ impl ReadBudget {
             .is_ok()
     }
 
+    /// Reserve `bytes` (at most the whole budget) if they are free now, without waiting.
+    pub(crate) fn try_reserve(&self, bytes: u64) -> Option<Reservation<'_>> {
+        let bytes = bytes.min(self.total);
+        // `then`, not `then_some`: a reservation made and dropped gives its bytes back.
+        self.try_take(bytes).then(|| Reservation {
+            budget: self,
+            bytes,
+        })
+    }
+
     /// Reserve `bytes` (at most the whole budget, so any one read can run), waiting up to
     /// `limit` for reads in progress to give theirs back; past it, a temporary "server busy"
     /// error naming the setting.
     pub(crate) async fn reserve(&self, bytes: u64, limit: Duration) -> Result<Reservation<'_>> {
-        let bytes = bytes.min(self.total);
-        if self.try_take(bytes) {
-            return Ok(Reservation {
-                budget: self,
-                bytes,
-            });
+        if let Some(held) = self.try_reserve(bytes) {
+            return Ok(held);
         }
+        let bytes = bytes.min(self.total);
         self.waiters.fetch_add(1, Ordering::SeqCst);
         let waited = tokio::time::timeout(limit, async {
             loop {
@@ -419,12 +442,23 @@ pub(crate) async fn metered<T>(
 ) -> Result<T> {
     let start = Instant::now();
     let result = fut.await;
-    let outcome = match &result {
+    record(metrics, method, start, &result);
+    result
+}
+
+/// Records in `metrics` the outcome of `result`, one operation of MCP `method` begun at
+/// `start`, as [`metered`] does (for the paths that finish without a future).
+pub(crate) fn record<T>(
+    metrics: &Metrics,
+    method: &'static str,
+    start: Instant,
+    result: &Result<T>,
+) {
+    let outcome = match result {
         Ok(_) => "ok",
         Err(e) => crate::metrics::outcome_of(crate::errors::code_of(e.kind).0),
     };
     metrics.record(method, outcome, start.elapsed());
-    result
 }
 
 /// [`metered`] for a method the handler answers itself (`initialize`, `server/discover`),

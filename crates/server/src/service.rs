@@ -717,6 +717,56 @@ impl Service {
         }
     }
 
+    /// [`Service::read`] done in place, when it can finish without waiting: the same answer
+    /// and the same metrics, or `None` when `read` must be called (the provider would wait,
+    /// the read budget is spent, the URI names a skill). A small file's read costs no future
+    /// this way (see [`mcpr_core::Provider::read_now`]). What `read` adds around it needs no
+    /// future either: a read that is done at once is never cut off by the request timeout
+    /// or by shutdown, there as here.
+    pub(crate) fn read_now(&self, grant: Option<&Grant>, raw: &str) -> Option<Result<ReadOutcome>> {
+        // A skill's URI is looked up in its catalog, which may wait.
+        if self.state.skills.is_some() && raw.starts_with(crate::skills::catalog::SKILL_SCHEME) {
+            return None;
+        }
+        let start = Instant::now();
+        let read = self.read_uri_now(grant, raw)?;
+        crate::layers::record(&self.state.metrics, "resources/read", start, &read);
+        Some(read)
+    }
+
+    /// [`Service::read_uri`] done in place (see [`Service::read_now`]).
+    fn read_uri_now(&self, grant: Option<&Grant>, raw: &str) -> Option<Result<ReadOutcome>> {
+        let uri = match parse_uri(raw) {
+            Ok(uri) => uri,
+            Err(e) => return Some(Err(e)),
+        };
+        let Some(mount) = self.visible_route(grant, &uri) else {
+            return Some(Err(Error::not_found(uri.as_str())));
+        };
+        let layered = self.layered(mount);
+        let settings = &self.state.settings;
+        let limits = ReadLimits {
+            max_bytes: settings.max_read_bytes,
+        };
+        // Refused before the read takes any of the budget, as `read_uri` refuses it.
+        if let Err(e) = layered.check(Op::Read, Some(&uri)) {
+            return Some(Err(e));
+        }
+        // A budget spent is waited for, by `read_uri`.
+        let _held = self
+            .state
+            .read_budget
+            .try_reserve(settings.max_read_bytes)?;
+        let out = match layered.read_now(&uri, &limits)? {
+            Ok(out) => out,
+            Err(e) => return Some(Err(e)),
+        };
+        Some(Ok(ReadOutcome {
+            contents: out.contents,
+            hints: hints_for(grant, out.hints.unwrap_or(mount.provider.info().cache)),
+        }))
+    }
+
     async fn read_uri(&self, grant: Option<&Grant>, raw: &str) -> Result<ReadOutcome> {
         let uri = parse_uri(raw)?;
         let mount = self

@@ -693,33 +693,22 @@ impl Lines {
         let out = out?;
         self.direct_answered.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(%id, uri = %params.uri, "resources/read answered by the direct path");
+        // Most reads (a small file) are done in place, without a future.
+        if let Some(answer) = handler.read_answer_now(&params, None, &id, modern) {
+            deliver(line_of(answer), out, batch);
+            return None;
+        }
         let answer_id = id.clone();
         let mut read = Box::pin(async move {
-            let answer = match handler
-                .read_answer_as(params, None, answer_id, modern)
-                .await
-            {
-                Ok(json) => json.map(as_line),
-                Err(refused) => encode(refused),
-            };
-            answer
-                .inspect_err(|e| tracing::error!("cannot encode an answer: {e}"))
-                .ok()
+            line_of(
+                handler
+                    .read_answer_as(params, None, answer_id, modern)
+                    .await,
+            )
         });
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         if let Poll::Ready(answer) = read.as_mut().poll(&mut cx) {
-            match (answer, batch) {
-                // A big answer (a blob) is not copied into the batch: the writer writes it
-                // as it is.
-                (Some(bytes), Some(batch)) if bytes.len() < BATCH_BYTES => {
-                    batch.extend_from_slice(&bytes);
-                    mcpr_core::spare::give_back(bytes);
-                }
-                (Some(bytes), _) => {
-                    let _ = out.send(bytes);
-                }
-                (None, _) => {}
-            }
+            deliver(answer, out, batch);
             return None;
         }
         // Only a read that waits takes a handle on the queue (a count on the channel).
@@ -745,6 +734,34 @@ impl Lines {
             out.backlog.drained.notify_waiters();
         });
         None
+    }
+}
+
+/// A direct read's answer as a line of the stream (`None` when it cannot be encoded, which
+/// is logged).
+fn line_of(answer: Result<io::Result<Vec<u8>>, TxJsonRpcMessage<RoleServer>>) -> Option<Vec<u8>> {
+    let answer = match answer {
+        Ok(json) => json.map(as_line),
+        Err(refused) => encode(refused),
+    };
+    answer
+        .inspect_err(|e| tracing::error!("cannot encode an answer: {e}"))
+        .ok()
+}
+
+/// A direct answer ready at once: appended to `batch` when there is one (the reader thread
+/// writes it), else queued.
+fn deliver(answer: Option<Vec<u8>>, out: &Queue, batch: Option<&mut Vec<u8>>) {
+    match (answer, batch) {
+        // A big answer (a blob) is not copied into the batch: the writer writes it as it is.
+        (Some(bytes), Some(batch)) if bytes.len() < BATCH_BYTES => {
+            batch.extend_from_slice(&bytes);
+            mcpr_core::spare::give_back(bytes);
+        }
+        (Some(bytes), _) => {
+            let _ = out.send(bytes);
+        }
+        (None, _) => {}
     }
 }
 

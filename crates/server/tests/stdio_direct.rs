@@ -422,9 +422,18 @@ async fn a_burst_of_direct_reads_is_answered_in_full() {
         let name = format!("f{}.txt", i % 50);
         lines.push(read(&i.to_string(), &encode_path_uri(&root.join(name))));
     }
-    for mode in [Mode::Direct, Mode::Threads, Mode::ThreadsSocket] {
+    for (n, mode) in [Mode::Direct, Mode::Threads, Mode::ThreadsSocket]
+        .into_iter()
+        .enumerate()
+    {
         let (got, taken) = run(state.clone(), mode, &lines, 5001, true).await;
         assert_eq!(taken, 5000, "{mode:?}");
+        // Reads done in place, without the service's future, are counted as every read is.
+        assert_eq!(
+            state.metrics().count("resources/read", "ok"),
+            5000 * (n as u64 + 1),
+            "{mode:?}"
+        );
         for i in 0..5000 {
             let v: serde_json::Value = serde_json::from_str(&got[&i.to_string()]).unwrap();
             assert_eq!(

@@ -29,7 +29,10 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use http::{HeaderMap, HeaderName, Method, Request, StatusCode, header};
 use http_body_util::BodyExt as _;
-use rmcp::model::{ClientRequest, GetMeta as _, JsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::model::{
+    ClientRequest, GetMeta as _, JsonRpcMessage, ReadResourceRequestParams, RequestId,
+    ServerJsonRpcMessage,
+};
 use rmcp::transport::streamable_http_server::StreamableHttpService;
 use rmcp::transport::streamable_http_server::session::SessionManager;
 use tokio_util::sync::CancellationToken;
@@ -244,17 +247,13 @@ impl<M: SessionManager> DirectRead<M> {
         self.settings.answered.fetch_add(1, Ordering::Relaxed);
         let grant = parts.extensions.get::<Grant>();
         let id = request.id;
-        let read = self.handler.read_answer_as(read.params, grant, id, true);
-        let answer = tokio::select! {
-            answer = read => answer,
-            // The words rmcp answers a stateless request with when shutdown cuts it off.
-            () = self.settings.shutdown.cancelled() => {
-                tracing::warn!("a stateless read was cut off by shutdown");
-                return Ok(plain(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "Encounter an error when empty response: no response message received from handler".into(),
-                ));
-            }
+        // Most reads (a small file) are done in place, without a future.
+        let answer = match self.handler.read_answer_now(&read.params, grant, &id, true) {
+            Some(answer) => answer,
+            None => match self.read_later(read.params, grant, id).await {
+                Ok(answer) => answer,
+                Err(cut_off) => return Ok(cut_off),
+            },
         };
         let (status, body) = match answer {
             Ok(body) => (StatusCode::OK, body),
@@ -272,6 +271,30 @@ impl<M: SessionManager> DirectRead<M> {
                 format!("Internal Server Error: serialize json response: {e}"),
             ),
         })
+    }
+}
+
+impl<M: SessionManager> DirectRead<M> {
+    /// A read that waits, until it is done or shutdown cuts it off (then `Err` is the
+    /// response rmcp gives a stateless request cut off so).
+    async fn read_later(
+        &self,
+        params: ReadResourceRequestParams,
+        grant: Option<&Grant>,
+        id: RequestId,
+    ) -> Result<Result<std::io::Result<Vec<u8>>, ServerJsonRpcMessage>, Response> {
+        let read = self.handler.read_answer_as(params, grant, id, true);
+        tokio::select! {
+            answer = read => Ok(answer),
+            // The words rmcp answers a stateless request with when shutdown cuts it off.
+            () = self.settings.shutdown.cancelled() => {
+                tracing::warn!("a stateless read was cut off by shutdown");
+                Err(plain(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "Encounter an error when empty response: no response message received from handler".into(),
+                ))
+            }
+        }
     }
 }
 

@@ -1,6 +1,9 @@
-//! `Provider::read`: exact bytes, not-found without an oracle, and the read limit.
+//! `Provider::read`: exact bytes, not-found without an oracle, and the read limit; and
+//! `Provider::read_now`, wherever it answers, answering exactly what `read` does.
 
-use mcpr_core::{Contents, ContentsBody, ErrorKind, Provider, ReadLimits};
+use mcpr_core::{
+    Contents, ContentsBody, ErrorKind, Provider, ReadLimits, ReadOutput, ResourceUri, Result,
+};
 
 use crate::Fixture;
 use crate::checks::parse;
@@ -17,12 +20,31 @@ fn body_bytes(c: &Contents) -> Vec<u8> {
     }
 }
 
+/// `provider.read(uri, limits)`, after checking that `read_now`, when it answers, answers the
+/// same (the servers' hot paths take its answer instead of `read`'s).
+async fn read(
+    provider: &dyn Provider,
+    uri: &ResourceUri,
+    limits: &ReadLimits,
+) -> Result<ReadOutput> {
+    let now = provider.read_now(uri, limits);
+    let read = provider.read(uri, limits).await;
+    if let Some(now) = now {
+        assert_eq!(
+            now,
+            read,
+            "read_now {}: must answer exactly what read does",
+            uri.as_str()
+        );
+    }
+    read
+}
+
 /// Every expected resource reads as its exact bytes (text when UTF-8) under its own URI;
 /// the missing and forbidden URIs answer the same not-found, carrying the URI.
 pub(crate) async fn check_reads(provider: &dyn Provider, fixture: &dyn Fixture) {
     for (uri, bytes) in fixture.expected() {
-        let contents = provider
-            .read(&parse(&uri), &GENEROUS)
+        let contents = read(provider, &parse(&uri), &GENEROUS)
             .await
             .unwrap_or_else(|e| panic!("read {uri}: {e}"))
             .contents;
@@ -44,8 +66,7 @@ pub(crate) async fn check_reads(provider: &dyn Provider, fixture: &dyn Fixture) 
         let Ok(parsed) = mcpr_core::ResourceUri::parse(&uri) else {
             continue;
         };
-        let err = provider
-            .read(&parsed, &GENEROUS)
+        let err = read(provider, &parsed, &GENEROUS)
             .await
             .expect_err(&format!("read {uri} must fail"));
         assert_eq!(
@@ -76,7 +97,7 @@ pub(crate) async fn check_too_large(provider: &dyn Provider, fixture: &dyn Fixtu
         let short = ReadLimits {
             max_bytes: size - 1,
         };
-        match provider.read(&parsed, &short).await {
+        match read(provider, &parsed, &short).await {
             Ok(c) => panic!(
                 "too large: read {uri} ({size} bytes) with a limit of {} bytes must answer \
                  TooLarge, got {} bytes as if whole",
@@ -107,7 +128,7 @@ pub(crate) async fn check_too_large(provider: &dyn Provider, fixture: &dyn Fixtu
         // At exactly its size a provider may still refuse (SQL keeps room for a `next`
         // link it cannot size in advance), but what it returns must be the whole resource.
         let exact = ReadLimits { max_bytes: size };
-        match provider.read(&parsed, &exact).await {
+        match read(provider, &parsed, &exact).await {
             Ok(c) => assert_eq!(
                 body_bytes(&c.contents[0]),
                 bytes,
