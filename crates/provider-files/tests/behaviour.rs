@@ -132,6 +132,15 @@ impl Fixture for Tree {
     }
 }
 
+/// A FIFO at `path` (`mkfifo(1)`).
+fn mkfifo(path: &Path) {
+    let status = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(status.success(), "mkfifo {}", path.display());
+}
+
 fn provider(root: &Path) -> Arc<dyn Provider> {
     let mut cfg = FilesConfig::new(root);
     cfg.debounce = std::time::Duration::from_millis(20);
@@ -208,11 +217,7 @@ async fn fifo_neither_listed_nor_hangs_read() {
     let root = dir.path().canonicalize().unwrap();
     std::fs::write(root.join("a.txt"), "a").unwrap();
     let fifo = root.join("pipe");
-    let status = std::process::Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .unwrap();
-    assert!(status.success());
+    mkfifo(&fifo);
     let p = provider(&root);
     let page = tokio::time::timeout(
         std::time::Duration::from_secs(5),
@@ -488,11 +493,7 @@ async fn directory_read_shows_only_what_can_be_read() {
     std::os::unix::fs::symlink("real/a.txt", root.join("in.txt")).unwrap();
     std::os::unix::fs::symlink("real", root.join("indir")).unwrap();
     std::os::unix::fs::symlink("nowhere", root.join("dangling")).unwrap();
-    let status = std::process::Command::new("mkfifo")
-        .arg(root.join("pipe"))
-        .status()
-        .unwrap();
-    assert!(status.success());
+    mkfifo(&root.join("pipe"));
     let p = provider(&root);
     let page = p
         .read_directory(
@@ -539,11 +540,7 @@ async fn read_now_answers_what_needs_no_wait() {
     std::fs::create_dir(root.join("sub")).unwrap();
     std::os::unix::fs::symlink("small.txt", root.join("link.txt")).unwrap();
     std::fs::write(root.join(".env"), "SECRET=1").unwrap();
-    let status = std::process::Command::new("mkfifo")
-        .arg(root.join("pipe"))
-        .status()
-        .unwrap();
-    assert!(status.success());
+    mkfifo(&root.join("pipe"));
     let p = provider(&root);
     let limits = ReadLimits { max_bytes: 1 << 20 };
     let parse = |rel: &str| ResourceUri::parse(&uri(&root.join(rel))).unwrap();
