@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use mcpr_core::{
     CacheHints, CacheScope, Completion, CompletionRequest, Contents, Error, ErrorKind, PageCursor,
-    PageRequest, ReadLimits, ResourceMeta, ResourceUri, Result, TemplateMeta,
+    PageRequest, ReadLimits, ReadOutput, ResourceMeta, ResourceUri, Result, TemplateMeta,
 };
 
 use crate::ServerState;
@@ -236,6 +236,23 @@ impl Listen {
 /// Whether a caller holding `grant` may see `mount`.
 pub(crate) fn visible(grant: Option<&Grant>, mount: &Mount) -> bool {
     grant.is_none_or(|g| g.allows(mount.scope.as_deref()))
+}
+
+/// The limits every read of `settings` runs under.
+fn read_limits(settings: &crate::Settings) -> ReadLimits {
+    ReadLimits {
+        max_bytes: settings.max_read_bytes,
+    }
+}
+
+/// What a read of `mount` answers a caller holding `grant`: a result with hints of its own
+/// (an HTTP answer's remaining freshness) carries those, else the mount's; the caller's
+/// grant can still only make them stricter.
+fn read_outcome(grant: Option<&Grant>, mount: &Mount, out: ReadOutput) -> ReadOutcome {
+    ReadOutcome {
+        contents: out.contents,
+        hints: hints_for(grant, out.hints.unwrap_or(mount.provider.info().cache)),
+    }
 }
 
 /// Cache hints for a caller: answers that depend on who asks are `private`.
@@ -736,62 +753,47 @@ impl Service {
 
     /// [`Service::read_uri`] done in place (see [`Service::read_now`]).
     fn read_uri_now(&self, grant: Option<&Grant>, raw: &str) -> Option<Result<ReadOutcome>> {
-        let uri = match parse_uri(raw) {
-            Ok(uri) => uri,
+        let (uri, mount) = match self.read_route(grant, raw) {
+            Ok(routed) => routed,
             Err(e) => return Some(Err(e)),
         };
-        let Some(mount) = self.visible_route(grant, &uri) else {
-            return Some(Err(Error::not_found(uri.as_str())));
-        };
-        let layered = self.layered(mount);
         let settings = &self.state.settings;
-        let limits = ReadLimits {
-            max_bytes: settings.max_read_bytes,
-        };
-        // Refused before the read takes any of the budget, as `read_uri` refuses it.
-        if let Err(e) = layered.check(Op::Read, Some(&uri)) {
-            return Some(Err(e));
-        }
         // A budget spent is waited for, by `read_uri`.
         let _held = self
             .state
             .read_budget
             .try_reserve(settings.max_read_bytes)?;
-        let out = match layered.read_now(&uri, &limits)? {
-            Ok(out) => out,
-            Err(e) => return Some(Err(e)),
-        };
-        Some(Ok(ReadOutcome {
-            contents: out.contents,
-            hints: hints_for(grant, out.hints.unwrap_or(mount.provider.info().cache)),
-        }))
+        let read = self.layered(mount).read_now(&uri, &read_limits(settings))?;
+        Some(read.map(|out| read_outcome(grant, mount, out)))
     }
 
     async fn read_uri(&self, grant: Option<&Grant>, raw: &str) -> Result<ReadOutcome> {
-        let uri = parse_uri(raw)?;
-        let mount = self
-            .visible_route(grant, &uri)
-            .ok_or_else(|| Error::not_found(uri.as_str()))?;
-        let layered = self.layered(mount);
-        // Refused before the read takes any of the budget, as the layer would refuse it.
-        layered.check(Op::Read, Some(&uri))?;
+        let (uri, mount) = self.read_route(grant, raw)?;
         let settings = &self.state.settings;
-        let limits = ReadLimits {
-            max_bytes: settings.max_read_bytes,
-        };
         // The most this read can bring into memory, held while its provider runs.
         let _held = self
             .state
             .read_budget
             .reserve(settings.max_read_bytes, settings.request_timeout)
             .await?;
-        let out = layered.read(&uri, &limits).await?;
-        // A result with hints of its own (an HTTP answer's remaining freshness) carries
-        // those; the caller's grant can still only make them stricter.
-        Ok(ReadOutcome {
-            contents: out.contents,
-            hints: hints_for(grant, out.hints.unwrap_or(mount.provider.info().cache)),
-        })
+        let out = self
+            .layered(mount)
+            .read(&uri, &read_limits(settings))
+            .await?;
+        Ok(read_outcome(grant, mount, out))
+    }
+
+    /// `raw` parsed and routed to the mount a caller holding `grant` reads it from: where
+    /// [`Service::read_uri`] and [`Service::read_uri_now`] start. A mount that does not
+    /// declare reads refuses here, before the read takes any of the budget, as the layer
+    /// would refuse it.
+    fn read_route(&self, grant: Option<&Grant>, raw: &str) -> Result<(ResourceUri, &Mount)> {
+        let uri = parse_uri(raw)?;
+        let mount = self
+            .visible_route(grant, &uri)
+            .ok_or_else(|| Error::not_found(uri.as_str()))?;
+        self.layered(mount).check(Op::Read, Some(&uri))?;
+        Ok((uri, mount))
     }
 
     /// Suggestions for `argument` of `reference`, given what the user typed (`value`) and
