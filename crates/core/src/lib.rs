@@ -16,6 +16,7 @@ pub mod poll;
 pub mod provider;
 pub mod redact;
 pub mod spare;
+pub mod sync;
 pub mod template;
 pub mod uri;
 pub mod window;

@@ -324,7 +324,7 @@ struct Shared<S: PollSource> {
 
 impl<S: PollSource> Shared<S> {
     fn lock(&self) -> MutexGuard<'_, State<S::Fingerprint>> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        crate::sync::lock(&self.state)
     }
 
     /// When a target checked now is next due.

@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask, Watches};
+use mcpr_core::sync::lock;
 use notify::event::{CreateKind, Flag, ModifyKind, RemoveKind, RenameMode};
 use notify::{Event, EventKind};
 
@@ -53,10 +54,6 @@ impl Drop for ListInotify {
             let _ = self.watches.remove(wd);
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The directories under watch, by descriptor.

@@ -74,10 +74,7 @@ impl Rules {
     /// stat). Without negated (`!`) patterns one walk over the parents answers both, which
     /// is the common case on every read; with them, both full checks run.
     pub(crate) fn is_denied_either(&self, rel: &RelPath) -> bool {
-        let mut memo = self
-            .memo
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut memo = mcpr_core::sync::lock(&self.memo);
         if let Some(&denied) = memo.get(rel.as_bytes()) {
             return denied;
         }

@@ -65,9 +65,7 @@ pub(crate) struct Seen(Mutex<HashMap<Box<[u8]>, Identity>>);
 impl Seen {
     fn map(&self) -> std::sync::MutexGuard<'_, HashMap<Box<[u8]>, Identity>> {
         // A panic while holding it leaves a map of plain values: still usable.
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        mcpr_core::sync::lock(&self.0)
     }
 
     /// The identity last seen at `path`, if any.

@@ -221,11 +221,7 @@ pub(crate) struct Lead<'a> {
 
 impl Drop for Lead<'_> {
     fn drop(&mut self) {
-        self.flights
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(&self.uri);
+        mcpr_core::sync::lock(&self.flights.0).remove(&self.uri);
     }
 }
 
@@ -234,10 +230,7 @@ impl Flights {
     /// reader is done, for a reader that arrived while it was fetching.
     pub(crate) async fn join(&self, uri: &str) -> Option<Lead<'_>> {
         let lock = {
-            let mut map = self
-                .0
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut map = mcpr_core::sync::lock(&self.0);
             match map.get(uri) {
                 Some(lock) => lock.clone(),
                 None => {

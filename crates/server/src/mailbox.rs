@@ -35,7 +35,7 @@ struct Shared {
 impl Shared {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         // The lock is never held across a panic-prone call; recover the data if it was.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        mcpr_core::sync::lock(&self.state)
     }
 }
 

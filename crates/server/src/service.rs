@@ -177,9 +177,7 @@ type TokenMap = HashMap<String, VecDeque<(Instant, Option<String>)>>;
 impl ChangeTokens {
     fn lock(&self) -> std::sync::MutexGuard<'_, TokenMap> {
         // The map stays consistent whatever panicked while holding it.
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        mcpr_core::sync::lock(&self.0)
     }
 
     /// Remember `token` for `uri`, dropping tokens nobody claimed in time.

@@ -67,6 +67,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::task::Poll;
 
 use bytes::{Buf, BytesMut};
+use mcpr_core::sync::lock;
 use rmcp::model::{
     ClientNotification, ClientRequest, ErrorData, GetMeta, JsonRpcMessage, JsonRpcRequest,
     JsonRpcVersion2_0, RequestId, RequestMetaObject, ServerNotification, ServerResult,
@@ -89,6 +90,8 @@ use crate::wire::refusals::{self, Checked, check_line, error_answer, is_list_wit
 
 /// A batch stops growing here, so one huge batch does not hold every answer behind it.
 const BATCH_BYTES: usize = 1 << 20;
+/// The room a batch starts with, and goes back to after a burst.
+const BATCH_ROOM: usize = 64 * 1024;
 /// Bytes asked of the pipe per read.
 const READ_CHUNK: usize = 64 * 1024;
 /// The stdout pipe's capacity asked for at start.
@@ -225,12 +228,7 @@ impl StdioEnd {
     /// Waits, at most 5 s, for the answers queued so far to be written and flushed. Call it
     /// once the transport is closed or dropped: the writer ends when its queue does.
     pub async fn flushed(&self) {
-        let writer = self
-            .0
-            .writer
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
+        let writer = lock(&self.0.writer).take();
         if let Some(writer) = writer
             && tokio::time::timeout(CLOSE_TIMEOUT, writer).await.is_err()
         {
@@ -653,7 +651,7 @@ impl Lines {
         };
         // One look at the lifecycle per message: `send` changes it only on an `initialize`
         // answer.
-        let mut lifecycle = lock_lifecycle(&self.lifecycle);
+        let mut lifecycle = lock(&self.lifecycle);
         match &msg {
             JsonRpcMessage::Request(r) => {
                 if lifecycle.saw(&r.request, &handler) {
@@ -777,11 +775,6 @@ fn answer_with(out: Option<&Queue>, answer: TxJsonRpcMessage<RoleServer>) {
     }
 }
 
-fn lock_lifecycle(l: &std::sync::Mutex<Lifecycle>) -> std::sync::MutexGuard<'_, Lifecycle> {
-    // A plain value: consistent whatever panicked while holding it.
-    l.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 /// Waits until `open` counts nothing in `backlog` or `deadline` passes; what it counts then.
 async fn drained_by(
     backlog: &Backlog,
@@ -804,11 +797,6 @@ async fn drained_by(
 
 /// Direct reads still running, by request id, so a cancellation can stop them.
 type Waiting = Arc<std::sync::Mutex<HashMap<RequestId, CancellationToken>>>;
-
-fn lock(w: &Waiting) -> std::sync::MutexGuard<'_, HashMap<RequestId, CancellationToken>> {
-    // The map stays consistent whatever panicked while holding it.
-    w.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 
 /// Direct answers in a row before `receive` yields to the other tasks.
 const DIRECT_RUN: usize = 64;
@@ -868,9 +856,7 @@ impl<R: AsyncRead + Unpin + Send> Transport<RoleServer> for StdioTransport<R> {
         // lock: the writer thread may write it (and the client answer it with reads) before
         // `initialized` runs, and the reader thread must not see those reads while the
         // session still looks unopened.
-        let mut lifecycle = initialized
-            .is_some()
-            .then(|| lock_lifecycle(&self.lifecycle));
+        let mut lifecycle = initialized.is_some().then(|| lock(&self.lifecycle));
         // Serialised and queued here, so answers reach the pipe in the order rmcp sent them.
         let queued = encode(item).and_then(|bytes| match &self.out {
             // A notification does not wait behind a full backlog, nor grow it: it is held
@@ -905,7 +891,8 @@ impl<R: AsyncRead + Unpin + Send> Transport<RoleServer> for StdioTransport<R> {
         loop {
             // Back-pressure: no new request while the client leaves too much unread. Waiting
             // here changes no state, so it is cancel-safe too.
-            self.backlog.wait_below().await;
+            // The writer task ends only with this transport.
+            self.backlog.wait_below(|| false).await;
             let out = self.out.as_ref();
             if let Some(line) = lines.next_line(out) {
                 if let Some(msg) = lines.decode(line, out) {
@@ -964,13 +951,13 @@ async fn write_loop<W: AsyncWrite + Unpin>(
     mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
     backlog: Arc<Backlog>,
 ) {
-    let mut batch: Vec<u8> = Vec::with_capacity(64 * 1024);
+    let mut batch: Vec<u8> = Vec::with_capacity(BATCH_ROOM);
     while let Some(first) = rx.recv().await {
         let (messages, bytes) = gather(&first, &mut rx, &mut batch);
-        let result = w.write_all(chosen(&first, &batch)).await;
-        // A big answer's buffer goes to the next big read, pages and all (mcpr_core::spare).
+        let mut result = w.write_all(chosen(&first, &batch)).await;
+        // Before anything else is waited for: the next big read takes it, pages and all.
         mcpr_core::spare::give_back(first);
-        let mut result = result.and(w.flush().await);
+        result = result.and(w.flush().await);
         if result.is_ok() {
             let deferred = backlog.written(bytes, messages);
             if !deferred.is_empty() {
@@ -978,12 +965,8 @@ async fn write_loop<W: AsyncWrite + Unpin>(
                 result = w.write_all(&all).await.and(w.flush().await);
             }
         }
-        if let Err(e) = result {
-            stdout_gone(&backlog, &e);
+        if !done_with(result, &backlog, &mut batch) {
             return;
-        }
-        if batch.capacity() > 4 * BATCH_BYTES {
-            batch = Vec::with_capacity(64 * 1024);
         }
     }
 }
@@ -993,7 +976,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(
 /// ([`Out::carry`]), and counted off the backlog before the lock is released, so the reader
 /// sees an empty backlog only once everything queued before is out.
 fn write_on_thread(output: &Output, mut rx: mpsc::UnboundedReceiver<Vec<u8>>, backlog: &Backlog) {
-    let mut batch: Vec<u8> = Vec::with_capacity(64 * 1024);
+    let mut batch: Vec<u8> = Vec::with_capacity(BATCH_ROOM);
     while let Some(first) = rx.blocking_recv() {
         let (messages, bytes) = gather(&first, &mut rx, &mut batch);
         let result = {
@@ -1003,6 +986,8 @@ fn write_on_thread(output: &Output, mut rx: mpsc::UnboundedReceiver<Vec<u8>>, ba
             if result.is_ok() {
                 result = write_all_fd(o.fd.as_fd(), chosen(&first, &batch));
             }
+            // Before the backlog wakes anyone: the next big read takes it, pages and all.
+            mcpr_core::spare::give_back(first);
             if result.is_ok() {
                 let deferred = backlog.written(bytes, messages);
                 if !deferred.is_empty() {
@@ -1011,17 +996,29 @@ fn write_on_thread(output: &Output, mut rx: mpsc::UnboundedReceiver<Vec<u8>>, ba
             }
             result
         };
-        mcpr_core::spare::give_back(first);
-        if let Err(e) = result {
-            stdout_gone(backlog, &e);
+        if !done_with(result, backlog, &mut batch) {
             return;
-        }
-        if batch.capacity() > 4 * BATCH_BYTES {
-            batch = Vec::with_capacity(64 * 1024);
         }
     }
     // The transport is closed: a reader thread waiting for room must not wait for ever.
     backlog.drained.notify_waiters();
+}
+
+/// After a batch's writes: `false` once stdout is gone; a burst's big batch is not kept.
+fn done_with(result: io::Result<()>, backlog: &Backlog, batch: &mut Vec<u8>) -> bool {
+    if let Err(e) = result {
+        stdout_gone(backlog, &e);
+        return false;
+    }
+    shrink(batch);
+    true
+}
+
+/// A batch grown by a burst is not kept at that size.
+fn shrink(batch: &mut Vec<u8>) {
+    if batch.capacity() > 4 * BATCH_BYTES {
+        *batch = Vec::with_capacity(BATCH_ROOM);
+    }
 }
 
 /// Puts `first` and the answers queued behind it into `batch`, up to [`BATCH_BYTES`], unless
@@ -1120,9 +1117,7 @@ impl Output {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Out> {
         // A descriptor and a buffer: nothing a panic could leave half-changed.
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.0)
     }
 
     /// The lock if nobody holds it: the writer thread holds it while it writes, maybe
@@ -1241,7 +1236,7 @@ impl Reader {
     /// a read that waits can start its task and timers.
     fn read(mut self) {
         let mut scratch: Vec<u8> = Vec::with_capacity(READ_CHUNK);
-        let mut batch: Vec<u8> = Vec::with_capacity(64 * 1024);
+        let mut batch: Vec<u8> = Vec::with_capacity(BATCH_ROOM);
         loop {
             let Some(out) = self.out.upgrade() else {
                 return;
@@ -1296,7 +1291,8 @@ impl Reader {
                 continue;
             }
             if over {
-                if !self.wait_for_room() {
+                let closed = || self.out.upgrade().is_none();
+                if !futures::executor::block_on(self.out.backlog.wait_below(closed)) {
                     return;
                 }
                 continue;
@@ -1315,26 +1311,6 @@ impl Reader {
         }
     }
 
-    /// Waits until the backlog is under its bound; `false` when the transport closed first.
-    fn wait_for_room(&self) -> bool {
-        let backlog = &self.out.backlog;
-        futures::executor::block_on(async {
-            loop {
-                let drained = backlog.drained.notified();
-                tokio::pin!(drained);
-                // Registered before the checks, so a write between them wakes it.
-                drained.as_mut().enable();
-                if !backlog.over() {
-                    return true;
-                }
-                if self.out.upgrade().is_none() {
-                    return false;
-                }
-                drained.await;
-            }
-        })
-    }
-
     /// Writes the direct answers in `batch` now, as far as the output takes them without
     /// waiting, when nothing queued before them is still unwritten; whatever is left goes to
     /// the writer thread, behind what is queued. This thread never blocks on the output: a
@@ -1349,40 +1325,35 @@ impl Reader {
             batch.clear();
             return;
         }
-        let Some(mut o) = self.output.try_lock() else {
-            // The writer thread is writing: these go after its batch.
-            let _ = out.send(std::mem::take(batch));
-            return;
+        // What goes out now: nothing while the writer thread holds the output (it may be
+        // blocked on a full pipe) or has anything queued before these; else as much as the
+        // output takes without waiting. An error is the writer thread's to find out, with
+        // its blocking write (a socket's ENOBUFS passes).
+        let written = match self.output.try_lock() {
+            Some(mut o)
+                if o.carry.is_empty() && out.backlog.messages.load(Ordering::Acquire) == 0 =>
+            {
+                let n = o.try_write(batch).unwrap_or(0);
+                if n > 0 && n < batch.len() {
+                    // Part of a line may be out: its end goes first, whoever writes next.
+                    o.carry.extend_from_slice(&batch[n..]);
+                }
+                n
+            }
+            _ => 0,
         };
-        if !o.carry.is_empty() || out.backlog.messages.load(Ordering::Acquire) > 0 {
-            drop(o);
-            let _ = out.send(std::mem::take(batch));
-            return;
-        }
-        match o.try_write(batch) {
-            Ok(n) if n == batch.len() => batch.clear(),
-            Ok(0) => {
-                drop(o);
+        match written {
+            0 => {
                 let _ = out.send(std::mem::take(batch));
             }
-            Ok(n) => {
-                // Part of a line may be out: its end goes first, whoever writes next.
-                o.carry.extend_from_slice(&batch[n..]);
-                drop(o);
+            n if n == batch.len() => batch.clear(),
+            _ => {
                 batch.clear();
                 // Wakes the writer thread for the carry (an empty answer, counted as one).
                 let _ = out.send(Vec::new());
             }
-            Err(_) => {
-                // Whether the output is gone for good is the writer thread's to find out,
-                // with its blocking write (a socket's ENOBUFS passes).
-                drop(o);
-                let _ = out.send(std::mem::take(batch));
-            }
         }
-        if batch.capacity() > 4 * BATCH_BYTES {
-            *batch = Vec::with_capacity(64 * 1024);
-        }
+        shrink(batch);
     }
 }
 
@@ -1482,30 +1453,18 @@ impl Backlog {
         }
     }
 
-    fn lock_pending(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<RequestId>> {
-        self.pending
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    fn lock_listening(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<RequestId>> {
-        self.listening
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     /// `msg` goes to rmcp: a request is pending until answered (a listen until acknowledged);
     /// a cancellation ends one.
     fn handed_to_rmcp(&self, msg: &RxJsonRpcMessage<RoleServer>) {
         match msg {
             JsonRpcMessage::Request(r) => {
                 if matches!(r.request, ClientRequest::SubscriptionsListenRequest(_)) {
-                    let mut listening = self.lock_listening();
+                    let mut listening = lock(&self.listening);
                     listening.insert(r.id.clone());
                     self.listening_count
                         .store(listening.len(), Ordering::Release);
                 }
-                let mut pending = self.lock_pending();
+                let mut pending = lock(&self.pending);
                 if pending.insert(r.id.clone()) {
                     self.pending_count.store(pending.len(), Ordering::Release);
                 }
@@ -1527,7 +1486,7 @@ impl Backlog {
         if self.listening_count.load(Ordering::Acquire) == 0 {
             return;
         }
-        let mut listening = self.lock_listening();
+        let mut listening = lock(&self.listening);
         if listening.remove(id) {
             self.listening_count
                 .store(listening.len(), Ordering::Release);
@@ -1541,7 +1500,7 @@ impl Backlog {
         if self.pending_count.load(Ordering::Acquire) == 0 {
             return;
         }
-        let mut pending = self.lock_pending();
+        let mut pending = lock(&self.pending);
         if pending.remove(id) {
             self.pending_count.store(pending.len(), Ordering::Release);
             drop(pending);
@@ -1574,17 +1533,11 @@ impl Backlog {
             || self.messages.load(Ordering::Acquire) > self.max_messages.load(Ordering::Relaxed)
     }
 
-    fn lock_deferred(&self) -> std::sync::MutexGuard<'_, Vec<Vec<u8>>> {
-        self.deferred
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     /// Holds `bytes` back when over the bound (returning `None`), else gives it back to be
     /// queued. Under the lock the writer releases with, so a notification held back just as
     /// the backlog drains is released by that same write.
     fn defer_if_over(&self, bytes: Vec<u8>) -> Option<Vec<u8>> {
-        let mut deferred = self.lock_deferred();
+        let mut deferred = lock(&self.deferred);
         if !self.over_answers() && deferred.is_empty() {
             return Some(bytes);
         }
@@ -1606,7 +1559,7 @@ impl Backlog {
     /// The writer wrote `bytes` in `messages`: count them off, wake a reader waiting for
     /// room, and return the notifications held back if there is room for them now.
     fn written(&self, bytes: usize, messages: usize) -> Vec<Vec<u8>> {
-        let mut deferred = self.lock_deferred();
+        let mut deferred = lock(&self.deferred);
         self.bytes.fetch_sub(bytes, Ordering::AcqRel);
         self.messages.fetch_sub(messages, Ordering::AcqRel);
         self.drained.notify_waiters();
@@ -1616,15 +1569,19 @@ impl Backlog {
         std::mem::take(&mut *deferred)
     }
 
-    /// Returns once the backlog is under its bound.
-    async fn wait_below(&self) {
-        while self.over() {
+    /// Returns `true` once the backlog is under its bound, or `false` once `closed` says
+    /// nobody will write it any more.
+    async fn wait_below(&self, closed: impl Fn() -> bool) -> bool {
+        loop {
             let drained = self.drained.notified();
             tokio::pin!(drained);
-            // Registered before the check, so a write between the check and the wait wakes it.
+            // Registered before the checks, so a write between a check and the wait wakes it.
             drained.as_mut().enable();
             if !self.over() {
-                return;
+                return true;
+            }
+            if closed() {
+                return false;
             }
             drained.await;
         }
@@ -1671,7 +1628,7 @@ mod tests {
         for n in [&b"a"[..], b"b", b"a", b"b", b"a"] {
             assert_eq!(b.defer_if_over(n.to_vec()), None);
         }
-        assert_eq!(b.lock_deferred().len(), 2, "each held back once");
+        assert_eq!(lock(&b.deferred).len(), 2, "each held back once");
         // Still over after a partial write: nothing released yet.
         b.add(5);
         assert!(b.written(5, 1).is_empty());
@@ -1683,7 +1640,7 @@ mod tests {
         for i in 0..MAX_DEFERRED + 10 {
             assert_eq!(b.defer_if_over(i.to_string().into_bytes()), None);
         }
-        assert_eq!(b.lock_deferred().len(), MAX_DEFERRED);
+        assert_eq!(lock(&b.deferred).len(), MAX_DEFERRED);
     }
 
     #[test]
