@@ -9,11 +9,11 @@
 //! them back when done ([`give_back`]), and the next read takes them with their pages.
 //!
 //! What is kept is bounded: at most [`MAX_KEPT`] buffers and [`MAX_KEPT_BYTES`] together,
-//! each for at most [`KEEP_FOR`] after it was handed back; then it is freed (its pages go
+//! each for [`KEEP_FOR`] after it was handed back; then it is freed (its pages go
 //! back to the system), so a server that has stopped reading large files holds none, and one
 //! that never read one never held any.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -24,8 +24,12 @@ pub const MIN_BYTES: usize = 1 << 20;
 pub const MAX_KEPT: usize = 4;
 /// The most bytes kept at once: a 16 MiB read's bytes and answer (22 MB) fit, twice over.
 pub const MAX_KEPT_BYTES: usize = 48 << 20;
-/// How long a buffer is kept after it was handed back.
-pub const KEEP_FOR: Duration = Duration::from_secs(1);
+/// How long a buffer is kept after it was handed back: as long as jemalloc keeps the freed
+/// pages of smaller allocations (its default `dirty_decay_ms`). With 1 s, a client that read
+/// a big file every second or two paid the page faults of fresh buffers on every read: in
+/// the benchmark, whose blob rounds alternate with the floor's for about 2 s each, the first
+/// 8 MiB read of every round took 14 ms more, which was the whole of the p99 row's excess.
+pub const KEEP_FOR: Duration = Duration::from_secs(10);
 
 struct Kept {
     /// Handed back when, and the buffer; oldest first.
@@ -40,8 +44,7 @@ static KEPT: Mutex<Kept> = Mutex::new(Kept {
 });
 
 fn kept() -> MutexGuard<'static, Kept> {
-    // The list stays consistent whatever panicked while holding it.
-    KEPT.lock().unwrap_or_else(PoisonError::into_inner)
+    crate::sync::lock(&KEPT)
 }
 
 /// An empty buffer with room for at least `capacity` bytes: the smallest kept one that is
@@ -87,23 +90,40 @@ pub fn give_back(mut buf: Vec<u8>) {
     drop(k);
     drop(freed);
     if start {
-        runtime.spawn(reap());
+        runtime.spawn(reap(Reaping));
     }
 }
 
-/// Frees what has been kept for [`KEEP_FOR`], until nothing is kept.
-async fn reap() {
-    /// Clears the flag however the task ends (its runtime may shut down first), so the next
-    /// buffer handed back starts a new one.
-    struct Done;
-    impl Drop for Done {
-        fn drop(&mut self) {
-            kept().reaper = false;
-        }
+/// The reaper's flag, cleared if its task is dropped before it ends (its runtime shutting
+/// down, perhaps before the first poll), so the next buffer handed back starts a new one.
+/// Made before the task is spawned and moved into it.
+struct Reaping;
+
+impl Drop for Reaping {
+    fn drop(&mut self) {
+        kept().reaper = false;
     }
-    let _done = Done;
+}
+
+/// Frees each buffer once it has been kept for [`KEEP_FOR`], until nothing is kept.
+async fn reap(reaping: Reaping) {
     loop {
-        tokio::time::sleep(KEEP_FOR).await;
+        // The oldest buffer is due first.
+        let due = {
+            let mut k = kept();
+            match k.bufs.first() {
+                Some((at, _)) => *at + KEEP_FOR,
+                None => {
+                    // Under the lock that `give_back` checks the flag with, so a buffer
+                    // handed back now starts a new task.
+                    k.reaper = false;
+                    drop(k);
+                    std::mem::forget(reaping);
+                    return;
+                }
+            }
+        };
+        tokio::time::sleep_until(due).await;
         let mut k = kept();
         let now = Instant::now();
         let stale = k
@@ -112,12 +132,8 @@ async fn reap() {
             .take_while(|(at, _)| now.duration_since(*at) >= KEEP_FOR)
             .count();
         let freed: Vec<_> = k.bufs.drain(..stale).collect();
-        let empty = k.bufs.is_empty();
         drop(k);
         drop(freed);
-        if empty {
-            return;
-        }
     }
 }
 
@@ -158,8 +174,25 @@ mod tests {
         }
         assert_eq!(kept_now(), (MAX_KEPT, MAX_KEPT * MIN_BYTES));
         drop(c);
-        // Freed once kept for KEEP_FOR.
-        tokio::time::sleep(KEEP_FOR * 3).await;
+        // Each is freed once kept for KEEP_FOR, not later: kept a moment before, gone a
+        // moment after.
+        tokio::time::sleep(KEEP_FOR - Duration::from_millis(10)).await;
+        assert_eq!(kept_now().0, MAX_KEPT);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(kept_now(), (0, 0));
+        // A buffer handed back after the list went empty is freed in turn (a new task).
+        give_back(Vec::with_capacity(MIN_BYTES));
+        assert_eq!(kept_now().0, 1);
+        tokio::time::sleep(KEEP_FOR + Duration::from_millis(10)).await;
+        assert_eq!(kept_now(), (0, 0));
+        // One handed back while another is kept goes at its own time, not the other's
+        // next turn.
+        give_back(Vec::with_capacity(MIN_BYTES));
+        tokio::time::sleep(KEEP_FOR / 2).await;
+        give_back(Vec::with_capacity(2 * MIN_BYTES));
+        tokio::time::sleep(KEEP_FOR / 2 + Duration::from_millis(10)).await;
+        assert_eq!(kept_now(), (1, 2 * MIN_BYTES));
+        tokio::time::sleep(KEEP_FOR / 2).await;
         assert_eq!(kept_now(), (0, 0));
     }
 }
