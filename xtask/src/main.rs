@@ -76,7 +76,7 @@ fn test(args: &[String]) -> Result<(), String> {
     // The terminal client's tests run against a server that is not ours; with CI=true they
     // fail without it, so it is installed before any test runs.
     client_test_server(&root)?;
-    run(Command::new(&cargo)
+    run(cargo_cmd(&cargo)
         .current_dir(&root)
         .args(["test", "--workspace", "--all-targets"]))?;
     files_only(&root, &cargo)?;
@@ -84,7 +84,7 @@ fn test(args: &[String]) -> Result<(), String> {
         return Ok(());
     }
     // The Python suite drives the same binary a user runs.
-    run(Command::new(&cargo)
+    run(cargo_cmd(&cargo)
         .current_dir(&root)
         .args(["build", "-p", "mcp-resources"]))?;
     run(Command::new(&python)
@@ -95,12 +95,35 @@ fn test(args: &[String]) -> Result<(), String> {
     conformance_client()
 }
 
+/// `cargo` for a build of the workspace, without the variables `cargo run` gave this process
+/// for the xtask package. ring's build script tracks `CARGO_MANIFEST_DIR`, so with
+/// `/work/…/xtask` in it every crate from ring up (rustls, reqwest, …) was built again after
+/// a plain `cargo build` or `cargo test`, and again by the next plain one.
+fn cargo_cmd(cargo: &str) -> Command {
+    let mut c = Command::new(cargo);
+    for (var, _) in std::env::vars_os() {
+        let name = var.to_string_lossy();
+        if name.starts_with("CARGO_PKG_")
+            || matches!(
+                &*name,
+                "CARGO_MANIFEST_DIR"
+                    | "CARGO_MANIFEST_PATH"
+                    | "CARGO_CRATE_NAME"
+                    | "CARGO_BIN_NAME"
+            )
+        {
+            c.env_remove(&var);
+        }
+    }
+    c
+}
+
 /// Each provider is a cargo feature of the binary: one built with only `files` must build
 /// and serve a directory. It answers one stdio read of a file it was given; the default build
 /// that follows puts the full binary back in `target/debug`.
 fn files_only(root: &std::path::Path, cargo: &str) -> Result<(), String> {
     use std::io::Write as _;
-    run(Command::new(cargo).current_dir(root).args([
+    run(cargo_cmd(cargo).current_dir(root).args([
         "build",
         "-p",
         "mcp-resources",
@@ -432,7 +455,7 @@ fn conformance() -> Result<(), String> {
             .args([NODE_PKG, CONFORMANCE_PKG]))?;
     }
     // The suite's fixtures are a test-only provider, compiled in only for this run.
-    run(Command::new(&cargo).current_dir(&root).args([
+    run(cargo_cmd(&cargo).current_dir(&root).args([
         "build",
         "-p",
         "mcp-resources",
@@ -591,7 +614,7 @@ fn conformance_client() -> Result<(), String> {
             .arg(&prefix)
             .arg(CONFORMANCE_PKG))?;
     }
-    run(Command::new(&cargo)
+    run(cargo_cmd(&cargo)
         .current_dir(&root)
         .args(["build", "-p", "mcp-resources"]))?;
     let client = root.join("tests/conformance/client.sh");
@@ -773,7 +796,7 @@ const BENCH_PY_PEERS: &[&str] = &["mcp-server-opendal==0.2.0", "mcp<2"];
 fn bench(args: &[String]) -> Result<(), String> {
     let root = root();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    run(Command::new(&cargo).current_dir(&root).args([
+    run(cargo_cmd(&cargo).current_dir(&root).args([
         "build",
         "--release",
         "-p",
@@ -853,7 +876,7 @@ fn soak(args: &[String]) -> Result<(), String> {
     // One package per build: built together, their dependencies' features would be unified
     // into a combination nothing else builds, and CI would compile the dependencies again.
     for package in ["mcp-resources", "mcpr-bench"] {
-        let mut build = Command::new(&cargo);
+        let mut build = cargo_cmd(&cargo);
         build.current_dir(&root).args(["build", "-p", package]);
         if release {
             build.arg("--release");
