@@ -51,7 +51,6 @@ fn run(cmd: &mut Command) -> Result<(), String> {
 
 fn test(args: &[String]) -> Result<(), String> {
     let root = root();
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let rust_only = args.iter().any(|a| a == "--rust-only");
     // The venv first: besides the Python suite's SDK it holds the S3-compatible server (moto)
     // that the s3 provider's Rust tests start, and with CI=true they fail without it.
@@ -76,15 +75,15 @@ fn test(args: &[String]) -> Result<(), String> {
     // The terminal client's tests run against a server that is not ours; with CI=true they
     // fail without it, so it is installed before any test runs.
     client_test_server(&root)?;
-    run(cargo_cmd(&cargo)
+    run(cargo_cmd()
         .current_dir(&root)
         .args(["test", "--workspace", "--all-targets"]))?;
-    files_only(&root, &cargo)?;
+    files_only(&root)?;
     if rust_only {
         return Ok(());
     }
     // The Python suite drives the same binary a user runs.
-    run(cargo_cmd(&cargo)
+    run(cargo_cmd()
         .current_dir(&root)
         .args(["build", "-p", "mcp-resources"]))?;
     run(Command::new(&python)
@@ -95,12 +94,19 @@ fn test(args: &[String]) -> Result<(), String> {
     conformance_client()
 }
 
-/// `cargo` for a build of the workspace, without the variables `cargo run` gave this process
-/// for the xtask package. ring's build script tracks `CARGO_MANIFEST_DIR`, so with
-/// `/work/…/xtask` in it every crate from ring up (rustls, reqwest, …) was built again after
-/// a plain `cargo build` or `cargo test`, and again by the next plain one.
-fn cargo_cmd(cargo: &str) -> Command {
-    let mut c = Command::new(cargo);
+/// The cargo that runs this task (`$CARGO`), for a build of the workspace, without the
+/// variables `cargo run` gave this process for the xtask package ([`without_package_vars`]).
+fn cargo_cmd() -> Command {
+    let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    without_package_vars(&mut c);
+    c
+}
+
+/// Leaves out of `c`'s environment what `cargo run` set for the xtask package. ring's build
+/// script tracks `CARGO_MANIFEST_DIR`, so with `/work/…/xtask` in it every crate from ring up
+/// (rustls, reqwest, …) was built again after a plain `cargo build` or `cargo test`, and
+/// again by the next plain one.
+fn without_package_vars(c: &mut Command) {
     for (var, _) in std::env::vars_os() {
         let name = var.to_string_lossy();
         if name.starts_with("CARGO_PKG_")
@@ -115,15 +121,14 @@ fn cargo_cmd(cargo: &str) -> Command {
             c.env_remove(&var);
         }
     }
-    c
 }
 
 /// Each provider is a cargo feature of the binary: one built with only `files` must build
 /// and serve a directory. It answers one stdio read of a file it was given; the default build
 /// that follows puts the full binary back in `target/debug`.
-fn files_only(root: &std::path::Path, cargo: &str) -> Result<(), String> {
+fn files_only(root: &std::path::Path) -> Result<(), String> {
     use std::io::Write as _;
-    run(cargo_cmd(cargo).current_dir(root).args([
+    run(cargo_cmd().current_dir(root).args([
         "build",
         "-p",
         "mcp-resources",
@@ -222,6 +227,7 @@ fn fuzz(args: &[String]) -> Result<(), String> {
         ] {
             c.env_remove(var);
         }
+        without_package_vars(&mut c);
         c
     };
     let has_fuzz = nightly("cargo")
@@ -442,7 +448,6 @@ impl Drop for Child {
 
 fn conformance() -> Result<(), String> {
     let root = root();
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let prefix = root.join(".cache/node22");
     let node = node22(&root)?;
     let suite = prefix.join("node_modules/@modelcontextprotocol/conformance/dist/index.js");
@@ -455,7 +460,7 @@ fn conformance() -> Result<(), String> {
             .args([NODE_PKG, CONFORMANCE_PKG]))?;
     }
     // The suite's fixtures are a test-only provider, compiled in only for this run.
-    run(cargo_cmd(&cargo).current_dir(&root).args([
+    run(cargo_cmd().current_dir(&root).args([
         "build",
         "-p",
         "mcp-resources",
@@ -604,7 +609,6 @@ fn client_expected(root: &Path) -> Result<Vec<(String, Vec<String>, String)>, St
 /// [`CLIENT_EXPECTED`] as the suite's baseline for each run.
 fn conformance_client() -> Result<(), String> {
     let root = root();
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let prefix = root.join(".cache/node22");
     let node = node22(&root)?;
     let suite = prefix.join("node_modules/@modelcontextprotocol/conformance/dist/index.js");
@@ -614,7 +618,7 @@ fn conformance_client() -> Result<(), String> {
             .arg(&prefix)
             .arg(CONFORMANCE_PKG))?;
     }
-    run(cargo_cmd(&cargo)
+    run(cargo_cmd()
         .current_dir(&root)
         .args(["build", "-p", "mcp-resources"]))?;
     let client = root.join("tests/conformance/client.sh");
@@ -795,8 +799,7 @@ const BENCH_PY_PEERS: &[&str] = &["mcp-server-opendal==0.2.0", "mcp<2"];
 /// `cargo xtask bench`: release build, peers into `.cache/bench`, then the driver.
 fn bench(args: &[String]) -> Result<(), String> {
     let root = root();
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    run(cargo_cmd(&cargo).current_dir(&root).args([
+    run(cargo_cmd().current_dir(&root).args([
         "build",
         "--release",
         "-p",
@@ -856,7 +859,6 @@ fn bench(args: &[String]) -> Result<(), String> {
 /// with `crates/bench/soak.toml`, writing into `.cache/soak`.
 fn soak(args: &[String]) -> Result<(), String> {
     let root = root();
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let release = args.iter().any(|a| a == "--release");
     let mut pass = Vec::new();
     let mut it = args.iter();
@@ -876,7 +878,7 @@ fn soak(args: &[String]) -> Result<(), String> {
     // One package per build: built together, their dependencies' features would be unified
     // into a combination nothing else builds, and CI would compile the dependencies again.
     for package in ["mcp-resources", "mcpr-bench"] {
-        let mut build = cargo_cmd(&cargo);
+        let mut build = cargo_cmd();
         build.current_dir(&root).args(["build", "-p", package]);
         if release {
             build.arg("--release");

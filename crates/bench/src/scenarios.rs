@@ -1361,13 +1361,14 @@ fn walk_floor(root: &Path) -> Result<(usize, Duration), String> {
             let e = e.map_err(|e| format!("{}: {e}", dir.display()))?;
             // Left out as a files mount leaves them out by default (`hidden = false`), such
             // as the fixture's `.complete` marker.
-            if e.file_name().as_encoded_bytes().starts_with(b".") {
+            let name = e.file_name();
+            if name.as_encoded_bytes().starts_with(b".") {
                 continue;
             }
             let md = e
                 .metadata()
                 .map_err(|err| format!("{}: {err}", e.path().display()))?;
-            entries.push((e.file_name(), md));
+            entries.push((name, md));
         }
         entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         for (name, md) in entries {

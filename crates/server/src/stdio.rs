@@ -1572,6 +1572,10 @@ impl Backlog {
     /// Returns `true` once the backlog is under its bound, or `false` once `closed` says
     /// nobody will write it any more.
     async fn wait_below(&self, closed: impl Fn() -> bool) -> bool {
+        // Checked first without a waiter: `receive` asks before every line.
+        if !self.over() {
+            return true;
+        }
         loop {
             let drained = self.drained.notified();
             tokio::pin!(drained);
