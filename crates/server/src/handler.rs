@@ -15,7 +15,7 @@ use base64::Engine as _;
 use mcpr_core::{CacheHints, Contents, ContentsBody, Error, ResourceMeta};
 use rmcp::model::{
     Annotations, CacheScope, CallToolRequestParams, CallToolResponse, CompleteRequestParams,
-    CompleteResult, CompletionInfo, CustomRequest, CustomResult, DiscoverResult, ErrorCode,
+    CompleteResult, CompletionInfo, CustomRequest, CustomResult, DiscoverResult,
     GetPromptRequestParams, GetPromptResponse, Implementation, InitializeRequestParams,
     InitializeResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
     ListToolsResult, MetaObject, PaginatedRequestParams, ProtocolVersion,
@@ -35,6 +35,7 @@ use crate::router::Router;
 use crate::service::{ChangeTokens, CompletionRef, Service, Subscriber};
 use crate::wire::era::is_modern;
 use crate::wire::notify::notification;
+use crate::wire::params::method_not_found;
 use crate::{ServerState, Settings};
 
 mod skills;
@@ -232,12 +233,6 @@ fn grant_of(ext: &rmcp::model::Extensions) -> Option<&Grant> {
 fn identity_of(ext: &rmcp::model::Extensions) -> Option<&Identity> {
     ext.get::<http::request::Parts>()
         .and_then(|p| p.extensions.get::<Identity>())
-}
-
-/// The "method not found" answer naming `method`, as rmcp words it for the methods it
-/// leaves unimplemented.
-fn method_not_found(method: &'static str) -> ErrorData {
-    ErrorData::new(ErrorCode::METHOD_NOT_FOUND, method, None)
 }
 
 fn scope(h: CacheHints) -> CacheScope {
@@ -583,7 +578,7 @@ impl ServerHandler for McpHandler {
     ) -> Result<ListToolsResult, ErrorData> {
         let state = self.service.state();
         if !state.settings.tools {
-            return Err(method_not_found("tools/list"));
+            return Err(method_not_found("tools/list", false, is_modern(&ctx)));
         }
         let mut result = ListToolsResult::with_all_items(state.tools.clone());
         if is_modern(&ctx) {
@@ -601,7 +596,7 @@ impl ServerHandler for McpHandler {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         if !self.service.state().settings.tools {
-            return Err(method_not_found("tools/call"));
+            return Err(method_not_found("tools/call", false, is_modern(&ctx)));
         }
         Box::pin(crate::tools::call(
             &self.service,
@@ -621,17 +616,17 @@ impl ServerHandler for McpHandler {
     async fn list_prompts(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _ctx: RequestContext<RoleServer>,
+        ctx: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
-        Err(method_not_found("prompts/list"))
+        Err(method_not_found("prompts/list", false, is_modern(&ctx)))
     }
 
     async fn get_prompt(
         &self,
         _request: GetPromptRequestParams,
-        _ctx: RequestContext<RoleServer>,
+        ctx: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
-        Err(method_not_found("prompts/get"))
+        Err(method_not_found("prompts/get", false, is_modern(&ctx)))
     }
 
     async fn initialize(
@@ -710,19 +705,20 @@ impl ServerHandler for McpHandler {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CustomResult, ErrorData> {
         let CustomRequest { method, params, .. } = request;
+        let tools = self.service.state().settings.tools;
+        let modern = is_modern(&ctx);
         // A method the 2026-07-28 era removed does not exist for its requests, whatever
         // their params: "method not found" (404 over HTTP), as that era requires.
-        if is_modern(&ctx) && crate::wire::params::REMOVED_IN_2026_07_28.contains(&method.as_str())
-        {
-            return Err(ErrorData::new(ErrorCode::METHOD_NOT_FOUND, method, None));
+        if modern && crate::wire::params::REMOVED_IN_2026_07_28.contains(&method.as_str()) {
+            return Err(method_not_found(&method, tools, modern));
         }
-        if crate::wire::params::is_known(&method, self.service.state().settings.tools) {
+        if crate::wire::params::is_known(&method, tools) {
             return Err(crate::wire::params::invalid_params_or_generic(
                 &method,
                 params.as_ref(),
             ));
         }
-        Err(ErrorData::new(ErrorCode::METHOD_NOT_FOUND, method, None))
+        Err(method_not_found(&method, tools, modern))
     }
 }
 

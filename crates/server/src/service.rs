@@ -826,6 +826,18 @@ impl Service {
                         "no resource template {template:?}; see resources/templates/list"
                     ))
                 })?;
+            // An argument the template does not have can never complete: say so, rather
+            // than an empty list that reads as "nothing starts with that".
+            if let Ok(parsed) = mcpr_core::template::UriTemplate::parse(template) {
+                let names = parsed.variables();
+                if !names.contains(&argument) {
+                    return Err(Error::invalid_params(format!(
+                        "the template {template:?} has no argument {argument:?}; its arguments \
+                         are {}",
+                        names.join(", ")
+                    )));
+                }
+            }
             let mut done = self
                 .layered(mount)
                 .complete(CompletionRequest {

@@ -394,3 +394,80 @@ async fn an_endless_key_set_is_cut_off_while_it_streams() {
     let n = sent.load(std::sync::atomic::Ordering::SeqCst);
     assert!(n < 32 << 20, "{n} bytes of the key set were sent");
 }
+
+/// With OAuth on beside static tokens, a token that is not a JWT at all (a mistyped or
+/// rotated static token) is called what it is, not "malformed token" from the JWT decoder,
+/// which sends an operator looking at the authorization server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_static_token_beside_oauth_is_not_called_a_malformed_jwt() {
+    let f = start().await;
+    let (status, www, body) = f
+        .call(Some("static-al1"), "resources/list", json!({}))
+        .await;
+    assert_eq!(status, 401, "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("neither one of the configured static tokens nor a JWT"),
+        "{message}"
+    );
+    assert!(!message.contains("malformed"), "{message}");
+    assert!(www.contains("invalid_token"), "{www}");
+    // A token of JWT shape still gets the JWT decoder's own reason.
+    let (status, _, body) = f.call(Some("a.b.c"), "resources/list", json!({})).await;
+    assert_eq!(status, 401, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("malformed token"),
+        "{body}"
+    );
+}
+
+/// RFC 9728 requires `resource` in the protected-resource metadata. With static tokens only
+/// and no configured resource there is none (and no authorization server to point at), so
+/// the document is absent rather than served with `"resource": null`; with a configured
+/// resource it is served and names it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn static_tokens_only_serve_no_metadata_without_a_resource() {
+    for resource in [None, Some("https://mcp.example.com/mcp")] {
+        let dir = tempfile::tempdir().unwrap();
+        let docs: Arc<dyn Provider> =
+            Arc::new(FilesProvider::new(FilesConfig::new(dir.path())).unwrap());
+        let state = ServerState::with_bus(
+            Settings::default(),
+            vec![(docs, None)],
+            Arc::new(mcpr_core::LocalBus::default()),
+        );
+        let mut settings = HttpSettings::new("127.0.0.1:0".parse().unwrap());
+        settings.auth = Some(AuthSettings {
+            tokens: vec![StaticToken {
+                token: "only-static".into(),
+                scopes: None,
+                name: None,
+            }],
+            identity_key: None,
+            resource_metadata_url: None,
+            resource: resource.map(str::to_owned),
+            jwt: None,
+        });
+        let base = common::spawn_http(state, settings).await;
+        let resp = reqwest::get(format!("{base}/.well-known/oauth-protected-resource"))
+            .await
+            .unwrap();
+        let status = resp.status();
+        let text = resp.text().await.unwrap();
+        match resource {
+            None => {
+                assert_eq!(status, 404, "{text}");
+                assert!(text.contains("no protected-resource metadata"), "{text}");
+            }
+            Some(r) => {
+                assert_eq!(status, 200, "{text}");
+                let meta: Value = serde_json::from_str(&text).unwrap();
+                assert_eq!(meta["resource"], r, "{text}");
+                assert!(meta.get("authorization_servers").is_none(), "{text}");
+            }
+        }
+    }
+}

@@ -148,6 +148,67 @@ async fn params_of_the_wrong_type_answer_invalid_params_with_the_request_id() {
     }
 }
 
+/// A -32601 says what is missing, not only the method's name: a client asking a server
+/// without the tool bridge for tools learns that it offers resources and how to get tools,
+/// one asking for prompts that there are none, one sending a method its era removed what
+/// replaced it, and one sending an unknown method what there is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn method_not_found_says_what_is_missing_and_what_is_offered() {
+    let (_dir, _root, state) = common::comparison_tree();
+    for era in [Era::Legacy, Era::Modern] {
+        let meta = match era {
+            Era::Legacy => "{}".to_owned(),
+            Era::Modern => format!(r#"{{"_meta":{META_2026}}}"#),
+        };
+        let lines = vec![
+            request(1, "tools/list", &meta),
+            request(2, "prompts/list", &meta),
+            request(3, "no/such", &meta),
+            request(4, "tools/call", "[]"),
+        ];
+        let answers = session(state.clone(), era, &lines, None).await;
+        assert_error(
+            by_id(&answers, 1),
+            -32601,
+            &[
+                "tools/list",
+                "does not offer tools",
+                "offers resources",
+                "--tools",
+            ],
+        );
+        assert_error(
+            by_id(&answers, 2),
+            -32601,
+            &["prompts/list", "does not offer prompts", "offers resources"],
+        );
+        assert_error(
+            by_id(&answers, 3),
+            -32601,
+            &["no/such", "no such method", "resources/read"],
+        );
+        // Refused before rmcp (params that are not an object) with the same wording.
+        assert_error(
+            by_id(&answers, 4),
+            -32601,
+            &["tools/call", "does not offer tools"],
+        );
+    }
+    // rmcp itself refuses a well-formed request of a method the era removed; one it cannot
+    // decode reaches the handler, which says what replaced the method.
+    let lines = vec![request(
+        5,
+        "resources/subscribe",
+        &format!(r#"{{"uri":5,"_meta":{META_2026}}}"#),
+    )];
+    let answers = session(state, Era::Modern, &lines, None).await;
+    assert_error(
+        by_id(&answers, 5),
+        -32601,
+        &["resources/subscribe", "2026-07-28", "subscriptions/listen"],
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreadable_lines_answer_with_a_null_id() {
     let (_dir, _root, state) = common::comparison_tree();

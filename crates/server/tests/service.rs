@@ -329,6 +329,28 @@ async fn complete_on_a_mount_without_completion_is_unsupported() {
     assert_eq!(done.values.len(), 5, "{done:?}");
     assert_eq!(done.total, Some(5));
 
+    // An argument the template does not have is invalid params naming the ones it has, not
+    // an empty completion that reads as "nothing starts with that".
+    let unknown = service
+        .complete(
+            all.as_ref(),
+            CompletionRef::Template(&templates[0].uri_template),
+            "no_such_argument",
+            "a",
+            BTreeMap::new(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.kind, ErrorKind::InvalidParams);
+    assert!(
+        unknown
+            .message
+            .contains("has no argument \"no_such_argument\"")
+            && unknown.message.contains("its arguments are path"),
+        "{}",
+        unknown.message
+    );
+
     // A template the caller may not see is as unknown as one nobody advertises.
     let hidden = service
         .complete(

@@ -240,6 +240,18 @@ impl Auth {
         let Some(jwt) = &self.jwt else {
             return Err(self.challenge(Some("invalid_token"), "the token is not valid"));
         };
+        // A JWS in compact form is three dot-separated parts. Anything else cannot be an
+        // access token of the authorization server, so with static tokens configured it is
+        // most likely a mistyped or rotated static token: say that, rather than the JWT
+        // decoder's "malformed token", which sends the operator looking at the wrong thing.
+        if token.split('.').count() != 3 {
+            let why = if self.settings.tokens.is_empty() {
+                "the token is not a JWT (an access token has three dot-separated parts)"
+            } else {
+                "the token is neither one of the configured static tokens nor a JWT"
+            };
+            return Err(self.challenge(Some("invalid_token"), why));
+        }
         match jwt.validate(token).await {
             Ok((grant, subject)) => {
                 let identity = match subject {

@@ -255,22 +255,32 @@ pub async fn serve(
     // RFC 9728 protected-resource metadata: where clients find the authorization server.
     // It is served to anyone, so `scopes_supported` names only the scopes every token needs
     // (`required_scopes`): a mount's own scope would name the mount, which callers without
-    // that scope must not learn (RFC 9728 §2 lets a resource leave scopes out).
-    let metadata = settings.auth.as_ref().filter(|a| a.is_enabled()).map(|a| {
-        let mut m = serde_json::json!({
-            "resource": a.resource.clone().or_else(|| a.jwt.as_ref().map(|j| j.audience.clone())),
-            "bearer_methods_supported": ["header"],
-            "resource_name": state.settings.name,
-        });
-        if let Some(j) = &a.jwt {
-            m["authorization_servers"] = serde_json::json!([j.issuer]);
-            let scopes: BTreeSet<&str> = j.required_scopes.iter().map(String::as_str).collect();
-            if !scopes.is_empty() {
-                m["scopes_supported"] = serde_json::json!(scopes);
+    // that scope must not learn (RFC 9728 §2 lets a resource leave scopes out). `resource`
+    // is required (RFC 9728 §2): with static tokens only and no `[http.auth] resource`
+    // there is none to give, and no authorization server either, so there is no document.
+    let metadata = settings
+        .auth
+        .as_ref()
+        .filter(|a| a.is_enabled())
+        .and_then(|a| {
+            let resource = a
+                .resource
+                .clone()
+                .or_else(|| a.jwt.as_ref().map(|j| j.audience.clone()))?;
+            let mut m = serde_json::json!({
+                "resource": resource,
+                "bearer_methods_supported": ["header"],
+                "resource_name": state.settings.name,
+            });
+            if let Some(j) = &a.jwt {
+                m["authorization_servers"] = serde_json::json!([j.issuer]);
+                let scopes: BTreeSet<&str> = j.required_scopes.iter().map(String::as_str).collect();
+                if !scopes.is_empty() {
+                    m["scopes_supported"] = serde_json::json!(scopes);
+                }
             }
-        }
-        m
-    });
+            Some(m)
+        });
     let ops = Arc::new(Ops {
         state: state.clone(),
         edge: edge.clone(),
@@ -555,7 +565,8 @@ async fn resource_metadata(State(ops): State<Arc<Ops>>) -> Response {
         Some(m) => axum::Json(m.clone()).into_response(),
         None => (
             StatusCode::NOT_FOUND,
-            "no authorization is configured for this server\n",
+            "no protected-resource metadata: this server has no authorization server, and \
+             without [http.auth] resource no resource identifier to publish\n",
         )
             .into_response(),
     }

@@ -67,6 +67,53 @@ pub(crate) fn is_known(method: &str, tools: bool) -> bool {
     shape(method).is_some() && (tools || !method.starts_with("tools/"))
 }
 
+/// The "method not found" answer to a request of `method`, saying what is missing rather than
+/// only naming the method: a client that asks this server for tools or prompts learns that it
+/// offers resources (and how to get tools that read them), one that sends a method its era
+/// removed learns what replaced it. `tools`: the tool bridge is on; `modern`: the request is
+/// of the 2026-07-28 era. The message starts with the method's name, as rmcp's does.
+pub(crate) fn method_not_found(method: &str, tools: bool, modern: bool) -> ErrorData {
+    let why = if modern && REMOVED_IN_2026_07_28.contains(&method) {
+        let instead = match method {
+            "initialize" => {
+                "; it has no handshake: send server/discover, and _meta on every request"
+            }
+            "ping" => "; send server/discover to check the server answers",
+            "resources/subscribe" | "resources/unsubscribe" => {
+                "; subscribe with subscriptions/listen and end it by closing the stream"
+            }
+            _ => "",
+        };
+        format!("not a method of protocol version 2026-07-28{instead}")
+    } else if method.starts_with("tools/") && !tools {
+        "this server does not offer tools; it offers resources (its tool bridge, `serve --tools` \
+         or `[server] tools = true`, adds tools that list and read them)"
+            .to_owned()
+    } else if method.starts_with("prompts/") {
+        "this server does not offer prompts; it offers resources".to_owned()
+    } else {
+        format!(
+            "no such method; this server offers resources (resources/list, resources/read, \
+             resources/templates/list, completion/complete, {}){}",
+            if modern {
+                "subscriptions/listen"
+            } else {
+                "resources/subscribe"
+            },
+            if tools {
+                " and tools (tools/list, tools/call)"
+            } else {
+                ""
+            }
+        )
+    };
+    ErrorData::new(
+        rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+        format!("{method}: {why}"),
+        None,
+    )
+}
+
 /// Why `params` do not fit `method`, as the -32602 answer to send, or `None` when they fit
 /// or the method is unknown. The message names the parameter and what it should be.
 pub(crate) fn invalid_params(method: &str, params: Option<&Value>) -> Option<ErrorData> {

@@ -109,14 +109,12 @@ pub(crate) fn check_line(line: &[u8], tools: bool) -> Checked {
     let known = params::is_known(&method, tools);
     let params = env.params.as_ref();
     let refused = match params {
+        // Params that are not an object carry no `_meta`, so the era is unknown here: the
+        // answer speaks of both eras' methods.
         Some(p) if !p.is_object() && !p.is_null() => Some(if known {
             params::invalid_params_or_generic(&method, params)
         } else {
-            ErrorData::new(
-                rmcp::model::ErrorCode::METHOD_NOT_FOUND,
-                method.to_string(),
-                None,
-            )
+            params::method_not_found(&method, tools, false)
         }),
         Some(_) if known && is_list_method(&method) => params::invalid_params(&method, params),
         _ => None,
