@@ -94,6 +94,17 @@ def test_a_shell_pipeline_gets_every_answer_and_exit_0(base):
 def test_empty_stdin_exits_0_and_writes_nothing(base):
     root = base / "root"
     write(root / "f.txt", "x")
-    proc = subprocess.run([str(BIN), "serve", str(root)], stdin=subprocess.DEVNULL, capture_output=True, timeout=10)
+    # A pipe closed at once: a client that left before sending anything.
+    proc = subprocess.run([str(BIN), "serve", str(root)], input=b"", capture_output=True, timeout=10)
     assert proc.returncode == 0, proc.stderr.decode()
+    assert proc.stdout == b""
+
+
+def test_stdin_at_dev_null_is_refused_with_exit_1(base):
+    # /dev/null is no client (systemd, docker without -i): nothing would ever be served.
+    root = base / "root"
+    write(root / "f.txt", "x")
+    proc = subprocess.run([str(BIN), "serve", str(root)], stdin=subprocess.DEVNULL, capture_output=True, timeout=10)
+    assert proc.returncode == 1, proc.stderr.decode()
+    assert b"stdin is /dev/null" in proc.stderr and b"--http ADDR" in proc.stderr, proc.stderr.decode()
     assert proc.stdout == b""

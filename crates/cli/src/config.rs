@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mcpr_core::config::{
-    ConfigError, ConfigFile, ConfigTable, IntOrString, MountCommon, MountSpec, MountTable,
-    ProviderRegistry, Sharing,
+    ConfigError, ConfigFile, ConfigTable, IntOrString, MOUNT_SHARED_KEYS, MountCommon, MountSpec,
+    MountTable, ProviderRegistry, Sharing,
 };
 use mcpr_core::{CacheHints, CacheScope};
 use serde::Deserialize;
@@ -109,17 +109,6 @@ struct RawShared {
     skills_prefix: Option<Spanned<String>>,
     skills_ref: Option<Spanned<String>>,
 }
-
-/// The shared keys, by name.
-const SHARED_KEYS: &[&str] = &[
-    "scope",
-    "ttl_ms",
-    "cache_scope",
-    "shared",
-    "skills",
-    "skills_prefix",
-    "skills_ref",
-];
 
 /// Read and validate the file at `path`.
 pub fn load(path: &Path, registry: &ProviderRegistry) -> Result<Config, ConfigError> {
@@ -242,7 +231,8 @@ fn mount(
         return file.err(kind_span, "mount.kind", "`kind` must be a string");
     };
     let mut shared = DeTable::default();
-    for key in SHARED_KEYS {
+    // The core's list, which an unknown key's hint names too.
+    for key in MOUNT_SHARED_KEYS {
         if let Some((k, v)) = table.remove_entry(*key) {
             shared.insert(k, v);
         }

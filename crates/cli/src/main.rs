@@ -34,7 +34,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serve MCP over stdio (newline-delimited JSON on stdin/stdout; logs on stderr).
+    /// Serve MCP over stdio (newline-delimited JSON on stdin/stdout; logs on stderr), or
+    /// over HTTP with `--http ADDR` or `[http] listen`.
     ///
     /// Each PATH becomes a `files` mount; `--config` adds the mounts of a TOML file.
     /// Example: `mcp-resources serve ./docs ./notes`.
@@ -64,8 +65,9 @@ enum Command {
     /// Validate a configuration file offline and print what it declares.
     ///
     /// Checks every key and value and opens the sources on this machine (directories,
-    /// git repositories, SQLite files, with their named queries); sources reached over the
-    /// network (PostgreSQL, MySQL, HTTP, S3) are not contacted unless `--connect` is given.
+    /// git repositories, SQLite files, with their named queries and skills folders);
+    /// sources reached over the network (PostgreSQL, MySQL, HTTP, S3) are not contacted
+    /// unless `--connect` is given, which also lists every mount's skills.
     CheckConfig {
         /// The TOML configuration file.
         file: PathBuf,
@@ -272,13 +274,15 @@ fn serve(
 ) -> anyhow::Result<()> {
     let mut cfg = load_config(paths, config)?;
     cfg.server.tools |= tools;
-    let http_settings = match http {
+    // `--http` overrides `[http] listen`; either one means HTTP, neither means stdio.
+    let listen = http.or_else(|| cfg.http.as_ref().and_then(|h| h.listen));
+    let http_settings = match listen {
         Some(addr) => Some(http_settings(&cfg, addr, insecure_no_auth)?),
         None => None,
     };
     anyhow::ensure!(
         cfg.cluster.is_none() || http_settings.is_some(),
-        "`[cluster]` is for replicas serving HTTP (--http ADDR); a stdio server has one client and nothing to share"
+        "`[cluster]` is for replicas serving HTTP (--http ADDR or `[http] listen`); a stdio server has one client and nothing to share"
     );
     // stdio has one client on one pipe: a single runtime thread answers it without waking a
     // second worker for every request (a futex round trip each, issue #6); blocking work
@@ -300,6 +304,7 @@ fn serve(
         }
         let (bus, watching, nats) = change_seams(&cfg, &providers).await?;
         let state = ServerState::with_watching(cfg.server.clone(), providers, bus, watching);
+        warn_about_skills(&state);
         match http_settings {
             #[allow(unused_mut)]
             Some(mut settings) => {
@@ -326,13 +331,68 @@ fn serve(
                 eprintln!("mcp-resources: serving MCP on http://{}{}", server.local_addr, cfg.http.as_ref().and_then(|h| h.path.clone()).unwrap_or_else(|| "/mcp".into()));
                 server.wait().await.map_err(|e| anyhow::anyhow!(e))?;
             }
-            None => serve_stdio(state, cfg.server.request_timeout).await?,
+            None => {
+                // After the mounts are built, so a configuration error is what a user
+                // sees first.
+                refuse_closed_stdin()?;
+                serve_stdio(state, cfg.server.request_timeout).await?;
+            }
         }
         anyhow::Ok(())
     })?;
     // Watcher threads and blocking reads must not keep a finished server alive.
     rt.shutdown_timeout(std::time::Duration::from_millis(200));
     Ok(())
+}
+
+/// Walk the skills folders once at start, in the background, so what is wrong with them is
+/// logged now rather than at the first `skills/list`: the catalog warns of a folder it
+/// cannot read and of each skill it leaves out; a folder that holds no skill is warned here.
+fn warn_about_skills(state: &ServerState) {
+    let Some(catalog) = state.skills().cloned() else {
+        return;
+    };
+    tokio::spawn(async move {
+        for r in catalog.report().await {
+            if r.error.is_none() && r.skills.is_empty() && r.left_out.is_empty() {
+                tracing::warn!(
+                    mount = %r.mount,
+                    "the skills folder {} holds no skill (a skill is a folder holding a SKILL.md)",
+                    r.root
+                );
+            }
+        }
+    });
+}
+
+/// A stdio server whose stdin is closed or `/dev/null` (systemd, docker without `-i`,
+/// nohup) would read the end of input at once and exit 0 having served nothing: refused
+/// with what to do instead. An empty pipe is a client that left, and still a clean end.
+fn refuse_closed_stdin() -> anyhow::Result<()> {
+    if let Some(what) = stdin_closed() {
+        anyhow::bail!(
+            "stdin is {what}, so there is no client to serve over stdio: a client starts `serve` with a pipe on stdin and stdout; to serve over HTTP, give --http ADDR or set `[http] listen` in the config file"
+        );
+    }
+    Ok(())
+}
+
+/// Whether stdin is closed (`"closed"`) or the null device (`"/dev/null"`).
+#[cfg(unix)]
+fn stdin_closed() -> Option<&'static str> {
+    use std::os::fd::AsFd as _;
+    use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
+    let Ok(fd) = std::io::stdin().as_fd().try_clone_to_owned() else {
+        return Some("closed");
+    };
+    let md = std::fs::File::from(fd).metadata().ok()?;
+    let null = std::fs::metadata("/dev/null").ok()?;
+    (md.file_type().is_char_device() && md.rdev() == null.rdev()).then_some("/dev/null")
+}
+
+#[cfg(not(unix))]
+fn stdin_closed() -> Option<&'static str> {
+    None
 }
 
 /// One stdio session, to the end of input. Closing stdin is how a client ends it, in every
@@ -595,6 +655,11 @@ async fn check_mounts(cfg: &Config, connect: bool) -> (Vec<String>, usize) {
                     p.info().label,
                     mcpr_server::mount_addresses(&*p).join(", ")
                 ));
+                if let Some(setting) = &m.skills
+                    && !check_skills(cfg, m, setting, &p, connect, &mut lines).await
+                {
+                    failed += 1;
+                }
                 built.push((p, m.scope.clone()));
             }
             Err(e) => {
@@ -609,6 +674,68 @@ async fn check_mounts(cfg: &Config, connect: bool) -> (Vec<String>, usize) {
         lines.push(format!("{e:#}"));
     }
     (lines, failed)
+}
+
+/// The skills of mount `m` (built as `p`) as `serve` would list them: one line for its
+/// skills folder, then with `list` one per skill, and one per skill left out with the
+/// reason. `false` (a failure) when the folder cannot be read (missing, a file, a
+/// `skills_ref` that does not resolve) or a skill is left out (a `SKILL.md` without
+/// `description`, say), which `serve` would only log.
+async fn check_skills(
+    cfg: &Config,
+    m: &Mount,
+    setting: &mcpr_server::skills::SkillsSetting,
+    p: &Arc<dyn Provider>,
+    list: bool,
+    lines: &mut Vec<String>,
+) -> bool {
+    // The mount alone, as mount 0, under the server's own catalog.
+    let mut settings = cfg.server.clone();
+    settings.skills = vec![mcpr_server::skills::SkillsSetting {
+        mount: 0,
+        ..setting.clone()
+    }];
+    let state = ServerState::new(settings, vec![p.clone()]);
+    let Some(catalog) = state.skills() else {
+        lines.push(format!(
+            "{}: skills: this mount has no URI for the skills folder {}",
+            m.origin, setting.path
+        ));
+        return false;
+    };
+    let mut ok = true;
+    for r in catalog.report().await {
+        if let Some(e) = &r.error {
+            // A git mount cannot tell a missing folder from a ref that names nothing.
+            let hint = setting.rev.as_ref().map_or_else(String::new, |rev| {
+                format!(" (is `skills_ref = {rev:?}` a branch, tag or commit of the repository?)")
+            });
+            lines.push(format!("{}: skills folder {}: {e}{hint}", m.origin, r.root));
+            ok = false;
+            continue;
+        }
+        lines.push(format!(
+            "{}: skills folder {}: {} skill(s){}",
+            m.origin,
+            r.root,
+            r.skills.len(),
+            if r.left_out.is_empty() {
+                String::new()
+            } else {
+                format!(", {} left out", r.left_out.len())
+            }
+        ));
+        if list {
+            for uri in &r.skills {
+                lines.push(format!("  skill {uri}"));
+            }
+        }
+        for (file, why) in &r.left_out {
+            lines.push(format!("  left out {file}: {why}"));
+            ok = false;
+        }
+    }
+    ok
 }
 
 /// Ask a built mount for its first resource, as a client's first `resources/list` would:

@@ -1,7 +1,10 @@
 //! What `check-config` and a failing start tell the user: errors opening a source name the
 //! file, the line and the mount; relative paths are the config file's; the offline check says
-//! what it did not contact and `--connect` reports each mount; an empty config and a listen
-//! address without an IP are refused with what to write instead.
+//! what it did not contact and `--connect` reports each mount; a database that refuses a
+//! mount's login costs only that mount, which recovers on its own; skills folders and skills
+//! that would not be served fail the check and are warned of at start; a mistyped key is told
+//! the key it was near; an empty config and a listen address without an IP are refused with
+//! what to write instead.
 
 mod client_common;
 
@@ -180,29 +183,263 @@ fn offline_check_says_what_it_did_not_contact_and_connect_reports_each_mount() {
     );
 }
 
+/// A MariaDB server on 127.0.0.1:3306, or a skip (a failure under `CI=true`).
+fn mariadb_here() -> Option<()> {
+    match std::net::TcpStream::connect("127.0.0.1:3306") {
+        Ok(_) => Some(()),
+        Err(e) => client_common::absent("MariaDB at 127.0.0.1:3306", e),
+    }
+}
+
+/// The test's PostgreSQL role and MariaDB user, dropped however the test ends.
+struct Logins {
+    pg_role: String,
+    my_user: String,
+}
+
+impl Logins {
+    fn admin<T>(f: impl AsyncFnOnce() -> T) -> T {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(f())
+    }
+
+    fn pg(sql: &str) {
+        use sqlx::{Connection as _, Executor as _};
+        Self::admin(async || {
+            let mut c = sqlx::PgConnection::connect("postgres://postgres@127.0.0.1:5432/test")
+                .await
+                .unwrap();
+            c.execute(sql).await.unwrap();
+        });
+    }
+
+    fn my(sql: &str) {
+        use sqlx::{Connection as _, Executor as _};
+        Self::admin(async || {
+            let mut c = sqlx::MySqlConnection::connect("mysql://root@127.0.0.1:3306/test")
+                .await
+                .unwrap();
+            c.execute(sql).await.unwrap();
+        });
+    }
+}
+
+impl Drop for Logins {
+    fn drop(&mut self) {
+        let (role, user) = (self.pg_role.clone(), self.my_user.clone());
+        // Its own thread: the drop may run while a panic unwinds anywhere.
+        let _ = std::thread::spawn(move || {
+            Self::pg(&format!("DROP ROLE IF EXISTS {role}"));
+            Self::my(&format!("DROP USER IF EXISTS '{user}'@'%'"));
+        })
+        .join();
+    }
+}
+
+/// A 2026-07-28 `resources/list` over HTTP on `addr`: the result.
+fn list_over_http(addr: &str) -> serde_json::Value {
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"resources/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
+    let answer = http(
+        addr,
+        &format!(
+            "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: resources/list\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ),
+    );
+    let json = answer
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("data: ")
+                .or_else(|| l.starts_with('{').then_some(l))
+        })
+        .unwrap_or_else(|| panic!("no JSON answer: {answer}"));
+    let v: serde_json::Value = serde_json::from_str(json).unwrap();
+    v["result"].clone()
+}
+
+/// One HTTP/1.1 exchange on `addr`: the whole answer, headers and body.
+fn http(addr: &str, request: &str) -> String {
+    use std::io::{Read as _, Write as _};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    answer
+}
+
+/// `GET /readyz` on `addr`: the whole answer.
+fn readyz(addr: &str) -> String {
+    http(
+        addr,
+        "GET /readyz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+    )
+}
+
+/// A database that refuses a mount's login (a PostgreSQL role that does not exist, a
+/// MariaDB password rotated under the server) costs only that mount: `serve` starts, the
+/// files mount beside them is served, and each refused mount is not ready with the server's
+/// reason on `/readyz` and in the listing's `_meta`, as `check-config --connect` says it;
+/// the offline check says "not contacted", never ok. Once the logins work (the role created,
+/// the password set to the one configured) both mounts are ready again without a restart.
+/// The password is never shown. (PostgreSQL here trusts 127.0.0.1, so a wrong password
+/// would pass; an unknown role is its refusal.)
 #[test]
-fn a_missing_postgres_database_is_named_with_its_mount() {
-    if postgres_here().is_none() {
+fn a_database_that_refuses_the_login_costs_only_its_mount_and_it_recovers() {
+    if postgres_here().is_none() || mariadb_here().is_none() {
         return;
     }
+    const SECRET: &str = "rotated-secret-9Zq";
+    let tag = format!(
+        "{}_{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos()
+    );
+    let logins = Logins {
+        pg_role: format!("mcpr_cc_{tag}"),
+        my_user: format!("mcpr_cc_{tag}"),
+    };
+    Logins::my(&format!(
+        "CREATE USER '{}'@'%' IDENTIFIED BY 'the-password-before'",
+        logins.my_user
+    ));
+    Logins::my(&format!(
+        "GRANT SELECT ON test.* TO '{}'@'%'",
+        logins.my_user
+    ));
+
     let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.md"), "a\n").unwrap();
+    let listen = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
     let cfg = write(
         dir.path(),
-        "pg.toml",
-        "[[mount]]\nkind = \"postgres\"\nname = \"gone\"\nurl = \"postgres://postgres@127.0.0.1:5432/doesnotexist\"\n",
+        "rotated.toml",
+        &format!(
+            "[http]\nlisten = \"{listen}\"\n[[mount]]\nkind = \"files\"\nroot = \".\"\n[[mount]]\nkind = \"postgres\"\nname = \"pgrole\"\nurl = \"postgres://{role}:{SECRET}@127.0.0.1:5432/test\"\n[[mount]]\nkind = \"mysql\"\nname = \"myrot\"\nurl = \"mysql://{user}:{SECRET}@127.0.0.1:3306/test\"\n",
+            role = logins.pg_role,
+            user = logins.my_user
+        ),
     );
-    // Offline, it is not contacted; connected, and when serving, the error names the mount.
-    assert!(check_config(&cfg, &[]).ok().contains("not contacted"));
-    let d = dir.path().display();
-    for out in [check_config(&cfg, &["--connect"]), serve(&cfg)] {
-        assert_eq!(out.code, Some(1), "{out:?}");
-        let all = format!("{}{}", out.text(), out.stderr);
+    let no_secret = |what: &str, text: &str| {
+        assert!(!text.contains(SECRET), "{what} shows the password: {text}");
+    };
+
+    // Offline: the two databases are not contacted, and not called ok.
+    let text = check_config(&cfg, &[]).ok();
+    for n in [7, 11] {
+        let line = text
+            .lines()
+            .find(|l| l.contains(&format!("rotated.toml:{n}: mount")))
+            .unwrap_or_else(|| panic!("no line for line {n}: {text}"));
         assert!(
-            all.contains(&format!("{d}/pg.toml:2: mount 1 (postgres): "))
-                && all.contains("doesnotexist"),
-            "{all}"
+            line.contains("not contacted") && !line.contains("ok"),
+            "{line}"
         );
     }
+    // Connected: each refused mount fails with the server's reason.
+    let out = check_config(&cfg, &["--connect"]);
+    assert_eq!(out.code, Some(1), "{out:?}");
+    let text = out.text();
+    no_secret("check-config --connect", &format!("{text}{}", out.stderr));
+    assert!(
+        text.contains("mount 1 (files): ok: ")
+            && text.contains(&format!("role \"{}\" does not exist", logins.pg_role))
+            && text.contains(&format!("Access denied for user '{}'", logins.my_user))
+            && out.stderr.contains("2 of 3 mounts failed"),
+        "{text}\n{}",
+        out.stderr
+    );
+
+    // Served: every mount starts; the two refused ones are not ready, saying why.
+    let mut child = Command::new(bin())
+        .args(["serve", "--config"])
+        .arg(&cfg)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let sink = log.clone();
+    std::thread::spawn(move || {
+        use std::io::BufRead as _;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let mut s = sink.lock().unwrap();
+            s.push_str(&line);
+            s.push('\n');
+        }
+    });
+    let server = client_common::Guard(child);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !log.lock().unwrap().contains("serving MCP on") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not serving: {}",
+            log.lock().unwrap()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let ready = readyz(&listen);
+    no_secret("/readyz", &ready);
+    assert!(ready.starts_with("HTTP/1.1 503"), "{ready}");
+    assert!(
+        ready.contains(&format!("ready {}", dir.path().display()))
+            && ready.contains("NOT READY pgrole (")
+            && ready.contains(&format!("role \"{}\" does not exist", logins.pg_role))
+            && ready.contains("NOT READY myrot (")
+            && ready.contains(&format!("Access denied for user '{}'", logins.my_user)),
+        "{ready}"
+    );
+    let listed = list_over_http(&listen);
+    let shown = listed.to_string();
+    no_secret("the listing", &shown);
+    assert!(shown.contains("a.md"), "the files mount is listed: {shown}");
+    let left_out = listed["_meta"]["io.github.mcp-resources/unavailable"].to_string();
+    assert!(
+        left_out.contains("pgrole") && left_out.contains("myrot"),
+        "{shown}"
+    );
+
+    // The logins made to work, the server untouched: both mounts recover on their own.
+    Logins::pg(&format!("CREATE ROLE {} LOGIN", logins.pg_role));
+    Logins::my(&format!(
+        "ALTER USER '{}'@'%' IDENTIFIED BY '{SECRET}'",
+        logins.my_user
+    ));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let ready = readyz(&listen);
+        if ready.starts_with("HTTP/1.1 200") {
+            assert!(!ready.contains("NOT READY"), "{ready}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not ready again within 20 s: {ready}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+    drop(server);
+    no_secret("the server's log", &log.lock().unwrap());
+    assert!(
+        log.lock().unwrap().contains("not ready until it answers"),
+        "serve warns at start: {}",
+        log.lock().unwrap()
+    );
+    drop(logins);
 }
 
 #[test]
@@ -269,4 +506,235 @@ fn a_listen_address_without_an_ip_gets_the_address_to_write() {
         "{}",
         out.stderr
     );
+}
+
+/// A folder with a files mount's skills: `skills/good` (valid), `skills/nodesc` (its
+/// `SKILL.md` has no `description`), and `notes.md` (a file); and a git repository of the
+/// same skills.
+fn skills_fixture() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let docs = dir.path().join("docs");
+    for (name, front) in [
+        ("good", "name: good\ndescription: A skill that is served.\n"),
+        ("nodesc", "name: nodesc\n"),
+    ] {
+        std::fs::create_dir_all(docs.join("skills").join(name)).unwrap();
+        std::fs::write(
+            docs.join("skills").join(name).join("SKILL.md"),
+            format!("---\n{front}---\nBody.\n"),
+        )
+        .unwrap();
+    }
+    std::fs::write(docs.join("notes.md"), "notes\n").unwrap();
+    let repo = dir.path().join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    let git = |args: &[&str]| {
+        let out = Command::new("git")
+            .args(["-c", "user.email=t@example.com", "-c", "user.name=t"])
+            .args(args)
+            .current_dir(&repo)
+            .output()
+            .expect("git runs");
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    };
+    git(&["init", "-q", "-b", "main"]);
+    std::fs::create_dir_all(repo.join("skills/good")).unwrap();
+    std::fs::copy(
+        docs.join("skills/good/SKILL.md"),
+        repo.join("skills/good/SKILL.md"),
+    )
+    .unwrap();
+    git(&["add", "."]);
+    git(&["commit", "-q", "-m", "skills"]);
+    dir
+}
+
+/// Each way a skills setting leaves a mount with skills it does not serve fails
+/// `check-config`, offline (the folder is on this machine), on a line naming the mount and
+/// the reason: a `skills` folder that does not exist or is a file, a `skills_ref` that does
+/// not resolve, a `SKILL.md` without `description` (on a line of its own, beside the count of
+/// skills served). `--connect` lists each skill served too. A valid setting passes.
+#[test]
+fn skills_settings_that_serve_nothing_fail_check_config_with_the_reason() {
+    let dir = skills_fixture();
+    let d = dir.path().display().to_string();
+    let files = |skills: &str| {
+        format!("[[mount]]\nkind = \"files\"\nroot = \"docs\"\nskills = \"{skills}\"\n")
+    };
+    for (name, text, want) in [
+        (
+            "missing.toml",
+            files("nope"),
+            format!("skills folder file://{d}/docs/nope: the skills folder cannot be read: "),
+        ),
+        (
+            "file.toml",
+            files("notes.md"),
+            format!(
+                "skills folder file://{d}/docs/notes.md: the skills folder cannot be read: file://{d}/docs/notes.md is not a directory"
+            ),
+        ),
+        (
+            "ref.toml",
+            "[[mount]]\nkind = \"git\"\nrepo = \"repo\"\nskills = \"skills\"\nskills_ref = \"no-such-branch\"\n".to_owned(),
+            "the skills folder cannot be read: ".to_owned(),
+        ),
+        (
+            "nodesc.toml",
+            files("skills"),
+            format!(
+                "skills folder file://{d}/docs/skills: 1 skill(s), 1 left out\n  left out file://{d}/docs/skills/nodesc/SKILL.md: its frontmatter needs `description` as a string"
+            ),
+        ),
+    ] {
+        let cfg = write(dir.path(), name, &text);
+        let out = check_config(&cfg, &[]);
+        assert_eq!(out.code, Some(1), "{name}: {out:?}");
+        let report = out.text();
+        assert!(
+            report.contains(&format!("{name}:2: mount 1 (")) && report.contains(&want),
+            "{name}: want {want}\n{report}"
+        );
+        assert!(
+            out.stderr.contains("1 of 1 mounts failed"),
+            "{name}: {}",
+            out.stderr
+        );
+        if name == "ref.toml" {
+            assert!(
+                report.contains("`skills_ref = \"no-such-branch\"`"),
+                "{report}"
+            );
+        }
+    }
+    // --connect lists the skill served beside the one left out.
+    let out = check_config(&dir.path().join("nodesc.toml"), &["--connect"]);
+    assert_eq!(out.code, Some(1), "{out:?}");
+    assert!(
+        out.text()
+            .contains("  skill skill://good/SKILL.md\n  left out "),
+        "{}",
+        out.text()
+    );
+    // Valid settings pass, and say what they serve.
+    let cfg = write(
+        dir.path(),
+        "good.toml",
+        "[[mount]]\nkind = \"git\"\nrepo = \"repo\"\nskills = \"skills\"\nskills_ref = \"main\"\n",
+    );
+    let text = check_config(&cfg, &["--connect"]).ok();
+    assert!(
+        text.contains("skills folder git://main/skills: 1 skill(s)\n  skill skill://good/SKILL.md"),
+        "{text}"
+    );
+}
+
+/// `serve` reads the skills folders at start and warns of what it will not serve, before
+/// any client lists skills: the skill it leaves out (with the reason) and a folder it
+/// cannot read.
+#[test]
+fn serve_warns_at_start_of_skills_it_will_not_serve() {
+    use std::io::BufRead as _;
+    let dir = skills_fixture();
+    let d = dir.path().display().to_string();
+    for (skills, want) in [
+        (
+            "skills",
+            format!(
+                "its frontmatter needs `description` as a string mount=file://{d}/docs file=file://{d}/docs/skills/nodesc/SKILL.md"
+            ),
+        ),
+        (
+            "nope",
+            format!("file://{d}/docs/nope: the skills folder cannot be read"),
+        ),
+    ] {
+        let cfg = write(
+            dir.path(),
+            "serve.toml",
+            &format!("[[mount]]\nkind = \"files\"\nroot = \"docs\"\nskills = \"{skills}\"\n"),
+        );
+        // A client's pipe on stdin, kept open and silent: the warning comes unasked.
+        let mut child = Command::new(bin())
+            .args(["serve", "--config"])
+            .arg(&cfg)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let server = client_common::Guard(child);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut seen = String::new();
+        let found = loop {
+            match rx.recv_timeout(std::time::Duration::from_secs(20)) {
+                Ok(line) if line.contains(" WARN ") && line.contains(&want) => break true,
+                Ok(line) => {
+                    seen.push_str(&line);
+                    seen.push('\n');
+                }
+                Err(_) => break false,
+            }
+        };
+        assert!(found, "no warning {want:?} at start:\n{seen}");
+        drop(server);
+    }
+}
+
+/// A mistyped key of a mount is told every key valid there, the keys every mount takes
+/// (`skills`, `scope`, `ttl_ms`...) among them, and the one it was nearest.
+#[test]
+fn a_mistyped_mount_key_is_told_the_nearest_of_every_key_valid_there() {
+    let dir = tempfile::tempdir().unwrap();
+    for (typo, nearest) in [
+        ("skils", "skills"),
+        ("skills_prefx", "skills_prefix"),
+        ("scop", "scope"),
+        ("ttl", "ttl_ms"),
+        ("cache_scop", "cache_scope"),
+        ("shard", "shared"),
+        ("debounce", "debounce_ms"),
+    ] {
+        let cfg = write(
+            dir.path(),
+            "typo.toml",
+            &format!("[[mount]]\nkind = \"files\"\nroot = \".\"\n{typo} = \"x\"\n"),
+        );
+        let out = check_config(&cfg, &[]);
+        assert_eq!(out.code, Some(1), "{out:?}");
+        let e = &out.stderr;
+        assert!(
+            e.contains(&format!(
+                "typo.toml:4: `mount.{typo}`: unknown field `{typo}`"
+            )) && e.contains(&format!("; did you mean `{nearest}`?")),
+            "{typo}: {e}"
+        );
+        for key in [
+            "root",
+            "kind",
+            "skills",
+            "skills_prefix",
+            "skills_ref",
+            "scope",
+            "ttl_ms",
+            "cache_scope",
+            "shared",
+        ] {
+            assert!(
+                e.contains(&format!("`{key}`")),
+                "{typo}: {key} missing: {e}"
+            );
+        }
+    }
 }

@@ -1,12 +1,136 @@
 //! `serve` as a user starts it: mounts that would serve the same URIs are refused before
-//! anything is served, and `--log-level` decides whose logs reach stderr.
+//! anything is served, `[http] listen` serves HTTP as `--http` does (which overrides it), a
+//! stdio server with no stdin to read says so and fails, and `--log-level` decides whose
+//! logs reach stderr.
 
 mod client_common;
 
-use std::io::Write as _;
+use std::io::{BufRead as _, Read as _, Write as _};
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
-use client_common::{bin, client_stdio, run};
+use client_common::{Guard, bin, client_stdio, run};
+
+/// `serve` with `args`, stdin at `/dev/null` as under systemd or docker; the process and
+/// the address it announces serving HTTP on, or its exit code and stderr when it announces
+/// none and ends.
+fn serve_detached(args: &[&str]) -> Result<(Guard, String), (Option<i32>, String)> {
+    let mut child = Command::new(bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if let Some(url) = line.split("serving MCP on http://").nth(1) {
+                let _ = tx.send(Ok(url.split('/').next().unwrap_or_default().to_owned()));
+            }
+            all.push_str(&line);
+            all.push('\n');
+        }
+        let _ = tx.send(Err(all));
+    });
+    match rx.recv_timeout(Duration::from_secs(20)) {
+        Ok(Ok(addr)) => Ok((Guard(child), addr)),
+        Ok(Err(stderr)) => Err((child.wait().unwrap().code(), stderr)),
+        Err(_) => {
+            let _ = child.kill();
+            panic!("serve {args:?} neither served HTTP nor ended within 20 s")
+        }
+    }
+}
+
+/// `GET /healthz` on `addr`: the status line.
+fn healthz(addr: &str) -> String {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    answer.lines().next().unwrap_or_default().to_owned()
+}
+
+/// A free loopback address.
+fn free_addr() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().to_string()
+}
+
+/// `check-config` prints `http: listen=ADDR`, and `serve --config` listens there, with no
+/// `--http` and stdin at `/dev/null`; `--http` given as well wins, and the config's address
+/// is then left free.
+#[test]
+fn http_listen_in_the_config_serves_http_and_the_flag_overrides_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let listen = free_addr();
+    let cfg = dir.path().join("h.toml");
+    std::fs::write(
+        &cfg,
+        format!("[http]\nlisten = \"{listen}\"\n[[mount]]\nkind = \"files\"\nroot = \".\"\n"),
+    )
+    .unwrap();
+    let cfg_s = cfg.display().to_string();
+    let mut check = Command::new(bin());
+    check.args(["check-config", &cfg_s]);
+    assert!(
+        run(check).ok().contains(&format!("http: listen={listen} ")),
+        "check-config shows the address"
+    );
+
+    let (_server, addr) = serve_detached(&["serve", "--config", &cfg_s])
+        .unwrap_or_else(|(code, err)| panic!("no HTTP from [http] listen: {code:?}\n{err}"));
+    assert_eq!(addr, listen);
+    assert!(healthz(&addr).contains(" 200 "), "{}", healthz(&addr));
+    drop(_server);
+
+    let flag = free_addr();
+    let (_server, addr) = serve_detached(&["serve", "--config", &cfg_s, "--http", &flag])
+        .unwrap_or_else(|(code, err)| panic!("no HTTP from --http: {code:?}\n{err}"));
+    assert_eq!(addr, flag);
+    assert!(healthz(&flag).contains(" 200 "));
+    assert!(
+        std::net::TcpStream::connect(&listen).is_err(),
+        "--http overrides [http] listen: nothing listens on {listen}"
+    );
+}
+
+/// A stdio server started with stdin at `/dev/null` (systemd, docker without `-i`, nohup)
+/// and no HTTP address has no client and never will: it says so, naming both ways to serve
+/// HTTP, and exits 1 instead of 0 with nothing served. An `[http]` table without `listen`
+/// does not make it HTTP.
+#[test]
+fn a_stdio_server_with_stdin_at_dev_null_says_so_and_exits_non_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display().to_string();
+    let cfg = dir.path().join("no-listen.toml");
+    std::fs::write(
+        &cfg,
+        format!("[http]\nmax_sessions = 5\n[[mount]]\nkind = \"files\"\nroot = \"{d}\"\n"),
+    )
+    .unwrap();
+    let cfg_s = cfg.display().to_string();
+    for args in [vec!["serve", &d], vec!["serve", "--config", &cfg_s]] {
+        let (code, stderr) = serve_detached(&args).map(|_| ()).unwrap_err();
+        assert_eq!(code, Some(1), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("stdin is /dev/null")
+                && stderr.contains("--http ADDR")
+                && stderr.contains("`[http] listen`"),
+            "{args:?}: {stderr}"
+        );
+    }
+}
 
 /// `serve DIR DIR/reports` would list every report twice under one URI: refused, both named,
 /// in either order, from the command line and from a config file; a sibling that only shares

@@ -216,11 +216,15 @@ impl<'a> ConfigFile<'a> {
     /// A TOML error (syntax, unknown key, wrong type) with the file, line and key named.
     /// `root` is the table the failing value was deserialized from, searched for the key
     /// under the error's position; `prefix` is that table's own key path (`mount`).
+    /// `also` are keys valid at the top of that table besides the ones the failing struct
+    /// names (a mount's shared keys, taken out before its provider reads it): an unknown
+    /// key there is told every key valid at its place, and the nearest.
     fn toml_error(
         &self,
         e: &toml::de::Error,
         root: Option<&DeTable<'_>>,
         prefix: &str,
+        also: &[&str],
     ) -> ConfigError {
         let Some(span) = e.span() else {
             return ConfigError(format!("{}: {}", self.path.display(), e.message()));
@@ -235,7 +239,10 @@ impl<'a> ConfigFile<'a> {
             (false, true) => prefix.to_owned(),
             (false, false) => format!("{prefix}.{}", path.join(".")),
         };
-        self.error(span, &key, e.message().trim_end())
+        let also = if path.len() <= 1 { also } else { &[] };
+        let message = unknown_field_hint(e.message().trim_end(), also)
+            .unwrap_or_else(|| e.message().trim_end().to_owned());
+        self.error(span, &key, message)
     }
 
     /// Deserialize `T` from a whole table of this file, with errors naming file, line and key.
@@ -245,12 +252,12 @@ impl<'a> ConfigFile<'a> {
         prefix: &str,
     ) -> Result<T, ConfigError> {
         T::deserialize(table.clone().into_deserializer())
-            .map_err(|e| self.toml_error(&e, Some(table.get_ref()), prefix))
+            .map_err(|e| self.toml_error(&e, Some(table.get_ref()), prefix, &[]))
     }
 
     /// Parse the whole file into spanned tables.
     pub fn parse(&self) -> Result<Spanned<DeTable<'a>>, ConfigError> {
-        DeTable::parse(self.text).map_err(|e| self.toml_error(&e, None, ""))
+        DeTable::parse(self.text).map_err(|e| self.toml_error(&e, None, "", &[]))
     }
 
     /// Expand `${NAME}` (and `$$` for a literal `$`) in a string value.
@@ -402,6 +409,91 @@ impl<'a> ConfigFile<'a> {
     }
 }
 
+/// The keys every `[[mount]]` takes whatever its kind, besides `kind`: the binary's loader
+/// reads them and hands the rest of the table to the kind's factory.
+pub const MOUNT_SHARED_KEYS: &[&str] = &[
+    "scope",
+    "ttl_ms",
+    "cache_scope",
+    "shared",
+    "skills",
+    "skills_prefix",
+    "skills_ref",
+];
+
+/// Every key a mount takes besides its provider's own: `kind` and the shared keys.
+static MOUNT_KEYS: [&str; 8] = [
+    "kind",
+    MOUNT_SHARED_KEYS[0],
+    MOUNT_SHARED_KEYS[1],
+    MOUNT_SHARED_KEYS[2],
+    MOUNT_SHARED_KEYS[3],
+    MOUNT_SHARED_KEYS[4],
+    MOUNT_SHARED_KEYS[5],
+    MOUNT_SHARED_KEYS[6],
+];
+
+/// serde's "unknown field `x`, expected one of `a`, `b`" rewritten with `also` among the keys
+/// expected and the nearest of them suggested; `None` for any other message.
+fn unknown_field_hint(message: &str, also: &[&str]) -> Option<String> {
+    let rest = message.strip_prefix("unknown field `")?;
+    let (field, rest) = rest.split_once('`')?;
+    let mut keys: Vec<&str> = rest.split('`').skip(1).step_by(2).collect();
+    for k in also {
+        if !keys.contains(k) {
+            keys.push(k);
+        }
+    }
+    if keys.is_empty() {
+        return Some(format!("unknown field `{field}`; this table takes no keys"));
+    }
+    let mut out = format!(
+        "unknown field `{field}`, expected one of {}",
+        keys.iter()
+            .map(|k| format!("`{k}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let nearest = keys
+        .iter()
+        .map(|k| {
+            // A key cut short (`ttl` for `ttl_ms`) is as near as one letter wrong.
+            let cut =
+                field.len().min(k.len()) >= 3 && (k.starts_with(field) || field.starts_with(k));
+            let d = edit_distance(field, k);
+            (if cut { d.min(1) } else { d }, d, *k)
+        })
+        .min_by_key(|(near, d, _)| (*near, *d))
+        .map(|(near, _, k)| (near, k));
+    // Near enough to be the same word mistyped: a third of its letters wrong, at least 2.
+    if let Some((d, k)) = nearest
+        && d <= (field.chars().count() / 3).max(2)
+    {
+        out.push_str(&format!("; did you mean `{k}`?"));
+    }
+    Some(out)
+}
+
+/// Levenshtein distance between `a` and `b`, by characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = if ca == *cb {
+                diagonal
+            } else {
+                1 + diagonal.min(above).min(row[j])
+            };
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
+
 /// `path` without its `.` components (`/a/./b/.` is `/a/b`); `..` is kept, since only the
 /// file system knows where it leads through a symlink.
 fn lexical(path: &Path) -> PathBuf {
@@ -485,6 +577,8 @@ pub struct ConfigTable<'a> {
     prefix: String,
     anchor: Range<usize>,
     table: Spanned<DeTable<'a>>,
+    /// Keys valid at the table's top that its owner's struct does not name.
+    also: &'static [&'static str],
 }
 
 impl<'a> ConfigTable<'a> {
@@ -501,6 +595,7 @@ impl<'a> ConfigTable<'a> {
             prefix: prefix.into(),
             anchor,
             table,
+            also: &[],
         }
     }
 
@@ -516,9 +611,10 @@ impl<'a> ConfigTable<'a> {
             match e.span() {
                 // A missing required key has no span of its own: point at the table.
                 None => self.error_at_table(e.message().trim_end()),
-                Some(_) => self
-                    .file
-                    .toml_error(&e, Some(self.table.get_ref()), &self.prefix),
+                Some(_) => {
+                    self.file
+                        .toml_error(&e, Some(self.table.get_ref()), &self.prefix, self.also)
+                }
             }
         })
     }
@@ -583,8 +679,11 @@ impl<'a> MountTable<'a> {
         kind: Spanned<String>,
         table: Spanned<DeTable<'a>>,
     ) -> Self {
+        let mut table = ConfigTable::new(file, "mount", kind.span(), table);
+        // Its shared keys were taken out; an unknown key's hint still names them.
+        table.also = &MOUNT_KEYS;
         Self {
-            table: ConfigTable::new(file, "mount", kind.span(), table),
+            table,
             kind: kind.into_inner(),
         }
     }
@@ -794,6 +893,58 @@ mod tests {
         });
         assert!(
             e.0.starts_with("t.toml:1: `mount`: missing field `root`"),
+            "{e}"
+        );
+    }
+
+    /// A mistyped key of a mount is told every key valid there, the shared ones every mount
+    /// takes included, and the nearest; a nested table's hint names only its own keys.
+    #[test]
+    fn an_unknown_key_gets_every_valid_key_and_the_nearest() {
+        for (typo, nearest) in [
+            ("skils", "skills"),
+            ("skills_prefx", "skills_prefix"),
+            ("scoep", "scope"),
+            ("ttl", "ttl_ms"),
+            ("cache-scope", "cache_scope"),
+            ("sharde", "shared"),
+            ("rot", "root"),
+        ] {
+            let e = with_mount(
+                &format!("[[mount]]\nkind = \"demo\"\nroot = \"/x\"\n{typo} = 1\n"),
+                |m| m.parse::<Demo>().unwrap_err(),
+            );
+            assert!(
+                e.0.starts_with(&format!("t.toml:4: `mount.{typo}`: unknown field `{typo}`")),
+                "{e}"
+            );
+            for key in MOUNT_SHARED_KEYS
+                .iter()
+                .chain(&["kind", "root", "n", "query"])
+            {
+                assert!(e.0.contains(&format!("`{key}`")), "{key} missing: {e}");
+            }
+            assert!(
+                e.0.ends_with(&format!("; did you mean `{nearest}`?")),
+                "{typo}: {e}"
+            );
+        }
+        // Nothing near: every key, no guess.
+        let e = with_mount(
+            "[[mount]]\nkind = \"demo\"\nroot = \"/x\"\nrespect_gitignore = true\n",
+            |m| m.parse::<Demo>().unwrap_err(),
+        );
+        assert!(
+            e.0.contains("`skills_prefix`") && !e.0.contains("did you mean"),
+            "{e}"
+        );
+        // A key of a nested table: its own keys only.
+        let e = with_mount(
+            "[[mount]]\nkind = \"demo\"\nroot = \"/x\"\n[[mount.query]]\nuir = \"a\"\n",
+            |m| m.parse::<Demo>().unwrap_err(),
+        );
+        assert!(
+            e.0.starts_with("t.toml:5: `mount.query.uir`: unknown field `uir`, expected one of `uri`; did you mean `uri`?"),
             "{e}"
         );
     }

@@ -443,6 +443,8 @@ pub(crate) struct ReadTx<'a, DB: sqlx::Database> {
     pub(crate) timeout: std::time::Duration,
     pub(crate) begin: &'a str,
     pub(crate) map_err: fn(sqlx::Error, &str, std::time::Duration) -> Error,
+    /// How a failure to get a connection maps (a refused login is "unavailable").
+    pub(crate) connect_err: fn(sqlx::Error, &str, std::time::Duration) -> Error,
     pub(crate) abandon: fn(&Error) -> bool,
 }
 
@@ -465,7 +467,7 @@ where
             .pool
             .acquire()
             .await
-            .map_err(|e| (self.map_err)(e, self.mount, self.timeout));
+            .map_err(|e| (self.connect_err)(e, self.mount, self.timeout));
         self.breaker.record(acquired.as_ref().map(|_| ()));
         let mut conn = acquired?;
         if let Err(e) = (&mut *conn).execute(self.begin).await {

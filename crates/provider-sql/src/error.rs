@@ -42,6 +42,32 @@ pub(crate) fn my_error(e: sqlx::Error, mount: &str, timeout: Duration) -> Error 
     sqlx_error(Server::MySql, e, mount, timeout)
 }
 
+/// Map a failure to open a PostgreSQL connection: see [`connect_error`].
+pub(crate) fn pg_connect_error(e: sqlx::Error, mount: &str, timeout: Duration) -> Error {
+    connect_error(Server::Postgres, e, mount, timeout)
+}
+
+/// Map a failure to open a MySQL/MariaDB connection: see [`connect_error`].
+pub(crate) fn my_connect_error(e: sqlx::Error, mount: &str, timeout: Duration) -> Error {
+    connect_error(Server::MySql, e, mount, timeout)
+}
+
+/// A server that answers but refuses this mount's connection (a wrong password, an unknown
+/// role, a database that does not exist) is as unavailable to the mount as one that is down:
+/// the mount is not ready, with the server's reason, and is ready again once the login works,
+/// without a restart (credentials are rotated, databases restored). The server's message
+/// names the user or the database, never the password.
+fn connect_error(server: Server, e: sqlx::Error, mount: &str, timeout: Duration) -> Error {
+    match &e {
+        sqlx::Error::Database(db) => unavailable(
+            server.name(),
+            mount,
+            format!("the server refused the connection: {}", db.message()),
+        ),
+        _ => sqlx_error(server, e, mount, timeout),
+    }
+}
+
 /// The server engines, whose errors come through sqlx.
 #[derive(Clone, Copy)]
 enum Server {

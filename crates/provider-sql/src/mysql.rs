@@ -21,7 +21,7 @@ use crate::engine::{
     RowBudget, RowPage, TableRef, decode_key_cursor, encode_key_cursor, query_envelope, too_large,
     too_many_rows,
 };
-use crate::error::{my_error, query_check_error};
+use crate::error::{my_connect_error, my_error, query_check_error};
 use crate::guard::{self, Placeholders};
 
 /// One MySQL or MariaDB database.
@@ -100,6 +100,7 @@ impl MySqlDb {
             timeout: self.timeout,
             begin: "START TRANSACTION READ ONLY",
             map_err: my_error,
+            connect_err: my_connect_error,
             abandon: |e| {
                 matches!(
                     e.kind,
@@ -315,7 +316,7 @@ impl Engine for MySqlDb {
             within,
             &self.breaker,
             ("mysql", &self.mount, self.timeout),
-            my_error,
+            my_connect_error,
         )
         .await
     }

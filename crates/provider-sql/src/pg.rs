@@ -21,7 +21,7 @@ use crate::engine::{
     RowBudget, RowPage, TableRef, decode_key_cursor, encode_key_cursor, query_envelope, too_large,
     too_many_rows,
 };
-use crate::error::{pg_error, query_check_error};
+use crate::error::{pg_connect_error, pg_error, query_check_error};
 use crate::guard::{self, Placeholders};
 
 /// Objects a mount shows: tables (plain and partitioned, not partitions), views and
@@ -149,6 +149,7 @@ impl Postgres {
             timeout: self.timeout,
             begin: &begin,
             map_err: pg_error,
+            connect_err: pg_connect_error,
             // The server stops a query at its LIMIT or timeout; ROLLBACK leaves the
             // connection clean.
             abandon: |_| false,
@@ -347,7 +348,7 @@ impl Engine for Postgres {
             within,
             &self.breaker,
             ("postgres", &self.mount, self.timeout),
-            pg_error,
+            pg_connect_error,
         )
         .await
     }

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::db::{MY_ADMIN, PG_ADMIN, TestDb, my_setup, pg_setup};
+use common::db::{MY_ADMIN, PG_ADMIN, TestDb, my_setup, pg_setup, unique};
 use common::{next_update, read};
 use mcpr_core::{ChangeBus, ChangeSink, ErrorKind, LocalBus, Provider, ResourceUri};
 use mcpr_provider_sql::{NamedQuery, SqlConfig, SqlProvider};
@@ -550,4 +550,85 @@ async fn own_pg_stopped_and_started_under_subscriptions() {
         heard.contains(u_polled) && heard.contains(u_listening),
         "{heard:?}"
     );
+}
+
+/// Waits until the mount is ready, or fails naming its last reason.
+async fn wait_ready(p: &SqlProvider, within: Duration) {
+    let start = Instant::now();
+    loop {
+        match p.readiness().await {
+            Ok(()) => return,
+            Err(e) => assert!(start.elapsed() < within, "not ready within {within:?}: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A server that answers but refuses the mount's login (an unknown role, a wrong password:
+/// credentials rotated under a running server) does not stop the start: the mount starts not
+/// ready, its readiness and reads say why without the password, and it is ready again on its
+/// own once the login works. PostgreSQL here trusts connections from 127.0.0.1, so a wrong
+/// password would pass: its refusal is a role that does not exist yet. MariaDB checks
+/// passwords: its refusal is a wrong one, then made right with `ALTER USER`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_login_starts_the_mount_not_ready_and_it_recovers_without_a_restart() {
+    const SECRET: &str = "rotated-pw-7Qx";
+    if let Some(mut db) = TestDb::pg(&pg_setup()).await {
+        let role = unique("mcpr_late");
+        db.role = Some(role.clone());
+        let url = format!("postgres://{role}:{SECRET}@127.0.0.1:5432/{}", db.name);
+        let p = SqlProvider::new(SqlConfig::new("late", url))
+            .await
+            .expect("a refused login does not fail the start");
+        let e = p.readiness().await.unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
+        assert!(
+            e.message.contains("refused the connection")
+                && e.message.contains(&role)
+                && !e.message.contains(SECRET),
+            "{e}"
+        );
+        let uri = ResourceUri::parse("db://late/tables/users").unwrap();
+        let e = p
+            .read(&uri, &mcpr_core::ReadLimits { max_bytes: 1 << 20 })
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
+        db.exec(&format!(
+            "CREATE ROLE {role} LOGIN; GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role};"
+        ))
+        .await;
+        wait_ready(&p, Duration::from_secs(15)).await;
+        let rows = read(&p, "db://late/tables/users").await.unwrap();
+        assert!(rows.to_string().contains("ann"), "{rows}");
+    }
+    if let Some(mut db) = TestDb::my(&my_setup()).await {
+        let user = unique("mcpr_rot");
+        db.exec(&format!(
+            "CREATE USER '{user}'@'%' IDENTIFIED BY 'the-old-one'; GRANT SELECT ON {}.* TO '{user}'@'%';",
+            db.name
+        ))
+        .await;
+        db.role = Some(user.clone());
+        let url = format!("mysql://{user}:{SECRET}@127.0.0.1:3306/{}", db.name);
+        let p = SqlProvider::new(SqlConfig::new("rotated", url))
+            .await
+            .expect("a refused login does not fail the start");
+        let e = p.readiness().await.unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
+        assert!(
+            e.message.contains("refused the connection")
+                && e.message.contains("Access denied")
+                && e.message.contains(&user)
+                && !e.message.contains(SECRET),
+            "{e}"
+        );
+        db.exec(&format!(
+            "ALTER USER '{user}'@'%' IDENTIFIED BY '{SECRET}';"
+        ))
+        .await;
+        wait_ready(&p, Duration::from_secs(15)).await;
+        let rows = read(&p, "db://rotated/tables/users").await.unwrap();
+        assert!(rows.to_string().contains("ann"), "{rows}");
+    }
 }

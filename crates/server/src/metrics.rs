@@ -218,9 +218,10 @@ impl ListSkips {
     }
 
     /// Append `mcp_list_skipped_total`, one series per mount, in Prometheus text format.
-    pub fn render(&self, out: &mut String) {
+    /// Only the mounts `shown` (by index) get a series: a scoped token sees only its own.
+    pub fn render(&self, out: &mut String, shown: impl Fn(usize) -> bool) {
         out.push_str("# HELP mcp_list_skipped_total Listings (resources/list pages, tool scans) that left a mount out because its source failed.\n# TYPE mcp_list_skipped_total counter\n");
-        for m in &self.mounts {
+        for (_, m) in self.mounts.iter().enumerate().filter(|(i, _)| shown(*i)) {
             let _ = writeln!(
                 out,
                 "mcp_list_skipped_total{{mount=\"{}\"}} {}",

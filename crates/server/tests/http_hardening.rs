@@ -492,6 +492,44 @@ async fn readyz_detail_and_metrics_need_a_token() {
     assert_eq!(get("/elsewhere", Some(ALL)).await.0, 404);
 }
 
+/// `/metrics` names each mount in its per-mount series (a files mount by its absolute
+/// path): a token scoped to one mount gets that mount's series and none of another's, as on
+/// `/readyz`; an unscoped token gets every mount's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_show_a_scoped_token_only_the_series_of_its_mounts() {
+    let f = start(Settings::default(), HttpLimits::default()).await;
+    let docs = f.docs_root.display().to_string();
+    let finance = f.finance_root.display().to_string();
+    let metrics = |token: &'static str| {
+        let req = f.http.get(format!("{}/metrics", f.base)).bearer_auth(token);
+        async move {
+            let resp = req.send().await.unwrap();
+            assert_eq!(resp.status(), 200);
+            resp.text().await.unwrap()
+        }
+    };
+    let mount_lines = |body: &str, root: &str| {
+        body.lines()
+            .filter(|l| l.contains("mount=\"") && l.contains(root))
+            .count()
+    };
+    let all = metrics(ALL).await;
+    assert!(
+        mount_lines(&all, &docs) > 0 && mount_lines(&all, &finance) > 0,
+        "{all}"
+    );
+    let scoped = metrics(DOCS).await;
+    assert!(mount_lines(&scoped, &docs) > 0, "{scoped}");
+    assert!(
+        !scoped.contains(&finance),
+        "a docs-scoped token sees the finance mount's series:\n{scoped}"
+    );
+    // The series of every other kind are there for both.
+    for body in [&all, &scoped] {
+        assert!(body.contains("mcp_listen_streams 0"), "{body}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scoped_mounts_hidden_from_initialize_and_discover() {
     let f = start(Settings::default(), HttpLimits::default()).await;

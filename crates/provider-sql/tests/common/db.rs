@@ -36,7 +36,8 @@ pub fn absent<T>(what: &str, e: impl std::fmt::Display) -> Option<T> {
     None
 }
 
-/// A database of its own on one of the servers, dropped (with its role) at the end.
+/// A database of its own on one of the servers, dropped (with its role: a PostgreSQL role,
+/// or a MariaDB/MySQL user at host `%`) at the end.
 pub struct TestDb {
     pub kind: &'static str,
     pub name: String,
@@ -197,6 +198,11 @@ impl Drop for TestDb {
                     let _ = c
                         .execute(format!("DROP DATABASE IF EXISTS {name}").as_str())
                         .await;
+                    if let Some(r) = role {
+                        let _ = c
+                            .execute(format!("DROP USER IF EXISTS '{r}'@'%'").as_str())
+                            .await;
+                    }
                 }
             });
         })

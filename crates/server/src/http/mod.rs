@@ -430,32 +430,34 @@ async fn readyz(State(ops): State<Arc<Ops>>, headers: http::HeaderMap) -> Respon
     (status, body).into_response()
 }
 
-/// Prometheus text; with authentication, only for a valid token.
+/// Prometheus text; with authentication, only for a valid token, and the series of one
+/// mount only for a token that may see the mount, as on `/readyz`: a mount's series name it
+/// (its label holds a path or a database host), which a token scoped to other mounts must
+/// not learn.
 async fn metrics(State(ops): State<Arc<Ops>>, headers: http::HeaderMap) -> Response {
-    if let Some(auth) = &ops.auth
-        && let Err(refusal) = auth.authenticate(&headers).await
-    {
-        return refusal;
-    }
+    let grant = match &ops.auth {
+        None => None,
+        Some(auth) => match auth.authenticate(&headers).await {
+            Ok((grant, _)) => Some(grant),
+            Err(refusal) => return refusal,
+        },
+    };
+    let all = ops.state.router().mounts();
+    let shown: Vec<bool> = all
+        .iter()
+        .map(|m| grant.as_ref().is_none_or(|g| g.allows(m.scope.as_deref())))
+        .collect();
+    let visible = || all.iter().zip(&shown).filter(|(_, s)| **s).map(|(m, _)| m);
     let mut out = String::new();
     ops.state.metrics().render(&mut out);
-    ops.state.list_skips().render(&mut out);
-    crate::metrics::render_provider_calls(
-        ops.state
-            .router()
-            .mounts()
-            .iter()
-            .map(|m| (&*m.name, &*m.calls)),
-        &mut out,
-    );
+    ops.state
+        .list_skips()
+        .render(&mut out, |i| shown.get(i).copied().unwrap_or(false));
+    crate::metrics::render_provider_calls(visible().map(|m| (&*m.name, &*m.calls)), &mut out);
     if let Some(skills) = &ops.state.skills {
         skills.stats.render(&mut out);
     }
-    let mounts: Vec<_> = ops
-        .state
-        .router()
-        .mounts()
-        .iter()
+    let mounts: Vec<_> = visible()
         .map(|m| {
             let info = m.provider.info();
             (info.kind, info.label.as_str(), m.provider.counters())
@@ -526,7 +528,11 @@ async fn metrics(State(ops): State<Arc<Ops>>, headers: http::HeaderMap) -> Respo
             u8::from(cluster.connected)
         );
         out.push_str("# HELP mcp_cluster_watcher Whether this replica holds the mount's watcher lease and runs its watches (0 or 1).\n# TYPE mcp_cluster_watcher gauge\n");
-        for (mount, held) in &cluster.watchers {
+        for (mount, held) in cluster
+            .watchers
+            .iter()
+            .filter(|(mount, _)| visible().any(|m| &*m.name == mount.as_str()))
+        {
             let _ = writeln!(
                 out,
                 "mcp_cluster_watcher{{mount=\"{}\"}} {}",

@@ -171,6 +171,27 @@ struct Walked {
     /// The watches of every folder the walk read; `None` when the mount could not watch
     /// one (then this walk is not reused).
     guards: Option<Vec<WatchGuard>>,
+    /// The skills it left out, each file with the reason.
+    left_out: Vec<(String, String)>,
+    /// Why the skills folder itself could not be read, when it could not.
+    error: Option<String>,
+}
+
+/// What the last walk of one source found: for `check-config`, and the start-up warnings
+/// of a folder that holds no skill.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceReport {
+    /// The mount's name.
+    pub mount: String,
+    /// The URI of its skills folder.
+    pub root: String,
+    /// The `SKILL.md` URI of each valid skill, in the order found.
+    pub skills: Vec<String>,
+    /// Each skill left out: its file and why.
+    pub left_out: Vec<(String, String)>,
+    /// Why the skills folder could not be read (missing, a file, a ref that does not
+    /// resolve); then it has no skills.
+    pub error: Option<String>,
 }
 
 /// One source's walk cache.
@@ -681,12 +702,16 @@ impl Catalog {
             guards: Some(Vec::new()),
         };
         let mut skills = Vec::new();
+        let (mut left, mut error) = (Vec::new(), None);
         match self.discover(s, &mut watches).await {
             Ok(found) => {
                 for (dir, entries) in found {
                     match self.skill_at(si, &dir, entries, &mut watches).await {
                         Ok(entry) => skills.push(entry),
-                        Err(why) => self.leave_out(s, &why),
+                        Err(why) => {
+                            self.leave_out(s, &why);
+                            left.push((why.file, why.reason));
+                        }
                     }
                 }
             }
@@ -695,6 +720,7 @@ impl Catalog {
                     &s.root,
                     format!("the skills folder cannot be read: {}", e.message),
                 );
+                error = Some(why.reason.clone());
                 let key = format!("{}\0{}", why.file, why.reason);
                 if self.warned.lock().expect("warned lock").insert(key) {
                     tracing::warn!(mount = %s.mount, "{}: {}", why.file, why.reason);
@@ -712,12 +738,37 @@ impl Catalog {
             generation,
             skills: skills.clone(),
             guards: watches.guards,
+            left_out: left,
+            error,
         });
         drop(walked);
         if changed && let Some(tell) = self.on_list_changed.get() {
             tell(s.index);
         }
         skills
+    }
+
+    /// Each source's skills, those left out and why, and a skills folder that cannot be
+    /// read, as a listing would find them now (walking the sources whose last walk is not
+    /// current).
+    pub async fn report(&self) -> Vec<SourceReport> {
+        let mut out = Vec::with_capacity(self.sources.len());
+        for (si, s) in self.sources.iter().enumerate() {
+            let skills = self.source_skills(si).await;
+            let walked = self.states[si].walked.lock().await;
+            let (left_out, error) = walked
+                .as_ref()
+                .map(|w| (w.left_out.clone(), w.error.clone()))
+                .unwrap_or_default();
+            out.push(SourceReport {
+                mount: s.mount.clone(),
+                root: s.root.clone(),
+                skills: skills.iter().map(|e| e.uri.clone()).collect(),
+                left_out,
+                error,
+            });
+        }
+        out
     }
 
     /// Every valid skill of every source, sorted by URI. A skill that is invalid, too

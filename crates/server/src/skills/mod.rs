@@ -5,7 +5,7 @@
 pub mod catalog;
 pub mod frontmatter;
 
-pub use catalog::{Catalog, CatalogStats, SkillEntry, SkillFile, SkillSource};
+pub use catalog::{Catalog, CatalogStats, SkillEntry, SkillFile, SkillSource, SourceReport};
 
 use mcpr_core::Provider;
 
