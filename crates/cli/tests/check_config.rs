@@ -479,6 +479,55 @@ fn the_http_and_cluster_settings_read_are_printed_without_secrets() {
     );
 }
 
+/// A base64 NATS password holds `/` (and `+`, `=`): `check-config` still shows the URL as
+/// `nats://***@host:port`, none of the password before or after the `/`.
+#[test]
+fn a_nats_password_with_a_slash_is_masked_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write(
+        dir.path(),
+        "c.toml",
+        "[cluster]\nnats_url = \"nats://app:Zm9v/YmFy+cXV4=@127.0.0.1:4222\"\nname = \"c1\"\nreplica = \"r1\"\nsecret = \"cluster-secret-of-at-least-32-bytes\"\n[[mount]]\nkind = \"files\"\nroot = \".\"\n",
+    );
+    let out = check_config(&cfg, &[]).ok();
+    assert!(
+        out.contains("cluster: nats_url=nats://***@127.0.0.1:4222 name=c1 replica=r1"),
+        "{out}"
+    );
+    for part in ["Zm9v", "YmFy", "cXV4", "app:"] {
+        assert!(!out.contains(part), "{part}: {out}");
+    }
+    // The log line of a replica joining the cluster, written before NATS is contacted.
+    let mut cmd = Command::new(bin());
+    cmd.args([
+        "serve",
+        "--log-level",
+        "info",
+        "--http",
+        "127.0.0.1:0",
+        "--config",
+    ])
+    .arg(&cfg)
+    .current_dir(dir.path());
+    let serving = client_common::Lines::spawn(cmd);
+    let started = std::time::Instant::now();
+    let log = loop {
+        let log = serving.stderr();
+        if log.contains("joining the cluster") {
+            break log;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(15),
+            "no join line: {log}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(log.contains("nats://***@127.0.0.1:4222"), "{log}");
+    for part in ["Zm9v", "YmFy", "cXV4", "app:"] {
+        assert!(!log.contains(part), "{part}: {log}");
+    }
+}
+
 #[test]
 fn a_listen_address_without_an_ip_gets_the_address_to_write() {
     let docs = workspace().join("examples/docs");

@@ -245,12 +245,17 @@ fn a_server_without_skills_is_named_as_such() {
 /// A stdio MCP server in plain Python that serves one skill, `lying`, with two files; argv[1]
 /// picks how its manifest lies: `digest` (the second file's digest is not its bytes'), `size`,
 /// `escape` (a file URI with `..`), `absolute` (an empty segment: `//etc/x`), `backslash`,
-/// `outside` (another skill's folder), `toobig` (a size past the spec's 16 MiB), or `honest`.
+/// `outside` (another skill's folder), `toobig` (a size past the spec's 16 MiB), `huge` (the
+/// second file read is 8 MiB, not the 15 bytes announced), `stall` (the second file's read
+/// never answers), `fullwidth` (the skill `skill://team/evil/` named `ｅｖｉｌ`), `mixed`
+/// (named `еvil`, its `е` Cyrillic), or `honest`.
 const LYING: &str = r#"
-import sys, json, hashlib, base64
+import sys, json, hashlib, base64, time
 mode = sys.argv[1]
-root = "skill://team/lying/"
-files = {root + "SKILL.md": b"---\nname: lying\ndescription: Lies\n---\nbody\n",
+name = {"fullwidth": "\uff45\uff56\uff49\uff4c", "mixed": "\u0435vil"}.get(mode, "lying")
+segment = {"fullwidth": "evil", "mixed": "%D0%B5vil"}.get(mode, "lying")
+root = "skill://team/" + segment + "/"
+files = {root + "SKILL.md": ("---\nname: " + name + "\ndescription: Lies\n---\nbody\n").encode(),
          root + "ref/data.txt": b"the real bytes\n"}
 def entry(uri, data):
     return {"uri": uri, "digest": "sha256:" + hashlib.sha256(data).hexdigest(), "size": len(data)}
@@ -269,14 +274,11 @@ elif mode == "toobig":
     manifest[1]["size"] = 17 * 1024 * 1024
 elif mode == "outside":
     manifest[1]["uri"] = "skill://team/other/escaped.txt"
-skill = {"uri": root + "SKILL.md", "frontmatter": {"name": "lying", "description": "Lies"},
+skill = {"uri": root + "SKILL.md", "frontmatter": {"name": name, "description": "Lies"},
          "resources": manifest}
 caps = {"extensions": {"io.modelcontextprotocol/skills": {}}}
 info = {"name": "lying", "version": "1"}
-for line in sys.stdin:
-    msg = json.loads(line)
-    if "id" not in msg:
-        continue
+def answer(msg):
     method, params = msg["method"], msg.get("params", {})
     if method == "initialize":
         result = {"protocolVersion": params["protocolVersion"], "capabilities": caps, "serverInfo": info}
@@ -286,40 +288,95 @@ for line in sys.stdin:
         result = {"skill": skill}
     elif method == "resources/read":
         data = files.get(params["uri"], b"x")
+        if params["uri"].endswith("data.txt") and mode == "huge":
+            data = b"x" * (8 << 20)
+        if params["uri"].endswith("data.txt") and mode == "stall":
+            time.sleep(30)
         result = {"contents": [{"uri": params["uri"], "blob": base64.b64encode(data).decode()}]}
     else:
-        print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "error": {"code": -32601, "message": "no"}}), flush=True)
+        return {"jsonrpc": "2.0", "id": msg["id"], "error": {"code": -32601, "message": "no"}}
+    return {"jsonrpc": "2.0", "id": msg["id"], "result": result}
+if sys.argv[2:] == ["http"]:
+    # The same server over Streamable HTTP: one JSON answer per POST, its address on stdout.
+    from http.server import HTTPServer, BaseHTTPRequestHandler
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            msg = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if "id" not in msg:
+                self.send_response(202)
+                self.end_headers()
+                return
+            body = json.dumps(answer(msg)).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            try:
+                self.wfile.write(body)
+            except OSError:
+                pass
+        def log_message(self, *args):
+            pass
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    print("http://127.0.0.1:%d/mcp" % server.server_address[1], flush=True)
+    server.serve_forever()
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
         continue
-    print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}), flush=True)
+    print(json.dumps(answer(msg)), flush=True)
 "#;
+
+/// A Python 3 to run [`LYING`] with (it needs the standard library only): the venv's that
+/// `cargo xtask test` sets up, else `python3` on the PATH.
+fn python() -> Option<PathBuf> {
+    let venv = workspace().join(".cache/venv/bin/python");
+    [venv, PathBuf::from("python3")]
+        .into_iter()
+        .find(|p| Command::new(p).arg("--version").output().is_ok())
+        .or_else(|| absent("Python 3", "neither .cache/venv nor python3 on the PATH"))
+}
+
+/// [`LYING`] written into `dir`, and the command of `skills pull URI INTO` against it in
+/// `mode` over `protocol`.
+struct Lying {
+    python: PathBuf,
+    script: PathBuf,
+}
+
+impl Lying {
+    fn new(dir: &Path) -> Option<Self> {
+        let python = python()?;
+        let script = dir.join("lying.py");
+        std::fs::write(&script, LYING).unwrap();
+        Some(Self { python, script })
+    }
+
+    fn pull(&self, uri: &str, into: &Path, mode: &str, protocol: &str, force: bool) -> Command {
+        let mut cmd = Command::new(bin());
+        cmd.args(["skills", "pull", uri])
+            .arg(into)
+            .args(["--protocol", protocol]);
+        if force {
+            cmd.arg("--force");
+        }
+        cmd.arg("--").arg(&self.python).arg(&self.script).arg(mode);
+        cmd
+    }
+}
 
 #[test]
 fn a_manifest_that_lies_or_escapes_is_refused_and_nothing_is_written() {
-    let python = workspace().join(".cache/venv/bin/python");
-    if Command::new(&python).arg("--version").output().is_err() {
-        return absent(
-            "Python in .cache/venv",
-            "`cargo xtask test` sets up the venv",
-        )
-        .unwrap_or(());
-    }
     let dir = tempfile::tempdir().unwrap();
-    let script = dir.path().join("lying.py");
-    std::fs::write(&script, LYING).unwrap();
+    let Some(lying) = Lying::new(dir.path()) else {
+        return;
+    };
     let into = dir.path().join("agent-skills");
     std::fs::create_dir(&into).unwrap();
     std::fs::write(into.join("kept.txt"), "mine").unwrap();
     let before = tree(&into);
     let pull = |mode: &str, protocol: &str, force: bool| {
-        let mut cmd = Command::new(bin());
-        cmd.args(["skills", "pull", "skill://team/lying/SKILL.md"])
-            .arg(&into)
-            .args(["--protocol", protocol]);
-        if force {
-            cmd.arg("--force");
-        }
-        cmd.arg("--").arg(&python).arg(&script).arg(mode);
-        run(cmd)
+        run(lying.pull("skill://team/lying/SKILL.md", &into, mode, protocol, force))
     };
     for protocol in ["legacy", "2026-07-28"] {
         for (mode, says) in [
@@ -366,4 +423,189 @@ fn a_manifest_that_lies_or_escapes_is_refused_and_nothing_is_written() {
     assert_eq!(tree(&into.join("lying")), installed);
     let entries = std::fs::read_dir(&into).unwrap().count();
     assert_eq!(entries, 2, "kept.txt and lying/, no temporary folder");
+}
+
+/// An answer larger than its manifest entry announced is cut off while it is read: past the
+/// entry's size with room for its encoding (here 15 bytes: 15 × 6 + 64 KiB), not at
+/// `--max-message-mib` (512 MiB), so a 10-byte entry cannot make the pull hold hundreds of
+/// MiB. Nothing is written.
+#[test]
+fn an_answer_past_its_manifest_size_is_cut_off_while_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(lying) = Lying::new(dir.path()) else {
+        return;
+    };
+    let into = dir.path().join("agent-skills");
+    std::fs::create_dir(&into).unwrap();
+    for protocol in ["legacy", "2026-07-28"] {
+        let out = run(lying.pull(
+            "skill://team/lying/SKILL.md",
+            &into,
+            "huge",
+            protocol,
+            false,
+        ));
+        assert_eq!(out.code, Some(1), "{protocol}: {out:?}");
+        let bound = 15 * 6 + 64 * 1024;
+        assert!(
+            out.stderr.contains(&format!(
+                "ref/data.txt (skill://team/lying/ref/data.txt) is larger than the manifest says: its answer passed {bound} bytes, more than 15 bytes of file can take even encoded; stopped reading"
+            )),
+            "{protocol}: {out:?}"
+        );
+        assert_eq!(std::fs::read_dir(&into).unwrap().count(), 0, "{protocol}");
+    }
+    // Over HTTP the same bound holds on the answer's body.
+    let mut server = std::process::Command::new(&lying.python)
+        .arg(&lying.script)
+        .args(["huge", "http"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut url = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(server.stdout.take().unwrap()),
+        &mut url,
+    )
+    .unwrap();
+    let server = client_common::Guard(server);
+    for protocol in ["legacy", "2026-07-28"] {
+        let mut cmd = Command::new(bin());
+        cmd.args(["skills", "pull", "skill://team/lying/SKILL.md"])
+            .arg(&into)
+            .args(["--protocol", protocol, "--url", url.trim()]);
+        let out = run(cmd);
+        assert_eq!(out.code, Some(1), "http {protocol}: {out:?}");
+        assert!(
+            out.stderr
+                .contains("is larger than the manifest says: its answer passed 65626 bytes"),
+            "http {protocol}: {out:?}"
+        );
+        assert_eq!(std::fs::read_dir(&into).unwrap().count(), 0, "{protocol}");
+    }
+    drop(server);
+}
+
+/// The folder a skill is written to is the NFKC form of its name, the one its URI names
+/// (`ｅｖｉｌ` for `skill://team/evil/` is written `evil/`); a name mixing scripts (a
+/// Cyrillic `е` in `еvil`) is refused, naming the scripts, and nothing is written.
+#[test]
+fn a_skill_is_written_under_its_nfkc_name_and_mixed_scripts_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(lying) = Lying::new(dir.path()) else {
+        return;
+    };
+    let into = dir.path().join("agent-skills");
+    std::fs::create_dir(&into).unwrap();
+    let out = run(lying.pull(
+        "skill://team/evil/SKILL.md",
+        &into,
+        "fullwidth",
+        "2026-07-28",
+        false,
+    ));
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let names: Vec<String> = std::fs::read_dir(&into)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["evil"], "{out:?}");
+    assert!(
+        std::fs::read_to_string(into.join("evil/SKILL.md"))
+            .unwrap()
+            .contains("name: \u{ff45}\u{ff56}\u{ff49}\u{ff4c}")
+    );
+    let out = run(lying.pull(
+        "skill://team/%D0%B5vil/SKILL.md",
+        &into,
+        "mixed",
+        "2026-07-28",
+        false,
+    ));
+    assert_eq!(out.code, Some(1), "{out:?}");
+    assert!(
+        out.stderr
+            .contains("mixes scripts (Cyrillic, Latin); it could pass for another skill's name"),
+        "{out:?}"
+    );
+    assert_eq!(std::fs::read_dir(&into).unwrap().count(), 1, "{out:?}");
+}
+
+/// A pull killed mid-way leaves its `.NAME.pull-PID-….partial` folder; the next pull into
+/// the same folder removes it, and nothing else: not a live pull's (this test's own process
+/// id), not a file or a folder named otherwise.
+#[test]
+fn a_killed_pulls_partial_folder_is_removed_by_the_next_pull() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(lying) = Lying::new(dir.path()) else {
+        return;
+    };
+    let into = dir.path().join("agent-skills");
+    std::fs::create_dir(&into).unwrap();
+    let live = format!(".other.pull-{}-1f.partial", std::process::id());
+    let kept = [
+        live.as_str(),
+        ".other.pull-x.partial",
+        "lying.pull-1-1.partial",
+    ];
+    for name in kept {
+        std::fs::create_dir(into.join(name)).unwrap();
+        std::fs::write(into.join(name).join("f"), "keep").unwrap();
+    }
+    std::fs::write(into.join(".file.pull-1-1.partial"), "keep").unwrap();
+
+    let mut cmd = lying.pull(
+        "skill://team/lying/SKILL.md",
+        &into,
+        "stall",
+        "2026-07-28",
+        false,
+    );
+    cmd.stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut child = cmd.spawn().unwrap();
+    // SKILL.md is read first; the pull then waits on ref/data.txt, which never comes.
+    let partial = |into: &Path| {
+        std::fs::read_dir(into)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| {
+                let n = p.file_name().unwrap().to_string_lossy();
+                n.starts_with(".lying.pull-") && p.join("lying/SKILL.md").exists()
+            })
+    };
+    let started = std::time::Instant::now();
+    let left = loop {
+        if let Some(p) = partial(&into) {
+            break p;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(15),
+            "the pull never wrote SKILL.md"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(left.exists(), "a killed pull leaves its folder");
+
+    run(lying.pull(
+        "skill://team/lying/SKILL.md",
+        &into,
+        "honest",
+        "2026-07-28",
+        false,
+    ))
+    .ok();
+    assert!(!left.exists(), "the killed pull's folder is still there");
+    assert_eq!(tree(&into.join("lying")).len(), 2);
+    for name in kept {
+        assert_eq!(
+            std::fs::read_to_string(into.join(name).join("f")).unwrap(),
+            "keep",
+            "{name}"
+        );
+    }
+    assert!(into.join(".file.pull-1-1.partial").is_file());
 }

@@ -37,21 +37,18 @@ pub fn split_credentials(url: &str) -> (String, Option<Credentials>) {
         .into_iter()
         .map(|one| {
             let one = one.trim();
-            let (scheme, rest) = match one.split_once("://") {
-                Some((s, r)) => (format!("{s}://"), r),
-                None => (String::new(), one),
-            };
-            let host_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-            match rest[..host_end].rfind('@') {
-                Some(at) => {
-                    let info = &rest[..at];
+            // The user information as the one redaction finds it, so that what is taken out
+            // here is what is masked when shown (a `/` in a password included).
+            match mcpr_core::redact::userinfo_span(one) {
+                Some(span) => {
+                    let info = &one[span.start..span.end - 1];
                     if found.is_none() {
                         found = Some(match info.split_once(':') {
                             Some((u, p)) => Credentials::UserPassword(decode(u), decode(p)),
                             None => Credentials::Token(decode(info)),
                         });
                     }
-                    format!("{scheme}{}", &rest[at + 1..])
+                    format!("{}{}", &one[..span.start], &one[span.end..])
                 }
                 None => one.to_owned(),
             }
@@ -146,6 +143,18 @@ mod tests {
         assert_eq!(
             c,
             Some(Credentials::UserPassword("u".into(), "pa,ss".into()))
+        );
+    }
+
+    #[test]
+    fn a_base64_password_with_a_slash_leaves_the_url_whole() {
+        // A URL parser would end the authority at the `/` and keep `app:a` as the host; the
+        // password goes to the client as an option, and nothing of it stays in the URL.
+        let (url, c) = split_credentials("nats://app:a/b+c=@127.0.0.1:4222");
+        assert_eq!(url, "nats://127.0.0.1:4222");
+        assert_eq!(
+            c,
+            Some(Credentials::UserPassword("app".into(), "a/b+c=".into()))
         );
     }
 

@@ -43,27 +43,70 @@ pub fn split_urls(url: &str) -> Vec<&str> {
 }
 
 /// The byte range of the user information of `url` (`user:pass@`, the `@` included), when
-/// it has one. The authority ends at the first `/`, `?` or `#`; its last `@` ends the user
-/// information, so an `@` in a password does not leave part of it in the host.
+/// it has one: from `://` to the last `@` that a host follows (a name or `[…]` address, an
+/// optional `:port`, then the end or a `/`, `?` or `#`).
+///
+/// It is not cut at the first `/`, `?` or `#` as a URL parser would: a password holding one
+/// (base64 ones hold `/`) would then leave its first part in what is shown as the host, and
+/// the rest in the path. An `@` further on that a host follows (`/user@example.com`, rare in
+/// the URLs this is for) hides more than the user information: a URL shown with too much
+/// hidden is better than a password shown.
 pub fn userinfo_span(url: &str) -> Option<std::ops::Range<usize>> {
     let start = url.find("://")? + 3;
     let rest = &url[start..];
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let at = rest[..end].rfind('@')?;
-    Some(start..start + at + 1)
+    rest.match_indices('@')
+        .rev()
+        .map(|(at, _)| at)
+        .find(|&at| host_follows(&rest[at + 1..]))
+        .map(|at| start..start + at + 1)
+}
+
+/// Whether `text` starts with a host: a name (letters, digits, `-._~%`) or a bracketed
+/// address, an optional `:port` of digits, then the end or a `/`, `?` or `#`.
+fn host_follows(text: &str) -> bool {
+    let end = text.find(['/', '?', '#']).unwrap_or(text.len());
+    let authority = &text[..end];
+    let (host_ok, port) = match authority.strip_prefix('[') {
+        Some(bracketed) => match bracketed.split_once(']') {
+            Some((address, after)) => (
+                address
+                    .chars()
+                    .all(|c| c.is_ascii_hexdigit() || matches!(c, ':' | '.' | '%')),
+                match after.strip_prefix(':') {
+                    Some(p) => Some(p),
+                    None if after.is_empty() => None,
+                    None => return false,
+                },
+            ),
+            None => return false,
+        },
+        None => {
+            let (host, port) = match authority.split_once(':') {
+                Some((h, p)) => (h, Some(p)),
+                None => (authority, None),
+            };
+            (
+                host.chars()
+                    .all(|c| c.is_alphanumeric() || matches!(c, '-' | '.' | '_' | '~' | '%')),
+                port,
+            )
+        }
+    };
+    host_ok && port.is_none_or(|p| p.chars().all(|c| c.is_ascii_digit()))
 }
 
 fn redact_one(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
+    let Some((scheme, _)) = url.split_once("://") else {
         return "(unparsable URL)".into();
     };
-    let end = rest.find(['?', '#']).unwrap_or(rest.len());
-    let rest = &rest[..end];
-    let host_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..host_end].rfind('@') {
-        Some(at) => format!("{scheme}://***@{}", &rest[at + 1..]),
-        None => format!("{scheme}://{rest}"),
-    }
+    // Everything up to the end of the user information goes first: a `?` or `#` inside a
+    // password must not be taken for the start of the query, nor the rest of it kept.
+    let (masked, after) = match userinfo_span(url) {
+        Some(span) => ("***@", &url[span.end..]),
+        None => ("", &url[scheme.len() + 3..]),
+    };
+    let end = after.find(['?', '#']).unwrap_or(after.len());
+    format!("{scheme}://{masked}{}", &after[..end])
 }
 
 /// `text` with every `scheme://…` URL in it passed through [`redact_url`], and on one
@@ -126,7 +169,10 @@ mod tests {
         // The last `@` of the authority ends the user information; an `@` in the path is
         // not user information.
         assert_eq!(redact_url("nats://u:p@ss@h:1"), "nats://***@h:1");
-        assert_eq!(redact_url("tls://tok@h/x@y"), "tls://***@h/x@y");
+        // An `@` in the path that a host follows hides the path too: too much hidden, never
+        // too little.
+        assert_eq!(redact_url("tls://tok@h/x@y"), "tls://***@y");
+        assert_eq!(redact_url("tls://tok@h/x@y!"), "tls://***@h/x@y!");
         assert_eq!(
             redact_url("https://example.com/a@b:c"),
             "https://example.com/a@b:c"
@@ -135,6 +181,42 @@ mod tests {
         assert_eq!(
             redact_url("nats://u:pa,ss@h:1,nats://b:2"),
             "nats://***@h:1,nats://b:2"
+        );
+    }
+
+    #[test]
+    fn a_slash_question_mark_or_hash_in_a_password_stays_hidden() {
+        // Base64 passwords hold `/` (and `+`, `=`): all of it is masked, in one URL or a
+        // list of them, whatever follows the host.
+        for (url, shown) in [
+            (
+                "nats://app:a/b+c=@127.0.0.1:4222",
+                "nats://***@127.0.0.1:4222",
+            ),
+            ("nats://app:a/b+c=@nats.example", "nats://***@nats.example"),
+            ("nats://a/b/c@h:1/x?y=1", "nats://***@h:1/x"),
+            ("nats://tok/en==@[::1]:4222", "nats://***@[::1]:4222"),
+            (
+                "postgres://u:p?ss@db/app?sslmode=require",
+                "postgres://***@db/app",
+            ),
+            ("postgres://u:p#ss@db/app", "postgres://***@db/app"),
+            (
+                "nats://u:x/y@a:1,nats://v:z/w@b:2",
+                "nats://***@a:1,nats://***@b:2",
+            ),
+        ] {
+            let got = redact_url(url);
+            assert_eq!(got, shown, "{url}");
+            for secret in ["a/b", "b+c", "tok/en", "p?ss", "p#ss", "x/y", "z/w"] {
+                assert!(!got.contains(secret), "{url} shown as {got}");
+            }
+        }
+        let u = "nats://app:a/b@h:1";
+        assert_eq!(&u[userinfo_span(u).unwrap()], "app:a/b@");
+        assert_eq!(
+            redact_urls_in("cannot use NATS at nats://app:a/b@h:1 now"),
+            "cannot use NATS at nats://***@h:1 now"
         );
     }
 
@@ -181,8 +263,9 @@ mod tests {
 
     #[test]
     fn userinfo_spans() {
-        let u = "https://a:b@h/x@y";
+        let u = "https://a:b@h/x@y!";
         assert_eq!(&u[userinfo_span(u).unwrap()], "a:b@");
-        assert_eq!(userinfo_span("https://h/x@y"), None);
+        assert_eq!(userinfo_span("https://h/x@y:z"), None);
+        assert_eq!(userinfo_span("https://h/x"), None);
     }
 }

@@ -98,6 +98,10 @@ pub(crate) enum ClientCommand {
         /// A JSON file of servers of your own, looked in first.
         #[arg(long, value_name = "FILE")]
         servers: Option<PathBuf>,
+        /// Show the entries of the project in the working directory as trusted (see
+        /// --trust-workspace of the other commands).
+        #[arg(long)]
+        trust_workspace: bool,
     },
     /// Connect and say what the server is: its name and version, the protocol version agreed,
     /// and what it offers.
@@ -257,7 +261,10 @@ pub(crate) fn run(cmd: ClientCommand) -> anyhow::Result<()> {
                 let (session, rx) = Session::connect(&connect).await?;
                 watch(session, rx, &uris, read, json).await
             }
-            ClientCommand::Servers { servers } => list_servers(servers.as_deref()),
+            ClientCommand::Servers {
+                servers,
+                trust_workspace,
+            } => list_servers(servers.as_deref(), trust_workspace),
             ClientCommand::Info { json, connect } => {
                 with_session(&connect, |s| async move {
                     primitives::info(&s, json).map(|()| s)
@@ -998,9 +1005,12 @@ async fn print_update(
 }
 
 /// `servers`: one row per entry found (name, host, file, what it runs or reaches; never its
-/// environment or headers, which may hold secrets), and a note per file that could not be read.
-fn list_servers(explicit: Option<&std::path::Path>) -> anyhow::Result<()> {
+/// environment or headers, nor a URL's user information or query, which may hold secrets), a
+/// project's entries marked while its folder is not trusted, and a note per file that could
+/// not be read.
+fn list_servers(explicit: Option<&std::path::Path>, trust_flag: bool) -> anyhow::Result<()> {
     let (entries, notes) = super::hosts::load(explicit)?;
+    let trusted = super::hosts::workspace_trusted(trust_flag);
     for n in notes {
         eprintln!("warning: {}", clean(&n));
     }
@@ -1008,7 +1018,7 @@ fn list_servers(explicit: Option<&std::path::Path>) -> anyhow::Result<()> {
         .iter()
         .map(|e| {
             let target = match &e.url {
-                Some(url) => clean(url),
+                Some(url) => clean(&mcpr_core::redact_url(url)),
                 None => clean(
                     &e.command
                         .iter()
@@ -1019,7 +1029,11 @@ fn list_servers(explicit: Option<&std::path::Path>) -> anyhow::Result<()> {
             };
             vec![
                 clean(&e.name),
-                e.host.to_owned(),
+                if e.workspace && !trusted {
+                    format!("{} untrusted", e.host)
+                } else {
+                    e.host.to_owned()
+                },
                 clean(&e.file.display().to_string()),
                 target,
             ]

@@ -7,6 +7,13 @@
 //! (comments, trailing commas); VS Code's and Cursor's `${…}` variables are expanded when an
 //! entry is used, as the host would, `${input:ID}` from the environment since nothing here
 //! can prompt.
+//!
+//! The project files (`.vscode/mcp.json`, `.cursor/mcp.json` in the working directory) come
+//! with whatever was cloned: an entry there can run any command, and its `${env:…}` can send
+//! the user's secrets to an address the project chose. So, as VS Code's workspace trust does,
+//! they are used (and expanded) only for a trusted folder (`--trust-workspace`, or the
+//! folder listed in the user's trust list, [`trust_list`]), and a user's own entry of the
+//! same name always wins over a project's.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -21,6 +28,8 @@ pub(crate) struct Entry {
     /// Which host's file it came from.
     pub host: &'static str,
     pub file: PathBuf,
+    /// Whether the file is a project's (in the working directory), not the user's own.
+    pub workspace: bool,
     /// Program and arguments, for a stdio server.
     pub command: Vec<OsString>,
     /// Environment for the child, as the host would set it.
@@ -170,50 +179,89 @@ impl Entry {
 /// The host name of VS Code's user `settings.json`, whose servers are under `mcp.servers`.
 const VSCODE_SETTINGS: &str = "VS Code (settings)";
 
-/// The files looked in, in order: the one given with `--servers`, then each host's.
-fn files(explicit: Option<&Path>) -> Vec<(&'static str, PathBuf)> {
+/// The files looked in, in order: the one given with `--servers`, then each host's user
+/// file, then the project's files in the working directory (`workspace` true). A file that is
+/// both (run from the home directory) is the user's.
+fn files(explicit: Option<&Path>) -> Vec<(&'static str, PathBuf, bool)> {
     let mut out = Vec::new();
     if let Some(p) = explicit {
-        out.push(("--servers", p.to_owned()));
+        out.push(("--servers", p.to_owned(), false));
+    }
+    if let Some(home) = std::env::var_os("HOME").map(PathBuf::from) {
+        for (host, path) in [
+            (
+                "Claude Desktop",
+                ".config/Claude/claude_desktop_config.json",
+            ),
+            (
+                "Claude Desktop",
+                "Library/Application Support/Claude/claude_desktop_config.json",
+            ),
+            ("VS Code (user)", ".config/Code/User/mcp.json"),
+            (
+                "VS Code (user)",
+                "Library/Application Support/Code/User/mcp.json",
+            ),
+            (VSCODE_SETTINGS, ".config/Code/User/settings.json"),
+            (
+                VSCODE_SETTINGS,
+                "Library/Application Support/Code/User/settings.json",
+            ),
+            ("Cursor", ".cursor/mcp.json"),
+        ] {
+            out.push((host, home.join(path), false));
+        }
     }
     let cwd = std::env::current_dir().unwrap_or_default();
-    out.push(("VS Code (workspace)", cwd.join(".vscode/mcp.json")));
-    out.push(("Cursor (project)", cwd.join(".cursor/mcp.json")));
-    if let Some(home) = std::env::var_os("HOME").map(PathBuf::from) {
-        out.push((
-            "Claude Desktop",
-            home.join(".config/Claude/claude_desktop_config.json"),
-        ));
-        out.push((
-            "Claude Desktop",
-            home.join("Library/Application Support/Claude/claude_desktop_config.json"),
-        ));
-        out.push(("VS Code (user)", home.join(".config/Code/User/mcp.json")));
-        out.push((
-            "VS Code (user)",
-            home.join("Library/Application Support/Code/User/mcp.json"),
-        ));
-        out.push((
-            VSCODE_SETTINGS,
-            home.join(".config/Code/User/settings.json"),
-        ));
-        out.push((
-            VSCODE_SETTINGS,
-            home.join("Library/Application Support/Code/User/settings.json"),
-        ));
-        out.push(("Cursor", home.join(".cursor/mcp.json")));
-    }
-    // Run from the home directory, a project file and a user file are one file: read once.
+    out.push(("VS Code (workspace)", cwd.join(".vscode/mcp.json"), true));
+    out.push(("Cursor (project)", cwd.join(".cursor/mcp.json"), true));
+    // Run from the home directory, a project file and a user file are one file: read once,
+    // as the user's.
     let mut seen = std::collections::HashSet::new();
-    out.retain(|(_, p)| seen.insert(p.canonicalize().unwrap_or_else(|_| p.clone())));
+    out.retain(|(_, p, _)| seen.insert(p.canonicalize().unwrap_or_else(|_| p.clone())));
     out
+}
+
+/// The user's list of trusted project folders: `mcp-resources/trusted-workspaces` in the
+/// user's config folder (`$XDG_CONFIG_HOME`, else `~/.config`), one absolute folder a line,
+/// `#` starting a comment line.
+pub(crate) fn trust_list() -> Option<PathBuf> {
+    let config = std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
+    Some(config.join("mcp-resources").join("trusted-workspaces"))
+}
+
+/// Whether the project in the working directory is trusted: `--trust-workspace` was given,
+/// or the folder itself (not a parent of it) is a line of [`trust_list`].
+pub(crate) fn workspace_trusted(flag: bool) -> bool {
+    if flag {
+        return true;
+    }
+    let (Some(list), Ok(cwd)) = (trust_list(), std::env::current_dir()) else {
+        return false;
+    };
+    let Ok(cwd) = cwd.canonicalize() else {
+        return false;
+    };
+    let Ok(text) = std::fs::read_to_string(&list) else {
+        return false;
+    };
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .any(|l| {
+            let p = Path::new(l);
+            p.is_absolute() && p.canonicalize().is_ok_and(|p| p == cwd)
+        })
 }
 
 /// Every entry of every file that exists, and a note per file that could not be read.
 pub(crate) fn load(explicit: Option<&Path>) -> anyhow::Result<(Vec<Entry>, Vec<String>)> {
     let mut entries = Vec::new();
     let mut notes = Vec::new();
-    for (host, file) in files(explicit) {
+    for (host, file, workspace) in files(explicit) {
         let text = match std::fs::read_to_string(&file) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && host != "--servers" => continue,
@@ -226,7 +274,10 @@ pub(crate) fn load(explicit: Option<&Path>) -> anyhow::Result<(Vec<Entry>, Vec<S
             }
         };
         match parse(&text, host, &file) {
-            Ok(found) => entries.extend(found),
+            Ok(found) => entries.extend(found.into_iter().map(|mut e| {
+                e.workspace = workspace;
+                e
+            })),
             Err(e) if host == "--servers" => return Err(e),
             Err(e) => notes.push(format!("{e:#}")),
         }
@@ -234,11 +285,41 @@ pub(crate) fn load(explicit: Option<&Path>) -> anyhow::Result<(Vec<Entry>, Vec<S
     Ok((entries, notes))
 }
 
-/// The entry named `name`: the first file that has it wins, as the order of [`files`] says.
-pub(crate) fn find(name: &str, explicit: Option<&Path>) -> anyhow::Result<Entry> {
+/// The entry named `name`, expanded: the first of the user's files that has it (as the order
+/// of [`files`] says); only when none does, a project file's, and that only in a trusted
+/// folder (`trust_flag` is `--trust-workspace`). A project entry of the same name as a user's
+/// is never used, and a warning names both files.
+pub(crate) fn find(name: &str, explicit: Option<&Path>, trust_flag: bool) -> anyhow::Result<Entry> {
     let (entries, _) = load(explicit)?;
-    if let Some(e) = entries.iter().find(|e| e.name == name) {
-        return e.clone().expand();
+    let user = entries.iter().find(|e| e.name == name && !e.workspace);
+    let project = entries.iter().find(|e| e.name == name && e.workspace);
+    match (user, project) {
+        (Some(user), Some(project)) => {
+            eprintln!(
+                "warning: server {name:?} is in your {} and in the project's {}: yours is used",
+                user.file.display(),
+                project.file.display()
+            );
+            return user.clone().expand();
+        }
+        (Some(user), None) => return user.clone().expand(),
+        (None, Some(project)) if workspace_trusted(trust_flag) => {
+            return project.clone().expand();
+        }
+        (None, Some(project)) => {
+            let folder = std::env::current_dir().unwrap_or_default();
+            let list = trust_list().map_or_else(
+                || "the trust list (HOME is not set)".to_owned(),
+                |l| l.display().to_string(),
+            );
+            bail!(
+                "server {name:?} is only in {}, a config file of the project in {}, which is not trusted: a project's entry can run any command and send your environment's secrets anywhere. Once you have read the entry, pass --trust-workspace, or trust the folder from now on by adding the line {} to {list}",
+                project.file.display(),
+                folder.display(),
+                folder.display()
+            );
+        }
+        (None, None) => {}
     }
     let known: Vec<&str> = entries.iter().map(|e| e.name.as_str()).collect();
     if known.is_empty() {
@@ -365,6 +446,7 @@ fn parse(text: &str, host: &'static str, file: &Path) -> anyhow::Result<Vec<Entr
             name: name.clone(),
             host,
             file: file.to_owned(),
+            workspace: false,
             command,
             env: strings(s.get("env"), "env", file)?,
             url,
@@ -378,6 +460,19 @@ fn parse(text: &str, host: &'static str, file: &Path) -> anyhow::Result<Vec<Entr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_users_files_come_before_the_projects() {
+        let found = files(Some(Path::new("mine.json")));
+        // Unit tests run in the crate's folder, not in HOME: both project files are there.
+        let i = found
+            .iter()
+            .position(|(_, _, w)| *w)
+            .expect("the project's files are looked in");
+        assert_eq!(found[0].0, "--servers");
+        assert_eq!(found.len() - i, 2, "{found:?}");
+        assert!(found[i..].iter().all(|(_, _, w)| *w), "{found:?}");
+    }
 
     #[test]
     fn entries_of_each_shape_are_read() {

@@ -69,6 +69,12 @@ pub(crate) struct Connect {
     /// headers}}}`), looked in before the hosts' files.
     #[arg(long, value_name = "FILE")]
     servers: Option<std::path::PathBuf>,
+    /// Trust the project in the working directory: its `.vscode/mcp.json` and
+    /// `.cursor/mcp.json` entries may be used with --server (they can run any command and
+    /// read your environment). Without it, only folders listed in
+    /// ~/.config/mcp-resources/trusted-workspaces are trusted.
+    #[arg(long, requires = "server")]
+    trust_workspace: bool,
     /// An HTTP header for every request, as "Name: value" (repeatable); e.g. an
     /// "Authorization: Bearer …" token. Never printed.
     #[arg(
@@ -143,7 +149,7 @@ impl Session {
         let transport = match (&c.url, c.command.is_empty()) {
             _ if c.server.is_some() => {
                 let name = c.server.as_deref().unwrap_or_default();
-                let entry = hosts::find(name, c.servers.as_deref())?;
+                let entry = hosts::find(name, c.servers.as_deref(), c.trust_workspace)?;
                 match &entry.url {
                     Some(url) => {
                         let mut headers = entry.headers.clone();
@@ -343,14 +349,47 @@ impl Session {
             .await
     }
 
+    /// [`Self::request`] for an answer known to take at most `max` bytes: the transport stops
+    /// reading past them (with a [`transport::AnswerTooLarge`] error) instead of holding up
+    /// to `--max-message-mib` first.
+    pub(crate) async fn request_within(
+        &self,
+        method: &str,
+        params: Value,
+        max: usize,
+    ) -> anyhow::Result<Value> {
+        let raw = self
+            .exchange(
+                self.new_request_id(),
+                method,
+                params,
+                Some(self.timeout),
+                Some(max),
+            )
+            .await?;
+        serde_json::from_str(raw.get())
+            .with_context(|| format!("the server's answer to {method} is not valid JSON"))
+    }
+
     /// [`Self::request_raw`] with an id from [`Self::new_request_id`], for a request that may
     /// have to be cancelled by id later.
     pub(crate) async fn request_raw_with_id(
         &self,
         id: u64,
         method: &str,
+        params: Value,
+        timeout: Option<Duration>,
+    ) -> anyhow::Result<Box<RawValue>> {
+        self.exchange(id, method, params, timeout, None).await
+    }
+
+    async fn exchange(
+        &self,
+        id: u64,
+        method: &str,
         mut params: Value,
         timeout: Option<Duration>,
+        max: Option<usize>,
     ) -> anyhow::Result<Box<RawValue>> {
         if self.era == Era::Modern {
             let obj = params.as_object_mut().expect("params are an object");
@@ -372,11 +411,12 @@ impl Session {
             method,
             message,
             name: name.as_deref(),
+            max,
         });
         let Some(t) = timeout else {
             return exchange.await;
         };
-        let deadline = *self.deadline.lock().expect("deadline lock");
+        let deadline = *mcpr_core::sync::lock(&self.deadline);
         match deadline {
             Some(at) => tokio::time::timeout_at(at, exchange).await.map_err(|_| {
                 anyhow::anyhow!(
@@ -401,7 +441,7 @@ impl Session {
     /// From now on each request has `--timeout` of its own instead of sharing the command's:
     /// a watch that is watching runs until interrupted.
     pub(crate) fn end_deadline(&self) {
-        *self.deadline.lock().expect("deadline lock") = None;
+        *mcpr_core::sync::lock(&self.deadline) = None;
     }
 
     /// For the legacy era over HTTP: open the stream notifications arrive on. Over stdio they

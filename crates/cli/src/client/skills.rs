@@ -9,10 +9,13 @@ use anyhow::{Context as _, anyhow, bail};
 use mcpr_server::skills::catalog::{MAX_SKILL_BYTES, MAX_SKILL_FILES};
 use rmcp::model::{SKILLS_EXTENSION_ID, Skill, SkillResources};
 use serde_json::{Value, json};
+use unicode_normalization::UnicodeNormalization as _;
+use unicode_script::{Script, ScriptExtension, UnicodeScript as _};
 
 use super::Session;
 use super::commands::{decode_contents, paginate, parsed};
 use super::output::{clean, field, raw_line, table};
+use super::transport::AnswerTooLarge;
 
 /// Fail unless the server declared the Skills extension: a bare -32601 says less.
 fn require_skills(s: &Session) -> anyhow::Result<()> {
@@ -139,6 +142,91 @@ fn local_path(skill_uri: &str, file_uri: &str) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
+/// What a pull's temporary folder is called: `.NAME.pull-PID-NANOS.partial`, NAME the
+/// skill's folder name, PID the pulling process, NANOS (hex) telling two of its pulls apart.
+fn staging_name(name: &str, pid: u32, nanos: u32) -> String {
+    format!(".{name}.pull-{pid}-{nanos:x}.partial")
+}
+
+/// The process id in a name [`staging_name`] makes, or `None` for any other name.
+fn staging_pid(file_name: &str) -> Option<u32> {
+    let inner = file_name.strip_prefix('.')?.strip_suffix(".partial")?;
+    let (_, tail) = inner.rsplit_once(".pull-")?;
+    let (pid, nanos) = tail.split_once('-')?;
+    let digits = |t: &str, hex: bool| {
+        !t.is_empty()
+            && t.chars().all(|c| {
+                if hex {
+                    c.is_ascii_hexdigit()
+                } else {
+                    c.is_ascii_digit()
+                }
+            })
+    };
+    if !digits(pid, false) || !digits(nanos, true) {
+        return None;
+    }
+    pid.parse().ok()
+}
+
+/// The longest a pull can run: `--timeout` bounds the whole command and is at most an hour.
+const LONGEST_PULL: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Whether process `pid` is running, where the system says (Linux's `/proc`); `None` where
+/// it cannot be told.
+fn process_alive(pid: u32) -> Option<bool> {
+    if pid == std::process::id() {
+        return Some(true);
+    }
+    let proc = Path::new("/proc");
+    if !proc.join("self").exists() {
+        return None;
+    }
+    // A zombie (killed, not yet reaped) pulls nothing any more.
+    match std::fs::read_to_string(proc.join(pid.to_string()).join("stat")) {
+        Ok(stat) => Some(
+            stat.rsplit_once(')')
+                .is_none_or(|(_, rest)| !rest.trim_start().starts_with('Z')),
+        ),
+        Err(_) => Some(false),
+    }
+}
+
+/// Remove the temporary folders that pulls into `dir` left behind when they were killed:
+/// only folders (never a link or a file) named as [`staging_name`] makes them, and of those
+/// only the ones whose process is gone, or, where that cannot be told, that are older than
+/// any pull can run. Everything else in `dir` is left alone. Returns how many were removed.
+fn remove_stale_staging(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(staging_pid) else {
+            continue;
+        };
+        let Ok(meta) = std::fs::symlink_metadata(entry.path()) else {
+            continue;
+        };
+        if !meta.is_dir() {
+            continue;
+        }
+        let stale = match process_alive(pid) {
+            Some(alive) => !alive,
+            None => meta
+                .modified()
+                .ok()
+                .and_then(|m| m.elapsed().ok())
+                .is_some_and(|age| age > LONGEST_PULL),
+        };
+        if stale && std::fs::remove_dir_all(entry.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
 /// A folder this pull owns: removed, with all it holds, unless [`Staging::keep`] is called.
 /// It is made with `create_dir` (never an existing one), so no link can be in it but ours.
 struct Staging {
@@ -151,10 +239,7 @@ impl Staging {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.subsec_nanos());
-        let path = dir.join(format!(
-            ".{name}.pull-{}-{nanos:x}.partial",
-            std::process::id()
-        ));
+        let path = dir.join(staging_name(name, std::process::id(), nanos));
         std::fs::create_dir(&path)
             .with_context(|| format!("cannot create the temporary folder {}", path.display()))?;
         Ok(Self { path, kept: false })
@@ -169,13 +254,87 @@ impl Drop for Staging {
     }
 }
 
+/// Room, beyond a file's own bytes, for the `resources/read` answer that carries it: the
+/// JSON-RPC envelope, the URI, the MIME type and any `_meta`.
+const ANSWER_FRAMING: usize = 64 * 1024;
+
+/// The most bytes the answer carrying a file of `size` bytes can take: its bytes as a JSON
+/// string at the worst (a control character is six, `\u0001`; base64 is 4/3 of them, and
+/// a server that escapes every non-ASCII character takes at most three for each byte of
+/// UTF-8) and [`ANSWER_FRAMING`]. Past it the server sends more than the manifest announced,
+/// and reading stops there instead of at `--max-message-mib`.
+fn answer_bound(size: u64) -> usize {
+    usize::try_from(size)
+        .unwrap_or(usize::MAX)
+        .saturating_mul(6)
+        .saturating_add(ANSWER_FRAMING)
+}
+
+/// The name a skill's folder is written under: the NFKC form of its name, the form the spec
+/// compares with the URI's segment (`ｅｖｉｌ` is written `evil`, as `skill://acme/evil/`
+/// names it). A name whose letters mix scripts (a Cyrillic `е` among Latin ones) is
+/// refused: it would show as another skill's name.
+fn folder_name(name: &str) -> anyhow::Result<String> {
+    let nfkc: String = name.nfkc().collect();
+    if mixes_scripts(&nfkc) {
+        bail!(
+            "the skill's name {} mixes scripts ({}); it could pass for another skill's name, so it is not pulled",
+            clean(name),
+            scripts_of(&nfkc).join(", ")
+        );
+    }
+    Ok(nfkc)
+}
+
+/// Whether `text` is not single-script in the sense of Unicode's UTS #39: the scripts of its
+/// characters (their Script_Extensions, digits and hyphens fitting any) have none in common,
+/// Han taken together with Hiragana and Katakana (Japanese), with Hangul (Korean) and with
+/// Bopomofo, as one writing system each.
+fn mixes_scripts(text: &str) -> bool {
+    let mut common = ScriptExtension::for_str("");
+    let (mut japanese, mut korean, mut bopomofo) = (true, true, true);
+    for c in text.chars() {
+        let ext = c.script_extension();
+        if ext.is_common() || ext.is_inherited() {
+            continue;
+        }
+        let has = |s: Script| ext.contains_script(s);
+        japanese &= has(Script::Han) || has(Script::Hiragana) || has(Script::Katakana);
+        korean &= has(Script::Han) || has(Script::Hangul);
+        bopomofo &= has(Script::Han) || has(Script::Bopomofo);
+        common.intersect_with(ext);
+    }
+    common.is_empty() && !japanese && !korean && !bopomofo
+}
+
+/// The scripts the letters of `text` are written in, each named once, for a message.
+fn scripts_of(text: &str) -> Vec<&'static str> {
+    let mut out: Vec<&'static str> = Vec::new();
+    for c in text.chars() {
+        let script = c.script();
+        if matches!(script, Script::Common | Script::Inherited) {
+            continue;
+        }
+        if !out.contains(&script.full_name()) {
+            out.push(script.full_name());
+        }
+    }
+    out
+}
+
 /// The entry of the skill whose `SKILL.md` is `uri`: `skills/get`, or, from a server that
 /// does not answer it (-32601, or an answer without `skill`), the entry `skills/list` holds.
 async fn entry(s: &Session, uri: &str) -> anyhow::Result<Skill> {
     let parse = |v: Value| -> anyhow::Result<Skill> {
         serde_json::from_value(v).context("the server's skill entry is not a skill")
     };
-    match s.request("skills/get", json!({ "uri": uri })).await {
+    // A skill's manifest is far smaller than the skill may be (16 MiB, the spec's bound):
+    // an answer past that is not a skill entry, and is not held whole to find out.
+    let bound = usize::try_from(MAX_SKILL_BYTES).unwrap_or(usize::MAX);
+    match s
+        .request_within("skills/get", json!({ "uri": uri }), bound)
+        .await
+    {
         Ok(mut result) => {
             if let Some(skill) = result.get_mut("skill").map(Value::take) {
                 return parse(skill);
@@ -274,7 +433,8 @@ pub(crate) async fn pull(s: &Session, uri: &str, dir: &Path, force: bool) -> any
     skill
         .validate()
         .map_err(|e| anyhow!("the server's skill is not valid: {}", clean(&e.to_string())))?;
-    let name = skill.name();
+    let name = folder_name(skill.name())?;
+    let name = name.as_str();
     // The name passed rmcp's rules (letters, digits, hyphens): still, it must be one plain
     // folder name here.
     let mut comps = Path::new(name).components();
@@ -291,10 +451,9 @@ pub(crate) async fn pull(s: &Session, uri: &str, dir: &Path, force: bool) -> any
     if created_dir {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
-    // SKILL.md first: a skill whose entry point fails verification is not read further.
-    let mut order: Vec<usize> = (0..files.len()).collect();
-    order.sort_by_key(|&i| files[i].uri != skill.uri);
-    let outcome = fetch_into(s, dir, &skill, files, &order, &targets, force).await;
+    // Pulls killed before they finished left their temporary folders here: theirs only.
+    remove_stale_staging(dir);
+    let outcome = fetch_into(s, dir, name, &skill, files, &targets, force).await;
     if outcome.is_err() && created_dir {
         let _ = std::fs::remove_dir(dir);
     }
@@ -313,13 +472,12 @@ pub(crate) async fn pull(s: &Session, uri: &str, dir: &Path, force: bool) -> any
 async fn fetch_into(
     s: &Session,
     dir: &Path,
+    name: &str,
     skill: &Skill,
     files: &[rmcp::model::SkillResource],
-    order: &[usize],
     targets: &[PathBuf],
     force: bool,
 ) -> anyhow::Result<PathBuf> {
-    let name = skill.name();
     let dest = dir.join(name);
     let exists = std::fs::symlink_metadata(&dest).is_ok();
     if exists && !force {
@@ -328,13 +486,31 @@ async fn fetch_into(
     let staging = Staging::new(dir, name)?;
     let fresh = staging.path.join(name);
     std::fs::create_dir(&fresh).with_context(|| format!("cannot create {}", fresh.display()))?;
-    for &i in order {
+    // SKILL.md first: a skill whose entry point fails verification is not read further.
+    let mut order: Vec<usize> = (0..files.len()).collect();
+    order.sort_by_key(|&i| files[i].uri != skill.uri);
+    for i in order {
         let (file, rel) = (&files[i], &targets[i]);
         let shown = rel.display();
+        // Each answer is held to what its manifest entry announced (with room for its
+        // encoding), so a server cannot make the pull hold more than the skill's size allows.
         let result = s
-            .request("resources/read", json!({ "uri": file.uri }))
+            .request_within(
+                "resources/read",
+                json!({ "uri": file.uri }),
+                answer_bound(file.size),
+            )
             .await
-            .with_context(|| format!("cannot read {shown} ({})", clean(&file.uri)))?;
+            .map_err(|e| match e.downcast_ref::<AnswerTooLarge>() {
+                Some(big) => anyhow!(
+                    "{shown} ({}) is larger than the manifest says: its answer passed {} bytes, more than {} bytes of file can take even encoded; stopped reading, nothing was written to {}",
+                    clean(&file.uri),
+                    big.limit,
+                    file.size,
+                    dir.display()
+                ),
+                None => e.context(format!("cannot read {shown} ({})", clean(&file.uri))),
+            })?;
         let parts = decode_contents(&file.uri, &result)?;
         let [part] = parts.as_slice() else {
             bail!(
@@ -399,6 +575,62 @@ mod tests {
     use super::*;
 
     const SKILL: &str = "skill://acme/alpha/SKILL.md";
+
+    #[test]
+    fn only_names_a_pull_gives_its_temporary_folders_are_taken_for_one() {
+        assert_eq!(staging_pid(&staging_name("alpha", 42, 0xbeef)), Some(42));
+        assert_eq!(staging_pid(".a.b.pull-7-0.partial"), Some(7));
+        for other in [
+            "alpha",
+            ".alpha.pull-42-beef",
+            "alpha.pull-42-beef.partial",
+            ".alpha.pull-x-beef.partial",
+            ".alpha.pull-42-xyz.partial",
+            ".alpha.pull--beef.partial",
+            ".alpha.pull-42.partial",
+        ] {
+            assert_eq!(staging_pid(other), None, "{other}");
+        }
+        assert_eq!(process_alive(std::process::id()), Some(true));
+    }
+
+    #[test]
+    fn names_are_written_in_nfkc_and_mixed_scripts_refused() {
+        assert_eq!(
+            folder_name("\u{ff45}\u{ff56}\u{ff49}\u{ff4c}").unwrap(),
+            "evil"
+        );
+        assert_eq!(folder_name("pdf-2").unwrap(), "pdf-2");
+        // One writing system each, Japanese and Korean with their Han.
+        for one in [
+            "обзор",
+            "σύνοψη",
+            "レビュー",
+            "日本語のレビュー",
+            "한국어-검토",
+            "审阅-2",
+        ] {
+            assert!(!mixes_scripts(one), "{one}");
+        }
+        for mixed in ["\u{435}vil", "pаypal", "αbc", "레ビュー"] {
+            assert!(mixes_scripts(mixed), "{mixed}");
+            assert!(folder_name(mixed).is_err(), "{mixed}");
+        }
+        let e = folder_name("\u{435}vil").unwrap_err().to_string();
+        assert!(e.contains("mixes scripts (Cyrillic, Latin)"), "{e}");
+    }
+
+    #[test]
+    fn an_answer_is_bounded_by_its_file_size_with_room_for_encoding() {
+        assert_eq!(answer_bound(10), 60 + ANSWER_FRAMING);
+        assert_eq!(answer_bound(0), ANSWER_FRAMING);
+        // Base64 of any size fits: 4 bytes for every 3.
+        for size in [1u64, 3, 1000, 16 << 20] {
+            let b64 = usize::try_from(size.div_ceil(3) * 4).unwrap();
+            assert!(answer_bound(size) >= b64 + ANSWER_FRAMING, "{size}");
+        }
+        assert_eq!(answer_bound(u64::MAX), usize::MAX);
+    }
 
     #[test]
     fn manifest_paths_stay_in_the_skill_folder() {

@@ -15,9 +15,13 @@ use futures::StreamExt as _;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+use mcpr_core::sync::lock;
+use mcpr_core::{redact_url, redact_urls_in};
+
 use super::sse::{EventStream, Resume, Stop};
 use super::{
-    Inbound, Incoming, Outgoing, Reply, RpcError, answer_server_request, reply_of, snippet,
+    AnswerTooLarge, Inbound, Incoming, Outgoing, Reply, RpcError, answer_server_request, reply_of,
+    snippet,
 };
 
 /// The wait before reconnecting when the server named none with `retry:`.
@@ -101,7 +105,7 @@ pub(crate) struct Http {
 struct HttpInner {
     client: reqwest::Client,
     url: reqwest::Url,
-    /// The URL without any user or password, for messages.
+    /// The URL for messages: user information masked, query dropped ([`redact_url`]).
     shown: String,
     headers: reqwest::header::HeaderMap,
     state: Mutex<HttpState>,
@@ -129,14 +133,13 @@ impl Http {
         inbound: mpsc::UnboundedSender<Inbound>,
         max_message: usize,
     ) -> anyhow::Result<Self> {
-        let url = reqwest::Url::parse(url).with_context(|| format!("--url {url}: not a URL"))?;
+        // The URL may carry a password or a `?token=`: every message shows it redacted.
+        let shown = redact_url(url);
+        let url = reqwest::Url::parse(url).with_context(|| format!("--url {shown}: not a URL"))?;
         anyhow::ensure!(
             matches!(url.scheme(), "http" | "https"),
-            "--url {url}: only http:// and https:// URLs are supported"
+            "--url {shown}: only http:// and https:// URLs are supported"
         );
-        let mut shown = url.clone();
-        let _ = shown.set_username("");
-        let _ = shown.set_password(None);
         // rustls needs a process-wide crypto provider; ring is the one the workspace builds.
         let _ = rustls::crypto::ring::default_provider().install_default();
         let client = reqwest::Client::builder()
@@ -151,7 +154,7 @@ impl Http {
             inner: Arc::new(HttpInner {
                 client,
                 url,
-                shown: shown.to_string(),
+                shown,
                 headers,
                 max_message,
                 state: Mutex::default(),
@@ -163,19 +166,14 @@ impl Http {
     /// Send `MCP-Protocol-Version: version` from now on; `modern` says the session is of the
     /// 2026-07-28 era.
     pub(crate) fn set_version(&self, version: &str, modern: bool) {
-        let mut s = self.inner.state.lock().expect("http state lock");
+        let mut s = lock(&self.inner.state);
         s.version = Some(version.to_owned());
         s.modern = modern;
     }
 
     /// Whether a legacy session id was handed out (the server keeps per-session state).
     pub(crate) fn has_session(&self) -> bool {
-        self.inner
-            .state
-            .lock()
-            .expect("http state lock")
-            .session
-            .is_some()
+        lock(&self.inner.state).session.is_some()
     }
 
     fn with_state_headers(
@@ -184,7 +182,7 @@ impl Http {
         method: Option<&str>,
         name: Option<&str>,
     ) -> reqwest::RequestBuilder {
-        let s = self.inner.state.lock().expect("http state lock");
+        let s = lock(&self.inner.state);
         if let Some(session) = &s.session {
             rb = rb.header("Mcp-Session-Id", session);
         }
@@ -232,7 +230,7 @@ impl Http {
             .get("mcp-session-id")
             .and_then(|v| v.to_str().ok())
         {
-            self.inner.state.lock().expect("http state lock").session = Some(id.to_owned());
+            lock(&self.inner.state).session = Some(id.to_owned());
         }
         Ok(resp)
     }
@@ -248,7 +246,10 @@ impl Http {
             source = s.source();
         }
         msg.push_str(": ");
-        msg.push_str(&last.unwrap_or_else(|| e.to_string()));
+        // reqwest's own message names the URL as given, query and all.
+        msg.push_str(&redact_urls_in(
+            &last.unwrap_or_else(|| e.without_url().to_string()),
+        ));
         anyhow!(msg)
     }
 
@@ -258,20 +259,22 @@ impl Http {
         if !status.is_success() {
             return Err(self.failed(resp).await);
         }
+        let limit = self.limit(&req);
         if is_event_stream(&resp) {
             return self.answer_on_stream(resp, &req).await;
         }
         let mut body = resp.bytes_stream();
         let mut bytes = Vec::new();
         while let Some(chunk) = body.next().await {
-            let chunk =
-                chunk.map_err(|e| anyhow!("the answer to {} broke off: {e}", req.method))?;
-            if bytes.len() + chunk.len() > self.inner.max_message {
-                bail!(
-                    "the answer to {} is over {} MiB; stopped reading (--max-message-mib raises the limit)",
+            let chunk = chunk.map_err(|e| {
+                anyhow!(
+                    "the answer to {} broke off: {}",
                     req.method,
-                    self.inner.max_message >> 20
-                );
+                    e.without_url()
+                )
+            })?;
+            if bytes.len() + chunk.len() > limit {
+                return Err(self.too_large(&req, limit));
             }
             bytes.extend_from_slice(&chunk);
         }
@@ -295,6 +298,29 @@ impl Http {
             );
         }
         reply_of(msg)
+    }
+
+    /// The most bytes the answer to `req` (a JSON body, or one event) may take.
+    fn limit(&self, req: &Outgoing<'_>) -> usize {
+        req.max
+            .map_or(self.inner.max_message, |m| m.min(self.inner.max_message))
+    }
+
+    /// The error for an answer to `req` past `limit`: the request's own bound, or
+    /// `--max-message-mib`.
+    fn too_large(&self, req: &Outgoing<'_>, limit: usize) -> anyhow::Error {
+        if limit < self.inner.max_message {
+            return AnswerTooLarge {
+                method: req.method.to_owned(),
+                limit,
+            }
+            .into();
+        }
+        anyhow!(
+            "the answer to {} is over {} MiB; stopped reading (--max-message-mib raises the limit)",
+            req.method,
+            self.inner.max_message >> 20
+        )
     }
 
     /// The error for a non-2xx answer: its JSON-RPC error when the body has one, else the
@@ -336,7 +362,7 @@ impl Http {
             return error.into();
         }
         let detail = match location {
-            Some(l) if status.is_redirection() => format!("redirected to {l}"),
+            Some(l) if status.is_redirection() => format!("redirected to {}", redact_url(&l)),
             _ => snippet(&String::from_utf8_lossy(&body)),
         };
         HttpStatus {
@@ -352,7 +378,8 @@ impl Http {
     /// client poll the rest with `GET` and `Last-Event-ID`).
     async fn answer_on_stream(&self, resp: reqwest::Response, req: &Outgoing<'_>) -> Reply {
         let mut resume = Resume::default();
-        let mut events = EventStream::new(resp, self.inner.max_message);
+        let limit = self.limit(req);
+        let mut events = EventStream::new(resp, limit);
         let mut reconnects = 0;
         loop {
             let before = resume.last_id.clone();
@@ -361,7 +388,10 @@ impl Http {
                 .await
             {
                 Ok(reply) => return reply,
-                Err(Stop::Bad(why)) => bail!(why),
+                Err(Stop::TooLarge(_)) if limit < self.inner.max_message => {
+                    return Err(self.too_large(req, limit));
+                }
+                Err(Stop::Bad(why) | Stop::TooLarge(why)) => bail!(why),
                 Err(Stop::Ended) => "ended without answering".to_owned(),
                 Err(Stop::Broke(e)) => format!("broke off: {e}"),
             };
@@ -381,18 +411,19 @@ impl Http {
             }
             reconnects += 1;
             tokio::time::sleep(resume.retry.unwrap_or(DEFAULT_RETRY)).await;
-            events = self.reconnect(Some(&id)).await?;
+            events = self.reconnect(Some(&id), limit).await?;
         }
     }
 
     /// Whether a dropped stream can be picked up again: a legacy session exists to `GET`.
     fn resumable(&self) -> bool {
-        let s = self.inner.state.lock().expect("http state lock");
+        let s = lock(&self.inner.state);
         !s.modern && s.session.is_some()
     }
 
-    /// The legacy era's `GET` stream, from after event `last_id` when given.
-    async fn reconnect(&self, last_id: Option<&str>) -> anyhow::Result<EventStream> {
+    /// The legacy era's `GET` stream, from after event `last_id` when given, its events of at
+    /// most `max` bytes.
+    async fn reconnect(&self, last_id: Option<&str>, max: usize) -> anyhow::Result<EventStream> {
         let mut rb = self
             .inner
             .client
@@ -413,7 +444,7 @@ impl Http {
         if !is_event_stream(&resp) {
             bail!("the server's notification stream is not text/event-stream");
         }
-        Ok(EventStream::new(resp, self.inner.max_message))
+        Ok(EventStream::new(resp, max))
     }
 
     /// Read events: notifications to the inbound channel, requests from the server answered,
@@ -471,14 +502,14 @@ impl Http {
     /// server's `retry:` with `Last-Event-ID`, so the server replays what was missed; each
     /// drop is told on the inbound channel, and the end once reconnecting brings nothing.
     pub(crate) async fn open_notification_stream(&self) -> anyhow::Result<()> {
-        let mut events = self.reconnect(None).await?;
+        let mut events = self.reconnect(None, self.inner.max_message).await?;
         let this = self.clone();
         tokio::spawn(async move {
             let mut resume = Resume::default();
             let reason = 'stream: loop {
                 let why = match this.read_events(&mut events, None, &mut resume).await {
                     Ok(_) => continue,
-                    Err(Stop::Bad(why)) => break why,
+                    Err(Stop::Bad(why) | Stop::TooLarge(why)) => break why,
                     Err(Stop::Ended) => "the server closed the notification stream".to_owned(),
                     Err(Stop::Broke(e)) => format!("the notification stream broke off: {e}"),
                 };
@@ -494,7 +525,10 @@ impl Http {
                         wait.as_millis()
                     )));
                     tokio::time::sleep(wait).await;
-                    match this.reconnect(resume.last_id.as_deref()).await {
+                    match this
+                        .reconnect(resume.last_id.as_deref(), this.inner.max_message)
+                        .await
+                    {
                         Ok(fresh) => {
                             events = fresh;
                             continue 'stream;
@@ -517,13 +551,7 @@ impl Http {
     }
 
     pub(super) async fn close(self) {
-        let session = self
-            .inner
-            .state
-            .lock()
-            .expect("http state lock")
-            .session
-            .clone();
+        let session = lock(&self.inner.state).session.clone();
         if session.is_some() {
             let rb = self
                 .inner

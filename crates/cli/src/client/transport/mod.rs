@@ -19,6 +19,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use anyhow::anyhow;
+use mcpr_core::sync::lock;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
@@ -40,6 +41,27 @@ impl fmt::Display for RpcError {
 }
 
 impl std::error::Error for RpcError {}
+
+/// An answer that grew past the bound its request set ([`Outgoing::max`]), below
+/// `--max-message-mib`: reading stopped there, so no more than that was held.
+#[derive(Debug, Clone)]
+pub(crate) struct AnswerTooLarge {
+    pub method: String,
+    /// The bound, in bytes.
+    pub limit: usize,
+}
+
+impl fmt::Display for AnswerTooLarge {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the answer to {} is over {} bytes, the most this request takes; stopped reading",
+            self.method, self.limit
+        )
+    }
+}
+
+impl std::error::Error for AnswerTooLarge {}
 
 impl RpcError {
     pub(super) fn from_value(error: &Value) -> Self {
@@ -90,6 +112,10 @@ pub(crate) struct Outgoing<'a> {
     pub message: Value,
     /// The `Mcp-Name` header's value (over HTTP, in either era).
     pub name: Option<&'a str>,
+    /// The most bytes the answer may take, when the caller knows it to be less than
+    /// `--max-message-mib` (a skill file whose size the manifest gives): the transport stops
+    /// reading there, rather than holding a large answer and refusing it afterwards.
+    pub max: Option<usize>,
 }
 
 /// A connected transport.
@@ -125,8 +151,16 @@ impl Transport {
     }
 }
 
+/// A request waiting for its answer.
+pub(super) struct Waiter {
+    pub(super) tx: oneshot::Sender<Reply>,
+    pub(super) method: String,
+    /// [`Outgoing::max`].
+    pub(super) max: Option<usize>,
+}
+
 /// Requests waiting for their answer, by id.
-pub(super) type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Reply>>>>;
+pub(super) type Pending = Arc<Mutex<HashMap<u64, Waiter>>>;
 
 /// Route one message from the server (`line` is its text). Returns the answer to send back
 /// when the message was a request of the server's own.
@@ -138,10 +172,8 @@ pub(super) fn dispatch(
 ) -> Option<Value> {
     match (msg.method.as_deref(), msg.id.clone()) {
         (None, Some(id)) => {
-            let tx = id
-                .as_u64()
-                .and_then(|id| pending.lock().expect("pending lock").remove(&id))?;
-            let _ = tx.send(reply_of(msg));
+            let waiter = id.as_u64().and_then(|id| lock(pending).remove(&id))?;
+            let _ = waiter.tx.send(reply_of(msg));
             None
         }
         (Some(method), Some(id)) => Some(answer_server_request(method, id)),
@@ -184,9 +216,9 @@ pub(super) fn finish(
     inbound: &mpsc::UnboundedSender<Inbound>,
     reason: String,
 ) {
-    *ended.lock().expect("ended lock") = Some(reason.clone());
-    for (_, tx) in pending.lock().expect("pending lock").drain() {
-        let _ = tx.send(Err(anyhow!(reason.clone())));
+    *lock(ended) = Some(reason.clone());
+    for (_, waiter) in lock(pending).drain() {
+        let _ = waiter.tx.send(Err(anyhow!(reason.clone())));
     }
     let _ = inbound.send(Inbound::Ended(reason));
 }

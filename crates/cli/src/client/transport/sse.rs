@@ -31,9 +31,10 @@ pub(crate) enum Stop {
     Ended,
     /// The connection broke (reset, timeout, truncated chunk): resumable.
     Broke(String),
-    /// An event over the size limit, or bytes that are not an event stream: not resumable,
-    /// the same bytes would come again.
+    /// Bytes that are not an event stream: not resumable, the same bytes would come again.
     Bad(String),
+    /// An event over the size limit: not resumable either, for the same reason.
+    TooLarge(String),
 }
 
 /// The error the byte stream hands the parser: the network's, or ours when an event grows
@@ -83,7 +84,8 @@ impl EventStream {
         let held = Arc::new(AtomicUsize::new(0));
         let counter = held.clone();
         let bytes = resp.bytes_stream().map(move |chunk| {
-            let chunk = chunk.map_err(BodyError::Net)?;
+            // reqwest's error names the URL as given, query and all.
+            let chunk = chunk.map_err(|e| BodyError::Net(e.without_url()))?;
             let now = counter.fetch_add(chunk.len(), Ordering::Relaxed) + chunk.len();
             if now > max {
                 return Err(BodyError::TooLarge(max));
@@ -114,7 +116,7 @@ impl EventStream {
             Some(Err(sse_stream::Error::Body(e))) => match e.downcast::<BodyError>() {
                 Ok(e) => match *e {
                     BodyError::Net(_) => Err(Stop::Broke(e.to_string())),
-                    BodyError::TooLarge(_) => Err(Stop::Bad(e.to_string())),
+                    BodyError::TooLarge(_) => Err(Stop::TooLarge(e.to_string())),
                 },
                 Err(e) => Err(Stop::Broke(e.to_string())),
             },
@@ -176,7 +178,7 @@ mod tests {
         let mut s = stream(&[b"data: 0123456789", b"0123456789", b"0123456789\n\n"], 24);
         let mut r = Resume::default();
         match s.next(&mut r).await {
-            Err(Stop::Bad(why)) => assert!(why.contains("--max-message-mib"), "{why}"),
+            Err(Stop::TooLarge(why)) => assert!(why.contains("--max-message-mib"), "{why}"),
             other => panic!("expected the limit, got {other:?}"),
         }
     }

@@ -8,13 +8,15 @@ use std::time::Duration;
 
 use anyhow::{Context as _, anyhow, bail};
 use serde_json::Value;
-use tokio::io::{
-    AsyncBufRead, AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader,
-};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::process::{Child, ChildStdin};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{Inbound, Incoming, Outgoing, Pending, Reply, dispatch, finish, snippet};
+use mcpr_core::sync::lock;
+
+use super::{
+    AnswerTooLarge, Inbound, Incoming, Outgoing, Pending, Reply, Waiter, dispatch, finish, snippet,
+};
 
 /// How many of the child's last stderr lines are kept for error messages.
 const STDERR_TAIL: usize = 20;
@@ -31,29 +33,55 @@ enum Line {
     End,
 }
 
-/// Reads one line of at most `max` bytes, never holding more than `max + 1` of it.
-async fn read_line<R: AsyncBufRead + Unpin>(reader: &mut R, max: usize) -> std::io::Result<Line> {
+/// Reads one line of at most `max()` bytes, never holding more than `max() + 1` of it. The
+/// bound is asked again for each piece read, so a request sent while the reader waits (whose
+/// answer may take less than the connection's bound) is held to its own from its first byte.
+async fn read_line<R: AsyncBufRead + Unpin>(
+    reader: &mut R,
+    max: impl Fn() -> usize,
+) -> std::io::Result<Line> {
     let mut buf = Vec::new();
-    let limit = u64::try_from(max).unwrap_or(u64::MAX).saturating_add(1);
-    let n = (&mut *reader)
-        .take(limit)
-        .read_until(b'\n', &mut buf)
-        .await?;
-    if n == 0 {
-        return Ok(Line::End);
-    }
-    if buf.last() == Some(&b'\n') {
-        buf.pop();
-        if buf.last() == Some(&b'\r') {
-            buf.pop();
+    loop {
+        let available = reader.fill_buf().await?;
+        if available.is_empty() {
+            return Ok(if buf.is_empty() {
+                Line::End
+            } else {
+                Line::Text(buf)
+            });
         }
-        return Ok(Line::Text(buf));
+        let newline = available.iter().position(|&b| b == b'\n');
+        let piece = newline.map_or(available.len(), |i| i + 1);
+        let limit = max();
+        let content = buf.len() + piece - usize::from(newline.is_some());
+        if content > limit {
+            // The first `limit + 1` bytes only; the rest stays unread.
+            let keep = (limit + 1).saturating_sub(buf.len()).min(piece);
+            buf.extend_from_slice(&available[..keep]);
+            reader.consume(keep);
+            return Ok(Line::TooLong(buf));
+        }
+        buf.extend_from_slice(&available[..piece]);
+        reader.consume(piece);
+        if newline.is_some() {
+            buf.pop();
+            if buf.last() == Some(&b'\r') {
+                buf.pop();
+            }
+            return Ok(Line::Text(buf));
+        }
     }
-    Ok(if buf.len() > max {
-        Line::TooLong(buf)
-    } else {
-        Line::Text(buf)
-    })
+}
+
+/// The bound on the next line from the server: `max_message`, or, while requests wait, the
+/// largest their own bounds allow (a line may answer any of them).
+fn line_limit(pending: &Pending, max_message: usize) -> usize {
+    let waiting = lock(pending);
+    waiting
+        .values()
+        .map(|w| w.max.map_or(max_message, |m| m.min(max_message)))
+        .max()
+        .unwrap_or(max_message)
 }
 
 /// The child's stdin, shared by requests and by answers to the server's own requests; the
@@ -104,13 +132,13 @@ impl Stdio {
                 let mut stderr = BufReader::new(stderr);
                 loop {
                     // A longer line is kept in pieces of this size: the tail stays bounded.
-                    let line = match read_line(&mut stderr, STDERR_LINE).await {
+                    let line = match read_line(&mut stderr, || STDERR_LINE).await {
                         Ok(Line::Text(bytes) | Line::TooLong(bytes)) => {
                             String::from_utf8_lossy(&bytes).into_owned()
                         }
                         Ok(Line::End) | Err(_) => break,
                     };
-                    let mut t = tail.lock().expect("stderr tail lock");
+                    let mut t = lock(&tail);
                     if t.len() == STDERR_TAIL {
                         t.pop_front();
                     }
@@ -132,16 +160,38 @@ impl Stdio {
         tokio::spawn(async move {
             let mut stdout = BufReader::new(stdout);
             loop {
-                let line = match read_line(&mut stdout, max_message).await {
+                let line = match read_line(&mut stdout, || line_limit(&pending, max_message)).await
+                {
                     Ok(Line::Text(bytes)) => String::from_utf8(bytes)
                         .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
                     Ok(Line::TooLong(_)) => {
                         // Reading on would hold the whole line: a server gone wrong (or one
-                        // that is not speaking JSON-RPC) could take all memory.
-                        let reason = format!(
-                            "the server `{shown}` wrote a line of over {} MiB to stdout; stopped reading (--max-message-mib raises the limit)",
-                            max_message >> 20
-                        );
+                        // that is not speaking JSON-RPC) could take all memory. A request
+                        // whose own bound is the one passed is told so by a typed error.
+                        let limit = line_limit(&pending, max_message);
+                        let capped = {
+                            let mut waiting = lock(&pending);
+                            let id = waiting
+                                .iter()
+                                .find(|(_, w)| w.max == Some(limit) && limit < max_message)
+                                .map(|(id, _)| *id);
+                            id.and_then(|id| waiting.remove(&id))
+                        };
+                        let reason = match capped {
+                            Some(w) => {
+                                let e = AnswerTooLarge {
+                                    method: w.method,
+                                    limit,
+                                };
+                                let reason = format!("the server `{shown}`: {e}");
+                                let _ = w.tx.send(Err(e.into()));
+                                reason
+                            }
+                            None => format!(
+                                "the server `{shown}` wrote a line of over {} MiB to stdout; stopped reading (--max-message-mib raises the limit)",
+                                max_message >> 20
+                            ),
+                        };
                         finish(&pending, &ended, &inbound, reason);
                         return;
                     }
@@ -178,9 +228,7 @@ impl Stdio {
             })
             .await;
             let _ = tokio::time::timeout(Duration::from_millis(500), stderr_task).await;
-            let last = tail
-                .lock()
-                .expect("stderr tail lock")
+            let last = lock(&tail)
                 .iter()
                 .rev()
                 .find(|l| !l.trim().is_empty())
@@ -200,12 +248,16 @@ impl Stdio {
 
     pub(super) async fn request(&self, req: Outgoing<'_>) -> Reply {
         let (tx, rx) = oneshot::channel();
-        self.pending
-            .lock()
-            .expect("pending lock")
-            .insert(req.id, tx);
+        lock(&self.pending).insert(
+            req.id,
+            Waiter {
+                tx,
+                method: req.method.to_owned(),
+                max: req.max,
+            },
+        );
         if let Err(e) = self.write(&req.message).await {
-            self.pending.lock().expect("pending lock").remove(&req.id);
+            lock(&self.pending).remove(&req.id);
             return Err(e);
         }
         match rx.await {
@@ -224,9 +276,7 @@ impl Stdio {
     }
 
     fn ended_reason(&self) -> String {
-        self.ended
-            .lock()
-            .expect("ended lock")
+        lock(&self.ended)
             .clone()
             .unwrap_or_else(|| "the server closed the connection".to_owned())
     }
