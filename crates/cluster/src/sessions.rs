@@ -421,7 +421,7 @@ impl NatsSessionStore {
             Current::Absent => Ok(None),
             Current::Valid { record, .. } => Ok(Some(record.data)),
             Current::Unverified(_) => Err(error(
-                "a session record in NATS does not verify with the cluster's secret (another client of the NATS account wrote it)",
+                "a session record in NATS does not verify with the cluster's secret (another client of the NATS account wrote it, or a replica of a release that seals differently)",
             )),
             Current::Older { known } => Err(older(known)),
         }
