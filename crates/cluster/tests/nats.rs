@@ -933,3 +933,44 @@ async fn a_deleted_lease_stream_is_created_again_and_the_watcher_kept_within_the
     std::fs::write(root.join("a.txt"), "v1").unwrap();
     assert_eq!(hear(&mut p.feed).await, vec![FeedItem::Event(up(&p.uri))]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_event_replayed_after_its_window_reaches_nobody() {
+    let Some(nats) = start_nats().await else {
+        return;
+    };
+    let mount = "db://shop/";
+    let watched = up("db://shop/orders/1");
+    let subject = mcpr_cluster::subject("t11", mount, &watched);
+    let attacker = client(nats.port()).await;
+    let mut spied = attacker.subscribe(subject.clone()).await.unwrap();
+    attacker.flush().await.unwrap();
+    let a = NatsBus::new(client(nats.port()).await, seal(), "t11", HashSet::new());
+    ChangeSink::new(Arc::new(a.clone()), mount).updated("db://shop/orders/1");
+    let captured = tokio::time::timeout(Duration::from_secs(5), spied.next())
+        .await
+        .expect("no event captured")
+        .unwrap()
+        .payload;
+
+    // The window a message lives, clock skew included, passes; then the captured event is
+    // replayed to a replica that never had it (one that had it refuses it as seen already).
+    tokio::time::sleep(
+        mcpr_cluster::MESSAGE_MAX_AGE - mcpr_cluster::CLOCK_SKEW + Duration::from_secs(1),
+    )
+    .await;
+    let c_seal = seal();
+    let c = NatsBus::new(
+        client(nats.port()).await,
+        c_seal.clone(),
+        "t11",
+        HashSet::new(),
+    );
+    let mut fc = c.feed();
+    let _ic = c.interest(mount, &watched);
+    assert!(c.settled(Duration::from_secs(5)).await);
+    attacker.publish(subject, captured).await.unwrap();
+    attacker.flush().await.unwrap();
+    assert_eq!(drain(&mut fc, Duration::from_millis(500)).await, vec![]);
+    assert_eq!(rejected(&c_seal, "event"), 1);
+}
