@@ -2,7 +2,8 @@
 //! from the mount and URI, and a replica subscribes only to the subjects its registry
 //! declared interest in. Events of local mounts (a files mount each replica watches on its
 //! own disk) never leave the process. Every event is sealed ([`Seal`]) for its subject;
-//! what arrives unsealed, sealed for another subject or too late is dropped and counted.
+//! what arrives unsealed, sealed for another subject, too late or a second time is dropped
+//! and counted.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -14,7 +15,7 @@ use mcpr_core::change::Feeds;
 use mcpr_core::{ChangeBus, ChangeEvent, ChangeFeed, Interest};
 use tokio::sync::{broadcast, mpsc};
 
-use crate::seal::{Kind, MESSAGE_MAX_AGE, Seal};
+use crate::seal::{Kind, Seal};
 
 /// How many events may wait to be handed to the NATS client; beyond that (NATS down for long
 /// under a flood of changes) new ones are dropped with a warning rather than grow memory.
@@ -63,9 +64,13 @@ impl NatsBus {
     ) -> Self {
         let (outbox, mut rx) = mpsc::channel::<(String, bytes::Bytes)>(OUTBOX);
         let sender = client.clone();
-        // One task keeps publications in order; the client queues them while disconnected.
+        let sealer = seal.clone();
+        // One task keeps publications in order, sealing each as it goes so that their
+        // sequence numbers rise in the order receivers get them; the client queues them
+        // while disconnected.
         tokio::spawn(async move {
             while let Some((subject, payload)) = rx.recv().await {
+                let payload = sealer.seal(Kind::Event, &subject, &payload);
                 if let Err(e) = sender.publish(subject, payload).await {
                     tracing::warn!(error = %e, "cannot hand a change event to NATS");
                 }
@@ -164,8 +169,7 @@ impl ChangeBus for NatsBus {
             return;
         }
         let subject = crate::subject(&self.inner.cluster, mount, &event);
-        let payload = serde_json::to_vec(&event).expect("events serialise");
-        let payload = self.inner.seal.seal(&subject, &payload);
+        let payload = bytes::Bytes::from(serde_json::to_vec(&event).expect("events serialise"));
         if self.inner.outbox.try_send((subject, payload)).is_err() {
             tracing::warn!(mount, "change event dropped: too many waiting for NATS");
         }
@@ -204,8 +208,7 @@ impl ChangeBus for NatsBus {
                     while let Some(msg) = sub.next().await {
                         let Some(bus) = bus.upgrade() else { return };
                         let Some(payload) =
-                            bus.seal
-                                .open(Kind::Event, &msg.subject, &msg.payload, MESSAGE_MAX_AGE)
+                            bus.seal.receive(Kind::Event, &msg.subject, &msg.payload)
                         else {
                             continue;
                         };

@@ -9,15 +9,25 @@
 //!
 //! Each record is sealed ([`Seal`]) for its subject and stamped: a record that does not
 //! verify (written by another client of the NATS account) or is older than the TTL (a
-//! captured record written again) counts as absent, and is overwritten with a
-//! compare-and-set on its own sequence, so a stranger writing the subject cannot keep every
-//! replica from watching.
+//! captured record written again) is nobody's, and never hands the lease over. The holder
+//! writes over it with a compare-and-set on its own sequence and goes on holding even when a
+//! stranger writes faster than it can; the holder also says it renewed on core NATS
+//! (`mcpr.<cluster>.holder.<mount>`, sealed), and another replica that heard it within the TTL
+//! leaves such a record be. One that heard no holder for a TTL writes over it, so a stranger
+//! writing the subject cannot keep every replica from watching either.
+//!
+//! A lease stream that is gone (deleted, or lost by a NATS without storage) is created again
+//! by the first replica whose write finds it missing, so a watcher is elected again within
+//! a renewal period; a holder keeps the lease through it.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt as _;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
+use crate::js::JsError;
 use crate::seal::{Kind, Seal};
 
 /// See the module docs. Dropping it stops renewing (the lease then expires on its own).
@@ -78,25 +88,38 @@ impl Lease {
         ttl: Duration,
     ) -> Self {
         let (tx, held) = watch::channel(false);
-        let subject = format!("mcpr.{cluster}.lease.{}", crate::token(mount, 12));
+        let token = crate::token(mount, 12);
+        let subject = format!("mcpr.{cluster}.lease.{token}");
+        let notices = format!("mcpr.{cluster}.holder.{token}");
         let me = replica.to_owned();
-        let stream = stream_name(cluster);
+        let cluster = cluster.to_owned();
         let task = tokio::spawn(async move {
             let at = Place {
                 client: &client,
                 seal: &seal,
-                stream: &stream,
+                cluster: &cluster,
                 subject: &subject,
                 ttl,
             };
+            // Without the holders' notices (NATS refused the subscription) a replica only
+            // misses one reason to leave a forged record be.
+            let mut heard = client.subscribe(notices.clone()).await.ok();
+            // Until it has listened for a TTL, a replica cannot know that nobody holds the
+            // lease: it counts as having heard a holder when it started.
+            let mut other_heard: Option<Instant> = heard.as_ref().map(|_| Instant::now());
             let period = ttl / 3;
             let mut sequence: Option<u64> = None;
-            let mut renewed = tokio::time::Instant::now();
+            let mut renewed = Instant::now();
             loop {
                 let expected = sequence.unwrap_or(0);
-                sequence = match at.write(&me, expected, period).await {
+                let other_holds = other_heard.is_some_and(|t| t.elapsed() < ttl);
+                sequence = match at.write(&me, expected, other_holds, period).await {
                     Ok(seq) => {
-                        renewed = tokio::time::Instant::now();
+                        renewed = Instant::now();
+                        let notice = seal.seal(Kind::Lease, &notices, me.as_bytes());
+                        if let Err(e) = client.publish(notices.clone(), notice).await {
+                            tracing::debug!(error = %e, "cannot announce a watcher lease renewal");
+                        }
                         Some(seq)
                     }
                     // Ours expired and another replica holds it now.
@@ -112,7 +135,27 @@ impl Lease {
                     let now = sequence.is_some();
                     std::mem::replace(h, now) != now
                 });
-                tokio::time::sleep(period).await;
+                let next = Instant::now() + period;
+                loop {
+                    let notice = async {
+                        match heard.as_mut() {
+                            Some(sub) => sub.next().await,
+                            None => std::future::pending().await,
+                        }
+                    };
+                    tokio::select! {
+                        () = tokio::time::sleep_until(next) => break,
+                        msg = notice => match msg {
+                            Some(msg) => {
+                                let from = seal.receive(Kind::Lease, &msg.subject, &msg.payload);
+                                if from.is_some_and(|r| r != me.as_bytes()) {
+                                    other_heard = Some(Instant::now());
+                                }
+                            }
+                            None => heard = None,
+                        },
+                    }
+                }
             }
         });
         Self { held, task }
@@ -137,34 +180,72 @@ fn stream_name(cluster: &str) -> String {
 struct Place<'a> {
     client: &'a async_nats::Client,
     seal: &'a Seal,
-    stream: &'a str,
+    cluster: &'a str,
     subject: &'a str,
     ttl: Duration,
 }
 
+/// Whether `e` says the lease stream does not exist.
+fn missing(e: &JsError) -> bool {
+    matches!(
+        e,
+        JsError::NoResponders
+            | JsError::Api {
+                code: crate::js::STREAM_NOT_FOUND,
+                ..
+            }
+    )
+}
+
 impl Place<'_> {
-    /// Write `me` if the subject's last sequence is `expected` (0: no message); the new
-    /// sequence. When another record is there, it is looked at: ours (a write whose answer
-    /// was lost) is kept, a valid one of another replica means the lease is taken, and one
-    /// that does not verify or is stale counts as absent and is overwritten.
-    async fn write(&self, me: &str, expected: u64, within: Duration) -> Result<u64, WriteError> {
-        let unreachable = |e: crate::js::JsError| WriteError::Unreachable(e.to_string());
+    /// Write `me` if the subject's last sequence is `expected` (0: no message, and this
+    /// replica does not hold the lease); the new sequence. When another record is there, it
+    /// is looked at: ours (a write whose answer was lost) is kept, a valid one of another
+    /// replica means the lease is taken, and one that does not verify or is stale is nobody's
+    /// (see the module docs; `other_holds`: another replica said it renewed within the TTL).
+    /// A missing stream is created again.
+    async fn write(
+        &self,
+        me: &str,
+        expected: u64,
+        other_holds: bool,
+        within: Duration,
+    ) -> Result<u64, WriteError> {
+        let unreachable = |e: JsError| WriteError::Unreachable(e.to_string());
+        let holding = expected != 0;
         let put = |expected: u64| {
-            let payload = self.seal.seal(self.subject, me.as_bytes());
+            let payload = self.seal.seal(Kind::Lease, self.subject, me.as_bytes());
             crate::js::publish(self.client, self.subject, payload, Some(expected), within)
         };
+        let stream = stream_name(self.cluster);
         let mut expected = expected;
+        let mut recreated = false;
+        let mut forged = None;
+        let mut tries = 0;
         // A stranger writing the subject can slip a record in between our look and our
         // compare-and-set; only a valid record of another replica means the lease is taken,
         // so a lost race with a forged one is tried again (a few times: a stranger writing
         // without pause must not hold this task either).
-        for _ in 0..FORGED_RETRIES {
-            if let Some(seq) = put(expected).await.map_err(unreachable)? {
+        while tries < FORGED_RETRIES {
+            let written = match put(expected).await {
+                Err(e) if missing(&e) && !recreated => {
+                    recreated = true;
+                    self.recreate().await?;
+                    if !holding && other_holds {
+                        // The holder writes its record again at its next renewal.
+                        return Err(WriteError::Taken);
+                    }
+                    continue;
+                }
+                written => written.map_err(unreachable)?,
+            };
+            if let Some(seq) = written {
                 return Ok(seq);
             }
+            tries += 1;
             let last = crate::js::get(
                 self.client,
-                self.stream,
+                &stream,
                 &serde_json::json!({ "last_by_subj": self.subject }),
                 within,
             )
@@ -174,21 +255,44 @@ impl Place<'_> {
                 // Expired meanwhile.
                 None => 0,
                 Some((seq, data)) => {
-                    match self.seal.open(Kind::Lease, self.subject, &data, self.ttl) {
+                    match self
+                        .seal
+                        .open_record(Kind::Lease, self.subject, &data, self.ttl)
+                    {
                         Some(holder) if holder == me.as_bytes() => return Ok(seq),
                         Some(_) => return Err(WriteError::Taken),
-                        None => seq,
+                        None if !holding && other_holds => return Err(WriteError::Taken),
+                        None => {
+                            forged = Some(seq);
+                            seq
+                        }
                     }
                 }
             };
         }
+        // Only records that are nobody's kept this write from landing: the holder goes on
+        // holding (its notices keep the others off), so a stranger never hands it over.
+        if holding && let Some(seq) = forged {
+            return Ok(seq);
+        }
         // Not taken by a replica, not written either: like an unreachable NATS, the lease
-        // stays ours until a whole TTL passed since the last renewal.
+        // stays with whoever held it until a whole TTL passed since the last renewal.
         Err(WriteError::Unreachable(format!(
             "the lease record changed under {FORGED_RETRIES} compare-and-sets in a row \
              (a client that is not a replica writes {})",
             self.subject
         )))
+    }
+
+    /// Create the lease stream again (it was found missing).
+    async fn recreate(&self) -> Result<(), WriteError> {
+        tracing::warn!(
+            cluster = self.cluster,
+            "cluster: the watcher lease stream is missing; creating it again"
+        );
+        Lease::prepare(self.client, self.cluster, self.ttl)
+            .await
+            .map_err(WriteError::Unreachable)
     }
 }
 

@@ -1,36 +1,66 @@
 //! Authentication of everything the replicas say to each other and record in NATS: every
 //! message and every JetStream record is sealed with an HMAC-SHA256 tag under a key derived
-//! from the cluster's secret (`[cluster] secret`), bound to the subject it travels on and
-//! stamped with the time it was written. What does not verify (another client of the NATS
-//! account, a record copied to another subject, a captured message replayed after its time)
-//! is dropped and counted per kind ([`Seal::rejected`], `mcp_cluster_rejected_total`).
+//! from the cluster's secret (`[cluster] secret`), bound to its kind and to the subject it
+//! travels on, stamped with the time it was written and with its sender (a random id per
+//! process) and that sender's sequence number. What does not verify (another client of the
+//! NATS account, a record copied to another subject, a captured message replayed after its
+//! time, or while fresh to a replica that already had it) is dropped and counted per kind
+//! ([`Seal::rejected`], `mcp_cluster_rejected_total`).
 //!
-//! The envelope: one version byte, the write time (milliseconds since the Unix epoch, 8 bytes
-//! big-endian), the 32-byte tag, then the payload. The tag covers the version, the subject
-//! (length-prefixed), the time and the payload.
+//! The envelope: one format byte ([`FORMAT`]), the kind, the write time (milliseconds since
+//! the Unix epoch, 8 bytes big-endian), the sender (8 bytes), its sequence number (8 bytes
+//! big-endian), the 32-byte tag, then the payload. The tag covers all of them and the
+//! subject (length-prefixed). Format 1 (no kind, sender or sequence) is refused, with a
+//! warning that names it: its messages cannot be told from replays.
+//!
+//! Messages on core NATS ([`Seal::receive`]) are accepted at most [`MESSAGE_MAX_AGE`] after
+//! they were written, the clock skew counted inside that window, and at most once per
+//! receiving process: each receiver keeps, per sender and kind, the highest sequence it
+//! accepted and which of the [`REPLAY_WINDOW`] before it it saw, and drops what it saw or
+//! what is older than that window. A sender's entry is forgotten once everything it covers
+//! is too old to be accepted anyway, so memory stays bounded by the senders heard from in the
+//! last [`MESSAGE_MAX_AGE`]. Records in JetStream ([`Seal::open_record`]) are read many
+//! times by design; their own rules (lease compare-and-sets, session record versions) stop
+//! an old copy written again.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hmac::{Hmac, KeyInit, Mac};
-use sha2::Sha256;
+use mcpr_core::sync::lock;
+use sha2::{Digest as _, Sha256};
 
 /// The shortest secret accepted, in bytes: as many as the key it becomes.
 pub const MIN_SECRET_BYTES: usize = 32;
 
 /// How far another replica's clock may run ahead of or behind this one's.
-pub const CLOCK_SKEW: Duration = Duration::from_secs(30);
+pub const CLOCK_SKEW: Duration = Duration::from_secs(10);
 
-/// How old a message on core NATS (events, interests, heartbeats, signals) may be: they are
-/// delivered at once or not at all, so anything older is a replay.
+/// The longest a message on core NATS (events, interests, heartbeats, signals) is accepted
+/// after it was written, [`CLOCK_SKEW`] included: such messages are delivered at once or not
+/// at all, so anything older is a replay. A receiver accepts one written up to this minus
+/// the skew ago by its own clock, or up to the skew ahead of it, so a sender whose clock is
+/// within the skew sees its messages refused at most this long after it wrote them.
 pub const MESSAGE_MAX_AGE: Duration = Duration::from_secs(30);
 
-const VERSION: u8 = 1;
+/// How many sequence numbers before the highest one a receiver accepted from a sender (per
+/// kind) it still tells apart: a message that far behind arrives too late to be accepted.
+/// Messages of one sender on different subjects reach a receiver in different tasks and may
+/// overtake each other; this is how far.
+pub(crate) const REPLAY_WINDOW: u64 = 8192;
+
+/// The format this build seals with and the only one it opens.
+pub(crate) const FORMAT: u8 = 2;
 const TAG_LEN: usize = 32;
-const HEADER_LEN: usize = 1 + 8 + TAG_LEN;
+const TAG_AT: usize = 1 + 1 + 8 + 8 + 8;
+const HEADER_LEN: usize = TAG_AT + TAG_LEN;
+/// The most (sender, kind) pairs remembered; see [`Seen`].
+const MAX_SENDERS: usize = 4096;
 
 /// What a rejected message was, for the metric's `kind` label.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kind {
     /// A change event of a shared mount.
     Event,
@@ -42,7 +72,7 @@ pub enum Kind {
     Alive,
     /// A watcher's answer to a `want` request.
     Answer,
-    /// A watcher lease record.
+    /// A watcher lease record, or its holder's notice of a renewal.
     Lease,
     /// A session signal (ended, subscriptions, holder).
     Signal,
@@ -64,11 +94,35 @@ const KINDS: [(Kind, &str); 9] = [
     (Kind::Log, "log"),
 ];
 
-/// The cluster's keys and the count of what failed to verify. See the module docs.
+fn index(kind: Kind) -> usize {
+    KINDS.iter().position(|(k, _)| *k == kind).unwrap_or(0)
+}
+
+/// Why a sealed message was not accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refused {
+    /// Sealed in another format (an older release).
+    Format(u8),
+    /// Not sealed with this cluster's key for this subject and kind.
+    Forged,
+    /// Written too long ago, or too far in the future.
+    Stale,
+    /// Accepted once already, or older than what this receiver tells apart.
+    Replayed,
+}
+
+/// The cluster's keys, this process's sender id and sequences, what it accepted, and the
+/// count of what failed to verify. See the module docs.
 pub struct Seal {
     messages: [u8; 32],
     owners: [u8; 32],
+    sender: [u8; 8],
+    sequences: [AtomicU64; KINDS.len()],
+    seen: Mutex<HashMap<([u8; 8], Kind), Seen>>,
     rejected: [AtomicU64; KINDS.len()],
+    /// When an old format was last warned of (ms since the epoch), so a replica of an older
+    /// release is named once a minute, not once per message.
+    warned: AtomicU64,
 }
 
 impl std::fmt::Debug for Seal {
@@ -81,10 +135,79 @@ fn hmac(key: &[u8]) -> Hmac<Sha256> {
     <Hmac<Sha256> as KeyInit>::new_from_slice(key).expect("HMAC accepts keys of any length")
 }
 
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A sender id unlikely to be any other process's: it only has to be unique (a sender that
+/// shared it would have its messages taken for replays), not secret, so the process's
+/// randomly keyed hasher, its id and the time are enough.
+fn sender_id() -> [u8; 8] {
+    use std::hash::{BuildHasher as _, Hasher as _};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.write_u128(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    static COUNT: AtomicU64 = AtomicU64::new(0);
+    h.write_u64(COUNT.fetch_add(1, Ordering::Relaxed));
+    let d = Sha256::digest(h.finish().to_be_bytes());
+    d[..8].try_into().expect("8 bytes")
+}
+
+/// What a receiver accepted from one sender of one kind: the highest sequence, which of the
+/// [`REPLAY_WINDOW`] before it (a ring indexed by sequence), and when it last accepted one.
+struct Seen {
+    top: u64,
+    bits: Vec<u64>,
+    heard_ms: u64,
+}
+
+impl Seen {
+    fn new() -> Self {
+        Self {
+            top: 0,
+            bits: vec![0; usize::try_from(REPLAY_WINDOW / 64).unwrap_or(128)],
+            heard_ms: 0,
+        }
+    }
+
+    fn slot(seq: u64) -> (usize, u64) {
+        let i = seq % REPLAY_WINDOW;
+        (usize::try_from(i / 64).unwrap_or(0), 1 << (i % 64))
+    }
+
+    /// Whether `seq` is new; if so it is marked seen.
+    fn accept(&mut self, seq: u64) -> bool {
+        if seq > self.top {
+            // Slots of the sequences skipped are cleared: they are new when they come.
+            if seq - self.top >= REPLAY_WINDOW {
+                self.bits.fill(0);
+            } else {
+                for s in self.top + 1..=seq {
+                    let (w, b) = Self::slot(s);
+                    self.bits[w] &= !b;
+                }
+            }
+            self.top = seq;
+        } else if self.top - seq >= REPLAY_WINDOW {
+            return false;
+        }
+        let (w, b) = Self::slot(seq);
+        if self.bits[w] & b != 0 {
+            return false;
+        }
+        self.bits[w] |= b;
+        true
+    }
 }
 
 impl Seal {
@@ -96,83 +219,203 @@ impl Seal {
                 secret.len()
             ));
         }
-        // One key per use, so a tag of one kind can never stand for the other.
+        // One key per use, so a tag of one kind can never stand for the other. The label
+        // names the format: a tag of format 1 never verifies as one of this.
         let derive = |label: &[u8]| -> [u8; 32] {
             let mut m = hmac(secret);
             m.update(label);
             m.finalize().into_bytes().into()
         };
         Ok(Self {
-            messages: derive(b"mcp-resources cluster messages v1"),
+            messages: derive(b"mcp-resources cluster messages v2"),
             owners: derive(b"mcp-resources session owners v1"),
+            sender: sender_id(),
+            sequences: Default::default(),
+            seen: Mutex::new(HashMap::new()),
             rejected: Default::default(),
+            warned: AtomicU64::new(0),
         })
     }
 
-    fn tag(&self, subject: &str, stamp: u64, payload: &[u8]) -> Hmac<Sha256> {
+    fn tag(&self, kind: Kind, subject: &str, head: &[u8], payload: &[u8]) -> Hmac<Sha256> {
         let mut m = hmac(&self.messages);
-        m.update(&[VERSION]);
+        m.update(&[FORMAT, u8::try_from(index(kind)).unwrap_or(0)]);
         m.update(
             &u32::try_from(subject.len())
                 .unwrap_or(u32::MAX)
                 .to_be_bytes(),
         );
         m.update(subject.as_bytes());
-        m.update(&stamp.to_be_bytes());
+        m.update(head);
         m.update(payload);
         m
     }
 
-    /// `payload` sealed for `subject`, stamped now.
-    pub fn seal(&self, subject: &str, payload: &[u8]) -> bytes::Bytes {
-        let stamp = now_ms();
-        let tag = self.tag(subject, stamp, payload).finalize().into_bytes();
+    /// `payload` of `kind` sealed for `subject`, stamped now, with this process's next
+    /// sequence number of that kind.
+    pub fn seal(&self, kind: Kind, subject: &str, payload: &[u8]) -> bytes::Bytes {
+        let seq = self.sequences[index(kind)].fetch_add(1, Ordering::Relaxed) + 1;
+        self.seal_as(kind, subject, payload, now_ms(), seq)
+    }
+
+    fn seal_as(
+        &self,
+        kind: Kind,
+        subject: &str,
+        payload: &[u8],
+        stamp: u64,
+        seq: u64,
+    ) -> bytes::Bytes {
         let mut out = Vec::with_capacity(HEADER_LEN + payload.len());
-        out.push(VERSION);
+        out.push(FORMAT);
+        out.push(u8::try_from(index(kind)).unwrap_or(0));
         out.extend_from_slice(&stamp.to_be_bytes());
+        out.extend_from_slice(&self.sender);
+        out.extend_from_slice(&seq.to_be_bytes());
+        let tag = self
+            .tag(kind, subject, &out[2..TAG_AT], payload)
+            .finalize()
+            .into_bytes();
         out.extend_from_slice(&tag);
         out.extend_from_slice(payload);
         out.into()
     }
 
-    /// The payload of `sealed`, if it was sealed with this cluster's key for `subject` and
-    /// written at most `max_age` ago (give or take [`CLOCK_SKEW`]); otherwise `None`, counted
-    /// as a rejected `kind`.
-    pub fn open<'a>(
+    /// The payload of the JetStream record `sealed`, if it was sealed as `kind` with this
+    /// cluster's key for `subject` and written at most `max_age` ago (give or take
+    /// [`CLOCK_SKEW`]); otherwise `None`, counted as a rejected `kind`. Records are read
+    /// again and again, so nothing here stops one from being read twice.
+    pub fn open_record<'a>(
         &self,
         kind: Kind,
         subject: &str,
         sealed: &'a [u8],
         max_age: Duration,
     ) -> Option<&'a [u8]> {
-        let opened = self.verify(subject, sealed, max_age);
-        if opened.is_none() {
-            let i = KINDS.iter().position(|(k, _)| *k == kind).unwrap_or(0);
-            self.rejected[i].fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(
-                kind = KINDS[i].1,
-                "cluster: dropped a message that does not verify"
-            );
-        }
-        opened
+        let checked = self
+            .verify(kind, subject, sealed)
+            .and_then(|(stamp, _, _)| {
+                let now = now_ms();
+                let skew = ms(CLOCK_SKEW);
+                let fresh = stamp <= now.saturating_add(skew)
+                    && now.saturating_sub(stamp) <= ms(max_age).saturating_add(skew);
+                if fresh { Ok(()) } else { Err(Refused::Stale) }
+            });
+        self.outcome(kind, checked, sealed)
     }
 
-    fn verify<'a>(&self, subject: &str, sealed: &'a [u8], max_age: Duration) -> Option<&'a [u8]> {
-        if sealed.len() < HEADER_LEN || sealed[0] != VERSION {
-            return None;
+    /// The payload of the core NATS message `sealed`, if it was sealed as `kind` with this
+    /// cluster's key for `subject`, within [`MESSAGE_MAX_AGE`], and this process has not
+    /// accepted it before (see the module docs); otherwise `None`, counted as a rejected
+    /// `kind`.
+    pub fn receive<'a>(&self, kind: Kind, subject: &str, sealed: &'a [u8]) -> Option<&'a [u8]> {
+        let checked = self
+            .verify(kind, subject, sealed)
+            .and_then(|(stamp, sender, seq)| {
+                let now = now_ms();
+                let skew = ms(CLOCK_SKEW);
+                let age = ms(MESSAGE_MAX_AGE).saturating_sub(skew);
+                if stamp > now.saturating_add(skew) || now.saturating_sub(stamp) > age {
+                    return Err(Refused::Stale);
+                }
+                if self.first_time(kind, sender, seq, now) {
+                    Ok(())
+                } else {
+                    Err(Refused::Replayed)
+                }
+            });
+        self.outcome(kind, checked, sealed)
+    }
+
+    /// Whether `seq` of `sender` and `kind` is new here; if so it is remembered.
+    fn first_time(&self, kind: Kind, sender: [u8; 8], seq: u64, now: u64) -> bool {
+        let mut seen = lock(&self.seen);
+        if !seen.contains_key(&(sender, kind)) && seen.len() >= MAX_SENDERS {
+            // Everything a sender sent before its last acceptance plus the window is
+            // refused as stale anyway: its entry protects nothing more.
+            let expiry = ms(MESSAGE_MAX_AGE) + 1000;
+            seen.retain(|_, s| now.saturating_sub(s.heard_ms) <= expiry);
+            if seen.len() >= MAX_SENDERS
+                && let Some(oldest) = seen.iter().min_by_key(|(_, s)| s.heard_ms).map(|(k, _)| *k)
+            {
+                seen.remove(&oldest);
+            }
         }
-        let stamp = u64::from_be_bytes(sealed[1..9].try_into().ok()?);
+        let entry = seen.entry((sender, kind)).or_insert_with(Seen::new);
+        let new = entry.accept(seq);
+        if new {
+            entry.heard_ms = now;
+        }
+        new
+    }
+
+    /// The stamp, sender and sequence of `sealed` if its tag verifies for `kind` and
+    /// `subject`.
+    fn verify(
+        &self,
+        kind: Kind,
+        subject: &str,
+        sealed: &[u8],
+    ) -> Result<(u64, [u8; 8], u64), Refused> {
+        match sealed.first() {
+            Some(&FORMAT) => {}
+            // Format 1 began with its version byte and held a time and a tag.
+            Some(&v) if v < FORMAT && sealed.len() >= 1 + 8 + TAG_LEN => {
+                return Err(Refused::Format(v));
+            }
+            _ => return Err(Refused::Forged),
+        }
+        if sealed.len() < HEADER_LEN || usize::from(sealed[1]) != index(kind) {
+            return Err(Refused::Forged);
+        }
         let payload = &sealed[HEADER_LEN..];
         // verify_slice compares in constant time.
-        self.tag(subject, stamp, payload)
-            .verify_slice(&sealed[9..HEADER_LEN])
-            .ok()?;
-        let now = now_ms();
-        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-        let skew = ms(CLOCK_SKEW);
-        let fresh = stamp <= now.saturating_add(skew)
-            && now.saturating_sub(stamp) <= ms(max_age).saturating_add(skew);
-        fresh.then_some(payload)
+        self.tag(kind, subject, &sealed[2..TAG_AT], payload)
+            .verify_slice(&sealed[TAG_AT..HEADER_LEN])
+            .map_err(|_| Refused::Forged)?;
+        let u64_at =
+            |at: usize| u64::from_be_bytes(sealed[at..at + 8].try_into().unwrap_or([0; 8]));
+        let sender = sealed[10..18].try_into().unwrap_or([0; 8]);
+        Ok((u64_at(2), sender, u64_at(18)))
+    }
+
+    fn outcome<'a>(
+        &self,
+        kind: Kind,
+        checked: Result<(), Refused>,
+        sealed: &'a [u8],
+    ) -> Option<&'a [u8]> {
+        match checked {
+            Ok(()) => Some(&sealed[HEADER_LEN..]),
+            Err(why) => {
+                let i = index(kind);
+                self.rejected[i].fetch_add(1, Ordering::Relaxed);
+                if let Refused::Format(v) = why {
+                    let now = now_ms();
+                    let last = self.warned.load(Ordering::Relaxed);
+                    if now.saturating_sub(last) >= 60_000
+                        && self
+                            .warned
+                            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                            .is_ok()
+                    {
+                        tracing::warn!(
+                            kind = KINDS[i].1,
+                            format = v,
+                            "cluster: refused a message sealed in format {v} by an older release; \
+                             replicas of releases with different formats cannot share a cluster: \
+                             run the same release on every replica"
+                        );
+                    }
+                }
+                tracing::debug!(
+                    kind = KINDS[i].1,
+                    reason = ?why,
+                    "cluster: dropped a message that does not verify"
+                );
+                None
+            }
+        }
     }
 
     /// The owner record of a session created by `identity`: a keyed hash, so that a store
@@ -186,6 +429,12 @@ impl Seal {
             .iter()
             .map(|b| format!("{b:02x}"))
             .collect()
+    }
+
+    /// Count one record of `kind` refused for a reason the caller found (a session record
+    /// older than one this replica has seen).
+    pub(crate) fn refuse(&self, kind: Kind) {
+        self.rejected[index(kind)].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Messages dropped because they did not verify, per kind (every kind listed).
@@ -204,47 +453,145 @@ mod tests {
 
     const SECRET: &[u8] = b"0123456789abcdef0123456789abcdef";
 
+    fn counted(seal: &Seal, kind: &str) -> u64 {
+        seal.rejected()
+            .iter()
+            .filter(|(k, _)| k == kind)
+            .map(|(_, n)| *n)
+            .sum()
+    }
+
     #[test]
-    fn a_sealed_message_opens_only_with_its_key_subject_and_time() {
+    fn a_sealed_record_opens_only_with_its_key_kind_subject_and_time() {
         let seal = Seal::new(SECRET).unwrap();
         let other = Seal::new(b"another secret of thirty-two bytes!").unwrap();
-        let m = seal.seal("mcpr.c.alive", b"r1");
+        let m = seal.seal(Kind::Lease, "mcpr.c.lease.x", b"r1");
         let age = Duration::from_secs(5);
+        let open = |s: &Seal, kind, subject, m: &[u8], age| {
+            s.open_record(kind, subject, m, age).map(<[u8]>::to_vec)
+        };
         assert_eq!(
-            seal.open(Kind::Alive, "mcpr.c.alive", &m, age),
-            Some(&b"r1"[..])
+            open(&seal, Kind::Lease, "mcpr.c.lease.x", &m, age),
+            Some(b"r1".to_vec())
         );
-        assert_eq!(other.open(Kind::Alive, "mcpr.c.alive", &m, age), None);
-        assert_eq!(seal.open(Kind::Alive, "mcpr.c.sync.x", &m, age), None);
+        // Records are read again and again.
+        assert!(open(&seal, Kind::Lease, "mcpr.c.lease.x", &m, age).is_some());
+        assert_eq!(open(&other, Kind::Lease, "mcpr.c.lease.x", &m, age), None);
+        assert_eq!(open(&seal, Kind::Lease, "mcpr.c.lease.y", &m, age), None);
+        assert_eq!(open(&seal, Kind::Record, "mcpr.c.lease.x", &m, age), None);
         let mut flipped = m.to_vec();
         *flipped.last_mut().unwrap() ^= 1;
-        assert_eq!(seal.open(Kind::Alive, "mcpr.c.alive", &flipped, age), None);
-        assert_eq!(seal.open(Kind::Alive, "mcpr.c.alive", b"r1", age), None);
-        // A message stamped long ago (a captured one replayed) is refused.
-        let old = now_ms() - 120_000;
-        let tag = seal.tag("mcpr.c.alive", old, b"r1").finalize().into_bytes();
-        let mut replayed = vec![VERSION];
-        replayed.extend_from_slice(&old.to_be_bytes());
-        replayed.extend_from_slice(&tag);
-        replayed.extend_from_slice(b"r1");
-        assert_eq!(seal.open(Kind::Alive, "mcpr.c.alive", &replayed, age), None);
+        assert_eq!(
+            open(&seal, Kind::Lease, "mcpr.c.lease.x", &flipped, age),
+            None
+        );
+        assert_eq!(open(&seal, Kind::Lease, "mcpr.c.lease.x", b"r1", age), None);
+        // A record written long ago (a captured one written again) is refused.
+        let old = seal.seal_as(Kind::Lease, "mcpr.c.lease.x", b"r1", now_ms() - 120_000, 9);
+        assert_eq!(open(&seal, Kind::Lease, "mcpr.c.lease.x", &old, age), None);
         assert!(
-            seal.open(
-                Kind::Alive,
-                "mcpr.c.alive",
-                &replayed,
+            open(
+                &seal,
+                Kind::Lease,
+                "mcpr.c.lease.x",
+                &old,
                 Duration::from_secs(600)
             )
             .is_some()
         );
-        let counted: u64 = seal
-            .rejected()
-            .iter()
-            .filter(|(k, _)| k == "alive")
-            .map(|(_, n)| *n)
-            .sum();
         // The other key's refusal is counted by its own seal.
-        assert_eq!(counted, 4);
+        assert_eq!(counted(&seal, "lease"), 4);
+        assert_eq!(counted(&seal, "record"), 1);
+    }
+
+    #[test]
+    fn a_message_is_accepted_once_per_receiver_and_per_sender() {
+        let sender = Seal::new(SECRET).unwrap();
+        let another = Seal::new(SECRET).unwrap();
+        let receiver = Seal::new(SECRET).unwrap();
+        let second = Seal::new(SECRET).unwrap();
+        let s = "mcpr.c.want.x";
+        let m = sender.seal(Kind::Want, s, b"remove");
+        assert_eq!(receiver.receive(Kind::Want, s, &m), Some(&b"remove"[..]));
+        // Replayed while fresh: refused by the receiver that had it, not by another.
+        assert_eq!(receiver.receive(Kind::Want, s, &m), None);
+        assert_eq!(second.receive(Kind::Want, s, &m), Some(&b"remove"[..]));
+        // Another sender's first message, and one of another kind, are new.
+        let n = another.seal(Kind::Want, s, b"add");
+        assert!(receiver.receive(Kind::Want, s, &n).is_some());
+        let alive = sender.seal(Kind::Alive, "mcpr.c.alive", b"r");
+        assert!(
+            receiver
+                .receive(Kind::Alive, "mcpr.c.alive", &alive)
+                .is_some()
+        );
+        // Messages that overtook each other are both accepted, each once.
+        let a = sender.seal(Kind::Want, s, b"a");
+        let b = sender.seal(Kind::Want, s, b"b");
+        assert!(receiver.receive(Kind::Want, s, &b).is_some());
+        assert!(receiver.receive(Kind::Want, s, &a).is_some());
+        assert!(receiver.receive(Kind::Want, s, &a).is_none());
+        assert!(receiver.receive(Kind::Want, s, &b).is_none());
+        // One older than the window a receiver tells apart is refused.
+        let late = sender.seal(Kind::Want, s, b"late");
+        for _ in 0..REPLAY_WINDOW {
+            sender.seal(Kind::Want, s, b"");
+        }
+        let last = sender.seal(Kind::Want, s, b"last");
+        assert!(receiver.receive(Kind::Want, s, &last).is_some());
+        assert!(receiver.receive(Kind::Want, s, &late).is_none());
+        assert_eq!(counted(&receiver, "want"), 4);
+    }
+
+    #[test]
+    fn a_message_is_refused_once_its_window_with_the_skew_inside_is_over() {
+        let sender = Seal::new(SECRET).unwrap();
+        let receiver = Seal::new(SECRET).unwrap();
+        let s = "mcpr.c.alive";
+        let now = now_ms();
+        let window = ms(MESSAGE_MAX_AGE);
+        let skew = ms(CLOCK_SKEW);
+        let at = |stamp: u64, seq: u64| sender.seal_as(Kind::Alive, s, b"r", stamp, seq);
+        // Written by a clock behind ours, up to the window minus the skew ago: accepted.
+        assert!(
+            receiver
+                .receive(Kind::Alive, s, &at(now - (window - skew) + 500, 1))
+                .is_some()
+        );
+        // Older: refused, so no message lives longer than the window, skew included.
+        assert!(
+            receiver
+                .receive(Kind::Alive, s, &at(now - (window - skew) - 500, 2))
+                .is_none()
+        );
+        // A clock ahead by up to the skew: accepted; further ahead: refused.
+        assert!(
+            receiver
+                .receive(Kind::Alive, s, &at(now + skew - 500, 3))
+                .is_some()
+        );
+        assert!(
+            receiver
+                .receive(Kind::Alive, s, &at(now + skew + 500, 4))
+                .is_none()
+        );
+        assert_eq!(counted(&receiver, "alive"), 2);
+    }
+
+    #[test]
+    fn a_message_of_the_older_format_is_refused_not_misread() {
+        let seal = Seal::new(SECRET).unwrap();
+        // Format 1: version, time, a 32-byte tag, the payload.
+        let mut old = vec![1u8];
+        old.extend_from_slice(&now_ms().to_be_bytes());
+        old.extend_from_slice(&[7u8; 32]);
+        old.extend_from_slice(br#"{"replica":"r1","remove":[]}"#);
+        assert_eq!(seal.receive(Kind::Want, "mcpr.c.want.x", &old), None);
+        assert_eq!(
+            seal.verify(Kind::Want, "mcpr.c.want.x", &old),
+            Err(Refused::Format(1))
+        );
+        assert_eq!(counted(&seal, "want"), 1);
     }
 
     #[test]

@@ -20,12 +20,22 @@
 //! core NATS subject `mcpr.<cluster>.sctl`, naming sessions by the same hash, not their ids.
 //!
 //! Every record, log entry and signal is sealed ([`Seal`]) for its subject: a log entry that
-//! does not verify is never replayed, a signal that does not verify is dropped, a record that
-//! does not verify is not believed (an owner record is then an error: the session is refused
-//! rather than handed to anyone), each counted. Owner records are keyed hashes
-//! ([`Seal::owner`]).
+//! does not verify is never replayed, a signal that does not verify (or arrives a second
+//! time) is dropped, a record that does not verify is not believed (an owner record is then
+//! an error: the session is refused rather than handed to anyone), each counted. Owner
+//! records are keyed hashes ([`Seal::owner`]).
+//!
+//! A stranger can still read a sealed record and write it again later, or hold a signal
+//! back. So each record carries a version inside its seal (one more on every change; a
+//! subscriptions signal names the new one), and each holder signal an epoch above every one
+//! its sender knew of the session. A replica remembers the newest version of each record it
+//! read, wrote or was told of, and the highest holder epoch of each session (bounded: the
+//! most recently used [`REMEMBERED`]): an older record is refused (the newer copy it
+//! remembers is used and written back in its place, or, with none, the read fails) and an
+//! older holder signal is dropped, each counted.
 
 use std::collections::HashMap;
+use std::hash::Hash;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -36,10 +46,88 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
 use crate::js::{self, JsError};
-use crate::seal::{Kind, MESSAGE_MAX_AGE, Seal};
+use crate::seal::{Kind, Seal};
 
 /// How long a JetStream request may take before the store counts NATS unreachable.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The most record versions and holder epochs a replica remembers (each).
+pub(crate) const REMEMBERED: usize = 16_384;
+
+/// What a replica remembers of the sessions it served (see the module docs).
+#[derive(Default)]
+struct Memory {
+    /// Record subject → the newest version known, its data when this replica read or wrote
+    /// it (not when a signal only named it), and when it was last used.
+    records: HashMap<String, (u64, Option<Vec<u8>>, Instant)>,
+    /// Session key → the highest holder epoch known, and when.
+    epochs: HashMap<String, (u64, Instant)>,
+}
+
+/// `map[key] = value`, keeping at most [`REMEMBERED`] entries: those unused for `ttl` go
+/// first, then the least recently used.
+fn remember<K: Eq + Hash + Clone, V>(
+    map: &mut HashMap<K, V>,
+    key: K,
+    value: V,
+    ttl: Duration,
+    used: impl Fn(&V) -> Instant,
+) {
+    if !map.contains_key(&key) && map.len() >= REMEMBERED {
+        map.retain(|_, v| used(v).elapsed() < ttl);
+        if map.len() >= REMEMBERED
+            && let Some(oldest) = map
+                .iter()
+                .min_by_key(|(_, v)| used(v))
+                .map(|(k, _)| k.clone())
+        {
+            map.remove(&oldest);
+        }
+    }
+    map.insert(key, value);
+}
+
+/// A verified session record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Record {
+    version: u64,
+    data: Vec<u8>,
+}
+
+impl Record {
+    fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(8 + self.data.len());
+        out.extend_from_slice(&self.version.to_be_bytes());
+        out.extend_from_slice(&self.data);
+        out
+    }
+
+    fn decode(payload: &[u8]) -> Option<Self> {
+        let version = u64::from_be_bytes(payload.get(..8)?.try_into().ok()?);
+        Some(Self {
+            version,
+            data: payload[8..].to_vec(),
+        })
+    }
+}
+
+/// A session record as this replica believes it.
+enum Current {
+    /// No record.
+    Absent,
+    /// A record that does not verify, at this sequence.
+    Unverified(u64),
+    /// The record at this sequence, or, when NATS holds one older than this replica
+    /// remembers (`restored`), the remembered one, to write in its place.
+    Valid {
+        seq: u64,
+        record: Record,
+        restored: bool,
+    },
+    /// NATS holds a record older than the version this replica was told of, and it
+    /// remembers no newer copy.
+    Older { known: u64 },
+}
 
 /// See the module docs.
 pub struct NatsSessionStore {
@@ -48,6 +136,8 @@ pub struct NatsSessionStore {
     cluster: String,
     ttl: Duration,
     signals: broadcast::Sender<SessionSignal>,
+    /// Shared with the task that hears signals.
+    memory: Arc<Mutex<Memory>>,
     /// Session → when this replica last rewrote its records.
     touched: Mutex<HashMap<String, Instant>>,
     task: tokio::task::JoinHandle<()>,
@@ -90,19 +180,56 @@ impl NatsSessionStore {
         // again after every reconnect, by the client).
         let tx = signals.clone();
         let opener = seal.clone();
+        let memory = Arc::new(Mutex::new(Memory::default()));
+        let heard = memory.clone();
+        let name = cluster.to_owned();
         let task = tokio::spawn(async move {
             while let Some(msg) = sub.next().await {
-                let Some(payload) =
-                    opener.open(Kind::Signal, &msg.subject, &msg.payload, MESSAGE_MAX_AGE)
-                else {
+                let Some(payload) = opener.receive(Kind::Signal, &msg.subject, &msg.payload) else {
                     continue;
                 };
-                match parse_signal(payload) {
-                    Some(s) => {
-                        let _ = tx.send(s);
+                let Some((signal, order)) = parse_signal(payload) else {
+                    tracing::warn!("malformed session signal");
+                    continue;
+                };
+                let mut m = mcpr_core::sync::lock(&heard);
+                match &signal {
+                    SessionSignal::Holder { session, .. } => {
+                        let known = m.epochs.get(session).map_or(0, |(e, _)| *e);
+                        if order < known {
+                            // Held back and delivered after a newer holder's: obeying it
+                            // would stop the live stream.
+                            opener.refuse(Kind::Signal);
+                            tracing::debug!(
+                                "cluster: dropped a holder signal older than one heard"
+                            );
+                            continue;
+                        }
+                        remember(
+                            &mut m.epochs,
+                            session.clone(),
+                            (order, Instant::now()),
+                            idle_ttl,
+                            |v| v.1,
+                        );
                     }
-                    None => tracing::warn!("malformed session signal"),
+                    SessionSignal::Subscriptions(key) => {
+                        let subject = format!("mcpr.{name}.sess.{key}.subs");
+                        let known = m.records.get(&subject).map_or(0, |r| r.0);
+                        if order > known {
+                            remember(
+                                &mut m.records,
+                                subject,
+                                (order, None, Instant::now()),
+                                idle_ttl,
+                                |v| v.2,
+                            );
+                        }
+                    }
+                    SessionSignal::Ended(_) => {}
                 }
+                drop(m);
+                let _ = tx.send(signal);
             }
         });
         Ok(Arc::new(Self {
@@ -111,6 +238,7 @@ impl NatsSessionStore {
             cluster: cluster.to_owned(),
             ttl: idle_ttl,
             signals,
+            memory,
             touched: Mutex::new(HashMap::new()),
             task,
             events_per_session,
@@ -181,6 +309,16 @@ impl NatsSessionStore {
         error(format!("{what}: {e}"))
     }
 
+    /// Publish a signal to every replica (this one included).
+    async fn send(&self, signal: &Value) -> Result<(), SessionStoreError> {
+        let payload = serde_json::to_vec(signal).expect("json");
+        let subject = control_subject(&self.cluster);
+        let sealed = self.seal.seal(Kind::Signal, &subject, &payload);
+        self.client.publish(subject, sealed).await.map_err(error)?;
+        self.client.flush().await.map_err(error)?;
+        Ok(())
+    }
+
     fn record(&self, session: &str, record: &str) -> String {
         format!(
             "mcpr.{}.sess.{}.{record}",
@@ -193,33 +331,99 @@ impl NatsSessionStore {
         format!("mcpr.{}.sev.{}", self.cluster, crate::token(session, 16))
     }
 
-    /// The last record on `subject`: its sequence, and its payload if it verifies (`None`:
-    /// there is a message, but it was not sealed by a replica for this subject, or is stale).
-    async fn last(
-        &self,
-        subject: &str,
-    ) -> Result<Option<(u64, Option<Vec<u8>>)>, SessionStoreError> {
+    /// The last record on `subject` as this replica believes it (see [`Current`]).
+    async fn current(&self, subject: &str) -> Result<Current, SessionStoreError> {
         let stream = records_stream(&self.cluster);
-        Ok(self
+        let Some((seq, data)) = self
             .get(&stream, &json!({ "last_by_subj": subject }))
             .await?
-            .map(|(seq, data)| {
-                let opened = self
-                    .seal
-                    .open(Kind::Record, subject, &data, self.ttl)
-                    .map(<[u8]>::to_vec);
-                (seq, opened)
-            }))
+        else {
+            return Ok(Current::Absent);
+        };
+        let Some(record) = self
+            .seal
+            .open_record(Kind::Record, subject, &data, self.ttl)
+            .and_then(Record::decode)
+        else {
+            return Ok(Current::Unverified(seq));
+        };
+        let mut memory = mcpr_core::sync::lock(&self.memory);
+        match memory.records.get_mut(subject) {
+            Some((known, data, used)) if *known > record.version => {
+                // An old copy written again by a stranger: not believed.
+                self.seal.refuse(Kind::Record);
+                *used = Instant::now();
+                Ok(match data {
+                    Some(data) => Current::Valid {
+                        seq,
+                        record: Record {
+                            version: *known,
+                            data: data.clone(),
+                        },
+                        restored: true,
+                    },
+                    None => Current::Older { known: *known },
+                })
+            }
+            _ => {
+                remember(
+                    &mut memory.records,
+                    subject.to_owned(),
+                    (record.version, Some(record.data.clone()), Instant::now()),
+                    self.ttl,
+                    |v| v.2,
+                );
+                Ok(Current::Valid {
+                    seq,
+                    record,
+                    restored: false,
+                })
+            }
+        }
     }
 
-    /// The payload of the last record on `subject`, an error if it does not verify.
+    /// The version after the newest this replica knows of `subject` (or `after`).
+    fn next_version(&self, subject: &str, after: u64) -> u64 {
+        let memory = mcpr_core::sync::lock(&self.memory);
+        let known = memory.records.get(subject).map_or(0, |r| r.0);
+        known.max(after) + 1
+    }
+
+    /// Note that this replica wrote `record` on `subject`.
+    fn wrote(&self, subject: &str, record: &Record) {
+        let mut memory = mcpr_core::sync::lock(&self.memory);
+        remember(
+            &mut memory.records,
+            subject.to_owned(),
+            (record.version, Some(record.data.clone()), Instant::now()),
+            self.ttl,
+            |v| v.2,
+        );
+    }
+
+    /// Write `data` on `subject` as its next version (no compare-and-set: records written
+    /// once).
+    async fn write(&self, subject: &str, data: Vec<u8>) -> Result<(), SessionStoreError> {
+        let record = Record {
+            version: self.next_version(subject, 0),
+            data,
+        };
+        self.put(Kind::Record, subject, &record.encode(), None)
+            .await?;
+        self.wrote(subject, &record);
+        Ok(())
+    }
+
+    /// The data of the last record on `subject`, an error if it does not verify or is older
+    /// than one this replica knows of and cannot put back.
     async fn verified(&self, subject: &str) -> Result<Option<Vec<u8>>, SessionStoreError> {
-        match self.last(subject).await? {
-            None => Ok(None),
-            Some((_, Some(data))) => Ok(Some(data)),
-            Some((_, None)) => Err(error(
-                "a session record in NATS does not verify with the cluster's secret (another client of the NATS account wrote it)",
+        match self.current(subject).await? {
+            Current::Absent => Ok(None),
+            Current::Valid { record, .. } => Ok(Some(record.data)),
+            Current::Unverified(_) => Err(error(
+                "a session record in NATS does not verify with the cluster's secret (another client of the NATS account wrote it, or a replica of a release that seals differently)",
             )),
+            Current::Older { known } => Err(older(known)),
         }
     }
 
@@ -234,10 +438,11 @@ impl NatsSessionStore {
             .map_err(|e| self.failed("message get failed", e))
     }
 
-    /// Publish `payload` on `subject` (captured by a stream); with `expected`, only if the
+    /// Publish `payload` of `kind` on `subject` (captured by a stream); with `expected`, only if the
     /// subject's last sequence is that (0: no message). `Ok(None)`: the check failed.
     async fn put(
         &self,
+        kind: Kind,
         subject: &str,
         payload: &[u8],
         expected: Option<u64>,
@@ -246,7 +451,7 @@ impl NatsSessionStore {
         js::publish(
             &self.client,
             subject,
-            self.seal.seal(subject, payload),
+            self.seal.seal(kind, subject, payload),
             expected,
             REQUEST_TIMEOUT,
         )
@@ -280,28 +485,37 @@ fn control_subject(cluster: &str) -> String {
     format!("mcpr.{cluster}.sctl")
 }
 
-fn signal_json(s: &SessionSignal) -> Value {
+/// The wire form of `s`; `order` is a holder signal's epoch, a subscriptions signal's
+/// record version.
+fn signal_json(s: &SessionSignal, order: u64) -> Value {
     match s {
         SessionSignal::Ended(id) => json!({ "ended": id }),
-        SessionSignal::Subscriptions(id) => json!({ "subscriptions": id }),
+        SessionSignal::Subscriptions(id) => subscriptions_json(id, order),
         SessionSignal::Holder { session, holder } => {
-            json!({ "holder": holder, "session": session })
+            json!({ "holder": holder, "session": session, "epoch": order })
         }
     }
 }
 
-fn parse_signal(payload: &[u8]) -> Option<SessionSignal> {
+fn subscriptions_json(key: &str, version: u64) -> Value {
+    json!({ "subscriptions": key, "version": version })
+}
+
+/// A signal and its order (see [`signal_json`]; 0 for an end).
+fn parse_signal(payload: &[u8]) -> Option<(SessionSignal, u64)> {
     let v: Value = serde_json::from_slice(payload).ok()?;
     let text = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
+    let number = |k: &str| v.get(k).and_then(Value::as_u64);
     if let Some(id) = text("ended") {
-        Some(SessionSignal::Ended(id))
+        Some((SessionSignal::Ended(id), 0))
     } else if let Some(id) = text("subscriptions") {
-        Some(SessionSignal::Subscriptions(id))
+        Some((SessionSignal::Subscriptions(id), number("version")?))
     } else {
-        Some(SessionSignal::Holder {
+        let signal = SessionSignal::Holder {
             session: text("session")?,
             holder: text("holder")?,
-        })
+        };
+        Some((signal, number("epoch")?))
     }
 }
 
@@ -316,9 +530,7 @@ impl SessionStore for NatsSessionStore {
 
     async fn store(&self, session: &str, state: &SessionState) -> Result<(), SessionStoreError> {
         let data = serde_json::to_vec(state).map_err(error)?;
-        self.put(&self.record(session, "state"), &data, None)
-            .await?;
-        Ok(())
+        self.write(&self.record(session, "state"), data).await
     }
 
     async fn delete(&self, session: &str) -> Result<(), SessionStoreError> {
@@ -346,9 +558,8 @@ impl SessionHub for NatsSessionStore {
     }
 
     async fn set_owner(&self, session: &str, owner: &str) -> Result<(), SessionStoreError> {
-        self.put(&self.record(session, "owner"), owner.as_bytes(), None)
-            .await?;
-        Ok(())
+        self.write(&self.record(session, "owner"), owner.as_bytes().to_vec())
+            .await
     }
 
     async fn owner(&self, session: &str) -> Result<Option<String>, SessionStoreError> {
@@ -374,14 +585,16 @@ impl SessionHub for NatsSessionStore {
         let subject = self.record(session, "subs");
         // Compare-and-set: two replicas changing one session's set at once both count.
         for _ in 0..16 {
-            let (seq, mut uris) = match self.last(&subject).await? {
-                Some((seq, Some(d))) => (
+            let (seq, version, mut uris) = match self.current(&subject).await? {
+                Current::Valid { seq, record, .. } => (
                     seq,
-                    serde_json::from_slice::<Vec<String>>(&d).map_err(error)?,
+                    record.version,
+                    serde_json::from_slice::<Vec<String>>(&record.data).map_err(error)?,
                 ),
                 // A record that does not verify is not believed: overwritten.
-                Some((seq, None)) => (seq, Vec::new()),
-                None => (0, Vec::new()),
+                Current::Unverified(seq) => (seq, 0, Vec::new()),
+                Current::Absent => (0, 0, Vec::new()),
+                Current::Older { known } => return Err(older(known)),
             };
             let present = uris.iter().any(|u| u == uri);
             match (subscribed, present) {
@@ -389,9 +602,17 @@ impl SessionHub for NatsSessionStore {
                 (true, false) => uris.push(uri.to_owned()),
                 (false, true) => uris.retain(|u| u != uri),
             }
-            let data = serde_json::to_vec(&uris).map_err(error)?;
-            if self.put(&subject, &data, Some(seq)).await?.is_some() {
-                self.announce(SessionSignal::Subscriptions(self.key(session)))
+            let record = Record {
+                version: self.next_version(&subject, version),
+                data: serde_json::to_vec(&uris).map_err(error)?,
+            };
+            if self
+                .put(Kind::Record, &subject, &record.encode(), Some(seq))
+                .await?
+                .is_some()
+            {
+                self.wrote(&subject, &record);
+                self.send(&subscriptions_json(&self.key(session), record.version))
                     .await?;
                 return Ok(uris);
             }
@@ -402,7 +623,7 @@ impl SessionHub for NatsSessionStore {
     }
 
     async fn append(&self, session: &str, event: &[u8]) -> Result<u64, SessionStoreError> {
-        self.put(&self.log(session), event, None)
+        self.put(Kind::Log, &self.log(session), event, None)
             .await?
             .ok_or_else(|| error("publish refused"))
     }
@@ -422,7 +643,7 @@ impl SessionHub for NatsSessionStore {
         {
             // Another client of the NATS account may append to the log: only what a replica
             // sealed for this session's log is replayed to its client.
-            if let Some(event) = self.seal.open(Kind::Log, &subject, &data, self.ttl) {
+            if let Some(event) = self.seal.open_record(Kind::Log, &subject, &data, self.ttl) {
                 out.push((seq, event.to_vec()));
             }
             next = seq + 1;
@@ -431,12 +652,31 @@ impl SessionHub for NatsSessionStore {
     }
 
     async fn announce(&self, signal: SessionSignal) -> Result<(), SessionStoreError> {
-        let payload = serde_json::to_vec(&signal_json(&signal)).expect("json");
-        let subject = control_subject(&self.cluster);
-        let sealed = self.seal.seal(&subject, &payload);
-        self.client.publish(subject, sealed).await.map_err(error)?;
-        self.client.flush().await.map_err(error)?;
-        Ok(())
+        let order = match &signal {
+            SessionSignal::Holder { session, .. } => {
+                // Above every epoch known here, and the time when that is higher, so that a
+                // holder on a replica that never heard of the session still comes after the
+                // ones before it.
+                let mut memory = mcpr_core::sync::lock(&self.memory);
+                let known = memory.epochs.get(session).map_or(0, |(e, _)| *e);
+                let epoch = known.saturating_add(1).max(crate::seal::now_ms());
+                remember(
+                    &mut memory.epochs,
+                    session.clone(),
+                    (epoch, Instant::now()),
+                    self.ttl,
+                    |v| v.1,
+                );
+                epoch
+            }
+            SessionSignal::Subscriptions(key) => {
+                let subject = format!("mcpr.{}.sess.{key}.subs", self.cluster);
+                let memory = mcpr_core::sync::lock(&self.memory);
+                memory.records.get(&subject).map_or(0, |r| r.0)
+            }
+            SessionSignal::Ended(_) => 0,
+        };
+        self.send(&signal_json(&signal, order)).await
     }
 
     fn signals(&self) -> broadcast::Receiver<SessionSignal> {
@@ -461,20 +701,40 @@ impl SessionHub for NatsSessionStore {
         }
         for record in ["state", "owner", "subs"] {
             let subject = self.record(session, record);
-            match self.last(&subject).await {
-                // The same content again, sealed anew (the seal's time is the record's age),
-                // unless another replica changed it meanwhile. One that does not verify is
-                // left to expire.
-                Ok(Some((seq, Some(data)))) => {
-                    if let Err(e) = self.put(&subject, &data, Some(seq)).await {
+            match self.current(&subject).await {
+                // The same record again, sealed anew (the seal's time is the record's age),
+                // unless another replica changed it meanwhile; an older copy a stranger
+                // wrote is replaced by the newer one remembered here. One that does not
+                // verify is left to expire.
+                Ok(Current::Valid {
+                    seq,
+                    record,
+                    restored,
+                }) => {
+                    if restored {
+                        tracing::warn!(
+                            "cluster: a session record in NATS was an older copy; putting back the newer one"
+                        );
+                    }
+                    if let Err(e) = self
+                        .put(Kind::Record, &subject, &record.encode(), Some(seq))
+                        .await
+                    {
                         tracing::debug!(error = %e, "cannot refresh a session record");
                     }
                 }
-                Ok(None | Some((_, None))) => {}
+                Ok(Current::Absent | Current::Unverified(_) | Current::Older { .. }) => {}
                 Err(e) => tracing::debug!(error = %e, "cannot refresh a session record"),
             }
         }
     }
+}
+
+/// The refusal of a record older than version `known`.
+fn older(known: u64) -> SessionStoreError {
+    error(format!(
+        "a session record in NATS is older than version {known}, which this replica was told of (another client of the NATS account wrote an old copy again); try again once the replica holding the newer one restores it"
+    ))
 }
 
 #[cfg(test)]
@@ -491,9 +751,17 @@ mod tests {
                 holder: "r-1".into(),
             },
         ] {
-            let wire = serde_json::to_vec(&signal_json(&s)).unwrap();
-            assert_eq!(parse_signal(&wire), Some(s));
+            let order = if matches!(s, SessionSignal::Ended(_)) {
+                0
+            } else {
+                7
+            };
+            let wire = serde_json::to_vec(&signal_json(&s, order)).unwrap();
+            assert_eq!(parse_signal(&wire), Some((s, order)));
         }
+        // Without its epoch or version (as an older release wrote them): refused.
+        assert_eq!(parse_signal(br#"{"holder": "x", "session": "c"}"#), None);
+        assert_eq!(parse_signal(br#"{"subscriptions": "b"}"#), None);
         assert_eq!(parse_signal(b"{}"), None);
         assert_eq!(parse_signal(b"not json"), None);
         assert_eq!(parse_signal(br#"{"holder": "x"}"#), None);

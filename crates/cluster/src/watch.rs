@@ -15,7 +15,8 @@
 //!   interests of a replica silent for longer than `lease_ttl`.
 //!
 //! Every message is sealed ([`Seal`]) for its subject, answers for the requester's inbox;
-//! what does not verify is dropped and counted. A replica's interests beyond
+//! what does not verify, or arrives a second time (a captured removal replayed would drop
+//! another replica's watch), is dropped and counted. A replica's interests beyond
 //! `max_watches` (the budget its own registry keeps to) are refused on the watcher.
 //!
 //! Only the watcher publishes a shared mount's events, so each change reaches each replica
@@ -36,7 +37,7 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::seal::{Kind, MESSAGE_MAX_AGE, Seal};
+use crate::seal::{Kind, Seal};
 use crate::{ClusterConfig, Lease};
 
 /// The most bytes of interests sent in one message; NATS's default `max_payload` is 1 MiB.
@@ -216,9 +217,9 @@ impl Inner {
         self.client.connection_state() == async_nats::connection::State::Connected
     }
 
-    /// Publish `payload` on `subject`, sealed for it.
-    async fn publish(&self, subject: String, payload: &[u8]) -> Result<(), String> {
-        let sealed = self.seal.seal(&subject, payload);
+    /// Publish `payload` on `subject`, sealed as `kind` for it.
+    async fn publish(&self, kind: Kind, subject: String, payload: &[u8]) -> Result<(), String> {
+        let sealed = self.seal.seal(kind, &subject, payload);
         self.client
             .publish(subject, sealed)
             .await
@@ -254,7 +255,7 @@ impl Inner {
             let subject = subject.clone();
             async move {
                 let payload = serde_json::to_vec(&payload).expect("json");
-                if let Err(e) = self.publish(subject, &payload).await {
+                if let Err(e) = self.publish(Kind::Want, subject, &payload).await {
                     tracing::warn!(error = %e, "cluster: cannot announce interests");
                 }
             }
@@ -296,14 +297,16 @@ impl Inner {
         let payload = json!({"replica": self.cfg.replica, "add": [topic]});
         let within = self.cfg.lease_ttl + Duration::from_secs(2);
         let subject = self.subject("want", &m.token);
-        let sealed = self
-            .seal
-            .seal(&subject, &serde_json::to_vec(&payload).expect("json"));
+        let sealed = self.seal.seal(
+            Kind::Want,
+            &subject,
+            &serde_json::to_vec(&payload).expect("json"),
+        );
         let reply = tokio::time::timeout(within, self.client.request(subject, sealed)).await;
         match reply {
             Ok(Ok(msg)) => match self
                 .seal
-                .open(Kind::Answer, &msg.subject, &msg.payload, MESSAGE_MAX_AGE)
+                .receive(Kind::Answer, &msg.subject, &msg.payload)
                 .map(serde_json::from_slice::<Value>)
                 .unwrap_or_else(|| Ok(json!({"forged": true})))
             {
@@ -376,7 +379,7 @@ impl Drop for Release {
         let payload = serde_json::to_vec(&payload).expect("json");
         // A removal lost while NATS is down is corrected by the next sync (a reset).
         rt.spawn(async move {
-            let _ = inner.publish(subject, &payload).await;
+            let _ = inner.publish(Kind::Want, subject, &payload).await;
         });
     }
 }
@@ -467,6 +470,7 @@ async fn heartbeat(inner: std::sync::Weak<Inner>) {
         if i.connected() {
             let _ = i
                 .publish(
+                    Kind::Alive,
                     format!("mcpr.{}.alive", i.cfg.name),
                     i.cfg.replica.as_bytes(),
                 )
@@ -491,10 +495,7 @@ async fn hear_alive(inner: std::sync::Weak<Inner>) {
     };
     while let Some(msg) = sub.next().await {
         let Some(i) = inner.upgrade() else { return };
-        let Some(payload) = i
-            .seal
-            .open(Kind::Alive, &msg.subject, &msg.payload, MESSAGE_MAX_AGE)
-        else {
+        let Some(payload) = i.seal.receive(Kind::Alive, &msg.subject, &msg.payload) else {
             continue;
         };
         if let Ok(replica) = std::str::from_utf8(payload) {
@@ -518,7 +519,7 @@ async fn answer_sync(inner: std::sync::Weak<Inner>) {
     while let Some(msg) = sub.next().await {
         let Some(i) = inner.upgrade() else { return };
         if i.seal
-            .open(Kind::Sync, &msg.subject, &msg.payload, MESSAGE_MAX_AGE)
+            .receive(Kind::Sync, &msg.subject, &msg.payload)
             .is_none()
         {
             continue;
@@ -619,7 +620,7 @@ async fn run_watcher(
         tracing::info!(mount = %mount, "cluster: this replica now watches the mount");
         let _ = i.client.flush().await;
         let sync = i.subject("sync", &m.token);
-        let _ = i.publish(sync.clone(), b"").await;
+        let _ = i.publish(Kind::Sync, sync.clone(), b"").await;
         let mut book = Book::default();
         let mut sweep = tokio::time::interval(ttl / 3);
         epoch.mark_unchanged();
@@ -640,7 +641,7 @@ async fn run_watcher(
                         break;
                     }
                     // Interests announced while this replica was disconnected were lost.
-                    let _ = i.publish(sync.clone(), b"").await;
+                    let _ = i.publish(Kind::Sync, sync.clone(), b"").await;
                 }
                 _ = sweep.tick() => {
                     let alive = i.alive.lock().expect("alive lock").clone();
@@ -744,10 +745,7 @@ impl Book {
 
 /// One `want` message on the watcher.
 async fn handle_want(i: &Arc<Inner>, mount: &str, book: &mut Book, msg: async_nats::Message) {
-    let Some(payload) = i
-        .seal
-        .open(Kind::Want, &msg.subject, &msg.payload, MESSAGE_MAX_AGE)
-    else {
+    let Some(payload) = i.seal.receive(Kind::Want, &msg.subject, &msg.payload) else {
         return;
     };
     let Ok(v) = serde_json::from_slice::<Value>(payload) else {
@@ -851,6 +849,7 @@ async fn handle_want(i: &Arc<Inner>, mount: &str, book: &mut Book, msg: async_na
         };
         let _ = i
             .publish(
+                Kind::Answer,
                 reply.to_string(),
                 &serde_json::to_vec(&answer).expect("json"),
             )

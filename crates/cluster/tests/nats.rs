@@ -6,7 +6,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mcpr_cluster::{Lease, NatsBus, Seal};
+use futures::StreamExt as _;
+use mcpr_cluster::{Kind, Lease, NatsBus, Seal};
 use mcpr_core::{ChangeBus, ChangeEvent, ChangeSink, FeedItem};
 use mcpr_testkit::nats::NatsServer;
 
@@ -261,12 +262,12 @@ async fn a_forged_change_event_is_dropped_and_counted() {
         .unwrap();
     let stranger = Seal::new(b"another cluster's secret, 32 bytes+").unwrap();
     forger
-        .publish(subject.clone(), stranger.seal(&subject, &json))
+        .publish(subject.clone(), stranger.seal(Kind::Event, &subject, &json))
         .await
         .unwrap();
     let other = mcpr_cluster::subject("t4", mount, &up("db://shop/orders/2"));
     forger
-        .publish(subject.clone(), seal().seal(&other, &json))
+        .publish(subject.clone(), seal().seal(Kind::Event, &other, &json))
         .await
         .unwrap();
     forger.flush().await.unwrap();
@@ -315,10 +316,22 @@ async fn join_with(
     ttl: Duration,
     max_watches: usize,
 ) -> mcpr_cluster::Joined {
+    join_as(port, name, "r1", provider, ttl, max_watches).await
+}
+
+/// Replica `replica` joined to cluster `name` with `provider` as its one shared mount.
+async fn join_as(
+    port: u16,
+    name: &str,
+    replica: &str,
+    provider: Arc<dyn mcpr_core::Provider>,
+    ttl: Duration,
+    max_watches: usize,
+) -> mcpr_cluster::Joined {
     let cfg = mcpr_cluster::ClusterConfig {
         nats_url: format!("nats://127.0.0.1:{port}"),
         name: name.into(),
-        replica: "r1".into(),
+        replica: replica.into(),
         lease_ttl: ttl,
         secret: String::from_utf8(SECRET.to_vec()).unwrap(),
         max_watches,
@@ -473,7 +486,7 @@ async fn a_flood_of_interests_is_capped_at_max_watches() {
     flooder
         .publish(
             want.clone(),
-            seal().seal(&want, &serde_json::to_vec(&body).unwrap()),
+            seal().seal(Kind::Want, &want, &serde_json::to_vec(&body).unwrap()),
         )
         .await
         .unwrap();
@@ -692,4 +705,272 @@ async fn a_watch_that_never_starts_holds_the_watcher_only_for_the_lease_ttl() {
         heard.contains(&FeedItem::Event(up(a.as_str()))),
         "{heard:?}"
     );
+}
+
+fn files(root: &std::path::Path) -> Arc<dyn mcpr_core::Provider> {
+    Arc::new(
+        mcpr_provider_files::FilesProvider::new(mcpr_provider_files::FilesConfig::new(root))
+            .unwrap(),
+    )
+}
+
+/// The subject of the shared mount's interests in cluster `cluster`.
+fn want_subject(cluster: &str) -> String {
+    use sha2::Digest as _;
+    let h: String = sha2::Sha256::digest(MOUNT.as_bytes())[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("mcpr.{cluster}.want.{h}")
+}
+
+/// Two replicas of cluster `name` over `root`: `w`, which holds the mount's lease, then
+/// `r2`, whose client watches `a.txt` through the cluster (its interest on the bus and its
+/// watch, as its registry would hold them). Returns the replicas, r2's feed, the URI, and
+/// the guards that keep the watch.
+struct Pair {
+    w: mcpr_cluster::Joined,
+    r2: mcpr_cluster::Joined,
+    provider: Arc<dyn mcpr_core::Provider>,
+    uri: String,
+    feed: mcpr_core::ChangeFeed,
+    _interest: mcpr_core::Interest,
+}
+
+async fn pair(port: u16, name: &str, root: &std::path::Path, ttl: Duration) -> Pair {
+    let w = join_as(port, name, "w", files(root), ttl, 100).await;
+    assert!(
+        eventually(Duration::from_secs(5), || holds(&w)).await,
+        "the first replica never took the lease"
+    );
+    let provider = files(root);
+    let r2 = join_as(port, name, "r2", provider.clone(), ttl, 100).await;
+    let uri = format!("file://{}", root.join("a.txt").display());
+    let feed = ChangeBus::feed(&r2.bus);
+    let interest = ChangeBus::interest(&r2.bus, MOUNT, &up(&uri));
+    assert!(r2.bus.settled(Duration::from_secs(5)).await);
+    assert!(eventually(Duration::from_secs(5), || r2.bus.connected()).await);
+    Pair {
+        w,
+        r2,
+        provider,
+        uri,
+        feed,
+        _interest: interest,
+    }
+}
+
+impl Pair {
+    async fn watch(&self) -> mcpr_core::WatchGuard {
+        use mcpr_core::Watching as _;
+        let sink = ChangeSink::new(Arc::new(self.r2.bus.clone()), MOUNT);
+        self.r2
+            .watching
+            .watch(
+                MOUNT,
+                &self.provider,
+                &mcpr_core::ResourceUri::parse(&self.uri).unwrap(),
+                sink,
+            )
+            .await
+            .unwrap()
+    }
+}
+
+fn rejected_of(joined: &mcpr_cluster::Joined, kind: &str) -> u64 {
+    use mcpr_core::Watching as _;
+    joined
+        .watching
+        .cluster()
+        .unwrap()
+        .rejected
+        .iter()
+        .find(|(k, _)| k == kind)
+        .map_or(0, |(_, n)| *n)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_interest_removal_does_not_unwatch_a_subscriber() {
+    let Some(nats) = start_nats().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::write(root.join("a.txt"), "v0").unwrap();
+    // Another client of the NATS account listens to the interests (it may: they are signed,
+    // not encrypted).
+    let attacker = client(nats.port()).await;
+    let want = want_subject("t8");
+    let mut spied = attacker.subscribe(want.clone()).await.unwrap();
+    attacker.flush().await.unwrap();
+    let mut p = pair(nats.port(), "t8", &root, Duration::from_secs(2)).await;
+
+    // r2's client watches a.txt, stops (a removal goes to the watcher), and watches it again.
+    let first = p.watch().await;
+    drop(first);
+    let removal = loop {
+        let msg = tokio::time::timeout(Duration::from_secs(5), spied.next())
+            .await
+            .expect("no removal seen")
+            .unwrap();
+        if String::from_utf8_lossy(&msg.payload).contains("\"remove\"") {
+            break msg.payload;
+        }
+    };
+    let _again = p.watch().await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    drain(&mut p.feed, Duration::from_millis(300)).await;
+    let before = rejected_of(&p.w, "want");
+
+    // The attacker replays the captured removal, fresh and correctly sealed.
+    attacker.publish(want, removal).await.unwrap();
+    attacker.flush().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    std::fs::write(root.join("a.txt"), "v1").unwrap();
+    let heard = hear(&mut p.feed).await;
+    assert_eq!(
+        heard,
+        vec![FeedItem::Event(up(&p.uri))],
+        "the watch was dropped"
+    );
+    assert_eq!(
+        rejected_of(&p.w, "want"),
+        before + 1,
+        "the replay was not counted"
+    );
+    assert!(holds(&p.w) && !holds(&p.r2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_on_a_lease_subject_hands_nothing_over_and_notifies_nobody() {
+    let Some(nats) = start_nats().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::write(root.join("a.txt"), "v0").unwrap();
+    let ttl = Duration::from_millis(900);
+    let mut p = pair(nats.port(), "t9", &root, ttl).await;
+    let _watch = p.watch().await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    drain(&mut p.feed, Duration::from_millis(300)).await;
+
+    // Another client of the NATS account writes garbage on the mount's lease subject every
+    // 20 ms for 6 s: nothing changed, so nothing may be notified, and the lease stays put.
+    let forger = client(nats.port()).await;
+    let subject = lease_subject("t9", MOUNT);
+    let forging = tokio::spawn(async move {
+        let until = tokio::time::Instant::now() + Duration::from_secs(6);
+        while tokio::time::Instant::now() < until {
+            let _ = forger.request(subject.clone(), "garbage".into()).await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    let mut heard = Vec::new();
+    let mut flapped = false;
+    while !forging.is_finished() {
+        heard.extend(drain(&mut p.feed, Duration::from_millis(50)).await);
+        flapped |= !holds(&p.w) || holds(&p.r2);
+    }
+    assert_eq!(heard, vec![], "notices while nothing changed");
+    assert!(!flapped, "the lease moved");
+    assert!(rejected_of(&p.w, "lease") + rejected_of(&p.r2, "lease") > 0);
+
+    // A real change is still notified, once.
+    std::fs::write(root.join("a.txt"), "v1").unwrap();
+    assert_eq!(hear(&mut p.feed).await, vec![FeedItem::Event(up(&p.uri))]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_lease_stream_is_created_again_and_the_watcher_kept_within_the_ttl() {
+    let Some(nats) = start_nats().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::write(root.join("a.txt"), "v0").unwrap();
+    let ttl = Duration::from_millis(900);
+    let mut p = pair(nats.port(), "t10", &root, ttl).await;
+    let _watch = p.watch().await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    drain(&mut p.feed, Duration::from_millis(300)).await;
+
+    // Another client of the NATS account deletes the lease stream.
+    let vandal = client(nats.port()).await;
+    let deleted = vandal
+        .request("$JS.API.STREAM.DELETE.MCPR_t10_LEASES", "".into())
+        .await
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&deleted.payload).contains("\"success\":true"),
+        "{:?}",
+        deleted.payload
+    );
+    let started = tokio::time::Instant::now();
+    let lease = lease_subject("t10", MOUNT);
+    let written = || async {
+        let body = serde_json::json!({ "last_by_subj": lease }).to_string();
+        vandal
+            .request("$JS.API.STREAM.MSG.GET.MCPR_t10_LEASES", body.into())
+            .await
+            .is_ok_and(|r| String::from_utf8_lossy(&r.payload).contains("\"message\""))
+    };
+    while !written().await && started.elapsed() < ttl * 4 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let took = started.elapsed();
+    eprintln!("lease stream back after {took:?} (ttl {ttl:?})");
+    // Within one TTL, with room for a loaded machine's scheduling.
+    assert!(
+        took < ttl + ttl / 2,
+        "the lease stream came back after {took:?}"
+    );
+    // The watcher kept the lease through it (no handover, so no notice either).
+    tokio::time::sleep(ttl).await;
+    assert!(holds(&p.w) && !holds(&p.r2));
+    assert_eq!(drain(&mut p.feed, Duration::from_millis(100)).await, vec![]);
+    std::fs::write(root.join("a.txt"), "v1").unwrap();
+    assert_eq!(hear(&mut p.feed).await, vec![FeedItem::Event(up(&p.uri))]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_event_replayed_after_its_window_reaches_nobody() {
+    let Some(nats) = start_nats().await else {
+        return;
+    };
+    let mount = "db://shop/";
+    let watched = up("db://shop/orders/1");
+    let subject = mcpr_cluster::subject("t11", mount, &watched);
+    let attacker = client(nats.port()).await;
+    let mut spied = attacker.subscribe(subject.clone()).await.unwrap();
+    attacker.flush().await.unwrap();
+    let a = NatsBus::new(client(nats.port()).await, seal(), "t11", HashSet::new());
+    ChangeSink::new(Arc::new(a.clone()), mount).updated("db://shop/orders/1");
+    let captured = tokio::time::timeout(Duration::from_secs(5), spied.next())
+        .await
+        .expect("no event captured")
+        .unwrap()
+        .payload;
+
+    // The window a message lives, clock skew included, passes; then the captured event is
+    // replayed to a replica that never had it (one that had it refuses it as seen already).
+    tokio::time::sleep(
+        mcpr_cluster::MESSAGE_MAX_AGE - mcpr_cluster::CLOCK_SKEW + Duration::from_secs(1),
+    )
+    .await;
+    let c_seal = seal();
+    let c = NatsBus::new(
+        client(nats.port()).await,
+        c_seal.clone(),
+        "t11",
+        HashSet::new(),
+    );
+    let mut fc = c.feed();
+    let _ic = c.interest(mount, &watched);
+    assert!(c.settled(Duration::from_secs(5)).await);
+    attacker.publish(subject, captured).await.unwrap();
+    attacker.flush().await.unwrap();
+    assert_eq!(drain(&mut fc, Duration::from_millis(500)).await, vec![]);
+    assert_eq!(rejected(&c_seal, "event"), 1);
 }

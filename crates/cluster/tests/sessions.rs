@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt as _;
-use mcpr_cluster::{NatsBus, NatsSessionStore, Seal};
+use mcpr_cluster::{Kind, NatsBus, NatsSessionStore, Seal};
 use mcpr_core::Provider;
 use mcpr_provider_files::{FilesConfig, FilesProvider};
 use mcpr_server::http::{AuthSettings, HttpSettings, StaticToken};
@@ -483,7 +483,10 @@ async fn a_forged_log_entry_is_never_replayed() {
         "params": {"messages": [], "maxTokens": 1}});
     let forged = serde_json::to_vec(&forged).unwrap();
     let stranger = Seal::new(b"another cluster's secret, 32 bytes+").unwrap();
-    for payload in [forged.clone().into(), stranger.seal(&log, &forged)] {
+    for payload in [
+        forged.clone().into(),
+        stranger.seal(Kind::Log, &log, &forged),
+    ] {
         // A request: JetStream acknowledges the stored message.
         let ack = forger.request(log.clone(), payload).await.unwrap();
         assert!(
@@ -528,7 +531,7 @@ async fn a_forged_ended_signal_does_not_close_a_stream() {
     let stranger = Seal::new(b"another cluster's secret, 32 bytes+").unwrap();
     forger.publish(subject, ended.clone().into()).await.unwrap();
     forger
-        .publish(subject, stranger.seal(subject, &ended))
+        .publish(subject, stranger.seal(Kind::Signal, subject, &ended))
         .await
         .unwrap();
     forger.flush().await.unwrap();
@@ -541,4 +544,168 @@ async fn a_forged_ended_signal_does_not_close_a_stream() {
     for url in [&a, &b] {
         status_within(url, &id, 200).await;
     }
+}
+
+/// The URI of `name` as `url` lists it.
+async fn uri_of(url: &str, session: &str, name: &str) -> String {
+    let listed = answer(post(url, Some(session), None, list()).await).await;
+    listed["result"]["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["uri"].as_str())
+        .find(|u| u.ends_with(name))
+        .unwrap_or_else(|| panic!("{name} not listed: {listed}"))
+        .to_owned()
+}
+
+async fn subscribe(url: &str, session: &str, uri: &str, on: bool) {
+    let method = if on {
+        "resources/subscribe"
+    } else {
+        "resources/unsubscribe"
+    };
+    let msg = json!({"jsonrpc": "2.0", "id": 8, "method": method, "params": {"uri": uri}});
+    let done = answer(post(url, Some(session), None, msg).await).await;
+    assert!(done.get("result").is_some(), "{done}");
+}
+
+/// The payload of a sealed signal, read as a replica would (the attacker cannot, but the
+/// test looks at what it captured).
+fn signal_payload(sealed: &[u8]) -> Value {
+    let opened = seal()
+        .open_record(
+            Kind::Signal,
+            "mcpr.roam.sctl",
+            sealed,
+            Duration::from_secs(600),
+        )
+        .expect("a replica's signal");
+    serde_json::from_slice(opened).unwrap()
+}
+
+/// Every signal `spy` captured within `within`, sealed as they travelled.
+async fn captured(spy: &mut async_nats::Subscriber, within: Duration) -> Vec<bytes::Bytes> {
+    let mut out = Vec::new();
+    while let Ok(Some(msg)) = tokio::time::timeout(within, spy.next()).await {
+        out.push(msg.payload);
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_subscription_record_written_again_drops_no_subscription() {
+    let Some((nats, _dir, root)) = setup() else {
+        return;
+    };
+    std::fs::write(root.join("b.md"), "b").unwrap();
+    let a = replica(&root, nats.port(), None).await;
+    let b = replica(&root, nats.port(), None).await;
+    let attacker = async_nats::connect(format!("nats://127.0.0.1:{}", nats.port()))
+        .await
+        .unwrap();
+    let mut spy = attacker.subscribe("mcpr.roam.sctl").await.unwrap();
+    attacker.flush().await.unwrap();
+
+    let id = initialize(&a, None).await;
+    let (uri_a, uri_b) = (uri_of(&a, &id, "a.md").await, uri_of(&a, &id, "b.md").await);
+    subscribe(&a, &id, &uri_a, true).await;
+    // The attacker keeps a copy of the record ([a.md]) and of the signal that announced it.
+    let subs = format!("mcpr.roam.sess.{}.subs", session_token(&id));
+    let get = json!({ "last_by_subj": subs }).to_string();
+    let reply = attacker
+        .request("$JS.API.STREAM.MSG.GET.MCPR_roam_SESSIONS", get.into())
+        .await
+        .unwrap();
+    let reply: Value = serde_json::from_slice(&reply.payload).unwrap();
+    use base64::Engine as _;
+    let old_record = base64::engine::general_purpose::STANDARD
+        .decode(reply["message"]["data"].as_str().unwrap())
+        .unwrap();
+    let old_signal = captured(&mut spy, Duration::from_millis(300))
+        .await
+        .into_iter()
+        .find(|s| signal_payload(s).get("subscriptions").is_some())
+        .expect("the subscriptions signal");
+
+    // The stream is held on B; b.md is subscribed through A: the record is [a.md, b.md].
+    let mut on_b = open_stream(&b, &id, None).await;
+    subscribe(&a, &id, &uri_b, true).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // The attacker writes the old record again and replays its signal; then the client
+    // unsubscribes a.md (through A), which reads the record to change it.
+    let ack = attacker
+        .request(subs.clone(), old_record.into())
+        .await
+        .unwrap();
+    assert!(String::from_utf8_lossy(&ack.payload).contains("\"seq\""));
+    attacker
+        .publish("mcpr.roam.sctl", old_signal)
+        .await
+        .unwrap();
+    attacker.flush().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    subscribe(&a, &id, &uri_a, false).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // b.md is still watched for the session: its change is notified once.
+    std::fs::write(root.join("b.md"), "changed").unwrap();
+    let (_, data) = next_event(&mut on_b).await;
+    assert!(data.contains(&uri_b), "{data}");
+    quiet(&mut on_b, "one change of b.md").await;
+    // a.md was unsubscribed.
+    std::fs::write(root.join("a.md"), "changed").unwrap();
+    quiet(&mut on_b, "a change of the unsubscribed a.md").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_holder_signal_does_not_silence_the_live_stream() {
+    let Some((nats, _dir, root)) = setup() else {
+        return;
+    };
+    let a = replica(&root, nats.port(), None).await;
+    let b = replica(&root, nats.port(), None).await;
+    let attacker = async_nats::connect(format!("nats://127.0.0.1:{}", nats.port()))
+        .await
+        .unwrap();
+    let mut spy = attacker.subscribe("mcpr.roam.sctl").await.unwrap();
+    attacker.flush().await.unwrap();
+    let (id, uri) = subscribed(&a).await;
+
+    // The stream is held on A (the attacker captures that holder signal), then moves to B.
+    let mut on_a = open_stream(&a, &id, None).await;
+    let old = captured(&mut spy, Duration::from_millis(300))
+        .await
+        .into_iter()
+        .find(|s| signal_payload(s).get("holder").is_some())
+        .expect("A's holder signal");
+    let mut on_b = open_stream(&b, &id, None).await;
+    let closed = tokio::time::timeout(Duration::from_secs(3), on_a.recv()).await;
+    assert!(
+        matches!(closed, Ok(None)),
+        "A's stream should end: {closed:?}"
+    );
+
+    // The captured signal replayed, and the same signal held back and delivered late (sealed
+    // anew, as by a replica whose message was delayed): B's stream is not silenced.
+    attacker
+        .publish("mcpr.roam.sctl", old.clone())
+        .await
+        .unwrap();
+    let late = serde_json::to_vec(&signal_payload(&old)).unwrap();
+    attacker
+        .publish(
+            "mcpr.roam.sctl",
+            seal().seal(Kind::Signal, "mcpr.roam.sctl", &late),
+        )
+        .await
+        .unwrap();
+    attacker.flush().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    std::fs::write(root.join("a.md"), "changed").unwrap();
+    let (_, data) = next_event(&mut on_b).await;
+    assert!(data.contains(&uri), "{data}");
+    quiet(&mut on_b, "one change").await;
 }
