@@ -108,7 +108,7 @@ async fn skills_are_found_validated_and_their_manifests_match_the_bytes() {
     let (_d, _o, root) = tree();
     let p = files(&root);
     let catalog = Catalog::new(vec![source(&p, &root, "skills", "")], 1 << 24, TIMEOUT);
-    let skills = catalog.skills().await;
+    let skills = catalog.skills().await.unwrap();
     let uris: Vec<&str> = skills.iter().map(|s| s.uri.as_str()).collect();
     assert_eq!(
         uris,
@@ -149,13 +149,13 @@ async fn a_second_listing_hashes_nothing_and_a_change_rehashes_one_file() {
     let (_d, _o, root) = tree();
     let p = files(&root);
     let catalog = Catalog::new(vec![source(&p, &root, "skills", "")], 1 << 24, TIMEOUT);
-    let first = catalog.skills().await;
+    let first = catalog.skills().await.unwrap();
     let hashed = catalog.stats.hashed.load(Ordering::Relaxed);
     assert!(
         hashed >= 4,
         "the first listing hashes every file ({hashed})"
     );
-    let second = catalog.skills().await;
+    let second = catalog.skills().await.unwrap();
     assert_eq!(first, second);
     assert_eq!(
         catalog.stats.hashed.load(Ordering::Relaxed),
@@ -179,7 +179,7 @@ async fn a_second_listing_hashes_nothing_and_a_change_rehashes_one_file() {
     // the next listing walks again and hashes only the changed file.
     let start = std::time::Instant::now();
     let third = loop {
-        let now = catalog.skills().await;
+        let now = catalog.skills().await.unwrap();
         if digest(&now) != digest(&first) {
             break now;
         }
@@ -202,7 +202,13 @@ async fn prefixes_keep_mounts_apart_and_a_collision_keeps_the_first() {
         1 << 24,
         TIMEOUT,
     );
-    let uris: Vec<String> = prefixed.skills().await.into_iter().map(|s| s.uri).collect();
+    let uris: Vec<String> = prefixed
+        .skills()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.uri)
+        .collect();
     assert_eq!(
         uris,
         [
@@ -219,7 +225,7 @@ async fn prefixes_keep_mounts_apart_and_a_collision_keeps_the_first() {
         1 << 24,
         TIMEOUT,
     );
-    let skills = colliding.skills().await;
+    let skills = colliding.skills().await.unwrap();
     assert_eq!(skills.len(), 2);
     assert!(
         skills.iter().all(|s| s.source == 0),
@@ -235,13 +241,18 @@ async fn prefixes_keep_mounts_apart_and_a_collision_keeps_the_first() {
         1 << 24,
         TIMEOUT,
     );
-    assert_eq!(missing.skills().await.len(), 1);
+    assert_eq!(missing.skills().await.unwrap().len(), 1);
     // Resolution of a manifest URI to the mount's resource.
     let (src, target) = prefixed
-        .resolve("skill://acme/pdf/scripts/fill.py")
+        .resolve("skill://acme/pdf/scripts/fill.py", &|_| true)
         .await
         .unwrap();
     assert_eq!(src, 0);
     assert!(target.ends_with("/skills/pdf/scripts/fill.py"), "{target}");
-    assert!(prefixed.resolve("skill://acme/pdf/leak.txt").await.is_err());
+    assert!(
+        prefixed
+            .resolve("skill://acme/pdf/leak.txt", &|_| true)
+            .await
+            .is_err()
+    );
 }

@@ -247,3 +247,114 @@ async fn skills_methods_and_listens_are_counted() {
     assert_eq!(m.count("subscriptions/listen", "ok"), 1);
     drop(listen);
 }
+
+/// `f`, which must answer within ten seconds, run as a task of its own so that a panic in it
+/// shows as a failed task here rather than as this test's panic.
+async fn answered<T: Send + 'static>(
+    what: &str,
+    f: impl std::future::Future<Output = T> + Send + 'static,
+) -> T {
+    match tokio::time::timeout(std::time::Duration::from_secs(10), tokio::spawn(f)).await {
+        Ok(Ok(out)) => out,
+        Ok(Err(e)) => panic!("{what}: the request's task failed: {e}"),
+        Err(_) => panic!("{what}: no answer in 10 s"),
+    }
+}
+
+/// A folder link inside a skill (`skills/alpha/shared -> ../../c`, a link to a shorter path
+/// in the same mount) used to make the catalog panic on every walk, so that no skills
+/// request and no `resources/list` was answered again. The skill is listed, its manifest
+/// holds its own files and not the linked folder's (they are not under the skill's folder),
+/// and every request that consults the catalog keeps answering.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_folder_link_to_a_shorter_path_in_a_skill_neither_panics_nor_stalls_later_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    for name in ["alpha", "beta"] {
+        let d = root.join("skills").join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(
+            d.join("SKILL.md"),
+            format!("---\nname: {name}\ndescription: Does {name}\n---\nUse it.\n"),
+        )
+        .unwrap();
+    }
+    // `c/x.txt` is shorter than `skills/alpha`: its URI cannot be cut at the folder's length.
+    std::fs::create_dir_all(root.join("c")).unwrap();
+    std::fs::write(root.join("c/x.txt"), "shared\n").unwrap();
+    std::os::unix::fs::symlink("../../c", root.join("skills/alpha/shared")).unwrap();
+    let settings = Settings {
+        skills: vec![SkillsSetting {
+            mount: 0,
+            path: "skills".into(),
+            prefix: String::new(),
+            rev: None,
+        }],
+        ..Settings::default()
+    };
+    let files: Arc<dyn Provider> = Arc::new(FilesProvider::new(FilesConfig::new(&root)).unwrap());
+    let service = Service::new(ServerState::new(settings, vec![files]));
+
+    // Twice: a panic used to repeat on every walk.
+    for _ in 0..2 {
+        let s = service.clone();
+        let page = answered(
+            "skills/list",
+            async move { s.list_skills(None, None).await },
+        )
+        .await
+        .unwrap();
+        let uris: Vec<&str> = page.skills.iter().map(|s| s.uri.as_str()).collect();
+        assert_eq!(uris, ["skill://alpha/SKILL.md", "skill://beta/SKILL.md"]);
+        let SkillResources::Files(files) = &page.skills[0].resources else {
+            panic!("a manifest of files")
+        };
+        let files: Vec<&str> = files.iter().map(|f| f.uri.as_str()).collect();
+        assert_eq!(files, ["skill://alpha/SKILL.md"]);
+
+        let s = service.clone();
+        answered("skills/get", async move {
+            s.get_skill(None, "skill://alpha/SKILL.md").await
+        })
+        .await
+        .unwrap();
+        let s = service.clone();
+        answered("resources/read", async move {
+            s.read(None, "skill://alpha/SKILL.md").await
+        })
+        .await
+        .unwrap();
+        let s = service.clone();
+        let e = answered("resources/read", async move {
+            s.read(None, "skill://alpha/shared/x.txt").await
+        })
+        .await
+        .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::NotFound);
+        let s = service.clone();
+        let page = answered("resources/directory/read", async move {
+            s.read_directory(None, "skill://alpha", None).await
+        })
+        .await
+        .unwrap();
+        let children: Vec<&str> = page.items.iter().map(|m| m.uri.as_str()).collect();
+        assert_eq!(children, ["skill://alpha/SKILL.md", "skill://alpha/shared"]);
+        // The linked folder's children are not the skill's.
+        let s = service.clone();
+        let page = answered("resources/directory/read", async move {
+            s.read_directory(None, "skill://alpha/shared", None).await
+        })
+        .await
+        .unwrap();
+        assert!(page.items.is_empty(), "{:?}", page.items);
+        let s = service.clone();
+        let page = answered("resources/list", async move { s.list(None, None).await })
+            .await
+            .unwrap();
+        assert!(
+            page.items.iter().any(|m| m.uri == "skill://alpha/SKILL.md"),
+            "{:?}",
+            page.items
+        );
+    }
+}
