@@ -325,6 +325,56 @@ mod tests {
             ));
         }
         laughs.push_str("---\n");
-        assert!(parse(&laughs).is_err());
+        assert_eq!(parse(&laughs), Err(FrontmatterError::Expansion));
+    }
+
+    /// A frontmatter of 54 KiB whose aliases expand to hundreds of MiB (as built by
+    /// serde's own value) is stopped after a few times its size: refused at once, for what
+    /// it is.
+    #[test]
+    fn an_alias_bomb_near_the_size_limit_is_refused_quickly() {
+        let mut bomb = String::from("---\nname: a\ndescription: b\nl0: &l0 [");
+        bomb.push_str(&vec!["\"lol\""; 64].join(","));
+        bomb.push_str("]\n");
+        for i in 1..12 {
+            let prev = i - 1;
+            bomb.push_str(&format!(
+                "l{i}: &l{i} [{}]\n",
+                vec![format!("*l{prev}"); 64].join(",")
+            ));
+        }
+        bomb.push_str(&format!("pad: \"{}\"\n", "x".repeat(50 * 1024)));
+        bomb.push_str("---\n");
+        assert!((50 * 1024..MAX_FRONTMATTER_BYTES).contains(&bomb.len()));
+        let start = std::time::Instant::now();
+        assert_eq!(parse(&bomb), Err(FrontmatterError::Expansion));
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(2),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+
+    #[test]
+    fn a_few_aliases_within_the_limit_are_fine() {
+        let fm = parse("---\nname: a\ndescription: b\nbase: &b {x: 1}\none: *b\ntwo: *b\n---\n")
+            .unwrap();
+        assert_eq!(fm.extra["two"], serde_json::json!({"x": 1}));
+    }
+
+    #[test]
+    fn a_key_twice_in_one_mapping_is_refused_naming_it() {
+        assert_eq!(
+            parse("---\nname: a\ndescription: b\nname: c\n---\n"),
+            Err(FrontmatterError::DuplicateKey("name".into()))
+        );
+        let e = parse("---\nname: a\ndescription: b\nmeta:\n  k: 1\n  k: 2\n---\n").unwrap_err();
+        assert_eq!(e, FrontmatterError::DuplicateKey("k".into()));
+        assert_eq!(
+            e.to_string(),
+            "its frontmatter has the key `k` twice in one mapping"
+        );
+        // The same key in two mappings is no repetition.
+        parse("---\nname: a\ndescription: b\nx: {k: 1}\ny: {k: 2}\n---\n").unwrap();
     }
 }
