@@ -53,8 +53,9 @@ pub const MAX_WALK_DIRS: usize = 20_000;
 /// The deepest folder a discovery or a manifest descends to.
 pub const MAX_WALK_DEPTH: usize = 16;
 /// The most provider requests (directory pages and file reads) one walk of a source makes:
-/// past this the walk fails as a whole rather than answer with part of the folder.
-pub const MAX_WALK_REQUESTS: usize = 10_000;
+/// past this the walk fails as a whole rather than answer with part of the folder. A first
+/// walk of 1,000 skills of 5 files in two folders each makes about 7,000.
+pub const MAX_WALK_REQUESTS: usize = 50_000;
 /// The longest one walk of a source may take, all its requests together.
 pub const MAX_WALK_TIME: Duration = Duration::from_secs(60);
 /// The most views (sets of visible sources) kept merged at once; past this they are merged
