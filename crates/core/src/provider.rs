@@ -347,6 +347,15 @@ pub trait Provider: Send + Sync + 'static {
         None
     }
 
+    /// How often the provider looks again at a source that cannot tell it of changes (s3
+    /// polls every `poll_interval_ms`), or `None` when it does not poll. What a caller found
+    /// by walking such a source is as fresh as the provider's own view for that long, so it
+    /// may keep it that long instead of asking the source on every request (the skills
+    /// catalog's walks of folders it cannot watch).
+    fn poll_interval(&self) -> Option<std::time::Duration> {
+        None
+    }
+
     /// Counters of the provider's own for `/metrics`; none by default.
     fn counters(&self) -> Vec<Counter> {
         Vec::new()

@@ -369,6 +369,10 @@ impl Provider for S3Provider {
         Ok(self.watches.add_list(sink).await)
     }
 
+    fn poll_interval(&self) -> Option<Duration> {
+        Some(self.inner.config.poll_interval)
+    }
+
     fn counters(&self) -> Vec<Counter> {
         vec![
             Counter {

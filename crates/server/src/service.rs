@@ -1023,7 +1023,8 @@ impl Service {
                     .is_some_and(|p| self.known_skill_target(&p).is_none())
         }) && let Some(catalog) = &self.state.skills
         {
-            catalog.shared().await;
+            // A walk that failed leaves the URI unknown here; the listen then refuses it.
+            let _ = catalog.shared().await;
         }
         let taken = futures::future::join_all(uris.iter().take(max).filter_map(|u| {
             let (target, mount) = self.listenable(u)?;

@@ -5,7 +5,8 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use mcpr_core::{ContentsBody, Provider, ReadLimits, ResourceUri};
 use mcpr_provider_files::{FilesConfig, FilesProvider, encode_path_uri};
@@ -108,7 +109,7 @@ async fn skills_are_found_validated_and_their_manifests_match_the_bytes() {
     let (_d, _o, root) = tree();
     let p = files(&root);
     let catalog = Catalog::new(vec![source(&p, &root, "skills", "")], 1 << 24, TIMEOUT);
-    let skills = catalog.skills().await;
+    let skills = catalog.skills().await.unwrap();
     let uris: Vec<&str> = skills.iter().map(|s| s.uri.as_str()).collect();
     assert_eq!(
         uris,
@@ -149,13 +150,13 @@ async fn a_second_listing_hashes_nothing_and_a_change_rehashes_one_file() {
     let (_d, _o, root) = tree();
     let p = files(&root);
     let catalog = Catalog::new(vec![source(&p, &root, "skills", "")], 1 << 24, TIMEOUT);
-    let first = catalog.skills().await;
+    let first = catalog.skills().await.unwrap();
     let hashed = catalog.stats.hashed.load(Ordering::Relaxed);
     assert!(
         hashed >= 4,
         "the first listing hashes every file ({hashed})"
     );
-    let second = catalog.skills().await;
+    let second = catalog.skills().await.unwrap();
     assert_eq!(first, second);
     assert_eq!(
         catalog.stats.hashed.load(Ordering::Relaxed),
@@ -179,7 +180,7 @@ async fn a_second_listing_hashes_nothing_and_a_change_rehashes_one_file() {
     // the next listing walks again and hashes only the changed file.
     let start = std::time::Instant::now();
     let third = loop {
-        let now = catalog.skills().await;
+        let now = catalog.skills().await.unwrap();
         if digest(&now) != digest(&first) {
             break now;
         }
@@ -202,7 +203,13 @@ async fn prefixes_keep_mounts_apart_and_a_collision_keeps_the_first() {
         1 << 24,
         TIMEOUT,
     );
-    let uris: Vec<String> = prefixed.skills().await.into_iter().map(|s| s.uri).collect();
+    let uris: Vec<String> = prefixed
+        .skills()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.uri)
+        .collect();
     assert_eq!(
         uris,
         [
@@ -219,7 +226,7 @@ async fn prefixes_keep_mounts_apart_and_a_collision_keeps_the_first() {
         1 << 24,
         TIMEOUT,
     );
-    let skills = colliding.skills().await;
+    let skills = colliding.skills().await.unwrap();
     assert_eq!(skills.len(), 2);
     assert!(
         skills.iter().all(|s| s.source == 0),
@@ -235,13 +242,175 @@ async fn prefixes_keep_mounts_apart_and_a_collision_keeps_the_first() {
         1 << 24,
         TIMEOUT,
     );
-    assert_eq!(missing.skills().await.len(), 1);
+    assert_eq!(missing.skills().await.unwrap().len(), 1);
     // Resolution of a manifest URI to the mount's resource.
     let (src, target) = prefixed
-        .resolve("skill://acme/pdf/scripts/fill.py")
+        .resolve("skill://acme/pdf/scripts/fill.py", &|_| true)
         .await
         .unwrap();
     assert_eq!(src, 0);
     assert!(target.ends_with("/skills/pdf/scripts/fill.py"), "{target}");
-    assert!(prefixed.resolve("skill://acme/pdf/leak.txt").await.is_err());
+    assert!(
+        prefixed
+            .resolve("skill://acme/pdf/leak.txt", &|_| true)
+            .await
+            .is_err()
+    );
+}
+
+/// A source whose walk needs more provider requests than a walk may make fails as a whole
+/// (never a part of the folder presented as all of it); once a walk has succeeded, a later
+/// one over the budget answers with that last whole walk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_walk_over_its_request_budget_fails_whole_or_keeps_the_last_whole_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    put(&root, "skills/a/SKILL.md", skill_md("a").as_bytes());
+    let p = files(&root);
+    // The root's page, a's page and a's SKILL.md: three requests, within five.
+    let catalog = Catalog::new(vec![source(&p, &root, "skills", "")], 1 << 24, TIMEOUT)
+        .with_walk_limits(5, TIMEOUT);
+    assert_eq!(catalog.skills().await.unwrap().len(), 1);
+    for name in ["b", "c", "d", "e"] {
+        put(
+            &root,
+            &format!("skills/{name}/SKILL.md"),
+            skill_md(name).as_bytes(),
+        );
+    }
+    // The next walk (once the watch reports) needs nine requests: it fails, and the
+    // listing is the last whole one.
+    let start = std::time::Instant::now();
+    while catalog.stats.walks.load(Ordering::Relaxed) < 2 {
+        assert_eq!(catalog.skills().await.unwrap().len(), 1);
+        assert!(start.elapsed() < TIMEOUT, "the change is seen");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let uris: Vec<String> = catalog
+        .skills()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.uri)
+        .collect();
+    assert_eq!(uris, ["skill://a/SKILL.md"]);
+    // With no earlier walk, the error itself.
+    let fresh = Catalog::new(vec![source(&p, &root, "skills", "")], 1 << 24, TIMEOUT)
+        .with_walk_limits(5, TIMEOUT);
+    let e = fresh.skills().await.unwrap_err();
+    assert_eq!(e.kind, mcpr_core::ErrorKind::TooLarge);
+    assert!(
+        e.message.contains("more provider requests"),
+        "{}",
+        e.message
+    );
+    // Within the budget, all five.
+    let roomy = Catalog::new(vec![source(&p, &root, "skills", "")], 1 << 24, TIMEOUT)
+        .with_walk_limits(11, TIMEOUT);
+    assert_eq!(roomy.skills().await.unwrap().len(), 5);
+}
+
+/// A walk past its time answers with a timeout error, and the source is walked again by the
+/// next caller (nothing of the cut walk is kept).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_walk_past_its_time_is_a_timeout_error() {
+    let (_d, _o, root) = tree();
+    let p = files(&root);
+    // A files directory read runs on the blocking pool, so it cannot end within no time.
+    let catalog = Catalog::new(vec![source(&p, &root, "skills", "")], 1 << 24, TIMEOUT)
+        .with_walk_limits(
+            mcpr_server::skills::catalog::MAX_WALK_REQUESTS,
+            Duration::ZERO,
+        );
+    for walks in 1..=2 {
+        let e = catalog.skills().await.unwrap_err();
+        assert_eq!(e.kind, mcpr_core::ErrorKind::Timeout);
+        assert!(e.message.contains("took more than 0 ms"), "{}", e.message);
+        assert_eq!(catalog.stats.walks.load(Ordering::Relaxed), walks);
+    }
+}
+
+/// A files mount whose directory reads panic while `panics` is set: a fault in a provider,
+/// met in the middle of a walk.
+struct Panicky {
+    inner: Arc<dyn Provider>,
+    panics: AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl Provider for Panicky {
+    fn info(&self) -> &mcpr_core::ProviderInfo {
+        self.inner.info()
+    }
+
+    async fn read(
+        &self,
+        uri: &ResourceUri,
+        limits: &ReadLimits,
+    ) -> mcpr_core::Result<mcpr_core::ReadOutput> {
+        self.inner.read(uri, limits).await
+    }
+
+    async fn read_directory(
+        &self,
+        uri: &ResourceUri,
+        page: mcpr_core::PageRequest,
+    ) -> mcpr_core::Result<mcpr_core::Page<mcpr_core::ResourceMeta>> {
+        if self.panics.load(Ordering::SeqCst) && uri.as_str().ends_with("/team") {
+            panic!("directory read fault");
+        }
+        self.inner.read_directory(uri, page).await
+    }
+
+    async fn watch(
+        &self,
+        uri: &ResourceUri,
+        sink: mcpr_core::ChangeSink,
+    ) -> mcpr_core::Result<mcpr_core::WatchGuard> {
+        self.inner.watch(uri, sink).await
+    }
+
+    async fn change_token(&self, uri: &ResourceUri) -> Option<String> {
+        self.inner.change_token(uri).await
+    }
+}
+
+/// A panic in the middle of a walk answers the caller with an error that says so, leaves
+/// nothing that holds later callers (they walk again), and once the fault is gone the
+/// listing is whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_inside_a_walk_is_an_error_and_later_callers_walk_again() {
+    let (_d, _o, root) = tree();
+    let panicky = Arc::new(Panicky {
+        inner: files(&root),
+        panics: AtomicBool::new(true),
+    });
+    let p: Arc<dyn Provider> = panicky.clone();
+    let catalog = Arc::new(Catalog::new(
+        vec![source(&p, &root, "skills", "")],
+        1 << 24,
+        TIMEOUT,
+    ));
+    for _ in 0..2 {
+        let c = catalog.clone();
+        let e = tokio::time::timeout(TIMEOUT, tokio::spawn(async move { c.skills().await }))
+            .await
+            .expect("answered")
+            .expect("the caller's task does not panic")
+            .unwrap_err();
+        assert_eq!(e.kind, mcpr_core::ErrorKind::Internal);
+        assert!(e.message.contains("directory read fault"), "{}", e.message);
+    }
+    panicky.panics.store(false, Ordering::SeqCst);
+    let uris: Vec<String> = tokio::time::timeout(TIMEOUT, catalog.skills())
+        .await
+        .expect("answered")
+        .unwrap()
+        .into_iter()
+        .map(|s| s.uri)
+        .collect();
+    assert_eq!(
+        uris,
+        ["skill://pdf/SKILL.md", "skill://team/review/SKILL.md"]
+    );
 }

@@ -258,3 +258,104 @@ async fn a_link_committed_in_a_skill_folder_is_not_in_its_manifest() {
         assert!(!uris.contains(&link), "{link} in the manifest: {uris:?}");
     }
 }
+
+/// An s3 mount's skills folder cannot be watched, so its walk used to be repeated by every
+/// skills request, and callers that came together queued and then each walked. Now callers
+/// that come together share one walk, which is kept for the mount's `poll_interval_ms`: a
+/// read of an unknown `skill://` URI and a directory read within it are answered from that
+/// walk, and the first request after it walks again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_skills_requests_on_an_s3_mount_share_one_walk_kept_for_the_poll_interval() {
+    let Some(moto) = mcpr_testkit::moto::moto() else {
+        return;
+    };
+    let bucket = format!("skills-shared-{}", std::process::id());
+    moto.create_bucket(&bucket);
+    for i in 0..10 {
+        moto.put(
+            &bucket,
+            &format!("skills/s{i}/SKILL.md"),
+            format!("---\nname: s{i}\ndescription: Skill {i}\n---\n").as_bytes(),
+        );
+        moto.put(&bucket, &format!("skills/s{i}/ref/notes.txt"), b"notes\n");
+    }
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut config = S3Config::new(&bucket, "us-east-1");
+    config.endpoint = Some(moto.endpoint());
+    config.allow_http = true;
+    config.access_key_id = Some("AKIAMOTOTESTKEY12345".into());
+    config.secret_access_key = Some("motoSecretKeyThatMustNeverBeShown0000".into());
+    let poll = std::time::Duration::from_secs(3);
+    config.poll_interval = poll;
+    let provider: Arc<dyn Provider> = Arc::new(S3Provider::new(config).await.unwrap());
+    // Directory reads (one LIST request each) a server made of its mount.
+    let lists = |s: &Service| {
+        s.state().router().mounts()[0]
+            .calls
+            .count("read_directory", "ok")
+    };
+    let walks = |s: &Service| {
+        s.state()
+            .skills()
+            .expect("a catalog")
+            .stats
+            .walks
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+
+    // What one walk costs, on a server of its own.
+    let solo = service(provider.clone());
+    assert_eq!(solo.list_skills(None, None).await.unwrap().skills.len(), 2);
+    let one_walk = lists(&solo);
+    assert!(one_walk >= 21, "{one_walk} directory reads");
+
+    let shared = service(provider);
+    let callers: Vec<_> = (0..12)
+        .map(|i| {
+            let s = shared.clone();
+            tokio::spawn(async move {
+                let r = match i % 4 {
+                    0 => s.list_skills(None, None).await.map(drop),
+                    1 => s.get_skill(None, "skill://s3/SKILL.md").await.map(drop),
+                    2 => match s.read(None, "skill://nope/SKILL.md").await {
+                        Err(e) if e.kind == mcpr_core::ErrorKind::NotFound => Ok(()),
+                        other => other.map(drop),
+                    },
+                    _ => s.list(None, None).await.map(drop),
+                };
+                r.unwrap_or_else(|e| panic!("caller {i}: {}", e.message));
+            })
+        })
+        .collect();
+    let started = std::time::Instant::now();
+    for c in callers {
+        c.await.unwrap();
+    }
+    assert!(
+        started.elapsed() < poll,
+        "the test needs the callers to finish within one poll interval"
+    );
+    assert_eq!(walks(&shared), 1, "twelve callers, one walk");
+    assert_eq!(lists(&shared), one_walk);
+
+    // Within the poll interval: an unknown URI is answered from the walk, and a directory
+    // read costs its own read only.
+    let e = shared
+        .read(None, "skill://other/SKILL.md")
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, mcpr_core::ErrorKind::NotFound);
+    let dir = shared
+        .read_directory(None, "skill://s1", None)
+        .await
+        .unwrap();
+    assert!(!dir.items.is_empty());
+    assert_eq!(walks(&shared), 1);
+    assert_eq!(lists(&shared), one_walk + 1);
+
+    // After it, the next request walks again.
+    tokio::time::sleep(poll + std::time::Duration::from_millis(200)).await;
+    shared.list_skills(None, None).await.unwrap();
+    assert_eq!(walks(&shared), 2);
+    assert_eq!(lists(&shared), 2 * one_walk + 1);
+}

@@ -247,3 +247,307 @@ async fn skills_methods_and_listens_are_counted() {
     assert_eq!(m.count("subscriptions/listen", "ok"), 1);
     drop(listen);
 }
+
+/// `f`, which must answer within ten seconds, run as a task of its own so that a panic in it
+/// shows as a failed task here rather than as this test's panic.
+async fn answered<T: Send + 'static>(
+    what: &str,
+    f: impl std::future::Future<Output = T> + Send + 'static,
+) -> T {
+    match tokio::time::timeout(std::time::Duration::from_secs(10), tokio::spawn(f)).await {
+        Ok(Ok(out)) => out,
+        Ok(Err(e)) => panic!("{what}: the request's task failed: {e}"),
+        Err(_) => panic!("{what}: no answer in 10 s"),
+    }
+}
+
+/// A folder link inside a skill (`skills/alpha/shared -> ../../c`, a link to a shorter path
+/// in the same mount) used to make the catalog panic on every walk, so that no skills
+/// request and no `resources/list` was answered again. The skill is listed, its manifest
+/// holds its own files and not the linked folder's (they are not under the skill's folder),
+/// and every request that consults the catalog keeps answering.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_folder_link_to_a_shorter_path_in_a_skill_neither_panics_nor_stalls_later_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    for name in ["alpha", "beta"] {
+        let d = root.join("skills").join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(
+            d.join("SKILL.md"),
+            format!("---\nname: {name}\ndescription: Does {name}\n---\nUse it.\n"),
+        )
+        .unwrap();
+    }
+    // `c/x.txt` is shorter than `skills/alpha`: its URI cannot be cut at the folder's length.
+    std::fs::create_dir_all(root.join("c")).unwrap();
+    std::fs::write(root.join("c/x.txt"), "shared\n").unwrap();
+    std::os::unix::fs::symlink("../../c", root.join("skills/alpha/shared")).unwrap();
+    let settings = Settings {
+        skills: vec![SkillsSetting {
+            mount: 0,
+            path: "skills".into(),
+            prefix: String::new(),
+            rev: None,
+        }],
+        ..Settings::default()
+    };
+    let files: Arc<dyn Provider> = Arc::new(FilesProvider::new(FilesConfig::new(&root)).unwrap());
+    let service = Service::new(ServerState::new(settings, vec![files]));
+
+    // Twice: a panic used to repeat on every walk.
+    for _ in 0..2 {
+        let s = service.clone();
+        let page = answered(
+            "skills/list",
+            async move { s.list_skills(None, None).await },
+        )
+        .await
+        .unwrap();
+        let uris: Vec<&str> = page.skills.iter().map(|s| s.uri.as_str()).collect();
+        assert_eq!(uris, ["skill://alpha/SKILL.md", "skill://beta/SKILL.md"]);
+        let SkillResources::Files(files) = &page.skills[0].resources else {
+            panic!("a manifest of files")
+        };
+        let files: Vec<&str> = files.iter().map(|f| f.uri.as_str()).collect();
+        assert_eq!(files, ["skill://alpha/SKILL.md"]);
+
+        let s = service.clone();
+        answered("skills/get", async move {
+            s.get_skill(None, "skill://alpha/SKILL.md").await
+        })
+        .await
+        .unwrap();
+        let s = service.clone();
+        answered("resources/read", async move {
+            s.read(None, "skill://alpha/SKILL.md").await
+        })
+        .await
+        .unwrap();
+        let s = service.clone();
+        let e = answered("resources/read", async move {
+            s.read(None, "skill://alpha/shared/x.txt").await
+        })
+        .await
+        .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::NotFound);
+        let s = service.clone();
+        let page = answered("resources/directory/read", async move {
+            s.read_directory(None, "skill://alpha", None).await
+        })
+        .await
+        .unwrap();
+        let children: Vec<&str> = page.items.iter().map(|m| m.uri.as_str()).collect();
+        assert_eq!(children, ["skill://alpha/SKILL.md", "skill://alpha/shared"]);
+        // The linked folder's children are not the skill's.
+        let s = service.clone();
+        let page = answered("resources/directory/read", async move {
+            s.read_directory(None, "skill://alpha/shared", None).await
+        })
+        .await
+        .unwrap();
+        assert!(page.items.is_empty(), "{:?}", page.items);
+        let s = service.clone();
+        let page = answered("resources/list", async move { s.list(None, None).await })
+            .await
+            .unwrap();
+        assert!(
+            page.items.iter().any(|m| m.uri == "skill://alpha/SKILL.md"),
+            "{:?}",
+            page.items
+        );
+    }
+}
+
+/// Two files mounts carrying skills: the first, scoped `admin`, in a folder named
+/// `admin-only-mount`, holds `alpha` and `secret`; the second, for everyone, holds its own
+/// `alpha`. Both without a prefix, so both serve `skill://alpha/SKILL.md`.
+fn two_mounts() -> (tempfile::TempDir, std::path::PathBuf, Service) {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().canonicalize().unwrap();
+    let admin = base.join("admin-only-mount");
+    let public = base.join("public-mount");
+    for (root, name, says) in [
+        (&admin, "alpha", "admin alpha"),
+        (&admin, "secret", "admin secret"),
+        (&public, "alpha", "public alpha"),
+    ] {
+        let d = root.join("skills").join(name);
+        std::fs::create_dir_all(d.join("ref")).unwrap();
+        std::fs::write(
+            d.join("SKILL.md"),
+            format!("---\nname: {name}\ndescription: {says}\n---\n"),
+        )
+        .unwrap();
+        std::fs::write(d.join("ref/notes.txt"), says).unwrap();
+    }
+    let setting = |mount| SkillsSetting {
+        mount,
+        path: "skills".into(),
+        prefix: String::new(),
+        rev: None,
+    };
+    let settings = Settings {
+        skills: vec![setting(0), setting(1)],
+        ..Settings::default()
+    };
+    let mount = |root: &std::path::Path| -> Arc<dyn Provider> {
+        Arc::new(FilesProvider::new(FilesConfig::new(root)).unwrap())
+    };
+    let state = ServerState::with_bus(
+        settings,
+        vec![
+            (mount(&admin), Some("admin".to_owned())),
+            (mount(&public), None),
+        ],
+        Arc::new(mcpr_core::LocalBus::default()),
+    );
+    (dir, admin, Service::new(state))
+}
+
+/// A caller whose token does not cover a mount neither reaches its skills nor learns where
+/// the mount is from an error: a hidden mount's skill is not found, the error naming only
+/// the URI asked, through skills/get, reads and directory reads alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hidden_mounts_skill_is_not_found_and_no_error_names_its_path() {
+    let (_dir, admin, service) = two_mounts();
+    let other = grant(&[]);
+    let admin_path = admin.display().to_string();
+    let hidden = |e: &mcpr_core::Error, asked: &str| {
+        assert!(
+            !e.message.contains(&admin_path) && !e.message.contains("admin-only-mount"),
+            "{}",
+            e.message
+        );
+        assert!(e.message.contains(asked), "{}", e.message);
+        if let Some(uri) = &e.uri {
+            assert_eq!(uri, asked);
+        }
+    };
+    for asked in ["skill://secret", "skill://secret/ref", "skill://secret/"] {
+        let e = service
+            .read_directory(Some(&other), asked, None)
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::NotFound, "{asked}");
+        hidden(&e, asked);
+    }
+    for asked in ["skill://secret/SKILL.md", "skill://secret/ref/notes.txt"] {
+        let e = service.read(Some(&other), asked).await.unwrap_err();
+        assert_eq!(e.kind, ErrorKind::NotFound, "{asked}");
+        hidden(&e, asked);
+    }
+    let e = service
+        .get_skill(Some(&other), "skill://secret/SKILL.md")
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::InvalidParams);
+    hidden(&e, "skill://secret/SKILL.md");
+    // The admin sees them.
+    let admin_grant = grant(&["admin"]);
+    assert!(
+        service
+            .read_directory(Some(&admin_grant), "skill://secret", None)
+            .await
+            .is_ok()
+    );
+    // The hidden mount's template cannot be completed either, and the refusal is the one an
+    // unknown template gets.
+    let template = service.state().router().mounts()[0]
+        .provider
+        .templates()
+        .first()
+        .map(|t| t.uri_template.clone())
+        .expect("a files mount has templates");
+    let hidden_template = service
+        .complete(
+            Some(&other),
+            mcpr_server::CompletionRef::Template(&template),
+            "path",
+            "",
+            Default::default(),
+        )
+        .await
+        .unwrap_err();
+    let unknown = service
+        .complete(
+            Some(&other),
+            mcpr_server::CompletionRef::Template("nope://{x}"),
+            "x",
+            "",
+            Default::default(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(hidden_template.kind, unknown.kind);
+    assert_eq!(
+        hidden_template.message,
+        unknown.message.replace("nope://{x}", &template)
+    );
+}
+
+/// Two mounts serving one skill URI are settled among the mounts the caller may see: a
+/// scoped mount's `alpha`, first in order, no longer hides the public mount's `alpha` from a
+/// caller who may not see the scoped one; a caller who sees both gets the first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skill_uri_collisions_are_settled_among_the_mounts_the_caller_sees() {
+    let (_dir, _admin, service) = two_mounts();
+    let other = grant(&[]);
+    let admin = grant(&["admin"]);
+    let described = |page: &mcpr_server::SkillsPage| -> Vec<(String, String)> {
+        page.skills
+            .iter()
+            .map(|s| (s.uri.clone(), s.frontmatter.description.clone()))
+            .collect()
+    };
+    let page = service.list_skills(Some(&other), None).await.unwrap();
+    assert_eq!(
+        described(&page),
+        [("skill://alpha/SKILL.md".into(), "public alpha".into())]
+    );
+    let (skill, _) = service
+        .get_skill(Some(&other), "skill://alpha/SKILL.md")
+        .await
+        .unwrap();
+    assert_eq!(skill.frontmatter.description, "public alpha");
+    let read = service
+        .read(Some(&other), "skill://alpha/ref/notes.txt")
+        .await
+        .unwrap();
+    assert!(
+        matches!(&read.contents[0].body, ContentsBody::Text(t) if t == "public alpha"),
+        "{:?}",
+        read.contents[0].body
+    );
+    let dir = service
+        .read_directory(Some(&other), "skill://alpha/ref", None)
+        .await
+        .unwrap();
+    assert_eq!(dir.items.len(), 1);
+    assert_eq!(dir.items[0].uri, "skill://alpha/ref/notes.txt");
+    let listed = service.list(Some(&other), None).await.unwrap();
+    let skill_entries: Vec<_> = listed
+        .items
+        .iter()
+        .filter(|m| m.uri.starts_with("skill://"))
+        .map(|m| (m.uri.as_str(), m.description.as_deref()))
+        .collect();
+    assert_eq!(
+        skill_entries,
+        [("skill://alpha/SKILL.md", Some("public alpha"))]
+    );
+
+    let page = service.list_skills(Some(&admin), None).await.unwrap();
+    assert_eq!(
+        described(&page),
+        [
+            ("skill://alpha/SKILL.md".into(), "admin alpha".into()),
+            ("skill://secret/SKILL.md".into(), "admin secret".into()),
+        ]
+    );
+    let (skill, _) = service
+        .get_skill(Some(&admin), "skill://alpha/SKILL.md")
+        .await
+        .unwrap();
+    assert_eq!(skill.frontmatter.description, "admin alpha");
+}

@@ -45,24 +45,35 @@ impl Service {
         cursor: Option<&str>,
     ) -> Result<DirectoryPage> {
         metered(&self.state.metrics, "resources/directory/read", async {
-            match self.skill_folder(uri).await? {
+            match self.skill_folder(grant, uri).await? {
                 None => self.read_directory_at(grant, uri, cursor).await,
-                Some((target, skill)) => {
+                Some(folder) => {
                     // A skill's folder (or one under it): read the mount's folder, name
                     // the children as skill URIs.
                     let mut page = self
-                        .read_directory_at(grant, &target, cursor)
+                        .read_directory_at(grant, &folder.target, cursor)
                         .await
-                        .map_err(|mut e| {
-                            if e.uri.is_some() {
-                                e.uri = Some(uri.to_owned());
-                            }
-                            e
-                        })?;
-                    let from = target.trim_end_matches('/');
+                        .map_err(|e| super::skills::as_asked(e, uri, &folder.target))?;
+                    // Children are named by their own names under the folder asked, as the
+                    // catalog names a skill's files: a link to a folder elsewhere lists
+                    // its children under their own paths, which are not the skill's, and
+                    // are not shown, as the skill's manifest leaves them out.
+                    let root = folder.skill_root.as_str();
+                    page.items.retain(|m| {
+                        m.uri
+                            .trim_end_matches('/')
+                            .strip_prefix(root)
+                            .is_some_and(|r| r.starts_with('/'))
+                    });
                     for m in &mut page.items {
-                        let rest = m.uri.strip_prefix(from).unwrap_or_default();
-                        m.uri = format!("{skill}{}", rest.trim_end_matches('/'));
+                        let name = m
+                            .uri
+                            .trim_end_matches('/')
+                            .rsplit('/')
+                            .next()
+                            .unwrap_or_default()
+                            .to_owned();
+                        m.uri = format!("{}/{name}", folder.asked);
                     }
                     Ok(page)
                 }

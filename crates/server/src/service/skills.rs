@@ -12,8 +12,8 @@ use super::{
 };
 use crate::grant::Grant;
 use crate::layers::metered;
-use crate::skills::SkillEntry;
 use crate::skills::catalog::SKILL_SCHEME;
+use crate::skills::{SkillEntry, SkillSource};
 
 /// What a skill's `SKILL.md` URI ends with after its folder.
 const SKILL_MD_SUFFIX: &str = "/SKILL.md";
@@ -35,32 +35,41 @@ impl Service {
         self.state.skills.is_some()
     }
 
-    /// At most `n` of the skills a caller holding `grant` may see (the mounts its scopes
-    /// cover) whose URI comes after `after`, by URI: the catalog's shared, URI-sorted list
-    /// and the positions in it, so a page costs a search and its own skills, not a copy of
-    /// every skill.
+    /// Whether a caller holding `grant` may see the mount of skills source `source`.
+    fn sees_source(&self, grant: Option<&Grant>, source: &SkillSource) -> bool {
+        self.state
+            .router
+            .mounts()
+            .get(source.index as usize)
+            .is_some_and(|m| visible(grant, m))
+    }
+
+    /// The skills a caller holding `grant` may see, sorted by URI: those of the mounts its
+    /// scopes cover, two mounts' skills of one URI settled among those mounts only.
+    async fn skills_for(&self, grant: Option<&Grant>) -> Result<Arc<Vec<SkillEntry>>> {
+        match &self.state.skills {
+            Some(catalog) => {
+                catalog
+                    .visible(&|s: &SkillSource| self.sees_source(grant, s))
+                    .await
+            }
+            None => Ok(Arc::default()),
+        }
+    }
+
+    /// At most `n` of the skills a caller holding `grant` may see whose URI comes after
+    /// `after`, by URI: the caller's shared, URI-sorted view and the positions in it, so a
+    /// page costs a search and its own skills, not a copy of every skill.
     async fn visible_skills_after(
         &self,
         grant: Option<&Grant>,
         after: &str,
         n: usize,
-    ) -> (Arc<Vec<SkillEntry>>, Vec<usize>) {
-        let Some(catalog) = &self.state.skills else {
-            return (Arc::default(), Vec::new());
-        };
-        let all = catalog.shared().await;
-        let mounts = self.state.router.mounts();
-        let sources = catalog.sources();
+    ) -> Result<(Arc<Vec<SkillEntry>>, Vec<usize>)> {
+        let all = self.skills_for(grant).await?;
         let start = all.partition_point(|s| s.uri.as_str() <= after);
-        let page = (start..all.len())
-            .filter(|&i| {
-                mounts
-                    .get(sources[all[i].source].index as usize)
-                    .is_some_and(|m| visible(grant, m))
-            })
-            .take(n)
-            .collect();
-        (all, page)
+        let page = (start..all.len()).take(n).collect();
+        Ok((all, page))
     }
 
     /// The cache hints of skills results: the strictest over the mounts carrying skills.
@@ -95,7 +104,7 @@ impl Service {
         let size = self.state.settings.page_size.max(1);
         let (all, mut page) = self
             .visible_skills_after(grant, after.as_deref().unwrap_or(""), size + 1)
-            .await;
+            .await?;
         let next_cursor = if page.len() > size {
             page.truncate(size);
             page.last()
@@ -123,13 +132,11 @@ impl Service {
 
     async fn find_skill(&self, grant: Option<&Grant>, uri: &str) -> Result<(Skill, CacheHints)> {
         let found = match &self.state.skills {
-            Some(catalog) => catalog.skill(uri).await.filter(|s| {
-                self.state
-                    .router
-                    .mounts()
-                    .get(catalog.sources()[s.source].index as usize)
-                    .is_some_and(|m| visible(grant, m))
-            }),
+            Some(catalog) => {
+                catalog
+                    .skill(uri, &|s: &SkillSource| self.sees_source(grant, s))
+                    .await?
+            }
             None => None,
         };
         found
@@ -164,17 +171,9 @@ impl Service {
         else {
             return Ok(None);
         };
-        let (source, target) = catalog.resolve(raw).await?;
-        let index = catalog.sources()[source].index as usize;
-        if !self
-            .state
-            .router
-            .mounts()
-            .get(index)
-            .is_some_and(|m| visible(grant, m))
-        {
-            return Err(Error::not_found(raw));
-        }
+        let (_, target) = catalog
+            .resolve(raw, &|s: &SkillSource| self.sees_source(grant, s))
+            .await?;
         Ok(Some(target))
     }
 
@@ -210,7 +209,8 @@ impl Service {
     pub(super) fn watch_skills(&self) {
         if let Some(catalog) = self.state.skills.clone() {
             tokio::spawn(async move {
-                catalog.shared().await;
+                // A walk that failed was logged by the catalog; a listing asks again.
+                let _ = catalog.shared().await;
             });
         }
     }
@@ -221,22 +221,26 @@ impl Service {
         let Some(target) = self.skill_target(grant, raw).await? else {
             return self.read_uri(grant, raw).await;
         };
-        let mut out = self.read_uri(grant, &target).await.map_err(|mut e| {
-            if e.uri.is_some() {
-                e.uri = Some(raw.to_owned());
-            }
-            e
-        })?;
+        let mut out = self
+            .read_uri(grant, &target)
+            .await
+            .map_err(|e| as_asked(e, raw, &target))?;
         for c in &mut out.contents {
             c.uri = raw.to_owned();
         }
         Ok(out)
     }
 
-    /// For a `skill://` URI naming a valid skill's folder or a folder under it: the mount's
-    /// directory URI behind it and the URI as asked (without a trailing `/`). `None` for any
-    /// other URI; not found for a `skill://` URI that is no such folder.
-    pub(super) async fn skill_folder(&self, uri: &str) -> Result<Option<(String, String)>> {
+    /// For a `skill://` URI naming a valid skill's folder or a folder under it, among the
+    /// skills a caller holding `grant` may see: the mount's directory URI behind it, the
+    /// URI as asked (without a trailing `/`), and the mount's URI of the skill's own folder
+    /// (its children must be under it). `None` for any other URI; not found, naming only
+    /// the URI asked, for a `skill://` URI that is no such folder.
+    pub(super) async fn skill_folder(
+        &self,
+        grant: Option<&Grant>,
+        uri: &str,
+    ) -> Result<Option<SkillFolder>> {
         let Some(catalog) = self
             .state
             .skills
@@ -246,7 +250,7 @@ impl Service {
             return Ok(None);
         };
         let asked = uri.trim_end_matches('/');
-        for entry in catalog.shared().await.iter() {
+        for entry in self.skills_for(grant).await?.iter() {
             let Some(folder) = entry.uri.strip_suffix(SKILL_MD_SUFFIX) else {
                 continue;
             };
@@ -268,7 +272,11 @@ impl Service {
             if catalog.sources()[entry.source].root.ends_with('/') {
                 target.push('/');
             }
-            return Ok(Some((target, asked.to_owned())));
+            return Ok(Some(SkillFolder {
+                target,
+                asked: asked.to_owned(),
+                skill_root: target_folder.to_owned(),
+            }));
         }
         Err(Error::not_found(uri))
     }
@@ -302,7 +310,7 @@ impl Service {
             ),
             None => {
                 let mut page = self.list_page(grant, cursor).await?;
-                self.describe_skill_files(&mut page.items).await;
+                self.describe_skill_files(grant, &mut page.items).await?;
                 if page.next_cursor.is_some() {
                     return Ok(page);
                 }
@@ -310,7 +318,7 @@ impl Service {
             }
         };
         let room = size.saturating_sub(page.items.len());
-        let (all, mut rest) = self.visible_skills_after(grant, &after, room + 1).await;
+        let (all, mut rest) = self.visible_skills_after(grant, &after, room + 1).await?;
         if rest.len() > room {
             rest.truncate(room);
             let last = rest.last().map_or(after.as_str(), |&i| all[i].uri.as_str());
@@ -331,17 +339,17 @@ impl Service {
     }
 
     /// A mount's own listing entry of a skill's `SKILL.md` described as the skill entry is
-    /// (`text/markdown`, name and description from the frontmatter), from the catalog's
-    /// last listing: a client finds the skill whichever URI it meets first.
-    async fn describe_skill_files(&self, items: &mut [mcpr_core::ResourceMeta]) {
-        let Some(catalog) = &self.state.skills else {
-            return;
-        };
-        let mut skills = catalog.last();
-        if skills.is_empty() {
-            catalog.shared().await;
-            skills = catalog.last();
+    /// (`text/markdown`, name and description from the frontmatter), from the skills the
+    /// caller holding `grant` may see: a client finds the skill whichever URI it meets first.
+    async fn describe_skill_files(
+        &self,
+        grant: Option<&Grant>,
+        items: &mut [mcpr_core::ResourceMeta],
+    ) -> Result<()> {
+        if self.state.skills.is_none() {
+            return Ok(());
         }
+        let skills = self.skills_for(grant).await?;
         let by_target: std::collections::HashMap<&str, &SkillEntry> = skills
             .iter()
             .filter_map(|s| {
@@ -356,5 +364,43 @@ impl Service {
                 m.mime_type = Some("text/markdown".into());
             }
         }
+        Ok(())
     }
+}
+
+/// A `skill://` folder and the mount's folder behind it (see [`Service::skill_folder`]).
+pub(super) struct SkillFolder {
+    /// The mount's directory URI to read.
+    pub(super) target: String,
+    /// The `skill://` URI as asked, without a trailing `/`.
+    pub(super) asked: String,
+    /// The mount's URI of the skill's own folder, without a trailing `/`.
+    pub(super) skill_root: String,
+}
+
+/// `e`, an error of the mount's URI `target` behind the `skill://` URI `asked`, as about
+/// `asked` only: a caller names skills, and the mount's path (which may say where a mount
+/// lives, or that it exists) is not for it.
+pub(super) fn as_asked(mut e: Error, asked: &str, target: &str) -> Error {
+    if e.kind == mcpr_core::ErrorKind::NotFound {
+        return Error::not_found(asked);
+    }
+    let bare = target.trim_end_matches('/');
+    if !bare.is_empty() {
+        e.message = e.message.replace(bare, asked);
+    }
+    if e.uri.is_some() {
+        e.uri = Some(asked.to_owned());
+    }
+    e.details = e.details.map(|d| {
+        d.into_iter()
+            .map(|(k, v)| match v {
+                serde_json::Value::String(t) if t.contains(bare) => {
+                    (k, serde_json::Value::String(t.replace(bare, asked)))
+                }
+                other => (k, other),
+            })
+            .collect()
+    });
+    e
 }

@@ -12,19 +12,29 @@
 //! walk reads a folder it has the mount watch it (a git mount's tree at the ref is watched
 //! once, at the skills folder, which covers every file below), and any change the watches
 //! report marks the source for a new walk. A source whose mount cannot watch a folder (s3,
-//! whose folders are key prefixes) is walked on every listing. A new walk that finds a
-//! different set of skills tells the registry, which sends
+//! whose folders are key prefixes) keeps its walk for the mount's `poll_interval_ms`, the
+//! time the mount itself takes to look again. Callers that come while a walk runs wait for
+//! it and share its result, and a walk is bounded in provider requests and in time. A new
+//! walk that finds a different set of skills tells the registry, which sends
 //! `notifications/resources/list_changed` to the streams that listen.
+//!
+//! A caller sees the skills of the mounts it may see, and nothing else: views are merged per
+//! set of visible sources, so two mounts' skills of one URI are settled among the mounts the
+//! caller sees, and a skill of a hidden mount neither answers nor hides another.
 
 use std::collections::{HashMap, HashSet};
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use futures::FutureExt as _;
+use mcpr_core::sync::lock;
 use mcpr_core::{
     ChangeBus, ChangeEvent, ChangeFeed, ChangeSink, ContentsBody, DIRECTORY_MIME_TYPE, Error,
-    LocalWatching, PageRequest, ReadLimits, ResourceMeta, ResourceUri, Result, WatchGuard,
+    ErrorKind, LocalWatching, PageRequest, ReadLimits, ResourceMeta, ResourceUri, Result,
+    WatchGuard,
 };
 
 use crate::layers::Layered;
@@ -42,6 +52,15 @@ pub const MAX_SKILL_BYTES: u64 = 16 * 1024 * 1024;
 pub const MAX_WALK_DIRS: usize = 20_000;
 /// The deepest folder a discovery or a manifest descends to.
 pub const MAX_WALK_DEPTH: usize = 16;
+/// The most provider requests (directory pages and file reads) one walk of a source makes:
+/// past this the walk fails as a whole rather than answer with part of the folder. A first
+/// walk of 1,000 skills of 5 files in two folders each makes about 7,000.
+pub const MAX_WALK_REQUESTS: usize = 50_000;
+/// The longest one walk of a source may take, all its requests together.
+pub const MAX_WALK_TIME: Duration = Duration::from_secs(60);
+/// The most views (sets of visible sources) kept merged at once; past this they are merged
+/// again as asked.
+const MAX_VIEWS: usize = 64;
 /// Entries per directory-read page the catalog asks for.
 const DIR_PAGE: usize = 1000;
 
@@ -166,14 +185,28 @@ struct Walked {
     /// The source's generation when the walk started: a change reported during the walk
     /// makes the next listing walk again.
     generation: u64,
-    /// Its valid skills (before collisions with other sources are settled).
-    skills: Arc<Vec<SkillEntry>>,
+    /// Which walk of the source this was (1 for the first): a caller that came before it
+    /// started takes its result as its own.
+    seq: u64,
+    /// When it ended.
+    done: Instant,
+    /// Its valid skills (before collisions with other sources are settled), or why the
+    /// walk failed when no earlier walk had an answer.
+    skills: Result<Arc<Vec<SkillEntry>>>,
     /// The watches of every folder the walk read; `None` when the mount could not watch
-    /// one (then this walk is not reused).
+    /// one (then this walk is reused only for the mount's poll interval).
     guards: Option<Vec<WatchGuard>>,
     /// The skills it left out, each file with the reason.
     left_out: Vec<(String, String)>,
     /// Why the skills folder itself could not be read, when it could not.
+    error: Option<String>,
+}
+
+/// What one walk of a source found: its valid skills, the skills it left out (each file with
+/// the reason), and why the skills folder itself could not be read, when it could not.
+struct WalkFound {
+    skills: Vec<SkillEntry>,
+    left_out: Vec<(String, String)>,
     error: Option<String>,
 }
 
@@ -199,8 +232,18 @@ pub struct SourceReport {
 struct SourceState {
     /// Bumped by every change a watch of the source reports.
     generation: Arc<AtomicU64>,
-    /// The last walk; one walk at a time per source.
+    /// Walks started so far.
+    started: AtomicU64,
+    /// The last walk; one walk at a time per source, and the callers that wait meanwhile
+    /// take its result.
     walked: tokio::sync::Mutex<Option<Walked>>,
+}
+
+/// The skills of some sources merged, with the sources' walks they came from: while every
+/// source answers with the same walk, the merge is the answer and nothing is copied.
+struct View {
+    from: Vec<Arc<Vec<SkillEntry>>>,
+    merged: Arc<Vec<SkillEntry>>,
 }
 
 /// The bus the catalog's own watches publish on: not the server's change bus (nothing here
@@ -243,13 +286,16 @@ pub struct Catalog {
     closed: AtomicBool,
     read_limit: u64,
     timeout: Duration,
+    /// Provider requests one walk may make.
+    walk_requests: usize,
+    /// Time one walk may take.
+    walk_time: Duration,
     cache: Mutex<HashMap<String, Hashed>>,
     warned: Mutex<HashSet<String>>,
-    /// The last listing, for resolving `skill://` URIs without walking again.
+    /// The last listing of every source, for resolving `skill://` URIs without walking again.
     snapshot: Mutex<Arc<Vec<SkillEntry>>>,
-    /// The sources' walks the snapshot was merged from: while every source answers with
-    /// the same walk, the snapshot is the answer, and a listing copies nothing.
-    merged_from: Mutex<Vec<Arc<Vec<SkillEntry>>>>,
+    /// The merged views, by which sources they hold.
+    views: Mutex<HashMap<Vec<bool>, View>>,
     /// Counters.
     pub stats: CatalogStats,
 }
@@ -263,12 +309,16 @@ impl Drop for Catalog {
 }
 
 /// The watches one walk starts, before it reads each folder, so no change after the read
-/// can go unseen.
+/// can go unseen; and what the walk may still spend.
 struct Watches {
     sink: ChangeSink,
     /// A git mount's watch of the skills folder covers its whole tree at the ref.
     recursive: bool,
     guards: Option<Vec<WatchGuard>>,
+    /// Provider requests left to the walk.
+    requests_left: usize,
+    /// Set once the walk wanted more requests than it may make: the walk then fails whole.
+    over: bool,
 }
 
 impl Watches {
@@ -292,6 +342,34 @@ impl Watches {
             Err(_) => self.guards = None,
         }
     }
+
+    /// Take one provider request from the walk's budget, or the error of a walk over it.
+    fn spend(&mut self) -> Result<()> {
+        if self.requests_left == 0 {
+            self.over = true;
+            return Err(over_requests());
+        }
+        self.requests_left -= 1;
+        Ok(())
+    }
+}
+
+/// The error of a walk that wanted more requests than [`MAX_WALK_REQUESTS`] (or the limit a
+/// catalog was given).
+fn over_requests() -> Error {
+    Error::new(
+        ErrorKind::TooLarge,
+        "the skills folder needs more provider requests than one walk may make",
+    )
+}
+
+/// The message a panic carried.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned())
 }
 
 /// Why a skill is left out (named in its one warning).
@@ -346,12 +424,23 @@ impl Catalog {
             sources,
             read_limit,
             timeout,
+            walk_requests: MAX_WALK_REQUESTS,
+            walk_time: MAX_WALK_TIME,
             cache: Mutex::new(HashMap::new()),
             warned: Mutex::new(HashSet::new()),
             snapshot: Mutex::new(Arc::new(Vec::new())),
-            merged_from: Mutex::new(Vec::new()),
+            views: Mutex::new(HashMap::new()),
             stats: CatalogStats::default(),
         }
+    }
+
+    /// This catalog with each walk of a source bounded by `requests` provider requests
+    /// (directory pages and file reads) and `time`, instead of [`MAX_WALK_REQUESTS`] and
+    /// [`MAX_WALK_TIME`].
+    pub fn with_walk_limits(mut self, requests: usize, time: Duration) -> Self {
+        self.walk_requests = requests;
+        self.walk_time = time;
+        self
     }
 
     /// The sources.
@@ -383,7 +472,8 @@ impl Catalog {
                     return;
                 }
                 if want_walk() {
-                    catalog.shared().await;
+                    // A failed walk was logged by the walk; the next change tries again.
+                    let _ = catalog.shared().await;
                 }
             }
         });
@@ -393,7 +483,7 @@ impl Catalog {
     fn leave_out(&self, source: &SkillSource, why: &LeftOut) {
         self.stats.invalid.fetch_add(1, Ordering::Relaxed);
         let key = format!("{}\0{}", why.file, why.reason);
-        if self.warned.lock().expect("warned lock").insert(key) {
+        if lock(&self.warned).insert(key) {
             tracing::warn!(
                 mount = %source.mount,
                 file = %why.file,
@@ -403,21 +493,20 @@ impl Catalog {
         }
     }
 
-    /// Every page of directory `dir`, watched first when `watches` asks for it.
+    /// Every page of directory `dir`, watched first, each page a request of the walk's.
     async fn children(
         &self,
         provider: &Layered<'_>,
         dir: &str,
-        watches: Option<&mut Watches>,
+        walk: &mut Watches,
         root: bool,
     ) -> Result<Vec<ResourceMeta>> {
-        if let Some(w) = watches {
-            w.folder(provider, dir, root).await;
-        }
+        walk.folder(provider, dir, root).await;
         let uri = ResourceUri::parse(dir)?;
         let mut out = Vec::new();
         let mut after = None;
         loop {
+            walk.spend()?;
             let page = provider
                 .read_directory(
                     &uri,
@@ -460,15 +549,15 @@ impl Catalog {
                 .children(
                     &Layered::new(&s.at, self.timeout),
                     &dir,
-                    Some(&mut *watches),
+                    &mut *watches,
                     is_root,
                 )
                 .await
             {
                 Ok(e) => e,
-                // The root itself failing fails the source; a folder that went away since
-                // it was listed is skipped.
-                Err(e) if dir == s.root => return Err(e),
+                // The root itself failing fails the source, and so does a walk over its
+                // budget; a folder that went away since it was listed is skipped.
+                Err(e) if dir == s.root || watches.over => return Err(e),
                 Err(_) => continue,
             };
             let has_skill_md = dir != s.root
@@ -480,10 +569,18 @@ impl Catalog {
                 continue;
             }
             if depth < MAX_WALK_DEPTH {
+                // A link to a folder elsewhere lists its children under their own paths:
+                // what is not under the skills folder is not searched.
+                let root = bare(&s.root);
                 queue.extend(
                     entries
                         .into_iter()
-                        .filter(is_dir)
+                        .filter(|m| {
+                            is_dir(m)
+                                && bare(&m.uri)
+                                    .strip_prefix(root)
+                                    .is_some_and(|r| r.starts_with('/'))
+                        })
                         .map(|m| (m.uri, depth + 1)),
                 );
             }
@@ -514,16 +611,18 @@ impl Catalog {
         provider: &Layered<'_>,
         m: &ResourceMeta,
         skill_md: bool,
+        walk: &mut Watches,
     ) -> Result<Hashed> {
         let uri = ResourceUri::parse(&m.uri)?;
         let fingerprint = Self::fingerprint(provider, &uri, m).await;
         if let Some(fp) = &fingerprint
-            && let Some(h) = self.cache.lock().expect("cache lock").get(&m.uri)
+            && let Some(h) = lock(&self.cache).get(&m.uri)
             && &h.fingerprint == fp
             && (!skill_md || h.frontmatter.is_some())
         {
             return Ok(h.clone());
         }
+        walk.spend()?;
         let bytes = bytes_of(
             provider
                 .read(
@@ -536,53 +635,80 @@ impl Catalog {
                 .contents,
         );
         self.stats.hashed.fetch_add(1, Ordering::Relaxed);
-        let frontmatter = skill_md.then(|| match std::str::from_utf8(&bytes) {
-            Ok(text) => super::frontmatter::parse(text).map_err(|e| e.to_string()),
-            Err(_) => Err("it is not UTF-8 text".to_owned()),
-        });
+        // Hashing up to a skill's 16 MiB and parsing YAML are CPU work: on the blocking pool,
+        // not on the async worker that serves other requests meanwhile.
+        let (digest, size, frontmatter) =
+            mcpr_core::run_blocking("skill file hashing", move || {
+                let frontmatter = skill_md.then(|| match std::str::from_utf8(&bytes) {
+                    Ok(text) => super::frontmatter::parse(text).map_err(|e| e.to_string()),
+                    Err(_) => Err("it is not UTF-8 text".to_owned()),
+                });
+                Ok((
+                    rmcp::model::sha256_digest(&bytes),
+                    bytes.len() as u64,
+                    frontmatter,
+                ))
+            })
+            .await?;
         let h = Hashed {
             fingerprint: fingerprint.clone().unwrap_or_default(),
-            digest: rmcp::model::sha256_digest(&bytes),
-            size: bytes.len() as u64,
+            digest,
+            size,
             frontmatter,
         };
         if fingerprint.is_some() {
-            self.cache
-                .lock()
-                .expect("cache lock")
-                .insert(m.uri.clone(), h.clone());
+            lock(&self.cache).insert(m.uri.clone(), h.clone());
         }
         Ok(h)
     }
 
     /// The skill in folder `dir` of source `si` (its entries already read), or why not.
+    ///
+    /// Its files are named by the path the walk took from the folder, never by slicing the
+    /// URIs the mount answered: a link to a folder lists that folder's children under their
+    /// own paths, which may be anywhere in the mount. An entry whose URI is not under the
+    /// skill's folder is not part of the skill and is left out of its manifest.
     async fn skill_at(
         &self,
         si: usize,
         dir: &str,
         entries: Vec<ResourceMeta>,
-        watches: &mut Watches,
+        walk: &mut Watches,
     ) -> std::result::Result<SkillEntry, LeftOut> {
         let s = &self.sources[si];
         let layered = Layered::new(&s.at, self.timeout);
         let provider = &layered;
         let root = bare(&s.root);
-        let rel = bare(dir)
+        let folder = bare(dir);
+        let rel = folder
             .strip_prefix(root)
             .and_then(|r| r.strip_prefix('/'))
+            .filter(|r| !r.is_empty())
             .ok_or_else(|| left_out(dir, "its folder is not under the skills folder"))?;
         let base = if s.prefix.is_empty() {
             format!("{SKILL_SCHEME}{rel}")
         } else {
             format!("{SKILL_SCHEME}{}/{rel}", s.prefix)
         };
-        let skill_md = format!("{}/{SKILL_MD}", bare(dir));
-        // Every file under the folder, by a walk bounded in files and depth.
-        let mut files: Vec<ResourceMeta> = Vec::new();
-        let mut pending = vec![(entries, 0usize)];
+        let skill_md = format!("{folder}/{SKILL_MD}");
+        let md_path = format!("/{SKILL_MD}");
+        let inside = |uri: &str| {
+            bare(uri)
+                .strip_prefix(folder)
+                .is_some_and(|r| r.starts_with('/'))
+        };
+        // Every file under the folder, by a walk bounded in files and depth, each with its
+        // path from the folder (starting with `/`).
+        let mut files: Vec<(String, ResourceMeta)> = Vec::new();
+        let mut pending = vec![(String::new(), entries, 0usize)];
         let mut total = 0u64;
-        while let Some((list, depth)) = pending.pop() {
+        while let Some((at, list, depth)) = pending.pop() {
             for m in list {
+                let name = last_segment(&m.uri);
+                if name.is_empty() || name == "." || name == ".." || !inside(&m.uri) {
+                    continue;
+                }
+                let path = format!("{at}/{name}");
                 if is_dir(&m) {
                     if depth >= MAX_WALK_DEPTH {
                         return Err(left_out(
@@ -591,12 +717,12 @@ impl Catalog {
                         ));
                     }
                     let sub = self
-                        .children(provider, &m.uri, Some(&mut *watches), false)
+                        .children(provider, &m.uri, &mut *walk, false)
                         .await
                         .map_err(|e| {
                             left_out(&m.uri, format!("its folder cannot be read: {}", e.message))
                         })?;
-                    pending.push((sub, depth + 1));
+                    pending.push((path, sub, depth + 1));
                     continue;
                 }
                 // A link stored in a git tree reads as the path it names, typed
@@ -607,7 +733,7 @@ impl Catalog {
                     continue;
                 }
                 total += m.size.unwrap_or(0);
-                files.push(m);
+                files.push((path, m));
                 if files.len() > MAX_SKILL_FILES {
                     return Err(left_out(
                         &skill_md,
@@ -627,10 +753,10 @@ impl Catalog {
         let mut manifest = Vec::with_capacity(files.len());
         let mut frontmatter = None;
         let mut total = 0u64;
-        for m in &files {
-            let is_md = bare(&m.uri) == skill_md;
+        for (path, m) in &files {
+            let is_md = *path == md_path;
             let h = self
-                .hashed(provider, m, is_md)
+                .hashed(provider, m, is_md, &mut *walk)
                 .await
                 .map_err(|e| left_out(&m.uri, format!("it cannot be read: {}", e.message)))?;
             total += h.size;
@@ -649,9 +775,8 @@ impl Catalog {
                         .unwrap_or_else(|| Err("unread".into())),
                 );
             }
-            let rel_file = &m.uri[bare(dir).len()..];
             manifest.push(SkillFile {
-                uri: format!("{base}{rel_file}"),
+                uri: format!("{base}{path}"),
                 target: m.uri.clone(),
                 digest: h.digest,
                 size: h.size,
@@ -676,21 +801,37 @@ impl Catalog {
         Ok(entry)
     }
 
-    /// Source `si`'s valid skills: from its last walk while its watches report no change,
-    /// else walked again (then told to the registry if the set of skills differs).
-    async fn source_skills(&self, si: usize) -> Arc<Vec<SkillEntry>> {
+    /// How long a walk of source `si` is reused without asking the mount whether anything
+    /// changed, when the mount cannot watch the folder: the mount's poll interval (s3), the
+    /// time it takes itself to look again; `None` for a mount that does not poll.
+    fn reuse_for(&self, si: usize) -> Option<Duration> {
+        self.sources[si].at.provider.poll_interval()
+    }
+
+    /// Source `si`'s valid skills: from its last walk while its watches report no change
+    /// (or, for a source that cannot be watched, for the mount's poll interval), else walked
+    /// again (then told to the registry if the set of skills differs). Callers that come
+    /// while a walk runs wait for it and take its result. A walk that fails (over its
+    /// budget of requests or time, or a fault in it) answers with the last walk that
+    /// succeeded, else with its error.
+    async fn source_skills(&self, si: usize) -> Result<Arc<Vec<SkillEntry>>> {
         let s = &self.sources[si];
         let state = &self.states[si];
+        // A walk that starts after this caller came is as fresh as one it would start.
+        let arrived = state.started.load(Ordering::SeqCst);
         let mut walked = state.walked.lock().await;
         let generation = state.generation.load(Ordering::SeqCst);
         if let Some(w) = walked.as_ref()
-            && w.guards.is_some()
             && w.generation == generation
+            && (w.guards.is_some()
+                || w.seq > arrived
+                || self.reuse_for(si).is_some_and(|d| w.done.elapsed() < d))
         {
             return w.skills.clone();
         }
+        let seq = state.started.fetch_add(1, Ordering::SeqCst) + 1;
         self.stats.walks.fetch_add(1, Ordering::Relaxed);
-        let mut watches = Watches {
+        let mut walk = Watches {
             sink: ChangeSink::new(
                 Arc::new(Invalidate {
                     generation: state.generation.clone(),
@@ -700,45 +841,65 @@ impl Catalog {
             ),
             recursive: s.at.provider.info().kind == "git",
             guards: Some(Vec::new()),
+            requests_left: self.walk_requests,
+            over: false,
         };
-        let mut skills = Vec::new();
-        let (mut left, mut error) = (Vec::new(), None);
-        match self.discover(s, &mut watches).await {
-            Ok(found) => {
-                for (dir, entries) in found {
-                    match self.skill_at(si, &dir, entries, &mut watches).await {
-                        Ok(entry) => skills.push(entry),
-                        Err(why) => {
-                            self.leave_out(s, &why);
-                            left.push((why.file, why.reason));
-                        }
-                    }
-                }
-            }
-            Err(e) => {
-                let why = left_out(
-                    &s.root,
-                    format!("the skills folder cannot be read: {}", e.message),
-                );
-                error = Some(why.reason.clone());
-                let key = format!("{}\0{}", why.file, why.reason);
-                if self.warned.lock().expect("warned lock").insert(key) {
-                    tracing::warn!(mount = %s.mount, "{}: {}", why.file, why.reason);
-                }
-                // Not kept: a folder that failed is asked again next time.
-                watches.guards = None;
-            }
-        }
-        let uris = |v: &[SkillEntry]| v.iter().map(|e| e.uri.clone()).collect::<HashSet<_>>();
-        let changed = walked
+        // A fault inside the walk (a provider's panic, or one of ours) fails this walk, not
+        // the caller, and leaves nothing half done: the lock is let go and the next caller
+        // walks again.
+        let outcome = AssertUnwindSafe(tokio::time::timeout(
+            self.walk_time,
+            self.walk(si, &mut walk),
+        ))
+        .catch_unwind()
+        .await;
+        let found = match outcome {
+            Ok(Ok(found)) => found,
+            Ok(Err(_)) => Err(Error::new(
+                ErrorKind::Timeout,
+                format!(
+                    "the walk of the skills folder took more than {} ms (the limit of one walk)",
+                    self.walk_time.as_millis()
+                ),
+            )),
+            Err(panic) => Err(Error::internal(format!(
+                "the walk of the skills folder failed: {}",
+                panic_message(&*panic)
+            ))),
+        };
+        let before = walked
             .as_ref()
-            .is_some_and(|before| uris(&before.skills) != uris(&skills));
-        let skills = Arc::new(skills);
+            .and_then(|w| w.skills.as_ref().ok())
+            .cloned();
+        let (skills, guards, left_out, error) = match found {
+            Ok(found) => (
+                Ok(Arc::new(found.skills)),
+                walk.guards,
+                found.left_out,
+                found.error,
+            ),
+            Err(e) => {
+                let key = format!("walk\0{}\0{}", s.root, e.message);
+                if lock(&self.warned).insert(key) {
+                    tracing::warn!(mount = %s.mount, "{}: {}", s.root, e.message);
+                }
+                let why = e.message.clone();
+                // The last whole answer stands; not kept past the poll interval, if any.
+                (before.clone().ok_or(e), None, Vec::new(), Some(why))
+            }
+        };
+        let uris = |v: &[SkillEntry]| v.iter().map(|e| e.uri.clone()).collect::<HashSet<_>>();
+        let changed = match (&before, &skills) {
+            (Some(before), Ok(now)) => uris(before) != uris(now),
+            _ => false,
+        };
         *walked = Some(Walked {
             generation,
+            seq,
+            done: Instant::now(),
             skills: skills.clone(),
-            guards: watches.guards,
-            left_out: left,
+            guards,
+            left_out,
             error,
         });
         drop(walked);
@@ -763,79 +924,155 @@ impl Catalog {
             out.push(SourceReport {
                 mount: s.mount.clone(),
                 root: s.root.clone(),
-                skills: skills.iter().map(|e| e.uri.clone()).collect(),
+                skills: skills
+                    .as_ref()
+                    .map(|v| v.iter().map(|e| e.uri.clone()).collect())
+                    .unwrap_or_default(),
                 left_out,
-                error,
+                error: error.or_else(|| skills.as_ref().err().map(|e| e.message.clone())),
             });
         }
         out
     }
 
+    /// One walk of source `si`: its skills with those it left out, or why the walk failed
+    /// as a whole (its budget spent). A skill that cannot be had is left out and logged; a
+    /// skills folder that cannot be read leaves the source without skills, logged.
+    async fn walk(&self, si: usize, walk: &mut Watches) -> Result<WalkFound> {
+        let s = &self.sources[si];
+        let mut skills = Vec::new();
+        let (mut left, mut error) = (Vec::new(), None);
+        match self.discover(s, &mut *walk).await {
+            Ok(found) => {
+                for (dir, entries) in found {
+                    match self.skill_at(si, &dir, entries, &mut *walk).await {
+                        Ok(entry) => skills.push(entry),
+                        Err(_) if walk.over => return Err(over_requests()),
+                        Err(why) => {
+                            self.leave_out(s, &why);
+                            left.push((why.file, why.reason));
+                        }
+                    }
+                }
+            }
+            Err(_) if walk.over => return Err(over_requests()),
+            Err(e) => {
+                let why = left_out(
+                    &s.root,
+                    format!("the skills folder cannot be read: {}", e.message),
+                );
+                error = Some(why.reason.clone());
+                let key = format!("{}\0{}", why.file, why.reason);
+                if lock(&self.warned).insert(key) {
+                    tracing::warn!(mount = %s.mount, "{}: {}", why.file, why.reason);
+                }
+                // Not kept: a folder that failed is asked again next time.
+                walk.guards = None;
+            }
+        }
+        if walk.over {
+            return Err(over_requests());
+        }
+        Ok(WalkFound {
+            skills,
+            left_out: left,
+            error,
+        })
+    }
+
     /// Every valid skill of every source, sorted by URI. A skill that is invalid, too
     /// large or unreadable is left out with one warning and counted; a source whose skills
     /// folder cannot be read is left out with its error logged. Two sources producing the
-    /// same URI keep the first source's skill, counted and logged once.
-    pub async fn skills(&self) -> Vec<SkillEntry> {
-        (*self.shared().await).clone()
+    /// same URI keep the first source's skill, counted and logged once. A source whose walk
+    /// failed with no earlier answer fails the listing with its error.
+    pub async fn skills(&self) -> Result<Vec<SkillEntry>> {
+        Ok((*self.shared().await?).clone())
     }
 
     /// [`Catalog::skills`], shared: the same `Arc` while no source walked again.
-    pub async fn shared(&self) -> Arc<Vec<SkillEntry>> {
+    pub async fn shared(&self) -> Result<Arc<Vec<SkillEntry>>> {
+        self.visible(&|_| true).await
+    }
+
+    /// The skills of the sources `sees` admits (the mounts a caller may see), sorted by URI,
+    /// collisions settled among those sources only; shared while none of them walked again.
+    pub async fn visible(
+        &self,
+        sees: &(dyn Fn(&SkillSource) -> bool + Sync),
+    ) -> Result<Arc<Vec<SkillEntry>>> {
+        let mask: Vec<bool> = self.sources.iter().map(sees).collect();
         let mut parts = Vec::with_capacity(self.sources.len());
-        for si in 0..self.sources.len() {
-            parts.push(self.source_skills(si).await);
+        for (si, _) in mask.iter().enumerate().filter(|(_, seen)| **seen) {
+            parts.push(self.source_skills(si).await?);
         }
+        let all = mask.iter().all(|seen| *seen);
+        if let Some(view) = lock(&self.views).get(&mask)
+            && view.from.len() == parts.len()
+            && view.from.iter().zip(&parts).all(|(a, b)| Arc::ptr_eq(a, b))
         {
-            let from = self.merged_from.lock().expect("merged lock");
-            if from.len() == parts.len() && from.iter().zip(&parts).all(|(a, b)| Arc::ptr_eq(a, b))
-            {
-                return self.snapshot.lock().expect("snapshot lock").clone();
-            }
+            return Ok(view.merged.clone());
         }
         let mut by_uri: std::collections::BTreeMap<String, SkillEntry> = Default::default();
-        for (si, s) in self.sources.iter().enumerate() {
-            for entry in parts[si].iter().cloned() {
+        for part in &parts {
+            for entry in part.iter() {
                 if by_uri.contains_key(&entry.uri) {
                     self.stats.collisions.fetch_add(1, Ordering::Relaxed);
                     let key = format!("collision\0{}", entry.uri);
-                    if self.warned.lock().expect("warned lock").insert(key) {
+                    if lock(&self.warned).insert(key) {
                         tracing::warn!(
-                            mount = %s.mount,
+                            mount = %self.sources[entry.source].mount,
                             "skill {} is also served by an earlier mount; that one is kept (set skills_prefix to tell them apart)",
                             entry.uri
                         );
                     }
                     continue;
                 }
-                by_uri.insert(entry.uri.clone(), entry);
+                by_uri.insert(entry.uri.clone(), entry.clone());
             }
         }
-        let skills: Arc<Vec<SkillEntry>> = Arc::new(by_uri.into_values().collect());
-        *self.snapshot.lock().expect("snapshot lock") = skills.clone();
-        *self.merged_from.lock().expect("merged lock") = parts;
-        skills
+        let merged: Arc<Vec<SkillEntry>> = Arc::new(by_uri.into_values().collect());
+        if all {
+            *lock(&self.snapshot) = merged.clone();
+        }
+        let mut views = lock(&self.views);
+        if views.len() >= MAX_VIEWS && !views.contains_key(&mask) {
+            views.clear();
+        }
+        views.insert(
+            mask,
+            View {
+                from: parts,
+                merged: merged.clone(),
+            },
+        );
+        Ok(merged)
     }
 
-    /// The skill whose `SKILL.md` is `uri`, every file of its manifest checked against its
-    /// source first (one change token each): a file changed since the last walk, even one
-    /// whose watch has not reported yet, makes its source walk again.
-    pub async fn skill(&self, uri: &str) -> Option<SkillEntry> {
-        // The shared list is sorted by URI (merged through a BTreeMap).
-        let all = self.shared().await;
-        let found = all
+    /// The skill whose `SKILL.md` is `uri` among the sources `sees` admits, every file of
+    /// its manifest checked against its source first (one change token each): a file
+    /// changed since the last walk, even one whose watch has not reported yet, makes its
+    /// source walk again.
+    pub async fn skill(
+        &self,
+        uri: &str,
+        sees: &(dyn Fn(&SkillSource) -> bool + Sync),
+    ) -> Result<Option<SkillEntry>> {
+        // A view is sorted by URI (merged through a BTreeMap).
+        let all = self.visible(sees).await?;
+        let Some(found) = all
             .binary_search_by(|s| s.uri.as_str().cmp(uri))
             .ok()
-            .map(|i| all[i].clone())?;
+            .map(|i| all[i].clone())
+        else {
+            return Ok(None);
+        };
         let s = &self.sources[found.source];
         let layered = Layered::new(&s.at, self.timeout);
         for f in &found.files {
             let Ok(target) = ResourceUri::parse(&f.target) else {
                 continue;
             };
-            let cached = self
-                .cache
-                .lock()
-                .expect("cache lock")
+            let cached = lock(&self.cache)
                 .get(&f.target)
                 .map(|h| h.fingerprint.clone());
             let Some(token) = layered.change_token(&target).await else {
@@ -846,34 +1083,42 @@ impl Catalog {
                 self.states[found.source]
                     .generation
                     .fetch_add(1, Ordering::SeqCst);
-                return self.shared().await.iter().find(|s| s.uri == uri).cloned();
+                return Ok(self
+                    .visible(sees)
+                    .await?
+                    .iter()
+                    .find(|s| s.uri == uri)
+                    .cloned());
             }
         }
-        Some(found)
+        Ok(Some(found))
     }
 
-    /// The skills of the last listing, without walking again (empty before the first).
+    /// The skills of the last listing of every source, without walking again (empty before
+    /// the first).
     pub fn last(&self) -> Arc<Vec<SkillEntry>> {
-        self.snapshot.lock().expect("snapshot lock").clone()
+        lock(&self.snapshot).clone()
     }
 
-    /// The source and mount URI behind `skill_uri` (a `skill://` URI of a skill's file or
-    /// folder) as the current catalog has it, or not found.
-    pub async fn resolve(&self, skill_uri: &str) -> Result<(usize, String)> {
-        let find = |skills: &[SkillEntry]| {
-            skills.iter().find_map(|entry| {
+    /// The source and mount URI behind `skill_uri` (a `skill://` URI of a skill's file)
+    /// among the sources `sees` admits, or not found naming `skill_uri` only. A URI no
+    /// skill has is answered from the sources' last walks: while those are current (their
+    /// watches quiet, or within a poll interval), looking costs no request.
+    pub async fn resolve(
+        &self,
+        skill_uri: &str,
+        sees: &(dyn Fn(&SkillSource) -> bool + Sync),
+    ) -> Result<(usize, String)> {
+        let skills = self.visible(sees).await?;
+        skills
+            .iter()
+            .find_map(|entry| {
                 entry
                     .files
                     .iter()
                     .find(|f| f.uri == skill_uri)
                     .map(|f| (entry.source, f.target.clone()))
             })
-        };
-        let known = self.snapshot.lock().expect("snapshot lock").clone();
-        if let Some(found) = find(&known) {
-            return Ok(found);
-        }
-        // Not in the last listing: maybe new since; look again once.
-        find(&self.shared().await).ok_or_else(|| Error::not_found(skill_uri))
+            .ok_or_else(|| Error::not_found(skill_uri))
     }
 }
