@@ -1,6 +1,7 @@
 //! HTML to Markdown for web mounts, bounded so that no page can take the process down or
-//! keep it busy: the input size (`max_convert_bytes`), the nodes the parser may build (one
-//! per 8 input bytes), the nesting htmd recurses through (`max_html_depth`; deeper content is
+//! keep it busy: the input size (`max_convert_bytes`), the attributes of one tag the
+//! tokenizer reads (`tokenize::MAX_ATTRS`), the nodes the parser may build (one per 8 input
+//! bytes), the nesting htmd recurses through (`max_html_depth`; deeper content is
 //! flattened to its text), the Markdown built, the time (`timeout_ms`, and the requester going
 //! away), and how many conversions run at once (`max_conversions`). Links and images are made
 //! absolute against the page's final URL.
@@ -20,9 +21,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use htmd::element_handler::{ElementHandler, HandlerResult, Handlers};
-use html5ever::tendril::{StrTendril, TendrilSink};
+use html5ever::tendril::StrTendril;
 use html5ever::tree_builder::{ElementFlags, NodeOrText, QuirksMode, TreeBuilderOpts, TreeSink};
-use html5ever::{Attribute, ExpandedName, ParseOpts, QualName, ns, parse_document};
+use html5ever::{Attribute, ExpandedName, QualName, ns};
 use markup5ever_rcdom::{Handle, Node, NodeData, RcDom};
 use mcpr_core::{Error, ErrorKind, Result};
 use tokio::sync::Semaphore;
@@ -477,14 +478,14 @@ fn convert(page: &[u8], base: &url::Url, job: &Job, stop: &Arc<Stop>) -> String 
         depths: RefCell::new(HashMap::new()),
         max_depth: job.max_depth.saturating_mul(PARSE_DEPTH_FACTOR),
     };
-    let opts = ParseOpts {
-        tree_builder: TreeBuilderOpts {
-            scripting_enabled: true,
-            ..Default::default()
-        },
+    let opts = TreeBuilderOpts {
+        scripting_enabled: true,
         ..Default::default()
     };
-    let dom = parse_document(sink, opts).one(StrTendril::from(text.as_ref()));
+    // Fed in pieces, each tag's attributes capped, the time checked between pieces.
+    let (dom, _) = crate::tokenize::parse(&text, sink, opts, crate::tokenize::MAX_ATTRS, &|| {
+        stop.check()
+    });
     drop(text);
     prepare(&dom.document, base, job.max_depth, stop);
     // Added last, so htmd asks it first; it hands each element on to the skip or built-in
@@ -640,6 +641,9 @@ impl TreeSink for Counted<'_> {
     }
 
     fn add_attrs_if_missing(&self, target: &Handle, attrs: Vec<Attribute>) {
+        // Each repeated `<html>` or `<body>` adds its new attributes to the first one's,
+        // and each addition scans all of them: they count as the nodes they may become.
+        self.count(attrs.len());
         self.dom.add_attrs_if_missing(target, attrs)
     }
 
