@@ -48,6 +48,35 @@ pub const DEFAULT_DENY: &[&str] = &[
     ".htpasswd",
     ".git-credentials",
     "credentials.json",
+    // Cloud, infrastructure and tool credentials: a GCP service-account key, Terraform state
+    // and variable files (state holds every managed secret in clear), VPN profiles (often with
+    // an inline private key), a Kubernetes-style secrets file, WordPress's database password,
+    // a key's backup copy, and the token files of Vault, s3cmd, boto and old Docker.
+    "service-account.json",
+    "*.tfstate",
+    "*.tfstate.backup",
+    "*.tfvars",
+    "*.tfvars.json",
+    "*.ovpn",
+    "secrets.yaml",
+    "secrets.yml",
+    "wp-config.php",
+    "*.pem.bak",
+    ".vault-token",
+    ".s3cfg",
+    ".boto",
+    ".dockercfg",
+    // Shell and database client histories: passwords typed on a command line or in a
+    // `CREATE USER ... PASSWORD` statement land there.
+    ".bash_history",
+    ".zsh_history",
+    ".sh_history",
+    ".psql_history",
+    ".mysql_history",
+    ".sqlite_history",
+    ".python_history",
+    ".node_repl_history",
+    ".rediscli_history",
 ];
 
 /// The fixed root the matcher is built on; paths are matched as `/r/<relative path>`.
@@ -217,6 +246,59 @@ mod tests {
         assert!(d.is_entry_denied(".ssh", true));
         // The root is never denied.
         assert!(!d.is_denied("", true) && !d.is_denied_either("/"));
+    }
+
+    #[test]
+    fn default_rules_hide_infrastructure_secrets_and_histories() {
+        let d = DenyList::new(&[]).unwrap();
+        for name in [
+            "service-account.json",
+            "terraform.tfstate",
+            "terraform.tfstate.backup",
+            "prod.tfstate",
+            "terraform.tfvars",
+            "prod.auto.tfvars",
+            "terraform.tfvars.json",
+            "client.ovpn",
+            "secrets.yaml",
+            "secrets.yml",
+            "wp-config.php",
+            "server.pem.bak",
+            ".vault-token",
+            ".s3cfg",
+            ".boto",
+            ".dockercfg",
+            ".bash_history",
+            ".zsh_history",
+            ".sh_history",
+            ".psql_history",
+            ".mysql_history",
+            ".sqlite_history",
+            ".python_history",
+            ".node_repl_history",
+            ".rediscli_history",
+        ] {
+            // At the root, nested, spelled in upper case, and before a lookup tells the type.
+            let nested = format!("home/user/{name}");
+            let upper = format!("deploy/{}", name.to_uppercase());
+            for p in [name, nested.as_str(), upper.as_str()] {
+                assert!(d.is_denied(p, false), "{p}");
+                assert!(d.is_denied_either(p), "{p}");
+            }
+        }
+        // Their public neighbours stay served.
+        for p in [
+            "main.tf",
+            "variables.tf",
+            ".terraform.lock.hcl",
+            "wp-config-sample.php",
+            "secrets.md",
+            "docs/history.md",
+            "bash_history.txt",
+            "vpn/README.ovpn.md",
+        ] {
+            assert!(!d.is_denied(p, false), "{p}");
+        }
     }
 
     #[test]

@@ -151,18 +151,48 @@ struct DirStamp {
     ctime: (i64, i64),
 }
 
+impl DirStamp {
+    /// The stamp of the open directory `dir` (one `fstat`).
+    fn of(dir: &cap_std::fs::Dir) -> std::io::Result<Self> {
+        use cap_std::fs::MetadataExt as _;
+        let md = dir.dir_metadata()?;
+        Ok(Self {
+            dev: md.dev(),
+            ino: md.ino(),
+            mtime: (md.mtime(), md.mtime_nsec()),
+            ctime: (md.ctime(), md.ctime_nsec()),
+        })
+    }
+
+    /// Whether the directory last changed long enough ago for a listing of it to be kept
+    /// (see [`DIR_CACHE_SETTLE`]).
+    fn settled(&self) -> bool {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        let settled = |(secs, _): (i64, i64)| secs + (DIR_CACHE_SETTLE.as_secs() as i64) < now;
+        settled(self.mtime) && settled(self.ctime)
+    }
+}
+
 /// How many directory entries the cache holds at most, over all directories (a few MiB).
 const DIR_CACHE_ENTRIES: usize = 100_000;
 /// A directory changed more recently than this is not cached: file system timestamps are
 /// coarse, and a change within the same tick as our read would leave the stamp unchanged.
 const DIR_CACHE_SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Sorted entries of recently walked directories, validated on every use by the directory's
-/// stamp (one `fstat` of the handle the walk opens anyway). Resuming a page re-reads the
-/// directories on the cursor's path; in a large tree that was most of a page's cost.
+/// Sorted entries of recently walked or paged directories, validated on every use by the
+/// directory's stamp (one `fstat` of the handle the walk opens anyway). Resuming a page
+/// re-reads the directories on the cursor's path; in a large tree that was most of a page's
+/// cost. A directory read's pages use the same entries, so a cursor through a large
+/// directory reads it once, not once a page.
 #[derive(Default)]
 pub(crate) struct DirCache {
     map: std::sync::Mutex<DirCacheMap>,
+    /// Whole reads of a directory's entries, for the tests that show pages do not repeat
+    /// them.
+    #[cfg(test)]
+    scans: std::sync::atomic::AtomicUsize,
 }
 
 /// A cached directory: its stamp when read, the tick of its last use, its sorted entries.
@@ -183,55 +213,64 @@ impl DirCache {
         dir: &cap_std::fs::Dir,
         rel: &RelPath,
     ) -> std::io::Result<std::sync::Arc<Vec<Entry>>> {
-        use cap_std::fs::MetadataExt as _;
-        let md = dir.dir_metadata()?;
-        let stamp = DirStamp {
-            dev: md.dev(),
-            ino: md.ino(),
-            mtime: (md.mtime(), md.mtime_nsec()),
-            ctime: (md.ctime(), md.ctime_nsec()),
-        };
-        {
-            let mut map = self.map.lock().expect("dir cache lock");
-            map.tick += 1;
-            let tick = map.tick;
-            if let Some((s, used, entries)) = map.dirs.get_mut(rel.as_bytes())
-                && *s == stamp
-            {
-                *used = tick;
-                return Ok(entries.clone());
-            }
+        let stamp = DirStamp::of(dir)?;
+        if let Some(entries) = self.get(rel, &stamp) {
+            return Ok(entries);
         }
+        self.note_scan();
         let entries = std::sync::Arc::new(read_sorted(dir)?);
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as i64);
-        let settled = |(secs, _): (i64, i64)| secs + (DIR_CACHE_SETTLE.as_secs() as i64) < now;
-        if settled(stamp.mtime) && settled(stamp.ctime) && entries.len() <= DIR_CACHE_ENTRIES {
-            let mut map = self.map.lock().expect("dir cache lock");
-            if let Some((_, _, old)) = map.dirs.remove(rel.as_bytes()) {
+        self.put(rel, stamp, &entries);
+        Ok(entries)
+    }
+
+    /// The kept entries of the directory at `rel`, when it still has `stamp`.
+    fn get(&self, rel: &RelPath, stamp: &DirStamp) -> Option<std::sync::Arc<Vec<Entry>>> {
+        let mut map = mcpr_core::sync::lock(&self.map);
+        map.tick += 1;
+        let tick = map.tick;
+        match map.dirs.get_mut(rel.as_bytes()) {
+            Some((s, used, entries)) if s == stamp => {
+                *used = tick;
+                Some(entries.clone())
+            }
+            _ => None,
+        }
+    }
+
+    /// Keep `entries` (sorted) of the directory at `rel` read at `stamp`, when it has settled
+    /// and they fit, evicting the least recently used directories to make room.
+    fn put(&self, rel: &RelPath, stamp: DirStamp, entries: &std::sync::Arc<Vec<Entry>>) {
+        if !stamp.settled() || entries.len() > DIR_CACHE_ENTRIES {
+            return;
+        }
+        let mut map = mcpr_core::sync::lock(&self.map);
+        if let Some((_, _, old)) = map.dirs.remove(rel.as_bytes()) {
+            map.entries -= old.len();
+        }
+        while map.entries + entries.len() > DIR_CACHE_ENTRIES {
+            let Some(victim) = map
+                .dirs
+                .iter()
+                .min_by_key(|(_, (_, used, _))| *used)
+                .map(|(k, _)| k.clone())
+            else {
+                break;
+            };
+            if let Some((_, _, old)) = map.dirs.remove(&victim) {
                 map.entries -= old.len();
             }
-            // Evict the least recently used directories until the new one fits.
-            while map.entries + entries.len() > DIR_CACHE_ENTRIES {
-                let Some(victim) = map
-                    .dirs
-                    .iter()
-                    .min_by_key(|(_, (_, used, _))| *used)
-                    .map(|(k, _)| k.clone())
-                else {
-                    break;
-                };
-                if let Some((_, _, old)) = map.dirs.remove(&victim) {
-                    map.entries -= old.len();
-                }
-            }
-            map.entries += entries.len();
-            let tick = map.tick;
-            map.dirs
-                .insert(rel.as_bytes().to_vec(), (stamp, tick, entries.clone()));
         }
-        Ok(entries)
+        map.entries += entries.len();
+        let tick = map.tick;
+        map.dirs
+            .insert(rel.as_bytes().to_vec(), (stamp, tick, entries.clone()));
+    }
+
+    /// Count one whole read of a directory (tests only).
+    fn note_scan(&self) {
+        #[cfg(test)]
+        self.scans
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -512,13 +551,32 @@ pub(crate) fn dir_page(
 ) -> Result<Page<ResourceMeta>> {
     let dir = open_dir_checked(inner, rel).map_err(|e| map_io(e, uri))?;
     let ignores = stack_for(&inner.root, rel, inner.rules.respect_gitignore);
+    let stamp = DirStamp::of(&dir).map_err(|e| map_io(e, uri))?;
+    // The entries kept since an earlier page (or a walk) while the directory has not
+    // changed: the cursor's next page costs the page, not a scan of the directory.
+    if let Some(entries) = inner.dir_cache.get(rel, &stamp) {
+        return Ok(page_of_sorted(inner, rel, &ignores, &entries, after, limit));
+    }
+    // One scan: it finds the page's entries in a bounded heap, and, for a settled directory
+    // small enough to keep, collects all of them for the pages after this one.
+    let mut all = stamp.settled().then(Vec::new);
     let mut pending = Vec::new();
     let mut resume = after.map(<[u8]>::to_vec);
     loop {
         // The lookahead entry says whether there is a next page.
         let want = limit + 1 - pending.len();
         let mut first = Smallest::new(want);
+        inner.dir_cache.note_scan();
         visit_raw(&dir, |name, kind| {
+            if all.as_ref().is_some_and(|a| a.len() >= DIR_CACHE_ENTRIES) {
+                all = None;
+            }
+            if let Some(all) = &mut all {
+                all.push(Entry {
+                    name: name.to_vec(),
+                    kind,
+                });
+            }
             if resume.as_deref().is_some_and(|a| name <= a)
                 || kind == Kind::Other
                 || first.would_drop(|max: &Entry| max.name.as_slice() <= name)
@@ -533,6 +591,12 @@ pub(crate) fn dir_page(
             }
         })
         .map_err(|e| map_io(e, uri))?;
+        if let Some(mut all) = all.take() {
+            all.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+            let all = std::sync::Arc::new(all);
+            inner.dir_cache.put(rel, stamp, &all);
+            return Ok(page_of_sorted(inner, rel, &ignores, &all, after, limit));
+        }
         let scanned = first.into_sorted();
         let full = scanned.len() == want;
         for e in &scanned {
@@ -548,6 +612,34 @@ pub(crate) fn dir_page(
         }
     }
     Ok(Page::from_lookahead(pending, limit))
+}
+
+/// The page after `after` of a directory's sorted `entries`, rules applied.
+fn page_of_sorted(
+    inner: &Inner,
+    rel: &RelPath,
+    ignores: &IgnoreStack,
+    entries: &[Entry],
+    after: Option<&[u8]>,
+    limit: usize,
+) -> Page<ResourceMeta> {
+    let start = after.map_or(0, |a| entries.partition_point(|e| e.name.as_slice() <= a));
+    let mut pending = Vec::new();
+    for e in &entries[start..] {
+        if e.kind == Kind::Other
+            || !shows_entry(inner, Some(ignores), &rel.join(&e.name), &e.name, e.kind)
+        {
+            continue;
+        }
+        if let Some(meta) = child_resource(inner, rel, e) {
+            pending.push((e.name.clone(), meta));
+            // The lookahead entry says whether there is a next page.
+            if pending.len() > limit {
+                break;
+            }
+        }
+    }
+    Page::from_lookahead(pending, limit)
 }
 
 /// The resource entry of child `e` of directory `rel`, or `None` when it cannot be read.
@@ -632,6 +724,105 @@ mod tests {
         std::os::unix::fs::symlink("other", root.join("pub")).unwrap();
         let listing = dir_listing(inner, &rel, "file:///pub", None).unwrap();
         assert!(listing.contains("b.txt"), "{listing}");
+    }
+
+    /// A directory of `n` files `f00000.txt`..., a denied `.env` and a subdirectory, under
+    /// `big/` of a new root, left to settle so that a listing of it may be kept.
+    fn settled_big_dir(n: usize) -> (tempfile::TempDir, FilesProvider) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::create_dir(root.join("big")).unwrap();
+        for i in 0..n {
+            std::fs::write(root.join(format!("big/f{i:05}.txt")), "x").unwrap();
+        }
+        std::fs::write(root.join("big/.env"), "secret").unwrap();
+        std::fs::create_dir(root.join("big/sub")).unwrap();
+        // File system time stamps are coarse: a listing is kept only once they are older
+        // than DIR_CACHE_SETTLE, in whole seconds.
+        std::thread::sleep(DIR_CACHE_SETTLE * 2 + std::time::Duration::from_millis(100));
+        let provider = FilesProvider::new(FilesConfig::new(&root)).unwrap();
+        (dir, provider)
+    }
+
+    fn scans(inner: &Inner) -> usize {
+        inner
+            .dir_cache
+            .scans
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// One page of `big/` after `after`, 100 a page: its names and the next cursor.
+    fn big_page(inner: &Inner, after: Option<&[u8]>) -> (Vec<String>, Option<Vec<u8>>) {
+        let rel = RelPath::from_bytes(b"big").unwrap();
+        let page = dir_page(inner, &rel, "file:///big", after, 100).unwrap();
+        (page.items.into_iter().map(|m| m.name).collect(), page.next)
+    }
+
+    /// Paging a large directory reads it once for all its pages, not once a page: the first
+    /// page keeps the sorted listing, and the next ones find it while the directory's stamp
+    /// is unchanged. Every entry comes exactly once, the denied one never.
+    #[test]
+    fn paging_a_large_directory_does_not_rescan_it_per_page() {
+        let (_dir, provider) = settled_big_dir(2000);
+        let inner = provider.inner_for_tests();
+        let before = scans(inner);
+        let (mut seen, mut after, mut pages) = (Vec::new(), None, 0);
+        loop {
+            let (names, next) = big_page(inner, after.as_deref());
+            seen.extend(names);
+            pages += 1;
+            match next {
+                Some(n) => after = Some(n),
+                None => break,
+            }
+        }
+        assert_eq!(pages, 21);
+        assert_eq!(
+            scans(inner) - before,
+            1,
+            "one read of the directory for 21 pages"
+        );
+        let mut want: Vec<String> = (0..2000).map(|i| format!("big/f{i:05}.txt")).collect();
+        want.push("big/sub".into());
+        assert_eq!(seen, want, "each entry once, in order, .env left out");
+    }
+
+    /// A directory that changes between pages: the change is seen (the kept listing no
+    /// longer matches the stamp), and every entry there throughout still comes exactly once,
+    /// one added after the cursor too, one removed before its page not at all.
+    #[test]
+    fn paging_a_changing_directory_gives_every_lasting_entry_once() {
+        let (dir, provider) = settled_big_dir(1000);
+        let inner = provider.inner_for_tests();
+        let root = dir.path().canonicalize().unwrap();
+        let before = scans(inner);
+        let (mut seen, next) = big_page(inner, None);
+        let (names, mut after) = big_page(inner, next.as_deref());
+        seen.extend(names);
+        assert_eq!(
+            scans(inner) - before,
+            1,
+            "the second page used the kept listing"
+        );
+        std::fs::write(root.join("big/f00050b.txt"), "before the cursor").unwrap();
+        std::fs::write(root.join("big/g-new.txt"), "after the cursor").unwrap();
+        std::fs::remove_file(root.join("big/f00500.txt")).unwrap();
+        while let Some(a) = after {
+            let (names, next) = big_page(inner, Some(&a));
+            seen.extend(names);
+            after = next;
+        }
+        assert!(scans(inner) - before > 1, "the change was noticed");
+        let mut unique = seen.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), seen.len(), "no entry twice");
+        for i in (0..1000).filter(|&i| i != 500) {
+            let name = format!("big/f{i:05}.txt");
+            assert!(seen.contains(&name), "{name} missing");
+        }
+        assert!(seen.contains(&"big/g-new.txt".to_owned()));
+        assert!(!seen.contains(&"big/f00500.txt".to_owned()));
     }
 
     /// The bounded heap keeps exactly what sorting everything and taking the first `keep`

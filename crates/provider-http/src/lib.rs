@@ -18,6 +18,7 @@ mod net;
 mod provider;
 mod read;
 mod target;
+mod tokenize;
 mod watch;
 
 pub use cache::CacheCounts;

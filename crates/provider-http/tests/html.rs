@@ -2,7 +2,9 @@
 //! flattened, or refused naming the limit, on reads and on subscription polls with the
 //! process alive, oversized and
 //! element-heavy pages are refused naming the limit, conversions are limited in number and
-//! stop when their read times out or goes away, and links come out absolute.
+//! stop when their read times out or goes away, and links come out absolute. A tag with
+//! attributes by the hundred thousand is cut to its first few hundred before the tokenizer
+//! sees it, so it converts quickly and does not hold up other pages.
 
 mod common;
 
@@ -396,4 +398,99 @@ async fn links_and_images_are_made_absolute_against_the_final_url() {
     }
     let md = markdown(&p, &format!("{base}/site/based.html")).await;
     assert!(md.contains(&format!("[x]({base}/site/b/x.html)")), "{md}");
+}
+
+/// One element with `n` distinct attributes (200 000 make 1.3 MiB), then a marker.
+fn attribute_bomb(n: usize, salt: usize) -> String {
+    let attrs: String = (0..n).map(|i| format!(" a{i}")).collect();
+    format!("<p{attrs}>bomb-{salt}</p><p>after-{salt}</p>")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_with_200000_attributes_on_one_element_converts_quickly() {
+    let up = Upstream::start().await;
+    let page = attribute_bomb(200_000, 0);
+    assert!(page.len() > 1_300_000, "{}", page.len());
+    up.set("/site/bomb.html", Doc::new("text/html", page));
+    let p = provider(web(&up));
+    let t = Instant::now();
+    let md = markdown(&p, &format!("{}/site/bomb.html", up.base())).await;
+    // It took 24 s of CPU (release build) before the attributes were capped.
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    assert!(md.contains("bomb-0") && md.contains("after-0"), "{md}");
+    assert_eq!(p.conversions_running(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_page_answers_quickly_while_four_attribute_bombs_convert() {
+    let up = Upstream::start().await;
+    for i in 0..4 {
+        up.set(
+            &format!("/site/bomb{i}.html"),
+            Doc::new("text/html", attribute_bomb(200_000, i)),
+        );
+    }
+    up.set(
+        "/site/small.html",
+        Doc::new("text/html", "<h1>Small</h1><p>page</p>"),
+    );
+    let mut c = web(&up);
+    c.max_conversions = 2;
+    let p = Arc::new(provider(c));
+    let t = Instant::now();
+    let bombs: Vec<_> = (0..4)
+        .map(|i| {
+            let p = p.clone();
+            let u = format!("{}/site/bomb{i}.html", up.base());
+            tokio::spawn(async move { markdown(&p, &u).await })
+        })
+        .collect();
+    // The bombs hold both conversion places first; the small page queues behind them.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let md = markdown(&p, &format!("{}/site/small.html", up.base())).await;
+    let small = t.elapsed();
+    assert!(md.contains("# Small") && md.contains("page"), "{md}");
+    assert!(
+        small < Duration::from_secs(8),
+        "the small page took {small:?}"
+    );
+    for (i, b) in bombs.into_iter().enumerate() {
+        let md = b.await.unwrap();
+        assert!(md.contains(&format!("after-{i}")), "{md}");
+    }
+    assert_eq!(p.conversions_running(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversion_past_its_deadline_while_tokenizing_stops_and_frees_its_place() {
+    let up = Upstream::start().await;
+    // End tags of an unknown element, each with the most attributes the tokenizer is given:
+    // the most tokenizing work a page can ask for, and no node built, so only the checks
+    // between the pieces fed to the tokenizer can see the time pass.
+    let attrs: String = (0..256).map(|i| format!(" a{i}")).collect();
+    let tag = format!("</x{attrs}>");
+    let page = tag.repeat((2 << 20) / tag.len() - 1);
+    up.set("/site/slow-tokens.html", Doc::new("text/html", page));
+    let mut c = web(&up);
+    c.timeout = Duration::from_millis(150);
+    c.max_conversions = 1;
+    let p = provider(c);
+    let t = Instant::now();
+    let e = p
+        .read(
+            &uri(&format!("{}/site/slow-tokens.html", up.base())),
+            &LIMITS,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Timeout, "{e}");
+    assert!(
+        e.message.contains("converting") && e.message.contains("timeout_ms"),
+        "{e}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    assert_eq!(p.conversions_running(), 0, "its place is free");
+    up.set("/site/small.html", Doc::new("text/html", "<p>small</p>"));
+    let md = markdown(&p, &format!("{}/site/small.html", up.base())).await;
+    assert!(md.contains("small"), "{md}");
 }
