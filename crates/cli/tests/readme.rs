@@ -449,6 +449,129 @@ fn readme_curl_commands_answer_in_both_eras() {
     assert!(text.contains("Grace Hopper"), "README.md:{line}: {session}");
 }
 
+/// The README's client snippets for an authenticated HTTP endpoint, as written: VS Code's
+/// `.vscode/mcp.json` entry (read by this project's terminal client, which takes VS Code's
+/// `${input:…}` from the environment) and the `claude mcp add --transport http` line, run by
+/// bash with a stand-in `claude` that sends a listing to the URL with the header it was
+/// given, as Claude Code would. A wrong token must fail both ways.
+#[test]
+fn readme_http_client_snippets_reach_the_token_protected_endpoint() {
+    let vscode: Vec<(usize, String)> = blocks("json")
+        .into_iter()
+        .filter(|(_, b)| b.contains(r#""type": "http""#))
+        .collect();
+    assert_eq!(
+        vscode.len(),
+        1,
+        "the README's VS Code HTTP blocks: {vscode:?}"
+    );
+    let claude: Vec<(usize, String)> = blocks("sh")
+        .into_iter()
+        .filter(|(_, b)| b.contains("claude mcp add --transport http"))
+        .collect();
+    assert_eq!(
+        claude.len(),
+        1,
+        "the README's Claude Code HTTP blocks: {claude:?}"
+    );
+
+    let token = "readme-snippet-token-7f3a";
+    let dir = tempfile::tempdir().unwrap();
+    let docs = dir.path().join("docs");
+    std::fs::create_dir(&docs).unwrap();
+    std::fs::write(docs.join("guide.md"), "# the guide\n").unwrap();
+    let config = dir.path().join("server.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[mount]]\nkind = \"files\"\nroot = \"{}\"\n\n[http.auth]\nbearer_tokens = [\"env:MCPR_TOKEN\"]\n",
+            docs.display()
+        ),
+    )
+    .unwrap();
+    let mut serve = Command::new(bin());
+    serve
+        .args(["serve", "--http", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .env("MCPR_TOKEN", token);
+    let (_server, url) = spawn_http(serve);
+
+    // VS Code's entry, in a project folder, through the terminal client.
+    let (line, block) = &vscode[0];
+    let project = dir.path().join("project");
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(project.join(".vscode")).unwrap();
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(
+        project.join(".vscode/mcp.json"),
+        fill(block, "http://127.0.0.1:8080/mcp", &url),
+    )
+    .unwrap();
+    let ls = |input: Option<&str>| {
+        let mut cmd = Command::new(bin());
+        cmd.args(["ls", "--server", "docs", "--trust-workspace"])
+            .current_dir(&project)
+            .env("HOME", &home)
+            .env("XDG_CONFIG_HOME", home.join(".config"))
+            .env_remove("MCPR_INPUT_MCPR_TOKEN");
+        if let Some(t) = input {
+            cmd.env("MCPR_INPUT_MCPR_TOKEN", t);
+        }
+        run(cmd)
+    };
+    let listed = ls(Some(token));
+    assert!(
+        listed.ok().contains("guide.md"),
+        "README.md:{line}: the VS Code entry lists nothing: {listed:?}"
+    );
+    let wrong = ls(Some("not-the-token"));
+    assert_ne!(
+        wrong.code,
+        Some(0),
+        "README.md:{line}: a wrong token listed: {wrong:?}"
+    );
+    let unset = ls(None);
+    assert!(
+        unset.code != Some(0) && unset.stderr.contains("MCPR_INPUT_MCPR_TOKEN"),
+        "README.md:{line}: without the input: {unset:?}"
+    );
+
+    // Claude Code's line, as written, with a stand-in `claude` for `mcp add --transport
+    // http NAME URL --header H` that lists through URL with H, failing on any HTTP error.
+    let (line, block) = &claude[0];
+    let stand_in = r#"claude() {
+  [ "$1 $2 $3 $4" = "mcp add --transport http" ] && [ "$7" = "--header" ] || { echo "unexpected: $*" >&2; return 2; }
+  curl -sf "$6" -H "$8" -H 'Content-Type: application/json' \
+    -H 'Accept: application/json, text/event-stream' -H 'MCP-Protocol-Version: 2026-07-28' \
+    -H 'Mcp-Method: resources/list' \
+    -d '{"jsonrpc":"2.0","id":1,"method":"resources/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}'
+}
+"#;
+    let script = format!(
+        "{stand_in}{}",
+        fill(block, "http://127.0.0.1:8080/mcp", &url)
+    );
+    let run_with = |t: &str| {
+        let mut cmd = Command::new("bash");
+        cmd.arg("-c")
+            .arg(format!("set -e\n{script}"))
+            .current_dir(dir.path())
+            .env("MCPR_TOKEN", t);
+        run(cmd)
+    };
+    let listed = run_with(token);
+    assert!(
+        listed.ok().contains("guide.md"),
+        "README.md:{line}: the Claude Code line lists nothing: {listed:?}"
+    );
+    let wrong = run_with("not-the-token");
+    assert_ne!(
+        wrong.code,
+        Some(0),
+        "README.md:{line}: a wrong token listed: {wrong:?}"
+    );
+}
+
 #[test]
 fn readme_complete_commands_print_what_it_says() {
     let block: Vec<(usize, String)> = blocks("sh")

@@ -978,20 +978,6 @@ mod tests {
         assert_eq!(md, "text");
     }
 
-    /// Formatting elements left open, each new one compared by the tree builder with every
-    /// earlier one, both attribute lists sorted each time: with their attributes capped at
-    /// `MAX_FORMATTING_ATTRS`, 300 distinct `<b>` of 256 attributes each take 2 s in a debug
-    /// build, where they took 19 s.
-    #[test]
-    fn open_formatting_elements_with_many_attributes_convert_quickly() {
-        let attrs: String = (0..255).map(|i| format!(" a{i}")).collect();
-        let page: String = (0..300).map(|k| format!("<b k={k}{attrs}>")).collect();
-        let t = Instant::now();
-        let md = run_job(&(page + "text"), JOB).unwrap();
-        assert!(t.elapsed() < Duration::from_secs(8), "{:?}", t.elapsed());
-        assert!(md.contains("text"), "{md}");
-    }
-
     /// The one-pass join gives what htmd's own joining gives.
     #[test]
     fn joining_alike_elements_matches_htmd() {

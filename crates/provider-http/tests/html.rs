@@ -332,7 +332,7 @@ async fn a_conversion_stops_when_its_read_is_dropped_or_times_out() {
     assert_eq!(p.conversions_running(), 0, "still converting after 5 s");
     let lag = stopped.elapsed();
     assert!(
-        lag < Duration::from_secs(2),
+        lag < Duration::from_secs(3),
         "stopped {lag:?} after the read"
     );
 
@@ -415,8 +415,10 @@ async fn a_page_with_200000_attributes_on_one_element_converts_quickly() {
     let p = provider(web(&up));
     let t = Instant::now();
     let md = markdown(&p, &format!("{}/site/bomb.html", up.base())).await;
-    // It took 24 s of CPU (release build) before the attributes were capped.
-    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    // It took 24 s of CPU (release build; a debug build takes several times that) before
+    // the attributes were capped, and about 2 s since: the bound leaves room for a loaded
+    // machine.
+    assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
     assert!(md.contains("bomb-0") && md.contains("after-0"), "{md}");
     assert_eq!(p.conversions_running(), 0);
 }
@@ -451,7 +453,7 @@ async fn a_small_page_answers_quickly_while_four_attribute_bombs_convert() {
     let small = t.elapsed();
     assert!(md.contains("# Small") && md.contains("page"), "{md}");
     assert!(
-        small < Duration::from_secs(8),
+        small < Duration::from_secs(20),
         "the small page took {small:?}"
     );
     for (i, b) in bombs.into_iter().enumerate() {
@@ -488,7 +490,8 @@ async fn a_conversion_past_its_deadline_while_tokenizing_stops_and_frees_its_pla
         e.message.contains("converting") && e.message.contains("timeout_ms"),
         "{e}"
     );
-    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    // Without the checks between pieces it ran 16.8 s; with them it stops within a piece.
+    assert!(t.elapsed() < Duration::from_secs(6), "{:?}", t.elapsed());
     assert_eq!(p.conversions_running(), 0, "its place is free");
     up.set("/site/small.html", Doc::new("text/html", "<p>small</p>"));
     let md = markdown(&p, &format!("{}/site/small.html", up.base())).await;
