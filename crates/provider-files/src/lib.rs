@@ -13,7 +13,6 @@ mod path;
 mod provider;
 mod read;
 mod rules;
-mod seen;
 mod watch;
 
 pub use config::{BUILTIN_DENY, FilesConfig, FilesFactory, ListWatchMode, TemplateConfig};

@@ -33,8 +33,6 @@ pub(crate) struct Inner {
     /// entry of a directory that may hold millions, so only [`DIR_SCANS`] run at once per
     /// mount and the rest wait their turn instead of piling up on the blocking pool.
     pub(crate) scans: Arc<tokio::sync::Semaphore>,
-    /// Small files the direct read path read recently, by path (see `crate::seen`).
-    pub(crate) seen: crate::seen::Seen,
 }
 
 /// How far [`Inner::read_start`] took a read.
@@ -331,7 +329,6 @@ impl FilesProvider {
             config,
             dir_cache: Default::default(),
             scans: Arc::new(tokio::sync::Semaphore::new(DIR_SCANS)),
-            seen: Default::default(),
         });
         let watcher = Watcher::new(inner.clone());
         Ok(Self {
