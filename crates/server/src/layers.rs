@@ -435,15 +435,38 @@ impl Drop for Reservation<'_> {
 ///
 /// The outcome label is the class of JSON-RPC error the client sees for the error's kind
 /// ([`crate::errors::code_of`]), so the series read the same whichever adapter answered.
+///
+/// A panic in `fut` (a bug in a provider or here) ends this operation alone, as an internal
+/// error ([`panicked`]): unwinding further would end the task rmcp runs the request on
+/// without an answer, leaving the client waiting and the stdio transport counting the
+/// request as in progress for ever.
 pub(crate) async fn metered<T>(
     metrics: &Metrics,
     method: &'static str,
     fut: impl Future<Output = Result<T>>,
 ) -> Result<T> {
+    use futures::FutureExt as _;
     let start = Instant::now();
-    let result = fut.await;
+    let result = std::panic::AssertUnwindSafe(fut)
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|_| Err(panicked(method)));
     record(metrics, method, start, &result);
     result
+}
+
+/// The error an operation of `method` that panicked answers (-32603 to the client). The
+/// panic's own message is not repeated here: it may hold anything the failing code had in
+/// hand, and the panic hook has already printed it to stderr.
+pub(crate) fn panicked(method: &str) -> mcpr_core::Error {
+    tracing::error!(
+        method,
+        "a request panicked; it is answered with an internal error and the session goes on"
+    );
+    mcpr_core::Error::internal(format!(
+        "{method} failed: the server hit an internal error (a panic) while handling this \
+         request; other requests are not affected"
+    ))
 }
 
 /// Records in `metrics` the outcome of `result`, one operation of MCP `method` begun at

@@ -744,7 +744,11 @@ impl Service {
             return None;
         }
         let start = Instant::now();
-        let read = self.read_uri_now(grant, raw)?;
+        // A panic in the provider fails this read alone, as `read`'s does (see `metered`).
+        let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.read_uri_now(grant, raw)
+        }))
+        .unwrap_or_else(|_| Some(Err(crate::layers::panicked("resources/read").with_uri(raw))))?;
         crate::layers::record(&self.state.metrics, "resources/read", start, &read);
         Some(read)
     }
