@@ -12,6 +12,7 @@ mod list_inotify;
 mod path;
 mod provider;
 mod read;
+mod remote;
 mod rules;
 mod watch;
 

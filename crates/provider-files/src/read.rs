@@ -22,7 +22,8 @@ use crate::path::RelPath;
 use crate::provider::Inner;
 
 /// Files up to this size are read on the calling task: cheaper than a hop to the blocking
-/// pool, and short enough not to stall the runtime.
+/// pool, and short enough not to stall the runtime. Only on a local file system: a mount on
+/// a network or FUSE one reads everything on the pool (`crate::remote`).
 pub(crate) const INLINE_READ_MAX: u64 = 256 * 1024;
 
 /// What the query of a file URI asks for: a window, or for a directory where to continue.

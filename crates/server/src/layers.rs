@@ -178,9 +178,11 @@ impl<'a> Layered<'a> {
         .await
     }
 
-    /// [`Provider::read_now`], checked and counted as [`Layered::read`] counts its call; no
-    /// bound is needed for what does not wait. `None` (the read would wait) counts nothing:
-    /// the `read` that follows counts the call.
+    /// [`Provider::read_now`], checked and counted as [`Layered::read`] counts its call. It
+    /// runs on the calling thread with no timer: nothing can interrupt a call already running
+    /// there, so a provider answers in place only what cannot hang (the files provider: a
+    /// small file on a local file system; never a network or FUSE one). `None` (the read
+    /// would wait) counts nothing: the `read` that follows counts the call.
     pub(crate) fn read_now(
         &self,
         uri: &ResourceUri,
@@ -282,7 +284,8 @@ async fn within<T>(
     uri: Option<&str>,
     fut: impl Future<Output = Result<T>>,
 ) -> Result<T> {
-    // Most calls finish on their first poll (a small file is read in place): they need no
+    // Most calls finish on their first poll (a small file on a local file system is read in
+    // place; a provider reads in place only what cannot hang): they need no
     // timer, and arming one (the runtime's handle, the entry) was most of the 1 % of a small
     // read's CPU the timeout cost. The deadline is still taken before the first poll, so a
     // call that works a while and then waits is held to the same bound as before.
