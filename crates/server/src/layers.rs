@@ -311,7 +311,7 @@ pub(crate) async fn poll_once<F: Future + ?Sized>(
 }
 
 /// The error a call that ran out of time answers, in the words clients have always seen.
-fn timed_out(limit: Duration, uri: Option<&str>) -> Error {
+pub(crate) fn timed_out(limit: Duration, uri: Option<&str>) -> Error {
     let what = uri.unwrap_or("the request");
     let e = Error::new(
         ErrorKind::Timeout,
