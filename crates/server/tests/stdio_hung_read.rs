@@ -31,7 +31,7 @@ struct Hanging {
 
 impl Hanging {
     fn release(&self) {
-        *self.released.lock().unwrap() = true;
+        *mcpr_core::sync::lock(&self.released) = true;
         self.wake.notify_all();
     }
 }
@@ -59,11 +59,25 @@ impl Provider for Hanging {
         limits: &ReadLimits,
     ) -> Option<mcpr_core::Result<ReadOutput>> {
         if uri.as_str().contains("hang") {
-            let released = self.released.lock().unwrap();
-            drop(self.wake.wait_while(released, |r| !*r).unwrap());
+            let released = mcpr_core::sync::lock(&self.released);
+            // One flag: a poisoned lock still holds a usable value.
+            drop(
+                self.wake
+                    .wait_while(released, |r| !*r)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            );
             self.ended.fetch_add(1, Ordering::SeqCst);
         }
         self.files.read_now(uri, limits)
+    }
+}
+
+/// Releases the hung reads when dropped.
+struct Release(Arc<Hanging>);
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        self.0.release();
     }
 }
 
@@ -101,6 +115,8 @@ async fn a_hung_read_in_place_costs_its_own_request_only() {
         ..Settings::default()
     };
     let state = ServerState::new(settings, vec![provider.clone()]);
+    // A failing assertion must end the test, not leave reads hung for ever.
+    let _release = Release(provider.clone());
     let (a, hang) = (
         encode_path_uri(&root.join("a.txt")),
         encode_path_uri(&root.join("hang.txt")),
