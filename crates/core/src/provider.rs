@@ -279,6 +279,11 @@ pub trait Provider: Send + Sync + 'static {
     /// read paths ask this first, so a read that is ready at once costs no future: building,
     /// boxing and moving the nested futures of a read was about a tenth of a small file's
     /// CPU (issue #32). The default never answers.
+    ///
+    /// It runs on the caller's thread, a runtime worker or the stdio reader, before any
+    /// timer: no request timeout can interrupt it. Answer only what cannot block for long
+    /// (local memory, a local disk), never anything that may wait on a network, a FUSE
+    /// daemon or another process; those belong in `read`, which the server bounds.
     fn read_now(&self, uri: &ResourceUri, limits: &ReadLimits) -> Option<Result<ReadOutput>> {
         let _ = (uri, limits);
         None

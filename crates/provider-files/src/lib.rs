@@ -12,8 +12,8 @@ mod list_inotify;
 mod path;
 mod provider;
 mod read;
+mod remote;
 mod rules;
-mod seen;
 mod watch;
 
 pub use config::{BUILTIN_DENY, FilesConfig, FilesFactory, ListWatchMode, TemplateConfig};

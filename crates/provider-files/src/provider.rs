@@ -33,8 +33,11 @@ pub(crate) struct Inner {
     /// entry of a directory that may hold millions, so only [`DIR_SCANS`] run at once per
     /// mount and the rest wait their turn instead of piling up on the blocking pool.
     pub(crate) scans: Arc<tokio::sync::Semaphore>,
-    /// Small files the direct read path read recently, by path (see `crate::seen`).
-    pub(crate) seen: crate::seen::Seen,
+    /// Whether reads may run on the calling thread: not when the tree is on (or holds) a
+    /// network or FUSE file system, where one `stat` can block for as long as the server
+    /// stays silent (see `crate::remote`). Then every read goes to the blocking pool, where
+    /// the request timeout bounds it.
+    pub(crate) in_place: bool,
 }
 
 /// How far [`Inner::read_start`] took a read.
@@ -46,6 +49,9 @@ enum ReadStart {
         rel: RelPath,
         md: std::io::Result<Metadata>,
     },
+    /// A mount not read in place (`Inner::in_place`): the URI's path, allowed by the rules,
+    /// links not resolved yet; all of the read, from the resolving on, is the pool's.
+    Remote { decoded: RelPath },
 }
 
 /// How many directory scans (completions, directory reads) of one mount run at once.
@@ -60,6 +66,10 @@ impl Inner {
         let Some(decoded) = self.decode_allowed(uri) else {
             return ReadStart::Done(Err(not_found()));
         };
+        if !self.in_place {
+            // Nothing touches the tree here: resolving the links stats it too.
+            return ReadStart::Remote { decoded };
+        }
         if uri.query().is_none()
             && let Some(answer) = crate::read::read_direct(self, &decoded, uri, limits)
         {
@@ -233,6 +243,18 @@ impl FilesProvider {
     /// Open the root and validate the config. Fails when the root is not a readable
     /// directory or a pattern or template is malformed.
     pub fn new(config: FilesConfig) -> Result<Self> {
+        Self::build(config, None)
+    }
+
+    /// [`FilesProvider::new`] as it is over a network or FUSE tree: nothing read in place.
+    #[cfg(test)]
+    pub(crate) fn new_as_if_remote(config: FilesConfig) -> Result<Self> {
+        Self::build(config, Some("the test says so".into()))
+    }
+
+    /// [`FilesProvider::new`]; `remote` says why the tree is not to be read in place when
+    /// the caller knows, else the file systems are looked at.
+    fn build(config: FilesConfig, remote: Option<String>) -> Result<Self> {
         config.validate()?;
         let canonical_root = std::fs::canonicalize(&config.root).map_err(|e| {
             Error::invalid_params(format!(
@@ -323,7 +345,16 @@ impl FilesProvider {
             },
             cache: config.cache,
         };
+        let remote = remote.or_else(|| crate::remote::remote_reason(&root, &canonical_root));
+        if let Some(why) = &remote {
+            tracing::info!(
+                root = %canonical_root.display(),
+                "files mount: {why}; its reads all run on the blocking pool, bounded by the \
+                 request timeout, none in place"
+            );
+        }
         let inner = Arc::new(Inner {
+            in_place: remote.is_none(),
             root,
             canonical_root,
             root_uri,
@@ -331,7 +362,6 @@ impl FilesProvider {
             config,
             dir_cache: Default::default(),
             scans: Arc::new(tokio::sync::Semaphore::new(DIR_SCANS)),
-            seen: Default::default(),
         });
         let watcher = Watcher::new(inner.clone());
         Ok(Self {
@@ -396,6 +426,19 @@ impl Provider for FilesProvider {
         let (rel, md) = match self.inner.read_start(uri, limits) {
             ReadStart::Done(answer) => return answer,
             ReadStart::Pool { rel, md } => (rel, md),
+            ReadStart::Remote { decoded } => {
+                let inner = self.inner.clone();
+                let uri = uri.clone();
+                let (rel, md) = run_blocking("files read", move || {
+                    let rel = inner
+                        .resolve_real(&decoded)
+                        .ok_or_else(|| Error::not_found(uri.as_str()))?;
+                    let md = inner.root.symlink_metadata(rel.as_path());
+                    Ok((rel, md))
+                })
+                .await?;
+                (rel, md)
+            }
         };
         let scan = match &md {
             Ok(m) if m.is_dir() => Some(self.inner.scan_permit().await?),
@@ -417,7 +460,7 @@ impl Provider for FilesProvider {
         match self.inner.read_start(uri, limits) {
             ReadStart::Done(answer) => Some(answer),
             // `read` starts again from the URI: a large file's read is worth the few calls.
-            ReadStart::Pool { .. } => None,
+            ReadStart::Pool { .. } | ReadStart::Remote { .. } => None,
         }
     }
 
@@ -432,18 +475,28 @@ impl Provider for FilesProvider {
                 uri.as_str()
             )));
         }
-        let rel = self
-            .inner
-            .resolve(uri)
-            .ok_or_else(|| Error::not_found(uri.as_str()))?;
-        let md = self
-            .inner
-            .root
-            .metadata(rel.as_path())
-            .map_err(|e| crate::error::map_io(e, uri.as_str()))?;
-        if !md.is_dir() {
-            return Err(mcpr_core::not_a_directory(uri.as_str()));
-        }
+        let checked = {
+            let (inner, uri) = (self.inner.clone(), uri.clone());
+            move || {
+                let rel = inner
+                    .resolve(&uri)
+                    .ok_or_else(|| Error::not_found(uri.as_str()))?;
+                let md = inner
+                    .root
+                    .metadata(rel.as_path())
+                    .map_err(|e| crate::error::map_io(e, uri.as_str()))?;
+                if !md.is_dir() {
+                    return Err(mcpr_core::not_a_directory(uri.as_str()));
+                }
+                Ok(rel)
+            }
+        };
+        // On a network or FUSE tree even the check may block: the pool's, as the scan is.
+        let rel = if self.inner.in_place {
+            checked()?
+        } else {
+            run_blocking("files directory read", checked).await?
+        };
         // A directory read scans the whole directory, as a read of it does: one permit.
         let scan = self.inner.scan_permit().await?;
         let inner = self.inner.clone();

@@ -20,10 +20,10 @@ use crate::error::map_io;
 use crate::list::dir_listing;
 use crate::path::RelPath;
 use crate::provider::Inner;
-use crate::seen::Identity;
 
 /// Files up to this size are read on the calling task: cheaper than a hop to the blocking
-/// pool, and short enough not to stall the runtime.
+/// pool, and short enough not to stall the runtime. Only on a local file system: a mount on
+/// a network or FUSE one reads everything on the pool (`crate::remote`).
 pub(crate) const INLINE_READ_MAX: u64 = 256 * 1024;
 
 /// What the query of a file URI asks for: a window, or for a directory where to continue.
@@ -196,10 +196,12 @@ fn changed_while_read(uri: &str) -> Error {
 ///
 /// `rel` must be the decoded URI path with the deny rules already checked on it. The calls,
 /// and what each buys (issue #32):
-/// - `statx` of the path, not following a link, only when the path was not read recently
-///   (`crate::seen`): FIFOs, sockets and devices are never opened (opening a device can act
-///   on it), and it gives the size and the identity (inode, device, size, times) the read is
-///   checked against. A path read recently uses the identity kept from then.
+/// - `statx` of the path, not following a link, on every read: FIFOs, sockets and devices
+///   are not opened (opening a device can act on it, opening a FIFO lets a writer waiting in
+///   its own `open` go), and it gives the size and the identity (inode, device, size, times)
+///   the read is checked against. Only an entry swapped in the moment between this `statx`
+///   and the `openat2` is opened before its type is seen; no identity is kept across reads,
+///   which would widen that moment to the time since the path was last read.
 /// - `openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`: the kernel refuses it if any
 ///   component is a link or the path leaves the root, so what is opened is at `rel` itself
 ///   and the rules checked on `rel` are the rules of the real path (no link resolution, no
@@ -223,24 +225,18 @@ pub(crate) fn read_direct(
     }
     let cap = INLINE_READ_MAX.min(limits.max_bytes);
     let path = rel.as_path();
-    let kept = inner.seen.get(rel.as_bytes()).filter(|id| id.size <= cap);
-    let before = match kept {
-        Some(id) => id,
-        None => {
-            let st = rustix::fs::statx(
-                &inner.root,
-                path,
-                // Never trigger an automount just to decide whether to try this path.
-                AtFlags::SYMLINK_NOFOLLOW | AtFlags::NO_AUTOMOUNT,
-                IDENTITY,
-            )
-            .ok()?;
-            if !is_small_file(&st, cap) {
-                return None;
-            }
-            Identity::of(&st)
-        }
-    };
+    let st = rustix::fs::statx(
+        &inner.root,
+        path,
+        // Never trigger an automount just to decide whether to try this path.
+        AtFlags::SYMLINK_NOFOLLOW | AtFlags::NO_AUTOMOUNT,
+        IDENTITY,
+    )
+    .ok()?;
+    if !is_small_file(&st, cap) {
+        return None;
+    }
+    let before = Identity::of(&st);
     let fd = rustix::fs::openat2(
         &inner.root,
         path,
@@ -248,18 +244,15 @@ pub(crate) fn read_direct(
         Mode::empty(),
         ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
     );
+    // Gone, or a link now: the general path says which.
     let Ok(fd) = fd else {
-        // Gone, or a link now: nothing kept for it is true any more.
-        if kept.is_some() {
-            inner.seen.forget(rel.as_bytes());
-        }
         return None;
     };
     let size = before.size as usize;
     // One byte of room past the size: a read that stops short of filling the buffer at the
     // size is the end of a regular file, so no extra read just to see 0. `pread`, not `read`:
-    // on a FIFO found where a kept regular file was, it fails instead of taking bytes that
-    // are waiting in it.
+    // on a FIFO swapped in since the `statx`, it fails instead of taking bytes that are
+    // waiting in it.
     // Read into the buffer's spare room: zeroing it first cost a `calloc` and a `memset` of
     // the file's size on every read.
     let mut buf: Vec<u8> = Vec::with_capacity(size + 1);
@@ -270,12 +263,7 @@ pub(crate) fn read_direct(
             Err(rustix::io::Errno::INTR) => continue,
             // Not a regular file any more (a directory or a FIFO swapped in since it was
             // checked), or a real I/O error: the general path says which, in its words.
-            Err(_) => {
-                if kept.is_some() {
-                    inner.seen.forget(rel.as_bytes());
-                }
-                return None;
-            }
+            Err(_) => return None,
         };
         if buf.len() == buf.capacity() {
             // It grew since the stat: the general path reads it under the limits.
@@ -287,21 +275,11 @@ pub(crate) fn read_direct(
     }
     let len = buf.len();
     // Another file than the one checked, or rewritten in place since: the general path
-    // opens and reads it again, and what the descriptor shows now is kept for next time
-    // (or forgotten, when it is no longer a small regular file).
+    // opens and reads it again.
     let after = rustix::fs::statx(&fd, "", AtFlags::EMPTY_PATH, IDENTITY).ok()?;
     drop(fd);
-    let now = Identity::of(&after);
-    if now != before || len as u64 != before.size {
-        if is_small_file(&after, cap) {
-            inner.seen.put(rel.as_bytes(), now);
-        } else if kept.is_some() {
-            inner.seen.forget(rel.as_bytes());
-        }
+    if Identity::of(&after) != before || len as u64 != before.size {
         return None;
-    }
-    if kept.is_none() {
-        inner.seen.put(rel.as_bytes(), before);
     }
     let ext_mime = mime_by_extension(rel.as_bytes());
     Some(Ok(vec![make_contents(uri.as_str(), buf, ext_mime, None)]))
@@ -314,6 +292,32 @@ fn is_small_file(st: &rustix::fs::Statx, cap: u64) -> bool {
     FileType::from_raw_mode(st.stx_mode.into()) == FileType::RegularFile
         && st.stx_size <= cap
         && st.stx_mask & IDENTITY.bits() == IDENTITY.bits()
+}
+
+/// What a `statx` says of a file that [`read_direct`] compares before and after a read:
+/// device, inode, type and mode, size, and modification and status-change times to the
+/// nanosecond.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Identity {
+    dev: (u32, u32),
+    ino: u64,
+    mode: u16,
+    size: u64,
+    mtime: (i64, u32),
+    ctime: (i64, u32),
+}
+
+impl Identity {
+    fn of(st: &rustix::fs::Statx) -> Self {
+        Self {
+            dev: (st.stx_dev_major, st.stx_dev_minor),
+            ino: st.stx_ino,
+            mode: st.stx_mode,
+            size: st.stx_size,
+            mtime: (st.stx_mtime.tv_sec, st.stx_mtime.tv_nsec),
+            ctime: (st.stx_ctime.tv_sec, st.stx_ctime.tv_nsec),
+        }
+    }
 }
 
 /// What [`read_direct`] asks `statx` for: the type and what [`Identity`] holds.

@@ -569,3 +569,73 @@ async fn read_now_answers_what_needs_no_wait() {
         1
     );
 }
+
+/// A path read in place and then replaced by a FIFO is not opened by the next read: a writer
+/// waiting in its `open` for a reader stays waiting (opening the FIFO, even non-blocking,
+/// would release it), and the read answers not found, as for any path that is no regular
+/// file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_path_read_then_replaced_by_a_fifo_is_not_opened() {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let path = root.join("swap.txt");
+    std::fs::write(&path, "regular").unwrap();
+    let p = provider(&root);
+    let limits = ReadLimits { max_bytes: 1 << 20 };
+    let u = ResourceUri::parse(&uri(&path)).unwrap();
+    // Read more than once, so whatever a read keeps about the path is kept.
+    for _ in 0..3 {
+        let read = p
+            .read_now(&u, &limits)
+            .expect("a small file is read in place");
+        assert!(read.is_ok());
+    }
+    std::fs::remove_file(&path).unwrap();
+    mkfifo(&path);
+    // A writer opening the FIFO waits in `open` until a reader opens it.
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+    let (opened_tx, opened_rx) = std::sync::mpsc::channel();
+    let writer_path = path.clone();
+    let writer = std::thread::spawn(move || {
+        let me = std::fs::read_link("/proc/thread-self").unwrap();
+        tid_tx.send(me.file_name().unwrap().to_owned()).unwrap();
+        let opened = std::fs::OpenOptions::new().write(true).open(&writer_path);
+        opened_tx.send(()).unwrap();
+        drop(opened);
+    });
+    let tid = tid_rx.recv().unwrap();
+    let stat = std::path::Path::new("/proc/self/task")
+        .join(tid)
+        .join("wchan");
+    // Until the writer sleeps in the FIFO's open (`fifo_open` waits in `wait_for_partner`).
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !std::fs::read_to_string(&stat).is_ok_and(|w| w.contains("partner")) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the writer never waited in open"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(
+        p.read_now(&u, &limits).is_none(),
+        "a FIFO is not read in place"
+    );
+    let err = p.read(&u, &limits).await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::NotFound);
+    assert!(
+        opened_rx.recv_timeout(Duration::from_millis(300)).is_err(),
+        "the read opened the FIFO: its writer was let go"
+    );
+    // Let the writer go: open the read end here, without waiting.
+    let _reader = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&path)
+        .unwrap();
+    opened_rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the writer is let go by a reader");
+    writer.join().unwrap();
+}

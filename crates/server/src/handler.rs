@@ -792,12 +792,23 @@ impl rmcp::Service<RoleServer> for Served {
         request: rmcp::model::ClientRequest,
         context: RequestContext<RoleServer>,
     ) -> Result<ServerResult, ErrorData> {
-        if let rmcp::model::ClientRequest::SubscriptionsListenRequest(listen) = &request
-            && let Some(uris) = &listen.params.notifications.resource_subscriptions
-        {
-            self.0.service.prepare_listen(uris, &self.0.tokens).await;
-        }
-        rmcp::Service::handle_request(&self.0, request, context).await
+        use futures::FutureExt as _;
+        let method = request.method().to_owned();
+        // A panic anywhere in the request (the service catches the providers' own, see
+        // `layers::metered`) fails this request alone: rmcp runs it on a task of its own, and
+        // a task that unwinds sends no answer, so the client would wait for ever and the
+        // stdio transport would count the request as in progress for good.
+        std::panic::AssertUnwindSafe(async {
+            if let rmcp::model::ClientRequest::SubscriptionsListenRequest(listen) = &request
+                && let Some(uris) = &listen.params.notifications.resource_subscriptions
+            {
+                self.0.service.prepare_listen(uris, &self.0.tokens).await;
+            }
+            rmcp::Service::handle_request(&self.0, request, context).await
+        })
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|_| Err(to_mcp_error(crate::layers::panicked(&method))))
     }
 
     async fn handle_notification(

@@ -178,9 +178,11 @@ impl<'a> Layered<'a> {
         .await
     }
 
-    /// [`Provider::read_now`], checked and counted as [`Layered::read`] counts its call; no
-    /// bound is needed for what does not wait. `None` (the read would wait) counts nothing:
-    /// the `read` that follows counts the call.
+    /// [`Provider::read_now`], checked and counted as [`Layered::read`] counts its call. It
+    /// runs on the calling thread with no timer: nothing can interrupt a call already running
+    /// there, so a provider answers in place only what cannot hang (the files provider: a
+    /// small file on a local file system; never a network or FUSE one). `None` (the read
+    /// would wait) counts nothing: the `read` that follows counts the call.
     pub(crate) fn read_now(
         &self,
         uri: &ResourceUri,
@@ -282,7 +284,8 @@ async fn within<T>(
     uri: Option<&str>,
     fut: impl Future<Output = Result<T>>,
 ) -> Result<T> {
-    // Most calls finish on their first poll (a small file is read in place): they need no
+    // Most calls finish on their first poll (a small file on a local file system is read in
+    // place; a provider reads in place only what cannot hang): they need no
     // timer, and arming one (the runtime's handle, the entry) was most of the 1 % of a small
     // read's CPU the timeout cost. The deadline is still taken before the first poll, so a
     // call that works a while and then waits is held to the same bound as before.
@@ -308,7 +311,7 @@ pub(crate) async fn poll_once<F: Future + ?Sized>(
 }
 
 /// The error a call that ran out of time answers, in the words clients have always seen.
-fn timed_out(limit: Duration, uri: Option<&str>) -> Error {
+pub(crate) fn timed_out(limit: Duration, uri: Option<&str>) -> Error {
     let what = uri.unwrap_or("the request");
     let e = Error::new(
         ErrorKind::Timeout,
@@ -435,15 +438,38 @@ impl Drop for Reservation<'_> {
 ///
 /// The outcome label is the class of JSON-RPC error the client sees for the error's kind
 /// ([`crate::errors::code_of`]), so the series read the same whichever adapter answered.
+///
+/// A panic in `fut` (a bug in a provider or here) ends this operation alone, as an internal
+/// error ([`panicked`]): unwinding further would end the task rmcp runs the request on
+/// without an answer, leaving the client waiting and the stdio transport counting the
+/// request as in progress for ever.
 pub(crate) async fn metered<T>(
     metrics: &Metrics,
     method: &'static str,
     fut: impl Future<Output = Result<T>>,
 ) -> Result<T> {
+    use futures::FutureExt as _;
     let start = Instant::now();
-    let result = fut.await;
+    let result = std::panic::AssertUnwindSafe(fut)
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|_| Err(panicked(method)));
     record(metrics, method, start, &result);
     result
+}
+
+/// The error an operation of `method` that panicked answers (-32603 to the client). The
+/// panic's own message is not repeated here: it may hold anything the failing code had in
+/// hand, and the panic hook has already printed it to stderr.
+pub(crate) fn panicked(method: &str) -> mcpr_core::Error {
+    tracing::error!(
+        method,
+        "a request panicked; it is answered with an internal error and the session goes on"
+    );
+    mcpr_core::Error::internal(format!(
+        "{method} failed: the server hit an internal error (a panic) while handling this \
+         request; other requests are not affected"
+    ))
 }
 
 /// Records in `metrics` the outcome of `result`, one operation of MCP `method` begun at

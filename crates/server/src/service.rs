@@ -737,14 +737,21 @@ impl Service {
     /// the read budget is spent, the URI names a skill). A small file's read costs no future
     /// this way (see [`mcpr_core::Provider::read_now`]). What `read` adds around it needs no
     /// future either: a read that is done at once is never cut off by the request timeout
-    /// or by shutdown, there as here.
+    /// or by shutdown, there as here. The timeout cannot interrupt a read running on the
+    /// calling thread, so providers answer in place only reads that cannot hang (a small
+    /// file on a local file system); anything on a network or FUSE file system waits for
+    /// `read`, bounded there. A panic in the provider fails this read alone.
     pub(crate) fn read_now(&self, grant: Option<&Grant>, raw: &str) -> Option<Result<ReadOutcome>> {
         // A skill's URI is looked up in its catalog, which may wait.
         if self.state.skills.is_some() && raw.starts_with(crate::skills::catalog::SKILL_SCHEME) {
             return None;
         }
         let start = Instant::now();
-        let read = self.read_uri_now(grant, raw)?;
+        // A panic in the provider fails this read alone, as `read`'s does (see `metered`).
+        let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.read_uri_now(grant, raw)
+        }))
+        .unwrap_or_else(|_| Some(Err(crate::layers::panicked("resources/read").with_uri(raw))))?;
         crate::layers::record(&self.state.metrics, "resources/read", start, &read);
         Some(read)
     }

@@ -48,6 +48,12 @@
 //! runtime, from any `AsyncRead` and `AsyncWrite` (tests' in-memory pipes); both share
 //! everything from the framing on.
 //!
+//! A read in place runs on the reader thread before any timer, so one that hangs (a provider
+//! stuck on a network) would leave stdin unread: no cancellation, ping or other request
+//! would be taken any more. The reader thread's reads in place are watched ([`InPlace`]):
+//! one still running after the request timeout is answered with the timeout error the other
+//! paths give, and a new reader thread reads on with the state the stuck one left unlocked.
+//!
 //! The end of input ends the stream only once every request read before it is answered:
 //! rmcp stops reading at once and gives its handlers a fixed 5 s before cancelling them, and
 //! a direct read runs outside rmcp altogether. So `receive` holds the stream open after EOF
@@ -193,6 +199,9 @@ struct Lines {
     /// Whether the tool bridge is on, so `tools/*` are methods this server has; taken from
     /// the direct path's handler (the server's own state).
     tools: bool,
+    /// Whether reads in place are handed back to the reader thread ([`Directly::Now`]),
+    /// which does them under its watchdog.
+    watched: bool,
 }
 
 /// What outlives the transport: rmcp drops it without `close` when its handshake fails.
@@ -431,29 +440,50 @@ impl<R> StdioTransport<R> {
         else {
             return None;
         };
-        if let Some((lines, fd)) = start.take() {
+        if let Some((mut lines, fd)) = start.take() {
             let out = self.out.as_ref()?;
             let (to, rx) = mpsc::channel(TO_RMCP);
+            // Reads in place are watched, so one that hangs costs its request only.
+            let timeout = lines
+                .direct
+                .as_ref()
+                .map(|h| h.service().state().settings.request_timeout);
+            lines.watched = timeout.is_some();
             let reader = Reader {
-                lines,
-                fd,
+                state: Arc::new(std::sync::Mutex::new(ReaderState {
+                    lines,
+                    batch: Vec::with_capacity(BATCH_ROOM),
+                    to_rmcp: Some(to),
+                    current: None,
+                })),
+                fd: Arc::new(fd),
                 output: output.clone(),
                 out: out.downgrade(),
-                to_rmcp: to,
                 ending: self.ending.clone(),
+                in_place: Arc::new(InPlace {
+                    turn: AtomicU64::new(0),
+                    timeout: timeout.unwrap_or_default(),
+                    over: std::sync::atomic::AtomicBool::new(false),
+                }),
             };
             tracing::debug!(
                 output = output.lock().nowait.kind(),
                 "stdio: stdin read on a thread of its own"
             );
             let rt = tokio::runtime::Handle::current();
-            let started = std::thread::Builder::new()
-                .name("mcpr-stdin".into())
-                .spawn(move || {
-                    let _rt = rt.enter();
-                    reader.run();
-                });
-            if let Err(e) = started {
+            if timeout.is_some() {
+                let (watchdog, rt) = (reader.clone(), rt.clone());
+                let started = std::thread::Builder::new()
+                    .name("mcpr-stdin-watch".into())
+                    .spawn(move || watchdog.watch(rt));
+                if let Err(e) = started {
+                    tracing::error!("cannot start the watchdog of the thread reading stdin: {e}");
+                    let _ = self.ending.read_error.set(e);
+                    return None;
+                }
+            }
+            if let Err(e) = reader.clone().spawn(rt) {
+                reader.in_place.over.store(true, Ordering::Release);
                 tracing::error!("cannot start the thread reading stdin: {e}");
                 let _ = self.ending.read_error.set(e);
                 return None;
@@ -517,6 +547,7 @@ impl Lines {
             waiting: Arc::default(),
             lifecycle: lifecycle.clone(),
             tools: false,
+            watched: false,
         }
     }
 
@@ -645,9 +676,9 @@ impl Lines {
         msg: RxJsonRpcMessage<RoleServer>,
         out: Option<&Queue>,
         batch: Option<&mut Vec<u8>>,
-    ) -> Option<RxJsonRpcMessage<RoleServer>> {
+    ) -> Directly {
         let Some(handler) = self.direct.clone() else {
-            return Some(msg);
+            return Directly::Rmcp(msg);
         };
         // One look at the lifecycle per message: `send` changes it only on an `initialize`
         // answer.
@@ -655,7 +686,7 @@ impl Lines {
         match &msg {
             JsonRpcMessage::Request(r) => {
                 if lifecycle.saw(&r.request, &handler) {
-                    return Some(msg);
+                    return Directly::Rmcp(msg);
                 }
             }
             _ => lifecycle.saw_other(),
@@ -677,25 +708,56 @@ impl Lines {
             }) => match lifecycle.era(read.extensions.get::<RequestMetaObject>()) {
                 Some(modern) => (id, read.params, modern),
                 None => {
-                    return Some(JsonRpcMessage::Request(JsonRpcRequest {
+                    return Directly::Rmcp(JsonRpcMessage::Request(JsonRpcRequest {
                         jsonrpc: JsonRpcVersion2_0,
                         id,
                         request: ClientRequest::ReadResourceRequest(read),
                     }));
                 }
             },
-            other => return Some(other),
+            other => return Directly::Rmcp(other),
         };
         drop(lifecycle);
         // A closed transport answers nothing, as rmcp's would not.
-        let out = out?;
+        let Some(out) = out else {
+            return Directly::Taken;
+        };
         self.direct_answered.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(%id, uri = %params.uri, "resources/read answered by the direct path");
-        // Most reads (a small file) are done in place, without a future.
-        if let Some(answer) = handler.read_answer_now(&params, None, &id, modern) {
-            deliver(line_of(answer), out, batch);
-            return None;
+        let read = NowRead {
+            handler,
+            params,
+            id,
+            modern,
+        };
+        if self.watched {
+            return Directly::Now(read);
         }
+        // Most reads (a small file) are done in place, without a future.
+        let answer = read.now();
+        self.finish(read, answer, out, batch);
+        Directly::Taken
+    }
+
+    /// Finishes a direct read after its try in place: `answer` when it gave one (appended to
+    /// `batch`, or queued), else on a task of its own (see [`Lines::answer_directly`]).
+    fn finish(
+        &mut self,
+        read: NowRead,
+        answer: crate::handler::ReadAnswer,
+        out: &Queue,
+        batch: Option<&mut Vec<u8>>,
+    ) {
+        if let Some(answer) = answer {
+            deliver(line_of(answer), out, batch);
+            return;
+        }
+        let NowRead {
+            handler,
+            params,
+            id,
+            modern,
+        } = read;
         let answer_id = id.clone();
         let mut read = Box::pin(async move {
             line_of(
@@ -707,7 +769,7 @@ impl Lines {
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         if let Poll::Ready(answer) = read.as_mut().poll(&mut cx) {
             deliver(answer, out, batch);
-            return None;
+            return;
         }
         // Only a read that waits takes a handle on the queue (a count on the channel).
         let out = out.clone();
@@ -731,7 +793,37 @@ impl Lines {
             // A `receive` holding the stream open after EOF counts the reads still running.
             out.backlog.drained.notify_waiters();
         });
-        None
+    }
+}
+
+/// What [`Lines::answer_directly`] made of a message.
+// Returned once per message and matched at once, as the `Option` of a message it replaced
+// was; boxing the message would cost an allocation for every message rmcp answers.
+#[allow(clippy::large_enum_variant)]
+enum Directly {
+    /// Not the direct path's: for rmcp.
+    Rmcp(RxJsonRpcMessage<RoleServer>),
+    /// Answered, left running on a task of its own, or dropped (the transport is closed).
+    Taken,
+    /// A direct read to try in place, which the reader thread does itself with its state
+    /// unlocked, so that the watchdog can hand that state to a new thread if the read
+    /// hangs (see [`InPlace`]); then [`Lines::finish`].
+    Now(NowRead),
+}
+
+/// A direct read taken, not yet tried in place.
+struct NowRead {
+    handler: Arc<McpHandler>,
+    params: rmcp::model::ReadResourceRequestParams,
+    id: RequestId,
+    modern: bool,
+}
+
+impl NowRead {
+    /// The read done in place, if it can be ([`McpHandler::read_answer_now`]).
+    fn now(&self) -> crate::handler::ReadAnswer {
+        self.handler
+            .read_answer_now(&self.params, None, &self.id, self.modern)
     }
 }
 
@@ -897,11 +989,18 @@ impl<R: AsyncRead + Unpin + Send> Transport<RoleServer> for StdioTransport<R> {
             if let Some(line) = lines.next_line(out) {
                 if let Some(msg) = lines.decode(line, out) {
                     match lines.answer_directly(msg, out, None) {
-                        Some(msg) => {
+                        Directly::Rmcp(msg) => {
                             self.backlog.handed_to_rmcp(&msg);
                             return Some(msg);
                         }
-                        None => {
+                        // Only the reader thread has its reads in place done apart.
+                        Directly::Now(read) => {
+                            if let Some(out) = out {
+                                let answer = read.now();
+                                lines.finish(read, answer, out, None);
+                            }
+                        }
+                        Directly::Taken => {
                             // Many buffered reads answered in a row: let the writer and
                             // rmcp's loop run, so answers leave while the rest are read.
                             run += 1;
@@ -1200,46 +1299,119 @@ fn ready(fd: BorrowedFd<'_>, flags: rustix::event::PollFlags) -> io::Result<()> 
     }
 }
 
-/// The reader thread of a transport on threads (see [`StdioTransport::on_threads`]).
+/// The reader thread of a transport on threads (see [`StdioTransport::on_threads`]). Cloned
+/// for the watchdog, which starts a new reader thread with it when one hangs in a read in
+/// place ([`InPlace`]).
+#[derive(Clone)]
 struct Reader {
-    lines: Lines,
-    fd: OwnedFd,
+    /// What reading carries from line to line. The reader thread holds the lock at all times
+    /// but while it tries a read in place, so a thread stuck in one holds none of it.
+    state: Arc<std::sync::Mutex<ReaderState>>,
+    fd: Arc<OwnedFd>,
     output: Arc<Output>,
     /// The answer queue, without keeping it open: when the transport closes it, the writer
     /// ends once the answers queued are out, whatever this thread is waiting for.
     out: WeakQueue,
-    to_rmcp: mpsc::Sender<RxJsonRpcMessage<RoleServer>>,
     ending: Arc<Ending>,
+    in_place: Arc<InPlace>,
+}
+
+/// The reading side's state on threads.
+struct ReaderState {
+    lines: Lines,
+    /// Direct answers made since the last write.
+    batch: Vec<u8>,
+    /// To `receive`. Dropped when reading is over for good (not when a stuck thread is
+    /// replaced), which ends the stream once every message is taken.
+    to_rmcp: Option<mpsc::Sender<RxJsonRpcMessage<RoleServer>>>,
+    /// The read in place now: its id, URI and era, for the watchdog's answer.
+    current: Option<(RequestId, String, bool)>,
+}
+
+/// The reader thread's reads in place, watched: a read in place runs before any timer (see
+/// [`crate::service::Service::read_now`]), and one that hangs (a provider stuck on a
+/// network) would hold the only thread reading stdin, so that no cancellation or ping is
+/// read any more. The watchdog thread looks every eighth of the request timeout; a read in
+/// place still running after the request timeout is answered with the timeout error the
+/// other paths give, and a new reader thread reads on with the state the stuck one left
+/// unlocked; the stuck thread, when its read ends, finds it has been replaced and ends
+/// without answering. A stuck read costs its own request and a parked thread, nothing else.
+struct InPlace {
+    /// Odd while the reader thread is in a read in place; one more at each entry and exit,
+    /// and at a takeover, which the watchdog and the stuck thread race for with one
+    /// compare-and-swap each, so exactly one of them answers.
+    turn: AtomicU64,
+    /// The request timeout.
+    timeout: std::time::Duration,
+    /// Reading has ended: the watchdog ends too.
+    over: std::sync::atomic::AtomicBool,
+}
+
+impl InPlace {
+    /// The reader thread enters a read in place: its turn, to leave with.
+    fn enter(&self) -> u64 {
+        self.turn.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    /// The reader thread's read in place ended: `false` when the watchdog has taken over.
+    fn leave(&self, turn: u64) -> bool {
+        self.turn
+            .compare_exchange(turn, turn + 1, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+}
+
+/// How a reader thread ended.
+enum Ended {
+    /// At the end of input, or with the transport: reading is over.
+    Over,
+    /// Stuck in a read in place past the timeout: another thread reads on.
+    Replaced,
 }
 
 /// Messages read ahead for rmcp: past this the reader thread waits for rmcp to take them.
 const TO_RMCP: usize = 256;
 
 impl Reader {
+    /// Starts a reader thread on `rt`'s context.
+    fn spawn(self, rt: tokio::runtime::Handle) -> io::Result<()> {
+        std::thread::Builder::new()
+            .name("mcpr-stdin".into())
+            .spawn(move || {
+                let _rt = rt.enter();
+                self.run();
+            })
+            .map(drop)
+    }
+
     /// [`Reader::read`], and a panic in it reported as a read error, not as the end of input.
     fn run(self) {
-        let ending = self.ending.clone();
-        // Keeps `receive` waiting until the error is recorded: the unwinding drops the
-        // reader's own sender first.
-        let open = self.to_rmcp.clone();
-        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.read())).is_err() {
-            let _ = ending
-                .read_error
-                .set(io::Error::other("the thread reading stdin panicked"));
+        let ended = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.read()));
+        match ended {
+            Ok(Ended::Replaced) => return,
+            Ok(Ended::Over) => {}
+            Err(_) => {
+                let _ = self
+                    .ending
+                    .read_error
+                    .set(io::Error::other("the thread reading stdin panicked"));
+            }
         }
-        drop(open);
+        // After the error is recorded: `receive` ends once this sender is gone.
+        self.in_place.over.store(true, Ordering::Release);
+        lock(&self.state).to_rmcp = None;
     }
 
     /// Reads to the end of input (or until the transport is gone): frames and decodes each
     /// line, answers the direct reads and writes their answers after each read of input (or
     /// before it waits), hands the rest to `receive`. Runs inside the runtime's context, so
     /// a read that waits can start its task and timers.
-    fn read(mut self) {
+    fn read(&self) -> Ended {
         let mut scratch: Vec<u8> = Vec::with_capacity(READ_CHUNK);
-        let mut batch: Vec<u8> = Vec::with_capacity(BATCH_ROOM);
+        let mut guard = lock(&self.state);
         loop {
             let Some(out) = self.out.upgrade() else {
-                return;
+                return Ended::Over;
             };
             let mut over = false;
             // A message for rmcp that found its channel full.
@@ -1251,63 +1423,133 @@ impl Reader {
                     over = true;
                     break;
                 }
-                let Some(line) = self.lines.next_line(Some(&out)) else {
+                let st = &mut *guard;
+                let Some(line) = st.lines.next_line(Some(&out)) else {
                     break;
                 };
-                let Some(msg) = self.lines.decode(line, Some(&out)) else {
+                let Some(msg) = st.lines.decode(line, Some(&out)) else {
                     continue;
                 };
-                if let Some(msg) = self
+                match st
                     .lines
-                    .answer_directly(msg, Some(&out), Some(&mut batch))
+                    .answer_directly(msg, Some(&out), Some(&mut st.batch))
                 {
-                    out.backlog.handed_to_rmcp(&msg);
-                    match self.to_rmcp.try_send(msg) {
-                        Ok(()) => {}
-                        Err(mpsc::error::TrySendError::Full(msg)) => {
-                            waiting = Some(msg);
-                            break;
-                        }
-                        Err(mpsc::error::TrySendError::Closed(_)) => {
-                            self.write(&mut batch, &out);
-                            return;
+                    Directly::Rmcp(msg) => {
+                        out.backlog.handed_to_rmcp(&msg);
+                        let Some(to_rmcp) = &st.to_rmcp else {
+                            return Ended::Over;
+                        };
+                        match to_rmcp.try_send(msg) {
+                            Ok(()) => {}
+                            Err(mpsc::error::TrySendError::Full(msg)) => {
+                                waiting = Some(msg);
+                                break;
+                            }
+                            Err(mpsc::error::TrySendError::Closed(_)) => {
+                                self.write(&mut st.batch, &out);
+                                return Ended::Over;
+                            }
                         }
                     }
+                    Directly::Taken => {}
+                    Directly::Now(read) => {
+                        st.current = Some((read.id.clone(), read.params.uri.clone(), read.modern));
+                        let turn = self.in_place.enter();
+                        drop(guard);
+                        let answer = read.now();
+                        if !self.in_place.leave(turn) {
+                            // Answered by the watchdog, and another thread reads on.
+                            return Ended::Replaced;
+                        }
+                        guard = lock(&self.state);
+                        let st = &mut *guard;
+                        st.current = None;
+                        st.lines.finish(read, answer, &out, Some(&mut st.batch));
+                    }
                 }
-                if batch.len() >= BATCH_BYTES {
-                    self.write(&mut batch, &out);
+                if guard.batch.len() >= BATCH_BYTES {
+                    self.write(&mut guard.batch, &out);
                 }
             }
             // The answers made so far go out before this thread waits.
-            self.write(&mut batch, &out);
+            self.write(&mut guard.batch, &out);
             // Not held while blocked: a closed transport must end its writer.
             drop(out);
             if let Some(msg) = waiting {
                 // rmcp has 256 messages to take: wait for it (a cancellation behind them
                 // must not overtake them).
-                if futures::executor::block_on(self.to_rmcp.send(msg)).is_err() {
-                    return;
+                let Some(to_rmcp) = guard.to_rmcp.clone() else {
+                    return Ended::Over;
+                };
+                if futures::executor::block_on(to_rmcp.send(msg)).is_err() {
+                    return Ended::Over;
                 }
                 continue;
             }
             if over {
                 let closed = || self.out.upgrade().is_none();
                 if !futures::executor::block_on(self.out.backlog.wait_below(closed)) {
-                    return;
+                    return Ended::Over;
                 }
                 continue;
             }
             match read_fd(self.fd.as_fd(), &mut scratch) {
-                Ok(0) => return,
-                Ok(_) => self.lines.buf.extend_from_slice(&scratch),
+                Ok(0) => return Ended::Over,
+                Ok(_) => guard.lines.buf.extend_from_slice(&scratch),
                 Err(e) => {
                     // The lines read before still get their answers; the binary reports the
                     // error once they are out.
                     tracing::error!("Error reading from stdin: {e}");
                     let _ = self.ending.read_error.set(e);
-                    return;
+                    return Ended::Over;
                 }
             }
+        }
+    }
+
+    /// The watchdog of [`InPlace`]: until reading is over, looks every eighth of the request
+    /// timeout whether the reader thread has been in the same read in place for the whole
+    /// timeout; if so, answers that read with the timeout error and starts a new reader
+    /// thread.
+    fn watch(self, rt: tokio::runtime::Handle) {
+        let timeout = self.in_place.timeout;
+        let tick = (timeout / 8).max(std::time::Duration::from_millis(5));
+        // The turn last seen in a read, and how many ticks it has been seen since.
+        let mut seen = (0u64, 0u32);
+        while !self.in_place.over.load(Ordering::Acquire) {
+            std::thread::sleep(tick);
+            let turn = self.in_place.turn.load(Ordering::Acquire);
+            if turn.is_multiple_of(2) || turn != seen.0 {
+                seen = (turn, 0);
+                continue;
+            }
+            seen.1 += 1;
+            if tick * seen.1 < timeout {
+                continue;
+            }
+            if !self.in_place.leave(turn) {
+                continue;
+            }
+            // The stuck thread holds no lock, and will not touch the state again.
+            let current = lock(&self.state).current.take();
+            if let (Some((id, uri, modern)), Some(out)) = (current, self.out.upgrade()) {
+                tracing::warn!(%id, %uri, "a read in place hung past the request timeout; \
+                    answered with the timeout error, and stdin is read on by a new thread");
+                let e = crate::layers::timed_out(timeout, Some(&uri));
+                let message =
+                    crate::wire::era::read_message(Err(crate::errors::to_mcp_error(e)), id, modern);
+                if let Some(line) = line_of(Err(message)) {
+                    let _ = out.send(line);
+                }
+            }
+            if let Err(e) = self.clone().spawn(rt.clone()) {
+                tracing::error!("cannot start a new thread reading stdin: {e}");
+                let _ = self.ending.read_error.set(e);
+                self.in_place.over.store(true, Ordering::Release);
+                lock(&self.state).to_rmcp = None;
+                return;
+            }
+            seen = (0, 0);
         }
     }
 
@@ -1393,6 +1635,7 @@ impl Queue {
 }
 
 /// A [`Queue`] that does not keep the writer running.
+#[derive(Clone)]
 struct WeakQueue {
     tx: mpsc::WeakUnboundedSender<Vec<u8>>,
     backlog: Arc<Backlog>,
