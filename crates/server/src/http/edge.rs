@@ -9,6 +9,7 @@
 //! and the OAuth metadata; [`authority_as_host`], in front of everything, gives an HTTP/2
 //! request without `Host` its `:authority` as `Host` for those checks.
 
+use mcpr_core::sync::lock;
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
@@ -129,7 +130,7 @@ impl Edge {
             return true;
         }
         let mine = self.owner_of(identity);
-        if let Some(owner) = self.owners.lock().expect("owners lock").get(id) {
+        if let Some(owner) = lock(&self.owners).get(id) {
             return *owner == mine;
         }
         let Some((hub, _)) = &self.cluster else {
@@ -176,14 +177,14 @@ impl Edge {
         }
         // Sessions that expired on their own never pass through DELETE; forget them now and
         // then, so the map stays as small as the set of live sessions.
-        let prune = self.owners.lock().expect("owners lock").len() > 1024;
+        let prune = lock(&self.owners).len() > 1024;
         let live: Option<std::collections::HashSet<String>> = if prune {
             let live = self.sessions.sessions.read().await;
             Some(live.keys().map(|k| k.to_string()).collect())
         } else {
             None
         };
-        let mut owners = self.owners.lock().expect("owners lock");
+        let mut owners = lock(&self.owners);
         if let Some(live) = live {
             owners.retain(|k, _| live.contains(k));
         }
@@ -222,7 +223,7 @@ impl Edge {
         }
         let burst = f64::from(self.limits.rate_limit_burst.max(1));
         let now = Instant::now();
-        let mut buckets = self.buckets.lock().expect("rate lock");
+        let mut buckets = lock(&self.buckets);
         if buckets.len() > 100_000 {
             // Forget clients idle long enough to have refilled; bounds memory under a flood
             // of distinct addresses.
@@ -385,7 +386,7 @@ where
         if parts.method == Method::GET
             && let Some((_, grants)) = &edge.cluster
         {
-            let mut grants = grants.lock().expect("grants lock");
+            let mut grants = lock(&grants);
             if grants.len() > 4096 {
                 // GETs refused before reaching the session manager leave theirs behind.
                 grants.clear();
@@ -420,7 +421,7 @@ where
             // The session is gone once rmcp answers; clients (the Python SDK among them)
             // expect 200 or 204 to a DELETE, and log a failure for rmcp's 202.
             if let Some(id) = &session {
-                edge.owners.lock().expect("owners lock").remove(id);
+                lock(&edge.owners).remove(id);
             }
             *resp.status_mut() = StatusCode::NO_CONTENT;
         }
