@@ -1,4 +1,4 @@
-//! `mcpr-bench soak` (issue #19): legacy HTTP sessions and `subscriptions/listen` streams
+//! `mcpr-bench soak`: legacy HTTP sessions and `subscriptions/listen` streams
 //! churning against files, SQLite and PostgreSQL mounts for a number of minutes, with the
 //! server's resources sampled from `/proc` and `/metrics` every 10 s.
 //!

@@ -285,7 +285,7 @@ fn serve(
         "`[cluster]` is for replicas serving HTTP (--http ADDR or `[http] listen`); a stdio server has one client and nothing to share"
     );
     // stdio has one client on one pipe: a single runtime thread answers it without waking a
-    // second worker for every request (a futex round trip each, issue #6); blocking work
+    // second worker for every request (a futex round trip each); blocking work
     // still goes to the blocking pool. HTTP serves many connections on two workers.
     let rt = if http_settings.is_some() {
         let mut b = tokio::runtime::Builder::new_multi_thread();
@@ -404,9 +404,9 @@ async fn serve_stdio(
 ) -> anyhow::Result<()> {
     let direct = McpHandler::new(state.clone());
     // stdin read by a thread of its own blocking in `read`, which answers the small reads
-    // itself and writes their answers (issue #32), not tokio's blocking-pool stdin/stdout (a
+    // itself and writes their answers, not tokio's blocking-pool stdin/stdout (a
     // thread hand-off per message costs more than the request); a tagged decode of the hot
-    // requests and batched writes (issue #6). After EOF, requests still running get as long
+    // requests and batched writes, for throughput. After EOF, requests still running get as long
     // as they may take: a read waits up to the request timeout for read budget, then its
     // source up to that again.
     let transport = mcpr_server::stdio::StdioTransport::stdio()

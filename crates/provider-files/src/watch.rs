@@ -663,7 +663,7 @@ mod tests {
         n
     }
 
-    /// Item 2 of issue #20: releasing many subscriptions of one file was quadratic (a
+    /// Releasing many subscriptions of one file was quadratic (a
     /// `Vec::retain` per release under the state lock): 100k releases of one file took
     /// minutes and froze the runtime. Each release is now a hash removal, so all of them
     /// take well under a second; the bound is generous (quadratic costs minutes).
@@ -706,7 +706,7 @@ mod tests {
         assert!(watcher.shared.files.lock().unwrap().dirs.is_empty());
     }
 
-    /// Item 2 of issue #20: the last release removes the kernel watch on the blocking pool;
+    /// The last release removes the kernel watch on the blocking pool;
     /// a subscription arriving meanwhile keeps it (and keeps getting events), and the watch
     /// is gone once nobody needs it.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

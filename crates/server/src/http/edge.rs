@@ -2,7 +2,7 @@
 //! shutdown draining, per-client rate limit, authentication on the headers, the binding of a
 //! legacy session to the identity that created it, the concurrency limit, the body (size
 //! and time limits), the session cap, and HTTP request counters. Authentication comes before
-//! the permit and the body, so unauthenticated clients cannot hold permits (issue #20). Each
+//! the permit and the body, so unauthenticated clients cannot hold permits. Each
 //! refusal is a clear HTTP status with a JSON-RPC error body naming the limit.
 //!
 //! [`ops_gate`] applies the same Host and Origin checks to `/healthz`, `/readyz`, `/metrics`
@@ -264,7 +264,8 @@ impl Drop for InflightGuard {
 /// The edge in front of the MCP endpoint's service `S`; see the module docs.
 ///
 /// A tower service of its own rather than an axum `from_fn` middleware: that one boxes a
-/// handle on the next service for every request, on top of the future (issue #32).
+/// handle on the next service for every request, on top of the future: an allocation per
+/// request on the hottest path.
 #[derive(Clone)]
 pub(crate) struct EdgeService<S> {
     edge: Arc<Edge>,
