@@ -789,7 +789,7 @@ fn client_test_server(root: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// The peers the benchmark compares against, pinned (issue #6).
+/// The peers the benchmark compares against, pinned so runs compare alike.
 const BENCH_NPM_PEERS: &[&str] = &[
     "@modelcontextprotocol/server-everything@2026.8.31",
     "@modelcontextprotocol/server-filesystem@2026.8.31",

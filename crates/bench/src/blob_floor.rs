@@ -1,4 +1,4 @@
-//! The blob floor (issue #32): what answering a `resources/read` of a binary file costs in the
+//! The blob floor: what answering a `resources/read` of a binary file costs in the
 //! bytes alone, so the `blob` scenario can hold our server against it.
 //!
 //! For every request line: `openat`, `fstat`, one `read` of the whole file into a buffer kept

@@ -1,4 +1,4 @@
-//! The `cluster` scenario (issue #18): one file change fanned out to 10,000
+//! The `cluster` scenario: one file change fanned out to 10,000
 //! `subscriptions/listen` streams, first on one replica, then spread over three replicas joined
 //! by a NATS server the driver starts; and what the NATS hop adds to one notification.
 //!

@@ -1,4 +1,4 @@
-//! The HTTP floor (issue #32): the least a server must do to answer our HTTP read, so our
+//! The HTTP floor: the least a server must do to answer our HTTP read, so our
 //! figures have something to be measured against on the same machine.
 //!
 //! A minimal hyper 1.x server on the same runtime shape as `mcp-resources` (tokio,

@@ -1,4 +1,4 @@
-//! `mcpr-bench`: the benchmark's compiled load driver (issue #6).
+//! `mcpr-bench`: the benchmark's compiled load driver.
 //!
 //! `mcpr-bench run …` generates the fixtures, runs every scenario against the release
 //! `mcp-resources`, the echo floor and the installed peers, prints one table and writes it as
@@ -9,7 +9,7 @@
 //! `mcpr-bench blob-echo DIR FILE` is the blob floor (`blob_floor.rs`): `FILE` read, base64'd
 //! and written as our `resources/read` answer, with buffers reused.
 //! `cargo xtask bench` builds, installs the peers and calls `run`; see the README.
-//! `mcpr-bench soak …` is the soak of issue #19 (`soak.rs`), run by `cargo xtask soak`.
+//! `mcpr-bench soak …` is the soak (`soak.rs`), run by `cargo xtask soak`.
 
 mod blob_floor;
 mod cluster;
@@ -108,7 +108,7 @@ enum Cli {
         /// The URI to read.
         uri: String,
     },
-    /// The soak of issue #19 (`cargo xtask soak`).
+    /// The soak (`cargo xtask soak`).
     Soak(soak::Options),
 }
 
@@ -238,7 +238,7 @@ fn text_answer(line: &[u8], text: &[u8], answer: &mut Vec<u8>) -> Result<(), Str
     Ok(())
 }
 
-/// The minimal file floor (issue #32): for every line, the four calls any program that reads
+/// The minimal file floor: for every line, the four calls any program that reads
 /// a file per request makes (`openat`, `fstat` for the size, `read`, `close`), then the same
 /// answer as [`file_echo`] in one write. No sandbox: no `RESOLVE_BENEATH`, no check that the
 /// file is not a link or changed during the read. Beside the five-call floor it splits what

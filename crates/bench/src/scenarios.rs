@@ -1,4 +1,4 @@
-//! Every scenario of issue #6, each returning its rows; a scenario that fails becomes a row
+//! Every benchmark scenario, each returning its rows; a scenario that fails becomes a row
 //! saying why, so one broken peer does not cost the rest of the table.
 
 use std::path::{Path, PathBuf};
@@ -905,7 +905,7 @@ const HTTP_READ: &str = "HTTP read 1 KiB";
 /// Connections kept busy for the HTTP throughput figures.
 const HTTP_CONNS: usize = 32;
 
-/// What ours must reach of the HTTP floor (issue #32).
+/// What ours must reach of the HTTP floor.
 const FLOOR_SHARE: f64 = 0.70;
 
 /// The 2026-07-28 stateless read (json_response) against the HTTP floor, in alternating
@@ -1044,7 +1044,7 @@ fn stateless_and_floor(env: &Env) -> Result<Vec<Row>, String> {
                 .note(cpu_note),
         );
     }
-    let ratio_note = "ours' req/s over the floor's, measured in the same alternating rounds (issue #32: at least 70 %)";
+    let ratio_note = "ours' req/s over the floor's, measured in the same alternating rounds (the target: at least 70 %)";
     for (what, mine, floor) in [
         ("1 conn", o.one_rps, f.one_rps),
         ("32 conns", o.many_rps, f.many_rps),

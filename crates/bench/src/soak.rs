@@ -1,4 +1,4 @@
-//! `mcpr-bench soak` (issue #19): legacy HTTP sessions and `subscriptions/listen` streams
+//! `mcpr-bench soak`: legacy HTTP sessions and `subscriptions/listen` streams
 //! churning against files, SQLite and PostgreSQL mounts for a number of minutes, with the
 //! server's resources sampled from `/proc` and `/metrics` every 10 s.
 //!
@@ -20,6 +20,7 @@
 
 use crate::http::Conn;
 use crate::plot;
+use mcpr_core::sync::lock;
 use std::io::{BufRead, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -107,7 +108,7 @@ struct Tally {
 impl Tally {
     fn error(&self, what: String) {
         self.errors.fetch_add(1, Ordering::Relaxed);
-        let mut first = self.first_errors.lock().expect("not poisoned");
+        let mut first = lock(&self.first_errors);
         if first.len() < 10 {
             first.push(what);
         }
@@ -431,7 +432,7 @@ pub fn run(o: Options) -> Result<(), String> {
     );
     let table_md = markdown(&samples);
     println!("\n{table_md}\n{summary}");
-    for e in t.first_errors.lock().expect("not poisoned").iter() {
+    for e in lock(&t.first_errors).iter() {
         println!("  error: {e}");
     }
     write_outputs(

@@ -682,8 +682,8 @@ mod tests {
         assert!(e.starts_with("test.toml:4: `mount.cache_scope`"), "{e}");
     }
 
-    /// Each kind refuses the keys of the others, at the key's own line (issue #14: a git
-    /// mount with `respect_gitignore = true` used to pass check-config and be ignored).
+    /// Each kind refuses the keys of the others, at the key's own line: a git mount with
+    /// `respect_gitignore = true` used to pass check-config and be ignored.
     fn refused(mount: &str, key: &str, line: usize) {
         let e = parse_str(mount).expect_err(mount).0;
         let want = format!("test.toml:{line}: `mount.{key}`: unknown field `{key}`");

@@ -285,7 +285,7 @@ fn serve(
         "`[cluster]` is for replicas serving HTTP (--http ADDR or `[http] listen`); a stdio server has one client and nothing to share"
     );
     // stdio has one client on one pipe: a single runtime thread answers it without waking a
-    // second worker for every request (a futex round trip each, issue #6); blocking work
+    // second worker for every request (a futex round trip each); blocking work
     // still goes to the blocking pool. HTTP serves many connections on two workers.
     let rt = if http_settings.is_some() {
         let mut b = tokio::runtime::Builder::new_multi_thread();
@@ -404,9 +404,9 @@ async fn serve_stdio(
 ) -> anyhow::Result<()> {
     let direct = McpHandler::new(state.clone());
     // stdin read by a thread of its own blocking in `read`, which answers the small reads
-    // itself and writes their answers (issue #32), not tokio's blocking-pool stdin/stdout (a
+    // itself and writes their answers, not tokio's blocking-pool stdin/stdout (a
     // thread hand-off per message costs more than the request); a tagged decode of the hot
-    // requests and batched writes (issue #6). After EOF, requests still running get as long
+    // requests and batched writes, for throughput. After EOF, requests still running get as long
     // as they may take: a read waits up to the request timeout for read budget, then its
     // source up to that again.
     let transport = mcpr_server::stdio::StdioTransport::stdio()
@@ -638,22 +638,26 @@ async fn check_mounts(cfg: &Config, connect: bool) -> (Vec<String>, usize) {
         let outcome = async {
             let p = build_mount(m).await?;
             check_prefixes(&mut prefixes, m, &*p)?;
-            if connect {
-                probe(&*p)
-                    .await
-                    .map_err(|e| anyhow::anyhow!("{}: {e}", m.origin))?;
-            }
-            anyhow::Ok(p)
+            let proof = match connect {
+                true => Some(
+                    probe(&*p)
+                        .await
+                        .map_err(|e| anyhow::anyhow!("{}: {e}", m.origin))?,
+                ),
+                false => None,
+            };
+            anyhow::Ok((p, proof))
         }
         .await;
         match outcome {
-            Ok(p) => {
+            Ok((p, proof)) => {
                 lines.push(format!(
-                    "{}: {}{} -> {}",
+                    "{}: {}{} -> {}{}",
                     m.origin,
                     if connect { "ok: " } else { "" },
                     p.info().label,
-                    mcpr_server::mount_addresses(&*p).join(", ")
+                    mcpr_server::mount_addresses(&*p).join(", "),
+                    proof.map(|d| format!(" ({d})")).unwrap_or_default()
                 ));
                 if let Some(setting) = &m.skills
                     && !check_skills(cfg, m, setting, &p, connect, &mut lines).await
@@ -738,12 +742,12 @@ async fn check_skills(
     ok
 }
 
-/// Ask a built mount for its first resource, as a client's first `resources/list` would:
-/// building leaves a database server or a bucket that does not answer for later (the mount
-/// is then not ready), and this is where it shows. A mount that lists without its source
-/// (a database's overview) and is still not ready is asked to read that first resource,
-/// whose error says why.
-async fn probe(p: &dyn Provider) -> anyhow::Result<()> {
+/// Ask mount `p` for what `serve` would: its first page and, when that lists anything, a
+/// read of the first resource, so that "ok" means the source answered. A mount that lists
+/// nothing is ok only when it says it is ready, and the line says nothing was fetched (an
+/// api mount with only templates has no URL to fetch without arguments). What was done is
+/// the answer, for the mount's line.
+async fn probe(p: &dyn Provider) -> anyhow::Result<String> {
     const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
     let within = |what: &'static str| {
         move |_| anyhow::anyhow!("no answer to {what} within {} s", PROBE_TIMEOUT.as_secs())
@@ -760,19 +764,24 @@ async fn probe(p: &dyn Provider) -> anyhow::Result<()> {
         Err(e) => anyhow::bail!("{e}"),
         Ok(page) => page.items.into_iter().next(),
     };
-    if p.ready().await {
-        return Ok(());
-    }
+    let mut proof = "nothing listed, so nothing fetched".to_owned();
     if let Some(first) = first
         && let Ok(uri) = mcpr_core::ResourceUri::parse(&first.uri)
     {
         let limits = mcpr_core::ReadLimits { max_bytes: 1 << 20 };
-        tokio::time::timeout(PROBE_TIMEOUT, p.read(&uri, &limits))
+        match tokio::time::timeout(PROBE_TIMEOUT, p.read(&uri, &limits))
             .await
             .map_err(within("a read"))?
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        {
+            // A first resource over the probe's 1 MiB still proves the source answered.
+            Ok(_) => {}
+            Err(e) if e.kind == mcpr_core::ErrorKind::TooLarge => {}
+            Err(e) => anyhow::bail!("{e}"),
+        }
+        proof = format!("read {}", first.uri);
     }
-    anyhow::bail!("not ready")
+    anyhow::ensure!(p.ready().await, "not ready");
+    Ok(proof)
 }
 
 /// The `[http]` settings as read, token values never shown.

@@ -787,3 +787,65 @@ fn a_mistyped_mount_key_is_told_the_nearest_of_every_key_valid_there() {
         }
     }
 }
+
+/// An api mount lists its fixed endpoints from the config alone, so `--connect` used to say
+/// "ok" without asking the upstream anything. It now reads the first one: an upstream that
+/// is down fails the check, and one that answers is reported with what was read.
+#[test]
+fn connect_fetches_an_api_mounts_first_endpoint_rather_than_calling_it_ok_unasked() {
+    use std::io::{Read as _, Write as _};
+    let dir = tempfile::tempdir().unwrap();
+    let config = |port: u16| {
+        write(
+            dir.path(),
+            "api.toml",
+            &format!(
+                "[[mount]]\nkind = \"api\"\nname = \"status\"\nallow_private = true\n[[mount.endpoint]]\nuri = \"api://status/now\"\nurl = \"http://127.0.0.1:{port}/now\"\nname = \"now\"\n"
+            ),
+        )
+    };
+    // Down: a closed loopback port.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let out = check_config(&config(port), &["--connect"]);
+    assert_eq!(
+        out.code,
+        Some(1),
+        "an upstream that is down passed: {out:?}"
+    );
+    let text = out.text();
+    assert!(
+        text.contains("mount 1 (api): ") && !text.contains("ok: "),
+        "{text}"
+    );
+    // Up: an upstream that answers every request with a small JSON body, and counts them.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let asked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = asked.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { break };
+            let mut buf = [0u8; 4096];
+            let _ = stream.read(&mut buf);
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let body = r#"{"status":"up"}"#;
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    let out = check_config(&config(port), &["--connect"]);
+    let text = out.ok();
+    assert!(
+        text.contains("mount 1 (api): ok: ") && text.contains("(read api://status/now)"),
+        "{text}"
+    );
+    assert!(
+        asked.load(std::sync::atomic::Ordering::SeqCst) >= 1,
+        "the upstream was never asked: {text}"
+    );
+}

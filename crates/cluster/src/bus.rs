@@ -5,6 +5,7 @@
 //! what arrives unsealed, sealed for another subject, too late or a second time is dropped
 //! and counted.
 
+use mcpr_core::sync::lock;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -46,7 +47,7 @@ struct Inner {
 impl Drop for Inner {
     fn drop(&mut self) {
         self.feeds.close();
-        for (_, (_, task)) in self.subs.lock().expect("subs lock").drain() {
+        for (_, (_, task)) in lock(&self.subs).drain() {
             task.abort();
         }
     }
@@ -127,7 +128,7 @@ impl NatsBus {
 
     /// Subjects this replica is subscribed to now (for tests and metrics).
     pub fn subscriptions(&self) -> usize {
-        self.inner.subs.lock().expect("subs lock").len()
+        lock(&self.inner.subs).len()
     }
 }
 
@@ -149,7 +150,7 @@ impl Drop for Held {
         let Some(bus) = self.bus.upgrade() else {
             return;
         };
-        let mut subs = bus.subs.lock().expect("subs lock");
+        let mut subs = lock(&bus.subs);
         if let Some((n, _)) = subs.get_mut(&self.subject) {
             *n -= 1;
             if *n == 0
@@ -184,7 +185,7 @@ impl ChangeBus for NatsBus {
             return Interest::none();
         }
         let subject = crate::subject(&self.inner.cluster, mount, topic);
-        let mut subs = self.inner.subs.lock().expect("subs lock");
+        let mut subs = lock(&self.inner.subs);
         match subs.get_mut(&subject) {
             Some((n, _)) => *n += 1,
             None => {

@@ -34,6 +34,7 @@
 //! remembers is used and written back in its place, or, with none, the read fails) and an
 //! older holder signal is dropped, each counted.
 
+use mcpr_core::sync::lock;
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -192,7 +193,7 @@ impl NatsSessionStore {
                     tracing::warn!("malformed session signal");
                     continue;
                 };
-                let mut m = mcpr_core::sync::lock(&heard);
+                let mut m = lock(&heard);
                 match &signal {
                     SessionSignal::Holder { session, .. } => {
                         let known = m.epochs.get(session).map_or(0, |(e, _)| *e);
@@ -347,7 +348,7 @@ impl NatsSessionStore {
         else {
             return Ok(Current::Unverified(seq));
         };
-        let mut memory = mcpr_core::sync::lock(&self.memory);
+        let mut memory = lock(&self.memory);
         match memory.records.get_mut(subject) {
             Some((known, data, used)) if *known > record.version => {
                 // An old copy written again by a stranger: not believed.
@@ -384,14 +385,14 @@ impl NatsSessionStore {
 
     /// The version after the newest this replica knows of `subject` (or `after`).
     fn next_version(&self, subject: &str, after: u64) -> u64 {
-        let memory = mcpr_core::sync::lock(&self.memory);
+        let memory = lock(&self.memory);
         let known = memory.records.get(subject).map_or(0, |r| r.0);
         known.max(after) + 1
     }
 
     /// Note that this replica wrote `record` on `subject`.
     fn wrote(&self, subject: &str, record: &Record) {
-        let mut memory = mcpr_core::sync::lock(&self.memory);
+        let mut memory = lock(&self.memory);
         remember(
             &mut memory.records,
             subject.to_owned(),
@@ -542,7 +543,7 @@ impl SessionStore for NatsSessionStore {
         .await?;
         self.purge(&events_stream(&self.cluster), &self.log(session))
             .await?;
-        self.touched.lock().expect("touched lock").remove(session);
+        lock(&self.touched).remove(session);
         self.announce(SessionSignal::Ended(self.key(session))).await
     }
 }
@@ -657,7 +658,7 @@ impl SessionHub for NatsSessionStore {
                 // Above every epoch known here, and the time when that is higher, so that a
                 // holder on a replica that never heard of the session still comes after the
                 // ones before it.
-                let mut memory = mcpr_core::sync::lock(&self.memory);
+                let mut memory = lock(&self.memory);
                 let known = memory.epochs.get(session).map_or(0, |(e, _)| *e);
                 let epoch = known.saturating_add(1).max(crate::seal::now_ms());
                 remember(
@@ -671,7 +672,7 @@ impl SessionHub for NatsSessionStore {
             }
             SessionSignal::Subscriptions(key) => {
                 let subject = format!("mcpr.{}.sess.{key}.subs", self.cluster);
-                let memory = mcpr_core::sync::lock(&self.memory);
+                let memory = lock(&self.memory);
                 memory.records.get(&subject).map_or(0, |r| r.0)
             }
             SessionSignal::Ended(_) => 0,
@@ -687,7 +688,7 @@ impl SessionHub for NatsSessionStore {
         // Rewrite the records a few times per TTL, not on every request.
         {
             let now = Instant::now();
-            let mut touched = self.touched.lock().expect("touched lock");
+            let mut touched = lock(&self.touched);
             if touched
                 .get(session)
                 .is_some_and(|t| now.duration_since(*t) < self.ttl / 4)

@@ -23,6 +23,7 @@
 //! once; around a handover or a NATS restart two replicas may briefly both watch (a duplicate
 //! notification, never a lost subscription).
 
+use mcpr_core::sync::lock;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -199,7 +200,7 @@ pub async fn join(
             epoch_rx.clone(),
         )));
     }
-    inner.tasks.lock().expect("tasks lock").extend(tasks);
+    lock(&inner.tasks).extend(tasks);
     Ok(Joined {
         bus,
         watching: ClusterWatching { inner },
@@ -280,7 +281,7 @@ impl Inner {
     async fn want(self: &Arc<Self>, mount: &str, topic: ChangeEvent) -> Result<WatchGuard> {
         let m = &self.shared[mount];
         let first = {
-            let mut i = m.interests.lock().expect("interests lock");
+            let mut i = lock(&m.interests);
             let n = i.entry(topic.clone()).or_insert(0);
             *n += 1;
             *n == 1
@@ -341,7 +342,7 @@ impl Inner {
         let Some(m) = self.shared.get(mount) else {
             return false;
         };
-        let mut i = m.interests.lock().expect("interests lock");
+        let mut i = lock(&m.interests);
         match i.get_mut(topic) {
             Some(n) if *n > 1 => {
                 *n -= 1;
@@ -428,7 +429,7 @@ impl Watching for ClusterWatching {
     fn cluster(&self) -> Option<ClusterStatus> {
         let connected = self.inner.connected();
         let problem = if connected {
-            self.inner.lease_problem.lock().expect("lease lock").clone()
+            lock(&self.inner.lease_problem).clone()
         } else {
             Some(format!(
                 "cluster: NATS unreachable at {}",
@@ -546,14 +547,13 @@ async fn on_connect(inner: std::sync::Weak<Inner>, mut epoch: watch::Receiver<u6
             if i.connected() {
                 match Lease::prepare(&i.client, &i.cfg.name, i.cfg.lease_ttl).await {
                     Ok(()) => {
-                        *i.lease_problem.lock().expect("lease lock") = None;
+                        *lock(&i.lease_problem) = None;
                         break;
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "cluster: cannot prepare the watcher leases");
                         if e.contains("lease_ttl_ms") {
-                            *i.lease_problem.lock().expect("lease lock") =
-                                Some(format!("cluster: {e}"));
+                            *lock(&i.lease_problem) = Some(format!("cluster: {e}"));
                         }
                     }
                 }
@@ -644,7 +644,7 @@ async fn run_watcher(
                     let _ = i.publish(Kind::Sync, sync.clone(), b"").await;
                 }
                 _ = sweep.tick() => {
-                    let alive = i.alive.lock().expect("alive lock").clone();
+                    let alive = lock(&i.alive).clone();
                     let fresh = |r: &String| alive.get(r).is_some_and(|t| t.elapsed() <= ttl);
                     book.retain_replicas(fresh);
                     // Watches replayed by a sync that failed for a passing reason (a

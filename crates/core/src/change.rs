@@ -7,6 +7,7 @@
 //! in one replica's config), and the registry declares which events it needs with
 //! [`ChangeBus::interest`], so a broker bus subscribes to exactly those.
 
+use crate::sync::lock;
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex, Weak};
 
@@ -111,7 +112,7 @@ impl FeedShared {
     /// Queue `event` unless the same event is already waiting.
     pub fn push(&self, event: ChangeEvent) {
         {
-            let mut s = self.state.lock().expect("feed lock");
+            let mut s = lock(&self.state);
             if s.closed || s.overflowed || s.pending.contains(&event) {
                 return;
             }
@@ -129,7 +130,7 @@ impl FeedShared {
 
     /// End the feed: its reader gets `None` once the queue is drained.
     pub fn close(&self) {
-        self.state.lock().expect("feed lock").closed = true;
+        lock(&self.state).closed = true;
         self.ready.notify_one();
     }
 }
@@ -163,7 +164,7 @@ impl ChangeFeed {
         loop {
             let notified = self.shared.ready.notified();
             {
-                let mut s = self.shared.state.lock().expect("feed lock");
+                let mut s = lock(&self.shared.state);
                 if s.overflowed {
                     s.overflowed = false;
                     return Some(FeedItem::Overflow);
@@ -204,7 +205,7 @@ impl Feeds {
 
     /// Push `event` into every live feed.
     pub fn push(&self, event: &ChangeEvent) {
-        let mut feeds = self.0.lock().expect("feeds lock");
+        let mut feeds = lock(&self.0);
         feeds.retain(|f| match f.upgrade() {
             Some(f) => {
                 f.push(event.clone());
@@ -216,7 +217,7 @@ impl Feeds {
 
     /// Close every feed (the bus is going away).
     pub fn close(&self) {
-        for f in self.0.lock().expect("feeds lock").drain(..) {
+        for f in lock(&self.0).drain(..) {
             if let Some(f) = f.upgrade() {
                 f.close();
             }

@@ -1,4 +1,5 @@
-//! Large buffers handed back by one read for the next (issue #32).
+//! Large buffers handed back by one read for the next, so a large read does not pay for
+//! allocating and faulting in its buffer each time.
 //!
 //! With jemalloc (the binary's allocator) an allocation of 8 MiB or more comes from an arena
 //! that returns its pages to the system the moment it is freed, and smaller large buffers

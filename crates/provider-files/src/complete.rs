@@ -216,7 +216,7 @@ mod tests {
     use crate::config::FilesConfig;
     use crate::provider::{DIR_SCANS, FilesProvider};
 
-    /// Item 5 of issue #20: whole-directory scans (completions, directory reads) had no
+    /// Whole-directory scans (completions, directory reads) had no
     /// concurrency bound, so 200 pipelined completions of a huge directory ran at once. Only
     /// `DIR_SCANS` run now; the rest wait for a permit, and file reads need none.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -685,7 +685,7 @@ mod tests {
     use crate::config::FilesConfig;
     use crate::provider::FilesProvider;
 
-    /// Item 9 of issue #20: a directory resolved while it was real, then swapped for a link
+    /// A directory resolved while it was real, then swapped for a link
     /// to a denied directory before it is listed (the race, made deterministic by swapping
     /// between the two steps). The listing used to follow the link and show the denied
     /// directory's names; now the opened handle's real path is checked and it is not found.

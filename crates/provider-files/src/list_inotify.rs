@@ -3,7 +3,7 @@
 //!
 //! notify's inotify backend always asks for `IN_OPEN`, so while a list watch is held every
 //! read of a file in the tree woke its thread: about 30 % of stdio read throughput in the
-//! benchmark (issue #6). This watch asks only for what changes the set of names (create,
+//! benchmark. This watch asks only for what changes the set of names (create,
 //! delete, both halves of a move, the directory itself going away). Its events are handed
 //! over as notify `Event`s, so the list logic does not care which watch produced them.
 

@@ -11,6 +11,7 @@
 //! kernel watch of a directory is removed on the blocking pool, never on an async worker:
 //! a client dropping a thousand subscriptions of one file must not stall the runtime.
 
+use mcpr_core::sync::lock;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
@@ -140,7 +141,7 @@ impl Watcher {
             }
         };
         {
-            let mut fw = self.shared.files.lock().expect("file watch lock");
+            let mut fw = lock(&self.shared.files);
             if fw.watcher.is_none() {
                 fw.watcher = Some(
                     self.new_file_watcher()
@@ -162,7 +163,7 @@ impl Watcher {
             *fw.dirs.entry(watched_dir.clone()).or_insert(0) += 1;
         }
         let snapshot = self.snapshot(&rel);
-        let mut st = self.shared.state.lock().expect("watch state lock");
+        let mut st = lock(&self.shared.state);
         self.sender(&mut st);
         st.next_id += 1;
         let id = st.next_id;
@@ -189,11 +190,11 @@ impl Watcher {
 
     /// Report changes of the set of files to `sink` until the guard drops.
     pub(crate) fn watch_list(&self, sink: ChangeSink) -> Result<WatchGuard> {
-        let mut list = self.shared.list.lock().expect("list watch lock");
+        let mut list = lock(&self.shared.list);
         if list.is_none() {
             *list = Some(self.new_list_watcher()?);
         }
-        let mut st = self.shared.state.lock().expect("watch state lock");
+        let mut st = lock(&self.shared.state);
         self.sender(&mut st);
         st.next_id += 1;
         let id = st.next_id;
@@ -252,7 +253,7 @@ impl Watcher {
                     Err(_) => true,
                 };
                 if relevant {
-                    let st = shared.state.lock().expect("watch state lock");
+                    let st = lock(&shared.state);
                     if let Some(tx) = &st.tx {
                         for sink in st.list_sinks.values() {
                             let _ = tx.send(Fire::ListChanged { sink: sink.clone() });
@@ -343,7 +344,7 @@ fn list_relevant(inner: &Inner, ev: &Event) -> bool {
 
 fn on_file_event(this: &Watcher, ev: Event) {
     use notify::event::{MetadataKind, ModifyKind};
-    let mut st = this.shared.state.lock().expect("watch state lock");
+    let mut st = lock(&this.shared.state);
     let Some(tx) = st.tx.clone() else { return };
     if ev.need_rescan() {
         // The kernel dropped events: compare every subscription with its snapshot.
@@ -453,7 +454,7 @@ impl Drop for TargetGuard {
             return;
         };
         {
-            let mut st = shared.state.lock().expect("watch state lock");
+            let mut st = lock(&shared.state);
             let map = if self.is_dir {
                 &mut st.dir_targets
             } else {
@@ -467,7 +468,7 @@ impl Drop for TargetGuard {
             }
         }
         let last = {
-            let mut fw = shared.files.lock().expect("file watch lock");
+            let mut fw = lock(&shared.files);
             match fw.dirs.get_mut(&self.watched_dir) {
                 Some(n) if *n > 1 => {
                     *n -= 1;
@@ -500,7 +501,7 @@ impl Drop for TargetGuard {
 /// same kernel watch), which must then stay. Both run under the `files` lock, so they cannot
 /// interleave.
 fn unwatch_if_unused(shared: &Shared, dir: &std::path::Path) {
-    let mut fw = shared.files.lock().expect("file watch lock");
+    let mut fw = lock(&shared.files);
     if fw.dirs.contains_key(dir) {
         return;
     }
@@ -522,8 +523,8 @@ impl Drop for ListGuard {
             return;
         };
         let dropped = {
-            let mut list = shared.list.lock().expect("list watch lock");
-            let mut st = shared.state.lock().expect("watch state lock");
+            let mut list = lock(&shared.list);
+            let mut st = lock(&shared.state);
             st.list_sinks.remove(&self.id);
             if st.list_sinks.is_empty() {
                 list.take()
@@ -662,7 +663,7 @@ mod tests {
         n
     }
 
-    /// Item 2 of issue #20: releasing many subscriptions of one file was quadratic (a
+    /// Releasing many subscriptions of one file was quadratic (a
     /// `Vec::retain` per release under the state lock): 100k releases of one file took
     /// minutes and froze the runtime. Each release is now a hash removal, so all of them
     /// take well under a second; the bound is generous (quadratic costs minutes).
@@ -705,7 +706,7 @@ mod tests {
         assert!(watcher.shared.files.lock().unwrap().dirs.is_empty());
     }
 
-    /// Item 2 of issue #20: the last release removes the kernel watch on the blocking pool;
+    /// The last release removes the kernel watch on the blocking pool;
     /// a subscription arriving meanwhile keeps it (and keeps getting events), and the watch
     /// is gone once nobody needs it.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -59,7 +59,8 @@ pub struct Settings {
     pub request_timeout: std::time::Duration,
     /// The most resources one session (or one listen stream) may subscribe to.
     pub max_subscriptions_per_session: usize,
-    /// The memory all reads in progress may hold together (issue #20, item 5): each read
+    /// The memory all reads in progress may hold together, so concurrent reads cannot exhaust
+    /// memory: each read
     /// reserves `max_read_bytes` of it while its provider runs; when none is left a read
     /// waits, up to the request timeout, then answers "server busy".
     pub max_inflight_read_bytes: u64,

@@ -3,8 +3,8 @@
 //!
 //! A client that stops reading its stream (or reads slower than its resources change) makes
 //! the delivery task wait on the transport, while the registry keeps handing it notices.
-//! With a plain channel they would pile up without bound (issue #19: back-pressure must not
-//! grow memory). A waiting `updated` already tells the client to re-read the resource, so a
+//! With a plain channel they would pile up without bound, and back-pressure must not grow
+//! memory. A waiting `updated` already tells the client to re-read the resource, so a
 //! second one for the same URI carries nothing new: the queue holds at most one notice per
 //! URI and one `list_changed`, in the order they first arrived.
 

@@ -9,6 +9,7 @@
 //! broker bus a change is delivered once per replica that has an interest, whichever replica
 //! watched it, and never a second time from the local watch.
 
+use mcpr_core::sync::lock;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -129,7 +130,7 @@ pub struct ListenSlot {
 
 impl Drop for ListenSlot {
     fn drop(&mut self) {
-        let mut inner = self.registry.inner.lock().expect("registry lock");
+        let mut inner = lock(&self.registry.inner);
         if let Some(n) = inner.listens.get_mut(&self.client) {
             *n -= 1;
             if *n == 0 {
@@ -181,7 +182,7 @@ impl Registry {
         mounts: Option<Vec<u32>>,
     ) -> (u64, crate::mailbox::Receiver) {
         let (tx, rx) = crate::mailbox::mailbox();
-        let mut inner = self.inner.lock().expect("registry lock");
+        let mut inner = lock(&self.inner);
         inner.next_id += 1;
         let id = inner.next_id;
         inner.subs.insert(
@@ -203,7 +204,7 @@ impl Registry {
 
     /// The subscriptions still available under `max_watches`.
     pub fn watch_budget_left(&self) -> usize {
-        let held = self.inner.lock().expect("registry lock").held;
+        let held = lock(&self.inner).held;
         self.max_watches
             .load(Ordering::Relaxed)
             .saturating_sub(held)
@@ -211,7 +212,7 @@ impl Registry {
 
     /// Count one more listen stream of `client`, refused beyond `max` of them.
     pub fn open_listen(self: &Arc<Self>, client: &str, max: usize) -> Result<ListenSlot> {
-        let mut inner = self.inner.lock().expect("registry lock");
+        let mut inner = lock(&self.inner);
         let open = inner.listens.entry(client.to_owned()).or_default();
         if *open >= max {
             let mut details = serde_json::Map::new();
@@ -250,7 +251,7 @@ impl Registry {
         let key = uri.as_str().to_owned();
         let max = self.max_watches.load(Ordering::Relaxed);
         {
-            let mut inner = self.inner.lock().expect("registry lock");
+            let mut inner = lock(&self.inner);
             let inner = &mut *inner;
             let Some(sub) = inner.subs.get(&id) else {
                 return Err(Error::internal("subscriber is gone"));
@@ -290,42 +291,50 @@ impl Registry {
                 ChangeSink::new(self.bus.clone(), mount.name.clone()),
             )
             .await?;
-        let mut inner = self.inner.lock().expect("registry lock");
-        let inner = &mut *inner;
-        let Some(sub) = inner.subs.get_mut(&id) else {
-            return Ok(());
+        // The watch and interest go into the registry, or, when they are not needed after
+        // all, come back out of the locked block to be dropped after it: stopping a watch
+        // runs the provider's code (and a cluster's), which may take locks of its own.
+        let (result, unused) = {
+            let mut inner = lock(&self.inner);
+            let inner = &mut *inner;
+            match inner.subs.get_mut(&id) {
+                // Gone meanwhile, or subscribed meanwhile under the same name.
+                None => (Ok(()), Some((guard, interest))),
+                Some(sub) if sub.uris.contains_key(name) => (Ok(()), Some((guard, interest))),
+                // Others may have subscribed while the watch was being set up.
+                Some(_) if inner.held >= max => (Err(over_budget(max)), Some((guard, interest))),
+                Some(sub) => {
+                    sub.uris.insert(name.to_owned(), key.clone());
+                    inner.held += 1;
+                    // Another subscriber may have started a watch meanwhile; ours is then
+                    // redundant.
+                    let (w, unused) = match inner.uris.entry(key) {
+                        std::collections::hash_map::Entry::Occupied(e) => {
+                            (e.into_mut(), Some((guard, interest)))
+                        }
+                        std::collections::hash_map::Entry::Vacant(e) => (
+                            e.insert(UriWatch {
+                                subs: HashMap::new(),
+                                _guard: guard,
+                                _interest: interest,
+                            }),
+                            None,
+                        ),
+                    };
+                    w.subs.entry(id).or_default().push(name.to_owned());
+                    (Ok(()), unused)
+                }
+            }
         };
-        if sub.uris.contains_key(name) {
-            return Ok(());
-        }
-        // Others may have subscribed while the watch was being set up.
-        if inner.held >= max {
-            return Err(over_budget(max));
-        }
-        sub.uris.insert(name.to_owned(), key.clone());
-        inner.held += 1;
-        // Another subscriber may have started a watch meanwhile; ours is then redundant and
-        // is dropped here.
-        inner
-            .uris
-            .entry(key)
-            .or_insert_with(|| UriWatch {
-                subs: HashMap::new(),
-                _guard: guard,
-                _interest: interest,
-            })
-            .subs
-            .entry(id)
-            .or_default()
-            .push(name.to_owned());
-        Ok(())
+        drop(unused);
+        result
     }
 
     /// Unsubscribe `id` from `uri` (the name it subscribed under); the provider watch ends
     /// with the last subscriber.
     pub fn unsubscribe(&self, id: u64, uri: &str) {
         let released = {
-            let mut inner = self.inner.lock().expect("registry lock");
+            let mut inner = lock(&self.inner);
             let target = inner.subs.get_mut(&id).and_then(|sub| sub.uris.remove(uri));
             match target {
                 Some(target) => {
@@ -343,7 +352,7 @@ impl Registry {
     /// seeing a skill appear or go), which every replica finds on its own, so each stream
     /// hears of it once.
     pub(crate) fn list_changed_here(&self, index: u32) {
-        let inner = self.inner.lock().expect("registry lock");
+        let inner = lock(&self.inner);
         for s in inner.subs.values() {
             if s.list && s.mounts.as_ref().is_none_or(|m| m.contains(&index)) {
                 s.tx.send(Notice::ListChanged);
@@ -353,7 +362,7 @@ impl Registry {
 
     /// Whether any subscriber hears list changes.
     pub(crate) fn has_list_listeners(&self) -> bool {
-        self.inner.lock().expect("registry lock").list_refs > 0
+        lock(&self.inner).list_refs > 0
     }
 
     /// Register `id` for list changes without waiting for the watches. Returns true when the
@@ -363,7 +372,7 @@ impl Registry {
     /// `initialize` and still answer at once; `list_resources` then waits for the watches
     /// (see [`Registry::wait_list_ready`]), so no change after a first listing is missed.
     pub fn register_list_listener(&self, id: u64) -> bool {
-        let mut inner = self.inner.lock().expect("registry lock");
+        let mut inner = lock(&self.inner);
         let Some(sub) = inner.subs.get_mut(&id) else {
             return false;
         };
@@ -406,7 +415,7 @@ impl Registry {
                 }
             }
         }
-        let mut inner = self.inner.lock().expect("registry lock");
+        let mut inner = lock(&self.inner);
         inner.list_acquiring = false;
         let unused = if inner.list_refs > 0 {
             inner.list_guards = guards;
@@ -443,7 +452,7 @@ impl Registry {
         let mut released = Vec::new();
         let mut released_list = Vec::new();
         {
-            let mut inner = self.inner.lock().expect("registry lock");
+            let mut inner = lock(&self.inner);
             let Some(sub) = inner.subs.remove(&id) else {
                 return;
             };
@@ -465,13 +474,13 @@ impl Registry {
 
     /// How many URIs subscriber `id` is subscribed to.
     pub fn subscription_count(&self, id: u64) -> usize {
-        let inner = self.inner.lock().expect("registry lock");
+        let inner = lock(&self.inner);
         inner.subs.get(&id).map_or(0, |s| s.uris.len())
     }
 
     /// Whether subscriber `id` is already subscribed to `uri`.
     pub fn is_subscribed(&self, id: u64, uri: &str) -> bool {
-        let inner = self.inner.lock().expect("registry lock");
+        let inner = lock(&self.inner);
         inner
             .subs
             .get(&id)
@@ -480,7 +489,7 @@ impl Registry {
 
     /// Current counts.
     pub fn stats(&self) -> RegistryStats {
-        let inner = self.inner.lock().expect("registry lock");
+        let inner = lock(&self.inner);
         RegistryStats {
             subscribers: inner.subs.len(),
             watched_uris: inner.uris.len(),
@@ -492,7 +501,7 @@ impl Registry {
     }
 
     fn deliver(&self, item: FeedItem) {
-        let inner = self.inner.lock().expect("registry lock");
+        let inner = lock(&self.inner);
         match item {
             FeedItem::Event(ChangeEvent::Updated { uri }) => {
                 if let Some(w) = inner.uris.get(&uri) {

@@ -1,4 +1,4 @@
-//! The direct path for stateless `resources/read` over HTTP (issue #6): a well-formed
+//! The direct path for stateless `resources/read` over HTTP, for speed: a well-formed
 //! 2026-07-28 read is answered here, in front of rmcp's `StreamableHttpService`; every other
 //! request, and any read this path has the least doubt about, goes to rmcp unchanged.
 //!
@@ -143,7 +143,7 @@ impl<M: SessionManager> tower::Service<Request<Body>> for DirectRead<M> {
     }
 }
 
-/// The body length of a POST whose JSON body may be checked here (issue #20 item 13).
+/// The body length of a POST whose JSON body may be checked here.
 fn json_body_len(headers: &HeaderMap, settings: &DirectSettings) -> Option<usize> {
     if !content_type_is_json(sole(headers, header::CONTENT_TYPE)?)
         || headers.contains_key(header::TRANSFER_ENCODING)
@@ -163,7 +163,7 @@ impl<M: SessionManager> DirectRead<M> {
     /// A JSON-RPC body rmcp would answer with a bare HTTP error (415 "fail to deserialize":
     /// `"params": []`, a known method with a non-object `params`) or would misread (a list
     /// whose `cursor` is not a string, which its decode drops and so restarts the list) gets
-    /// the JSON-RPC error the stdio transport gives it (issue #20 item 13). Everything else
+    /// the JSON-RPC error the stdio transport gives it, so both transports answer it alike. Everything else
     /// is rmcp's answer, unchanged: only a 415 is replaced, and a cursor is checked only on a
     /// request that passes rmcp's Host and Origin checks.
     async fn checked(&self, req: Request<Body>, len: usize, whole: Option<WholeBody>) -> Response {

@@ -2,13 +2,14 @@
 //! shutdown draining, per-client rate limit, authentication on the headers, the binding of a
 //! legacy session to the identity that created it, the concurrency limit, the body (size
 //! and time limits), the session cap, and HTTP request counters. Authentication comes before
-//! the permit and the body, so unauthenticated clients cannot hold permits (issue #20). Each
+//! the permit and the body, so unauthenticated clients cannot hold permits. Each
 //! refusal is a clear HTTP status with a JSON-RPC error body naming the limit.
 //!
 //! [`ops_gate`] applies the same Host and Origin checks to `/healthz`, `/readyz`, `/metrics`
 //! and the OAuth metadata; [`authority_as_host`], in front of everything, gives an HTTP/2
 //! request without `Host` its `:authority` as `Host` for those checks.
 
+use mcpr_core::sync::lock;
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
@@ -129,7 +130,7 @@ impl Edge {
             return true;
         }
         let mine = self.owner_of(identity);
-        if let Some(owner) = self.owners.lock().expect("owners lock").get(id) {
+        if let Some(owner) = lock(&self.owners).get(id) {
             return *owner == mine;
         }
         let Some((hub, _)) = &self.cluster else {
@@ -176,14 +177,14 @@ impl Edge {
         }
         // Sessions that expired on their own never pass through DELETE; forget them now and
         // then, so the map stays as small as the set of live sessions.
-        let prune = self.owners.lock().expect("owners lock").len() > 1024;
+        let prune = lock(&self.owners).len() > 1024;
         let live: Option<std::collections::HashSet<String>> = if prune {
             let live = self.sessions.sessions.read().await;
             Some(live.keys().map(|k| k.to_string()).collect())
         } else {
             None
         };
-        let mut owners = self.owners.lock().expect("owners lock");
+        let mut owners = lock(&self.owners);
         if let Some(live) = live {
             owners.retain(|k, _| live.contains(k));
         }
@@ -222,7 +223,7 @@ impl Edge {
         }
         let burst = f64::from(self.limits.rate_limit_burst.max(1));
         let now = Instant::now();
-        let mut buckets = self.buckets.lock().expect("rate lock");
+        let mut buckets = lock(&self.buckets);
         if buckets.len() > 100_000 {
             // Forget clients idle long enough to have refilled; bounds memory under a flood
             // of distinct addresses.
@@ -263,7 +264,8 @@ impl Drop for InflightGuard {
 /// The edge in front of the MCP endpoint's service `S`; see the module docs.
 ///
 /// A tower service of its own rather than an axum `from_fn` middleware: that one boxes a
-/// handle on the next service for every request, on top of the future (issue #32).
+/// handle on the next service for every request, on top of the future: an allocation per
+/// request on the hottest path.
 #[derive(Clone)]
 pub(crate) struct EdgeService<S> {
     edge: Arc<Edge>,
@@ -385,7 +387,7 @@ where
         if parts.method == Method::GET
             && let Some((_, grants)) = &edge.cluster
         {
-            let mut grants = grants.lock().expect("grants lock");
+            let mut grants = lock(&grants);
             if grants.len() > 4096 {
                 // GETs refused before reaching the session manager leave theirs behind.
                 grants.clear();
@@ -420,7 +422,7 @@ where
             // The session is gone once rmcp answers; clients (the Python SDK among them)
             // expect 200 or 204 to a DELETE, and log a failure for rmcp's 202.
             if let Some(id) = &session {
-                edge.owners.lock().expect("owners lock").remove(id);
+                lock(&edge.owners).remove(id);
             }
             *resp.status_mut() = StatusCode::NO_CONTENT;
         }

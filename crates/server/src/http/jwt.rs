@@ -5,6 +5,7 @@
 //! key id (at most once per `MIN_REFETCH`, so garbage tokens cannot hammer the authorization
 //! server) or when the cached set is older than `MAX_AGE`.
 
+use mcpr_core::sync::lock;
 use std::collections::BTreeSet;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -107,7 +108,7 @@ impl JwtValidator {
     }
 
     async fn fetch(&self) -> Result<JwkSet, JwtError> {
-        *self.last_fetch.lock().expect("fetch lock") = Some(Instant::now());
+        *lock(&self.last_fetch) = Some(Instant::now());
         let url = &self.settings.jwks_url;
         let resp =
             self.http.get(url).send().await.map_err(|e| {

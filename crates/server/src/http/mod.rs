@@ -345,7 +345,7 @@ pub async fn serve(
         }
     };
     // Nagle's algorithm holds back the small writes of an SSE answer (headers, event,
-    // end of stream) until the client's delayed ACK, ~40 ms per legacy request (issue #6).
+    // end of stream) until the client's delayed ACK, ~40 ms per legacy request.
     let listener = axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "cannot set TCP_NODELAY");

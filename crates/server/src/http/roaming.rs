@@ -13,6 +13,7 @@
 //! holders may log the same change once each, and a change the old holder logs after the
 //! new one replayed the log is not in the new stream.
 
+use mcpr_core::sync::lock;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -140,7 +141,7 @@ impl Roaming {
                 }
             }
             SessionSignal::Subscriptions(key) => {
-                let holders = self.holders.lock().expect("holders lock");
+                let holders = lock(&self.holders);
                 if let Some(h) = holders.values().find(|h| h.key == key) {
                     h.resync.notify_one();
                 }
@@ -153,7 +154,7 @@ impl Roaming {
 
     /// Remove this replica's holder of the session keyed `key`, unless its token is `keep`.
     fn take_holder(&self, key: &str, keep: Option<&str>) -> Option<Holder> {
-        let mut holders = self.holders.lock().expect("holders lock");
+        let mut holders = lock(&self.holders);
         let id = holders
             .iter()
             .find(|(_, h)| h.key == key && Some(h.token.as_str()) != keep)
@@ -167,7 +168,7 @@ impl Roaming {
         {
             // A task only when a refresh may be due: most requests spawn nothing.
             let now = std::time::Instant::now();
-            let mut touched = self.touched.lock().expect("touched lock");
+            let mut touched = lock(&self.touched);
             if touched
                 .get(id)
                 .is_some_and(|t| now.duration_since(*t) < self.idle / 8)
@@ -195,11 +196,11 @@ impl Roaming {
             .flatten();
         let (tx, rx) = mpsc::channel(self.capacity);
         let existing = {
-            let mut holders = self.holders.lock().expect("holders lock");
+            let mut holders = lock(&self.holders);
             holders.retain(|_, h| !h.task.is_finished());
             holders.get(id).map(|h| {
                 // A new stream replaces the one open here (its sender drops: it ends).
-                *h.out.lock().expect("out lock") = Some(tx.clone());
+                *lock(&h.out) = Some(tx.clone());
             })
         };
         if existing.is_none() {
@@ -221,7 +222,7 @@ impl Roaming {
             // Spawned and inserted under the lock: a subscriptions signal is either handled
             // before (the task's first read sees the change) or finds the holder.
             {
-                let mut holders = self.holders.lock().expect("holders lock");
+                let mut holders = lock(&self.holders);
                 let task = tokio::spawn(hold(
                     self.clone(),
                     id.to_owned(),
@@ -332,7 +333,7 @@ async fn hold(
                 if seq == 0 {
                     ev.event_id = None;
                 }
-                let tx = out.lock().expect("out lock").clone();
+                let tx = lock(&out).clone();
                 if let Some(tx) = tx
                     && tx.try_send(ev).is_err()
                 {
@@ -342,7 +343,7 @@ async fn hold(
             }
             () = resync.notified() => sync(&roaming, &id, sid, &mut held).await,
             () = tokio::time::sleep(tick) => {
-                let open = out.lock().expect("out lock").as_ref().is_some_and(|t| !t.is_closed());
+                let open = lock(&out).as_ref().is_some_and(|t| !t.is_closed());
                 if open {
                     closed_since = None;
                     roaming.touch(&id);

@@ -11,6 +11,7 @@
 //! With a [`SessionHub`](super::hub::SessionHub) (sessions roaming between replicas), the
 //! notification stream and its resumption are the hub's instead: see `roaming.rs`.
 
+use mcpr_core::sync::lock;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -53,7 +54,7 @@ impl ResumeAfter {
             if ev.message.is_some()
                 && let Some(index) = ev.event_id.as_deref().and_then(|e| e.parse::<usize>().ok())
             {
-                let mut d = delivered.lock().expect("delivered lock");
+                let mut d = lock(&delivered);
                 let e = d.entry(id.clone()).or_insert(index);
                 *e = (*e).max(index);
             }
@@ -68,7 +69,7 @@ impl SessionManager for ResumeAfter {
     async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
         // Sessions that expired on their own never pass through `close_session`; forget them
         // now and then so the map stays as small as the set of live sessions.
-        if self.delivered.lock().expect("delivered lock").len() > 1024 {
+        if lock(&self.delivered).len() > 1024 {
             let live = self.inner.sessions.read().await;
             self.delivered
                 .lock()
@@ -96,7 +97,7 @@ impl SessionManager for ResumeAfter {
     }
 
     async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
-        self.delivered.lock().expect("delivered lock").remove(id);
+        lock(&self.delivered).remove(id);
         self.inner.close_session(id).await
     }
 

@@ -82,7 +82,7 @@ pub(crate) fn decode_hot(line: &[u8]) -> Option<RxJsonRpcMessage<RoleServer>> {
 
 /// A `resources/read` with nothing but `jsonrpc`, `id`, `method` and `params`, whose params
 /// hold nothing but `uri` and `_meta`: the request a client sends most, parsed in one pass
-/// into borrowed fields (issue #32). rmcp's own `Deserialize` for a request buffers `params`
+/// into borrowed fields. rmcp's own `Deserialize` for a request buffers `params`
 /// through serde's flatten and the [`Head`] read before it parses the line a second time;
 /// together they cost more than the rest of a small read's user time. What this builds is
 /// the value rmcp builds (its `_meta` moved into the extensions, the params' own `meta`

@@ -106,7 +106,7 @@ fn splice_contents(skeleton: &[u8], taken: &[(usize, String)]) -> io::Result<Vec
 /// The whole answer to a successful `resources/read` of id `id`, as rmcp's dispatch would
 /// shape it for the era (`modern`: 2026-07-28, with `resultType` and the cache hints `ttl_ms`
 /// and `scope`; legacy: neither) and `serde_json` would write it, built straight from the
-/// provider's contents (issue #32). The direct read paths used to build rmcp's result (each
+/// provider's contents. The direct read paths used to build rmcp's result (each
 /// blob base64-encoded into a `String`), wrap it in a message, serialise that skeleton and
 /// splice the contents in: about a quarter of a small read's user time. The output is byte for
 /// byte [`to_json`] of what [`crate::wire::era::read_message`] makes of the same read

@@ -35,7 +35,7 @@ pub(crate) fn sole(headers: &HeaderMap, name: impl http::header::AsHeaderName) -
 }
 
 /// rmcp's Host check on an `allowed_hosts` list, parsed once at start-up so a check on every
-/// request parses only the `Host` it is given (issue #32): the name (brackets and case aside)
+/// request parses only the `Host` it is given: the name (brackets and case aside)
 /// must be on the list, and the port too when the list entry names one.
 #[derive(Clone)]
 pub(crate) struct AllowedHosts {

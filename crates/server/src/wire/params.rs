@@ -1,5 +1,5 @@
-//! The invalid-params answer to a request of a known method whose `params` do not fit it
-//! (issue #19): which parameter is wrong and how, instead of rmcp's "method not found".
+//! The invalid-params answer to a request of a known method whose `params` do not fit it:
+//! which parameter is wrong and how, instead of rmcp's "method not found".
 //!
 //! rmcp decodes a request through an untagged union whose last variant takes any method; a
 //! `resources/read` with `"uri": 12` fails the read variant and lands there, and its default
