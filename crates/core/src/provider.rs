@@ -278,7 +278,7 @@ pub trait Provider: Send + Sync + 'static {
     /// called (it would wait, or the provider cannot tell without trying). The servers' hot
     /// read paths ask this first, so a read that is ready at once costs no future: building,
     /// boxing and moving the nested futures of a read was about a tenth of a small file's
-    /// CPU (issue #32). The default never answers.
+    /// CPU. The default never answers.
     ///
     /// It runs on the caller's thread, a runtime worker or the stdio reader, before any
     /// timer: no request timeout can interrupt it. Answer only what cannot block for long

@@ -195,7 +195,7 @@ fn changed_while_read(uri: &str) -> Error {
 /// anything unusual here is not an answer but a fall-back.
 ///
 /// `rel` must be the decoded URI path with the deny rules already checked on it. The calls,
-/// and what each buys (issue #32):
+/// and what each buys:
 /// - `statx` of the path, not following a link, on every read: FIFOs, sockets and devices
 ///   are not opened (opening a device can act on it, opening a FIFO lets a writer waiting in
 ///   its own `open` go), and it gives the size and the identity (inode, device, size, times)

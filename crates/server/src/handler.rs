@@ -698,7 +698,7 @@ impl ServerHandler for McpHandler {
 
     /// rmcp lands here a request of a known method whose params its decode refused (it tries
     /// every typed request, then this catch-all): that is invalid params naming the member,
-    /// not "method not found" (issue #19). An unknown method is still method not found.
+    /// not "method not found". An unknown method is still method not found.
     async fn on_custom_request(
         &self,
         request: CustomRequest,

@@ -1,5 +1,5 @@
 //! The stdio transport: newline-delimited JSON-RPC on a pipe pair, with a tagged decode of
-//! the hot resource requests and batched writes (issue #6). This file frames lines, writes
+//! the hot resource requests and batched writes, for throughput. This file frames lines, writes
 //! answers (the writer task and its backlog) and runs the direct reads; what they copy from
 //! rmcp (the decode, the encoder, the refusals, the mirror of rmcp's handshake) is in
 //! `crate::wire`.
@@ -44,7 +44,7 @@
 //! runtime. The lifecycle mirror counts an `initialize` as answered only once its answer
 //! is queued, so no direct answer goes out before it. With one request in flight on one
 //! CPU this saves the runtime's wake-ups, an `epoll_wait` and the hand-off to the writer
-//! task on every request (issue #32). [`StdioTransport::new`] reads and writes on the
+//! task on every request. [`StdioTransport::new`] reads and writes on the
 //! runtime, from any `AsyncRead` and `AsyncWrite` (tests' in-memory pipes); both share
 //! everything from the framing on.
 //!
@@ -110,8 +110,7 @@ const LISTENS_END_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(
 /// How long after the end of input the stream stays open for unanswered requests, unless
 /// [`StdioTransport::with_eof_drain`] says otherwise (the default request timeout).
 pub const DEFAULT_EOF_DRAIN: std::time::Duration = std::time::Duration::from_secs(30);
-/// Unwritten answers (bytes) over which the transport stops reading requests (issue #20,
-/// item 6): a client that does not read stdout then holds at most about this much, plus the
+/// Unwritten answers (bytes) over which the transport stops reading requests: a client that does not read stdout then holds at most about this much, plus the
 /// answers of requests already taken, instead of growing the server without bound.
 pub const MAX_BACKLOG_BYTES: usize = 32 << 20;
 /// Unwritten answers (count) over which the transport stops reading requests.
@@ -270,7 +269,7 @@ impl StdioTransport<OnThread> {
     /// The reader thread blocks in `read`, as the least program answering a line with a file
     /// does, instead of waiting in `epoll_wait` for the runtime to read: a direct read is
     /// answered on that thread, its answer written by it with every other answer from the
-    /// same read of input, and no task is woken for it (issue #32). Everything else goes to
+    /// same read of input, and no task is woken for it. Everything else goes to
     /// rmcp through `receive`. Answers rmcp sends are written by a second thread, one batch
     /// at a time, under the same lock; a direct answer waits behind answers queued before it,
     /// so an `initialize` answer is out before the first read it opens.
@@ -594,7 +593,7 @@ impl Lines {
 
     /// One line (with its `\n`) to a message: the tagged decode when it applies, else rmcp's
     /// codec, which takes the framed line as it is. A line no message can come from gets its
-    /// JSON-RPC error through `out` (issue #20, item 13): the client is waiting for an
+    /// JSON-RPC error through `out`: the client is waiting for an
     /// answer, and dropping the line silently would hang it.
     fn decode(
         &mut self,
