@@ -20,7 +20,6 @@
 
 use crate::http::Conn;
 use crate::plot;
-use mcpr_core::sync::lock;
 use std::io::{BufRead, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -108,7 +107,10 @@ struct Tally {
 impl Tally {
     fn error(&self, what: String) {
         self.errors.fetch_add(1, Ordering::Relaxed);
-        let mut first = lock(&self.first_errors);
+        let mut first = self
+            .first_errors
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if first.len() < 10 {
             first.push(what);
         }
@@ -432,7 +434,12 @@ pub fn run(o: Options) -> Result<(), String> {
     );
     let table_md = markdown(&samples);
     println!("\n{table_md}\n{summary}");
-    for e in lock(&t.first_errors).iter() {
+    for e in t
+        .first_errors
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+    {
         println!("  error: {e}");
     }
     write_outputs(
