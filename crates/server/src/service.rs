@@ -622,8 +622,12 @@ impl Service {
                 examined += g.items.len();
                 listed |= g.listed;
                 skipped.extend(g.skipped);
+                // Described before `keep` looks, so a search by a skill's name or
+                // description finds its SKILL.md.
+                let mut found = g.items;
+                self.describe_skill_files(grant, &mut found).await?;
                 items.extend(
-                    g.items
+                    found
                         .into_iter()
                         .filter(|r| prefix.is_none_or(|p| r.uri.starts_with(p)) && keep(r)),
                 );

@@ -326,27 +326,28 @@ impl Service {
         }
         page.items.extend(rest.iter().map(|&i| &all[i]).map(|s| {
             let md = s.files.iter().find(|f| f.uri == s.uri);
-            mcpr_core::ResourceMeta {
+            let mut meta = mcpr_core::ResourceMeta {
                 uri: s.uri.clone(),
-                name: s.frontmatter.name.clone(),
-                description: Some(s.frontmatter.description.clone()),
-                mime_type: Some("text/markdown".into()),
                 size: md.map(|f| f.size),
                 ..Default::default()
-            }
+            };
+            describe_as_skill(&mut meta, s);
+            meta
         }));
         Ok(page)
     }
 
-    /// A mount's own listing entry of a skill's `SKILL.md` described as the skill entry is
-    /// (`text/markdown`, name and description from the frontmatter), from the skills the
-    /// caller holding `grant` may see: a client finds the skill whichever URI it meets first.
-    async fn describe_skill_files(
+    /// Every listing entry (of `resources/list`, a directory read, the tool bridge's
+    /// listings and searches) that is a skill's `SKILL.md` by its mount URI, described as
+    /// the skill entry is (`text/markdown`, name, title and description from the
+    /// frontmatter), from the skills the caller holding `grant` may see: a client finds the
+    /// skill whichever URI it meets first, and a hidden mount's skill describes nothing.
+    pub(super) async fn describe_skill_files(
         &self,
         grant: Option<&Grant>,
         items: &mut [mcpr_core::ResourceMeta],
     ) -> Result<()> {
-        if self.state.skills.is_none() {
+        if self.state.skills.is_none() || items.is_empty() {
             return Ok(());
         }
         let skills = self.skills_for(grant).await?;
@@ -359,12 +360,26 @@ impl Service {
             .collect();
         for m in items {
             if let Some(s) = by_target.get(m.uri.as_str()) {
-                m.name = s.frontmatter.name.clone();
-                m.description = Some(s.frontmatter.description.clone());
-                m.mime_type = Some("text/markdown".into());
+                describe_as_skill(m, s);
             }
         }
         Ok(())
+    }
+}
+
+/// `meta`, a listing entry of `skill`'s `SKILL.md`, named, titled and described by its
+/// frontmatter (a `title` field, when the frontmatter has one as text).
+fn describe_as_skill(meta: &mut mcpr_core::ResourceMeta, skill: &SkillEntry) {
+    meta.name = skill.frontmatter.name.clone();
+    meta.description = Some(skill.frontmatter.description.clone());
+    meta.mime_type = Some("text/markdown".into());
+    if let Some(title) = skill
+        .frontmatter
+        .extra
+        .get("title")
+        .and_then(|t| t.as_str())
+    {
+        meta.title = Some(title.to_owned());
     }
 }
 
