@@ -345,7 +345,8 @@ pub trait Provider: Send + Sync + 'static {
     }
 
     /// For a versioned source (git), the ref whose tree the mount serves by default (its
-    /// configured default ref, else `HEAD`), spelled as the ref segment of its URIs; `None`
+    /// configured default ref, else the branch `HEAD` names), spelled as the ref segment of
+    /// the mount's listing URIs; `None`
     /// for a source without refs. Things published from the mount at "its" version (the
     /// skills catalog) use this.
     fn default_ref(&self) -> Option<String> {

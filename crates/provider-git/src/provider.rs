@@ -182,9 +182,15 @@ impl Provider for GitProvider {
     }
 
     fn default_ref(&self) -> Option<String> {
-        Some(crate::uri::encode_ref(
-            self.inner.config.default_ref.as_deref().unwrap_or("HEAD"),
-        ))
+        // The ref as the listing spells it (HEAD's branch when no default ref is set), so
+        // that what is published at the mount's version (the skills catalog) names the
+        // same URIs as the mount's own listing entries.
+        let h = self.inner.repo.handle();
+        let rev = self
+            .inner
+            .repo
+            .default_rev(&h, self.inner.config.default_ref.as_deref());
+        Some(crate::uri::encode_ref(&rev))
     }
 
     async fn ready(&self) -> bool {

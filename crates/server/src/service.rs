@@ -40,6 +40,9 @@ const IN_SKILLS: u8 = 3;
 /// `resources/list` inside the skills' `SKILL.md` entries, which follow the mounts'
 /// resources (`service/skills.rs`).
 const LISTING_SKILLS: u8 = 4;
+/// [`Service::scan`] under a `skill://` prefix, over the skills' files
+/// (`service/skills.rs`).
+const SCAN_SKILLS: u8 = 5;
 
 /// The most values one completion answer carries (the MCP limit).
 pub const MAX_COMPLETION_VALUES: usize = 100;
@@ -551,7 +554,9 @@ impl Service {
     /// Mounts none of whose URI prefixes can hold a URI starting with `prefix` are skipped
     /// without being listed; mounts whose source fails are left out as [`Service::list`]
     /// leaves them out, and named in [`ScanPage::skipped`]. The tool bridge's `list_resources` with a prefix and
-    /// `search_resources` are this walk.
+    /// `search_resources` are this walk. Under a `skill://` prefix (when a mount carries
+    /// skills) the walk is over the files of the skills the caller may see instead, each
+    /// skill's `SKILL.md` named and described by its frontmatter.
     pub async fn scan(
         &self,
         grant: Option<&Grant>,
@@ -586,6 +591,9 @@ impl Service {
         keep: &(dyn Fn(&ResourceMeta) -> bool + Sync),
     ) -> Result<ScanPage> {
         metered(&self.state.metrics, method, async {
+            if let Some(prefix) = prefix.filter(|p| self.is_skills_prefix(p)) {
+                return self.scan_skills(grant, cursor, prefix, keep).await;
+            }
             let state = &self.state;
             state.registry.wait_list_ready().await;
             let mut at = match cursor {
@@ -622,8 +630,12 @@ impl Service {
                 examined += g.items.len();
                 listed |= g.listed;
                 skipped.extend(g.skipped);
+                // Described before `keep` looks, so a search by a skill's name or
+                // description finds its SKILL.md.
+                let mut found = g.items;
+                self.describe_skill_files(grant, &mut found).await?;
                 items.extend(
-                    g.items
+                    found
                         .into_iter()
                         .filter(|r| prefix.is_none_or(|p| r.uri.starts_with(p)) && keep(r)),
                 );

@@ -37,12 +37,13 @@ const TEMPLATES: &str = "list_resource_templates";
 const COMPLETE: &str = "complete_resource_argument";
 const SEARCH: &str = "search_resources";
 const SKILLS: &str = "list_skills";
+const SKILL_FILES: &str = "list_skill_files";
 
 /// The longest `search_resources` query accepted, in bytes.
 pub(crate) const MAX_QUERY_LEN: usize = 1024;
 
 /// The tools of the bridge, with descriptions that name the limits in force;
-/// `list_skills` only when `skills` (a mount carries skills).
+/// `list_skills` and `list_skill_files` only when `skills` (a mount carries skills).
 pub(crate) fn definitions(settings: &Settings, skills: bool) -> Vec<Tool> {
     let page = settings.page_size;
     let max_read = human_bytes(settings.max_read_bytes);
@@ -175,8 +176,11 @@ pub(crate) fn definitions(settings: &Settings, skills: bool) -> Vec<Tool> {
                  a time: each skill's `name`, `description` and `uri` (its SKILL.md, a \
                  skill:// URI). Read a skill's instructions with read_resource on that `uri`; \
                  the files it refers to are read the same way, by their skill:// URIs \
-                 (relative paths in SKILL.md are relative to its folder). When the answer \
-                 has a `nextCursor`, call again with it as `cursor` for more."
+                 (relative paths in SKILL.md are relative to its folder); \
+                 list_skill_files gives every file of a skill with its size and digest, \
+                 and list_resources or search_resources with the prefix skill:// cover \
+                 the skills' files too. When the answer has a `nextCursor`, call again \
+                 with it as `cursor` for more."
             ),
             json!({
                 "cursor": {
@@ -185,6 +189,24 @@ pub(crate) fn definitions(settings: &Settings, skills: bool) -> Vec<Tool> {
                 }
             }),
             &[],
+        ));
+        tools.push(tool(
+            SKILL_FILES,
+            "List a skill's files",
+            "List every file of one skill, to install it: the skill's `name` and \
+             `description`, and each file's skill:// `uri`, `size` in bytes and `digest` \
+             (`sha256:` and the hex SHA-256 of its bytes), SKILL.md included. Give the \
+             skill's SKILL.md URI from list_skills, or its folder (the same URI without \
+             `/SKILL.md`). Read each file with read_resource and check its size and digest; \
+             keep the paths after the skill's folder as they are."
+                .to_owned(),
+            json!({
+                "uri": {
+                    "type": "string",
+                    "description": "The skill's SKILL.md URI or its folder, e.g. skill://acme/review/SKILL.md"
+                }
+            }),
+            &["uri"],
         ));
     }
     tools
@@ -258,6 +280,10 @@ pub(crate) async fn call(
         },
         SKILLS if service.has_skills() => match arguments(name, args) {
             Ok(args) => skills(service, grant, args).await,
+            Err(e) => Err(e),
+        },
+        SKILL_FILES if service.has_skills() => match arguments(name, args) {
+            Ok(args) => skill_files(service, grant, args).await,
             Err(e) => Err(e),
         },
         other => {
@@ -529,7 +555,12 @@ async fn search(
             grant,
             given(args.cursor).as_deref(),
             prefix.as_deref(),
-            &|r| pattern.matches(&r.name) || pattern.matches(&r.uri),
+            &|r| {
+                pattern.matches(&r.name)
+                    || pattern.matches(&r.uri)
+                    || (is_skill_entry(r)
+                        && r.description.as_deref().is_some_and(|d| pattern.matches(d)))
+            },
         )
         .await
         .map_err(to_mcp_error)?;
@@ -540,6 +571,52 @@ async fn search(
     }
     with_unavailable(&mut out, &page.skipped);
     Ok(json_result(out))
+}
+
+/// Whether `r` is a skill's `SKILL.md` as the service describes it in listings (named and
+/// described by the skill's frontmatter), whose description a search covers: other
+/// resources' descriptions (a commit's summary, a table's comment) are not what a search
+/// by name looks for.
+fn is_skill_entry(r: &ResourceMeta) -> bool {
+    r.uri.ends_with("/SKILL.md")
+        && r.mime_type.as_deref() == Some("text/markdown")
+        && r.description.is_some()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SkillFilesArgs {
+    uri: String,
+}
+
+/// Every file of one skill from its manifest (`skills/get`, with the caller's scopes): a
+/// tools-only agent's way to install a skill, reading each file and checking its size and
+/// digest.
+async fn skill_files(
+    service: &Service,
+    grant: Option<&Grant>,
+    args: SkillFilesArgs,
+) -> Result<CallToolResult, ErrorData> {
+    let asked = args.uri.trim_end_matches('/');
+    let uri = if asked.ends_with("/SKILL.md") {
+        asked.to_owned()
+    } else {
+        format!("{asked}/SKILL.md")
+    };
+    let (skill, _) = service.get_skill(grant, &uri).await.map_err(to_mcp_error)?;
+    let files: Vec<Value> = match &skill.resources {
+        rmcp::model::SkillResources::Files(files) => files
+            .iter()
+            .map(|f| json!({ "uri": f.uri, "size": f.size, "digest": f.digest }))
+            .collect(),
+        _ => Vec::new(),
+    };
+    Ok(json_result(json!({
+        "name": skill.frontmatter.name,
+        "description": skill.frontmatter.description,
+        "uri": skill.uri,
+        "files": files,
+    })))
 }
 
 #[derive(Deserialize)]
@@ -670,7 +747,10 @@ mod tests {
     fn every_tool_is_read_only_with_an_object_schema() {
         let tools = definitions(&Settings::default(), true);
         let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
-        assert_eq!(names, [LIST, READ, TEMPLATES, COMPLETE, SEARCH, SKILLS]);
+        assert_eq!(
+            names,
+            [LIST, READ, TEMPLATES, COMPLETE, SEARCH, SKILLS, SKILL_FILES]
+        );
         assert_eq!(definitions(&Settings::default(), false).len(), 5);
         for t in &tools {
             let a = t.annotations.as_ref().unwrap();

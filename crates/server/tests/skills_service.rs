@@ -551,3 +551,186 @@ async fn skill_uri_collisions_are_settled_among_the_mounts_the_caller_sees() {
         .unwrap();
     assert_eq!(skill.frontmatter.description, "admin alpha");
 }
+
+/// Every page of `resources/list` for a caller holding `grant`, in order.
+async fn list_all(service: &Service, grant: Option<&Grant>) -> Vec<mcpr_core::ResourceMeta> {
+    let (mut all, mut cursor) = (Vec::new(), None::<String>);
+    loop {
+        let page = service.list(grant, cursor.as_deref()).await.unwrap();
+        all.extend(page.items);
+        match page.next_cursor {
+            Some(c) => cursor = Some(c),
+            None => return all,
+        }
+    }
+}
+
+/// The name, description and MIME type of `m`, for comparing listing entries.
+fn described(m: &mcpr_core::ResourceMeta) -> (&str, Option<&str>, Option<&str>) {
+    (
+        m.name.as_str(),
+        m.description.as_deref(),
+        m.mime_type.as_deref(),
+    )
+}
+
+/// A client that meets a skill's `SKILL.md` by its mount URI (the files mount's own
+/// `file://` entry) learns the skill from it: in `resources/list`, in a directory read of
+/// the mount's folder or of the skill's folder, and in the tool bridge's listing under a
+/// prefix, the entry carries the skill's name and description; the skill's other files do
+/// not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_files_mounts_own_skill_md_entry_carries_the_skills_name_and_description() {
+    let (dir, service) = setup(None);
+    let root = dir.path().canonicalize().unwrap();
+    let folder = format!("file://{}/team-skills/beta", root.display());
+    let md = format!("{folder}/SKILL.md");
+    let skill = ("beta", Some("Does beta"), Some("text/markdown"));
+
+    let all = list_all(&service, None).await;
+    let entry = all.iter().find(|m| m.uri == md).expect("the mount's entry");
+    assert_eq!(described(entry), skill);
+    let notes = all
+        .iter()
+        .find(|m| m.uri == format!("{folder}/ref/notes.txt"))
+        .unwrap();
+    assert_eq!(notes.description, None);
+    assert_ne!(notes.name, "beta");
+
+    let page = service.read_directory(None, &folder, None).await.unwrap();
+    let entry = page.items.iter().find(|m| m.uri == md).unwrap();
+    assert_eq!(described(entry), skill);
+    let page = service
+        .read_directory(None, "skill://acme/beta", None)
+        .await
+        .unwrap();
+    assert_eq!(page.items[0].uri, "skill://acme/beta/SKILL.md");
+    assert_eq!(described(&page.items[0]), skill);
+
+    let page = service
+        .scan(None, None, Some(&format!("{folder}/")), &|_| true)
+        .await
+        .unwrap();
+    let entry = page.items.iter().find(|m| m.uri == md).unwrap();
+    assert_eq!(described(entry), skill);
+}
+
+/// Descriptions follow the caller's scopes: a caller who may not see the admin mount sees
+/// the public mount's `SKILL.md` described by the public skill, and no entry of the admin
+/// mount; a caller who may see both sees each mount's entries described by its own skills,
+/// except the public `alpha`, which the admin mount's `alpha` (first in mount order) hides
+/// from that caller's skills.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skill_md_entries_are_described_only_by_skills_the_caller_may_see() {
+    let (dir, _admin, service) = two_mounts();
+    let base = dir.path().canonicalize().unwrap();
+    let public = format!(
+        "file://{}/public-mount/skills/alpha/SKILL.md",
+        base.display()
+    );
+    let admin = |n: &str| {
+        format!(
+            "file://{}/admin-only-mount/skills/{n}/SKILL.md",
+            base.display()
+        )
+    };
+
+    let other = grant(&[]);
+    let all = list_all(&service, Some(&other)).await;
+    assert!(all.iter().all(|m| !m.uri.contains("admin-only-mount")));
+    let entry = all.iter().find(|m| m.uri == public).unwrap();
+    assert_eq!(
+        described(entry),
+        ("alpha", Some("public alpha"), Some("text/markdown"))
+    );
+
+    let all = list_all(&service, Some(&grant(&["admin"]))).await;
+    for (uri, says) in [
+        (admin("alpha"), "admin alpha"),
+        (admin("secret"), "admin secret"),
+    ] {
+        let entry = all.iter().find(|m| m.uri == uri).unwrap();
+        assert_eq!(entry.description.as_deref(), Some(says), "{uri}");
+    }
+    let entry = all.iter().find(|m| m.uri == public).unwrap();
+    assert_eq!(
+        entry.description, None,
+        "not the skill this caller is served"
+    );
+}
+
+fn git(dir: &std::path::Path, args: &[&str]) {
+    let out = std::process::Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+        .args(["-c", "commit.gpgsign=false"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+}
+
+/// A git mount with no default ref whose skills folder sits inside the mount: its listing
+/// names files at HEAD's branch (`git://main/…`), and that entry of the skill's `SKILL.md`
+/// carries the skill's name, title and description, as does the entry of a directory read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_git_mounts_own_skill_md_entry_carries_the_skills_name_title_and_description() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path();
+    git(repo, &["init", "-q", "-b", "main"]);
+    let d = repo.join("skills/release");
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(
+        d.join("SKILL.md"),
+        "---\nname: release\ntitle: Release train\ndescription: Ships a release\n---\nGo.\n",
+    )
+    .unwrap();
+    std::fs::write(d.join("steps.md"), "1. tag\n").unwrap();
+    std::fs::write(repo.join("README.md"), "repo\n").unwrap();
+    git(repo, &["add", "."]);
+    git(repo, &["commit", "-q", "-m", "skills"]);
+    let provider: Arc<dyn Provider> = Arc::new(
+        mcpr_provider_git::GitProvider::new(mcpr_provider_git::GitConfig::new(repo)).unwrap(),
+    );
+    let settings = Settings {
+        skills: vec![SkillsSetting {
+            mount: 0,
+            path: "skills".into(),
+            prefix: String::new(),
+            rev: None,
+        }],
+        ..Settings::default()
+    };
+    let service = Service::new(ServerState::with_bus(
+        settings,
+        vec![(provider, None)],
+        Arc::new(mcpr_core::LocalBus::default()),
+    ));
+    let md = "git://main/skills/release/SKILL.md";
+    let all = list_all(&service, None).await;
+    let first = all
+        .iter()
+        .position(|m| m.uri.ends_with("SKILL.md"))
+        .unwrap();
+    assert_eq!(all[first].uri, md, "the mount's entry comes first");
+    let entry = &all[first];
+    assert_eq!(
+        described(entry),
+        ("release", Some("Ships a release"), Some("text/markdown"))
+    );
+    assert_eq!(entry.title.as_deref(), Some("Release train"));
+    let steps = all
+        .iter()
+        .find(|m| m.uri == "git://main/skills/release/steps.md")
+        .unwrap();
+    assert_eq!(steps.description, None);
+
+    let page = service
+        .read_directory(None, "git://main/skills/release", None)
+        .await
+        .unwrap();
+    let entry = page.items.iter().find(|m| m.uri == md).unwrap();
+    assert_eq!(entry.name, "release");
+    assert_eq!(entry.title.as_deref(), Some("Release train"));
+    assert_eq!(entry.description.as_deref(), Some("Ships a release"));
+}

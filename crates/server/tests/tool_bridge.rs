@@ -816,7 +816,7 @@ async fn list_skills_pages_and_read_resource_reads_every_skill_file() {
             skills_tool.annotations.as_ref().unwrap().read_only_hint,
             Some(true)
         );
-        assert_eq!(tools.len(), 6);
+        assert_eq!(tools.len(), 7);
 
         let mut listed = Vec::new();
         let mut cursor: Option<String> = None;
@@ -1005,6 +1005,263 @@ async fn list_skills_and_skill_reads_follow_the_token_scopes() {
     .await;
     assert_eq!(
         body["result"]["content"][0]["text"], "alpha notes\n",
+        "{body}"
+    );
+}
+
+/// Every page of tool `tool` with `args` (a `cursor` added for the next pages), the entries
+/// under `key` of each answer, in order.
+async fn all_pages(
+    client: &RunningService<RoleClient, Client>,
+    tool: &str,
+    args: Value,
+    key: &str,
+) -> Vec<Value> {
+    let (mut out, mut args, mut pages) = (Vec::new(), args, 0);
+    loop {
+        pages += 1;
+        assert!(pages <= 20, "the walk ends");
+        let page = json_of(&call(client, tool, args.clone()).await.unwrap());
+        out.extend(page[key].as_array().unwrap().iter().cloned());
+        match page["nextCursor"].as_str() {
+            Some(c) => args["cursor"] = json!(c),
+            None => return out,
+        }
+    }
+}
+
+/// A tools-only agent can find and install a skill: `list_resources` under a `skill://`
+/// prefix pages the skills' files (each `SKILL.md` named and described by its skill, sizes
+/// from the manifest), `search_resources` finds a skill by its description (under
+/// `skill://` and, by the mount's own `SKILL.md` entry, across the mounts), and
+/// `list_skill_files` gives a skill's files with sizes and digests that the bytes
+/// `read_resource` returns match.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tools_only_agent_lists_searches_and_installs_a_skill() {
+    let dir = skills_tree();
+    let state = skills_state(&dir, None);
+    let client = connect(&state, true).await;
+    let tools = client.list_all_tools().await.unwrap();
+    assert!(tools.iter().any(|t| t.name == "list_skill_files"));
+
+    let all = all_pages(
+        &client,
+        "list_resources",
+        json!({"prefix": "skill://acme/"}),
+        "resources",
+    )
+    .await;
+    let uris: Vec<&str> = all.iter().map(|r| r["uri"].as_str().unwrap()).collect();
+    assert_eq!(
+        uris,
+        [
+            "skill://acme/alpha/SKILL.md",
+            "skill://acme/alpha/ref/notes.txt",
+            "skill://acme/beta/SKILL.md",
+            "skill://acme/beta/data.bin",
+            "skill://acme/beta/ref/notes.txt",
+            "skill://acme/gamma/SKILL.md",
+            "skill://acme/gamma/ref/notes.txt",
+        ]
+    );
+    assert_eq!(all[2]["name"], "beta");
+    assert_eq!(all[2]["description"], "Does beta");
+    assert_eq!(all[2]["mimeType"], "text/markdown");
+    assert_eq!(all[3]["name"], "acme/beta/data.bin");
+    assert_eq!(all[3]["size"], 5);
+    let beta = all_pages(
+        &client,
+        "list_resources",
+        json!({"prefix": "skill://acme/beta/"}),
+        "resources",
+    )
+    .await;
+    assert_eq!(beta.len(), 3);
+    // A cursor of the skills' walk does not continue the mounts' listing.
+    let page = json_of(
+        &call(&client, "list_resources", json!({"prefix": "skill://"}))
+            .await
+            .unwrap(),
+    );
+    let cursor = page["nextCursor"].as_str().unwrap();
+    let msg = error_of(
+        &call(&client, "list_resources", json!({"cursor": cursor}))
+            .await
+            .unwrap(),
+    );
+    assert!(msg.contains("invalid cursor"), "{msg}");
+
+    let found = all_pages(
+        &client,
+        "search_resources",
+        json!({"query": "does gamma", "prefix": "skill://"}),
+        "matches",
+    )
+    .await;
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0]["uri"], "skill://acme/gamma/SKILL.md");
+    let found = all_pages(
+        &client,
+        "search_resources",
+        json!({"query": "does gamma"}),
+        "matches",
+    )
+    .await;
+    let root = dir.path().canonicalize().unwrap();
+    let md = encode_path_uri(&root.join("team-skills/gamma/SKILL.md"));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0]["uri"], json!(md));
+    assert_eq!(found[0]["name"], "gamma");
+    // Other resources' descriptions are not searched: a notes file has none, and its
+    // contents are never looked at.
+    let found = all_pages(
+        &client,
+        "search_resources",
+        json!({"query": "notes", "prefix": "skill://acme/alpha/"}),
+        "matches",
+    )
+    .await;
+    assert_eq!(found.len(), 1);
+
+    for asked in ["skill://acme/beta", "skill://acme/beta/SKILL.md"] {
+        let skill = json_of(
+            &call(&client, "list_skill_files", json!({"uri": asked}))
+                .await
+                .unwrap(),
+        );
+        assert_eq!(skill["name"], "beta");
+        assert_eq!(skill["description"], "Does beta");
+        assert_eq!(skill["uri"], "skill://acme/beta/SKILL.md");
+        let files = skill["files"].as_array().unwrap();
+        let listed: Vec<&str> = files.iter().map(|f| f["uri"].as_str().unwrap()).collect();
+        assert_eq!(
+            listed,
+            [
+                "skill://acme/beta/SKILL.md",
+                "skill://acme/beta/data.bin",
+                "skill://acme/beta/ref/notes.txt",
+            ]
+        );
+        for f in files {
+            let uri = f["uri"].as_str().unwrap();
+            let r = call(&client, "read_resource", json!({"uri": uri}))
+                .await
+                .unwrap();
+            let bytes = match &r.content[0] {
+                ContentBlock::Text(t) => t.text.clone().into_bytes(),
+                ContentBlock::Resource(res) => match &res.resource {
+                    ResourceContents::BlobResourceContents { blob, .. } => {
+                        use base64::Engine as _;
+                        base64::engine::general_purpose::STANDARD
+                            .decode(blob)
+                            .unwrap()
+                    }
+                    other => panic!("{other:?}"),
+                },
+                other => panic!("{other:?}"),
+            };
+            rmcp::model::SkillResource::new(
+                uri,
+                f["digest"].as_str().unwrap(),
+                f["size"].as_u64().unwrap(),
+            )
+            .verify(&bytes)
+            .unwrap_or_else(|e| panic!("{uri}: {e}"));
+        }
+    }
+    let msg = error_of(
+        &call(
+            &client,
+            "list_skill_files",
+            json!({"uri": "skill://acme/nope"}),
+        )
+        .await
+        .unwrap(),
+    );
+    assert!(
+        msg.contains("no skill is served at skill://acme/nope/SKILL.md"),
+        "{msg}"
+    );
+    client.cancel().await.unwrap();
+}
+
+/// The skills' files through the bridge follow the token's scopes: a token that does not
+/// cover the mount holding the skills lists, finds and installs none of them (its answers
+/// are those of a server without them); one that does gets them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skill_files_through_the_bridge_follow_the_token_scopes() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = skills_tree();
+    let state = skills_state(&dir, Some("team"));
+    let mut http = HttpSettings::new("127.0.0.1:0".parse().unwrap());
+    http.auth = Some(AuthSettings {
+        tokens: vec![
+            StaticToken {
+                token: "outsider".into(),
+                scopes: Some(BTreeSet::new()),
+                name: None,
+            },
+            StaticToken {
+                token: "team".into(),
+                scopes: Some(BTreeSet::from(["team".to_owned()])),
+                name: None,
+            },
+        ],
+        resource_metadata_url: None,
+        resource: None,
+        jwt: None,
+        identity_key: None,
+    });
+    let url = format!("{}/mcp", common::spawn_http(state, http).await);
+    let tool = |name: &str, args: Value| json!({"name": name, "arguments": args});
+    let list = tool("list_resources", json!({"prefix": "skill://acme/beta/"}));
+    let search = tool(
+        "search_resources",
+        json!({"query": "*", "prefix": "skill://"}),
+    );
+    let files = tool("list_skill_files", json!({"uri": "skill://acme/beta"}));
+
+    let (_, body) = post(&url, "outsider", "tools/call", list.clone()).await;
+    assert_eq!(
+        body["result"]["structuredContent"],
+        json!({"resources": []}),
+        "{body}"
+    );
+    let (_, body) = post(&url, "outsider", "tools/call", search.clone()).await;
+    assert_eq!(
+        body["result"]["structuredContent"],
+        json!({"matches": [], "examined": 0}),
+        "{body}"
+    );
+    let (_, body) = post(&url, "outsider", "tools/call", files.clone()).await;
+    assert_eq!(body["result"]["isError"], true, "{body}");
+    assert_eq!(
+        body["result"]["content"][0]["text"], "no skill is served at skill://acme/beta/SKILL.md",
+        "{body}"
+    );
+
+    let (_, body) = post(&url, "team", "tools/call", list).await;
+    let listed = body["result"]["structuredContent"]["resources"]
+        .as_array()
+        .unwrap();
+    assert_eq!(listed.len(), 2, "pages of two: {body}");
+    assert_eq!(listed[0]["name"], "beta");
+    let (_, body) = post(&url, "team", "tools/call", search).await;
+    assert_eq!(
+        body["result"]["structuredContent"]["matches"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2,
+        "{body}"
+    );
+    let (_, body) = post(&url, "team", "tools/call", files).await;
+    assert_eq!(
+        body["result"]["structuredContent"]["files"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3,
         "{body}"
     );
 }

@@ -46,7 +46,11 @@ impl Service {
     ) -> Result<DirectoryPage> {
         metered(&self.state.metrics, "resources/directory/read", async {
             match self.skill_folder(grant, uri).await? {
-                None => self.read_directory_at(grant, uri, cursor).await,
+                None => {
+                    let mut page = self.read_directory_at(grant, uri, cursor).await?;
+                    self.describe_skill_files(grant, &mut page.items).await?;
+                    Ok(page)
+                }
                 Some(folder) => {
                     // A skill's folder (or one under it): read the mount's folder, name
                     // the children as skill URIs.
@@ -54,6 +58,9 @@ impl Service {
                         .read_directory_at(grant, &folder.target, cursor)
                         .await
                         .map_err(|e| super::skills::as_asked(e, uri, &folder.target))?;
+                    // Described while still named by their mount URIs, which is how the
+                    // catalog knows its skills' files.
+                    self.describe_skill_files(grant, &mut page.items).await?;
                     // Children are named by their own names under the folder asked, as the
                     // catalog names a skill's files: a link to a folder elsewhere lists
                     // its children under their own paths, which are not the skill's, and

@@ -8,8 +8,10 @@ use mcpr_core::{CacheHints, Error, ResourceUri, Result};
 use rmcp::model::Skill;
 
 use super::{
-    IN_SKILLS, LISTING_SKILLS, ReadOutcome, Service, hints_for, invalid_cursor, parse_uri, visible,
+    IN_SKILLS, LISTING_SKILLS, ReadOutcome, SCAN_SKILLS, ScanPage, Service, hints_for,
+    invalid_cursor, parse_uri, visible,
 };
+use crate::SCAN_MAX_PAGES;
 use crate::grant::Grant;
 use crate::layers::metered;
 use crate::skills::catalog::SKILL_SCHEME;
@@ -326,27 +328,28 @@ impl Service {
         }
         page.items.extend(rest.iter().map(|&i| &all[i]).map(|s| {
             let md = s.files.iter().find(|f| f.uri == s.uri);
-            mcpr_core::ResourceMeta {
+            let mut meta = mcpr_core::ResourceMeta {
                 uri: s.uri.clone(),
-                name: s.frontmatter.name.clone(),
-                description: Some(s.frontmatter.description.clone()),
-                mime_type: Some("text/markdown".into()),
                 size: md.map(|f| f.size),
                 ..Default::default()
-            }
+            };
+            describe_as_skill(&mut meta, s);
+            meta
         }));
         Ok(page)
     }
 
-    /// A mount's own listing entry of a skill's `SKILL.md` described as the skill entry is
-    /// (`text/markdown`, name and description from the frontmatter), from the skills the
-    /// caller holding `grant` may see: a client finds the skill whichever URI it meets first.
-    async fn describe_skill_files(
+    /// Every listing entry (of `resources/list`, a directory read, the tool bridge's
+    /// listings and searches) that is a skill's `SKILL.md` by its mount URI, described as
+    /// the skill entry is (`text/markdown`, name, title and description from the
+    /// frontmatter), from the skills the caller holding `grant` may see: a client finds the
+    /// skill whichever URI it meets first, and a hidden mount's skill describes nothing.
+    pub(super) async fn describe_skill_files(
         &self,
         grant: Option<&Grant>,
         items: &mut [mcpr_core::ResourceMeta],
     ) -> Result<()> {
-        if self.state.skills.is_none() {
+        if self.state.skills.is_none() || items.is_empty() {
             return Ok(());
         }
         let skills = self.skills_for(grant).await?;
@@ -359,12 +362,118 @@ impl Service {
             .collect();
         for m in items {
             if let Some(s) = by_target.get(m.uri.as_str()) {
-                m.name = s.frontmatter.name.clone();
-                m.description = Some(s.frontmatter.description.clone());
-                m.mime_type = Some("text/markdown".into());
+                describe_as_skill(m, s);
             }
         }
         Ok(())
+    }
+}
+
+impl Service {
+    /// Whether [`Service::scan`] under `prefix` walks the skills' files: a `skill://`
+    /// prefix, when a mount carries skills.
+    pub(super) fn is_skills_prefix(&self, prefix: &str) -> bool {
+        self.state.skills.is_some() && prefix.starts_with(SKILL_SCHEME)
+    }
+
+    /// [`Service::scan`] under a `skill://` `prefix`: the files of the skills a caller
+    /// holding `grant` may see whose URI starts with `prefix` and that `keep` accepts,
+    /// skill by skill in URI order and each skill's files in URI order, with their sizes
+    /// from the manifest; a skill's `SKILL.md` named and described by its frontmatter,
+    /// every other file named by its path after `skill://`. As bounded as the mounts'
+    /// scan: at most [`SCAN_MAX_PAGES`] pages' worth of files examined per call, stopping
+    /// once a page's worth matched; the cursor (tagged for this walk only) continues after
+    /// the last file examined.
+    pub(super) async fn scan_skills(
+        &self,
+        grant: Option<&Grant>,
+        cursor: Option<&str>,
+        prefix: &str,
+        keep: &(dyn Fn(&mcpr_core::ResourceMeta) -> bool + Sync),
+    ) -> Result<ScanPage> {
+        let after = match cursor {
+            None => None,
+            Some(c) => match self.open_cursor(c, SCAN_SKILLS)? {
+                Some((0, rest)) => {
+                    let text =
+                        String::from_utf8(rest).map_err(|_| invalid_cursor("unknown position"))?;
+                    let (skill, file) = text
+                        .split_once('\n')
+                        .ok_or_else(|| invalid_cursor("unknown position"))?;
+                    Some((skill.to_owned(), file.to_owned()))
+                }
+                _ => {
+                    return Err(invalid_cursor(
+                        "it does not continue a listing under a skill:// prefix",
+                    ));
+                }
+            },
+        };
+        let size = self.state.settings.page_size.max(1);
+        let budget = SCAN_MAX_PAGES * size;
+        let all = self.skills_for(grant).await?;
+        let start = after
+            .as_ref()
+            .map_or(0, |(skill, _)| all.partition_point(|s| s.uri < *skill));
+        let (mut items, mut examined, mut next) = (Vec::new(), 0usize, None);
+        let mut last: Option<(&str, &str)> = None;
+        'skills: for s in &all[start..] {
+            let folder = s.uri.strip_suffix("SKILL.md").unwrap_or(&s.uri);
+            // A skill none of whose files can start with the prefix is not examined.
+            if !(folder.starts_with(prefix) || prefix.starts_with(folder)) {
+                continue;
+            }
+            for f in &s.files {
+                let resumed_past = after
+                    .as_ref()
+                    .is_some_and(|(skill, file)| s.uri == *skill && f.uri <= *file);
+                if resumed_past || !f.uri.starts_with(prefix) {
+                    continue;
+                }
+                if items.len() >= size || examined >= budget {
+                    next = last;
+                    break 'skills;
+                }
+                examined += 1;
+                last = Some((s.uri.as_str(), f.uri.as_str()));
+                let mut meta = mcpr_core::ResourceMeta {
+                    uri: f.uri.clone(),
+                    name: f.uri.trim_start_matches(SKILL_SCHEME).to_owned(),
+                    size: Some(f.size),
+                    ..Default::default()
+                };
+                if f.uri == s.uri {
+                    describe_as_skill(&mut meta, s);
+                }
+                if keep(&meta) {
+                    items.push(meta);
+                }
+            }
+        }
+        Ok(ScanPage {
+            items,
+            next_cursor: next.map(|(skill, file)| {
+                self.tagged_cursor(0, SCAN_SKILLS, &[skill.as_bytes(), b"\n", file.as_bytes()])
+            }),
+            examined,
+            skipped: Vec::new(),
+        })
+    }
+}
+
+/// `meta`, a listing entry of `skill`'s `SKILL.md`, named, titled and described by its
+/// frontmatter (a `title` field, when the frontmatter has one as text).
+fn describe_as_skill(meta: &mut mcpr_core::ResourceMeta, skill: &SkillEntry) {
+    meta.name = skill.frontmatter.name.clone();
+    meta.description = Some(skill.frontmatter.description.clone());
+    meta.mime_type = Some("text/markdown".into());
+    if let Some(title) = skill
+        .frontmatter
+        .extra
+        .get("title")
+        .and_then(|t| t.as_str())
+    {
+        meta.title = Some(title.to_owned());
     }
 }
 
