@@ -359,6 +359,55 @@ fn none_listed(mut skipped: Vec<SkippedMount>) -> Error {
     )
 }
 
+/// The first wait before a mount in an outage is asked again whether it is back; each
+/// further wait doubles, up to [`RECOVERY_PROBE_MAX`].
+const RECOVERY_PROBE_FIRST: Duration = Duration::from_secs(1);
+/// The longest wait between two probes of a mount in an outage.
+const RECOVERY_PROBE_MAX: Duration = Duration::from_secs(30);
+
+/// Ends the outage of `mount`, if it was in one: logged once, and every stream that hears
+/// list changes of the mount told that its entries are back (they were left out of the
+/// listings, named unavailable in their `_meta`). Each replica finds this on its own, so it
+/// is told to this replica's streams only.
+fn back_if_out(state: &ServerState, mount: &Mount) {
+    if state.list_skips.listed(mount.index as usize) {
+        tracing::info!(mount = %mount.name, "the mount lists again; listings include it");
+        state.registry.list_changed_here(mount.index);
+    }
+}
+
+/// Asks mount `index` for its first entry, through the layer (so within the request
+/// timeout), while it is in an outage: from one second apart, doubling up to half a minute.
+/// When it answers, the outage ends ([`back_if_out`]). Ends when a listing ended the outage
+/// first, or when the server is gone (it holds no strong reference to it).
+async fn probe_until_back(state: std::sync::Weak<ServerState>, index: usize) {
+    let mut wait = RECOVERY_PROBE_FIRST;
+    loop {
+        tokio::time::sleep(wait).await;
+        let Some(state) = state.upgrade() else {
+            return;
+        };
+        if !state.list_skips.is_out(index) {
+            return;
+        }
+        let Some(mount) = state.router.mounts().get(index) else {
+            return;
+        };
+        let first = PageRequest {
+            after: None,
+            limit: 1,
+        };
+        let answer = Layered::new(mount, state.settings.request_timeout)
+            .list(first)
+            .await;
+        if answer.is_ok() {
+            back_if_out(&state, mount);
+            return;
+        }
+        wait = (wait * 2).min(RECOVERY_PROBE_MAX);
+    }
+}
+
 impl Service {
     /// The service over `state`.
     pub fn new(state: Arc<ServerState>) -> Self {
@@ -428,15 +477,21 @@ impl Service {
 
     /// Mount `mount` answered a listing: the end of its outage, if it was in one.
     fn mount_listed(&self, mount: &Mount) {
-        if self.state.list_skips.listed(mount.index as usize) {
-            tracing::info!(mount = %mount.name, "the mount lists again; listings include it");
-        }
+        back_if_out(&self.state, mount);
     }
 
     /// Mount `mount` was left out of a listing for `e`: counted each time, logged once per
     /// outage (until it lists again).
     fn mount_skipped(&self, mount: &Mount, e: &Error) {
         if self.state.list_skips.skipped(mount.index as usize) {
+            // Nobody may list again for a long time, and the clients that were told this
+            // mount is unavailable should hear when it is back: it is asked on its own.
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(probe_until_back(
+                    Arc::downgrade(&self.state),
+                    mount.index as usize,
+                ));
+            }
             tracing::warn!(
                 mount = %mount.name,
                 "listings leave this mount out until it answers (its reads fail too): {}",

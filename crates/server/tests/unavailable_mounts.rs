@@ -551,3 +551,70 @@ async fn a_mount_failing_inside_its_pages_is_left_out_from_there_and_warned_once
     assert_eq!(uris_of(&down), file_uris);
     assert_eq!(log.count("db://pg", LEFT_OUT), 2);
 }
+
+/// A mount that comes back after an outage is announced: a stream that hears list changes
+/// gets `list_changed` without anybody listing, because the server asks the mount on its
+/// own while it is out (a PostgreSQL mount behind a loopback proxy the test cuts and
+/// restores).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mount_back_from_an_outage_sends_list_changed_unasked() {
+    if tokio::net::TcpStream::connect(("127.0.0.1", 5432))
+        .await
+        .is_err()
+    {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("PostgreSQL at 127.0.0.1:5432 is required under CI=true");
+        }
+        eprintln!("SKIPPED: PostgreSQL is not reachable at 127.0.0.1:5432");
+        return;
+    }
+    let proxy = Proxy::start().await;
+    let mut cfg = SqlConfig::new(
+        // Named apart from the other tests' mount: they count log lines by mount name.
+        "pg-back",
+        format!("postgres://postgres@127.0.0.1:{}/postgres", proxy.port),
+    );
+    cfg.queries = vec![NamedQuery {
+        uri: "db://pg-back/q1".into(),
+        sql: "select 1 as one".into(),
+        params: Default::default(),
+        description: None,
+    }];
+    let pg: Arc<dyn Provider> = Arc::new(SqlProvider::new(cfg).await.unwrap());
+    let (_dir, fs, file_uris) = files(1);
+    let state = ServerState::new(settings(10), vec![pg, fs]);
+    let service = Service::new(state.clone());
+    let tokens = mcpr_server::ChangeTokens::default();
+    let mut listen = service
+        .listen(None, None, &[], true, &tokens)
+        .await
+        .unwrap();
+    // The listen starts with one list-changed notice of its own (it started the watches).
+    let drain = async {
+        while tokio::time::timeout(Duration::from_millis(300), listen.next())
+            .await
+            .is_ok()
+        {}
+    };
+    drain.await;
+
+    proxy.cut().await;
+    let down = walk(&service).await;
+    assert_eq!(uris_of(&down), file_uris, "the mount is left out while cut");
+    proxy.restore().await;
+    // Nobody lists from here on: the notice comes from the server's own probe.
+    let notice = tokio::time::timeout(Duration::from_secs(20), listen.next())
+        .await
+        .expect("no list_changed within 20 s of the mount coming back");
+    assert!(
+        matches!(notice, Some(mcpr_server::Notice::ListChanged)),
+        "{notice:?}"
+    );
+    assert_ne!(state.list_skips().count("db://pg-back"), 0);
+    let back = walk(&service).await;
+    assert!(
+        uris_of(&back).contains(&"db://pg-back/q1".to_owned()),
+        "{:?}",
+        uris_of(&back)
+    );
+}
