@@ -387,7 +387,7 @@ where
         if parts.method == Method::GET
             && let Some((_, grants)) = &edge.cluster
         {
-            let mut grants = lock(&grants);
+            let mut grants = lock(grants);
             if grants.len() > 4096 {
                 // GETs refused before reaching the session manager leave theirs behind.
                 grants.clear();
