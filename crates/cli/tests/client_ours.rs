@@ -468,11 +468,20 @@ fn failures_are_one_line_and_a_nonzero_exit() {
         "{e}"
     );
 
-    // A server that exits at once: its own last words are in the message.
-    let e = line_of(run(client_stdio(&["ls"], &["serve", "/nonexistent/dir"])));
+    // A server that exits at once: one error line, then its own last words under it.
+    let out = run(client_stdio(&["ls"], &["serve", "/nonexistent/dir"]));
+    assert_eq!(out.code, Some(1), "{out:?}");
+    let (first, rest) = out.stderr.split_once('\n').expect("more than one line");
     assert!(
-        e.contains("exited") && e.contains("/nonexistent/dir"),
-        "{e}"
+        first.starts_with("error: ") && first.contains("exited"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        rest.starts_with("the server's last lines on stderr:\n  | ")
+            && rest.contains("/nonexistent/dir"),
+        "{}",
+        out.stderr
     );
 
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -528,6 +537,64 @@ fn failures_are_one_line_and_a_nonzero_exit() {
     ]);
     let e = line_of(run(cmd));
     assert!(e.contains("--header") && !e.contains("s3cr3t"), "{e}");
+}
+
+/// A stdio server that exits during startup shows its last ten non-blank stderr lines under
+/// the error line, not only its last (clap's last is `For more information, try '--help'.`,
+/// the real error two lines above it), and no more than 2 KiB of them: a server that logs long
+/// lines has each cut to 200 characters and the oldest dropped.
+#[test]
+fn a_server_that_exits_at_start_shows_its_last_stderr_lines() {
+    let mut cmd = Command::new(bin());
+    cmd.args(["ls", "--", "sh", "-c"]).arg(
+        "for i in 1 2 3 4 5 6 7 8 9 10 11 12; do echo \"log line $i\" >&2; done; \
+         echo \"error: unexpected argument '--bogus' found\" >&2; echo >&2; \
+         echo \"Usage: srv [OPTIONS]\" >&2; echo >&2; \
+         echo \"For more information, try '--help'.\" >&2; exit 2",
+    );
+    let out = run(cmd);
+    assert_eq!(out.code, Some(1), "{out:?}");
+    let lines: Vec<&str> = out.stderr.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "error: the server `sh` exited (exit status: 2)",
+            "the server's last lines on stderr:",
+            "  | log line 6",
+            "  | log line 7",
+            "  | log line 8",
+            "  | log line 9",
+            "  | log line 10",
+            "  | log line 11",
+            "  | log line 12",
+            "  | error: unexpected argument '--bogus' found",
+            "  | Usage: srv [OPTIONS]",
+            "  | For more information, try '--help'.",
+        ],
+        "{}",
+        out.stderr
+    );
+
+    // Lines of 1,000 two-byte characters: each is cut to 200 characters (400 bytes), and
+    // five of them fill the 2 KiB.
+    let mut cmd = Command::new(bin());
+    cmd.args(["ls", "--", "sh", "-c"]).arg(format!(
+        "for i in 1 2 3 4 5 6 7 8; do echo \"$i{}\" >&2; done; exit 3",
+        "é".repeat(1000)
+    ));
+    let out = run(cmd);
+    assert_eq!(out.code, Some(1), "{out:?}");
+    let shown: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("  | "))
+        .collect();
+    assert_eq!(shown.len(), 5, "{}", out.stderr);
+    for (line, n) in shown.iter().zip(4..) {
+        assert!(line.starts_with(&n.to_string()), "{line}");
+        assert_eq!(line.chars().count(), 200, "{line}");
+    }
+    assert!(shown.iter().map(|l| l.len()).sum::<usize>() <= 2048);
 }
 
 /// `script` gives the command a terminal: a binary is refused there, with the way out named,

@@ -871,7 +871,7 @@ async fn watch_loop(
                 eprintln!("warning: {}", clean(&why));
                 continue;
             }
-            Some(Inbound::Ended(reason)) => bail!(reason),
+            Some(Inbound::Ended(ended)) => return Err(ended.into()),
             None => bail!("the connection to the server closed"),
         };
         relistens = 0;

@@ -39,6 +39,14 @@ const SPOKEN: [&str; 5] = [MODERN, LEGACY, "2025-06-18", "2025-03-26", "2024-11-
 /// `data.supported`.
 const UNSUPPORTED_VERSION: i64 = -32022;
 
+/// The last lines of stderr of a stdio server whose exit ended the command, cleaned and
+/// bounded, for `main` to show under the error line; empty for any other failure.
+pub(crate) fn server_stderr(e: &anyhow::Error) -> &[String] {
+    e.chain()
+        .find_map(|c| c.downcast_ref::<transport::ConnectionEnded>())
+        .map_or(&[], |ended| ended.stderr.as_slice())
+}
+
 /// The versions a -32022 refusal says the server speaks.
 fn supported_versions(e: &anyhow::Error) -> Option<Vec<Value>> {
     let r = e.downcast_ref::<RpcError>()?;

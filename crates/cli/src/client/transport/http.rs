@@ -20,8 +20,8 @@ use mcpr_core::{redact_url, redact_urls_in};
 
 use super::sse::{EventStream, Resume, Stop};
 use super::{
-    AnswerTooLarge, Inbound, Incoming, Outgoing, Reply, RpcError, answer_server_request, reply_of,
-    snippet,
+    AnswerTooLarge, ConnectionEnded, Inbound, Incoming, Outgoing, Reply, RpcError,
+    answer_server_request, reply_of, snippet,
 };
 
 /// The wait before reconnecting when the server named none with `retry:`.
@@ -545,7 +545,10 @@ impl Http {
                 }
                 break format!("{why}; {RECONNECTS} reconnections failed, the last: {last_error}");
             };
-            let _ = this.inner.inbound.send(Inbound::Ended(reason));
+            let _ = this
+                .inner
+                .inbound
+                .send(Inbound::Ended(ConnectionEnded::new(reason)));
         });
         Ok(())
     }

@@ -85,8 +85,37 @@ pub(crate) enum Inbound {
     /// The notification stream dropped and is being reconnected, with why and how.
     Dropped(String),
     /// The connection (or the notification stream) ended, with why.
-    Ended(String),
+    Ended(ConnectionEnded),
 }
+
+/// Why a connection ended: one line, and for a child server that exited, the last lines it
+/// wrote to stderr (a server's own error is often several lines above its last one, as with
+/// clap's `For more information, try '--help'.`).
+#[derive(Debug, Clone)]
+pub(crate) struct ConnectionEnded {
+    pub reason: String,
+    /// The child's last non-blank stderr lines, oldest first, each cleaned by [`snippet`];
+    /// empty over HTTP.
+    pub stderr: Vec<String>,
+}
+
+impl ConnectionEnded {
+    /// An end with nothing from stderr to show.
+    pub(crate) fn new(reason: String) -> Self {
+        Self {
+            reason,
+            stderr: Vec::new(),
+        }
+    }
+}
+
+impl fmt::Display for ConnectionEnded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.reason)
+    }
+}
+
+impl std::error::Error for ConnectionEnded {}
 
 /// The answer to one request: its `result` as the server wrote it, or the error it got.
 pub(super) type Reply = Result<Box<RawValue>, anyhow::Error>;
@@ -212,13 +241,13 @@ pub(super) fn answer_server_request(method: &str, id: Value) -> Value {
 /// Fail every waiting request with `reason` and tell the session the connection ended.
 pub(super) fn finish(
     pending: &Pending,
-    ended: &Mutex<Option<String>>,
+    ended: &Mutex<Option<ConnectionEnded>>,
     inbound: &mpsc::UnboundedSender<Inbound>,
-    reason: String,
+    reason: ConnectionEnded,
 ) {
     *lock(ended) = Some(reason.clone());
     for (_, waiter) in lock(pending).drain() {
-        let _ = waiter.tx.send(Err(anyhow!(reason.clone())));
+        let _ = waiter.tx.send(Err(reason.clone().into()));
     }
     let _ = inbound.send(Inbound::Ended(reason));
 }
