@@ -35,6 +35,9 @@ const LEGACY: &str = "2025-11-25";
 /// Every version this client speaks, newest first: the one era without `initialize`, then
 /// the `initialize` ones.
 const SPOKEN: [&str; 5] = [MODERN, LEGACY, "2025-06-18", "2025-03-26", "2024-11-05"];
+/// How long closing a session waits for a stdio server to exit after the end of its input,
+/// or for an HTTP server to end the session, before killing it or leaving.
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
 /// "Unsupported protocol version" (2026-07-28), with the versions the server speaks in
 /// `data.supported`.
 const UNSUPPORTED_VERSION: i64 = -32022;
@@ -185,7 +188,8 @@ impl Session {
         match session.start(c.protocol).await {
             Ok(()) => Ok((session, rx)),
             Err(e) => {
-                session.transport.close().await;
+                let grace = session.close_grace();
+                session.transport.close(grace).await;
                 Err(e)
             }
         }
@@ -490,7 +494,18 @@ impl Session {
 
     /// End the session (stdin closed or the HTTP session deleted).
     pub(crate) async fn close(self) {
-        self.transport.close().await;
+        let grace = self.close_grace();
+        self.transport.close(grace).await;
+    }
+
+    /// How long closing may wait for the server to leave on its own: [`CLOSE_GRACE`], but
+    /// never past the command's `--timeout` (a server that ignores the end of its input is
+    /// then killed at once rather than adding its grace to the timeout).
+    fn close_grace(&self) -> Duration {
+        match *mcpr_core::sync::lock(&self.deadline) {
+            Some(at) => CLOSE_GRACE.min(at.saturating_duration_since(tokio::time::Instant::now())),
+            None => CLOSE_GRACE,
+        }
     }
 }
 

@@ -553,7 +553,7 @@ impl Http {
         Ok(())
     }
 
-    pub(super) async fn close(self) {
+    pub(super) async fn close(self, grace: Duration) {
         let session = lock(&self.inner.state).session.clone();
         if session.is_some() {
             let rb = self
@@ -562,7 +562,7 @@ impl Http {
                 .delete(self.inner.url.clone())
                 .headers(self.inner.headers.clone());
             let rb = self.with_state_headers(rb, None, None);
-            let _ = tokio::time::timeout(Duration::from_secs(2), rb.send()).await;
+            let _ = tokio::time::timeout(grace, rb.send()).await;
         }
     }
 }

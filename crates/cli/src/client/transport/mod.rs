@@ -170,12 +170,12 @@ impl Transport {
         }
     }
 
-    /// End the connection politely: stdin closed (then the child killed if it lingers), or the
-    /// legacy HTTP session deleted.
-    pub(crate) async fn close(self) {
+    /// End the connection politely, waiting at most `grace`: stdin closed (then the child
+    /// killed if it lingers), or the legacy HTTP session deleted.
+    pub(crate) async fn close(self, grace: std::time::Duration) {
         match self {
-            Transport::Stdio(s) => s.close().await,
-            Transport::Http(h) => h.close().await,
+            Transport::Stdio(s) => s.close(grace).await,
+            Transport::Http(h) => h.close(grace).await,
         }
     }
 }

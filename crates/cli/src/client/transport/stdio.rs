@@ -301,14 +301,11 @@ impl Stdio {
             .unwrap_or_else(|| ConnectionEnded::new("the server closed the connection".to_owned()))
     }
 
-    pub(super) async fn close(self) {
+    pub(super) async fn close(self, grace: Duration) {
         // EOF on stdin is how a stdio MCP server is told to exit.
         self.stdin.lock().await.take();
         let mut child = self.child.lock().await;
-        if tokio::time::timeout(Duration::from_secs(2), child.wait())
-            .await
-            .is_err()
-        {
+        if tokio::time::timeout(grace, child.wait()).await.is_err() {
             let _ = child.kill().await;
         }
     }
