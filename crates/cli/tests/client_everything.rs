@@ -225,13 +225,19 @@ fn everything_over_stdio() {
     // It only sends updates after a tool call, which this client does not make; what can be
     // seen here is that the subscription is accepted and the watch stays up.
     let mut watch = Lines::spawn(over_stdio(&["watch", DOCUMENT], &node, &entry));
+    // It says when the subscription is in place (Node may take a few seconds to start).
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while !watch.stderr().contains('\n') && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(watch.stderr(), "watching 1 resource (Ctrl-C stops)\n");
     assert_eq!(
         watch.next_within(Duration::from_secs(2)),
         None,
         "{}",
         watch.stderr()
     );
-    assert!(watch.stderr().is_empty(), "{}", watch.stderr());
+    assert_eq!(watch.stderr(), "watching 1 resource (Ctrl-C stops)\n");
     assert!(
         watch.child.0.try_wait().unwrap().is_none(),
         "the watch runs until interrupted"

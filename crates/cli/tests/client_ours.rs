@@ -409,12 +409,24 @@ fn watch_prints_updates_and_list_changes_in_each_era_and_transport() {
                 t.client(&args)
             };
             let watch = Lines::spawn(cmd);
+            // It says when it is watching, before any change is made.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+            while !watch.stderr().contains('\n') && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            assert_eq!(
+                watch.stderr(),
+                "watching 1 resource (Ctrl-C stops)\n",
+                "{protocol} http={http}"
+            );
             let line = watch.poke_until(
                 || {
                     n += 1;
                     std::fs::write(&watched, format!("version {n}\n")).unwrap();
                 },
-                |l| l.contains("notifications/resources/updated"),
+                // A read may catch the file between its truncation and its write (empty): a
+                // later update carries the text.
+                |l| l.contains("notifications/resources/updated") && l.contains("version "),
             );
             let v: Value = serde_json::from_str(&line).unwrap();
             assert_eq!(v["uri"], uri.as_str(), "{protocol} http={http}: {line}");
@@ -433,7 +445,11 @@ fn watch_prints_updates_and_list_changes_in_each_era_and_transport() {
                 |l| l.contains("list_changed"),
             );
             assert_eq!(line, r#"{"method":"notifications/resources/list_changed"}"#);
-            assert!(watch.stderr().is_empty(), "{}", watch.stderr());
+            assert_eq!(
+                watch.stderr(),
+                "watching 1 resource (Ctrl-C stops)\n",
+                "{protocol} http={http}"
+            );
         }
     }
 
@@ -690,8 +706,13 @@ fn a_watch_whose_server_goes_away_says_so() {
             .map(|(l, b)| (*l, b.to_vec()))
             .expect("stderr");
         assert!(last.starts_with("error: "), "{protocol}: {err}");
+        assert_eq!(
+            before.first(),
+            Some(&"watching 1 resource (Ctrl-C stops)"),
+            "{protocol}: {err}"
+        );
         assert!(
-            before.iter().all(|l| l.starts_with("warning: ")),
+            before[1..].iter().all(|l| l.starts_with("warning: ")),
             "{protocol}: {err}"
         );
     }
@@ -728,8 +749,13 @@ fn watch_warns_about_refused_uris_and_fails_when_nothing_is_watched() {
             |l| l == format!("updated {uri}"),
         );
         let err = watch.stderr();
-        assert_eq!(err.lines().count(), 1, "{protocol}: {err}");
-        assert!(err.starts_with(&warning), "{protocol}: {err}");
+        let lines: Vec<&str> = err.lines().collect();
+        assert_eq!(lines.len(), 2, "{protocol}: {err}");
+        assert!(lines[0].starts_with(&warning), "{protocol}: {err}");
+        assert_eq!(
+            lines[1], "watching 1 resource (Ctrl-C stops)",
+            "{protocol}: {err}"
+        );
     }
 }
 
@@ -837,7 +863,10 @@ fn a_watch_survives_a_cut_connection_in_each_era() {
             assert!(err.contains("may have been missed"), "{err}");
         }
         assert!(
-            watch.stderr().lines().all(|l| l.starts_with("warning: ")),
+            watch
+                .stderr()
+                .lines()
+                .all(|l| l.starts_with("warning: ") || l == "watching 1 resource (Ctrl-C stops)"),
             "{protocol}: {}",
             watch.stderr()
         );

@@ -767,6 +767,7 @@ async fn watch(
             }
             return outcome;
         }
+        say_watching(watched);
     }
 
     // Watching: from here each read has --timeout of its own, and the watch runs on.
@@ -886,6 +887,7 @@ async fn watch_loop(
                 if watched == 0 {
                     return Err(nothing_watched());
                 }
+                say_watching(watched);
             }
             "notifications/resources/updated" => {
                 let uri = params
@@ -930,6 +932,18 @@ fn warn_unhonoured(params: &Value, uris: &[String]) -> usize {
         }
     }
     watched
+}
+
+/// The line on stderr saying the subscription is in place: from here on a change is reported
+/// (a change made before it may not be), which a person or a script waiting to make one needs
+/// to know. A 2026-07-28 listen is in place once the server acknowledges it.
+fn say_watching(watched: usize) {
+    let what = if watched == 1 {
+        "1 resource".to_owned()
+    } else {
+        format!("{watched} resources")
+    };
+    eprintln!("watching {what} (Ctrl-C stops)");
 }
 
 /// Why a watch ends when the server refused every URI given (each already warned about):
