@@ -130,7 +130,7 @@ fn client_exit(result: anyhow::Result<()>) -> ExitCode {
                     eprintln!("  | {line}");
                 }
             }
-            ExitCode::FAILURE
+            ExitCode::from(client::exit_code(&e))
         }
     }
 }

@@ -156,7 +156,7 @@ fn check_resources(client: impl Fn(&[&str]) -> Command) {
     );
 
     let missing = run(client(&["cat", "demo://resource/nope"]));
-    assert_eq!(missing.code, Some(1));
+    assert_eq!(missing.code, Some(4));
     assert!(
         missing.stderr.starts_with("error: ") && missing.stderr.lines().count() == 1,
         "{}",
@@ -164,7 +164,7 @@ fn check_resources(client: impl Fn(&[&str]) -> Command) {
     );
 
     let modern = run(client(&["ls", "--protocol", "2026-07-28"]));
-    assert_eq!(modern.code, Some(1));
+    assert_eq!(modern.code, Some(4));
     assert!(
         modern.stderr.contains("does not speak 2026-07-28"),
         "{}",

@@ -285,7 +285,7 @@ fn server_text_reaches_people_escaped_and_pipes_unchanged() {
 
     // An error message: one line, escaped, every escape named.
     let out = run(client(&url, &["cat", ERROR_URI]));
-    assert_eq!(out.code, Some(1), "{out:?}");
+    assert_eq!(out.code, Some(4), "{out:?}");
     assert_safe("the error line", &out.stderr);
     assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
     assert!(
@@ -471,7 +471,7 @@ fn the_timeout_bounds_the_whole_command_and_names_the_step() {
     assert_eq!(table.lines().count(), 5, "{table}");
     let started = std::time::Instant::now();
     let out = run(client(&slow, &["tools", "--timeout", "2"]));
-    assert_eq!(out.code, Some(1), "{out:?}");
+    assert_eq!(out.code, Some(6), "{out:?}");
     assert_eq!(
         out.stderr,
         "error: the command did not finish within 2s (--timeout): no answer to tools/list yet\n"
@@ -488,7 +488,7 @@ fn the_timeout_bounds_the_whole_command_and_names_the_step() {
         cmd.args(["ls", "--timeout", "1", "--", "sleep", "30"]);
         cmd
     });
-    assert_eq!(out.code, Some(1), "{out:?}");
+    assert_eq!(out.code, Some(6), "{out:?}");
     assert_eq!(
         out.stderr,
         "error: the command did not finish within 1s (--timeout): no answer to server/discover yet\n"

@@ -174,7 +174,7 @@ fn headers_reach_an_http_server_that_needs_them() {
                 protocol,
             ],
         ));
-        assert_eq!(out.code, Some(1), "{protocol}: {out:?}");
+        assert_eq!(out.code, Some(3), "{protocol}: {out:?}");
         assert!(out.stderr.contains("401"), "{protocol}: {out:?}");
     }
 
@@ -258,7 +258,7 @@ fn vscode_user_settings_servers_start_with_their_expanded_env() {
     let mut cmd = client(&home, &["cat", &uri, "--server", "vs-user-docs"]);
     cmd.env_remove("OUTER_TOKEN");
     let out = run(cmd);
-    assert_eq!(out.code, Some(1), "{out:?}");
+    assert_eq!(out.code, Some(3), "{out:?}");
     let listed = run(client(&home, &["servers"])).ok();
     assert!(
         listed.contains("vs-user-docs") && listed.contains("VS Code (settings)"),
@@ -467,7 +467,7 @@ fn urls_are_shown_without_userinfo_or_token_queries() {
             ],
         )),
     ] {
-        assert_eq!(out.code, Some(1), "{out:?}");
+        assert_eq!(out.code, Some(3), "{out:?}");
         assert!(
             out.stderr
                 .starts_with("error: cannot reach the server at http://***@127.0.0.1:1/mcp:"),

@@ -200,7 +200,7 @@ fn cat_writes_text_raw_bytes_and_files_and_reports_not_found() {
         assert_eq!(std::fs::read(&file).unwrap(), t.binary);
 
         let missing = run(t.client(&["cat", "--protocol", protocol, &t.uri("nope.txt")]));
-        assert_eq!(missing.code, Some(1), "{missing:?}");
+        assert_eq!(missing.code, Some(4), "{missing:?}");
         assert_eq!(missing.text(), "");
         assert_eq!(
             missing.stderr.lines().count(),
@@ -241,7 +241,7 @@ fn http_in_both_eras_lists_reads_and_sends_headers() {
         let mut cmd = Command::new(bin());
         cmd.args(["cat", "--protocol", protocol, "--url", &url, &t.uri("nope")]);
         let missing = run(cmd);
-        assert_eq!(missing.code, Some(1));
+        assert_eq!(missing.code, Some(4));
         assert!(
             missing.stderr.trim_end().ends_with(not_found),
             "{protocol}: {}",
@@ -305,7 +305,7 @@ fn a_bearer_token_goes_in_a_header_and_its_absence_is_explained() {
     let mut cmd = Command::new(bin());
     cmd.args(["cat", "--url", &url, &t.uri("a.txt")]);
     let refused = run(cmd);
-    assert_eq!(refused.code, Some(1));
+    assert_eq!(refused.code, Some(3));
     assert!(
         refused.stderr.contains("HTTP 401")
             && refused.stderr.contains("requires authorization")
@@ -335,7 +335,7 @@ fn a_bearer_token_goes_in_a_header_and_its_absence_is_explained() {
         &t.uri("a.txt"),
     ]);
     let wrong = run(cmd);
-    assert_eq!(wrong.code, Some(1));
+    assert_eq!(wrong.code, Some(3));
     assert!(
         !wrong.stderr.contains("wrong-token-xyz"),
         "a header value is never printed: {}",
@@ -469,8 +469,9 @@ fn watch_prints_updates_and_list_changes_in_each_era_and_transport() {
 
 #[test]
 fn failures_are_one_line_and_a_nonzero_exit() {
-    let line_of = |out: Out| {
-        assert_eq!(out.code, Some(1), "{out:?}");
+    // The status says the class of failure (see failures_exit_with_a_status_per_class).
+    let line_of = |out: Out, code: i32| {
+        assert_eq!(out.code, Some(code), "{out:?}");
         assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
         assert!(out.stderr.starts_with("error: "), "{}", out.stderr);
         out.stderr
@@ -478,7 +479,7 @@ fn failures_are_one_line_and_a_nonzero_exit() {
 
     let mut cmd = Command::new(bin());
     cmd.args(["ls", "--", "/nonexistent/mcp-server"]);
-    let e = line_of(run(cmd));
+    let e = line_of(run(cmd), 3);
     assert!(
         e.contains("cannot start the server `/nonexistent/mcp-server`"),
         "{e}"
@@ -486,7 +487,7 @@ fn failures_are_one_line_and_a_nonzero_exit() {
 
     // A server that exits at once: one error line, then its own last words under it.
     let out = run(client_stdio(&["ls"], &["serve", "/nonexistent/dir"]));
-    assert_eq!(out.code, Some(1), "{out:?}");
+    assert_eq!(out.code, Some(3), "{out:?}");
     let (first, rest) = out.stderr.split_once('\n').expect("more than one line");
     assert!(
         first.starts_with("error: ") && first.contains("exited"),
@@ -507,7 +508,7 @@ fn failures_are_one_line_and_a_nonzero_exit() {
         .port();
     let mut cmd = Command::new(bin());
     cmd.args(["ls", "--url", &format!("http://127.0.0.1:{port}/mcp")]);
-    let e = line_of(run(cmd));
+    let e = line_of(run(cmd), 3);
     assert!(
         e.contains("cannot reach the server at http://127.0.0.1:") && e.contains("refused"),
         "{e}"
@@ -515,13 +516,13 @@ fn failures_are_one_line_and_a_nonzero_exit() {
 
     let mut cmd = Command::new(bin());
     cmd.arg("ls");
-    let e = line_of(run(cmd));
+    let e = line_of(run(cmd), 2);
     assert!(e.contains("--url") && e.contains("-- COMMAND"), "{e}");
 
     // Not an MCP server at all: something that prints text and exits.
     let mut cmd = Command::new(bin());
     cmd.args(["ls", "--", "echo", "hello"]);
-    let e = line_of(run(cmd));
+    let e = line_of(run(cmd), 3);
     assert!(e.contains("not JSON-RPC") || e.contains("exited"), "{e}");
 
     // A server whose stdout line never ends: the client stops at --max-message-mib
@@ -536,7 +537,7 @@ fn failures_are_one_line_and_a_nonzero_exit() {
         "-c",
         "head -c 3000000 /dev/zero; exec sleep 30",
     ]);
-    let e = line_of(run(cmd));
+    let e = line_of(run(cmd), 3);
     assert!(
         e.contains("a line of over 1 MiB to stdout") && e.contains("--max-message-mib"),
         "{e}"
@@ -551,7 +552,7 @@ fn failures_are_one_line_and_a_nonzero_exit() {
         "--header",
         "Authorization Bearer s3cr3t",
     ]);
-    let e = line_of(run(cmd));
+    let e = line_of(run(cmd), 2);
     assert!(e.contains("--header") && !e.contains("s3cr3t"), "{e}");
 }
 
@@ -569,7 +570,7 @@ fn a_server_that_exits_at_start_shows_its_last_stderr_lines() {
          echo \"For more information, try '--help'.\" >&2; exit 2",
     );
     let out = run(cmd);
-    assert_eq!(out.code, Some(1), "{out:?}");
+    assert_eq!(out.code, Some(3), "{out:?}");
     let lines: Vec<&str> = out.stderr.lines().collect();
     assert_eq!(
         lines,
@@ -599,7 +600,7 @@ fn a_server_that_exits_at_start_shows_its_last_stderr_lines() {
         "é".repeat(1000)
     ));
     let out = run(cmd);
-    assert_eq!(out.code, Some(1), "{out:?}");
+    assert_eq!(out.code, Some(3), "{out:?}");
     let shown: Vec<&str> = out
         .stderr
         .lines()
@@ -611,6 +612,77 @@ fn a_server_that_exits_at_start_shows_its_last_stderr_lines() {
         assert_eq!(line.chars().count(), 200, "{line}");
     }
     assert!(shown.iter().map(|l| l.len()).sum::<usize>() <= 2048);
+}
+
+/// The exit status says what kind of failure it was, one test per class: 2 a command line
+/// the client cannot act on (clap's or its own), 3 no connection (the server cannot be
+/// started or reached, or it exited), 4 a JSON-RPC error from the server, 5 a tool that
+/// reported `isError`, 6 `--timeout`, 1 anything else.
+#[test]
+fn failures_exit_with_a_status_per_class() {
+    let t = Tree::new();
+    let code = |cmd: Command| {
+        let out = run(cmd);
+        assert!(out.stderr.contains("error: "), "{out:?}");
+        out.code
+    };
+    let ours = |args: &[&str]| {
+        let mut cmd = Command::new(bin());
+        cmd.args(args);
+        cmd
+    };
+
+    // Usage: clap's own (out of range), no server, a malformed --arg.
+    assert_eq!(code(ours(&["ls", "--timeout", "0", "--", "x"])), Some(2));
+    assert_eq!(code(ours(&["ls"])), Some(2));
+    assert_eq!(code(t.client(&["call", "t", "--arg", "novalue"])), Some(2));
+
+    // Connection: nothing to start, nobody listening, a server that exits.
+    assert_eq!(
+        code(ours(&["ls", "--", "/nonexistent/mcp-server"])),
+        Some(3)
+    );
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    assert_eq!(code(ours(&["ls", "--url", &url])), Some(3));
+    assert_eq!(
+        code(client_stdio(&["ls"], &["serve", "/nonexistent/dir"])),
+        Some(3)
+    );
+
+    // Protocol: the server answers with a JSON-RPC error (-32002, not found).
+    assert_eq!(code(t.client(&["cat", &t.uri("nope.txt")])), Some(4));
+
+    // Tool: the call is answered, with isError.
+    let root = t.root.display().to_string();
+    let missing = format!("uri={}", t.uri("nope.txt"));
+    let mut call = ours(&["call", "read_resource", "--arg", &missing, "--"]);
+    call.arg(bin()).args(["serve", "--tools", &root]);
+    assert_eq!(code(call), Some(5));
+
+    // Timeout: a server that never answers.
+    assert_eq!(
+        code(ours(&[
+            "ls",
+            "--timeout",
+            "1",
+            "--",
+            "sh",
+            "-c",
+            "while read -r line; do :; done"
+        ])),
+        Some(6)
+    );
+
+    // Anything else: every URI of a watch refused.
+    assert_eq!(
+        code(t.client(&["watch", "file:///no-such-mount/x.txt"])),
+        Some(1)
+    );
 }
 
 /// `script` gives the command a terminal: a binary is refused there, with the way out named,
@@ -694,7 +766,7 @@ fn a_watch_whose_server_goes_away_says_so() {
             );
             std::thread::sleep(std::time::Duration::from_millis(20));
         };
-        assert_eq!(status.code(), Some(1), "{protocol}");
+        assert_eq!(status.code(), Some(3), "{protocol}");
         // The stderr reader may lag the exit by a moment.
         std::thread::sleep(std::time::Duration::from_millis(200));
         let err = watch.stderr();

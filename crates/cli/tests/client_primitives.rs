@@ -138,13 +138,13 @@ fn tools_calls_and_prompts_against_a_python_sdk_server() {
     let result: Value = serde_json::from_str(out.trim_end()).expect("one JSON line");
     assert_eq!(result["content"][0]["text"], "3");
     assert_eq!(result["isError"], false);
-    // A string where the tool wants a number is the tool's error: exit 1.
+    // A string where the tool wants a number is the tool's error: exit 5.
     let out = run(client(
         &["call", "add", "--arg", "a=x", "--arg", "b:=1"],
         &py,
         &script,
     ));
-    assert_eq!(out.code, Some(1), "{out:?}");
+    assert_eq!(out.code, Some(5), "{out:?}");
 
     // Text to stdout, the image to -o byte for byte, a note on stderr saying where it went.
     let png = dir.path().join("out.png");
@@ -170,13 +170,13 @@ fn tools_calls_and_prompts_against_a_python_sdk_server() {
         "{out}"
     );
 
-    // isError: the tool's text printed, then one error line and exit 1.
+    // isError: the tool's text printed, then one error line and exit 5.
     let out = run(client(
         &["call", "fail", "--arg", "why=testing"],
         &py,
         &script,
     ));
-    assert_eq!(out.code, Some(1), "{out:?}");
+    assert_eq!(out.code, Some(5), "{out:?}");
     assert!(!out.stdout.is_empty(), "{out:?}");
     assert_eq!(
         out.stderr,
@@ -209,9 +209,9 @@ fn tools_calls_and_prompts_against_a_python_sdk_server() {
     let got: Value = serde_json::from_str(out.trim_end()).unwrap();
     assert_eq!(got["messages"][0]["content"]["text"], "Hello, Ann!");
 
-    // Bad arguments are refused before any server is started.
+    // Bad arguments are refused before any server is started, as a usage error.
     let out = run(client(&["call", "add", "--arg", "novalue"], &py, &script));
-    assert_eq!(out.code, Some(1), "{out:?}");
+    assert_eq!(out.code, Some(2), "{out:?}");
     assert!(out.stderr.contains("expected NAME=VALUE"), "{out:?}");
 }
 
@@ -282,7 +282,7 @@ fn tools_and_prompts_over_http_against_a_python_sdk_server() {
             "{protocol}"
         );
         let out = run(http(&["call", "fail", "--arg", "why=testing"]));
-        assert_eq!(out.code, Some(1), "{protocol}: {out:?}");
+        assert_eq!(out.code, Some(5), "{protocol}: {out:?}");
         assert!(
             out.stderr.ends_with("reported an error (isError)\n"),
             "{out:?}"

@@ -178,7 +178,7 @@ fn list_and_pull(s: &Skills, what: &str, client: &dyn Fn(&[&str]) -> Command) {
         "skill://acme/nope/SKILL.md",
         into_s,
     ]));
-    assert_eq!(out.code, Some(1), "{what}: {out:?}");
+    assert_eq!(out.code, Some(4), "{what}: {out:?}");
     assert!(out.stderr.contains("-32602"), "{what}: {out:?}");
     assert!(!into.join("nope").exists(), "{what}");
 }

@@ -121,7 +121,7 @@ pub(crate) enum ClientCommand {
         connect: Connect,
     },
     /// Call a tool: its text content to stdout, image, audio and blob content to `-o`; exit
-    /// code 1 when the tool reports an error (`isError`).
+    /// code 5 when the tool reports an error (`isError`).
     ///
     /// Example: `mcp-resources call read_resource --arg uri=file:///srv/docs/README.md -- mcp-resources serve /srv/docs --tools`.
     Call {
@@ -244,7 +244,7 @@ pub(crate) fn run(cmd: ClientCommand) -> anyhow::Result<()> {
                 json,
                 connect,
             } => {
-                let context = parse_string_args(&context)?;
+                let context = parse_string_args(&context).map_err(super::usage)?;
                 with_session(&connect, |s| async move {
                     complete(&s, &template, &argument, &value, context, json)
                         .await
@@ -285,7 +285,8 @@ pub(crate) fn run(cmd: ClientCommand) -> anyhow::Result<()> {
                 json,
                 connect,
             } => {
-                let arguments = primitives::tool_arguments(&args, args_json.as_deref())?;
+                let arguments = primitives::tool_arguments(&args, args_json.as_deref())
+                    .map_err(super::usage)?;
                 with_session(&connect, |s| async move {
                     primitives::call(&s, &tool, arguments, output, json)
                         .await
@@ -331,7 +332,7 @@ pub(crate) fn run(cmd: ClientCommand) -> anyhow::Result<()> {
                 json,
                 connect,
             } => {
-                let arguments = parse_string_args(&args)?;
+                let arguments = parse_string_args(&args).map_err(super::usage)?;
                 with_session(&connect, |s| async move {
                     primitives::prompt(&s, &name, arguments, output, json)
                         .await

@@ -42,6 +42,62 @@ const CLOSE_GRACE: Duration = Duration::from_secs(2);
 /// `data.supported`.
 const UNSUPPORTED_VERSION: i64 = -32022;
 
+/// A command line the client cannot act on (beyond what clap checks): no server given, a
+/// malformed `--header` or `--arg`. Exits 2, as clap's own usage errors do.
+#[derive(Debug)]
+pub(crate) struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// `--timeout` ran out, with the step the command was waiting for.
+#[derive(Debug)]
+pub(crate) struct TimedOut(pub String);
+
+impl std::fmt::Display for TimedOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for TimedOut {}
+
+/// A usage error (`UsageError`), keeping the message of `e`.
+pub(crate) fn usage(e: anyhow::Error) -> anyhow::Error {
+    UsageError(format!("{e:#}")).into()
+}
+
+/// The exit status of a failed command, by what failed, so that a script can tell a bad command
+/// line from a server that is down, one that refused, a tool that failed and a wait that ran
+/// out: 2 usage, 3 connection (the server could not be started or reached, or the connection
+/// ended), 4 a JSON-RPC error from the server, 5 a tool that reported an error (`isError`),
+/// 6 `--timeout`, 1 anything else.
+pub(crate) fn exit_code(e: &anyhow::Error) -> u8 {
+    let has = |f: &dyn Fn(&(dyn std::error::Error + 'static)) -> bool| e.chain().any(f);
+    if has(&|c| c.is::<UsageError>()) {
+        2
+    } else if has(&|c| c.is::<TimedOut>()) {
+        6
+    } else if has(&|c| c.is::<primitives::ToolError>()) {
+        5
+    } else if has(&|c| c.is::<RpcError>()) {
+        4
+    } else if has(&|c| {
+        c.is::<transport::ConnectionEnded>()
+            || c.is::<HttpStatus>()
+            || c.is::<transport::StreamDropped>()
+    }) {
+        3
+    } else {
+        1
+    }
+}
+
 /// The last lines of stderr of a stdio server whose exit ended the command, cleaned and
 /// bounded, for `main` to show under the error line; empty for any other failure.
 pub(crate) fn server_stderr(e: &anyhow::Error) -> &[String] {
@@ -170,11 +226,18 @@ impl Session {
                     None => Transport::Stdio(Stdio::spawn(&entry.command, &entry.env, tx, max)?),
                 }
             }
-            (Some(url), _) => Transport::Http(Http::new(url, parse_headers(&c.headers)?, tx, max)?),
+            (Some(url), _) => Transport::Http(Http::new(
+                url,
+                parse_headers(&c.headers).map_err(usage)?,
+                tx,
+                max,
+            )?),
             (None, false) => Transport::Stdio(Stdio::spawn(&c.command, &[], tx, max)?),
-            (None, true) => bail!(
-                "no server given: use --url URL for Streamable HTTP, -- COMMAND ARGS... to start one over stdio, or --server NAME for one from a config file"
-            ),
+            (None, true) => {
+                return Err(UsageError(
+                    "no server given: use --url URL for Streamable HTTP, -- COMMAND ARGS... to start one over stdio, or --server NAME for one from a config file".to_owned(),
+                ).into());
+            }
         };
         let mut session = Self {
             transport,
@@ -431,16 +494,16 @@ impl Session {
         let deadline = *mcpr_core::sync::lock(&self.deadline);
         match deadline {
             Some(at) => tokio::time::timeout_at(at, exchange).await.map_err(|_| {
-                anyhow::anyhow!(
+                TimedOut(format!(
                     "the command did not finish within {}s (--timeout): no answer to {method} yet",
                     self.timeout.as_secs()
-                )
+                ))
             })?,
             None => tokio::time::timeout(t, exchange).await.map_err(|_| {
-                anyhow::anyhow!(
+                TimedOut(format!(
                     "the server did not answer {method} within {}s (--timeout)",
                     t.as_secs()
-                )
+                ))
             })?,
         }
     }

@@ -12,6 +12,18 @@ use super::Session;
 use super::commands::{paginate, parsed};
 use super::output::{clean, clean_text, field, human_size, raw_line, table};
 
+/// A tool that answered with `isError`, by name (cleaned): its content is already printed.
+#[derive(Debug)]
+pub(crate) struct ToolError(String);
+
+impl std::fmt::Display for ToolError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the tool {} reported an error (isError)", self.0)
+    }
+}
+
+impl std::error::Error for ToolError {}
+
 /// `--arg NAME=VALUE` (a string) and `--arg NAME:=JSON` (any JSON value: a number, `true`, an
 /// object), over the object `--args-json` gives, for a tool's `arguments`.
 pub(crate) fn tool_arguments(
@@ -439,7 +451,7 @@ pub(crate) async fn call(
     }
     out.flush()?;
     if is_error {
-        bail!("the tool {} reported an error (isError)", clean(tool));
+        return Err(ToolError(clean(tool)).into());
     }
     Ok(())
 }

@@ -250,7 +250,7 @@ impl Http {
         msg.push_str(&redact_urls_in(
             &last.unwrap_or_else(|| e.without_url().to_string()),
         ));
-        anyhow!(msg)
+        ConnectionEnded::new(msg).into()
     }
 
     pub(super) async fn request(&self, req: Outgoing<'_>) -> Reply {

@@ -88,7 +88,8 @@ pub(crate) enum Inbound {
     Ended(ConnectionEnded),
 }
 
-/// Why a connection ended: one line, and for a child server that exited, the last lines it
+/// Why there is no connection to the server (any more): it could not be started or reached,
+/// or the connection ended; one line, and for a child server that exited, the last lines it
 /// wrote to stderr (a server's own error is often several lines above its last one, as with
 /// clap's `For more information, try '--help'.`).
 #[derive(Debug, Clone)]

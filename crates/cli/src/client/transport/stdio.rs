@@ -141,7 +141,7 @@ impl Stdio {
             .stderr(std::process::Stdio::piped())
             .kill_on_drop(true)
             .spawn()
-            .with_context(|| format!("cannot start the server `{shown}`"))?;
+            .map_err(|e| ConnectionEnded::new(format!("cannot start the server `{shown}`: {e}")))?;
         let stdin = child.stdin.take().context("the child has no stdin")?;
         let stdout = child.stdout.take().context("the child has no stdout")?;
         let stderr = child.stderr.take().context("the child has no stderr")?;
