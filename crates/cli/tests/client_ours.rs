@@ -685,6 +685,43 @@ fn failures_exit_with_a_status_per_class() {
     );
 }
 
+/// `info` shows the server's instructions (ours names its mounts in them) under the rest, in
+/// both eras, and in `--json`; `ping` is answered.
+#[test]
+fn info_shows_instructions_and_ping_is_answered() {
+    let t = Tree::new();
+    for (protocol, _) in ERAS {
+        let text = run(t.client(&["info", "--protocol", protocol])).ok();
+        let (head, instructions) = text
+            .split_once("instructions:\n")
+            .unwrap_or_else(|| panic!("{protocol}: no instructions: {text}"));
+        assert!(head.starts_with("server:   mcp-resources "), "{text}");
+        assert!(
+            instructions.lines().all(|l| l.starts_with("  ")),
+            "{protocol}: {text}"
+        );
+        assert!(
+            instructions.contains(&format!("files mount {}", t.root.display())),
+            "{protocol}: {text}"
+        );
+        let json: Value =
+            serde_json::from_str(&run(t.client(&["info", "--json", "--protocol", protocol])).ok())
+                .unwrap();
+        assert!(
+            json["instructions"]
+                .as_str()
+                .is_some_and(|i| i.contains("files mount")),
+            "{protocol}: {json}"
+        );
+
+        let pong = run(t.client(&["ping", "--protocol", protocol])).ok();
+        assert!(
+            pong.starts_with("the server answered ping in ") && pong.ends_with(" ms\n"),
+            "{protocol}: {pong}"
+        );
+    }
+}
+
 /// `script` gives the command a terminal: a binary is refused there, with the way out named,
 /// and a long listing shows a progress line that a pipe never sees.
 #[test]

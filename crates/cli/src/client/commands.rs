@@ -1,5 +1,5 @@
-//! The client commands: `ls`, `cat`, `templates`, `complete` and `watch`, and the dispatch of
-//! `tools`, `call`, `prompts` and `prompt` (in `primitives.rs`).
+//! The client commands: `ls`, `cat`, `dir`, `templates`, `complete`, `ping` and `watch`, and
+//! the dispatch of `tools`, `call`, `prompts` and `prompt` (in `primitives.rs`).
 
 use std::collections::{HashMap, HashSet};
 use std::io::{IsTerminal as _, Write as _};
@@ -44,6 +44,24 @@ pub(crate) enum ClientCommand {
         /// The whole `resources/read` result as the server sent it, on one line.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        connect: Connect,
+    },
+    /// List a directory's direct children (`resources/directory/read`, every page), as `ls`
+    /// lists resources; subfolders have the MIME type `inode/directory`.
+    ///
+    /// Example: `mcp-resources dir skill://acme/review/ --url http://127.0.0.1:8080/mcp`.
+    Dir {
+        /// The directory's URI.
+        uri: String,
+        /// One resource object per line, exactly as the server sent it.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        connect: Connect,
+    },
+    /// Ask the server whether it is there (`ping`) and say how long the answer took.
+    Ping {
         #[command(flatten)]
         connect: Connect,
     },
@@ -230,6 +248,24 @@ pub(crate) fn run(cmd: ClientCommand) -> anyhow::Result<()> {
                 })
                 .await
             }
+            ClientCommand::Dir { uri, json, connect } => {
+                with_session(&connect, |s| async move {
+                    dir(&s, &uri, json).await.map(|()| s)
+                })
+                .await
+            }
+            ClientCommand::Ping { connect } => {
+                with_session(&connect, |s| async move {
+                    let started = std::time::Instant::now();
+                    s.request("ping", json!({})).await?;
+                    println!(
+                        "the server answered ping in {} ms",
+                        started.elapsed().as_millis()
+                    );
+                    Ok(s)
+                })
+                .await
+            }
             ClientCommand::Templates { json, connect } => {
                 with_session(&connect, |s| async move {
                     templates(&s, json).await.map(|()| s)
@@ -410,6 +446,18 @@ pub(super) async fn paginate(
     s: &Session,
     method: &str,
     key: &str,
+    each: impl FnMut(&RawValue) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    paginate_with(s, method, &json!({}), key, each).await
+}
+
+/// [`paginate`] for a method whose every request carries `params` besides the cursor (a
+/// directory read names its directory on each page).
+async fn paginate_with(
+    s: &Session,
+    method: &str,
+    params: &Value,
+    key: &str,
     mut each: impl FnMut(&RawValue) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
     let mut progress = Progress::new();
@@ -417,10 +465,10 @@ pub(super) async fn paginate(
     let mut cursor: Option<String> = None;
     let (mut count, mut pages) = (0usize, 0usize);
     loop {
-        let params = match &cursor {
-            Some(c) => json!({ "cursor": c }),
-            None => json!({}),
-        };
+        let mut params = params.clone();
+        if let Some(c) = &cursor {
+            params["cursor"] = json!(c);
+        }
         let raw = s.request_raw(method, params, Some(s.timeout())).await?;
         let page: HashMap<&str, &RawValue> = serde_json::from_str(raw.get())
             .with_context(|| format!("the server's {method} answer is not a JSON object"))?;
@@ -490,6 +538,45 @@ fn left_out(method: &str, meta: Option<&RawValue>, progress: &mut Progress) {
 /// One item of a page as a `Value`, for the table.
 pub(super) fn parsed(item: &RawValue) -> anyhow::Result<Value> {
     serde_json::from_str(item.get()).context("the server sent an item that is not valid JSON")
+}
+
+/// `dir`: the direct children of a directory (`resources/directory/read`, every page), as
+/// `ls` prints resources; folders are the ones whose MIME type is `inode/directory`.
+async fn dir(s: &Session, uri: &str, json: bool) -> anyhow::Result<()> {
+    let stdout = std::io::stdout();
+    let terminal = stdout.is_terminal();
+    let mut rows = Vec::new();
+    paginate_with(
+        s,
+        "resources/directory/read",
+        &json!({ "uri": uri }),
+        "resources",
+        |item| {
+            if json {
+                raw_line(&mut stdout.lock(), item, terminal)?;
+            } else {
+                let r = parsed(item)?;
+                rows.push(vec![
+                    field(&r, "uri"),
+                    field(&r, "name"),
+                    field(&r, "mimeType"),
+                    r.get("size")
+                        .and_then(Value::as_u64)
+                        .map_or_else(|| "-".to_owned(), human_size),
+                ]);
+            }
+            Ok(())
+        },
+    )
+    .await?;
+    if !json {
+        table(
+            &mut stdout.lock(),
+            &["URI", "NAME", "MIME TYPE", "SIZE"],
+            &rows,
+        )?;
+    }
+    Ok(())
 }
 
 async fn ls(s: &Session, prefix: Option<&str>, json: bool) -> anyhow::Result<()> {

@@ -1,5 +1,5 @@
-//! The terminal client (`ls`, `cat`, `templates`, `complete`, `watch`, `tools`, `call`,
-//! `prompts`, `prompt`, `skills`) for any MCP server.
+//! The terminal client (`ls`, `cat`, `dir`, `templates`, `complete`, `watch`, `info`,
+//! `ping`, `tools`, `call`, `prompts`, `prompt`, `skills`) for any MCP server.
 //!
 //! It speaks raw JSON-RPC rather than through rmcp's typed client so that `--json` can print
 //! what the server sent byte for byte in meaning (unknown fields included), and so that both
@@ -197,6 +197,8 @@ pub(crate) struct Session {
     capabilities: Value,
     /// `serverInfo` from `server/discover` or `initialize`.
     server_info: Value,
+    /// `instructions` from `server/discover` or `initialize`, when the server gave any.
+    instructions: Option<String>,
     next_id: AtomicU64,
     timeout: Duration,
     /// When the command must be done by (`--timeout` from its start), until
@@ -244,6 +246,7 @@ impl Session {
             era: Era::Modern,
             capabilities: Value::Null,
             server_info: Value::Null,
+            instructions: None,
             next_id: AtomicU64::new(1),
             timeout: Duration::from_secs(c.timeout),
             deadline: std::sync::Mutex::new(Some(started + Duration::from_secs(c.timeout))),
@@ -306,6 +309,7 @@ impl Session {
                             })
                             .cloned()
                             .unwrap_or_default();
+                        self.instructions = instructions_of(&result);
                         return Ok(());
                     }
                     if protocol == Protocol::Modern {
@@ -370,6 +374,7 @@ impl Session {
         }
         self.capabilities = result.get("capabilities").cloned().unwrap_or_default();
         self.server_info = result.get("serverInfo").cloned().unwrap_or_default();
+        self.instructions = instructions_of(&result);
         self.era = Era::Legacy(version);
         self.transport
             .notify(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
@@ -389,6 +394,11 @@ impl Session {
     /// `serverInfo` as the server sent it.
     pub(crate) fn server_info(&self) -> &Value {
         &self.server_info
+    }
+
+    /// The server's `instructions` (how to use it, for a model), when it gave any.
+    pub(crate) fn instructions(&self) -> Option<&str> {
+        self.instructions.as_deref()
     }
 
     /// The server's `capabilities.resources.<flag>`.
@@ -570,6 +580,15 @@ impl Session {
             None => CLOSE_GRACE,
         }
     }
+}
+
+/// A handshake answer's `instructions`, when it is a string that is not blank.
+fn instructions_of(result: &Value) -> Option<String> {
+    result
+        .get("instructions")
+        .and_then(Value::as_str)
+        .filter(|i| !i.trim().is_empty())
+        .map(str::to_owned)
 }
 
 fn client_info() -> Value {

@@ -128,7 +128,8 @@ fn offers(s: &Session, missing: &str) -> String {
     }
 }
 
-/// `info`: who the server is, the version agreed, and what it offers, one line each.
+/// `info`: who the server is, the version agreed, and what it offers, one line each, then its
+/// instructions when it gave any.
 pub(crate) fn info(s: &Session, json: bool) -> anyhow::Result<()> {
     let version = match s.era() {
         super::Era::Modern => super::MODERN.to_owned(),
@@ -137,11 +138,14 @@ pub(crate) fn info(s: &Session, json: bool) -> anyhow::Result<()> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     if json {
-        let v = json!({
+        let mut v = json!({
             "protocolVersion": version,
             "serverInfo": s.server_info(),
             "capabilities": s.capabilities(),
         });
+        if let Some(i) = s.instructions() {
+            v["instructions"] = json!(i);
+        }
         super::output::json_line(&mut out, &v, stdout.is_terminal())?;
         return Ok(());
     }
@@ -180,6 +184,14 @@ pub(crate) fn info(s: &Session, json: bool) -> anyhow::Result<()> {
         offered.join(", ")
     };
     writeln!(out, "offers:   {offered}")?;
+    // Instructions are prose for a model, often several lines: under their own heading,
+    // each line indented, cleaned of what a terminal would act on.
+    if let Some(instructions) = s.instructions() {
+        writeln!(out, "instructions:")?;
+        for line in instructions.lines() {
+            writeln!(out, "  {}", clean(line))?;
+        }
+    }
     Ok(())
 }
 
