@@ -145,8 +145,10 @@ pub(crate) enum ClientCommand {
     Call {
         /// The tool's name, as `tools` lists it.
         tool: String,
-        /// An argument: NAME=VALUE gives a string, NAME:=JSON any JSON value (a number,
-        /// `true`, an object). Repeatable; applied over --args-json.
+        /// An argument: NAME=VALUE is read by the tool's input schema (`limit=5` is the
+        /// number 5 where the schema wants a number, else a string), NAME:=JSON any JSON
+        /// value as written (a number, `true`, an object). Repeatable; applied over
+        /// --args-json.
         #[arg(long = "arg", value_name = "NAME=VALUE")]
         args: Vec<String>,
         /// All arguments as one JSON object.
