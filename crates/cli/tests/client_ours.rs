@@ -10,7 +10,7 @@ use std::ffi::OsStr;
 use std::path::PathBuf;
 use std::process::Command;
 
-use client_common::{Lines, Out, bin, client_stdio, on_terminal, our_http_server, run};
+use client_common::{Lines, Out, absent, bin, client_stdio, on_terminal, our_http_server, run};
 use serde_json::Value;
 
 /// The eras as `--protocol` spells them, with the not-found code each answers.
@@ -980,4 +980,77 @@ fn a_watch_survives_a_cut_connection_in_each_era() {
             watch.stderr()
         );
     }
+}
+
+/// A legacy stdio server in Python's standard library that offers logging: `logging/setLevel`
+/// is answered, then it sends a log message naming the level asked for and one whose data is
+/// an object with a terminal escape, and waits for the end of its input.
+const LOGGING_SERVER: &str = r#"
+import json, sys
+def send(m):
+    sys.stdout.write(json.dumps(m) + "\n"); sys.stdout.flush()
+for line in sys.stdin:
+    m = json.loads(line)
+    if "id" not in m:
+        continue
+    method = m.get("method")
+    if method == "initialize":
+        send({"jsonrpc": "2.0", "id": m["id"], "result": {"protocolVersion": "2025-11-25",
+              "capabilities": {"logging": {}}, "serverInfo": {"name": "logs", "version": "1"}}})
+    elif method == "logging/setLevel":
+        send({"jsonrpc": "2.0", "id": m["id"], "result": {}})
+        level = m["params"]["level"]
+        send({"jsonrpc": "2.0", "method": "notifications/message",
+              "params": {"level": "info", "logger": "app", "data": "level set to " + level}})
+        send({"jsonrpc": "2.0", "method": "notifications/message",
+              "params": {"level": "error", "data": {"disk": "full\u001b[2J"}}})
+    else:
+        send({"jsonrpc": "2.0", "id": m["id"], "error": {"code": -32601, "message": "no " + method}})
+"#;
+
+/// `log-level LEVEL` sends `logging/setLevel` with that level, says on stderr that it is
+/// logging, and prints each log message as `[LEVEL] LOGGER: DATA` (an object's data as one
+/// line of JSON) until interrupted; `--json` prints each message's params as sent.
+#[test]
+fn log_level_sets_the_level_and_prints_log_messages() {
+    if Command::new("python3").arg("--version").output().is_err() {
+        absent::<()>("python3", "not on PATH");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("logs.py");
+    std::fs::write(&script, LOGGING_SERVER).unwrap();
+    let mut cmd = Command::new(bin());
+    cmd.args(["log-level", "warning", "--", "python3"])
+        .arg(&script);
+    let logs = Lines::spawn(cmd);
+    let within = std::time::Duration::from_secs(15);
+    assert_eq!(
+        logs.next_within(within).as_deref(),
+        Some("[info] app: level set to warning"),
+        "{}",
+        logs.stderr()
+    );
+    assert_eq!(
+        logs.next_within(within).as_deref(),
+        Some(r#"[error] {"disk":"full\u001b[2J"}"#)
+    );
+    // The stderr reader may lag stdout's by a moment.
+    let deadline = std::time::Instant::now() + within;
+    while logs.stderr().is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(logs.stderr(), "logging at warning (Ctrl-C stops)\n");
+    drop(logs);
+
+    let mut cmd = Command::new(bin());
+    cmd.args(["log-level", "debug", "--json", "--", "python3"])
+        .arg(&script);
+    let logs = Lines::spawn(cmd);
+    let line = logs.next_within(within).expect("a log line");
+    let v: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(
+        v,
+        serde_json::json!({"level": "info", "logger": "app", "data": "level set to debug"})
+    );
 }

@@ -60,6 +60,20 @@ pub(crate) enum ClientCommand {
         #[command(flatten)]
         connect: Connect,
     },
+    /// Set the server's log level (`logging/setLevel`) and print the log messages it sends
+    /// until interrupted (Ctrl-C): one line each, `[LEVEL] LOGGER: DATA`.
+    ///
+    /// Example: `mcp-resources log-level debug -- node server.js`.
+    LogLevel {
+        /// The least severe level to be sent.
+        #[arg(value_enum)]
+        level: LogLevel,
+        /// Each notification's `params` as sent, one per line.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        connect: Connect,
+    },
     /// Ask the server whether it is there (`ping`) and say how long the answer took.
     Ping {
         #[command(flatten)]
@@ -203,6 +217,19 @@ pub(crate) enum ClientCommand {
     },
 }
 
+/// The levels of `logging/setLevel` (RFC 5424's, least severe first).
+#[derive(clap::ValueEnum, Debug, Clone, Copy)]
+pub(crate) enum LogLevel {
+    Debug,
+    Info,
+    Notice,
+    Warning,
+    Error,
+    Critical,
+    Alert,
+    Emergency,
+}
+
 /// `skills pull`.
 #[derive(Subcommand, Debug)]
 pub(crate) enum SkillsCommand {
@@ -255,6 +282,17 @@ pub(crate) fn run(cmd: ClientCommand) -> anyhow::Result<()> {
                     dir(&s, &uri, json).await.map(|()| s)
                 })
                 .await
+            }
+            ClientCommand::LogLevel {
+                level,
+                json,
+                connect,
+            } => {
+                let (session, rx) = Session::connect(&connect).await?;
+                let level = clap::ValueEnum::to_possible_value(&level)
+                    .map(|v| v.get_name().to_owned())
+                    .unwrap_or_default();
+                log_level(session, rx, &level, json).await
             }
             ClientCommand::Ping { connect } => {
                 with_session(&connect, |s| async move {
@@ -807,6 +845,73 @@ async fn complete(
         }
     }
     Ok(())
+}
+
+/// `log-level`: set the level, then print each `notifications/message` until interrupted or
+/// the connection ends.
+async fn log_level(
+    session: Session,
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<Inbound>,
+    level: &str,
+    json: bool,
+) -> anyhow::Result<()> {
+    if !session.has_capability("logging") {
+        bail!("the server does not offer logging (no `logging` capability)");
+    }
+    // A legacy HTTP server sends notifications outside any request on its GET stream.
+    if matches!(session.era(), Era::Legacy(_)) {
+        session.open_notification_stream().await?;
+    }
+    session
+        .request("logging/setLevel", json!({ "level": level }))
+        .await?;
+    // From here it runs until interrupted, as a watch does.
+    session.end_deadline();
+    eprintln!("logging at {level} (Ctrl-C stops)");
+    let interrupted = crate::shutdown_signal();
+    tokio::pin!(interrupted);
+    let outcome = loop {
+        let msg = tokio::select! {
+            () = &mut interrupted => break Ok(()),
+            msg = rx.recv() => msg,
+        };
+        let n = match msg {
+            Some(Inbound::Notification(n)) => n,
+            Some(Inbound::Dropped(why)) => {
+                eprintln!("warning: {}", clean(&why));
+                continue;
+            }
+            Some(Inbound::Ended(ended)) => break Err(ended.into()),
+            None => break Err(anyhow!("the connection to the server closed")),
+        };
+        if n.get("method").and_then(Value::as_str) != Some("notifications/message") {
+            continue;
+        }
+        let params = n.get("params").cloned().unwrap_or_default();
+        let terminal = std::io::stdout().is_terminal();
+        let mut out = std::io::stdout().lock();
+        if json {
+            json_line(&mut out, &params, terminal)?;
+        } else {
+            let data = match params.get("data") {
+                Some(Value::String(s)) => clean(s),
+                Some(other) => clean(&other.to_string()),
+                None => String::new(),
+            };
+            match params.get("logger").and_then(Value::as_str) {
+                Some(logger) => writeln!(
+                    out,
+                    "[{}] {}: {data}",
+                    field(&params, "level"),
+                    clean(logger)
+                )?,
+                None => writeln!(out, "[{}] {data}", field(&params, "level"))?,
+            }
+        }
+        out.flush()?;
+    };
+    session.close().await;
+    outcome
 }
 
 /// Subscribe in the session's era and print notifications until interrupted.
