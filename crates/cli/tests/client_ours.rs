@@ -347,6 +347,50 @@ fn a_bearer_token_goes_in_a_header_and_its_absence_is_explained() {
         "{}",
         wrong.stderr
     );
+
+    // --verbose traces every message and HTTP request on stderr, never the token (a header
+    // value) nor a URL's query, in both eras (legacy adds a session id, masked too).
+    for protocol in ["legacy", "2026-07-28"] {
+        let mut cmd = Command::new(bin());
+        let with_query = format!("{url}?key=query-secret-91");
+        cmd.args([
+            "cat",
+            "--verbose",
+            "--protocol",
+            protocol,
+            "--url",
+            &with_query,
+            "--header",
+            &format!("Authorization: Bearer {token}"),
+            &t.uri("a.txt"),
+        ]);
+        let out = run(cmd);
+        assert_eq!(out.text(), "alpha\n", "{protocol}: {out:?}");
+        let err = &out.stderr;
+        assert!(
+            err.lines()
+                .any(|l| l.starts_with("-> POST http://127.0.0.1:")
+                    && l.contains("authorization: ***")),
+            "{protocol}: {err}"
+        );
+        assert!(
+            err.lines()
+                .any(|l| l.starts_with("-> {") && l.contains(r#""method":"resources/read""#)),
+            "{protocol}: {err}"
+        );
+        assert!(
+            err.lines()
+                .any(|l| l.starts_with("<- {") && l.contains("alpha")),
+            "{protocol}: {err}"
+        );
+        assert!(
+            !err.contains(token) && !err.contains("query-secret-91"),
+            "{protocol}: {err}"
+        );
+        if protocol == "legacy" {
+            assert!(err.contains("mcp-session-id: ***"), "{err}");
+        }
+    }
 }
 
 #[test]

@@ -166,6 +166,11 @@ pub(crate) struct Connect {
     #[arg(long, value_name = "MIB", default_value_t = 512,
           value_parser = clap::value_parser!(u64).range(1..=4096))]
     max_message_mib: u64,
+    /// Print every JSON-RPC message sent and received on stderr (`->`, `<-`), and each HTTP
+    /// request's method, URL and headers, with header values that may be credentials and a
+    /// URL's user information and query masked.
+    #[arg(long, short = 'v')]
+    verbose: bool,
     /// A stdio server to start: everything after `--`, e.g. `-- mcp-resources serve ./docs`.
     #[arg(last = true, value_name = "COMMAND")]
     command: Vec<OsString>,
@@ -213,6 +218,9 @@ impl Session {
         c: &Connect,
     ) -> anyhow::Result<(Self, mpsc::UnboundedReceiver<Inbound>)> {
         let started = tokio::time::Instant::now();
+        if c.verbose {
+            transport::set_verbose();
+        }
         let (tx, rx) = mpsc::unbounded_channel();
         let max = usize::try_from(c.max_message_mib << 20).unwrap_or(usize::MAX);
         let transport = match (&c.url, c.command.is_empty()) {

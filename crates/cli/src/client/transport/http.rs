@@ -220,6 +220,7 @@ impl Http {
             );
         let rb = self.with_state_headers(rb, method, name);
         let body = serde_json::to_vec(body).context("cannot encode the request")?;
+        trace_http(&rb);
         let resp = rb
             .body(body)
             .send()
@@ -284,6 +285,7 @@ impl Http {
                 req.method
             );
         }
+        super::trace("<-", &String::from_utf8_lossy(&bytes));
         let msg: Incoming = serde_json::from_slice(&bytes).map_err(|e| {
             anyhow!(
                 "the answer to {} is not JSON ({e}): {}",
@@ -461,6 +463,7 @@ impl Http {
             if data.trim().is_empty() {
                 continue;
             }
+            super::trace("<-", &data);
             let Ok(msg) = serde_json::from_str::<Incoming>(&data) else {
                 continue;
             };
@@ -565,6 +568,37 @@ impl Http {
             let _ = tokio::time::timeout(grace, rb.send()).await;
         }
     }
+}
+
+/// The `--verbose` line for an HTTP request: its method, its URL without user information or
+/// query ([`mcpr_core::redact_url`]), and its headers, the values of any that may be a credential
+/// (`--header` and entry values, which are all marked sensitive, and the session id, which is
+/// one without authorization) shown as `***`.
+fn trace_http(rb: &reqwest::RequestBuilder) {
+    let Some(req) = rb.try_clone().and_then(|b| b.build().ok()) else {
+        return;
+    };
+    let headers: Vec<String> = req
+        .headers()
+        .iter()
+        .map(|(name, value)| {
+            let shown = if value.is_sensitive() || name.as_str() == "mcp-session-id" {
+                "***".to_owned()
+            } else {
+                String::from_utf8_lossy(value.as_bytes()).into_owned()
+            };
+            format!("{name}: {shown}")
+        })
+        .collect();
+    super::trace(
+        "->",
+        &format!(
+            "{} {} [{}]",
+            req.method(),
+            mcpr_core::redact_url(req.url().as_str()),
+            headers.join(", ")
+        ),
+    );
 }
 
 fn is_event_stream(resp: &reqwest::Response) -> bool {

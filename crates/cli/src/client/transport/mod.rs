@@ -25,6 +25,33 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
+/// Whether `--verbose` asked for the JSON-RPC trace on stderr.
+static VERBOSE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The most characters of one message the trace shows: a large answer is cut, with its size.
+const TRACE_CHARS: usize = 4096;
+
+/// Turn the `--verbose` trace on.
+pub(crate) fn set_verbose() {
+    VERBOSE.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// One line of the `--verbose` trace on stderr: `arrow` (`->` sent, `<-` received) and the
+/// message, cleaned for the terminal and cut at [`TRACE_CHARS`]. Messages carry no header;
+/// what could be secret in HTTP (header values, a URL's query) is masked by the caller.
+pub(super) fn trace(arrow: &str, text: &str) {
+    if !VERBOSE.load(std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
+    let shown: String = text.chars().take(TRACE_CHARS).collect();
+    let cut = if shown.len() < text.len() {
+        format!(" … ({} bytes in all)", text.len())
+    } else {
+        String::new()
+    };
+    eprintln!("{arrow} {}{cut}", crate::client::output::clean(&shown));
+}
+
 /// A JSON-RPC error answered by the server. Displays as `message (code)`.
 #[derive(Debug, Clone)]
 pub(crate) struct RpcError {
@@ -157,6 +184,7 @@ pub(crate) enum Transport {
 impl Transport {
     /// Send a request and wait for its answer (the session bounds the wait).
     pub(crate) async fn request(&self, req: Outgoing<'_>) -> Reply {
+        trace("->", &req.message.to_string());
         match self {
             Transport::Stdio(s) => s.request(req).await,
             Transport::Http(h) => h.request(req).await,
@@ -165,6 +193,7 @@ impl Transport {
 
     /// Send a notification (no answer expected).
     pub(crate) async fn notify(&self, message: Value) -> anyhow::Result<()> {
+        trace("->", &message.to_string());
         match self {
             Transport::Stdio(s) => s.write(&message).await,
             Transport::Http(h) => h.notify(message).await,
@@ -200,6 +229,7 @@ pub(super) fn dispatch(
     pending: &Pending,
     inbound: &mpsc::UnboundedSender<Inbound>,
 ) -> Option<Value> {
+    trace("<-", line);
     match (msg.method.as_deref(), msg.id.clone()) {
         (None, Some(id)) => {
             let waiter = id.as_u64().and_then(|id| lock(pending).remove(&id))?;
