@@ -1223,6 +1223,35 @@ fn list_servers(explicit: Option<&std::path::Path>, trust_flag: bool) -> anyhow:
     for n in notes {
         eprintln!("warning: {}", clean(&n));
     }
+    for e in &entries {
+        if let Some(hint) = super::hosts::home_hint(e) {
+            eprintln!("warning: {}", clean(&hint));
+        }
+    }
+    // A name in several files: say which entry `--server NAME` takes, once per name.
+    let mut told = HashSet::new();
+    for e in &entries {
+        let same: Vec<&super::hosts::Entry> = entries.iter().filter(|o| o.name == e.name).collect();
+        if same.len() < 2 || !told.insert(e.name.as_str()) {
+            continue;
+        }
+        let Some(w) = super::hosts::winner(&entries, &e.name).map(|i| &entries[i]) else {
+            continue;
+        };
+        let files: Vec<String> = same.iter().map(|o| o.file.display().to_string()).collect();
+        let condition = if w.workspace && !trusted {
+            " once the project is trusted"
+        } else {
+            ""
+        };
+        eprintln!(
+            "note: server {} is in {}: --server {} uses the one in {}{condition}",
+            clean(&format!("{:?}", e.name)),
+            clean(&files.join(" and ")),
+            clean(&e.name),
+            clean(&w.file.display().to_string())
+        );
+    }
     let rows: Vec<Vec<String>> = entries
         .iter()
         .map(|e| {
