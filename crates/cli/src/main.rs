@@ -107,8 +107,9 @@ fn main() -> ExitCode {
 }
 
 /// A client command's failure is one line, `error: …`, cleaned as every server text the
-/// client prints (its messages carry the server's own). A closed stdout (`ls | head`) is not
-/// a failure: the reader had what it wanted.
+/// client prints (its messages carry the server's own), followed, when a stdio server's exit
+/// ended it, by that server's last lines of stderr, each indented under `| `. A closed stdout
+/// (`ls | head`) is not a failure: the reader had what it wanted.
 fn client_exit(result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -122,7 +123,14 @@ fn client_exit(result: anyhow::Result<()>) -> ExitCode {
         }
         Err(e) => {
             eprintln!("error: {}", client::clean(&format!("{e:#}")));
-            ExitCode::FAILURE
+            let stderr = client::server_stderr(&e);
+            if !stderr.is_empty() {
+                eprintln!("the server's last lines on stderr:");
+                for line in stderr {
+                    eprintln!("  | {line}");
+                }
+            }
+            ExitCode::from(client::exit_code(&e))
         }
     }
 }

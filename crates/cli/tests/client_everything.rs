@@ -156,7 +156,7 @@ fn check_resources(client: impl Fn(&[&str]) -> Command) {
     );
 
     let missing = run(client(&["cat", "demo://resource/nope"]));
-    assert_eq!(missing.code, Some(1));
+    assert_eq!(missing.code, Some(4));
     assert!(
         missing.stderr.starts_with("error: ") && missing.stderr.lines().count() == 1,
         "{}",
@@ -164,7 +164,7 @@ fn check_resources(client: impl Fn(&[&str]) -> Command) {
     );
 
     let modern = run(client(&["ls", "--protocol", "2026-07-28"]));
-    assert_eq!(modern.code, Some(1));
+    assert_eq!(modern.code, Some(4));
     assert!(
         modern.stderr.contains("does not speak 2026-07-28"),
         "{}",
@@ -225,13 +225,19 @@ fn everything_over_stdio() {
     // It only sends updates after a tool call, which this client does not make; what can be
     // seen here is that the subscription is accepted and the watch stays up.
     let mut watch = Lines::spawn(over_stdio(&["watch", DOCUMENT], &node, &entry));
+    // It says when the subscription is in place (Node may take a few seconds to start).
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while !watch.stderr().contains('\n') && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(watch.stderr(), "watching 1 resource (Ctrl-C stops)\n");
     assert_eq!(
         watch.next_within(Duration::from_secs(2)),
         None,
         "{}",
         watch.stderr()
     );
-    assert!(watch.stderr().is_empty(), "{}", watch.stderr());
+    assert_eq!(watch.stderr(), "watching 1 resource (Ctrl-C stops)\n");
     assert!(
         watch.child.0.try_wait().unwrap().is_none(),
         "the watch runs until interrupted"

@@ -66,14 +66,14 @@ fn a_server_with_tools_and_no_resources() {
     let arg = format!("path={file}");
     let text = run(client(&["call", "read_text_file", "--arg", &arg])).ok();
     assert_eq!(text, "alpha\n");
-    // A path outside the allowed directory is the tool's error: exit 1.
+    // A path outside the allowed directory is the tool's error: exit 5.
     let out = run(client(&[
         "call",
         "read_text_file",
         "--arg",
         "path=/etc/hostname",
     ]));
-    assert_eq!(out.code, Some(1), "{out:?}");
+    assert_eq!(out.code, Some(5), "{out:?}");
     assert_eq!(
         out.stderr,
         "error: the tool read_text_file reported an error (isError)\n"

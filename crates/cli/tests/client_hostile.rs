@@ -285,7 +285,7 @@ fn server_text_reaches_people_escaped_and_pipes_unchanged() {
 
     // An error message: one line, escaped, every escape named.
     let out = run(client(&url, &["cat", ERROR_URI]));
-    assert_eq!(out.code, Some(1), "{out:?}");
+    assert_eq!(out.code, Some(4), "{out:?}");
     assert_safe("the error line", &out.stderr);
     assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
     assert!(
@@ -471,7 +471,7 @@ fn the_timeout_bounds_the_whole_command_and_names_the_step() {
     assert_eq!(table.lines().count(), 5, "{table}");
     let started = std::time::Instant::now();
     let out = run(client(&slow, &["tools", "--timeout", "2"]));
-    assert_eq!(out.code, Some(1), "{out:?}");
+    assert_eq!(out.code, Some(6), "{out:?}");
     assert_eq!(
         out.stderr,
         "error: the command did not finish within 2s (--timeout): no answer to tools/list yet\n"
@@ -488,7 +488,7 @@ fn the_timeout_bounds_the_whole_command_and_names_the_step() {
         cmd.args(["ls", "--timeout", "1", "--", "sleep", "30"]);
         cmd
     });
-    assert_eq!(out.code, Some(1), "{out:?}");
+    assert_eq!(out.code, Some(6), "{out:?}");
     assert_eq!(
         out.stderr,
         "error: the command did not finish within 1s (--timeout): no answer to server/discover yet\n"
@@ -498,4 +498,34 @@ fn the_timeout_bounds_the_whole_command_and_names_the_step() {
         "{:?}",
         started.elapsed()
     );
+}
+
+/// `--timeout N` ends the command within N seconds and a fraction, also when the stdio server
+/// neither answers nor leaves at the end of its input: closing gives it no grace past the
+/// timeout (it used to add two seconds). Both the start (`server/discover` unanswered) and a
+/// request after it (`resources/list` unanswered) are bounded so.
+#[test]
+fn a_mute_stdio_server_is_left_at_the_timeout_not_after_it() {
+    // Reads every request, answers none (or only the first), and lingers after its input ends.
+    let never = "while read -r line; do :; done; sleep 30";
+    let first_only = r#"read -r line; printf '%s\n' '{"jsonrpc":"2.0","id":1,"result":{"supportedVersions":["2026-07-28"],"capabilities":{"resources":{}},"serverInfo":{"name":"mute","version":"1"}}}'; while read -r line; do :; done; sleep 30"#;
+    for (script, step) in [(never, "server/discover"), (first_only, "resources/list")] {
+        let started = std::time::Instant::now();
+        let out = run({
+            let mut cmd = Command::new(bin());
+            cmd.args(["ls", "--timeout", "2", "--", "sh", "-c", script]);
+            cmd
+        });
+        let took = started.elapsed();
+        assert_eq!(
+            out.stderr,
+            format!(
+                "error: the command did not finish within 2s (--timeout): no answer to {step} yet\n"
+            )
+        );
+        assert!(
+            took >= Duration::from_secs(2) && took < Duration::from_millis(2900),
+            "{step}: {took:?}"
+        );
+    }
 }

@@ -174,7 +174,7 @@ fn headers_reach_an_http_server_that_needs_them() {
                 protocol,
             ],
         ));
-        assert_eq!(out.code, Some(1), "{protocol}: {out:?}");
+        assert_eq!(out.code, Some(3), "{protocol}: {out:?}");
         assert!(out.stderr.contains("401"), "{protocol}: {out:?}");
     }
 
@@ -258,7 +258,7 @@ fn vscode_user_settings_servers_start_with_their_expanded_env() {
     let mut cmd = client(&home, &["cat", &uri, "--server", "vs-user-docs"]);
     cmd.env_remove("OUTER_TOKEN");
     let out = run(cmd);
-    assert_eq!(out.code, Some(1), "{out:?}");
+    assert_eq!(out.code, Some(3), "{out:?}");
     let listed = run(client(&home, &["servers"])).ok();
     assert!(
         listed.contains("vs-user-docs") && listed.contains("VS Code (settings)"),
@@ -467,7 +467,7 @@ fn urls_are_shown_without_userinfo_or_token_queries() {
             ],
         )),
     ] {
-        assert_eq!(out.code, Some(1), "{out:?}");
+        assert_eq!(out.code, Some(3), "{out:?}");
         assert!(
             out.stderr
                 .starts_with("error: cannot reach the server at http://***@127.0.0.1:1/mcp:"),
@@ -483,4 +483,76 @@ fn urls_are_shown_without_userinfo_or_token_queries() {
     let out = run(client(&home, &["ls", "--url", "alice:pa55word@nowhere"]));
     assert_eq!(out.code, Some(1), "{out:?}");
     assert!(!out.stderr.contains("pa55word"), "{out:?}");
+}
+
+/// `servers` says which of two entries of the same name `--server` uses (a `--servers` file's
+/// before Claude Desktop's), and both it and `--server` hint that a `~` or `$HOME` in an
+/// entry's arguments reaches the server as written, since hosts run no shell.
+#[test]
+fn servers_names_the_entry_that_wins_and_hints_at_unexpanded_home() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().canonicalize().unwrap();
+    std::fs::create_dir_all(home.join(".config/Claude")).unwrap();
+    let claude_file = home.join(".config/Claude/claude_desktop_config.json");
+    let claude = json!({"mcpServers": {
+        "docs": {"command": bin().display().to_string(), "args": ["serve", "~/docs"]},
+        "other": {"command": bin().display().to_string(), "args": ["serve", "--config=$HOME/c.toml"]},
+    }});
+    std::fs::write(&claude_file, claude.to_string()).unwrap();
+    let own = home.join("own.json");
+    let docs = home.join("docs");
+    std::fs::create_dir_all(&docs).unwrap();
+    std::fs::write(docs.join("a.txt"), "alpha\n").unwrap();
+    let mine = json!({"mcpServers": {"docs": {"command": bin().display().to_string(),
+        "args": ["serve", "--log-level", "warn", docs.display().to_string()]}}});
+    std::fs::write(&own, mine.to_string()).unwrap();
+
+    let out = run(client(
+        &home,
+        &["servers", "--servers", own.to_str().unwrap()],
+    ));
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert!(
+        out.stderr.contains(&format!(
+            "note: server \"docs\" is in {} and {}: --server docs uses the one in {}\n",
+            own.display(),
+            claude_file.display(),
+            own.display()
+        )),
+        "{}",
+        out.stderr
+    );
+    for arg in ["~/docs", "--config=$HOME/c.toml"] {
+        assert!(
+            out.stderr.lines().any(|l| l.starts_with("warning: server ")
+                && l.contains(&format!("{arg:?} is passed as written"))
+                && l.contains("write the full path")),
+            "{arg}: {}",
+            out.stderr
+        );
+    }
+
+    // The entry used has no `~`: no hint. Claude's alone: the hint, before the server's error.
+    let uri = format!("file://{}/a.txt", docs.display());
+    let out = run(client(
+        &home,
+        &[
+            "cat",
+            &uri,
+            "--server",
+            "docs",
+            "--servers",
+            own.to_str().unwrap(),
+        ],
+    ));
+    assert_eq!(out.text(), "alpha\n", "{out:?}");
+    assert_eq!(out.stderr, "", "{out:?}");
+    let out = run(client(&home, &["ls", "--server", "docs"]));
+    assert_eq!(out.code, Some(3), "{out:?}");
+    assert!(
+        out.stderr.starts_with("warning: server \"docs\" in ")
+            && out.stderr.contains("\"~/docs\" is passed as written"),
+        "{}",
+        out.stderr
+    );
 }

@@ -10,7 +10,7 @@ use std::ffi::OsStr;
 use std::path::PathBuf;
 use std::process::Command;
 
-use client_common::{Lines, Out, bin, client_stdio, on_terminal, our_http_server, run};
+use client_common::{Lines, Out, absent, bin, client_stdio, on_terminal, our_http_server, run};
 use serde_json::Value;
 
 /// The eras as `--protocol` spells them, with the not-found code each answers.
@@ -200,7 +200,7 @@ fn cat_writes_text_raw_bytes_and_files_and_reports_not_found() {
         assert_eq!(std::fs::read(&file).unwrap(), t.binary);
 
         let missing = run(t.client(&["cat", "--protocol", protocol, &t.uri("nope.txt")]));
-        assert_eq!(missing.code, Some(1), "{missing:?}");
+        assert_eq!(missing.code, Some(4), "{missing:?}");
         assert_eq!(missing.text(), "");
         assert_eq!(
             missing.stderr.lines().count(),
@@ -241,7 +241,7 @@ fn http_in_both_eras_lists_reads_and_sends_headers() {
         let mut cmd = Command::new(bin());
         cmd.args(["cat", "--protocol", protocol, "--url", &url, &t.uri("nope")]);
         let missing = run(cmd);
-        assert_eq!(missing.code, Some(1));
+        assert_eq!(missing.code, Some(4));
         assert!(
             missing.stderr.trim_end().ends_with(not_found),
             "{protocol}: {}",
@@ -305,7 +305,7 @@ fn a_bearer_token_goes_in_a_header_and_its_absence_is_explained() {
     let mut cmd = Command::new(bin());
     cmd.args(["cat", "--url", &url, &t.uri("a.txt")]);
     let refused = run(cmd);
-    assert_eq!(refused.code, Some(1));
+    assert_eq!(refused.code, Some(3));
     assert!(
         refused.stderr.contains("HTTP 401")
             && refused.stderr.contains("requires authorization")
@@ -335,7 +335,7 @@ fn a_bearer_token_goes_in_a_header_and_its_absence_is_explained() {
         &t.uri("a.txt"),
     ]);
     let wrong = run(cmd);
-    assert_eq!(wrong.code, Some(1));
+    assert_eq!(wrong.code, Some(3));
     assert!(
         !wrong.stderr.contains("wrong-token-xyz"),
         "a header value is never printed: {}",
@@ -347,6 +347,50 @@ fn a_bearer_token_goes_in_a_header_and_its_absence_is_explained() {
         "{}",
         wrong.stderr
     );
+
+    // --verbose traces every message and HTTP request on stderr, never the token (a header
+    // value) nor a URL's query, in both eras (legacy adds a session id, masked too).
+    for protocol in ["legacy", "2026-07-28"] {
+        let mut cmd = Command::new(bin());
+        let with_query = format!("{url}?key=query-secret-91");
+        cmd.args([
+            "cat",
+            "--verbose",
+            "--protocol",
+            protocol,
+            "--url",
+            &with_query,
+            "--header",
+            &format!("Authorization: Bearer {token}"),
+            &t.uri("a.txt"),
+        ]);
+        let out = run(cmd);
+        assert_eq!(out.text(), "alpha\n", "{protocol}: {out:?}");
+        let err = &out.stderr;
+        assert!(
+            err.lines()
+                .any(|l| l.starts_with("-> POST http://127.0.0.1:")
+                    && l.contains("authorization: ***")),
+            "{protocol}: {err}"
+        );
+        assert!(
+            err.lines()
+                .any(|l| l.starts_with("-> {") && l.contains(r#""method":"resources/read""#)),
+            "{protocol}: {err}"
+        );
+        assert!(
+            err.lines()
+                .any(|l| l.starts_with("<- {") && l.contains("alpha")),
+            "{protocol}: {err}"
+        );
+        assert!(
+            !err.contains(token) && !err.contains("query-secret-91"),
+            "{protocol}: {err}"
+        );
+        if protocol == "legacy" {
+            assert!(err.contains("mcp-session-id: ***"), "{err}");
+        }
+    }
 }
 
 #[test]
@@ -409,12 +453,24 @@ fn watch_prints_updates_and_list_changes_in_each_era_and_transport() {
                 t.client(&args)
             };
             let watch = Lines::spawn(cmd);
+            // It says when it is watching, before any change is made.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+            while !watch.stderr().contains('\n') && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            assert_eq!(
+                watch.stderr(),
+                "watching 1 resource (Ctrl-C stops)\n",
+                "{protocol} http={http}"
+            );
             let line = watch.poke_until(
                 || {
                     n += 1;
                     std::fs::write(&watched, format!("version {n}\n")).unwrap();
                 },
-                |l| l.contains("notifications/resources/updated"),
+                // A read may catch the file between its truncation and its write (empty): a
+                // later update carries the text.
+                |l| l.contains("notifications/resources/updated") && l.contains("version "),
             );
             let v: Value = serde_json::from_str(&line).unwrap();
             assert_eq!(v["uri"], uri.as_str(), "{protocol} http={http}: {line}");
@@ -433,7 +489,11 @@ fn watch_prints_updates_and_list_changes_in_each_era_and_transport() {
                 |l| l.contains("list_changed"),
             );
             assert_eq!(line, r#"{"method":"notifications/resources/list_changed"}"#);
-            assert!(watch.stderr().is_empty(), "{}", watch.stderr());
+            assert_eq!(
+                watch.stderr(),
+                "watching 1 resource (Ctrl-C stops)\n",
+                "{protocol} http={http}"
+            );
         }
     }
 
@@ -453,8 +513,9 @@ fn watch_prints_updates_and_list_changes_in_each_era_and_transport() {
 
 #[test]
 fn failures_are_one_line_and_a_nonzero_exit() {
-    let line_of = |out: Out| {
-        assert_eq!(out.code, Some(1), "{out:?}");
+    // The status says the class of failure (see failures_exit_with_a_status_per_class).
+    let line_of = |out: Out, code: i32| {
+        assert_eq!(out.code, Some(code), "{out:?}");
         assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
         assert!(out.stderr.starts_with("error: "), "{}", out.stderr);
         out.stderr
@@ -462,17 +523,26 @@ fn failures_are_one_line_and_a_nonzero_exit() {
 
     let mut cmd = Command::new(bin());
     cmd.args(["ls", "--", "/nonexistent/mcp-server"]);
-    let e = line_of(run(cmd));
+    let e = line_of(run(cmd), 3);
     assert!(
         e.contains("cannot start the server `/nonexistent/mcp-server`"),
         "{e}"
     );
 
-    // A server that exits at once: its own last words are in the message.
-    let e = line_of(run(client_stdio(&["ls"], &["serve", "/nonexistent/dir"])));
+    // A server that exits at once: one error line, then its own last words under it.
+    let out = run(client_stdio(&["ls"], &["serve", "/nonexistent/dir"]));
+    assert_eq!(out.code, Some(3), "{out:?}");
+    let (first, rest) = out.stderr.split_once('\n').expect("more than one line");
     assert!(
-        e.contains("exited") && e.contains("/nonexistent/dir"),
-        "{e}"
+        first.starts_with("error: ") && first.contains("exited"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        rest.starts_with("the server's last lines on stderr:\n  | ")
+            && rest.contains("/nonexistent/dir"),
+        "{}",
+        out.stderr
     );
 
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -482,7 +552,7 @@ fn failures_are_one_line_and_a_nonzero_exit() {
         .port();
     let mut cmd = Command::new(bin());
     cmd.args(["ls", "--url", &format!("http://127.0.0.1:{port}/mcp")]);
-    let e = line_of(run(cmd));
+    let e = line_of(run(cmd), 3);
     assert!(
         e.contains("cannot reach the server at http://127.0.0.1:") && e.contains("refused"),
         "{e}"
@@ -490,13 +560,13 @@ fn failures_are_one_line_and_a_nonzero_exit() {
 
     let mut cmd = Command::new(bin());
     cmd.arg("ls");
-    let e = line_of(run(cmd));
+    let e = line_of(run(cmd), 2);
     assert!(e.contains("--url") && e.contains("-- COMMAND"), "{e}");
 
     // Not an MCP server at all: something that prints text and exits.
     let mut cmd = Command::new(bin());
     cmd.args(["ls", "--", "echo", "hello"]);
-    let e = line_of(run(cmd));
+    let e = line_of(run(cmd), 3);
     assert!(e.contains("not JSON-RPC") || e.contains("exited"), "{e}");
 
     // A server whose stdout line never ends: the client stops at --max-message-mib
@@ -511,7 +581,7 @@ fn failures_are_one_line_and_a_nonzero_exit() {
         "-c",
         "head -c 3000000 /dev/zero; exec sleep 30",
     ]);
-    let e = line_of(run(cmd));
+    let e = line_of(run(cmd), 3);
     assert!(
         e.contains("a line of over 1 MiB to stdout") && e.contains("--max-message-mib"),
         "{e}"
@@ -526,8 +596,174 @@ fn failures_are_one_line_and_a_nonzero_exit() {
         "--header",
         "Authorization Bearer s3cr3t",
     ]);
-    let e = line_of(run(cmd));
+    let e = line_of(run(cmd), 2);
     assert!(e.contains("--header") && !e.contains("s3cr3t"), "{e}");
+}
+
+/// A stdio server that exits during startup shows its last ten non-blank stderr lines under
+/// the error line, not only its last (clap's last is `For more information, try '--help'.`,
+/// the real error two lines above it), and no more than 2 KiB of them: a server that logs long
+/// lines has each cut to 200 characters and the oldest dropped.
+#[test]
+fn a_server_that_exits_at_start_shows_its_last_stderr_lines() {
+    let mut cmd = Command::new(bin());
+    cmd.args(["ls", "--", "sh", "-c"]).arg(
+        "for i in 1 2 3 4 5 6 7 8 9 10 11 12; do echo \"log line $i\" >&2; done; \
+         echo \"error: unexpected argument '--bogus' found\" >&2; echo >&2; \
+         echo \"Usage: srv [OPTIONS]\" >&2; echo >&2; \
+         echo \"For more information, try '--help'.\" >&2; exit 2",
+    );
+    let out = run(cmd);
+    assert_eq!(out.code, Some(3), "{out:?}");
+    let lines: Vec<&str> = out.stderr.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "error: the server `sh` exited (exit status: 2)",
+            "the server's last lines on stderr:",
+            "  | log line 6",
+            "  | log line 7",
+            "  | log line 8",
+            "  | log line 9",
+            "  | log line 10",
+            "  | log line 11",
+            "  | log line 12",
+            "  | error: unexpected argument '--bogus' found",
+            "  | Usage: srv [OPTIONS]",
+            "  | For more information, try '--help'.",
+        ],
+        "{}",
+        out.stderr
+    );
+
+    // Lines of 1,000 two-byte characters: each is cut to 200 characters (400 bytes), and
+    // five of them fill the 2 KiB.
+    let mut cmd = Command::new(bin());
+    cmd.args(["ls", "--", "sh", "-c"]).arg(format!(
+        "for i in 1 2 3 4 5 6 7 8; do echo \"$i{}\" >&2; done; exit 3",
+        "é".repeat(1000)
+    ));
+    let out = run(cmd);
+    assert_eq!(out.code, Some(3), "{out:?}");
+    let shown: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("  | "))
+        .collect();
+    assert_eq!(shown.len(), 5, "{}", out.stderr);
+    for (line, n) in shown.iter().zip(4..) {
+        assert!(line.starts_with(&n.to_string()), "{line}");
+        assert_eq!(line.chars().count(), 200, "{line}");
+    }
+    assert!(shown.iter().map(|l| l.len()).sum::<usize>() <= 2048);
+}
+
+/// The exit status says what kind of failure it was, one test per class: 2 a command line
+/// the client cannot act on (clap's or its own), 3 no connection (the server cannot be
+/// started or reached, or it exited), 4 a JSON-RPC error from the server, 5 a tool that
+/// reported `isError`, 6 `--timeout`, 1 anything else.
+#[test]
+fn failures_exit_with_a_status_per_class() {
+    let t = Tree::new();
+    let code = |cmd: Command| {
+        let out = run(cmd);
+        assert!(out.stderr.contains("error: "), "{out:?}");
+        out.code
+    };
+    let ours = |args: &[&str]| {
+        let mut cmd = Command::new(bin());
+        cmd.args(args);
+        cmd
+    };
+
+    // Usage: clap's own (out of range), no server, a malformed --arg.
+    assert_eq!(code(ours(&["ls", "--timeout", "0", "--", "x"])), Some(2));
+    assert_eq!(code(ours(&["ls"])), Some(2));
+    assert_eq!(code(t.client(&["call", "t", "--arg", "novalue"])), Some(2));
+
+    // Connection: nothing to start, nobody listening, a server that exits.
+    assert_eq!(
+        code(ours(&["ls", "--", "/nonexistent/mcp-server"])),
+        Some(3)
+    );
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    assert_eq!(code(ours(&["ls", "--url", &url])), Some(3));
+    assert_eq!(
+        code(client_stdio(&["ls"], &["serve", "/nonexistent/dir"])),
+        Some(3)
+    );
+
+    // Protocol: the server answers with a JSON-RPC error (-32002, not found).
+    assert_eq!(code(t.client(&["cat", &t.uri("nope.txt")])), Some(4));
+
+    // Tool: the call is answered, with isError.
+    let root = t.root.display().to_string();
+    let missing = format!("uri={}", t.uri("nope.txt"));
+    let mut call = ours(&["call", "read_resource", "--arg", &missing, "--"]);
+    call.arg(bin()).args(["serve", "--tools", &root]);
+    assert_eq!(code(call), Some(5));
+
+    // Timeout: a server that never answers.
+    assert_eq!(
+        code(ours(&[
+            "ls",
+            "--timeout",
+            "1",
+            "--",
+            "sh",
+            "-c",
+            "while read -r line; do :; done"
+        ])),
+        Some(6)
+    );
+
+    // Anything else: every URI of a watch refused.
+    assert_eq!(
+        code(t.client(&["watch", "file:///no-such-mount/x.txt"])),
+        Some(1)
+    );
+}
+
+/// `info` shows the server's instructions (ours names its mounts in them) under the rest, in
+/// both eras, and in `--json`; `ping` is answered.
+#[test]
+fn info_shows_instructions_and_ping_is_answered() {
+    let t = Tree::new();
+    for (protocol, _) in ERAS {
+        let text = run(t.client(&["info", "--protocol", protocol])).ok();
+        let (head, instructions) = text
+            .split_once("instructions:\n")
+            .unwrap_or_else(|| panic!("{protocol}: no instructions: {text}"));
+        assert!(head.starts_with("server:   mcp-resources "), "{text}");
+        assert!(
+            instructions.lines().all(|l| l.starts_with("  ")),
+            "{protocol}: {text}"
+        );
+        assert!(
+            instructions.contains(&format!("files mount {}", t.root.display())),
+            "{protocol}: {text}"
+        );
+        let json: Value =
+            serde_json::from_str(&run(t.client(&["info", "--json", "--protocol", protocol])).ok())
+                .unwrap();
+        assert!(
+            json["instructions"]
+                .as_str()
+                .is_some_and(|i| i.contains("files mount")),
+            "{protocol}: {json}"
+        );
+
+        let pong = run(t.client(&["ping", "--protocol", protocol])).ok();
+        assert!(
+            pong.starts_with("the server answered ping in ") && pong.ends_with(" ms\n"),
+            "{protocol}: {pong}"
+        );
+    }
 }
 
 /// `script` gives the command a terminal: a binary is refused there, with the way out named,
@@ -611,7 +847,7 @@ fn a_watch_whose_server_goes_away_says_so() {
             );
             std::thread::sleep(std::time::Duration::from_millis(20));
         };
-        assert_eq!(status.code(), Some(1), "{protocol}");
+        assert_eq!(status.code(), Some(3), "{protocol}");
         // The stderr reader may lag the exit by a moment.
         std::thread::sleep(std::time::Duration::from_millis(200));
         let err = watch.stderr();
@@ -623,8 +859,13 @@ fn a_watch_whose_server_goes_away_says_so() {
             .map(|(l, b)| (*l, b.to_vec()))
             .expect("stderr");
         assert!(last.starts_with("error: "), "{protocol}: {err}");
+        assert_eq!(
+            before.first(),
+            Some(&"watching 1 resource (Ctrl-C stops)"),
+            "{protocol}: {err}"
+        );
         assert!(
-            before.iter().all(|l| l.starts_with("warning: ")),
+            before[1..].iter().all(|l| l.starts_with("warning: ")),
             "{protocol}: {err}"
         );
     }
@@ -661,8 +902,13 @@ fn watch_warns_about_refused_uris_and_fails_when_nothing_is_watched() {
             |l| l == format!("updated {uri}"),
         );
         let err = watch.stderr();
-        assert_eq!(err.lines().count(), 1, "{protocol}: {err}");
-        assert!(err.starts_with(&warning), "{protocol}: {err}");
+        let lines: Vec<&str> = err.lines().collect();
+        assert_eq!(lines.len(), 2, "{protocol}: {err}");
+        assert!(lines[0].starts_with(&warning), "{protocol}: {err}");
+        assert_eq!(
+            lines[1], "watching 1 resource (Ctrl-C stops)",
+            "{protocol}: {err}"
+        );
     }
 }
 
@@ -770,9 +1016,85 @@ fn a_watch_survives_a_cut_connection_in_each_era() {
             assert!(err.contains("may have been missed"), "{err}");
         }
         assert!(
-            watch.stderr().lines().all(|l| l.starts_with("warning: ")),
+            watch
+                .stderr()
+                .lines()
+                .all(|l| l.starts_with("warning: ") || l == "watching 1 resource (Ctrl-C stops)"),
             "{protocol}: {}",
             watch.stderr()
         );
     }
+}
+
+/// A legacy stdio server in Python's standard library that offers logging: `logging/setLevel`
+/// is answered, then it sends a log message naming the level asked for and one whose data is
+/// an object with a terminal escape, and waits for the end of its input.
+const LOGGING_SERVER: &str = r#"
+import json, sys
+def send(m):
+    sys.stdout.write(json.dumps(m) + "\n"); sys.stdout.flush()
+for line in sys.stdin:
+    m = json.loads(line)
+    if "id" not in m:
+        continue
+    method = m.get("method")
+    if method == "initialize":
+        send({"jsonrpc": "2.0", "id": m["id"], "result": {"protocolVersion": "2025-11-25",
+              "capabilities": {"logging": {}}, "serverInfo": {"name": "logs", "version": "1"}}})
+    elif method == "logging/setLevel":
+        send({"jsonrpc": "2.0", "id": m["id"], "result": {}})
+        level = m["params"]["level"]
+        send({"jsonrpc": "2.0", "method": "notifications/message",
+              "params": {"level": "info", "logger": "app", "data": "level set to " + level}})
+        send({"jsonrpc": "2.0", "method": "notifications/message",
+              "params": {"level": "error", "data": {"disk": "full\u001b[2J"}}})
+    else:
+        send({"jsonrpc": "2.0", "id": m["id"], "error": {"code": -32601, "message": "no " + method}})
+"#;
+
+/// `log-level LEVEL` sends `logging/setLevel` with that level, says on stderr that it is
+/// logging, and prints each log message as `[LEVEL] LOGGER: DATA` (an object's data as one
+/// line of JSON) until interrupted; `--json` prints each message's params as sent.
+#[test]
+fn log_level_sets_the_level_and_prints_log_messages() {
+    if Command::new("python3").arg("--version").output().is_err() {
+        absent::<()>("python3", "not on PATH");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("logs.py");
+    std::fs::write(&script, LOGGING_SERVER).unwrap();
+    let mut cmd = Command::new(bin());
+    cmd.args(["log-level", "warning", "--", "python3"])
+        .arg(&script);
+    let logs = Lines::spawn(cmd);
+    let within = std::time::Duration::from_secs(15);
+    assert_eq!(
+        logs.next_within(within).as_deref(),
+        Some("[info] app: level set to warning"),
+        "{}",
+        logs.stderr()
+    );
+    assert_eq!(
+        logs.next_within(within).as_deref(),
+        Some(r#"[error] {"disk":"full\u001b[2J"}"#)
+    );
+    // The stderr reader may lag stdout's by a moment.
+    let deadline = std::time::Instant::now() + within;
+    while logs.stderr().is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(logs.stderr(), "logging at warning (Ctrl-C stops)\n");
+    drop(logs);
+
+    let mut cmd = Command::new(bin());
+    cmd.args(["log-level", "debug", "--json", "--", "python3"])
+        .arg(&script);
+    let logs = Lines::spawn(cmd);
+    let line = logs.next_within(within).expect("a log line");
+    let v: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(
+        v,
+        serde_json::json!({"level": "info", "logger": "app", "data": "level set to debug"})
+    );
 }

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use client_common::{absent, bin, client_stdio, run, workspace};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// The Python SDK server: `add(a, b)`, `pixel()` (a text and a 256-byte PNG-typed image),
 /// `fail(why)` (raises), and the prompt `greet(name)`.
@@ -138,13 +138,13 @@ fn tools_calls_and_prompts_against_a_python_sdk_server() {
     let result: Value = serde_json::from_str(out.trim_end()).expect("one JSON line");
     assert_eq!(result["content"][0]["text"], "3");
     assert_eq!(result["isError"], false);
-    // A string where the tool wants a number is the tool's error: exit 1.
+    // A string where the tool wants a number is the tool's error: exit 5.
     let out = run(client(
         &["call", "add", "--arg", "a=x", "--arg", "b:=1"],
         &py,
         &script,
     ));
-    assert_eq!(out.code, Some(1), "{out:?}");
+    assert_eq!(out.code, Some(5), "{out:?}");
 
     // Text to stdout, the image to -o byte for byte, a note on stderr saying where it went.
     let png = dir.path().join("out.png");
@@ -170,13 +170,13 @@ fn tools_calls_and_prompts_against_a_python_sdk_server() {
         "{out}"
     );
 
-    // isError: the tool's text printed, then one error line and exit 1.
+    // isError: the tool's text printed, then one error line and exit 5.
     let out = run(client(
         &["call", "fail", "--arg", "why=testing"],
         &py,
         &script,
     ));
-    assert_eq!(out.code, Some(1), "{out:?}");
+    assert_eq!(out.code, Some(5), "{out:?}");
     assert!(!out.stdout.is_empty(), "{out:?}");
     assert_eq!(
         out.stderr,
@@ -209,9 +209,9 @@ fn tools_calls_and_prompts_against_a_python_sdk_server() {
     let got: Value = serde_json::from_str(out.trim_end()).unwrap();
     assert_eq!(got["messages"][0]["content"]["text"], "Hello, Ann!");
 
-    // Bad arguments are refused before any server is started.
+    // Bad arguments are refused before any server is started, as a usage error.
     let out = run(client(&["call", "add", "--arg", "novalue"], &py, &script));
-    assert_eq!(out.code, Some(1), "{out:?}");
+    assert_eq!(out.code, Some(2), "{out:?}");
     assert!(out.stderr.contains("expected NAME=VALUE"), "{out:?}");
 }
 
@@ -282,7 +282,7 @@ fn tools_and_prompts_over_http_against_a_python_sdk_server() {
             "{protocol}"
         );
         let out = run(http(&["call", "fail", "--arg", "why=testing"]));
-        assert_eq!(out.code, Some(1), "{protocol}: {out:?}");
+        assert_eq!(out.code, Some(5), "{protocol}: {out:?}");
         assert!(
             out.stderr.ends_with("reported an error (isError)\n"),
             "{out:?}"
@@ -317,4 +317,80 @@ fn cat_json_is_the_read_result_as_sent() {
         assert_eq!(v["contents"][0]["uri"], uri.as_str(), "{protocol}");
         assert_eq!(v["contents"][0]["text"], "alpha\n", "{protocol}");
     }
+}
+
+/// A Python SDK server whose one tool takes each JSON type strictly (no string is taken for a
+/// number, a boolean, a list or a dict) and says which types it got.
+const KINDS: &str = r#"
+import json
+from pydantic import StrictBool, StrictFloat, StrictInt
+from mcp.server.mcpserver import MCPServer
+
+app = MCPServer("kinds")
+
+@app.tool()
+def kinds(n: StrictFloat, i: StrictInt, flag: StrictBool, items: list[StrictInt], obj: dict, s: str) -> str:
+    """Names the type of each argument."""
+    return json.dumps([n, i, flag, items, obj, s])
+
+app.run()
+"#;
+
+/// `--arg NAME=VALUE` is read by the tool's input schema, as the MCP Inspector does: `1.5` for
+/// a number, `7` for an integer, `true`, `[1,2]` and `{…}` arrive as JSON, and a string
+/// property keeps the text (`007`) as given; `NAME:=JSON` still forces JSON.
+#[test]
+fn text_arguments_are_typed_by_the_tools_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((py, _)) = python_server(&dir) else {
+        return;
+    };
+    let script = dir.path().join("kinds.py");
+    std::fs::write(&script, KINDS).unwrap();
+    let out = run(client(
+        &[
+            "call",
+            "kinds",
+            "--arg",
+            "n=1.5",
+            "--arg",
+            "i=7",
+            "--arg",
+            "flag=true",
+            "--arg",
+            "items=[1,2]",
+            "--arg",
+            r#"obj={"k":"v"}"#,
+            "--arg",
+            "s=007",
+        ],
+        &py,
+        &script,
+    ))
+    .ok();
+    let got: Value = serde_json::from_str(out.trim_end()).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(got, json!([1.5, 7, true, [1, 2], {"k": "v"}, "007"]));
+
+    // `:=` forces JSON: a string where the schema wants an integer is the tool's error.
+    let out = run(client(
+        &[
+            "call",
+            "kinds",
+            "--arg",
+            "n=1.5",
+            "--arg",
+            "i:=\"7\"",
+            "--arg",
+            "flag=false",
+            "--arg",
+            "items=[]",
+            "--arg",
+            "obj={}",
+            "--arg",
+            "s=x",
+        ],
+        &py,
+        &script,
+    ));
+    assert_eq!(out.code, Some(5), "{out:?}");
 }

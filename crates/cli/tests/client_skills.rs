@@ -178,7 +178,7 @@ fn list_and_pull(s: &Skills, what: &str, client: &dyn Fn(&[&str]) -> Command) {
         "skill://acme/nope/SKILL.md",
         into_s,
     ]));
-    assert_eq!(out.code, Some(1), "{what}: {out:?}");
+    assert_eq!(out.code, Some(4), "{what}: {out:?}");
     assert!(out.stderr.contains("-32602"), "{what}: {out:?}");
     assert!(!into.join("nope").exists(), "{what}");
 }
@@ -608,4 +608,50 @@ fn a_killed_pulls_partial_folder_is_removed_by_the_next_pull() {
         );
     }
     assert!(into.join(".file.pull-1-1.partial").is_file());
+}
+
+/// `dir` lists a directory's direct children with `resources/directory/read`, following every
+/// cursor (the server's pages hold one item each here): a skill's folder by its skill URI and
+/// the same folder by its file URI, as a table or as the objects the server sent; a URI that
+/// is no directory gets the server's error (exit 4, a JSON-RPC error).
+#[test]
+fn dir_lists_every_page_of_a_directory() {
+    let s = Skills::new();
+    let table = run(s.stdio(&["dir", "skill://acme/alpha/"])).ok();
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 3, "{table}");
+    assert!(
+        lines[0].starts_with("URI") && lines[0].contains("MIME TYPE"),
+        "{table}"
+    );
+    assert!(
+        lines[1..]
+            .iter()
+            .any(|l| l.starts_with("skill://acme/alpha/SKILL.md ")),
+        "{table}"
+    );
+    assert!(
+        lines[1..]
+            .iter()
+            .any(|l| l.starts_with("skill://acme/alpha/ref ") && l.contains("inode/directory")),
+        "{table}"
+    );
+
+    let folder = format!("file://{}/alpha/ref", s.source.display());
+    let out = run(s.stdio(&["dir", "--json", &folder])).ok();
+    let uris: BTreeSet<String> = out
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            v["uri"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    assert_eq!(
+        uris,
+        BTreeSet::from([format!("{folder}/data.bin"), format!("{folder}/notes.txt")])
+    );
+
+    let out = run(s.stdio(&["dir", &format!("{folder}/notes.txt")]));
+    assert_eq!(out.code, Some(4), "{out:?}");
+    assert!(out.stderr.starts_with("error: "), "{out:?}");
 }

@@ -1,5 +1,5 @@
-//! The client commands: `ls`, `cat`, `templates`, `complete` and `watch`, and the dispatch of
-//! `tools`, `call`, `prompts` and `prompt` (in `primitives.rs`).
+//! The client commands: `ls`, `cat`, `dir`, `templates`, `complete`, `ping` and `watch`, and
+//! the dispatch of `tools`, `call`, `prompts` and `prompt` (in `primitives.rs`).
 
 use std::collections::{HashMap, HashSet};
 use std::io::{IsTerminal as _, Write as _};
@@ -44,6 +44,38 @@ pub(crate) enum ClientCommand {
         /// The whole `resources/read` result as the server sent it, on one line.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        connect: Connect,
+    },
+    /// List a directory's direct children (`resources/directory/read`, every page), as `ls`
+    /// lists resources; subfolders have the MIME type `inode/directory`.
+    ///
+    /// Example: `mcp-resources dir skill://acme/review/ --url http://127.0.0.1:8080/mcp`.
+    Dir {
+        /// The directory's URI.
+        uri: String,
+        /// One resource object per line, exactly as the server sent it.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        connect: Connect,
+    },
+    /// Set the server's log level (`logging/setLevel`) and print the log messages it sends
+    /// until interrupted (Ctrl-C): one line each, `[LEVEL] LOGGER: DATA`.
+    ///
+    /// Example: `mcp-resources log-level debug -- node server.js`.
+    LogLevel {
+        /// The least severe level to be sent.
+        #[arg(value_enum)]
+        level: LogLevel,
+        /// Each notification's `params` as sent, one per line.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        connect: Connect,
+    },
+    /// Ask the server whether it is there (`ping`) and say how long the answer took.
+    Ping {
         #[command(flatten)]
         connect: Connect,
     },
@@ -121,14 +153,16 @@ pub(crate) enum ClientCommand {
         connect: Connect,
     },
     /// Call a tool: its text content to stdout, image, audio and blob content to `-o`; exit
-    /// code 1 when the tool reports an error (`isError`).
+    /// code 5 when the tool reports an error (`isError`).
     ///
     /// Example: `mcp-resources call read_resource --arg uri=file:///srv/docs/README.md -- mcp-resources serve /srv/docs --tools`.
     Call {
         /// The tool's name, as `tools` lists it.
         tool: String,
-        /// An argument: NAME=VALUE gives a string, NAME:=JSON any JSON value (a number,
-        /// `true`, an object). Repeatable; applied over --args-json.
+        /// An argument: NAME=VALUE is read by the tool's input schema (`limit=5` is the
+        /// number 5 where the schema wants a number, else a string), NAME:=JSON any JSON
+        /// value as written (a number, `true`, an object). Repeatable; applied over
+        /// --args-json.
         #[arg(long = "arg", value_name = "NAME=VALUE")]
         args: Vec<String>,
         /// All arguments as one JSON object.
@@ -183,6 +217,19 @@ pub(crate) enum ClientCommand {
     },
 }
 
+/// The levels of `logging/setLevel` (RFC 5424's, least severe first).
+#[derive(clap::ValueEnum, Debug, Clone, Copy)]
+pub(crate) enum LogLevel {
+    Debug,
+    Info,
+    Notice,
+    Warning,
+    Error,
+    Critical,
+    Alert,
+    Emergency,
+}
+
 /// `skills pull`.
 #[derive(Subcommand, Debug)]
 pub(crate) enum SkillsCommand {
@@ -230,6 +277,35 @@ pub(crate) fn run(cmd: ClientCommand) -> anyhow::Result<()> {
                 })
                 .await
             }
+            ClientCommand::Dir { uri, json, connect } => {
+                with_session(&connect, |s| async move {
+                    dir(&s, &uri, json).await.map(|()| s)
+                })
+                .await
+            }
+            ClientCommand::LogLevel {
+                level,
+                json,
+                connect,
+            } => {
+                let (session, rx) = Session::connect(&connect).await?;
+                let level = clap::ValueEnum::to_possible_value(&level)
+                    .map(|v| v.get_name().to_owned())
+                    .unwrap_or_default();
+                log_level(session, rx, &level, json).await
+            }
+            ClientCommand::Ping { connect } => {
+                with_session(&connect, |s| async move {
+                    let started = std::time::Instant::now();
+                    s.request("ping", json!({})).await?;
+                    println!(
+                        "the server answered ping in {} ms",
+                        started.elapsed().as_millis()
+                    );
+                    Ok(s)
+                })
+                .await
+            }
             ClientCommand::Templates { json, connect } => {
                 with_session(&connect, |s| async move {
                     templates(&s, json).await.map(|()| s)
@@ -244,7 +320,7 @@ pub(crate) fn run(cmd: ClientCommand) -> anyhow::Result<()> {
                 json,
                 connect,
             } => {
-                let context = parse_string_args(&context)?;
+                let context = parse_string_args(&context).map_err(super::usage)?;
                 with_session(&connect, |s| async move {
                     complete(&s, &template, &argument, &value, context, json)
                         .await
@@ -285,7 +361,8 @@ pub(crate) fn run(cmd: ClientCommand) -> anyhow::Result<()> {
                 json,
                 connect,
             } => {
-                let arguments = primitives::tool_arguments(&args, args_json.as_deref())?;
+                let arguments = primitives::tool_arguments(&args, args_json.as_deref())
+                    .map_err(super::usage)?;
                 with_session(&connect, |s| async move {
                     primitives::call(&s, &tool, arguments, output, json)
                         .await
@@ -331,7 +408,7 @@ pub(crate) fn run(cmd: ClientCommand) -> anyhow::Result<()> {
                 json,
                 connect,
             } => {
-                let arguments = parse_string_args(&args)?;
+                let arguments = parse_string_args(&args).map_err(super::usage)?;
                 with_session(&connect, |s| async move {
                     primitives::prompt(&s, &name, arguments, output, json)
                         .await
@@ -409,6 +486,18 @@ pub(super) async fn paginate(
     s: &Session,
     method: &str,
     key: &str,
+    each: impl FnMut(&RawValue) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    paginate_with(s, method, &json!({}), key, each).await
+}
+
+/// [`paginate`] for a method whose every request carries `params` besides the cursor (a
+/// directory read names its directory on each page).
+async fn paginate_with(
+    s: &Session,
+    method: &str,
+    params: &Value,
+    key: &str,
     mut each: impl FnMut(&RawValue) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
     let mut progress = Progress::new();
@@ -416,10 +505,10 @@ pub(super) async fn paginate(
     let mut cursor: Option<String> = None;
     let (mut count, mut pages) = (0usize, 0usize);
     loop {
-        let params = match &cursor {
-            Some(c) => json!({ "cursor": c }),
-            None => json!({}),
-        };
+        let mut params = params.clone();
+        if let Some(c) = &cursor {
+            params["cursor"] = json!(c);
+        }
         let raw = s.request_raw(method, params, Some(s.timeout())).await?;
         let page: HashMap<&str, &RawValue> = serde_json::from_str(raw.get())
             .with_context(|| format!("the server's {method} answer is not a JSON object"))?;
@@ -489,6 +578,45 @@ fn left_out(method: &str, meta: Option<&RawValue>, progress: &mut Progress) {
 /// One item of a page as a `Value`, for the table.
 pub(super) fn parsed(item: &RawValue) -> anyhow::Result<Value> {
     serde_json::from_str(item.get()).context("the server sent an item that is not valid JSON")
+}
+
+/// `dir`: the direct children of a directory (`resources/directory/read`, every page), as
+/// `ls` prints resources; folders are the ones whose MIME type is `inode/directory`.
+async fn dir(s: &Session, uri: &str, json: bool) -> anyhow::Result<()> {
+    let stdout = std::io::stdout();
+    let terminal = stdout.is_terminal();
+    let mut rows = Vec::new();
+    paginate_with(
+        s,
+        "resources/directory/read",
+        &json!({ "uri": uri }),
+        "resources",
+        |item| {
+            if json {
+                raw_line(&mut stdout.lock(), item, terminal)?;
+            } else {
+                let r = parsed(item)?;
+                rows.push(vec![
+                    field(&r, "uri"),
+                    field(&r, "name"),
+                    field(&r, "mimeType"),
+                    r.get("size")
+                        .and_then(Value::as_u64)
+                        .map_or_else(|| "-".to_owned(), human_size),
+                ]);
+            }
+            Ok(())
+        },
+    )
+    .await?;
+    if !json {
+        table(
+            &mut stdout.lock(),
+            &["URI", "NAME", "MIME TYPE", "SIZE"],
+            &rows,
+        )?;
+    }
+    Ok(())
 }
 
 async fn ls(s: &Session, prefix: Option<&str>, json: bool) -> anyhow::Result<()> {
@@ -719,6 +847,73 @@ async fn complete(
     Ok(())
 }
 
+/// `log-level`: set the level, then print each `notifications/message` until interrupted or
+/// the connection ends.
+async fn log_level(
+    session: Session,
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<Inbound>,
+    level: &str,
+    json: bool,
+) -> anyhow::Result<()> {
+    if !session.has_capability("logging") {
+        bail!("the server does not offer logging (no `logging` capability)");
+    }
+    // A legacy HTTP server sends notifications outside any request on its GET stream.
+    if matches!(session.era(), Era::Legacy(_)) {
+        session.open_notification_stream().await?;
+    }
+    session
+        .request("logging/setLevel", json!({ "level": level }))
+        .await?;
+    // From here it runs until interrupted, as a watch does.
+    session.end_deadline();
+    eprintln!("logging at {level} (Ctrl-C stops)");
+    let interrupted = crate::shutdown_signal();
+    tokio::pin!(interrupted);
+    let outcome = loop {
+        let msg = tokio::select! {
+            () = &mut interrupted => break Ok(()),
+            msg = rx.recv() => msg,
+        };
+        let n = match msg {
+            Some(Inbound::Notification(n)) => n,
+            Some(Inbound::Dropped(why)) => {
+                eprintln!("warning: {}", clean(&why));
+                continue;
+            }
+            Some(Inbound::Ended(ended)) => break Err(ended.into()),
+            None => break Err(anyhow!("the connection to the server closed")),
+        };
+        if n.get("method").and_then(Value::as_str) != Some("notifications/message") {
+            continue;
+        }
+        let params = n.get("params").cloned().unwrap_or_default();
+        let terminal = std::io::stdout().is_terminal();
+        let mut out = std::io::stdout().lock();
+        if json {
+            json_line(&mut out, &params, terminal)?;
+        } else {
+            let data = match params.get("data") {
+                Some(Value::String(s)) => clean(s),
+                Some(other) => clean(&other.to_string()),
+                None => String::new(),
+            };
+            match params.get("logger").and_then(Value::as_str) {
+                Some(logger) => writeln!(
+                    out,
+                    "[{}] {}: {data}",
+                    field(&params, "level"),
+                    clean(logger)
+                )?,
+                None => writeln!(out, "[{}] {data}", field(&params, "level"))?,
+            }
+        }
+        out.flush()?;
+    };
+    session.close().await;
+    outcome
+}
+
 /// Subscribe in the session's era and print notifications until interrupted.
 async fn watch(
     session: Session,
@@ -767,6 +962,7 @@ async fn watch(
             }
             return outcome;
         }
+        say_watching(watched);
     }
 
     // Watching: from here each read has --timeout of its own, and the watch runs on.
@@ -871,7 +1067,7 @@ async fn watch_loop(
                 eprintln!("warning: {}", clean(&why));
                 continue;
             }
-            Some(Inbound::Ended(reason)) => bail!(reason),
+            Some(Inbound::Ended(ended)) => return Err(ended.into()),
             None => bail!("the connection to the server closed"),
         };
         relistens = 0;
@@ -886,6 +1082,7 @@ async fn watch_loop(
                 if watched == 0 {
                     return Err(nothing_watched());
                 }
+                say_watching(watched);
             }
             "notifications/resources/updated" => {
                 let uri = params
@@ -930,6 +1127,18 @@ fn warn_unhonoured(params: &Value, uris: &[String]) -> usize {
         }
     }
     watched
+}
+
+/// The line on stderr saying the subscription is in place: from here on a change is reported
+/// (a change made before it may not be), which a person or a script waiting to make one needs
+/// to know. A 2026-07-28 listen is in place once the server acknowledges it.
+fn say_watching(watched: usize) {
+    let what = if watched == 1 {
+        "1 resource".to_owned()
+    } else {
+        format!("{watched} resources")
+    };
+    eprintln!("watching {what} (Ctrl-C stops)");
 }
 
 /// Why a watch ends when the server refused every URI given (each already warned about):
@@ -1013,6 +1222,35 @@ fn list_servers(explicit: Option<&std::path::Path>, trust_flag: bool) -> anyhow:
     let trusted = super::hosts::workspace_trusted(trust_flag);
     for n in notes {
         eprintln!("warning: {}", clean(&n));
+    }
+    for e in &entries {
+        if let Some(hint) = super::hosts::home_hint(e) {
+            eprintln!("warning: {}", clean(&hint));
+        }
+    }
+    // A name in several files: say which entry `--server NAME` takes, once per name.
+    let mut told = HashSet::new();
+    for e in &entries {
+        let same: Vec<&super::hosts::Entry> = entries.iter().filter(|o| o.name == e.name).collect();
+        if same.len() < 2 || !told.insert(e.name.as_str()) {
+            continue;
+        }
+        let Some(w) = super::hosts::winner(&entries, &e.name).map(|i| &entries[i]) else {
+            continue;
+        };
+        let files: Vec<String> = same.iter().map(|o| o.file.display().to_string()).collect();
+        let condition = if w.workspace && !trusted {
+            " once the project is trusted"
+        } else {
+            ""
+        };
+        eprintln!(
+            "note: server {} is in {}: --server {} uses the one in {}{condition}",
+            clean(&format!("{:?}", e.name)),
+            clean(&files.join(" and ")),
+            clean(&e.name),
+            clean(&w.file.display().to_string())
+        );
     }
     let rows: Vec<Vec<String>> = entries
         .iter()

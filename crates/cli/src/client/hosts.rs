@@ -285,11 +285,57 @@ pub(crate) fn load(explicit: Option<&Path>) -> anyhow::Result<(Vec<Entry>, Vec<S
     Ok((entries, notes))
 }
 
+/// Whether an argument starts with what a shell would expand to the home folder (`~`,
+/// `$HOME`, `${HOME}`), itself or after `NAME=` (`--root=~/docs`).
+fn starts_at_home(arg: &str) -> bool {
+    let at_home = |s: &str| {
+        s == "~" || s.starts_with("~/") || s.starts_with("$HOME") || s.starts_with("${HOME}")
+    };
+    at_home(arg) || arg.split_once('=').is_some_and(|(_, v)| at_home(v))
+}
+
+/// A hint for a stdio entry whose program or an argument starts with `~` or `$HOME`: hosts
+/// start the command without a shell, so the server gets the text as written (a path that
+/// does not exist) and fails in a way that does not say why.
+pub(crate) fn home_hint(e: &Entry) -> Option<String> {
+    let arg = e
+        .command
+        .iter()
+        .map(|a| a.to_string_lossy())
+        .find(|a| starts_at_home(a))?;
+    Some(format!(
+        "server {:?} in {}: {:?} is passed as written, since hosts start the command without a shell that would expand `~` or `$HOME`; write the full path",
+        e.name,
+        e.file.display(),
+        arg
+    ))
+}
+
+/// Which of the entries named `name` `--server` uses, by index into `entries`: the first of
+/// the user's own, else the first of a project's (used only once the project is trusted).
+pub(crate) fn winner(entries: &[Entry], name: &str) -> Option<usize> {
+    let named = || entries.iter().enumerate().filter(|(_, e)| e.name == name);
+    named()
+        .find(|(_, e)| !e.workspace)
+        .or_else(|| named().next())
+        .map(|(i, _)| i)
+}
+
+/// The entry named `name`, expanded, with a warning on stderr when its command holds a `~` or
+/// `$HOME` no shell will expand (see [`find_entry`]).
+pub(crate) fn find(name: &str, explicit: Option<&Path>, trust_flag: bool) -> anyhow::Result<Entry> {
+    let entry = find_entry(name, explicit, trust_flag)?;
+    if let Some(hint) = home_hint(&entry) {
+        eprintln!("warning: {}", crate::client::clean(&hint));
+    }
+    Ok(entry)
+}
+
 /// The entry named `name`, expanded: the first of the user's files that has it (as the order
 /// of [`files`] says); only when none does, a project file's, and that only in a trusted
 /// folder (`trust_flag` is `--trust-workspace`). A project entry of the same name as a user's
 /// is never used, and a warning names both files.
-pub(crate) fn find(name: &str, explicit: Option<&Path>, trust_flag: bool) -> anyhow::Result<Entry> {
+fn find_entry(name: &str, explicit: Option<&Path>, trust_flag: bool) -> anyhow::Result<Entry> {
     let (entries, _) = load(explicit)?;
     let user = entries.iter().find(|e| e.name == name && !e.workspace);
     let project = entries.iter().find(|e| e.name == name && e.workspace);

@@ -1,5 +1,5 @@
-//! The terminal client (`ls`, `cat`, `templates`, `complete`, `watch`, `tools`, `call`,
-//! `prompts`, `prompt`, `skills`) for any MCP server.
+//! The terminal client (`ls`, `cat`, `dir`, `templates`, `complete`, `watch`, `info`,
+//! `ping`, `tools`, `call`, `prompts`, `prompt`, `skills`) for any MCP server.
 //!
 //! It speaks raw JSON-RPC rather than through rmcp's typed client so that `--json` can print
 //! what the server sent byte for byte in meaning (unknown fields included), and so that both
@@ -35,9 +35,76 @@ const LEGACY: &str = "2025-11-25";
 /// Every version this client speaks, newest first: the one era without `initialize`, then
 /// the `initialize` ones.
 const SPOKEN: [&str; 5] = [MODERN, LEGACY, "2025-06-18", "2025-03-26", "2024-11-05"];
+/// How long closing a session waits for a stdio server to exit after the end of its input,
+/// or for an HTTP server to end the session, before killing it or leaving.
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
 /// "Unsupported protocol version" (2026-07-28), with the versions the server speaks in
 /// `data.supported`.
 const UNSUPPORTED_VERSION: i64 = -32022;
+
+/// A command line the client cannot act on (beyond what clap checks): no server given, a
+/// malformed `--header` or `--arg`. Exits 2, as clap's own usage errors do.
+#[derive(Debug)]
+pub(crate) struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// `--timeout` ran out, with the step the command was waiting for.
+#[derive(Debug)]
+pub(crate) struct TimedOut(pub String);
+
+impl std::fmt::Display for TimedOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for TimedOut {}
+
+/// A usage error (`UsageError`), keeping the message of `e`.
+pub(crate) fn usage(e: anyhow::Error) -> anyhow::Error {
+    UsageError(format!("{e:#}")).into()
+}
+
+/// The exit status of a failed command, by what failed, so that a script can tell a bad command
+/// line from a server that is down, one that refused, a tool that failed and a wait that ran
+/// out: 2 usage, 3 connection (the server could not be started or reached, or the connection
+/// ended), 4 a JSON-RPC error from the server, 5 a tool that reported an error (`isError`),
+/// 6 `--timeout`, 1 anything else.
+pub(crate) fn exit_code(e: &anyhow::Error) -> u8 {
+    let has = |f: &dyn Fn(&(dyn std::error::Error + 'static)) -> bool| e.chain().any(f);
+    if has(&|c| c.is::<UsageError>()) {
+        2
+    } else if has(&|c| c.is::<TimedOut>()) {
+        6
+    } else if has(&|c| c.is::<primitives::ToolError>()) {
+        5
+    } else if has(&|c| c.is::<RpcError>()) {
+        4
+    } else if has(&|c| {
+        c.is::<transport::ConnectionEnded>()
+            || c.is::<HttpStatus>()
+            || c.is::<transport::StreamDropped>()
+    }) {
+        3
+    } else {
+        1
+    }
+}
+
+/// The last lines of stderr of a stdio server whose exit ended the command, cleaned and
+/// bounded, for `main` to show under the error line; empty for any other failure.
+pub(crate) fn server_stderr(e: &anyhow::Error) -> &[String] {
+    e.chain()
+        .find_map(|c| c.downcast_ref::<transport::ConnectionEnded>())
+        .map_or(&[], |ended| ended.stderr.as_slice())
+}
 
 /// The versions a -32022 refusal says the server speaks.
 fn supported_versions(e: &anyhow::Error) -> Option<Vec<Value>> {
@@ -99,6 +166,11 @@ pub(crate) struct Connect {
     #[arg(long, value_name = "MIB", default_value_t = 512,
           value_parser = clap::value_parser!(u64).range(1..=4096))]
     max_message_mib: u64,
+    /// Print every JSON-RPC message sent and received on stderr (`->`, `<-`), and each HTTP
+    /// request's method, URL and headers, with header values that may be credentials and a
+    /// URL's user information and query masked.
+    #[arg(long, short = 'v')]
+    verbose: bool,
     /// A stdio server to start: everything after `--`, e.g. `-- mcp-resources serve ./docs`.
     #[arg(last = true, value_name = "COMMAND")]
     command: Vec<OsString>,
@@ -130,6 +202,8 @@ pub(crate) struct Session {
     capabilities: Value,
     /// `serverInfo` from `server/discover` or `initialize`.
     server_info: Value,
+    /// `instructions` from `server/discover` or `initialize`, when the server gave any.
+    instructions: Option<String>,
     next_id: AtomicU64,
     timeout: Duration,
     /// When the command must be done by (`--timeout` from its start), until
@@ -144,6 +218,9 @@ impl Session {
         c: &Connect,
     ) -> anyhow::Result<(Self, mpsc::UnboundedReceiver<Inbound>)> {
         let started = tokio::time::Instant::now();
+        if c.verbose {
+            transport::set_verbose();
+        }
         let (tx, rx) = mpsc::unbounded_channel();
         let max = usize::try_from(c.max_message_mib << 20).unwrap_or(usize::MAX);
         let transport = match (&c.url, c.command.is_empty()) {
@@ -159,17 +236,25 @@ impl Session {
                     None => Transport::Stdio(Stdio::spawn(&entry.command, &entry.env, tx, max)?),
                 }
             }
-            (Some(url), _) => Transport::Http(Http::new(url, parse_headers(&c.headers)?, tx, max)?),
+            (Some(url), _) => Transport::Http(Http::new(
+                url,
+                parse_headers(&c.headers).map_err(usage)?,
+                tx,
+                max,
+            )?),
             (None, false) => Transport::Stdio(Stdio::spawn(&c.command, &[], tx, max)?),
-            (None, true) => bail!(
-                "no server given: use --url URL for Streamable HTTP, -- COMMAND ARGS... to start one over stdio, or --server NAME for one from a config file"
-            ),
+            (None, true) => {
+                return Err(UsageError(
+                    "no server given: use --url URL for Streamable HTTP, -- COMMAND ARGS... to start one over stdio, or --server NAME for one from a config file".to_owned(),
+                ).into());
+            }
         };
         let mut session = Self {
             transport,
             era: Era::Modern,
             capabilities: Value::Null,
             server_info: Value::Null,
+            instructions: None,
             next_id: AtomicU64::new(1),
             timeout: Duration::from_secs(c.timeout),
             deadline: std::sync::Mutex::new(Some(started + Duration::from_secs(c.timeout))),
@@ -177,7 +262,8 @@ impl Session {
         match session.start(c.protocol).await {
             Ok(()) => Ok((session, rx)),
             Err(e) => {
-                session.transport.close().await;
+                let grace = session.close_grace();
+                session.transport.close(grace).await;
                 Err(e)
             }
         }
@@ -231,6 +317,7 @@ impl Session {
                             })
                             .cloned()
                             .unwrap_or_default();
+                        self.instructions = instructions_of(&result);
                         return Ok(());
                     }
                     if protocol == Protocol::Modern {
@@ -295,6 +382,7 @@ impl Session {
         }
         self.capabilities = result.get("capabilities").cloned().unwrap_or_default();
         self.server_info = result.get("serverInfo").cloned().unwrap_or_default();
+        self.instructions = instructions_of(&result);
         self.era = Era::Legacy(version);
         self.transport
             .notify(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
@@ -314,6 +402,11 @@ impl Session {
     /// `serverInfo` as the server sent it.
     pub(crate) fn server_info(&self) -> &Value {
         &self.server_info
+    }
+
+    /// The server's `instructions` (how to use it, for a model), when it gave any.
+    pub(crate) fn instructions(&self) -> Option<&str> {
+        self.instructions.as_deref()
     }
 
     /// The server's `capabilities.resources.<flag>`.
@@ -419,16 +512,16 @@ impl Session {
         let deadline = *mcpr_core::sync::lock(&self.deadline);
         match deadline {
             Some(at) => tokio::time::timeout_at(at, exchange).await.map_err(|_| {
-                anyhow::anyhow!(
+                TimedOut(format!(
                     "the command did not finish within {}s (--timeout): no answer to {method} yet",
                     self.timeout.as_secs()
-                )
+                ))
             })?,
             None => tokio::time::timeout(t, exchange).await.map_err(|_| {
-                anyhow::anyhow!(
+                TimedOut(format!(
                     "the server did not answer {method} within {}s (--timeout)",
                     t.as_secs()
-                )
+                ))
             })?,
         }
     }
@@ -482,8 +575,28 @@ impl Session {
 
     /// End the session (stdin closed or the HTTP session deleted).
     pub(crate) async fn close(self) {
-        self.transport.close().await;
+        let grace = self.close_grace();
+        self.transport.close(grace).await;
     }
+
+    /// How long closing may wait for the server to leave on its own: [`CLOSE_GRACE`], but
+    /// never past the command's `--timeout` (a server that ignores the end of its input is
+    /// then killed at once rather than adding its grace to the timeout).
+    fn close_grace(&self) -> Duration {
+        match *mcpr_core::sync::lock(&self.deadline) {
+            Some(at) => CLOSE_GRACE.min(at.saturating_duration_since(tokio::time::Instant::now())),
+            None => CLOSE_GRACE,
+        }
+    }
+}
+
+/// A handshake answer's `instructions`, when it is a string that is not blank.
+fn instructions_of(result: &Value) -> Option<String> {
+    result
+        .get("instructions")
+        .and_then(Value::as_str)
+        .filter(|i| !i.trim().is_empty())
+        .map(str::to_owned)
 }
 
 fn client_info() -> Value {

@@ -12,12 +12,32 @@ use super::Session;
 use super::commands::{paginate, parsed};
 use super::output::{clean, clean_text, field, human_size, raw_line, table};
 
+/// A tool that answered with `isError`, by name (cleaned): its content is already printed.
+#[derive(Debug)]
+pub(crate) struct ToolError(String);
+
+impl std::fmt::Display for ToolError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the tool {} reported an error (isError)", self.0)
+    }
+}
+
+impl std::error::Error for ToolError {}
+
+/// A tool's `arguments` from the command line, and which of them were given as `NAME=VALUE`
+/// (text, to be read by the tool's input schema: [`coerce`]).
+pub(crate) struct ToolArguments {
+    pub args: Map<String, Value>,
+    pub textual: Vec<String>,
+}
+
 /// `--arg NAME=VALUE` (a string) and `--arg NAME:=JSON` (any JSON value: a number, `true`, an
 /// object), over the object `--args-json` gives, for a tool's `arguments`.
 pub(crate) fn tool_arguments(
     pairs: &[String],
     json: Option<&str>,
-) -> anyhow::Result<Map<String, Value>> {
+) -> anyhow::Result<ToolArguments> {
+    let mut textual = Vec::new();
     let mut args = match json {
         Some(text) => {
             match serde_json::from_str::<Value>(text).context("--args-json: not valid JSON")? {
@@ -32,21 +52,77 @@ pub(crate) fn tool_arguments(
     };
     for p in pairs {
         // `:=` before `=`: in `n:=1` the first `=` belongs to `:=`.
-        let (name, value) = match (p.split_once(":="), p.split_once('=')) {
+        let (name, value, text) = match (p.split_once(":="), p.split_once('=')) {
             (Some((n, v)), Some((m, _))) if n.len() + 1 == m.len() => {
                 let value = serde_json::from_str(v)
                     .with_context(|| format!("--arg {n}:=…: the value is not valid JSON"))?;
-                (n, value)
+                (n, value, false)
             }
-            (_, Some((n, v))) => (n, Value::String(v.to_owned())),
+            (_, Some((n, v))) => (n, Value::String(v.to_owned()), true),
             _ => bail!("--arg {p}: expected NAME=VALUE (a string) or NAME:=JSON"),
         };
         if name.is_empty() {
             bail!("--arg {p}: the argument has no name");
         }
+        // The last --arg of a name decides: a later `:=` is JSON as written.
+        textual.retain(|t| t != name);
+        if text {
+            textual.push(name.to_owned());
+        }
         args.insert(name.to_owned(), value);
     }
-    Ok(args)
+    Ok(ToolArguments { args, textual })
+}
+
+/// Read a `NAME=VALUE` argument as the tool's input schema types it, as the MCP Inspector
+/// does: `number`, `integer`, `boolean`, `array` and `object` properties get the JSON value
+/// the text spells (`1`, `true`, `[1,2]`); a text that spells no such value, a property the
+/// schema does not type, or one that may be a string, stays the string given.
+fn coerce(text: &str, property: Option<&Value>) -> Value {
+    let types: Vec<&str> = match property.and_then(|p| p.get("type")) {
+        Some(Value::String(t)) => vec![t.as_str()],
+        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
+        _ => Vec::new(),
+    };
+    if types.contains(&"string") {
+        return Value::String(text.to_owned());
+    }
+    let parsed: Option<Value> = serde_json::from_str(text.trim()).ok();
+    for t in types {
+        let fits = match (t, &parsed) {
+            ("number", Some(v)) => v.is_number(),
+            ("integer", Some(v)) => v.is_i64() || v.is_u64(),
+            ("boolean", Some(v)) => v.is_boolean(),
+            ("array", Some(v)) => v.is_array(),
+            ("object", Some(v)) => v.is_object(),
+            _ => false,
+        };
+        if fits {
+            return parsed.unwrap_or_default();
+        }
+    }
+    Value::String(text.to_owned())
+}
+
+/// The input schema of `tool`, from `tools/list` (every page), when the server lists it.
+async fn input_schema(s: &Session, tool: &str) -> anyhow::Result<Option<Value>> {
+    let mut schema = None;
+    paginate(s, "tools/list", "tools", |item| {
+        if schema.is_none() {
+            let t = parsed(item)?;
+            if t.get("name").and_then(Value::as_str) == Some(tool) {
+                schema = t.get("inputSchema").cloned();
+            }
+        }
+        Ok(())
+    })
+    .await?;
+    Ok(schema)
+}
+
+/// A name as one JSON Pointer segment (`~` and `/` escaped).
+fn pointer_escape(name: &str) -> String {
+    name.replace('~', "~0").replace('/', "~1")
 }
 
 fn kind_of(v: &Value) -> &'static str {
@@ -116,7 +192,8 @@ fn offers(s: &Session, missing: &str) -> String {
     }
 }
 
-/// `info`: who the server is, the version agreed, and what it offers, one line each.
+/// `info`: who the server is, the version agreed, and what it offers, one line each, then its
+/// instructions when it gave any.
 pub(crate) fn info(s: &Session, json: bool) -> anyhow::Result<()> {
     let version = match s.era() {
         super::Era::Modern => super::MODERN.to_owned(),
@@ -125,11 +202,14 @@ pub(crate) fn info(s: &Session, json: bool) -> anyhow::Result<()> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     if json {
-        let v = json!({
+        let mut v = json!({
             "protocolVersion": version,
             "serverInfo": s.server_info(),
             "capabilities": s.capabilities(),
         });
+        if let Some(i) = s.instructions() {
+            v["instructions"] = json!(i);
+        }
         super::output::json_line(&mut out, &v, stdout.is_terminal())?;
         return Ok(());
     }
@@ -168,6 +248,14 @@ pub(crate) fn info(s: &Session, json: bool) -> anyhow::Result<()> {
         offered.join(", ")
     };
     writeln!(out, "offers:   {offered}")?;
+    // Instructions are prose for a model, often several lines: under their own heading,
+    // each line indented, cleaned of what a terminal would act on.
+    if let Some(instructions) = s.instructions() {
+        writeln!(out, "instructions:")?;
+        for line in instructions.lines() {
+            writeln!(out, "  {}", clean(line))?;
+        }
+    }
     Ok(())
 }
 
@@ -401,11 +489,28 @@ impl ContentWriter {
 pub(crate) async fn call(
     s: &Session,
     tool: &str,
-    arguments: Map<String, Value>,
+    arguments: ToolArguments,
     output: Option<PathBuf>,
     json: bool,
 ) -> anyhow::Result<()> {
     require(s, "tools", "tools")?;
+    let ToolArguments {
+        args: mut arguments,
+        textual,
+    } = arguments;
+    // Text arguments are typed by the tool's schema, which only its listing gives.
+    if !textual.is_empty() {
+        let schema = input_schema(s, tool).await?;
+        for name in &textual {
+            if let Some(Value::String(text)) = arguments.get(name) {
+                let property = schema
+                    .as_ref()
+                    .and_then(|sch| sch.pointer(&format!("/properties/{}", pointer_escape(name))));
+                let value = coerce(text, property);
+                arguments.insert(name.clone(), value);
+            }
+        }
+    }
     let raw = s
         .request_raw(
             "tools/call",
@@ -439,7 +544,7 @@ pub(crate) async fn call(
     }
     out.flush()?;
     if is_error {
-        bail!("the tool {} reported an error (isError)", clean(tool));
+        return Err(ToolError(clean(tool)).into());
     }
     Ok(())
 }
@@ -495,17 +600,48 @@ mod tests {
     #[test]
     fn tool_arguments_are_strings_or_json_over_args_json() {
         let args = tool_arguments(
-            &["a:=1".into(), "s=x=y".into(), "b:=true".into(), "t=".into()],
+            &[
+                "a:=1".into(),
+                "s=x=y".into(),
+                "b:=true".into(),
+                "t=".into(),
+                "u=1".into(),
+                "u:=2".into(),
+            ],
             Some(r#"{"a": 0, "c": [1]}"#),
         )
         .unwrap();
         assert_eq!(
-            Value::Object(args),
-            json!({"a": 1, "b": true, "c": [1], "s": "x=y", "t": ""})
+            Value::Object(args.args),
+            json!({"a": 1, "b": true, "c": [1], "s": "x=y", "t": "", "u": 2})
         );
+        assert_eq!(args.textual, ["s", "t"], "`:=` is JSON as written");
         assert!(tool_arguments(&["n:=nope".into()], None).is_err());
         assert!(tool_arguments(&["novalue".into()], None).is_err());
         assert!(tool_arguments(&[], Some("[1]")).is_err());
+    }
+
+    #[test]
+    fn text_arguments_take_the_type_their_schema_gives() {
+        let p = |t: Value| json!({ "type": t });
+        assert_eq!(coerce("1.5", Some(&p(json!("number")))), json!(1.5));
+        assert_eq!(coerce("7", Some(&p(json!("integer")))), json!(7));
+        assert_eq!(coerce("7.5", Some(&p(json!("integer")))), json!("7.5"));
+        assert_eq!(coerce("true", Some(&p(json!("boolean")))), json!(true));
+        assert_eq!(coerce("[1,2]", Some(&p(json!("array")))), json!([1, 2]));
+        assert_eq!(
+            coerce(r#"{"k":1}"#, Some(&p(json!("object")))),
+            json!({"k": 1})
+        );
+        // Text that spells no such value, a string-or-number, an untyped property: as given.
+        assert_eq!(coerce("x", Some(&p(json!("number")))), json!("x"));
+        assert_eq!(
+            coerce("1", Some(&p(json!(["string", "number"])))),
+            json!("1")
+        );
+        assert_eq!(coerce("1", Some(&p(json!(["null", "integer"])))), json!(1));
+        assert_eq!(coerce("1", Some(&json!({}))), json!("1"));
+        assert_eq!(coerce("1", None), json!("1"));
     }
 
     #[test]

@@ -20,8 +20,8 @@ use mcpr_core::{redact_url, redact_urls_in};
 
 use super::sse::{EventStream, Resume, Stop};
 use super::{
-    AnswerTooLarge, Inbound, Incoming, Outgoing, Reply, RpcError, answer_server_request, reply_of,
-    snippet,
+    AnswerTooLarge, ConnectionEnded, Inbound, Incoming, Outgoing, Reply, RpcError,
+    answer_server_request, reply_of, snippet,
 };
 
 /// The wait before reconnecting when the server named none with `retry:`.
@@ -220,6 +220,7 @@ impl Http {
             );
         let rb = self.with_state_headers(rb, method, name);
         let body = serde_json::to_vec(body).context("cannot encode the request")?;
+        trace_http(&rb);
         let resp = rb
             .body(body)
             .send()
@@ -250,7 +251,7 @@ impl Http {
         msg.push_str(&redact_urls_in(
             &last.unwrap_or_else(|| e.without_url().to_string()),
         ));
-        anyhow!(msg)
+        ConnectionEnded::new(msg).into()
     }
 
     pub(super) async fn request(&self, req: Outgoing<'_>) -> Reply {
@@ -284,6 +285,7 @@ impl Http {
                 req.method
             );
         }
+        super::trace("<-", &String::from_utf8_lossy(&bytes));
         let msg: Incoming = serde_json::from_slice(&bytes).map_err(|e| {
             anyhow!(
                 "the answer to {} is not JSON ({e}): {}",
@@ -461,6 +463,7 @@ impl Http {
             if data.trim().is_empty() {
                 continue;
             }
+            super::trace("<-", &data);
             let Ok(msg) = serde_json::from_str::<Incoming>(&data) else {
                 continue;
             };
@@ -545,12 +548,15 @@ impl Http {
                 }
                 break format!("{why}; {RECONNECTS} reconnections failed, the last: {last_error}");
             };
-            let _ = this.inner.inbound.send(Inbound::Ended(reason));
+            let _ = this
+                .inner
+                .inbound
+                .send(Inbound::Ended(ConnectionEnded::new(reason)));
         });
         Ok(())
     }
 
-    pub(super) async fn close(self) {
+    pub(super) async fn close(self, grace: Duration) {
         let session = lock(&self.inner.state).session.clone();
         if session.is_some() {
             let rb = self
@@ -559,9 +565,40 @@ impl Http {
                 .delete(self.inner.url.clone())
                 .headers(self.inner.headers.clone());
             let rb = self.with_state_headers(rb, None, None);
-            let _ = tokio::time::timeout(Duration::from_secs(2), rb.send()).await;
+            let _ = tokio::time::timeout(grace, rb.send()).await;
         }
     }
+}
+
+/// The `--verbose` line for an HTTP request: its method, its URL without user information or
+/// query ([`mcpr_core::redact_url`]), and its headers, the values of any that may be a credential
+/// (`--header` and entry values, which are all marked sensitive, and the session id, which is
+/// one without authorization) shown as `***`.
+fn trace_http(rb: &reqwest::RequestBuilder) {
+    let Some(req) = rb.try_clone().and_then(|b| b.build().ok()) else {
+        return;
+    };
+    let headers: Vec<String> = req
+        .headers()
+        .iter()
+        .map(|(name, value)| {
+            let shown = if value.is_sensitive() || name.as_str() == "mcp-session-id" {
+                "***".to_owned()
+            } else {
+                String::from_utf8_lossy(value.as_bytes()).into_owned()
+            };
+            format!("{name}: {shown}")
+        })
+        .collect();
+    super::trace(
+        "->",
+        &format!(
+            "{} {} [{}]",
+            req.method(),
+            mcpr_core::redact_url(req.url().as_str()),
+            headers.join(", ")
+        ),
+    );
 }
 
 fn is_event_stream(resp: &reqwest::Response) -> bool {

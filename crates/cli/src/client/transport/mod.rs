@@ -25,6 +25,33 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
+/// Whether `--verbose` asked for the JSON-RPC trace on stderr.
+static VERBOSE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The most characters of one message the trace shows: a large answer is cut, with its size.
+const TRACE_CHARS: usize = 4096;
+
+/// Turn the `--verbose` trace on.
+pub(crate) fn set_verbose() {
+    VERBOSE.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// One line of the `--verbose` trace on stderr: `arrow` (`->` sent, `<-` received) and the
+/// message, cleaned for the terminal and cut at [`TRACE_CHARS`]. Messages carry no header;
+/// what could be secret in HTTP (header values, a URL's query) is masked by the caller.
+pub(super) fn trace(arrow: &str, text: &str) {
+    if !VERBOSE.load(std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
+    let shown: String = text.chars().take(TRACE_CHARS).collect();
+    let cut = if shown.len() < text.len() {
+        format!(" … ({} bytes in all)", text.len())
+    } else {
+        String::new()
+    };
+    eprintln!("{arrow} {}{cut}", crate::client::output::clean(&shown));
+}
+
 /// A JSON-RPC error answered by the server. Displays as `message (code)`.
 #[derive(Debug, Clone)]
 pub(crate) struct RpcError {
@@ -85,8 +112,38 @@ pub(crate) enum Inbound {
     /// The notification stream dropped and is being reconnected, with why and how.
     Dropped(String),
     /// The connection (or the notification stream) ended, with why.
-    Ended(String),
+    Ended(ConnectionEnded),
 }
+
+/// Why there is no connection to the server (any more): it could not be started or reached,
+/// or the connection ended; one line, and for a child server that exited, the last lines it
+/// wrote to stderr (a server's own error is often several lines above its last one, as with
+/// clap's `For more information, try '--help'.`).
+#[derive(Debug, Clone)]
+pub(crate) struct ConnectionEnded {
+    pub reason: String,
+    /// The child's last non-blank stderr lines, oldest first, each cleaned by [`snippet`];
+    /// empty over HTTP.
+    pub stderr: Vec<String>,
+}
+
+impl ConnectionEnded {
+    /// An end with nothing from stderr to show.
+    pub(crate) fn new(reason: String) -> Self {
+        Self {
+            reason,
+            stderr: Vec::new(),
+        }
+    }
+}
+
+impl fmt::Display for ConnectionEnded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.reason)
+    }
+}
+
+impl std::error::Error for ConnectionEnded {}
 
 /// The answer to one request: its `result` as the server wrote it, or the error it got.
 pub(super) type Reply = Result<Box<RawValue>, anyhow::Error>;
@@ -127,6 +184,7 @@ pub(crate) enum Transport {
 impl Transport {
     /// Send a request and wait for its answer (the session bounds the wait).
     pub(crate) async fn request(&self, req: Outgoing<'_>) -> Reply {
+        trace("->", &req.message.to_string());
         match self {
             Transport::Stdio(s) => s.request(req).await,
             Transport::Http(h) => h.request(req).await,
@@ -135,18 +193,19 @@ impl Transport {
 
     /// Send a notification (no answer expected).
     pub(crate) async fn notify(&self, message: Value) -> anyhow::Result<()> {
+        trace("->", &message.to_string());
         match self {
             Transport::Stdio(s) => s.write(&message).await,
             Transport::Http(h) => h.notify(message).await,
         }
     }
 
-    /// End the connection politely: stdin closed (then the child killed if it lingers), or the
-    /// legacy HTTP session deleted.
-    pub(crate) async fn close(self) {
+    /// End the connection politely, waiting at most `grace`: stdin closed (then the child
+    /// killed if it lingers), or the legacy HTTP session deleted.
+    pub(crate) async fn close(self, grace: std::time::Duration) {
         match self {
-            Transport::Stdio(s) => s.close().await,
-            Transport::Http(h) => h.close().await,
+            Transport::Stdio(s) => s.close(grace).await,
+            Transport::Http(h) => h.close(grace).await,
         }
     }
 }
@@ -170,6 +229,7 @@ pub(super) fn dispatch(
     pending: &Pending,
     inbound: &mpsc::UnboundedSender<Inbound>,
 ) -> Option<Value> {
+    trace("<-", line);
     match (msg.method.as_deref(), msg.id.clone()) {
         (None, Some(id)) => {
             let waiter = id.as_u64().and_then(|id| lock(pending).remove(&id))?;
@@ -212,13 +272,13 @@ pub(super) fn answer_server_request(method: &str, id: Value) -> Value {
 /// Fail every waiting request with `reason` and tell the session the connection ended.
 pub(super) fn finish(
     pending: &Pending,
-    ended: &Mutex<Option<String>>,
+    ended: &Mutex<Option<ConnectionEnded>>,
     inbound: &mpsc::UnboundedSender<Inbound>,
-    reason: String,
+    reason: ConnectionEnded,
 ) {
     *lock(ended) = Some(reason.clone());
     for (_, waiter) in lock(pending).drain() {
-        let _ = waiter.tx.send(Err(anyhow!(reason.clone())));
+        let _ = waiter.tx.send(Err(reason.clone().into()));
     }
     let _ = inbound.send(Inbound::Ended(reason));
 }

@@ -6,7 +6,7 @@ use std::ffi::OsString;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::{Context as _, anyhow, bail};
+use anyhow::Context as _;
 use serde_json::Value;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::process::{Child, ChildStdin};
@@ -15,13 +15,36 @@ use tokio::sync::{mpsc, oneshot};
 use mcpr_core::sync::lock;
 
 use super::{
-    AnswerTooLarge, Inbound, Incoming, Outgoing, Pending, Reply, Waiter, dispatch, finish, snippet,
+    AnswerTooLarge, ConnectionEnded, Inbound, Incoming, Outgoing, Pending, Reply, Waiter, dispatch,
+    finish, snippet,
 };
 
 /// How many of the child's last stderr lines are kept for error messages.
 const STDERR_TAIL: usize = 20;
 /// The longest stderr line kept whole; a longer one is kept in pieces of this size.
 const STDERR_LINE: usize = 64 * 1024;
+/// How many of the child's last non-blank stderr lines an exit shows: a server's own error is
+/// often a few lines above its last one (clap ends with `For more information, try '--help'.`).
+const SHOWN_LINES: usize = 10;
+/// The most bytes of stderr an exit shows, all lines together (each is already cut to 200
+/// characters): a server that logs long lines cannot flood the terminal.
+const SHOWN_BYTES: usize = 2048;
+
+/// The last non-blank lines of `tail`, cleaned, oldest first: at most [`SHOWN_LINES`] of them
+/// and [`SHOWN_BYTES`] together (the newest kept first, since the last lines say most).
+fn shown_tail<'a>(tail: impl DoubleEndedIterator<Item = &'a String>) -> Vec<String> {
+    let mut shown = Vec::new();
+    let mut bytes = 0;
+    for line in tail.rev().map(|l| snippet(l)).filter(|l| !l.is_empty()) {
+        if shown.len() == SHOWN_LINES || bytes + line.len() > SHOWN_BYTES {
+            break;
+        }
+        bytes += line.len();
+        shown.push(line);
+    }
+    shown.reverse();
+    shown
+}
 
 /// One line read by [`read_line`].
 enum Line {
@@ -93,7 +116,7 @@ pub(crate) struct Stdio {
     stdin: SharedStdin,
     pending: Pending,
     /// Why the connection ended, once it has.
-    ended: Arc<Mutex<Option<String>>>,
+    ended: Arc<Mutex<Option<ConnectionEnded>>>,
     child: Arc<tokio::sync::Mutex<Child>>,
 }
 
@@ -118,7 +141,7 @@ impl Stdio {
             .stderr(std::process::Stdio::piped())
             .kill_on_drop(true)
             .spawn()
-            .with_context(|| format!("cannot start the server `{shown}`"))?;
+            .map_err(|e| ConnectionEnded::new(format!("cannot start the server `{shown}`: {e}")))?;
         let stdin = child.stdin.take().context("the child has no stdin")?;
         let stdout = child.stdout.take().context("the child has no stdout")?;
         let stderr = child.stderr.take().context("the child has no stderr")?;
@@ -192,7 +215,7 @@ impl Stdio {
                                 max_message >> 20
                             ),
                         };
-                        finish(&pending, &ended, &inbound, reason);
+                        finish(&pending, &ended, &inbound, ConnectionEnded::new(reason));
                         return;
                     }
                     Ok(Line::End) | Err(_) => break,
@@ -216,32 +239,29 @@ impl Stdio {
                             "the server `{shown}` wrote something that is not JSON-RPC to stdout ({e}): {}",
                             snippet(&line)
                         );
-                        finish(&pending, &ended, &inbound, reason);
+                        finish(&pending, &ended, &inbound, ConnectionEnded::new(reason));
                         return;
                     }
                 }
             }
-            // stdout closed: the child exited or is exiting. Its status and last stderr line
+            // stdout closed: the child exited or is exiting. Its status and last stderr lines
             // make the message; the stderr reader gets a moment to catch the last lines.
             let status = tokio::time::timeout(Duration::from_secs(2), async {
                 child.lock().await.wait().await
             })
             .await;
             let _ = tokio::time::timeout(Duration::from_millis(500), stderr_task).await;
-            let last = lock(&tail)
-                .iter()
-                .rev()
-                .find(|l| !l.trim().is_empty())
-                .cloned();
-            let mut reason = match status {
+            let reason = match status {
                 Ok(Ok(s)) => format!("the server `{shown}` exited ({s})"),
                 _ => format!("the server `{shown}` closed its stdout"),
             };
-            if let Some(last) = last {
-                reason.push_str(": ");
-                reason.push_str(&snippet(&last));
-            }
-            finish(&pending, &ended, &inbound, reason);
+            let stderr = shown_tail(lock(&tail).iter());
+            finish(
+                &pending,
+                &ended,
+                &inbound,
+                ConnectionEnded { reason, stderr },
+            );
         });
         Ok(this)
     }
@@ -262,7 +282,7 @@ impl Stdio {
         }
         match rx.await {
             Ok(reply) => reply,
-            Err(_) => Err(anyhow!(self.ended_reason())),
+            Err(_) => Err(self.ended_reason().into()),
         }
     }
 
@@ -270,25 +290,22 @@ impl Stdio {
         if write_line(&self.stdin, message).await.is_err() {
             // A broken pipe means the child is gone; the reader task says why, shortly.
             tokio::time::sleep(Duration::from_millis(300)).await;
-            bail!(self.ended_reason());
+            return Err(self.ended_reason().into());
         }
         Ok(())
     }
 
-    fn ended_reason(&self) -> String {
+    fn ended_reason(&self) -> ConnectionEnded {
         lock(&self.ended)
             .clone()
-            .unwrap_or_else(|| "the server closed the connection".to_owned())
+            .unwrap_or_else(|| ConnectionEnded::new("the server closed the connection".to_owned()))
     }
 
-    pub(super) async fn close(self) {
+    pub(super) async fn close(self, grace: Duration) {
         // EOF on stdin is how a stdio MCP server is told to exit.
         self.stdin.lock().await.take();
         let mut child = self.child.lock().await;
-        if tokio::time::timeout(Duration::from_secs(2), child.wait())
-            .await
-            .is_err()
-        {
+        if tokio::time::timeout(grace, child.wait()).await.is_err() {
             let _ = child.kill().await;
         }
     }
