@@ -595,28 +595,33 @@ async fn dir(s: &Session, uri: &str, json: bool) -> anyhow::Result<()> {
             if json {
                 raw_line(&mut stdout.lock(), item, terminal)?;
             } else {
-                let r = parsed(item)?;
-                rows.push(vec![
-                    field(&r, "uri"),
-                    field(&r, "name"),
-                    field(&r, "mimeType"),
-                    r.get("size")
-                        .and_then(Value::as_u64)
-                        .map_or_else(|| "-".to_owned(), human_size),
-                ]);
+                rows.push(resource_row(&parsed(item)?));
             }
             Ok(())
         },
     )
     .await?;
     if !json {
-        table(
-            &mut stdout.lock(),
-            &["URI", "NAME", "MIME TYPE", "SIZE"],
-            &rows,
-        )?;
+        resource_table(&mut stdout.lock(), &rows)?;
     }
     Ok(())
+}
+
+/// A resource's row in `ls` and `dir`: URI, name, MIME type and size.
+fn resource_row(r: &Value) -> Vec<String> {
+    vec![
+        field(r, "uri"),
+        field(r, "name"),
+        field(r, "mimeType"),
+        r.get("size")
+            .and_then(Value::as_u64)
+            .map_or_else(|| "-".to_owned(), human_size),
+    ]
+}
+
+/// The table `ls` and `dir` print, one [`resource_row`] a resource.
+fn resource_table(out: &mut impl std::io::Write, rows: &[Vec<String>]) -> std::io::Result<()> {
+    table(out, &["URI", "NAME", "MIME TYPE", "SIZE"], rows)
 }
 
 async fn ls(s: &Session, prefix: Option<&str>, json: bool) -> anyhow::Result<()> {
@@ -634,24 +639,13 @@ async fn ls(s: &Session, prefix: Option<&str>, json: bool) -> anyhow::Result<()>
             // Streamed page by page: a consumer sees the first resources at once.
             raw_line(&mut stdout.lock(), item, terminal)?;
         } else {
-            rows.push(vec![
-                clean(uri),
-                field(&r, "name"),
-                field(&r, "mimeType"),
-                r.get("size")
-                    .and_then(Value::as_u64)
-                    .map_or_else(|| "-".to_owned(), human_size),
-            ]);
+            rows.push(resource_row(&r));
         }
         Ok(())
     })
     .await?;
     if !json {
-        table(
-            &mut stdout.lock(),
-            &["URI", "NAME", "MIME TYPE", "SIZE"],
-            &rows,
-        )?;
+        resource_table(&mut stdout.lock(), &rows)?;
     }
     Ok(())
 }
