@@ -540,6 +540,24 @@ async fn metrics(State(ops): State<Arc<Ops>>, headers: http::HeaderMap) -> Respo
                 u8::from(*held)
             );
         }
+        out.push_str("# HELP mcp_cluster_standalone_watches Subscriptions of the mount this replica watches by itself because it is cut off from NATS or its clock is off (0: the cluster's watcher serves them).\n# TYPE mcp_cluster_standalone_watches gauge\n");
+        for (mount, n) in cluster
+            .standalone
+            .iter()
+            .filter(|(mount, _)| visible().any(|m| &*m.name == mount.as_str()))
+        {
+            let _ = writeln!(
+                out,
+                "mcp_cluster_standalone_watches{{mount=\"{}\"}} {n}",
+                crate::metrics::escape_label(mount),
+            );
+        }
+        if let Some(offset) = cluster.clock_offset_ms {
+            let _ = write!(
+                out,
+                "# HELP mcp_cluster_clock_offset_ms How far this replica's clock is from the NATS server's, as last measured (positive: ahead).\n# TYPE mcp_cluster_clock_offset_ms gauge\nmcp_cluster_clock_offset_ms {offset}\n"
+            );
+        }
         out.push_str("# HELP mcp_cluster_rejected_total Messages and records from NATS dropped because they do not verify with the cluster's secret, by kind.\n# TYPE mcp_cluster_rejected_total counter\n");
         for (kind, n) in &cluster.rejected {
             let _ = writeln!(
