@@ -213,7 +213,11 @@ fn rfc3339_ms(t: &str) -> Option<u64> {
         return None;
     }
     // Days from the civil date (Howard Hinnant's algorithm), for years from 1970 on.
-    let (y, mo) = if mo <= 2 { (y - 1, mo + 9) } else { (y, mo - 3) };
+    let (y, mo) = if mo <= 2 {
+        (y - 1, mo + 9)
+    } else {
+        (y, mo - 3)
+    };
     let era = y / 400;
     let yoe = y - era * 400;
     let doy = (153 * mo + 2) / 5 + d - 1;

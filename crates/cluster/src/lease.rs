@@ -4,7 +4,7 @@
 //! message three times per TTL with a compare-and-set on the subject's last sequence
 //! (`Nats-Expected-Last-Subject-Sequence`); the others try to write it as if it were absent
 //! (expected sequence 0), which succeeds once the holder's message expired. A holder that
-//! could not renew for half a TTL, counted from when it sent its last successful renewal
+//! could not renew for two thirds of a TTL, counted from when it sent its last successful renewal
 //! (the record cannot have been stored earlier, so it cannot expire earlier than a TTL after
 //! that), lets go even if NATS is unreachable and while a renewal is still in flight: it
 //! stops watching before its record can expire and another replica can win the lease, so a
@@ -130,7 +130,10 @@ impl Lease {
             // lease: it counts as having heard a holder when it started.
             let mut other_heard: Option<Instant> = heard.as_ref().map(|_| Instant::now());
             let period = ttl / 3;
-            let hold_for = ttl / 2;
+            // A third of a TTL short of the record's expiry: room for the renewal after
+            // next to be late under load, and for the watches to stop before another
+            // replica can win.
+            let hold_for = ttl * 2 / 3;
             let mut sequence: Option<u64> = None;
             // When the last successful write was sent: its record expires a TTL after it
             // was stored, which is no earlier than this.
@@ -149,7 +152,7 @@ impl Lease {
                         .await
                         .unwrap_or_else(|_| {
                             Err(WriteError::Unreachable(format!(
-                                "no renewal within {} ms (half the lease TTL)",
+                                "no renewal within {} ms (two thirds of the lease TTL)",
                                 hold_for.as_millis()
                             )))
                         })
@@ -168,7 +171,7 @@ impl Lease {
                     // Ours expired and another replica holds it now.
                     Err(WriteError::Taken) => None,
                     Err(WriteError::Aside) => None,
-                    // NATS is unreachable: the lease may still be ours, until half a TTL
+                    // NATS is unreachable: the lease may still be ours, until two thirds of a TTL
                     // passed since the last renewal was sent (see the module docs).
                     Err(WriteError::Unreachable(e)) => {
                         tracing::debug!(error = %e, "cannot renew a watcher lease");
@@ -176,7 +179,7 @@ impl Lease {
                         if sequence.is_some() && keep.is_none() {
                             tracing::warn!(
                                 error = %e,
-                                "cluster: a watcher lease could not be renewed for half its TTL; \
+                                "cluster: a watcher lease could not be renewed for two thirds of its TTL; \
                                  letting it go before its record can expire"
                             );
                         }

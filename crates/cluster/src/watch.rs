@@ -167,7 +167,10 @@ pub async fn join(
         .ping_interval((cfg.lease_ttl / 5).max(Duration::from_millis(100)))
         // An attempt into a cut link waits for its SYN's retransmissions; a short one tries
         // again sooner after the heal.
-        .connection_timeout(cfg.lease_ttl.clamp(Duration::from_secs(1), Duration::from_secs(5)))
+        .connection_timeout(
+            cfg.lease_ttl
+                .clamp(Duration::from_secs(1), Duration::from_secs(5)),
+        )
         // Rejoin fast after NATS comes back: a replica out of the cluster misses changes.
         .reconnect_delay_callback(|attempts| {
             Duration::from_millis((attempts as u64 * 200).clamp(100, 2000))
@@ -550,6 +553,9 @@ async fn stand_alone(inner: std::sync::Weak<Inner>, poke: Arc<tokio::sync::Notif
     // Topics whose watch failed, and when: tried again a TTL later, not every tick.
     let mut failed: HashMap<ChangeEvent, Instant> = HashMap::new();
     let mut was_alone = false;
+    // Before it first joins, a replica is not cut off: it is starting (or NATS is down,
+    // which `/readyz` names).
+    let mut joined = false;
     let mut back_since: Option<Instant> = None;
     loop {
         let Some(i) = inner.upgrade() else { return };
@@ -563,7 +569,8 @@ async fn stand_alone(inner: std::sync::Weak<Inner>, poke: Arc<tokio::sync::Notif
         } else {
             false
         };
-        if alone && !was_alone {
+        joined |= !apart;
+        if alone && !was_alone && joined {
             tracing::warn!(
                 "cluster: this replica is on its own (NATS unreachable or its clock off); it \
                  watches its own clients' subscriptions of shared mounts itself"
@@ -638,7 +645,9 @@ async fn measure_clock(inner: std::sync::Weak<Inner>) {
             match clock_offset(&i, period).await {
                 Ok(Some(offset)) => judge_clock(&i, offset),
                 Ok(None) => {}
-                Err(e) => tracing::debug!(error = %e, "cluster: cannot read the NATS server's clock"),
+                Err(e) => {
+                    tracing::debug!(error = %e, "cluster: cannot read the NATS server's clock")
+                }
             }
         }
         drop(i);
