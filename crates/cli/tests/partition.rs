@@ -11,10 +11,17 @@
 //!   of the heal (at most twice);
 //! - a cut longer than the TTL loses none of the cut replica's subscriptions: a file only
 //!   its client watches is heard once after the heal;
-//! - cutting the watcher moves the lease without two holders at any sample.
+//! - cutting the watcher moves the lease without two holders at any sample;
+//! - NATS cut from every replica: each degrades and serves its own clients, and the
+//!   cluster is whole again after the heal.
 //!
 //! Needs root and `ip netns` (and `nats-server`): without them the test says SKIPPED and
-//! passes, except under `CI=true`, where it fails. Namespaces and veths have names unique
+//! passes, except under `CI=true`, where it fails.
+//!
+//! A second test runs a replica whose wall clock is 40 s ahead (libfaketime, `LD_PRELOAD`)
+//! beside a right one on loopback: it names its clock on `/readyz` and at warn, never holds
+//! the lease, and its clients hear each change once from its own watch. Without libfaketime
+//! it says SKIPPED (fails under `CI=true`). Namespaces and veths have names unique
 //! to the process and are removed however the test ends (a guard); ones left by a process
 //! that no longer exists (killed) are removed at start.
 
@@ -768,4 +775,160 @@ async fn a_partitioned_replica_notices_keeps_serving_and_rejoins() {
          stream in {during:?}; whole again (ready, own watches ended) {whole:?} after the heal; \
          a change after it heard in {after:?}"
     );
+}
+
+/// libfaketime's preload library, when installed (Debian: `apt-get install libfaketime`).
+fn faketime_lib() -> Option<PathBuf> {
+    [
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+        "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
+        "/usr/lib/faketime/libfaketime.so.1",
+    ]
+    .map(PathBuf::from)
+    .into_iter()
+    .find(|p| p.exists())
+}
+
+/// A replica on loopback, its clock shifted by `faketime` (libfaketime's `FAKETIME`) if
+/// given.
+fn loopback_replica(cfg: &Path, log: &Path, faketime: Option<(&Path, &str)>) -> Replica {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut cmd = Command::new(BIN);
+    cmd.args(["serve", "--log-level", "info", "--http"])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--config")
+        .arg(cfg)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap());
+    if let Some((lib, shift)) = faketime {
+        // The wall clock only: timers and timeouts run on the monotonic one.
+        cmd.env("LD_PRELOAD", lib)
+            .env("FAKETIME", shift)
+            .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+    }
+    let child = cmd.spawn().unwrap();
+    Replica {
+        _proc: InNs { child: Some(child) },
+        base: format!("http://127.0.0.1:{port}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_whose_clock_is_off_says_so_and_costs_only_itself() {
+    let Some(lib) = faketime_lib() else {
+        absent("libfaketime", "not installed (apt-get install libfaketime)");
+        return;
+    };
+    let Some(nats) = mcpr_testkit::nats::NatsServer::started() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let _logs = LogsOnFailure(dir.path().to_owned());
+    let files = dir.path().join("shared");
+    std::fs::create_dir(&files).unwrap();
+    std::fs::write(files.join("a.txt"), "v0").unwrap();
+    let files = files.canonicalize().unwrap();
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[cluster]\nnats_url = \"nats://127.0.0.1:{}\"\nname = \"skew{}\"\nlease_ttl_ms = {TTL_MS}\nsecret = \"{CLUSTER_SECRET}\"\n\
+             [[mount]]\nkind = \"files\"\nroot = \"{}\"\nshared = true\n",
+            nats.port(),
+            std::process::id(),
+            files.display()
+        ),
+    )
+    .unwrap();
+    let right = loopback_replica(&cfg, &dir.path().join("right.log"), None);
+    let skewed = loopback_replica(&cfg, &dir.path().join("skewed.log"), Some((&lib, "+40s")));
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    wait_for(
+        "the right replica ready",
+        Duration::from_secs(20),
+        async || right.get(&http, "/readyz").await.0 == 200,
+    )
+    .await;
+    // The skewed one names its clock on /readyz and in a warning.
+    let mut ready = String::new();
+    wait_for(
+        "the skewed replica named",
+        Duration::from_secs(20),
+        async || {
+            let (status, body) = skewed.get(&http, "/readyz").await;
+            ready = body;
+            status == 503 && ready.contains("clock is")
+        },
+    )
+    .await;
+    assert!(ready.contains("ahead of the NATS server's"), "{ready}");
+    let offset = skewed
+        .gauge(&http, "mcp_cluster_clock_offset_ms ")
+        .await
+        .unwrap();
+    assert!((35_000.0..45_000.0).contains(&offset), "{offset}");
+    let log = std::fs::read_to_string(dir.path().join("skewed.log")).unwrap();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("WARN") && l.contains("clock is") && l.contains("ms ahead")),
+        "{log}"
+    );
+    let (_, metrics) = right.get(&http, "/metrics").await;
+    let mount = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("mcp_cluster_watcher{mount=\""))
+        .and_then(|l| l.split_once('"'))
+        .map(|(m, _)| m.to_owned())
+        .unwrap();
+    let pair = [right, skewed];
+    // Only the right replica holds the lease, for three TTLs in a row (no tug of war).
+    wait_for(
+        "the right replica watching",
+        Duration::from_secs(5),
+        async || holders(&http, &pair, &mount).await == vec![0],
+    )
+    .await;
+    let until = Instant::now() + Duration::from_millis(TTL_MS * 3);
+    while Instant::now() < until {
+        assert_eq!(holders(&http, &pair, &mount).await, vec![0]);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Both replicas' clients hear a change once: the skewed one from its own watch.
+    let uri = file_uri(&files.join("a.txt"));
+    let on_right = pair[0].listen(&http, &[&uri]).await;
+    let on_skewed = pair[1].listen(&http, &[&uri]).await;
+    let series = format!("mcp_cluster_standalone_watches{{mount=\"{mount}\"}} ");
+    wait_for(
+        "the skewed replica's own watch",
+        Duration::from_secs(5),
+        async || pair[1].gauge(&http, &series).await == Some(1.0),
+    )
+    .await;
+    assert_eq!(pair[0].gauge(&http, &series).await, Some(0.0));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    std::fs::write(files.join("a.txt"), "v1").unwrap();
+    expect_heard(
+        &[&on_right, &on_skewed],
+        &uri,
+        &[1, 1],
+        &[1, 1],
+        Duration::from_secs(5),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    expect_heard(
+        &[&on_right, &on_skewed],
+        &uri,
+        &[1, 1],
+        &[1, 1],
+        Duration::ZERO,
+    )
+    .await;
+    eprintln!("a replica 40 s ahead: measured {offset} ms, named, no lease, its clients served");
 }
