@@ -700,7 +700,7 @@ fn judge_clock(i: &Inner, offset: i64) {
             tracing::warn!(offset_ms = offset, limit_ms = limit, "{problem}");
         }
         *lock(&i.skew) = Some(problem);
-        i.lease_allowed.send_replace(false);
+        allow_leases(i, false);
     } else {
         if was {
             tracing::info!(
@@ -709,8 +709,18 @@ fn judge_clock(i: &Inner, offset: i64) {
             );
         }
         *lock(&i.skew) = None;
-        i.lease_allowed.send_replace(true);
+        allow_leases(i, true);
     }
+}
+
+/// Tell the leases (and the re-announcement) only of a change: every receiver wakes on a
+/// send, and an unchanged verdict every TTL would re-announce every interest every TTL.
+fn allow_leases(i: &Inner, allowed: bool) {
+    i.lease_allowed.send_if_modified(|a| {
+        let changed = *a != allowed;
+        *a = allowed;
+        changed
+    });
 }
 
 /// Announce this replica every `lease_ttl / 3`.
