@@ -783,14 +783,28 @@ async fn a_partitioned_replica_notices_keeps_serving_and_rejoins() {
     );
 
     // 5. The watcher's bus link flaps (300 ms down, 700 ms up, five times), one file
-    // changed in each outage: each change reaches every stream once or twice, and no sample
-    // shows two holders.
+    // changed in each outage: each change reaches every stream, and no sample shows two
+    // holders. With a TTL of 1 s an outage can delay a renewal past two thirds of it (TCP's
+    // retransmission after the heal): the watcher lets go and wins its lease again, and each
+    // such win says once per subscribed file that it may have changed (nobody watched in
+    // between). So a file is heard at most once more per such win (counted in the logs).
     let w = one[0];
     // Notices of earlier lease moves ("may have changed") count before this.
     let base: Vec<Vec<usize>> = flap_uris
         .iter()
         .map(|u| s.iter().map(|h| h.updates(u)).collect())
         .collect();
+    let wins = || {
+        (0..3)
+            .map(|k| {
+                std::fs::read_to_string(dir.path().join(format!("r{k}.log")))
+                    .unwrap_or_default()
+                    .matches("this replica now watches the mount")
+                    .count()
+            })
+            .sum::<usize>()
+    };
+    let wins_before = wins();
     let flapping = Instant::now();
     let mut samples = 0;
     for (i, f) in flaps.iter().enumerate() {
@@ -809,7 +823,8 @@ async fn a_partitioned_replica_notices_keeps_serving_and_rejoins() {
     let flapped = flapping.elapsed();
     for (uri, b) in flap_uris.iter().zip(&base) {
         let least: Vec<usize> = b.iter().map(|n| n + 1).collect();
-        let most: Vec<usize> = b.iter().map(|n| n + 2).collect();
+        // A bound for the wait; the exact one is checked below, once the wins are known.
+        let most: Vec<usize> = b.iter().map(|n| n + 2 + 2 * flaps.len()).collect();
         expect_heard(&s, uri, &least, &most, Duration::from_secs(5)).await;
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -818,14 +833,16 @@ async fn a_partitioned_replica_notices_keeps_serving_and_rejoins() {
         .zip(&base)
         .map(|(u, b)| s.iter().zip(b).map(|(h, n)| h.updates(u) - n).collect())
         .collect();
+    let won = wins() - wins_before;
     assert!(
-        counts.iter().flatten().all(|n| (1..=2).contains(n)),
-        "{counts:?}"
+        counts.iter().flatten().all(|n| (1..=1 + won).contains(n)),
+        "{counts:?} with {won} lease wins"
     );
-    let twice = counts.iter().flatten().filter(|n| **n == 2).count();
+    let extra: usize = counts.iter().flatten().map(|n| n - 1).sum();
     eprintln!(
-        "the watcher's link flapping for {flapped:?}: every change on every stream, {twice} of \
-         15 deliveries twice; {samples} samples with at most one holder"
+        "the watcher's link flapping for {flapped:?}: every change on every stream; {won} lease \
+         wins, {extra} notices beyond the 15 deliveries ({counts:?}); {samples} samples with \
+         at most one holder"
     );
 }
 
