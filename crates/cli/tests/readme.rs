@@ -221,7 +221,7 @@ fn every_toml_block_of_the_readme_checks_and_the_local_ones_serve() {
     let toml = blocks("toml");
     assert!(
         toml.len() >= 8,
-        "README.md's ```toml blocks: {}",
+        "the ```toml blocks of README.md and docs/: {}",
         toml.len()
     );
     let mut served = 0;
@@ -368,7 +368,7 @@ fn every_toml_block_of_the_readme_checks_and_the_local_ones_serve() {
             );
         } else if text.contains("[cluster]") {
             // The cluster block, on this machine's NATS when there is one: a replica serves
-            // reads whether or not NATS answers (README "NATS is down at start").
+            // reads whether or not NATS answers (docs/cluster.md, "NATS is down at start").
             let dir = tempfile::tempdir().unwrap();
             let shared = dir.path().join("shared");
             std::fs::create_dir(&shared).unwrap();
