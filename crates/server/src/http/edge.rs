@@ -144,10 +144,7 @@ impl Edge {
             Ok(Some(owner)) => {
                 let ok = owner == mine;
                 if ok {
-                    self.owners
-                        .lock()
-                        .expect("owners lock")
-                        .insert(id.to_owned(), owner);
+                    lock(&self.owners).insert(id.to_owned(), owner);
                 }
                 ok
             }
@@ -323,7 +320,7 @@ where
 /// 5. [`Edge::permit`]: the concurrency limit;
 /// 6. [`Edge::whole_body`] and [`Edge::within_session_cap`]: a POST's body, in its size and
 ///    time limits, then the session cap for an `initialize`;
-/// 7. the MCP endpoint, then for a stream [`deleted`] (rmcp's 202 to a DELETE as 204), for a
+/// 7. the MCP endpoint, then for a stream [`Edge::deleted`] (rmcp's 202 to a DELETE as 204), for a
 ///    request the binding of a new session to its creator ([`Edge::bind_created`]) and the
 ///    in-flight count ([`Edge::in_flight`]) until its answer's body is done.
 async fn guarded<S>(edge: &Arc<Edge>, peer: SocketAddr, req: Request, next: S) -> Response

@@ -234,6 +234,7 @@ mod tests {
         AllowedHosts::new(allowed).allows(host)
     }
 
+    #[test]
     fn origins_match_as_rmcp_matches_them() {
         let list: Vec<String> = ["http://localhost:*", "https://app.example:8443", "null"]
             .iter()
