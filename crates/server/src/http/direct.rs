@@ -256,6 +256,8 @@ impl<M: SessionManager> DirectRead<M> {
     /// answered with the timeout error once the request timeout is over, and not the worker
     /// with every connection it serves. `Err` gives the request back when the read would
     /// wait or reads are not taken in place now: it goes the bounded path.
+    // The request given back is moved, not copied, and only when the read would wait.
+    #[allow(clippy::result_large_err)]
     async fn read_in_place(
         &self,
         params: ReadResourceRequestParams,

@@ -383,6 +383,9 @@ fn session_of(headers: &http::HeaderMap) -> Option<String> {
         .map(str::to_owned)
 }
 
+// A step's `Err` is the refusal, the response itself: the rare path, where boxing it would
+// cost an allocation for nothing.
+#[allow(clippy::result_large_err)]
 impl Edge {
     /// Step 1: no new request once shutdown has begun.
     fn open(&self) -> Result<(), Response> {
@@ -507,10 +510,11 @@ impl Edge {
     /// Step 7, after a stream: the DELETE of session `id` that rmcp accepted has ended it, so
     /// its owner is forgotten, and rmcp's 202 goes out as 204 ([`http_answers::deleted`]).
     fn deleted(&self, method: &Method, session: Option<&str>, mut resp: Response) -> Response {
-        if *method == Method::DELETE && http_answers::deleted(&mut resp) {
-            if let Some(id) = session {
-                lock(&self.owners).remove(id);
-            }
+        if *method == Method::DELETE
+            && http_answers::deleted(&mut resp)
+            && let Some(id) = session
+        {
+            lock(&self.owners).remove(id);
         }
         resp
     }
