@@ -7,6 +7,7 @@ mod config;
 mod direct;
 mod edge;
 mod hub;
+mod in_place;
 mod jwt;
 mod roaming;
 mod sessions;
@@ -235,6 +236,14 @@ pub async fn serve(
             answered: direct_reads.clone(),
             shutdown: streams.child_token(),
             grace_over: state.reads_cut.child_token(),
+            in_place: Some(
+                in_place::InPlaceReads::start(
+                    in_place::readers(),
+                    state.settings.request_timeout,
+                    tokio::runtime::Handle::current(),
+                )
+                .map_err(|e| format!("cannot start the threads for reads in place: {e}"))?,
+            ),
         },
     );
 
