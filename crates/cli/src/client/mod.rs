@@ -179,7 +179,8 @@ pub(crate) struct Connect {
 impl Connect {
     /// Which server this reaches, for a record kept between runs (`skills sync`'s state
     /// file): `url:` and the URL without its user information, query or fragment (where
-    /// credentials may be), `server:` and the name, or `command:` and the command line.
+    /// credentials may be), `server:` and the name, or `command:`, the program's name and a
+    /// digest of the command line.
     pub(crate) fn identity(&self) -> String {
         if let Some(url) = &self.url {
             let url = url.split(['?', '#']).next().unwrap_or_default();
@@ -196,12 +197,19 @@ impl Connect {
         if let Some(name) = &self.server {
             return format!("server:{name}");
         }
+        // A command line may hold a secret (a password argument): the program's name and a
+        // digest of the whole line tell two servers apart without keeping it.
         let words: Vec<String> = self
             .command
             .iter()
             .map(|w| w.to_string_lossy().into_owned())
             .collect();
-        format!("command:{}", words.join(" "))
+        let program = words
+            .first()
+            .map(|p| p.rsplit('/').next().unwrap_or(p).to_owned())
+            .unwrap_or_default();
+        let digest = rmcp::model::sha256_digest(words.join("\0").as_bytes());
+        format!("command:{program} {digest}")
     }
 }
 
