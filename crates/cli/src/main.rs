@@ -758,6 +758,16 @@ async fn check_skills(
             lines.push(format!("  left out {file}: {why}"));
             ok = false;
         }
+        // A warning, not a failure: the skill is served, only without these files, which
+        // is often what the rules are for (a key, a local `.env`).
+        if list {
+            for h in &r.not_published {
+                lines.push(format!(
+                    "  warning: {} is not published with skill {} ({}): a pull will not have it",
+                    h.file, h.skill, h.reason
+                ));
+            }
+        }
     }
     ok
 }

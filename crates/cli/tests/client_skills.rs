@@ -248,7 +248,8 @@ fn a_server_without_skills_is_named_as_such() {
 /// `outside` (another skill's folder), `toobig` (a size past the spec's 16 MiB), `huge` (the
 /// second file read is 8 MiB, not the 15 bytes announced), `stall` (the second file's read
 /// never answers), `fullwidth` (the skill `skill://team/evil/` named `ｅｖｉｌ`), `mixed`
-/// (named `еvil`, its `е` Cyrillic), or `honest`.
+/// (named `еvil`, its `е` Cyrillic), `setuid` (the data file's mode `0o6777`),
+/// `strange-mode` (a mode for a file the manifest lacks), or `honest`.
 const LYING: &str = r#"
 import sys, json, hashlib, base64, time
 mode = sys.argv[1]
@@ -276,6 +277,10 @@ elif mode == "outside":
     manifest[1]["uri"] = "skill://team/other/escaped.txt"
 skill = {"uri": root + "SKILL.md", "frontmatter": {"name": name, "description": "Lies"},
          "resources": manifest}
+if mode == "setuid":
+    skill["_meta"] = {"io.github.mcp-resources/mode": {root + "ref/data.txt": 0o6777}}
+elif mode == "strange-mode":
+    skill["_meta"] = {"io.github.mcp-resources/mode": {root + "ref/other.txt": 0o755}}
 caps = {"extensions": {"io.modelcontextprotocol/skills": {}}}
 info = {"name": "lying", "version": "1"}
 def answer(msg):
@@ -654,4 +659,465 @@ fn dir_lists_every_page_of_a_directory() {
     let out = run(s.stdio(&["dir", &format!("{folder}/notes.txt")]));
     assert_eq!(out.code, Some(4), "{out:?}");
     assert!(out.stderr.starts_with("error: "), "{out:?}");
+}
+
+/// `git` in `dir`, with a fixed identity; panics when it fails.
+fn git(dir: &Path, args: &[&str]) {
+    let out = Command::new("git")
+        .args([
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@e",
+            "-c",
+            "init.defaultBranch=main",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run git");
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+}
+
+/// The permission bits of `path`.
+fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o7777
+}
+
+/// A skill whose folder holds what a files mount does not serve (a key the deny list names,
+/// dot-files), an executable script, and a `SKILL.md` naming files its manifest lacks.
+const TOOL_MD: &str = "---\nname: tool\ndescription: Runs the tool\n---\n\
+Run `scripts/run.sh` with [the CA](certs/ca.pem), [the env](.env.example) and\n\
+[settings](.config); the notes are in ref/notes.txt and ref/missing.txt.\n";
+
+fn tool_skill(folder: &Path) {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::create_dir_all(folder.join("scripts")).unwrap();
+    std::fs::create_dir_all(folder.join("certs")).unwrap();
+    std::fs::create_dir_all(folder.join("ref")).unwrap();
+    std::fs::write(folder.join("SKILL.md"), TOOL_MD).unwrap();
+    std::fs::write(folder.join("scripts/run.sh"), "#!/bin/sh\necho run\n").unwrap();
+    std::fs::set_permissions(
+        folder.join("scripts/run.sh"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    std::fs::write(folder.join("ref/notes.txt"), "notes\n").unwrap();
+    std::fs::set_permissions(
+        folder.join("ref/notes.txt"),
+        std::fs::Permissions::from_mode(0o640),
+    )
+    .unwrap();
+    std::fs::write(folder.join("certs/ca.pem"), "-----BEGIN CERTIFICATE-----\n").unwrap();
+    std::fs::write(folder.join(".env.example"), "TOKEN=\n").unwrap();
+    std::fs::write(folder.join(".config"), "x = 1\n").unwrap();
+}
+
+/// The three files the files mount leaves out of `tool`, as a warning names them.
+const LEFT_OUT: [&str; 3] = [".config", ".env.example", "certs/ca.pem"];
+
+/// Issue #42 §2: the publishing side names each file of a skill's folder that the mount does
+/// not serve (at `check-config --connect` and once at `serve`'s start); the manifest carries
+/// file modes, which `skills pull` applies; and a pull warns of the files `SKILL.md` names
+/// that the manifest lacks, still exiting 0.
+#[test]
+fn left_out_files_are_named_modes_travel_and_a_pull_says_what_skill_md_names_but_lacks() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().canonicalize().unwrap();
+    tool_skill(&base.join("team-skills/tool"));
+    let config = base.join("skills.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[mount]]\nkind = \"files\"\nroot = \"{}\"\nskills = \".\"\nskills_prefix = \"acme\"\n",
+            base.join("team-skills").display()
+        ),
+    )
+    .unwrap();
+    let config_s = config.to_str().unwrap();
+
+    // check-config --connect: one warning per left-out file, still a success.
+    let mut cmd = Command::new(bin());
+    cmd.args(["check-config", "--connect", config_s])
+        .current_dir(&base);
+    let checked = run(cmd).ok();
+    for file in LEFT_OUT {
+        let line =
+            format!("warning: {file} is not published with skill skill://acme/tool/SKILL.md (");
+        assert_eq!(checked.matches(&line).count(), 1, "{file}: {checked}");
+    }
+    assert!(
+        checked.contains("the mount's deny list names it"),
+        "{checked}"
+    );
+    assert!(checked.contains("a hidden (dot) file"), "{checked}");
+    assert!(!checked.contains("ref/notes.txt is not"), "{checked}");
+
+    // serve: the start-up walk warns once per file.
+    let server = client_common::Lines::spawn({
+        let mut cmd = Command::new(bin());
+        cmd.args([
+            "serve",
+            "--log-level",
+            "warn",
+            "--config",
+            config_s,
+            "--http",
+            "127.0.0.1:0",
+        ])
+        .current_dir(&base);
+        cmd
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let log = loop {
+        let log = server.stderr();
+        if LEFT_OUT
+            .iter()
+            .all(|f| log.contains(&format!("{f} is in the skill's folder")))
+        {
+            break log;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no warnings at start: {log}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    for file in LEFT_OUT {
+        assert_eq!(
+            log.matches(&format!(
+                "{file} is in the skill's folder but not in its manifest"
+            ))
+            .count(),
+            1,
+            "{file}: {log}"
+        );
+    }
+    drop(server);
+
+    // The manifest carries the modes; a pull by name applies them and warns of the files
+    // SKILL.md names that the manifest lacks.
+    let serve = ["serve", "--log-level", "error", "--config", config_s];
+    let listed = run(client_stdio(&["skills", "--json"], &serve)).ok();
+    let skill: Value = serde_json::from_str(listed.trim()).unwrap();
+    let modes = &skill["_meta"]["io.github.mcp-resources/mode"];
+    assert_eq!(modes["skill://acme/tool/scripts/run.sh"], 0o755, "{listed}");
+    assert_eq!(modes["skill://acme/tool/ref/notes.txt"], 0o640, "{listed}");
+    let into = base.join("agent");
+    let out = run(client_stdio(
+        &["skills", "pull", "tool", into.to_str().unwrap()],
+        &serve,
+    ));
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert!(out.text().starts_with("tool (3 files) -> "), "{out:?}");
+    let installed = into.join("tool");
+    assert_eq!(mode(&installed.join("scripts/run.sh")), 0o755);
+    // 0o640 is installed as given (nobody else may write it, the owner may read and write).
+    assert_eq!(mode(&installed.join("ref/notes.txt")), 0o640);
+    assert!(!installed.join("certs").exists() && !installed.join(".config").exists());
+    for missing in ["certs/ca.pem", ".env.example", ".config", "ref/missing.txt"] {
+        let line =
+            format!("warning: tool/SKILL.md names {missing}, which is not in the skill's manifest");
+        assert_eq!(out.stderr.matches(&line).count(), 1, "{missing}: {out:?}");
+    }
+    for there in ["scripts/run.sh", "ref/notes.txt"] {
+        assert!(
+            !out.stderr.contains(&format!("names {there},")),
+            "{there}: {out:?}"
+        );
+    }
+    let ran = Command::new(installed.join("scripts/run.sh"))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&ran.stdout), "run\n");
+}
+
+/// A git mount's manifest carries the mode git records: `100755` is installed executable.
+#[test]
+fn a_git_mounts_executable_file_is_pulled_executable() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().canonicalize().unwrap();
+    let repo = base.join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    git(&repo, &["init", "-q"]);
+    tool_skill(&repo.join("skills/tool"));
+    git(&repo, &["add", "-A", "-f"]);
+    git(&repo, &["commit", "-q", "-m", "tool"]);
+    let config = base.join("git.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[mount]]\nkind = \"git\"\nrepo = \"{}\"\nskills = \"skills\"\n",
+            repo.display()
+        ),
+    )
+    .unwrap();
+    let serve = [
+        "serve",
+        "--log-level",
+        "error",
+        "--config",
+        config.to_str().unwrap(),
+    ];
+    let into = base.join("agent");
+    let out = run(client_stdio(
+        &["skills", "pull", "skill://tool", into.to_str().unwrap()],
+        &serve,
+    ));
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let installed = into.join("tool");
+    assert_eq!(mode(&installed.join("scripts/run.sh")), 0o755, "{out:?}");
+    assert_eq!(mode(&installed.join("ref/notes.txt")), 0o644, "{out:?}");
+    // git serves dot-files; its deny list still keeps the key and `.env.*` out, and the
+    // pull says so.
+    assert!(installed.join(".config").exists(), "{out:?}");
+    for denied in ["certs/ca.pem", ".env.example"] {
+        assert!(!installed.join(denied).exists(), "{denied}");
+        assert!(
+            out.stderr.contains(&format!(
+                "warning: tool/SKILL.md names {denied}, which is not in"
+            )),
+            "{denied}: {out:?}"
+        );
+    }
+    assert!(!out.stderr.contains("names .config,"), "{out:?}");
+}
+
+/// Two mounts each with a `review` skill: `pull review` is ambiguous (exit 2, both URIs
+/// named); `PREFIX/NAME` and `skill://PREFIX/NAME` pick one; an unknown name is exit 2.
+#[test]
+fn pull_takes_a_name_a_path_or_a_folder_uri_and_an_ambiguous_name_lists_the_candidates() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().canonicalize().unwrap();
+    let mut config = String::new();
+    for team in ["acme", "ops"] {
+        let skill = base.join(team).join("review");
+        std::fs::create_dir_all(&skill).unwrap();
+        std::fs::write(
+            skill.join("SKILL.md"),
+            format!("---\nname: review\ndescription: Review for {team}\n---\n"),
+        )
+        .unwrap();
+        config.push_str(&format!(
+            "[[mount]]\nkind = \"files\"\nroot = \"{}\"\nskills = \".\"\nskills_prefix = \"{team}\"\n",
+            base.join(team).display()
+        ));
+    }
+    let config_path = base.join("two.toml");
+    std::fs::write(&config_path, config).unwrap();
+    let serve = [
+        "serve",
+        "--log-level",
+        "error",
+        "--config",
+        config_path.to_str().unwrap(),
+    ];
+    let into = base.join("agent");
+    let into_s = into.to_str().unwrap();
+    let out = run(client_stdio(&["skills", "pull", "review", into_s], &serve));
+    assert_eq!(out.code, Some(2), "{out:?}");
+    assert!(
+        out.stderr.contains(
+            "review names 2 skills: skill://acme/review/SKILL.md, skill://ops/review/SKILL.md"
+        ),
+        "{out:?}"
+    );
+    assert!(!into.join("review").exists());
+    let out = run(client_stdio(&["skills", "pull", "nope", into_s], &serve));
+    assert_eq!(out.code, Some(2), "{out:?}");
+    assert!(
+        out.stderr.contains("no skill of this server is named nope"),
+        "{out:?}"
+    );
+    for (asked, team) in [
+        ("ops/review", "ops"),
+        ("skill://acme/review", "acme"),
+        ("skill://ops/review/", "ops"),
+        ("skill://acme/review/SKILL.md", "acme"),
+    ] {
+        run(client_stdio(
+            &["skills", "pull", "--force", asked, into_s],
+            &serve,
+        ))
+        .ok();
+        let md = std::fs::read_to_string(into.join("review/SKILL.md")).unwrap();
+        assert!(md.contains(&format!("Review for {team}")), "{asked}: {md}");
+    }
+}
+
+/// Every top-level name in `dir`.
+fn names(dir: &Path) -> BTreeSet<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// `skills pull --all` installs every skill; `skills sync` installs new ones, updates
+/// changed ones, leaves unchanged ones untouched, keeps or (with `--prune`) removes gone
+/// ones, and never touches a folder it did not write.
+#[test]
+fn pull_all_and_sync_roll_skills_out_and_touch_only_what_a_sync_wrote() {
+    let s = Skills::new();
+    let out_dir = tempfile::tempdir().unwrap();
+    let all = out_dir.path().join("all");
+    let out = run(s.stdio(&["skills", "pull", "--all", all.to_str().unwrap()])).ok();
+    assert!(out.contains("2 of 2 skill(s) pulled"), "{out}");
+    assert_eq!(tree(&all.join("alpha")), tree(&s.source.join("alpha")));
+    assert_eq!(tree(&all.join("beta")), tree(&s.source.join("beta")));
+
+    let into = out_dir.path().join("synced");
+    let into_s = into.to_str().unwrap();
+    let sync = |extra: &[&str]| {
+        let mut args = vec!["skills", "sync", into_s];
+        args.extend(extra);
+        run(s.stdio(&args))
+    };
+    let out = sync(&[]).ok();
+    assert!(out.contains("installed alpha (3 files) -> "), "{out}");
+    assert!(out.contains("installed beta (2 files) -> "), "{out}");
+    assert!(
+        out.contains(": 2 installed, 0 updated, 0 unchanged, 0 removed, 0 kept, 0 failed"),
+        "{out}"
+    );
+    assert_eq!(
+        names(&into),
+        BTreeSet::from([
+            "alpha".into(),
+            "beta".into(),
+            ".mcp-resources-skills.json".into()
+        ])
+    );
+    let state: Value = serde_json::from_str(
+        &std::fs::read_to_string(into.join(".mcp-resources-skills.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        state["skills"]["skill://acme/beta/SKILL.md"]["folder"], "beta",
+        "{state}"
+    );
+    // The command line that started the server is kept as a digest (it may hold a secret).
+    let server = state["server"].as_str().unwrap();
+    assert!(
+        server.starts_with("command:mcp-resources sha256:") && !server.contains("--config"),
+        "{state}"
+    );
+
+    // Unchanged: not touched (a file of ours inside stays); changed: replaced whole.
+    std::fs::write(into.join("beta/local.txt"), "mine").unwrap();
+    std::fs::write(s.source.join("alpha/ref/notes.txt"), "alpha notes, v2\n").unwrap();
+    let out = sync(&[]).ok();
+    assert!(out.contains("updated alpha (3 files) -> "), "{out}");
+    assert!(out.contains("unchanged beta"), "{out}");
+    assert!(
+        out.contains(": 0 installed, 1 updated, 1 unchanged,"),
+        "{out}"
+    );
+    assert_eq!(tree(&into.join("alpha")), tree(&s.source.join("alpha")));
+    assert!(into.join("beta/local.txt").exists());
+
+    // A folder no sync wrote is never replaced: the new skill of that name fails, exit 1,
+    // the others still synced.
+    let gamma = s.source.join("gamma");
+    std::fs::create_dir_all(&gamma).unwrap();
+    std::fs::write(
+        gamma.join("SKILL.md"),
+        "---\nname: gamma\ndescription: G\n---\n",
+    )
+    .unwrap();
+    std::fs::create_dir(into.join("gamma")).unwrap();
+    std::fs::write(into.join("gamma/own.txt"), "not the server's").unwrap();
+    std::fs::create_dir(into.join("mine")).unwrap();
+    let out = sync(&[]);
+    assert_eq!(out.code, Some(1), "{out:?}");
+    assert!(
+        out.stderr
+            .contains("gamma exists and no earlier sync wrote it"),
+        "{out:?}"
+    );
+    assert!(
+        out.text()
+            .contains(": 0 installed, 0 updated, 2 unchanged, 0 removed, 0 kept, 1 failed"),
+        "{out:?}"
+    );
+    assert_eq!(
+        names(&into.join("gamma")),
+        BTreeSet::from(["own.txt".into()])
+    );
+    std::fs::remove_dir_all(into.join("gamma")).unwrap();
+    let out = sync(&[]).ok();
+    assert!(out.contains("installed gamma (1 files) -> "), "{out}");
+
+    // Gone from the server: kept without --prune, removed with it; `mine` never touched.
+    std::fs::remove_dir_all(s.source.join("beta")).unwrap();
+    let out = sync(&[]).ok();
+    assert!(
+        out.contains(
+            "kept beta (skill://acme/beta/SKILL.md is gone from the server; --prune removes it)"
+        ),
+        "{out}"
+    );
+    assert!(into.join("beta").exists());
+    let out = sync(&["--prune"]).ok();
+    assert!(
+        out.contains("removed beta (skill://acme/beta/SKILL.md is gone from the server)"),
+        "{out}"
+    );
+    assert!(
+        out.contains(": 0 installed, 0 updated, 2 unchanged, 1 removed, 0 kept, 0 failed"),
+        "{out}"
+    );
+    assert_eq!(
+        names(&into),
+        BTreeSet::from([
+            "alpha".into(),
+            "gamma".into(),
+            "mine".into(),
+            ".mcp-resources-skills.json".into()
+        ])
+    );
+    let state = std::fs::read_to_string(into.join(".mcp-resources-skills.json")).unwrap();
+    assert!(!state.contains("beta"), "{state}");
+
+    // Another server's sync into this folder is refused before anything is touched.
+    let other = Skills::new();
+    let out = run(other.stdio(&["skills", "sync", into_s, "--prune"]));
+    assert_eq!(out.code, Some(1), "{out:?}");
+    assert!(out.stderr.contains("was synced from command:"), "{out:?}");
+    assert!(into.join("alpha").exists() && into.join("mine").exists());
+}
+
+/// A mode is installed only as safe bits (never setuid, setgid or sticky, nobody else may
+/// write), and a mode for a file the manifest does not have is refused with nothing written.
+#[test]
+fn modes_from_a_server_are_made_safe_and_one_for_a_file_not_in_the_manifest_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(lying) = Lying::new(dir.path()) else {
+        return;
+    };
+    let into = dir.path().join("agent-skills");
+    let out = run(lying.pull(
+        "skill://team/lying/SKILL.md",
+        &into,
+        "strange-mode",
+        "legacy",
+        false,
+    ));
+    assert_eq!(out.code, Some(1), "{out:?}");
+    assert!(
+        out.stderr
+            .contains("name skill://team/lying/ref/other.txt, which is not a file of its manifest"),
+        "{out:?}"
+    );
+    assert!(!into.join("lying").exists());
+    run(lying.pull(
+        "skill://team/lying/SKILL.md",
+        &into,
+        "setuid",
+        "legacy",
+        false,
+    ))
+    .ok();
+    assert_eq!(mode(&into.join("lying/ref/data.txt")), 0o755);
 }

@@ -291,6 +291,28 @@ fn every_toml_block_of_the_readme_checks_and_the_local_ones_serve() {
             let uri = format!("file://{}/reports/2024.md", docs.display());
             assert_eq!(f.client(&["cat", &uri]).ok(), "# 2024\n");
             served += 1;
+        } else if text.contains("skills = \".\"") {
+            // The skills roll-out block: a folder of skills mounted alone, so the config
+            // beside it is not served.
+            let dir = tempfile::tempdir().unwrap();
+            let review = dir.path().join("team-skills/review");
+            std::fs::create_dir_all(&review).unwrap();
+            std::fs::write(
+                review.join("SKILL.md"),
+                "---\nname: review\ndescription: Reviews a change\n---\n",
+            )
+            .unwrap();
+            let mut f = Fixture::new(dir, "skills.toml", text, &[]);
+            let out = check_ok(&mut f, line);
+            assert!(out.contains("1 skill(s)"), "{out}");
+            let listed = f.client(&["ls"]).ok();
+            assert!(
+                listed.contains("review/SKILL.md") && !listed.contains("skills.toml"),
+                "{listed}"
+            );
+            let skills = f.client(&["skills"]).ok();
+            assert!(skills.contains("skill://acme/review/SKILL.md"), "{skills}");
+            served += 1;
         } else if text.contains("kind = \"git\"") {
             // The git block, written into a repository of its own (repo = ".").
             let repo = git_repo(&[]);
@@ -405,7 +427,7 @@ fn every_toml_block_of_the_readme_checks_and_the_local_ones_serve() {
             panic!("{line}: a ```toml block this test has no fixture for:\n{text}");
         }
     }
-    assert_eq!(served, 5, "the blocks that run on this machine were served");
+    assert_eq!(served, 6, "the blocks that run on this machine were served");
 }
 
 /// A free loopback port (bound, read, released).
@@ -716,52 +738,81 @@ fn readme_tools_commands_list_and_call() {
     assert_eq!(text.trim_end(), example.trim_end(), "{line}");
 }
 
-/// The README's skills block, run in a folder holding `skills.toml` and one skill as it says:
-/// `skills` lists it, `skills pull` installs it under the (temporary) home's agent folder,
-/// byte for byte.
+/// The skills blocks of README.md and docs/, each run in a fresh folder holding `skills.toml`
+/// (the roll-out block's config) and one skill as they say, with a temporary home: `skills`
+/// lists it, `skills pull` and `skills sync` install it byte for byte into the home's (and
+/// the project's) Claude Code skills folder, and a second sync leaves it unchanged.
 #[test]
-fn readme_skills_commands_list_and_pull() {
-    let block: Vec<(String, String)> = blocks("sh")
+fn readme_skills_commands_list_pull_and_sync() {
+    let found: Vec<(String, String)> = blocks("sh")
         .into_iter()
         .filter(|(_, b)| b.contains("mcp-resources skills"))
         .collect();
-    assert_eq!(block.len(), 1, "the README's skills block");
-    let (line, text) = &block[0];
-    let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 2, "{line}: {text}");
-    let dir = tempfile::tempdir().unwrap();
-    let skill = dir.path().join("team-skills/review");
-    std::fs::create_dir_all(skill.join("checklists")).unwrap();
+    assert_eq!(found.len(), 2, "the skills blocks: {found:?}");
+    let config = blocks("toml")
+        .into_iter()
+        .find(|(_, b)| b.contains("skills = \".\""))
+        .expect("the skills roll-out config")
+        .1;
     let front = "---\nname: review\ndescription: Reviews a change\n---\nUse the checklist.\n";
-    std::fs::write(skill.join("SKILL.md"), front).unwrap();
-    std::fs::write(skill.join("checklists/rust.md"), "- clippy\n").unwrap();
-    std::fs::write(
-        dir.path().join("skills.toml"),
-        "[[mount]]\nkind = \"files\"\nroot = \".\"\nskills = \"team-skills\"\nskills_prefix = \"acme\"\n",
-    )
-    .unwrap();
     let (_bin_dir, path) = path_with_binary();
-    let listed = bash(lines[0], dir.path(), &path).ok();
-    assert!(
-        listed.contains("skill://acme/review/SKILL.md") && listed.contains("Reviews a change"),
-        "{line}: {listed}"
-    );
-    let home = dir.path().join("home");
-    let pull = fill(
-        lines[1],
-        "~/.claude/skills",
-        &format!("{}/.claude/skills", home.display()),
-    );
-    bash(&pull, dir.path(), &path).ok();
-    let installed = home.join(".claude/skills/review");
-    assert_eq!(
-        std::fs::read_to_string(installed.join("SKILL.md")).unwrap(),
-        front
-    );
-    assert_eq!(
-        std::fs::read_to_string(installed.join("checklists/rust.md")).unwrap(),
-        "- clippy\n"
-    );
+    let mut ran = 0;
+    for (line, text) in &found {
+        let dir = tempfile::tempdir().unwrap();
+        let skill = dir.path().join("team-skills/review");
+        std::fs::create_dir_all(skill.join("checklists")).unwrap();
+        std::fs::write(skill.join("SKILL.md"), front).unwrap();
+        std::fs::write(skill.join("checklists/rust.md"), "- clippy\n").unwrap();
+        std::fs::write(dir.path().join("skills.toml"), &config).unwrap();
+        let home = dir.path().join("home");
+        let in_home = |command: &str| {
+            if command.contains("~/.claude/skills") {
+                fill(
+                    command,
+                    "~/.claude/skills",
+                    &format!("{}/.claude/skills", home.display()),
+                )
+            } else {
+                command.to_owned()
+            }
+        };
+        for command in text.lines() {
+            let out = bash(&in_home(command), dir.path(), &path).ok();
+            if command.starts_with("mcp-resources skills --") {
+                assert!(
+                    out.contains("skill://acme/review/SKILL.md")
+                        && out.contains("Reviews a change"),
+                    "{line}: {out}"
+                );
+            }
+            ran += 1;
+        }
+        let mut installed = vec![home.join(".claude/skills/review")];
+        if text.contains(" .claude/skills") {
+            installed.push(dir.path().join(".claude/skills/review"));
+        }
+        for installed in installed {
+            assert_eq!(
+                std::fs::read_to_string(installed.join("SKILL.md")).unwrap(),
+                front,
+                "{line}: {}",
+                installed.display()
+            );
+            assert_eq!(
+                std::fs::read_to_string(installed.join("checklists/rust.md")).unwrap(),
+                "- clippy\n"
+            );
+        }
+        if let Some(sync) = text.lines().find(|l| l.contains("skills sync")) {
+            assert!(
+                home.join(".claude/skills/.mcp-resources-skills.json")
+                    .exists()
+            );
+            let again = bash(&in_home(sync), dir.path(), &path).ok();
+            assert!(again.contains("unchanged review"), "{line}: {again}");
+        }
+    }
+    assert_eq!(ran, 4, "the skills commands");
 }
 
 /// A user's home as the client snippets assume one: `docs/guide.md` (their `~/docs` and
@@ -1019,7 +1070,7 @@ const KINDS: &[(&str, &[&str], Proof)] = &[
     (
         "sh",
         &["mcp-resources skills"],
-        Proof::Run("readme_skills_commands_list_and_pull"),
+        Proof::Run("readme_skills_commands_list_pull_and_sync"),
     ),
     (
         "sh",

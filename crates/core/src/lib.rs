@@ -44,9 +44,9 @@ pub use cursor::{CursorCodec, CursorError, PageCursor};
 pub use deny::{DEFAULT_DENY, DenyList};
 pub use error::{Error, ErrorKind, Limit, Result};
 pub use provider::{
-    CacheHints, CacheScope, Completion, CompletionRequest, Contents, ContentsBody, Counter, Page,
-    PageRequest, Provider, ProviderInfo, ReadLimits, ReadOutput, ResourceMeta, TemplateMeta,
-    addresses, template_index,
+    CacheHints, CacheScope, Completion, CompletionRequest, Contents, ContentsBody, Counter,
+    FolderDetails, MAX_LEFT_OUT, Page, PageRequest, Provider, ProviderInfo, ReadLimits, ReadOutput,
+    ResourceMeta, TemplateMeta, addresses, template_index,
 };
 pub use provider::{DIRECTORY_MIME_TYPE, not_a_directory};
 pub use redact::{redact_url, redact_urls_in};

@@ -161,6 +161,26 @@ pub struct ResourceMeta {
     pub last_modified: Option<String>,
 }
 
+/// The most left-out entries one [`Provider::folder_details`] names; past this it only counts
+/// them ([`FolderDetails::more_left_out`]), so a folder of thousands of dot-files costs a
+/// bounded answer and a bounded number of warnings.
+pub const MAX_LEFT_OUT: usize = 64;
+
+/// What a directory read does not say about a folder, for publishing the folder whole (a
+/// skill): the permission bits of its files, and the entries the mount's rules leave out.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FolderDetails {
+    /// The permission bits (`0o777` at most: never setuid, setgid or sticky) of files the
+    /// directory read shows, by the URI the read gives them, where the source knows them.
+    pub modes: Vec<(String, u32)>,
+    /// Entries the mount's rules (deny list, hidden files, ignore files) leave out of the
+    /// directory read: a path for people (a folder ends in `/`) and the rule, at most
+    /// [`MAX_LEFT_OUT`].
+    pub left_out: Vec<(String, String)>,
+    /// How many more were left out than [`FolderDetails::left_out`] names.
+    pub more_left_out: usize,
+}
+
 /// A URI template a provider advertises.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TemplateMeta {
@@ -338,6 +358,15 @@ pub trait Provider: Send + Sync + 'static {
             self.info().kind,
             uri.as_str()
         )))
+    }
+
+    /// For directory `uri` (one [`Provider::read_directory`] serves): the modes of the files
+    /// it shows and the entries its rules leave out ([`FolderDetails`]), for publishing the
+    /// folder whole. The default knows neither. Like a directory read, one bounded scan of
+    /// the one folder, never below it.
+    async fn folder_details(&self, uri: &ResourceUri) -> Result<FolderDetails> {
+        let _ = uri;
+        Ok(FolderDetails::default())
     }
 
     /// The URI templates this mount advertises.

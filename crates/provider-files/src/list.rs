@@ -614,6 +614,69 @@ pub(crate) fn dir_page(
     Ok(Page::from_lookahead(pending, limit))
 }
 
+/// The most file modes one [`folder_details`] reports: a skill holds at most 512 files, and
+/// a folder larger than this is no folder to publish whole.
+const MAX_MODES: usize = 4096;
+
+/// [`mcpr_core::Provider::folder_details`] of directory `rel` (its URI `uri`): one scan of
+/// it, each entry the directory read would hide named with its rule, each file it shows with
+/// its permission bits (a link's, its target's). Nothing below the folder is looked at.
+pub(crate) fn folder_details(
+    inner: &Inner,
+    rel: &RelPath,
+    uri: &str,
+) -> Result<mcpr_core::FolderDetails> {
+    use cap_std::fs::MetadataExt as _;
+    let dir = open_dir_checked(inner, rel).map_err(|e| map_io(e, uri))?;
+    let ignores = stack_for(&inner.root, rel, inner.rules.respect_gitignore);
+    let mut out = mcpr_core::FolderDetails::default();
+    let mut files = Vec::new();
+    visit_raw(&dir, |name, kind| {
+        if kind == Kind::Other {
+            return;
+        }
+        let child = rel.join(name);
+        let is_dir = kind == Kind::Dir;
+        let why = inner
+            .rules
+            .why_entry_denied(&child, name, is_dir)
+            .or_else(|| {
+                ignores
+                    .is_ignored(&child, is_dir)
+                    .then_some("an ignore file (.gitignore or .ignore) leaves it out")
+            });
+        match why {
+            Some(why) if out.left_out.len() < mcpr_core::MAX_LEFT_OUT => {
+                let shown = if is_dir {
+                    format!("{}/", child.display())
+                } else {
+                    child.display()
+                };
+                out.left_out.push((shown, why.to_owned()));
+            }
+            Some(_) => out.more_left_out += 1,
+            None if !is_dir && files.len() < MAX_MODES => files.push((child, kind)),
+            None => {}
+        }
+    })
+    .map_err(|e| map_io(e, uri))?;
+    for (child, kind) in files {
+        let md = match kind {
+            Kind::Symlink => inner
+                .resolve_links(&child)
+                .filter(|target| !inner.rules.is_denied(target, false))
+                .and_then(|target| inner.root.metadata(target.as_path()).ok()),
+            _ => inner.root.symlink_metadata(child.as_path()).ok(),
+        };
+        if let Some(md) = md.filter(|md| md.is_file()) {
+            out.modes
+                .push((inner.root_uri.uri_of(&child), md.mode() & 0o777));
+        }
+    }
+    out.left_out.sort();
+    Ok(out)
+}
+
 /// The page after `after` of a directory's sorted `entries`, rules applied.
 fn page_of_sorted(
     inner: &Inner,

@@ -508,6 +508,22 @@ impl Provider for FilesProvider {
         .await
     }
 
+    async fn folder_details(&self, uri: &ResourceUri) -> Result<mcpr_core::FolderDetails> {
+        let inner = self.inner.clone();
+        let uri = uri.clone();
+        // A scan of the folder and a `stat` of each file: the blocking pool's, as a
+        // directory read's scan is, under the same permit.
+        let scan = self.inner.scan_permit().await?;
+        run_blocking("files folder details", move || {
+            let _scan = scan;
+            let rel = inner
+                .resolve(&uri)
+                .ok_or_else(|| Error::not_found(uri.as_str()))?;
+            crate::list::folder_details(&inner, &rel, uri.as_str())
+        })
+        .await
+    }
+
     fn templates(&self) -> &[TemplateMeta] {
         &self.templates
     }

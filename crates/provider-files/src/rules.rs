@@ -99,6 +99,22 @@ impl Rules {
         self.deny.is_denied_either(rel_path(rel))
     }
 
+    /// Why [`Rules::entry_denied`] denies the entry, for an operator's warning: the rule
+    /// that hides it, or `None` when it is served.
+    pub(crate) fn why_entry_denied(
+        &self,
+        rel: &RelPath,
+        name: &[u8],
+        is_dir: bool,
+    ) -> Option<&'static str> {
+        if !self.hidden && name.first() == Some(&b'.') {
+            return Some("a hidden (dot) file: the mount serves those only with `hidden = true`");
+        }
+        self.deny
+            .is_entry_denied(rel_path(rel), is_dir)
+            .then_some("the mount's deny list names it")
+    }
+
     /// Whether one directory entry named `name` inside an allowed directory is denied. Cheaper
     /// than [`Rules::is_denied`] because the parents were already checked by the walk.
     pub(crate) fn entry_denied(&self, rel: &RelPath, name: &[u8], is_dir: bool) -> bool {

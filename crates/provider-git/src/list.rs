@@ -132,6 +132,83 @@ pub(crate) fn list_page(
     Ok(Page::from_lookahead(items, limit))
 }
 
+/// The path and tree of the directory `u` (`target` parsed) names: not found when denied or
+/// absent, not a directory when it names anything but a tree.
+fn dir_tree(
+    inner: &Inner,
+    h: &gix::Repository,
+    u: &str,
+    target: &crate::uri::GitUri,
+) -> Result<(TreePath, Tree)> {
+    let path = target.path.clone().unwrap_or_else(TreePath::root);
+    if inner.denied(&path) {
+        return Err(Error::not_found(u));
+    }
+    let commit = inner
+        .repo
+        .resolve_rev(h, &target.rev)
+        .map_err(|e| e.with_uri(u))?
+        .ok_or_else(|| Error::not_found(u))?;
+    let (root, _, _) = inner
+        .repo
+        .commit_links(h, commit)
+        .map_err(|e| e.with_uri(u))?;
+    let tree_id = if path.is_root() {
+        root
+    } else {
+        let entry = inner
+            .repo
+            .entry_at(h, root, &path)
+            .map_err(|e| e.with_uri(u))?
+            .ok_or_else(|| Error::not_found(u))?;
+        if entry.kind != Kind::Tree {
+            return Err(mcpr_core::not_a_directory(u));
+        }
+        entry.id
+    };
+    let tree = inner.repo.tree(h, tree_id).map_err(|e| e.with_uri(u))?;
+    Ok((path, tree))
+}
+
+/// [`mcpr_core::Provider::folder_details`] of the tree `uri` names: the permission bits git
+/// records for each file it shows (`100755` as `0o755`, `100644` as `0o644`; links and
+/// submodules have none), and each entry the deny list hides, with the rule.
+pub(crate) fn folder_details(
+    inner: &Inner,
+    uri: &mcpr_core::ResourceUri,
+    target: &crate::uri::GitUri,
+) -> Result<mcpr_core::FolderDetails> {
+    let u = uri.as_str();
+    let h = inner.repo.handle();
+    let (path, tree) = dir_tree(inner, &h, u, target)?;
+    let base = inner.bases.canonical();
+    let mut out = mcpr_core::FolderDetails::default();
+    for e in tree.iter() {
+        let child = path.join(&e.name);
+        let is_tree = e.kind == Kind::Tree;
+        if !crate::uri::valid_component(&e.name) {
+            continue;
+        }
+        if inner.entry_denied(&child, is_tree) {
+            if out.left_out.len() < mcpr_core::MAX_LEFT_OUT {
+                let shown = child.display() + if is_tree { "/" } else { "" };
+                out.left_out
+                    .push((shown, "the mount's deny list names it".to_owned()));
+            } else {
+                out.more_left_out += 1;
+            }
+            continue;
+        }
+        let mode = match e.kind {
+            Kind::Blob => 0o644,
+            Kind::Exec => 0o755,
+            Kind::Tree | Kind::Link | Kind::Submodule => continue,
+        };
+        out.modes.push((path_uri(base, &target.rev, &child), mode));
+    }
+    Ok(out)
+}
+
 /// One page of the direct children of the tree `uri` names (SEP-2640 directory reads), after
 /// entry name `after` in git's tree order, at most `limit`: the entries a directory read
 /// shows (deny rules applied), trees as [`DIRECTORY_MIME_TYPE`], everything else as
@@ -150,34 +227,8 @@ pub(crate) fn dir_page(
             "{u} has a query; a directory read takes the directory's URI and a cursor"
         )));
     }
-    let path = target.path.clone().unwrap_or_else(TreePath::root);
-    if inner.denied(&path) {
-        return Err(Error::not_found(u));
-    }
     let h = inner.repo.handle();
-    let commit = inner
-        .repo
-        .resolve_rev(&h, &target.rev)
-        .map_err(|e| e.with_uri(u))?
-        .ok_or_else(|| Error::not_found(u))?;
-    let (root, _, _) = inner
-        .repo
-        .commit_links(&h, commit)
-        .map_err(|e| e.with_uri(u))?;
-    let tree_id = if path.is_root() {
-        root
-    } else {
-        let entry = inner
-            .repo
-            .entry_at(&h, root, &path)
-            .map_err(|e| e.with_uri(u))?
-            .ok_or_else(|| Error::not_found(u))?;
-        if entry.kind != Kind::Tree {
-            return Err(mcpr_core::not_a_directory(u));
-        }
-        entry.id
-    };
-    let tree = inner.repo.tree(&h, tree_id).map_err(|e| e.with_uri(u))?;
+    let (path, tree) = dir_tree(inner, &h, u, target)?;
     let base = inner.bases.canonical();
     // A position is an entry name; git orders a tree `a` as `a/`, so the comparison needs
     // the kind, which the name alone does not carry: find the name, or its place.

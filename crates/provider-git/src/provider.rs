@@ -239,6 +239,15 @@ impl Provider for GitProvider {
         .await
     }
 
+    async fn folder_details(&self, uri: &ResourceUri) -> Result<mcpr_core::FolderDetails> {
+        let target = crate::uri::parse(&self.inner.bases, uri)?;
+        let uri = uri.clone();
+        self.blocking("git folder details", move |inner| {
+            crate::list::folder_details(inner, &uri, &target)
+        })
+        .await
+    }
+
     fn templates(&self) -> &[TemplateMeta] {
         &self.templates
     }

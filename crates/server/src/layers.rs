@@ -21,8 +21,9 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use mcpr_core::{
-    ChangeSink, Completion, CompletionRequest, Error, ErrorKind, Page, PageRequest, Provider,
-    ReadLimits, ReadOutput, ResourceMeta, ResourceUri, Result, TemplateMeta, WatchGuard, Watching,
+    ChangeSink, Completion, CompletionRequest, Error, ErrorKind, FolderDetails, Page, PageRequest,
+    Provider, ReadLimits, ReadOutput, ResourceMeta, ResourceUri, Result, TemplateMeta, WatchGuard,
+    Watching,
 };
 
 use crate::metrics::Metrics;
@@ -208,6 +209,19 @@ impl<'a> Layered<'a> {
             call::READ_DIRECTORY,
             Some(uri.as_str()),
             self.provider().read_directory(uri, page),
+        )
+        .await
+    }
+
+    /// [`Provider::folder_details`] of `uri`, checked as a read and bounded. Not counted in
+    /// `mcp_provider_calls_total`: it completes a directory read the walk made and counted,
+    /// and a provider without it (s3) answers without asking its source.
+    pub(crate) async fn folder_details(&self, uri: &ResourceUri) -> Result<FolderDetails> {
+        self.checked(Op::Read, call::READ_DIRECTORY, Some(uri))?;
+        within(
+            self.limit,
+            Some(uri.as_str()),
+            self.provider().folder_details(uri),
         )
         .await
     }

@@ -267,7 +267,8 @@ async fn a_walk_over_its_request_budget_fails_whole_or_keeps_the_last_whole_answ
     let root = dir.path().canonicalize().unwrap();
     put(&root, "skills/a/SKILL.md", skill_md("a").as_bytes());
     let p = files(&root);
-    // The root's page, a's page and a's SKILL.md: three requests, within five.
+    // The root's page, a's page, a's folder details (modes, files left out) and a's
+    // SKILL.md: four requests, within five.
     let catalog = Catalog::new(vec![source(&p, &root, "skills", "")], 1 << 24, TIMEOUT)
         .with_walk_limits(5, TIMEOUT);
     assert_eq!(catalog.skills().await.unwrap().len(), 1);
@@ -278,7 +279,7 @@ async fn a_walk_over_its_request_budget_fails_whole_or_keeps_the_last_whole_answ
             skill_md(name).as_bytes(),
         );
     }
-    // The next walk (once the watch reports) needs nine requests: it fails, and the
+    // The next walk (once the watch reports) needs sixteen requests: it fails, and the
     // listing is the last whole one.
     let start = std::time::Instant::now();
     while catalog.stats.walks.load(Ordering::Relaxed) < 2 {
@@ -308,7 +309,7 @@ async fn a_walk_over_its_request_budget_fails_whole_or_keeps_the_last_whole_answ
     );
     // Within the budget, all five.
     let roomy = Catalog::new(vec![source(&p, &root, "skills", "")], 1 << 24, TIMEOUT)
-        .with_walk_limits(11, TIMEOUT);
+        .with_walk_limits(16, TIMEOUT);
     assert_eq!(roomy.skills().await.unwrap().len(), 5);
 }
 
@@ -414,5 +415,65 @@ async fn a_panic_inside_a_walk_is_an_error_and_later_callers_walk_again() {
     assert_eq!(
         uris,
         ["skill://pdf/SKILL.md", "skill://team/review/SKILL.md"]
+    );
+}
+
+/// Issue #42 §2: the files of a skill's folder that the mount does not serve (a dot-file, a
+/// dot-folder, a key the deny list names) are reported with their rule, once per walk, and
+/// each manifest file carries the mode the mount knows, on the skill entry's `_meta`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unserved_files_of_a_skill_folder_are_reported_and_modes_are_carried() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let (_d, _o, root) = tree();
+    put(&root, "skills/pdf/certs/ca.pem", b"-----BEGIN");
+    let script = root.join("skills/pdf/scripts/fill.py");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    std::fs::set_permissions(
+        root.join("skills/pdf/SKILL.md"),
+        std::fs::Permissions::from_mode(0o640),
+    )
+    .unwrap();
+    let p = files(&root);
+    let catalog = Catalog::new(vec![source(&p, &root, "skills", "")], 1 << 24, TIMEOUT);
+    let skills = catalog.skills().await.unwrap();
+    let pdf = skills
+        .iter()
+        .find(|s| s.uri == "skill://pdf/SKILL.md")
+        .expect("the pdf skill");
+    let mode_of = |end: &str| {
+        pdf.files
+            .iter()
+            .find(|f| f.uri.ends_with(end))
+            .unwrap()
+            .mode
+    };
+    // Permission bits only: setuid is never published.
+    assert_eq!(mode_of("scripts/fill.py"), Some(0o755));
+    assert_eq!(mode_of("/SKILL.md"), Some(0o640));
+    let entry = serde_json::to_value(pdf.to_skill()).unwrap();
+    assert_eq!(
+        entry["_meta"]["io.github.mcp-resources/mode"]["skill://pdf/scripts/fill.py"], 0o755,
+        "{entry}"
+    );
+    let report = catalog.report().await;
+    let mut hidden: Vec<(String, String)> = report[0]
+        .not_published
+        .iter()
+        .filter(|h| h.skill == "skill://pdf/SKILL.md")
+        .map(|h| (h.file.clone(), h.reason.clone()))
+        .collect();
+    hidden.sort();
+    let files: Vec<&str> = hidden.iter().map(|(f, _)| f.as_str()).collect();
+    assert_eq!(files, [".env", ".hidden/", "certs/ca.pem"], "{hidden:?}");
+    assert!(hidden[0].1.contains("hidden (dot) file"), "{hidden:?}");
+    assert!(hidden[2].1.contains("deny list"), "{hidden:?}");
+    // Nothing of the review skill is left out.
+    assert!(
+        report[0]
+            .not_published
+            .iter()
+            .all(|h| h.skill == "skill://pdf/SKILL.md"),
+        "{:?}",
+        report[0].not_published
     );
 }

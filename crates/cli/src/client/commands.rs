@@ -188,7 +188,8 @@ pub(crate) enum ClientCommand {
     /// List a server's skills (the Skills extension, every page), or pull one into a folder.
     ///
     /// Examples: `mcp-resources skills --url http://127.0.0.1:8080/mcp`;
-    /// `mcp-resources skills pull skill://acme/review/SKILL.md ~/.claude/skills --url http://127.0.0.1:8080/mcp`.
+    /// `mcp-resources skills pull acme/review ~/.claude/skills --url http://127.0.0.1:8080/mcp`;
+    /// `mcp-resources skills sync ~/.claude/skills --prune --url http://127.0.0.1:8080/mcp`.
     #[command(args_conflicts_with_subcommands = true)]
     Skills {
         #[command(subcommand)]
@@ -230,19 +231,46 @@ pub(crate) enum LogLevel {
     Emergency,
 }
 
-/// `skills pull`.
+/// `skills pull` and `skills sync`.
 #[derive(Subcommand, Debug)]
 pub(crate) enum SkillsCommand {
     /// Download a skill into DIR/<name>: every file of its manifest, each checked against its
-    /// size and `sha256:` digest before the folder is moved into place.
+    /// size and `sha256:` digest before the folder is moved into place; or, with `--all
+    /// DIR`, every skill the server lists.
+    ///
+    /// SKILL names the skill by its name (`review`), its path (`acme/review`), its folder
+    /// URI (`skill://acme/review`) or the URI of its `SKILL.md`; a name that fits more than
+    /// one skill fails listing their URIs.
     Pull {
-        /// The URI of the skill's `SKILL.md`, as `skills` lists it.
-        uri: String,
+        /// The skill: `NAME`, `PREFIX/NAME`, `skill://PREFIX/NAME` or its `SKILL.md` URI.
+        #[arg(
+            value_name = "SKILL",
+            required_unless_present = "all",
+            conflicts_with = "all"
+        )]
+        uri: Option<String>,
         /// The folder to put the skill's folder in (an agent's skills folder); made if missing.
-        dir: PathBuf,
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        dir: Option<PathBuf>,
+        /// Install every skill the server lists into this folder, each as DIR/<name>.
+        #[arg(long, value_name = "DIR")]
+        all: Option<PathBuf>,
         /// Replace DIR/<name> when it exists (only once the new one is complete and verified).
         #[arg(long)]
         force: bool,
+        #[command(flatten)]
+        connect: Connect,
+    },
+    /// Keep DIR in step with the server's skills: install the new ones, update the changed
+    /// ones (by digest; unchanged ones are not touched), and with `--prune` remove those the
+    /// server no longer lists. Only folders an earlier sync wrote are ever replaced or
+    /// removed; DIR/.mcp-resources-skills.json records them.
+    Sync {
+        /// The folder the skills' folders are in (an agent's skills folder); made if missing.
+        dir: PathBuf,
+        /// Remove the folders of skills the server no longer lists (those a sync wrote).
+        #[arg(long)]
+        prune: bool,
         #[command(flatten)]
         connect: Connect,
     },
@@ -389,18 +417,47 @@ pub(crate) fn run(cmd: ClientCommand) -> anyhow::Result<()> {
             ClientCommand::Skills {
                 action: Some(action),
                 ..
-            } => {
-                let SkillsCommand::Pull {
+            } => match *action {
+                SkillsCommand::Pull {
                     uri,
                     dir,
+                    all: Some(all),
                     force,
                     connect,
-                } = *action;
-                with_session(&connect, |s| async move {
-                    skills::pull(&s, &uri, &dir, force).await.map(|()| s)
-                })
-                .await
-            }
+                } => {
+                    let _ = (uri, dir);
+                    with_session(&connect, |s| async move {
+                        skills::pull_all(&s, &all, force).await.map(|()| s)
+                    })
+                    .await
+                }
+                SkillsCommand::Pull {
+                    uri: Some(uri),
+                    dir: Some(dir),
+                    all: None,
+                    force,
+                    connect,
+                } => {
+                    with_session(&connect, |s| async move {
+                        skills::pull(&s, &uri, &dir, force).await.map(|()| s)
+                    })
+                    .await
+                }
+                SkillsCommand::Pull { .. } => Err(super::usage(anyhow!(
+                    "skills pull takes SKILL and DIR, or --all DIR"
+                ))),
+                SkillsCommand::Sync {
+                    dir,
+                    prune,
+                    connect,
+                } => {
+                    let identity = connect.identity();
+                    with_session(&connect, |s| async move {
+                        skills::sync(&s, &identity, &dir, prune).await.map(|()| s)
+                    })
+                    .await
+                }
+            },
             ClientCommand::Prompt {
                 name,
                 args,

@@ -176,6 +176,43 @@ pub(crate) struct Connect {
     command: Vec<OsString>,
 }
 
+impl Connect {
+    /// Which server this reaches, for a record kept between runs (`skills sync`'s state
+    /// file): `url:` and the URL without its user information, query or fragment (where
+    /// credentials may be), `server:` and the name, or `command:`, the program's name and a
+    /// digest of the command line.
+    pub(crate) fn identity(&self) -> String {
+        if let Some(url) = &self.url {
+            let url = url.split(['?', '#']).next().unwrap_or_default();
+            let url = match url.split_once("://") {
+                Some((scheme, rest)) => {
+                    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+                    let host = authority.rsplit('@').next().unwrap_or(authority);
+                    format!("{scheme}://{host}{path}")
+                }
+                None => url.to_owned(),
+            };
+            return format!("url:{url}");
+        }
+        if let Some(name) = &self.server {
+            return format!("server:{name}");
+        }
+        // A command line may hold a secret (a password argument): the program's name and a
+        // digest of the whole line tell two servers apart without keeping it.
+        let words: Vec<String> = self
+            .command
+            .iter()
+            .map(|w| w.to_string_lossy().into_owned())
+            .collect();
+        let program = words
+            .first()
+            .map(|p| p.rsplit('/').next().unwrap_or(p).to_owned())
+            .unwrap_or_default();
+        let digest = rmcp::model::sha256_digest(words.join("\0").as_bytes());
+        format!("command:{program} {digest}")
+    }
+}
+
 /// `--protocol`.
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 enum Protocol {

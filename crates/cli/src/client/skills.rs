@@ -393,12 +393,330 @@ fn check_frontmatter(skill: &Skill, bytes: &[u8]) -> anyhow::Result<()> {
     )
 }
 
-/// `skills pull URI DIR`: `skills/get`, every manifest file read and verified into a
-/// temporary folder inside DIR, then renamed to `DIR/<name>` (an existing one replaced only
-/// with `force`). Prints the folder written.
-pub(crate) async fn pull(s: &Session, uri: &str, dir: &Path, force: bool) -> anyhow::Result<()> {
+/// Every skill of `skills/list`, every page, as sent (with their manifests).
+async fn list_all(s: &Session) -> anyhow::Result<Vec<Skill>> {
+    let mut out = Vec::new();
+    paginate(s, "skills/list", "skills", |item| {
+        let skill: Skill = serde_json::from_value(parsed(item)?)
+            .context("the server listed a skill entry that is not a skill")?;
+        out.push(skill);
+        Ok(())
+    })
+    .await?;
+    out.sort_by(|a, b| a.uri.cmp(&b.uri));
+    Ok(out)
+}
+
+/// The path a skill's `SKILL.md` URI names, without the scheme and `/SKILL.md`
+/// (`skill://acme/review/SKILL.md` is `acme/review`).
+fn skill_path(uri: &str) -> &str {
+    let path = uri.strip_prefix(SKILL_SCHEME).unwrap_or(uri);
+    path.strip_suffix("/SKILL.md").unwrap_or(path)
+}
+
+const SKILL_SCHEME: &str = "skill://";
+
+/// Whether `asked` (a name, `PREFIX/NAME`, or with `exact` a `skill://` folder URI's path)
+/// names `skill`.
+fn names_skill(skill: &Skill, asked: &str, exact: bool) -> bool {
+    let path = skill_path(&skill.uri);
+    if exact {
+        return path == asked;
+    }
+    path == asked
+        || path.ends_with(&format!("/{asked}"))
+        || (!asked.contains('/') && skill.name() == asked)
+}
+
+/// The `SKILL.md` URI `asked` names: a `SKILL.md` URI as given; else the one skill of
+/// `listed` whose name, path or folder URI it is. None, or more than one, is a usage error
+/// naming the candidates.
+fn pick(asked: &str, listed: &[Skill]) -> anyhow::Result<String> {
+    let exact = asked.starts_with(SKILL_SCHEME);
+    let want = asked
+        .strip_prefix(SKILL_SCHEME)
+        .unwrap_or(asked)
+        .trim_end_matches('/');
+    if want.is_empty() || want.contains("://") {
+        return Err(super::usage(anyhow!(
+            "{} is not a skill: give its name, PREFIX/NAME, skill://PREFIX/NAME or its SKILL.md URI",
+            clean(asked)
+        )));
+    }
+    let found: Vec<&Skill> = listed
+        .iter()
+        .filter(|s| names_skill(s, want, exact))
+        .collect();
+    match found.as_slice() {
+        [one] => Ok(one.uri.clone()),
+        [] => {
+            let some: Vec<String> = listed.iter().take(20).map(|s| clean(&s.uri)).collect();
+            Err(super::usage(anyhow!(
+                "no skill of this server is named {} (it lists {}{}{})",
+                clean(asked),
+                listed.len(),
+                if some.is_empty() { "" } else { ": " },
+                some.join(", ")
+                    + if listed.len() > some.len() {
+                        ", …"
+                    } else {
+                        ""
+                    }
+            )))
+        }
+        many => Err(super::usage(anyhow!(
+            "{} names {} skills: {}; pull one by its URI or PREFIX/NAME",
+            clean(asked),
+            many.len(),
+            many.iter()
+                .map(|s| clean(&s.uri))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+    }
+}
+
+/// The `SKILL.md` URI the user's `asked` names: a URI ending in `/SKILL.md` as it is (no
+/// listing needed), anything else looked up in `skills/list`.
+async fn resolve(s: &Session, asked: &str) -> anyhow::Result<String> {
+    if asked.contains("://") && asked.ends_with("/SKILL.md") {
+        return Ok(asked.to_owned());
+    }
+    pick(asked, &list_all(s).await?)
+}
+
+/// `skills pull SKILL DIR`: the skill named, installed with [`install`]. Prints the folder
+/// written, and a warning for each file its `SKILL.md` names that its manifest lacks.
+pub(crate) async fn pull(s: &Session, asked: &str, dir: &Path, force: bool) -> anyhow::Result<()> {
     require_skills(s)?;
-    let skill = entry(s, uri).await?;
+    let uri = resolve(s, asked).await?;
+    let skill = entry(s, &uri).await?;
+    let done = install(s, &uri, &skill, dir, force).await?;
+    done.report("")
+}
+
+/// `skills pull --all DIR`: every skill the server lists, each installed as `pull` installs
+/// one; a skill that fails is named and the others still installed, then the command fails.
+pub(crate) async fn pull_all(s: &Session, dir: &Path, force: bool) -> anyhow::Result<()> {
+    require_skills(s)?;
+    let listed = list_all(s).await?;
+    let mut failed = Vec::new();
+    let mut folders: std::collections::HashMap<String, String> = Default::default();
+    for listed in &listed {
+        let uri = &listed.uri;
+        if let Ok(name) = folder_name(listed.name())
+            && let Some(first) = folders.insert(name.clone(), uri.clone())
+        {
+            eprintln!(
+                "error: {} not pulled: {} already goes to {}",
+                clean(uri),
+                clean(&first),
+                dir.join(&name).display()
+            );
+            failed.push(uri.clone());
+            continue;
+        }
+        let done = match entry(s, uri).await {
+            Ok(skill) => install(s, uri, &skill, dir, force).await,
+            Err(e) => Err(e),
+        };
+        match done {
+            Ok(done) => done.report("")?,
+            Err(e) => {
+                eprintln!("error: {} not pulled: {e:#}", clean(uri));
+                failed.push(uri.clone());
+            }
+        }
+    }
+    writeln!(
+        std::io::stdout().lock(),
+        "{}: {} of {} skill(s) pulled",
+        dir.display(),
+        listed.len() - failed.len(),
+        listed.len()
+    )?;
+    if !failed.is_empty() {
+        bail!(
+            "{} skill(s) not pulled: {}",
+            failed.len(),
+            failed.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// What [`install`] did.
+struct Installed {
+    name: String,
+    files: usize,
+    dest: PathBuf,
+    /// Paths the `SKILL.md` names that the manifest lacks.
+    missing: Vec<String>,
+}
+
+/// The most warnings about files a `SKILL.md` names that one pull prints.
+const MAX_MISSING_SHOWN: usize = 20;
+
+impl Installed {
+    /// One line on stdout (after `verb`), and the warnings on stderr.
+    fn report(&self, verb: &str) -> anyhow::Result<()> {
+        writeln!(
+            std::io::stdout().lock(),
+            "{verb}{} ({} files) -> {}",
+            clean(&self.name),
+            self.files,
+            self.dest.display()
+        )?;
+        for p in self.missing.iter().take(MAX_MISSING_SHOWN) {
+            eprintln!(
+                "warning: {}/SKILL.md names {}, which is not in the skill's manifest (the server does not publish it), so the installed skill lacks it",
+                clean(&self.name),
+                clean(p)
+            );
+        }
+        if self.missing.len() > MAX_MISSING_SHOWN {
+            eprintln!(
+                "warning: {}/SKILL.md names {} more files its manifest lacks",
+                clean(&self.name),
+                self.missing.len() - MAX_MISSING_SHOWN
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The modes `skill`'s entry carries (`_meta` `io.github.mcp-resources/mode`: each file's
+/// URI to its permission bits, an integer), checked: every URI one of the manifest's files,
+/// every value a mode. They come with the manifest whose digests the files are checked
+/// against, never from another answer.
+fn modes_of(
+    skill: &Skill,
+    files: &[rmcp::model::SkillResource],
+) -> anyhow::Result<std::collections::HashMap<String, u32>> {
+    let key = mcpr_server::skills::MODE_META;
+    let Some(given) = skill.meta.as_ref().and_then(|m| m.0.get(key)) else {
+        return Ok(Default::default());
+    };
+    let bad = |why: String| anyhow!("the skill's file modes (_meta {key}) {why}; nothing was read");
+    let Value::Object(given) = given else {
+        return Err(bad("are not an object of file URIs to modes".into()));
+    };
+    let mut out = std::collections::HashMap::with_capacity(given.len());
+    for (uri, mode) in given {
+        if !files.iter().any(|f| &f.uri == uri) {
+            return Err(bad(format!(
+                "name {}, which is not a file of its manifest",
+                clean(uri)
+            )));
+        }
+        let mode = mode.as_u64().filter(|m| *m <= 0o7777).ok_or_else(|| {
+            bad(format!(
+                "give {} for {}, not a file mode",
+                clean(&mode.to_string()),
+                clean(uri)
+            ))
+        })?;
+        out.insert(uri.clone(), mode as u32);
+    }
+    Ok(out)
+}
+
+/// The permission bits a pulled file gets for the `mode` its server gave: the owner may
+/// always read and write it, nobody else may write it, and setuid, setgid and sticky are
+/// never set (`0o4777` is installed `0o755`, `0o400` `0o600`).
+fn safe_mode(mode: u32) -> u32 {
+    (mode & 0o755) | 0o600
+}
+
+/// The relative paths inside the skill's folder that `SKILL.md`'s text names: the targets
+/// of Markdown links and images that are not URLs, anchors or absolute paths, and words
+/// like `scripts/run.sh` (a folder path ending in a file name with an extension). A `./`
+/// in front is dropped; a path with `..` is not the folder's and is skipped. Bounded: at
+/// most 1,000 paths.
+fn named_paths(text: &str) -> Vec<String> {
+    const MAX: usize = 1000;
+    let mut out: Vec<String> = Vec::new();
+    let mut add = |p: &str| {
+        let p = p.trim_start_matches("./").trim_end_matches('/');
+        if p.is_empty()
+            || p.starts_with('/')
+            || p.split('/')
+                .any(|seg| seg.is_empty() || seg == "." || seg == "..")
+            || out.len() >= MAX
+            || out.iter().any(|o| o == p)
+        {
+            return;
+        }
+        out.push(p.to_owned());
+    };
+    // Markdown links and images: `](target)` or `](<target> "title")`.
+    let mut rest = text;
+    while let Some(at) = rest.find("](") {
+        rest = &rest[at + 2..];
+        let end = rest.find([')', '\n']).unwrap_or(rest.len());
+        let target = rest[..end].trim();
+        let target = match target.strip_prefix('<') {
+            Some(t) => t.split('>').next().unwrap_or_default(),
+            None => target.split_whitespace().next().unwrap_or_default(),
+        };
+        let target = target.split(['#', '?']).next().unwrap_or_default();
+        let scheme = target.find(':').is_some_and(|c| !target[..c].contains('/'));
+        if target.is_empty() || scheme || target.starts_with('~') {
+            continue;
+        }
+        if let Some(decoded) = percent_decode(target) {
+            add(&decoded);
+        }
+    }
+    // Words that are paths: `scripts/run.sh`, with or without backticks.
+    for word in text.split(|c: char| c.is_whitespace() || c == '`') {
+        // A leading `.` is a dot-file's or `./`'s, a trailing one ends a sentence.
+        let word = word
+            .trim_start_matches(|c: char| "([{<\"'*".contains(c))
+            .trim_end_matches(|c: char| ")]}>\"'*,.;:!?".contains(c));
+        let word = word.strip_prefix("./").unwrap_or(word);
+        let Some((folders, file)) = word.rsplit_once('/') else {
+            continue;
+        };
+        let path_chars = word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-/".contains(c));
+        let has_ext = file
+            .rsplit_once('.')
+            .is_some_and(|(stem, ext)| !stem.is_empty() && !ext.is_empty());
+        // `example.com/page.html` is a host, not a folder of the skill.
+        if path_chars && has_ext && !folders.contains('.') && !word.starts_with('/') {
+            add(word);
+        }
+    }
+    out
+}
+
+/// The paths of `named` that the manifest (`have`, the installed relative paths) neither
+/// holds nor holds files under.
+fn missing_paths(named: Vec<String>, have: &[String]) -> Vec<String> {
+    named
+        .into_iter()
+        .filter(|p| {
+            !have.iter().any(|h| {
+                h == p
+                    || h.strip_prefix(p.as_str())
+                        .is_some_and(|r| r.starts_with('/'))
+            })
+        })
+        .collect()
+}
+
+/// Install the skill whose `SKILL.md` is `uri` and whose entry is `skill`: every file read
+/// and verified into a temporary folder inside `dir`, then renamed to `dir/<name>` (an
+/// existing one replaced only with `force`), each file given its mode from the same entry.
+async fn install(
+    s: &Session,
+    uri: &str,
+    skill: &Skill,
+    dir: &Path,
+    force: bool,
+) -> anyhow::Result<Installed> {
     if skill.uri != uri {
         bail!(
             "asked for {} but the server answered with {}",
@@ -433,15 +751,12 @@ pub(crate) async fn pull(s: &Session, uri: &str, dir: &Path, force: bool) -> any
     skill
         .validate()
         .map_err(|e| anyhow!("the server's skill is not valid: {}", clean(&e.to_string())))?;
+    let modes = modes_of(skill, files)?;
     let name = folder_name(skill.name())?;
     let name = name.as_str();
     // The name passed rmcp's rules (letters, digits, hyphens): still, it must be one plain
     // folder name here.
-    let mut comps = Path::new(name).components();
-    if !matches!(
-        (comps.next(), comps.next()),
-        (Some(Component::Normal(_)), None)
-    ) {
+    if !plain_name(name) {
         bail!(
             "the skill's name {} is not a plain folder name",
             clean(name)
@@ -453,31 +768,66 @@ pub(crate) async fn pull(s: &Session, uri: &str, dir: &Path, force: bool) -> any
     }
     // Pulls killed before they finished left their temporary folders here: theirs only.
     remove_stale_staging(dir);
-    let outcome = fetch_into(s, dir, name, &skill, files, &targets, force).await;
+    let job = Job {
+        dir,
+        name,
+        skill,
+        files,
+        targets: &targets,
+        modes: &modes,
+    };
+    let outcome = fetch_into(s, &job, force).await;
     if outcome.is_err() && created_dir {
         let _ = std::fs::remove_dir(dir);
     }
-    let dest = outcome?;
-    let mut out = std::io::stdout().lock();
-    writeln!(
-        out,
-        "{} ({} files) -> {}",
-        clean(name),
-        files.len(),
-        dest.display()
-    )?;
-    Ok(())
+    let (dest, md) = outcome?;
+    let have: Vec<String> = targets
+        .iter()
+        .map(|t| {
+            t.components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+                .join("/")
+        })
+        .collect();
+    let missing = missing_paths(named_paths(&String::from_utf8_lossy(&md)), &have);
+    Ok(Installed {
+        name: name.to_owned(),
+        files: files.len(),
+        dest,
+        missing,
+    })
 }
 
-async fn fetch_into(
-    s: &Session,
-    dir: &Path,
-    name: &str,
-    skill: &Skill,
-    files: &[rmcp::model::SkillResource],
-    targets: &[PathBuf],
-    force: bool,
-) -> anyhow::Result<PathBuf> {
+/// Whether `name` is one plain folder name (no separator, `.` or `..`).
+fn plain_name(name: &str) -> bool {
+    let mut comps = Path::new(name).components();
+    matches!(
+        (comps.next(), comps.next()),
+        (Some(Component::Normal(_)), None)
+    )
+}
+
+/// What [`fetch_into`] writes.
+struct Job<'a> {
+    dir: &'a Path,
+    name: &'a str,
+    skill: &'a Skill,
+    files: &'a [rmcp::model::SkillResource],
+    targets: &'a [PathBuf],
+    modes: &'a std::collections::HashMap<String, u32>,
+}
+
+/// The skill's folder written as [`install`] says; its path and the `SKILL.md` bytes.
+async fn fetch_into(s: &Session, job: &Job<'_>, force: bool) -> anyhow::Result<(PathBuf, Vec<u8>)> {
+    let Job {
+        dir,
+        name,
+        skill,
+        files,
+        targets,
+        modes,
+    } = *job;
     let dest = dir.join(name);
     let exists = std::fs::symlink_metadata(&dest).is_ok();
     if exists && !force {
@@ -489,6 +839,7 @@ async fn fetch_into(
     // SKILL.md first: a skill whose entry point fails verification is not read further.
     let mut order: Vec<usize> = (0..files.len()).collect();
     order.sort_by_key(|&i| files[i].uri != skill.uri);
+    let mut skill_md = Vec::new();
     for i in order {
         let (file, rel) = (&files[i], &targets[i]);
         let shown = rel.display();
@@ -529,6 +880,7 @@ async fn fetch_into(
         if file.uri == skill.uri {
             check_frontmatter(skill, &part.bytes)
                 .map_err(|e| anyhow!("{e}; nothing was written to {}", dir.display()))?;
+            skill_md = part.bytes.clone();
         }
         let path = fresh.join(rel);
         if let Some(parent) = path.parent() {
@@ -545,6 +897,15 @@ async fn fetch_into(
         f.write_all(&part.bytes)
             .and_then(|()| f.sync_all())
             .with_context(|| format!("cannot write {shown}"))?;
+        // The mode from the entry whose digest these bytes just passed, made safe.
+        #[cfg(unix)]
+        if let Some(&mode) = modes.get(&file.uri) {
+            use std::os::unix::fs::PermissionsExt as _;
+            f.set_permissions(std::fs::Permissions::from_mode(safe_mode(mode)))
+                .with_context(|| format!("cannot set the mode of {shown}"))?;
+        }
+        #[cfg(not(unix))]
+        let _ = modes;
     }
     if exists {
         // The old folder moves into the staging folder (removed with it) only once the new
@@ -567,7 +928,291 @@ async fn fetch_into(
             .with_context(|| format!("cannot move the skill to {}", dest.display()))?;
     }
     drop(staging);
-    Ok(dest)
+    Ok((dest, skill_md))
+}
+
+/// The file in a synced folder that records what `skills sync` wrote there.
+pub(crate) const SYNC_STATE: &str = ".mcp-resources-skills.json";
+
+/// The largest state file read: a record of at most a few thousand skills.
+const MAX_SYNC_STATE: u64 = 4 * 1024 * 1024;
+
+/// What `skills sync` wrote into a folder: the server it synced from, and for each skill
+/// (by its `SKILL.md` URI) the folder and the fingerprint of the manifest installed.
+#[derive(serde::Serialize, serde::Deserialize, Debug, Default, PartialEq)]
+struct SyncState {
+    /// `1`.
+    version: u32,
+    /// The server synced from (`url:…`, `server:…` or `command:…`, no credentials).
+    server: String,
+    skills: std::collections::BTreeMap<String, Synced>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq)]
+struct Synced {
+    /// The skill's folder in the synced folder.
+    folder: String,
+    /// [`fingerprint`] of the manifest installed.
+    manifest: String,
+}
+
+/// One digest of everything a skill's entry says about its files (each file's URI, size,
+/// digest and mode): two entries with the same fingerprint install the same folder.
+fn fingerprint(skill: &Skill) -> String {
+    let mut text = String::new();
+    if let SkillResources::Files(files) = &skill.resources {
+        let modes = modes_of(skill, files).unwrap_or_default();
+        let mut files: Vec<_> = files.iter().collect();
+        files.sort_by(|a, b| a.uri.cmp(&b.uri));
+        for f in files {
+            let mode = modes
+                .get(&f.uri)
+                .map_or_else(String::new, |m| format!("{m:o}"));
+            text.push_str(&format!("{}\t{}\t{}\t{mode}\n", f.uri, f.size, f.digest));
+        }
+    } else {
+        text.push_str("dynamic");
+    }
+    rmcp::model::sha256_digest(text.as_bytes())
+}
+
+/// The state file at `path`, or `None` when there is none; one that is not ours (or names a
+/// folder that is not a plain name) is an error, and nothing is touched.
+fn load_state(path: &Path) -> anyhow::Result<Option<SyncState>> {
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+    };
+    let mut text = String::new();
+    std::io::Read::read_to_string(
+        &mut std::io::Read::take(file, MAX_SYNC_STATE + 1),
+        &mut text,
+    )
+    .with_context(|| format!("cannot read {}", path.display()))?;
+    if text.len() as u64 > MAX_SYNC_STATE {
+        bail!(
+            "{} is over {} bytes: not a state file of skills sync; nothing was touched",
+            path.display(),
+            MAX_SYNC_STATE
+        );
+    }
+    let state: SyncState = serde_json::from_str(&text).with_context(|| {
+        format!(
+            "{} is not a state file of skills sync; nothing was touched",
+            path.display()
+        )
+    })?;
+    if state.version != 1 {
+        bail!(
+            "{} is of version {}, which this client does not know; nothing was touched",
+            path.display(),
+            state.version
+        );
+    }
+    if let Some((uri, bad)) = state.skills.iter().find(|(_, s)| !plain_name(&s.folder)) {
+        bail!(
+            "{} names {} for {}, which is not a folder name; nothing was touched",
+            path.display(),
+            clean(&bad.folder),
+            clean(uri)
+        );
+    }
+    Ok(Some(state))
+}
+
+/// Write `state` to `path` whole or not at all (a temporary file renamed over it).
+fn save_state(path: &Path, state: &SyncState) -> anyhow::Result<()> {
+    let tmp = path.with_extension(format!("json.{}.tmp", std::process::id()));
+    let text = serde_json::to_string_pretty(state)?;
+    std::fs::write(&tmp, text + "\n")
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// `skills sync DIR [--prune]`: see [`super::commands::SkillsCommand::Sync`]. Prints one line
+/// per skill (installed, updated, unchanged, removed, kept) and a summary; fails (exit 1)
+/// when a skill could not be synced, after syncing the others.
+pub(crate) async fn sync(s: &Session, server: &str, dir: &Path, prune: bool) -> anyhow::Result<()> {
+    require_skills(s)?;
+    let listed = list_all(s).await?;
+    let state_path = dir.join(SYNC_STATE);
+    let mut state = match load_state(&state_path)? {
+        Some(st) if st.server != server => bail!(
+            "{} was synced from {}, not from {}: sync it from that server, or sync into another folder; nothing was touched",
+            dir.display(),
+            clean(&st.server),
+            clean(server)
+        ),
+        Some(st) => st,
+        None => SyncState {
+            version: 1,
+            server: server.to_owned(),
+            skills: Default::default(),
+        },
+    };
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    remove_stale_staging(dir);
+    let uris: std::collections::HashSet<&str> = listed.iter().map(|s| s.uri.as_str()).collect();
+    let (mut installed, mut updated, mut unchanged, mut removed, mut kept) = (0, 0, 0, 0, 0);
+    let mut failed: Vec<String> = Vec::new();
+    let mut folders: std::collections::HashMap<String, String> = Default::default();
+    for listed in &listed {
+        let uri = listed.uri.clone();
+        let name = match folder_name(listed.name()) {
+            Ok(n) if plain_name(&n) => n,
+            Ok(n) => {
+                eprintln!(
+                    "error: {} not synced: its name {} is not a folder name",
+                    clean(&uri),
+                    clean(&n)
+                );
+                failed.push(uri);
+                continue;
+            }
+            Err(e) => {
+                eprintln!("error: {} not synced: {e:#}", clean(&uri));
+                failed.push(uri);
+                continue;
+            }
+        };
+        if let Some(first) = folders.insert(name.clone(), uri.clone()) {
+            eprintln!(
+                "error: {} not synced: {} already goes to {}",
+                clean(&uri),
+                clean(&first),
+                dir.join(&name).display()
+            );
+            failed.push(uri);
+            continue;
+        }
+        let dest = dir.join(&name);
+        let present = std::fs::symlink_metadata(&dest).is_ok_and(|m| m.is_dir());
+        let prior = state.skills.get(&uri).cloned();
+        // The folder is ours to replace when a sync wrote it: for this skill, or for one the
+        // server no longer lists (the same skill under a new prefix, say).
+        let owner = state
+            .skills
+            .iter()
+            .find(|(u, e)| e.folder == name && (*u == &uri || !uris.contains(u.as_str())))
+            .map(|(u, _)| u.clone());
+        if prior
+            .as_ref()
+            .is_some_and(|p| p.folder == name && present && p.manifest == fingerprint(listed))
+        {
+            unchanged += 1;
+            writeln!(std::io::stdout().lock(), "unchanged {}", clean(&name))?;
+            continue;
+        }
+        let exists = std::fs::symlink_metadata(&dest).is_ok();
+        if exists && owner.is_none() {
+            eprintln!(
+                "error: {} not synced: {} exists and no earlier sync wrote it (it is not in {SYNC_STATE}); it is left alone",
+                clean(&uri),
+                dest.display()
+            );
+            failed.push(uri);
+            continue;
+        }
+        let done = match entry(s, &uri).await {
+            Ok(skill) => install(s, &uri, &skill, dir, true)
+                .await
+                .map(|done| (done, fingerprint(&skill))),
+            Err(e) => Err(e),
+        };
+        match done {
+            Ok((done, manifest)) => {
+                if let Some(owner) = owner.filter(|o| o != &uri) {
+                    state.skills.remove(&owner);
+                }
+                let verb = if prior.is_some() {
+                    "updated "
+                } else {
+                    "installed "
+                };
+                if prior.is_some() {
+                    updated += 1;
+                } else {
+                    installed += 1;
+                }
+                state.skills.insert(
+                    uri.clone(),
+                    Synced {
+                        folder: name.clone(),
+                        manifest,
+                    },
+                );
+                save_state(&state_path, &state)?;
+                done.report(verb)?;
+            }
+            Err(e) => {
+                eprintln!("error: {} not synced: {e:#}", clean(&uri));
+                failed.push(uri);
+            }
+        }
+    }
+    let gone: Vec<(String, Synced)> = state
+        .skills
+        .iter()
+        .filter(|(u, _)| !uris.contains(u.as_str()))
+        .map(|(u, e)| (u.clone(), e.clone()))
+        .collect();
+    for (uri, synced) in gone {
+        let folder = dir.join(&synced.folder);
+        if !prune {
+            kept += 1;
+            writeln!(
+                std::io::stdout().lock(),
+                "kept {} ({} is gone from the server; --prune removes it)",
+                clean(&synced.folder),
+                clean(&uri)
+            )?;
+            continue;
+        }
+        // A link is removed as a link, never followed; a folder with all it holds.
+        let gone_now = match std::fs::symlink_metadata(&folder) {
+            Ok(m) if m.is_dir() => std::fs::remove_dir_all(&folder),
+            Ok(_) => std::fs::remove_file(&folder),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        };
+        match gone_now {
+            Ok(()) => {
+                removed += 1;
+                state.skills.remove(&uri);
+                save_state(&state_path, &state)?;
+                writeln!(
+                    std::io::stdout().lock(),
+                    "removed {} ({} is gone from the server)",
+                    clean(&synced.folder),
+                    clean(&uri)
+                )?;
+            }
+            Err(e) => {
+                eprintln!("error: cannot remove {}: {e}", folder.display());
+                failed.push(uri);
+            }
+        }
+    }
+    save_state(&state_path, &state)?;
+    writeln!(
+        std::io::stdout().lock(),
+        "{}: {installed} installed, {updated} updated, {unchanged} unchanged, {removed} removed, {kept} kept, {} failed",
+        dir.display(),
+        failed.len()
+    )?;
+    if !failed.is_empty() {
+        bail!(
+            "{} skill(s) not synced: {}",
+            failed.len(),
+            failed
+                .iter()
+                .map(|u| clean(u))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -630,6 +1275,139 @@ mod tests {
             assert!(answer_bound(size) >= b64 + ANSWER_FRAMING, "{size}");
         }
         assert_eq!(answer_bound(u64::MAX), usize::MAX);
+    }
+
+    fn listed(uri: &str, name: &str) -> Skill {
+        Skill::new(
+            uri,
+            rmcp::model::SkillFrontmatter::new(name, "d"),
+            SkillResources::Files(vec![rmcp::model::SkillResource::from_bytes(uri, b"x")]),
+        )
+    }
+
+    #[test]
+    fn a_skill_is_picked_by_name_path_or_folder_uri_and_an_ambiguous_name_lists_its_candidates() {
+        let all = [
+            listed("skill://acme/review/SKILL.md", "review"),
+            listed("skill://ops/review/SKILL.md", "review"),
+            listed("skill://acme/pdf/SKILL.md", "pdf"),
+            listed("skill://tools/deep/lint/SKILL.md", "lint"),
+        ];
+        for (asked, want) in [
+            ("pdf", "skill://acme/pdf/SKILL.md"),
+            ("acme/pdf", "skill://acme/pdf/SKILL.md"),
+            ("skill://acme/pdf", "skill://acme/pdf/SKILL.md"),
+            ("skill://acme/pdf/", "skill://acme/pdf/SKILL.md"),
+            ("acme/review", "skill://acme/review/SKILL.md"),
+            ("skill://ops/review", "skill://ops/review/SKILL.md"),
+            ("lint", "skill://tools/deep/lint/SKILL.md"),
+            ("deep/lint", "skill://tools/deep/lint/SKILL.md"),
+        ] {
+            assert_eq!(pick(asked, &all).unwrap(), want, "{asked}");
+        }
+        let e = pick("review", &all).unwrap_err();
+        let text = format!("{e:#}");
+        assert!(
+            text.contains(
+                "review names 2 skills: skill://acme/review/SKILL.md, skill://ops/review/SKILL.md"
+            ),
+            "{text}"
+        );
+        assert_eq!(super::super::exit_code(&e), 2);
+        // `skill://` names a path from the top: `skill://review` is no skill's.
+        for none in ["nope", "skill://review", "cme/pdf", "skill://deep/lint", ""] {
+            let e = pick(none, &all).unwrap_err();
+            assert_eq!(super::super::exit_code(&e), 2, "{none}");
+        }
+        let e = format!("{:#}", pick("nope", &all).unwrap_err());
+        assert!(
+            e.contains("no skill of this server is named nope (it lists 4: "),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn modes_come_only_from_the_entry_for_its_files_and_are_installed_safely() {
+        let uri = "skill://a/x/SKILL.md";
+        let files = vec![
+            rmcp::model::SkillResource::from_bytes(uri, b"m"),
+            rmcp::model::SkillResource::from_bytes("skill://a/x/run.sh", b"s"),
+        ];
+        let with = |meta: Value| {
+            let mut m = rmcp::model::MetaObject::new();
+            m.0.insert(mcpr_server::skills::MODE_META.into(), meta);
+            Skill::new(
+                uri,
+                rmcp::model::SkillFrontmatter::new("x", "d"),
+                SkillResources::Files(files.clone()),
+            )
+            .with_meta(m)
+        };
+        let ok = with(json!({"skill://a/x/run.sh": 0o4755, uri: 0o644}));
+        let modes = modes_of(&ok, &files).unwrap();
+        assert_eq!(modes["skill://a/x/run.sh"], 0o4755);
+        for bad in [
+            json!({"skill://a/x/other.sh": 0o755}),
+            json!({"skill://a/x/run.sh": "755"}),
+            json!({"skill://a/x/run.sh": 0o17777}),
+            json!({"skill://a/x/run.sh": -1}),
+            json!([0o755]),
+        ] {
+            let e = modes_of(&with(bad.clone()), &files)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("file modes"), "{bad}: {e}");
+        }
+        assert_eq!(safe_mode(0o4755), 0o755);
+        assert_eq!(safe_mode(0o7777), 0o755);
+        assert_eq!(safe_mode(0o644), 0o644);
+        assert_eq!(safe_mode(0o400), 0o600);
+        assert_eq!(safe_mode(0o666), 0o644);
+        // The fingerprint changes with a mode, not only with bytes.
+        let other = with(json!({"skill://a/x/run.sh": 0o644}));
+        assert_ne!(fingerprint(&ok), fingerprint(&other));
+        assert_eq!(fingerprint(&ok), fingerprint(&ok.clone()));
+    }
+
+    #[test]
+    fn the_files_a_skill_md_names_are_found_and_checked_against_the_manifest() {
+        let text = "---\nname: x\ndescription: d\n---\n\
+            Run `scripts/setup.sh` first, then ./scripts/check.py.\n\
+            See [the guide](reference/guide.md#top), ![logo](<img/logo one.png> \"Logo\").\n\
+            Read [the spec](https://example.com/spec.md), [mail](mailto:a@b.c), [up](../other/x.md),\n\
+            [top](#usage), [abs](/etc/passwd), and example.com/page.html.\n\
+            The [templates](templates/) folder, `config/.env.example`, and [enc](ref/My%20Notes.md).\n";
+        let named = named_paths(text);
+        assert_eq!(
+            named,
+            [
+                "reference/guide.md",
+                "img/logo one.png",
+                "templates",
+                "ref/My Notes.md",
+                "scripts/setup.sh",
+                "scripts/check.py",
+                "config/.env.example",
+            ],
+            "{named:?}"
+        );
+        let have: Vec<String> = [
+            "SKILL.md",
+            "scripts/setup.sh",
+            "reference/guide.md",
+            "templates/a.txt",
+            "ref/My Notes.md",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(
+            missing_paths(named, &have),
+            [
+                "img/logo one.png",
+                "scripts/check.py",
+                "config/.env.example"
+            ]
+        );
     }
 
     #[test]

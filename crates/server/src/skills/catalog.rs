@@ -54,7 +54,8 @@ pub const MAX_WALK_DIRS: usize = 20_000;
 pub const MAX_WALK_DEPTH: usize = 16;
 /// The most provider requests (directory pages and file reads) one walk of a source makes:
 /// past this the walk fails as a whole rather than answer with part of the folder. A first
-/// walk of 1,000 skills of 5 files in two folders each makes about 7,000.
+/// walk of 1,000 skills of 5 files in two folders each makes about 9,000 (each folder a
+/// page and its details, each file a read).
 pub const MAX_WALK_REQUESTS: usize = 50_000;
 /// The longest one walk of a source may take, all its requests together.
 pub const MAX_WALK_TIME: Duration = Duration::from_secs(60);
@@ -91,6 +92,27 @@ pub struct SkillFile {
     pub digest: String,
     /// Bytes.
     pub size: u64,
+    /// Its permission bits (`0o777` at most), when the mount knows them (files: the file's
+    /// mode; git: `100755` or `100644`).
+    pub mode: Option<u32>,
+}
+
+/// The `_meta` key of a skill entry that carries its files' modes: an object from each file's
+/// `skill://` URI to its permission bits as a JSON integer (`493` for `0o755`). On the skill
+/// entry, not on each file's: rmcp's manifest entry (`SkillResource`) has no `_meta` of its
+/// own, and a client parsing it would drop one.
+pub const MODE_META: &str = "io.github.mcp-resources/mode";
+
+/// A file of a skill's folder that the mount does not serve, so the skill's manifest lacks it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotPublished {
+    /// The `SKILL.md` URI of the skill.
+    pub skill: String,
+    /// The file's path inside the skill's folder (a folder's ends in `/`), or, for those past
+    /// the bound, how many more.
+    pub file: String,
+    /// The rule that leaves it out.
+    pub reason: String,
 }
 
 /// One valid skill.
@@ -109,7 +131,7 @@ pub struct SkillEntry {
 impl SkillEntry {
     /// As rmcp's `Skill` (the manifest of its files).
     pub fn to_skill(&self) -> Skill {
-        Skill::new(
+        let skill = Skill::new(
             self.uri.clone(),
             self.frontmatter.clone(),
             SkillResources::Files(
@@ -118,7 +140,18 @@ impl SkillEntry {
                     .map(|f| SkillResource::new(f.uri.clone(), f.digest.clone(), f.size))
                     .collect(),
             ),
-        )
+        );
+        let modes: serde_json::Map<String, serde_json::Value> = self
+            .files
+            .iter()
+            .filter_map(|f| Some((f.uri.clone(), f.mode?.into())))
+            .collect();
+        if modes.is_empty() {
+            return skill;
+        }
+        let mut meta = rmcp::model::MetaObject::new();
+        meta.0.insert(MODE_META.to_owned(), modes.into());
+        skill.with_meta(meta)
     }
 }
 
@@ -198,6 +231,8 @@ struct Walked {
     guards: Option<Vec<WatchGuard>>,
     /// The skills it left out, each file with the reason.
     left_out: Vec<(String, String)>,
+    /// Files of its skills' folders that the mount does not serve.
+    not_published: Vec<NotPublished>,
     /// Why the skills folder itself could not be read, when it could not.
     error: Option<String>,
 }
@@ -207,6 +242,7 @@ struct Walked {
 struct WalkFound {
     skills: Vec<SkillEntry>,
     left_out: Vec<(String, String)>,
+    not_published: Vec<NotPublished>,
     error: Option<String>,
 }
 
@@ -222,6 +258,9 @@ pub struct SourceReport {
     pub skills: Vec<String>,
     /// Each skill left out: its file and why.
     pub left_out: Vec<(String, String)>,
+    /// Files of valid skills' folders that the mount's rules (deny list, hidden files,
+    /// ignore files) leave out of their manifests: a pull will not have them.
+    pub not_published: Vec<NotPublished>,
     /// Why the skills folder could not be read (missing, a file, a ref that does not
     /// resolve); then it has no skills.
     pub error: Option<String>,
@@ -388,6 +427,17 @@ struct LeftOut {
     reason: String,
 }
 
+/// What [`Catalog::folder_details`] found in the folders of one skill.
+#[derive(Default)]
+struct Details {
+    /// Permission bits by the mount's URI of each file.
+    modes: HashMap<String, u32>,
+    /// Paths inside the skill's folder the mount leaves out, each with the rule.
+    hidden: Vec<(String, String)>,
+    /// How many more were left out than the mount named.
+    more: usize,
+}
+
 fn left_out(file: &str, reason: impl Into<String>) -> LeftOut {
     LeftOut {
         file: file.to_owned(),
@@ -499,6 +549,20 @@ impl Catalog {
                 file = %why.file,
                 "skill left out of skills/list: {}",
                 why.reason
+            );
+        }
+    }
+
+    /// Warn once per file and rule that a skill's folder holds a file its manifest lacks.
+    fn not_published(&self, source: &SkillSource, h: &NotPublished) {
+        let key = format!("unpublished\0{}\0{}\0{}", h.skill, h.file, h.reason);
+        if lock(&self.warned).insert(key) {
+            tracing::warn!(
+                mount = %source.mount,
+                skill = %h.skill,
+                "{} is in the skill's folder but not in its manifest ({}); a pull of the skill will not have it",
+                h.file,
+                h.reason
             );
         }
     }
@@ -672,7 +736,46 @@ impl Catalog {
         Ok(h)
     }
 
-    /// The skill in folder `dir` of source `si` (its entries already read), or why not.
+    /// The modes and the entries left out of folder `dir` of a skill (at `at` inside the
+    /// skill's folder: `""` for the folder itself, else `/sub`), one request of the walk's,
+    /// into `details`. A mount that cannot tell leaves both unknown: the skill is still served.
+    async fn folder_details(
+        &self,
+        provider: &Layered<'_>,
+        dir: &str,
+        at: &str,
+        details: &mut Details,
+        walk: &mut Watches,
+    ) -> std::result::Result<(), LeftOut> {
+        walk.spend()
+            .map_err(|e| left_out(dir, format!("its folder cannot be read: {}", e.message)))?;
+        let Ok(uri) = ResourceUri::parse(dir) else {
+            return Ok(());
+        };
+        let found = match provider.folder_details(&uri).await {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::debug!("{dir}: no modes or left-out files known: {}", e.message);
+                return Ok(());
+            }
+        };
+        details.modes.extend(found.modes);
+        for (name, reason) in found.left_out {
+            let (name, slash) = match name.strip_suffix('/') {
+                Some(n) => (n, "/"),
+                None => (name.as_str(), ""),
+            };
+            let name = name.rsplit('/').next().unwrap_or(name);
+            details
+                .hidden
+                .push((format!("{at}/{name}{slash}")[1..].to_owned(), reason));
+        }
+        details.more += found.more_left_out;
+        Ok(())
+    }
+
+    /// The skill in folder `dir` of source `si` (its entries already read), or why not; with
+    /// the files of its folder the mount leaves out.
     ///
     /// Its files are named by the path the walk took from the folder, never by slicing the
     /// URIs the mount answered: a link to a folder lists that folder's children under their
@@ -684,7 +787,7 @@ impl Catalog {
         dir: &str,
         entries: Vec<ResourceMeta>,
         walk: &mut Watches,
-    ) -> std::result::Result<SkillEntry, LeftOut> {
+    ) -> std::result::Result<(SkillEntry, Vec<NotPublished>), LeftOut> {
         let s = &self.sources[si];
         let layered = Layered::new(&s.at, self.timeout);
         let provider = &layered;
@@ -710,6 +813,9 @@ impl Catalog {
         // Every file under the folder, by a walk bounded in files and depth, each with its
         // path from the folder (starting with `/`).
         let mut files: Vec<(String, ResourceMeta)> = Vec::new();
+        let mut details = Details::default();
+        self.folder_details(provider, dir, "", &mut details, &mut *walk)
+            .await?;
         let mut pending = vec![(String::new(), entries, 0usize)];
         let mut total = 0u64;
         while let Some((at, list, depth)) = pending.pop() {
@@ -732,6 +838,8 @@ impl Catalog {
                         .map_err(|e| {
                             left_out(&m.uri, format!("its folder cannot be read: {}", e.message))
                         })?;
+                    self.folder_details(provider, &m.uri, &path, &mut details, &mut *walk)
+                        .await?;
                     pending.push((path, sub, depth + 1));
                     continue;
                 }
@@ -790,6 +898,7 @@ impl Catalog {
                 target: m.uri.clone(),
                 digest: h.digest,
                 size: h.size,
+                mode: details.modes.get(&m.uri).copied(),
             });
         }
         let frontmatter = frontmatter
@@ -808,7 +917,26 @@ impl Catalog {
             .to_skill()
             .validate()
             .map_err(|e| left_out(&skill_md, e.to_string()))?;
-        Ok(entry)
+        let mut hidden: Vec<NotPublished> = details
+            .hidden
+            .into_iter()
+            .map(|(file, reason)| NotPublished {
+                skill: entry.uri.clone(),
+                file,
+                reason,
+            })
+            .collect();
+        if details.more > 0 {
+            hidden.push(NotPublished {
+                skill: entry.uri.clone(),
+                file: format!("{} more", details.more),
+                reason: format!(
+                    "left out too (a folder's report names at most {})",
+                    mcpr_core::MAX_LEFT_OUT
+                ),
+            });
+        }
+        Ok((entry, hidden))
     }
 
     /// How long a walk of source `si` is reused without asking the mount whether anything
@@ -883,11 +1011,12 @@ impl Catalog {
             .as_ref()
             .and_then(|w| w.skills.as_ref().ok())
             .cloned();
-        let (skills, guards, left_out, error) = match found {
+        let (skills, guards, left_out, not_published, error) = match found {
             Ok(found) => (
                 Ok(Arc::new(found.skills)),
                 walk.guards,
                 found.left_out,
+                found.not_published,
                 found.error,
             ),
             Err(e) => {
@@ -897,7 +1026,13 @@ impl Catalog {
                 }
                 let why = e.message.clone();
                 // The last whole answer stands; not kept past the poll interval, if any.
-                (before.clone().ok_or(e), None, Vec::new(), Some(why))
+                (
+                    before.clone().ok_or(e),
+                    None,
+                    Vec::new(),
+                    Vec::new(),
+                    Some(why),
+                )
             }
         };
         let uris = |v: &[SkillEntry]| v.iter().map(|e| e.uri.clone()).collect::<HashSet<_>>();
@@ -912,6 +1047,7 @@ impl Catalog {
             skills: skills.clone(),
             guards,
             left_out,
+            not_published,
             error,
         });
         drop(walked);
@@ -929,9 +1065,9 @@ impl Catalog {
         for (si, s) in self.sources.iter().enumerate() {
             let skills = self.source_skills(si).await;
             let walked = self.states[si].walked.lock().await;
-            let (left_out, error) = walked
+            let (left_out, not_published, error) = walked
                 .as_ref()
-                .map(|w| (w.left_out.clone(), w.error.clone()))
+                .map(|w| (w.left_out.clone(), w.not_published.clone(), w.error.clone()))
                 .unwrap_or_default();
             out.push(SourceReport {
                 mount: s.mount.clone(),
@@ -941,6 +1077,7 @@ impl Catalog {
                     .map(|v| v.iter().map(|e| e.uri.clone()).collect())
                     .unwrap_or_default(),
                 left_out,
+                not_published,
                 error: error.or_else(|| skills.as_ref().err().map(|e| e.message.clone())),
             });
         }
@@ -954,11 +1091,18 @@ impl Catalog {
         let s = &self.sources[si];
         let mut skills = Vec::new();
         let (mut left, mut error) = (Vec::new(), None);
+        let mut not_published = Vec::new();
         match self.discover(s, &mut *walk).await {
             Ok(found) => {
                 for (dir, entries) in found {
                     match self.skill_at(si, &dir, entries, &mut *walk).await {
-                        Ok(entry) => skills.push(entry),
+                        Ok((entry, hidden)) => {
+                            for h in &hidden {
+                                self.not_published(s, h);
+                            }
+                            not_published.extend(hidden);
+                            skills.push(entry);
+                        }
                         Err(_) if walk.over => return Err(walk.over_budget()),
                         Err(why) => {
                             self.leave_out(s, &why);
@@ -988,6 +1132,7 @@ impl Catalog {
         Ok(WalkFound {
             skills,
             left_out: left,
+            not_published,
             error,
         })
     }

@@ -5,7 +5,10 @@
 pub mod catalog;
 pub mod frontmatter;
 
-pub use catalog::{Catalog, CatalogStats, SkillEntry, SkillFile, SkillSource, SourceReport};
+pub use catalog::{
+    Catalog, CatalogStats, MODE_META, NotPublished, SkillEntry, SkillFile, SkillSource,
+    SourceReport,
+};
 
 use mcpr_core::Provider;
 
