@@ -66,7 +66,7 @@ enum Command {
     ///
     /// Checks every key and value and opens the sources on this machine (directories,
     /// git repositories, SQLite files, with their named queries and skills folders);
-    /// sources reached over the network (PostgreSQL, MySQL, HTTP, S3) are not contacted
+    /// sources reached over the network (PostgreSQL, MySQL, HTTP, S3, MCP upstreams) are not contacted
     /// unless `--connect` is given, which also lists every mount's skills.
     CheckConfig {
         /// The TOML configuration file.
@@ -637,8 +637,13 @@ async fn check_mounts(cfg: &Config, connect: bool) -> (Vec<String>, usize) {
     let mut built: Vec<ScopedProvider> = Vec::new();
     for m in &cfg.mounts {
         if !connect && !m.spec.is_local() {
+            let what = m
+                .spec
+                .describe()
+                .map(|d| format!("{d}: "))
+                .unwrap_or_default();
             lines.push(format!(
-                "{}: not contacted (a network source; check-config --connect tries it)",
+                "{}: {what}not contacted (a network source; check-config --connect tries it)",
                 m.origin
             ));
             continue;
@@ -660,12 +665,13 @@ async fn check_mounts(cfg: &Config, connect: bool) -> (Vec<String>, usize) {
         match outcome {
             Ok((p, proof)) => {
                 lines.push(format!(
-                    "{}: {}{} -> {}{}",
+                    "{}: {}{} -> {}{}{}",
                     m.origin,
                     if connect { "ok: " } else { "" },
                     p.info().label,
                     mcpr_server::mount_addresses(&*p).join(", "),
-                    proof.map(|d| format!(" ({d})")).unwrap_or_default()
+                    proof.map(|d| format!(" ({d})")).unwrap_or_default(),
+                    p.offers().map(|o| format!("; {o}")).unwrap_or_default()
                 ));
                 if let Some(setting) = &m.skills
                     && !check_skills(cfg, m, setting, &p, connect, &mut lines).await

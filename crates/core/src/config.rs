@@ -734,6 +734,12 @@ pub trait MountSpec: Send + Sync + fmt::Debug {
     fn is_local(&self) -> bool {
         false
     }
+    /// What the mount runs or reaches, for an offline `check-config` that does not open it
+    /// (a gateway mount's command or URL); never a secret. `None`: nothing more to say than
+    /// the kind.
+    fn describe(&self) -> Option<String> {
+        None
+    }
 }
 
 /// How the mounts of a kind are watched when replicas form a cluster: the provider's
