@@ -37,6 +37,8 @@ const STABLE: Duration = Duration::from_secs(30);
 /// Requests in a row that got no answer within the timeout before the connection is taken
 /// for hung and started again.
 const HUNG_AFTER: u32 = 3;
+/// How often an idle connection is asked whether it is still there.
+const HEARTBEAT: Duration = Duration::from_secs(5);
 /// The most template pages asked of the upstream at connect.
 const MAX_TEMPLATE_PAGES: usize = 100;
 
@@ -111,7 +113,11 @@ pub(crate) struct Shared {
     watches: Mutex<Watches>,
     queue: Mutex<Queue>,
     queued: Notify,
+    /// Wakes the connection task when [`Shared::restart_gen`] asks it to start again.
     restart: Notify,
+    /// The generation of the connection to end (hung, or its transport broken); a request
+    /// about an older connection does not end a newer one.
+    restart_gen: AtomicU64,
     timeouts_in_row: AtomicU32,
     pub(crate) counts: Counts,
 }
@@ -129,6 +135,7 @@ impl Shared {
             queue: Mutex::default(),
             queued: Notify::new(),
             restart: Notify::new(),
+            restart_gen: AtomicU64::new(0),
             timeouts_in_row: AtomicU32::new(0),
             counts: Counts::default(),
         })
@@ -182,7 +189,7 @@ impl Shared {
                 let n = self.timeouts_in_row.fetch_add(1, Ordering::Relaxed) + 1;
                 if n >= HUNG_AFTER {
                     tracing::warn!(mount = %self.name(), "the upstream did not answer {n} requests in a row; connecting again");
-                    self.restart.notify_one();
+                    self.request_restart();
                 }
                 let e = error::timeout(self.name(), what, self.config.timeout);
                 Err(match uri {
@@ -192,7 +199,74 @@ impl Shared {
             }
             Ok(r) => {
                 self.timeouts_in_row.store(0, Ordering::Relaxed);
+                if let Err(ServiceError::TransportSend(_) | ServiceError::TransportClosed) = &r {
+                    // The connection is broken (an HTTP upstream that went away keeps its
+                    // client alive): start again rather than fail every request until then.
+                    self.request_restart();
+                }
                 r.map_err(|e| error::service(self.name(), what, uri, e))
+            }
+        }
+    }
+
+    /// Ask the connection task to end the current connection and connect again.
+    fn request_restart(&self) {
+        if let State::Up(c) = &*lock(&self.state) {
+            self.restart_gen.store(c.generation, Ordering::Relaxed);
+            self.restart.notify_waiters();
+        }
+    }
+
+    /// Resolves when connection `generation` is asked to end.
+    async fn restart_requested(&self, generation: u64) {
+        loop {
+            let woken = self.restart.notified();
+            if self.restart_gen.load(Ordering::Relaxed) == generation {
+                return;
+            }
+            woken.await;
+        }
+    }
+
+    /// Ask the upstream something cheap every [`HEARTBEAT`] (legacy: `ping`; 2026-07-28,
+    /// which has none: `resources/templates/list`); resolves with the reason once it fails
+    /// with a broken transport. Any JSON-RPC answer, an error included, proves it alive; a
+    /// run of timeouts is the hung case of [`Shared::call`].
+    async fn heartbeat(&self, conn: &Conn) -> String {
+        loop {
+            tokio::time::sleep(HEARTBEAT).await;
+            let r = if conn.modern {
+                tokio::time::timeout(self.config.timeout, conn.peer.list_resource_templates(None))
+                    .await
+                    .map(|r| r.map(|_| ()))
+            } else {
+                tokio::time::timeout(
+                    self.config.timeout,
+                    conn.peer
+                        .send_request(rmcp::model::ClientRequest::PingRequest(Default::default())),
+                )
+                .await
+                .map(|r| r.map(|_| ()))
+            };
+            match r {
+                Ok(Ok(())) | Ok(Err(ServiceError::McpError(_))) => {
+                    self.timeouts_in_row.store(0, Ordering::Relaxed);
+                }
+                Ok(Err(e)) => {
+                    return format!(
+                        "it stopped answering: {}",
+                        crate::uri::clean_message(&e.to_string())
+                    );
+                }
+                Err(_) => {
+                    let n = self.timeouts_in_row.fetch_add(1, Ordering::Relaxed) + 1;
+                    if n >= HUNG_AFTER {
+                        return format!(
+                            "it did not answer {n} requests in a row within {} (hung)",
+                            error::human(self.config.timeout)
+                        );
+                    }
+                }
             }
         }
     }
@@ -428,6 +502,9 @@ impl ClientHandler for Handler {
     fn get_info(&self) -> ClientConfig {
         let mut c = ClientConfig::default();
         c.client_info = Implementation::new("mcp-resources-gateway", env!("CARGO_PKG_VERSION"));
+        // What a legacy `initialize` asks for: the newest version that has the handshake
+        // (the default, the newest of all, would make a server that echoes it look modern).
+        c.protocol_version = ProtocolVersion::LATEST_WITH_INITIALIZE;
         c
     }
 }
@@ -547,7 +624,7 @@ async fn connect(shared: &Arc<Shared>) -> std::result::Result<Running, String> {
     let mode = match c.protocol {
         Protocol::Auto => ClientLifecycleMode::Auto {
             preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-            legacy_version: None,
+            legacy_version: Some(ProtocolVersion::LATEST_WITH_INITIALIZE),
         },
         Protocol::Legacy => ClientLifecycleMode::Initialize,
         Protocol::Modern => ClientLifecycleMode::Discover {
@@ -698,9 +775,10 @@ pub(crate) async fn run(shared: Weak<Shared>) {
                 peer.set_response_cache_config(ClientCacheConfig::disabled())
                     .await;
                 let info = peer.peer_info();
+                // The era is the handshake's: a version without `initialize` is 2026-07-28.
                 let modern = info
                     .as_ref()
-                    .is_some_and(|i| i.protocol_version >= ProtocolVersion::V_2026_07_28);
+                    .is_some_and(|i| !i.protocol_version.has_initialize());
                 let caps = info.as_ref().map(|i| &i.capabilities);
                 let subscribe = caps
                     .and_then(|c| c.resources.as_ref())
@@ -742,7 +820,6 @@ pub(crate) async fn run(shared: Weak<Shared>) {
                 );
                 s.reestablish(&conn).await;
                 // The task holds the state while it waits; the provider aborts it on drop.
-                let restart = s.restart.notified();
                 let ct = running.cancellation_token();
                 let why = tokio::select! {
                     r = running.waiting() => match r {
@@ -751,9 +828,13 @@ pub(crate) async fn run(shared: Weak<Shared>) {
                         Ok(rmcp::service::QuitReason::JoinError(e)) | Err(e) => format!("the client task failed: {e}"),
                         Ok(_) => "the connection ended".to_owned(),
                     },
-                    _ = restart => {
+                    _ = s.restart_requested(generation) => {
                         ct.cancel();
-                        "it stopped answering (hung)".to_owned()
+                        "it stopped answering or its transport broke".to_owned()
+                    }
+                    why = s.heartbeat(&conn) => {
+                        ct.cancel();
+                        why
                     }
                 };
                 drop(child);
