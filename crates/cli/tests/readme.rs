@@ -354,6 +354,28 @@ fn every_toml_block_of_the_readme_checks_and_the_local_ones_serve() {
             let listed = run(f.command(&["ls", "--url", &url])).ok();
             assert!(listed.contains("note.md"), "{listed}");
             served += 1;
+        } else if text.contains("kind = \"mcp\"") {
+            // Gateway mounts: named with what they run or reach, not contacted, no secret.
+            let mut f = Fixture::new(
+                tempfile::tempdir().unwrap(),
+                "gateway.toml",
+                text,
+                &[
+                    ("API_KEY", "api-key-secret"),
+                    ("TOOLS_TOKEN", "tools-token-secret"),
+                ],
+            );
+            let out = check_ok(&mut f, *line);
+            assert_eq!(out.matches("): not contacted (").count(), 2, "{out}");
+            assert!(
+                out.contains("mcp everything: runs `npx -y @modelcontextprotocol/server-everything@2026.8.31 stdio` with env API_KEY (protocol auto)")
+                    && out.contains("mcp tools: reaches https://tools.example.com/mcp with headers Authorization"),
+                "{out}"
+            );
+            assert!(
+                !out.contains("api-key-secret") && !out.contains("tools-token-secret"),
+                "{out}"
+            );
         } else {
             panic!("README.md:{line}: a ```toml block this test has no fixture for:\n{text}");
         }
@@ -720,5 +742,52 @@ fn readme_skills_commands_list_and_pull() {
     assert_eq!(
         std::fs::read_to_string(installed.join("checklists/rust.md")).unwrap(),
         "- clippy\n"
+    );
+}
+
+/// The README's Claude Desktop entry for a gateway, as written with its two paths filled in:
+/// the terminal client takes it from a servers file (`--servers`, the same shape) and lists
+/// through the gateway the resources of its upstream, our own binary serving a folder.
+#[test]
+fn readme_gateway_entry_lists_the_upstream() {
+    let block: Vec<(usize, String)> = blocks("json")
+        .into_iter()
+        .filter(|(_, b)| b.contains("\"gateway\""))
+        .collect();
+    assert_eq!(block.len(), 1, "the README's gateway entries: {block:?}");
+    let (line, text) = &block[0];
+    let dir = tempfile::tempdir().unwrap();
+    let docs = dir.path().join("docs");
+    std::fs::create_dir(&docs).unwrap();
+    std::fs::write(docs.join("guide.md"), "# the guide\n").unwrap();
+    let gateway = dir.path().join("gateway.toml");
+    std::fs::write(
+        &gateway,
+        format!(
+            "[[mount]]\nkind = \"mcp\"\nname = \"docs\"\ncommand = {:?}\nargs = [\"serve\", {:?}]\n",
+            bin().display().to_string(),
+            docs.display().to_string()
+        ),
+    )
+    .unwrap();
+    let entry = fill(
+        &fill(
+            text,
+            "/home/me/.cargo/bin/mcp-resources",
+            bin().to_str().unwrap(),
+        ),
+        "/home/me/gateway.toml",
+        gateway.to_str().unwrap(),
+    );
+    let servers = dir.path().join("servers.json");
+    std::fs::write(&servers, entry).unwrap();
+    let mut cmd = Command::new(bin());
+    cmd.args(["ls", "--servers"])
+        .arg(&servers)
+        .args(["--server", "gateway"]);
+    let listed = run(cmd).ok();
+    assert!(
+        listed.contains(&format!("docs+file://{}/guide.md", docs.display())),
+        "README.md:{line}: {listed}"
     );
 }

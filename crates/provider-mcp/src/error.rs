@@ -14,7 +14,7 @@ use crate::uri::clean_message;
 /// `10 s`, `1500 ms`.
 pub(crate) fn human(d: Duration) -> String {
     let ms = d.as_millis();
-    if ms % 1000 == 0 {
+    if ms.is_multiple_of(1000) {
         format!("{} s", ms / 1000)
     } else {
         format!("{ms} ms")
