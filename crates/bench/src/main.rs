@@ -8,7 +8,7 @@
 //! `mcpr-bench http-floor ADDR DIR FILE` is the HTTP floor (`http_floor.rs`).
 //! `mcpr-bench blob-echo DIR FILE` is the blob floor (`blob_floor.rs`): `FILE` read, base64'd
 //! and written as our `resources/read` answer, with buffers reused.
-//! `cargo xtask bench` builds, installs the peers and calls `run`; see the README.
+//! `cargo xtask bench` builds, installs the peers and calls `run`; see docs/performance.md.
 //! `mcpr-bench soak …` is the soak (`soak.rs`), run by `cargo xtask soak`.
 
 mod blob_floor;

@@ -18,7 +18,7 @@ pub struct Row {
     pub unit: &'static str,
     /// The figure against the floor or a peer, when it has one.
     pub compare: String,
-    /// The target this row must meet (see README, Performance), when there is one.
+    /// The target this row must meet (see docs/performance.md), when there is one.
     pub target: String,
     /// Whether the target is met.
     pub met: Option<bool>,

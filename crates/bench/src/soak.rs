@@ -44,7 +44,7 @@ const FILES: usize = 40;
 const RSS_GROWTH_LIMIT: f64 = 0.05;
 /// Full load before the measured churn. The live heap reaches its level within the first
 /// 10 s of load, but RSS follows for about a minute while the allocator touches the pages
-/// it hands out (heaptrack and the soak's RSS series, README "Soak"); comparing thirds that
+/// it hands out (heaptrack and the soak's RSS series, docs/robustness.md, Soak); comparing thirds that
 /// start with that climb would measure the climb, not growth.
 const RAMP: Duration = Duration::from_secs(60);
 

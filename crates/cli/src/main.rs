@@ -19,7 +19,7 @@ use rmcp::ServiceExt as _;
 
 /// jemalloc rather than glibc malloc: under session churn glibc kept every page it had
 /// touched and its RSS kept creeping, where jemalloc levels off and returns freed pages
-/// (measured with `cargo xtask soak`, README "Soak").
+/// (measured with `cargo xtask soak`, docs/robustness.md, Soak).
 #[cfg(all(feature = "jemalloc", not(target_env = "msvc")))]
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
@@ -42,7 +42,7 @@ enum Command {
     Serve {
         /// Directories to serve, each as a `files` mount with default settings.
         paths: Vec<PathBuf>,
-        /// A TOML configuration file (see the README's configuration reference).
+        /// A TOML configuration file (see docs/configuration.md).
         #[arg(long, short = 'c', value_name = "FILE")]
         config: Option<PathBuf>,
         /// Serve MCP Streamable HTTP on this address (e.g. 127.0.0.1:8080) instead of stdio;

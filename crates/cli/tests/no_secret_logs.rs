@@ -224,8 +224,10 @@ async fn no_secret_reaches_stderr_at_trace() {
         api_token,
     ];
 
-    // A MariaDB user whose password the mount's URL carries, so that password is sent.
-    {
+    // A MariaDB user whose password the mount's URL carries, so that password is sent. Its
+    // name is this process's own, and it is dropped at the end, so runs leave no users behind.
+    let my_user = format!("mcpr_trace_{}", std::process::id());
+    let mut admin = {
         use sqlx::{Connection as _, Executor as _};
         let mut admin = sqlx::MySqlConnection::connect("mysql://root@127.0.0.1:3306/test")
             .await
@@ -233,15 +235,16 @@ async fn no_secret_reaches_stderr_at_trace() {
         admin
             .execute(
                 format!(
-                    "CREATE USER IF NOT EXISTS 'mcpr_trace'@'%' IDENTIFIED BY '{my_pw}'; \
-                     ALTER USER 'mcpr_trace'@'%' IDENTIFIED BY '{my_pw}'; \
-                     GRANT SELECT ON test.* TO 'mcpr_trace'@'%'"
+                    "CREATE USER IF NOT EXISTS '{my_user}'@'%' IDENTIFIED BY '{my_pw}'; \
+                     ALTER USER '{my_user}'@'%' IDENTIFIED BY '{my_pw}'; \
+                     GRANT SELECT ON test.* TO '{my_user}'@'%'"
                 )
                 .as_str(),
             )
             .await
             .unwrap();
-    }
+        admin
+    };
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("docs");
     std::fs::create_dir(&root).unwrap();
@@ -260,7 +263,7 @@ async fn no_secret_reaches_stderr_at_trace() {
              [[mount]]\nkind = \"files\"\nroot = \"{root}\"\n\
              [[mount]]\nkind = \"postgres\"\nname = \"pg\"\nurl = \"postgres://postgres:${{T_PG_PW}}@127.0.0.1:5432/test\"\n\
              [[mount]]\nkind = \"postgres\"\nname = \"pgdown\"\nurl = \"postgres://app:${{T_PG_DOWN_PW}}@127.0.0.1:{down}/app\"\n\
-             [[mount]]\nkind = \"mysql\"\nname = \"my\"\nurl = \"mysql://mcpr_trace:${{T_MY_PW}}@127.0.0.1:3306/test\"\n\
+             [[mount]]\nkind = \"mysql\"\nname = \"my\"\nurl = \"mysql://{my_user}:${{T_MY_PW}}@127.0.0.1:3306/test\"\n\
              [[mount]]\nkind = \"mysql\"\nname = \"mydown\"\nurl = \"mysql://app:${{T_MY_PW}}@127.0.0.1:{down2}/app\"\n\
              [[mount]]\nkind = \"s3\"\nbucket = \"bkt\"\nregion = \"us-east-1\"\nendpoint = \"http://127.0.0.1:{s3}\"\nallow_http = true\n\
              access_key_id = \"AKIATRACETEST\"\nsecret_access_key = \"${{T_S3_SECRET}}\"\n\
@@ -353,6 +356,13 @@ async fn no_secret_reaches_stderr_at_trace() {
         .await;
     assert_eq!(status, 401);
     drop(served);
+    {
+        use sqlx::Executor as _;
+        admin
+            .execute(format!("DROP USER IF EXISTS '{my_user}'@'%'").as_str())
+            .await
+            .expect("drop the test's MariaDB user");
+    }
 
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(
