@@ -213,7 +213,39 @@ async fn build_providers(cfg: &Config) -> anyhow::Result<Vec<ScopedProvider>> {
         providers.push((p, m.scope.clone()));
     }
     refuse_nested_roots(&providers)?;
+    refuse_gateway_overlap(&providers)?;
     Ok(providers)
+}
+
+/// Refuse a gateway mount's pass-through prefix (`prefixes`) that overlaps another mount's
+/// URIs: which mount answers a URI would depend on the longest prefix, not on who lists it.
+/// Its own `{name}+` prefix cannot overlap (another mount would need the same name).
+fn refuse_gateway_overlap(providers: &[ScopedProvider]) -> anyhow::Result<()> {
+    for (i, (p, _)) in providers.iter().enumerate() {
+        if p.info().kind != "mcp" {
+            continue;
+        }
+        for mine in p.info().uri_prefixes.iter().skip(1) {
+            for (j, (q, _)) in providers.iter().enumerate() {
+                if i == j {
+                    continue;
+                }
+                if let Some(theirs) = q
+                    .info()
+                    .uri_prefixes
+                    .iter()
+                    .find(|t| t.starts_with(mine.as_str()) || mine.starts_with(t.as_str()))
+                {
+                    anyhow::bail!(
+                        "mount {} passes upstream URIs under {mine} through unchanged, which overlaps mount {} ({theirs}): serve them under the gateway's name instead, or narrow `prefixes`",
+                        p.info().label,
+                        q.info().label
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Refuse a directory (or bucket prefix) mount inside another: the outer one lists every

@@ -536,3 +536,34 @@ fn secrets_stay_out_of_the_trace_log() {
         assert!(!check.contains(secret), "{secret} in check-config: {check}");
     }
 }
+
+/// A gateway's pass-through prefix that overlaps another mount's URIs is refused at start,
+/// naming both mounts.
+#[test]
+fn an_overlapping_prefix_is_refused_naming_both() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = files(&tmp.path().join("up"), 1);
+    let local = files(&tmp.path().join("local"), 1);
+    let up_cfg = upstream_config(tmp.path(), &root, false);
+    let gw = gateway_config(
+        tmp.path(),
+        &local,
+        &format!(
+            "[[mount]]\nkind = \"mcp\"\nname = \"up\"\ncommand = {:?}\nargs = [\"serve\", \"--config\", {:?}]\nprefixes = [\"file://\"]\n",
+            bin().display().to_string(),
+            up_cfg.display().to_string()
+        ),
+    );
+    let mut cmd = Command::new(bin());
+    cmd.args(["serve", "--config"]).arg(&gw);
+    let out = run(cmd);
+    assert_ne!(out.code, Some(0), "{out:?}");
+    assert!(
+        out.stderr.contains("mount mcp up: runs")
+            && out.stderr.contains("overlaps mount")
+            && out.stderr.contains(&local.display().to_string()),
+        "{}",
+        out.stderr
+    );
+    no_orphan(&up_cfg.display().to_string());
+}
