@@ -567,3 +567,57 @@ fn an_overlapping_prefix_is_refused_naming_both() {
     );
     no_orphan(&up_cfg.display().to_string());
 }
+
+/// A server of the official Python SDK (`MCPServer`, FastMCP before 2.0) behind the gateway,
+/// in each era: its resources listed and read, its template rewritten and read.
+#[test]
+fn a_python_sdk_server_behind_the_gateway() {
+    let python = workspace().join(".cache/venv/bin/python");
+    let has_sdk = Command::new(&python)
+        .args(["-c", "import mcp.server.mcpserver"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_sdk {
+        absent::<()>(
+            "the MCP Python SDK (mcp==2.3.0) in .cache/venv",
+            "not installed; `cargo xtask test` installs it",
+        );
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let script = tmp.path().join("notes.py");
+    std::fs::write(
+        &script,
+        "from mcp.server.mcpserver import MCPServer\napp = MCPServer(\"notes\")\n@app.resource(\"notes://a\", name=\"a\", mime_type=\"text/plain\")\ndef a() -> str:\n    return \"note a\"\n@app.resource(\"notes://day/{day}\", name=\"day\")\ndef day(day: str) -> str:\n    return f\"the notes of {day}\"\napp.run()\n",
+    )
+    .unwrap();
+    let local = files(&tmp.path().join("local"), 1);
+    for protocol in ["legacy", "2026-07-28"] {
+        let gw = gateway_config(
+            tmp.path(),
+            &local,
+            &format!(
+                "[[mount]]\nkind = \"mcp\"\nname = \"py\"\ncommand = {:?}\nargs = [{:?}]\nprotocol = \"{protocol}\"\n",
+                python.display().to_string(),
+                script.display().to_string()
+            ),
+        );
+        let listed = uris(&run(via(&gw, &["ls", "--json"])).ok());
+        assert_eq!(listed[1..], ["py+notes://a"], "{protocol}: {listed:?}");
+        assert_eq!(
+            run(via(&gw, &["cat", "py+notes://a"])).ok(),
+            "note a",
+            "{protocol}"
+        );
+        let templates = run(via(&gw, &["templates"])).ok();
+        assert!(
+            templates.contains("py+notes://day/{day}"),
+            "{protocol}: {templates}"
+        );
+        assert_eq!(
+            run(via(&gw, &["cat", "py+notes://day/monday"])).ok(),
+            "the notes of monday",
+            "{protocol}"
+        );
+    }
+}

@@ -788,7 +788,7 @@ pub(crate) async fn run(shared: Weak<Shared>) {
                 let server = info
                     .as_ref()
                     .and_then(|i| i.server_info.as_ref())
-                    .map(|i| clean_name(&format!("{} {}", i.name, i.version)))
+                    .map(|i| clean_name(format!("{} {}", i.name, i.version).trim()))
                     .unwrap_or_else(|| "an unnamed server".to_owned());
                 let conn = Arc::new(Conn {
                     peer: peer.clone(),
