@@ -674,8 +674,14 @@ async fn check_mounts(cfg: &Config, connect: bool) -> (Vec<String>, usize) {
                 .describe()
                 .map(|d| format!("{d}: "))
                 .unwrap_or_default();
+            // What it will serve follows from its settings: shown without contacting it.
+            let serves = m
+                .spec
+                .addresses()
+                .map(|a| format!(" -> {}", a.join(", ")))
+                .unwrap_or_default();
             lines.push(format!(
-                "{}: {what}not contacted (a network source; check-config --connect tries it)",
+                "{}: {what}not contacted (a network source; check-config --connect tries it){serves}",
                 m.origin
             ));
             continue;
@@ -696,10 +702,16 @@ async fn check_mounts(cfg: &Config, connect: bool) -> (Vec<String>, usize) {
         .await;
         match outcome {
             Ok((p, proof)) => {
+                // "ok" only for a source that answered a read: a listing alone may come from
+                // the settings (an api mount's endpoints), with nothing asked of the source.
+                let verdict = match &proof {
+                    None => "",
+                    Some(Probe::Read(_)) => "ok: ",
+                    Some(Probe::NothingListed) => "not fetched: ",
+                };
                 lines.push(format!(
-                    "{}: {}{} -> {}{}{}",
+                    "{}: {verdict}{} -> {}{}{}",
                     m.origin,
-                    if connect { "ok: " } else { "" },
                     p.info().label,
                     mcpr_server::mount_addresses(&*p).join(", "),
                     proof.map(|d| format!(" ({d})")).unwrap_or_default(),
@@ -788,12 +800,29 @@ async fn check_skills(
     ok
 }
 
+/// What [`probe`] did with a mount that answered.
+enum Probe {
+    /// It read this URI, the first listed.
+    Read(String),
+    /// It listed nothing, so nothing was fetched (an api mount with only templates has no
+    /// URL to fetch without arguments): the mount is not called ok.
+    NothingListed,
+}
+
+impl std::fmt::Display for Probe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Probe::Read(uri) => write!(f, "read {uri}"),
+            Probe::NothingListed => f.write_str("nothing listed, so nothing fetched"),
+        }
+    }
+}
+
 /// Ask mount `p` for what `serve` would: its first page and, when that lists anything, a
 /// read of the first resource, so that "ok" means the source answered. A mount that lists
-/// nothing is ok only when it says it is ready, and the line says nothing was fetched (an
-/// api mount with only templates has no URL to fetch without arguments). What was done is
-/// the answer, for the mount's line.
-async fn probe(p: &dyn Provider) -> anyhow::Result<String> {
+/// nothing passes only when it says it is ready. What was done is the answer, for the
+/// mount's line.
+async fn probe(p: &dyn Provider) -> anyhow::Result<Probe> {
     const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
     let within = |what: &'static str| {
         move |_| anyhow::anyhow!("no answer to {what} within {} s", PROBE_TIMEOUT.as_secs())
@@ -810,7 +839,7 @@ async fn probe(p: &dyn Provider) -> anyhow::Result<String> {
         Err(e) => anyhow::bail!("{e}"),
         Ok(page) => page.items.into_iter().next(),
     };
-    let mut proof = "nothing listed, so nothing fetched".to_owned();
+    let mut proof = Probe::NothingListed;
     if let Some(first) = first
         && let Ok(uri) = mcpr_core::ResourceUri::parse(&first.uri)
     {
@@ -824,7 +853,7 @@ async fn probe(p: &dyn Provider) -> anyhow::Result<String> {
             Err(e) if e.kind == mcpr_core::ErrorKind::TooLarge => {}
             Err(e) => anyhow::bail!("{e}"),
         }
-        proof = format!("read {}", first.uri);
+        proof = Probe::Read(first.uri);
     }
     anyhow::ensure!(p.ready().await, "not ready");
     Ok(proof)
@@ -892,11 +921,19 @@ fn describe_http(h: &config::HttpConfig) -> String {
 /// The `[cluster]` settings as read, the NATS URL's credentials never shown.
 #[cfg(feature = "cluster")]
 fn describe_cluster(c: &config::ClusterConfig) -> String {
+    // A replica id left to the default is this process's; `serve` is another process.
+    let replica = if c.replica_is_default {
+        format!(
+            "{} (the default: host name and the process id of serve)",
+            mcpr_cluster::default_replica("<pid>")
+        )
+    } else {
+        c.replica.clone()
+    };
     format!(
-        "cluster: nats_url={} name={} replica={} lease_ttl_ms={} (NATS not contacted)",
+        "cluster: nats_url={} name={} replica={replica} lease_ttl_ms={} (NATS not contacted)",
         mcpr_core::redact_url(&c.nats_url),
         c.name,
-        c.replica,
         c.lease_ttl.as_millis()
     )
 }

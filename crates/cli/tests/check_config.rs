@@ -849,3 +849,139 @@ fn connect_fetches_an_api_mounts_first_endpoint_rather_than_calling_it_ok_unaske
         "the upstream was never asked: {text}"
     );
 }
+
+/// The offline check contacts no network source but shows what each will serve, from the
+/// file alone: a PostgreSQL mount's overview and named query templates, an api mount's
+/// endpoints, a web mount's allowed prefixes, an s3 bucket's keys. The servers named are
+/// closed loopback ports, so a contact would fail the check. With `--connect`, the same
+/// URIs are shown once the PostgreSQL mount is opened (when PostgreSQL is here), and an api
+/// mount with only templates, which has nothing to fetch, is "not fetched", never "ok".
+#[test]
+fn offline_check_shows_the_uris_network_mounts_will_serve() {
+    let dir = tempfile::tempdir().unwrap();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let pg = |url: &str| {
+        format!(
+            "[[mount]]\nkind = \"postgres\"\nname = \"shop\"\nurl = \"{url}\"\n[[mount.query]]\nuri = \"db://orders/{{status}}/list\"\nsql = \"select 1 as n where :status = 'open'\"\n"
+        )
+    };
+    let api = format!(
+        "[[mount]]\nkind = \"api\"\nname = \"weather\"\nallow_private = true\n[[mount.endpoint]]\nuri = \"api://weather/{{city}}/forecast\"\nurl = \"http://127.0.0.1:{port}/f?city={{city}}\"\n"
+    );
+    let web_and_s3 = format!(
+        "[[mount]]\nkind = \"web\"\nallow = [\"https://docs.example.com/\"]\n[[mount]]\nkind = \"s3\"\nbucket = \"my-bucket\"\nregion = \"us-east-1\"\nendpoint = \"http://127.0.0.1:{port}\"\nallow_http = true\n"
+    );
+    let cfg = write(
+        dir.path(),
+        "net.toml",
+        &format!(
+            "{}{api}{web_and_s3}",
+            pg(&format!("postgres://reader:hunter2@127.0.0.1:{port}/shop"))
+        ),
+    );
+    let text = check_config(&cfg, &[]).ok();
+    let line = |n: usize| {
+        text.lines()
+            .find(|l| l.contains(&format!(": mount {n} (")))
+            .unwrap_or_else(|| panic!("no line for mount {n}: {text}"))
+            .to_owned()
+    };
+    let expected = [
+        (1, "postgres", "db://shop, db://orders/{status}/list"),
+        (2, "api", "api://weather/{city}/forecast"),
+        (3, "web", "https://docs.example.com/{+path}"),
+        (4, "s3", "s3://my-bucket/{+key}"),
+    ];
+    for (n, kind, uris) in expected {
+        assert!(
+            line(n).ends_with(&format!(
+                "mount {n} ({kind}): not contacted (a network source; check-config --connect tries it) -> {uris}"
+            )),
+            "{}",
+            line(n)
+        );
+    }
+    assert!(!text.contains("hunter2"), "{text}");
+
+    // Connected: the api mount lists nothing and is not called ok; with PostgreSQL here,
+    // the opened mount shows the URIs the offline check showed.
+    let api_only = write(dir.path(), "api.toml", &api);
+    let out = check_config(&api_only, &["--connect"]);
+    let text = out.ok();
+    assert!(
+        text.contains("mount 1 (api): not fetched: api weather -> api://weather/{city}/forecast (nothing listed, so nothing fetched)")
+            && !text.contains("ok: "),
+        "{text}"
+    );
+    if postgres_here().is_none() {
+        return;
+    }
+    let pg = write(
+        dir.path(),
+        "pg.toml",
+        &pg("postgres://postgres@127.0.0.1:5432/test"),
+    );
+    let out = check_config(&pg, &["--connect"]);
+    let text = out.text();
+    assert!(
+        text.contains("mount 1 (postgres): ")
+            && text.contains(" -> db://shop, db://orders/{status}/list"),
+        "{text}"
+    );
+}
+
+/// Without `replica`, `serve` names itself by host name and its process id; `check-config`,
+/// another process, shows that name with `<pid>` for the id it cannot know, and the host
+/// part is the one `serve` then uses.
+#[test]
+fn a_default_replica_is_shown_as_serve_will_name_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write(
+        dir.path(),
+        "c.toml",
+        "[cluster]\nnats_url = \"nats://127.0.0.1:4222\"\nname = \"c1\"\nsecret = \"cluster-secret-of-at-least-32-bytes\"\n[[mount]]\nkind = \"files\"\nroot = \".\"\n",
+    );
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap()
+        .trim()
+        .to_owned();
+    let out = check_config(&cfg, &[]).ok();
+    assert!(
+        out.contains(&format!(
+            "name=c1 replica={host}-<pid> (the default: host name and the process id of serve) lease_ttl_ms=5000"
+        )),
+        "{out}"
+    );
+    let mut cmd = Command::new(bin());
+    cmd.args([
+        "serve",
+        "--log-level",
+        "info",
+        "--http",
+        "127.0.0.1:0",
+        "--config",
+    ])
+    .arg(&cfg)
+    .current_dir(dir.path());
+    let serving = client_common::Lines::spawn(cmd);
+    let started = std::time::Instant::now();
+    let log = loop {
+        let log = serving.stderr();
+        if log.contains("joining the cluster") {
+            break log;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(15),
+            "no join line: {log}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let named = log
+        .split(&format!("replica={host}-"))
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|pid| pid.parse::<u32>().ok());
+    assert!(named.is_some(), "serve is not named {host}-PID: {log}");
+}

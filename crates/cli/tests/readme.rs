@@ -1,9 +1,10 @@
 //! The snippets of README.md and docs/*.md, run as a new user would copy them: every
-//! ```toml block passes `check-config` (with what it names filled in: environment variables,
-//! folders, a git repository, the example database), the blocks that can run on this machine
-//! are served and answer a list and a read, and the curl and `complete --arg` commands run
-//! against a served instance. A new block without a fixture here fails the test, naming its
-//! file and line.
+//! ```toml block passes `check-config` (with what it names filled in: environment
+//! variables, folders, a git repository, the example database), the blocks that can run on
+//! this machine are served and answer a list and a read; the host configs and `claude mcp
+//! add` lines start a server that lists; the curl, client and `cargo run` commands run
+//! against a served instance. Every fenced block is of a kind in `KINDS`, with the test
+//! that runs it or the reason none can: a new block of no kind fails, naming its place.
 
 mod client_common;
 
@@ -13,44 +14,74 @@ use std::time::Duration;
 
 use client_common::{Guard, Out, bin, run, workspace};
 
-/// The fenced blocks of language `lang` in README.md, then in every docs/*.md (sorted by
-/// name): where each opens (`docs/http.md:12`) and its text.
-fn blocks(lang: &str) -> Vec<(String, String)> {
-    let mut files = vec!["README.md".to_owned()];
-    let mut docs: Vec<String> = std::fs::read_dir(workspace().join("docs"))
-        .expect("read docs/")
-        .map(|e| {
-            e.expect("a docs/ entry")
-                .file_name()
-                .to_string_lossy()
-                .into_owned()
-        })
-        .filter(|name| name.ends_with(".md"))
-        .map(|name| format!("docs/{name}"))
+/// The Markdown files whose snippets are run: README.md and every `docs/*.md` (the README
+/// sends readers there), in name order. A block is found by what it says, never by its
+/// line, so moving one between these files changes no test.
+fn documents() -> Vec<PathBuf> {
+    let mut docs: Vec<PathBuf> = std::fs::read_dir(workspace().join("docs"))
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "md"))
         .collect();
     docs.sort();
-    files.extend(docs);
+    docs.insert(0, workspace().join("README.md"));
+    docs
+}
+
+/// One fenced block of a document: where it opens (`README.md:25`), its language (what
+/// follows the opening fence, maybe empty) and its text.
+struct Block {
+    at: String,
+    lang: String,
+    text: String,
+}
+
+/// Every fenced block of every document.
+fn all_blocks() -> Vec<Block> {
+    let root = workspace();
     let mut out = Vec::new();
-    for file in &files {
-        let text = std::fs::read_to_string(workspace().join(file))
-            .unwrap_or_else(|e| panic!("read {file}: {e}"));
-        let mut current: Option<(String, String)> = None;
+    for doc in documents() {
+        let name = doc
+            .strip_prefix(&root)
+            .unwrap_or(&doc)
+            .display()
+            .to_string();
+        let text = std::fs::read_to_string(&doc).unwrap_or_else(|e| panic!("read {name}: {e}"));
+        let mut current: Option<Block> = None;
         for (i, line) in text.lines().enumerate() {
             match &mut current {
-                None if line.trim_end() == format!("```{lang}") => {
-                    current = Some((format!("{file}:{}", i + 1), String::new()))
+                None => {
+                    if let Some(lang) = line.trim_end().strip_prefix("```") {
+                        current = Some(Block {
+                            at: format!("{name}:{}", i + 1),
+                            lang: lang.trim().to_owned(),
+                            text: String::new(),
+                        });
+                    }
                 }
-                None => {}
-                Some(_) if line.starts_with("```") => out.push(current.take().unwrap()),
-                Some((_, body)) => {
-                    body.push_str(line);
-                    body.push('\n');
+                Some(_) if line.trim_end() == "```" => out.extend(current.take()),
+                Some(b) => {
+                    b.text.push_str(line);
+                    b.text.push('\n');
                 }
             }
         }
-        assert!(current.is_none(), "an unclosed ```{lang} block in {file}");
+        if let Some(b) = current {
+            panic!("{}: an unclosed ```{} block", b.at, b.lang);
+        }
     }
     out
+}
+
+/// The fenced blocks of language `lang`, in README.md and docs/*.md: where each opens and
+/// its text.
+fn blocks(lang: &str) -> Vec<(String, String)> {
+    all_blocks()
+        .into_iter()
+        .filter(|b| b.lang == lang)
+        .map(|b| (b.at, b.text))
+        .collect()
 }
 
 /// `text` with `from` replaced by `to`; `from` must be there, so a README edit that drops what
@@ -806,4 +837,358 @@ fn readme_gateway_entry_lists_the_upstream() {
         listed.contains(&format!("docs+file://{}/guide.md", docs.display())),
         "{line}: {listed}"
     );
+}
+
+/// A user's home as the client snippets assume one: `docs/guide.md` (their `~/docs` and
+/// `/home/me/docs`), `mcp-resources.toml` serving that folder (their `--config
+/// ~/mcp-resources.toml`), a VS Code workspace `project/` with its own `docs/`, and
+/// `mcp-resources` in `.cargo/bin` as `cargo install` puts it there (a link to the binary
+/// under test). The PATH to use: that folder first.
+fn user_home() -> (tempfile::TempDir, String) {
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    for docs in [h.join("docs"), h.join("project/docs")] {
+        std::fs::create_dir_all(&docs).unwrap();
+        std::fs::write(docs.join("guide.md"), "# the guide\n").unwrap();
+    }
+    std::fs::write(
+        h.join("mcp-resources.toml"),
+        "[[mount]]\nkind = \"files\"\nroot = \"docs\"\n",
+    )
+    .unwrap();
+    let bin_dir = h.join(".cargo/bin");
+    std::fs::create_dir_all(&bin_dir).unwrap();
+    std::os::unix::fs::symlink(bin(), bin_dir.join("mcp-resources")).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    (home, path)
+}
+
+/// The stdio host configs (Claude Desktop, VS Code, Cursor), as a host reads them: the JSON
+/// parsed, each server's `command` and `args` taken with the substitutions the host makes
+/// (VS Code's `${workspaceFolder}`) and the README's placeholders for the reader's own
+/// (`/home/me`), then spawned as the host spawns it, here by this project's terminal
+/// client, which must list the guide in the folder named. An entry with `--tools` must
+/// also offer the tool bridge's `read_resource`.
+#[test]
+fn readme_stdio_host_configs_start_a_server_that_lists() {
+    let configs: Vec<(String, String)> = blocks("json")
+        .into_iter()
+        // The gateway's entry is readme_gateway_entry_lists_the_upstream's.
+        .filter(|(_, b)| b.contains("\"command\"") && !b.contains("\"gateway\""))
+        .collect();
+    assert_eq!(
+        configs.len(),
+        3,
+        "the stdio host configs (Claude Desktop, VS Code, Cursor): {configs:?}"
+    );
+    for (at, text) in &configs {
+        let (home, path) = user_home();
+        let h = home.path().display().to_string();
+        let project = home.path().join("project");
+        let config: serde_json::Value = serde_json::from_str(text)
+            .unwrap_or_else(|e| panic!("{at}: not JSON as a host reads it ({e}):\n{text}"));
+        let servers = config
+            .get("mcpServers")
+            .or_else(|| config.get("servers"))
+            .and_then(|s| s.as_object())
+            .unwrap_or_else(|| panic!("{at}: neither `mcpServers` nor `servers`: {config}"));
+        assert!(!servers.is_empty(), "{at}: no server");
+        for (name, entry) in servers {
+            assert!(
+                entry
+                    .get("type")
+                    .is_none_or(|t| t.as_str() == Some("stdio")),
+                "{at}: {name} is not a stdio entry: {entry}"
+            );
+            let host_value = |v: &str| {
+                v.replace("${workspaceFolder}", &project.display().to_string())
+                    .replace("/home/me", &h)
+            };
+            let command = host_value(
+                entry["command"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{at}: {name} has no command")),
+            );
+            let args: Vec<String> = entry["args"]
+                .as_array()
+                .unwrap_or_else(|| panic!("{at}: {name} has no args"))
+                .iter()
+                .map(|a| host_value(a.as_str().expect("an argument is a string")))
+                .collect();
+            let docs = args
+                .iter()
+                .find(|a| a.ends_with("/docs"))
+                .unwrap_or_else(|| panic!("{at}: {name} serves no docs folder: {args:?}"));
+            let client = |what: &str| {
+                let mut cmd = Command::new(bin());
+                cmd.arg(what)
+                    .arg("--")
+                    .arg(&command)
+                    .args(&args)
+                    .current_dir(&project)
+                    .env("HOME", home.path())
+                    .env("PATH", &path);
+                run(cmd)
+            };
+            let listed = client("ls");
+            assert!(
+                listed.ok().contains(&format!("file://{docs}/guide.md")),
+                "{at}: {name} lists no {docs}/guide.md: {listed:?}"
+            );
+            if args.iter().any(|a| a == "--tools") {
+                let tools = client("tools").ok();
+                assert!(
+                    tools.contains("\nread_resource "),
+                    "{at}: {name} has --tools, but no tool bridge: {tools}"
+                );
+            }
+        }
+    }
+}
+
+/// Claude Code's stdio lines, run by bash as written with a stand-in `claude` that starts
+/// what follows `--` as Claude Code would (here under this project's terminal client, which
+/// lists it), in a home with `~/docs` and `~/mcp-resources.toml`.
+#[test]
+fn readme_claude_code_stdio_lines_add_a_server_that_lists() {
+    let lines: Vec<(String, String)> = blocks("sh")
+        .into_iter()
+        .filter(|(_, b)| b.contains("claude mcp add ") && !b.contains("--transport"))
+        .collect();
+    assert_eq!(lines.len(), 1, "the Claude Code stdio block: {lines:?}");
+    let (at, block) = &lines[0];
+    let (home, path) = user_home();
+    let stand_in = r#"claude() {
+  [ "$1 $2" = "mcp add" ] && [ "$4" = "--" ] || { echo "unexpected: $*" >&2; return 2; }
+  local name="$3"; shift 4
+  echo "== $name"
+  mcp-resources ls -- "$@"
+}
+"#;
+    let mut cmd = Command::new("bash");
+    cmd.arg("-c")
+        .arg(format!("set -e\n{stand_in}{block}"))
+        .current_dir(home.path())
+        .env("HOME", home.path())
+        .env("PATH", &path);
+    let out = run(cmd).ok();
+    let guide = format!("file://{}/docs/guide.md", home.path().display());
+    let added: Vec<&str> = out.split("== ").skip(1).collect();
+    assert_eq!(added.len(), 2, "{at}: two servers added: {out}");
+    for server in added {
+        assert!(
+            server.contains(&guide),
+            "{at}: a server added lists no {guide}: {out}"
+        );
+    }
+}
+
+/// The two commands at the top of the README, from the repository: `cargo run --release -p
+/// mcp-resources --` is the binary under test (built by cargo for this test, and `-p` names
+/// its package), so the serve line is served to the terminal client, and the `echo` line is
+/// run by bash as written and answers the named query's rows.
+#[test]
+fn readme_two_commands_serve_the_examples() {
+    let cli = std::fs::read_to_string(workspace().join("crates/cli/Cargo.toml")).unwrap();
+    assert!(
+        cli.contains("name = \"mcp-resources\""),
+        "`-p mcp-resources` names the package of crates/cli"
+    );
+    let runs: Vec<(String, String)> = blocks("sh")
+        .into_iter()
+        .filter(|(_, b)| b.contains("cargo run --release"))
+        .collect();
+    assert_eq!(runs.len(), 2, "the `cargo run` blocks: {runs:?}");
+    let (_bin_dir, path) = path_with_binary();
+    let (at, serve) = &runs[0];
+    let serve = fill(
+        serve.trim(),
+        "cargo run --release -p mcp-resources --",
+        "mcp-resources",
+    );
+    let listed = bash(&format!("mcp-resources ls -- {serve}"), &workspace(), &path).ok();
+    assert!(
+        listed.contains("db://users/active/list") && listed.contains("db://app/tables/users"),
+        "{at}: {listed}"
+    );
+    let (at, echo) = &runs[1];
+    let echo = fill(
+        echo,
+        "cargo run --release -q -p mcp-resources --",
+        "mcp-resources",
+    );
+    let out = bash(&echo, &workspace(), &path).ok();
+    let answer: serde_json::Value = serde_json::from_str(out.trim())
+        .unwrap_or_else(|e| panic!("{at}: not one JSON answer ({e}): {out}"));
+    let text = answer["result"]["contents"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.contains("Ada Lovelace"), "{at}: {answer}");
+}
+
+/// How a kind of fenced block is proven: the test of this file that runs it, or why no
+/// test can.
+enum Proof {
+    Run(&'static str),
+    NotRun(&'static str),
+}
+
+/// Every kind of fenced block the documents may hold: its language, the texts that tell it
+/// (all of them present; the first kind that matches is the block's), and its proof. A
+/// block of no kind fails [`every_block_is_run_or_says_why_not`]: a new snippet gets a test
+/// here, or a reason no test can run it, and never goes untested unnoticed.
+const KINDS: &[(&str, &[&str], Proof)] = &[
+    (
+        "toml",
+        &[],
+        Proof::Run("every_toml_block_of_the_readme_checks_and_the_local_ones_serve"),
+    ),
+    (
+        "json",
+        &["\"type\": \"http\""],
+        Proof::Run("readme_http_client_snippets_reach_the_token_protected_endpoint"),
+    ),
+    (
+        "json",
+        &["\"gateway\""],
+        Proof::Run("readme_gateway_entry_lists_the_upstream"),
+    ),
+    (
+        "json",
+        &["\"command\""],
+        Proof::Run("readme_stdio_host_configs_start_a_server_that_lists"),
+    ),
+    (
+        "sh",
+        &["claude mcp add --transport http"],
+        Proof::Run("readme_http_client_snippets_reach_the_token_protected_endpoint"),
+    ),
+    (
+        "sh",
+        &["claude mcp add "],
+        Proof::Run("readme_claude_code_stdio_lines_add_a_server_that_lists"),
+    ),
+    (
+        "sh",
+        &["cargo run --release"],
+        Proof::Run("readme_two_commands_serve_the_examples"),
+    ),
+    (
+        "sh",
+        &["curl "],
+        Proof::Run("readme_curl_commands_answer_in_both_eras"),
+    ),
+    (
+        "sh",
+        &["mcp-resources complete", "--arg"],
+        Proof::Run("readme_complete_commands_print_what_it_says"),
+    ),
+    (
+        "sh",
+        &["@modelcontextprotocol/inspector"],
+        Proof::Run("readme_inspector_commands_list_and_read"),
+    ),
+    (
+        "sh",
+        &["mcp-resources call "],
+        Proof::Run("readme_tools_commands_list_and_call"),
+    ),
+    (
+        "sh",
+        &["mcp-resources skills"],
+        Proof::Run("readme_skills_commands_list_and_pull"),
+    ),
+    (
+        "sh",
+        &["cargo xtask test"],
+        Proof::NotRun("it is CI's own command: .ci/run runs it, and it runs this file"),
+    ),
+    (
+        "sh",
+        &["cargo xtask soak"],
+        Proof::NotRun("CI runs it after the tests (.ci/run)"),
+    ),
+    (
+        "sh",
+        &["cargo xtask bench"],
+        Proof::NotRun(
+            "a benchmark of about 8 minutes on release builds; its numbers are the proof",
+        ),
+    ),
+    (
+        "sh",
+        &["cargo install --path crates/cli --no-default-features"],
+        Proof::NotRun("a release build with other features, minutes of compiling"),
+    ),
+    (
+        "sh",
+        &["cargo install --path crates/cli"],
+        Proof::NotRun(
+            "installs a release build into ~/.cargo/bin (about 9 minutes); the commands after it are those the other blocks run",
+        ),
+    ),
+    (
+        "sh",
+        &["nats-server -js"],
+        Proof::NotRun(
+            "NATS and two replicas left in the background for a load balancer; crates/cli/tests/cluster.rs runs replicas of such a config on this machine's NATS",
+        ),
+    ),
+    (
+        "sh",
+        &[
+            "mcp-resources ls -- mcp-resources serve ./docs",
+            "server-everything",
+        ],
+        Proof::NotRun(
+            "a tour of the terminal client against /srv/docs, a server at 127.0.0.1:8080 and npx's download of server-everything; the terminal client's own tests (crates/cli/tests/client_*.rs) drive these commands",
+        ),
+    ),
+    (
+        "nginx",
+        &[],
+        Proof::NotRun("an nginx configuration, and no nginx here"),
+    ),
+];
+
+/// Every fenced block of README.md and docs/*.md is of a kind in [`KINDS`], each kind's
+/// test exists in this file, and each kind still matches a block (a stale kind would let a
+/// new block of its look go unchecked).
+#[test]
+fn every_block_is_run_or_says_why_not() {
+    let source = include_str!("readme.rs");
+    let blocks = all_blocks();
+    let mut used = vec![0usize; KINDS.len()];
+    let mut strays = Vec::new();
+    for b in &blocks {
+        let kind = KINDS.iter().position(|(lang, markers, _)| {
+            *lang == b.lang && markers.iter().all(|m| b.text.contains(m))
+        });
+        match kind {
+            Some(k) => used[k] += 1,
+            None => strays.push(format!("{} (```{}):\n{}", b.at, b.lang, b.text)),
+        }
+    }
+    assert!(
+        strays.is_empty(),
+        "blocks that no test runs and KINDS in crates/cli/tests/readme.rs does not name (give each a test, or a kind with the reason none can run it):\n{}",
+        strays.join("\n")
+    );
+    for ((lang, markers, proof), n) in KINDS.iter().zip(&used) {
+        assert!(
+            *n > 0,
+            "no ```{lang} block holds {markers:?} any more: remove its kind from KINDS"
+        );
+        match proof {
+            Proof::Run(test) => assert!(
+                source.contains(&format!("#[test]\nfn {test}()")),
+                "KINDS names a test this file lacks: {test}"
+            ),
+            Proof::NotRun(why) => assert!(!why.is_empty()),
+        }
+    }
 }

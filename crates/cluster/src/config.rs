@@ -22,8 +22,13 @@ pub struct ClusterConfig {
     /// The cluster's name: replicas with the same name share events and leases. Letters,
     /// digits, `-` and `_` (it becomes a NATS subject token and a bucket name).
     pub name: String,
-    /// This replica's id, unique in the cluster (default: host name and process id).
+    /// This replica's id, unique in the cluster (default: [`default_replica`], the host
+    /// name and the process id).
     pub replica: String,
+    /// Whether `replica` is the default rather than written in the file: another process
+    /// of the same config (a `check-config`) then says what `serve` will be called, not
+    /// its own name.
+    pub replica_is_default: bool,
     /// How long a watcher's lease lasts without renewal ([`LEASE_TTL_MS`]).
     pub lease_ttl: Duration,
     /// The secret every replica shares (at least [`MIN_SECRET_BYTES`]): the key of every
@@ -40,6 +45,7 @@ impl std::fmt::Debug for ClusterConfig {
             .field("nats_url", &mcpr_core::redact_url(&self.nats_url))
             .field("name", &self.name)
             .field("replica", &self.replica)
+            .field("replica_is_default", &self.replica_is_default)
             .field("lease_ttl", &self.lease_ttl)
             .field("secret", &"[redacted]")
             .field("max_watches", &self.max_watches)
@@ -84,7 +90,7 @@ impl ClusterConfig {
         check_name(&name).map_err(at)?;
         let replica = match &raw.replica {
             Some(v) => file.expand(v, "cluster.replica")?,
-            None => default_replica(),
+            None => default_replica(std::process::id()),
         };
         check_replica(&replica).map_err(at)?;
         let lease_ttl = match &raw.lease_ttl_ms {
@@ -104,6 +110,7 @@ impl ClusterConfig {
             nats_url,
             name,
             replica,
+            replica_is_default: raw.replica.is_none(),
             lease_ttl,
             secret,
             max_watches,
@@ -182,15 +189,17 @@ fn check_secret(secret: &str) -> Result<(), SettingError> {
     Ok(())
 }
 
-/// The host name and the process id: unique per replica on one host and across hosts.
-fn default_replica() -> String {
+/// The replica id of a `[cluster]` that sets none, for the process `pid` (`serve` passes
+/// its own; `check-config` a placeholder, not knowing the id `serve` will run as): the host
+/// name and the process id, unique per replica on one host and across hosts.
+pub fn default_replica(pid: impl std::fmt::Display) -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .map(|h| h.trim().to_owned())
         .filter(|h| !h.is_empty())
         .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_else(|| "replica".into());
-    format!("{host}-{}", std::process::id())
+    format!("{host}-{pid}")
 }
 
 #[cfg(test)]
@@ -202,6 +211,7 @@ mod tests {
             nats_url: "nats://u:hunter2@h".into(),
             name: "team".into(),
             replica: "r1".into(),
+            replica_is_default: false,
             lease_ttl: Duration::from_secs(5),
             secret: "a-cluster-secret-of-32-bytes-or-more".into(),
             max_watches: 10,

@@ -18,7 +18,7 @@ mod watch;
 /// The NATS connection a replica joined with ([`Joined::client`]).
 pub use async_nats::Client as NatsClient;
 pub use bus::NatsBus;
-pub use config::{ClusterConfig, LEASE_TTL_MS};
+pub use config::{ClusterConfig, LEASE_TTL_MS, default_replica};
 pub use lease::Lease;
 pub use seal::{CLOCK_SKEW, Kind, MESSAGE_MAX_AGE, MIN_SECRET_BYTES, Seal};
 pub use sessions::NatsSessionStore;

@@ -740,6 +740,14 @@ pub trait MountSpec: Send + Sync + fmt::Debug {
     fn describe(&self) -> Option<String> {
         None
     }
+    /// What the mount will serve ([`crate::addresses`]: its URI prefixes, or the templates
+    /// that start with them), computed from its settings alone, without opening or
+    /// contacting anything; `None` when only the opened source can tell (a directory's
+    /// path is resolved on opening it). Sources reached over the network answer it, so the
+    /// offline `check-config` shows their URIs while it contacts none of them.
+    fn addresses(&self) -> Option<Vec<String>> {
+        None
+    }
 }
 
 /// How the mounts of a kind are watched when replicas form a cluster: the provider's

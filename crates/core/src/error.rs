@@ -83,12 +83,38 @@ impl Error {
         e
     }
 
-    /// The one "too large" error: something is more than a limit (bytes, unless `message`
-    /// says otherwise). `message` says what and which setting sets the limit; the details
-    /// are always `limit` and, when known, `size`, whichever provider or layer refuses. Attach the resource with
-    /// [`Error::with_uri`] when there is one.
-    pub fn too_large(message: impl Into<String>, size: Option<u64>, limit: u64) -> Self {
-        let e = Self::new(ErrorKind::TooLarge, message).with_detail("limit", limit);
+    /// The one "too large" error, whichever provider or layer refuses: `what` (of resource
+    /// `uri`) is more than `limit`. The message always reads
+    /// `{uri}: {what} is [{size} {unit}, ]more than the limit of {value} {unit} ({setting})`,
+    /// then `; {hint}` when there is one (how to ask for less); the details are always
+    /// `limit` and `setting`, and `size` when it is known. Nothing else builds a
+    /// [`ErrorKind::TooLarge`], so a client sees one shape and one JSON-RPC code for it.
+    pub fn too_large(
+        uri: &str,
+        what: &str,
+        size: Option<u64>,
+        limit: Limit,
+        hint: Option<&str>,
+    ) -> Self {
+        let Limit {
+            value,
+            unit,
+            setting,
+        } = limit;
+        let mut message = match size {
+            Some(size) => format!(
+                "{uri}: {what} is {size} {unit}, more than the limit of {value} {unit} ({setting})"
+            ),
+            None => format!("{uri}: {what} is more than the limit of {value} {unit} ({setting})"),
+        };
+        if let Some(hint) = hint {
+            message.push_str("; ");
+            message.push_str(hint);
+        }
+        let e = Self::new(ErrorKind::TooLarge, message)
+            .with_uri(uri)
+            .with_detail("limit", value)
+            .with_detail("setting", setting);
         match size {
             Some(size) => e.with_detail("size", size),
             None => e,
@@ -127,6 +153,40 @@ impl Error {
     /// Whether retrying later may succeed.
     pub fn is_temporary(&self) -> bool {
         self.kind.is_temporary()
+    }
+}
+
+/// The limit a "too large" error names: how much, of what, and the setting it comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limit {
+    /// The most allowed.
+    pub value: u64,
+    /// What `value` counts, plural: `bytes`, `rows`, `elements and attributes`.
+    pub unit: &'static str,
+    /// The setting that sets it, or how it follows from one (`max_read_bytes`,
+    /// `4 × max_convert_bytes`), so the reader knows what to change.
+    pub setting: String,
+}
+
+impl Limit {
+    /// The read limit of a `resources/read`: `max_bytes` of its `ReadLimits`, which is
+    /// `[server] max_read_bytes`.
+    pub fn read(max_bytes: u64) -> Self {
+        Self::bytes(max_bytes, "max_read_bytes")
+    }
+
+    /// `value` bytes, set by `setting`.
+    pub fn bytes(value: u64, setting: impl Into<String>) -> Self {
+        Self::of(value, "bytes", setting)
+    }
+
+    /// `value` of `unit` (plural), set by `setting`.
+    pub fn of(value: u64, unit: &'static str, setting: impl Into<String>) -> Self {
+        Self {
+            value,
+            unit,
+            setting: setting.into(),
+        }
     }
 }
 

@@ -4,6 +4,19 @@
 //! Nothing in this crate knows about JSON-RPC, sessions, protocol eras or the network:
 //! the `server` crate translates between this vocabulary and MCP.
 
+// Every crate of the workspace builds on this one, so this is where a build on another
+// operating system stops, before it fails somewhere less clear. The files provider opens
+// paths with openat2 (RESOLVE_BENEATH: no escape through a symlink or `..`) and reads them
+// with statx; directories are watched with inotify; network and FUSE filesystems are found
+// with statfs; the stdio transport reopens its pipes through /proc/self/fd. None has a
+// portable equivalent that keeps the same sandbox and the same bounds.
+#[cfg(not(target_os = "linux"))]
+compile_error!(
+    "mcp-resources runs on Linux only: its file sandbox needs openat2 (RESOLVE_BENEATH) and statx, \
+     change watching needs inotify, and it relies on statfs and /proc; build it on Linux \
+     (a container or a VM will do)"
+);
+
 pub mod blocking;
 pub mod capabilities;
 pub mod change;
@@ -29,11 +42,11 @@ pub use change::{
 };
 pub use cursor::{CursorCodec, CursorError, PageCursor};
 pub use deny::{DEFAULT_DENY, DenyList};
-pub use error::{Error, ErrorKind, Result};
+pub use error::{Error, ErrorKind, Limit, Result};
 pub use provider::{
     CacheHints, CacheScope, Completion, CompletionRequest, Contents, ContentsBody, Counter, Page,
     PageRequest, Provider, ProviderInfo, ReadLimits, ReadOutput, ResourceMeta, TemplateMeta,
-    template_index,
+    addresses, template_index,
 };
 pub use provider::{DIRECTORY_MIME_TYPE, not_a_directory};
 pub use redact::{redact_url, redact_urls_in};

@@ -58,6 +58,37 @@ pub struct ProviderInfo {
     pub cache: CacheHints,
 }
 
+/// What a mount serves, as a reader should see it: its URI prefixes, except that a prefix
+/// which is only the fixed start of a template (`db://users/` of `db://users/{status}/list`)
+/// is shown as that template, since the prefix itself is no resource. (A template that only
+/// adds a query to its prefix, `db://app{?cursor}`, leaves the prefix as it is: that is a
+/// resource.) An opened provider gives its `uri_prefixes` and `templates`; a mount spec
+/// computes the same from its settings ([`crate::config::MountSpec::addresses`]).
+pub fn addresses(uri_prefixes: &[String], templates: &[TemplateMeta]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for prefix in uri_prefixes {
+        let starting: Vec<&str> = templates
+            .iter()
+            .map(|t| t.uri_template.as_str())
+            .filter(|t| {
+                t.strip_prefix(prefix.as_str())
+                    .is_some_and(|rest| rest.starts_with('{') && !rest.starts_with("{?"))
+            })
+            .collect();
+        let shown: Vec<String> = if starting.is_empty() {
+            vec![prefix.clone()]
+        } else {
+            starting.into_iter().map(str::to_owned).collect()
+        };
+        for s in shown {
+            if !out.contains(&s) {
+                out.push(s);
+            }
+        }
+    }
+    out
+}
+
 /// One page request: resume after `after` (a position from a previous page), at most `limit`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PageRequest {

@@ -10,7 +10,7 @@
 use std::io::{BufRead, Read, Seek, SeekFrom};
 use std::ops::Range;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Limit, Result};
 use crate::uri::ResourceUri;
 
 /// The key of the `_meta` entry that tells a client which bytes a window returned.
@@ -120,18 +120,38 @@ impl Window {
         if let Some(n) = self.head {
             source.seek(SeekFrom::Start(start)).map_err(&io)?;
             let reader = std::io::BufReader::with_capacity(64 * 1024, source.take(end - start));
-            let bytes = head_lines(reader, n, max)
-                .map_err(&io)?
-                .ok_or_else(|| window_too_large(uri, max, "head"))?;
+            let bytes = head_lines(reader, n, max).map_err(&io)?.ok_or_else(|| {
+                Error::too_large(
+                    uri,
+                    "the requested head window",
+                    None,
+                    Limit::read(max),
+                    Some("ask for less"),
+                )
+            })?;
             Ok((start, bytes))
         } else if let Some(n) = self.tail {
             let from = tail_start(source, range, n, max)
                 .map_err(&io)?
-                .ok_or_else(|| window_too_large(uri, max, "tail"))?;
+                .ok_or_else(|| {
+                    Error::too_large(
+                        uri,
+                        "the requested tail window",
+                        None,
+                        Limit::read(max),
+                        Some("ask for less"),
+                    )
+                })?;
             Ok((from, read_exact_range(source, from..end).map_err(&io)?))
         } else {
             if end - start > max {
-                return Err(window_too_large(uri, max, "length"));
+                return Err(Error::too_large(
+                    uri,
+                    "the requested length window",
+                    None,
+                    Limit::read(max),
+                    Some("ask for less"),
+                ));
             }
             Ok((start, read_exact_range(source, start..end).map_err(&io)?))
         }
@@ -147,31 +167,9 @@ fn read_exact_range<R: Read + Seek>(source: &mut R, range: Range<u64>) -> std::i
     Ok(buf)
 }
 
-/// The error for a whole object (a file, an S3 object) of `size` bytes over the read limit
-/// `limit`: it names both and how to read it in windows instead. The same words from every
-/// provider that supports windows, so a client can act on it the same way.
-pub fn too_large(uri: &str, size: u64, limit: u64) -> Error {
-    Error::too_large(
-        format!(
-            "{uri} is {size} bytes, more than the read limit of {limit} bytes (max_read_bytes); \
-             read it in windows with ?offset=N&length=M, ?head=N or ?tail=N"
-        ),
-        Some(size),
-        limit,
-    )
-    .with_uri(uri)
-}
-
-/// The error for a window whose bytes are more than the read limit; `what` is the parameter
-/// that made it so (`length`, `head` or `tail`).
-pub fn window_too_large(uri: &str, limit: u64, what: &str) -> Error {
-    Error::too_large(
-        format!("the requested {what} window of {uri} is more than the read limit of {limit} bytes (max_read_bytes); ask for less"),
-        None,
-        limit,
-    )
-    .with_uri(uri)
-}
+/// The hint of the "too large" error of a whole object (a file, an S3 object): the same
+/// words from every provider that supports windows, so a client can act on it the same way.
+pub const READ_IN_WINDOWS: &str = "read it in windows with ?offset=N&length=M, ?head=N or ?tail=N";
 
 /// The first `n` lines of `reader`, or `None` when they are more than `max` bytes. The last
 /// line keeps its newline; a reader that ends first gives what it had. At most `max + 1`
@@ -441,7 +439,10 @@ mod tests {
             .read_from(&mut Cursor::new(&data), 15, "u", 5, io)
             .unwrap_err();
         assert_eq!(e.kind, ErrorKind::TooLarge);
-        assert!(e.message.contains("length window of u"), "{e}");
+        assert_eq!(
+            e.message,
+            "u: the requested length window is more than the limit of 5 bytes (max_read_bytes); ask for less"
+        );
         let w = Window {
             head: Some(2),
             ..Window::default()

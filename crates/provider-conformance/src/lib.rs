@@ -170,9 +170,12 @@ impl Provider for ConformanceProvider {
         if let ContentsBody::Text(t) = &out.body
             && t.len() as u64 > limits.max_bytes
         {
-            return Err(Error::new(
-                mcpr_core::ErrorKind::TooLarge,
-                "fixture larger than the read limit",
+            return Err(Error::too_large(
+                &out.uri,
+                "the fixture",
+                Some(t.len() as u64),
+                mcpr_core::Limit::read(limits.max_bytes),
+                None,
             ));
         }
         Ok(vec![out].into())

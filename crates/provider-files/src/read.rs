@@ -10,9 +10,9 @@ use std::fs::File;
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 
-use mcpr_core::window::{too_large, trim_to_utf8, window_meta};
+use mcpr_core::window::{READ_IN_WINDOWS, trim_to_utf8, window_meta};
 use mcpr_core::{
-    Contents, ContentsBody, Error, ErrorKind, ReadLimits, ResourceUri, Result, Window,
+    Contents, ContentsBody, Error, ErrorKind, Limit, ReadLimits, ResourceUri, Result, Window,
 };
 use percent_encoding::percent_decode_str;
 
@@ -105,7 +105,13 @@ pub(crate) fn read_path(
         let size = before.len();
         let (from, bytes, meta) = if window.is_whole() {
             if size > limits.max_bytes {
-                return Err(too_large(uri_s, size, limits.max_bytes));
+                return Err(Error::too_large(
+                    uri_s,
+                    "the file",
+                    Some(size),
+                    Limit::read(limits.max_bytes),
+                    Some(READ_IN_WINDOWS),
+                ));
             }
             // A kept buffer when the file is large: its pages are in already (mcpr_core::spare).
             let mut buf = mcpr_core::spare::buffer(size as usize);
@@ -115,7 +121,13 @@ pub(crate) fn read_path(
                 .read_to_end(&mut buf)
                 .map_err(|e| map_io(e, uri_s))?;
             if buf.len() as u64 > limits.max_bytes {
-                return Err(too_large(uri_s, buf.len() as u64, limits.max_bytes));
+                return Err(Error::too_large(
+                    uri_s,
+                    "the file",
+                    Some(buf.len() as u64),
+                    Limit::read(limits.max_bytes),
+                    Some(READ_IN_WINDOWS),
+                ));
             }
             (0, buf, None)
         } else {

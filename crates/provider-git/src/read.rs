@@ -3,7 +3,7 @@
 //! submodules, each as documented in `docs.md`.
 
 use gix::ObjectId;
-use mcpr_core::{Contents, ContentsBody, Error, ReadLimits, ResourceUri, Result};
+use mcpr_core::{Contents, ContentsBody, Error, Limit, ReadLimits, ResourceUri, Result};
 use serde_json::{Map, Value, json};
 
 use crate::history::history;
@@ -23,15 +23,6 @@ pub(crate) fn mime_by_extension(path: &[u8]) -> Option<&'static str> {
     mcpr_core::mime::by_extension(path)
 }
 
-fn too_large(uri: &str, size: u64, limit: u64) -> Error {
-    Error::too_large(
-        format!("{uri} is {size} bytes, over the read limit of {limit} bytes"),
-        Some(size),
-        limit,
-    )
-    .with_uri(uri)
-}
-
 fn person_json(p: &Person) -> Value {
     json!({ "name": p.name, "email": p.email, "date": rfc3339(p.seconds) })
 }
@@ -40,7 +31,13 @@ fn person_json(p: &Person) -> Value {
 /// limit as a blob: a commit message or a history of long ones can be any size.
 fn json_doc(uri: &str, body: String, limits: &ReadLimits) -> Result<Vec<Contents>> {
     if body.len() as u64 > limits.max_bytes {
-        return Err(too_large(uri, body.len() as u64, limits.max_bytes));
+        return Err(Error::too_large(
+            uri,
+            "the JSON document",
+            Some(body.len() as u64),
+            Limit::read(limits.max_bytes),
+            None,
+        ));
     }
     Ok(text(uri, "application/json", body))
 }
@@ -108,7 +105,13 @@ pub(crate) fn read(
         Kind::Blob | Kind::Exec | Kind::Link => {
             let size = inner.repo.size(&h, entry.id).map_err(|e| e.with_uri(u))?;
             if size > limits.max_bytes {
-                return Err(too_large(u, size, limits.max_bytes));
+                return Err(Error::too_large(
+                    u,
+                    "the file",
+                    Some(size),
+                    Limit::read(limits.max_bytes),
+                    None,
+                ));
             }
             let bytes = inner.repo.blob(&h, entry.id).map_err(|e| e.with_uri(u))?;
             Ok(vec![blob_contents(u, path, &entry, bytes)])

@@ -690,6 +690,13 @@ impl MountSpec for HttpSpec {
     async fn build(&self) -> mcpr_core::Result<Arc<dyn Provider>> {
         Ok(Arc::new(crate::HttpProvider::new(self.0.clone())?))
     }
+
+    fn addresses(&self) -> Option<Vec<String>> {
+        Some(mcpr_core::addresses(
+            &crate::target::router_prefixes(&self.0),
+            &crate::provider::templates(&self.0),
+        ))
+    }
 }
 
 #[cfg(test)]

@@ -54,19 +54,6 @@ pub(crate) fn refused(uri: &str, why: impl std::fmt::Display) -> Error {
     Error::invalid_params(format!("{uri}: refused: {why}")).with_uri(uri)
 }
 
-/// The body is larger than the read limit.
-pub(crate) fn too_large(uri: &str, size: Option<u64>, limit: u64) -> Error {
-    let msg = match size {
-        Some(size) => format!(
-            "{uri} is {size} bytes, more than the read limit of {limit} bytes (max_read_bytes)"
-        ),
-        None => format!(
-            "{uri} is more than the read limit of {limit} bytes (max_read_bytes); the upstream's body was read only up to the limit"
-        ),
-    };
-    Error::too_large(msg, size, limit).with_uri(uri)
-}
-
 /// A transport failure (connect, TLS, a broken body) from reqwest. The URL reqwest would
 /// print is dropped; the causes are kept, because "certificate expired" or "connection
 /// refused" is what the user needs to know.

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use http::HeaderMap;
 use http::header::{IF_MODIFIED_SINCE, IF_NONE_MATCH, LOCATION};
-use mcpr_core::{Error, Result};
+use mcpr_core::{Error, Limit, Result};
 
 use crate::cache::Validators;
 use crate::config::{Header, HttpConfig, HttpKind};
@@ -209,7 +209,13 @@ async fn read_body(
     if let Some(len) = resp.content_length()
         && len > limit
     {
-        return Err(error::too_large(uri, Some(len), limit));
+        return Err(Error::too_large(
+            uri,
+            "the upstream's body",
+            Some(len),
+            Limit::read(limit),
+            None,
+        ));
     }
     let mut body = Vec::with_capacity(resp.content_length().unwrap_or(0).min(1 << 20) as usize);
     while let Some(chunk) = resp
@@ -218,7 +224,13 @@ async fn read_body(
         .map_err(|e| error::transport(uri, url, e))?
     {
         if (body.len() + chunk.len()) as u64 > limit {
-            return Err(error::too_large(uri, None, limit));
+            return Err(Error::too_large(
+                uri,
+                "the upstream's body",
+                None,
+                Limit::read(limit),
+                Some("it was read only up to the limit"),
+            ));
         }
         body.extend_from_slice(&chunk);
     }

@@ -25,7 +25,7 @@ use html5ever::tendril::StrTendril;
 use html5ever::tree_builder::{ElementFlags, NodeOrText, QuirksMode, TreeBuilderOpts, TreeSink};
 use html5ever::{Attribute, ExpandedName, QualName, ns};
 use markup5ever_rcdom::{Handle, Node, NodeData, RcDom};
-use mcpr_core::{Error, ErrorKind, Result};
+use mcpr_core::{Error, ErrorKind, Limit, Result};
 use tokio::sync::Semaphore;
 
 use crate::config::HttpConfig;
@@ -46,6 +46,9 @@ const PARSE_DEPTH_FACTOR: usize = 4;
 /// The Markdown built at all levels together may be this many times `max_convert_bytes`
 /// (htmd copies each element's Markdown into its parent's, so nesting multiplies it).
 const WORK_FACTOR: u64 = 64;
+
+/// What a page too large to convert can be served as instead.
+const RAW_HINT: &str = "a mount with html = \"raw\" serves it as HTML";
 
 /// Stack of a conversion thread: a base plus this much per allowed nesting level. htmd
 /// recurses through several frames per element: about 3 KiB per level in debug builds, where
@@ -266,14 +269,12 @@ impl Converter {
         let size = page.len() as u64;
         if size > self.max_bytes {
             return Err(Error::too_large(
-                format!(
-                    "{uri}: the page's HTML is {size} bytes, more than the {} bytes converted to Markdown (max_convert_bytes); a mount with html = \"raw\" serves it as HTML",
-                    self.max_bytes
-                ),
+                uri,
+                "the page's HTML",
                 Some(size),
-                self.max_bytes,
-            )
-            .with_uri(uri));
+                Limit::bytes(self.max_bytes, "max_convert_bytes"),
+                Some(RAW_HINT),
+            ));
         }
         // Waiting here costs nothing: a requester that goes away while queued never starts.
         let permit = self
@@ -365,7 +366,6 @@ enum Halt {
 
 impl Halt {
     fn error(self, uri: &str, c: &Converter, job: &Job) -> Error {
-        let too_large = |msg: String, limit: u64| Error::too_large(msg, None, limit).with_uri(uri);
         match self {
             Halt::TimedOut => Error::new(
                 ErrorKind::Timeout,
@@ -375,31 +375,35 @@ impl Halt {
                 ),
             )
             .with_uri(uri),
-            Halt::Nodes => too_large(
-                format!(
-                    "{uri}: the page's HTML makes more than {} elements and attributes, the most a Markdown conversion builds (one per {BYTES_PER_NODE} bytes of max_convert_bytes); a mount with html = \"raw\" serves it as HTML",
-                    job.max_nodes
+            Halt::Nodes => Error::too_large(
+                uri,
+                "the page's HTML",
+                None,
+                Limit::of(
+                    job.max_nodes as u64,
+                    "elements and attributes",
+                    format!("one per {BYTES_PER_NODE} bytes of max_convert_bytes"),
                 ),
-                job.max_nodes as u64,
+                Some(RAW_HINT),
             ),
             Halt::Depth(limit) => Error::invalid_params(format!(
                 "{uri}: the page's HTML nests elements more than {limit} deep ({PARSE_DEPTH_FACTOR} × max_html_depth), too deep to convert to Markdown; a mount with html = \"raw\" serves it as HTML"
             ))
             .with_uri(uri)
             .with_detail("limit", limit as u64),
-            Halt::Output => too_large(
-                format!(
-                    "{uri}: the page's Markdown would be more than the read limit of {} bytes (max_read_bytes)",
-                    job.out_limit
-                ),
-                job.out_limit,
+            Halt::Output => Error::too_large(
+                uri,
+                "the page's Markdown",
+                None,
+                Limit::read(job.out_limit),
+                None,
             ),
-            Halt::Work => too_large(
-                format!(
-                    "{uri}: converting the page's HTML builds more than {} bytes of Markdown across its nesting levels ({WORK_FACTOR} × max_convert_bytes); a mount with html = \"raw\" serves it as HTML",
-                    job.max_work
-                ),
-                job.max_work,
+            Halt::Work => Error::too_large(
+                uri,
+                "the Markdown built across the page's nesting levels",
+                None,
+                Limit::bytes(job.max_work, format!("{WORK_FACTOR} × max_convert_bytes")),
+                Some(RAW_HINT),
             ),
             Halt::Cancelled => Error::internal(format!(
                 "{uri}: the HTML conversion was cancelled"

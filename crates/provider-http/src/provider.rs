@@ -150,7 +150,7 @@ impl HttpProvider {
 }
 
 /// An api mount's templated endpoints; a web mount's allow prefixes, `{+path}` after each.
-fn templates(config: &HttpConfig) -> Vec<TemplateMeta> {
+pub(crate) fn templates(config: &HttpConfig) -> Vec<TemplateMeta> {
     match config.kind {
         HttpKind::Api => config
             .endpoints

@@ -8,11 +8,10 @@ use std::time::{Duration, Instant};
 
 use http::HeaderMap;
 use http::header::CONTENT_TYPE;
-use mcpr_core::{CacheHints, CacheScope, ContentsBody, Result};
+use mcpr_core::{CacheHints, CacheScope, ContentsBody, Error, Limit, Result};
 
 use crate::cache::{Body, Entry, Policy, Validators};
 use crate::config::{HtmlMode, HttpKind};
-use crate::error;
 use crate::fetch::{Outcome, Request};
 use crate::provider::Inner;
 
@@ -71,7 +70,7 @@ pub(crate) async fn serve(inner: &Inner, uri: &str, limit: u64, mode: Mode) -> R
         Outcome::NotModified { headers } => {
             inner.stats.revalidated();
             let Some(old) = cached else {
-                return Err(mcpr_core::Error::internal(format!(
+                return Err(Error::internal(format!(
                     "{uri}: the upstream answered 304 to a request that was not conditional"
                 )));
             };
@@ -126,7 +125,13 @@ fn keep(inner: &Inner, uri: &str, policy: &Policy, entry: &Entry) {
 fn served(uri: &str, e: &Entry, limit: u64) -> Result<Served> {
     let len = e.body.len();
     if len > limit {
-        return Err(error::too_large(uri, Some(len), limit));
+        return Err(Error::too_large(
+            uri,
+            "the upstream's body",
+            Some(len),
+            Limit::read(limit),
+            None,
+        ));
     }
     Ok(Served {
         body: e.body.clone(),

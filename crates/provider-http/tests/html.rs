@@ -205,7 +205,7 @@ async fn pages_that_make_too_many_elements_are_refused() {
     assert_eq!(e.kind, ErrorKind::TooLarge, "{e}");
     assert!(
         e.message
-            .contains("more than 16384 elements and attributes")
+            .contains("more than the limit of 16384 elements and attributes")
             && e.message.contains("max_convert_bytes"),
         "{e}"
     );

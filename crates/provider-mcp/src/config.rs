@@ -432,6 +432,10 @@ impl MountSpec for McpSpec {
         Ok(Arc::new(crate::McpProvider::start(self.0.clone()).await?))
     }
 
+    fn addresses(&self) -> Option<Vec<String>> {
+        Some(crate::uri::UriMap::new(&self.0.name, &self.0.prefixes).router_prefixes())
+    }
+
     fn describe(&self) -> Option<String> {
         Some(format!(
             "mcp {}: {} (protocol {})",

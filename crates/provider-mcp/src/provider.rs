@@ -153,14 +153,12 @@ impl Provider for McpProvider {
             .sum();
         if size > limits.max_bytes {
             return Err(Error::too_large(
-                format!(
-                    "{ours} is {size} bytes, more than the read limit of {} bytes (max_read_bytes)",
-                    limits.max_bytes
-                ),
+                ours,
+                "the upstream's answer",
                 Some(size),
-                limits.max_bytes,
-            )
-            .with_uri(ours));
+                mcpr_core::error::Limit::read(limits.max_bytes),
+                None,
+            ));
         }
         let mut contents = Vec::with_capacity(res.contents.len());
         for c in res.contents {

@@ -310,6 +310,13 @@ impl MountSpec for S3Spec {
     async fn build(&self) -> mcpr_core::Result<Arc<dyn Provider>> {
         Ok(Arc::new(crate::S3Provider::new(self.0.clone()).await?))
     }
+
+    fn addresses(&self) -> Option<Vec<String>> {
+        Some(mcpr_core::addresses(
+            &[self.0.root_uri()],
+            &crate::provider::templates(&self.0),
+        ))
+    }
 }
 
 #[cfg(test)]

@@ -203,15 +203,7 @@ impl S3Provider {
             capabilities: Capabilities::ALL,
             cache: config.cache,
         };
-        let templates = vec![TemplateMeta {
-            uri_template: format!("{}{{+key}}", keys.root),
-            name: format!("s3-object:{}", config.bucket),
-            title: Some(format!("An object of s3 bucket {}", config.bucket)),
-            description: Some(
-                "`key` is the object key (each path segment percent-encoded). Objects read as text or bytes, with ?offset=N&length=M, ?head=N or ?tail=N windows; a key ending in `/` reads as a JSON listing of that prefix, continued with ?after=.".into(),
-            ),
-            mime_type: None,
-        }];
+        let templates = templates(&config);
         let poll = config.poll_interval;
         let max_rate = config.max_poll_requests_per_second;
         let inner = Arc::new(Inner {
@@ -284,6 +276,20 @@ async fn probe(i: &Inner) -> Result<()> {
     i.list_once(&i.config.prefix, None, 1, false, "checking the bucket")
         .await
         .map(|_| ())
+}
+
+/// The mount's one template: any object key under its root. Its URI prefix is the root,
+/// [`S3Config::root_uri`]; both follow from the settings alone.
+pub(crate) fn templates(config: &S3Config) -> Vec<TemplateMeta> {
+    vec![TemplateMeta {
+        uri_template: format!("{}{{+key}}", config.root_uri()),
+        name: format!("s3-object:{}", config.bucket),
+        title: Some(format!("An object of s3 bucket {}", config.bucket)),
+        description: Some(
+            "`key` is the object key (each path segment percent-encoded). Objects read as text or bytes, with ?offset=N&length=M, ?head=N or ?tail=N windows; a key ending in `/` reads as a JSON listing of that prefix, continued with ?after=.".into(),
+        ),
+        mime_type: None,
+    }]
 }
 
 #[async_trait]

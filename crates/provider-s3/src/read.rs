@@ -10,11 +10,9 @@
 //! no further: a store that answers a 10-byte range with more is an error, not a bigger read.
 
 use futures::StreamExt as _;
-use mcpr_core::window::{
-    TailScan, TailStep, too_large, trim_to_utf8, window_meta, window_too_large,
-};
+use mcpr_core::window::{READ_IN_WINDOWS, TailScan, TailStep, trim_to_utf8, window_meta};
 use mcpr_core::{
-    Contents, ContentsBody, Error, ErrorKind, ReadLimits, ResourceUri, Result, Window,
+    Contents, ContentsBody, Error, ErrorKind, Limit, ReadLimits, ResourceUri, Result, Window,
 };
 use object_store::path::Path;
 use object_store::{Attribute, GetOptions, GetRange, GetResult, ObjectMeta, ObjectStore as _};
@@ -61,7 +59,13 @@ pub(crate) async fn read_object(
             .map_err(|e| inner.ctx.map(e, &what, Some(uri_s)))?;
         let size = res.meta.size;
         if size > max {
-            return Err(too_large(uri_s, size, max));
+            return Err(Error::too_large(
+                uri_s,
+                "the object",
+                Some(size),
+                Limit::read(max),
+                Some(READ_IN_WINDOWS),
+            ));
         }
         let ctype = content_type(&res);
         // `size` is what the headers announced (at most `max` here): the body is not read
@@ -94,7 +98,15 @@ pub(crate) async fn read_object(
     let (from, bytes) = if let Some(n) = window.head {
         let bytes = head_lines(inner, &path, &meta, range, n, max, &what)
             .await?
-            .ok_or_else(|| window_too_large(uri_s, max, "head"))?;
+            .ok_or_else(|| {
+                Error::too_large(
+                    uri_s,
+                    "the requested head window",
+                    None,
+                    Limit::read(max),
+                    Some("ask for less"),
+                )
+            })?;
         (range_start(&window, size), bytes)
     } else if let Some(n) = window.tail {
         let mut scan = TailScan::new(range.clone(), n, max);
@@ -105,7 +117,15 @@ pub(crate) async fn read_object(
                     scan.feed(&b);
                 }
                 TailStep::Done(Some(from)) => break from,
-                TailStep::Done(None) => return Err(window_too_large(uri_s, max, "tail")),
+                TailStep::Done(None) => {
+                    return Err(Error::too_large(
+                        uri_s,
+                        "the requested tail window",
+                        None,
+                        Limit::read(max),
+                        Some("ask for less"),
+                    ));
+                }
             }
         };
         (
@@ -114,7 +134,13 @@ pub(crate) async fn read_object(
         )
     } else {
         if range.end - range.start > max {
-            return Err(window_too_large(uri_s, max, "length"));
+            return Err(Error::too_large(
+                uri_s,
+                "the requested length window",
+                None,
+                Limit::read(max),
+                Some("ask for less"),
+            ));
         }
         (
             range.start,

@@ -470,6 +470,10 @@ impl MountSpec for SqlSpec {
     fn is_local(&self) -> bool {
         self.0.kind == SqlKind::Sqlite
     }
+
+    fn addresses(&self) -> Option<Vec<String>> {
+        crate::provider::addresses(&self.0)
+    }
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use serde_json::{Map, Value, json};
 
 use crate::engine::{
     ObjectInfo, ObjectKind, PageFill, Param, QueryRows, RowBudget, RowPage, query_envelope,
-    too_large, too_many_rows,
+    result_too_large, too_many_rows,
 };
 
 /// Quote an identifier for SQL text: the only way a name from introspection enters SQL.
@@ -249,7 +249,7 @@ pub(crate) fn table_page(
         .query(rusqlite::params_from_iter(binds))
         .map_err(|e| ctx.err(e))?;
     let names: Vec<String> = cols.iter().map(|c| c.name.clone()).collect();
-    let mut fill = PageFill::new(table, names, a.page_size, a.max_bytes, encode_cursor);
+    let mut fill = PageFill::new(a, table, names, encode_cursor);
     while let Some(row) = rows.next().map_err(|e| ctx.err(e))? {
         if fill.full() {
             break;
@@ -548,7 +548,7 @@ pub(crate) fn run_query(
             .collect::<rusqlite::Result<_>>()
             .map_err(|e| ctx.err(e))?;
         if !budget.push(Value::Array(values)) {
-            return Err(too_large(&format!("the result of query {uri}"), max_bytes));
+            return Err(result_too_large(&uri, max_bytes));
         }
     }
     Ok(QueryRows {

@@ -5,7 +5,7 @@
 use async_trait::async_trait;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use mcpr_core::{Error, ErrorKind, Result};
+use mcpr_core::{Error, ErrorKind, Limit, Result};
 
 use crate::error::{timed_out, unavailable};
 use serde_json::{Value, json};
@@ -83,6 +83,8 @@ pub(crate) enum Param {
 
 /// One page of a table's rows.
 pub(crate) struct PageArgs {
+    /// The URI read, for errors.
+    pub(crate) uri: String,
     pub(crate) table: TableRef,
     /// The `cursor` value from the URI, if any (opaque to the provider, engine-specific).
     pub(crate) cursor: Option<String>,
@@ -235,6 +237,7 @@ impl RowBudget {
 /// single row that alone is too large is an error. `T` is the engine's key value type.
 pub(crate) struct PageFill<T> {
     budget: RowBudget,
+    uri: String,
     table: String,
     columns: Vec<String>,
     page_size: usize,
@@ -246,14 +249,15 @@ pub(crate) struct PageFill<T> {
 
 impl<T> PageFill<T> {
     pub(crate) fn new(
+        a: &PageArgs,
         table: &str,
         columns: Vec<String>,
-        page_size: usize,
-        max_bytes: u64,
         encode: fn(&[T]) -> String,
     ) -> Self {
+        let (page_size, max_bytes) = (a.page_size, a.max_bytes);
         Self {
             budget: RowBudget::new(max_bytes, page_envelope(table, &columns, page_size)),
+            uri: a.uri.clone(),
             table: table.to_owned(),
             columns,
             page_size,
@@ -281,9 +285,12 @@ impl<T> PageFill<T> {
         self.budget.used -= cursor_len;
         if !fit {
             if self.budget.rows.is_empty() {
-                return Err(too_large(
+                return Err(Error::too_large(
+                    &self.uri,
                     &format!("one row of table {:?}", self.table),
-                    self.max_bytes,
+                    None,
+                    byte_limit(self.max_bytes),
+                    Some("the row alone is more than a page may hold"),
                 ));
             }
             self.more = true;
@@ -327,22 +334,35 @@ pub(crate) fn query_envelope(uri: &str, columns: &[String], max_rows: usize) -> 
     .len() as u64
 }
 
-/// `what` (a query's result, one row of a table) is over `max_bytes`: core's one
-/// "too large" error, with its details.
-pub(crate) fn too_large(what: &str, max_bytes: u64) -> Error {
-    Error::too_large(
-        format!("{what} is larger than the read limit of {max_bytes} bytes"),
-        None,
+/// The byte limit of a read of this provider, as a "too large" error names it: the read's
+/// `max_bytes` is already the smaller of the two settings.
+pub(crate) fn byte_limit(max_bytes: u64) -> Limit {
+    Limit::bytes(
         max_bytes,
+        "max_read_bytes, or the mount's max_bytes when smaller",
     )
 }
 
+/// The "too large" error of a named query `uri` that returned more than `max_rows` rows.
 pub(crate) fn too_many_rows(uri: &str, max_rows: usize) -> Error {
-    Error::new(
-        ErrorKind::TooLarge,
-        format!("query {uri} returned more than max_rows = {max_rows} rows; narrow it"),
+    Error::too_large(
+        uri,
+        "the query's result",
+        None,
+        Limit::of(max_rows as u64, "rows", "max_rows"),
+        Some("narrow the query"),
     )
-    .with_detail("max_rows", max_rows as u64)
+}
+
+/// The "too large" error of a named query `uri` whose rows are more than `max_bytes`.
+pub(crate) fn result_too_large(uri: &str, max_bytes: u64) -> Error {
+    Error::too_large(
+        uri,
+        "the query's result",
+        None,
+        byte_limit(max_bytes),
+        Some("narrow the query"),
+    )
 }
 
 /// Encode a table cursor: the key of the last row served, as base64url JSON.

@@ -18,8 +18,8 @@ use sqlx::{Column as _, Executor as _, MySql, Row as _, TypeInfo as _, ValueRef 
 
 use crate::engine::{
     Breaker, Engine, ObjectInfo, ObjectKind, PageArgs, PageFill, Param, QueryRows, ReadTx,
-    RowBudget, RowPage, TableRef, decode_key_cursor, encode_key_cursor, query_envelope, too_large,
-    too_many_rows,
+    RowBudget, RowPage, TableRef, decode_key_cursor, encode_key_cursor, query_envelope,
+    result_too_large, too_many_rows,
 };
 use crate::error::{my_connect_error, my_error, query_check_error};
 use crate::guard::{self, Placeholders};
@@ -523,13 +523,7 @@ impl Engine for MySqlDb {
                     })?;
                 }
                 let names: Vec<String> = cols.iter().map(|c| c.name.clone()).collect();
-                let mut fill = PageFill::new(
-                    &a.table.name,
-                    names,
-                    a.page_size,
-                    a.max_bytes,
-                    encode_key_cursor,
-                );
+                let mut fill = PageFill::new(&a, &a.table.name, names, encode_key_cursor);
                 let mut rows = q.fetch(&mut *c);
                 while let Some(row) = rows.try_next().await.map_err(err)? {
                     if fill.full() {
@@ -684,7 +678,7 @@ impl Engine for MySqlDb {
                         .collect::<sqlx::Result<_>>()
                         .map_err(err)?;
                     if !budget.push(Value::Array(values)) {
-                        return Err(too_large(&format!("the result of query {uri}"), max_bytes));
+                        return Err(result_too_large(&uri, max_bytes));
                     }
                 }
                 drop(rows);

@@ -18,8 +18,8 @@ use sqlx::{Column as _, Executor as _, Row as _, TypeInfo as _};
 
 use crate::engine::{
     Breaker, Engine, ObjectInfo, ObjectKind, PageArgs, PageFill, Param, QueryRows, ReadTx,
-    RowBudget, RowPage, TableRef, decode_key_cursor, encode_key_cursor, query_envelope, too_large,
-    too_many_rows,
+    RowBudget, RowPage, TableRef, decode_key_cursor, encode_key_cursor, query_envelope,
+    result_too_large, too_many_rows,
 };
 use crate::error::{pg_connect_error, pg_error, query_check_error};
 use crate::guard::{self, Placeholders};
@@ -605,13 +605,8 @@ impl Engine for Postgres {
                     q = q.bind(b);
                 }
                 let mut rows = q.fetch(&mut *c);
-                let mut fill = PageFill::new(
-                    &a.table.display(),
-                    names.clone(),
-                    a.page_size,
-                    a.max_bytes,
-                    encode_key_cursor,
-                );
+                let mut fill =
+                    PageFill::new(&a, &a.table.display(), names.clone(), encode_key_cursor);
                 while let Some(row) = rows.try_next().await.map_err(err)? {
                     if fill.full() {
                         break;
@@ -793,7 +788,7 @@ impl Engine for Postgres {
                     }
                     let text: String = row.try_get(0).map_err(err)?;
                     if !budget.push(Value::Array(json_row(&text, &keys, &bytea)?)) {
-                        return Err(too_large(&format!("the result of query {uri}"), max_bytes));
+                        return Err(result_too_large(&uri, max_bytes));
                     }
                 }
                 Ok(QueryRows {

@@ -64,15 +64,7 @@ impl SqlProvider {
     /// then, and its reads answer the error).
     pub async fn new(config: SqlConfig) -> Result<Self> {
         config.validate()?;
-        let dialect = match config.kind {
-            SqlKind::Sqlite => guard::Engine::Sqlite,
-            SqlKind::Postgres => guard::Engine::Postgres,
-            SqlKind::MySql => guard::Engine::MySql,
-        };
-        let mut queries = Vec::new();
-        for q in &config.queries {
-            queries.push(compile(&config.name, q, dialect)?);
-        }
+        let queries = compile_all(&config)?;
         let mut pg: Option<Arc<crate::pg::Postgres>> = None;
         let (engine, trigger): (Arc<dyn Engine>, Trigger) = match config.kind {
             SqlKind::Sqlite => {
@@ -140,18 +132,9 @@ impl SqlProvider {
                 config.clone(),
             )))
         });
-        let templates = templates(&config, &queries, engine.default_schema().is_some());
+        let (uri_prefixes, templates) =
+            layout(&config, &queries, engine.default_schema().is_some());
         let name = &config.name;
-        let mut uri_prefixes = vec![format!("db://{name}")];
-        for c in &queries {
-            let p = match &c.template {
-                Some(t) => t.literal_prefix().to_owned(),
-                None => c.query.uri.clone(),
-            };
-            if !uri_prefixes.contains(&p) {
-                uri_prefixes.push(p);
-            }
-        }
         let info = ProviderInfo {
             kind: config.kind.as_str(),
             label: format!("{name} ({})", config.redacted_url()),
@@ -172,6 +155,50 @@ impl SqlProvider {
             }),
         })
     }
+}
+
+/// The mount's named queries, compiled for its engine (no database needed).
+fn compile_all(config: &SqlConfig) -> Result<Vec<Compiled>> {
+    let dialect = match config.kind {
+        SqlKind::Sqlite => guard::Engine::Sqlite,
+        SqlKind::Postgres => guard::Engine::Postgres,
+        SqlKind::MySql => guard::Engine::MySql,
+    };
+    config
+        .queries
+        .iter()
+        .map(|q| compile(&config.name, q, dialect))
+        .collect()
+}
+
+/// The mount's URI prefixes and templates, from its settings and queries alone: `db://NAME`,
+/// then each named query's fixed start (or its URI); `schemas` when the engine puts schemas
+/// in URIs.
+fn layout(
+    config: &SqlConfig,
+    queries: &[Compiled],
+    schemas: bool,
+) -> (Vec<String>, Vec<TemplateMeta>) {
+    let mut uri_prefixes = vec![format!("db://{}", config.name)];
+    for c in queries {
+        let p = match &c.template {
+            Some(t) => t.literal_prefix().to_owned(),
+            None => c.query.uri.clone(),
+        };
+        if !uri_prefixes.contains(&p) {
+            uri_prefixes.push(p);
+        }
+    }
+    (uri_prefixes, templates(config, queries, schemas))
+}
+
+/// What a mount of `config` will serve ([`mcpr_core::addresses`]), without opening its
+/// database: PostgreSQL is the engine whose URIs name schemas (its `default_schema`). `None`
+/// when a named query does not compile, which opening the mount reports.
+pub(crate) fn addresses(config: &SqlConfig) -> Option<Vec<String>> {
+    let queries = compile_all(config).ok()?;
+    let (prefixes, templates) = layout(config, &queries, config.kind == SqlKind::Postgres);
+    Some(mcpr_core::addresses(&prefixes, &templates))
 }
 
 /// The start-up checks that need the database ([`check_against_db`]), then the warning

@@ -6,7 +6,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use mcpr_core::{Contents, ContentsBody, Error, ErrorKind, ResourceUri, Result};
 use serde_json::{Map, Value, json};
 
-use crate::engine::{ObjectKind, PageArgs, RowPage, TableRef};
+use crate::engine::{ObjectKind, PageArgs, RowPage, TableRef, byte_limit};
 use crate::provider::Inner;
 use crate::render::JSON;
 use crate::uri::Target;
@@ -124,6 +124,7 @@ impl Inner {
                         Some(ObjectKind::Table) => {
                             self.engine
                                 .table_page(PageArgs {
+                                    uri: uri.as_str().to_owned(),
                                     table: t.clone(),
                                     cursor,
                                     page_size: self.config.page_size,
@@ -142,11 +143,12 @@ impl Inner {
         };
         if text.len() as u64 > max_bytes {
             return Err(Error::too_large(
-                format!("the result is larger than the read limit of {max_bytes} bytes"),
+                uri.as_str(),
+                "the document",
                 Some(text.len() as u64),
-                max_bytes,
-            )
-            .with_uri(uri.as_str()));
+                byte_limit(max_bytes),
+                None,
+            ));
         }
         Ok(Contents {
             uri: uri.as_str().to_owned(),
@@ -177,19 +179,23 @@ impl Inner {
         let sql = self.engine.view_sql(t.clone(), size + 1, offset).await?;
         let mut rows = self
             .engine
-            .run_query(uri.without_query().to_owned(), sql, Vec::new(), size + 1, max_bytes)
+            .run_query(
+                uri.without_query().to_owned(),
+                sql,
+                Vec::new(),
+                size + 1,
+                max_bytes,
+            )
             .await
             .map_err(|e| {
                 if e.kind == ErrorKind::TooLarge {
                     Error::too_large(
-                        format!(
-                            "a page of {size} rows of view {} is larger than the read limit of {max_bytes} bytes; lower page_size",
-                            self.shown(t)
-                        ),
+                        uri.as_str(),
+                        &format!("a page of {size} rows of view {}", self.shown(t)),
                         None,
-                        max_bytes,
+                        byte_limit(max_bytes),
+                        Some("lower page_size"),
                     )
-                    .with_uri(uri.as_str())
                 } else {
                     e
                 }

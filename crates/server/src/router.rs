@@ -30,35 +30,10 @@ pub fn mount_name(index: usize, provider: &dyn Provider) -> String {
         .map_or_else(|| format!("#{index}"), Clone::clone)
 }
 
-/// What a mount serves, as a reader should see it: its URI prefixes, except that a prefix
-/// which is only the fixed start of a template (`db://users/` of `db://users/{status}/list`)
-/// is shown as that template, since the prefix itself is no resource. (A template that only
-/// adds a query to its prefix, `db://app{?cursor}`, leaves the prefix as it is: that is a
-/// resource.) For the `initialize` / `server/discover` instructions and `check-config`.
+/// What a mount serves, as a reader should see it ([`mcpr_core::addresses`]): for the
+/// `initialize` / `server/discover` instructions and `check-config`.
 pub fn mount_addresses(provider: &dyn Provider) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for prefix in &provider.info().uri_prefixes {
-        let templates: Vec<&str> = provider
-            .templates()
-            .iter()
-            .map(|t| t.uri_template.as_str())
-            .filter(|t| {
-                t.strip_prefix(prefix.as_str())
-                    .is_some_and(|rest| rest.starts_with('{') && !rest.starts_with("{?"))
-            })
-            .collect();
-        let shown: Vec<String> = if templates.is_empty() {
-            vec![prefix.clone()]
-        } else {
-            templates.into_iter().map(str::to_owned).collect()
-        };
-        for s in shown {
-            if !out.contains(&s) {
-                out.push(s);
-            }
-        }
-    }
-    out
+    mcpr_core::addresses(&provider.info().uri_prefixes, provider.templates())
 }
 
 /// Maps URIs and templates to mounts.

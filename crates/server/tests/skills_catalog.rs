@@ -300,7 +300,9 @@ async fn a_walk_over_its_request_budget_fails_whole_or_keeps_the_last_whole_answ
     let e = fresh.skills().await.unwrap_err();
     assert_eq!(e.kind, mcpr_core::ErrorKind::TooLarge);
     assert!(
-        e.message.contains("more provider requests"),
+        e.message.ends_with(
+            ": walking the skills folder is more than the limit of 5 provider requests (the most one walk of a skills folder makes); keep fewer files under the skills folder"
+        ),
         "{}",
         e.message
     );

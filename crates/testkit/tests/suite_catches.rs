@@ -111,11 +111,13 @@ impl Provider for Mem {
             .clone();
         if bytes.len() as u64 > limits.max_bytes {
             if self.fault != Fault::TruncatesOverLimit {
-                return Err(Error::new(
-                    ErrorKind::TooLarge,
-                    format!("over the read limit of {} bytes", limits.max_bytes),
-                )
-                .with_uri(uri.as_str()));
+                return Err(Error::too_large(
+                    uri.as_str(),
+                    "the item",
+                    Some(bytes.len() as u64),
+                    mcpr_core::Limit::read(limits.max_bytes),
+                    None,
+                ));
             }
             bytes.truncate(limits.max_bytes as usize);
         }

@@ -33,7 +33,7 @@ use futures::FutureExt as _;
 use mcpr_core::sync::lock;
 use mcpr_core::{
     ChangeBus, ChangeEvent, ChangeFeed, ChangeSink, ContentsBody, DIRECTORY_MIME_TYPE, Error,
-    ErrorKind, LocalWatching, PageRequest, ReadLimits, ResourceMeta, ResourceUri, Result,
+    ErrorKind, Limit, LocalWatching, PageRequest, ReadLimits, ResourceMeta, ResourceUri, Result,
     WatchGuard,
 };
 
@@ -315,7 +315,10 @@ struct Watches {
     /// A git mount's watch of the skills folder covers its whole tree at the ref.
     recursive: bool,
     guards: Option<Vec<WatchGuard>>,
-    /// Provider requests left to the walk.
+    /// The URI of the skills folder walked, for the error of a walk over its budget.
+    root: String,
+    /// Provider requests one walk may make, and those left to this one.
+    requests: usize,
     requests_left: usize,
     /// Set once the walk wanted more requests than it may make: the walk then fails whole.
     over: bool,
@@ -347,20 +350,27 @@ impl Watches {
     fn spend(&mut self) -> Result<()> {
         if self.requests_left == 0 {
             self.over = true;
-            return Err(over_requests());
+            return Err(self.over_budget());
         }
         self.requests_left -= 1;
         Ok(())
     }
-}
 
-/// The error of a walk that wanted more requests than [`MAX_WALK_REQUESTS`] (or the limit a
-/// catalog was given).
-fn over_requests() -> Error {
-    Error::new(
-        ErrorKind::TooLarge,
-        "the skills folder needs more provider requests than one walk may make",
-    )
+    /// The error of a walk that wanted more provider requests than it may make
+    /// ([`MAX_WALK_REQUESTS`], or the limit the catalog was given).
+    fn over_budget(&self) -> Error {
+        Error::too_large(
+            &self.root,
+            "walking the skills folder",
+            None,
+            Limit::of(
+                self.requests as u64,
+                "provider requests",
+                "the most one walk of a skills folder makes",
+            ),
+            Some("keep fewer files under the skills folder"),
+        )
+    }
 }
 
 /// The message a panic carried.
@@ -841,6 +851,8 @@ impl Catalog {
             ),
             recursive: s.at.provider.info().kind == "git",
             guards: Some(Vec::new()),
+            root: s.root.clone(),
+            requests: self.walk_requests,
             requests_left: self.walk_requests,
             over: false,
         };
@@ -947,7 +959,7 @@ impl Catalog {
                 for (dir, entries) in found {
                     match self.skill_at(si, &dir, entries, &mut *walk).await {
                         Ok(entry) => skills.push(entry),
-                        Err(_) if walk.over => return Err(over_requests()),
+                        Err(_) if walk.over => return Err(walk.over_budget()),
                         Err(why) => {
                             self.leave_out(s, &why);
                             left.push((why.file, why.reason));
@@ -955,7 +967,7 @@ impl Catalog {
                     }
                 }
             }
-            Err(_) if walk.over => return Err(over_requests()),
+            Err(_) if walk.over => return Err(walk.over_budget()),
             Err(e) => {
                 let why = left_out(
                     &s.root,
@@ -971,7 +983,7 @@ impl Catalog {
             }
         }
         if walk.over {
-            return Err(over_requests());
+            return Err(walk.over_budget());
         }
         Ok(WalkFound {
             skills,

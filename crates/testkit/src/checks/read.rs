@@ -113,10 +113,23 @@ pub(crate) async fn check_too_large(provider: &dyn Provider, fixture: &dyn Fixtu
                     size - 1,
                     e.kind
                 );
+                // Core's one shape, whichever provider refuses: the URI first, then the
+                // limit with its unit, and the limit in the details.
                 assert!(
-                    e.message.contains(&(size - 1).to_string()),
-                    "too large: the message for {uri} must name the limit {}: {e}",
+                    e.message.starts_with(&format!("{uri}: "))
+                        && e.message
+                            .contains(&format!("more than the limit of {} bytes (", size - 1)),
+                    "too large: the message for {uri} must start with the URI and name the \
+                     limit {} bytes, as core's Error::too_large writes it: {e}",
                     size - 1
+                );
+                assert_eq!(
+                    e.details
+                        .as_ref()
+                        .and_then(|d| d.get("limit"))
+                        .and_then(|v| v.as_u64()),
+                    Some(size - 1),
+                    "too large: the details of {uri} must hold the limit"
                 );
                 assert_eq!(
                     e.uri.as_deref(),
