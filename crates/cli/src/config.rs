@@ -821,6 +821,42 @@ mod tests {
     }
 
     #[test]
+    fn mcp_refuses_keys_of_other_kinds_and_checks_its_own() {
+        refused(
+            "[[mount]]\nkind = \"mcp\"\nname = \"up\"\ncommand = \"srv\"\nroot = \"/tmp\"\n",
+            "root",
+            5,
+        );
+        let e = parse_str("[[mount]]\nkind = \"mcp\"\nname = \"a+b\"\ncommand = \"srv\"\n")
+            .unwrap_err()
+            .0;
+        assert!(e.starts_with("test.toml:3: `mount.name`"), "{e}");
+        let e = parse_str("[[mount]]\nkind = \"mcp\"\nname = \"up\"\n")
+            .unwrap_err()
+            .0;
+        assert!(
+            e.contains("needs `command`") && e.contains("or `url`"),
+            "{e}"
+        );
+        let e = parse_str(
+            "[[mount]]\nkind = \"mcp\"\nname = \"up\"\ncommand = \"srv\"\nurl = \"http://h/mcp\"\n",
+        )
+        .unwrap_err()
+        .0;
+        assert!(e.starts_with("test.toml:5: `mount.url`: set either"), "{e}");
+        let e = parse_str(
+            "[[mount]]\nkind = \"mcp\"\nname = \"up\"\ncommand = \"srv\"\nprotocol = \"2025\"\n",
+        )
+        .unwrap_err()
+        .0;
+        assert!(e.starts_with("test.toml:5: `mount.protocol`"), "{e}");
+        let ok = parse_str(
+            "[[mount]]\nkind = \"mcp\"\nname = \"tools\"\nurl = \"https://tools.example.com/mcp\"\nheaders = { Authorization = \"Bearer x\" }\nprefixes = [\"test://\"]\n",
+        );
+        assert!(ok.is_ok(), "{ok:?}");
+    }
+
+    #[test]
     fn sql_refuses_keys_of_other_kinds() {
         refused(
             "[[mount]]\nkind = \"sqlite\"\nname = \"a\"\nurl = \"sqlite:///tmp/a.db\"\nroot = \"/tmp\"\n",

@@ -66,7 +66,7 @@ enum Command {
     ///
     /// Checks every key and value and opens the sources on this machine (directories,
     /// git repositories, SQLite files, with their named queries and skills folders);
-    /// sources reached over the network (PostgreSQL, MySQL, HTTP, S3) are not contacted
+    /// sources reached over the network (PostgreSQL, MySQL, HTTP, S3, MCP upstreams) are not contacted
     /// unless `--connect` is given, which also lists every mount's skills.
     CheckConfig {
         /// The TOML configuration file.
@@ -213,7 +213,39 @@ async fn build_providers(cfg: &Config) -> anyhow::Result<Vec<ScopedProvider>> {
         providers.push((p, m.scope.clone()));
     }
     refuse_nested_roots(&providers)?;
+    refuse_gateway_overlap(&providers)?;
     Ok(providers)
+}
+
+/// Refuse a gateway mount's pass-through prefix (`prefixes`) that overlaps another mount's
+/// URIs: which mount answers a URI would depend on the longest prefix, not on who lists it.
+/// Its own `{name}+` prefix cannot overlap (another mount would need the same name).
+fn refuse_gateway_overlap(providers: &[ScopedProvider]) -> anyhow::Result<()> {
+    for (i, (p, _)) in providers.iter().enumerate() {
+        if p.info().kind != "mcp" {
+            continue;
+        }
+        for mine in p.info().uri_prefixes.iter().skip(1) {
+            for (j, (q, _)) in providers.iter().enumerate() {
+                if i == j {
+                    continue;
+                }
+                if let Some(theirs) = q
+                    .info()
+                    .uri_prefixes
+                    .iter()
+                    .find(|t| t.starts_with(mine.as_str()) || mine.starts_with(t.as_str()))
+                {
+                    anyhow::bail!(
+                        "mount {} passes upstream URIs under {mine} through unchanged, which overlaps mount {} ({theirs}): serve them under the gateway's name instead, or narrow `prefixes`",
+                        p.info().label,
+                        q.info().label
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Refuse a directory (or bucket prefix) mount inside another: the outer one lists every
@@ -637,6 +669,11 @@ async fn check_mounts(cfg: &Config, connect: bool) -> (Vec<String>, usize) {
     let mut built: Vec<ScopedProvider> = Vec::new();
     for m in &cfg.mounts {
         if !connect && !m.spec.is_local() {
+            let what = m
+                .spec
+                .describe()
+                .map(|d| format!("{d}: "))
+                .unwrap_or_default();
             // What it will serve follows from its settings: shown without contacting it.
             let serves = m
                 .spec
@@ -644,7 +681,7 @@ async fn check_mounts(cfg: &Config, connect: bool) -> (Vec<String>, usize) {
                 .map(|a| format!(" -> {}", a.join(", ")))
                 .unwrap_or_default();
             lines.push(format!(
-                "{}: not contacted (a network source; check-config --connect tries it){serves}",
+                "{}: {what}not contacted (a network source; check-config --connect tries it){serves}",
                 m.origin
             ));
             continue;
@@ -673,11 +710,12 @@ async fn check_mounts(cfg: &Config, connect: bool) -> (Vec<String>, usize) {
                     Some(Probe::NothingListed) => "not fetched: ",
                 };
                 lines.push(format!(
-                    "{}: {verdict}{} -> {}{}",
+                    "{}: {verdict}{} -> {}{}{}",
                     m.origin,
                     p.info().label,
                     mcpr_server::mount_addresses(&*p).join(", "),
-                    proof.map(|d| format!(" ({d})")).unwrap_or_default()
+                    proof.map(|d| format!(" ({d})")).unwrap_or_default(),
+                    p.offers().map(|o| format!("; {o}")).unwrap_or_default()
                 ));
                 if let Some(setting) = &m.skills
                     && !check_skills(cfg, m, setting, &p, connect, &mut lines).await

@@ -11,6 +11,7 @@ const FEATURES: &[(&str, &[&str])] = &[
     ("sql", &["sqlite", "postgres", "mysql"]),
     ("http", &["api", "web"]),
     ("s3", &["s3"]),
+    ("mcp", &["mcp"]),
     ("conformance", &["conformance"]),
 ];
 
@@ -28,6 +29,8 @@ pub fn registry() -> ProviderRegistry {
     r.register(Box::new(mcpr_provider_http::HttpFactory));
     #[cfg(feature = "s3")]
     r.register(Box::new(mcpr_provider_s3::S3Factory));
+    #[cfg(feature = "mcp")]
+    r.register(Box::new(mcpr_provider_mcp::McpFactory));
     // The official conformance suite's fixtures: test data, never in a shipped binary.
     #[cfg(feature = "conformance")]
     r.register(Box::new(mcpr_provider_conformance::ConformanceFactory));

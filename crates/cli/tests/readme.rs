@@ -423,6 +423,34 @@ fn every_toml_block_of_the_readme_checks_and_the_local_ones_serve() {
             let listed = run(f.command(&["ls", "--url", &url])).ok();
             assert!(listed.contains("note.md"), "{listed}");
             served += 1;
+        } else if text.contains("kind = \"mcp\"") {
+            // Gateway mounts: named with what they run or reach, not contacted, no secret.
+            let mut f = Fixture::new(
+                tempfile::tempdir().unwrap(),
+                "gateway.toml",
+                text,
+                &[
+                    ("API_KEY", "api-key-secret"),
+                    ("TOOLS_TOKEN", "tools-token-secret"),
+                ],
+            );
+            let out = check_ok(&mut f, line);
+            let mounts = text.matches("kind = \"mcp\"").count();
+            assert_eq!(out.matches("): not contacted (").count(), mounts, "{out}");
+            assert!(
+                out.contains("mcp everything: runs `npx -y @modelcontextprotocol/server-everything@2026.8.31 stdio`"),
+                "{out}"
+            );
+            if text.contains("tools.example.com") {
+                assert!(
+                    out.contains("mcp tools: reaches https://tools.example.com/mcp with headers Authorization"),
+                    "{out}"
+                );
+            }
+            assert!(
+                !out.contains("api-key-secret") && !out.contains("tools-token-secret"),
+                "{out}"
+            );
         } else {
             panic!("{line}: a ```toml block this test has no fixture for:\n{text}");
         }
@@ -815,6 +843,53 @@ fn readme_skills_commands_list_pull_and_sync() {
     assert_eq!(ran, 4, "the skills commands");
 }
 
+/// The Claude Desktop entry for a gateway (docs/gateway.md), as written with its two paths filled in:
+/// the terminal client takes it from a servers file (`--servers`, the same shape) and lists
+/// through the gateway the resources of its upstream, our own binary serving a folder.
+#[test]
+fn readme_gateway_entry_lists_the_upstream() {
+    let block: Vec<(String, String)> = blocks("json")
+        .into_iter()
+        .filter(|(_, b)| b.contains("\"gateway\""))
+        .collect();
+    assert_eq!(block.len(), 1, "the README's gateway entries: {block:?}");
+    let (line, text) = &block[0];
+    let dir = tempfile::tempdir().unwrap();
+    let docs = dir.path().join("docs");
+    std::fs::create_dir(&docs).unwrap();
+    std::fs::write(docs.join("guide.md"), "# the guide\n").unwrap();
+    let gateway = dir.path().join("gateway.toml");
+    std::fs::write(
+        &gateway,
+        format!(
+            "[[mount]]\nkind = \"mcp\"\nname = \"docs\"\ncommand = {:?}\nargs = [\"serve\", {:?}]\n",
+            bin().display().to_string(),
+            docs.display().to_string()
+        ),
+    )
+    .unwrap();
+    let entry = fill(
+        &fill(
+            text,
+            "/home/me/.cargo/bin/mcp-resources",
+            bin().to_str().unwrap(),
+        ),
+        "/home/me/gateway.toml",
+        gateway.to_str().unwrap(),
+    );
+    let servers = dir.path().join("servers.json");
+    std::fs::write(&servers, entry).unwrap();
+    let mut cmd = Command::new(bin());
+    cmd.args(["ls", "--servers"])
+        .arg(&servers)
+        .args(["--server", "gateway"]);
+    let listed = run(cmd).ok();
+    assert!(
+        listed.contains(&format!("docs+file://{}/guide.md", docs.display())),
+        "{line}: {listed}"
+    );
+}
+
 /// A user's home as the client snippets assume one: `docs/guide.md` (their `~/docs` and
 /// `/home/me/docs`), `mcp-resources.toml` serving that folder (their `--config
 /// ~/mcp-resources.toml`), a VS Code workspace `project/` with its own `docs/`, and
@@ -853,7 +928,8 @@ fn user_home() -> (tempfile::TempDir, String) {
 fn readme_stdio_host_configs_start_a_server_that_lists() {
     let configs: Vec<(String, String)> = blocks("json")
         .into_iter()
-        .filter(|(_, b)| b.contains("\"command\""))
+        // The gateway's entry is readme_gateway_entry_lists_the_upstream's.
+        .filter(|(_, b)| b.contains("\"command\"") && !b.contains("\"gateway\""))
         .collect();
     assert_eq!(
         configs.len(),
@@ -1026,6 +1102,11 @@ const KINDS: &[(&str, &[&str], Proof)] = &[
         "json",
         &["\"type\": \"http\""],
         Proof::Run("readme_http_client_snippets_reach_the_token_protected_endpoint"),
+    ),
+    (
+        "json",
+        &["\"gateway\""],
+        Proof::Run("readme_gateway_entry_lists_the_upstream"),
     ),
     (
         "json",

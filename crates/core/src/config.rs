@@ -734,6 +734,12 @@ pub trait MountSpec: Send + Sync + fmt::Debug {
     fn is_local(&self) -> bool {
         false
     }
+    /// What the mount runs or reaches, for an offline `check-config` that does not open it
+    /// (a gateway mount's command or URL); never a secret. `None`: nothing more to say than
+    /// the kind.
+    fn describe(&self) -> Option<String> {
+        None
+    }
     /// What the mount will serve ([`crate::addresses`]: its URI prefixes, or the templates
     /// that start with them), computed from its settings alone, without opening or
     /// contacting anything; `None` when only the opened source can tell (a directory's

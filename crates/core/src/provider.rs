@@ -49,7 +49,7 @@ pub struct ProviderInfo {
     /// A human-readable label for logs and errors (for files: the root).
     pub label: String,
     /// URI prefixes this mount owns. A URI belongs to the mount with the longest prefix that
-    /// matches at a boundary (the prefix ends in `/`, or the URI continues with `/`, `?`, `#`
+    /// matches at a boundary (the prefix ends in `/` or `+`, or the URI continues with `/`, `?`, `#`
     /// or ends), so `file:///srv/docs` never claims `file:///srv/docs-evil`.
     pub uri_prefixes: Vec<String>,
     /// The operations it supports.
@@ -419,6 +419,13 @@ pub trait Provider: Send + Sync + 'static {
     /// may keep it that long instead of asking the source on every request (the skills
     /// catalog's walks of folders it cannot watch).
     fn poll_interval(&self) -> Option<std::time::Duration> {
+        None
+    }
+
+    /// What the source says it is and offers, once contacted (a gateway mount's upstream:
+    /// its name, version, era and what it supports), for `check-config --connect`; `None`
+    /// when there is nothing to add to the label.
+    fn offers(&self) -> Option<String> {
         None
     }
 

@@ -87,8 +87,10 @@ impl Router {
         let s = uri.routing_form();
         self.prefixes.iter().find_map(|(p, idx)| {
             let rest = s.strip_prefix(p.as_str())?;
+            // A prefix ending in `+` is a whole scheme word of a gateway mount
+            // (`everything+` of `everything+demo://x`): what follows is another URI.
             let at_boundary =
-                p.ends_with('/') || rest.is_empty() || rest.starts_with(['/', '?', '#']);
+                p.ends_with(['/', '+']) || rest.is_empty() || rest.starts_with(['/', '?', '#']);
             at_boundary.then(|| &self.mounts[*idx as usize])
         })
     }

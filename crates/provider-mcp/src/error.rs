@@ -1,0 +1,96 @@
+//! Mapping of upstream failures to the core error kinds, in one place. Every message names
+//! the mount (`mcp mount "everything"`) and the cause; none holds an `env` or `headers`
+//! value (rmcp's errors carry neither), and the upstream's own text is cut and stripped of
+//! control characters.
+
+use std::time::Duration;
+
+use mcpr_core::{Error, ErrorKind};
+use rmcp::ServiceError;
+use rmcp::model::ErrorCode;
+
+use crate::uri::clean_message;
+
+/// `10 s`, `1500 ms`.
+pub(crate) fn human(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms.is_multiple_of(1000) {
+        format!("{} s", ms / 1000)
+    } else {
+        format!("{ms} ms")
+    }
+}
+
+/// The mount is not connected: `why` is the last connection failure.
+pub(crate) fn unavailable(mount: &str, why: &str) -> Error {
+    Error::new(
+        ErrorKind::Unavailable,
+        format!("mcp mount \"{mount}\": the upstream is unavailable: {why}"),
+    )
+}
+
+/// The upstream did not answer `what` within `limit`.
+pub(crate) fn timeout(mount: &str, what: &str, limit: Duration) -> Error {
+    Error::new(
+        ErrorKind::Timeout,
+        format!(
+            "mcp mount \"{mount}\": the upstream did not answer {what} within {} (timeout_ms)",
+            human(limit)
+        ),
+    )
+}
+
+/// The upstream answered `what` with something we refuse (too many entries, a cursor too
+/// long): its fault, so the mount's, never the client's.
+pub(crate) fn hostile(mount: &str, what: &str, why: impl std::fmt::Display) -> Error {
+    Error::new(
+        ErrorKind::Unavailable,
+        format!("mcp mount \"{mount}\": the upstream's answer to {what} was refused: {why}"),
+    )
+}
+
+/// A failed request `what` (about `uri`, when there is one).
+pub(crate) fn service(mount: &str, what: &str, uri: Option<&str>, e: ServiceError) -> Error {
+    let err = match e {
+        ServiceError::McpError(data) => {
+            let msg = clean_message(&data.message);
+            let kind = match data.code {
+                ErrorCode::RESOURCE_NOT_FOUND => {
+                    if let Some(uri) = uri {
+                        return Error::not_found(uri);
+                    }
+                    ErrorKind::NotFound
+                }
+                ErrorCode::INVALID_PARAMS => ErrorKind::InvalidParams,
+                ErrorCode::METHOD_NOT_FOUND => ErrorKind::Unsupported,
+                _ => ErrorKind::Unavailable,
+            };
+            Error::new(
+                kind,
+                format!(
+                    "mcp mount \"{mount}\": the upstream answered {what} with error {}: {msg}",
+                    data.code.0
+                ),
+            )
+            .with_detail("upstreamCode", data.code.0)
+        }
+        ServiceError::Timeout { timeout: t } => return timeout(mount, what, t),
+        ServiceError::TransportClosed => unavailable(mount, "the connection closed"),
+        ServiceError::TransportSend(e) => unavailable(
+            mount,
+            &format!("cannot send {what}: {}", clean_message(&e.to_string())),
+        ),
+        ServiceError::UnexpectedResponse => hostile(mount, what, "an answer of the wrong type"),
+        other => Error::new(
+            ErrorKind::Unavailable,
+            format!(
+                "mcp mount \"{mount}\": {what} failed: {}",
+                clean_message(&other.to_string())
+            ),
+        ),
+    };
+    match uri {
+        Some(u) => err.with_uri(u),
+        None => err,
+    }
+}

@@ -1,0 +1,144 @@
+//! A stdio upstream's process: started in a process group of its own with only `PATH`,
+//! `HOME` and the configured `env` (never our own environment, which may hold our secrets),
+//! its stderr copied to our log line by line (bounded, marked with the mount), and the whole
+//! group killed and reaped when the connection ends or we do.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use process_wrap::tokio::{ChildWrapper, CommandWrap, KillOnDrop, ProcessGroup};
+use tokio::io::{AsyncBufReadExt as _, BufReader};
+use tokio::process::{ChildStderr, ChildStdin, ChildStdout};
+
+use crate::config::Secret;
+
+/// The longest stderr line logged; the rest of a longer line is dropped.
+const MAX_STDERR_LINE: usize = 2048;
+/// The most stderr lines logged per second; more are counted and the count logged.
+const MAX_STDERR_LINES_PER_SECOND: u32 = 50;
+
+/// The running upstream process; dropping it kills its process group.
+pub(crate) struct Child {
+    inner: Option<Box<dyn ChildWrapper>>,
+}
+
+impl Child {
+    /// Start `command args` with `env`, its stderr logged for `mount`. The error says what
+    /// could not be started (the command, never the environment).
+    pub(crate) fn spawn(
+        mount: &str,
+        command: &str,
+        args: &[String],
+        env: &[Secret],
+    ) -> Result<(Self, ChildStdout, ChildStdin), String> {
+        let mut cmd = tokio::process::Command::new(command);
+        cmd.args(args)
+            .env_clear()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for key in ["PATH", "HOME"] {
+            if let Some(v) = std::env::var_os(key) {
+                cmd.env(key, v);
+            }
+        }
+        for e in env {
+            cmd.env(&e.name, &e.value);
+        }
+        let mut wrap = CommandWrap::from(cmd);
+        wrap.wrap(ProcessGroup::leader()).wrap(KillOnDrop);
+        let mut child = wrap
+            .spawn()
+            .map_err(|e| format!("cannot start `{command}`: {e}"))?;
+        let stdin = child.inner_mut().stdin().take();
+        let stdout = child.inner_mut().stdout().take();
+        let stderr = child.inner_mut().stderr().take();
+        let this = Self { inner: Some(child) };
+        let (Some(stdin), Some(stdout)) = (stdin, stdout) else {
+            return Err(format!("`{command}` started without stdin or stdout"));
+        };
+        if let Some(stderr) = stderr {
+            tokio::spawn(log_stderr(mount.to_owned(), stderr));
+        }
+        Ok((this, stdout, stdin))
+    }
+
+    /// The exit status, if the process has ended.
+    pub(crate) fn exited(&mut self) -> Option<String> {
+        let child = self.inner.as_mut()?;
+        match child.try_wait() {
+            Ok(Some(status)) => Some(status.to_string()),
+            _ => None,
+        }
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let Some(mut child) = self.inner.take() else {
+            return;
+        };
+        // SIGKILL to the whole group: an upstream that started helpers (npx starts node)
+        // leaves none behind.
+        let _ = child.start_kill();
+        // Reap it so that no zombie stays; without a runtime (the process is ending) init
+        // reaps it after us.
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let _ = child.wait().await;
+            });
+        } else {
+            let _ = child.try_wait();
+        }
+    }
+}
+
+/// Copy `stderr` to our log a line at a time, each line cut to [`MAX_STDERR_LINE`] bytes
+/// and stripped of control characters, at most [`MAX_STDERR_LINES_PER_SECOND`] a second.
+async fn log_stderr(mount: String, stderr: ChildStderr) {
+    let mut reader = BufReader::new(stderr);
+    let mut line: Vec<u8> = Vec::with_capacity(256);
+    let mut window = Instant::now();
+    let mut logged = 0u32;
+    let mut dropped = 0u64;
+    loop {
+        let (done, used) = match reader.fill_buf().await {
+            Ok([]) | Err(_) => break,
+            Ok(buf) => match buf.iter().position(|&b| b == b'\n') {
+                Some(i) => {
+                    let room = MAX_STDERR_LINE.saturating_sub(line.len());
+                    line.extend_from_slice(&buf[..i.min(room)]);
+                    (true, i + 1)
+                }
+                None => {
+                    let room = MAX_STDERR_LINE.saturating_sub(line.len());
+                    line.extend_from_slice(&buf[..buf.len().min(room)]);
+                    (false, buf.len())
+                }
+            },
+        };
+        reader.consume(used);
+        if !done {
+            continue;
+        }
+        if window.elapsed() >= Duration::from_secs(1) {
+            if dropped > 0 {
+                tracing::warn!(mount = %mount, "upstream stderr: {dropped} more lines not logged (more than {MAX_STDERR_LINES_PER_SECOND} a second)");
+            }
+            window = Instant::now();
+            logged = 0;
+            dropped = 0;
+        }
+        if logged < MAX_STDERR_LINES_PER_SECOND {
+            let text: String = String::from_utf8_lossy(&line)
+                .chars()
+                .filter(|c| !c.is_control() || *c == '\t')
+                .collect();
+            tracing::info!(mount = %mount, "upstream stderr: {text}");
+            logged += 1;
+        } else {
+            dropped += 1;
+        }
+        line.clear();
+    }
+}
