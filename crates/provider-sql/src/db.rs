@@ -548,7 +548,7 @@ pub(crate) fn run_query(
             .collect::<rusqlite::Result<_>>()
             .map_err(|e| ctx.err(e))?;
         if !budget.push(Value::Array(values)) {
-            return Err(result_too_large(&uri, max_bytes));
+            return Err(result_too_large(uri, max_bytes));
         }
     }
     Ok(QueryRows {
