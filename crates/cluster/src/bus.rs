@@ -132,6 +132,33 @@ impl NatsBus {
     }
 }
 
+/// The bus of a replica's own watches of shared mounts while it is cut off (see
+/// `ClusterWatching`): their events reach this replica's clients only. Sent through NATS
+/// they would wait in the client's buffer for the heal and then reach every replica late, a
+/// second time after the watcher's own.
+struct InProcess(Arc<Inner>);
+
+impl ChangeBus for InProcess {
+    fn publish(&self, _mount: &str, event: ChangeEvent) {
+        self.0.deliver(event);
+    }
+
+    fn feed(&self) -> ChangeFeed {
+        self.0.feeds.add()
+    }
+
+    fn subscribe(&self) -> broadcast::Receiver<ChangeEvent> {
+        self.0.raw.subscribe()
+    }
+}
+
+impl NatsBus {
+    /// A bus that hands events to this replica's registry only, never to NATS.
+    pub(crate) fn in_process(&self) -> Arc<dyn ChangeBus> {
+        Arc::new(InProcess(self.inner.clone()))
+    }
+}
+
 impl Inner {
     fn deliver(&self, event: ChangeEvent) {
         self.feeds.push(&event);

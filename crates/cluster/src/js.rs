@@ -173,3 +173,73 @@ pub(crate) async fn get(
         .map_err(|e| JsError::Unreachable(format!("message get: bad data: {e}")))?;
     Ok(Some((seq, data)))
 }
+
+/// When the server stored message `seq` of `stream`, by the server's clock, in milliseconds
+/// since the Unix epoch: how a replica compares its clock with the NATS server's.
+pub(crate) async fn stored_at(
+    client: &async_nats::Client,
+    stream: &str,
+    seq: u64,
+    within: Duration,
+) -> Result<u64, JsError> {
+    let subject = format!("$JS.API.STREAM.MSG.GET.{stream}");
+    let v = api(client, &subject, &serde_json::json!({ "seq": seq }), within).await?;
+    let time = v
+        .pointer("/message/time")
+        .and_then(Value::as_str)
+        .ok_or_else(|| JsError::Unreachable("message get: no time in the reply".into()))?;
+    rfc3339_ms(time)
+        .ok_or_else(|| JsError::Unreachable(format!("message get: unreadable time {time:?}")))
+}
+
+/// `2026-11-28T19:10:00.123456789Z` (UTC, as nats-server writes it) in milliseconds since
+/// the Unix epoch.
+fn rfc3339_ms(t: &str) -> Option<u64> {
+    let b = t.as_bytes();
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || !t.ends_with('Z') {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| t.get(r)?.parse::<u64>().ok();
+    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (h, mi, s) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    let frac = t[19..t.len() - 1].strip_prefix('.').unwrap_or("");
+    let ms = if frac.is_empty() {
+        0
+    } else {
+        let three: String = frac.chars().chain("000".chars()).take(3).collect();
+        three.parse::<u64>().ok()?
+    };
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || s > 60 {
+        return None;
+    }
+    // Days from the civil date (Howard Hinnant's algorithm), for years from 1970 on.
+    let (y, mo) = if mo <= 2 {
+        (y - 1, mo + 9)
+    } else {
+        (y, mo - 3)
+    };
+    let era = y / 400;
+    let yoe = y - era * 400;
+    let doy = (153 * mo + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = (era * 146_097 + doe).checked_sub(719_468)?;
+    Some(((days * 24 + h) * 60 + mi) * 60_000 + s * 1000 + ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rfc3339_ms;
+
+    #[test]
+    fn server_times_read_as_epoch_milliseconds() {
+        assert_eq!(rfc3339_ms("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(
+            rfc3339_ms("2026-11-28T19:10:00.123456789Z"),
+            Some(1_795_893_000_123)
+        );
+        assert_eq!(rfc3339_ms("2000-02-29T23:59:59.5Z"), Some(951_868_799_500));
+        assert_eq!(rfc3339_ms("2026-11-28 19:10:00Z"), None);
+        assert_eq!(rfc3339_ms("2026-13-28T19:10:00Z"), None);
+        assert_eq!(rfc3339_ms("garbage"), None);
+    }
+}

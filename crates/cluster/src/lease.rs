@@ -4,8 +4,11 @@
 //! message three times per TTL with a compare-and-set on the subject's last sequence
 //! (`Nats-Expected-Last-Subject-Sequence`); the others try to write it as if it were absent
 //! (expected sequence 0), which succeeds once the holder's message expired. A holder that
-//! could not renew for a whole TTL stops considering itself the watcher even if NATS is
-//! unreachable, so two replicas never both believe they hold it for long.
+//! could not renew for two thirds of a TTL, counted from when it sent its last successful renewal
+//! (the record cannot have been stored earlier, so it cannot expire earlier than a TTL after
+//! that), lets go even if NATS is unreachable and while a renewal is still in flight: it
+//! stops watching before its record can expire and another replica can win the lease, so a
+//! lease never has two holders.
 //!
 //! Each record is sealed ([`Seal`]) for its subject and stamped: a record that does not
 //! verify (written by another client of the NATS account) or is older than the TTL (a
@@ -48,6 +51,8 @@ enum WriteError {
     Taken,
     /// NATS did not answer, or answered with another error.
     Unreachable(String),
+    /// Not written: this replica stands aside ([`Lease::compete_while`]).
+    Aside,
 }
 
 impl Lease {
@@ -87,6 +92,23 @@ impl Lease {
         replica: &str,
         ttl: Duration,
     ) -> Self {
+        let (_always, allowed) = watch::channel(true);
+        Self::compete_while(client, seal, cluster, mount, replica, ttl, allowed)
+    }
+
+    /// [`Lease::compete`], standing aside while `allowed` is false: a replica whose clock
+    /// is too far off must not hold a lease, because the others would take its records for
+    /// stale ones and overwrite them (two holders). A holder told to stand aside lets go at
+    /// once and stops renewing; its record then expires on its own.
+    pub fn compete_while(
+        client: async_nats::Client,
+        seal: Arc<Seal>,
+        cluster: &str,
+        mount: &str,
+        replica: &str,
+        ttl: Duration,
+        allowed: watch::Receiver<bool>,
+    ) -> Self {
         let (tx, held) = watch::channel(false);
         let token = crate::token(mount, 12);
         let subject = format!("mcpr.{cluster}.lease.{token}");
@@ -108,14 +130,38 @@ impl Lease {
             // lease: it counts as having heard a holder when it started.
             let mut other_heard: Option<Instant> = heard.as_ref().map(|_| Instant::now());
             let period = ttl / 3;
+            // A third of a TTL short of the record's expiry: room for the renewal after
+            // next to be late under load, and for the watches to stop before another
+            // replica can win.
+            let hold_for = ttl * 2 / 3;
             let mut sequence: Option<u64> = None;
+            // When the last successful write was sent: its record expires a TTL after it
+            // was stored, which is no earlier than this.
             let mut renewed = Instant::now();
             loop {
                 let expected = sequence.unwrap_or(0);
                 let other_holds = other_heard.is_some_and(|t| t.elapsed() < ttl);
-                sequence = match at.write(&me, expected, other_holds, period).await {
+                let sent = Instant::now();
+                let write = at.write(&me, expected, other_holds, period);
+                let written = if !*allowed.borrow() {
+                    // Standing aside: no write, and a lease held is let go below.
+                    Err(WriteError::Aside)
+                } else if sequence.is_some() {
+                    // A holder waits for its renewal no longer than it may hold without one.
+                    tokio::time::timeout_at(renewed + hold_for, write)
+                        .await
+                        .unwrap_or_else(|_| {
+                            Err(WriteError::Unreachable(format!(
+                                "no renewal within {} ms (two thirds of the lease TTL)",
+                                hold_for.as_millis()
+                            )))
+                        })
+                } else {
+                    write.await
+                };
+                sequence = match written {
                     Ok(seq) => {
-                        renewed = Instant::now();
+                        renewed = sent;
                         let notice = seal.seal(Kind::Lease, &notices, me.as_bytes());
                         if let Err(e) = client.publish(notices.clone(), notice).await {
                             tracing::debug!(error = %e, "cannot announce a watcher lease renewal");
@@ -124,18 +170,32 @@ impl Lease {
                     }
                     // Ours expired and another replica holds it now.
                     Err(WriteError::Taken) => None,
-                    // NATS is unreachable: the lease may still be ours, until a whole TTL
-                    // passed since the last renewal.
+                    Err(WriteError::Aside) => None,
+                    // NATS is unreachable: the lease may still be ours, until two thirds of a TTL
+                    // passed since the last renewal was sent (see the module docs).
                     Err(WriteError::Unreachable(e)) => {
                         tracing::debug!(error = %e, "cannot renew a watcher lease");
-                        sequence.filter(|_| renewed.elapsed() < ttl)
+                        let keep = sequence.filter(|_| renewed.elapsed() < hold_for);
+                        if sequence.is_some() && keep.is_none() {
+                            tracing::warn!(
+                                error = %e,
+                                "cluster: a watcher lease could not be renewed for two thirds of its TTL; \
+                                 letting it go before its record can expire"
+                            );
+                        }
+                        keep
                     }
                 };
                 tx.send_if_modified(|h| {
                     let now = sequence.is_some();
                     std::mem::replace(h, now) != now
                 });
-                let next = Instant::now() + period;
+                // A holder whose renewal failed tries again, and lets go, no later than
+                // its deadline.
+                let mut next = Instant::now() + period;
+                if sequence.is_some() {
+                    next = next.min(renewed + hold_for);
+                }
                 loop {
                     let notice = async {
                         match heard.as_mut() {

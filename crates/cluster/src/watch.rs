@@ -9,10 +9,28 @@
 //!   the provider's error (a subscription to a missing resource fails as it would without a
 //!   cluster). No answer (no watcher yet) still records it: it is replayed on sync.
 //! - `mcpr.<c>.sync.<tok>`: published by a new watcher (and by the watcher after its
-//!   reconnect); every replica answers with its whole interest set for the mount (`reset`),
-//!   chunked under NATS's payload limit. A replica also re-announces after its own reconnect.
+//!   reconnect, and when it hears again from a replica whose interests it forgot); every
+//!   replica answers with its whole interest set for the mount (`reset` on the first chunk,
+//!   `done` on the last), chunked under NATS's payload limit. The watcher applies it as a
+//!   difference: watches the replica still wants keep running (no "may have changed" for
+//!   them), the ones it no longer names end. A replica also re-announces after its own
+//!   reconnect.
 //! - `mcpr.<c>.alive`: every replica's id, every `lease_ttl / 3`; the watcher forgets the
-//!   interests of a replica silent for longer than `lease_ttl`.
+//!   interests of a replica silent for longer than `lease_ttl`, and asks for them again
+//!   (a sync) once it hears from that replica again, so a replica cut off for longer than
+//!   the TTL loses none of its subscriptions.
+//!
+//! Partitions: the client pings NATS every `lease_ttl / 5` and drops a connection that
+//! missed three pongs, so a replica cut off from NATS reports it (`/readyz`,
+//! `mcp_cluster_connected`) within a TTL and reconnects with a new connection as soon as
+//! the link is back, rather than waiting out TCP's retransmission back-off on the old one.
+//! While it is cut off, or while its clock is too far from the NATS server's (measured
+//! every TTL against the server's time of a record it writes), a replica watches its own
+//! clients' subscriptions of shared mounts itself, one watch per subscribed topic,
+//! delivering their events to its own clients only (`mcp_cluster_standalone_watches`); it
+//! stops a TTL after it is back, so a change around the heal reaches its clients at least
+//! once (at most twice). A replica whose clock is off holds no lease and announces no
+//! interests: its records and messages would be taken for stale ones.
 //!
 //! Every message is sealed ([`Seal`]) for its subject, answers for the requester's inbox;
 //! what does not verify, or arrives a second time (a captured removal replayed would drop
@@ -64,6 +82,8 @@ struct Shared {
     held: AtomicBool,
     /// How many topics this replica watches for the cluster while it holds the lease.
     running: AtomicUsize,
+    /// How many of this replica's own topics it watches by itself (cut off, or clock off).
+    alone: AtomicUsize,
 }
 
 struct Inner {
@@ -76,12 +96,22 @@ struct Inner {
     lease_problem: Mutex<Option<String>>,
     /// When each replica was last heard of.
     alive: Mutex<HashMap<String, Instant>>,
+    /// Why this replica's clock keeps it out of the leases, when it does.
+    skew: Mutex<Option<String>>,
+    /// This replica's clock minus the NATS server's, in ms, as last measured.
+    clock_offset: Mutex<Option<i64>>,
+    /// Whether this replica may hold leases (false while its clock is off).
+    lease_allowed: watch::Sender<bool>,
+    /// Woken when a local interest is added, so a replica on its own watches it at once.
+    poke: Arc<tokio::sync::Notify>,
+    /// The bus of the watches a replica runs on its own: its own clients only.
+    in_process: Arc<dyn ChangeBus>,
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        for t in self.tasks.get_mut().expect("tasks lock").drain(..) {
+        for t in lock(&self.tasks).drain(..) {
             t.abort();
         }
     }
@@ -130,6 +160,17 @@ pub async fn join(
         .name(format!("mcp-resources {}", cfg.replica))
         .retry_on_initial_connect()
         .max_reconnects(None)
+        // A cut link sends no error: only missed pongs tell. Three missed pongs drop the
+        // connection (async-nats's rule), so at a fifth of the TTL a replica cut off
+        // reports it within a TTL, and the watcher's forgetting of its interests (a TTL of
+        // silence) finds it reconnecting rather than believing itself connected.
+        .ping_interval((cfg.lease_ttl / 5).max(Duration::from_millis(100)))
+        // An attempt into a cut link waits for its SYN's retransmissions; a short one tries
+        // again sooner after the heal.
+        .connection_timeout(
+            cfg.lease_ttl
+                .clamp(Duration::from_secs(1), Duration::from_secs(5)),
+        )
         // Rejoin fast after NATS comes back: a replica out of the cluster misses changes.
         .reconnect_delay_callback(|attempts| {
             Duration::from_millis((attempts as u64 * 200).clamp(100, 2000))
@@ -172,6 +213,7 @@ pub async fn join(
                     interests: Mutex::new(HashMap::new()),
                     held: AtomicBool::new(false),
                     running: AtomicUsize::new(0),
+                    alone: AtomicUsize::new(0),
                 },
             )
         })
@@ -184,6 +226,11 @@ pub async fn join(
         shared,
         lease_problem: Mutex::new(None),
         alive: Mutex::new(HashMap::new()),
+        skew: Mutex::new(None),
+        clock_offset: Mutex::new(None),
+        lease_allowed: watch::channel(true).0,
+        poke: Arc::new(tokio::sync::Notify::new()),
+        in_process: bus.in_process(),
         tasks: Mutex::new(Vec::new()),
     });
     let weak = Arc::downgrade(&inner);
@@ -192,6 +239,8 @@ pub async fn join(
         tokio::spawn(hear_alive(weak.clone())),
         tokio::spawn(answer_sync(weak.clone())),
         tokio::spawn(on_connect(weak.clone(), epoch_rx.clone())),
+        tokio::spawn(measure_clock(weak.clone())),
+        tokio::spawn(stand_alone(weak.clone(), inner.poke.clone())),
     ];
     for name in inner.shared.keys() {
         tasks.push(tokio::spawn(run_watcher(
@@ -218,6 +267,17 @@ impl Inner {
         self.client.connection_state() == async_nats::connection::State::Connected
     }
 
+    /// Whether this replica's clock is too far off to take part.
+    fn skewed(&self) -> bool {
+        lock(&self.skew).is_some()
+    }
+
+    /// Whether this replica takes part in the cluster's watching now: connected, its clock
+    /// right.
+    fn takes_part(&self) -> bool {
+        self.connected() && !self.skewed()
+    }
+
     /// Publish `payload` on `subject`, sealed as `kind` for it.
     async fn publish(&self, kind: Kind, subject: String, payload: &[u8]) -> Result<(), String> {
         let sealed = self.seal.seal(kind, &subject, payload);
@@ -228,10 +288,7 @@ impl Inner {
     }
 
     fn touch(&self, replica: &str) {
-        self.alive
-            .lock()
-            .expect("alive lock")
-            .insert(replica.to_owned(), Instant::now());
+        lock(&self.alive).insert(replica.to_owned(), Instant::now());
     }
 
     /// Publish this replica's whole interest set for `mount` (replacing what the watcher
@@ -240,19 +297,18 @@ impl Inner {
         let Some(m) = self.shared.get(mount) else {
             return;
         };
-        let topics: Vec<ChangeEvent> = m
-            .interests
-            .lock()
-            .expect("interests lock")
-            .keys()
-            .cloned()
-            .collect();
+        if self.skewed() {
+            // Its messages would be refused as stale; it watches its own (`stand_alone`).
+            return;
+        }
+        let topics: Vec<ChangeEvent> = lock(&m.interests).keys().cloned().collect();
         let subject = self.subject("want", &m.token);
         let mut chunk: Vec<Value> = Vec::new();
         let mut size = 0;
         let mut first = true;
-        let send = |chunk: Vec<Value>, reset: bool| {
-            let payload = json!({"replica": self.cfg.replica, "reset": reset, "add": chunk});
+        let send = |chunk: Vec<Value>, reset: bool, done: bool| {
+            let payload =
+                json!({"replica": self.cfg.replica, "reset": reset, "done": done, "add": chunk});
             let subject = subject.clone();
             async move {
                 let payload = serde_json::to_vec(&payload).expect("json");
@@ -266,14 +322,14 @@ impl Inner {
             size += v.to_string().len() + 1;
             chunk.push(v);
             if size >= CHUNK_BYTES {
-                send(std::mem::take(&mut chunk), first).await;
+                send(std::mem::take(&mut chunk), first, false).await;
                 first = false;
                 size = 0;
             }
         }
-        if first || !chunk.is_empty() {
-            send(chunk, first).await;
-        }
+        // Always a last message, possibly empty: `done` is what ends the watches the
+        // replica no longer names.
+        send(chunk, first, true).await;
     }
 
     /// Record one more local interest in `topic` of shared mount `mount` and tell the
@@ -291,8 +347,12 @@ impl Inner {
             mount: mount.to_owned(),
             topic: topic.clone(),
         });
-        if !first || !self.connected() {
-            // Announced already, or replayed on the watcher's sync after NATS is back.
+        if first {
+            self.poke.notify_one();
+        }
+        if !first || !self.takes_part() {
+            // Announced already, or replayed on the watcher's sync after NATS is back;
+            // meanwhile this replica watches it itself (`stand_alone`).
             return Ok(guard);
         }
         let payload = json!({"replica": self.cfg.replica, "add": [topic]});
@@ -429,7 +489,9 @@ impl Watching for ClusterWatching {
     fn cluster(&self) -> Option<ClusterStatus> {
         let connected = self.inner.connected();
         let problem = if connected {
-            lock(&self.inner.lease_problem).clone()
+            lock(&self.inner.skew)
+                .clone()
+                .or_else(|| lock(&self.inner.lease_problem).clone())
         } else {
             Some(format!(
                 "cluster: NATS unreachable at {}",
@@ -443,11 +505,20 @@ impl Watching for ClusterWatching {
             .map(|(name, m)| (name.clone(), m.held.load(Ordering::SeqCst)))
             .collect();
         watchers.sort();
+        let mut standalone: Vec<(String, usize)> = self
+            .inner
+            .shared
+            .iter()
+            .map(|(name, m)| (name.clone(), m.alone.load(Ordering::SeqCst)))
+            .collect();
+        standalone.sort();
         Some(ClusterStatus {
             connected,
             problem,
             watchers,
             rejected: self.inner.seal.rejected(),
+            standalone,
+            clock_offset_ms: *lock(&self.inner.clock_offset),
         })
     }
 }
@@ -461,6 +532,195 @@ impl ClusterWatching {
             .get(mount)
             .map_or(0, |m| m.running.load(Ordering::SeqCst))
     }
+
+    /// How many of this replica's own topics of shared mount `mount` it watches by itself
+    /// now (cut off from NATS, or its clock off).
+    pub fn standalone(&self, mount: &str) -> usize {
+        self.inner
+            .shared
+            .get(mount)
+            .map_or(0, |m| m.alone.load(Ordering::SeqCst))
+    }
+}
+
+/// While this replica does not take part in the cluster (NATS unreachable, or its clock
+/// off), watch its own clients' topics of every shared mount itself, delivering in process:
+/// the cluster's watcher cannot reach it. Stops a TTL after it takes part again, once its
+/// interests are announced again and the watcher covers them (the overlap costs at most a
+/// duplicate; a gap would lose a change).
+async fn stand_alone(inner: std::sync::Weak<Inner>, poke: Arc<tokio::sync::Notify>) {
+    let mut running: HashMap<String, HashMap<ChangeEvent, WatchGuard>> = HashMap::new();
+    // Topics whose watch failed, and when: tried again a TTL later, not every tick.
+    let mut failed: HashMap<ChangeEvent, Instant> = HashMap::new();
+    let mut was_alone = false;
+    // Before it first joins, a replica is not cut off: it is starting (or NATS is down,
+    // which `/readyz` names).
+    let mut joined = false;
+    let mut back_since: Option<Instant> = None;
+    loop {
+        let Some(i) = inner.upgrade() else { return };
+        let ttl = i.cfg.lease_ttl;
+        let apart = !i.takes_part();
+        let alone = if apart {
+            back_since = None;
+            true
+        } else if was_alone {
+            back_since.get_or_insert_with(Instant::now).elapsed() < ttl
+        } else {
+            false
+        };
+        joined |= !apart;
+        if alone && !was_alone && joined {
+            tracing::warn!(
+                "cluster: this replica is on its own (NATS unreachable or its clock off); it \
+                 watches its own clients' subscriptions of shared mounts itself"
+            );
+        } else if was_alone && !alone {
+            tracing::info!(
+                "cluster: this replica takes part again; the cluster's watchers serve its \
+                 subscriptions"
+            );
+            back_since = None;
+        }
+        was_alone = alone;
+        failed.retain(|_, at| at.elapsed() < ttl);
+        for (name, m) in &i.shared {
+            let run = running.entry(name.clone()).or_default();
+            let want: HashSet<ChangeEvent> = if alone {
+                lock(&m.interests)
+                    .keys()
+                    // Back in the cluster, only the watches that served the outage run out
+                    // their grace; a topic wanted since is announced to the watcher.
+                    .filter(|t| apart || run.contains_key(*t))
+                    .cloned()
+                    .collect()
+            } else {
+                HashSet::new()
+            };
+            // Guards of the providers' watches end outside any lock.
+            let ended: Vec<WatchGuard> = run
+                .extract_if(|t, _| !want.contains(t))
+                .map(|(_, g)| g)
+                .collect();
+            drop(ended);
+            for t in want {
+                if run.contains_key(&t) || failed.contains_key(&t) {
+                    continue;
+                }
+                let sink = ChangeSink::new(i.in_process.clone(), name.clone());
+                match start_with(&m.provider, sink, &t, ttl).await {
+                    Ok(g) => {
+                        run.insert(t, g);
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "cluster: a replica's own watch failed");
+                        failed.insert(t, Instant::now());
+                    }
+                }
+            }
+            m.alone.store(run.len(), Ordering::SeqCst);
+        }
+        drop(i);
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(200)) => {}
+            () = poke.notified() => {}
+        }
+    }
+}
+
+/// How far (in ms) a replica's clock may be from the NATS server's: two replicas within it
+/// are within [`crate::CLOCK_SKEW`] of each other, which their sealed messages and records
+/// tolerate.
+fn clock_limit_ms() -> i64 {
+    i64::try_from(crate::CLOCK_SKEW.as_millis() / 2).unwrap_or(i64::MAX)
+}
+
+/// Compare this replica's clock with the NATS server's every TTL (at least every second):
+/// write a record into the lease stream and read back when the server stored it.
+async fn measure_clock(inner: std::sync::Weak<Inner>) {
+    loop {
+        let Some(i) = inner.upgrade() else { return };
+        let period = i.cfg.lease_ttl.max(Duration::from_secs(1));
+        if i.connected() {
+            match clock_offset(&i, period).await {
+                Ok(Some(offset)) => judge_clock(&i, offset),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::debug!(error = %e, "cluster: cannot read the NATS server's clock")
+                }
+            }
+        }
+        drop(i);
+        tokio::time::sleep(period).await;
+    }
+}
+
+/// This replica's clock minus the NATS server's, in ms; `None` when the round trip took
+/// too long for the answer to mean anything.
+async fn clock_offset(i: &Inner, within: Duration) -> std::result::Result<Option<i64>, String> {
+    let subject = format!(
+        "mcpr.{}.lease.clock.{}",
+        i.cfg.name,
+        crate::token(&i.cfg.replica, 8)
+    );
+    let stream = format!("MCPR_{}_LEASES", i.cfg.name);
+    let before = crate::seal::now_ms();
+    let seq = crate::js::publish(&i.client, &subject, bytes::Bytes::new(), None, within)
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or("no sequence")?;
+    let after = crate::seal::now_ms();
+    let server = crate::js::stored_at(&i.client, &stream, seq, within)
+        .await
+        .map_err(|e| e.to_string())?;
+    let as_i64 = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    // The server stored it between `before` and `after` by this clock.
+    let uncertainty = as_i64(after.saturating_sub(before)) / 2;
+    if uncertainty > clock_limit_ms() / 4 {
+        return Ok(None);
+    }
+    Ok(Some(as_i64(before) + uncertainty - as_i64(server)))
+}
+
+/// Record the measured `offset`; beyond [`clock_limit_ms`], name it (`/readyz`, a warning
+/// once) and stand aside from the leases until it is back within.
+fn judge_clock(i: &Inner, offset: i64) {
+    *lock(&i.clock_offset) = Some(offset);
+    let limit = clock_limit_ms();
+    let was = i.skewed();
+    if offset.abs() > limit {
+        let problem = format!(
+            "cluster: this replica's clock is {} ms {} the NATS server's, more than the {limit} ms \
+             allowed; it holds no watcher lease and watches its own clients' subscriptions \
+             itself until its clock is set right (NTP)",
+            offset.abs(),
+            if offset > 0 { "ahead of" } else { "behind" },
+        );
+        if !was {
+            tracing::warn!(offset_ms = offset, limit_ms = limit, "{problem}");
+        }
+        *lock(&i.skew) = Some(problem);
+        allow_leases(i, false);
+    } else {
+        if was {
+            tracing::info!(
+                offset_ms = offset,
+                "cluster: this replica's clock agrees with the NATS server's again; it takes part in watching"
+            );
+        }
+        *lock(&i.skew) = None;
+        allow_leases(i, true);
+    }
+}
+
+/// Tell the leases (and the re-announcement) only of a change: every receiver wakes on a
+/// send, and an unchanged verdict every TTL would re-announce every interest every TTL.
+fn allow_leases(i: &Inner, allowed: bool) {
+    i.lease_allowed.send_if_modified(|a| {
+        let changed = *a != allowed;
+        *a = allowed;
+        changed
+    });
 }
 
 /// Announce this replica every `lease_ttl / 3`.
@@ -561,14 +821,40 @@ async fn on_connect(inner: std::sync::Weak<Inner>, mut epoch: watch::Receiver<u6
             drop(i);
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
-        if let Some(i) = inner.upgrade() {
-            let mounts: Vec<String> = i.shared.keys().cloned().collect();
-            for m in mounts {
-                i.announce_all(&m).await;
+        announce_everything(&inner).await;
+        // A clock set right again is a reason to announce too (a skewed replica announces
+        // nothing).
+        let mut allowed = match inner.upgrade() {
+            Some(i) => i.lease_allowed.subscribe(),
+            None => return,
+        };
+        loop {
+            tokio::select! {
+                changed = epoch.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    break;
+                }
+                changed = allowed.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    if *allowed.borrow_and_update() {
+                        announce_everything(&inner).await;
+                    }
+                }
             }
         }
-        if epoch.changed().await.is_err() {
-            return;
+    }
+}
+
+/// Announce this replica's interests in every shared mount.
+async fn announce_everything(inner: &std::sync::Weak<Inner>) {
+    if let Some(i) = inner.upgrade() {
+        let mounts: Vec<String> = i.shared.keys().cloned().collect();
+        for m in mounts {
+            i.announce_all(&m).await;
         }
     }
 }
@@ -588,13 +874,14 @@ async fn run_watcher(
     let (lease, ttl) = {
         let Some(i) = inner.upgrade() else { return };
         (
-            Lease::compete(
+            Lease::compete_while(
                 i.client.clone(),
                 i.seal.clone(),
                 &i.cfg.name,
                 &mount,
                 &i.cfg.replica,
                 i.cfg.lease_ttl,
+                i.lease_allowed.subscribe(),
             ),
             i.cfg.lease_ttl,
         )
@@ -646,7 +933,12 @@ async fn run_watcher(
                 _ = sweep.tick() => {
                     let alive = lock(&i.alive).clone();
                     let fresh = |r: &String| alive.get(r).is_some_and(|t| t.elapsed() <= ttl);
-                    book.retain_replicas(fresh);
+                    // A replica silent for a TTL may only be cut off: once it is heard
+                    // again, it is asked for its interests (a sync), so they are never
+                    // lost for good while it lives.
+                    if book.forget_silent(fresh) {
+                        let _ = i.publish(Kind::Sync, sync.clone(), b"").await;
+                    }
                     // Watches replayed by a sync that failed for a passing reason (a
                     // database down during a handover) are tried again, so the
                     // subscriptions they serve do not stay silent.
@@ -682,7 +974,17 @@ struct Book {
     /// How many topics (watched or waiting for a retry) each replica wants: bounded by
     /// `max_watches`, as each replica's registry bounds its own.
     per_replica: HashMap<String, usize>,
+    /// Per replica announcing its whole set (between its `reset` and its `done`): the topics
+    /// it held before and has not named again yet.
+    unnamed: HashMap<String, HashSet<ChangeEvent>>,
+    /// Replicas whose interests were forgotten for their silence, to be asked again once
+    /// heard.
+    silent: HashSet<String>,
 }
+
+/// The most silent replicas remembered; beyond it the oldest memory is cleared (a replica
+/// that comes back then re-announces on its own reconnect only).
+const MAX_SILENT: usize = 1024;
 
 impl Book {
     fn count(&self, replica: &str) -> usize {
@@ -700,6 +1002,71 @@ impl Book {
                 per_replica.remove(replica);
             }
         }
+    }
+
+    /// Forget the interests of the replicas `fresh` refuses (silent for a TTL), remembering
+    /// them; true when one of those remembered is fresh again (its interests must be asked
+    /// for again).
+    fn forget_silent(&mut self, fresh: impl Fn(&String) -> bool) -> bool {
+        let before: Vec<String> = self.per_replica.keys().cloned().collect();
+        self.retain_replicas(&fresh);
+        for r in before {
+            if !self.per_replica.contains_key(&r) {
+                if self.silent.len() >= MAX_SILENT {
+                    self.silent.clear();
+                }
+                self.unnamed.remove(&r);
+                self.silent.insert(r);
+            }
+        }
+        let back = self.silent.iter().any(&fresh);
+        if back {
+            self.silent.retain(|r| !fresh(r));
+        }
+        back
+    }
+
+    /// `replica` starts announcing its whole set. With `ends` (it will say `done`), what it
+    /// held and does not name again ends at the end ([`Book::end_set`]): the watches it names
+    /// again go on, so no "may have changed" is sent for them. Without (a replica of an
+    /// earlier release), everything it held ends now.
+    fn begin_set(&mut self, replica: &str, ends: bool) {
+        if ends {
+            let held = self.held_by(replica);
+            self.unnamed.insert(replica.to_owned(), held);
+        } else {
+            self.retain_replicas(|r| r != replica);
+        }
+    }
+
+    /// `replica` named `topic` in the set it is announcing.
+    fn named(&mut self, replica: &str, topic: &ChangeEvent) {
+        if let Some(unnamed) = self.unnamed.get_mut(replica) {
+            unnamed.remove(topic);
+        }
+    }
+
+    /// `replica`'s set is complete: what it did not name ends.
+    fn end_set(&mut self, replica: &str) {
+        for t in self.unnamed.remove(replica).unwrap_or_default() {
+            self.remove(&t, replica);
+        }
+    }
+
+    /// The topics `replica` holds (watched or waiting for a retry).
+    fn held_by(&self, replica: &str) -> HashSet<ChangeEvent> {
+        self.topics
+            .iter()
+            .filter(|(_, w)| w.replicas.contains(replica))
+            .map(|(t, _)| t)
+            .chain(
+                self.retry
+                    .iter()
+                    .filter(|(_, r)| r.contains(replica))
+                    .map(|(t, _)| t),
+            )
+            .cloned()
+            .collect()
     }
 
     /// Forget every interest of the replicas `keep` refuses.
@@ -766,9 +1133,11 @@ async fn handle_want(i: &Arc<Inner>, mount: &str, book: &mut Book, msg: async_na
             })
             .unwrap_or_default()
     };
+    let done = v.get("done").and_then(Value::as_bool);
     if v.get("reset").and_then(Value::as_bool) == Some(true) {
-        book.retain_replicas(|r| r != replica);
+        book.begin_set(replica, done.is_some());
     }
+    book.silent.remove(replica);
     for t in events("remove") {
         book.remove(&t, replica);
     }
@@ -776,6 +1145,7 @@ async fn handle_want(i: &Arc<Inner>, mount: &str, book: &mut Book, msg: async_na
     let mut refused = 0usize;
     let mut outcome: Result<()> = Ok(());
     for t in events("add") {
+        book.named(replica, &t);
         let known = book
             .topics
             .get(&t)
@@ -834,6 +1204,9 @@ async fn handle_want(i: &Arc<Inner>, mount: &str, book: &mut Book, msg: async_na
             }
         }
     }
+    if done == Some(true) {
+        book.end_set(replica);
+    }
     if refused > 0 {
         tracing::warn!(
             replica,
@@ -874,9 +1247,17 @@ fn over_budget(max: usize) -> Error {
 /// every other interest in the mount, and the lease's loss, behind it. The requester waits
 /// a TTL and two seconds, so it hears this timeout rather than its own.
 async fn start(i: &Inner, mount: &str, topic: &ChangeEvent) -> Result<WatchGuard> {
-    let provider = &i.shared[mount].provider;
     let sink = ChangeSink::new(i.bus.clone(), mount.to_owned());
-    let limit = i.cfg.lease_ttl;
+    start_with(&i.shared[mount].provider, sink, topic, i.cfg.lease_ttl).await
+}
+
+/// The provider's watch of `topic` reporting to `sink`, bounded by `limit`.
+async fn start_with(
+    provider: &Arc<dyn Provider>,
+    sink: ChangeSink,
+    topic: &ChangeEvent,
+    limit: Duration,
+) -> Result<WatchGuard> {
     let started = tokio::time::timeout(limit, async {
         match topic {
             ChangeEvent::Updated { uri } => provider.watch(&ResourceUri::parse(uri)?, sink).await,
@@ -944,6 +1325,71 @@ fn error_from_json(v: &Value) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn up(uri: &str) -> ChangeEvent {
+        ChangeEvent::Updated { uri: uri.into() }
+    }
+
+    /// A watch whose end is counted.
+    fn watched(ended: &Arc<AtomicUsize>, replicas: &[&str]) -> Watched {
+        struct Count(Arc<AtomicUsize>);
+        impl Drop for Count {
+            fn drop(&mut self) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        Watched {
+            replicas: replicas.iter().map(|r| (*r).to_owned()).collect(),
+            _guard: WatchGuard::new(Count(ended.clone())),
+        }
+    }
+
+    fn book(ended: &Arc<AtomicUsize>) -> Book {
+        let mut b = Book::default();
+        b.topics.insert(up("a"), watched(ended, &["r1"]));
+        b.topics.insert(up("b"), watched(ended, &["r1", "r2"]));
+        b.topics.insert(up("c"), watched(ended, &["r1"]));
+        b.per_replica.insert("r1".into(), 3);
+        b.per_replica.insert("r2".into(), 1);
+        b
+    }
+
+    #[test]
+    fn a_replica_announcing_its_whole_set_again_keeps_the_watches_it_names() {
+        let ended = Arc::new(AtomicUsize::new(0));
+        let mut b = book(&ended);
+        // r1 announces {a, b} in two chunks: nothing ends before the last.
+        b.begin_set("r1", true);
+        b.named("r1", &up("a"));
+        assert_eq!(ended.load(Ordering::SeqCst), 0);
+        b.named("r1", &up("b"));
+        b.end_set("r1");
+        // Only c, which it no longer names, ended; a and b kept running.
+        assert_eq!(ended.load(Ordering::SeqCst), 1);
+        assert!(b.topics.contains_key(&up("a")) && b.topics.contains_key(&up("b")));
+        assert!(!b.topics.contains_key(&up("c")));
+        assert_eq!(b.count("r1"), 2);
+        assert_eq!(b.count("r2"), 1);
+        // A replica of an earlier release (no `done`): its set replaces the old at once.
+        b.begin_set("r1", false);
+        assert_eq!(b.count("r1"), 0);
+        assert_eq!(ended.load(Ordering::SeqCst), 2, "a ended, b is r2's too");
+    }
+
+    #[test]
+    fn a_silent_replica_is_forgotten_then_asked_again_once_heard() {
+        let ended = Arc::new(AtomicUsize::new(0));
+        let mut b = book(&ended);
+        // r1 silent: its interests go, r2's stay; nobody to ask yet.
+        assert!(!b.forget_silent(|r| r == "r2"));
+        assert_eq!(b.count("r1"), 0);
+        assert_eq!(b.count("r2"), 1);
+        assert_eq!(ended.load(Ordering::SeqCst), 2);
+        assert!(!b.forget_silent(|r| r == "r2"), "still silent");
+        // r1 heard again: it is asked for its interests, once.
+        assert!(b.forget_silent(|_| true));
+        assert!(!b.forget_silent(|_| true));
+    }
 
     #[test]
     fn errors_cross_the_wire_with_their_kind() {

@@ -389,6 +389,13 @@ pub struct ClusterStatus {
     pub watchers: Vec<(String, bool)>,
     /// Messages from the broker dropped because they did not verify, by kind.
     pub rejected: Vec<(String, u64)>,
+    /// Each shared mount by name, and how many of this replica's own subscriptions of it
+    /// the replica watches by itself now, because it is cut off from the broker or its clock
+    /// is too far off to take part (0 when the cluster's watcher serves them).
+    pub standalone: Vec<(String, usize)>,
+    /// How far this replica's clock is from the broker's, in milliseconds (positive: ahead),
+    /// as last measured; `None` before the first measurement.
+    pub clock_offset_ms: Option<i64>,
 }
 
 /// The in-process [`Watching`]: every watch runs in this process.

@@ -198,7 +198,7 @@ impl Auth {
         let body = serde_json::json!({
             "jsonrpc": "2.0",
             "id": null,
-            "error": {"code": -32001, "message": format!("unauthorized: {description}")}
+            "error": {"code": crate::wire::codes::UNAUTHORIZED, "message": format!("unauthorized: {description}")}
         });
         let mut resp = (status, axum::Json(body)).into_response();
         if let Ok(v) = HeaderValue::from_str(&value) {
@@ -275,7 +275,7 @@ impl Auth {
                 tracing::warn!(%why, "cannot validate tokens: the authorization server's keys are unavailable");
                 Err(super::edge::refuse(
                     StatusCode::SERVICE_UNAVAILABLE,
-                    -32603,
+                    crate::wire::codes::INTERNAL_ERROR,
                     "cannot validate the token right now: the authorization server's keys are unavailable".into(),
                 ))
             }

@@ -27,7 +27,7 @@ use axum::body::Body;
 use axum::response::Response;
 use bytes::Bytes;
 use futures::future::BoxFuture;
-use http::{HeaderMap, HeaderName, Method, Request, StatusCode, header};
+use http::{HeaderMap, Method, Request, StatusCode, header};
 use http_body_util::BodyExt as _;
 use rmcp::model::{
     ClientRequest, GetMeta as _, JsonRpcMessage, ReadResourceRequestParams, RequestId,
@@ -38,21 +38,15 @@ use rmcp::transport::streamable_http_server::session::SessionManager;
 use tokio_util::sync::CancellationToken;
 
 use crate::McpHandler;
+use crate::errors::to_mcp_error;
 use crate::grant::Grant;
 use crate::http::edge::WholeBody;
+use crate::http::in_place::InPlaceReads;
+use crate::wire::http_answers::{self, json_error};
 use crate::wire::http_checks::{
-    AllowedHosts, JSON, accepts_json_and_sse, content_type_is_json, sole, status_of,
+    AllowedHosts, JSON, MCP_NAME, content_type_is_json, direct_read_len, sole, status_of,
 };
 use crate::wire::{decode, encode, era, refusals};
-
-const PROTOCOL_VERSION: &str = "2026-07-28";
-const METHOD: &str = "resources/read";
-// Named once: a lookup by `HeaderName` hashes it as it is, where a `&str` is parsed first.
-const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
-const MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
-const MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
-const MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
-const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
 
 /// What the direct path needs to decide and answer.
 pub(crate) struct DirectSettings {
@@ -72,6 +66,8 @@ pub(crate) struct DirectSettings {
     /// going out then is cut. The moment between the two is for the small error answers of
     /// cut reads, not for a result to finish in.
     pub grace_over: CancellationToken,
+    /// Where reads in place run; `None` runs them on the runtime worker (unit tests).
+    pub in_place: Option<InPlaceReads>,
 }
 
 /// rmcp's `StreamableHttpService` with the direct read path in front.
@@ -143,6 +139,9 @@ impl<M: SessionManager> tower::Service<Request<Body>> for DirectRead<M> {
     }
 }
 
+/// A direct read's answer: its JSON, or the error message to send instead.
+type Answer = Result<std::io::Result<Vec<u8>>, ServerJsonRpcMessage>;
+
 /// The body length of a POST whose JSON body may be checked here.
 fn json_body_len(headers: &HeaderMap, settings: &DirectSettings) -> Option<usize> {
     if !content_type_is_json(sole(headers, header::CONTENT_TYPE)?)
@@ -196,26 +195,6 @@ impl<M: SessionManager> DirectRead<M> {
     }
 }
 
-/// A JSON-RPC error as an `application/json` answer: 400 when it has no id (the body was no
-/// request), else 200 as rmcp sends a request's error.
-fn json_error(message: ServerJsonRpcMessage) -> Response {
-    let status = match &message {
-        JsonRpcMessage::Error(e) if e.id.is_none() => StatusCode::BAD_REQUEST,
-        _ => StatusCode::OK,
-    };
-    match encode::own_answer_json(message) {
-        Ok(body) => Response::builder()
-            .status(status)
-            .header(header::CONTENT_TYPE, JSON)
-            .body(Body::from(body))
-            .expect("valid response"),
-        Err(e) => plain(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("Internal Server Error: serialize json response: {e}"),
-        ),
-    }
-}
-
 impl<M: SessionManager> DirectRead<M> {
     /// Answer `req` directly, or hand it back (with its body, as read) for rmcp. `whole` is
     /// the body the edge already read, if it did.
@@ -247,10 +226,10 @@ impl<M: SessionManager> DirectRead<M> {
         self.settings.answered.fetch_add(1, Ordering::Relaxed);
         let grant = parts.extensions.get::<Grant>();
         let id = request.id;
-        // Most reads (a small file) are done in place, without a future.
-        let answer = match self.handler.read_answer_now(&read.params, grant, &id, true) {
-            Some(answer) => answer,
-            None => match self.read_later(read.params, grant, id).await {
+        // Most reads (a small file) are done in place, on a reader thread, without a future.
+        let answer = match self.read_in_place(read.params, grant, id).await {
+            Ok(answer) => answer,
+            Err((params, id)) => match self.read_later(params, grant, id).await {
                 Ok(answer) => answer,
                 Err(cut_off) => return Ok(cut_off),
             },
@@ -266,15 +245,61 @@ impl<M: SessionManager> DirectRead<M> {
                 .header(header::CONTENT_LENGTH, body.len())
                 .body(until_shutdown(body, self.settings.grace_over.clone()))
                 .expect("valid response"),
-            Err(e) => plain(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("Internal Server Error: serialize json response: {e}"),
-            ),
+            Err(e) => http_answers::unserializable(e),
         })
     }
 }
 
 impl<M: SessionManager> DirectRead<M> {
+    /// The read done in place ([`McpHandler::read_answer_now`]) on one of the reader threads
+    /// of [`InPlaceReads`], not on this runtime worker: a read that hangs costs this request,
+    /// answered with the timeout error once the request timeout is over, and not the worker
+    /// with every connection it serves. `Err` gives the request back when the read would
+    /// wait or reads are not taken in place now: it goes the bounded path.
+    // The request given back is moved, not copied, and only when the read would wait.
+    #[allow(clippy::result_large_err)]
+    async fn read_in_place(
+        &self,
+        params: ReadResourceRequestParams,
+        grant: Option<&Grant>,
+        id: RequestId,
+    ) -> Result<Answer, (ReadResourceRequestParams, RequestId)> {
+        let readers = match &self.settings.in_place {
+            None => {
+                return match self.handler.read_answer_now(&params, grant, &id, true) {
+                    Some(answer) => Ok(answer),
+                    None => Err((params, id)),
+                };
+            }
+            Some(readers) if !readers.accepting() => return Err((params, id)),
+            Some(readers) => readers,
+        };
+        let timeout = self.handler.service().state().settings.request_timeout;
+        // Kept for the timeout's answer, written here while the reader still holds the
+        // request.
+        let (uri, id_kept) = (params.uri.clone(), id.clone());
+        let handler = self.handler.clone();
+        let grant = grant.cloned();
+        let rx = readers.run(move || {
+            match handler.read_answer_now(&params, grant.as_ref(), &id, true) {
+                Some(answer) => Ok(answer),
+                None => Err((params, id)),
+            }
+        });
+        // Not raced with shutdown as `read_later` is: the timeout bounds it, and the server
+        // cuts off what outlives the shutdown grace.
+        let e = match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(done)) => return done,
+            Ok(Err(_)) => crate::layers::panicked("resources/read").with_uri(&uri),
+            Err(_) => {
+                tracing::warn!(%uri, "a read in place hung past the request timeout; \
+                    answered with the timeout error");
+                crate::layers::timed_out(timeout, Some(&uri))
+            }
+        };
+        Ok(Err(era::read_message(Err(to_mcp_error(e)), id_kept, true)))
+    }
+
     /// A read that waits, until it is done or shutdown cuts it off (then `Err` is the
     /// response rmcp gives a stateless request cut off so).
     async fn read_later(
@@ -282,17 +307,14 @@ impl<M: SessionManager> DirectRead<M> {
         params: ReadResourceRequestParams,
         grant: Option<&Grant>,
         id: RequestId,
-    ) -> Result<Result<std::io::Result<Vec<u8>>, ServerJsonRpcMessage>, Response> {
+    ) -> Result<Answer, Response> {
         let read = self.handler.read_answer_as(params, grant, id, true);
         tokio::select! {
             answer = read => Ok(answer),
             // The words rmcp answers a stateless request with when shutdown cuts it off.
             () = self.settings.shutdown.cancelled() => {
                 tracing::warn!("a stateless read was cut off by shutdown");
-                Err(plain(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "Encounter an error when empty response: no response message received from handler".into(),
-                ))
+                Err(http_answers::cut_off())
             }
         }
     }
@@ -309,12 +331,7 @@ async fn body_bytes(body: Body, len: usize, whole: Option<WholeBody>) -> Result<
         .collect()
         .await
         .map(|c| c.to_bytes())
-        .map_err(|e| {
-            plain(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("Failed to read request body: {e}"),
-            )
-        })
+        .map_err(http_answers::unreadable_body)
 }
 
 /// Answers up to this size go out as one frame.
@@ -346,115 +363,13 @@ fn until_shutdown(body: Vec<u8>, shutdown: CancellationToken) -> Body {
     Body::from_stream(frames)
 }
 
-fn plain(status: StatusCode, text: String) -> Response {
-    Response::builder()
-        .status(status)
-        .body(Body::from(text))
-        .expect("valid response")
-}
-
-/// The body length when the headers are those of a stateless read rmcp would accept, so the
-/// body is worth reading here; `None` leaves the request to rmcp untouched.
+/// Whether the headers are those of a stateless read rmcp would accept (see
+/// [`direct_read_len`]): the body length, when the body is worth reading here.
 fn eligible(method: &Method, headers: &HeaderMap, settings: &DirectSettings) -> Option<usize> {
-    if method != Method::POST
-        || headers.contains_key(header::ORIGIN)
-        || headers.contains_key(header::TRANSFER_ENCODING)
-        || headers.contains_key(MCP_SESSION_ID)
-        || headers.contains_key(LAST_EVENT_ID)
-        || sole(headers, MCP_PROTOCOL_VERSION)? != PROTOCOL_VERSION
-        || sole(headers, MCP_METHOD)? != METHOD
-        || sole(headers, MCP_NAME)?.starts_with("=?")
-        || !settings.allowed_hosts.allows(sole(headers, header::HOST)?)
-        || !content_type_is_json(sole(headers, header::CONTENT_TYPE)?)
-        || !accepts_json_and_sse(headers)?
-    {
-        return None;
-    }
-    let len: usize = sole(headers, header::CONTENT_LENGTH)?.parse().ok()?;
-    (len <= settings.max_body_bytes).then_some(len)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use http::HeaderValue;
-
-    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        for (k, v) in pairs {
-            h.append(
-                http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
-                HeaderValue::from_str(v).unwrap(),
-            );
-        }
-        h
-    }
-
-    const GOOD: &[(&str, &str)] = &[
-        ("host", "127.0.0.1:8080"),
-        ("content-type", "application/json"),
-        ("accept", "application/json, text/event-stream"),
-        ("content-length", "100"),
-        ("mcp-protocol-version", "2026-07-28"),
-        ("mcp-method", "resources/read"),
-        ("mcp-name", "file:///a"),
-    ];
-
-    fn settings() -> DirectSettings {
-        DirectSettings {
-            allowed_hosts: AllowedHosts::new(&[
-                "localhost".into(),
-                "127.0.0.1".into(),
-                "::1".into(),
-            ]),
-            max_body_bytes: 1000,
-            enabled: true,
-            answered: Arc::default(),
-            shutdown: CancellationToken::new(),
-            grace_over: CancellationToken::new(),
-        }
-    }
-
-    #[test]
-    fn only_requests_rmcp_would_accept_are_taken() {
-        let s = settings();
-        assert_eq!(eligible(&Method::POST, &headers(GOOD), &s), Some(100));
-        assert_eq!(eligible(&Method::GET, &headers(GOOD), &s), None);
-        // Each of these changes one thing that rmcp checks, so rmcp must answer.
-        let changes: &[(&str, Option<&str>)] = &[
-            ("host", Some("evil.example")),
-            ("host", None),
-            ("origin", Some("http://localhost:3000")),
-            ("content-type", Some("text/plain")),
-            ("accept", Some("application/json")),
-            ("accept", Some("application/json, text/event-stream;q=0")),
-            ("accept", Some("application/json;x=\"a,text/event-stream\"")),
-            ("content-length", Some("1001")),
-            ("content-length", None),
-            ("mcp-protocol-version", Some("2025-11-25")),
-            ("mcp-protocol-version", None),
-            ("mcp-method", Some("resources/list")),
-            ("mcp-method", None),
-            ("mcp-name", None),
-            ("mcp-name", Some("=?base64?ZmlsZTovLy9h?=")),
-            ("mcp-session-id", Some("abc")),
-            ("transfer-encoding", Some("chunked")),
-        ];
-        for (name, value) in changes {
-            let mut h: Vec<(&str, &str)> =
-                GOOD.iter().filter(|(k, _)| k != name).copied().collect();
-            if let Some(v) = value {
-                h.push((name, v));
-            }
-            assert_eq!(
-                eligible(&Method::POST, &headers(&h), &s),
-                None,
-                "{name}: {value:?}"
-            );
-        }
-        // A repeated header is rmcp's to refuse.
-        let mut h = GOOD.to_vec();
-        h.push(("mcp-method", "resources/read"));
-        assert_eq!(eligible(&Method::POST, &headers(&h), &s), None);
-    }
+    direct_read_len(
+        method,
+        headers,
+        &settings.allowed_hosts,
+        settings.max_body_bytes,
+    )
 }

@@ -1,9 +1,11 @@
-//! The HTTP edge, as one tower service in front of the MCP endpoint, in this order:
-//! shutdown draining, per-client rate limit, authentication on the headers, the binding of a
-//! legacy session to the identity that created it, the concurrency limit, the body (size
-//! and time limits), the session cap, and HTTP request counters. Authentication comes before
-//! the permit and the body, so unauthenticated clients cannot hold permits. Each
-//! refusal is a clear HTTP status with a JSON-RPC error body naming the limit.
+//! The HTTP edge in front of the MCP endpoint: one tower service ([`EdgeService`]) that
+//! runs the edge's steps in order, each a small function that does one thing and refuses
+//! with a clear HTTP status and a JSON-RPC error body naming the limit (codes from
+//! [`crate::wire::codes`]): shutdown draining, the per-client rate limit, authentication on
+//! the headers, the binding of a legacy session to the identity that created it, the
+//! concurrency limit, the body (size and time limits), the session cap, then the endpoint,
+//! the in-flight count and HTTP request counters (see [`guarded`] for the order and why).
+//! Answers given in rmcp's place are rmcp's words, from [`crate::wire::http_answers`].
 //!
 //! [`ops_gate`] applies the same Host and Origin checks to `/healthz`, `/readyz`, `/metrics`
 //! and the OAuth metadata; [`authority_as_host`], in front of everything, gives an HTTP/2
@@ -29,6 +31,8 @@ use tokio::sync::{Notify, Semaphore};
 
 use super::auth::Auth;
 use crate::grant::{Grant, Identity};
+use crate::wire::http_checks::origin_allowed;
+use crate::wire::{codes, http_answers};
 
 /// Limits of the HTTP edge.
 #[derive(Debug, Clone)]
@@ -140,10 +144,7 @@ impl Edge {
             Ok(Some(owner)) => {
                 let ok = owner == mine;
                 if ok {
-                    self.owners
-                        .lock()
-                        .expect("owners lock")
-                        .insert(id.to_owned(), owner);
+                    lock(&self.owners).insert(id.to_owned(), owner);
                 }
                 ok
             }
@@ -308,32 +309,108 @@ where
     }
 }
 
-/// rmcp's answer to an unknown session id, word for word: a session bound to someone else
-/// must look exactly like one that does not exist.
-fn no_such_session() -> Response {
-    (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response()
-}
-
+/// The edge's steps, in order, each one thing; a step that refuses ends the request with its
+/// answer (`Err`), otherwise the request goes on to the next:
+///
+/// 1. [`Edge::open`]: draining on shutdown;
+/// 2. [`Edge::within_rate`]: the per-client rate limit;
+/// 3. [`Edge::authenticated`]: authentication on the headers, so that a client that cannot
+///    authenticate never holds a permit nor makes the server wait for its body;
+/// 4. [`Edge::session_allowed`]: a legacy session used only by the identity that made it;
+/// 5. [`Edge::permit`]: the concurrency limit;
+/// 6. [`Edge::whole_body`] and [`Edge::within_session_cap`]: a POST's body, in its size and
+///    time limits, then the session cap for an `initialize`;
+/// 7. the MCP endpoint, then for a stream [`Edge::deleted`] (rmcp's 202 to a DELETE as 204), for a
+///    request the binding of a new session to its creator ([`Edge::bind_created`]) and the
+///    in-flight count ([`Edge::in_flight`]) until its answer's body is done.
 async fn guarded<S>(edge: &Arc<Edge>, peer: SocketAddr, req: Request, next: S) -> Response
 where
     S: tower::Service<Request, Response = Response, Error = Infallible>,
 {
-    use tower::ServiceExt as _;
-    if edge.draining.load(Ordering::SeqCst) {
-        return refuse(
-            StatusCode::SERVICE_UNAVAILABLE,
-            -32603,
-            "the server is shutting down".into(),
-        );
+    match through(edge, peer, req, next).await {
+        Ok(resp) | Err(resp) => resp,
     }
-    if let Err(wait) = edge.take_token(peer.ip()) {
+}
+
+async fn through<S>(
+    edge: &Arc<Edge>,
+    peer: SocketAddr,
+    req: Request,
+    next: S,
+) -> Result<Response, Response>
+where
+    S: tower::Service<Request, Response = Response, Error = Infallible>,
+{
+    use tower::ServiceExt as _;
+    edge.open()?;
+    edge.within_rate(peer.ip())?;
+    let (mut parts, body) = req.into_parts();
+    let identity = edge.authenticated(peer, &mut parts).await?;
+    let session = session_of(&parts.headers);
+    if let Some(id) = &session {
+        edge.session_allowed(id, &identity, &mut parts).await?;
+    }
+    let _permit = edge.permit()?;
+    let req = Request::from_parts(parts, body);
+    let method = req.method().clone();
+    let (req, post) = if method == Method::POST {
+        let (req, post) = edge.whole_body(req, session.is_some()).await?;
+        if post == Post::Initialize {
+            edge.within_session_cap().await?;
+        }
+        (req, post)
+    } else {
+        // GET opens the session's notification stream; DELETE is quick but not worth waiting on.
+        (req, Post::Streaming)
+    };
+    if post == Post::Streaming {
+        let Ok(resp) = next.oneshot(req).await;
+        return Ok(edge.deleted(&method, session.as_deref(), resp));
+    }
+    let in_flight = edge.in_flight();
+    let Ok(resp) = next.oneshot(req).await;
+    if post == Post::Initialize {
+        edge.bind_created(resp.headers(), identity).await?;
+    }
+    Ok(in_flight.until_done(resp))
+}
+
+/// The legacy session a request names (`Mcp-Session-Id`), if any.
+fn session_of(headers: &http::HeaderMap) -> Option<String> {
+    headers
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+// A step's `Err` is the refusal, the response itself: the rare path, where boxing it would
+// cost an allocation for nothing.
+#[allow(clippy::result_large_err)]
+impl Edge {
+    /// Step 1: no new request once shutdown has begun.
+    fn open(&self) -> Result<(), Response> {
+        if self.draining.load(Ordering::SeqCst) {
+            return Err(refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                codes::INTERNAL_ERROR,
+                "the server is shutting down".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Step 2: a token of the client's bucket, or 429 with `Retry-After`.
+    fn within_rate(&self, ip: IpAddr) -> Result<(), Response> {
+        let Err(wait) = self.take_token(ip) else {
+            return Ok(());
+        };
         let mut r = refuse(
             StatusCode::TOO_MANY_REQUESTS,
-            -32603,
+            codes::INTERNAL_ERROR,
             format!(
                 "rate limit exceeded: at most {} requests per second per client (burst {}); retry in {} ms",
-                edge.limits.rate_limit_per_second,
-                edge.limits.rate_limit_burst,
+                self.limits.rate_limit_per_second,
+                self.limits.rate_limit_burst,
                 wait.as_millis()
             ),
         );
@@ -341,118 +418,150 @@ where
         if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
             r.headers_mut().insert(http::header::RETRY_AFTER, v);
         }
-        return r;
+        Err(r)
     }
-    // Authenticate on the headers alone: a client that cannot authenticate never holds a
-    // permit nor makes the server wait for its body.
-    let (mut parts, body) = req.into_parts();
-    let identity = match &edge.auth {
-        Some(auth) => match auth.authenticate(&parts.headers).await {
-            Ok((grant, identity)) => {
+
+    /// Step 3: who asks, on the headers alone: the grant and identity of a valid token (both
+    /// left in the request's extensions), or the client's address without authentication.
+    async fn authenticated(
+        &self,
+        peer: SocketAddr,
+        parts: &mut http::request::Parts,
+    ) -> Result<Identity, Response> {
+        let identity = match &self.auth {
+            Some(auth) => {
+                let (grant, identity) = auth.authenticate(&parts.headers).await?;
                 parts.extensions.insert(grant);
                 identity
             }
-            Err(refusal) => return refusal,
-        },
-        None => Identity::address(peer.ip()),
-    };
-    parts.extensions.insert(identity.clone());
-    let session = parts
-        .headers
-        .get("mcp-session-id")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    if let Some(id) = &session {
-        if !edge.may_use(id, &identity).await {
-            return no_such_session();
+            None => Identity::address(peer.ip()),
+        };
+        parts.extensions.insert(identity.clone());
+        Ok(identity)
+    }
+
+    /// Step 4: legacy session `id` is one `identity` may use, answered as rmcp answers an
+    /// unknown session otherwise; a GET (the session's stream) leaves its grant for the
+    /// replica that restores the session.
+    async fn session_allowed(
+        &self,
+        id: &str,
+        identity: &Identity,
+        parts: &mut http::request::Parts,
+    ) -> Result<(), Response> {
+        if !self.may_use(id, identity).await {
+            return Err(http_answers::no_such_session());
         }
-        if parts.method == Method::DELETE
-            && !edge
-                .sessions
-                .sessions
-                .read()
-                .await
-                .contains_key(id.as_str())
-        {
+        if parts.method == Method::DELETE && !self.sessions.sessions.read().await.contains_key(id) {
             // rmcp would accept the DELETE of a session that does not exist; with a hub, one
             // created on another replica exists if the hub has it.
-            let elsewhere = match &edge.cluster {
+            let elsewhere = match &self.cluster {
                 Some((hub, _)) => hub.load(id).await.is_ok_and(|s| s.is_some()),
                 None => false,
             };
             if !elsewhere {
-                return no_such_session();
+                return Err(http_answers::no_such_session());
             }
         }
         if parts.method == Method::GET
-            && let Some((_, grants)) = &edge.cluster
+            && let Some((_, grants)) = &self.cluster
         {
             let mut grants = lock(grants);
             if grants.len() > 4096 {
                 // GETs refused before reaching the session manager leave theirs behind.
                 grants.clear();
             }
-            grants.insert(id.clone(), parts.extensions.get::<Grant>().cloned());
+            grants.insert(id.to_owned(), parts.extensions.get::<Grant>().cloned());
         }
+        Ok(())
     }
-    let Ok(_permit) = edge.concurrency.clone().try_acquire_owned() else {
-        return refuse(
-            StatusCode::SERVICE_UNAVAILABLE,
-            -32603,
-            format!(
-                "server busy: {} requests are already being handled (max_concurrent_requests)",
-                edge.limits.max_concurrent_requests
-            ),
-        );
-    };
-    let req = Request::from_parts(parts, body);
-    let method = req.method().clone();
-    let (req, post) = if method == Method::POST {
-        match inspect_post(edge, req, session.is_some()).await {
-            Ok(x) => x,
-            Err(resp) => return resp,
-        }
-    } else {
-        // GET opens the session's notification stream; DELETE is quick but not worth waiting on.
-        (req, Post::Streaming)
-    };
-    if post == Post::Streaming {
-        let Ok(mut resp) = next.oneshot(req).await;
-        if method == Method::DELETE && resp.status() == StatusCode::ACCEPTED {
-            // The session is gone once rmcp answers; clients (the Python SDK among them)
-            // expect 200 or 204 to a DELETE, and log a failure for rmcp's 202.
-            if let Some(id) = &session {
-                lock(&edge.owners).remove(id);
-            }
-            *resp.status_mut() = StatusCode::NO_CONTENT;
-        }
-        return resp;
+
+    /// Step 5: one of `max_concurrent_requests` permits, held until the request is answered.
+    fn permit(&self) -> Result<tokio::sync::OwnedSemaphorePermit, Response> {
+        self.concurrency.clone().try_acquire_owned().map_err(|_| {
+            refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                codes::INTERNAL_ERROR,
+                format!(
+                    "server busy: {} requests are already being handled (max_concurrent_requests)",
+                    self.limits.max_concurrent_requests
+                ),
+            )
+        })
     }
-    edge.inflight.fetch_add(1, Ordering::SeqCst);
-    let guard = InflightGuard(edge.clone());
-    let Ok(resp) = next.oneshot(req).await;
-    if post == Post::Initialize
-        && let Some(id) = resp
-            .headers()
-            .get("mcp-session-id")
-            .and_then(|v| v.to_str().ok())
-    {
-        // Bound before the client can learn the id: the answer has not left yet.
-        if let Err(e) = edge.bind(id, identity).await {
+
+    /// Step 6, the cap: an `initialize` outside a session may not open one more session than
+    /// `max_sessions`.
+    async fn within_session_cap(&self) -> Result<(), Response> {
+        let open = self.sessions.sessions.read().await.len();
+        if open >= self.limits.max_sessions {
+            return Err(refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                codes::INTERNAL_ERROR,
+                format!(
+                    "too many sessions: {open} are open, the limit is {} (max_sessions)",
+                    self.limits.max_sessions
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Step 7, after a stream: the DELETE of session `id` that rmcp accepted has ended it, so
+    /// its owner is forgotten, and rmcp's 202 goes out as 204 ([`http_answers::deleted`]).
+    fn deleted(&self, method: &Method, session: Option<&str>, mut resp: Response) -> Response {
+        if *method == Method::DELETE
+            && http_answers::deleted(&mut resp)
+            && let Some(id) = session
+        {
+            lock(&self.owners).remove(id);
+        }
+        resp
+    }
+
+    /// Step 7, after an `initialize`: the session it created (named in the `answer`'s
+    /// headers) is bound to its creator before the client can learn its id (the answer has not left yet); if that cannot be recorded,
+    /// the session is refused.
+    async fn bind_created(
+        &self,
+        answer: &http::HeaderMap,
+        identity: Identity,
+    ) -> Result<(), Response> {
+        let Some(id) = answer.get("mcp-session-id").and_then(|v| v.to_str().ok()) else {
+            return Ok(());
+        };
+        if let Err(e) = self.bind(id, identity).await {
             tracing::warn!(error = %e, "session refused");
-            if let Some((hub, _)) = &edge.cluster {
+            if let Some((hub, _)) = &self.cluster {
                 let _ = hub.delete(id).await;
             }
-            return refuse(StatusCode::SERVICE_UNAVAILABLE, -32603, e);
+            return Err(refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                codes::INTERNAL_ERROR,
+                e,
+            ));
         }
+        Ok(())
     }
-    // The request is in flight until its body (JSON or a per-request SSE stream) is done.
-    let (parts, body) = resp.into_parts();
-    let body = Body::new(body.map_frame(move |f| {
-        let _ = &guard;
-        f
-    }));
-    Response::from_parts(parts, body)
+
+    /// Step 7: the request counts as in flight (what shutdown waits for) until the guard's
+    /// [`InflightGuard::until_done`] lets it go.
+    fn in_flight(self: &Arc<Self>) -> InflightGuard {
+        self.inflight.fetch_add(1, Ordering::SeqCst);
+        InflightGuard(self.clone())
+    }
+}
+
+impl InflightGuard {
+    /// `resp`, in flight until its body (JSON or a per-request SSE stream) is done.
+    fn until_done(self, resp: Response) -> Response {
+        let (parts, body) = resp.into_parts();
+        let body = Body::new(body.map_frame(move |f| {
+            let _ = &self;
+            f
+        }));
+        Response::from_parts(parts, body)
+    }
 }
 
 /// What kind of POST a request is, as far as the edge cares.
@@ -466,97 +575,90 @@ enum Post {
     Request,
 }
 
-/// Buffer a POST body within the size and time limits and look at its JSON-RPC method: an
-/// `initialize` may not exceed the session cap, and a `subscriptions/listen` is a stream,
-/// not a request that shutdown should wait for. A scoped caller's listen filter loses the
-/// URIs of mounts it may not see.
-async fn inspect_post(
-    edge: &Arc<Edge>,
-    req: Request,
-    has_session: bool,
-) -> Result<(Request, Post), Response> {
-    let (parts, body) = req.into_parts();
-    let limit = edge.limits.max_body_bytes;
-    let timeout = edge.limits.body_timeout;
-    let read = http_body_util::Limited::new(body, limit).collect();
-    let bytes = match tokio::time::timeout(timeout, read).await {
-        Ok(Ok(c)) => c.to_bytes(),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
-            return Err(refuse(
+impl Edge {
+    /// Step 6, the body: a POST's body read whole within the size and time limits, and its
+    /// JSON-RPC method looked at: what kind of POST it is, and for a scoped caller's
+    /// `subscriptions/listen`, a filter without the URIs of mounts it may not see.
+    async fn whole_body(
+        &self,
+        req: Request,
+        has_session: bool,
+    ) -> Result<(Request, Post), Response> {
+        let (mut parts, body) = req.into_parts();
+        let bytes = self.read_body(body).await?;
+        let kind = match method_of(&bytes).as_deref() {
+            Some("initialize") if !has_session => Post::Initialize,
+            Some("subscriptions/listen") => Post::Streaming,
+            _ => Post::Request,
+        };
+        let bytes = match (kind, parts.extensions.get::<Grant>()) {
+            (Post::Streaming, Some(grant)) => {
+                match super::auth::hide_subscriptions(&bytes, &self.router, grant) {
+                    Some(rewritten) => bytes::Bytes::from(rewritten),
+                    None => bytes,
+                }
+            }
+            _ => bytes,
+        };
+        // The body is whole now: say so. A chunked request keeps no `Transfer-Encoding` past
+        // this point, so the layers behind see a body of known length and check it as they
+        // check any other (a malformed chunked body got rmcp's bare 415 instead of a JSON-RPC
+        // error).
+        parts.headers.remove(http::header::TRANSFER_ENCODING);
+        parts
+            .headers
+            .insert(http::header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+        // The direct read path takes the bytes from here rather than collecting the body again.
+        parts.extensions.insert(WholeBody(bytes.clone()));
+        Ok((Request::from_parts(parts, Body::from(bytes)), kind))
+    }
+
+    /// `body`, at most `max_body_bytes` of it, arrived within `body_timeout`.
+    async fn read_body(&self, body: Body) -> Result<bytes::Bytes, Response> {
+        let limit = self.limits.max_body_bytes;
+        let timeout = self.limits.body_timeout;
+        let read = http_body_util::Limited::new(body, limit).collect();
+        match tokio::time::timeout(timeout, read).await {
+            Ok(Ok(c)) => Ok(c.to_bytes()),
+            Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(refuse(
                 StatusCode::PAYLOAD_TOO_LARGE,
-                -32600,
+                codes::INVALID_REQUEST,
                 format!("request body is larger than the limit of {limit} bytes (max_body_bytes)"),
-            ));
-        }
-        Ok(Err(e)) => {
-            return Err(refuse(
+            )),
+            Ok(Err(e)) => Err(refuse(
                 StatusCode::BAD_REQUEST,
-                -32600,
+                codes::INVALID_REQUEST,
                 format!("cannot read the request body: {e}"),
-            ));
+            )),
+            Err(_) => {
+                let mut r = refuse(
+                    StatusCode::REQUEST_TIMEOUT,
+                    codes::INVALID_REQUEST,
+                    format!(
+                        "the request body did not arrive within {} ms (body_timeout_ms)",
+                        timeout.as_millis()
+                    ),
+                );
+                // The rest of the body may still be on its way; the connection cannot be reused.
+                r.headers_mut()
+                    .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+                Err(r)
+            }
         }
-        Err(_) => {
-            let mut r = refuse(
-                StatusCode::REQUEST_TIMEOUT,
-                -32600,
-                format!(
-                    "the request body did not arrive within {} ms (body_timeout_ms)",
-                    timeout.as_millis()
-                ),
-            );
-            // The rest of the body may still be on its way; the connection cannot be reused.
-            r.headers_mut()
-                .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
-            return Err(r);
-        }
-    };
+    }
+}
+
+/// The JSON-RPC method a body names, if it is an object with a string `method`.
+fn method_of(bytes: &[u8]) -> Option<String> {
     #[derive(serde::Deserialize)]
     struct Peek<'a> {
         #[serde(borrow)]
         method: Option<std::borrow::Cow<'a, str>>,
     }
-    let method = serde_json::from_slice::<Peek<'_>>(&bytes)
+    serde_json::from_slice::<Peek<'_>>(bytes)
         .ok()
         .and_then(|p| p.method)
-        .map(|m| m.into_owned());
-    let kind = match method.as_deref() {
-        Some("initialize") if !has_session => Post::Initialize,
-        Some("subscriptions/listen") => Post::Streaming,
-        _ => Post::Request,
-    };
-    if kind == Post::Initialize {
-        let open = edge.sessions.sessions.read().await.len();
-        if open >= edge.limits.max_sessions {
-            return Err(refuse(
-                StatusCode::SERVICE_UNAVAILABLE,
-                -32603,
-                format!(
-                    "too many sessions: {open} are open, the limit is {} (max_sessions)",
-                    edge.limits.max_sessions
-                ),
-            ));
-        }
-    }
-    let bytes = match (kind, parts.extensions.get::<Grant>()) {
-        (Post::Streaming, Some(grant)) => {
-            match super::auth::hide_subscriptions(&bytes, &edge.router, grant) {
-                Some(rewritten) => bytes::Bytes::from(rewritten),
-                None => bytes,
-            }
-        }
-        _ => bytes,
-    };
-    // The body is whole now: say so. A chunked request keeps no `Transfer-Encoding` past this
-    // point, so the layers behind see a body of known length and check it as they check any
-    // other (a malformed chunked body got rmcp's bare 415 instead of a JSON-RPC error).
-    let mut parts = parts;
-    parts.headers.remove(http::header::TRANSFER_ENCODING);
-    parts
-        .headers
-        .insert(http::header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
-    // The direct read path takes the bytes from here rather than collecting the body again.
-    parts.extensions.insert(WholeBody(bytes.clone()));
-    Ok((Request::from_parts(parts, Body::from(bytes)), kind))
+        .map(|m| m.into_owned())
 }
 
 /// The request body the edge has already read whole, as the body it passes on holds it.
@@ -580,22 +682,14 @@ pub async fn ops_gate(State(gate): State<Arc<OpsGate>>, req: Request, next: Next
         .is_some_and(|h| gate.allowed_hosts.allows(h) || is_ip_literal(h))
         || gate.allowed_hosts.accepts_any();
     if !host_ok {
-        return (
-            StatusCode::FORBIDDEN,
-            "Forbidden: Host header is not allowed",
-        )
-            .into_response();
+        return http_answers::host_not_allowed();
     }
     if let Some(origin) = req.headers().get(http::header::ORIGIN)
         && !origin
             .to_str()
             .is_ok_and(|o| origin_allowed(o, &gate.allowed_origins))
     {
-        return (
-            StatusCode::FORBIDDEN,
-            "Forbidden: Origin header is not allowed",
-        )
-            .into_response();
+        return http_answers::origin_not_allowed();
     }
     next.run(req).await
 }
@@ -636,68 +730,9 @@ fn is_ip_literal(host: &str) -> bool {
     })
 }
 
-/// Whether `origin` matches an entry of `allowed` the way rmcp matches them: scheme and host
-/// (case aside), and the port when the entry names one (`:*` for any). An empty list allows
-/// no Origin at all.
-fn origin_allowed(origin: &str, allowed: &[String]) -> bool {
-    fn parts(value: &str) -> Option<(String, String, Option<u16>)> {
-        let uri = http::Uri::try_from(value.trim()).ok()?;
-        let scheme = uri.scheme_str()?.to_ascii_lowercase();
-        let authority = uri.authority()?;
-        let host = authority
-            .host()
-            .trim_matches(['[', ']'])
-            .to_ascii_lowercase();
-        Some((scheme, host, authority.port_u16()))
-    }
-    let default_port = |scheme: &str| match scheme {
-        "http" => Some(80),
-        "https" => Some(443),
-        _ => None,
-    };
-    if origin.trim().eq_ignore_ascii_case("null") {
-        return allowed
-            .iter()
-            .any(|a| a.trim().eq_ignore_ascii_case("null"));
-    }
-    let Some((scheme, host, port)) = parts(origin) else {
-        return false;
-    };
-    allowed.iter().any(|entry| {
-        let (entry, any_port) = match entry.trim().strip_suffix(":*") {
-            Some(base) => (base, true),
-            None => (entry.trim(), false),
-        };
-        let Some((a_scheme, a_host, a_port)) = parts(entry) else {
-            return false;
-        };
-        a_scheme == scheme
-            && a_host == host
-            && (any_port
-                || a_port.is_none_or(|p| port.or_else(|| default_port(&scheme)) == Some(p)))
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn origins_match_as_rmcp_matches_them() {
-        let list: Vec<String> = ["http://localhost:*", "https://app.example:8443", "null"]
-            .iter()
-            .map(|s| (*s).to_owned())
-            .collect();
-        assert!(origin_allowed("http://localhost:3000", &list));
-        assert!(origin_allowed("HTTP://LOCALHOST", &list));
-        assert!(origin_allowed("https://app.example:8443", &list));
-        assert!(origin_allowed("null", &list));
-        assert!(!origin_allowed("https://app.example", &list));
-        assert!(!origin_allowed("https://localhost:3000", &list));
-        assert!(!origin_allowed("http://evil.example", &list));
-        assert!(!origin_allowed("garbage", &list));
-        assert!(!origin_allowed("http://localhost:3000", &[]));
-    }
 
     #[test]
     fn ip_literal_hosts() {

@@ -7,6 +7,7 @@ mod config;
 mod direct;
 mod edge;
 mod hub;
+mod in_place;
 mod jwt;
 mod roaming;
 mod sessions;
@@ -235,6 +236,14 @@ pub async fn serve(
             answered: direct_reads.clone(),
             shutdown: streams.child_token(),
             grace_over: state.reads_cut.child_token(),
+            in_place: Some(
+                in_place::InPlaceReads::start(
+                    in_place::readers(),
+                    state.settings.request_timeout,
+                    tokio::runtime::Handle::current(),
+                )
+                .map_err(|e| format!("cannot start the threads for reads in place: {e}"))?,
+            ),
         },
     );
 
@@ -538,6 +547,24 @@ async fn metrics(State(ops): State<Arc<Ops>>, headers: http::HeaderMap) -> Respo
                 "mcp_cluster_watcher{{mount=\"{}\"}} {}",
                 crate::metrics::escape_label(mount),
                 u8::from(*held)
+            );
+        }
+        out.push_str("# HELP mcp_cluster_standalone_watches Subscriptions of the mount this replica watches by itself because it is cut off from NATS or its clock is off (0: the cluster's watcher serves them).\n# TYPE mcp_cluster_standalone_watches gauge\n");
+        for (mount, n) in cluster
+            .standalone
+            .iter()
+            .filter(|(mount, _)| visible().any(|m| &*m.name == mount.as_str()))
+        {
+            let _ = writeln!(
+                out,
+                "mcp_cluster_standalone_watches{{mount=\"{}\"}} {n}",
+                crate::metrics::escape_label(mount),
+            );
+        }
+        if let Some(offset) = cluster.clock_offset_ms {
+            let _ = write!(
+                out,
+                "# HELP mcp_cluster_clock_offset_ms How far this replica's clock is from the NATS server's, as last measured (positive: ahead).\n# TYPE mcp_cluster_clock_offset_ms gauge\nmcp_cluster_clock_offset_ms {offset}\n"
             );
         }
         out.push_str("# HELP mcp_cluster_rejected_total Messages and records from NATS dropped because they do not verify with the cluster's secret, by kind.\n# TYPE mcp_cluster_rejected_total counter\n");

@@ -1,13 +1,54 @@
-//! The HTTP direct path's mirror of rmcp's streamable HTTP service: the header checks it
-//! makes before it takes a request (Host allow-list, `Content-Type`, `Accept` with its
-//! weights) and the status it gives a stateless answer. The direct path takes a request only
-//! when each of these says rmcp would accept it.
+//! The mirror of the checks rmcp's streamable HTTP service makes before it takes a request
+//! (Host allow-list, Origin allow-list, `Content-Type`, `Accept` with its weights, the
+//! 2026-07-28 headers) and of the status it gives a stateless answer. The direct read path
+//! takes a request only when [`direct_read_len`] says rmcp would accept it; the operational
+//! endpoints apply the same Host and Origin checks.
+//!
+//! Paired with rmcp by the tests below and by `tests/http_direct.rs`, which sends the same
+//! requests through the direct path and through rmcp and compares the answers byte for byte.
 
-use http::{HeaderMap, HeaderValue, StatusCode, header};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use rmcp::model::{ErrorCode, JsonRpcMessage, ServerJsonRpcMessage};
 
 pub(crate) const JSON: &str = "application/json";
 const EVENT_STREAM: &str = "text/event-stream";
+const PROTOCOL_VERSION: &str = "2026-07-28";
+const READ: &str = "resources/read";
+// Named once: a lookup by `HeaderName` hashes it as it is, where a `&str` is parsed first.
+pub(crate) const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+pub(crate) const MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
+pub(crate) const MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
+const MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
+const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
+
+/// The body length when `method` and `headers` are those of a stateless 2026-07-28
+/// `resources/read` that rmcp would accept (allowed `Host`, no `Origin`, JSON in and JSON
+/// and SSE accepted, the protocol version, `Mcp-Method` and `Mcp-Name` headers, a body of
+/// known length within `max_body_bytes`), so the direct path may take it; `None` leaves
+/// the request to rmcp.
+pub(crate) fn direct_read_len(
+    method: &Method,
+    headers: &HeaderMap,
+    allowed_hosts: &AllowedHosts,
+    max_body_bytes: usize,
+) -> Option<usize> {
+    if method != Method::POST
+        || headers.contains_key(header::ORIGIN)
+        || headers.contains_key(header::TRANSFER_ENCODING)
+        || headers.contains_key(MCP_SESSION_ID)
+        || headers.contains_key(LAST_EVENT_ID)
+        || sole(headers, MCP_PROTOCOL_VERSION)? != PROTOCOL_VERSION
+        || sole(headers, MCP_METHOD)? != READ
+        || sole(headers, MCP_NAME)?.starts_with("=?")
+        || !allowed_hosts.allows(sole(headers, header::HOST)?)
+        || !content_type_is_json(sole(headers, header::CONTENT_TYPE)?)
+        || !accepts_json_and_sse(headers)?
+    {
+        return None;
+    }
+    let len: usize = sole(headers, header::CONTENT_LENGTH)?.parse().ok()?;
+    (len <= max_body_bytes).then_some(len)
+}
 
 /// The HTTP status rmcp gives a stateless answer whose request `_meta` was well formed.
 pub(crate) fn status_of(message: &ServerJsonRpcMessage) -> StatusCode {
@@ -83,6 +124,48 @@ impl AllowedHosts {
     }
 }
 
+/// Whether `origin` (an Origin header) matches an entry of `allowed` the way rmcp matches them: scheme and host
+/// (case aside), and the port when the entry names one (`:*` for any). An empty list allows
+/// no Origin at all.
+pub(crate) fn origin_allowed(origin: &str, allowed: &[String]) -> bool {
+    fn parts(value: &str) -> Option<(String, String, Option<u16>)> {
+        let uri = http::Uri::try_from(value.trim()).ok()?;
+        let scheme = uri.scheme_str()?.to_ascii_lowercase();
+        let authority = uri.authority()?;
+        let host = authority
+            .host()
+            .trim_matches(['[', ']'])
+            .to_ascii_lowercase();
+        Some((scheme, host, authority.port_u16()))
+    }
+    let default_port = |scheme: &str| match scheme {
+        "http" => Some(80),
+        "https" => Some(443),
+        _ => None,
+    };
+    if origin.trim().eq_ignore_ascii_case("null") {
+        return allowed
+            .iter()
+            .any(|a| a.trim().eq_ignore_ascii_case("null"));
+    }
+    let Some((scheme, host, port)) = parts(origin) else {
+        return false;
+    };
+    allowed.iter().any(|entry| {
+        let (entry, any_port) = match entry.trim().strip_suffix(":*") {
+            Some(base) => (base, true),
+            None => (entry.trim(), false),
+        };
+        let Some((a_scheme, a_host, a_port)) = parts(entry) else {
+            return false;
+        };
+        a_scheme == scheme
+            && a_host == host
+            && (any_port
+                || a_port.is_none_or(|p| port.or_else(|| default_port(&scheme)) == Some(p)))
+    })
+}
+
 fn normalize(host: &str) -> String {
     host.trim_matches('[')
         .trim_matches(']')
@@ -152,6 +235,23 @@ mod tests {
     }
 
     #[test]
+    fn origins_match_as_rmcp_matches_them() {
+        let list: Vec<String> = ["http://localhost:*", "https://app.example:8443", "null"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+        assert!(origin_allowed("http://localhost:3000", &list));
+        assert!(origin_allowed("HTTP://LOCALHOST", &list));
+        assert!(origin_allowed("https://app.example:8443", &list));
+        assert!(origin_allowed("null", &list));
+        assert!(!origin_allowed("https://app.example", &list));
+        assert!(!origin_allowed("https://localhost:3000", &list));
+        assert!(!origin_allowed("http://evil.example", &list));
+        assert!(!origin_allowed("garbage", &list));
+        assert!(!origin_allowed("http://localhost:3000", &[]));
+    }
+
+    #[test]
     fn host_check_matches_rmcps() {
         let list = |l: &[&str]| l.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
         assert!(host_allowed("LOCALHOST:1", &list(&["localhost"])));
@@ -185,5 +285,62 @@ mod tests {
             Some(true)
         );
         assert_eq!(accepts_json_and_sse(&h("*/*")), Some(false));
+    }
+
+    const GOOD: &[(&str, &str)] = &[
+        ("host", "127.0.0.1:8080"),
+        ("content-type", "application/json"),
+        ("accept", "application/json, text/event-stream"),
+        ("content-length", "100"),
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "resources/read"),
+        ("mcp-name", "file:///a"),
+    ];
+
+    fn eligible(method: &Method, headers: &HeaderMap, hosts: &AllowedHosts) -> Option<usize> {
+        direct_read_len(method, headers, hosts, 1000)
+    }
+
+    #[test]
+    fn only_reads_rmcp_would_accept_are_taken_directly() {
+        let s = AllowedHosts::new(&["localhost".into(), "127.0.0.1".into(), "::1".into()]);
+        assert_eq!(eligible(&Method::POST, &headers(GOOD), &s), Some(100));
+        assert_eq!(eligible(&Method::GET, &headers(GOOD), &s), None);
+        // Each of these changes one thing that rmcp checks, so rmcp must answer.
+        let changes: &[(&str, Option<&str>)] = &[
+            ("host", Some("evil.example")),
+            ("host", None),
+            ("origin", Some("http://localhost:3000")),
+            ("content-type", Some("text/plain")),
+            ("accept", Some("application/json")),
+            ("accept", Some("application/json, text/event-stream;q=0")),
+            ("accept", Some("application/json;x=\"a,text/event-stream\"")),
+            ("content-length", Some("1001")),
+            ("content-length", None),
+            ("mcp-protocol-version", Some("2025-11-25")),
+            ("mcp-protocol-version", None),
+            ("mcp-method", Some("resources/list")),
+            ("mcp-method", None),
+            ("mcp-name", None),
+            ("mcp-name", Some("=?base64?ZmlsZTovLy9h?=")),
+            ("mcp-session-id", Some("abc")),
+            ("transfer-encoding", Some("chunked")),
+        ];
+        for (name, value) in changes {
+            let mut h: Vec<(&str, &str)> =
+                GOOD.iter().filter(|(k, _)| k != name).copied().collect();
+            if let Some(v) = value {
+                h.push((name, v));
+            }
+            assert_eq!(
+                eligible(&Method::POST, &headers(&h), &s),
+                None,
+                "{name}: {value:?}"
+            );
+        }
+        // A repeated header is rmcp's to refuse.
+        let mut h = GOOD.to_vec();
+        h.push(("mcp-method", "resources/read"));
+        assert_eq!(eligible(&Method::POST, &headers(&h), &s), None);
     }
 }

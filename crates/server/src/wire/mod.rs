@@ -10,21 +10,29 @@
 //!   drops, refuses with a bare HTTP error, or misreads;
 //! - [`lifecycle`]: the stdio direct path's mirror of rmcp's handshake (which session rmcp
 //!   opened, and so which reads it would only hand to the handler);
-//! - [`http_checks`]: the HTTP direct path's mirror of the checks rmcp's streamable HTTP
-//!   service makes before it takes a request, and the status it answers with;
+//! - [`http_checks`]: the checks rmcp's streamable HTTP service makes before it takes a
+//!   request (Host, Origin, content types, the 2026-07-28 headers) and the status it
+//!   answers with: what the HTTP direct path and the operational endpoints check;
+//! - [`http_answers`]: rmcp's HTTP answers word for word, for the edge and the direct path
+//!   answering in its place, and the rewrite of its 202 to a DELETE;
+//! - [`codes`]: the JSON-RPC error codes answered outside rmcp's dispatch;
 //! - [`era`]: what rmcp's dispatch does to an answer per protocol era;
 //! - [`notify`]: the notification of a change, written once for every path that sends one.
 //!
 //! On an rmcp upgrade, re-check this folder: run its tests (they compare with rmcp), the
-//! pairing tests of both direct paths against rmcp (`tests/stdio_direct.rs`,
-//! `tests/http_direct.rs`), and read rmcp's changes to its codec
+//! pairing tests of both direct paths and of the HTTP edge against rmcp
+//! (`tests/stdio_direct.rs`, `tests/http_direct.rs`, `tests/sessions.rs`,
+//! `tests/http_hardening.rs`), and read rmcp's changes to its codec
 //! (`transport/async_rw.rs`), its handshake and dispatch (`service/server.rs`,
-//! `handler/server.rs`), its streamable HTTP checks (`transport/streamable_http_server`)
+//! `handler/server.rs`), its streamable HTTP checks and answers
+//! (`transport/streamable_http_server`)
 //! and the request types' `Deserialize` (`model.rs`) against the parts above.
 
+pub(crate) mod codes;
 pub(crate) mod decode;
 pub(crate) mod encode;
 pub(crate) mod era;
+pub(crate) mod http_answers;
 pub(crate) mod http_checks;
 pub(crate) mod lifecycle;
 pub(crate) mod notify;
