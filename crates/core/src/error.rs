@@ -86,7 +86,7 @@ impl Error {
     /// The one "too large" error, whichever provider or layer refuses: `what` (of resource
     /// `uri`) is more than `limit`. The message always reads
     /// `{uri}: {what} is [{size} {unit}, ]more than the limit of {value} {unit} ({setting})`,
-    /// then `; {hint}` when there is one (how to ask for less); the details are always
+    /// then `; {hint}` when there is one (what to ask instead, or what was done); the details are always
     /// `limit` and `setting`, and `size` when it is known. Nothing else builds a
     /// [`ErrorKind::TooLarge`], so a client sees one shape and one JSON-RPC code for it.
     pub fn too_large(
