@@ -40,6 +40,7 @@ use tokio_util::sync::CancellationToken;
 use crate::McpHandler;
 use crate::grant::Grant;
 use crate::http::edge::WholeBody;
+use crate::wire::era::Era;
 use crate::wire::http_checks::{
     AllowedHosts, JSON, accepts_json_and_sse, content_type_is_json, sole, status_of,
 };
@@ -248,7 +249,10 @@ impl<M: SessionManager> DirectRead<M> {
         let grant = parts.extensions.get::<Grant>();
         let id = request.id;
         // Most reads (a small file) are done in place, without a future.
-        let answer = match self.handler.read_answer_now(&read.params, grant, &id, true) {
+        let answer = match self
+            .handler
+            .read_answer_now(&read.params, grant, &id, Era::Modern)
+        {
             Some(answer) => answer,
             None => match self.read_later(read.params, grant, id).await {
                 Ok(answer) => answer,
@@ -283,7 +287,7 @@ impl<M: SessionManager> DirectRead<M> {
         grant: Option<&Grant>,
         id: RequestId,
     ) -> Result<Result<std::io::Result<Vec<u8>>, ServerJsonRpcMessage>, Response> {
-        let read = self.handler.read_answer_as(params, grant, id, true);
+        let read = self.handler.read_answer_as(params, grant, id, Era::Modern);
         tokio::select! {
             answer = read => Ok(answer),
             // The words rmcp answers a stateless request with when shutdown cuts it off.

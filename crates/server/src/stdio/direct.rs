@@ -24,6 +24,7 @@ use super::writer::Queue;
 use crate::McpHandler;
 use crate::handler::ReadAnswer;
 use crate::wire::encode::to_json;
+use crate::wire::era::Era;
 use crate::wire::lifecycle::Lifecycle;
 
 /// The direct path's state, shared by the reader threads and the transport.
@@ -78,13 +79,13 @@ impl Direct {
         {
             self.waiting.cancel(id);
         }
-        let (id, params, modern) = match msg {
+        let (id, params, era) = match msg {
             JsonRpcMessage::Request(JsonRpcRequest {
                 id,
                 request: ClientRequest::ReadResourceRequest(read),
                 ..
             }) => match lifecycle.era(read.extensions.get::<RequestMetaObject>()) {
-                Some(modern) => (id, read.params, modern),
+                Some(era) => (id, read.params, era),
                 None => {
                     return Directly::Rmcp(JsonRpcMessage::Request(JsonRpcRequest {
                         jsonrpc: JsonRpcVersion2_0,
@@ -106,7 +107,7 @@ impl Direct {
             handler,
             params,
             id,
-            modern,
+            era,
         })
     }
 
@@ -130,16 +131,13 @@ impl Direct {
             handler,
             params,
             id,
-            modern,
+            era,
         } = read;
         let answer_id = id.clone();
-        let mut read = Box::pin(async move {
-            line_of(
-                handler
-                    .read_answer_as(params, None, answer_id, modern)
-                    .await,
-            )
-        });
+        let mut read =
+            Box::pin(
+                async move { line_of(handler.read_answer_as(params, None, answer_id, era).await) },
+            );
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         if let Poll::Ready(answer) = read.as_mut().poll(&mut cx) {
             deliver(answer, out, batch);
@@ -187,14 +185,14 @@ pub(super) struct NowRead {
     handler: Arc<McpHandler>,
     pub(super) params: ReadResourceRequestParams,
     pub(super) id: RequestId,
-    pub(super) modern: bool,
+    pub(super) era: Era,
 }
 
 impl NowRead {
     /// The read done in place, if it can be ([`McpHandler::read_answer_now`]).
     pub(super) fn now(&self) -> ReadAnswer {
         self.handler
-            .read_answer_now(&self.params, None, &self.id, self.modern)
+            .read_answer_now(&self.params, None, &self.id, self.era)
     }
 }
 

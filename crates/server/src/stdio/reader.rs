@@ -19,6 +19,7 @@ use super::direct::{Direct, Directly, line_of};
 use super::framing::Lines;
 use super::writer::{Output, Queue, WeakQueue, ready};
 use super::{BATCH_BYTES, BATCH_ROOM, Ending, READ_CHUNK};
+use crate::wire::era::Era;
 
 /// Reads what `fd` has into the spare room of `scratch` (cleared first), waiting when the
 /// descriptor is non-blocking and empty; 0 at the end of input.
@@ -61,7 +62,7 @@ struct ReaderState {
     /// replaced), which ends the stream once every message is taken.
     to_rmcp: Option<mpsc::Sender<RxJsonRpcMessage<RoleServer>>>,
     /// The read in place now: its id, URI and era, for the watchdog's answer.
-    current: Option<(RequestId, String, bool)>,
+    current: Option<(RequestId, String, Era)>,
 }
 
 /// The reader thread's reads in place, watched: a read in place runs before any timer (see
@@ -242,7 +243,7 @@ impl Reader {
                     }
                     Directly::Dropped => {}
                     Directly::Now(read) => {
-                        st.current = Some((read.id.clone(), read.params.uri.clone(), read.modern));
+                        st.current = Some((read.id.clone(), read.params.uri.clone(), read.era));
                         let turn = self.in_place.enter();
                         drop(guard);
                         let answer = read.now();
@@ -323,12 +324,12 @@ impl Reader {
             }
             // The stuck thread holds no lock, and will not touch the state again.
             let current = lock(&self.state).current.take();
-            if let (Some((id, uri, modern)), Some(out)) = (current, self.out.upgrade()) {
+            if let (Some((id, uri, era)), Some(out)) = (current, self.out.upgrade()) {
                 tracing::warn!(%id, %uri, "a read in place hung past the request timeout; \
                     answered with the timeout error, and stdin is read on by a new thread");
                 let e = crate::layers::timed_out(timeout, Some(&uri));
                 let message =
-                    crate::wire::era::read_message(Err(crate::errors::to_mcp_error(e)), id, modern);
+                    crate::wire::era::read_message(Err(crate::errors::to_mcp_error(e)), id, era);
                 if let Some(line) = line_of(Err(message)) {
                     let _ = out.send(line);
                 }
