@@ -31,9 +31,10 @@ use std::time::Duration;
 
 use futures::StreamExt as _;
 use mcpr_core::{
-    ChangeBus, ChangeEvent, ChangeSink, ClusterStatus, Error, ErrorKind, Provider, ResourceUri,
-    Result, WatchGuard, Watching,
+    ChangeBus, ChangeEvent, ChangeSink, ClusterStatus, Error, ErrorKind, LocalWatching, Provider,
+    ResourceUri, Result, WatchGuard, Watching,
 };
+use mcpr_server::{Layered, Mount};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -46,17 +47,16 @@ const CHUNK_BYTES: usize = 512 * 1024;
 
 /// One mount as the cluster sees it.
 pub struct ClusterMount {
-    /// The mount's name on the change bus.
-    pub name: String,
-    /// Its provider.
-    pub provider: Arc<dyn Provider>,
+    /// The server's mount (its name on the change bus, its provider and the count of calls
+    /// made to it): the watcher calls the provider through the server's layer with it.
+    pub mount: Mount,
     /// Whether every replica sees the same source (watched once per cluster).
     pub shared: bool,
 }
 
 /// A shared mount's state on this replica.
 struct Shared {
-    provider: Arc<dyn Provider>,
+    mount: Mount,
     token: String,
     /// What this replica's clients watch, with how many guards hold each.
     interests: Mutex<HashMap<ChangeEvent, usize>>,
@@ -156,18 +156,18 @@ pub async fn join(
     let local: HashSet<String> = mounts
         .iter()
         .filter(|m| !m.shared)
-        .map(|m| m.name.clone())
+        .map(|m| m.mount.name.to_string())
         .collect();
     let bus = crate::NatsBus::new(client.clone(), seal.clone(), &cfg.name, local);
     let shared = mounts
         .into_iter()
         .filter(|m| m.shared)
         .map(|m| {
-            let token = crate::token(&m.name, 8);
+            let token = crate::token(&m.mount.name, 8);
             (
-                m.name,
+                m.mount.name.to_string(),
                 Shared {
-                    provider: m.provider,
+                    mount: m.mount,
                     token,
                     interests: Mutex::new(HashMap::new()),
                     held: AtomicBool::new(false),
@@ -869,30 +869,28 @@ fn over_budget(max: usize) -> Error {
 
 /// Start the provider's watch of `topic`, publishing on the cluster's bus.
 ///
-/// Bounded by the lease TTL: the watcher of a mount handles one interest at a time, so a
-/// source slow to start a watch (the http provider fetches the upstream first) would hold
-/// every other interest in the mount, and the lease's loss, behind it. The requester waits
-/// a TTL and two seconds, so it hears this timeout rather than its own.
+/// Through the server's layer ([`Layered`]), as this replica's own watches are: a mount
+/// that does not declare watching is refused, and the call is counted in
+/// `mcp_provider_calls_total`. Bounded by the lease TTL rather than the request timeout: the
+/// watcher of a mount handles one interest at a time, so a source slow to start a watch
+/// (the http provider fetches the upstream first) would hold every other interest in the
+/// mount, and the lease's loss, behind it. The requester waits a TTL and two seconds, so it
+/// hears this timeout rather than its own.
 async fn start(i: &Inner, mount: &str, topic: &ChangeEvent) -> Result<WatchGuard> {
-    let provider = &i.shared[mount].provider;
+    let layered = Layered::bounded_by(
+        &i.shared[mount].mount,
+        i.cfg.lease_ttl,
+        "the cluster's lease_ttl_ms",
+    );
     let sink = ChangeSink::new(i.bus.clone(), mount.to_owned());
-    let limit = i.cfg.lease_ttl;
-    let started = tokio::time::timeout(limit, async {
-        match topic {
-            ChangeEvent::Updated { uri } => provider.watch(&ResourceUri::parse(uri)?, sink).await,
-            ChangeEvent::ListChanged { .. } => provider.watch_list(sink).await,
+    match topic {
+        ChangeEvent::Updated { uri } => {
+            layered
+                .watch(&LocalWatching, &ResourceUri::parse(uri)?, sink)
+                .await
         }
-    })
-    .await;
-    started.unwrap_or_else(|_| {
-        Err(Error::new(
-            ErrorKind::Timeout,
-            format!(
-                "the mount's source did not start the watch within {} ms (the cluster's lease_ttl_ms); try again",
-                limit.as_millis()
-            ),
-        ))
-    })
+        ChangeEvent::ListChanged { .. } => layered.watch_list(&LocalWatching, sink).await,
+    }
 }
 
 /// [`start`] for a replayed interest nobody here watched: this replica is taking the mount
