@@ -1,55 +1,18 @@
 //! The stdio transport's line decoder on any bytes: every line becomes a message for rmcp or
 //! a JSON-RPC error answer, never a panic or a hang, and everything the transport writes
 //! itself is one JSON-RPC error object per line. Lines are capped at 512 bytes here, so the
-//! over-long-line path (a line split across reads, discarded to its newline) runs too.
+//! over-long-line path (a line split across reads, discarded to its newline) runs too. The
+//! transport reads a real pipe, as it reads stdin; the input is written to it whole or in
+//! writes of at most 7 bytes, so lines arrive split.
 
 #![no_main]
 
-use std::io;
-use std::pin::Pin;
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
 
 use libfuzzer_sys::fuzz_target;
 use mcpr_server::stdio::StdioTransport;
 use rmcp::transport::Transport as _;
-
-/// Collects what the transport writes.
-#[derive(Clone, Default)]
-struct Sink(Arc<Mutex<Vec<u8>>>);
-
-impl tokio::io::AsyncWrite for Sink {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        self.0.lock().expect("sink").extend_from_slice(buf);
-        Poll::Ready(Ok(buf.len()))
-    }
-    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-}
-
-/// Hands the input over in reads of at most 7 bytes, so lines arrive split.
-struct Trickle<'a>(&'a [u8]);
-
-impl tokio::io::AsyncRead for Trickle<'_> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let n = self.0.len().min(7).min(buf.remaining());
-        buf.put_slice(&self.0[..n]);
-        self.0 = &self.0[n..];
-        Poll::Ready(Ok(()))
-    }
-}
 
 /// No rmcp answers the requests handed over here, so the end of input does not wait for them.
 const NO_DRAIN: std::time::Duration = std::time::Duration::ZERO;
@@ -70,31 +33,38 @@ fuzz_target!(|data: &[u8]| {
         Some((b, rest)) => (b & 1 == 1, rest),
         None => (false, data),
     };
-    let sink = Sink::default();
+    let (server_r, mut client_w) = std::io::pipe().expect("a pipe");
+    let (mut client_r, server_w) = std::io::pipe().expect("a pipe");
+    let input_copy = input.to_vec();
+    let writer = std::thread::spawn(move || {
+        let step = if trickle { 7 } else { input_copy.len().max(1) };
+        for chunk in input_copy.chunks(step) {
+            // The transport stops reading only when it is closed: a failed write ends this.
+            if client_w.write_all(chunk).is_err() {
+                return;
+            }
+        }
+    });
+    let collector = std::thread::spawn(move || {
+        let mut out = Vec::new();
+        client_r.read_to_end(&mut out).expect("read the output");
+        out
+    });
     let handed = runtime().block_on(async {
         let mut handed = 0usize;
-        if trickle {
-            let mut t = StdioTransport::new(Trickle(input), sink.clone())
-                .with_max_line_length(512)
-                .with_eof_drain(NO_DRAIN);
-            while t.receive().await.is_some() {
-                handed += 1;
-            }
-            t.close().await.expect("close");
-        } else {
-            let mut t = StdioTransport::new(input, sink.clone())
-                .with_max_line_length(512)
-                .with_eof_drain(NO_DRAIN);
-            while t.receive().await.is_some() {
-                handed += 1;
-            }
-            t.close().await.expect("close");
+        let mut t = StdioTransport::on_threads(OwnedFd::from(server_r), OwnedFd::from(server_w))
+            .with_max_line_length(512)
+            .with_eof_drain(NO_DRAIN);
+        while t.receive().await.is_some() {
+            handed += 1;
         }
+        t.close().await.expect("close");
         handed
     });
+    writer.join().expect("the writer");
+    let out = collector.join().expect("the collector");
     let lines = input.iter().filter(|&&b| b == b'\n').count();
     assert!(handed <= lines, "{handed} messages from {lines} lines");
-    let out = sink.0.lock().expect("sink").clone();
     for line in out.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
         let v: serde_json::Value = serde_json::from_slice(line).unwrap_or_else(|e| {
             panic!(

@@ -14,7 +14,7 @@ use std::io::{BufRead, Write};
 use base64::Engine as _;
 
 /// The capacity asked for the stdout pipe: what `mcp-resources` asks for its own
-/// (`crates/server/src/stdio.rs`, `PIPE_BYTES`), so both push the answer through the same pipe.
+/// (`crates/server/src/stdio/mod.rs`, `PIPE_BYTES`), so both push the answer through the same pipe.
 const PIPE_BYTES: usize = 1 << 20;
 
 /// The MIME type our server gives a `.bin` file of random bytes.

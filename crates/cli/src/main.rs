@@ -342,8 +342,11 @@ fn serve(
         for (p, scope) in &providers {
             tracing::info!(kind = p.info().kind, mount = %p.info().label, scope = scope.as_deref().unwrap_or("-"), "mounted");
         }
-        let (bus, watching, nats) = change_seams(&cfg, &providers).await?;
-        let state = ServerState::with_watching(cfg.server.clone(), providers, bus, watching);
+        // The mounts first: a cluster's watcher calls their providers through the server's
+        // layer, counted with this replica's own calls.
+        let router = mcpr_server::Router::new(providers);
+        let (bus, watching, nats) = change_seams(&cfg, &router).await?;
+        let state = ServerState::with_router(cfg.server.clone(), router, bus, watching);
         warn_about_skills(&state);
         match http_settings {
             #[allow(unused_mut)]
@@ -488,7 +491,7 @@ type NatsClient = std::convert::Infallible;
 #[allow(clippy::unused_async)]
 async fn change_seams(
     cfg: &Config,
-    providers: &[ScopedProvider],
+    router: &mcpr_server::Router,
 ) -> anyhow::Result<(
     Arc<dyn mcpr_core::ChangeBus>,
     Arc<dyn mcpr_core::Watching>,
@@ -496,13 +499,12 @@ async fn change_seams(
 )> {
     #[cfg(feature = "cluster")]
     if let Some(c) = &cfg.cluster {
-        let mounts = providers
+        let mounts = router
+            .mounts()
             .iter()
             .zip(&cfg.mounts)
-            .enumerate()
-            .map(|(i, ((p, _), m))| mcpr_cluster::ClusterMount {
-                name: mcpr_server::mount_name(i, &**p),
-                provider: p.clone(),
+            .map(|(mount, m)| mcpr_cluster::ClusterMount {
+                mount: mount.clone(),
                 shared: m.shared,
             })
             .collect();
@@ -516,7 +518,7 @@ async fn change_seams(
             Some((joined.client, joined.seal)),
         ));
     }
-    let _ = (cfg, providers);
+    let _ = (cfg, router);
     Ok((
         Arc::new(mcpr_core::LocalBus::default()),
         Arc::new(mcpr_core::LocalWatching),

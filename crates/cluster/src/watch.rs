@@ -49,9 +49,10 @@ use std::time::Duration;
 
 use futures::StreamExt as _;
 use mcpr_core::{
-    ChangeBus, ChangeEvent, ChangeSink, ClusterStatus, Error, ErrorKind, Provider, ResourceUri,
-    Result, WatchGuard, Watching,
+    ChangeBus, ChangeEvent, ChangeSink, ClusterStatus, Error, ErrorKind, LocalWatching, Provider,
+    ResourceUri, Result, WatchGuard, Watching,
 };
+use mcpr_server::{Layered, Mount};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -64,17 +65,16 @@ const CHUNK_BYTES: usize = 512 * 1024;
 
 /// One mount as the cluster sees it.
 pub struct ClusterMount {
-    /// The mount's name on the change bus.
-    pub name: String,
-    /// Its provider.
-    pub provider: Arc<dyn Provider>,
+    /// The server's mount (its name on the change bus, its provider and the count of calls
+    /// made to it): the watcher calls the provider through the server's layer with it.
+    pub mount: Mount,
     /// Whether every replica sees the same source (watched once per cluster).
     pub shared: bool,
 }
 
 /// A shared mount's state on this replica.
 struct Shared {
-    provider: Arc<dyn Provider>,
+    mount: Mount,
     token: String,
     /// What this replica's clients watch, with how many guards hold each.
     interests: Mutex<HashMap<ChangeEvent, usize>>,
@@ -197,18 +197,18 @@ pub async fn join(
     let local: HashSet<String> = mounts
         .iter()
         .filter(|m| !m.shared)
-        .map(|m| m.name.clone())
+        .map(|m| m.mount.name.to_string())
         .collect();
     let bus = crate::NatsBus::new(client.clone(), seal.clone(), &cfg.name, local);
     let shared = mounts
         .into_iter()
         .filter(|m| m.shared)
         .map(|m| {
-            let token = crate::token(&m.name, 8);
+            let token = crate::token(&m.mount.name, 8);
             (
-                m.name,
+                m.mount.name.to_string(),
                 Shared {
-                    provider: m.provider,
+                    mount: m.mount,
                     token,
                     interests: Mutex::new(HashMap::new()),
                     held: AtomicBool::new(false),
@@ -608,7 +608,7 @@ async fn stand_alone(inner: std::sync::Weak<Inner>, poke: Arc<tokio::sync::Notif
                     continue;
                 }
                 let sink = ChangeSink::new(i.in_process.clone(), name.clone());
-                match start_with(&m.provider, sink, &t, ttl).await {
+                match start_with(&m.mount, sink, &t, ttl).await {
                     Ok(g) => {
                         run.insert(t, g);
                     }
@@ -1242,38 +1242,35 @@ fn over_budget(max: usize) -> Error {
 
 /// Start the provider's watch of `topic`, publishing on the cluster's bus.
 ///
-/// Bounded by the lease TTL: the watcher of a mount handles one interest at a time, so a
-/// source slow to start a watch (the http provider fetches the upstream first) would hold
-/// every other interest in the mount, and the lease's loss, behind it. The requester waits
-/// a TTL and two seconds, so it hears this timeout rather than its own.
+/// Through the server's layer ([`Layered`]), as this replica's own watches are: a mount
+/// that does not declare watching is refused, and the call is counted in
+/// `mcp_provider_calls_total`. Bounded by the lease TTL rather than the request timeout: the
+/// watcher of a mount handles one interest at a time, so a source slow to start a watch
+/// (the http provider fetches the upstream first) would hold every other interest in the
+/// mount, and the lease's loss, behind it. The requester waits a TTL and two seconds, so it
+/// hears this timeout rather than its own.
 async fn start(i: &Inner, mount: &str, topic: &ChangeEvent) -> Result<WatchGuard> {
     let sink = ChangeSink::new(i.bus.clone(), mount.to_owned());
-    start_with(&i.shared[mount].provider, sink, topic, i.cfg.lease_ttl).await
+    start_with(&i.shared[mount].mount, sink, topic, i.cfg.lease_ttl).await
 }
 
-/// The provider's watch of `topic` reporting to `sink`, bounded by `limit`.
+/// The provider's watch of `topic` reporting to `sink`, through the server's layer, bounded
+/// by `limit` (the lease TTL).
 async fn start_with(
-    provider: &Arc<dyn Provider>,
+    mount: &Mount,
     sink: ChangeSink,
     topic: &ChangeEvent,
     limit: Duration,
 ) -> Result<WatchGuard> {
-    let started = tokio::time::timeout(limit, async {
-        match topic {
-            ChangeEvent::Updated { uri } => provider.watch(&ResourceUri::parse(uri)?, sink).await,
-            ChangeEvent::ListChanged { .. } => provider.watch_list(sink).await,
+    let layered = Layered::bounded_by(mount, limit, "the cluster's lease_ttl_ms");
+    match topic {
+        ChangeEvent::Updated { uri } => {
+            layered
+                .watch(&LocalWatching, &ResourceUri::parse(uri)?, sink)
+                .await
         }
-    })
-    .await;
-    started.unwrap_or_else(|_| {
-        Err(Error::new(
-            ErrorKind::Timeout,
-            format!(
-                "the mount's source did not start the watch within {} ms (the cluster's lease_ttl_ms); try again",
-                limit.as_millis()
-            ),
-        ))
-    })
+        ChangeEvent::ListChanged { .. } => layered.watch_list(&LocalWatching, sink).await,
+    }
 }
 
 /// [`start`] for a replayed interest nobody here watched: this replica is taking the mount

@@ -328,6 +328,37 @@ async fn join_as(
     ttl: Duration,
     max_watches: usize,
 ) -> mcpr_cluster::Joined {
+    join_mount(
+        port,
+        name,
+        replica,
+        shared_mount(provider),
+        ttl,
+        max_watches,
+    )
+    .await
+}
+
+/// The server's mount of `provider` as the one shared mount of the tests, named [`MOUNT`].
+fn shared_mount(provider: Arc<dyn mcpr_core::Provider>) -> mcpr_server::Mount {
+    mcpr_server::Mount {
+        index: 0,
+        name: MOUNT.into(),
+        provider,
+        scope: None,
+        calls: Arc::default(),
+    }
+}
+
+/// Replica `replica` joined to cluster `name` with `mount` as its one shared mount.
+async fn join_mount(
+    port: u16,
+    name: &str,
+    replica: &str,
+    mount: mcpr_server::Mount,
+    ttl: Duration,
+    max_watches: usize,
+) -> mcpr_cluster::Joined {
     let cfg = mcpr_cluster::ClusterConfig {
         nats_url: format!("nats://127.0.0.1:{port}"),
         name: name.into(),
@@ -340,8 +371,7 @@ async fn join_as(
     mcpr_cluster::join(
         cfg,
         vec![mcpr_cluster::ClusterMount {
-            name: MOUNT.into(),
-            provider,
+            mount,
             shared: true,
         }],
     )
@@ -603,8 +633,7 @@ async fn the_credentials_of_nats_url_authenticate_the_replica() {
         mcpr_cluster::join(
             cfg,
             vec![mcpr_cluster::ClusterMount {
-                name: MOUNT.into(),
-                provider,
+                mount: shared_mount(provider),
                 shared: true,
             }],
         )
@@ -666,7 +695,10 @@ async fn a_watch_that_never_starts_holds_the_watcher_only_for_the_lease_ttl() {
             .unwrap(),
     );
     let provider: Arc<dyn mcpr_core::Provider> = Arc::new(StuckWatch(files));
-    let joined = join_with(nats.port(), "t7", provider.clone(), ttl, 100).await;
+    let mount = shared_mount(provider.clone());
+    // The watcher calls the provider through the server's layer, which counts each call.
+    let calls = mount.calls.clone();
+    let joined = join_mount(nats.port(), "t7", "r1", mount, ttl, 100).await;
     assert!(
         eventually(Duration::from_secs(5), || holds(&joined)).await,
         "the replica never took the lease"
@@ -688,6 +720,13 @@ async fn a_watch_that_never_starts_holds_the_watcher_only_for_the_lease_ttl() {
     .expect_err("a watch that never starts cannot succeed");
     assert!(began.elapsed() >= ttl, "answered before the bound: {err}");
     assert_eq!(err.kind, mcpr_core::ErrorKind::Timeout, "{err}");
+    assert!(err.message.contains("lease_ttl_ms"), "{err}");
+    assert_eq!(
+        calls.count("watch", "timeout"),
+        1,
+        "the stuck watch, counted"
+    );
+    assert_eq!(calls.count("watch", "ok"), 0);
 
     // The watcher goes on: another URI of the mount is watched and its change delivered.
     let a = uri("a.txt");
@@ -706,6 +745,11 @@ async fn a_watch_that_never_starts_holds_the_watcher_only_for_the_lease_ttl() {
     assert!(
         heard.contains(&FeedItem::Event(up(a.as_str()))),
         "{heard:?}"
+    );
+    assert_eq!(
+        calls.count("watch", "ok"),
+        1,
+        "the watch that started, counted"
     );
 }
 

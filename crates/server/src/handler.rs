@@ -33,7 +33,7 @@ use crate::layers::metered_rpc;
 use crate::registry::Notice;
 use crate::router::Router;
 use crate::service::{ChangeTokens, CompletionRef, Service, Subscriber};
-use crate::wire::era::is_modern;
+use crate::wire::era::Era;
 use crate::wire::notify::notification;
 use crate::wire::params::method_not_found;
 use crate::{ServerState, Settings};
@@ -314,7 +314,7 @@ impl McpHandler {
             );
             result.meta = Some(MetaObject(meta));
         }
-        if is_modern(&ctx) {
+        if Era::of(&ctx) == Era::Modern {
             result = result
                 .with_ttl_ms(page.hints.ttl_ms)
                 .with_cache_scope(scope(page.hints));
@@ -344,7 +344,7 @@ impl McpHandler {
             })
             .collect();
         let mut result = ListResourceTemplatesResult::with_all_items(templates);
-        if is_modern(&ctx) {
+        if Era::of(&ctx) == Era::Modern {
             result = result
                 .with_ttl_ms(list.hints.ttl_ms)
                 .with_cache_scope(scope(list.hints));
@@ -353,14 +353,14 @@ impl McpHandler {
     }
 
     /// `resources/read` for a caller holding `grant` (none over stdio or without
-    /// authentication); `modern` callers (2026-07-28) get cache hints. The stdio and HTTP
+    /// authentication); [`Era::Modern`] callers (2026-07-28) get cache hints. The stdio and HTTP
     /// direct paths call this without an rmcp request context, so all three paths answer
     /// through the same service call.
     pub(crate) async fn read_as(
         &self,
         request: ReadResourceRequestParams,
         grant: Option<&Grant>,
-        modern: bool,
+        era: Era,
     ) -> Result<ReadResourceResponse, ErrorData> {
         let read = self
             .service
@@ -369,7 +369,7 @@ impl McpHandler {
             .map_err(to_mcp_error)?;
         let mut result =
             ReadResourceResult::new(read.contents.into_iter().map(contents_of).collect());
-        if modern {
+        if era == Era::Modern {
             result = result
                 .with_ttl_ms(read.hints.ttl_ms)
                 .with_cache_scope(scope(read.hints));
@@ -388,10 +388,10 @@ impl McpHandler {
         request: ReadResourceRequestParams,
         grant: Option<&Grant>,
         id: rmcp::model::RequestId,
-        modern: bool,
+        era: Era,
     ) -> Result<std::io::Result<Vec<u8>>, rmcp::model::ServerJsonRpcMessage> {
         let read = self.service.read(grant, &request.uri).await;
-        read_answer(read, id, modern)
+        read_answer(read, id, era)
     }
 
     /// [`McpHandler::read_answer_as`] done in place, when the read can finish without
@@ -401,10 +401,10 @@ impl McpHandler {
         request: &ReadResourceRequestParams,
         grant: Option<&Grant>,
         id: &rmcp::model::RequestId,
-        modern: bool,
+        era: Era,
     ) -> ReadAnswer {
         let read = self.service.read_now(grant, &request.uri)?;
-        Some(read_answer(read, id.clone(), modern))
+        Some(read_answer(read, id.clone(), era))
     }
 
     async fn do_complete(
@@ -514,7 +514,7 @@ impl ServerHandler for McpHandler {
         ctx: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
         Box::pin(async {
-            self.read_as(request, grant_of(&ctx.extensions), is_modern(&ctx))
+            self.read_as(request, grant_of(&ctx.extensions), Era::of(&ctx))
                 .await
         })
         .await
@@ -578,10 +578,10 @@ impl ServerHandler for McpHandler {
     ) -> Result<ListToolsResult, ErrorData> {
         let state = self.service.state();
         if !state.settings.tools {
-            return Err(method_not_found("tools/list", false, is_modern(&ctx)));
+            return Err(method_not_found("tools/list", false, Era::of(&ctx)));
         }
         let mut result = ListToolsResult::with_all_items(state.tools.clone());
-        if is_modern(&ctx) {
+        if Era::of(&ctx) == Era::Modern {
             // The same tools for every caller, for the life of the server.
             result = result
                 .with_ttl_ms(state.list_cache.ttl_ms)
@@ -596,7 +596,7 @@ impl ServerHandler for McpHandler {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         if !self.service.state().settings.tools {
-            return Err(method_not_found("tools/call", false, is_modern(&ctx)));
+            return Err(method_not_found("tools/call", false, Era::of(&ctx)));
         }
         Box::pin(crate::tools::call(
             &self.service,
@@ -618,7 +618,7 @@ impl ServerHandler for McpHandler {
         _request: Option<PaginatedRequestParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
-        Err(method_not_found("prompts/list", false, is_modern(&ctx)))
+        Err(method_not_found("prompts/list", false, Era::of(&ctx)))
     }
 
     async fn get_prompt(
@@ -626,7 +626,7 @@ impl ServerHandler for McpHandler {
         _request: GetPromptRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
-        Err(method_not_found("prompts/get", false, is_modern(&ctx)))
+        Err(method_not_found("prompts/get", false, Era::of(&ctx)))
     }
 
     async fn initialize(
@@ -706,11 +706,13 @@ impl ServerHandler for McpHandler {
     ) -> Result<CustomResult, ErrorData> {
         let CustomRequest { method, params, .. } = request;
         let tools = self.service.state().settings.tools;
-        let modern = is_modern(&ctx);
+        let era = Era::of(&ctx);
         // A method the 2026-07-28 era removed does not exist for its requests, whatever
         // their params: "method not found" (404 over HTTP), as that era requires.
-        if modern && crate::wire::params::REMOVED_IN_2026_07_28.contains(&method.as_str()) {
-            return Err(method_not_found(&method, tools, modern));
+        if era == Era::Modern
+            && crate::wire::params::REMOVED_IN_2026_07_28.contains(&method.as_str())
+        {
+            return Err(method_not_found(&method, tools, era));
         }
         if crate::wire::params::is_known(&method, tools) {
             return Err(crate::wire::params::invalid_params_or_generic(
@@ -718,7 +720,7 @@ impl ServerHandler for McpHandler {
                 params.as_ref(),
             ));
         }
-        Err(method_not_found(&method, tools, modern))
+        Err(method_not_found(&method, tools, era))
     }
 }
 
@@ -841,14 +843,14 @@ pub(crate) type ReadAnswer =
 fn read_answer(
     read: mcpr_core::Result<crate::service::ReadOutcome>,
     id: rmcp::model::RequestId,
-    modern: bool,
+    era: Era,
 ) -> Result<std::io::Result<Vec<u8>>, rmcp::model::ServerJsonRpcMessage> {
     match read {
         Ok(read) => {
             let answer = crate::wire::encode::read_answer_json(
                 &id,
                 &read.contents,
-                modern.then(|| (read.hints.ttl_ms, scope(read.hints))),
+                (era == Era::Modern).then(|| (read.hints.ttl_ms, scope(read.hints))),
             );
             for c in read.contents {
                 mcpr_core::spare::give_back(match c.body {
@@ -861,7 +863,7 @@ fn read_answer(
         Err(e) => Err(crate::wire::era::read_message(
             Err(to_mcp_error(e)),
             id,
-            modern,
+            era,
         )),
     }
 }

@@ -104,15 +104,30 @@ fn outcome<T>(r: &Result<T>) -> usize {
 /// declares it, bounded by the request timeout (`[server] request_timeout_ms`), so a stuck
 /// source answers a clear error instead of holding the request, and its client, forever;
 /// and counted per mount, operation and outcome (`mcp_provider_calls_total`).
-pub(crate) struct Layered<'a> {
+///
+/// Public for the cluster's watcher, which starts watches for other replicas through it
+/// (bounded by the lease TTL, see [`Layered::bounded_by`]).
+pub struct Layered<'a> {
     mount: &'a Mount,
     limit: Duration,
+    /// The setting `limit` comes from, named in the timeout error.
+    setting: &'static str,
 }
 
 impl<'a> Layered<'a> {
-    /// `mount`'s provider with each call limited to `limit`.
+    /// `mount`'s provider with each call limited to `limit`, the request timeout.
     pub(crate) fn new(mount: &'a Mount, limit: Duration) -> Self {
-        Self { mount, limit }
+        Self::bounded_by(mount, limit, "request_timeout")
+    }
+
+    /// `mount`'s provider with each call limited to `limit`, which comes from `setting` (the
+    /// timeout error names it).
+    pub fn bounded_by(mount: &'a Mount, limit: Duration, setting: &'static str) -> Self {
+        Self {
+            mount,
+            limit,
+            setting,
+        }
     }
 
     fn provider(&self) -> &'a dyn Provider {
@@ -149,7 +164,7 @@ impl<'a> Layered<'a> {
         uri: Option<&str>,
         fut: impl Future<Output = Result<T>>,
     ) -> Result<T> {
-        let r = within(self.limit, uri, fut).await;
+        let r = within(self.limit, uri, self.setting, fut).await;
         self.mount.calls.record(n, outcome(&r));
         r
     }
@@ -243,7 +258,7 @@ impl<'a> Layered<'a> {
     /// cluster's watcher of the mount), checked and bounded: a source that is slow to start
     /// a watch (the http provider fetches the upstream first) answers the timeout error
     /// rather than holding the subscribe.
-    pub(crate) async fn watch(
+    pub async fn watch(
         &self,
         watching: &dyn Watching,
         uri: &ResourceUri,
@@ -259,7 +274,7 @@ impl<'a> Layered<'a> {
     }
 
     /// [`Provider::watch_list`] as `watching` runs it, checked and bounded.
-    pub(crate) async fn watch_list(
+    pub async fn watch_list(
         &self,
         watching: &dyn Watching,
         sink: ChangeSink,
@@ -296,6 +311,7 @@ impl<'a> Layered<'a> {
 async fn within<T>(
     limit: Duration,
     uri: Option<&str>,
+    setting: &str,
     fut: impl Future<Output = Result<T>>,
 ) -> Result<T> {
     // Most calls finish on their first poll (a small file on a local file system is read in
@@ -310,7 +326,7 @@ async fn within<T>(
     }
     match tokio::time::timeout_at(deadline, fut).await {
         Ok(r) => r,
-        Err(_) => Err(timed_out(limit, uri)),
+        Err(_) => Err(timed_out_after(limit, uri, setting)),
     }
 }
 
@@ -326,11 +342,16 @@ pub(crate) async fn poll_once<F: Future + ?Sized>(
 
 /// The error a call that ran out of time answers, in the words clients have always seen.
 pub(crate) fn timed_out(limit: Duration, uri: Option<&str>) -> Error {
+    timed_out_after(limit, uri, "request_timeout")
+}
+
+/// [`timed_out`] for a call bounded by `setting` (the cluster's watcher bounds by the lease).
+fn timed_out_after(limit: Duration, uri: Option<&str>, setting: &str) -> Error {
     let what = uri.unwrap_or("the request");
     let e = Error::new(
         ErrorKind::Timeout,
         format!(
-            "{what} did not finish within {} ms (request_timeout)",
+            "{what} did not finish within {} ms ({setting})",
             limit.as_millis()
         ),
     );
@@ -559,9 +580,14 @@ mod tests {
     #[tokio::test]
     async fn a_call_past_the_limit_answers_the_timeout_error() {
         let slow = std::future::pending::<Result<()>>();
-        let err = within(Duration::from_millis(20), Some("file:///x"), slow)
-            .await
-            .unwrap_err();
+        let err = within(
+            Duration::from_millis(20),
+            Some("file:///x"),
+            "request_timeout",
+            slow,
+        )
+        .await
+        .unwrap_err();
         assert_eq!(err.kind, ErrorKind::Timeout);
         assert_eq!(
             err.message,
@@ -571,6 +597,7 @@ mod tests {
         let err = within(
             Duration::from_millis(20),
             None,
+            "request_timeout",
             std::future::pending::<Result<()>>(),
         )
         .await

@@ -23,6 +23,7 @@ mod wire;
 pub use errors::to_mcp_error;
 pub use grant::{Grant, Identity};
 pub use handler::{McpHandler, Served};
+pub use layers::Layered;
 pub use registry::{ListenSlot, Notice, Registry, RegistryStats};
 pub use router::{Mount, Router, mount_addresses, mount_name};
 pub use service::{
@@ -146,7 +147,18 @@ impl ServerState {
         bus: Arc<dyn ChangeBus>,
         watching: Arc<dyn mcpr_core::Watching>,
     ) -> Arc<Self> {
-        let router = Router::new(providers);
+        Self::with_router(settings, Router::new(providers), bus, watching)
+    }
+
+    /// Like [`ServerState::with_watching`] over mounts already built: the binary builds them
+    /// first, so that a cluster's watcher calls their providers through the same layer and
+    /// counters ([`Layered`]).
+    pub fn with_router(
+        settings: Settings,
+        router: Router,
+        bus: Arc<dyn ChangeBus>,
+        watching: Arc<dyn mcpr_core::Watching>,
+    ) -> Arc<Self> {
         // Cursors from another build or another mount layout must not verify.
         let mut fingerprint = Vec::new();
         for m in router.mounts() {

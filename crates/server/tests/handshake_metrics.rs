@@ -9,7 +9,6 @@ use std::sync::Arc;
 use mcpr_core::Provider;
 use mcpr_provider_files::{FilesConfig, FilesProvider};
 use mcpr_server::http::HttpSettings;
-use mcpr_server::stdio::StdioTransport;
 use mcpr_server::{McpHandler, ServerState, Settings};
 use rmcp::ServiceExt as _;
 use rmcp::model::{ClientConfig, ProtocolVersion};
@@ -54,10 +53,8 @@ async fn initialize_and_discover_are_counted_in_both_transports() {
     // stdio, the binary's way: our transport with direct reads, one client per era.
     let stdio = state(dir.path());
     for modern in [false, true] {
-        let (client_w, server_r) = tokio::io::duplex(1 << 16);
-        let (server_w, client_r) = tokio::io::duplex(1 << 16);
-        let transport = StdioTransport::new(server_r, server_w)
-            .with_direct_reads(McpHandler::new(stdio.clone()));
+        let (transport, client_r, client_w) = common::stdio_socket();
+        let transport = transport.with_direct_reads(McpHandler::new(stdio.clone()));
         let handler = McpHandler::new(stdio.clone());
         tokio::spawn(async move {
             if let Ok(running) = handler.serve(transport).await {

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mcpr_provider_files::encode_path_uri;
-use mcpr_server::stdio::StdioTransport;
 use mcpr_server::{McpHandler, ServerState};
 use rmcp::ServiceExt;
 use serde_json::Value;
@@ -33,10 +32,8 @@ async fn session(
     lines: &[Vec<u8>],
     max_line: Option<usize>,
 ) -> Vec<Value> {
-    let (client_w, server_r) = tokio::io::duplex(1 << 16);
-    let (server_w, client_r) = tokio::io::duplex(1 << 16);
-    let mut transport =
-        StdioTransport::new(server_r, server_w).with_direct_reads(McpHandler::new(state.clone()));
+    let (transport, client_r, client_w) = common::stdio_socket();
+    let mut transport = transport.with_direct_reads(McpHandler::new(state.clone()));
     if let Some(max) = max_line {
         transport = transport.with_max_line_length(max);
     }

@@ -38,9 +38,8 @@ async fn stdio_backlog_is_bounded_when_the_client_does_not_read() {
     let (_dir, state, uri) = one_file();
 
     for direct in [true, false] {
-        let (client_w, server_r) = tokio::io::duplex(64 << 10);
-        let (server_w, client_r) = tokio::io::duplex(64 << 10);
-        let mut transport = StdioTransport::new(server_r, server_w).with_backlog_limit(LIMIT, 64);
+        let (transport, client_r, client_w) = common::stdio_socket();
+        let mut transport = transport.with_backlog_limit(LIMIT, 64);
         if direct {
             transport = transport.with_direct_reads(McpHandler::new(state.clone()));
         }

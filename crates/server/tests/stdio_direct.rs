@@ -1,6 +1,6 @@
 //! The stdio direct read path against rmcp's own dispatch: the same sessions, line for line,
 //! through a transport with the direct path and one without, must get the same answers byte
-//! for byte, with the direct path on the runtime and on the binary's threads over real pipes;
+//! for byte, with the direct path on the binary's threads over real pipes and socket pairs;
 //! and the transport's counter shows which reads the direct path took, so a direct path that
 //! silently never answers fails too.
 
@@ -25,21 +25,16 @@ const META_2026: &str = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-2
 /// How a test's server reads its input.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Mode {
-    /// rmcp answers every read (no direct path), on in-memory pipes.
+    /// rmcp answers every read (no direct path), on real pipes.
     Rmcp,
-    /// The direct path on the runtime (`StdioTransport::new`), on in-memory pipes.
-    Direct,
-    /// The direct path on the binary's threads (`StdioTransport::on_threads`), on real pipes.
+    /// The direct path (`StdioTransport::with_direct_reads`), on real pipes.
     Threads,
     /// The same on socket pairs, as Node's `child_process` connects a server.
     ThreadsSocket,
 }
 
 /// Serves one session on `transport` to its end.
-fn serve<R: tokio::io::AsyncRead + Unpin + Send + 'static>(
-    state: Arc<ServerState>,
-    transport: StdioTransport<R>,
-) -> tokio::task::JoinHandle<()> {
+fn serve(state: Arc<ServerState>, transport: StdioTransport) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let running = McpHandler::new(state).serve(transport).await.unwrap();
         let _ = running.waiting().await;
@@ -63,19 +58,8 @@ async fn run(
         Box<dyn AsyncWrite + Unpin + Send>,
         Box<dyn AsyncRead + Unpin + Send>,
     ) = match mode {
-        Mode::Rmcp | Mode::Direct => {
-            let (client_w, server_r) = tokio::io::duplex(1 << 16);
-            let (server_w, client_r) = tokio::io::duplex(1 << 16);
-            let mut transport = StdioTransport::new(server_r, server_w);
-            if mode == Mode::Direct {
-                transport = transport.with_direct_reads(McpHandler::new(state.clone()));
-            }
-            let taken = transport.direct_reads();
-            let server = serve(state, transport);
-            (server, taken, Box::new(client_w), Box::new(client_r))
-        }
-        Mode::Threads | Mode::ThreadsSocket => {
-            let ((server_r, client_w), (client_r, server_w)) = if mode == Mode::Threads {
+        Mode::Rmcp | Mode::Threads | Mode::ThreadsSocket => {
+            let ((server_r, client_w), (client_r, server_w)) = if mode != Mode::ThreadsSocket {
                 (rustix::pipe::pipe().unwrap(), rustix::pipe::pipe().unwrap())
             } else {
                 let pair = || {
@@ -84,8 +68,10 @@ async fn run(
                 };
                 (pair(), pair())
             };
-            let transport = StdioTransport::on_threads(server_r, server_w)
-                .with_direct_reads(McpHandler::new(state.clone()));
+            let mut transport = StdioTransport::on_threads(server_r, server_w);
+            if mode != Mode::Rmcp {
+                transport = transport.with_direct_reads(McpHandler::new(state.clone()));
+            }
             let taken = transport.direct_reads();
             let server = serve(state, transport);
             let w = tokio::fs::File::from_std(std::fs::File::from(client_w));
@@ -182,9 +168,9 @@ fn read_with_meta(id: &str, uri: &str, meta: &str) -> String {
     )
 }
 
-/// Runs `lines` through the three servers and compares every answer; returns how many
-/// reads the direct path took on the runtime (all lines at once) and on threads (the rest
-/// after the `initialize` answer).
+/// Runs `lines` through a server without the direct path and through ones with it, and
+/// compares every answer; returns how many reads the direct path took over pipes and over
+/// sockets, sending the lines after the `initialize` answer (as a client does).
 async fn same_answers(
     state: &Arc<ServerState>,
     what: &str,
@@ -199,7 +185,6 @@ async fn same_answers(
     // Then as a client does: with the direct path on threads (over pipes, then sockets), the
     // rest after that answer.
     for (mode, wait_init) in [
-        (Mode::Direct, false),
         (Mode::Threads, false),
         (Mode::Threads, true),
         (Mode::ThreadsSocket, true),
@@ -225,9 +210,9 @@ async fn same_answers(
     // and sockets take the same reads.
     let is_init = |l: &String| l.contains(r#""method":"initialize""#);
     if lines.first().is_some_and(is_init) || !lines.iter().any(is_init) {
-        assert_eq!(taken[2], taken[3], "{what}: pipes and sockets");
+        assert_eq!(taken[1], taken[2], "{what}: pipes and sockets");
     }
-    (taken[0], taken[2])
+    (taken[1], taken[2])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -310,13 +295,12 @@ async fn direct_reads_answer_exactly_as_rmcp_does() {
     assert_eq!(taken, (2, 2), "2024-11-05 session");
 
     // Before `initialize` is answered rmcp decides what a read is (an error here), and the
-    // same read after it is the direct path's. The initialize line right behind the read is
-    // already buffered when the read is looked at. (The reader thread hands the second read
-    // to rmcp unless the `initialize` answer is queued when it gets to it: a race, so its
-    // count is not checked; its answer is.)
+    // same read after it may be the direct path's. (The reader thread hands the second read
+    // to rmcp unless the `initialize` answer is queued when it gets to it: a race, so only
+    // its bound is checked; its answer is compared.)
     let lines = vec![read("1", &small), INIT.to_owned(), read("2", &small)];
-    let (here, _) = same_answers(&state, "read before initialize", &lines, 3).await;
-    assert_eq!(here, 1, "read before initialize");
+    let (pipes, sockets) = same_answers(&state, "read before initialize", &lines, 3).await;
+    assert!(pipes <= 1 && sockets <= 1, "read before initialize");
 
     // A 2026-07-28 session without initialize. rmcp's handshake answers what comes before
     // the request that opens the session (a read without _meta, one naming an unsupported
@@ -385,7 +369,7 @@ async fn a_cancelled_read_is_not_answered() {
     // the read was done by its first poll and answered before the cancellation behind it
     // was read (seen in 3 % of runs). Answering then is allowed (the client ignores it), but
     // it is not what this test is about.
-    for mode in [Mode::Direct, Mode::Threads, Mode::ThreadsSocket, Mode::Rmcp] {
+    for mode in [Mode::Threads, Mode::ThreadsSocket, Mode::Rmcp] {
         let provider = Arc::new(HeldRead::new(&root, &slow));
         let state = ServerState::new(Settings::default(), vec![provider.clone()]);
         // `run` fails on any answer beyond the two expected, once the input is closed.
@@ -505,10 +489,7 @@ async fn a_burst_of_direct_reads_is_answered_in_full() {
         let name = format!("f{}.txt", i % 50);
         lines.push(read(&i.to_string(), &encode_path_uri(&root.join(name))));
     }
-    for (n, mode) in [Mode::Direct, Mode::Threads, Mode::ThreadsSocket]
-        .into_iter()
-        .enumerate()
-    {
+    for (n, mode) in [Mode::Threads, Mode::ThreadsSocket].into_iter().enumerate() {
         let (got, taken) = run(state.clone(), mode, &lines, 5001, true).await;
         assert_eq!(taken, 5000, "{mode:?}");
         // Reads done in place, without the service's future, are counted as every read is.

@@ -11,7 +11,6 @@ use std::time::Duration;
 use mcpr_core::Provider;
 use mcpr_provider_files::{FilesConfig, FilesProvider, encode_path_uri};
 use mcpr_server::http::{AuthSettings, HttpSettings, StaticToken};
-use mcpr_server::stdio::StdioTransport;
 use mcpr_server::{McpHandler, SCAN_MAX_PAGES, ServerState, Settings};
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientConfig, ContentBlock, ProtocolVersion,
@@ -75,10 +74,8 @@ fn state(t: &Tree, page_size: usize, tools: bool) -> Arc<ServerState> {
 
 /// rmcp's client on our stdio transport (direct reads on, as the binary runs it).
 async fn connect(state: &Arc<ServerState>, modern: bool) -> RunningService<RoleClient, Client> {
-    let (client_w, server_r) = tokio::io::duplex(1 << 20);
-    let (server_w, client_r) = tokio::io::duplex(1 << 20);
-    let transport =
-        StdioTransport::new(server_r, server_w).with_direct_reads(McpHandler::new(state.clone()));
+    let (transport, client_r, client_w) = common::stdio_socket();
+    let transport = transport.with_direct_reads(McpHandler::new(state.clone()));
     let handler = McpHandler::new(state.clone());
     tokio::spawn(async move {
         if let Ok(running) = handler.serve(transport).await {

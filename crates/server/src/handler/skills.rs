@@ -8,7 +8,7 @@ use rmcp::model::{
 };
 use rmcp::service::{RequestContext, RoleServer};
 
-use super::{McpHandler, grant_of, is_modern, resource_of, scope};
+use super::{Era, McpHandler, grant_of, resource_of, scope};
 use crate::errors::to_mcp_error;
 
 impl McpHandler {
@@ -31,7 +31,7 @@ impl McpHandler {
         let mut result =
             ListResourcesResult::with_all_items(page.items.into_iter().map(resource_of).collect());
         result.next_cursor = page.next_cursor;
-        if is_modern(&ctx) {
+        if Era::of(&ctx) == Era::Modern {
             result = result
                 .with_ttl_ms(page.hints.ttl_ms)
                 .with_cache_scope(scope(page.hints));
@@ -53,7 +53,7 @@ impl McpHandler {
             .map_err(to_mcp_error)?;
         let mut result = ListSkillsResult::with_all_items(page.skills);
         result.next_cursor = page.next_cursor;
-        if is_modern(&ctx) {
+        if Era::of(&ctx) == Era::Modern {
             result = result
                 .with_ttl_ms(page.hints.ttl_ms)
                 .with_cache_scope(scope(page.hints));
@@ -73,7 +73,7 @@ impl McpHandler {
             .await
             .map_err(to_mcp_error)?;
         let mut result = GetSkillResult::new(skill);
-        if is_modern(&ctx) {
+        if Era::of(&ctx) == Era::Modern {
             result = result
                 .with_ttl_ms(hints.ttl_ms)
                 .with_cache_scope(scope(hints));

@@ -43,6 +43,7 @@ use crate::grant::Grant;
 use crate::http::edge::WholeBody;
 use crate::http::in_place::InPlaceReads;
 use crate::wire::http_answers::{self, json_error};
+use crate::wire::era::Era;
 use crate::wire::http_checks::{
     AllowedHosts, JSON, MCP_NAME, content_type_is_json, direct_read_len, sole, status_of,
 };
@@ -266,7 +267,7 @@ impl<M: SessionManager> DirectRead<M> {
     ) -> Result<Answer, (ReadResourceRequestParams, RequestId)> {
         let readers = match &self.settings.in_place {
             None => {
-                return match self.handler.read_answer_now(&params, grant, &id, true) {
+                return match self.handler.read_answer_now(&params, grant, &id, Era::Modern) {
                     Some(answer) => Ok(answer),
                     None => Err((params, id)),
                 };
@@ -281,7 +282,7 @@ impl<M: SessionManager> DirectRead<M> {
         let handler = self.handler.clone();
         let grant = grant.cloned();
         let rx = readers.run(move || {
-            match handler.read_answer_now(&params, grant.as_ref(), &id, true) {
+            match handler.read_answer_now(&params, grant.as_ref(), &id, Era::Modern) {
                 Some(answer) => Ok(answer),
                 None => Err((params, id)),
             }
@@ -297,7 +298,7 @@ impl<M: SessionManager> DirectRead<M> {
                 crate::layers::timed_out(timeout, Some(&uri))
             }
         };
-        Ok(Err(era::read_message(Err(to_mcp_error(e)), id_kept, true)))
+        Ok(Err(era::read_message(Err(to_mcp_error(e)), id_kept, Era::Modern)))
     }
 
     /// A read that waits, until it is done or shutdown cuts it off (then `Err` is the
@@ -308,7 +309,7 @@ impl<M: SessionManager> DirectRead<M> {
         grant: Option<&Grant>,
         id: RequestId,
     ) -> Result<Answer, Response> {
-        let read = self.handler.read_answer_as(params, grant, id, true);
+        let read = self.handler.read_answer_as(params, grant, id, Era::Modern);
         tokio::select! {
             answer = read => Ok(answer),
             // The words rmcp answers a stateless request with when shutdown cuts it off.

@@ -104,7 +104,7 @@ fn splice_contents(skeleton: &[u8], taken: &[(usize, String)]) -> io::Result<Vec
 }
 
 /// The whole answer to a successful `resources/read` of id `id`, as rmcp's dispatch would
-/// shape it for the era (`modern`: 2026-07-28, with `resultType` and the cache hints `ttl_ms`
+/// shape it for the era (`hints` for 2026-07-28: with `resultType` and the cache hints `ttl_ms`
 /// and `scope`; legacy: neither) and `serde_json` would write it, built straight from the
 /// provider's contents. The direct read paths used to build rmcp's result (each
 /// blob base64-encoded into a `String`), wrap it in a message, serialise that skeleton and
@@ -114,7 +114,7 @@ fn splice_contents(skeleton: &[u8], taken: &[(usize, String)]) -> io::Result<Vec
 pub(crate) fn read_answer_json(
     id: &rmcp::model::RequestId,
     contents: &[mcpr_core::Contents],
-    modern: Option<(u64, rmcp::model::CacheScope)>,
+    hints: Option<(u64, rmcp::model::CacheScope)>,
 ) -> io::Result<Vec<u8>> {
     use mcpr_core::ContentsBody;
     let room: usize = contents
@@ -134,7 +134,7 @@ pub(crate) fn read_answer_json(
     out.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
     serde_json::to_writer(&mut out, id)?;
     out.extend_from_slice(br#","result":{"#);
-    if let Some((ttl_ms, scope)) = modern {
+    if let Some((ttl_ms, scope)) = hints {
         out.extend_from_slice(br#""resultType":"complete","ttlMs":"#);
         serde_json::to_writer(&mut out, &ttl_ms)?;
         out.extend_from_slice(br#","cacheScope":"#);
@@ -373,7 +373,11 @@ mod tests {
                     let want = to_json(crate::wire::era::read_message(
                         Ok(result.into()),
                         id.clone(),
-                        modern.is_some(),
+                        if modern.is_some() {
+                            crate::wire::era::Era::Modern
+                        } else {
+                            crate::wire::era::Era::Legacy
+                        },
                     ))
                     .unwrap();
                     let got = read_answer_json(id, contents, modern).unwrap();

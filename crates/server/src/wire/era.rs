@@ -9,10 +9,26 @@ use rmcp::model::{
 };
 use rmcp::service::{RequestContext, RoleServer};
 
-/// Whether the request is from a 2026-07-28 (or later) peer, which wants cache hints.
-pub(crate) fn is_modern(ctx: &RequestContext<RoleServer>) -> bool {
-    ctx.protocol_version()
-        .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str())
+/// The protocol era a request is answered in, which decides what rmcp's dispatch does to
+/// its answer.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Era {
+    /// Before 2026-07-28 (a session opened by `initialize`): no cache hints, `resultType`
+    /// stripped, not-found as -32002.
+    Legacy,
+    /// 2026-07-28 or later: cache hints filled in, not-found as the standard -32602, the
+    /// methods that version removed refused as removed.
+    Modern,
+}
+
+impl Era {
+    /// The era of the request `ctx` belongs to.
+    pub(crate) fn of(ctx: &RequestContext<RoleServer>) -> Self {
+        let modern = ctx
+            .protocol_version()
+            .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str());
+        if modern { Era::Modern } else { Era::Legacy }
+    }
 }
 
 /// Whether `meta` names exactly 2026-07-28 and has every member that version requires: rmcp
@@ -26,18 +42,18 @@ pub(crate) fn complete_2026_07_28(meta: &RequestMetaObject) -> bool {
 }
 
 /// What rmcp's `ServerHandler` dispatch makes of a `resources/read` outcome for request `id`,
-/// for the direct read paths that answer without it: for a 2026-07-28 (`modern`) request,
+/// for the direct read paths that answer without it: for a 2026-07-28 request ([`Era::Modern`]),
 /// cache hints filled in where missing and not-found as the standard -32602; for a legacy
 /// one, `resultType` stripped.
 pub(crate) fn read_message(
     answer: Result<ReadResourceResponse, ErrorData>,
     id: RequestId,
-    modern: bool,
+    era: Era,
 ) -> ServerJsonRpcMessage {
     match answer {
         Ok(result) => {
             let mut result: ServerResult = result.into();
-            if modern {
+            if era == Era::Modern {
                 result.fill_missing_cache_hints();
             } else {
                 result.strip_result_type_for_legacy_peer();
@@ -45,7 +61,7 @@ pub(crate) fn read_message(
             ServerJsonRpcMessage::response(result, id)
         }
         Err(mut error) => {
-            if modern && error.code == ErrorCode::RESOURCE_NOT_FOUND {
+            if era == Era::Modern && error.code == ErrorCode::RESOURCE_NOT_FOUND {
                 error.code = ErrorCode::INVALID_PARAMS;
             }
             ServerJsonRpcMessage::error(error, Some(id))

@@ -4,6 +4,7 @@
 
 use rmcp::model::{ClientRequest, GetMeta as _, ProtocolVersion, RequestMetaObject};
 
+use super::era::Era;
 use crate::McpHandler;
 
 /// The session's lifecycle as the transport sees it, from the messages it hands rmcp and
@@ -74,18 +75,18 @@ impl Lifecycle {
     }
 
     /// Whether rmcp's dispatch would do nothing to a `resources/read` with this `_meta` but call
-    /// the handler, and if so whether it would treat it as a 2026-07-28 request (`Some(true)`).
+    /// the handler, and if so in which era it would answer it.
     /// A legacy session's request naming no version of its own is a legacy one; a request in an
     /// open session naming exactly 2026-07-28, with every `_meta` member that version requires, is
     /// a 2026-07-28 one (rmcp checks those members and takes the request's version). Anything else
     /// is left to rmcp.
-    pub(crate) fn era(self, meta: Option<&RequestMetaObject>) -> Option<bool> {
+    pub(crate) fn era(self, meta: Option<&RequestMetaObject>) -> Option<Era> {
         let named = meta.is_some_and(|m| m.contains_key(PROTOCOL_VERSION_KEY));
         match self {
-            Lifecycle::Legacy if !named => Some(false),
+            Lifecycle::Legacy if !named => Some(Era::Legacy),
             Lifecycle::Legacy | Lifecycle::Inline => meta
                 .is_some_and(super::era::complete_2026_07_28)
-                .then_some(true),
+                .then_some(Era::Modern),
             Lifecycle::Opening | Lifecycle::Initializing | Lifecycle::Other => None,
         }
     }
@@ -139,17 +140,17 @@ mod tests {
     #[test]
     fn a_read_is_taken_only_where_rmcp_would_only_call_the_handler() {
         let cases = [
-            (Lifecycle::Legacy, None, Some(false)),
+            (Lifecycle::Legacy, None, Some(Era::Legacy)),
             (
                 Lifecycle::Legacy,
                 Some(r#"{"progressToken":1}"#),
-                Some(false),
+                Some(Era::Legacy),
             ),
-            (Lifecycle::Legacy, Some(COMPLETE), Some(true)),
+            (Lifecycle::Legacy, Some(COMPLETE), Some(Era::Modern)),
             (Lifecycle::Legacy, Some(VERSION_ONLY), None),
             (Lifecycle::Legacy, Some(OLDER), None),
             (Lifecycle::Inline, None, None),
-            (Lifecycle::Inline, Some(COMPLETE), Some(true)),
+            (Lifecycle::Inline, Some(COMPLETE), Some(Era::Modern)),
             (Lifecycle::Inline, Some(VERSION_ONLY), None),
             (Lifecycle::Opening, Some(COMPLETE), None),
             (Lifecycle::Other, Some(COMPLETE), None),

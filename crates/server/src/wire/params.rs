@@ -9,6 +9,8 @@
 //! silently drops (a flattened `Option` swallows the error and the list restarts).
 
 use rmcp::ErrorData;
+
+use super::era::Era;
 #[allow(deprecated)] // legacy-era subscribe/unsubscribe, an era this server serves
 use rmcp::model::{
     CallToolRequestParams, CompleteRequestParams, DiscoverRequestParams, InitializeRequestParams,
@@ -70,10 +72,9 @@ pub(crate) fn is_known(method: &str, tools: bool) -> bool {
 /// The "method not found" answer to a request of `method`, saying what is missing rather than
 /// only naming the method: a client that asks this server for tools or prompts learns that it
 /// offers resources (and how to get tools that read them), one that sends a method its era
-/// removed learns what replaced it. `tools`: the tool bridge is on; `modern`: the request is
-/// of the 2026-07-28 era. The message starts with the method's name, as rmcp's does.
-pub(crate) fn method_not_found(method: &str, tools: bool, modern: bool) -> ErrorData {
-    let why = if modern && REMOVED_IN_2026_07_28.contains(&method) {
+/// removed learns what replaced it. `tools`: the tool bridge is on; `era`: the request's. The message starts with the method's name, as rmcp's does.
+pub(crate) fn method_not_found(method: &str, tools: bool, era: Era) -> ErrorData {
+    let why = if era == Era::Modern && REMOVED_IN_2026_07_28.contains(&method) {
         let instead = match method {
             "initialize" => {
                 "; it has no handshake: send server/discover, and _meta on every request"
@@ -95,7 +96,7 @@ pub(crate) fn method_not_found(method: &str, tools: bool, modern: bool) -> Error
         format!(
             "no such method; this server offers resources (resources/list, resources/read, \
              resources/templates/list, completion/complete, {}){}",
-            if modern {
+            if era == Era::Modern {
                 "subscriptions/listen"
             } else {
                 "resources/subscribe"

@@ -8,6 +8,7 @@ use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage};
 use serde::Deserialize;
 
 use super::decode::Present;
+use super::era::Era;
 use super::params;
 
 /// What [`check_line`] makes of a line rmcp is about to decode.
@@ -114,7 +115,7 @@ pub(crate) fn check_line(line: &[u8], tools: bool) -> Checked {
         Some(p) if !p.is_object() && !p.is_null() => Some(if known {
             params::invalid_params_or_generic(&method, params)
         } else {
-            params::method_not_found(&method, tools, false)
+            params::method_not_found(&method, tools, Era::Legacy)
         }),
         Some(_) if known && is_list_method(&method) => params::invalid_params(&method, params),
         _ => None,

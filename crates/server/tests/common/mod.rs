@@ -74,3 +74,22 @@ pub async fn spawn_http(
     });
     base
 }
+
+/// Our stdio transport on one end of a socket pair (as Node's `child_process` connects a
+/// server: one socket for both directions), and the client's halves of the other end.
+/// Shutting the write half down (or dropping it) ends the server's input.
+pub fn stdio_socket() -> (
+    mcpr_server::stdio::StdioTransport,
+    tokio::net::unix::OwnedReadHalf,
+    tokio::net::unix::OwnedWriteHalf,
+) {
+    let (server, client) = std::os::unix::net::UnixStream::pair().unwrap();
+    let input = std::os::fd::OwnedFd::from(server.try_clone().unwrap());
+    let transport =
+        mcpr_server::stdio::StdioTransport::on_threads(input, std::os::fd::OwnedFd::from(server));
+    client.set_nonblocking(true).unwrap();
+    let (r, w) = tokio::net::UnixStream::from_std(client)
+        .unwrap()
+        .into_split();
+    (transport, r, w)
+}
