@@ -236,6 +236,7 @@ impl<'a> Layered<'a> {
         within(
             self.limit,
             Some(uri.as_str()),
+            self.setting,
             self.provider().folder_details(uri),
         )
         .await
