@@ -42,8 +42,8 @@ use crate::errors::to_mcp_error;
 use crate::grant::Grant;
 use crate::http::edge::WholeBody;
 use crate::http::in_place::InPlaceReads;
-use crate::wire::http_answers::{self, json_error};
 use crate::wire::era::Era;
+use crate::wire::http_answers::{self, json_error};
 use crate::wire::http_checks::{
     AllowedHosts, JSON, MCP_NAME, content_type_is_json, direct_read_len, sole, status_of,
 };
@@ -267,7 +267,10 @@ impl<M: SessionManager> DirectRead<M> {
     ) -> Result<Answer, (ReadResourceRequestParams, RequestId)> {
         let readers = match &self.settings.in_place {
             None => {
-                return match self.handler.read_answer_now(&params, grant, &id, Era::Modern) {
+                return match self
+                    .handler
+                    .read_answer_now(&params, grant, &id, Era::Modern)
+                {
                     Some(answer) => Ok(answer),
                     None => Err((params, id)),
                 };
@@ -298,7 +301,11 @@ impl<M: SessionManager> DirectRead<M> {
                 crate::layers::timed_out(timeout, Some(&uri))
             }
         };
-        Ok(Err(era::read_message(Err(to_mcp_error(e)), id_kept, Era::Modern)))
+        Ok(Err(era::read_message(
+            Err(to_mcp_error(e)),
+            id_kept,
+            Era::Modern,
+        )))
     }
 
     /// A read that waits, until it is done or shutdown cuts it off (then `Err` is the
