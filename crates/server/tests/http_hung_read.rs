@@ -5,11 +5,12 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use mcpr_core::{Provider, ReadLimits, ReadOutput, ResourceUri};
+use common::{Hanging, Release};
+use mcpr_core::Provider;
 use mcpr_provider_files::{FilesConfig, FilesProvider, encode_path_uri};
 use mcpr_server::http::HttpSettings;
 use mcpr_server::{ServerState, Settings};
@@ -19,61 +20,6 @@ const META: &str = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","i
 const TIMEOUT: Duration = Duration::from_millis(1000);
 /// Hung reads at once: more than the test runtime's two workers, and than the reader threads.
 const HUNG: usize = 6;
-
-/// A files mount whose read in place blocks until released, as a `stat` on a dead disk
-/// does; its bounded `read` answers as the files provider does.
-struct Hanging {
-    files: FilesProvider,
-    released: Mutex<bool>,
-    wake: Condvar,
-    /// Reads in place that hung and have ended.
-    ended: AtomicUsize,
-}
-
-impl Hanging {
-    fn release(&self) {
-        *mcpr_core::sync::lock(&self.released) = true;
-        self.wake.notify_all();
-    }
-}
-
-#[async_trait::async_trait]
-impl Provider for Hanging {
-    fn info(&self) -> &mcpr_core::ProviderInfo {
-        self.files.info()
-    }
-
-    async fn list(
-        &self,
-        page: mcpr_core::PageRequest,
-    ) -> mcpr_core::Result<mcpr_core::Page<mcpr_core::ResourceMeta>> {
-        self.files.list(page).await
-    }
-
-    async fn read(&self, uri: &ResourceUri, limits: &ReadLimits) -> mcpr_core::Result<ReadOutput> {
-        self.files.read(uri, limits).await
-    }
-
-    fn read_now(
-        &self,
-        uri: &ResourceUri,
-        limits: &ReadLimits,
-    ) -> Option<mcpr_core::Result<ReadOutput>> {
-        let released = mcpr_core::sync::lock(&self.released);
-        if !*released {
-            // One flag: a poisoned lock still holds a usable value.
-            drop(
-                self.wake
-                    .wait_while(released, |r| !*r)
-                    .unwrap_or_else(std::sync::PoisonError::into_inner),
-            );
-            self.ended.fetch_add(1, Ordering::SeqCst);
-        } else {
-            drop(released);
-        }
-        self.files.read_now(uri, limits)
-    }
-}
 
 /// The server's runtime, shut down without waiting when the test ends (a runtime may not be
 /// dropped inside another).
@@ -90,15 +36,6 @@ impl Drop for ServerRuntime {
         if let Some(rt) = self.0.take() {
             rt.shutdown_background();
         }
-    }
-}
-
-/// Releases the hung reads when dropped: a failing assertion must not leave them hung.
-struct Release(Arc<Hanging>);
-
-impl Drop for Release {
-    fn drop(&mut self) {
-        self.0.release();
     }
 }
 
@@ -145,12 +82,10 @@ async fn hung_reads_in_place_cost_their_own_requests_only() {
     let fine_root = fine_dir.path().canonicalize().unwrap();
     std::fs::write(slow_root.join("hang.txt"), "late").unwrap();
     std::fs::write(fine_root.join("a.txt"), "fine").unwrap();
-    let hanging = Arc::new(Hanging {
-        files: FilesProvider::new(FilesConfig::new(&slow_root)).unwrap(),
-        released: Mutex::new(false),
-        wake: Condvar::new(),
-        ended: AtomicUsize::new(0),
-    });
+    let hanging = Arc::new(Hanging::new(
+        FilesProvider::new(FilesConfig::new(&slow_root)).unwrap(),
+        |_| true,
+    ));
     let _release = Release(hanging.clone());
     let fine: Arc<dyn Provider> =
         Arc::new(FilesProvider::new(FilesConfig::new(&fine_root)).unwrap());

@@ -3,11 +3,13 @@
 //! over, and a new reader thread goes on reading stdin, so pings, reads, lists and the end
 //! of input are handled as before; the stuck read, when it ends, answers nothing.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use mcpr_core::{Provider, ReadLimits, ReadOutput, ResourceUri};
+use common::{Hanging, Release};
 use mcpr_provider_files::{FilesConfig, FilesProvider, encode_path_uri};
 use mcpr_server::stdio::StdioTransport;
 use mcpr_server::{McpHandler, Served, ServerState, Settings};
@@ -18,68 +20,6 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 const INIT: &str = r#"{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
 const INITIALIZED: &str = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
 const TIMEOUT: Duration = Duration::from_millis(300);
-
-/// A files mount whose in-place read of names containing "hang" blocks until released, as
-/// a `stat` on a dead network file system does.
-struct Hanging {
-    files: FilesProvider,
-    released: Mutex<bool>,
-    wake: Condvar,
-    /// Reads in place that hung and have ended.
-    ended: AtomicUsize,
-}
-
-impl Hanging {
-    fn release(&self) {
-        *mcpr_core::sync::lock(&self.released) = true;
-        self.wake.notify_all();
-    }
-}
-
-#[async_trait::async_trait]
-impl Provider for Hanging {
-    fn info(&self) -> &mcpr_core::ProviderInfo {
-        self.files.info()
-    }
-
-    async fn list(
-        &self,
-        page: mcpr_core::PageRequest,
-    ) -> mcpr_core::Result<mcpr_core::Page<mcpr_core::ResourceMeta>> {
-        self.files.list(page).await
-    }
-
-    async fn read(&self, uri: &ResourceUri, limits: &ReadLimits) -> mcpr_core::Result<ReadOutput> {
-        self.files.read(uri, limits).await
-    }
-
-    fn read_now(
-        &self,
-        uri: &ResourceUri,
-        limits: &ReadLimits,
-    ) -> Option<mcpr_core::Result<ReadOutput>> {
-        if uri.as_str().contains("hang") {
-            let released = mcpr_core::sync::lock(&self.released);
-            // One flag: a poisoned lock still holds a usable value.
-            drop(
-                self.wake
-                    .wait_while(released, |r| !*r)
-                    .unwrap_or_else(std::sync::PoisonError::into_inner),
-            );
-            self.ended.fetch_add(1, Ordering::SeqCst);
-        }
-        self.files.read_now(uri, limits)
-    }
-}
-
-/// Releases the hung reads when dropped.
-struct Release(Arc<Hanging>);
-
-impl Drop for Release {
-    fn drop(&mut self) {
-        self.0.release();
-    }
-}
 
 fn read(id: &str, uri: &str) -> String {
     format!(
@@ -104,12 +44,10 @@ async fn a_hung_read_in_place_costs_its_own_request_only() {
     let root = dir.path().canonicalize().unwrap();
     std::fs::write(root.join("a.txt"), "fine").unwrap();
     std::fs::write(root.join("hang.txt"), "late").unwrap();
-    let provider = Arc::new(Hanging {
-        files: FilesProvider::new(FilesConfig::new(&root)).unwrap(),
-        released: Mutex::new(false),
-        wake: Condvar::new(),
-        ended: AtomicUsize::new(0),
-    });
+    let provider = Arc::new(Hanging::new(
+        FilesProvider::new(FilesConfig::new(&root)).unwrap(),
+        |uri| uri.contains("hang"),
+    ));
     let settings = Settings {
         request_timeout: TIMEOUT,
         ..Settings::default()

@@ -93,3 +93,83 @@ pub fn stdio_socket() -> (
         .into_split();
     (transport, r, w)
 }
+
+/// A files mount whose read in place blocks until released when `hangs` says so of the URI,
+/// as a `stat` on a dead disk or network file system does; its bounded `read` answers as the
+/// files provider does. The hung-read tests of both transports use it.
+pub struct Hanging {
+    files: FilesProvider,
+    hangs: fn(&str) -> bool,
+    released: std::sync::Mutex<bool>,
+    wake: std::sync::Condvar,
+    /// Reads in place that hung and have ended.
+    pub ended: std::sync::atomic::AtomicUsize,
+}
+
+impl Hanging {
+    pub fn new(files: FilesProvider, hangs: fn(&str) -> bool) -> Self {
+        Self {
+            files,
+            hangs,
+            released: std::sync::Mutex::new(false),
+            wake: std::sync::Condvar::new(),
+            ended: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    pub fn release(&self) {
+        *mcpr_core::sync::lock(&self.released) = true;
+        self.wake.notify_all();
+    }
+}
+
+#[async_trait::async_trait]
+impl Provider for Hanging {
+    fn info(&self) -> &mcpr_core::ProviderInfo {
+        self.files.info()
+    }
+
+    async fn list(
+        &self,
+        page: mcpr_core::PageRequest,
+    ) -> mcpr_core::Result<mcpr_core::Page<mcpr_core::ResourceMeta>> {
+        self.files.list(page).await
+    }
+
+    async fn read(
+        &self,
+        uri: &mcpr_core::ResourceUri,
+        limits: &mcpr_core::ReadLimits,
+    ) -> mcpr_core::Result<mcpr_core::ReadOutput> {
+        self.files.read(uri, limits).await
+    }
+
+    fn read_now(
+        &self,
+        uri: &mcpr_core::ResourceUri,
+        limits: &mcpr_core::ReadLimits,
+    ) -> Option<mcpr_core::Result<mcpr_core::ReadOutput>> {
+        let released = mcpr_core::sync::lock(&self.released);
+        if (self.hangs)(uri.as_str()) && !*released {
+            // One flag: a poisoned lock still holds a usable value.
+            drop(
+                self.wake
+                    .wait_while(released, |r| !*r)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            );
+            self.ended.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        } else {
+            drop(released);
+        }
+        self.files.read_now(uri, limits)
+    }
+}
+
+/// Releases the hung reads when dropped: a failing assertion must not leave them hung.
+pub struct Release(pub Arc<Hanging>);
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        self.0.release();
+    }
+}
