@@ -446,6 +446,9 @@ impl Drop for Child {
     }
 }
 
+/// The official conformance suite's server scenarios ([`SCENARIOS`]) against the built
+/// binary over HTTP, serving the suite's fixtures and skills; then the resource scenarios
+/// among them through a gateway in front of the same fixtures (issue #45).
 fn conformance() -> Result<(), String> {
     let root = root();
     let prefix = root.join(".cache/node22");
@@ -483,56 +486,39 @@ fn conformance() -> Result<(), String> {
     wait_for_port(&addr)?;
     let url = format!("http://{addr}/mcp");
     let baseline = root.join("tests/conformance/expected-failures.yml");
-    let (mut passed, mut failed) = (0, Vec::new());
-    for (version, scenarios) in SCENARIOS {
-        for scenario in *scenarios {
-            let out = Command::new(&node)
-                .arg(&suite)
-                .args([
-                    "server",
-                    "--url",
-                    &url,
-                    "--scenario",
-                    scenario,
-                    "--spec-version",
-                    version,
-                    "--expected-failures",
-                ])
-                .arg(&baseline)
-                // Extension scenarios (SEP-2640 skills) run with a spec version only forced.
-                .args(scenario.starts_with("sep-2640-").then_some("--force"))
-                .output()
-                .map_err(|e| format!("cannot run the conformance suite: {e}"))?;
-            let text = String::from_utf8_lossy(&out.stdout).to_string()
-                + &String::from_utf8_lossy(&out.stderr);
-            // A scenario the suite skips as not applicable must not pass as if it had run.
-            // The skills scenarios' warnings are SHOULDs of SEP-2640 (a SKILL.md listed
-            // without its skill's name or description) that this server keeps: one fails.
-            let warned = scenario.starts_with("sep-2640-") && text.contains("WARNING");
-            let ok = out.status.success()
-                && !text.contains("Unexpected failures")
-                && !text.contains("is not applicable at spec version")
-                && !warned;
-            let summary = text
-                .lines()
-                .rev()
-                .find(|l| l.contains("Passed:") || l.contains("Baseline"))
-                .unwrap_or("")
-                .trim();
-            println!(
-                "conformance {version} {scenario}: {} {}",
-                if ok { "ok" } else { "FAILED" },
-                strip_ansi(summary)
-            );
-            if ok {
-                passed += 1;
-            } else {
-                println!("{}", strip_ansi(&text));
-                failed.push(format!("{version} {scenario}"));
-            }
-        }
-    }
+    let direct = scenarios(&node, &suite, &url, &baseline, |_| true, None)?;
     drop(server);
+    // The resource scenarios again through a gateway whose one `mcp` mount re-serves the
+    // same fixtures (our binary with the same configuration, which the gateway starts over
+    // stdio): each check must end as it did directly (the same expected failures, nothing
+    // skipped that ran).
+    let gateway_config = gateway_fixture(&root, &config)?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| format!("no free port: {e}"))?
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let gateway = Child(
+        Command::new(root.join("target/debug/mcp-resources"))
+            .args(["serve", "--log-level", "warn", "--http", &addr, "--config"])
+            .arg(&gateway_config)
+            .spawn()
+            .map_err(|e| format!("cannot start the gateway: {e}"))?,
+    );
+    wait_for_port(&addr)?;
+    let url = format!("http://{addr}/mcp");
+    let through = scenarios(
+        &node,
+        &suite,
+        &url,
+        &baseline,
+        gateway_scenario,
+        Some(&direct.checks),
+    )?;
+    drop(gateway);
+    let passed = direct.passed + through.passed;
+    let mut failed = direct.failed;
+    failed.extend(through.failed);
     println!("conformance: {passed} passed, {} failed", failed.len());
     if failed.is_empty() {
         Ok(())
@@ -542,6 +528,159 @@ fn conformance() -> Result<(), String> {
             failed.join(", ")
         ))
     }
+}
+
+/// The scenarios of [`SCENARIOS`] that the gateway pass runs: those about resources (every
+/// `resources-*`, `sep-2164-resource-not-found`, `caching` and the SEP-2640 skills ones).
+/// The others test the HTTP server itself (sessions, headers, streams), which is the same
+/// code with or without a gateway mount behind it.
+fn gateway_scenario(scenario: &str) -> bool {
+    scenario.starts_with("resources-")
+        || scenario.starts_with("sep-2640-")
+        || matches!(scenario, "sep-2164-resource-not-found" | "caching")
+}
+
+/// What a run of [`scenarios`] found.
+struct Run {
+    passed: usize,
+    /// `version scenario` of each scenario that failed.
+    failed: Vec<String>,
+    /// Each check's status (`SUCCESS`, `FAILURE`, `WARNING`, `SKIPPED`, …) by check id,
+    /// per `version scenario`.
+    checks: std::collections::HashMap<String, std::collections::BTreeMap<String, String>>,
+}
+
+/// The status of each check the suite printed (`<time> [check-id   ] STATUS message`).
+fn check_statuses(text: &str) -> std::collections::BTreeMap<String, String> {
+    text.lines()
+        .filter(|l| l.starts_with(|c: char| c.is_ascii_digit()))
+        .filter_map(|l| {
+            let (_, rest) = l.split_once(" [")?;
+            let (id, after) = rest.split_once(']')?;
+            let status = after.split_whitespace().next()?;
+            status
+                .bytes()
+                .all(|b| b.is_ascii_uppercase())
+                .then(|| (id.trim().to_owned(), status.to_owned()))
+        })
+        .collect()
+}
+
+/// Runs every scenario of [`SCENARIOS`] that `pick` keeps against the server at `url`, with
+/// `baseline` as the suite's expected failures, and prints a line per scenario. With
+/// `direct` (the checks of a run against the server itself) the server under test is a
+/// gateway in front of it: a scenario fails too when one of its checks ends otherwise than
+/// it did directly (a check skipped through the gateway, say, that ran directly).
+fn scenarios(
+    node: &Path,
+    suite: &Path,
+    url: &str,
+    baseline: &Path,
+    pick: impl Fn(&str) -> bool,
+    direct: Option<&std::collections::HashMap<String, std::collections::BTreeMap<String, String>>>,
+) -> Result<Run, String> {
+    let label = if direct.is_some() {
+        "through the gateway "
+    } else {
+        ""
+    };
+    let (mut passed, mut failed, mut checks) = (0, Vec::new(), std::collections::HashMap::new());
+    for (version, scenarios) in SCENARIOS {
+        for scenario in scenarios.iter().filter(|s| pick(s)) {
+            let started = std::time::Instant::now();
+            let out = Command::new(node)
+                .arg(suite)
+                .args([
+                    "server",
+                    "--url",
+                    url,
+                    "--scenario",
+                    scenario,
+                    "--spec-version",
+                    version,
+                    "--expected-failures",
+                ])
+                .arg(baseline)
+                // Extension scenarios (SEP-2640 skills) run with a spec version only forced.
+                .args(scenario.starts_with("sep-2640-").then_some("--force"))
+                .output()
+                .map_err(|e| format!("cannot run the conformance suite: {e}"))?;
+            let text = String::from_utf8_lossy(&out.stdout).to_string()
+                + &String::from_utf8_lossy(&out.stderr);
+            let key = format!("{version} {scenario}");
+            let statuses = check_statuses(&strip_ansi(&text));
+            // Checks that ended otherwise than directly, as `check: direct -> here`.
+            let differ: Vec<String> = match direct.map(|d| d.get(&key)) {
+                None => Vec::new(),
+                Some(None) => vec!["no direct run to compare with".into()],
+                Some(Some(there)) => there
+                    .keys()
+                    .chain(statuses.keys())
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .into_iter()
+                    .filter(|id| there.get(*id) != statuses.get(*id))
+                    .map(|id| {
+                        let of = |m: &std::collections::BTreeMap<String, String>| {
+                            m.get(id).cloned().unwrap_or_else(|| "absent".into())
+                        };
+                        format!("{id}: {} directly, {} here", of(there), of(&statuses))
+                    })
+                    .collect(),
+            };
+            // A scenario the suite skips as not applicable must not pass as if it had run.
+            // The skills scenarios' warnings are SHOULDs of SEP-2640 (a SKILL.md listed
+            // without its skill's name or description) that this server keeps: one fails.
+            let warned = scenario.starts_with("sep-2640-") && text.contains("WARNING");
+            let ok = out.status.success()
+                && !text.contains("Unexpected failures")
+                && !text.contains("is not applicable at spec version")
+                && !warned
+                && differ.is_empty();
+            let summary = text
+                .lines()
+                .rev()
+                .find(|l| l.contains("Passed:") || l.contains("Baseline"))
+                .unwrap_or("")
+                .trim();
+            println!(
+                "conformance {label}{version} {scenario}: {} {} ({:.1} s)",
+                if ok { "ok" } else { "FAILED" },
+                strip_ansi(summary),
+                started.elapsed().as_secs_f64()
+            );
+            for d in &differ {
+                println!("  {d}");
+            }
+            if ok {
+                passed += 1;
+            } else {
+                println!("{}", strip_ansi(&text));
+                failed.push(format!("{label}{key}"));
+            }
+            checks.insert(key, statuses);
+        }
+    }
+    Ok(Run {
+        passed,
+        failed,
+        checks,
+    })
+}
+
+/// The gateway's configuration for the gateway pass: the tool bridge on, like the direct
+/// run's, and one `mcp` mount whose upstream is our binary serving `upstream` (the direct
+/// run's configuration) over stdio, with `prefixes` covering every URI the fixture serves,
+/// so the suite meets the URIs it knows. Returns its path.
+fn gateway_fixture(root: &Path, upstream: &Path) -> Result<PathBuf, String> {
+    let bin = root.join("target/debug/mcp-resources");
+    let config = format!(
+        "[server]\ntools = true\n\n[[mount]]\nkind = \"mcp\"\nname = \"fixture\"\ncommand = {:?}\nargs = [\"serve\", \"--log-level\", \"warn\", \"--config\", {:?}]\nprefixes = [\"test://\", \"git://\", \"file://\"]\n",
+        bin.display().to_string(),
+        upstream.display().to_string(),
+    );
+    let path = upstream.with_file_name("gateway.toml");
+    std::fs::write(&path, config).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    Ok(path)
 }
 
 /// The runs of the suite's client scenarios against the terminal client: every scenario the
@@ -1040,4 +1179,43 @@ fn strip_ansi(s: &str) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn check_statuses_reads_each_check_line() {
+        let text = "Running client scenario 'x' against server: http://127.0.0.1:1/mcp\nChecks:\n\
+            2026-11-28T22:23:27.518Z [sep-2640-capability-empty-object  ] SKIPPED Server did not declare [it]\n\
+            2026-11-28T22:23:27.519Z [wire-schema-valid                 ] SUCCESS Every message [ok]\n\
+            \nTest Results:\nPassed: 1/1, 0 failed, 0 warnings\n";
+        let got = check_statuses(text);
+        assert_eq!(
+            got.into_iter().collect::<Vec<_>>(),
+            [
+                ("sep-2640-capability-empty-object".into(), "SKIPPED".into()),
+                ("wire-schema-valid".into(), "SUCCESS".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_gateway_pass_runs_the_resource_scenarios_of_both_eras() {
+        let picked: Vec<(&str, &str)> = SCENARIOS
+            .iter()
+            .flat_map(|(v, s)| s.iter().filter(|s| gateway_scenario(s)).map(|s| (*v, *s)))
+            .collect();
+        for want in [
+            ("2025-11-25", "resources-subscribe"),
+            ("2026-07-28", "sep-2164-resource-not-found"),
+            ("2026-07-28", "caching"),
+            ("2025-11-25", "sep-2640-skills-manifest"),
+            ("2026-07-28", "sep-2640-skills-directory"),
+        ] {
+            assert!(picked.contains(&want), "{want:?} not in {picked:?}");
+        }
+        assert!(!picked.iter().any(|(_, s)| *s == "server-stateless"));
+    }
 }
