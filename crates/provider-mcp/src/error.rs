@@ -61,6 +61,18 @@ pub(crate) fn service(mount: &str, what: &str, uri: Option<&str>, e: ServiceErro
                     }
                     ErrorKind::NotFound
                 }
+                // A 2026-07-28 upstream answers a read of a resource it does not have with
+                // -32602 naming the URI in `data` (SEP-2164): not found, which each of our
+                // clients is then told in its own era's words, as for any other mount.
+                ErrorCode::INVALID_PARAMS
+                    if what == "resources/read"
+                        && data.data.as_ref().is_some_and(|d| d.get("uri").is_some()) =>
+                {
+                    if let Some(uri) = uri {
+                        return Error::not_found(uri);
+                    }
+                    ErrorKind::NotFound
+                }
                 ErrorCode::INVALID_PARAMS => ErrorKind::InvalidParams,
                 ErrorCode::METHOD_NOT_FOUND => ErrorKind::Unsupported,
                 _ => ErrorKind::Unavailable,
