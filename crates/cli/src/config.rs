@@ -300,49 +300,71 @@ fn mount(
     })
 }
 
-/// `skills`, `skills_prefix` and `skills_ref` of mount `index` (of kind `kind`).
+/// `skills`, `skills_prefix` and `skills_ref` of mount `index` (of kind `kind`). A gateway
+/// (`mcp`) mount always carries skills: its upstream's, when it declares any, under its
+/// `skills_prefix`; it takes no folder.
 fn skills_setting(
     file: &ConfigFile<'_>,
     shared: &RawShared,
     index: usize,
     kind: &str,
 ) -> Result<Option<mcpr_server::skills::SkillsSetting>, ConfigError> {
-    let Some(path) = &shared.skills else {
-        for (v, key) in [
-            (&shared.skills_prefix, "mount.skills_prefix"),
-            (&shared.skills_ref, "mount.skills_ref"),
-        ] {
-            if let Some(v) = v {
+    let relay = kind == "mcp";
+    let path = match &shared.skills {
+        Some(path) if relay => {
+            return file.err(
+                path.span(),
+                "mount.skills",
+                "an mcp mount relays its upstream's skills, if it declares any, with no folder to name: leave `skills` out (`skills_prefix` still applies)",
+            );
+        }
+        Some(path) => Some(path),
+        None if relay => None,
+        None => {
+            for (v, key) in [
+                (&shared.skills_prefix, "mount.skills_prefix"),
+                (&shared.skills_ref, "mount.skills_ref"),
+            ] {
+                if let Some(v) = v {
+                    return file.err(
+                        v.span(),
+                        key,
+                        "applies to a mount that carries skills: set `skills` (the skills folder, \".\" for the root) too",
+                    );
+                }
+            }
+            return Ok(None);
+        }
+    };
+    let value = match path {
+        None => ".".to_owned(),
+        Some(path) => {
+            if !matches!(kind, "files" | "git" | "s3") {
                 return file.err(
-                    v.span(),
-                    key,
-                    "applies to a mount that carries skills: set `skills` (the skills folder, \".\" for the root) too",
+                    path.span(),
+                    "mount.skills",
+                    format!(
+                        "skills are published from files, git and s3 mounts, not {kind} mounts"
+                    ),
                 );
             }
+            let value = file.expand(path, "mount.skills")?;
+            let bad_segment = |s: &str| s.is_empty() || s == ".." || s.contains('\0');
+            if value.starts_with('/')
+                || value
+                    .trim_end_matches('/')
+                    .split('/')
+                    .any(|s| bad_segment(s) || (s == "." && value.trim_end_matches('/') != "."))
+            {
+                return file.err(
+                    path.span(),
+                    "mount.skills",
+                    "the skills folder is a path inside the mount, like \"skills\" or \".\" for its root (no leading /, no . or .. segments)",
+                );
+            }
+            value
         }
-        return Ok(None);
     };
-    if !matches!(kind, "files" | "git" | "s3") {
-        return file.err(
-            path.span(),
-            "mount.skills",
-            format!("skills are published from files, git and s3 mounts, not {kind} mounts"),
-        );
-    }
-    let value = file.expand(path, "mount.skills")?;
-    let bad_segment = |s: &str| s.is_empty() || s == ".." || s.contains('\0');
-    if value.starts_with('/')
-        || value
-            .trim_end_matches('/')
-            .split('/')
-            .any(|s| bad_segment(s) || (s == "." && value.trim_end_matches('/') != "."))
-    {
-        return file.err(
-            path.span(),
-            "mount.skills",
-            "the skills folder is a path inside the mount, like \"skills\" or \".\" for its root (no leading /, no . or .. segments)",
-        );
-    }
     let prefix = match &shared.skills_prefix {
         None => String::new(),
         Some(p) => {
@@ -484,6 +506,34 @@ mod tests {
             ))
             .unwrap_err()
             .to_string();
+            assert!(e.contains(key) && e.contains(says), "{extra}: {e}");
+        }
+    }
+
+    #[cfg(feature = "mcp")]
+    #[test]
+    fn an_mcp_mount_relays_its_upstreams_skills_under_its_prefix() {
+        let mcp = "[[mount]]\nkind = \"files\"\nroot = \"/tmp\"\n[[mount]]\nkind = \"mcp\"\nname = \"up\"\ncommand = \"true\"\n";
+        let c = parse_str(mcp).unwrap();
+        assert_eq!(
+            c.server.skills,
+            vec![mcpr_server::skills::SkillsSetting {
+                mount: 1,
+                path: ".".into(),
+                prefix: String::new(),
+                rev: None,
+            }]
+        );
+        let c = parse_str(&format!("{mcp}skills_prefix = \"gw/up\"\n")).unwrap();
+        assert_eq!(c.server.skills[0].prefix, "gw/up");
+        for (extra, key, says) in [
+            ("skills = \"skills\"", "mount.skills", "leave `skills` out"),
+            ("skills_ref = \"main\"", "mount.skills_ref", "git ref"),
+            ("skills_prefix = \"a b\"", "mount.skills_prefix", "segments"),
+        ] {
+            let e = parse_str(&format!("{mcp}{extra}\n"))
+                .unwrap_err()
+                .to_string();
             assert!(e.contains(key) && e.contains(says), "{extra}: {e}");
         }
     }

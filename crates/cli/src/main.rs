@@ -396,8 +396,10 @@ fn warn_about_skills(state: &ServerState) {
         return;
     };
     tokio::spawn(async move {
-        for r in catalog.report().await {
-            if r.error.is_none() && r.skills.is_empty() && r.left_out.is_empty() {
+        let reports = catalog.report().await;
+        // A gateway mount whose upstream publishes no skills is no misplaced folder.
+        for (r, s) in reports.iter().zip(catalog.sources()) {
+            if !s.relay && r.error.is_none() && r.skills.is_empty() && r.left_out.is_empty() {
                 tracing::warn!(
                     mount = %r.mount,
                     "the skills folder {} holds no skill (a skill is a folder holding a SKILL.md)",
@@ -767,8 +769,25 @@ async fn check_skills(
         ));
         return false;
     };
+    let relay = catalog.sources().first().is_some_and(|s| s.relay);
     let mut ok = true;
     for r in catalog.report().await {
+        if relay {
+            // A gateway mount: its upstream's skills, a line only when it has some to say.
+            if let Some(e) = &r.error {
+                lines.push(format!("{}: upstream skills: {e}", m.origin));
+                ok = false;
+                continue;
+            }
+            if r.skills.is_empty() && r.left_out.is_empty() {
+                continue;
+            }
+        }
+        let what = if relay {
+            "upstream skills".to_owned()
+        } else {
+            format!("skills folder {}", r.root)
+        };
         if let Some(e) = &r.error {
             // A git mount cannot tell a missing folder from a ref that names nothing.
             let hint = setting.rev.as_ref().map_or_else(String::new, |rev| {
@@ -779,9 +798,8 @@ async fn check_skills(
             continue;
         }
         lines.push(format!(
-            "{}: skills folder {}: {} skill(s){}",
+            "{}: {what}: {} skill(s){}",
             m.origin,
-            r.root,
             r.skills.len(),
             if r.left_out.is_empty() {
                 String::new()

@@ -343,6 +343,152 @@ fn http_upstream_with_a_token_survives_a_restart() {
     drop(gateway);
 }
 
+/// The upstream's SEP-2640 skills through the gateway, in both upstream eras: listed by the
+/// terminal client under the mount's `skills_prefix` with the upstream's digests, pulled
+/// (the client checks every file against the manifest) into the same tree; and, with the
+/// gateway over HTTP, a skill file changed upstream is listed with its new digest.
+#[test]
+fn upstream_skills_are_relayed_under_the_mount_prefix() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("up");
+    for (rel, text) in [
+        (
+            "skills/alpha/SKILL.md",
+            "---\nname: alpha\ndescription: Does alpha\n---\nRead notes.md.\n",
+        ),
+        ("skills/alpha/notes.md", "v0\n"),
+        ("skills/alpha/bin/run.sh", "echo alpha\n"),
+        (
+            "skills/beta/SKILL.md",
+            "---\nname: beta\ndescription: Does beta\n---\n",
+        ),
+    ] {
+        let p = root.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+    let root = root.canonicalize().unwrap();
+    let up_cfg = tmp.path().join("upstream.toml");
+    std::fs::write(
+        &up_cfg,
+        format!(
+            "[[mount]]\nkind = \"files\"\nroot = {:?}\nskills = \"skills\"\nskills_prefix = \"acme\"\n",
+            root.display().to_string()
+        ),
+    )
+    .unwrap();
+    let local = files(&tmp.path().join("local"), 1);
+    let direct = |args: &[&str]| {
+        let mut c = Command::new(bin());
+        c.args(args)
+            .arg("--")
+            .arg(bin())
+            .args(["serve", "--config"])
+            .arg(&up_cfg);
+        c
+    };
+    let skills_of = |out: &str| -> Vec<(String, Vec<(String, String)>)> {
+        out.lines()
+            .map(|l| {
+                let v: Value = serde_json::from_str(l).unwrap();
+                let files = v["resources"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|f| {
+                        (
+                            f["uri"].as_str().unwrap().to_owned(),
+                            f["digest"].as_str().unwrap().to_owned(),
+                        )
+                    })
+                    .collect();
+                (v["uri"].as_str().unwrap().to_owned(), files)
+            })
+            .collect()
+    };
+    let upstream = skills_of(&run(direct(&["skills", "--json"])).ok());
+    assert_eq!(upstream.len(), 2, "{upstream:?}");
+    // The same skills, each URI under `gw/`, the same digests.
+    let relayed: Vec<(String, Vec<(String, String)>)> = upstream
+        .iter()
+        .map(|(uri, files)| {
+            let gw = |u: &str| u.replacen("skill://", "skill://gw/", 1);
+            (
+                gw(uri),
+                files.iter().map(|(u, d)| (gw(u), d.clone())).collect(),
+            )
+        })
+        .collect();
+    for protocol in ["legacy", "2026-07-28"] {
+        let gw = gateway_config(
+            tmp.path(),
+            &local,
+            &format!(
+                "[[mount]]\nkind = \"mcp\"\nname = \"up\"\ncommand = {:?}\nargs = [\"serve\", \"--config\", {:?}]\nprotocol = \"{protocol}\"\nskills_prefix = \"gw\"\n",
+                bin().display().to_string(),
+                up_cfg.display().to_string()
+            ),
+        );
+        let got = skills_of(&run(via(&gw, &["skills", "--json"])).ok());
+        assert_eq!(got, relayed, "{protocol}");
+        let into = tmp.path().join(format!("pulled-{protocol}"));
+        let out = run(via(
+            &gw,
+            &[
+                "skills",
+                "pull",
+                "skill://gw/acme/alpha/SKILL.md",
+                into.to_str().unwrap(),
+            ],
+        ))
+        .ok();
+        assert!(out.starts_with("alpha (3 files) -> "), "{protocol}: {out}");
+        for rel in ["SKILL.md", "notes.md", "bin/run.sh"] {
+            assert_eq!(
+                std::fs::read(into.join("alpha").join(rel)).unwrap(),
+                std::fs::read(root.join("skills/alpha").join(rel)).unwrap(),
+                "{protocol}: {rel}"
+            );
+        }
+    }
+
+    // A live gateway hears of a skill file's change (its upstream subscription of the file)
+    // and lists the new digest.
+    let gw = gateway_config(
+        tmp.path(),
+        &local,
+        &format!(
+            "[[mount]]\nkind = \"mcp\"\nname = \"up\"\ncommand = {:?}\nargs = [\"serve\", \"--config\", {:?}]\nskills_prefix = \"gw\"\n",
+            bin().display().to_string(),
+            up_cfg.display().to_string()
+        ),
+    );
+    let (gateway, url) = gateway_http(&gw, "unused");
+    let listed = || {
+        let mut c = Command::new(bin());
+        c.args(["skills", "--json", "--url", &url]);
+        skills_of(&run(c).ok())
+    };
+    assert_eq!(listed(), relayed);
+    std::fs::write(root.join("skills/alpha/notes.md"), "v1, longer\n").unwrap();
+    let want = rmcp::model::sha256_digest(b"v1, longer\n");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let now = listed();
+        let notes = now
+            .iter()
+            .flat_map(|(_, f)| f)
+            .find(|(u, _)| u == "skill://gw/acme/alpha/notes.md")
+            .map(|(_, d)| d.clone());
+        if notes.as_deref() == Some(want.as_str()) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still {notes:?}, want {want}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    drop(gateway);
+}
+
 /// The gateway over Streamable HTTP on a free loopback port, `GW_TOKEN` in its
 /// environment; returns it and its endpoint.
 fn gateway_http(cfg: &Path, token: &str) -> (Guard, String) {

@@ -46,7 +46,7 @@ pub use error::{Error, ErrorKind, Limit, Result};
 pub use provider::{
     CacheHints, CacheScope, Completion, CompletionRequest, Contents, ContentsBody, Counter,
     FolderDetails, MAX_LEFT_OUT, Page, PageRequest, Provider, ProviderInfo, ReadLimits, ReadOutput,
-    ResourceMeta, TemplateMeta, addresses, template_index,
+    RelayedSkill, RelayedSkillFile, ResourceMeta, TemplateMeta, addresses, template_index,
 };
 pub use provider::{DIRECTORY_MIME_TYPE, not_a_directory};
 pub use redact::{redact_url, redact_urls_in};

@@ -181,6 +181,34 @@ pub struct FolderDetails {
     pub more_left_out: usize,
 }
 
+/// A skill another MCP server publishes (SEP-2640), as a gateway mount relays it: the
+/// upstream's manifest, every URI already the mount's own. The skills catalog reads each
+/// file through the mount and checks its bytes against `digest` and `size` before it
+/// publishes the skill.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RelayedSkill {
+    /// The skill's path: its upstream `skill://` URI without the scheme and the final
+    /// `/SKILL.md` (`acme/pdf-forms`).
+    pub path: String,
+    /// Every file of its manifest, `SKILL.md` included; `None` when the upstream says its
+    /// files are dynamic (no digests to check relayed bytes against).
+    pub files: Option<Vec<RelayedSkillFile>>,
+}
+
+/// One file of a [`RelayedSkill`]'s manifest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RelayedSkillFile {
+    /// Its path inside the skill's folder (`SKILL.md`, `scripts/fill.py`); empty when the
+    /// upstream names a file outside the skill's folder.
+    pub path: String,
+    /// The mount's URI of the file, which a read of the mount serves.
+    pub uri: String,
+    /// The upstream's `sha256:` digest of its bytes.
+    pub digest: String,
+    /// The upstream's size of it, in bytes.
+    pub size: u64,
+}
+
 /// A URI template a provider advertises.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TemplateMeta {
@@ -420,6 +448,13 @@ pub trait Provider: Send + Sync + 'static {
     /// catalog's walks of folders it cannot watch).
     fn poll_interval(&self) -> Option<std::time::Duration> {
         None
+    }
+
+    /// The skills the source itself publishes (a gateway mount: its upstream's SEP-2640
+    /// skills), for the skills catalog: `Ok(None)` when it publishes none, as by default; an
+    /// error when it cannot tell now (its upstream is down).
+    async fn relayed_skills(&self) -> Result<Option<Vec<RelayedSkill>>> {
+        Ok(None)
     }
 
     /// What the source says it is and offers, once contacted (a gateway mount's upstream:

@@ -250,6 +250,16 @@ impl McpConfig {
                     ),
                 ));
             }
+            // `skill://` URIs are the skills catalog's: it serves the upstream's skills there
+            // itself, their bytes checked against the upstream's digests.
+            if p.get(..6).is_some_and(|s| s.eq_ignore_ascii_case("skill:")) {
+                return Err(SettingError::new(
+                    format!("prefixes.{i}"),
+                    format!(
+                        "{p:?}: skill:// URIs are the skills catalog's, which relays the upstream's skills there itself (under the mount's `skills_prefix`)"
+                    ),
+                ));
+            }
         }
         SettingError::check_range(
             "timeout_ms",
@@ -500,6 +510,15 @@ mod tests {
         let e = bad.validate().unwrap_err();
         assert!(!e.message.contains("s3cret"), "{e}");
         assert_eq!(e.key, "headers.Authorization");
+    }
+
+    #[test]
+    fn a_skill_prefix_is_refused() {
+        let mut c = McpConfig::new("m", stdio());
+        c.prefixes = vec!["test://".into(), "skill://".into()];
+        let e = c.validate().unwrap_err();
+        assert_eq!(e.key, "prefixes.1");
+        assert!(e.message.contains("skills catalog"), "{}", e.message);
     }
 
     #[test]

@@ -16,6 +16,7 @@ mod error;
 mod list;
 mod process;
 mod provider;
+mod skills;
 mod uri;
 
 pub use config::{

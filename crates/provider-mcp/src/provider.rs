@@ -295,6 +295,10 @@ impl Provider for McpProvider {
         }))
     }
 
+    async fn relayed_skills(&self) -> Result<Option<Vec<mcpr_core::RelayedSkill>>> {
+        crate::skills::relayed(&self.shared).await
+    }
+
     fn offers(&self) -> Option<String> {
         let c = self.shared.conn().ok()?;
         let mut what = vec![if c.modern { "2026-07-28" } else { "legacy" }.to_owned()];

@@ -242,6 +242,19 @@ impl<'a> Layered<'a> {
         .await
     }
 
+    /// [`Provider::relayed_skills`], bounded as one request: the skills catalog's listing of
+    /// a gateway mount's upstream skills. Not counted in `mcp_provider_calls_total`, like
+    /// the catalog's other bookkeeping calls.
+    pub(crate) async fn relayed_skills(&self) -> Result<Option<Vec<mcpr_core::RelayedSkill>>> {
+        within(
+            self.limit,
+            None,
+            self.setting,
+            self.provider().relayed_skills(),
+        )
+        .await
+    }
+
     /// [`Provider::templates`]: a field the provider built when it was mounted, so there is
     /// nothing to bound.
     pub(crate) fn templates(&self) -> &'a [TemplateMeta] {

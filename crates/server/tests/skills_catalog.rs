@@ -87,6 +87,7 @@ fn source(p: &Arc<dyn Provider>, root: &Path, folder: &str, prefix: &str) -> Ski
         },
         root: format!("{}/{folder}", encode_path_uri(root)),
         prefix: prefix.into(),
+        relay: false,
     }
 }
 

@@ -79,6 +79,10 @@ pub struct SkillSource {
     /// Segments put before every skill path of this source (`skills_prefix`), without
     /// slashes at the ends; empty for none.
     pub prefix: String,
+    /// The mount publishes skills of its own ([`mcpr_core::Provider::relayed_skills`]: a
+    /// gateway mount relaying its upstream's) rather than holding a folder to walk; `root`
+    /// then only names the mount in reports.
+    pub relay: bool,
 }
 
 /// One file of a skill's manifest.
@@ -372,6 +376,25 @@ impl Watches {
             return;
         }
         let watched = match ResourceUri::parse(dir) {
+            Ok(uri) => {
+                provider
+                    .watch(&LocalWatching, &uri, self.sink.clone())
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        match watched {
+            Ok(g) => guards.push(g),
+            Err(_) => self.guards = None,
+        }
+    }
+
+    /// Watch one file (a relayed skill's): its changes make the next listing walk again.
+    async fn file(&mut self, provider: &Layered<'_>, uri: &str) {
+        let Some(guards) = self.guards.as_mut() else {
+            return;
+        };
+        let watched = match ResourceUri::parse(uri) {
             Ok(uri) => {
                 provider
                     .watch(&LocalWatching, &uri, self.sink.clone())
@@ -689,6 +712,21 @@ impl Catalog {
     ) -> Result<Hashed> {
         let uri = ResourceUri::parse(&m.uri)?;
         let fingerprint = Self::fingerprint(provider, &uri, m).await;
+        self.hashed_as(provider, m, skill_md, walk, fingerprint)
+            .await
+    }
+
+    /// [`Catalog::hashed`] with the fingerprint already known (`None`: none, read and hash
+    /// every time).
+    async fn hashed_as(
+        &self,
+        provider: &Layered<'_>,
+        m: &ResourceMeta,
+        skill_md: bool,
+        walk: &mut Watches,
+        fingerprint: Option<String>,
+    ) -> Result<Hashed> {
+        let uri = ResourceUri::parse(&m.uri)?;
         if let Some(fp) = &fingerprint
             && let Some(h) = lock(&self.cache).get(&m.uri)
             && &h.fingerprint == fp
@@ -1088,6 +1126,9 @@ impl Catalog {
     /// as a whole (its budget spent). A skill that cannot be had is left out and logged; a
     /// skills folder that cannot be read leaves the source without skills, logged.
     async fn walk(&self, si: usize, walk: &mut Watches) -> Result<WalkFound> {
+        if self.sources[si].relay {
+            return self.relay_walk(si, walk).await;
+        }
         let s = &self.sources[si];
         let mut skills = Vec::new();
         let (mut left, mut error) = (Vec::new(), None);
@@ -1135,6 +1176,168 @@ impl Catalog {
             not_published,
             error,
         })
+    }
+
+    /// One walk of a relaying source (a gateway mount): the skills its upstream lists, each
+    /// file read through the mount and checked against the upstream's digest and size, so
+    /// a manifest we publish describes the bytes we relay. A skill whose bytes differ, or
+    /// that breaks a rule a walked skill keeps, is left out with the reason; an upstream
+    /// that cannot list its skills now (down) leaves the source without skills, asked again
+    /// next time. Watched: the mount's list changes (an upstream's skills come and go with
+    /// its `list_changed`) and every file.
+    async fn relay_walk(&self, si: usize, walk: &mut Watches) -> Result<WalkFound> {
+        let s = &self.sources[si];
+        let layered = Layered::new(&s.at, self.timeout);
+        // Watched before the listing, so a change after it is not missed.
+        match layered.watch_list(&LocalWatching, walk.sink.clone()).await {
+            Ok(g) => {
+                if let Some(guards) = walk.guards.as_mut() {
+                    guards.push(g);
+                }
+            }
+            Err(_) => walk.guards = None,
+        }
+        walk.spend()?;
+        let listed = match layered.relayed_skills().await {
+            Ok(listed) => listed.unwrap_or_default(),
+            Err(e) => {
+                let why = format!("the upstream's skills cannot be listed: {}", e.message);
+                let key = format!("{}\0{why}", s.root);
+                if lock(&self.warned).insert(key) {
+                    tracing::warn!(mount = %s.mount, "{why}");
+                }
+                walk.guards = None;
+                return Ok(WalkFound {
+                    skills: Vec::new(),
+                    left_out: Vec::new(),
+                    not_published: Vec::new(),
+                    error: Some(why),
+                });
+            }
+        };
+        let (mut skills, mut left) = (Vec::new(), Vec::new());
+        for skill in listed {
+            match self.relayed_at(si, skill, &layered, &mut *walk).await {
+                Ok(entry) => skills.push(entry),
+                Err(_) if walk.over => return Err(walk.over_budget()),
+                Err(why) => {
+                    self.leave_out(s, &why);
+                    left.push((why.file, why.reason));
+                }
+            }
+        }
+        if walk.over {
+            return Err(walk.over_budget());
+        }
+        Ok(WalkFound {
+            skills,
+            left_out: left,
+            not_published: Vec::new(),
+            error: None,
+        })
+    }
+
+    /// The relayed skill `skill` of source `si` under our `skill://` URIs, its files read
+    /// through the mount and checked against the upstream's manifest, or why not.
+    async fn relayed_at(
+        &self,
+        si: usize,
+        skill: mcpr_core::RelayedSkill,
+        provider: &Layered<'_>,
+        walk: &mut Watches,
+    ) -> std::result::Result<SkillEntry, LeftOut> {
+        let s = &self.sources[si];
+        let base = if s.prefix.is_empty() {
+            format!("{SKILL_SCHEME}{}", skill.path)
+        } else {
+            format!("{SKILL_SCHEME}{}/{}", s.prefix, skill.path)
+        };
+        let skill_md = format!("{base}/{SKILL_MD}");
+        let files = skill.files.ok_or_else(|| {
+            left_out(
+                &skill_md,
+                "the upstream's manifest is dynamic: no digests to check the relayed bytes against",
+            )
+        })?;
+        if files.len() > MAX_SKILL_FILES {
+            return Err(left_out(
+                &skill_md,
+                format!("it holds more than {MAX_SKILL_FILES} files (the spec's limit)"),
+            ));
+        }
+        if files.iter().map(|f| f.size).fold(0u64, u64::saturating_add) > MAX_SKILL_BYTES {
+            return Err(left_out(
+                &skill_md,
+                format!("it holds more than {MAX_SKILL_BYTES} bytes (the spec's limit of 16 MiB)"),
+            ));
+        }
+        let mut manifest = Vec::with_capacity(files.len());
+        let mut frontmatter = None;
+        for f in files {
+            if f.path.is_empty() {
+                return Err(left_out(
+                    &skill_md,
+                    format!(
+                        "the upstream's manifest names {} outside the skill's folder",
+                        f.uri
+                    ),
+                ));
+            }
+            walk.file(provider, &f.uri).await;
+            let is_md = f.path == SKILL_MD;
+            let m = ResourceMeta {
+                uri: f.uri.clone(),
+                size: Some(f.size),
+                ..ResourceMeta::default()
+            };
+            // Bytes once checked against a digest need no new read while the upstream's
+            // manifest names the same digest.
+            let fingerprint = format!("r:{}:{}", f.digest, f.size);
+            let h = self
+                .hashed_as(provider, &m, is_md, &mut *walk, Some(fingerprint))
+                .await
+                .map_err(|e| left_out(&f.uri, format!("it cannot be read: {}", e.message)))?;
+            if h.digest != f.digest || h.size != f.size {
+                // Not kept: the next walk reads it again.
+                lock(&self.cache).remove(&f.uri);
+                return Err(left_out(
+                    &f.uri,
+                    format!(
+                        "the bytes relayed ({} bytes, {}) differ from the upstream's manifest ({} bytes, {})",
+                        h.size, h.digest, f.size, f.digest
+                    ),
+                ));
+            }
+            if is_md {
+                frontmatter = Some(
+                    h.frontmatter
+                        .clone()
+                        .unwrap_or_else(|| Err("unread".into())),
+                );
+            }
+            manifest.push(SkillFile {
+                uri: format!("{base}/{}", f.path),
+                target: f.uri,
+                digest: h.digest,
+                size: h.size,
+                mode: None,
+            });
+        }
+        let frontmatter = frontmatter
+            .ok_or_else(|| left_out(&skill_md, "the upstream's manifest has no SKILL.md"))?
+            .map_err(|why| left_out(&skill_md, why))?;
+        manifest.sort_by(|a, b| a.uri.cmp(&b.uri));
+        let entry = SkillEntry {
+            uri: skill_md.clone(),
+            source: si,
+            frontmatter,
+            files: manifest,
+        };
+        entry
+            .to_skill()
+            .validate()
+            .map_err(|e| left_out(&skill_md, e.to_string()))?;
+        Ok(entry)
     }
 
     /// Every valid skill of every source, sorted by URI. A skill that is invalid, too

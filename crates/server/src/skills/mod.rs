@@ -1,5 +1,5 @@
 //! Skills (SEP-2640): an organisation's agent skills published from the skills folders of
-//! any files, git or s3 mount. `frontmatter` parses a `SKILL.md`'s YAML; `catalog` finds
+//! any files, git or s3 mount, and the skills a gateway (`mcp`) mount's upstream publishes. `frontmatter` parses a `SKILL.md`'s YAML; `catalog` finds
 //! the skills through the providers' operations and keeps their manifests' digests.
 
 pub mod catalog;
@@ -58,6 +58,12 @@ pub fn root_uri(provider: &dyn Provider, setting: &SkillsSetting) -> Option<Stri
     Some(uri)
 }
 
+/// Whether `provider`'s mount relays skills of its own (a gateway mount: its upstream's)
+/// rather than holding a skills folder.
+pub fn relays(provider: &dyn Provider) -> bool {
+    provider.info().kind == "mcp"
+}
+
 /// The catalog over the mounts `settings` names, or `None` when none carries skills.
 pub(crate) fn catalog_for(
     settings: &crate::Settings,
@@ -74,6 +80,7 @@ pub(crate) fn catalog_for(
                 root: root_uri(mount.provider.as_ref(), s)?,
                 at: mount.clone(),
                 prefix: s.prefix.trim_matches('/').to_owned(),
+                relay: relays(mount.provider.as_ref()),
             })
         })
         .collect();
