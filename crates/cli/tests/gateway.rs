@@ -431,6 +431,17 @@ fn upstream_skills_are_relayed_under_the_mount_prefix() {
         );
         let got = skills_of(&run(via(&gw, &["skills", "--json"])).ok());
         assert_eq!(got, relayed, "{protocol}");
+        let check = run({
+            let mut c = Command::new(bin());
+            c.args(["check-config", "--connect"]).arg(&gw);
+            c
+        })
+        .ok();
+        assert!(
+            check.contains("upstream skills: 2 skill(s)")
+                && check.contains("  skill skill://gw/acme/alpha/SKILL.md"),
+            "{protocol}: {check}"
+        );
         let into = tmp.path().join(format!("pulled-{protocol}"));
         let out = run(via(
             &gw,
