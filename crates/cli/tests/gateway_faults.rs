@@ -70,7 +70,7 @@ for line in sys.stdin:
 "#;
 
 /// The request timeout of the gateway mount (`timeout_ms`).
-const TIMEOUT: Duration = Duration::from_secs(8);
+const TIMEOUT: Duration = Duration::from_secs(15);
 
 /// The real Python interpreter (not a shim that needs our environment), or `None`.
 fn python() -> Option<String> {
@@ -231,8 +231,10 @@ fn an_upstream_killed_mid_read_and_mid_list_costs_only_its_mount() {
     let (out, took) = read.join().unwrap();
     assert_ne!(out.code, Some(0), "{out:?}");
     assert!(
-        out.stderr.contains("mcp mount \"slow\"") && out.stderr.contains("unavailable"),
-        "{}",
+        out.stderr.contains("mcp mount \"slow\"")
+            && out.stderr.contains("unavailable")
+            && !out.stderr.contains("did not answer"),
+        "the connection's end, not the timeout: {}",
         out.stderr
     );
     assert!(
@@ -278,7 +280,7 @@ fn an_upstream_killed_mid_read_and_mid_list_costs_only_its_mount() {
 /// The budget of the gateway's peak resident memory (VmHWM) while it refuses a 512 MiB
 /// answer under `max_message_bytes = "16MiB"`: the gateway's own footprint and at most one
 /// message's worth of buffers; holding the answer would take 512 MiB.
-const HUGE_BUDGET_MIB: u64 = 160;
+const HUGE_BUDGET_MIB: u64 = 128;
 
 /// The peak resident memory of process `pid`, in KiB (`VmHWM` of /proc/PID/status).
 fn vm_hwm_kib(pid: u32) -> u64 {
