@@ -741,3 +741,49 @@ fn the_read_cache_keeps_public_answers_until_a_notice_or_the_ttl() {
     std::thread::sleep(Duration::from_millis(2100).saturating_sub(first.elapsed()));
     assert_eq!(cat(&s0), "after the ttl\n", "past the upstream's ttlMs");
 }
+
+/// An HTTP upstream's answer over `max_message_bytes` (our binary serving a 3 MiB file,
+/// the mount taking 1 MiB) fails that read at once with the limit named, and the connection
+/// serves on: the next read works without a reconnect.
+#[test]
+fn an_http_upstreams_oversized_answer_is_refused_naming_the_limit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = files(&tmp.path().join("up"), 1);
+    std::fs::write(root.join("big.md"), "x".repeat(3 << 20)).unwrap();
+    let local = files(&tmp.path().join("local"), 1);
+    let up_cfg = upstream_config(tmp.path(), &root, true);
+    let port = free_port();
+    let token = "t0ken-for-the-size-test";
+    let _upstream = http_upstream(&up_cfg, port, token);
+    let gw = gateway_config(
+        tmp.path(),
+        &local,
+        &format!(
+            "[[mount]]\nkind = \"mcp\"\nname = \"up\"\nurl = \"http://127.0.0.1:{port}/mcp\"\nheaders = {{ Authorization = \"Bearer ${{GW_TOKEN}}\" }}\nmax_message_bytes = \"1MiB\"\ntimeout_ms = 10000\n"
+        ),
+    );
+    let (_gateway, url) = gateway_http(&gw, token);
+    let cat = |uri: &str| {
+        let mut c = Command::new(bin());
+        c.args(["cat", uri, "--url", &url]);
+        run(c)
+    };
+    let small = format!("up+{}", file_uri(&root.join("f00.md")));
+    assert_eq!(cat(&small).ok(), "file 0\n");
+    let connects = mount_counter(&url, "mcpr_mcp_connects_total", "up");
+    let big = cat(&format!("up+{}", file_uri(&root.join("big.md"))));
+    assert_ne!(big.code, Some(0), "{big:?}");
+    assert!(
+        big.stderr.contains("max_message_bytes of mcp mount \"up\"")
+            && big.stderr.contains("1048576")
+            && !big.stderr.contains("did not answer"),
+        "{}",
+        big.stderr
+    );
+    assert_eq!(cat(&small).ok(), "file 0\n");
+    assert_eq!(
+        mount_counter(&url, "mcpr_mcp_connects_total", "up"),
+        connects,
+        "the same connection"
+    );
+}

@@ -210,6 +210,12 @@ impl Shared {
             }
             Ok(r) => {
                 self.timeouts_in_row.store(0, Ordering::Relaxed);
+                if let Err(e) = &r
+                    && let Some(max) = error::http_too_large(e)
+                {
+                    // Only this answer was too large: the connection is sound.
+                    return Err(error::too_large(self.name(), what, uri, max));
+                }
                 if let Err(ServiceError::TransportSend(_) | ServiceError::TransportClosed) = &r {
                     // The connection is broken (an HTTP upstream that went away keeps its
                     // client alive): start again rather than fail every request until then.

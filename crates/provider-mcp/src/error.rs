@@ -66,6 +66,25 @@ pub(crate) fn too_large(mount: &str, what: &str, uri: Option<&str>, max: u64) ->
     }
 }
 
+/// The limit an HTTP upstream's answer went over, when that is why `e` failed: rmcp's
+/// client reads a JSON answer only up to `max_message_bytes` and fails the one request.
+pub(crate) fn http_too_large(e: &ServiceError) -> Option<u64> {
+    use rmcp::transport::streamable_http_client::StreamableHttpError;
+    let ServiceError::TransportSend(t) = e else {
+        return None;
+    };
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(t.error.as_ref());
+    while let Some(current) = source {
+        if let Some(StreamableHttpError::<reqwest::Error>::ResponseBodyTooLarge { max_size }) =
+            current.downcast_ref()
+        {
+            return Some(*max_size as u64);
+        }
+        source = current.source();
+    }
+    None
+}
+
 /// A failed request `what` (about `uri`, when there is one).
 pub(crate) fn service(mount: &str, what: &str, uri: Option<&str>, e: ServiceError) -> Error {
     let err = match e {
