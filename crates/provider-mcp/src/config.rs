@@ -549,6 +549,25 @@ mod tests {
     }
 
     #[test]
+    fn the_read_cache_is_on_with_a_ttl_and_bounded() {
+        let mut c = McpConfig::new("e", stdio());
+        assert!(!c.caches_reads());
+        assert_eq!(c.read_cache(), "read cache off: ttl_ms = 0");
+        c.cache.ttl_ms = 5000;
+        assert!(c.caches_reads());
+        assert_eq!(c.read_cache(), "read cache 64MiB, ttl_ms 5000");
+        c.cache_max_bytes = 1500;
+        assert_eq!(c.read_cache(), "read cache 1500 bytes, ttl_ms 5000");
+        c.cache.scope = mcpr_core::CacheScope::Private;
+        assert!(!c.caches_reads(), "every answer private: nothing kept");
+        assert_eq!(c.read_cache(), "read cache off: cache_scope = \"private\"");
+        c.cache_max_bytes = 0;
+        assert_eq!(c.validate().unwrap_err().key, "cache_max_bytes");
+        c.cache_max_bytes = (16 << 30) + 1;
+        assert_eq!(c.validate().unwrap_err().key, "cache_max_bytes");
+    }
+
+    #[test]
     fn prefixes_and_ranges_name_their_key() {
         let mut c = McpConfig::new("e", stdio());
         c.prefixes = vec!["test://".into(), "nope".into()];
