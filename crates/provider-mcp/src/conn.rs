@@ -23,6 +23,7 @@ use rmcp::service::{
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceError};
 use tokio::sync::Notify;
 
+use crate::cache::ReadCache;
 use crate::config::{MAX_TEMPLATES, McpConfig, Protocol, Upstream};
 use crate::error;
 use crate::process::Child;
@@ -120,11 +121,20 @@ pub(crate) struct Shared {
     restart_gen: AtomicU64,
     timeouts_in_row: AtomicU32,
     pub(crate) counts: Counts,
+    /// The read cache, when `ttl_ms > 0`.
+    pub(crate) cache: Option<ReadCache>,
 }
 
 impl Shared {
     pub(crate) fn new(config: McpConfig) -> Arc<Self> {
         let map = UriMap::new(&config.name, &config.prefixes);
+        let cache = config.caches_reads().then(|| {
+            ReadCache::new(
+                config.cache_max_bytes,
+                Duration::from_millis(config.cache.ttl_ms),
+                config.timeout,
+            )
+        });
         Arc::new(Self {
             config,
             map,
@@ -138,6 +148,7 @@ impl Shared {
             restart_gen: AtomicU64::new(0),
             timeouts_in_row: AtomicU32::new(0),
             counts: Counts::default(),
+            cache,
         })
     }
 
@@ -199,6 +210,12 @@ impl Shared {
             }
             Ok(r) => {
                 self.timeouts_in_row.store(0, Ordering::Relaxed);
+                if let Err(e) = &r
+                    && let Some(max) = error::http_too_large(e)
+                {
+                    // Only this answer was too large: the connection is sound.
+                    return Err(error::too_large(self.name(), what, uri, max));
+                }
                 if let Err(ServiceError::TransportSend(_) | ServiceError::TransportClosed) = &r {
                     // The connection is broken (an HTTP upstream that went away keeps its
                     // client alive): start again rather than fail every request until then.
@@ -417,8 +434,12 @@ impl Shared {
         }
     }
 
-    /// The upstream says `up` changed: relayed when it is watched.
+    /// The upstream says `up` changed: its cached reads go, and the change is relayed when
+    /// it is watched.
     fn upstream_updated(&self, up: &str) {
+        if let Some(c) = &self.cache {
+            c.drop_uri(up);
+        }
         let found = {
             let w = lock(&self.watches);
             w.uris.get(up).map(|w| (w.ours.clone(), w.sink.clone()))
@@ -428,11 +449,20 @@ impl Shared {
         }
     }
 
-    /// The upstream says its list changed: relayed when someone watches the list.
+    /// The upstream says its list changed: every cached read goes (what was at a URI may be
+    /// another resource now), and the change is relayed when someone watches the list.
     fn upstream_list_changed(&self) {
+        self.drop_cache();
         let sink = lock(&self.watches).list.as_ref().map(|(_, s, _)| s.clone());
         if let Some(sink) = sink {
             self.enqueue(String::new(), Pending::ListChanged(sink));
+        }
+    }
+
+    /// Drop every cached read.
+    fn drop_cache(&self) {
+        if let Some(c) = &self.cache {
+            c.drop_all();
         }
     }
 
@@ -636,6 +666,9 @@ async fn connect(shared: &Arc<Shared>) -> std::result::Result<Running, String> {
     match &c.upstream {
         Upstream::Stdio { command, args, env } => {
             let (mut child, stdout, stdin) = Child::spawn(&c.name, command, args, env)?;
+            // Our bound first, so that an oversized answer fails its request naming the
+            // limit; rmcp's, the same, drops the line we cut off.
+            let stdout = crate::frame::Bounded::new(stdout, &c.name, c.max_message_bytes);
             let transport =
                 rmcp::transport::async_rw::AsyncRwTransport::<RoleClient, _, _>::new(stdout, stdin)
                     .with_max_line_length(max);
@@ -810,6 +843,8 @@ pub(crate) async fn run(shared: Weak<Shared>) {
                     }
                 }
                 s.timeouts_in_row.store(0, Ordering::Relaxed);
+                // Nothing was heard while there was no connection: what is kept may be old.
+                s.drop_cache();
                 *lock(&s.state) = State::Up(conn.clone());
                 s.counts.connects.fetch_add(1, Ordering::Relaxed);
                 s.attempts.send_modify(|n| *n += 1);
@@ -838,6 +873,8 @@ pub(crate) async fn run(shared: Weak<Shared>) {
                     }
                 };
                 drop(child);
+                // No change notice can arrive now: nothing kept is served past this point.
+                s.drop_cache();
                 lived = started.elapsed();
                 tracing::warn!(mount = %s.name(), "the upstream connection ended: {why}; reconnecting");
                 *lock(&s.state) = State::Down(format!("the connection ended: {why}; reconnecting"));
