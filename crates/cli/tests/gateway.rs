@@ -787,3 +787,111 @@ fn an_http_upstreams_oversized_answer_is_refused_naming_the_limit() {
         "the same connection"
     );
 }
+
+/// Two watches of one upstream URI, and two list watches, on two buses (a cluster replica
+/// rejoining watches its clients' topics itself beside the cluster watcher's watch, in one
+/// process): each hears every change, and releasing one leaves the other's subscription in
+/// place. One watch replaced the other's sink and the first released ended both. Our binary
+/// is the upstream over stdio, in both eras.
+#[test]
+fn two_watches_of_one_uri_each_hear_and_outlive_each_other() {
+    use mcpr_core::{
+        ChangeBus as _, ChangeEvent, ChangeSink, LocalBus, Provider as _, ResourceUri,
+    };
+    use mcpr_provider_mcp::{McpConfig, McpProvider, Protocol, Upstream};
+    use std::sync::Arc;
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    for protocol in [Protocol::Legacy, Protocol::Modern] {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = files(&tmp.path().join("up"), 1).canonicalize().unwrap();
+        let file = root.join("f00.md");
+        let ours = format!("up+{}", file_uri(&file));
+        let mut cfg = McpConfig::new(
+            "up",
+            Upstream::Stdio {
+                command: bin().display().to_string(),
+                args: vec!["serve".into(), root.display().to_string()],
+                env: Vec::new(),
+            },
+        );
+        cfg.protocol = protocol;
+        rt.block_on(async {
+            let provider = McpProvider::start(cfg).await.unwrap();
+            let buses = [Arc::new(LocalBus::default()), Arc::new(LocalBus::default())];
+            let mut rxs = buses.each_ref().map(|b| b.subscribe());
+            let uri = ResourceUri::parse(&ours).unwrap();
+            let mut guards = Vec::new();
+            for b in &buses {
+                guards.push(
+                    provider
+                        .watch(&uri, ChangeSink::new(b.clone(), "up"))
+                        .await
+                        .unwrap(),
+                );
+            }
+            let mut lists = Vec::new();
+            for b in &buses {
+                lists.push(
+                    provider
+                        .watch_list(ChangeSink::new(b.clone(), "up"))
+                        .await
+                        .unwrap(),
+                );
+            }
+            // The upstream's subscriptions are in place once a first change is heard.
+            let updated = ChangeEvent::Updated { uri: ours.clone() };
+            let listed = ChangeEvent::ListChanged { mount: "up".into() };
+            let hears = |rx: &mut tokio::sync::broadcast::Receiver<ChangeEvent>,
+                         want: ChangeEvent| {
+                let mut rx = rx.resubscribe();
+                async move {
+                    tokio::time::timeout(Duration::from_secs(10), async {
+                        loop {
+                            match rx.recv().await {
+                                Ok(ev) if ev == want => return true,
+                                Ok(_) => {}
+                                Err(_) => return false,
+                            }
+                        }
+                    })
+                    .await
+                    .unwrap_or(false)
+                }
+            };
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let waits = [
+                hears(&mut rxs[0], updated.clone()),
+                hears(&mut rxs[1], updated.clone()),
+            ];
+            std::fs::write(&file, "changed once\n").unwrap();
+            for (i, w) in waits.into_iter().enumerate() {
+                assert!(w.await, "{protocol:?}: watch {i} heard no update");
+            }
+            let waits = [
+                hears(&mut rxs[0], listed.clone()),
+                hears(&mut rxs[1], listed.clone()),
+            ];
+            std::fs::write(root.join("new.md"), "new\n").unwrap();
+            for (i, w) in waits.into_iter().enumerate() {
+                assert!(w.await, "{protocol:?}: list watch {i} heard no list change");
+            }
+            // The first watches released: the second ones still hear.
+            drop(guards.remove(0));
+            drop(lists.remove(0));
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let wait = hears(&mut rxs[1], updated.clone());
+            std::fs::write(&file, "changed twice\n").unwrap();
+            assert!(
+                wait.await,
+                "{protocol:?}: the remaining watch heard nothing"
+            );
+            let wait = hears(&mut rxs[1], listed.clone());
+            std::fs::write(root.join("newer.md"), "newer\n").unwrap();
+            assert!(
+                wait.await,
+                "{protocol:?}: the remaining list watch heard nothing"
+            );
+        });
+    }
+}

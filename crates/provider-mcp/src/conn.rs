@@ -64,12 +64,24 @@ enum State {
     Up(Arc<Conn>),
 }
 
-/// One subscribed URI.
+/// One subscribed URI: one upstream subscription for every watch of it. The server's
+/// registry watches a URI once, but a cluster replica rejoining runs its own watch beside
+/// the cluster watcher's for a while, each with its own sink: both must hear every change,
+/// and the first released must not end the other's.
 struct Watch {
+    /// Set when the upstream subscription is opened (the first watch's id), so a listen
+    /// stream opened for an entry since released and made again is not attached to it.
     id: u64,
     ours: String,
-    sink: ChangeSink,
+    sinks: HashMap<u64, ChangeSink>,
     /// The 2026-07-28 listen stream that carries its updates.
+    listen: Option<tokio::task::AbortHandle>,
+}
+
+/// The list watches: one upstream list subscription for all of them.
+struct ListWatch {
+    id: u64,
+    sinks: HashMap<u64, ChangeSink>,
     listen: Option<tokio::task::AbortHandle>,
 }
 
@@ -78,14 +90,14 @@ struct Watches {
     next_id: u64,
     /// By upstream URI.
     uris: HashMap<String, Watch>,
-    /// The list watch: its id, sink, and listen stream.
-    list: Option<(u64, ChangeSink, Option<tokio::task::AbortHandle>)>,
+    list: Option<ListWatch>,
 }
 
-/// A change waiting to be relayed.
+/// A change waiting to be relayed: our URI and its upstream URI, whose sinks are looked up
+/// when it is relayed (a watch released meanwhile hears nothing).
 enum Pending {
-    Updated(String, ChangeSink),
-    ListChanged(ChangeSink),
+    Updated(String, String),
+    ListChanged,
 }
 
 #[derive(Default)]
@@ -296,26 +308,33 @@ impl Shared {
         up: &str,
         sink: ChangeSink,
     ) -> Result<u64> {
-        let id = {
+        let (id, first) = {
             let mut w = lock(&self.watches);
             w.next_id += 1;
             let id = w.next_id;
-            if let Some(old) = w.uris.insert(
-                up.to_owned(),
-                Watch {
-                    id,
-                    ours: ours.to_owned(),
-                    sink,
-                    listen: None,
-                },
-            ) && let Some(l) = old.listen
-            {
-                l.abort();
+            match w.uris.get_mut(up) {
+                Some(watch) => {
+                    watch.sinks.insert(id, sink);
+                    (id, None)
+                }
+                None => {
+                    w.uris.insert(
+                        up.to_owned(),
+                        Watch {
+                            id,
+                            ours: ours.to_owned(),
+                            sinks: HashMap::from([(id, sink)]),
+                            listen: None,
+                        },
+                    );
+                    (id, Some(id))
+                }
             }
-            id
         };
+        // A second watch of a URI joins the subscription the first opened.
+        let Some(first) = first else { return Ok(id) };
         if let Ok(conn) = self.conn() {
-            match self.establish(&conn, up, id).await {
+            match self.establish(&conn, up, first).await {
                 Ok(()) => {}
                 // The upstream being away is the outage's business: the watch stays and is
                 // established after the reconnect.
@@ -358,14 +377,16 @@ impl Shared {
         self.call("resources/subscribe", Some(up), fut).await
     }
 
-    /// Release watch `id` on `up`: its upstream subscription is closed.
+    /// Release watch `id` on `up`: with the last watch of `up`, its upstream subscription
+    /// is closed.
     pub(crate) fn unwatch(self: &Arc<Self>, up: &str, id: u64) {
         let removed = {
             let mut w = lock(&self.watches);
-            match w.uris.get(up) {
-                Some(watch) if watch.id == id => w.uris.remove(up),
-                _ => None,
-            }
+            let last = w
+                .uris
+                .get_mut(up)
+                .is_some_and(|watch| watch.sinks.remove(&id).is_some() && watch.sinks.is_empty());
+            if last { w.uris.remove(up) } else { None }
         };
         let Some(watch) = removed else { return };
         if let Some(l) = watch.listen {
@@ -394,8 +415,18 @@ impl Shared {
             let mut w = lock(&self.watches);
             w.next_id += 1;
             let id = w.next_id;
-            if let Some((_, _, Some(old))) = w.list.replace((id, sink, None)) {
-                old.abort();
+            match &mut w.list {
+                Some(list) => {
+                    list.sinks.insert(id, sink);
+                    return id;
+                }
+                None => {
+                    w.list = Some(ListWatch {
+                        id,
+                        sinks: HashMap::from([(id, sink)]),
+                        listen: None,
+                    })
+                }
             }
             id
         };
@@ -416,8 +447,8 @@ impl Shared {
         let task = tokio::spawn(listen(Arc::downgrade(self), conn.clone(), filter));
         let mut w = lock(&self.watches);
         match &mut w.list {
-            Some((lid, _, handle)) if *lid == id => {
-                if let Some(old) = handle.replace(task.abort_handle()) {
+            Some(list) if list.id == id => {
+                if let Some(old) = list.listen.replace(task.abort_handle()) {
                     old.abort();
                 }
             }
@@ -425,10 +456,17 @@ impl Shared {
         }
     }
 
+    /// Release list watch `id`; with the last, the upstream list subscription ends.
     pub(crate) fn unwatch_list(&self, id: u64) {
         let mut w = lock(&self.watches);
-        if matches!(&w.list, Some((lid, _, _)) if *lid == id)
-            && let Some((_, _, Some(h))) = w.list.take()
+        let last = w
+            .list
+            .as_mut()
+            .is_some_and(|l| l.sinks.remove(&id).is_some() && l.sinks.is_empty());
+        if last
+            && let Some(ListWatch {
+                listen: Some(h), ..
+            }) = w.list.take()
         {
             h.abort();
         }
@@ -440,12 +478,9 @@ impl Shared {
         if let Some(c) = &self.cache {
             c.drop_uri(up);
         }
-        let found = {
-            let w = lock(&self.watches);
-            w.uris.get(up).map(|w| (w.ours.clone(), w.sink.clone()))
-        };
-        if let Some((ours, sink)) = found {
-            self.enqueue(ours.clone(), Pending::Updated(ours, sink));
+        let ours = lock(&self.watches).uris.get(up).map(|w| w.ours.clone());
+        if let Some(ours) = ours {
+            self.enqueue(ours.clone(), Pending::Updated(ours, up.to_owned()));
         }
     }
 
@@ -453,9 +488,8 @@ impl Shared {
     /// another resource now), and the change is relayed when someone watches the list.
     fn upstream_list_changed(&self) {
         self.drop_cache();
-        let sink = lock(&self.watches).list.as_ref().map(|(_, s, _)| s.clone());
-        if let Some(sink) = sink {
-            self.enqueue(String::new(), Pending::ListChanged(sink));
+        if lock(&self.watches).list.is_some() {
+            self.enqueue(String::new(), Pending::ListChanged);
         }
     }
 
@@ -493,7 +527,7 @@ impl Shared {
                 tracing::warn!(mount = %self.name(), "cannot subscribe to {up} again: {e}");
             }
         }
-        let list = lock(&self.watches).list.as_ref().map(|(id, _, _)| *id);
+        let list = lock(&self.watches).list.as_ref().map(|l| l.id);
         if let Some(id) = list {
             self.establish_list(conn, id);
         }
@@ -596,7 +630,7 @@ pub(crate) async fn relay(shared: Weak<Shared>) {
             if let Some(p) = &p {
                 let key = match p {
                     Pending::Updated(u, _) => u.as_str(),
-                    Pending::ListChanged(_) => "",
+                    Pending::ListChanged => "",
                 };
                 let key = key.to_owned();
                 q.waiting.remove(&key);
@@ -635,9 +669,20 @@ pub(crate) async fn relay(shared: Weak<Shared>) {
 
 fn deliver(s: &Shared, p: Pending) {
     s.counts.relayed.fetch_add(1, Ordering::Relaxed);
-    match p {
-        Pending::Updated(uri, sink) => sink.updated(uri),
-        Pending::ListChanged(sink) => sink.list_changed(),
+    // The sinks are told outside the lock: a sink hands the change to a bus.
+    let sinks: Vec<ChangeSink> = {
+        let w = lock(&s.watches);
+        match &p {
+            Pending::Updated(_, up) => w.uris.get(up).map(|w| w.sinks.values().cloned().collect()),
+            Pending::ListChanged => w.list.as_ref().map(|l| l.sinks.values().cloned().collect()),
+        }
+        .unwrap_or_default()
+    };
+    for sink in sinks {
+        match &p {
+            Pending::Updated(ours, _) => sink.updated(ours.clone()),
+            Pending::ListChanged => sink.list_changed(),
+        }
     }
 }
 
