@@ -4,8 +4,10 @@
 //! this machine are served and answer a list and a read; the host configs and `claude mcp
 //! add` lines start a server that lists; the curl, client and `cargo run` commands run
 //! against a served instance (the terminal client's tour against a folder of its own, our
-//! HTTP server and the pinned server-everything); the cluster's replicas block runs NATS and
-//! two replicas, with its nginx configuration in front. Every fenced block is of a kind in `KINDS`, with the test
+//! HTTP server and the pinned server-everything); the MCP Inspector's commands run with the
+//! pinned Inspector (resources listed and read, a skill listed and its files verified, a
+//! changed file caught); the cluster's replicas block runs NATS and two replicas, with its
+//! nginx configuration in front. Every fenced block is of a kind in `KINDS`, with the test
 //! that runs it or the reason none can: a new block of no kind fails, naming its place.
 
 mod client_common;
@@ -722,7 +724,7 @@ fn inspector() -> Option<String> {
 fn readme_inspector_commands_list_and_read() {
     let block: Vec<(String, String)> = blocks("sh")
         .into_iter()
-        .filter(|(_, b)| b.contains("@modelcontextprotocol/inspector"))
+        .filter(|(_, b)| b.contains("@modelcontextprotocol/inspector") && !b.contains("skills/"))
         .collect();
     assert_eq!(block.len(), 1, "the README's Inspector block");
     let Some(node_path) = inspector() else {
@@ -745,6 +747,201 @@ fn readme_inspector_commands_list_and_read() {
     assert!(uris.contains(&"db://users/active/list"), "{line}: {listed}");
     let read = bash(lines[1], &workspace(), &path).ok();
     assert!(read.contains("Ada Lovelace"), "{line}: {read}");
+}
+
+/// One verdict line of the Inspector's `--verify`: the skill's outcome and each file's
+/// `(uri, status, expectedDigest, actualDigest)`.
+fn verdict(line: &str, out: &str) -> (String, Vec<(String, String, String, String)>) {
+    let lines: Vec<&str> = out.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{line}: one report line per skill: {out}");
+    let report: serde_json::Value =
+        serde_json::from_str(lines[0]).unwrap_or_else(|e| panic!("{line}: not JSON ({e}): {out}"));
+    let field = |v: &serde_json::Value, k: &str| v[k].as_str().unwrap_or_default().to_owned();
+    let files = report["files"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{line}: no files in the report: {out}"))
+        .iter()
+        .map(|f| {
+            (
+                field(f, "uri"),
+                field(f, "status"),
+                field(f, "expectedDigest"),
+                field(f, "actualDigest"),
+            )
+        })
+        .collect();
+    (field(&report, "outcome"), files)
+}
+
+/// The Inspector block of docs/skills.md, run as written (the pinned Inspector for `npx
+/// @modelcontextprotocol/inspector`) from a folder holding `skills.toml` (the roll-out
+/// block's config) and the skill `review` with a file in a subfolder and an executable
+/// script: `skills/list` shows the skill with each file's digest (our own sha256 of the
+/// bytes) and the script's mode, and `skills/get --verify` reads every file and calls each
+/// `verified`, over stdio and HTTP, in both protocol eras. Then a stand-in for a server
+/// whose file changes after its manifest went out (our server, behind a pipe that rewrites
+/// the script, same size, once the `skills/get` answer passes) must give that file a
+/// `mismatch` with the new bytes' digest and exit code 7: the verdicts come from the bytes.
+#[test]
+fn readme_inspector_lists_and_verifies_a_skill() {
+    let found: Vec<(String, String)> = blocks("sh")
+        .into_iter()
+        .filter(|(_, b)| b.contains("@modelcontextprotocol/inspector") && b.contains("skills/"))
+        .collect();
+    assert_eq!(found.len(), 1, "the Inspector's skills block: {found:?}");
+    let config = blocks("toml")
+        .into_iter()
+        .find(|(_, b)| b.contains("skills = \".\""))
+        .expect("the skills roll-out config")
+        .1;
+    let Some(node_path) = inspector() else {
+        return;
+    };
+    let (line, text) = &found[0];
+    let script = fill(text, "npx @modelcontextprotocol/inspector", "inspector");
+    let lines: Vec<&str> = script.lines().collect();
+    assert_eq!(lines.len(), 2, "{line}: {text}");
+    let (list, verify) = (lines[0], lines[1]);
+    let server = "-- mcp-resources serve --config skills.toml";
+    assert!(verify.contains(server), "{line}: {verify}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let skill = dir.path().join("team-skills/review");
+    let files: [(&str, &[u8]); 3] = [
+        (
+            "SKILL.md",
+            b"---\nname: review\ndescription: Reviews a change\n---\nRun scripts/check.sh, then follow checklists/rust.md.\n",
+        ),
+        ("checklists/rust.md", b"- clippy\n- fmt\n"),
+        ("scripts/check.sh", b"#!/bin/sh\nexit 0\n"),
+    ];
+    for (name, bytes) in files {
+        let p = skill.join(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, bytes).unwrap();
+    }
+    use std::os::unix::fs::PermissionsExt as _;
+    let check = skill.join("scripts/check.sh");
+    std::fs::set_permissions(&check, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let digest = |bytes: &[u8]| mcpr_testkit::skills::sha256_digest(bytes);
+    let expected: Vec<(String, String)> = files
+        .iter()
+        .map(|(name, bytes)| (format!("skill://acme/review/{name}"), digest(bytes)))
+        .collect();
+    let fixture = Fixture::new(dir, "skills.toml", &config, &[]);
+    let (_bin_dir, path) = path_with_binary();
+    let path = format!("{node_path}:{path}");
+    let here = fixture.dir.path();
+
+    // skills/list, as written.
+    let listed = bash(list, here, &path).ok();
+    let listed: serde_json::Value = serde_json::from_str(&listed)
+        .unwrap_or_else(|e| panic!("{line}: not JSON ({e}): {listed}"));
+    let skills = listed["skills"].as_array().cloned().unwrap_or_default();
+    assert_eq!(skills.len(), 1, "{line}: {listed}");
+    let entry = &skills[0];
+    assert_eq!(
+        entry["uri"], "skill://acme/review/SKILL.md",
+        "{line}: {listed}"
+    );
+    assert_eq!(entry["frontmatter"]["name"], "review", "{line}: {listed}");
+    let mut manifest: Vec<(String, String)> = entry["resources"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|r| {
+                    let s = |k: &str| r[k].as_str().unwrap_or_default().to_owned();
+                    (s("uri"), s("digest"))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    manifest.sort();
+    let mut want = expected.clone();
+    want.sort();
+    assert_eq!(manifest, want, "{line}: the manifest's digests: {listed}");
+    assert_eq!(
+        entry["_meta"]["io.github.mcp-resources/mode"]["skill://acme/review/scripts/check.sh"],
+        0o755,
+        "{line}: {listed}"
+    );
+
+    // skills/get --verify: as written (stdio, the Inspector's default era), in 2026-07-28,
+    // and over HTTP in both eras.
+    let (_http, url) = fixture.serve_http();
+    let modern = fill(verify, "--cli", "--cli --protocol-era modern");
+    let runs = [
+        ("as written", verify.to_owned()),
+        ("stdio 2026-07-28", modern.clone()),
+        ("HTTP legacy", fill(verify, server, &url)),
+        ("HTTP 2026-07-28", fill(&modern, server, &url)),
+    ];
+    for (how, command) in &runs {
+        let out = bash(command, here, &path);
+        let (outcome, checked) = verdict(line, &out.text());
+        assert_eq!(
+            (out.code, outcome.as_str()),
+            (Some(0), "verified"),
+            "{line} ({how}): {out:?}"
+        );
+        let got: Vec<(String, String)> = checked
+            .iter()
+            .map(|(uri, status, want, got)| {
+                assert_eq!(status, "verified", "{line} ({how}): {uri}: {out:?}");
+                assert_eq!(want, got, "{line} ({how}): {uri}");
+                (uri.clone(), got.clone())
+            })
+            .collect();
+        assert_eq!(
+            got, expected,
+            "{line} ({how}): each file checked, in manifest order"
+        );
+    }
+
+    // A file that changes after its manifest went out: the script rewritten (same size, so
+    // only the digest can tell) as the `skills/get` answer passes on its way to the
+    // Inspector, before it reads a file.
+    let changed: &[u8] = b"#!/bin/sh\nexit 1\n";
+    assert_eq!(changed.len(), files[2].1.len());
+    std::fs::write(
+        here.join("tamper.sh"),
+        "mcp-resources serve --config skills.toml | while IFS= read -r line; do\n  case \"$line\" in *'\"skill\":{'*) printf '#!/bin/sh\\nexit 1\\n' > team-skills/review/scripts/check.sh ;; esac\n  printf '%s\\n' \"$line\"\ndone\n",
+    )
+    .unwrap();
+    for (how, command) in [("legacy", verify), ("2026-07-28", modern.as_str())] {
+        std::fs::write(&check, files[2].1).unwrap();
+        let out = bash(&fill(command, server, "-- bash tamper.sh"), here, &path);
+        assert_eq!(
+            std::fs::read(&check).unwrap(),
+            changed,
+            "{how}: the pipe rewrote the script"
+        );
+        let (outcome, checked) = verdict(line, &out.text());
+        assert_eq!(
+            (out.code, outcome.as_str()),
+            (Some(7), "failed"),
+            "{line} (changed, {how}): {out:?}"
+        );
+        let statuses: Vec<(&str, &str)> = checked
+            .iter()
+            .map(|(uri, status, _, _)| (uri.as_str(), status.as_str()))
+            .collect();
+        assert_eq!(
+            statuses,
+            [
+                ("skill://acme/review/SKILL.md", "verified"),
+                ("skill://acme/review/checklists/rust.md", "verified"),
+                ("skill://acme/review/scripts/check.sh", "mismatch"),
+            ],
+            "{line} (changed, {how}): {out:?}"
+        );
+        let (_, _, want, got) = &checked[2];
+        assert_eq!(
+            (want.as_str(), got.as_str()),
+            (expected[2].1.as_str(), digest(changed).as_str()),
+            "{line} (changed, {how}): the manifest's digest and the changed bytes' digest"
+        );
+    }
 }
 
 /// The README's tools block, run from the repository as it says: `tools` lists the tool
@@ -1684,6 +1881,11 @@ const KINDS: &[(&str, &[&str], Proof)] = &[
         "sh",
         &["mcp-resources complete", "--arg"],
         Proof::Run("readme_complete_commands_print_what_it_says"),
+    ),
+    (
+        "sh",
+        &["@modelcontextprotocol/inspector", "skills/"],
+        Proof::Run("readme_inspector_lists_and_verifies_a_skill"),
     ),
     (
         "sh",
