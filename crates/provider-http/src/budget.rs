@@ -253,7 +253,9 @@ mod tests {
 
     /// Whether `f` completes within a short while (it is waiting otherwise).
     async fn ready<T>(f: impl std::future::Future<Output = T>) -> Option<T> {
-        tokio::time::timeout(Duration::from_millis(50), f).await.ok()
+        tokio::time::timeout(Duration::from_millis(50), f)
+            .await
+            .ok()
     }
 
     #[tokio::test]

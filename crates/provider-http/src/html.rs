@@ -21,15 +21,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::budget::{ConversionBudget, Share};
+use crate::config::HttpConfig;
+use crate::error;
 use htmd::element_handler::{ElementHandler, HandlerResult, Handlers};
 use html5ever::tendril::StrTendril;
 use html5ever::tree_builder::{ElementFlags, NodeOrText, QuirksMode, TreeBuilderOpts, TreeSink};
 use html5ever::{Attribute, ExpandedName, QualName, ns};
 use markup5ever_rcdom::{Handle, Node, NodeData, RcDom};
 use mcpr_core::{Error, ErrorKind, Limit, Result};
-use crate::budget::{ConversionBudget, Share};
-use crate::config::HttpConfig;
-use crate::error;
 
 /// One node or attribute of the parsed tree is allowed per this many bytes of
 /// `max_convert_bytes`: the tree builder can make many elements from few bytes (a misnested

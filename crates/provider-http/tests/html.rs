@@ -326,7 +326,10 @@ async fn two_mounts_share_the_process_budget_fairly() {
     let page = |i: usize| {
         Doc::new(
             "text/html",
-            format!("<p>{}</p>", "<b>x</b> ".repeat(40_000) + &format!("end-{i}")),
+            format!(
+                "<p>{}</p>",
+                "<b>x</b> ".repeat(40_000) + &format!("end-{i}")
+            ),
         )
     };
     for i in 0..6 {
@@ -337,9 +340,7 @@ async fn two_mounts_share_the_process_budget_fairly() {
     let mount = |prefix: &str| {
         let mut c = HttpConfig::web(vec![format!("{}/{prefix}/", up.base())]);
         c.max_conversions = 4;
-        Arc::new(
-            HttpProvider::with_budget(c, Arc::new(TestResolver), loopback(), &budget).unwrap(),
-        )
+        Arc::new(HttpProvider::with_budget(c, Arc::new(TestResolver), loopback(), &budget).unwrap())
     };
     let (one, two) = (mount("one"), mount("two"));
     let peak = Arc::new(AtomicUsize::new(0));
@@ -373,7 +374,11 @@ async fn two_mounts_share_the_process_budget_fairly() {
         assert!(t.elapsed() < Duration::from_secs(10), "never saturated");
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    assert_eq!(one_done.load(Ordering::SeqCst), 0, "saturated from the start");
+    assert_eq!(
+        one_done.load(Ordering::SeqCst),
+        0,
+        "saturated from the start"
+    );
     let md = markdown(&two, &format!("{}/two/0.html", up.base())).await;
     let one_finished = one_done.load(Ordering::SeqCst);
     assert!(md.contains("end-100"), "{}", &md[md.len() - 40..]);
