@@ -117,7 +117,7 @@ impl ConversionBudget {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         // The state is consistent after every statement that a panic could interrupt.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        mcpr_core::sync::lock(&self.state)
     }
 
     /// Changes the budget (at least 1). A smaller one takes effect as conversions end.
