@@ -33,7 +33,17 @@ pub struct Config {
     pub http: Option<HttpConfig>,
     /// `[cluster]`, when present: this replica joins a cluster over NATS.
     pub cluster: Option<ClusterConfig>,
+    /// `[server] max_conversions`: HTML conversions at once in the whole process, shared by
+    /// every web mount; `None` leaves the process's budget at one per core.
+    pub max_conversions: Option<usize>,
 }
+
+/// Allowed `[server] max_conversions`: the range of a web mount's own `max_conversions`.
+#[cfg(feature = "http")]
+const MAX_CONVERSIONS: std::ops::RangeInclusive<u64> = mcpr_provider_http::MAX_CONVERSIONS;
+/// Allowed `[server] max_conversions` (without web mounts compiled in it bounds nothing).
+#[cfg(not(feature = "http"))]
+const MAX_CONVERSIONS: std::ops::RangeInclusive<u64> = 1..=256;
 
 /// `[cluster]`: read and validated by the cluster crate.
 #[cfg(feature = "cluster")]
@@ -94,6 +104,7 @@ struct RawServer {
     max_inflight_read_bytes: Option<Spanned<IntOrString>>,
     max_listen_streams_per_client: Option<Spanned<IntOrString>>,
     max_watches: Option<Spanned<IntOrString>>,
+    max_conversions: Option<Spanned<IntOrString>>,
     tools: Option<bool>,
 }
 
@@ -135,6 +146,10 @@ pub fn parse(
     let raw: RawConfig = file.deserialize_table(&Spanned::new(root_span, root), "")?;
     let mut cfg = Config::default();
     if let Some(s) = raw.server {
+        if let Some(v) = &s.max_conversions {
+            cfg.max_conversions =
+                Some(file.int(v, "server.max_conversions", MAX_CONVERSIONS)? as usize);
+        }
         server_config(&file, s, &mut cfg.server)?;
     }
     if let Some(h) = http {
@@ -549,6 +564,16 @@ mod tests {
         );
         let inflight = parse_str("[server]\nmax_inflight_read_bytes = \"64MiB\"\n").unwrap();
         assert_eq!(inflight.server.max_inflight_read_bytes, 64 << 20);
+        assert_eq!(c.max_conversions, None);
+        let conv = parse_str("[server]\nmax_conversions = 3\n").unwrap();
+        assert_eq!(conv.max_conversions, Some(3));
+        let e = parse_str("[server]\nmax_conversions = 0\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(":2: `server.max_conversions`: 0 is out of range; allowed 1..=256"),
+            "{e}"
+        );
         assert_eq!(c.mounts[0].spec.kind(), "files");
         assert_eq!(c.mounts[0].scope.as_deref(), Some("docs"));
         let dbg = format!("{:?}", c.mounts[0].spec);

@@ -198,7 +198,19 @@ fn load_config(paths: Vec<PathBuf>, config: Option<PathBuf>) -> anyhow::Result<C
         !cfg.mounts.is_empty(),
         "nothing to serve: give one or more directories (mcp-resources serve ./docs) or --config FILE"
     );
+    set_process_budgets(&cfg);
     Ok(cfg)
+}
+
+/// `[server] max_conversions`: the budget every web mount of this process converts HTML
+/// in, set before any mount is built.
+fn set_process_budgets(cfg: &Config) {
+    #[cfg(feature = "http")]
+    if let Some(n) = cfg.max_conversions {
+        mcpr_provider_http::ConversionBudget::process().set_total(n);
+    }
+    #[cfg(not(feature = "http"))]
+    let _ = cfg;
 }
 
 /// A built provider with the scope its mount requires.
@@ -624,6 +636,7 @@ fn check_config(file: &std::path::Path, connect: bool) -> anyhow::Result<()> {
         "{}: nothing to serve: the file declares no [[mount]], which `serve --config` refuses too",
         file.display()
     );
+    set_process_budgets(&cfg);
     // Opening some sources (databases) is async; a small runtime does it here too.
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

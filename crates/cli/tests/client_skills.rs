@@ -954,18 +954,51 @@ fn names(dir: &Path) -> BTreeSet<String> {
         .collect()
 }
 
-/// `skills pull --all` installs every skill; `skills sync` installs new ones, updates
-/// changed ones, leaves unchanged ones untouched, keeps or (with `--prune`) removes gone
-/// ones, and never touches a folder it did not write.
+/// `skills pull --all` installs every skill and records them as a sync does, so a later sync
+/// of its folder manages them; `skills sync` installs new ones, updates changed ones, leaves
+/// unchanged ones untouched, keeps or (with `--prune`) removes gone ones, and never touches a
+/// folder it did not write.
 #[test]
 fn pull_all_and_sync_roll_skills_out_and_touch_only_what_a_sync_wrote() {
     let s = Skills::new();
     let out_dir = tempfile::tempdir().unwrap();
     let all = out_dir.path().join("all");
-    let out = run(s.stdio(&["skills", "pull", "--all", all.to_str().unwrap()])).ok();
+    let all_s = all.to_str().unwrap();
+    let out = run(s.stdio(&["skills", "pull", "--all", all_s])).ok();
     assert!(out.contains("2 of 2 skill(s) pulled"), "{out}");
     assert_eq!(tree(&all.join("alpha")), tree(&s.source.join("alpha")));
     assert_eq!(tree(&all.join("beta")), tree(&s.source.join("beta")));
+    // The same state file a sync writes: the server, and each skill's folder and manifest.
+    let pulled: Value = serde_json::from_str(
+        &std::fs::read_to_string(all.join(".mcp-resources-skills.json")).unwrap(),
+    )
+    .unwrap();
+    assert!(
+        pulled["server"]
+            .as_str()
+            .unwrap()
+            .starts_with("command:mcp-resources sha256:"),
+        "{pulled}"
+    );
+    for name in ["alpha", "beta"] {
+        let record = &pulled["skills"][format!("skill://acme/{name}/SKILL.md")];
+        assert_eq!(record["folder"], name, "{pulled}");
+        assert!(
+            record["manifest"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("sha256:")),
+            "{pulled}"
+        );
+    }
+    // So a sync of that folder takes the pulled skills as its own: unchanged, not refused.
+    std::fs::create_dir(all.join("mine")).unwrap();
+    let out = run(s.stdio(&["skills", "sync", all_s])).ok();
+    assert!(
+        out.contains("unchanged alpha")
+            && out.contains("unchanged beta")
+            && out.contains(": 0 installed, 0 updated, 2 unchanged, 0 removed, 0 kept, 0 failed"),
+        "{out}"
+    );
 
     let into = out_dir.path().join("synced");
     let into_s = into.to_str().unwrap();
@@ -1086,6 +1119,32 @@ fn pull_all_and_sync_roll_skills_out_and_touch_only_what_a_sync_wrote() {
     assert_eq!(out.code, Some(1), "{out:?}");
     assert!(out.stderr.contains("was synced from command:"), "{out:?}");
     assert!(into.join("alpha").exists() && into.join("mine").exists());
+    // And its `pull --all` too, which would mix two servers' skills in one record.
+    let out = run(other.stdio(&["skills", "pull", "--all", into_s, "--force"]));
+    assert_eq!(out.code, Some(1), "{out:?}");
+    assert!(out.stderr.contains("was synced from command:"), "{out:?}");
+    assert_eq!(tree(&into.join("alpha")), tree(&s.source.join("alpha")));
+
+    // The folder `pull --all` filled, synced now that alpha changed, gamma came and beta
+    // went: each pulled folder updated or pruned like a synced one; `mine` never touched.
+    let out = run(s.stdio(&["skills", "sync", all_s, "--prune"])).ok();
+    assert!(
+        out.contains("updated alpha (3 files) -> ")
+            && out.contains("installed gamma (1 files) -> ")
+            && out.contains("removed beta (skill://acme/beta/SKILL.md is gone from the server)")
+            && out.contains(": 1 installed, 1 updated, 0 unchanged, 1 removed, 0 kept, 0 failed"),
+        "{out}"
+    );
+    assert_eq!(tree(&all.join("alpha")), tree(&s.source.join("alpha")));
+    assert_eq!(
+        names(&all),
+        BTreeSet::from([
+            "alpha".into(),
+            "gamma".into(),
+            "mine".into(),
+            ".mcp-resources-skills.json".into()
+        ])
+    );
 }
 
 /// A mode is installed only as safe bits (never setuid, setgid or sticky, nobody else may

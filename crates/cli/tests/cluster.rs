@@ -136,6 +136,19 @@ impl Replica {
 impl Drop for Replica {
     fn drop(&mut self) {
         self.kill();
+        // A failed run's only account of what the replicas did: their logs go with the
+        // temporary folder.
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(80)..];
+            eprintln!(
+                "--- {} (last {} lines)\n{}",
+                self.log.display(),
+                tail.len(),
+                tail.join("\n")
+            );
+        }
     }
 }
 

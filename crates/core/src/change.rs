@@ -196,10 +196,7 @@ impl Feeds {
     /// A new feed registered here.
     pub fn add(&self) -> ChangeFeed {
         let (feed, shared) = ChangeFeed::new();
-        self.0
-            .lock()
-            .expect("feeds lock")
-            .push(Arc::downgrade(&shared));
+        lock(&self.0).push(Arc::downgrade(&shared));
         feed
     }
 

@@ -1,7 +1,8 @@
 //! The workspace's lock policy (ARCHITECTURE, Invariants): outside test code a `std` mutex is
 //! taken through `mcpr_core::sync::lock`, so one panic under a lock does not turn every later
 //! caller's `.expect` into a panic of its own. This reads every crate's `src/` and fails on a
-//! `.lock().expect(` or `.lock().unwrap()` before the file's test module.
+//! `.lock().expect(` or `.lock().unwrap()` (on one line or rustfmt's two) before the file's
+//! test module.
 
 use std::path::{Path, PathBuf};
 
@@ -37,8 +38,13 @@ fn no_mutex_outside_tests_is_locked_with_expect_or_unwrap() {
             .split("#[cfg(test)]\nmod tests")
             .next()
             .unwrap_or_default();
-        for (i, line) in code.lines().enumerate() {
-            if line.contains(".lock().expect(") || line.contains(".lock().unwrap()") {
+        let lines: Vec<&str> = code.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            // rustfmt breaks a long chain into one call a line: `.lock()` then `.expect(..)`.
+            let next = lines.get(i + 1).map_or("", |l| l.trim_start());
+            let split = line.trim_end().ends_with(".lock()")
+                && (next.starts_with(".expect(") || next.starts_with(".unwrap()"));
+            if split || line.contains(".lock().expect(") || line.contains(".lock().unwrap()") {
                 found.push(format!("{}:{}: {}", f.display(), i + 1, line.trim()));
             }
         }

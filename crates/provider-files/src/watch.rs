@@ -40,25 +40,34 @@ struct Target {
     snapshot: Option<Snapshot>,
 }
 
-/// Something to report once its debounce delay has passed.
+/// Something to report once its debounce delay has passed, to the watch `id` (a target or
+/// a list watch).
 enum Fire {
-    Updated { uri: String, sink: ChangeSink },
-    ListChanged { sink: ChangeSink },
+    Updated {
+        id: u64,
+        uri: String,
+        sink: ChangeSink,
+    },
+    ListChanged {
+        id: u64,
+        sink: ChangeSink,
+    },
 }
 
 impl Fire {
-    fn key(&self) -> String {
+    /// Fires coalesce per watch, not per URI: two watches of one URI report to different
+    /// sinks (a cluster replica's own watch beside the cluster watcher's, while it rejoins),
+    /// and each must hear every burst.
+    fn key(&self) -> u64 {
         match self {
-            Fire::Updated { uri, .. } => uri.clone(),
-            // A URI never starts with a space, so this key cannot collide with one.
-            Fire::ListChanged { sink } => format!(" list {}", sink.mount()),
+            Fire::Updated { id, .. } | Fire::ListChanged { id, .. } => *id,
         }
     }
 
     fn fire(self) {
         match self {
-            Fire::Updated { uri, sink } => sink.updated(uri),
-            Fire::ListChanged { sink } => sink.list_changed(),
+            Fire::Updated { uri, sink, .. } => sink.updated(uri),
+            Fire::ListChanged { sink, .. } => sink.list_changed(),
         }
     }
 }
@@ -255,8 +264,11 @@ impl Watcher {
                 if relevant {
                     let st = lock(&shared.state);
                     if let Some(tx) = &st.tx {
-                        for sink in st.list_sinks.values() {
-                            let _ = tx.send(Fire::ListChanged { sink: sink.clone() });
+                        for (id, sink) in &st.list_sinks {
+                            let _ = tx.send(Fire::ListChanged {
+                                id: *id,
+                                sink: sink.clone(),
+                            });
                         }
                     }
                 }
@@ -354,15 +366,16 @@ fn on_file_event(this: &Watcher, ev: Event) {
             dir_targets,
             ..
         } = &mut *st;
-        for t in file_targets
+        for (id, t) in file_targets
             .values_mut()
             .chain(dir_targets.values_mut())
-            .flat_map(HashMap::values_mut)
+            .flat_map(HashMap::iter_mut)
         {
             let now = this.snapshot(&t.rel);
             if now != t.snapshot {
                 t.snapshot = now;
                 changed.push(Fire::Updated {
+                    id: *id,
                     uri: t.uri.clone(),
                     sink: t.sink.clone(),
                 });
@@ -382,8 +395,9 @@ fn on_file_event(this: &Watcher, ev: Event) {
     }
     for path in &ev.paths {
         if let Some(targets) = st.file_targets.get(path) {
-            for t in targets.values() {
+            for (id, t) in targets {
                 let _ = tx.send(Fire::Updated {
+                    id: *id,
                     uri: t.uri.clone(),
                     sink: t.sink.clone(),
                 });
@@ -394,8 +408,9 @@ fn on_file_event(this: &Watcher, ev: Event) {
         if let Some(targets) = path.parent().and_then(|p| st.dir_targets.get(p))
             && visible_entry(&this.inner, path)
         {
-            for t in targets.values() {
+            for (id, t) in targets {
                 let _ = tx.send(Fire::Updated {
+                    id: *id,
                     uri: t.uri.clone(),
                     sink: t.sink.clone(),
                 });
@@ -542,7 +557,7 @@ impl Drop for ListGuard {
 /// it ride along, so a reader sees one notification per burst at most `delay` late.
 async fn debounce(mut rx: mpsc::UnboundedReceiver<Fire>, delay: Duration) {
     use tokio::time::{Instant, sleep_until};
-    let mut pending: HashMap<String, (Instant, Fire)> = HashMap::new();
+    let mut pending: HashMap<u64, (Instant, Fire)> = HashMap::new();
     loop {
         let next = pending.values().map(|(d, _)| *d).min();
         tokio::select! {
@@ -556,7 +571,7 @@ async fn debounce(mut rx: mpsc::UnboundedReceiver<Fire>, delay: Duration) {
             }
             () = async { sleep_until(next.expect("guarded")).await }, if next.is_some() => {
                 let now = Instant::now();
-                let due: Vec<String> = pending.iter().filter(|(_, (d, _))| *d <= now).map(|(k, _)| k.clone()).collect();
+                let due: Vec<u64> = pending.iter().filter(|(_, (d, _))| *d <= now).map(|(k, _)| *k).collect();
                 for k in due {
                     if let Some((_, f)) = pending.remove(&k) {
                         f.fire();
@@ -637,6 +652,57 @@ mod tests {
             more.is_err(),
             "b.txt did not change and must not be reported: {more:?}"
         );
+    }
+
+    /// Two watches of one file reporting to different buses (a cluster replica's own watch
+    /// beside the cluster watcher's while it rejoins) each hear a debounced change, and so
+    /// do two list watches: coalescing per URI gave the burst to only one of them, and the
+    /// other replicas never heard of the change.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn two_watches_of_one_uri_on_two_buses_both_hear_a_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::write(root.join("a.txt"), "a").unwrap();
+        let mut cfg = FilesConfig::new(&root);
+        cfg.debounce = Duration::from_millis(50);
+        let provider = FilesProvider::new(cfg).unwrap();
+        let watcher = provider.watcher_for_tests();
+        let buses = [Arc::new(LocalBus::default()), Arc::new(LocalBus::default())];
+        let mut rxs = buses.each_ref().map(|b| b.subscribe());
+        let a = RelPath::from_bytes(b"a.txt").unwrap();
+        let _guards: Vec<_> = buses
+            .iter()
+            .flat_map(|b| {
+                [
+                    watcher
+                        .watch("uri:a", a.clone(), ChangeSink::new(b.clone(), "m0"))
+                        .unwrap(),
+                    watcher
+                        .watch_list(ChangeSink::new(b.clone(), "m0"))
+                        .unwrap(),
+                ]
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        std::fs::write(root.join("b.txt"), "new").unwrap();
+        std::fs::write(root.join("a.txt"), "a changed").unwrap();
+        for rx in &mut rxs {
+            let mut heard = Vec::new();
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+            while heard.len() < 2 {
+                match tokio::time::timeout_at(deadline, rx.recv()).await {
+                    Ok(Ok(ev)) if !heard.contains(&ev) => heard.push(ev),
+                    Ok(Ok(_)) => {}
+                    _ => break,
+                }
+            }
+            assert!(
+                heard.contains(&ChangeEvent::Updated {
+                    uri: "uri:a".into()
+                }) && heard.contains(&ChangeEvent::ListChanged { mount: "m0".into() }),
+                "each bus hears the update and the list change: {heard:?}"
+            );
+        }
     }
 
     /// Kernel inotify watches this process holds on the directory with inode `ino`, read

@@ -190,7 +190,8 @@ pub struct HttpConfig {
     pub max_convert_bytes: u64,
     /// web: elements nested deeper than this are converted as their text.
     pub max_html_depth: u32,
-    /// web: HTML conversions running at once; more wait.
+    /// web: HTML conversions running at once in this mount; more wait. The process's budget
+    /// (`[server] max_conversions`, [`crate::ConversionBudget`]) bounds all mounts together.
     pub max_conversions: usize,
     /// The mount's own cache hints (the per-result ones come from the upstream).
     pub cache: CacheHints,
@@ -380,7 +381,7 @@ impl HttpConfig {
 
 /// One HTML conversion at a time per core: conversion is CPU work, more at once only queues
 /// memory.
-fn default_conversions() -> usize {
+pub(crate) fn default_conversions() -> usize {
     std::thread::available_parallelism()
         .map_or(2, usize::from)
         .clamp(1, *MAX_CONVERSIONS.end() as usize)
@@ -688,7 +689,13 @@ impl MountSpec for HttpSpec {
     }
 
     async fn build(&self) -> mcpr_core::Result<Arc<dyn Provider>> {
-        Ok(Arc::new(crate::HttpProvider::new(self.0.clone())?))
+        // The configuration file's mounts share the process's budget of conversions.
+        Ok(Arc::new(crate::HttpProvider::with_budget(
+            self.0.clone(),
+            Arc::new(crate::SystemResolver),
+            Vec::new(),
+            crate::ConversionBudget::process(),
+        )?))
     }
 
     fn addresses(&self) -> Option<Vec<String>> {

@@ -3,8 +3,9 @@
 //! tokenizer reads (`tokenize::MAX_ATTRS`), the nodes the parser may build (one per 8 input
 //! bytes), the nesting htmd recurses through (`max_html_depth`; deeper content is
 //! flattened to its text), the Markdown built, the time (`timeout_ms`, and the requester going
-//! away), and how many conversions run at once (`max_conversions`). Links and images are made
-//! absolute against the page's final URL.
+//! away), and how many conversions run at once (the mount's `max_conversions`, within the
+//! process's budget, `budget.rs`). Links and images are made absolute against the page's
+//! final URL.
 //!
 //! htmd walks the tree recursively and cannot be interrupted, so each conversion runs on a
 //! thread of its own with a stack sized for the depth limit, html5ever builds the tree into
@@ -20,16 +21,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::budget::{ConversionBudget, Share};
+use crate::config::HttpConfig;
+use crate::error;
 use htmd::element_handler::{ElementHandler, HandlerResult, Handlers};
 use html5ever::tendril::StrTendril;
 use html5ever::tree_builder::{ElementFlags, NodeOrText, QuirksMode, TreeBuilderOpts, TreeSink};
 use html5ever::{Attribute, ExpandedName, QualName, ns};
 use markup5ever_rcdom::{Handle, Node, NodeData, RcDom};
 use mcpr_core::{Error, ErrorKind, Limit, Result};
-use tokio::sync::Semaphore;
-
-use crate::config::HttpConfig;
-use crate::error;
 
 /// One node or attribute of the parsed tree is allowed per this many bytes of
 /// `max_convert_bytes`: the tree builder can make many elements from few bytes (a misnested
@@ -236,17 +236,18 @@ pub(crate) struct Converter {
     max_bytes: u64,
     max_depth: u32,
     timeout: Duration,
-    permits: Arc<Semaphore>,
+    /// Places to convert in: the mount's share of the process's budget.
+    places: Share,
     running: Arc<AtomicUsize>,
 }
 
 impl Converter {
-    pub(crate) fn new(config: &HttpConfig) -> Self {
+    pub(crate) fn new(config: &HttpConfig, budget: &Arc<ConversionBudget>) -> Self {
         Self {
             max_bytes: config.max_convert_bytes,
             max_depth: config.max_html_depth,
             timeout: config.timeout,
-            permits: Arc::new(Semaphore::new(config.max_conversions)),
+            places: budget.share(config.max_conversions),
             running: Arc::new(AtomicUsize::new(0)),
         }
     }
@@ -276,13 +277,9 @@ impl Converter {
                 Some(RAW_HINT),
             ));
         }
-        // Waiting here costs nothing: a requester that goes away while queued never starts.
-        let permit = self
-            .permits
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|_| Error::internal("the HTML conversion queue is closed"))?;
+        // Waiting here costs nothing: a requester that goes away while queued (the request
+        // timeout, a cancelled request) leaves the queue and never starts.
+        let permit = self.places.acquire().await?;
         let stop = Arc::new(Stop {
             cancelled: AtomicBool::new(false),
             deadline: Instant::now() + self.timeout,

@@ -8,6 +8,7 @@
 //! and logs. Answers are cached per mount by bytes under the HTTP freshness rules, and
 //! subscribed URIs are polled. See `docs.md` for the capability checklist.
 
+mod budget;
 mod cache;
 mod config;
 mod error;
@@ -21,6 +22,7 @@ mod target;
 mod tokenize;
 mod watch;
 
+pub use budget::{ConversionBudget, Permit, Share};
 pub use cache::CacheCounts;
 pub use config::{
     CACHE_MAX_BYTES, DEFAULT_TTL_MS, Endpoint, Header, HtmlMode, HttpConfig, HttpFactory, HttpKind,

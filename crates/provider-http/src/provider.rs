@@ -10,6 +10,7 @@ use mcpr_core::{
     TemplateMeta, WatchGuard,
 };
 
+use crate::budget::ConversionBudget;
 use crate::cache::{CacheCounts, CacheStats, Flights, Store};
 use crate::config::{HttpConfig, HttpKind};
 use crate::fetch::Fetcher;
@@ -80,10 +81,27 @@ impl HttpProvider {
     /// Like [`HttpProvider::with_resolver`], also letting the mount reach the non-public
     /// addresses in `exempt` (tests: the loopback upstream, while every other private
     /// address stays refused). Not reachable from configuration.
+    ///
+    /// These constructors give the mount a conversion budget of its own, of its
+    /// `max_conversions`; [`HttpProvider::with_budget`] shares one between mounts, as the
+    /// configuration file's mounts share [`ConversionBudget::process`].
     pub fn with_network(
         config: HttpConfig,
         resolver: Arc<dyn HostResolver>,
         exempt: Vec<std::net::IpAddr>,
+    ) -> Result<Self> {
+        let budget = ConversionBudget::new(config.max_conversions);
+        Self::with_budget(config, resolver, exempt, &budget)
+    }
+
+    /// Like [`HttpProvider::with_network`], its HTML conversions taking places in `budget`,
+    /// which other mounts share: at most the budget's total run at once in all of them, at
+    /// most `max_conversions` in this one.
+    pub fn with_budget(
+        config: HttpConfig,
+        resolver: Arc<dyn HostResolver>,
+        exempt: Vec<std::net::IpAddr>,
+        budget: &Arc<ConversionBudget>,
     ) -> Result<Self> {
         config.validate()?;
         let endpoints = config
@@ -114,7 +132,7 @@ impl HttpProvider {
         };
         let inner = Arc::new(Inner {
             cache: crate::cache::store(config.cache_max_bytes),
-            converter: Converter::new(&config),
+            converter: Converter::new(&config, budget),
             config,
             endpoints,
             fetcher,
@@ -137,7 +155,8 @@ impl HttpProvider {
         self.inner.stats.counts()
     }
 
-    /// HTML conversions running now (at most `max_conversions`); a conversion whose reader
+    /// HTML conversions running now (at most `max_conversions`, and with the other mounts of
+    /// its budget at most the budget's total); a conversion whose reader
     /// went away or ran out of time stops at its next check between elements.
     pub fn conversions_running(&self) -> usize {
         self.inner.converter.running()

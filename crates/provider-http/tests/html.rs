@@ -4,7 +4,9 @@
 //! element-heavy pages are refused naming the limit, conversions are limited in number and
 //! stop when their read times out or goes away, and links come out absolute. A tag with
 //! attributes by the hundred thousand is cut to its first few hundred before the tokenizer
-//! sees it, so it converts quickly and does not hold up other pages.
+//! sees it, so it converts quickly and does not hold up other pages. Two mounts sharing a
+//! process budget never convert more than it at once, and the second converts while the
+//! first is saturated.
 
 mod common;
 
@@ -15,7 +17,7 @@ use common::{Doc, TestResolver, Upstream, loopback};
 use mcpr_core::{
     ChangeBus, ChangeSink, ContentsBody, ErrorKind, LocalBus, Provider, ReadLimits, ResourceUri,
 };
-use mcpr_provider_http::{HttpConfig, HttpProvider};
+use mcpr_provider_http::{ConversionBudget, HttpConfig, HttpProvider};
 
 const LIMITS: ReadLimits = ReadLimits { max_bytes: 8 << 20 };
 
@@ -310,6 +312,93 @@ async fn conversions_beyond_max_conversions_wait() {
         "four reads at once, two conversions at a time"
     );
     assert_eq!(p.conversions_running(), 0);
+}
+
+/// Two web mounts, each allowed 4 conversions at once, share a process budget of 2. The
+/// first is given six big pages at once and saturates the budget (2 converting, 4 queued);
+/// the second mount's page, asked for then, starts at the first place that comes free, ahead
+/// of the first mount's queue. A plain first-come queue would start it only after the first
+/// mount's four queued pages had started, so after at least four of its pages had finished.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_mounts_share_the_process_budget_fairly() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let up = Upstream::start().await;
+    let page = |i: usize| {
+        Doc::new(
+            "text/html",
+            format!(
+                "<p>{}</p>",
+                "<b>x</b> ".repeat(40_000) + &format!("end-{i}")
+            ),
+        )
+    };
+    for i in 0..6 {
+        up.set(&format!("/one/{i}.html"), page(i));
+    }
+    up.set("/two/0.html", page(100));
+    let budget = ConversionBudget::new(2);
+    let mount = |prefix: &str| {
+        let mut c = HttpConfig::web(vec![format!("{}/{prefix}/", up.base())]);
+        c.max_conversions = 4;
+        Arc::new(HttpProvider::with_budget(c, Arc::new(TestResolver), loopback(), &budget).unwrap())
+    };
+    let (one, two) = (mount("one"), mount("two"));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let (one, two, budget) = (one.clone(), two.clone(), budget.clone());
+        let (peak, done) = (peak.clone(), done.clone());
+        tokio::spawn(async move {
+            while !done.load(Ordering::Relaxed) {
+                let now = one.conversions_running() + two.conversions_running();
+                assert!(budget.running() <= 2, "places held: {}", budget.running());
+                peak.fetch_max(now, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_micros(200)).await;
+            }
+        })
+    };
+    let one_done = Arc::new(AtomicUsize::new(0));
+    let reads: Vec<_> = (0..6)
+        .map(|i| {
+            let (p, one_done) = (one.clone(), one_done.clone());
+            let u = format!("{}/one/{i}.html", up.base());
+            tokio::spawn(async move {
+                let md = markdown(&p, &u).await;
+                one_done.fetch_add(1, Ordering::SeqCst);
+                md
+            })
+        })
+        .collect();
+    let t = Instant::now();
+    while !(budget.running() == 2 && budget.waiting() == 4) {
+        assert!(t.elapsed() < Duration::from_secs(10), "never saturated");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert_eq!(
+        one_done.load(Ordering::SeqCst),
+        0,
+        "saturated from the start"
+    );
+    let md = markdown(&two, &format!("{}/two/0.html", up.base())).await;
+    let one_finished = one_done.load(Ordering::SeqCst);
+    assert!(md.contains("end-100"), "{}", &md[md.len() - 40..]);
+    assert!(
+        one_finished < 4,
+        "the second mount's page finished after {one_finished} of the first mount's six"
+    );
+    for (i, r) in reads.into_iter().enumerate() {
+        let md = r.await.unwrap();
+        assert!(md.contains(&format!("end-{i}")), "page {i}");
+    }
+    done.store(true, Ordering::Relaxed);
+    sampler.await.unwrap();
+    assert_eq!(
+        peak.load(Ordering::Relaxed),
+        2,
+        "seven reads in two mounts allowed 4 each, two conversions at a time in the process"
+    );
+    assert_eq!((budget.running(), budget.waiting()), (0, 0));
+    assert_eq!(one.conversions_running() + two.conversions_running(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

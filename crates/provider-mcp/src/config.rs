@@ -26,6 +26,10 @@ pub const TIMEOUT_MS: RangeInclusive<u64> = 100..=600_000;
 pub const MAX_MESSAGE_BYTES: RangeInclusive<u64> = 1024..=(256 << 20);
 /// Allowed `max_notifications_per_second`: change notices relayed to clients per second.
 pub const MAX_NOTIFICATIONS_PER_SECOND: RangeInclusive<u64> = 1..=1000;
+/// Allowed `cache_max_bytes`: the read cache's bound, 1 byte to 16 GiB (as the web mounts').
+pub const CACHE_MAX_BYTES: RangeInclusive<u64> = 1..=(16 << 30);
+/// The default `cache_max_bytes`.
+pub const DEFAULT_CACHE_MAX_BYTES: u64 = 64 << 20;
 /// The most entries one upstream list page may hold; a longer page is refused.
 pub const MAX_PAGE_ENTRIES: usize = 10_000;
 /// The longest name or title relayed, in characters; longer ones are cut.
@@ -125,6 +129,16 @@ impl Upstream {
     }
 }
 
+/// `67108864` as `64MiB`, as the setting may be written.
+fn size_words(n: u64) -> String {
+    for (unit, m) in [("GiB", 1u64 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
+        if n >= m && n.is_multiple_of(m) {
+            return format!("{}{unit}", n / m);
+        }
+    }
+    format!("{n} bytes")
+}
+
 /// `cmd a b` with arguments holding spaces quoted, for messages.
 fn shell_words(command: &str, args: &[String]) -> String {
     std::iter::once(command)
@@ -157,8 +171,11 @@ pub struct McpConfig {
     pub max_message_bytes: u64,
     /// Change notices relayed to clients per second, at most; more wait (merged per URI).
     pub max_notifications_per_second: u32,
-    /// The mount's own cache hints; the upstream's are kept but capped by these.
+    /// The mount's own cache hints; the upstream's are kept but capped by these. A `ttl_ms`
+    /// above 0 also turns the read cache on.
     pub cache: CacheHints,
+    /// The read cache's bound, in bytes (contents, URIs and bookkeeping).
+    pub cache_max_bytes: u64,
 }
 
 impl McpConfig {
@@ -173,6 +190,7 @@ impl McpConfig {
             max_message_bytes: 32 << 20,
             max_notifications_per_second: 1000,
             cache: CacheHints::default(),
+            cache_max_bytes: DEFAULT_CACHE_MAX_BYTES,
         }
     }
 
@@ -276,7 +294,30 @@ impl McpConfig {
             u64::from(self.max_notifications_per_second),
             &MAX_NOTIFICATIONS_PER_SECOND,
         )?;
+        SettingError::check_range("cache_max_bytes", self.cache_max_bytes, &CACHE_MAX_BYTES)?;
         Ok(())
+    }
+
+    /// Whether reads are cached: `ttl_ms` above 0 and the mount not `cache_scope = "private"`
+    /// (its every answer is private, and a private answer is never kept).
+    pub fn caches_reads(&self) -> bool {
+        self.cache.ttl_ms > 0 && self.cache.scope == mcpr_core::CacheScope::Public
+    }
+
+    /// The read cache as `check-config` shows it: `read cache 64MiB, ttl_ms 5000`, or why
+    /// there is none.
+    pub fn read_cache(&self) -> String {
+        if self.caches_reads() {
+            format!(
+                "read cache {}, ttl_ms {}",
+                size_words(self.cache_max_bytes),
+                self.cache.ttl_ms
+            )
+        } else if self.cache.ttl_ms == 0 {
+            "read cache off: ttl_ms = 0".to_owned()
+        } else {
+            "read cache off: cache_scope = \"private\"".to_owned()
+        }
     }
 
     /// `{name}+`, the start of every URI not under [`McpConfig::prefixes`].
@@ -324,6 +365,7 @@ struct McpToml {
     timeout_ms: Option<Spanned<IntOrString>>,
     max_message_bytes: Option<Spanned<IntOrString>>,
     max_notifications_per_second: Option<Spanned<IntOrString>>,
+    cache_max_bytes: Option<Spanned<IntOrString>>,
 }
 
 /// The factory of `kind = "mcp"` mounts.
@@ -422,6 +464,9 @@ impl ProviderFactory for McpFactory {
                 .number(v, "mount.max_notifications_per_second")?
                 .min(u64::from(u32::MAX)) as u32;
         }
+        if let Some(v) = &raw.cache_max_bytes {
+            c.cache_max_bytes = file.size(v, "mount.cache_max_bytes", u64::MAX)?;
+        }
         c.cache = common.cache;
         c.validate().map_err(|e| table.setting_error(e))?;
         Ok(Box::new(McpSpec(c)))
@@ -448,10 +493,11 @@ impl MountSpec for McpSpec {
 
     fn describe(&self) -> Option<String> {
         Some(format!(
-            "mcp {}: {} (protocol {})",
+            "mcp {}: {} (protocol {}, {})",
             self.0.name,
             self.0.upstream.describe(),
-            self.0.protocol.as_str()
+            self.0.protocol.as_str(),
+            self.0.read_cache()
         ))
     }
 }
@@ -519,6 +565,25 @@ mod tests {
         let e = c.validate().unwrap_err();
         assert_eq!(e.key, "prefixes.1");
         assert!(e.message.contains("skills catalog"), "{}", e.message);
+    }
+
+    #[test]
+    fn the_read_cache_is_on_with_a_ttl_and_bounded() {
+        let mut c = McpConfig::new("e", stdio());
+        assert!(!c.caches_reads());
+        assert_eq!(c.read_cache(), "read cache off: ttl_ms = 0");
+        c.cache.ttl_ms = 5000;
+        assert!(c.caches_reads());
+        assert_eq!(c.read_cache(), "read cache 64MiB, ttl_ms 5000");
+        c.cache_max_bytes = 1500;
+        assert_eq!(c.read_cache(), "read cache 1500 bytes, ttl_ms 5000");
+        c.cache.scope = mcpr_core::CacheScope::Private;
+        assert!(!c.caches_reads(), "every answer private: nothing kept");
+        assert_eq!(c.read_cache(), "read cache off: cache_scope = \"private\"");
+        c.cache_max_bytes = 0;
+        assert_eq!(c.validate().unwrap_err().key, "cache_max_bytes");
+        c.cache_max_bytes = (16 << 30) + 1;
+        assert_eq!(c.validate().unwrap_err().key, "cache_max_bytes");
     }
 
     #[test]

@@ -23,6 +23,7 @@ use rmcp::service::{
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceError};
 use tokio::sync::Notify;
 
+use crate::cache::ReadCache;
 use crate::config::{MAX_TEMPLATES, McpConfig, Protocol, Upstream};
 use crate::error;
 use crate::process::Child;
@@ -63,12 +64,24 @@ enum State {
     Up(Arc<Conn>),
 }
 
-/// One subscribed URI.
+/// One subscribed URI: one upstream subscription for every watch of it. The server's
+/// registry watches a URI once, but a cluster replica rejoining runs its own watch beside
+/// the cluster watcher's for a while, each with its own sink: both must hear every change,
+/// and the first released must not end the other's.
 struct Watch {
+    /// Set when the upstream subscription is opened (the first watch's id), so a listen
+    /// stream opened for an entry since released and made again is not attached to it.
     id: u64,
     ours: String,
-    sink: ChangeSink,
+    sinks: HashMap<u64, ChangeSink>,
     /// The 2026-07-28 listen stream that carries its updates.
+    listen: Option<tokio::task::AbortHandle>,
+}
+
+/// The list watches: one upstream list subscription for all of them.
+struct ListWatch {
+    id: u64,
+    sinks: HashMap<u64, ChangeSink>,
     listen: Option<tokio::task::AbortHandle>,
 }
 
@@ -77,14 +90,14 @@ struct Watches {
     next_id: u64,
     /// By upstream URI.
     uris: HashMap<String, Watch>,
-    /// The list watch: its id, sink, and listen stream.
-    list: Option<(u64, ChangeSink, Option<tokio::task::AbortHandle>)>,
+    list: Option<ListWatch>,
 }
 
-/// A change waiting to be relayed.
+/// A change waiting to be relayed: our URI and its upstream URI, whose sinks are looked up
+/// when it is relayed (a watch released meanwhile hears nothing).
 enum Pending {
-    Updated(String, ChangeSink),
-    ListChanged(ChangeSink),
+    Updated(String, String),
+    ListChanged,
 }
 
 #[derive(Default)]
@@ -120,11 +133,20 @@ pub(crate) struct Shared {
     restart_gen: AtomicU64,
     timeouts_in_row: AtomicU32,
     pub(crate) counts: Counts,
+    /// The read cache, when `ttl_ms > 0`.
+    pub(crate) cache: Option<ReadCache>,
 }
 
 impl Shared {
     pub(crate) fn new(config: McpConfig) -> Arc<Self> {
         let map = UriMap::new(&config.name, &config.prefixes);
+        let cache = config.caches_reads().then(|| {
+            ReadCache::new(
+                config.cache_max_bytes,
+                Duration::from_millis(config.cache.ttl_ms),
+                config.timeout,
+            )
+        });
         Arc::new(Self {
             config,
             map,
@@ -138,6 +160,7 @@ impl Shared {
             restart_gen: AtomicU64::new(0),
             timeouts_in_row: AtomicU32::new(0),
             counts: Counts::default(),
+            cache,
         })
     }
 
@@ -199,6 +222,12 @@ impl Shared {
             }
             Ok(r) => {
                 self.timeouts_in_row.store(0, Ordering::Relaxed);
+                if let Err(e) = &r
+                    && let Some(max) = error::http_too_large(e)
+                {
+                    // Only this answer was too large: the connection is sound.
+                    return Err(error::too_large(self.name(), what, uri, max));
+                }
                 if let Err(ServiceError::TransportSend(_) | ServiceError::TransportClosed) = &r {
                     // The connection is broken (an HTTP upstream that went away keeps its
                     // client alive): start again rather than fail every request until then.
@@ -279,26 +308,33 @@ impl Shared {
         up: &str,
         sink: ChangeSink,
     ) -> Result<u64> {
-        let id = {
+        let (id, first) = {
             let mut w = lock(&self.watches);
             w.next_id += 1;
             let id = w.next_id;
-            if let Some(old) = w.uris.insert(
-                up.to_owned(),
-                Watch {
-                    id,
-                    ours: ours.to_owned(),
-                    sink,
-                    listen: None,
-                },
-            ) && let Some(l) = old.listen
-            {
-                l.abort();
+            match w.uris.get_mut(up) {
+                Some(watch) => {
+                    watch.sinks.insert(id, sink);
+                    (id, None)
+                }
+                None => {
+                    w.uris.insert(
+                        up.to_owned(),
+                        Watch {
+                            id,
+                            ours: ours.to_owned(),
+                            sinks: HashMap::from([(id, sink)]),
+                            listen: None,
+                        },
+                    );
+                    (id, Some(id))
+                }
             }
-            id
         };
+        // A second watch of a URI joins the subscription the first opened.
+        let Some(first) = first else { return Ok(id) };
         if let Ok(conn) = self.conn() {
-            match self.establish(&conn, up, id).await {
+            match self.establish(&conn, up, first).await {
                 Ok(()) => {}
                 // The upstream being away is the outage's business: the watch stays and is
                 // established after the reconnect.
@@ -341,14 +377,16 @@ impl Shared {
         self.call("resources/subscribe", Some(up), fut).await
     }
 
-    /// Release watch `id` on `up`: its upstream subscription is closed.
+    /// Release watch `id` on `up`: with the last watch of `up`, its upstream subscription
+    /// is closed.
     pub(crate) fn unwatch(self: &Arc<Self>, up: &str, id: u64) {
         let removed = {
             let mut w = lock(&self.watches);
-            match w.uris.get(up) {
-                Some(watch) if watch.id == id => w.uris.remove(up),
-                _ => None,
-            }
+            let last = w
+                .uris
+                .get_mut(up)
+                .is_some_and(|watch| watch.sinks.remove(&id).is_some() && watch.sinks.is_empty());
+            if last { w.uris.remove(up) } else { None }
         };
         let Some(watch) = removed else { return };
         if let Some(l) = watch.listen {
@@ -377,8 +415,18 @@ impl Shared {
             let mut w = lock(&self.watches);
             w.next_id += 1;
             let id = w.next_id;
-            if let Some((_, _, Some(old))) = w.list.replace((id, sink, None)) {
-                old.abort();
+            match &mut w.list {
+                Some(list) => {
+                    list.sinks.insert(id, sink);
+                    return id;
+                }
+                None => {
+                    w.list = Some(ListWatch {
+                        id,
+                        sinks: HashMap::from([(id, sink)]),
+                        listen: None,
+                    })
+                }
             }
             id
         };
@@ -399,8 +447,8 @@ impl Shared {
         let task = tokio::spawn(listen(Arc::downgrade(self), conn.clone(), filter));
         let mut w = lock(&self.watches);
         match &mut w.list {
-            Some((lid, _, handle)) if *lid == id => {
-                if let Some(old) = handle.replace(task.abort_handle()) {
+            Some(list) if list.id == id => {
+                if let Some(old) = list.listen.replace(task.abort_handle()) {
                     old.abort();
                 }
             }
@@ -408,31 +456,47 @@ impl Shared {
         }
     }
 
+    /// Release list watch `id`; with the last, the upstream list subscription ends.
     pub(crate) fn unwatch_list(&self, id: u64) {
         let mut w = lock(&self.watches);
-        if matches!(&w.list, Some((lid, _, _)) if *lid == id)
-            && let Some((_, _, Some(h))) = w.list.take()
+        let last = w
+            .list
+            .as_mut()
+            .is_some_and(|l| l.sinks.remove(&id).is_some() && l.sinks.is_empty());
+        if last
+            && let Some(ListWatch {
+                listen: Some(h), ..
+            }) = w.list.take()
         {
             h.abort();
         }
     }
 
-    /// The upstream says `up` changed: relayed when it is watched.
+    /// The upstream says `up` changed: its cached reads go, and the change is relayed when
+    /// it is watched.
     fn upstream_updated(&self, up: &str) {
-        let found = {
-            let w = lock(&self.watches);
-            w.uris.get(up).map(|w| (w.ours.clone(), w.sink.clone()))
-        };
-        if let Some((ours, sink)) = found {
-            self.enqueue(ours.clone(), Pending::Updated(ours, sink));
+        if let Some(c) = &self.cache {
+            c.drop_uri(up);
+        }
+        let ours = lock(&self.watches).uris.get(up).map(|w| w.ours.clone());
+        if let Some(ours) = ours {
+            self.enqueue(ours.clone(), Pending::Updated(ours, up.to_owned()));
         }
     }
 
-    /// The upstream says its list changed: relayed when someone watches the list.
+    /// The upstream says its list changed: every cached read goes (what was at a URI may be
+    /// another resource now), and the change is relayed when someone watches the list.
     fn upstream_list_changed(&self) {
-        let sink = lock(&self.watches).list.as_ref().map(|(_, s, _)| s.clone());
-        if let Some(sink) = sink {
-            self.enqueue(String::new(), Pending::ListChanged(sink));
+        self.drop_cache();
+        if lock(&self.watches).list.is_some() {
+            self.enqueue(String::new(), Pending::ListChanged);
+        }
+    }
+
+    /// Drop every cached read.
+    fn drop_cache(&self) {
+        if let Some(c) = &self.cache {
+            c.drop_all();
         }
     }
 
@@ -463,7 +527,7 @@ impl Shared {
                 tracing::warn!(mount = %self.name(), "cannot subscribe to {up} again: {e}");
             }
         }
-        let list = lock(&self.watches).list.as_ref().map(|(id, _, _)| *id);
+        let list = lock(&self.watches).list.as_ref().map(|l| l.id);
         if let Some(id) = list {
             self.establish_list(conn, id);
         }
@@ -566,7 +630,7 @@ pub(crate) async fn relay(shared: Weak<Shared>) {
             if let Some(p) = &p {
                 let key = match p {
                     Pending::Updated(u, _) => u.as_str(),
-                    Pending::ListChanged(_) => "",
+                    Pending::ListChanged => "",
                 };
                 let key = key.to_owned();
                 q.waiting.remove(&key);
@@ -605,9 +669,20 @@ pub(crate) async fn relay(shared: Weak<Shared>) {
 
 fn deliver(s: &Shared, p: Pending) {
     s.counts.relayed.fetch_add(1, Ordering::Relaxed);
-    match p {
-        Pending::Updated(uri, sink) => sink.updated(uri),
-        Pending::ListChanged(sink) => sink.list_changed(),
+    // The sinks are told outside the lock: a sink hands the change to a bus.
+    let sinks: Vec<ChangeSink> = {
+        let w = lock(&s.watches);
+        match &p {
+            Pending::Updated(_, up) => w.uris.get(up).map(|w| w.sinks.values().cloned().collect()),
+            Pending::ListChanged => w.list.as_ref().map(|l| l.sinks.values().cloned().collect()),
+        }
+        .unwrap_or_default()
+    };
+    for sink in sinks {
+        match &p {
+            Pending::Updated(ours, _) => sink.updated(ours.clone()),
+            Pending::ListChanged => sink.list_changed(),
+        }
     }
 }
 
@@ -636,6 +711,9 @@ async fn connect(shared: &Arc<Shared>) -> std::result::Result<Running, String> {
     match &c.upstream {
         Upstream::Stdio { command, args, env } => {
             let (mut child, stdout, stdin) = Child::spawn(&c.name, command, args, env)?;
+            // Our bound first, so that an oversized answer fails its request naming the
+            // limit; rmcp's, the same, drops the line we cut off.
+            let stdout = crate::frame::Bounded::new(stdout, &c.name, c.max_message_bytes);
             let transport =
                 rmcp::transport::async_rw::AsyncRwTransport::<RoleClient, _, _>::new(stdout, stdin)
                     .with_max_line_length(max);
@@ -810,6 +888,8 @@ pub(crate) async fn run(shared: Weak<Shared>) {
                     }
                 }
                 s.timeouts_in_row.store(0, Ordering::Relaxed);
+                // Nothing was heard while there was no connection: what is kept may be old.
+                s.drop_cache();
                 *lock(&s.state) = State::Up(conn.clone());
                 s.counts.connects.fetch_add(1, Ordering::Relaxed);
                 s.attempts.send_modify(|n| *n += 1);
@@ -838,6 +918,8 @@ pub(crate) async fn run(shared: Weak<Shared>) {
                     }
                 };
                 drop(child);
+                // No change notice can arrive now: nothing kept is served past this point.
+                s.drop_cache();
                 lived = started.elapsed();
                 tracing::warn!(mount = %s.name(), "the upstream connection ended: {why}; reconnecting");
                 *lock(&s.state) = State::Down(format!("the connection ended: {why}; reconnecting"));

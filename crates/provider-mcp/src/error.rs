@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use mcpr_core::{Error, ErrorKind};
+use mcpr_core::{Error, ErrorKind, Limit};
 use rmcp::ServiceError;
 use rmcp::model::ErrorCode;
 
@@ -49,10 +49,54 @@ pub(crate) fn hostile(mount: &str, what: &str, why: impl std::fmt::Display) -> E
     )
 }
 
+/// The upstream's answer to `what` was over `max_message_bytes` (`max`) and was dropped
+/// ([`crate::frame`]).
+pub(crate) fn too_large(mount: &str, what: &str, uri: Option<&str>, max: u64) -> Error {
+    let limit = Limit::bytes(max, format!("max_message_bytes of mcp mount \"{mount}\""));
+    match uri {
+        Some(u) => Error::too_large(u, "the upstream's answer", None, limit, None),
+        None => Error::new(
+            ErrorKind::TooLarge,
+            format!(
+                "mcp mount \"{mount}\": the upstream's answer to {what} is more than the limit of {max} bytes (max_message_bytes); it was dropped"
+            ),
+        )
+        .with_detail("limit", max)
+        .with_detail("setting", "max_message_bytes"),
+    }
+}
+
+/// The limit an HTTP upstream's answer went over, when that is why `e` failed: rmcp's
+/// client reads a JSON answer only up to `max_message_bytes` and fails the one request.
+pub(crate) fn http_too_large(e: &ServiceError) -> Option<u64> {
+    use rmcp::transport::streamable_http_client::StreamableHttpError;
+    let ServiceError::TransportSend(t) = e else {
+        return None;
+    };
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(t.error.as_ref());
+    while let Some(current) = source {
+        if let Some(StreamableHttpError::<reqwest::Error>::ResponseBodyTooLarge { max_size }) =
+            current.downcast_ref()
+        {
+            return Some(*max_size as u64);
+        }
+        source = current.source();
+    }
+    None
+}
+
 /// A failed request `what` (about `uri`, when there is one).
 pub(crate) fn service(mount: &str, what: &str, uri: Option<&str>, e: ServiceError) -> Error {
     let err = match e {
         ServiceError::McpError(data) => {
+            if let Some(max) = data
+                .data
+                .as_ref()
+                .and_then(|d| d.get(crate::frame::TOO_LARGE_KEY))
+                .and_then(serde_json::Value::as_u64)
+            {
+                return too_large(mount, what, uri, max);
+            }
             let msg = clean_message(&data.message);
             let kind = match data.code {
                 ErrorCode::RESOURCE_NOT_FOUND => {

@@ -10,9 +10,11 @@
 //! hostile costs only its own mount: the connection is made again with backoff, every live
 //! subscription is re-established and announced, and what the upstream sends is bounded.
 
+mod cache;
 mod config;
 mod conn;
 mod error;
+mod frame;
 mod list;
 mod process;
 mod provider;
@@ -20,7 +22,8 @@ mod skills;
 mod uri;
 
 pub use config::{
-    MAX_DESCRIPTION_CHARS, MAX_MESSAGE_BYTES, MAX_NAME_CHARS, MAX_NOTIFICATIONS_PER_SECOND,
-    MAX_PAGE_ENTRIES, McpConfig, McpFactory, Protocol, Secret, TIMEOUT_MS, Upstream,
+    CACHE_MAX_BYTES, DEFAULT_CACHE_MAX_BYTES, MAX_DESCRIPTION_CHARS, MAX_MESSAGE_BYTES,
+    MAX_NAME_CHARS, MAX_NOTIFICATIONS_PER_SECOND, MAX_PAGE_ENTRIES, McpConfig, McpFactory,
+    Protocol, Secret, TIMEOUT_MS, Upstream,
 };
 pub use provider::McpProvider;

@@ -91,6 +91,20 @@ impl McpProvider {
     }
 }
 
+/// Refuse an answer of `size` bytes over the read limit.
+fn too_large(ours: &str, size: u64, limits: &ReadLimits) -> Result<()> {
+    if size > limits.max_bytes {
+        return Err(Error::too_large(
+            ours,
+            "the upstream's answer",
+            Some(size),
+            mcpr_core::error::Limit::read(limits.max_bytes),
+            None,
+        ));
+    }
+    Ok(())
+}
+
 /// The decoded size of base64 text of `len` bytes, at least.
 fn decoded_len(len: usize) -> u64 {
     (len as u64 / 4) * 3
@@ -128,6 +142,18 @@ impl Provider for McpProvider {
     async fn read(&self, uri: &ResourceUri, limits: &ReadLimits) -> Result<ReadOutput> {
         let ours = uri.as_str();
         let up = self.shared.map.upstream(ours)?;
+        let cache = self.shared.cache.as_ref();
+        if let Some(hit) = cache.and_then(|c| c.get(up)) {
+            too_large(ours, hit.bytes, limits)?;
+            return Ok(ReadOutput {
+                contents: hit.contents,
+                hints: Some(CacheHints {
+                    ttl_ms: hit.remaining.as_millis().max(1) as u64,
+                    scope: CacheScope::Public,
+                }),
+            });
+        }
+        let ticket = cache.map(|c| c.begin());
         let conn = self.shared.conn().map_err(|e| e.with_uri(ours))?;
         let res = self
             .shared
@@ -151,15 +177,7 @@ impl Provider for McpProvider {
                 _ => 0,
             })
             .sum();
-        if size > limits.max_bytes {
-            return Err(Error::too_large(
-                ours,
-                "the upstream's answer",
-                Some(size),
-                mcpr_core::error::Limit::read(limits.max_bytes),
-                None,
-            ));
-        }
+        too_large(ours, size, limits)?;
         let mut contents = Vec::with_capacity(res.contents.len());
         for c in res.contents {
             let (uri, mime_type, body, meta) = match c {
@@ -202,9 +220,16 @@ impl Provider for McpProvider {
                     }),
             });
         }
+        let hints = self.hints(res.ttl_ms, res.cache_scope);
+        // A private answer is never kept: the cache serves every client of the mount.
+        if let (Some(cache), Some(ticket)) = (cache, ticket)
+            && hints.scope == CacheScope::Public
+        {
+            cache.put(up, ticket, &contents, Duration::from_millis(hints.ttl_ms));
+        }
         Ok(ReadOutput {
             contents,
-            hints: Some(self.hints(res.ttl_ms, res.cache_scope)),
+            hints: Some(hints),
         })
     }
 
@@ -319,6 +344,7 @@ impl Provider for McpProvider {
 
     fn counters(&self) -> Vec<Counter> {
         let c = &self.shared.counts;
+        let cache = self.shared.cache.as_ref();
         vec![
             Counter {
                 name: "mcpr_mcp_connects_total",
@@ -334,6 +360,16 @@ impl Provider for McpProvider {
                 name: "mcpr_mcp_notifications_merged_total",
                 help: "Upstream change notices merged into one already waiting (floods, the rate limit).",
                 value: c.merged.load(Ordering::Relaxed),
+            },
+            Counter {
+                name: "mcpr_mcp_cache_hits_total",
+                help: "Reads of an mcp mount served from its read cache without asking the upstream.",
+                value: cache.map_or(0, |c| c.hits.load(Ordering::Relaxed)),
+            },
+            Counter {
+                name: "mcpr_mcp_cache_misses_total",
+                help: "Reads of an mcp mount with a read cache that asked the upstream.",
+                value: cache.map_or(0, |c| c.misses.load(Ordering::Relaxed)),
             },
         ]
     }

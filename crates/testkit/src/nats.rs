@@ -95,6 +95,17 @@ impl NatsServer {
         }
     }
 
+    /// The `nats-server` binary found, for a test that starts it with a command line of its
+    /// own (a documented one, with this port and store).
+    pub fn bin(&self) -> &std::path::Path {
+        &self.bin
+    }
+
+    /// Its JetStream store directory (`-sd`), removed with it.
+    pub fn store_dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
     /// Its loopback port.
     pub fn port(&self) -> u16 {
         self.port

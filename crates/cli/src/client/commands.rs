@@ -252,7 +252,8 @@ pub(crate) enum SkillsCommand {
         /// The folder to put the skill's folder in (an agent's skills folder); made if missing.
         #[arg(required_unless_present = "all", conflicts_with = "all")]
         dir: Option<PathBuf>,
-        /// Install every skill the server lists into this folder, each as DIR/<name>.
+        /// Install every skill the server lists into this folder, each as DIR/<name>, recorded
+        /// in DIR/.mcp-resources-skills.json as `skills sync` records what it writes.
         #[arg(long, value_name = "DIR")]
         all: Option<PathBuf>,
         /// Replace DIR/<name> when it exists (only once the new one is complete and verified).
@@ -263,8 +264,8 @@ pub(crate) enum SkillsCommand {
     },
     /// Keep DIR in step with the server's skills: install the new ones, update the changed
     /// ones (by digest; unchanged ones are not touched), and with `--prune` remove those the
-    /// server no longer lists. Only folders an earlier sync wrote are ever replaced or
-    /// removed; DIR/.mcp-resources-skills.json records them.
+    /// server no longer lists. Only folders an earlier sync (or `pull --all`) wrote are ever
+    /// replaced or removed; DIR/.mcp-resources-skills.json records them.
     Sync {
         /// The folder the skills' folders are in (an agent's skills folder); made if missing.
         dir: PathBuf,
@@ -426,8 +427,11 @@ pub(crate) fn run(cmd: ClientCommand) -> anyhow::Result<()> {
                     connect,
                 } => {
                     let _ = (uri, dir);
+                    let identity = connect.identity();
                     with_session(&connect, |s| async move {
-                        skills::pull_all(&s, &all, force).await.map(|()| s)
+                        skills::pull_all(&s, &identity, &all, force)
+                            .await
+                            .map(|()| s)
                     })
                     .await
                 }

@@ -497,9 +497,20 @@ pub(crate) async fn pull(s: &Session, asked: &str, dir: &Path, force: bool) -> a
 
 /// `skills pull --all DIR`: every skill the server lists, each installed as `pull` installs
 /// one; a skill that fails is named and the others still installed, then the command fails.
-pub(crate) async fn pull_all(s: &Session, dir: &Path, force: bool) -> anyhow::Result<()> {
+/// Each skill installed is recorded in DIR's state file as `skills sync` records it (`server`
+/// as for [`sync`]), so a later sync of DIR updates and prunes these folders instead of
+/// refusing them as folders no sync wrote.
+pub(crate) async fn pull_all(
+    s: &Session,
+    server: &str,
+    dir: &Path,
+    force: bool,
+) -> anyhow::Result<()> {
     require_skills(s)?;
     let listed = list_all(s).await?;
+    // Read (and refused when foreign) before anything is written, as a sync does.
+    let state_path = dir.join(SYNC_STATE);
+    let mut state = open_state(&state_path, dir, server)?;
     let mut failed = Vec::new();
     let mut folders: std::collections::HashMap<String, String> = Default::default();
     for listed in &listed {
@@ -517,11 +528,29 @@ pub(crate) async fn pull_all(s: &Session, dir: &Path, force: bool) -> anyhow::Re
             continue;
         }
         let done = match entry(s, uri).await {
-            Ok(skill) => install(s, uri, &skill, dir, force).await,
+            Ok(skill) => install(s, uri, &skill, dir, force)
+                .await
+                .map(|done| (done, fingerprint(&skill))),
             Err(e) => Err(e),
         };
         match done {
-            Ok(done) => done.report("")?,
+            Ok((done, manifest)) => {
+                // The folder is this skill's now (with --force it may have been another's):
+                // no other record may claim it, or a later `sync --prune` of that one would
+                // remove this skill.
+                state
+                    .skills
+                    .retain(|u, e| u == uri || e.folder != done.name);
+                state.skills.insert(
+                    uri.clone(),
+                    Synced {
+                        folder: done.name.clone(),
+                        manifest,
+                    },
+                );
+                save_state(&state_path, &state)?;
+                done.report("")?;
+            }
             Err(e) => {
                 eprintln!("error: {} not pulled: {e:#}", clean(uri));
                 failed.push(uri.clone());
@@ -1021,6 +1050,25 @@ fn load_state(path: &Path) -> anyhow::Result<Option<SyncState>> {
     Ok(Some(state))
 }
 
+/// DIR's state file at `path` (an empty one for `server` when there is none), refused when an
+/// earlier sync or `pull --all` wrote it from another server: one folder follows one server.
+fn open_state(path: &Path, dir: &Path, server: &str) -> anyhow::Result<SyncState> {
+    match load_state(path)? {
+        Some(st) if st.server != server => bail!(
+            "{} was synced from {}, not from {}: sync it from that server, or sync into another folder; nothing was touched",
+            dir.display(),
+            clean(&st.server),
+            clean(server)
+        ),
+        Some(st) => Ok(st),
+        None => Ok(SyncState {
+            version: 1,
+            server: server.to_owned(),
+            skills: Default::default(),
+        }),
+    }
+}
+
 /// Write `state` to `path` whole or not at all (a temporary file renamed over it).
 fn save_state(path: &Path, state: &SyncState) -> anyhow::Result<()> {
     let tmp = path.with_extension(format!("json.{}.tmp", std::process::id()));
@@ -1037,20 +1085,7 @@ pub(crate) async fn sync(s: &Session, server: &str, dir: &Path, prune: bool) -> 
     require_skills(s)?;
     let listed = list_all(s).await?;
     let state_path = dir.join(SYNC_STATE);
-    let mut state = match load_state(&state_path)? {
-        Some(st) if st.server != server => bail!(
-            "{} was synced from {}, not from {}: sync it from that server, or sync into another folder; nothing was touched",
-            dir.display(),
-            clean(&st.server),
-            clean(server)
-        ),
-        Some(st) => st,
-        None => SyncState {
-            version: 1,
-            server: server.to_owned(),
-            skills: Default::default(),
-        },
-    };
+    let mut state = open_state(&state_path, dir, server)?;
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     remove_stale_staging(dir);
     let uris: std::collections::HashSet<&str> = listed.iter().map(|s| s.uri.as_str()).collect();

@@ -145,11 +145,7 @@ impl JwtValidator {
         if !stale && let Some(k) = keys.as_ref().and_then(|k| find(&k.set)) {
             return Ok(k);
         }
-        let recently = self
-            .last_fetch
-            .lock()
-            .expect("fetch lock")
-            .is_some_and(|t| t.elapsed() < MIN_REFETCH);
+        let recently = lock(&self.last_fetch).is_some_and(|t| t.elapsed() < MIN_REFETCH);
         if stale || !recently {
             let set = self.fetch().await?;
             *keys = Some(Keys {

@@ -188,12 +188,7 @@ impl Roaming {
     /// Open the session's notification stream here: replay the log after `after` (when
     /// resuming), then what this replica, now the holder, logs.
     pub(crate) async fn open(self: &Arc<Self>, id: &str, after: Option<u64>) -> EventStream {
-        let grant = self
-            .grants
-            .lock()
-            .expect("grants lock")
-            .remove(id)
-            .flatten();
+        let grant = lock(&self.grants).remove(id).flatten();
         let (tx, rx) = mpsc::channel(self.capacity);
         let existing = {
             let mut holders = lock(&self.holders);

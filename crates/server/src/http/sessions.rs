@@ -71,10 +71,7 @@ impl SessionManager for ResumeAfter {
         // now and then so the map stays as small as the set of live sessions.
         if lock(&self.delivered).len() > 1024 {
             let live = self.inner.sessions.read().await;
-            self.delivered
-                .lock()
-                .expect("delivered lock")
-                .retain(|k, _| live.contains_key(k));
+            lock(&self.delivered).retain(|k, _| live.contains_key(k));
         }
         self.inner.create_session().await
     }
@@ -142,16 +139,7 @@ impl SessionManager for ResumeAfter {
             return Ok(r.open(id, Some(after)).await.left_stream());
         }
         let shifted = match last_event_id.parse::<usize>() {
-            Ok(n)
-                if self
-                    .delivered
-                    .lock()
-                    .expect("delivered lock")
-                    .get(id)
-                    .is_some_and(|&d| d >= n) =>
-            {
-                (n + 1).to_string()
-            }
+            Ok(n) if lock(&self.delivered).get(id).is_some_and(|&d| d >= n) => (n + 1).to_string(),
             _ => last_event_id,
         };
         let stream = self.inner.resume(id, shifted).await?;

@@ -1,0 +1,338 @@
+//! A gateway mount's upstream failing under load: killed while a listing and while a read
+//! wait on it (the gateway restarts it), and sending an answer of hundreds of MiB. The
+//! upstream is a small Python program speaking JSON-RPC on stdio whose list and read block
+//! while a control file says so, and which writes where it got to into a folder of marks.
+//! The gateway runs over HTTP (one process throughout) beside a local files mount.
+
+mod client_common;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use client_common::{Out, absent, bin, our_http_server, run};
+
+const UPSTREAM: &str = r#"
+import json, os, sys, time
+marks = sys.argv[1]
+out = sys.stdout
+def mark(name, text=""):
+    with open(os.path.join(marks, name + ".tmp"), "w") as f:
+        f.write(text)
+    os.rename(os.path.join(marks, name + ".tmp"), os.path.join(marks, name))
+def block(what):
+    # Hung until killed while the test asks for it; the restarted process is not.
+    if os.path.exists(os.path.join(marks, "block-" + what)):
+        mark(what + "-blocked", str(os.getpid()))
+        while True:
+            time.sleep(1)
+def send(obj):
+    out.write(json.dumps(obj) + "\n"); out.flush()
+for line in sys.stdin:
+    try:
+        msg = json.loads(line)
+    except Exception:
+        continue
+    method, mid = msg.get("method"), msg.get("id")
+    if mid is None:
+        continue
+    p = msg.get("params") or {}
+    if method == "initialize":
+        send({"jsonrpc": "2.0", "id": mid, "result": {"protocolVersion": p.get("protocolVersion", "2025-11-25"),
+              "capabilities": {"resources": {}}, "serverInfo": {"name": "faulty", "version": "1.0"}}})
+    elif method == "ping":
+        send({"jsonrpc": "2.0", "id": mid, "result": {}})
+    elif method == "resources/templates/list":
+        send({"jsonrpc": "2.0", "id": mid, "result": {"resourceTemplates": []}})
+    elif method == "resources/list":
+        if p.get("cursor") == "p2":
+            block("list")
+            send({"jsonrpc": "2.0", "id": mid, "result": {"resources": [{"uri": "x://c", "name": "c"}]}})
+        else:
+            send({"jsonrpc": "2.0", "id": mid, "result": {"resources": [
+                {"uri": "x://a", "name": "a"}, {"uri": "x://b", "name": "b"}], "nextCursor": "p2"}})
+    elif method == "resources/read":
+        uri = p.get("uri")
+        if uri == "x://slow":
+            block("read")
+        if uri == "x://huge":
+            # One answer of HUGE_MIB MiB, written as it is made: never held here either.
+            out.write('{"jsonrpc":"2.0","id":%s,"result":{"contents":[{"uri":"x://huge","text":"' % json.dumps(mid))
+            chunk = "b" * (1 << 20)
+            for _ in range(int(os.environ.get("HUGE_MIB", "512"))):
+                out.write(chunk)
+            out.write('"}]}}\n'); out.flush()
+            mark("huge-sent")
+            continue
+        send({"jsonrpc": "2.0", "id": mid, "result": {"contents": [{"uri": uri, "text": "fine " + uri}]}})
+    else:
+        send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32601, "message": "no " + str(method)}})
+"#;
+
+/// The request timeout of the gateway mount (`timeout_ms`).
+const TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The real Python interpreter (not a shim that needs our environment), or `None`.
+fn python() -> Option<String> {
+    let out = Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .ok()?;
+    let p = String::from_utf8(out.stdout).ok()?.trim().to_owned();
+    (out.status.success() && !p.is_empty()).then_some(p)
+}
+
+/// A gateway over HTTP with a local files mount and the mount `slow` of the Python upstream
+/// (`max_message_bytes` as given); returns the gateway, its URL, the marks folder and the
+/// local file's URI.
+struct Setup {
+    _tmp: tempfile::TempDir,
+    gateway: client_common::Guard,
+    url: String,
+    marks: PathBuf,
+    local: String,
+}
+
+fn setup(python: &str, max_message: &str) -> Setup {
+    let tmp = tempfile::tempdir().unwrap();
+    let script = tmp.path().join("faulty.py");
+    std::fs::write(&script, UPSTREAM).unwrap();
+    let marks = tmp.path().join("marks");
+    std::fs::create_dir(&marks).unwrap();
+    let local = tmp.path().join("local");
+    std::fs::create_dir(&local).unwrap();
+    std::fs::write(local.join("a.md"), "local\n").unwrap();
+    let gw = tmp.path().join("gateway.toml");
+    std::fs::write(
+        &gw,
+        format!(
+            "[server]\npage_size = 2\n\n[[mount]]\nkind = \"files\"\nroot = {:?}\n\n[[mount]]\nkind = \"mcp\"\nname = \"slow\"\ncommand = {python:?}\nargs = [{:?}, {:?}]\nenv = {{ HUGE_MIB = \"512\" }}\nprotocol = \"legacy\"\ntimeout_ms = {}\nmax_message_bytes = {max_message:?}\n",
+            local.display().to_string(),
+            script.display().to_string(),
+            marks.display().to_string(),
+            TIMEOUT.as_millis()
+        ),
+    )
+    .unwrap();
+    let gw = gw.display().to_string();
+    let (gateway, url) = our_http_server(&["serve", "--config", &gw]);
+    Setup {
+        local: format!("file://{}", local.join("a.md").display()),
+        _tmp: tmp,
+        gateway,
+        url,
+        marks,
+    }
+}
+
+impl Setup {
+    /// The terminal client with `args` against the gateway.
+    fn client(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(bin());
+        c.args(args).args(["--url", &self.url]);
+        c
+    }
+
+    /// `cat uri`, run to its end.
+    fn cat(&self, uri: &str) -> Out {
+        run(self.client(&["cat", uri]))
+    }
+
+    /// Wait for the mark `name` (within 20 s); its text.
+    fn mark(&self, name: &str) -> String {
+        let path = self.marks.join(name);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(text) = std::fs::read_to_string(&path) {
+                return text;
+            }
+            assert!(Instant::now() < deadline, "no mark {name}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Until the upstream answers a read again (the gateway restarted it), within 20 s.
+    fn serving_again(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let out = self.cat("slow+x://a");
+            if out.code == Some(0) {
+                assert_eq!(out.text(), "fine x://a");
+                return;
+            }
+            assert!(Instant::now() < deadline, "not back: {out:?}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// A counter of the gateway's `/metrics` for the mcp mount.
+    fn counter(&self, name: &str) -> u64 {
+        use std::io::{Read as _, Write as _};
+        let addr = self
+            .url
+            .trim_start_matches("http://")
+            .trim_end_matches("/mcp");
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut metrics = String::new();
+        s.read_to_string(&mut metrics).unwrap();
+        metrics
+            .lines()
+            .find(|l| l.starts_with(&format!("{name}{{")) && l.contains("mount=\"mcp slow: "))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {name}: {metrics}"))
+    }
+}
+
+/// Kill the upstream process `pid` (it is the gateway's child; the test only knows it from
+/// the mark it wrote).
+fn kill(pid: &str) {
+    let status = Command::new("kill")
+        .args(["-KILL", pid.trim()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill {pid}");
+}
+
+/// `cmd` run on a thread, timed from now.
+fn started(cmd: Command) -> std::thread::JoinHandle<(Out, Duration)> {
+    std::thread::spawn(move || {
+        let t = Instant::now();
+        let out = run(cmd);
+        (out, t.elapsed())
+    })
+}
+
+/// The upstream killed while a read and then a listing wait on it: each answers within the
+/// request timeout, the read with an error naming the mount, the listing with the other
+/// mounts and the mount named as left out; the local mount serves throughout; the gateway
+/// starts the upstream again and reads and listings through it work as before.
+#[test]
+fn an_upstream_killed_mid_read_and_mid_list_costs_only_its_mount() {
+    let Some(python) = python().or_else(|| absent("python3", "not on PATH")) else {
+        return;
+    };
+    let s = setup(&python, "32MiB");
+    assert_eq!(s.cat("slow+x://a").ok(), "fine x://a");
+    let connects = s.counter("mcpr_mcp_connects_total");
+
+    // Mid-read.
+    std::fs::write(s.marks.join("block-read"), "").unwrap();
+    let read = started(s.client(&["cat", "slow+x://slow"]));
+    let pid = s.mark("read-blocked");
+    // While the upstream hangs, the other mount answers at once.
+    let t = Instant::now();
+    assert_eq!(s.cat(&s.local).ok(), "local\n");
+    assert!(t.elapsed() < TIMEOUT / 2, "{:?}", t.elapsed());
+    std::fs::remove_file(s.marks.join("block-read")).unwrap();
+    kill(&pid);
+    let (out, took) = read.join().unwrap();
+    assert_ne!(out.code, Some(0), "{out:?}");
+    assert!(
+        out.stderr.contains("mcp mount \"slow\"")
+            && out.stderr.contains("unavailable")
+            && !out.stderr.contains("did not answer"),
+        "the connection's end, not the timeout: {}",
+        out.stderr
+    );
+    assert!(
+        took < TIMEOUT,
+        "answered within the request timeout: {took:?}"
+    );
+    s.serving_again();
+    assert!(s.counter("mcpr_mcp_connects_total") > connects, "restarted");
+
+    // Mid-list: our page size is 2, so the local file and x://a make the first page, and
+    // the second needs the upstream's second page, which hangs.
+    std::fs::write(s.marks.join("block-list"), "").unwrap();
+    let list = started(s.client(&["ls", "--json"]));
+    let pid = s.mark("list-blocked");
+    assert_eq!(s.cat(&s.local).ok(), "local\n");
+    std::fs::remove_file(s.marks.join("block-list")).unwrap();
+    kill(&pid);
+    let (out, took) = list.join().unwrap();
+    assert_eq!(out.code, Some(0), "the listing goes on: {out:?}");
+    let text = out.text();
+    assert!(
+        text.contains(&s.local) && text.contains("slow+x://a"),
+        "{text}"
+    );
+    assert!(
+        out.stderr.contains("left out the rest of slow+")
+            && out.stderr.contains("mcp mount \"slow\""),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        took < TIMEOUT,
+        "answered within the request timeout: {took:?}"
+    );
+    s.serving_again();
+    let listed = run(s.client(&["ls", "--json"])).ok();
+    for uri in ["slow+x://a", "slow+x://b", "slow+x://c"] {
+        assert!(listed.contains(uri), "{listed}");
+    }
+    drop(s.gateway);
+}
+
+/// The budget of the gateway's peak resident memory (VmHWM) while it refuses a 512 MiB
+/// answer under `max_message_bytes = "16MiB"`: the gateway's own footprint and at most one
+/// message's worth of buffers; holding the answer would take 512 MiB.
+const HUGE_BUDGET_MIB: u64 = 128;
+
+/// The peak resident memory of process `pid`, in KiB (`VmHWM` of /proc/PID/status).
+fn vm_hwm_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no VmHWM: {status}"))
+}
+
+/// An answer of 512 MiB (streamed by the upstream, never held by the test) is refused with
+/// the limit named, at once rather than after the timeout; the gateway's peak memory stays
+/// under [`HUGE_BUDGET_MIB`]; the connection lives on and answers the next read, and the
+/// local mount serves throughout.
+#[test]
+fn a_huge_answer_is_refused_naming_the_limit_within_a_memory_budget() {
+    let Some(python) = python().or_else(|| absent("python3", "not on PATH")) else {
+        return;
+    };
+    let s = setup(&python, "16MiB");
+    assert_eq!(s.cat("slow+x://a").ok(), "fine x://a");
+    let connects = s.counter("mcpr_mcp_connects_total");
+    let t = Instant::now();
+    let out = s.cat("slow+x://huge");
+    assert_ne!(out.code, Some(0), "{out:?}");
+    assert!(
+        out.stderr.contains("max_message_bytes")
+            && out.stderr.contains("mcp mount \"slow\"")
+            && out.stderr.contains("16777216"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        t.elapsed() < TIMEOUT,
+        "refused, not timed out: {:?}",
+        t.elapsed()
+    );
+    assert_eq!(s.cat(&s.local).ok(), "local\n");
+    // The whole answer went through the gateway (the upstream wrote its last byte).
+    s.mark("huge-sent");
+    let hwm = vm_hwm_kib(s.gateway.0.id());
+    assert!(
+        hwm < HUGE_BUDGET_MIB * 1024,
+        "peak resident memory {} MiB, over the budget of {HUGE_BUDGET_MIB} MiB",
+        hwm / 1024
+    );
+    eprintln!("gateway VmHWM after a 512 MiB answer: {} MiB", hwm / 1024);
+    assert_eq!(s.cat("slow+x://a").ok(), "fine x://a");
+    assert_eq!(
+        s.counter("mcpr_mcp_connects_total"),
+        connects,
+        "the same connection"
+    );
+}
