@@ -10,7 +10,7 @@
 //! lost by a NATS without its storage): the operation that found it missing creates it and
 //! runs once more, and the recreation is counted ([`Seal::streams_recreated`]). Records lost
 //! with a deleted or purged stream are not brought back: their sessions are unknown from
-//! then on, and their clients start new ones.
+//! then on to every replica that does not hold them in memory.
 //! - `MCPR_<cluster>_SESSIONS`, one message per subject, `mcpr.<cluster>.sess.<h>.<record>`
 //!   where `<h>` hashes the session id and `<record>` is `state` (rmcp's handshake), `owner`
 //!   (a hash of the creating identity) or `subs` (the subscribed URIs, changed with a
