@@ -293,7 +293,7 @@ async fn deleted_and_purged_streams_are_recreated_counted_and_watched_within_a_t
     let cluster = format!("s{}", std::process::id());
     let config = format!(
         "[cluster]\nnats_url = \"{}\"\nname = \"{cluster}\"\nlease_ttl_ms = {}\nsecret = \"{SECRET}\"\n\
-         [[mount]]\nkind = \"files\"\nroot = \"{}\"\nshared = true\ndebounce_ms = 0\n",
+         [[mount]]\nkind = \"files\"\nroot = \"{}\"\nshared = true\n",
         nats.url(),
         TTL.as_millis(),
         files.display()
