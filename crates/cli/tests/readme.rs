@@ -7,7 +7,8 @@
 //! HTTP server and the pinned server-everything); the MCP Inspector's commands run with the
 //! pinned Inspector (resources listed and read, a skill listed and its files verified, a
 //! changed file caught); the cluster's replicas block runs NATS and two replicas, with its
-//! nginx configuration in front. Every fenced block is of a kind in `KINDS`, with the test
+//! nginx configuration in front, and its `nats-server.conf` runs two replicas on their own
+//! account. Every fenced block is of a kind in `KINDS`, with the test
 //! that runs it or the reason none can: a new block of no kind fails, naming its place.
 
 mod client_common;
@@ -1712,6 +1713,310 @@ fn cluster_replicas_block_runs_as_written() {
     }
 }
 
+/// A bare NATS protocol connection (this file has no async client): enough to subscribe,
+/// publish and see what the server sends, as a given user.
+struct RawNats {
+    conn: std::net::TcpStream,
+    /// Everything the server sent since [`RawNats::connect`]'s `PONG`.
+    seen: String,
+}
+
+impl RawNats {
+    /// Connected as `user`, its `CONNECT` answered (`Err`: refused, with the server's words).
+    fn connect(port: u16, user: &str, password: &str) -> Result<Self, String> {
+        let conn = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        conn.set_read_timeout(Some(Duration::from_millis(50)))
+            .unwrap();
+        let mut raw = Self {
+            conn,
+            seen: String::new(),
+        };
+        let connect = serde_json::json!({
+            "user": user, "pass": password, "verbose": false, "pedantic": false,
+            "echo": false, "lang": "test", "version": "0"
+        });
+        raw.send(&format!("CONNECT {connect}\r\nPING\r\n"));
+        if !raw.wait_for("PONG\r\n", Duration::from_secs(5)) {
+            return Err(raw.seen);
+        }
+        raw.seen.clear();
+        Ok(raw)
+    }
+
+    fn send(&mut self, text: &str) {
+        use std::io::Write as _;
+        self.conn.write_all(text.as_bytes()).unwrap();
+    }
+
+    /// Read for `within`, answering the server's pings.
+    fn read_for(&mut self, within: Duration) {
+        use std::io::Read as _;
+        let deadline = std::time::Instant::now() + within;
+        let mut buf = [0u8; 65536];
+        while std::time::Instant::now() < deadline {
+            match self.conn.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+                    if text.contains("PING\r\n") {
+                        self.send("PONG\r\n");
+                    }
+                    self.seen.push_str(&text);
+                }
+                Err(_) => {}
+            }
+        }
+    }
+
+    /// Whether `text` arrives within `within`.
+    fn wait_for(&mut self, text: &str, within: Duration) -> bool {
+        let deadline = std::time::Instant::now() + within;
+        while !self.seen.contains(text) && std::time::Instant::now() < deadline {
+            self.read_for(Duration::from_millis(50));
+        }
+        self.seen.contains(text)
+    }
+}
+
+/// docs/cluster.md's `nats-server.conf`, run by nats-server as written (its port and store
+/// directory free ones of this test's): two replicas of the cluster.toml before it join with
+/// its `mcpr` user, one of them watches the shared mount, and a change reaches a watch on
+/// each; meanwhile a client of its `APP` account subscribed to everything hears nothing,
+/// while one of the replicas' user hears their traffic; and the replicas' user may not
+/// delete their streams.
+#[test]
+fn nats_account_config_runs_as_written() {
+    let found = blocks("conf");
+    assert_eq!(found.len(), 1, "the nats-server.conf blocks: {found:?}");
+    let (at, block) = &found[0];
+    let Some(nats) = mcpr_testkit::nats::NatsServer::find() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let conf = fill(
+        &fill(
+            block,
+            "port: 4222",
+            &format!("host: 127.0.0.1\nport: {}", nats.port()),
+        ),
+        "\"/var/lib/nats\"",
+        &format!("{:?}", nats.store_dir().display().to_string()),
+    );
+    let conf_path = dir.path().join("nats-server.conf");
+    std::fs::write(&conf_path, conf).unwrap();
+    let nats_log = dir.path().join("nats.log");
+    let mut cmd = Command::new(nats.bin());
+    cmd.arg("-c")
+        .arg(&conf_path)
+        .env("NATS_PASSWORD", "nats-pw")
+        .env("APP_PASSWORD", "app-pw")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&nats_log).unwrap());
+    let _server = Guard(cmd.spawn().expect("start nats-server"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", nats.port())).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{at}: nats-server does not listen: {}",
+            std::fs::read_to_string(&nats_log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // The replicas: the doc's cluster.toml, with this NATS and a shared folder.
+    let configs: Vec<String> = blocks("toml")
+        .into_iter()
+        .filter(|(at, b)| at.starts_with("docs/cluster.md:") && b.contains("[cluster]"))
+        .map(|(_, b)| b)
+        .collect();
+    assert_eq!(configs.len(), 1, "docs/cluster.md's cluster.toml");
+    let shared = dir.path().canonicalize().unwrap().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    let note = shared.join("note.md");
+    std::fs::write(&note, "shared note\n").unwrap();
+    let config = fill(
+        &fill(
+            &configs[0],
+            "nats.internal:4222",
+            &format!("127.0.0.1:{}", nats.port()),
+        ),
+        "\"/mnt/shared/docs\"",
+        &format!("{:?}", shared.display().to_string()),
+    );
+    assert!(config.contains("nats://mcpr:${NATS_PASSWORD}@"), "{config}");
+    assert!(config.contains("name = \"team-data\""), "{config}");
+    std::fs::write(dir.path().join("cluster.toml"), config).unwrap();
+    let ports = [free_port(), free_port()];
+    let _replicas: Vec<Guard> = ports
+        .iter()
+        .enumerate()
+        .map(|(i, port)| {
+            let mut cmd = Command::new(bin());
+            cmd.args(["serve", "--http", &format!("127.0.0.1:{port}"), "-c"])
+                .arg(dir.path().join("cluster.toml"))
+                .env("NATS_PASSWORD", "nats-pw")
+                .env(
+                    "MCPR_CLUSTER_SECRET",
+                    "cluster-secret-value-of-at-least-32-bytes",
+                )
+                .env_remove("RUST_LOG")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(dir.path().join(format!("r{i}.log"))).unwrap());
+            Guard(cmd.spawn().expect("start a replica"))
+        })
+        .collect();
+    let log_of = |i: usize| std::fs::read_to_string(dir.path().join(format!("r{i}.log")));
+    for (i, port) in ports.iter().enumerate() {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let (status, answer) = http_get(*port, "/readyz");
+            if status == 200
+                && http_get(*port, "/metrics")
+                    .1
+                    .contains("mcp_cluster_connected 1")
+            {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{at}: replica {i} did not join with the mcpr user within 20 s: {answer}\n{}",
+                log_of(i).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    // Who hears what while the replicas work: everything of the APP account, and the
+    // replicas' subjects as their own user.
+    let mut app = RawNats::connect(nats.port(), "app", "app-pw").expect("the APP user connects");
+    app.send("SUB > 1\r\nSUB mcpr.> 2\r\nPING\r\n");
+    assert!(
+        app.wait_for("PONG\r\n", Duration::from_secs(5)),
+        "{}",
+        app.seen
+    );
+    let mut own = RawNats::connect(nats.port(), "mcpr", "nats-pw").expect("the mcpr user connects");
+    own.send("SUB mcpr.team-data.> 1\r\nPING\r\n");
+    assert!(
+        own.wait_for("PONG\r\n", Duration::from_secs(5)),
+        "{}",
+        own.seen
+    );
+
+    let uri = format!("file://{}", note.display());
+    let updated = format!("updated {uri}");
+    // Both eras: a legacy session's records and log use the session streams.
+    let watches: Vec<client_common::Lines> = ports
+        .iter()
+        .flat_map(|port| ["2026-07-28", "legacy"].map(|era| (port, era)))
+        .map(|(port, era)| {
+            let mut cmd = Command::new(bin());
+            cmd.args([
+                "watch",
+                &uri,
+                "--url",
+                &format!("http://127.0.0.1:{port}/mcp"),
+            ])
+            .args(["--protocol", era]);
+            client_common::Lines::spawn(cmd)
+        })
+        .collect();
+    // Changed until each watch heard one (the cluster's watcher may still be taking its
+    // subscription in), then once more: that change reaches both.
+    let mut n = 0;
+    for w in &watches {
+        w.poke_until(
+            || {
+                n += 1;
+                std::fs::write(&note, format!("change {n}\n")).unwrap();
+            },
+            |l| l == updated,
+        );
+    }
+    for w in &watches {
+        while w.next_within(Duration::from_millis(300)).is_some() {}
+    }
+    std::fs::write(&note, "last change\n").unwrap();
+    for (i, w) in watches.iter().enumerate() {
+        assert_eq!(
+            w.next_within(Duration::from_secs(5)).as_deref(),
+            Some(updated.as_str()),
+            "{at}: the change did not reach watch {i} (replica {}): {}",
+            i / 2,
+            w.stderr()
+        );
+    }
+    let watchers = ports
+        .iter()
+        .filter(|p| {
+            http_get(**p, "/metrics")
+                .1
+                .lines()
+                .any(|l| l.starts_with("mcp_cluster_watcher{") && l.ends_with("} 1"))
+        })
+        .count();
+    assert_eq!(watchers, 1, "{at}: replicas watching the shared mount");
+    // Each replica read the NATS server's time of a record it wrote in the lease stream
+    // (measured every TTL, 5 s in this config).
+    for port in ports {
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        while !http_get(port, "/metrics")
+            .1
+            .contains("mcp_cluster_clock_offset_ms ")
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{at}: a replica could not measure its clock against NATS"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    // Nothing the replicas did was refused: nats-server logs each permission violation.
+    let server_log = std::fs::read_to_string(&nats_log).unwrap_or_default();
+    assert!(
+        !server_log.contains("Violation"),
+        "{at}: the replicas were refused something: {server_log}"
+    );
+
+    app.read_for(Duration::from_millis(200));
+    own.read_for(Duration::from_millis(200));
+    assert!(
+        own.seen.contains("MSG mcpr.team-data."),
+        "the replicas' own user heard none of their traffic: {}",
+        own.seen
+    );
+    assert!(
+        !app.seen.contains("MSG "),
+        "{at}: a client of another account heard the replicas: {}",
+        app.seen
+    );
+    assert!(!app.seen.contains("-ERR"), "{}", app.seen);
+
+    // The replicas' user may not delete their streams.
+    own.send(
+        "SUB _INBOX.del 9\r\nPUB $JS.API.STREAM.DELETE.MCPR_team-data_LEASES _INBOX.del 0\r\n\r\nPING\r\n",
+    );
+    assert!(
+        own.wait_for("Permissions Violation for Publish", Duration::from_secs(5)),
+        "{at}: the mcpr user may delete a stream: {}",
+        own.seen
+    );
+    // The server's log names such a refusal (what the check above relies on).
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !std::fs::read_to_string(&nats_log)
+        .unwrap_or_default()
+        .contains("Violation")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nats-server does not log permission violations"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// The `nginx` binary, or a skip (a failure under CI=true).
 fn nginx() -> Option<PathBuf> {
     let found = ["/usr/sbin/nginx", "/usr/bin/nginx", "/usr/local/sbin/nginx"]
@@ -1935,6 +2240,11 @@ const KINDS: &[(&str, &[&str], Proof)] = &[
         "sh",
         &["nats-server -js"],
         Proof::Run("cluster_replicas_block_runs_as_written"),
+    ),
+    (
+        "conf",
+        &["accounts", "permissions"],
+        Proof::Run("nats_account_config_runs_as_written"),
     ),
     (
         "sh",

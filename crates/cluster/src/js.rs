@@ -13,7 +13,7 @@ use serde_json::Value;
 /// JetStream's error code for "no message found".
 pub(crate) const NO_MESSAGE: u64 = 10037;
 /// JetStream's error code for "stream not found".
-pub(crate) const STREAM_NOT_FOUND: u64 = 10059;
+const STREAM_NOT_FOUND: u64 = 10059;
 /// JetStream's error code for a failed expected-last-sequence check.
 const WRONG_LAST_SEQUENCE: u64 = 10071;
 
@@ -41,6 +41,19 @@ impl std::fmt::Display for JsError {
             Self::Api { code, description } => write!(f, "{description} (JetStream {code})"),
         }
     }
+}
+
+/// Whether `e` says the stream asked about does not exist: JetStream's "stream not found",
+/// or, for a publish, no responders (no stream captures its subject).
+pub(crate) fn stream_missing(e: &JsError) -> bool {
+    matches!(
+        e,
+        JsError::NoResponders
+            | JsError::Api {
+                code: STREAM_NOT_FOUND,
+                ..
+            }
+    )
 }
 
 /// Send `payload` (with `headers`) to `subject` and read the JSON reply, an `error` member

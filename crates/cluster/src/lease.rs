@@ -21,9 +21,16 @@
 //!
 //! A lease stream that is gone (deleted, or lost by a NATS without storage) is created again
 //! by the first replica whose write finds it missing, so a watcher is elected again within
-//! a renewal period; a holder keeps the lease through it.
+//! a renewal period; a holder keeps the lease through it. Each recreation is counted
+//! ([`Seal::streams_recreated`]). A purged stream (its records gone, the stream kept) is the
+//! case of a record that expired: the holder's compare-and-set finds no record and writes
+//! its own again. The others write nothing while they heard the holder say it renewed
+//! within two thirds of a TTL (it lets go by then without a renewal), so an empty subject
+//! never makes a second holder; when the holder is gone its record outlives that by a third
+//! of a TTL, so no takeover waits for it.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures::StreamExt as _;
@@ -31,7 +38,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::js::JsError;
-use crate::seal::{Kind, Seal};
+use crate::seal::{Kind, Seal, Stream};
 
 /// See the module docs. Dropping it stops renewing (the lease then expires on its own).
 pub struct Lease {
@@ -122,6 +129,7 @@ impl Lease {
                 cluster: &cluster,
                 subject: &subject,
                 ttl,
+                seen: std::sync::atomic::AtomicBool::new(false),
             };
             // Without the holders' notices (NATS refused the subscription) a replica only
             // misses one reason to leave a forged record be.
@@ -129,6 +137,9 @@ impl Lease {
             // Until it has listened for a TTL, a replica cannot know that nobody holds the
             // lease: it counts as having heard a holder when it started.
             let mut other_heard: Option<Instant> = heard.as_ref().map(|_| Instant::now());
+            // When another replica last said it renewed (a notice really heard, unlike the
+            // start above).
+            let mut notice_at: Option<Instant> = None;
             let period = ttl / 3;
             // A third of a TTL short of the record's expiry: room for the renewal after
             // next to be late under load, and for the watches to stop before another
@@ -143,9 +154,17 @@ impl Lease {
                 let other_holds = other_heard.is_some_and(|t| t.elapsed() < ttl);
                 let sent = Instant::now();
                 let write = at.write(&me, expected, other_holds, period);
+                // A holder that said it renewed less than two thirds of a TTL ago holds it
+                // still (it lets go by then without a renewal), whatever the stream shows: a
+                // purged stream has no record, and writing one would make two holders until
+                // the holder's next renewal found it.
+                let holder_live =
+                    sequence.is_none() && notice_at.is_some_and(|t| t.elapsed() < hold_for);
                 let written = if !*allowed.borrow() {
                     // Standing aside: no write, and a lease held is let go below.
                     Err(WriteError::Aside)
+                } else if holder_live {
+                    Err(WriteError::Taken)
                 } else if sequence.is_some() {
                     // A holder waits for its renewal no longer than it may hold without one.
                     tokio::time::timeout_at(renewed + hold_for, write)
@@ -210,6 +229,7 @@ impl Lease {
                                 let from = seal.receive(Kind::Lease, &msg.subject, &msg.payload);
                                 if from.is_some_and(|r| r != me.as_bytes()) {
                                     other_heard = Some(Instant::now());
+                                    notice_at = other_heard;
                                 }
                             }
                             None => heard = None,
@@ -243,18 +263,8 @@ struct Place<'a> {
     cluster: &'a str,
     subject: &'a str,
     ttl: Duration,
-}
-
-/// Whether `e` says the lease stream does not exist.
-fn missing(e: &JsError) -> bool {
-    matches!(
-        e,
-        JsError::NoResponders
-            | JsError::Api {
-                code: crate::js::STREAM_NOT_FOUND,
-                ..
-            }
-    )
+    /// Whether the stream answered one of this task's writes (it existed then).
+    seen: std::sync::atomic::AtomicBool,
 }
 
 impl Place<'_> {
@@ -288,7 +298,7 @@ impl Place<'_> {
         // without pause must not hold this task either).
         while tries < FORGED_RETRIES {
             let written = match put(expected).await {
-                Err(e) if missing(&e) && !recreated => {
+                Err(e) if crate::js::stream_missing(&e) && !recreated => {
                     recreated = true;
                     self.recreate().await?;
                     if !holding && other_holds {
@@ -297,7 +307,12 @@ impl Place<'_> {
                     }
                     continue;
                 }
-                written => written.map_err(unreachable)?,
+                written => {
+                    if !matches!(written, Err(JsError::Unreachable(_))) {
+                        self.seen.store(true, Ordering::Relaxed);
+                    }
+                    written.map_err(unreachable)?
+                }
             };
             if let Some(seq) = written {
                 return Ok(seq);
@@ -344,15 +359,29 @@ impl Place<'_> {
         )))
     }
 
-    /// Create the lease stream again (it was found missing).
+    /// Create the lease stream again (it was found missing). Named and counted only when
+    /// this task knew the stream: at start a write can come before it is first prepared.
     async fn recreate(&self) -> Result<(), WriteError> {
-        tracing::warn!(
-            cluster = self.cluster,
-            "cluster: the watcher lease stream is missing; creating it again"
-        );
+        let known = self.seen.load(Ordering::Relaxed);
+        if known {
+            tracing::warn!(
+                cluster = self.cluster,
+                "cluster: the watcher lease stream is missing; creating it again"
+            );
+        } else {
+            tracing::debug!(
+                cluster = self.cluster,
+                "cluster: creating the watcher lease stream"
+            );
+        }
         Lease::prepare(self.client, self.cluster, self.ttl)
             .await
-            .map_err(WriteError::Unreachable)
+            .map_err(WriteError::Unreachable)?;
+        self.seen.store(true, Ordering::Relaxed);
+        if known {
+            self.seal.recreated_stream(Stream::Leases);
+        }
+        Ok(())
     }
 }
 

@@ -59,6 +59,22 @@ const HEADER_LEN: usize = TAG_AT + TAG_LEN;
 /// The most (sender, kind) pairs remembered; see [`Seen`].
 const MAX_SENDERS: usize = 4096;
 
+/// A JetStream stream of the cluster, by role: the `stream` label of
+/// `mcp_cluster_streams_recreated_total` (never the stream's name, which holds the
+/// cluster's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stream {
+    /// `MCPR_<cluster>_LEASES`: watcher leases and clock records.
+    Leases = 0,
+    /// `MCPR_<cluster>_SESSIONS`: legacy sessions' records.
+    Sessions = 1,
+    /// `MCPR_<cluster>_SESSION_EVENTS`: legacy sessions' notification logs.
+    SessionEvents = 2,
+}
+
+/// The labels of [`Stream`], in its order.
+const STREAMS: [&str; 3] = ["leases", "sessions", "session_events"];
+
 /// What a rejected message was, for the metric's `kind` label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kind {
@@ -112,7 +128,9 @@ enum Refused {
 }
 
 /// The cluster's keys, this process's sender id and sequences, what it accepted, and the
-/// count of what failed to verify. See the module docs.
+/// count of what failed to verify; also the count of JetStream streams this replica found
+/// missing and created again (the one place every part of a replica shares). See the module
+/// docs.
 pub struct Seal {
     messages: [u8; 32],
     owners: [u8; 32],
@@ -120,6 +138,8 @@ pub struct Seal {
     sequences: [AtomicU64; KINDS.len()],
     seen: Mutex<HashMap<([u8; 8], Kind), Seen>>,
     rejected: [AtomicU64; KINDS.len()],
+    /// Streams found missing and created again, per [`Stream`].
+    recreated: [AtomicU64; STREAMS.len()],
     /// When an old format was last warned of (ms since the epoch), so a replica of an older
     /// release is named once a minute, not once per message.
     warned: AtomicU64,
@@ -233,6 +253,7 @@ impl Seal {
             sequences: Default::default(),
             seen: Mutex::new(HashMap::new()),
             rejected: Default::default(),
+            recreated: Default::default(),
             warned: AtomicU64::new(0),
         })
     }
@@ -435,6 +456,22 @@ impl Seal {
     /// older than one this replica has seen).
     pub(crate) fn refuse(&self, kind: Kind) {
         self.rejected[index(kind)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Count one `stream` found missing (deleted by a client of the NATS account, or lost by
+    /// NATS) and created again by this replica.
+    pub(crate) fn recreated_stream(&self, stream: Stream) {
+        self.recreated[stream as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Streams this replica found missing and created again, by role (every role listed):
+    /// `mcp_cluster_streams_recreated_total`.
+    pub fn streams_recreated(&self) -> Vec<(String, u64)> {
+        STREAMS
+            .iter()
+            .zip(&self.recreated)
+            .map(|(name, n)| ((*name).to_owned(), n.load(Ordering::Relaxed)))
+            .collect()
     }
 
     /// Messages dropped because they did not verify, per kind (every kind listed).

@@ -6,7 +6,11 @@
 //! expire after the idle session TTL unless a replica using the session rewrites them
 //! ([`SessionHub::touch`]). They are created on first use, not at start, so a replica whose
 //! NATS is down at start still starts (its roaming sessions fail clearly until NATS is up),
-//! and again whenever NATS says they are missing (a NATS that lost its storage):
+//! and again whenever NATS says one is missing (deleted by a client of the NATS account, or
+//! lost by a NATS without its storage): the operation that found it missing creates it and
+//! runs once more, and the recreation is counted ([`Seal::streams_recreated`]). Records lost
+//! with a deleted or purged stream are not brought back: their sessions are unknown from
+//! then on to every replica that does not hold them in memory.
 //! - `MCPR_<cluster>_SESSIONS`, one message per subject, `mcpr.<cluster>.sess.<h>.<record>`
 //!   where `<h>` hashes the session id and `<record>` is `state` (rmcp's handshake), `owner`
 //!   (a hash of the creating identity) or `subs` (the subscribed URIs, changed with a
@@ -47,7 +51,7 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
 use crate::js::{self, JsError};
-use crate::seal::{Kind, Seal};
+use crate::seal::{Kind, Seal, Stream};
 
 /// How long a JetStream request may take before the store counts NATS unreachable.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -148,6 +152,9 @@ pub struct NatsSessionStore {
     streams: AtomicBool,
     /// Held while the streams are being created, so concurrent first uses create them once.
     creating: tokio::sync::Mutex<()>,
+    /// Per stream (records, events): found missing since it was last created, so its next
+    /// creation is a recreation, counted.
+    lost: [AtomicBool; 2],
 }
 
 impl Drop for NatsSessionStore {
@@ -245,6 +252,7 @@ impl NatsSessionStore {
             events_per_session,
             streams: AtomicBool::new(false),
             creating: tokio::sync::Mutex::new(()),
+            lost: Default::default(),
         }))
     }
 
@@ -259,9 +267,15 @@ impl NatsSessionStore {
         }
         let cluster = &self.cluster;
         let max_age = u64::try_from(self.ttl.as_nanos()).unwrap_or(u64::MAX);
-        for (name, subjects, per_subject) in [
-            (records_stream(cluster), format!("mcpr.{cluster}.sess.>"), 1),
+        for (role, name, subjects, per_subject) in [
             (
+                Stream::Sessions,
+                records_stream(cluster),
+                format!("mcpr.{cluster}.sess.>"),
+                1,
+            ),
+            (
+                Stream::SessionEvents,
                 events_stream(cluster),
                 format!("mcpr.{cluster}.sev.>"),
                 i64::try_from(self.events_per_session.max(1)).unwrap_or(i64::MAX),
@@ -277,7 +291,15 @@ impl NatsSessionStore {
                 "discard": "old",
             });
             match js::create_stream(&self.client, &config, REQUEST_TIMEOUT).await {
-                Ok(()) => {}
+                Ok(()) => {
+                    if self.lost[lost_index(role)].swap(false, Ordering::AcqRel) {
+                        tracing::warn!(
+                            stream = %name,
+                            "cluster: a session stream was missing; created it again (the sessions it held are lost)"
+                        );
+                        self.seal.recreated_stream(role);
+                    }
+                }
                 Err(JsError::Api { description, .. }) => {
                     return Err(error(format!(
                         "cannot create the session stream {name} (do all replicas use the same session_idle_timeout and event_store_capacity?): {description}"
@@ -294,20 +316,40 @@ impl NatsSessionStore {
         Ok(())
     }
 
-    /// `e` as the store's error; when it says a stream is missing (NATS lost it), the
-    /// streams are created again on the next operation.
-    fn failed(&self, what: &str, e: JsError) -> SessionStoreError {
-        if matches!(
-            e,
-            JsError::NoResponders
-                | JsError::Api {
-                    code: js::STREAM_NOT_FOUND,
-                    ..
-                }
-        ) {
-            self.streams.store(false, Ordering::Release);
-        }
-        error(format!("{what}: {e}"))
+    /// Note that `stream` was found missing: the streams are created again on the next
+    /// operation, and that creation of `stream` is counted.
+    fn lose(&self, stream: Stream) {
+        self.lost[lost_index(stream)].store(true, Ordering::Release);
+        self.streams.store(false, Ordering::Release);
+    }
+
+    /// Run `op` on `stream` (after creating the streams unless they are known to exist);
+    /// when it finds `stream` missing, create the streams again and run it once more. Its
+    /// error is the store's, prefixed with `what`.
+    async fn on_stream<T, F, Fut>(
+        &self,
+        stream: Stream,
+        what: &str,
+        op: F,
+    ) -> Result<T, SessionStoreError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T, JsError>>,
+    {
+        self.ensure_streams().await?;
+        let first = match op().await {
+            Err(e) if js::stream_missing(&e) => e,
+            done => return done.map_err(|e| error(format!("{what}: {e}"))),
+        };
+        tracing::debug!(error = %first, "cluster: a session stream is missing");
+        self.lose(stream);
+        self.ensure_streams().await?;
+        op().await.map_err(|e| {
+            if js::stream_missing(&e) {
+                self.lose(stream);
+            }
+            error(format!("{what}: {e}"))
+        })
     }
 
     /// Publish a signal to every replica (this one included).
@@ -334,9 +376,8 @@ impl NatsSessionStore {
 
     /// The last record on `subject` as this replica believes it (see [`Current`]).
     async fn current(&self, subject: &str) -> Result<Current, SessionStoreError> {
-        let stream = records_stream(&self.cluster);
         let Some((seq, data)) = self
-            .get(&stream, &json!({ "last_by_subj": subject }))
+            .get(Stream::Sessions, &json!({ "last_by_subj": subject }))
             .await?
         else {
             return Ok(Current::Absent);
@@ -430,13 +471,21 @@ impl NatsSessionStore {
 
     async fn get(
         &self,
-        stream: &str,
+        stream: Stream,
         request: &Value,
     ) -> Result<Option<(u64, Vec<u8>)>, SessionStoreError> {
-        self.ensure_streams().await?;
-        js::get(&self.client, stream, request, REQUEST_TIMEOUT)
-            .await
-            .map_err(|e| self.failed("message get failed", e))
+        let name = self.stream_name(stream);
+        self.on_stream(stream, "message get failed", || {
+            js::get(&self.client, &name, request, REQUEST_TIMEOUT)
+        })
+        .await
+    }
+
+    fn stream_name(&self, stream: Stream) -> String {
+        match stream {
+            Stream::SessionEvents => events_stream(&self.cluster),
+            _ => records_stream(&self.cluster),
+        }
     }
 
     /// Publish `payload` of `kind` on `subject` (captured by a stream); with `expected`, only if the
@@ -448,30 +497,40 @@ impl NatsSessionStore {
         payload: &[u8],
         expected: Option<u64>,
     ) -> Result<Option<u64>, SessionStoreError> {
-        self.ensure_streams().await?;
-        js::publish(
-            &self.client,
-            subject,
-            self.seal.seal(kind, subject, payload),
-            expected,
-            REQUEST_TIMEOUT,
-        )
+        // No stream captures a log entry's subject but the events stream, nor a record's
+        // but the records stream: a publish nobody answers names which one is missing.
+        let stream = match kind {
+            Kind::Log => Stream::SessionEvents,
+            _ => Stream::Sessions,
+        };
+        let sealed = self.seal.seal(kind, subject, payload);
+        self.on_stream(stream, "publish failed", || {
+            js::publish(
+                &self.client,
+                subject,
+                sealed.clone(),
+                expected,
+                REQUEST_TIMEOUT,
+            )
+        })
         .await
-        .map_err(|e| self.failed("publish failed", e))
     }
 
-    async fn purge(&self, stream: &str, filter: &str) -> Result<(), SessionStoreError> {
-        self.ensure_streams().await?;
-        js::api(
-            &self.client,
-            &format!("$JS.API.STREAM.PURGE.{stream}"),
-            &json!({ "filter": filter }),
-            REQUEST_TIMEOUT,
-        )
+    async fn purge(&self, stream: Stream, filter: &str) -> Result<(), SessionStoreError> {
+        let subject = format!("$JS.API.STREAM.PURGE.{}", self.stream_name(stream));
+        let body = json!({ "filter": filter });
+        self.on_stream(stream, "purge failed", || async {
+            js::api(&self.client, &subject, &body, REQUEST_TIMEOUT)
+                .await
+                .map(drop)
+        })
         .await
-        .map(drop)
-        .map_err(|e| self.failed("purge failed", e))
     }
+}
+
+/// The index of `stream` in [`NatsSessionStore::lost`].
+fn lost_index(stream: Stream) -> usize {
+    usize::from(stream == Stream::SessionEvents)
 }
 
 fn records_stream(cluster: &str) -> String {
@@ -537,11 +596,11 @@ impl SessionStore for NatsSessionStore {
     async fn delete(&self, session: &str) -> Result<(), SessionStoreError> {
         let h = crate::token(session, 16);
         self.purge(
-            &records_stream(&self.cluster),
+            Stream::Sessions,
             &format!("mcpr.{}.sess.{h}.>", self.cluster),
         )
         .await?;
-        self.purge(&events_stream(&self.cluster), &self.log(session))
+        self.purge(Stream::SessionEvents, &self.log(session))
             .await?;
         lock(&self.touched).remove(session);
         self.announce(SessionSignal::Ended(self.key(session))).await
@@ -634,12 +693,14 @@ impl SessionHub for NatsSessionStore {
         session: &str,
         after: u64,
     ) -> Result<Vec<(u64, Vec<u8>)>, SessionStoreError> {
-        let stream = events_stream(&self.cluster);
         let subject = self.log(session);
         let mut out = Vec::new();
         let mut next = after.saturating_add(1);
         while let Some((seq, data)) = self
-            .get(&stream, &json!({ "seq": next, "next_by_subj": subject }))
+            .get(
+                Stream::SessionEvents,
+                &json!({ "seq": next, "next_by_subj": subject }),
+            )
             .await?
         {
             // Another client of the NATS account may append to the log: only what a replica

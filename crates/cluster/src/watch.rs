@@ -519,6 +519,7 @@ impl Watching for ClusterWatching {
             rejected: self.inner.seal.rejected(),
             standalone,
             clock_offset_ms: *lock(&self.inner.clock_offset),
+            streams_recreated: self.inner.seal.streams_recreated(),
         })
     }
 }

@@ -393,6 +393,9 @@ pub struct ClusterStatus {
     /// How far this replica's clock is from the broker's, in milliseconds (positive: ahead),
     /// as last measured; `None` before the first measurement.
     pub clock_offset_ms: Option<i64>,
+    /// The broker's streams this replica found missing (deleted, or lost by the broker) and
+    /// created again, by role.
+    pub streams_recreated: Vec<(String, u64)>,
 }
 
 /// The in-process [`Watching`]: every watch runs in this process.

@@ -575,6 +575,14 @@ async fn metrics(State(ops): State<Arc<Ops>>, headers: http::HeaderMap) -> Respo
                 crate::metrics::escape_label(kind)
             );
         }
+        out.push_str("# HELP mcp_cluster_streams_recreated_total JetStream streams this replica found missing (deleted, or lost by NATS) and created again, by role.\n# TYPE mcp_cluster_streams_recreated_total counter\n");
+        for (stream, n) in &cluster.streams_recreated {
+            let _ = writeln!(
+                out,
+                "mcp_cluster_streams_recreated_total{{stream=\"{}\"}} {n}",
+                crate::metrics::escape_label(stream)
+            );
+        }
     }
     out.push_str("# HELP mcp_http_responses_total HTTP responses of the MCP endpoint by status class.\n# TYPE mcp_http_responses_total counter\n");
     for (i, class) in ["2xx", "3xx", "4xx", "5xx"].iter().enumerate() {

@@ -1,0 +1,443 @@
+//! Issue #46, deleted streams: two replicas of the built binary in one cluster over a NATS
+//! server of the test's own (random port, own store), a shared files mount and a listen
+//! stream on each. Another client of the NATS account deletes the lease stream, then purges
+//! it, and deletes the legacy sessions' stream, with raw JetStream API requests. Each time a
+//! watcher is there again within one TTL (`mcp_cluster_watcher`, never two), a change made
+//! after that reaches both streams once, a new legacy session starts, and
+//! `mcp_cluster_streams_recreated_total` counted each recreation by role.
+//!
+//! `nats-server` missing: the test says SKIPPED and passes, except under `CI=true`, where
+//! it fails.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt as _;
+use mcpr_testkit::nats::NatsServer;
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_mcp-resources");
+const META: &str = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}"#;
+const TTL: Duration = Duration::from_millis(1000);
+const SECRET: &str = "cluster-streams-secret-0123456789abcdef";
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// One replica: the built binary serving HTTP on a loopback port, its log in a file.
+struct Replica {
+    child: Child,
+    base: String,
+    log: std::path::PathBuf,
+}
+
+impl Replica {
+    fn start(config: &Path, log: std::path::PathBuf) -> Self {
+        let port = free_port();
+        let child = Command::new(BIN)
+            .args(["serve", "--log-level", "info", "--http"])
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--config")
+            .arg(config)
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "a replica did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Self {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+            log,
+        }
+    }
+
+    async fn get(&self, path: &str) -> (u16, String) {
+        let r = reqwest::get(format!("{}{path}", self.base)).await.unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    }
+
+    /// The value of the metric line that starts with `name` (labels included), if any.
+    async fn metric(&self, name: &str) -> Option<u64> {
+        let (_, text) = self.get("/metrics").await;
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+    }
+
+    async fn recreated(&self, stream: &str) -> u64 {
+        self.metric(&format!(
+            "mcp_cluster_streams_recreated_total{{stream=\"{stream}\"}}"
+        ))
+        .await
+        .unwrap_or_else(|| panic!("no mcp_cluster_streams_recreated_total for {stream}"))
+    }
+
+    async fn watches(&self, mount: &str) -> bool {
+        self.metric(&format!("mcp_cluster_watcher{{mount=\"{mount}\"}}"))
+            .await
+            == Some(1)
+    }
+
+    /// `subscriptions/listen` for `uri`, its messages collected; waits for the
+    /// acknowledgment.
+    async fn listen(&self, http: &reqwest::Client, uri: &str) -> Heard {
+        let mut params = json!({"notifications": {"resourceSubscriptions": [uri]}});
+        params["_meta"] = serde_json::from_str(META).unwrap();
+        let resp = http
+            .post(format!("{}/mcp", self.base))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "subscriptions/listen")
+            .body(
+                json!({"jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen", "params": params})
+                    .to_string(),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        let heard = Heard::follow(resp);
+        let h = heard.clone();
+        wait_for(
+            "the listen's acknowledgment",
+            Duration::from_secs(10),
+            async || h.len() > 0,
+        )
+        .await;
+        heard
+    }
+
+    /// A legacy `initialize`: the session's id, or the error body.
+    async fn legacy_session(&self, http: &reqwest::Client) -> Result<String, String> {
+        let resp = http
+            .post(format!("{}/mcp", self.base))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25")
+            .body(
+                json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                    "protocolVersion": "2025-11-25", "capabilities": {},
+                    "clientInfo": {"name": "t", "version": "1"}}})
+                .to_string(),
+            )
+            .send()
+            .await
+            .unwrap();
+        let sid = resp
+            .headers()
+            .get("mcp-session-id")
+            .map(|v| v.to_str().unwrap().to_owned());
+        let status = resp.status();
+        let body = resp.text().await.unwrap();
+        match sid {
+            Some(sid) if status == 200 && body.contains("\"result\"") => Ok(sid),
+            _ => Err(format!("{status}: {body}")),
+        }
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(60)..];
+            eprintln!("--- {}\n{}", self.log.display(), tail.join("\n"));
+        }
+    }
+}
+
+/// A stream's JSON-RPC messages, collected in the background.
+#[derive(Clone, Default)]
+struct Heard(Arc<Mutex<Vec<Value>>>);
+
+impl Heard {
+    fn follow(resp: reqwest::Response) -> Self {
+        let heard = Self::default();
+        let h = heard.clone();
+        tokio::spawn(async move {
+            let mut buf = String::new();
+            let mut body = resp.bytes_stream();
+            while let Some(Ok(chunk)) = body.next().await {
+                buf.push_str(&String::from_utf8_lossy(&chunk));
+                while let Some(end) = buf.find("\n\n") {
+                    let event: String = buf.drain(..end + 2).collect();
+                    for line in event.lines() {
+                        if let Some(Ok(v)) = line
+                            .strip_prefix("data:")
+                            .map(|d| serde_json::from_str::<Value>(d.trim()))
+                        {
+                            h.0.lock().unwrap().push(v);
+                        }
+                    }
+                }
+            }
+        });
+        heard
+    }
+
+    fn updates(&self, uri: &str) -> usize {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|m| {
+                m["method"] == "notifications/resources/updated" && m["params"]["uri"] == uri
+            })
+            .count()
+    }
+
+    fn len(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+}
+
+async fn wait_for(what: &str, within: Duration, mut ok: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    loop {
+        if ok().await {
+            return;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// Change `file` and wait until both streams heard `uri` updated `want` times in all (more
+/// is a failure: one change, one notification per stream).
+async fn change_reaches_both(file: &Path, uri: &str, streams: [&Heard; 2], want: usize) {
+    std::fs::write(file, format!("version {want}\n")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let got = streams.map(|s| s.updates(uri));
+        assert!(
+            got.iter().all(|n| *n <= want),
+            "{uri}: {got:?}, want {want}"
+        );
+        if got.iter().all(|n| *n == want) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{uri}: {got:?}, want {want} each"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    // Nothing more trails it.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(streams.map(|s| s.updates(uri)), [want, want]);
+}
+
+/// Send a `$JS.API` request as a client of the replicas' NATS account: its JSON answer.
+async fn js_api(nats: &async_nats::Client, subject: String, body: Value) -> Value {
+    // `null`: no body (JetStream refuses `null` where it wants none).
+    let body = if body.is_null() {
+        String::new()
+    } else {
+        body.to_string()
+    };
+    let reply = nats
+        .request(subject.clone(), body.into())
+        .await
+        .unwrap_or_else(|e| panic!("{subject}: {e}"));
+    serde_json::from_slice(&reply.payload).unwrap()
+}
+
+/// Sample who watches `mount` for `within`: each sample must show at most one watcher, and
+/// the last one exactly one; the watcher's index.
+async fn one_watcher_throughout(replicas: &[Replica; 2], mount: &str, within: Duration) -> usize {
+    let until = Instant::now() + within;
+    loop {
+        let mut holders = Vec::new();
+        for (i, r) in replicas.iter().enumerate() {
+            if r.watches(mount).await {
+                holders.push(i);
+            }
+        }
+        assert!(holders.len() <= 1, "two watchers of {mount}: {holders:?}");
+        if Instant::now() >= until {
+            assert_eq!(holders.len(), 1, "no watcher of {mount} after {within:?}");
+            return holders[0];
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleted_and_purged_streams_are_recreated_counted_and_watched_within_a_ttl() {
+    let Some(nats) = NatsServer::started() else {
+        return;
+    };
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    let files = dir.path().join("shared");
+    std::fs::create_dir(&files).unwrap();
+    let files = files.canonicalize().unwrap();
+    let file = files.join("a.txt");
+    std::fs::write(&file, "version 0\n").unwrap();
+    let uri = format!("file://{}", file.display());
+    let cluster = format!("s{}", std::process::id());
+    let config = format!(
+        "[cluster]\nnats_url = \"{}\"\nname = \"{cluster}\"\nlease_ttl_ms = {}\nsecret = \"{SECRET}\"\n\
+         [[mount]]\nkind = \"files\"\nroot = \"{}\"\nshared = true\n",
+        nats.url(),
+        TTL.as_millis(),
+        files.display()
+    );
+    let cfg_path = dir.path().join("cluster.toml");
+    std::fs::write(&cfg_path, config).unwrap();
+    let replicas = [0, 1].map(|i| Replica::start(&cfg_path, dir.path().join(format!("r{i}.log"))));
+    for r in &replicas {
+        wait_for("both replicas ready", Duration::from_secs(15), async || {
+            r.get("/readyz").await.0 == 200 && r.metric("mcp_cluster_connected").await == Some(1)
+        })
+        .await;
+    }
+    let mount = {
+        let (_, text) = replicas[0].get("/metrics").await;
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("mcp_cluster_watcher{mount=\""))
+            .expect("a shared mount in /metrics")
+            .to_owned();
+        line["mcp_cluster_watcher{mount=\"".len()..]
+            .split_once('"')
+            .unwrap()
+            .0
+            .to_owned()
+    };
+    let http = reqwest::Client::new();
+    let heard = [
+        replicas[0].listen(&http, &uri).await,
+        replicas[1].listen(&http, &uri).await,
+    ];
+    let streams = [&heard[0], &heard[1]];
+    let first = one_watcher_throughout(&replicas, &mount, Duration::ZERO).await;
+    // The watcher takes each listen's interest in before a change can be heard.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    change_reaches_both(&file, &uri, streams, 1).await;
+    // A legacy session on each replica: the sessions' streams exist, and each replica knows
+    // it (a later creation is a recreation).
+    for r in &replicas {
+        r.legacy_session(&http).await.unwrap();
+    }
+    for r in &replicas {
+        for stream in ["leases", "sessions", "session_events"] {
+            assert_eq!(r.recreated(stream).await, 0, "{stream} before any deletion");
+        }
+    }
+
+    let vandal = async_nats::connect(nats.url()).await.unwrap();
+    let leases = format!("MCPR_{cluster}_LEASES");
+
+    // 1. The lease stream deleted: the holder finds it missing at its next renewal and
+    // creates it again, keeping the lease; a watcher throughout, one TTL on.
+    let deleted = js_api(
+        &vandal,
+        format!("$JS.API.STREAM.DELETE.{leases}"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(deleted["success"], true, "{deleted}");
+    let started = Instant::now();
+    wait_for("the lease stream again", TTL * 2, async || {
+        js_api(
+            &vandal,
+            format!("$JS.API.STREAM.INFO.{leases}"),
+            Value::Null,
+        )
+        .await
+        .get("error")
+        .is_none()
+    })
+    .await;
+    eprintln!("lease stream back after {:?}", started.elapsed());
+    let watcher = one_watcher_throughout(&replicas, &mount, TTL).await;
+    assert_eq!(
+        watcher, first,
+        "the watcher kept its lease through the deletion"
+    );
+    let counted = replicas[0].recreated("leases").await + replicas[1].recreated("leases").await;
+    assert!(
+        counted >= 1,
+        "the lease stream's recreation was not counted"
+    );
+    change_reaches_both(&file, &uri, streams, 2).await;
+
+    // 2. The lease stream purged (the stream kept, its records gone): the holder writes its
+    // record again and nobody else takes the empty subject, so one watcher throughout.
+    let purged = js_api(
+        &vandal,
+        format!("$JS.API.STREAM.PURGE.{leases}"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(purged["success"], true, "{purged}");
+    let watcher = one_watcher_throughout(&replicas, &mount, TTL).await;
+    assert_eq!(
+        watcher, first,
+        "the watcher kept its lease through the purge"
+    );
+    let info = js_api(
+        &vandal,
+        format!("$JS.API.STREAM.INFO.{leases}"),
+        Value::Null,
+    )
+    .await;
+    assert!(
+        info["state"]["messages"].as_u64().unwrap_or(0) > 0,
+        "no lease record after the purge: {info}"
+    );
+    change_reaches_both(&file, &uri, streams, 3).await;
+    // A purge is no recreation.
+    let after_purge = replicas[0].recreated("leases").await + replicas[1].recreated("leases").await;
+    assert_eq!(after_purge, counted);
+
+    // 3. The sessions' records stream deleted: the next session's first write finds it
+    // missing, creates it again and goes on, on either replica.
+    let deleted = js_api(
+        &vandal,
+        format!("$JS.API.STREAM.DELETE.MCPR_{cluster}_SESSIONS"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(deleted["success"], true, "{deleted}");
+    replicas[1]
+        .legacy_session(&http)
+        .await
+        .expect("a legacy session after its stream was deleted");
+    assert_eq!(replicas[1].recreated("sessions").await, 1);
+    assert_eq!(replicas[1].recreated("session_events").await, 0);
+    replicas[0]
+        .legacy_session(&http)
+        .await
+        .expect("a legacy session on the other replica");
+    assert_eq!(replicas[0].recreated("sessions").await, 0);
+    change_reaches_both(&file, &uri, streams, 4).await;
+
+    // The recreations were named at warn, without the cluster's secret.
+    let logs: String = replicas
+        .iter()
+        .map(|r| std::fs::read_to_string(&r.log).unwrap())
+        .collect();
+    assert!(
+        logs.contains("the watcher lease stream is missing; creating it again"),
+        "{logs}"
+    );
+    assert!(logs.contains("a session stream was missing"), "{logs}");
+    assert!(!logs.contains(SECRET));
+}
