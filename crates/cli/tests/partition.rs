@@ -805,6 +805,14 @@ async fn a_partitioned_replica_notices_keeps_serving_and_rejoins() {
             .sum::<usize>()
     };
     let wins_before = wins();
+    // How often the flapping replica found itself cut off and watched for its own clients.
+    let alone = || {
+        std::fs::read_to_string(dir.path().join(format!("r{w}.log")))
+            .unwrap_or_default()
+            .matches("this replica is on its own")
+            .count()
+    };
+    let alone_before = alone();
     let flapping = Instant::now();
     let mut samples = 0;
     for (i, f) in flaps.iter().enumerate() {
@@ -834,15 +842,22 @@ async fn a_partitioned_replica_notices_keeps_serving_and_rejoins() {
         .map(|(u, b)| s.iter().zip(b).map(|(h, n)| h.updates(u) - n).collect())
         .collect();
     let won = wins() - wins_before;
+    // An outage the watcher noticed (three missed pongs) makes it watch for its own clients
+    // until a TTL after the heal; a change in that overlap reaches its own stream from that
+    // watch and from the cluster's watcher (docs/cluster.md: at most twice around a heal).
+    let cut_off = alone() - alone_before;
+    let most = |stream: usize| 1 + won + usize::from(stream == w && cut_off > 0);
     assert!(
-        counts.iter().flatten().all(|n| (1..=1 + won).contains(n)),
-        "{counts:?} with {won} lease wins"
+        counts
+            .iter()
+            .all(|c| c.iter().enumerate().all(|(k, n)| (1..=most(k)).contains(n))),
+        "{counts:?} with {won} lease wins, the watcher {w} on its own {cut_off} times"
     );
     let extra: usize = counts.iter().flatten().map(|n| n - 1).sum();
     eprintln!(
         "the watcher's link flapping for {flapped:?}: every change on every stream; {won} lease \
-         wins, {extra} notices beyond the 15 deliveries ({counts:?}); {samples} samples with \
-         at most one holder"
+         wins, the watcher on its own {cut_off} times, {extra} notices beyond the 15 deliveries \
+         ({counts:?}); {samples} samples with at most one holder"
     );
 }
 
