@@ -12,14 +12,15 @@
 //! `nats-server` (and PostgreSQL for its part) missing: the test says SKIPPED and passes,
 //! except under `CI=true`, where it fails.
 
+mod stream_common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt as _;
 use mcpr_testkit::nats::NatsServer;
 use serde_json::{Value, json};
+use stream_common::{Heard, free_port, install_crypto, messages, wait_for};
 
 const BIN: &str = env!("CARGO_BIN_EXE_mcp-resources");
 const META: &str = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}"#;
@@ -33,19 +34,6 @@ fn absent(what: &str, e: impl std::fmt::Display) {
         panic!("{what} is required under CI=true and could not be used: {e}");
     }
     eprintln!("SKIPPED: {what} is not available here ({e})");
-}
-
-/// reqwest is built without a default TLS provider; the workspace uses ring.
-fn install_crypto() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// One replica: the built binary serving HTTP on a loopback port.
@@ -149,70 +137,6 @@ impl Drop for Replica {
                 tail.join("\n")
             );
         }
-    }
-}
-
-/// The JSON-RPC messages of an SSE or JSON body.
-fn messages(body: &str) -> Vec<Value> {
-    let mut out = Vec::new();
-    for line in body.lines() {
-        let data = line
-            .strip_prefix("data:")
-            .map(str::trim)
-            .unwrap_or(line.trim());
-        if let Ok(v) = serde_json::from_str::<Value>(data) {
-            out.push(v);
-        }
-    }
-    out
-}
-
-/// A stream's messages, collected in the background.
-#[derive(Clone, Default)]
-struct Heard(Arc<Mutex<Vec<Value>>>);
-
-impl Heard {
-    fn follow(resp: reqwest::Response) -> Self {
-        let heard = Self::default();
-        let h = heard.clone();
-        tokio::spawn(async move {
-            let mut buf = String::new();
-            let mut body = resp.bytes_stream();
-            while let Some(Ok(chunk)) = body.next().await {
-                buf.push_str(&String::from_utf8_lossy(&chunk));
-                while let Some(end) = buf.find("\n\n") {
-                    let event: String = buf.drain(..end + 2).collect();
-                    h.0.lock().unwrap().extend(messages(&event));
-                }
-            }
-        });
-        heard
-    }
-
-    fn updates(&self, uri: &str) -> usize {
-        self.0
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|m| {
-                m["method"] == "notifications/resources/updated" && m["params"]["uri"] == uri
-            })
-            .count()
-    }
-
-    fn len(&self) -> usize {
-        self.0.lock().unwrap().len()
-    }
-}
-
-async fn wait_for(what: &str, within: Duration, mut ok: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    loop {
-        if ok().await {
-            return;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

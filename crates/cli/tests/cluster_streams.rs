@@ -9,27 +9,20 @@
 //! `nats-server` missing: the test says SKIPPED and passes, except under `CI=true`, where
 //! it fails.
 
+mod stream_common;
+
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt as _;
 use mcpr_testkit::nats::NatsServer;
 use serde_json::{Value, json};
+use stream_common::{Heard, free_port, wait_for};
 
 const BIN: &str = env!("CARGO_BIN_EXE_mcp-resources");
 const META: &str = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}"#;
 const TTL: Duration = Duration::from_millis(1000);
 const SECRET: &str = "cluster-streams-secret-0123456789abcdef";
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// One replica: the built binary serving HTTP on a loopback port, its log in a file.
 struct Replica {
@@ -158,62 +151,6 @@ impl Drop for Replica {
             let tail = &lines[lines.len().saturating_sub(60)..];
             eprintln!("--- {}\n{}", self.log.display(), tail.join("\n"));
         }
-    }
-}
-
-/// A stream's JSON-RPC messages, collected in the background.
-#[derive(Clone, Default)]
-struct Heard(Arc<Mutex<Vec<Value>>>);
-
-impl Heard {
-    fn follow(resp: reqwest::Response) -> Self {
-        let heard = Self::default();
-        let h = heard.clone();
-        tokio::spawn(async move {
-            let mut buf = String::new();
-            let mut body = resp.bytes_stream();
-            while let Some(Ok(chunk)) = body.next().await {
-                buf.push_str(&String::from_utf8_lossy(&chunk));
-                while let Some(end) = buf.find("\n\n") {
-                    let event: String = buf.drain(..end + 2).collect();
-                    for line in event.lines() {
-                        if let Some(Ok(v)) = line
-                            .strip_prefix("data:")
-                            .map(|d| serde_json::from_str::<Value>(d.trim()))
-                        {
-                            h.0.lock().unwrap().push(v);
-                        }
-                    }
-                }
-            }
-        });
-        heard
-    }
-
-    fn updates(&self, uri: &str) -> usize {
-        self.0
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|m| {
-                m["method"] == "notifications/resources/updated" && m["params"]["uri"] == uri
-            })
-            .count()
-    }
-
-    fn len(&self) -> usize {
-        self.0.lock().unwrap().len()
-    }
-}
-
-async fn wait_for(what: &str, within: Duration, mut ok: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    loop {
-        if ok().await {
-            return;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(25)).await;
     }
 }
 

@@ -10,14 +10,15 @@
 //! `nats-server` missing: the test says SKIPPED and passes, except under `CI=true`, where
 //! it fails.
 
+mod stream_common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt as _;
 use mcpr_testkit::nats::NatsServer;
 use serde_json::{Value, json};
+use stream_common::{Heard, free_port, install_crypto, wait_for};
 
 const BIN: &str = env!("CARGO_BIN_EXE_mcp-resources");
 const TTL_MS: u64 = 1000;
@@ -29,19 +30,6 @@ const LEGACY: &str = "old";
 /// idle connection, so a live gateway's legacy session never expires, short enough for a
 /// killed replica's to go within the test.
 const IDLE: Duration = Duration::from_secs(8);
-
-/// reqwest is built without a default TLS provider; the workspace uses ring.
-fn install_crypto() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// The built binary serving `config` over HTTP on a loopback port, killed when dropped.
 struct Server {
@@ -118,65 +106,6 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         self.kill();
-    }
-}
-
-/// The JSON-RPC messages of an SSE or JSON body.
-fn messages(body: &str) -> Vec<Value> {
-    body.lines()
-        .filter_map(|l| {
-            let data = l.strip_prefix("data:").map(str::trim).unwrap_or(l.trim());
-            serde_json::from_str(data).ok()
-        })
-        .collect()
-}
-
-/// A stream's messages, collected in the background.
-#[derive(Clone, Default)]
-struct Heard(Arc<Mutex<Vec<Value>>>);
-
-impl Heard {
-    fn follow(resp: reqwest::Response) -> Self {
-        let heard = Self::default();
-        let h = heard.clone();
-        tokio::spawn(async move {
-            let mut buf = String::new();
-            let mut body = resp.bytes_stream();
-            while let Some(Ok(chunk)) = body.next().await {
-                buf.push_str(&String::from_utf8_lossy(&chunk));
-                while let Some(end) = buf.find("\n\n") {
-                    let event: String = buf.drain(..end + 2).collect();
-                    h.0.lock().unwrap().extend(messages(&event));
-                }
-            }
-        });
-        heard
-    }
-
-    fn updates(&self, uri: &str) -> usize {
-        self.0
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|m| {
-                m["method"] == "notifications/resources/updated" && m["params"]["uri"] == uri
-            })
-            .count()
-    }
-
-    fn len(&self) -> usize {
-        self.0.lock().unwrap().len()
-    }
-}
-
-async fn wait_for(what: &str, within: Duration, mut ok: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    loop {
-        if ok().await {
-            return;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
