@@ -14,13 +14,13 @@
 
 mod stream_common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use mcpr_testkit::nats::NatsServer;
 use serde_json::{Value, json};
-use stream_common::{Heard, free_port, install_crypto, messages, wait_for};
+use stream_common::{Heard, Replica, install_crypto, messages, wait_for};
 
 const BIN: &str = env!("CARGO_BIN_EXE_mcp-resources");
 const META: &str = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}"#;
@@ -36,54 +36,7 @@ fn absent(what: &str, e: impl std::fmt::Display) {
     eprintln!("SKIPPED: {what} is not available here ({e})");
 }
 
-/// One replica: the built binary serving HTTP on a loopback port.
-struct Replica {
-    child: Option<Child>,
-    base: String,
-    log: PathBuf,
-}
-
 impl Replica {
-    fn start(config: &Path, log: PathBuf) -> Self {
-        let port = free_port();
-        let child = Command::new(BIN)
-            .args(["serve", "--log-level", "info", "--http"])
-            .arg(format!("127.0.0.1:{port}"))
-            .arg("--config")
-            .arg(config)
-            .env_remove("RUST_LOG")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "a replica did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Self {
-            child: Some(child),
-            base: format!("http://127.0.0.1:{port}"),
-            log,
-        }
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("{}/mcp", self.base)
-    }
-
-    async fn get(&self, path: &str) -> (u16, String) {
-        let r = reqwest::get(format!("{}{path}", self.base)).await.unwrap();
-        (r.status().as_u16(), r.text().await.unwrap())
-    }
-
     /// `mcp_cluster_watcher` per mount and `mcp_cluster_connected`.
     async fn cluster_metrics(&self) -> (Vec<(String, u8)>, u8) {
         let (_, text) = self.get("/metrics").await;
@@ -118,25 +71,6 @@ impl Replica {
             .body(
                 json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string(),
             )
-    }
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        self.kill();
-        // A failed run's only account of what the replicas did: their logs go with the
-        // temporary folder.
-        if std::thread::panicking() {
-            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-            let lines: Vec<&str> = log.lines().collect();
-            let tail = &lines[lines.len().saturating_sub(80)..];
-            eprintln!(
-                "--- {} (last {} lines)\n{}",
-                self.log.display(),
-                tail.len(),
-                tail.join("\n")
-            );
-        }
     }
 }
 

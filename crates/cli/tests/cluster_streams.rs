@@ -12,55 +12,17 @@
 mod stream_common;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use mcpr_testkit::nats::NatsServer;
 use serde_json::{Value, json};
-use stream_common::{Heard, free_port, wait_for};
+use stream_common::{Heard, Replica, wait_for};
 
-const BIN: &str = env!("CARGO_BIN_EXE_mcp-resources");
 const META: &str = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}"#;
 const TTL: Duration = Duration::from_millis(1000);
 const SECRET: &str = "cluster-streams-secret-0123456789abcdef";
 
-/// One replica: the built binary serving HTTP on a loopback port, its log in a file.
-struct Replica {
-    child: Child,
-    base: String,
-    log: std::path::PathBuf,
-}
-
 impl Replica {
-    fn start(config: &Path, log: std::path::PathBuf) -> Self {
-        let port = free_port();
-        let child = Command::new(BIN)
-            .args(["serve", "--log-level", "info", "--http"])
-            .arg(format!("127.0.0.1:{port}"))
-            .arg("--config")
-            .arg(config)
-            .env_remove("RUST_LOG")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "a replica did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Self {
-            child,
-            base: format!("http://127.0.0.1:{port}"),
-            log,
-        }
-    }
-
-    async fn get(&self, path: &str) -> (u16, String) {
-        let r = reqwest::get(format!("{}{path}", self.base)).await.unwrap();
-        (r.status().as_u16(), r.text().await.unwrap())
-    }
-
     /// The value of the metric line that starts with `name` (labels included), if any.
     async fn metric(&self, name: &str) -> Option<u64> {
         let (_, text) = self.get("/metrics").await;
@@ -137,19 +99,6 @@ impl Replica {
         match sid {
             Some(sid) if status == 200 && body.contains("\"result\"") => Ok(sid),
             _ => Err(format!("{status}: {body}")),
-        }
-    }
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-            let lines: Vec<&str> = log.lines().collect();
-            let tail = &lines[lines.len().saturating_sub(60)..];
-            eprintln!("--- {}\n{}", self.log.display(), tail.join("\n"));
         }
     }
 }

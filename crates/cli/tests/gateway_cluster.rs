@@ -12,13 +12,12 @@
 
 mod stream_common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use mcpr_testkit::nats::NatsServer;
 use serde_json::{Value, json};
-use stream_common::{Heard, free_port, install_crypto, wait_for};
+use stream_common::{Heard, Replica as Server, install_crypto, wait_for};
 
 const BIN: &str = env!("CARGO_BIN_EXE_mcp-resources");
 const TTL_MS: u64 = 1000;
@@ -31,54 +30,7 @@ const LEGACY: &str = "old";
 /// killed replica's to go within the test.
 const IDLE: Duration = Duration::from_secs(8);
 
-/// The built binary serving `config` over HTTP on a loopback port, killed when dropped.
-struct Server {
-    child: Option<Child>,
-    base: String,
-    log: PathBuf,
-}
-
 impl Server {
-    fn start(config: &Path, log: PathBuf) -> Self {
-        let port = free_port();
-        let child = Command::new(BIN)
-            .args(["serve", "--log-level", "info", "--http"])
-            .arg(format!("127.0.0.1:{port}"))
-            .arg("--config")
-            .arg(config)
-            .env_remove("RUST_LOG")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "{} did not start", log.display());
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Self {
-            child: Some(child),
-            base: format!("http://127.0.0.1:{port}"),
-            log,
-        }
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("{}/mcp", self.base)
-    }
-
-    async fn get(&self, path: &str) -> (u16, String) {
-        let r = reqwest::get(format!("{}{path}", self.base)).await.unwrap();
-        (r.status().as_u16(), r.text().await.unwrap())
-    }
-
     /// The value of the unlabelled gauge or counter `name` in `/metrics`.
     async fn metric(&self, name: &str) -> u64 {
         let (_, text) = self.get("/metrics").await;
@@ -100,12 +52,6 @@ impl Server {
 
     fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.kill();
     }
 }
 

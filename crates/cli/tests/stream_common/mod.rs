@@ -1,9 +1,12 @@
-//! What the cluster tests share (cluster.rs, cluster_streams.rs, gateway_cluster.rs): a free
-//! loopback port, the TLS provider reqwest needs, a stream's JSON-RPC messages collected in
-//! the background, and waiting for a condition with a deadline.
+//! What the cluster tests share (cluster.rs, cluster_streams.rs, gateway_cluster.rs): a
+//! replica (the built binary serving HTTP on a loopback port), a free port, the TLS provider
+//! reqwest needs, a stream's JSON-RPC messages collected in the background, and waiting for a
+//! condition with a deadline.
 
 #![allow(dead_code)]
 
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -21,6 +24,75 @@ pub fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// One replica: the built binary serving `config` over HTTP on a loopback port, its log in a
+/// file; killed when dropped, its log's tail printed when the test failed.
+pub struct Replica {
+    child: Option<Child>,
+    pub base: String,
+    pub log: PathBuf,
+}
+
+impl Replica {
+    pub fn start(config: &Path, log: PathBuf) -> Self {
+        let port = free_port();
+        let child = Command::new(env!("CARGO_BIN_EXE_mcp-resources"))
+            .args(["serve", "--log-level", "info", "--http"])
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--config")
+            .arg(config)
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "{} did not start", log.display());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Self {
+            child: Some(child),
+            base: format!("http://127.0.0.1:{port}"),
+            log,
+        }
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("{}/mcp", self.base)
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, String) {
+        let r = reqwest::get(format!("{}{path}", self.base)).await.unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        self.kill();
+        // A failed run's only account of what the replicas did: their logs go with the
+        // temporary folder.
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(80)..];
+            eprintln!(
+                "--- {} (last {} lines)\n{}",
+                self.log.display(),
+                tail.len(),
+                tail.join("\n")
+            );
+        }
+    }
 }
 
 /// The JSON-RPC messages of an SSE or JSON body.
