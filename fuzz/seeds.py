@@ -113,3 +113,9 @@ write("files_path", paths + [s for s in all_lits if s.startswith("file:///srv/do
 api = [s for s in all_lits if s.startswith("api://")]
 write("http_target", api + ["api://w/beijing/forecast", "api://w/fixed", "api://s/search?q=a&page=2", "api://r/o/r/issues?state=open&labels=x",
                             "api://p/a/b/c", "api://m/x.y", "api://e/abcd/l1,l2", "api://w/%2E%2E/forecast"])
+
+# answer_escape: a shape byte (repeats, a second content), then text; the literals that hold
+# something JSON escapes (quotes, backslashes, control characters) or multi-byte UTF-8.
+esc = [s for s in all_lits if any(c in s for c in '"\\\n\t\r\x01\x1f\x7f') or any(ord(c) > 127 for c in s)]
+write("answer_escape", [b"\x00plain text", b"\x45a\"b\\c\nd\te\x01\x1f\x7f\xc3\xa9\xe2\x9c\x93", b"\x3f\xf0\x9f\x98\x80\"\\", b"\x01\xff\xfe invalid utf8"]
+      + [bytes([len(s) % 128]) + s.encode() for s in esc])
