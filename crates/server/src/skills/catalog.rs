@@ -369,27 +369,14 @@ struct Watches {
 
 impl Watches {
     async fn folder(&mut self, provider: &Layered<'_>, dir: &str, root: bool) {
-        let Some(guards) = self.guards.as_mut() else {
-            return;
-        };
         if self.recursive && !root {
             return;
         }
-        let watched = match ResourceUri::parse(dir) {
-            Ok(uri) => {
-                provider
-                    .watch(&LocalWatching, &uri, self.sink.clone())
-                    .await
-            }
-            Err(e) => Err(e),
-        };
-        match watched {
-            Ok(g) => guards.push(g),
-            Err(_) => self.guards = None,
-        }
+        self.file(provider, dir).await;
     }
 
-    /// Watch one file (a relayed skill's): its changes make the next listing walk again.
+    /// Watch one URI (a folder, or a relayed skill's file): its changes make the next listing
+    /// walk again. A watch that fails leaves the walk unwatched.
     async fn file(&mut self, provider: &Layered<'_>, uri: &str) {
         let Some(guards) = self.guards.as_mut() else {
             return;
