@@ -498,30 +498,7 @@ fn a_nats_password_with_a_slash_is_masked_whole() {
         assert!(!out.contains(part), "{part}: {out}");
     }
     // The log line of a replica joining the cluster, written before NATS is contacted.
-    let mut cmd = Command::new(bin());
-    cmd.args([
-        "serve",
-        "--log-level",
-        "info",
-        "--http",
-        "127.0.0.1:0",
-        "--config",
-    ])
-    .arg(&cfg)
-    .current_dir(dir.path());
-    let serving = client_common::Lines::spawn(cmd);
-    let started = std::time::Instant::now();
-    let log = loop {
-        let log = serving.stderr();
-        if log.contains("joining the cluster") {
-            break log;
-        }
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(15),
-            "no join line: {log}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    };
+    let (_serving, log) = serve_until_joining(&cfg, dir.path());
     assert!(log.contains("nats://***@127.0.0.1:4222"), "{log}");
     for part in ["Zm9v", "YmFy", "cXV4", "app:"] {
         assert!(!log.contains(part), "{part}: {log}");
@@ -954,6 +931,18 @@ fn a_default_replica_is_shown_as_serve_will_name_it() {
         )),
         "{out}"
     );
+    let (_serving, log) = serve_until_joining(&cfg, dir.path());
+    let named = log
+        .split(&format!("replica={host}-"))
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|pid| pid.parse::<u32>().ok());
+    assert!(named.is_some(), "serve is not named {host}-PID: {log}");
+}
+
+/// `serve --http` of `cfg` from `dir`, and its log once it has the line of a replica joining
+/// the cluster (written before NATS is contacted).
+fn serve_until_joining(cfg: &Path, dir: &Path) -> (client_common::Lines, String) {
     let mut cmd = Command::new(bin());
     cmd.args([
         "serve",
@@ -963,25 +952,19 @@ fn a_default_replica_is_shown_as_serve_will_name_it() {
         "127.0.0.1:0",
         "--config",
     ])
-    .arg(&cfg)
-    .current_dir(dir.path());
+    .arg(cfg)
+    .current_dir(dir);
     let serving = client_common::Lines::spawn(cmd);
     let started = std::time::Instant::now();
-    let log = loop {
+    loop {
         let log = serving.stderr();
         if log.contains("joining the cluster") {
-            break log;
+            return (serving, log);
         }
         assert!(
             started.elapsed() < std::time::Duration::from_secs(15),
             "no join line: {log}"
         );
         std::thread::sleep(std::time::Duration::from_millis(50));
-    };
-    let named = log
-        .split(&format!("replica={host}-"))
-        .nth(1)
-        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
-        .and_then(|pid| pid.parse::<u32>().ok());
-    assert!(named.is_some(), "serve is not named {host}-PID: {log}");
+    }
 }

@@ -74,29 +74,6 @@ impl Replica {
     }
 }
 
-/// Open a listen stream for `uris` on `r`; waits for its acknowledgment.
-async fn listen(http: &reqwest::Client, r: &Replica, uris: &[&str]) -> Heard {
-    let resp = r
-        .modern(
-            http,
-            "subscriptions/listen",
-            json!({"notifications": {"resourceSubscriptions": uris}}),
-        )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    let heard = Heard::follow(resp);
-    let h = heard.clone();
-    wait_for(
-        "the listen's acknowledgment",
-        Duration::from_secs(10),
-        async || h.len() > 0,
-    )
-    .await;
-    heard
-}
-
 /// A legacy session on `r` subscribed to `uris`, its GET stream followed.
 /// A subscription in `refused` must fail as it would without a cluster (the watcher's
 /// provider refuses it).
@@ -109,74 +86,33 @@ async fn legacy_session(
     uris: &[&str],
     refused: &[&str],
 ) -> Heard {
-    let post_to = |r: &Replica, sid: Option<&str>, body: Value| {
-        let mut b = http
-            .post(r.url())
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2025-11-25");
-        if let Some(s) = sid {
-            b = b.header("mcp-session-id", s);
-        }
-        b.body(body.to_string()).send()
-    };
-    let resp = post_to(
-        on[0],
-        None,
-        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"}}}),
-    )
-    .await
-    .unwrap();
-    let sid = resp.headers()["mcp-session-id"]
-        .to_str()
-        .unwrap()
-        .to_owned();
-    let _ = resp.text().await;
-    let resp = post_to(
-        on[0],
-        Some(&sid),
-        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-    )
-    .await
-    .unwrap();
-    assert_eq!(resp.status(), 202);
+    let sid = on[0].legacy_initialize(http).await;
     for (i, uri) in uris.iter().enumerate() {
-        let resp = post_to(
-            on[1],
-            Some(&sid),
-            json!({"jsonrpc": "2.0", "id": 10 + i, "method": "resources/subscribe", "params": {"uri": uri}}),
-        )
-        .await
-        .unwrap();
+        let resp = on[1]
+            .legacy_post(
+                http,
+                Some(&sid),
+                json!({"jsonrpc": "2.0", "id": 10 + i, "method": "resources/subscribe", "params": {"uri": uri}}),
+            )
+            .await;
         let body = resp.text().await.unwrap();
         assert!(body.contains("\"result\""), "{body}");
     }
     for uri in refused {
-        let resp = post_to(
-            on[1],
-            Some(&sid),
-            json!({"jsonrpc": "2.0", "id": 99, "method": "resources/subscribe", "params": {"uri": uri}}),
-        )
-        .await
-        .unwrap();
+        let resp = on[1]
+            .legacy_post(
+                http,
+                Some(&sid),
+                json!({"jsonrpc": "2.0", "id": 99, "method": "resources/subscribe", "params": {"uri": uri}}),
+            )
+            .await;
         let body = resp.text().await.unwrap();
         assert!(
             body.contains("\"error\"") && body.contains("not found"),
             "{body}"
         );
     }
-    let get = http
-        .get(on[2].url())
-        .header("accept", "text/event-stream")
-        .header("mcp-protocol-version", "2025-11-25")
-        .header("mcp-session-id", &sid)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(get.status(), 200);
-    Heard::follow(get)
+    on[2].legacy_stream(http, &sid).await
 }
 
 /// Wait until every stream heard `uri` updated `want` times (more is a failure).
@@ -435,8 +371,8 @@ async fn three_replicas_watch_each_source_once_and_survive_failures() {
     if pg.is_some() {
         uris.push(pgt.as_str());
     }
-    let on_a = listen(&http, &replicas[a], &uris).await;
-    let on_b = listen(&http, &replicas[b], &uris).await;
+    let on_a = replicas[a].listen(&http, &uris).await;
+    let on_b = replicas[b].listen(&http, &uris).await;
     // A denied file: the watcher's provider refuses the watch, as it would locally.
     std::fs::write(files.join("x.secret"), "s").unwrap();
     let missing = file_uri(&files.join("x.secret"));
@@ -651,7 +587,7 @@ async fn a_replica_without_nats_serves_reads_and_joins_later() {
         "{m}"
     );
     // Subscriptions now go through the cluster.
-    let heard = listen(&http, &r, &[&uri]).await;
+    let heard = r.listen(&http, &[&uri]).await;
     std::fs::write(files.join("a.txt"), "changed").unwrap();
     expect_updates(&[&heard], &uri, 1, Duration::from_secs(5)).await;
     r.kill();

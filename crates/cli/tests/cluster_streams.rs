@@ -18,7 +18,6 @@ use mcpr_testkit::nats::NatsServer;
 use serde_json::{Value, json};
 use stream_common::{Heard, Replica, wait_for};
 
-const META: &str = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}"#;
 const TTL: Duration = Duration::from_millis(1000);
 const SECRET: &str = "cluster-streams-secret-0123456789abcdef";
 
@@ -42,36 +41,6 @@ impl Replica {
         self.metric(&format!("mcp_cluster_watcher{{mount=\"{mount}\"}}"))
             .await
             == Some(1)
-    }
-
-    /// `subscriptions/listen` for `uri`, its messages collected; waits for the
-    /// acknowledgment.
-    async fn listen(&self, http: &reqwest::Client, uri: &str) -> Heard {
-        let mut params = json!({"notifications": {"resourceSubscriptions": [uri]}});
-        params["_meta"] = serde_json::from_str(META).unwrap();
-        let resp = http
-            .post(format!("{}/mcp", self.base))
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2026-07-28")
-            .header("mcp-method", "subscriptions/listen")
-            .body(
-                json!({"jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen", "params": params})
-                    .to_string(),
-            )
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(resp.status(), 200);
-        let heard = Heard::follow(resp);
-        let h = heard.clone();
-        wait_for(
-            "the listen's acknowledgment",
-            Duration::from_secs(10),
-            async || h.len() > 0,
-        )
-        .await;
-        heard
     }
 
     /// A legacy `initialize`: the session's id, or the error body.
@@ -208,8 +177,8 @@ async fn deleted_and_purged_streams_are_recreated_counted_and_watched_within_a_t
     };
     let http = reqwest::Client::new();
     let heard = [
-        replicas[0].listen(&http, &uri).await,
-        replicas[1].listen(&http, &uri).await,
+        replicas[0].listen(&http, &[&uri]).await,
+        replicas[1].listen(&http, &[&uri]).await,
     ];
     let streams = [&heard[0], &heard[1]];
     let first = one_watcher_throughout(&replicas, &mount, Duration::ZERO).await;

@@ -16,7 +16,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use mcpr_testkit::nats::NatsServer;
-use serde_json::{Value, json};
+use serde_json::json;
 use stream_common::{Heard, Replica as Server, install_crypto, wait_for};
 
 const BIN: &str = env!("CARGO_BIN_EXE_mcp-resources");
@@ -55,91 +55,23 @@ impl Server {
     }
 }
 
-/// A 2026-07-28 `subscriptions/listen` stream on `r` for `uris`, once acknowledged.
-async fn listen(http: &reqwest::Client, r: &Server, uris: &[String]) -> Heard {
-    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {}});
-    let resp = http
-        .post(r.url())
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "subscriptions/listen")
-        .body(
-            json!({"jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen", "params": {
-                "notifications": {"resourceSubscriptions": uris}, "_meta": meta}})
-            .to_string(),
-        )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    let heard = Heard::follow(resp);
-    let h = heard.clone();
-    wait_for(
-        "the listen's acknowledgment",
-        Duration::from_secs(10),
-        async || h.len() > 0,
-    )
-    .await;
-    heard
-}
-
 /// A legacy (2025-11-25) session on `r` subscribed to `uris`, its GET stream followed.
 async fn legacy_session(http: &reqwest::Client, r: &Server, uris: &[String]) -> Heard {
-    let post = |sid: Option<&str>, body: Value| {
-        let mut b = http
-            .post(r.url())
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2025-11-25");
-        if let Some(s) = sid {
-            b = b.header("mcp-session-id", s);
-        }
-        b.body(body.to_string()).send()
-    };
-    let resp = post(
-        None,
-        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"}}}),
-    )
-    .await
-    .unwrap();
-    let sid = resp.headers()["mcp-session-id"]
-        .to_str()
-        .unwrap()
-        .to_owned();
-    let _ = resp.text().await;
-    let resp = post(
-        Some(&sid),
-        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-    )
-    .await
-    .unwrap();
-    assert_eq!(resp.status(), 202);
+    let sid = r.legacy_initialize(http).await;
     for (i, uri) in uris.iter().enumerate() {
-        let body = post(
-            Some(&sid),
-            json!({"jsonrpc": "2.0", "id": 10 + i, "method": "resources/subscribe", "params": {"uri": uri}}),
-        )
-        .await
-        .unwrap()
-        .text()
+        let body = r
+            .legacy_post(
+                http,
+                Some(&sid),
+                json!({"jsonrpc": "2.0", "id": 10 + i, "method": "resources/subscribe", "params": {"uri": uri}}),
+            )
+            .await
+            .text()
         .await
         .unwrap();
         assert!(body.contains("\"result\""), "{body}");
     }
-    let get = http
-        .get(r.url())
-        .header("accept", "text/event-stream")
-        .header("mcp-protocol-version", "2025-11-25")
-        .header("mcp-session-id", &sid)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(get.status(), 200);
-    Heard::follow(get)
+    r.legacy_stream(http, &sid).await
 }
 
 /// Wait until every stream heard each of `uris` updated `want` times, then a while longer:
@@ -263,7 +195,10 @@ async fn two_replicas_hold_one_upstream_subscription_per_uri_and_hear_each_chang
     let http = reqwest::Client::new();
     let mut streams = Vec::new();
     for r in &replicas {
-        streams.push(listen(&http, r, &uris).await);
+        streams.push(
+            r.listen(&http, &uris.iter().map(String::as_str).collect::<Vec<_>>())
+                .await,
+        );
         streams.push(legacy_session(&http, r, &uris).await);
     }
     // Two URIs on each of the two mounts: four upstream subscriptions, whichever replica

@@ -74,6 +74,97 @@ impl Replica {
         let r = reqwest::get(format!("{}{path}", self.base)).await.unwrap();
         (r.status().as_u16(), r.text().await.unwrap())
     }
+
+    /// A legacy (2025-11-25) POST of `body` here, in session `sid` when given.
+    pub async fn legacy_post(
+        &self,
+        http: &reqwest::Client,
+        sid: Option<&str>,
+        body: Value,
+    ) -> reqwest::Response {
+        let mut b = http
+            .post(self.url())
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25");
+        if let Some(s) = sid {
+            b = b.header("mcp-session-id", s);
+        }
+        b.body(body.to_string()).send().await.unwrap()
+    }
+
+    /// A legacy session initialized here (`initialize`, then `notifications/initialized`):
+    /// its id.
+    pub async fn legacy_initialize(&self, http: &reqwest::Client) -> String {
+        let resp = self
+            .legacy_post(
+                http,
+                None,
+                serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                    "protocolVersion": "2025-11-25", "capabilities": {},
+                    "clientInfo": {"name": "t", "version": "1"}}}),
+            )
+            .await;
+        let sid = resp.headers()["mcp-session-id"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        let _ = resp.text().await;
+        let resp = self
+            .legacy_post(
+                http,
+                Some(&sid),
+                serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            )
+            .await;
+        assert_eq!(resp.status(), 202);
+        sid
+    }
+
+    /// Legacy session `sid`'s GET stream here, its messages collected.
+    pub async fn legacy_stream(&self, http: &reqwest::Client, sid: &str) -> Heard {
+        let get = http
+            .get(self.url())
+            .header("accept", "text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25")
+            .header("mcp-session-id", sid)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(get.status(), 200);
+        Heard::follow(get)
+    }
+
+    /// A 2026-07-28 `subscriptions/listen` stream for `uris`, its messages collected; waits
+    /// for the acknowledgment.
+    pub async fn listen(&self, http: &reqwest::Client, uris: &[&str]) -> Heard {
+        let meta = serde_json::json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {}});
+        let resp = http
+            .post(self.url())
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "subscriptions/listen")
+            .body(
+                serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen",
+                    "params": {"notifications": {"resourceSubscriptions": uris}, "_meta": meta}})
+                .to_string(),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        let heard = Heard::follow(resp);
+        let h = heard.clone();
+        wait_for(
+            "the listen's acknowledgment",
+            Duration::from_secs(10),
+            async || h.len() > 0,
+        )
+        .await;
+        heard
+    }
 }
 
 impl Drop for Replica {
