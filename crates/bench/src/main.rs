@@ -6,6 +6,8 @@
 //! `mcpr-bench file-echo DIR FILE` is the file floor: the echo, plus the system calls our
 //! server makes to read `FILE` beneath `DIR` for every line, with the text in the answer.
 //! `mcpr-bench http-floor ADDR DIR FILE` is the HTTP floor (`http_floor.rs`).
+//! `mcpr-bench machine-floor DIR FILE` and `machine-http-floor ADDR DIR FILE` are the
+//! machine's floors (`machine_floor.rs`): the same answers with rustix calls only.
 //! `mcpr-bench blob-echo DIR FILE` is the blob floor (`blob_floor.rs`): `FILE` read, base64'd
 //! and written as our `resources/read` answer, with buffers reused.
 //! `cargo xtask bench` builds, installs the peers and calls `run`; see docs/performance.md.
@@ -14,9 +16,11 @@
 mod blob_floor;
 mod cluster;
 mod fixtures;
+mod gateway;
 mod http;
 mod http_floor;
 mod load;
+mod machine_floor;
 mod plot;
 mod proc;
 mod report;
@@ -54,6 +58,27 @@ enum Cli {
     /// The HTTP floor: a minimal hyper server on ADDR answering every POST with the text of
     /// DIR/FILE as `mcp-resources` answers a 2026-07-28 `resources/read`.
     HttpFloor {
+        /// `127.0.0.1:PORT` to listen on.
+        addr: String,
+        /// The directory the file is opened in.
+        dir: String,
+        /// The file, relative to DIR.
+        file: String,
+        /// The `mimeType` of the answer.
+        #[arg(long, default_value = "text/plain")]
+        mime: String,
+    },
+    /// The machine's stdio floor: our `resources/read` answer to each line, with rustix
+    /// calls only (no serde, no buffered I/O): `machine_floor.rs`.
+    MachineFloor {
+        /// The directory the file is opened in.
+        dir: String,
+        /// The file, relative to DIR.
+        file: String,
+    },
+    /// The machine's HTTP floor: one thread, epoll, keep-alive HTTP/1.1 on ADDR, answering
+    /// every POST as `mcp-resources` answers a 2026-07-28 `resources/read` of DIR/FILE.
+    MachineHttpFloor {
         /// `127.0.0.1:PORT` to listen on.
         addr: String,
         /// The directory the file is opened in.
@@ -117,6 +142,13 @@ fn main() -> ExitCode {
         Cli::Echo => echo(),
         Cli::FileEcho { dir, file } => file_echo(&dir, &file),
         Cli::MinFileEcho { dir, file } => min_file_echo(&dir, &file),
+        Cli::MachineFloor { dir, file } => machine_floor::stdio(&dir, &file),
+        Cli::MachineHttpFloor {
+            addr,
+            dir,
+            file,
+            mime,
+        } => machine_floor::http(&addr, &dir, &file, &mime),
         Cli::HttpFloor {
             addr,
             dir,
@@ -336,7 +368,7 @@ fn run(a: RunArgs) -> Result<(), String> {
         opendal,
     };
     type Scenario = fn(&scenarios::Env) -> Vec<report::Row>;
-    let all: [(&str, Scenario); 14] = [
+    let all: [(&str, Scenario); 15] = [
         ("startup", scenarios::startup),
         ("stdio", scenarios::stdio_read),
         ("http", scenarios::http_read),
@@ -349,6 +381,7 @@ fn run(a: RunArgs) -> Result<(), String> {
         ("git", scenarios::git),
         ("api", scenarios::api),
         ("s3", scenarios::s3),
+        ("gateway", gateway::gateway),
         ("cluster", cluster::cluster),
         ("skills-pull", skills_pull::skills_pull),
     ];

@@ -34,7 +34,7 @@ pub struct Env {
 }
 
 impl Env {
-    fn plan(&self) -> Plan {
+    pub(crate) fn plan(&self) -> Plan {
         if self.quick {
             Plan {
                 iters: 2_000,
@@ -57,7 +57,7 @@ impl Env {
     }
 
     /// Our config: the small tree with debounce 0, the database, limits opened for load.
-    fn ours_config(&self) -> Result<PathBuf, String> {
+    pub(crate) fn ours_config(&self) -> Result<PathBuf, String> {
         let p = self.cache.join("ours.toml");
         let text = format!(
             r#"# Written by mcpr-bench: the mounts and limits the benchmark runs with.
@@ -99,7 +99,7 @@ url = "sqlite://{}"
         Ok(p)
     }
 
-    fn ours(&self, config: &Path) -> Command {
+    pub(crate) fn ours(&self, config: &Path) -> Command {
         let mut c = Command::new(&self.server);
         c.args(["serve", "--log-level", "error", "--config"])
             .arg(config);
@@ -142,7 +142,7 @@ url = "sqlite://{}"
         Ok(c)
     }
 
-    fn file_uri(&self, name: &str) -> String {
+    pub(crate) fn file_uri(&self, name: &str) -> String {
         format!("file://{}/{name}", self.fx.small.display())
     }
 }
@@ -315,7 +315,7 @@ fn wait_port(addr: &str) -> Result<(), String> {
     Err(format!("nothing listens on {addr} after 20 s"))
 }
 
-fn read_req(uri: &str) -> impl Fn(u64) -> String + Sync + use<> {
+pub(crate) fn read_req(uri: &str) -> impl Fn(u64) -> String + Sync + use<> {
     let uri = serde_json::to_string(uri).expect("string");
     move |id| {
         format!(
@@ -469,7 +469,12 @@ fn floors_and_ours(env: &Env, placement: Placement) -> (Vec<Row>, Option<f64>) {
         c.arg("min-file-echo").arg(&env.fx.small).arg("f1k.txt");
         c
     };
-    type Sides = (Outcome, Outcome, Outcome, Result<Outcome, String>);
+    let machine_floor = || {
+        let mut c = Command::new(&env.me);
+        c.arg("machine-floor").arg(&env.fx.small).arg("f1k.txt");
+        c
+    };
+    type Sides = (Outcome, Outcome, Outcome, Outcome, Result<Outcome, String>);
     let trio = (|| -> Result<Sides, String> {
         let pin = placement.enter()?;
         let mut f = StdioServer::spawn(&mut pin.cmd(echo()), false)?;
@@ -478,6 +483,8 @@ fn floors_and_ours(env: &Env, placement: Placement) -> (Vec<Row>, Option<f64>) {
         let _ffw = Watchdog::arm(ff.pid(), Duration::from_secs(120));
         let mut mf = StdioServer::spawn(&mut pin.cmd(min_file_echo()), false)?;
         let _mfw = Watchdog::arm(mf.pid(), Duration::from_secs(120));
+        let mut xf = StdioServer::spawn(&mut pin.cmd(machine_floor()), false)?;
+        let _xfw = Watchdog::arm(xf.pid(), Duration::from_secs(120));
         let read = read_req(&uri);
         let mut ours = env.ours_config().and_then(|cfg| {
             let mut o = StdioServer::spawn(&mut pin.cmd(env.ours(&cfg)), false)?;
@@ -488,23 +495,42 @@ fn floors_and_ours(env: &Env, placement: Placement) -> (Vec<Row>, Option<f64>) {
             .as_ref()
             .ok()
             .map(|o| Watchdog::arm(o.pid(), Duration::from_secs(120)));
+        // The machine floor does only the work of our answer if it gives our answer.
+        if let Ok(o) = &mut ours {
+            let msg = read(7);
+            let answer = |s: &mut StdioServer| -> Result<Vec<u8>, String> {
+                s.send_now(msg.as_bytes())?;
+                s.recv_response().map(<[u8]>::to_vec)
+            };
+            let (a, b) = (answer(o)?, answer(&mut xf)?);
+            if a != b {
+                return Err(format!(
+                    "the machine floor's answer differs from ours: ours {}, floor {}",
+                    crate::proc::preview(&a),
+                    crate::proc::preview(&b)
+                ));
+            }
+        }
         // Our server takes its turns when it started; the floors are measured either way.
         let mut sides: Vec<Side> = vec![
             (&mut f, &read, "resources/read", true),
             (&mut ff, &read, "resources/read", true),
             (&mut mf, &read, "resources/read", true),
+            (&mut xf, &read, TEXT_1K_HEAD, true),
         ];
         if let Ok(o) = &mut ours {
             sides.push((o, &read, TEXT_1K_HEAD, false));
         }
         let mut v = load::stdio_interleaved(sides, plan, ROUNDS)?.into_iter();
-        let (Some(floor), Some(file), Some(min_file)) = (v.next(), v.next(), v.next()) else {
+        let (Some(floor), Some(file), Some(min_file), Some(machine)) =
+            (v.next(), v.next(), v.next(), v.next())
+        else {
             return Err("the driver lost a floor's outcome".into());
         };
         let ours = ours.and_then(|_| v.next().ok_or_else(|| "the driver lost our outcome".into()));
-        Ok((floor, file, min_file, ours))
+        Ok((floor, file, min_file, machine, ours))
     })();
-    let (mut floor, mut file, mut min_file, ours) = match trio {
+    let (mut floor, mut file, mut min_file, mut machine, ours) = match trio {
         Ok(t) => t,
         Err(e) => return (vec![Row::skipped(S, "echo floor", e)], None),
     };
@@ -568,6 +594,34 @@ fn floors_and_ours(env: &Env, placement: Placement) -> (Vec<Row>, Option<f64>) {
             ))
             .note(min_note),
     );
+    let (xf50, xf99, xfrps) = (
+        machine.latency.p50_us(),
+        machine.latency.p99_us(),
+        machine.rps,
+    );
+    let machine_note = &format!(
+        "the machine floor (`mcpr-bench machine-floor`, rustix calls only: no serde, no buffered I/O): for every line the id and URI found by a scan, openat, fstat, read, close, the text escaped by a table, and our exact read answer in one write; what a C reader does; measured in the same rounds{}",
+        placement.describe()
+    );
+    rows.push(
+        Row::new(S, "machine floor", &p50m, xf50, "µs")
+            .compare(format!("echo floor + {:.1} µs", xf50 - f50))
+            .note(machine_note),
+    );
+    rows.push(
+        Row::new(S, "machine floor", &p99m, xf99, "µs")
+            .compare(format!("{:.2}× echo floor p99", xf99 / f99))
+            .note(machine_note),
+    );
+    rows.push(
+        Row::new(S, "machine floor", &rpsm, xfrps, "req/s")
+            .compare(format!(
+                "{:.0} % of echo floor; the minimal file floor is {:.0} % of it",
+                100.0 * xfrps / frps,
+                100.0 * mfrps / xfrps
+            ))
+            .note(machine_note),
+    );
     let ours_note = &format!(
         "resources/read of a 1024-byte text file (legacy session after initialize), answered with its text{}",
         placement.describe()
@@ -611,10 +665,25 @@ fn floors_and_ours(env: &Env, placement: Placement) -> (Vec<Row>, Option<f64>) {
                     "{:.0} % of floor; {:.0} % of file floor",
                     100.0 * o.rps / frps,
                     100.0 * o.rps / ffrps
-                ) + &format!("; {:.0} % of minimal file floor", 100.0 * o.rps / mfrps),
+                ) + &format!(
+                    "; {:.0} % of minimal file floor; {:.0} % of machine floor",
+                    100.0 * o.rps / mfrps,
+                    100.0 * o.rps / xfrps
+                ),
             )
             .target("≥ 75 % of minimal file floor", o.rps >= 0.75 * mfrps)
             .note(ours_note),
+    );
+    rows.push(
+        Row::new(
+            S,
+            "mcp-resources",
+            &format!("ours / machine floor (32 in flight{at})"),
+            100.0 * o.rps / xfrps,
+            "%",
+        )
+        .target("≥ 75 %", o.rps >= 0.75 * xfrps)
+        .note("ours' req/s over the machine floor's, measured in the same alternating rounds"),
     );
     if o.errors > 0 {
         rows.push(Row::new(
@@ -925,12 +994,23 @@ fn stateless_and_floor(env: &Env) -> Result<Vec<Row>, String> {
             .arg("f1k.txt");
         HttpProc::start(cmd, addr)?
     };
+    let machine = {
+        let addr = free_addr()?;
+        let mut cmd = Command::new(&env.me);
+        cmd.arg("machine-http-floor")
+            .arg(&addr)
+            .arg(&env.fx.small)
+            .arg("f1k.txt");
+        HttpProc::start(cmd, addr)?
+    };
     let make = read_req_2026(&uri);
-    let (t_ours, t_floor) = (
+    let (t_ours, t_floor, t_machine) = (
         stateless_read(&ours.addr, &uri, &make),
         stateless_read(&floor.addr, &uri, &make),
+        stateless_read(&machine.addr, &uri, &make),
     );
     same_answer(&t_ours, &t_floor)?;
+    same_answer(&t_ours, &t_machine)?;
     let sides = [
         load::HttpSide {
             target: &t_ours,
@@ -942,9 +1022,14 @@ fn stateless_and_floor(env: &Env) -> Result<Vec<Row>, String> {
             check: TEXT_1K_HEAD,
             pid: Some(floor.child.id()),
         },
+        load::HttpSide {
+            target: &t_machine,
+            check: TEXT_1K_HEAD,
+            pid: Some(machine.child.id()),
+        },
     ];
     let mut v = load::http_interleaved(&sides, plan, ROUNDS, HTTP_CONNS)?.into_iter();
-    let (Some(mut o), Some(mut f)) = (v.next(), v.next()) else {
+    let (Some(mut o), Some(mut f), Some(mut x)) = (v.next(), v.next(), v.next()) else {
         return Err("the driver lost an outcome".into());
     };
     let round_note = format!(
@@ -1043,6 +1128,44 @@ fn stateless_and_floor(env: &Env) -> Result<Vec<Row>, String> {
                 .compare(format!("floor {:+.1} µs ({:.2}× floor)", oc - fc, oc / fc))
                 .note(cpu_note),
         );
+    }
+    let machine_note = format!(
+        "the machine's HTTP floor (`mcpr-bench machine-http-floor`): one thread, epoll, non-blocking keep-alive HTTP/1.1 with rustix calls only (no hyper, tokio or serde); per POST the id and URI found by a scan, openat, fstat, read, close, the text escaped by a table, our exact answer (checked before measuring) in one write; {round_note}"
+    );
+    let xm = "HTTP machine floor (epoll)";
+    for (what, v, unit, vs) in [
+        ("p50", x.one.p50_us(), "µs", o1_50),
+        ("p99", x.one.p99_us(), "µs", o1_99),
+        ("throughput (1 conn)", x.one_rps, "req/s", o.one_rps),
+        ("p50 (32 conns)", x.many.p50_us(), "µs", o32_50),
+        ("p99 (32 conns)", x.many.p99_us(), "µs", o32_99),
+        ("throughput (32 conns)", x.many_rps, "req/s", o.many_rps),
+    ] {
+        rows.push(
+            Row::new(S, xm, &m(what), v, unit)
+                .compare(format!("ours {}", crate::report::fmt_value(vs)))
+                .note(&machine_note),
+        );
+    }
+    for (what, mine, floor) in [
+        ("1 conn", o.one_rps, x.one_rps),
+        ("32 conns", o.many_rps, x.many_rps),
+    ] {
+        let share = mine / floor;
+        let r = Row::new(
+            S,
+            ou,
+            &m(&format!("ours / machine floor ({what})")),
+            100.0 * share,
+            "%",
+        )
+        .note("ours' req/s over the machine floor's, measured in the same alternating rounds");
+        // The machine floor's target is on the 32-connection row (what a server is for).
+        rows.push(if what == "32 conns" {
+            r.target("≥ 70 %", share >= FLOOR_SHARE)
+        } else {
+            r
+        });
     }
     let ratio_note = "ours' req/s over the floor's, measured in the same alternating rounds (the target: at least 70 %)";
     for (what, mine, floor) in [
@@ -1634,6 +1757,51 @@ fn stamped_lines(s: &mut StdioServer) -> mpsc::Receiver<(Instant, Vec<u8>)> {
     rx
 }
 
+/// Subscribes `s` (a legacy session) to `uri`, then rewrites `path` `reps` times, 30 ms
+/// apart: the time from each write call to the `updated` line at the client, and how many
+/// writes had none within 2 s.
+pub(crate) fn change_latency(
+    s: &mut StdioServer,
+    path: &Path,
+    uri: &str,
+    reps: usize,
+) -> Result<(Samples, usize), String> {
+    let answer = s.call(&format!(
+        r#"{{"jsonrpc":"2.0","id":2,"method":"resources/subscribe","params":{{"uri":{}}}}}"#,
+        serde_json::to_string(uri).expect("string")
+    ))?;
+    if answer.get("error").is_some() {
+        return Err(format!("resources/subscribe {uri}: {answer}"));
+    }
+    let rx = stamped_lines(s);
+    let mut lat = Samples::default();
+    let mut missed = 0;
+    for i in 0..reps {
+        std::thread::sleep(Duration::from_millis(30));
+        while rx.try_recv().is_ok() {}
+        let t = Instant::now();
+        std::fs::write(path, format!("{i}\n")).map_err(|e| e.to_string())?;
+        let deadline = t + Duration::from_secs(2);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok((at, line))
+                    if crate::http::find(&line, b"notifications/resources/updated").is_some() =>
+                {
+                    lat.push(at - t);
+                    break;
+                }
+                Ok(_) => {}
+                Err(_) => {
+                    missed += 1;
+                    break;
+                }
+            }
+        }
+    }
+    Ok((lat, missed))
+}
+
 /// File write → `notifications/resources/updated` at the client, debounce 0.
 pub fn notify(env: &Env) -> Vec<Row> {
     const S: &str = "write → resources/updated";
@@ -1644,37 +1812,7 @@ pub fn notify(env: &Env) -> Vec<Row> {
         s.initialize()?;
         let path = env.fx.small.join("watched.txt");
         let uri = env.file_uri("watched.txt");
-        s.call(&format!(
-            r#"{{"jsonrpc":"2.0","id":2,"method":"resources/subscribe","params":{{"uri":{}}}}}"#,
-            serde_json::to_string(&uri).expect("string")
-        ))?;
-        let rx = stamped_lines(&mut s);
-        let mut lat = Samples::default();
-        let mut missed = 0;
-        for i in 0..env.reps(200) {
-            std::thread::sleep(Duration::from_millis(30));
-            while rx.try_recv().is_ok() {}
-            let t = Instant::now();
-            std::fs::write(&path, format!("{i}\n")).map_err(|e| e.to_string())?;
-            let deadline = t + Duration::from_secs(2);
-            loop {
-                let left = deadline.saturating_duration_since(Instant::now());
-                match rx.recv_timeout(left) {
-                    Ok((at, line))
-                        if crate::http::find(&line, b"notifications/resources/updated")
-                            .is_some() =>
-                    {
-                        lat.push(at - t);
-                        break;
-                    }
-                    Ok(_) => {}
-                    Err(_) => {
-                        missed += 1;
-                        break;
-                    }
-                }
-            }
-        }
+        let (mut lat, missed) = change_latency(&mut s, &path, &uri, env.reps(200))?;
         let (p50, p99) = (lat.p50_us() / 1000.0, lat.p99_us() / 1000.0);
         let mut rows = vec![
             Row::new(S, "mcp-resources", "p50 (debounce 0)", p50, "ms")

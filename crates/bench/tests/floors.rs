@@ -1,5 +1,6 @@
-//! The two stdio floors the benchmark measures against: each answers every line, and the
-//! file floor really reads the file, beneath its directory, the way the files provider does.
+//! The floors the benchmark measures against: each answers every line or request, the file
+//! floor really reads the file, beneath its directory, the way the files provider does, and
+//! the machine floors give our answer byte for byte.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
@@ -90,6 +91,94 @@ fn post(addr: &str, body: &str) -> String {
     let mut out = String::new();
     s.read_to_string(&mut out).expect("an answer");
     out
+}
+
+#[test]
+fn the_machine_floor_answers_each_line_as_our_server_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("f.txt");
+    std::fs::write(&f, "a \"quoted\"\nline\\ \u{1}é").unwrap();
+    let d = dir.path().to_str().unwrap();
+    let req = |id: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"resources/read","params":{{"uri":"file:///x/f \"q\".txt"}}}}"#
+        )
+    };
+    let (out, ok) = run(
+        &["machine-floor", d, "f.txt"],
+        &[&req("7"), &req("\"s,}\"")],
+    );
+    assert!(ok);
+    assert_eq!(
+        out,
+        [
+            r#"{"jsonrpc":"2.0","id":7,"result":{"contents":[{"uri":"file:///x/f \"q\".txt","mimeType":"text/plain","text":"a \"quoted\"\nline\\ \u0001é"}]}}"#,
+            r#"{"jsonrpc":"2.0","id":"s,}","result":{"contents":[{"uri":"file:///x/f \"q\".txt","mimeType":"text/plain","text":"a \"quoted\"\nline\\ \u0001é"}]}}"#,
+        ]
+    );
+}
+
+#[test]
+fn the_machine_http_floor_answers_each_read_on_one_connection() {
+    use std::io::Read;
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("f.txt");
+    std::fs::write(&f, "a \"quoted\"\nline").unwrap();
+    let addr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mcpr-bench"))
+        .args([
+            "machine-http-floor",
+            &addr,
+            dir.path().to_str().unwrap(),
+            "f.txt",
+        ])
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("mcpr-bench starts");
+    let start = std::time::Instant::now();
+    while std::net::TcpStream::connect(&addr).is_err() {
+        assert!(start.elapsed().as_secs() < 20, "the floor never listened");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let req = |id: u64, last: bool| {
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"resources/read","params":{{"uri":"file:///x/f.txt"}}}}"#
+        );
+        format!(
+            "POST /mcp HTTP/1.1\r\nhost: {addr}\r\nContent-Length: {}\r\n{}\r\n{body}",
+            body.len(),
+            if last { "connection: close\r\n" } else { "" }
+        )
+    };
+    // Two requests in one write on one keep-alive connection, the second asking to close.
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    write!(s, "{}{}", req(7, false), req(8, true)).unwrap();
+    let mut both = String::new();
+    s.read_to_string(&mut both).expect("answers, then the end");
+    std::fs::write(&f, "changed").unwrap();
+    let changed = post(&addr, r#"{"id":9,"params":{"uri":"u"}}"#);
+    let bad = post(&addr, "not json");
+    let _ = child.kill();
+    let _ = child.wait();
+    let answer = |id: u64, uri: &str, text: &str| {
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"result":{{"resultType":"complete","ttlMs":0,"cacheScope":"public","contents":[{{"uri":"{uri}","mimeType":"text/plain","text":{text}}}]}}}}"#
+        );
+        format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    let text = serde_json::to_string("a \"quoted\"\nline").unwrap();
+    assert_eq!(
+        both,
+        answer(7, "file:///x/f.txt", &text) + &answer(8, "file:///x/f.txt", &text)
+    );
+    assert_eq!(changed, answer(9, "u", "\"changed\""));
+    assert!(bad.starts_with("HTTP/1.1 400"), "{bad}");
 }
 
 #[test]
