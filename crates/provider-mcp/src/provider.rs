@@ -92,6 +92,19 @@ impl McpProvider {
 }
 
 /// Refuse an answer of `size` bytes over the read limit.
+/// The answer of a read served from the cache: its contents, fresh for what is left of
+/// their time.
+fn cached(ours: &str, hit: crate::cache::Hit, limits: &ReadLimits) -> Result<ReadOutput> {
+    too_large(ours, hit.bytes, limits)?;
+    Ok(ReadOutput {
+        contents: hit.contents,
+        hints: Some(CacheHints {
+            ttl_ms: hit.remaining.as_millis().max(1) as u64,
+            scope: CacheScope::Public,
+        }),
+    })
+}
+
 fn too_large(ours: &str, size: u64, limits: &ReadLimits) -> Result<()> {
     if size > limits.max_bytes {
         return Err(Error::too_large(
@@ -139,19 +152,22 @@ impl Provider for McpProvider {
         .await
     }
 
+    /// A fresh answer in the read cache is memory only, so it is answered in place, as a
+    /// small local file is: a cached read then costs what our own file read costs, not a
+    /// future through the runtime. Anything else waits on the upstream and goes to `read`.
+    fn read_now(&self, uri: &ResourceUri, limits: &ReadLimits) -> Option<Result<ReadOutput>> {
+        let cache = self.shared.cache.as_ref()?;
+        let ours = uri.as_str();
+        let hit = cache.get(self.shared.map.upstream(ours).ok()?)?;
+        Some(cached(ours, hit, limits))
+    }
+
     async fn read(&self, uri: &ResourceUri, limits: &ReadLimits) -> Result<ReadOutput> {
         let ours = uri.as_str();
         let up = self.shared.map.upstream(ours)?;
         let cache = self.shared.cache.as_ref();
         if let Some(hit) = cache.and_then(|c| c.get(up)) {
-            too_large(ours, hit.bytes, limits)?;
-            return Ok(ReadOutput {
-                contents: hit.contents,
-                hints: Some(CacheHints {
-                    ttl_ms: hit.remaining.as_millis().max(1) as u64,
-                    scope: CacheScope::Public,
-                }),
-            });
+            return cached(ours, hit, limits);
         }
         let ticket = cache.map(|c| c.begin());
         let conn = self.shared.conn().map_err(|e| e.with_uri(ours))?;
