@@ -106,5 +106,5 @@ def test_stdin_at_dev_null_is_refused_with_exit_1(base):
     write(root / "f.txt", "x")
     proc = subprocess.run([str(BIN), "serve", str(root)], stdin=subprocess.DEVNULL, capture_output=True, timeout=10)
     assert proc.returncode == 1, proc.stderr.decode()
-    assert b"stdin is /dev/null" in proc.stderr and b"--http ADDR" in proc.stderr, proc.stderr.decode()
+    assert b"stdin is closed or /dev/null" in proc.stderr and b"--http ADDR" in proc.stderr, proc.stderr.decode()
     assert proc.stdout == b""

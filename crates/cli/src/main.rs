@@ -434,17 +434,20 @@ fn refuse_closed_stdin() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Whether stdin is closed (`"closed"`) or the null device (`"/dev/null"`).
+/// Whether stdin is closed or the null device. Rust's runtime opens `/dev/null` on a
+/// descriptor 0 that was closed when the process started, so the two look alike here and
+/// are named together.
 #[cfg(unix)]
 fn stdin_closed() -> Option<&'static str> {
     use std::os::fd::AsFd as _;
     use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
+    const WHAT: &str = "closed or /dev/null";
     let Ok(fd) = std::io::stdin().as_fd().try_clone_to_owned() else {
-        return Some("closed");
+        return Some(WHAT);
     };
     let md = std::fs::File::from(fd).metadata().ok()?;
     let null = std::fs::metadata("/dev/null").ok()?;
-    (md.file_type().is_char_device() && md.rdev() == null.rdev()).then_some("/dev/null")
+    (md.file_type().is_char_device() && md.rdev() == null.rdev()).then_some(WHAT)
 }
 
 #[cfg(not(unix))]

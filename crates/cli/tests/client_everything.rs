@@ -173,8 +173,8 @@ fn check_resources(client: impl Fn(&[&str]) -> Command) {
 }
 
 /// Its tools and prompts: listed (every page, `--json` parsed back), a text tool with a
-/// string and with number arguments, an image tool's bytes to `-o`, and a prompt with an
-/// argument.
+/// string and with number arguments, an image tool's bytes to `-o`, a prompt with an
+/// argument, and the completion of a prompt's arguments.
 fn check_primitives(client: impl Fn(&[&str]) -> Command) {
     let tools = run(client(&["tools", "--json"])).ok();
     let names: Vec<String> = tools
@@ -212,6 +212,27 @@ fn check_primitives(client: impl Fn(&[&str]) -> Command) {
     assert!(prompts.contains("\"args-prompt\""), "{prompts}");
     let prompt = run(client(&["prompt", "args-prompt", "--arg", "city=Paris"])).ok();
     assert!(prompt.contains("Paris"), "{prompt}");
+    // Its prompt whose second argument's values depend on the first (`context.arguments`).
+    let department = run(client(&[
+        "complete",
+        "--prompt",
+        "completable-prompt",
+        "department",
+        "E",
+    ]))
+    .ok();
+    assert_eq!(department, "Engineering\n");
+    let name = run(client(&[
+        "complete",
+        "--prompt",
+        "completable-prompt",
+        "name",
+        "",
+        "--arg",
+        "department=Sales",
+    ]))
+    .ok();
+    assert_eq!(name, "David\nEve\nFrank\n");
 }
 
 #[test]

@@ -463,7 +463,8 @@ fn an_unsupported_version_refusal_picks_the_newest_version_both_speak() {
 
 /// `--timeout` bounds the whole command, not each request: four pages of 800 ms each pass
 /// with `--timeout 5` and end with `--timeout 2`, naming the step it waited for; a stdio
-/// server that never answers ends the command at its `--timeout`.
+/// server that never answers, and an HTTP server that takes the connection and never
+/// answers, end the command at its `--timeout`: each within N s and half a second.
 #[test]
 fn the_timeout_bounds_the_whole_command_and_names_the_step() {
     let slow = hostile().replace("/mcp", "/slow");
@@ -477,8 +478,8 @@ fn the_timeout_bounds_the_whole_command_and_names_the_step() {
         "error: the command did not finish within 2s (--timeout): no answer to tools/list yet\n"
     );
     assert!(
-        started.elapsed() < Duration::from_secs(4),
-        "{:?}",
+        started.elapsed() < Duration::from_millis(2500),
+        "--timeout 2 ends within 2.5 s: {:?}",
         started.elapsed()
     );
 
@@ -494,13 +495,34 @@ fn the_timeout_bounds_the_whole_command_and_names_the_step() {
         "error: the command did not finish within 1s (--timeout): no answer to server/discover yet\n"
     );
     assert!(
-        started.elapsed() < Duration::from_secs(4),
-        "{:?}",
+        started.elapsed() < Duration::from_millis(1500),
+        "--timeout 1 ends within 1.5 s: {:?}",
         started.elapsed()
     );
+
+    // An HTTP server that takes the connection and never answers.
+    let mute = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/mcp", mute.local_addr().unwrap());
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for c in mute.incoming() {
+            held.push(c);
+        }
+    });
+    for n in ["2", "3"] {
+        let started = std::time::Instant::now();
+        let out = run(client(&url, &["ls", "--timeout", n]));
+        assert_eq!(out.code, Some(6), "{out:?}");
+        let limit = Duration::from_millis(n.parse::<u64>().unwrap() * 1000 + 500);
+        assert!(
+            started.elapsed() < limit,
+            "--timeout {n} over mute HTTP ends within {limit:?}: {:?}",
+            started.elapsed()
+        );
+    }
 }
 
-/// `--timeout N` ends the command within N seconds and a fraction, also when the stdio server
+/// `--timeout N` ends the command within N seconds and half a second, also when the stdio server
 /// neither answers nor leaves at the end of its input: closing gives it no grace past the
 /// timeout (it used to add two seconds). Both the start (`server/discover` unanswered) and a
 /// request after it (`resources/list` unanswered) are bounded so.
@@ -524,7 +546,7 @@ fn a_mute_stdio_server_is_left_at_the_timeout_not_after_it() {
             )
         );
         assert!(
-            took >= Duration::from_secs(2) && took < Duration::from_millis(2900),
+            took >= Duration::from_secs(2) && took < Duration::from_millis(2500),
             "{step}: {took:?}"
         );
     }

@@ -13,7 +13,8 @@ use client_common::{absent, bin, client_stdio, run, workspace};
 use serde_json::{Value, json};
 
 /// The Python SDK server: `add(a, b)`, `pixel()` (a text and a 256-byte PNG-typed image),
-/// `fail(why)` (raises), and the prompt `greet(name)`.
+/// `fail(why)` (raises), the prompt `greet(name)` with completion of `name`, and
+/// `logging/setLevel`.
 const SERVER: &str = r#"
 import base64
 from mcp.server.mcpserver import MCPServer
@@ -44,6 +45,23 @@ def fail(why: str) -> str:
 def greet(name: str) -> str:
     """Greets someone."""
     return f"Hello, {name}!"
+
+from mcp.types import Completion, EmptyResult, PromptReference, SetLevelRequestParams
+
+@app.completion()
+async def complete(ref, argument, context):
+    if isinstance(ref, PromptReference) and ref.name == "greet" and argument.name == "name":
+        return Completion(values=[n for n in ["Ada", "Alan", "Grace"] if n.startswith(argument.value)])
+    return None
+
+# The SDK's low-level handler for `logging/setLevel` (MCPServer has no decorator for it):
+# it answers after two log messages, one with an object as its data.
+async def set_level(ctx, params):
+    await ctx.session.send_log_message(level="info", data=f"level set to {params.level}", logger="app")
+    await ctx.session.send_log_message(level="error", data={"disk": "full"})
+    return EmptyResult()
+
+app._lowlevel_server.add_request_handler("logging/setLevel", SetLevelRequestParams, set_level)
 
 import sys
 if len(sys.argv) > 1:
@@ -393,4 +411,59 @@ fn text_arguments_are_typed_by_the_tools_schema() {
         &script,
     ));
     assert_eq!(out.code, Some(5), "{out:?}");
+}
+
+/// `complete --prompt` completes a prompt's argument (`ref/prompt`) in both eras, and
+/// `log-level` sets the level of the SDK server and prints its log messages: under `auto` in a
+/// legacy session (2026-07-28 has no `logging/setLevel`), and with `--protocol 2026-07-28` it
+/// is refused as a usage error saying why.
+#[test]
+fn prompt_arguments_complete_and_log_level_prints_the_sdk_servers_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((python, script)) = python_server(&dir) else {
+        return;
+    };
+    for protocol in ["auto", "legacy"] {
+        let out = run(client(
+            &[
+                "complete",
+                "--prompt",
+                "greet",
+                "name",
+                "A",
+                "--protocol",
+                protocol,
+            ],
+            &python,
+            &script,
+        ))
+        .ok();
+        assert_eq!(out, "Ada\nAlan\n", "{protocol}");
+    }
+    let logs = client_common::Lines::spawn(client(&["log-level", "warning"], &python, &script));
+    let within = std::time::Duration::from_secs(20);
+    assert_eq!(
+        logs.next_within(within).as_deref(),
+        Some("[info] app: level set to warning"),
+        "{}",
+        logs.stderr()
+    );
+    assert_eq!(
+        logs.next_within(within).as_deref(),
+        Some(r#"[error] {"disk":"full"}"#)
+    );
+    drop(logs);
+    let refused = run(client(
+        &["log-level", "warning", "--protocol", "2026-07-28"],
+        &python,
+        &script,
+    ));
+    assert_eq!(refused.code, Some(2), "{}", refused.stderr);
+    assert!(
+        refused
+            .stderr
+            .contains("2026-07-28 has no logging/setLevel"),
+        "{}",
+        refused.stderr
+    );
 }

@@ -242,6 +242,40 @@ fn a_server_without_skills_is_named_as_such() {
     );
 }
 
+/// A mount whose skills folder does not exist: the server declares skills and lists none,
+/// and `skills` says so on stderr, pointing at `check-config --connect`, instead of an
+/// empty table alone.
+#[test]
+fn a_server_that_lists_no_skills_is_warned_of() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("skills.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[[mount]]\nkind = \"files\"\nroot = {:?}\nskills = \"nope\"\n",
+            dir.path().to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let out = run(client_stdio(
+        &["skills"],
+        &[
+            "serve",
+            "--log-level",
+            "error",
+            "--config",
+            cfg.to_str().unwrap(),
+        ],
+    ));
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert!(
+        out.stderr
+            .contains("warning: the server declares skills but lists none")
+            && out.stderr.contains("check-config --connect"),
+        "{out:?}"
+    );
+}
+
 /// A stdio MCP server in plain Python that serves one skill, `lying`, with two files; argv[1]
 /// picks how its manifest lies: `digest` (the second file's digest is not its bytes'), `size`,
 /// `escape` (a file URI with `..`), `absolute` (an empty segment: `//etc/x`), `backslash`,

@@ -105,7 +105,8 @@ fn http_listen_in_the_config_serves_http_and_the_flag_overrides_it() {
     );
 }
 
-/// A stdio server started with stdin at `/dev/null` (systemd, docker without `-i`, nohup)
+/// A stdio server started with stdin at `/dev/null` (systemd, docker without `-i`, nohup) or
+/// closed
 /// and no HTTP address has no client and never will: it says so, naming both ways to serve
 /// HTTP, and exits 1 instead of 0 with nothing served. An `[http]` table without `listen`
 /// does not make it HTTP.
@@ -124,12 +125,24 @@ fn a_stdio_server_with_stdin_at_dev_null_says_so_and_exits_non_zero() {
         let (code, stderr) = serve_detached(&args).map(|_| ()).unwrap_err();
         assert_eq!(code, Some(1), "{args:?}: {stderr}");
         assert!(
-            stderr.contains("stdin is /dev/null")
+            stderr.contains("stdin is closed or /dev/null")
                 && stderr.contains("--http ADDR")
                 && stderr.contains("`[http] listen`"),
             "{args:?}: {stderr}"
         );
     }
+    // Started with stdin closed (`<&-`), as some supervisors do: the same refusal.
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "exec {:?} serve {d:?} <&-",
+            env!("CARGO_BIN_EXE_mcp-resources")
+        ))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "stdin closed: {stderr}");
+    assert!(stderr.contains("stdin is closed or /dev/null"), "{stderr}");
 }
 
 /// `serve DIR DIR/reports` would list every report twice under one URI: refused, both named,

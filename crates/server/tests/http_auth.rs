@@ -430,6 +430,8 @@ async fn a_wrong_static_token_beside_oauth_is_not_called_a_malformed_jwt() {
 /// resource it is served and names it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn static_tokens_only_serve_no_metadata_without_a_resource() {
+    // The JWT tests install the crypto provider too; alone, this test must do it itself.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     for resource in [None, Some("https://mcp.example.com/mcp")] {
         let dir = tempfile::tempdir().unwrap();
         let docs: Arc<dyn Provider> =

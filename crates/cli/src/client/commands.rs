@@ -87,11 +87,14 @@ pub(crate) enum ClientCommand {
         #[command(flatten)]
         connect: Connect,
     },
-    /// Ask the server to complete one argument of a resource template.
+    /// Ask the server to complete one argument of a resource template, or with `--prompt`
+    /// of a prompt.
     ///
     /// Example: `mcp-resources complete 'file:///srv/docs/{+path}' path gu -- mcp-resources serve /srv/docs`.
     Complete {
-        /// The URI template, exactly as `templates` lists it.
+        /// The URI template, exactly as `templates` lists it; with `--prompt`, the prompt's
+        /// name, as `prompts` lists it.
+        #[arg(value_name = "TEMPLATE")]
         template: String,
         /// The argument (template variable) to complete.
         argument: String,
@@ -101,6 +104,10 @@ pub(crate) enum ClientCommand {
         /// suggestions depend on it.
         #[arg(long = "arg", value_name = "NAME=VALUE")]
         context: Vec<String>,
+        /// Complete an argument of the prompt named by TEMPLATE (`ref/prompt`) instead of a
+        /// template variable (`ref/resource`).
+        #[arg(long)]
+        prompt: bool,
         /// The whole `completion` object as JSON instead of one value per line.
         #[arg(long)]
         json: bool,
@@ -317,6 +324,13 @@ pub(crate) fn run(cmd: ClientCommand) -> anyhow::Result<()> {
                 json,
                 connect,
             } => {
+                // `logging/setLevel` exists only in the `initialize` era: 2026-07-28 sends log
+                // messages only on the requests that ask for them in `_meta` (SEP-2577), so
+                // `auto` asks for a legacy session here.
+                let mut connect = connect;
+                if connect.protocol == super::Protocol::Auto {
+                    connect.protocol = super::Protocol::Legacy;
+                }
                 let (session, rx) = Session::connect(&connect).await?;
                 let level = clap::ValueEnum::to_possible_value(&level)
                     .map(|v| v.get_name().to_owned())
@@ -346,12 +360,17 @@ pub(crate) fn run(cmd: ClientCommand) -> anyhow::Result<()> {
                 argument,
                 value,
                 context,
+                prompt,
                 json,
                 connect,
             } => {
                 let context = parse_string_args(&context).map_err(super::usage)?;
+                let reference = match prompt {
+                    true => json!({ "type": "ref/prompt", "name": template }),
+                    false => json!({ "type": "ref/resource", "uri": template }),
+                };
                 with_session(&connect, |s| async move {
-                    complete(&s, &template, &argument, &value, context, json)
+                    complete(&s, reference, &argument, &value, context, json)
                         .await
                         .map(|()| s)
                 })
@@ -855,9 +874,11 @@ fn parse_string_args(pairs: &[String]) -> anyhow::Result<serde_json::Map<String,
         .collect()
 }
 
+/// `completion/complete` of `argument` of `reference` (a template's `ref/resource` or a
+/// prompt's `ref/prompt`).
 async fn complete(
     s: &Session,
-    template: &str,
+    reference: Value,
     argument: &str,
     value: &str,
     context: serde_json::Map<String, Value>,
@@ -867,7 +888,7 @@ async fn complete(
         bail!("the server does not offer completions (no `completions` capability)");
     }
     let mut params = json!({
-        "ref": { "type": "ref/resource", "uri": template },
+        "ref": reference,
         "argument": { "name": argument, "value": value },
     });
     if !context.is_empty() {
@@ -910,6 +931,13 @@ async fn log_level(
     level: &str,
     json: bool,
 ) -> anyhow::Result<()> {
+    if session.era() == &Era::Modern {
+        return Err(super::UsageError(format!(
+            "{} has no logging/setLevel: a server sends log messages only on the requests that ask for them (the `io.modelcontextprotocol/logLevel` key of `_meta`); log-level needs a server that also speaks an initialize era (--protocol legacy)",
+            super::MODERN
+        ))
+        .into());
+    }
     if !session.has_capability("logging") {
         bail!("the server does not offer logging (no `logging` capability)");
     }

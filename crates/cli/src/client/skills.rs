@@ -36,7 +36,9 @@ pub(crate) async fn list(s: &Session, json: bool) -> anyhow::Result<()> {
     let stdout = std::io::stdout();
     let terminal = stdout.is_terminal();
     let mut rows = Vec::new();
+    let mut listed = 0usize;
     paginate(s, "skills/list", "skills", |item| {
+        listed += 1;
         if json {
             raw_line(&mut stdout.lock(), item, terminal)?;
         } else {
@@ -73,6 +75,14 @@ pub(crate) async fn list(s: &Session, json: bool) -> anyhow::Result<()> {
             &["NAME", "URI", "FILES", "DESCRIPTION"],
             &rows,
         )?;
+    }
+    if listed == 0 {
+        // A server that declares skills and lists none is most often misconfigured (a skills
+        // folder that is missing, a ref that does not resolve), and says why only in its own
+        // log, which a client does not see.
+        eprintln!(
+            "warning: the server declares skills but lists none; if it is mcp-resources, `mcp-resources check-config --connect CONFIG` names every skill it leaves out and why"
+        );
     }
     Ok(())
 }
