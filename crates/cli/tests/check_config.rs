@@ -195,6 +195,8 @@ fn mariadb_here() -> Option<()> {
 struct Logins {
     pg_role: String,
     my_user: String,
+    /// A PostgreSQL database the config names before it exists.
+    pg_db: String,
 }
 
 impl Logins {
@@ -229,9 +231,14 @@ impl Logins {
 
 impl Drop for Logins {
     fn drop(&mut self) {
-        let (role, user) = (self.pg_role.clone(), self.my_user.clone());
+        let (role, user, db) = (
+            self.pg_role.clone(),
+            self.my_user.clone(),
+            self.pg_db.clone(),
+        );
         // Its own thread: the drop may run while a panic unwinds anywhere.
         let _ = std::thread::spawn(move || {
+            Self::pg(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"));
             Self::pg(&format!("DROP ROLE IF EXISTS {role}"));
             Self::my(&format!("DROP USER IF EXISTS '{user}'@'%'"));
         })
@@ -279,12 +286,12 @@ fn readyz(addr: &str) -> String {
 }
 
 /// A database that refuses a mount's login (a PostgreSQL role that does not exist, a
-/// MariaDB password rotated under the server) costs only that mount: `serve` starts, the
-/// files mount beside them is served, and each refused mount is not ready with the server's
-/// reason on `/readyz` and in the listing's `_meta`, as `check-config --connect` says it;
-/// the offline check says "not contacted", never ok. Once the logins work (the role created,
-/// the password set to the one configured) both mounts are ready again without a restart.
-/// The password is never shown. (PostgreSQL here trusts 127.0.0.1, so a wrong password
+/// MariaDB password rotated under the server, a PostgreSQL database not created yet) costs
+/// only that mount: `serve` starts, the files mount beside them is served, and each refused
+/// mount is not ready with the server's reason on `/readyz` and in the listing's `_meta`, as
+/// `check-config --connect` says it; the offline check says "not contacted", never ok. Once
+/// the logins work (the role created, the password set to the one configured, the database
+/// created) the three mounts are ready again without a restart. The password is never shown. (PostgreSQL here trusts 127.0.0.1, so a wrong password
 /// would pass; an unknown role is its refusal.)
 #[test]
 fn a_database_that_refuses_the_login_costs_only_its_mount_and_it_recovers() {
@@ -303,6 +310,7 @@ fn a_database_that_refuses_the_login_costs_only_its_mount_and_it_recovers() {
     let logins = Logins {
         pg_role: format!("mcpr_cc_{tag}"),
         my_user: format!("mcpr_cc_{tag}"),
+        pg_db: format!("mcpr_cc_db_{tag}"),
     };
     Logins::my(&format!(
         "CREATE USER '{}'@'%' IDENTIFIED BY 'the-password-before'",
@@ -324,9 +332,10 @@ fn a_database_that_refuses_the_login_costs_only_its_mount_and_it_recovers() {
         dir.path(),
         "rotated.toml",
         &format!(
-            "[http]\nlisten = \"{listen}\"\n[[mount]]\nkind = \"files\"\nroot = \".\"\n[[mount]]\nkind = \"postgres\"\nname = \"pgrole\"\nurl = \"postgres://{role}:{SECRET}@127.0.0.1:5432/test\"\n[[mount]]\nkind = \"mysql\"\nname = \"myrot\"\nurl = \"mysql://{user}:{SECRET}@127.0.0.1:3306/test\"\n",
+            "[http]\nlisten = \"{listen}\"\n[[mount]]\nkind = \"files\"\nroot = \".\"\n[[mount]]\nkind = \"postgres\"\nname = \"pgrole\"\nurl = \"postgres://{role}:{SECRET}@127.0.0.1:5432/test\"\n[[mount]]\nkind = \"mysql\"\nname = \"myrot\"\nurl = \"mysql://{user}:{SECRET}@127.0.0.1:3306/test\"\n[[mount]]\nkind = \"postgres\"\nname = \"pgdb\"\nurl = \"postgres://postgres@127.0.0.1:5432/{db}\"\n",
             role = logins.pg_role,
-            user = logins.my_user
+            user = logins.my_user,
+            db = logins.pg_db
         ),
     );
     let no_secret = |what: &str, text: &str| {
@@ -335,7 +344,7 @@ fn a_database_that_refuses_the_login_costs_only_its_mount_and_it_recovers() {
 
     // Offline: the two databases are not contacted, and not called ok.
     let text = check_config(&cfg, &[]).ok();
-    for n in [7, 11] {
+    for n in [7, 11, 15] {
         let line = text
             .lines()
             .find(|l| l.contains(&format!("rotated.toml:{n}: mount")))
@@ -354,7 +363,8 @@ fn a_database_that_refuses_the_login_costs_only_its_mount_and_it_recovers() {
         text.contains("mount 1 (files): ok: ")
             && text.contains(&format!("role \"{}\" does not exist", logins.pg_role))
             && text.contains(&format!("Access denied for user '{}'", logins.my_user))
-            && out.stderr.contains("2 of 3 mounts failed"),
+            && text.contains(&format!("database \"{}\" does not exist", logins.pg_db))
+            && out.stderr.contains("3 of 4 mounts failed"),
         "{text}\n{}",
         out.stderr
     );
@@ -400,7 +410,9 @@ fn a_database_that_refuses_the_login_costs_only_its_mount_and_it_recovers() {
             && ready.contains("NOT READY pgrole (")
             && ready.contains(&format!("role \"{}\" does not exist", logins.pg_role))
             && ready.contains("NOT READY myrot (")
-            && ready.contains(&format!("Access denied for user '{}'", logins.my_user)),
+            && ready.contains(&format!("Access denied for user '{}'", logins.my_user))
+            && ready.contains("NOT READY pgdb (")
+            && ready.contains(&format!("database \"{}\" does not exist", logins.pg_db)),
         "{ready}"
     );
     let listed = list_over_http(&listen);
@@ -409,12 +421,14 @@ fn a_database_that_refuses_the_login_costs_only_its_mount_and_it_recovers() {
     assert!(shown.contains("a.md"), "the files mount is listed: {shown}");
     let left_out = listed["_meta"]["io.github.mcp-resources/unavailable"].to_string();
     assert!(
-        left_out.contains("pgrole") && left_out.contains("myrot"),
+        left_out.contains("pgrole") && left_out.contains("myrot") && left_out.contains("pgdb"),
         "{shown}"
     );
 
-    // The logins made to work, the server untouched: both mounts recover on their own.
+    // The logins made to work and the database created, the server untouched: every mount
+    // recovers on its own.
     Logins::pg(&format!("CREATE ROLE {} LOGIN", logins.pg_role));
+    Logins::pg(&format!("CREATE DATABASE {}", logins.pg_db));
     Logins::my(&format!(
         "ALTER USER '{}'@'%' IDENTIFIED BY '{SECRET}'",
         logins.my_user
