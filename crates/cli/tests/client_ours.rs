@@ -393,6 +393,45 @@ fn a_bearer_token_goes_in_a_header_and_its_absence_is_explained() {
     }
 }
 
+/// `--verbose` over stdio: each message sent and received on stderr in both eras, and the
+/// answer on stdout unchanged; a `--server` entry's environment (a key, say) never in the
+/// trace.
+#[test]
+fn verbose_traces_stdio_messages_without_the_entrys_environment() {
+    let t = Tree::new();
+    let servers = t.root.parent().unwrap().join("servers.json");
+    std::fs::write(
+        &servers,
+        serde_json::json!({"mcpServers": {"docs": {
+            "command": bin(),
+            "args": t.serve(),
+            "env": {"DOCS_API_KEY": "env-secret-77"},
+        }}})
+        .to_string(),
+    )
+    .unwrap();
+    for protocol in ["legacy", "2026-07-28"] {
+        let mut cmd = Command::new(bin());
+        cmd.args(["cat", "--verbose", "--protocol", protocol, "--servers"])
+            .arg(&servers)
+            .args(["--server", "docs", &t.uri("a.txt")]);
+        let out = run(cmd);
+        assert_eq!(out.text(), "alpha\n", "{protocol}: {out:?}");
+        let err = &out.stderr;
+        assert!(
+            err.lines()
+                .any(|l| l.starts_with("-> {") && l.contains(r#""method":"resources/read""#)),
+            "{protocol}: {err}"
+        );
+        assert!(
+            err.lines()
+                .any(|l| l.starts_with("<- {") && l.contains("alpha")),
+            "{protocol}: {err}"
+        );
+        assert!(!err.contains("env-secret-77"), "{protocol}: {err}");
+    }
+}
+
 #[test]
 fn templates_and_complete() {
     let t = Tree::new();
