@@ -26,7 +26,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
-use transport::{Http, HttpStatus, Inbound, Outgoing, RpcError, Stdio, Transport};
+use transport::{Http, HttpStatus, Inbound, LegacySse, Outgoing, RpcError, Stdio, Transport};
 
 /// The current protocol version, the one without `initialize`.
 pub(crate) const MODERN: &str = "2026-07-28";
@@ -38,6 +38,8 @@ const SPOKEN: [&str; 5] = [MODERN, LEGACY, "2025-06-18", "2025-03-26", "2024-11-
 /// How long closing a session waits for a stdio server to exit after the end of its input,
 /// or for an HTTP server to end the session, before killing it or leaving.
 const CLOSE_GRACE: Duration = Duration::from_secs(2);
+/// The version whose HTTP transport is HTTP+SSE (`GET` stream, `POST` endpoint).
+const HTTP_SSE: &str = "2024-11-05";
 /// "Unsupported protocol version" (2026-07-28), with the versions the server speaks in
 /// `data.supported`.
 const UNSUPPORTED_VERSION: i64 = -32022;
@@ -125,7 +127,8 @@ fn newest_common(supported: &[Value]) -> Option<&'static str> {
 /// How to reach the server: shared by every client command.
 #[derive(Args, Debug, Clone)]
 pub(crate) struct Connect {
-    /// A Streamable HTTP server's endpoint, e.g. http://127.0.0.1:8080/mcp.
+    /// A Streamable HTTP server's endpoint, e.g. http://127.0.0.1:8080/mcp, or a 2024-11-05
+    /// HTTP+SSE server's event stream, e.g. http://127.0.0.1:8080/sse (see --protocol).
     #[arg(long, value_name = "URL", conflicts_with = "command")]
     url: Option<String>,
     /// A server from a host's config file (Claude Desktop, VS Code, Cursor) or --servers,
@@ -152,7 +155,9 @@ pub(crate) struct Connect {
     )]
     headers: Vec<String>,
     /// The protocol era: `auto` uses 2026-07-28 when the server offers it, else the
-    /// `initialize` handshake.
+    /// `initialize` handshake, and with --url falls back to the 2024-11-05 HTTP+SSE transport
+    /// when the server refuses `initialize` with HTTP 400, 404 or 405. `2024-11-05` asks for
+    /// that version, with --url over HTTP+SSE straight away.
     #[arg(long, value_enum, default_value_t = Protocol::Auto)]
     protocol: Protocol,
     /// Seconds the whole command may take, the server's start included (for `watch`: until
@@ -220,6 +225,9 @@ enum Protocol {
     Legacy,
     #[value(name = "2026-07-28")]
     Modern,
+    /// `initialize` asking for 2024-11-05; with a URL, over that era's HTTP+SSE transport.
+    #[value(name = "2024-11-05")]
+    HttpSse,
 }
 
 /// Which era the session speaks.
@@ -307,6 +315,12 @@ impl Session {
     }
 
     async fn start(&mut self, protocol: Protocol) -> anyhow::Result<()> {
+        if protocol == Protocol::HttpSse {
+            if matches!(self.transport, Transport::Http(_)) {
+                self.open_http_sse(None).await?;
+            }
+            return self.initialize(HTTP_SSE).await;
+        }
         if protocol != Protocol::Legacy {
             let mut answer = self.discover().await;
             // A server may refuse a first request and name 2026-07-28 among the versions it
@@ -379,7 +393,55 @@ impl Session {
                 Err(e) => return Err(e),
             }
         }
-        self.initialize(LEGACY).await
+        match self.initialize(LEGACY).await {
+            // A 2024-11-05 server has no Streamable HTTP endpoint: the URL is its event
+            // stream, and a POST there is refused with 400, 404 or 405 (the spec's test for
+            // falling back). Refused credentials or a failing server are answers, not that.
+            Err(e) if protocol == Protocol::Auto && matches!(self.transport, Transport::Http(_)) => {
+                let refused = e
+                    .chain()
+                    .find_map(|c| c.downcast_ref::<HttpStatus>())
+                    .filter(|s| matches!(s.status.as_u16(), 400 | 404 | 405))
+                    .map(|s| s.status);
+                let Some(status) = refused else {
+                    return Err(e);
+                };
+                self.open_http_sse(Some(status)).await?;
+                self.initialize(LEGACY).await
+            }
+            other => other,
+        }
+    }
+
+    /// Replace Streamable HTTP with the 2024-11-05 HTTP+SSE transport at the same URL, within
+    /// the command's `--timeout`; `refused` is the status that made `auto` fall back.
+    async fn open_http_sse(&mut self, refused: Option<reqwest::StatusCode>) -> anyhow::Result<()> {
+        let Transport::Http(h) = &self.transport else {
+            return Ok(());
+        };
+        match refused {
+            Some(status) => transport::note(&format!(
+                "the server refused initialize over Streamable HTTP (HTTP {status}): falling back to the 2024-11-05 HTTP+SSE transport, GET {}",
+                h.shown()
+            )),
+            None => transport::note(&format!(
+                "--protocol {HTTP_SSE}: the HTTP+SSE transport, GET {}",
+                h.shown()
+            )),
+        }
+        let deadline = *mcpr_core::sync::lock(&self.deadline);
+        let connect = LegacySse::connect(h);
+        let sse = match deadline {
+            Some(at) => tokio::time::timeout_at(at, connect).await.map_err(|_| {
+                TimedOut(format!(
+                    "the command did not finish within {}s (--timeout): no endpoint event on the HTTP+SSE stream yet",
+                    self.timeout.as_secs()
+                ))
+            })??,
+            None => connect.await?,
+        };
+        self.transport = Transport::Sse(sse);
+        Ok(())
     }
 
     async fn discover(&mut self) -> anyhow::Result<Value> {
@@ -575,18 +637,20 @@ impl Session {
     }
 
     /// For the legacy era over HTTP: open the stream notifications arrive on. Over stdio they
-    /// share stdout with answers, so there is nothing to open.
+    /// share stdout with answers, and over HTTP+SSE the one stream carries both, so there is
+    /// nothing to open.
     pub(crate) async fn open_notification_stream(&self) -> anyhow::Result<()> {
         match &self.transport {
             Transport::Http(h) if h.has_session() => h.open_notification_stream().await,
             Transport::Http(_) => {
                 bail!("the server gave no session id, so it has no stream to send notifications on")
             }
-            Transport::Stdio(_) => Ok(()),
+            Transport::Stdio(_) | Transport::Sse(_) => Ok(()),
         }
     }
 
-    /// Whether the session runs over HTTP (where a stream can drop and be opened again).
+    /// Whether the session runs over Streamable HTTP (where a stream can drop and be opened
+    /// again; an HTTP+SSE session ends with its stream).
     pub(crate) fn is_http(&self) -> bool {
         matches!(self.transport, Transport::Http(_))
     }
