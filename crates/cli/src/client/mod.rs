@@ -397,7 +397,9 @@ impl Session {
             // A 2024-11-05 server has no Streamable HTTP endpoint: the URL is its event
             // stream, and a POST there is refused with 400, 404 or 405 (the spec's test for
             // falling back). Refused credentials or a failing server are answers, not that.
-            Err(e) if protocol == Protocol::Auto && matches!(self.transport, Transport::Http(_)) => {
+            Err(e)
+                if protocol == Protocol::Auto && matches!(self.transport, Transport::Http(_)) =>
+            {
                 let refused = e
                     .chain()
                     .find_map(|c| c.downcast_ref::<HttpStatus>())

@@ -209,9 +209,9 @@ impl LegacySse {
     }
 
     fn ended_reason(&self) -> ConnectionEnded {
-        lock(&self.ended).clone().unwrap_or_else(|| {
-            ConnectionEnded::new(format!("the {NAME} event stream ended"))
-        })
+        lock(&self.ended)
+            .clone()
+            .unwrap_or_else(|| ConnectionEnded::new(format!("the {NAME} event stream ended")))
     }
 
     /// End the session: the stream is closed (there is no other way to end one).
