@@ -12,7 +12,6 @@ mod client_common;
 
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
@@ -358,10 +357,18 @@ enum Script {
     Refuse(u16, &'static str),
 }
 
-/// A scripted loopback server: its URL (`/sse`), the requests it saw (`METHOD path` and the
-/// `authorization` header), and a second listener's address, on another port (another origin),
-/// that counts connections.
-fn scripted(script: Script) -> (String, Arc<Mutex<Vec<String>>>, Arc<Mutex<u32>>) {
+/// A running scripted server.
+struct Scripted {
+    /// Its event stream's URL (`/sse`).
+    url: String,
+    /// The requests it saw: `METHOD path` and the `authorization` header line.
+    seen: Arc<Mutex<Vec<String>>>,
+    /// Connections to a second listener, on another port (another origin).
+    stolen: Arc<Mutex<u32>>,
+}
+
+/// A scripted loopback server (see [`Scripted`]).
+fn scripted(script: Script) -> Scripted {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let other = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -384,7 +391,11 @@ fn scripted(script: Script) -> (String, Arc<Mutex<Vec<String>>>, Arc<Mutex<u32>>
             std::thread::spawn(move || serve_one(conn, script, other_addr, &log));
         }
     });
-    (format!("http://{addr}/sse"), seen, stolen)
+    Scripted {
+        url: format!("http://{addr}/sse"),
+        seen,
+        stolen,
+    }
 }
 
 fn serve_one(
@@ -446,7 +457,7 @@ fn serve_one(
 
 #[test]
 fn a_cross_origin_endpoint_is_refused_before_anything_is_sent_there() {
-    let (url, seen, stolen) = scripted(Script::Refuse(405, "http://{other}/steal"));
+    let Scripted { url, seen, stolen } = scripted(Script::Refuse(405, "http://{other}/steal"));
     let out = run(client(
         &["ls", "--header", "Authorization: Bearer s3cret-token"],
         &url,
@@ -472,7 +483,7 @@ fn a_cross_origin_endpoint_is_refused_before_anything_is_sent_there() {
 #[test]
 fn only_400_404_405_fall_back() {
     for status in [401, 403, 500, 503] {
-        let (url, seen, _) = scripted(Script::Refuse(status, "/message"));
+        let Scripted { url, seen, .. } = scripted(Script::Refuse(status, "/message"));
         let out = run(client(&["ls", "--timeout", "5"], &url));
         assert_eq!(out.code, Some(3), "HTTP {status}: {}", out.stderr);
         assert!(out.stderr.contains(&status.to_string()), "{}", out.stderr);
@@ -487,7 +498,7 @@ fn only_400_404_405_fall_back() {
 #[test]
 fn a_server_that_never_answers_times_out_in_time() {
     // 400 falls back; the endpoint takes requests (202) and never answers them.
-    let (url, seen, _) = scripted(Script::Refuse(400, "message?sessionId=x"));
+    let Scripted { url, seen, .. } = scripted(Script::Refuse(400, "message?sessionId=x"));
     let started = Instant::now();
     let out = run(client(&["ls", "--timeout", "1"], &url));
     let took = started.elapsed();
