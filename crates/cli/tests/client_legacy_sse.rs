@@ -355,6 +355,12 @@ enum Script {
     /// `endpoint` (`{other}` replaced by the other listener's address), and posts to it are
     /// accepted and never answered.
     Refuse(u16, &'static str),
+    /// POST refused (404); GET is an event stream that never names its endpoint.
+    NoEndpoint,
+    /// POST refused (404); GET names the endpoint, then starts an event of over 1 MiB.
+    Huge,
+    /// 404 to everything, as at a mistyped path.
+    NotFound,
 }
 
 /// A running scripted server.
@@ -429,7 +435,12 @@ fn serve_one(
     let mut words = request_line.split_whitespace();
     let (method, path) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
     log.lock().unwrap().push(format!("{method} {path} {auth}"));
-    let Script::Refuse(status, endpoint) = script;
+    let (status, endpoint) = match script {
+        Script::Refuse(status, endpoint) => (status, Some(endpoint)),
+        Script::NoEndpoint => (404, None),
+        Script::Huge => (404, Some("/message")),
+        Script::NotFound => (404, None),
+    };
     match (method, path) {
         ("POST", "/sse") => {
             let _ = write!(
@@ -437,12 +448,25 @@ fn serve_one(
                 "HTTP/1.1 {status} Refused\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
             );
         }
-        ("GET", "/sse") => {
-            let endpoint = endpoint.replace("{other}", &other.to_string());
+        ("GET", _) if matches!(script, Script::NotFound) => {
             let _ = write!(
                 conn,
-                "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n: hello\n\nevent: endpoint\ndata: {endpoint}\n\n"
+                "HTTP/1.1 404 Not Found\r\nContent-Length: 9\r\nConnection: close\r\n\r\nno route."
             );
+        }
+        ("GET", "/sse") => {
+            let _ = write!(
+                conn,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n: hello\n\n"
+            );
+            if let Some(endpoint) = endpoint {
+                let endpoint = endpoint.replace("{other}", &other.to_string());
+                let _ = write!(conn, "event: endpoint\ndata: {endpoint}\n\n");
+            }
+            if matches!(script, Script::Huge) {
+                let _ = conn.write_all(b"event: message\ndata: ");
+                let _ = conn.write_all(&vec![b'x'; 2 << 20]);
+            }
             // The stream stays open, as a server's does, until the client leaves.
             let _ = conn.read(&mut [0; 1]);
         }
@@ -513,6 +537,48 @@ fn a_server_that_never_answers_times_out_in_time() {
     assert!(
         seen.iter()
             .any(|r| r.starts_with("POST /message?sessionId=x")),
+        "{seen:?}"
+    );
+}
+
+#[test]
+fn a_stream_without_an_endpoint_event_times_out_naming_it() {
+    let Scripted { url, .. } = scripted(Script::NoEndpoint);
+    let started = Instant::now();
+    let out = run(client(&["ls", "--timeout", "1"], &url));
+    assert_eq!(out.code, Some(6), "{}", out.stderr);
+    assert!(out.stderr.contains("no endpoint event"), "{}", out.stderr);
+    assert!(started.elapsed() < Duration::from_millis(1500));
+}
+
+#[test]
+fn an_event_past_max_message_mib_ends_the_connection() {
+    let Scripted { url, .. } = scripted(Script::Huge);
+    let out = run(client(&["ls", "--max-message-mib", "1"], &url));
+    assert_eq!(out.code, Some(3), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("HTTP+SSE") && out.stderr.contains("--max-message-mib"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn a_url_refused_both_ways_says_so() {
+    let Scripted { url, seen, .. } = scripted(Script::NotFound);
+    let out = run(client(&["ls"], &url));
+    assert_eq!(out.code, Some(3), "{}", out.stderr);
+    assert!(
+        out.stderr.starts_with(
+            "error: the server speaks neither Streamable HTTP (it refused initialize with HTTP 404 Not Found) nor HTTP+SSE at this URL: "
+        ) && out.stderr.contains("no route."),
+        "{}",
+        out.stderr
+    );
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(
+        seen.iter().filter(|r| r.starts_with("GET /sse")).count(),
+        1,
         "{seen:?}"
     );
 }

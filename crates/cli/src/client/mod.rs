@@ -408,7 +408,15 @@ impl Session {
                 let Some(status) = refused else {
                     return Err(e);
                 };
-                self.open_http_sse(Some(status)).await?;
+                if let Err(sse) = self.open_http_sse(Some(status)).await {
+                    if sse.is::<TimedOut>() {
+                        return Err(sse);
+                    }
+                    // A mistyped path is refused both ways: both refusals are the answer.
+                    return Err(sse.context(format!(
+                        "the server speaks neither Streamable HTTP (it refused initialize with HTTP {status}) nor HTTP+SSE at this URL"
+                    )));
+                }
                 self.initialize(LEGACY).await
             }
             other => other,
