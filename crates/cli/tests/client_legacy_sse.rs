@@ -324,6 +324,41 @@ fn fastmcp_over_http_sse() {
         info.stderr
     );
 
+    // A config entry of `"type": "sse"` (as VS Code and Cursor write one) goes to the stream
+    // at once, without a POST to it first.
+    let servers = dir.path().join("servers.json");
+    std::fs::write(
+        &servers,
+        format!(r#"{{"mcpServers": {{"old": {{"type": "sse", "url": "{url}"}}}}}}"#),
+    )
+    .unwrap();
+    let mut listed = Command::new(bin());
+    listed.arg("servers").arg("--servers").arg(&servers);
+    let listed = run(listed).ok();
+    assert!(listed.contains(&format!("{url} (HTTP+SSE)")), "{listed}");
+    let mut by_entry = Command::new(bin());
+    by_entry
+        .args(["cat", "note://today", "-v", "--server", "old", "--servers"])
+        .arg(&servers);
+    let by_entry = run(by_entry);
+    assert_eq!(by_entry.code, Some(0), "{}", by_entry.stderr);
+    assert_eq!(by_entry.text(), "buy milk");
+    assert!(
+        by_entry
+            .stderr
+            .contains("-- the entry's type is sse: the 2024-11-05 HTTP+SSE transport"),
+        "{}",
+        by_entry.stderr
+    );
+    assert!(
+        !by_entry
+            .stderr
+            .lines()
+            .any(|l| l.starts_with("-> POST ") && l.contains("/sse [")),
+        "{}",
+        by_entry.stderr
+    );
+
     let watch = Lines::spawn(client(&["watch", "--json", "note://today"], &url));
     let line = watch
         .next_within(Duration::from_secs(10))

@@ -268,10 +268,12 @@ impl Session {
         }
         let (tx, rx) = mpsc::unbounded_channel();
         let max = usize::try_from(c.max_message_mib << 20).unwrap_or(usize::MAX);
+        let mut sse_entry = false;
         let transport = match (&c.url, c.command.is_empty()) {
             _ if c.server.is_some() => {
                 let name = c.server.as_deref().unwrap_or_default();
                 let entry = hosts::find(name, c.servers.as_deref(), c.trust_workspace)?;
+                sse_entry = entry.sse;
                 match &entry.url {
                     Some(url) => {
                         let mut headers = entry.headers.clone();
@@ -304,7 +306,7 @@ impl Session {
             timeout: Duration::from_secs(c.timeout),
             deadline: std::sync::Mutex::new(Some(started + Duration::from_secs(c.timeout))),
         };
-        match session.start(c.protocol).await {
+        match session.start(c.protocol, sse_entry).await {
             Ok(()) => Ok((session, rx)),
             Err(e) => {
                 let grace = session.close_grace();
@@ -314,12 +316,22 @@ impl Session {
         }
     }
 
-    async fn start(&mut self, protocol: Protocol) -> anyhow::Result<()> {
+    /// Agree on an era (and for a URL, the transport); `sse_entry` says a config entry named
+    /// its URL an HTTP+SSE stream (`"type": "sse"`).
+    async fn start(&mut self, protocol: Protocol, sse_entry: bool) -> anyhow::Result<()> {
         if protocol == Protocol::HttpSse {
             if matches!(self.transport, Transport::Http(_)) {
-                self.open_http_sse(None).await?;
+                self.open_http_sse(&format!("--protocol {HTTP_SSE}: the HTTP+SSE transport"))
+                    .await?;
             }
             return self.initialize(HTTP_SSE).await;
+        }
+        // The entry says what the URL is: no Streamable HTTP attempt first, and `initialize`
+        // for the newest version, which servers on this transport may well speak.
+        if sse_entry && matches!(protocol, Protocol::Auto | Protocol::Legacy) {
+            self.open_http_sse("the entry's type is sse: the 2024-11-05 HTTP+SSE transport")
+                .await?;
+            return self.initialize(LEGACY).await;
         }
         if protocol != Protocol::Legacy {
             let mut answer = self.discover().await;
@@ -408,7 +420,10 @@ impl Session {
                 let Some(status) = refused else {
                     return Err(e);
                 };
-                if let Err(sse) = self.open_http_sse(Some(status)).await {
+                let why = format!(
+                    "the server refused initialize over Streamable HTTP (HTTP {status}): falling back to the 2024-11-05 HTTP+SSE transport"
+                );
+                if let Err(sse) = self.open_http_sse(&why).await {
                     if sse.is::<TimedOut>() {
                         return Err(sse);
                     }
@@ -424,21 +439,12 @@ impl Session {
     }
 
     /// Replace Streamable HTTP with the 2024-11-05 HTTP+SSE transport at the same URL, within
-    /// the command's `--timeout`; `refused` is the status that made `auto` fall back.
-    async fn open_http_sse(&mut self, refused: Option<reqwest::StatusCode>) -> anyhow::Result<()> {
+    /// the command's `--timeout`; `why` starts the `--verbose` line that says so.
+    async fn open_http_sse(&mut self, why: &str) -> anyhow::Result<()> {
         let Transport::Http(h) = &self.transport else {
             return Ok(());
         };
-        match refused {
-            Some(status) => transport::note(&format!(
-                "the server refused initialize over Streamable HTTP (HTTP {status}): falling back to the 2024-11-05 HTTP+SSE transport, GET {}",
-                h.shown()
-            )),
-            None => transport::note(&format!(
-                "--protocol {HTTP_SSE}: the HTTP+SSE transport, GET {}",
-                h.shown()
-            )),
-        }
+        transport::note(&format!("{why}, GET {}", h.shown()));
         let deadline = *mcpr_core::sync::lock(&self.deadline);
         let connect = LegacySse::connect(h);
         let sse = match deadline {
