@@ -221,8 +221,13 @@ impl Connect {
 /// `--protocol`.
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 enum Protocol {
+    /// 2026-07-28 when the server offers it, else `initialize`; with a URL, HTTP+SSE when
+    /// Streamable HTTP is refused.
     Auto,
+    /// `initialize` (asking for 2025-11-25, taking the version the server answers); with a
+    /// URL, Streamable HTTP.
     Legacy,
+    /// 2026-07-28 only.
     #[value(name = "2026-07-28")]
     Modern,
     /// `initialize` asking for 2024-11-05; with a URL, over that era's HTTP+SSE transport.
