@@ -1339,6 +1339,7 @@ fn list_servers(explicit: Option<&std::path::Path>, trust_flag: bool) -> anyhow:
         .iter()
         .map(|e| {
             let target = match &e.url {
+                Some(url) if e.sse => clean(&format!("{} (HTTP+SSE)", mcpr_core::redact_url(url))),
                 Some(url) => clean(&mcpr_core::redact_url(url)),
                 None => clean(
                     &e.command

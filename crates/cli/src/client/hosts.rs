@@ -38,6 +38,9 @@ pub(crate) struct Entry {
     pub url: Option<String>,
     /// Headers for every request, as "Name: value".
     pub headers: Vec<String>,
+    /// `"type": "sse"`: the URL is a 2024-11-05 HTTP+SSE event stream (VS Code and Cursor
+    /// write it so), reached without trying Streamable HTTP first.
+    pub sse: bool,
     /// The `${…}` variables of this file's host, expanded by [`Entry::expand`]; `None` for a
     /// host that takes every string literally.
     vars: Option<Vars>,
@@ -495,6 +498,7 @@ fn parse(text: &str, host: &'static str, file: &Path) -> anyhow::Result<Vec<Entr
             workspace: false,
             command,
             env: strings(s.get("env"), "env", file)?,
+            sse: url.is_some() && s.get("type").and_then(Value::as_str) == Some("sse"),
             url,
             headers,
             vars: vars.clone(),
@@ -533,6 +537,9 @@ mod tests {
             "headers": {"Authorization": "Bearer t"}}}}"#;
         let e = &parse(vscode, "VS Code", f).unwrap()[0];
         assert_eq!(e.url.as_deref(), Some("http://h/mcp"));
+        assert!(!e.sse);
+        let sse = r#"{"servers": {"old": {"type": "sse", "url": "http://h/sse"}}}"#;
+        assert!(parse(sse, "VS Code", f).unwrap()[0].sse);
         assert_eq!(e.headers, ["Authorization: Bearer t"]);
         assert!(parse(r#"{"mcpServers": {"bad": {}}}"#, "Cursor", f).is_err());
         assert!(parse("{}", "Cursor", f).unwrap().is_empty());

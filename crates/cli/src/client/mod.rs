@@ -26,7 +26,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
-use transport::{Http, HttpStatus, Inbound, Outgoing, RpcError, Stdio, Transport};
+use transport::{Http, HttpStatus, Inbound, LegacySse, Outgoing, RpcError, Stdio, Transport};
 
 /// The current protocol version, the one without `initialize`.
 pub(crate) const MODERN: &str = "2026-07-28";
@@ -38,6 +38,8 @@ const SPOKEN: [&str; 5] = [MODERN, LEGACY, "2025-06-18", "2025-03-26", "2024-11-
 /// How long closing a session waits for a stdio server to exit after the end of its input,
 /// or for an HTTP server to end the session, before killing it or leaving.
 const CLOSE_GRACE: Duration = Duration::from_secs(2);
+/// The version whose HTTP transport is HTTP+SSE (`GET` stream, `POST` endpoint).
+const HTTP_SSE: &str = "2024-11-05";
 /// "Unsupported protocol version" (2026-07-28), with the versions the server speaks in
 /// `data.supported`.
 const UNSUPPORTED_VERSION: i64 = -32022;
@@ -125,7 +127,8 @@ fn newest_common(supported: &[Value]) -> Option<&'static str> {
 /// How to reach the server: shared by every client command.
 #[derive(Args, Debug, Clone)]
 pub(crate) struct Connect {
-    /// A Streamable HTTP server's endpoint, e.g. http://127.0.0.1:8080/mcp.
+    /// A Streamable HTTP server's endpoint, e.g. http://127.0.0.1:8080/mcp, or a 2024-11-05
+    /// HTTP+SSE server's event stream, e.g. http://127.0.0.1:8080/sse (see --protocol).
     #[arg(long, value_name = "URL", conflicts_with = "command")]
     url: Option<String>,
     /// A server from a host's config file (Claude Desktop, VS Code, Cursor) or --servers,
@@ -152,7 +155,9 @@ pub(crate) struct Connect {
     )]
     headers: Vec<String>,
     /// The protocol era: `auto` uses 2026-07-28 when the server offers it, else the
-    /// `initialize` handshake.
+    /// `initialize` handshake, and with --url falls back to the 2024-11-05 HTTP+SSE transport
+    /// when the server refuses `initialize` with HTTP 400, 404 or 405. `2024-11-05` asks for
+    /// that version, with --url over HTTP+SSE straight away.
     #[arg(long, value_enum, default_value_t = Protocol::Auto)]
     protocol: Protocol,
     /// Seconds the whole command may take, the server's start included (for `watch`: until
@@ -216,10 +221,18 @@ impl Connect {
 /// `--protocol`.
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 enum Protocol {
+    /// 2026-07-28 when the server offers it, else `initialize`; with a URL, HTTP+SSE when
+    /// Streamable HTTP is refused.
     Auto,
+    /// `initialize` (asking for 2025-11-25, taking the version the server answers); with a
+    /// URL, Streamable HTTP.
     Legacy,
+    /// 2026-07-28 only.
     #[value(name = "2026-07-28")]
     Modern,
+    /// `initialize` asking for 2024-11-05; with a URL, over that era's HTTP+SSE transport.
+    #[value(name = "2024-11-05")]
+    HttpSse,
 }
 
 /// Which era the session speaks.
@@ -260,10 +273,12 @@ impl Session {
         }
         let (tx, rx) = mpsc::unbounded_channel();
         let max = usize::try_from(c.max_message_mib << 20).unwrap_or(usize::MAX);
+        let mut sse_entry = false;
         let transport = match (&c.url, c.command.is_empty()) {
             _ if c.server.is_some() => {
                 let name = c.server.as_deref().unwrap_or_default();
                 let entry = hosts::find(name, c.servers.as_deref(), c.trust_workspace)?;
+                sse_entry = entry.sse;
                 match &entry.url {
                     Some(url) => {
                         let mut headers = entry.headers.clone();
@@ -296,7 +311,7 @@ impl Session {
             timeout: Duration::from_secs(c.timeout),
             deadline: std::sync::Mutex::new(Some(started + Duration::from_secs(c.timeout))),
         };
-        match session.start(c.protocol).await {
+        match session.start(c.protocol, sse_entry).await {
             Ok(()) => Ok((session, rx)),
             Err(e) => {
                 let grace = session.close_grace();
@@ -306,7 +321,23 @@ impl Session {
         }
     }
 
-    async fn start(&mut self, protocol: Protocol) -> anyhow::Result<()> {
+    /// Agree on an era (and for a URL, the transport); `sse_entry` says a config entry named
+    /// its URL an HTTP+SSE stream (`"type": "sse"`).
+    async fn start(&mut self, protocol: Protocol, sse_entry: bool) -> anyhow::Result<()> {
+        if protocol == Protocol::HttpSse {
+            if matches!(self.transport, Transport::Http(_)) {
+                self.open_http_sse(&format!("--protocol {HTTP_SSE}: the HTTP+SSE transport"))
+                    .await?;
+            }
+            return self.initialize(HTTP_SSE).await;
+        }
+        // The entry says what the URL is: no Streamable HTTP attempt first, and `initialize`
+        // for the newest version, which servers on this transport may well speak.
+        if sse_entry && matches!(protocol, Protocol::Auto | Protocol::Legacy) {
+            self.open_http_sse("the entry's type is sse: the 2024-11-05 HTTP+SSE transport")
+                .await?;
+            return self.initialize(LEGACY).await;
+        }
         if protocol != Protocol::Legacy {
             let mut answer = self.discover().await;
             // A server may refuse a first request and name 2026-07-28 among the versions it
@@ -379,7 +410,59 @@ impl Session {
                 Err(e) => return Err(e),
             }
         }
-        self.initialize(LEGACY).await
+        match self.initialize(LEGACY).await {
+            // A 2024-11-05 server has no Streamable HTTP endpoint: the URL is its event
+            // stream, and a POST there is refused with 400, 404 or 405 (the spec's test for
+            // falling back). Refused credentials or a failing server are answers, not that.
+            Err(e)
+                if protocol == Protocol::Auto && matches!(self.transport, Transport::Http(_)) =>
+            {
+                let refused = e
+                    .chain()
+                    .find_map(|c| c.downcast_ref::<HttpStatus>())
+                    .filter(|s| matches!(s.status.as_u16(), 400 | 404 | 405))
+                    .map(|s| s.status);
+                let Some(status) = refused else {
+                    return Err(e);
+                };
+                let why = format!(
+                    "the server refused initialize over Streamable HTTP (HTTP {status}): falling back to the 2024-11-05 HTTP+SSE transport"
+                );
+                if let Err(sse) = self.open_http_sse(&why).await {
+                    if sse.is::<TimedOut>() {
+                        return Err(sse);
+                    }
+                    // A mistyped path is refused both ways: both refusals are the answer.
+                    return Err(sse.context(format!(
+                        "the server speaks neither Streamable HTTP (it refused initialize with HTTP {status}) nor HTTP+SSE at this URL"
+                    )));
+                }
+                self.initialize(LEGACY).await
+            }
+            other => other,
+        }
+    }
+
+    /// Replace Streamable HTTP with the 2024-11-05 HTTP+SSE transport at the same URL, within
+    /// the command's `--timeout`; `why` starts the `--verbose` line that says so.
+    async fn open_http_sse(&mut self, why: &str) -> anyhow::Result<()> {
+        let Transport::Http(h) = &self.transport else {
+            return Ok(());
+        };
+        transport::note(&format!("{why}, GET {}", h.shown()));
+        let deadline = *mcpr_core::sync::lock(&self.deadline);
+        let connect = LegacySse::connect(h);
+        let sse = match deadline {
+            Some(at) => tokio::time::timeout_at(at, connect).await.map_err(|_| {
+                TimedOut(format!(
+                    "the command did not finish within {}s (--timeout): no endpoint event on the HTTP+SSE stream yet",
+                    self.timeout.as_secs()
+                ))
+            })??,
+            None => connect.await?,
+        };
+        self.transport = Transport::Sse(sse);
+        Ok(())
     }
 
     async fn discover(&mut self) -> anyhow::Result<Value> {
@@ -575,18 +658,20 @@ impl Session {
     }
 
     /// For the legacy era over HTTP: open the stream notifications arrive on. Over stdio they
-    /// share stdout with answers, so there is nothing to open.
+    /// share stdout with answers, and over HTTP+SSE the one stream carries both, so there is
+    /// nothing to open.
     pub(crate) async fn open_notification_stream(&self) -> anyhow::Result<()> {
         match &self.transport {
             Transport::Http(h) if h.has_session() => h.open_notification_stream().await,
             Transport::Http(_) => {
                 bail!("the server gave no session id, so it has no stream to send notifications on")
             }
-            Transport::Stdio(_) => Ok(()),
+            Transport::Stdio(_) | Transport::Sse(_) => Ok(()),
         }
     }
 
-    /// Whether the session runs over HTTP (where a stream can drop and be opened again).
+    /// Whether the session runs over Streamable HTTP (where a stream can drop and be opened
+    /// again; an HTTP+SSE session ends with its stream).
     pub(crate) fn is_http(&self) -> bool {
         matches!(self.transport, Transport::Http(_))
     }

@@ -171,6 +171,36 @@ impl Http {
         s.modern = modern;
     }
 
+    /// The connection pool, shared with the 2024-11-05 HTTP+SSE transport a fallback opens.
+    pub(super) fn client(&self) -> &reqwest::Client {
+        &self.inner.client
+    }
+
+    /// The URL given (`--url` or an entry's `url`).
+    pub(super) fn url(&self) -> &reqwest::Url {
+        &self.inner.url
+    }
+
+    /// [`Self::url`] for messages: user information masked, query dropped.
+    pub(crate) fn shown(&self) -> &str {
+        &self.inner.shown
+    }
+
+    /// The `--header` (and entry) headers, sent on every request.
+    pub(super) fn headers(&self) -> &reqwest::header::HeaderMap {
+        &self.inner.headers
+    }
+
+    /// The channel notifications and the connection's end go to.
+    pub(super) fn inbound(&self) -> &mpsc::UnboundedSender<Inbound> {
+        &self.inner.inbound
+    }
+
+    /// `--max-message-mib`, in bytes.
+    pub(super) fn max_message(&self) -> usize {
+        self.inner.max_message
+    }
+
     /// Whether a legacy session id was handed out (the server keeps per-session state).
     pub(crate) fn has_session(&self) -> bool {
         lock(&self.inner.state).session.is_some()
@@ -236,7 +266,7 @@ impl Http {
         Ok(resp)
     }
 
-    fn unreachable(&self, e: reqwest::Error) -> anyhow::Error {
+    pub(super) fn unreachable(&self, e: reqwest::Error) -> anyhow::Error {
         let mut msg = format!("cannot reach the server at {}", self.inner.shown);
         // reqwest's own message is generic ("error sending request"); the cause says what
         // happened (connection refused, DNS, TLS).
@@ -327,7 +357,7 @@ impl Http {
 
     /// The error for a non-2xx answer: its JSON-RPC error when the body has one, else the
     /// status and the start of the body.
-    async fn failed(&self, resp: reqwest::Response) -> anyhow::Error {
+    pub(super) async fn failed(&self, resp: reqwest::Response) -> anyhow::Error {
         let status = resp.status();
         let location = resp
             .headers()
@@ -574,7 +604,7 @@ impl Http {
 /// query ([`mcpr_core::redact_url`]), and its headers, the values of any that may be a credential
 /// (`--header` and entry values, which are all marked sensitive, and the session id, which is
 /// one without authorization) shown as `***`.
-fn trace_http(rb: &reqwest::RequestBuilder) {
+pub(super) fn trace_http(rb: &reqwest::RequestBuilder) {
     let Some(req) = rb.try_clone().and_then(|b| b.build().ok()) else {
         return;
     };
@@ -601,7 +631,7 @@ fn trace_http(rb: &reqwest::RequestBuilder) {
     );
 }
 
-fn is_event_stream(resp: &reqwest::Response) -> bool {
+pub(super) fn is_event_stream(resp: &reqwest::Response) -> bool {
     resp.headers()
         .get(reqwest::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())

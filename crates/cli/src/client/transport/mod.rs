@@ -1,5 +1,6 @@
-//! The client's three ways to carry JSON-RPC: a child process over stdio ([`stdio`]),
-//! Streamable HTTP ([`http`]), and the `text/event-stream` bodies HTTP answers may be ([`sse`]).
+//! The client's ways to carry JSON-RPC: a child process over stdio ([`stdio`]), Streamable
+//! HTTP ([`http`]), the 2024-11-05 HTTP+SSE transport ([`legacy_sse`]), and the
+//! `text/event-stream` bodies both HTTP ones read ([`sse`]).
 //!
 //! All carry raw JSON-RPC (`serde_json::Value`), so `ls --json` can print resources exactly as
 //! the server sent them. Responses are matched to requests by id; notifications from the
@@ -8,10 +9,12 @@
 //! transports share: the message types, the routing and the errors.
 
 mod http;
+mod legacy_sse;
 mod sse;
 mod stdio;
 
 pub(crate) use http::{DEFAULT_RETRY, Http, HttpStatus, RECONNECTS, StreamDropped};
+pub(crate) use legacy_sse::LegacySse;
 pub(crate) use stdio::Stdio;
 
 use std::collections::HashMap;
@@ -34,6 +37,14 @@ const TRACE_CHARS: usize = 4096;
 /// Turn the `--verbose` trace on.
 pub(crate) fn set_verbose() {
     VERBOSE.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// A line of the `--verbose` trace that is not a message: what the client decided (a fallback
+/// to another transport), for whoever reads the trace to know why the requests change.
+pub(crate) fn note(text: &str) {
+    if VERBOSE.load(std::sync::atomic::Ordering::Relaxed) {
+        eprintln!("-- {}", crate::client::output::clean(text));
+    }
 }
 
 /// One line of the `--verbose` trace on stderr: `arrow` (`->` sent, `<-` received) and the
@@ -179,6 +190,8 @@ pub(crate) struct Outgoing<'a> {
 pub(crate) enum Transport {
     Stdio(Stdio),
     Http(Http),
+    /// The 2024-11-05 HTTP+SSE transport.
+    Sse(LegacySse),
 }
 
 impl Transport {
@@ -188,6 +201,7 @@ impl Transport {
         match self {
             Transport::Stdio(s) => s.request(req).await,
             Transport::Http(h) => h.request(req).await,
+            Transport::Sse(s) => s.request(req).await,
         }
     }
 
@@ -197,15 +211,17 @@ impl Transport {
         match self {
             Transport::Stdio(s) => s.write(&message).await,
             Transport::Http(h) => h.notify(message).await,
+            Transport::Sse(s) => s.notify(message).await,
         }
     }
 
     /// End the connection politely, waiting at most `grace`: stdin closed (then the child
-    /// killed if it lingers), or the legacy HTTP session deleted.
+    /// killed if it lingers), the legacy HTTP session deleted, or the HTTP+SSE stream closed.
     pub(crate) async fn close(self, grace: std::time::Duration) {
         match self {
             Transport::Stdio(s) => s.close(grace).await,
             Transport::Http(h) => h.close(grace).await,
+            Transport::Sse(s) => s.close(),
         }
     }
 }

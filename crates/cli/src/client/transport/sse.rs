@@ -101,6 +101,15 @@ impl EventStream {
     /// The next event's `data` (empty for an event without any, such as a priming event),
     /// its `id:` and `retry:` recorded in `resume`; or why there is none.
     pub(crate) async fn next(&mut self, resume: &mut Resume) -> Result<String, Stop> {
+        self.next_event(resume).await.map(|(_, data)| data)
+    }
+
+    /// [`Self::next`] with the event's type (`event:`; `None` for the default, `message`):
+    /// the 2024-11-05 HTTP+SSE transport tells its `endpoint` event apart by it.
+    pub(crate) async fn next_event(
+        &mut self,
+        resume: &mut Resume,
+    ) -> Result<(Option<String>, String), Stop> {
         match self.events.next().await {
             None => Err(Stop::Ended),
             Some(Ok(event)) => {
@@ -111,7 +120,7 @@ impl EventStream {
                 if let Some(ms) = event.retry {
                     resume.retry = Some(Duration::from_millis(ms));
                 }
-                Ok(event.data.unwrap_or_default())
+                Ok((event.event, event.data.unwrap_or_default()))
             }
             Some(Err(sse_stream::Error::Body(e))) => match e.downcast::<BodyError>() {
                 Ok(e) => match *e {
