@@ -324,14 +324,17 @@ pub(crate) fn run(cmd: ClientCommand) -> anyhow::Result<()> {
                 json,
                 connect,
             } => {
-                // `logging/setLevel` exists only in the `initialize` era: 2026-07-28 sends log
+                let (mut session, mut rx) = Session::connect(&connect).await?;
+                // `logging/setLevel` exists only in the `initialize` eras: 2026-07-28 sends log
                 // messages only on the requests that ask for them in `_meta` (SEP-2577), so
-                // `auto` asks for a legacy session here.
-                let mut connect = connect;
-                if connect.protocol == super::Protocol::Auto {
-                    connect.protocol = super::Protocol::Legacy;
+                // under `auto` a server that chose 2026-07-28 is asked again for a legacy
+                // session (one that `auto` found only over HTTP+SSE is one already).
+                if connect.protocol == super::Protocol::Auto && session.era() == &Era::Modern {
+                    session.close().await;
+                    let mut legacy = connect.clone();
+                    legacy.protocol = super::Protocol::Legacy;
+                    (session, rx) = Session::connect(&legacy).await?;
                 }
-                let (session, rx) = Session::connect(&connect).await?;
                 let level = clap::ValueEnum::to_possible_value(&level)
                     .map(|v| v.get_name().to_owned())
                     .unwrap_or_default();
