@@ -2,11 +2,14 @@
 //! database and an HTTP api, each reached through a loopback TCP relay the test owns, beside a
 //! files mount that is never cut. A cut is a blackhole, the hard case: the relay stops
 //! forwarding in both directions and accepts new connections without answering, sockets kept
-//! open, so requests hang rather than being refused. On heal it forwards again, and
-//! connections that were stuck resume where they stopped, bytes sent during the cut
-//! included: a real partition of 30 s is far inside TCP's retransmission window (about 15
-//! minutes with Linux's defaults), so the connections a server held across it live on rather
-//! than being reset.
+//! open, so requests hang rather than being refused. On heal the S3 and api relays forward
+//! again, and connections that were stuck resume where they stopped, bytes sent during the
+//! cut included: a real partition of 30 s is far inside TCP's retransmission window (about
+//! 15 minutes with Linux's defaults), so the connections a server held across it live on.
+//! The PostgreSQL relay resets both ends of every connection that lived through the cut
+//! instead, as after a longer partition or a NAT or firewall that forgot the connections
+//! meanwhile: the first packet after the heal meets a reset. That is the case where a
+//! database pool must notice its connections are dead rather than wait on them.
 //!
 //! The cuts are staggered (S3 0–30 s, PostgreSQL 7–37 s, api 33–63 s), so the windows overlap
 //! and each upstream is also the only one cut for a while. Checked at fixed sample points,
@@ -76,8 +79,18 @@ struct Relay {
     cut: watch::Sender<bool>,
 }
 
+/// What a relay does at the heal with the connections that lived through its cut.
+#[derive(Clone, Copy, PartialEq)]
+enum AtHeal {
+    /// Forward again where they stopped: a partition TCP rides out.
+    Resume,
+    /// Reset both ends: a partition long enough, or a NAT or firewall that forgot the
+    /// connections meanwhile, so the first packet after it meets a reset.
+    Reset,
+}
+
 impl Relay {
-    async fn start(target: SocketAddr) -> Self {
+    async fn start(target: SocketAddr, at_heal: AtHeal) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (cut, _) = watch::channel(false);
@@ -87,16 +100,38 @@ impl Relay {
                 let mut healed = on.subscribe();
                 tokio::spawn(async move {
                     // Accepted (the kernel did that anyway) but not answered while cut.
-                    if healed.wait_for(|c| !*c).await.is_err() {
-                        return;
+                    if *healed.borrow_and_update() {
+                        if at_heal == AtHeal::Reset {
+                            // A handshake the cut swallowed: the client meets a reset at
+                            // the heal.
+                            let _ = healed.wait_for(|c| !*c).await;
+                            let _ = client.set_zero_linger();
+                            return;
+                        }
+                        if healed.wait_for(|c| !*c).await.is_err() {
+                            return;
+                        }
                     }
                     let Ok(upstream) = TcpStream::connect(target).await else {
                         return;
                     };
+                    if at_heal == AtHeal::Reset {
+                        // Closing then sends a reset, not an orderly end.
+                        let _ = client.set_zero_linger();
+                        let _ = upstream.set_zero_linger();
+                    }
                     let (cr, cw) = client.into_split();
                     let (ur, uw) = upstream.into_split();
-                    tokio::spawn(pipe(cr, uw, healed.clone()));
-                    tokio::spawn(pipe(ur, cw, healed));
+                    let there = tokio::spawn(pipe(cr, uw, healed.clone()));
+                    let back = tokio::spawn(pipe(ur, cw, healed.clone()));
+                    if at_heal == AtHeal::Reset {
+                        // Through a cut and its heal, then both halves dropped: reset.
+                        if healed.wait_for(|c| *c).await.is_ok() {
+                            let _ = healed.wait_for(|c| !*c).await;
+                        }
+                        there.abort();
+                        back.abort();
+                    }
                 });
             }
         });
@@ -365,9 +400,9 @@ async fn cut_upstreams_cost_only_their_mounts_and_come_back() {
         .trim_start_matches("http://")
         .parse()
         .unwrap();
-    let s3 = Relay::start(moto_addr).await;
-    let pg_relay = Relay::start("127.0.0.1:5432".parse().unwrap()).await;
-    let api = Relay::start(api_upstream().await).await;
+    let s3 = Relay::start(moto_addr, AtHeal::Resume).await;
+    let pg_relay = Relay::start("127.0.0.1:5432".parse().unwrap(), AtHeal::Reset).await;
+    let api = Relay::start(api_upstream().await, AtHeal::Resume).await;
 
     let dir = tempfile::tempdir().unwrap();
     let files = dir.path().join("files");
