@@ -53,8 +53,10 @@ const SLACK: Duration = Duration::from_millis(1000);
 const OK_WITHIN: Duration = Duration::from_millis(1000);
 /// How long after its heal a mount may still fail reads.
 const RECOVERED_WITHIN: Duration = Duration::from_secs(4);
-/// How long after its heal a listening client may wait for `list_changed`.
-const NOTICED_WITHIN: Duration = Duration::from_secs(7);
+/// How long after its heal a listening client may wait for `list_changed`: the probe's
+/// longest wait (4 s) and its bound (1 s at this timeout), after PostgreSQL's breaker has let
+/// a reconnection through (up to about 2 s; a probe before that fails at once), and slack.
+const NOTICED_WITHIN: Duration = Duration::from_secs(8);
 /// How long each upstream is cut.
 const CUT: Duration = Duration::from_secs(30);
 /// When each upstream's cut starts, in seconds after the first.
