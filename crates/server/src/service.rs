@@ -362,8 +362,12 @@ fn none_listed(mut skipped: Vec<SkippedMount>) -> Error {
 /// The first wait before a mount in an outage is asked again whether it is back; each
 /// further wait doubles, up to [`RECOVERY_PROBE_MAX`].
 const RECOVERY_PROBE_FIRST: Duration = Duration::from_secs(1);
-/// The longest wait between two probes of a mount in an outage.
-const RECOVERY_PROBE_MAX: Duration = Duration::from_secs(30);
+/// The longest wait between two probes of a mount in an outage. Short, because a return is
+/// noticed up to this late (plus a probe's own time): with half a minute, an upstream cut for
+/// 30 s could be back for as long again before any client heard of it. A probe is one
+/// first-entry listing (one small request to the source) per mount in an outage and replica,
+/// every 4 s at most: little next to the requests the clients make.
+const RECOVERY_PROBE_MAX: Duration = Duration::from_secs(4);
 
 /// Ends the outage of `mount`, if it was in one: logged once, and every stream that hears
 /// list changes of the mount told that its entries are back (they were left out of the
@@ -376,10 +380,13 @@ fn back_if_out(state: &ServerState, mount: &Mount) {
     }
 }
 
-/// Asks mount `index` for its first entry, through the layer (so within the request
-/// timeout), while it is in an outage: from one second apart, doubling up to half a minute.
-/// When it answers, the outage ends ([`back_if_out`]). Ends when a listing ended the outage
-/// first, or when the server is gone (it holds no strong reference to it).
+/// Asks mount `index` for its first entry while it is in an outage: from one second apart,
+/// doubling up to [`RECOVERY_PROBE_MAX`]. Each probe is bounded like a listing's ask of a
+/// mount in an outage ([`outage_probe`]), not by the whole request timeout: against a source
+/// that hangs, a probe would otherwise take that long each time (30 s by default) and its
+/// return be noticed as late. When it answers, the outage ends ([`back_if_out`]). Ends when a
+/// listing ended the outage first, or when the server is gone (it holds no strong reference
+/// to it).
 async fn probe_until_back(state: std::sync::Weak<ServerState>, index: usize) {
     let mut wait = RECOVERY_PROBE_FIRST;
     loop {
@@ -397,7 +404,7 @@ async fn probe_until_back(state: std::sync::Weak<ServerState>, index: usize) {
             after: None,
             limit: 1,
         };
-        let answer = Layered::new(mount, state.settings.request_timeout)
+        let answer = Layered::new(mount, outage_probe(state.settings.request_timeout))
             .list(first)
             .await;
         if answer.is_ok() {

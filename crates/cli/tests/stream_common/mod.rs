@@ -138,6 +138,14 @@ impl Replica {
     /// A 2026-07-28 `subscriptions/listen` stream for `uris`, its messages collected; waits
     /// for the acknowledgment.
     pub async fn listen(&self, http: &reqwest::Client, uris: &[&str]) -> Heard {
+        self.listen_to(http, serde_json::json!({"resourceSubscriptions": uris}))
+            .await
+    }
+
+    /// A 2026-07-28 `subscriptions/listen` stream asking for `notifications` (such as
+    /// `{"resourcesListChanged": true}`), its messages collected; waits for the
+    /// acknowledgment.
+    pub async fn listen_to(&self, http: &reqwest::Client, notifications: Value) -> Heard {
         let meta = serde_json::json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
             "io.modelcontextprotocol/clientCapabilities": {}});
         let resp = http
@@ -148,7 +156,7 @@ impl Replica {
             .header("mcp-method", "subscriptions/listen")
             .body(
                 serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen",
-                    "params": {"notifications": {"resourceSubscriptions": uris}, "_meta": meta}})
+                    "params": {"notifications": notifications, "_meta": meta}})
                 .to_string(),
             )
             .send()
@@ -227,6 +235,16 @@ impl Heard {
             .filter(|m| {
                 m["method"] == "notifications/resources/updated" && m["params"]["uri"] == uri
             })
+            .count()
+    }
+
+    /// How many messages of method `method` were heard.
+    pub fn count(&self, method: &str) -> usize {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|m| m["method"] == method)
             .count()
     }
 

@@ -399,10 +399,17 @@ async fn readyz(State(ops): State<Arc<Ops>>, headers: http::HeaderMap) -> Respon
     };
     let mut all = true;
     let mut body = String::new();
-    for m in ops.state.router().mounts() {
-        let readiness = crate::layers::Layered::new(m, ops.state.settings().request_timeout)
-            .readiness()
-            .await;
+    let mounts = ops.state.router().mounts();
+    // Every mount asked at once: one after the other, each mount that hangs would add the
+    // request timeout, and a probe would give up before hearing which mounts are ready.
+    let timeout = ops.state.settings().request_timeout;
+    let readiness = futures::future::join_all(
+        mounts
+            .iter()
+            .map(|m| async move { crate::layers::Layered::new(m, timeout).readiness().await }),
+    )
+    .await;
+    for (m, readiness) in mounts.iter().zip(readiness) {
         all &= readiness.is_ok();
         if let Some(grant) = &grant
             && grant.as_ref().is_none_or(|g| g.allows(m.scope.as_deref()))

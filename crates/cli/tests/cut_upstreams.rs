@@ -1,0 +1,763 @@
+//! Upstreams cut off from the built binary, each for 30 s: an S3 store (moto), a PostgreSQL
+//! database and an HTTP api, each reached through a loopback TCP relay the test owns, beside a
+//! files mount that is never cut. A cut is a blackhole, the hard case: the relay stops
+//! forwarding in both directions and accepts new connections without answering, sockets kept
+//! open, so requests hang rather than being refused. On heal the S3 and api relays forward
+//! again, and connections that were stuck resume where they stopped, bytes sent during the
+//! cut included: a real partition of 30 s is far inside TCP's retransmission window (about
+//! 15 minutes with Linux's defaults), so the connections a server held across it live on.
+//! The PostgreSQL relay resets both ends of every connection that lived through the cut
+//! instead, as after a longer partition or a NAT or firewall that forgot the connections
+//! meanwhile: the first packet after the heal meets a reset. That is the case where a
+//! database pool must notice its connections are dead rather than wait on them.
+//!
+//! The cuts are staggered (S3 0–30 s, PostgreSQL 7–37 s, api 33–63 s), so the windows overlap
+//! and each upstream is also the only one cut for a while. Checked at fixed sample points,
+//! once a second:
+//! - the files mount and every mount not cut read within [`OK_WITHIN`];
+//! - a read of a cut mount fails within the request timeout (plus [`SLACK`]) naming its
+//!   mount;
+//! - listings (while S3 alone, S3 and PostgreSQL, PostgreSQL alone and the api alone are
+//!   cut) leave a cut S3 or PostgreSQL mount out, named in `_meta`
+//!   `io.github.mcp-resources/unavailable`, and list the rest; an api mount lists its
+//!   configured endpoints, which no cut changes, so it stays listed;
+//! - `/readyz` answers 503 naming each cut mount and why;
+//! - after each heal, with no restart, reads work again within [`RECOVERED_WITHIN`], and a
+//!   2026-07-28 `subscriptions/listen` stream and a legacy session's GET stream both hear
+//!   `notifications/resources/list_changed` within [`NOTICED_WITHIN`] for the S3 and the
+//!   PostgreSQL mount (the api mount's listing never changed); PostgreSQL's return is noticed
+//!   with no listing in between, by the server's own probe;
+//! - `/healthz` answers at every sample and the log holds no panic.
+//!
+//! Needs `moto_server` and PostgreSQL at 127.0.0.1:5432: without either the test says
+//! SKIPPED and passes, except under `CI=true`, where it fails.
+
+mod stream_common;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use stream_common::{Replica, install_crypto, messages};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+/// The server's `request_timeout_ms`.
+const TIMEOUT: Duration = Duration::from_millis(2000);
+/// What a request may take beyond the server's own bound: the HTTP round trip and the
+/// scheduling of a debug build on a busy 2-core machine.
+const SLACK: Duration = Duration::from_millis(1000);
+/// The bound on a read or listing of a mount that is not cut.
+const OK_WITHIN: Duration = Duration::from_millis(1000);
+/// How long after its heal a mount may still fail reads.
+const RECOVERED_WITHIN: Duration = Duration::from_secs(4);
+/// How long after its heal a listening client may wait for `list_changed`: the probe's
+/// longest wait (4 s) and its bound (1 s at this timeout), after PostgreSQL's breaker has let
+/// a reconnection through (up to about 2 s; a probe before that fails at once), and slack.
+const NOTICED_WITHIN: Duration = Duration::from_secs(8);
+/// How long each upstream is cut.
+const CUT: Duration = Duration::from_secs(30);
+/// When each upstream's cut starts, in seconds after the first.
+const S3_AT: u64 = 0;
+const PG_AT: u64 = 7;
+const API_AT: u64 = 33;
+/// Seconds after the first cut at which listings and `/readyz` are checked: S3 alone, S3 and
+/// PostgreSQL, PostgreSQL alone, the api alone.
+const LISTED_AT: [f64; 4] = [3.5, 20.5, 31.5, 45.5];
+const PG_ADMIN: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
+fn absent(what: &str, e: impl std::fmt::Display) {
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{what} is required under CI=true and could not be used: {e}");
+    }
+    eprintln!("SKIPPED: {what} is not available here ({e})");
+}
+
+/// A loopback TCP relay to `target` that can be cut (see the module's comment).
+struct Relay {
+    addr: SocketAddr,
+    cut: watch::Sender<bool>,
+}
+
+/// What a relay does at the heal with the connections that lived through its cut.
+#[derive(Clone, Copy, PartialEq)]
+enum AtHeal {
+    /// Forward again where they stopped: a partition TCP rides out.
+    Resume,
+    /// Reset both ends: a partition long enough, or a NAT or firewall that forgot the
+    /// connections meanwhile, so the first packet after it meets a reset.
+    Reset,
+}
+
+impl Relay {
+    async fn start(target: SocketAddr, at_heal: AtHeal) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (cut, _) = watch::channel(false);
+        let on = cut.clone();
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let mut healed = on.subscribe();
+                tokio::spawn(async move {
+                    // Accepted (the kernel did that anyway) but not answered while cut.
+                    if *healed.borrow_and_update() {
+                        if at_heal == AtHeal::Reset {
+                            // A handshake the cut swallowed: the client meets a reset at
+                            // the heal.
+                            let _ = healed.wait_for(|c| !*c).await;
+                            let _ = client.set_zero_linger();
+                            return;
+                        }
+                        if healed.wait_for(|c| !*c).await.is_err() {
+                            return;
+                        }
+                    }
+                    let Ok(upstream) = TcpStream::connect(target).await else {
+                        return;
+                    };
+                    if at_heal == AtHeal::Reset {
+                        // Closing then sends a reset, not an orderly end.
+                        let _ = client.set_zero_linger();
+                        let _ = upstream.set_zero_linger();
+                    }
+                    let (cr, cw) = client.into_split();
+                    let (ur, uw) = upstream.into_split();
+                    let there = tokio::spawn(pipe(cr, uw, healed.clone()));
+                    let back = tokio::spawn(pipe(ur, cw, healed.clone()));
+                    if at_heal == AtHeal::Reset {
+                        // Through a cut and its heal, then both halves dropped: reset.
+                        if healed.wait_for(|c| *c).await.is_ok() {
+                            let _ = healed.wait_for(|c| !*c).await;
+                        }
+                        there.abort();
+                        back.abort();
+                    }
+                });
+            }
+        });
+        Self { addr, cut }
+    }
+
+    fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    fn set_cut(&self, cut: bool) {
+        self.cut.send_replace(cut);
+    }
+}
+
+/// One direction of a relayed connection. Bytes read while cut (or a read that was waiting
+/// when the cut began) are held until the heal, like packets a partition drops and TCP
+/// retransmits after it; an end of stream is passed on the same way.
+async fn pipe(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    mut healed: watch::Receiver<bool>,
+) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = from.read(&mut buf).await.unwrap_or(0);
+        if healed.wait_for(|c| !*c).await.is_err() {
+            return;
+        }
+        if n == 0 {
+            let _ = to.shutdown().await;
+            return;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The api's upstream: answers every GET with a small JSON body that must not be cached (so
+/// a read during the cut asks the upstream), over keep-alive connections.
+async fn api_upstream() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                let mut buf = [0u8; 4096];
+                loop {
+                    let Ok(n) = s.read(&mut buf).await else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    got.extend_from_slice(&buf[..n]);
+                    while let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+                        got.drain(..end + 4);
+                        let body = r#"{"status":"up"}"#;
+                        let answer = format!(
+                            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nCache-Control: no-store\r\nContent-Length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        if s.write_all(answer.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// A database of the test's own with one table, dropped when the test ends (also when it
+/// fails).
+struct Pg {
+    name: String,
+}
+
+impl Pg {
+    async fn create() -> Option<Self> {
+        use sqlx::{Connection as _, Executor as _};
+        let mut admin = match tokio::time::timeout(
+            Duration::from_secs(5),
+            sqlx::PgConnection::connect(PG_ADMIN),
+        )
+        .await
+        {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => {
+                absent("PostgreSQL at 127.0.0.1:5432", e);
+                return None;
+            }
+            Err(_) => {
+                absent("PostgreSQL at 127.0.0.1:5432", "no answer in 5 s");
+                return None;
+            }
+        };
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .subsec_nanos();
+        let name = format!("mcpr_cut_{}_{nanos}", std::process::id());
+        admin
+            .execute(format!("CREATE DATABASE {name}").as_str())
+            .await
+            .unwrap();
+        let pg = Self { name };
+        let mut c = sqlx::PgConnection::connect(&pg.url("127.0.0.1:5432"))
+            .await
+            .unwrap();
+        c.execute("CREATE TABLE t (id int primary key, v text); INSERT INTO t VALUES (1, 'one')")
+            .await
+            .unwrap();
+        let _ = c.close().await;
+        Some(pg)
+    }
+
+    fn url(&self, at: &str) -> String {
+        format!("postgres://postgres@{at}/{}", self.name)
+    }
+}
+
+impl Drop for Pg {
+    fn drop(&mut self) {
+        use sqlx::{Connection as _, Executor as _};
+        let name = self.name.clone();
+        // Drop runs on the test's runtime, which cannot be blocked on from inside.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                if let Ok(mut c) = sqlx::PgConnection::connect(PG_ADMIN).await {
+                    // FORCE: the server under test may still hold connections.
+                    let _ = c
+                        .execute(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)").as_str())
+                        .await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+/// One cut upstream: its mount's name as listings and `/readyz` give it, a URI to read, and
+/// its cut's window in seconds after the first cut.
+struct Cut {
+    mount: &'static str,
+    uri: String,
+    relay: Relay,
+    at: u64,
+    /// Whether its listing and its readiness ask the upstream (not an api mount's: it lists
+    /// its configured endpoints and has no readiness check).
+    asks_upstream: bool,
+}
+
+impl Cut {
+    fn window(&self) -> (f64, f64) {
+        (
+            self.at as f64,
+            (Duration::from_secs(self.at) + CUT).as_secs_f64(),
+        )
+    }
+
+    fn cut_at(&self, t: f64) -> bool {
+        let (from, to) = self.window();
+        (from..to).contains(&t)
+    }
+}
+
+/// One read's outcome: when it was sent (seconds after the first cut), how long it took, and
+/// its result or error message.
+#[derive(Debug, Clone)]
+struct Sample {
+    uri: String,
+    at: f64,
+    took: Duration,
+    answer: Result<String, String>,
+}
+
+/// A JSON-RPC request in legacy session `sid`: its answer's `result` or `error`.
+async fn call(
+    r: &Replica,
+    http: &reqwest::Client,
+    sid: &str,
+    method: &str,
+    params: Value,
+) -> Result<Value, String> {
+    // Requests run at once in one session: each needs an id of its own.
+    static ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let id = ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+    let resp = r.legacy_post(http, Some(sid), body).await;
+    let text = resp.text().await.map_err(|e| format!("no answer: {e}"))?;
+    let answer = messages(&text)
+        .into_iter()
+        .find(|m| m["id"] == id)
+        .ok_or_else(|| format!("no answer in {text:?}"))?;
+    match answer.get("result") {
+        Some(r) => Ok(r.clone()),
+        None => Err(answer["error"]["message"].as_str().unwrap_or("").to_owned()),
+    }
+}
+
+async fn read(r: &Replica, http: &reqwest::Client, sid: &str, uri: &str, t0: Instant) -> Sample {
+    let sent = Instant::now();
+    let answer = call(r, http, sid, "resources/read", json!({"uri": uri}))
+        .await
+        .map(|v| v["contents"][0]["text"].as_str().unwrap_or("").to_owned());
+    Sample {
+        uri: uri.to_owned(),
+        at: (sent - t0).as_secs_f64(),
+        took: sent.elapsed(),
+        answer,
+    }
+}
+
+/// How long after now (a heal) until a read of `uri` sent after it answers: one read every
+/// 100 ms, each on its own (a read may hang), the first answer's arrival; fails the test past
+/// [`RECOVERED_WITHIN`].
+async fn recovery(r: Arc<Replica>, http: reqwest::Client, sid: String, uri: String) -> Duration {
+    let healed = Instant::now();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    loop {
+        tokio::select! {
+            Some(back) = rx.recv() => return back,
+            _ = tick.tick() => {
+                assert!(healed.elapsed() <= RECOVERED_WITHIN, "{uri}: no read answered within {RECOVERED_WITHIN:?} of the heal");
+                let (r, http, sid, uri, tx) = (r.clone(), http.clone(), sid.clone(), uri.clone(), tx.clone());
+                tokio::spawn(async move {
+                    if read(&r, &http, &sid, &uri, healed).await.answer.is_ok() {
+                        let _ = tx.send(healed.elapsed());
+                    }
+                });
+            }
+        }
+    }
+}
+
+/// `/readyz` and its time, `/healthz` alongside.
+async fn readyz(r: &Replica) -> (u16, String, Duration) {
+    let sent = Instant::now();
+    let (status, body) = r.get("/readyz").await;
+    (status, body, sent.elapsed())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cut_upstreams_cost_only_their_mounts_and_come_back() {
+    install_crypto();
+    let Some(moto) = mcpr_testkit::moto::moto() else {
+        return;
+    };
+    let Some(pg) = Pg::create().await else {
+        return;
+    };
+    let bucket = format!("mcpr-cut-{}", std::process::id());
+    moto.create_bucket(&bucket);
+    moto.put(&bucket, "a.txt", b"from s3\n");
+    let moto_addr: SocketAddr = moto
+        .endpoint()
+        .trim_start_matches("http://")
+        .parse()
+        .unwrap();
+    let s3 = Relay::start(moto_addr, AtHeal::Resume).await;
+    let pg_relay = Relay::start("127.0.0.1:5432".parse().unwrap(), AtHeal::Reset).await;
+    let api = Relay::start(api_upstream().await, AtHeal::Resume).await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let files = dir.path().join("files");
+    std::fs::create_dir(&files).unwrap();
+    std::fs::write(files.join("f.txt"), "from files\n").unwrap();
+    let config = format!(
+        "[server]\nrequest_timeout_ms = {}\n\
+         [[mount]]\nkind = \"files\"\nroot = \"{}\"\n\
+         [[mount]]\nkind = \"s3\"\nbucket = \"{bucket}\"\nregion = \"us-east-1\"\nendpoint = \"http://127.0.0.1:{}\"\nallow_http = true\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\n\
+         [[mount]]\nkind = \"postgres\"\nname = \"pgcut\"\nurl = \"{}\"\n\
+         [[mount]]\nkind = \"api\"\nname = \"upcut\"\nallow_private = true\n\
+         [[mount.endpoint]]\nuri = \"api://upcut/status\"\nurl = \"http://127.0.0.1:{}/status\"\n",
+        TIMEOUT.as_millis(),
+        files.display(),
+        s3.port(),
+        pg.url(&format!("127.0.0.1:{}", pg_relay.port())),
+        api.port(),
+    );
+    let cfg = dir.path().join("cut.toml");
+    std::fs::write(&cfg, config).unwrap();
+    let r = Arc::new(Replica::start(&cfg, dir.path().join("server.log")));
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap();
+
+    let files_uri = format!("file://{}", files.join("f.txt").display());
+    let cuts = Arc::new([
+        Cut {
+            mount: "s3://mcpr-cut-",
+            uri: format!("s3://{bucket}/a.txt"),
+            relay: s3,
+            at: S3_AT,
+            asks_upstream: true,
+        },
+        Cut {
+            mount: "pgcut",
+            uri: "db://pgcut/tables/t".into(),
+            relay: pg_relay,
+            at: PG_AT,
+            asks_upstream: true,
+        },
+        Cut {
+            mount: "upcut",
+            uri: "api://upcut/status".into(),
+            relay: api,
+            at: API_AT,
+            asks_upstream: false,
+        },
+    ]);
+
+    // Everything answers before any cut, and the two listening clients are in place.
+    let sid = r.legacy_initialize(&http).await;
+    for uri in std::iter::once(&files_uri).chain(cuts.iter().map(|c| &c.uri)) {
+        let s = read(&r, &http, &sid, uri, Instant::now()).await;
+        assert!(s.answer.is_ok(), "before any cut: {s:?}");
+    }
+    let listed = call(&r, &http, &sid, "resources/list", json!({}))
+        .await
+        .unwrap();
+    assert!(
+        listed["_meta"]["io.github.mcp-resources/unavailable"].is_null(),
+        "{listed}"
+    );
+    // The streams' client has no overall timeout: it would end them.
+    let streams = reqwest::Client::new();
+    let listen = r
+        .listen_to(&streams, json!({"resourcesListChanged": true}))
+        .await;
+    let legacy_sid = r.legacy_initialize(&streams).await;
+    let legacy = r.legacy_stream(&streams, &legacy_sid).await;
+    // When each stream heard each list_changed, seconds after the first cut.
+    let heard: Arc<Mutex<Vec<(&str, f64)>>> = Arc::default();
+    let t0 = Instant::now();
+    for (name, stream) in [("listen", listen.clone()), ("legacy", legacy.clone())] {
+        let heard = heard.clone();
+        tokio::spawn(async move {
+            let mut seen = 0;
+            loop {
+                let now = stream.count("notifications/resources/list_changed");
+                for _ in seen..now {
+                    heard
+                        .lock()
+                        .unwrap()
+                        .push((name, t0.elapsed().as_secs_f64()));
+                }
+                seen = now;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        });
+    }
+
+    // The cuts and heals, on schedule; after each heal, how long until a read works again.
+    let schedule = {
+        let (cuts, r, http, sid) = (cuts.clone(), r.clone(), http.clone(), sid.clone());
+        tokio::spawn(async move {
+            let mut events: Vec<(Duration, usize, bool)> = Vec::new();
+            for (i, c) in cuts.iter().enumerate() {
+                events.push((Duration::from_secs(c.at), i, true));
+                events.push((Duration::from_secs(c.at) + CUT, i, false));
+            }
+            events.sort_by_key(|e| e.0);
+            let mut recoveries = Vec::new();
+            for (when, i, cut) in events {
+                tokio::time::sleep_until((t0 + when).into()).await;
+                cuts[i].relay.set_cut(cut);
+                if !cut {
+                    let (r, http, sid) = (r.clone(), http.clone(), sid.clone());
+                    let uri = cuts[i].uri.clone();
+                    recoveries.push(tokio::spawn(async move {
+                        (uri.clone(), recovery(r, http, sid, uri).await)
+                    }));
+                }
+            }
+            let mut back = Vec::new();
+            for h in recoveries {
+                back.push(h.await.unwrap());
+            }
+            back
+        })
+    };
+
+    // The samples: every mount read once a second, each read on its own so a hanging one
+    // delays no other sample; listings and /readyz at LISTED_AT.
+    let last = API_AT as f64 + CUT.as_secs_f64() + RECOVERED_WITHIN.as_secs_f64();
+    let mut reads = Vec::new();
+    let mut checks = Vec::new();
+    let mut k = 0.5;
+    while k <= last {
+        tokio::time::sleep_until((t0 + Duration::from_secs_f64(k)).into()).await;
+        for uri in std::iter::once(files_uri.clone()).chain(cuts.iter().map(|c| c.uri.clone())) {
+            let (r, http, sid) = (r.clone(), http.clone(), sid.clone());
+            reads.push(tokio::spawn(async move {
+                read(&r, &http, &sid, &uri, t0).await
+            }));
+        }
+        let (status, _) = r.get("/healthz").await;
+        assert_eq!(status, 200, "/healthz at {k} s");
+        if LISTED_AT.contains(&k) {
+            // On their own too: a slow /readyz must not move the next samples.
+            let (r, http, sid, cuts) = (r.clone(), http.clone(), sid.clone(), cuts.clone());
+            checks.push(tokio::spawn(async move {
+                check_listing(&r, &http, &sid, &cuts[..], k).await;
+                check_readyz(&r, &cuts[..], k).await;
+            }));
+        }
+        k += 1.0;
+    }
+    let recovered = schedule.await.unwrap();
+    for h in checks {
+        h.await.unwrap();
+    }
+    let mut samples = Vec::new();
+    for h in reads {
+        samples.push(h.await.unwrap());
+    }
+
+    // Reads: normal outside the cuts, failing in time and naming the mount within them,
+    // back within RECOVERED_WITHIN of the heal.
+    for s in samples.iter().filter(|s| s.uri == files_uri) {
+        assert!(
+            s.answer.is_ok() && s.took <= OK_WITHIN,
+            "the files mount: {s:?}"
+        );
+    }
+    let slowest_file = samples
+        .iter()
+        .filter(|s| s.uri == files_uri)
+        .map(|s| s.took)
+        .max()
+        .unwrap_or_default();
+    let mut report = format!(
+        "files: every read answered, the slowest in {:.3} s\n",
+        slowest_file.as_secs_f64()
+    );
+    for c in cuts.iter() {
+        let (from, to) = c.window();
+        let mine: Vec<&Sample> = samples.iter().filter(|s| s.uri == c.uri).collect();
+        let mut back = None;
+        for s in &mine {
+            if s.at < from {
+                assert!(
+                    s.answer.is_ok() && s.took <= OK_WITHIN,
+                    "{} before its cut: {s:?}",
+                    c.mount
+                );
+            } else if s.at + (TIMEOUT + SLACK).as_secs_f64() < to {
+                let e = s
+                    .answer
+                    .as_ref()
+                    .expect_err(&format!("{} cut: {s:?}", c.mount));
+                assert!(
+                    s.took <= TIMEOUT + SLACK,
+                    "{} cut, too slow: {s:?}",
+                    c.mount
+                );
+                assert!(
+                    e.contains(c.mount) || e.contains(&c.uri),
+                    "{} cut, the error names no mount: {s:?}",
+                    c.mount
+                );
+            } else if s.at >= to && back.is_none() && s.answer.is_ok() {
+                back = Some(s.at - to);
+            }
+        }
+        let back = back.unwrap_or_else(|| panic!("{} never read again: {mine:?}", c.mount));
+        let first = recovered
+            .iter()
+            .find(|(uri, _)| *uri == c.uri)
+            .map(|(_, d)| *d)
+            .unwrap();
+        assert!(
+            back <= RECOVERED_WITHIN.as_secs_f64(),
+            "{} back after {back:.1} s",
+            c.mount
+        );
+        for s in mine.iter().filter(|s| s.at >= to + back) {
+            assert!(
+                s.answer.is_ok() && s.took <= OK_WITHIN,
+                "{} after its return: {s:?}",
+                c.mount
+            );
+        }
+        let slowest_cut = mine
+            .iter()
+            .filter(|s| s.answer.is_err())
+            .map(|s| s.took)
+            .max()
+            .unwrap_or_default();
+        let slowest_ok = mine
+            .iter()
+            .filter(|s| s.at < from || s.at >= to + back)
+            .map(|s| s.took)
+            .max()
+            .unwrap_or_default();
+        let said = mine
+            .iter()
+            .find_map(|s| s.answer.as_ref().err())
+            .cloned()
+            .unwrap_or_default();
+        report.push_str(&format!(
+            "{}: failed reads took at most {:.2} s ({said:?}), good reads at most {:.3} s, read again {:.3} s after the heal\n",
+            c.mount,
+            slowest_cut.as_secs_f64(),
+            slowest_ok.as_secs_f64(),
+            first.as_secs_f64(),
+        ));
+    }
+
+    // list_changed: once each for the S3 and the PostgreSQL mount's return, on both streams.
+    let heard = heard.lock().unwrap().clone();
+    for c in cuts.iter().filter(|c| c.asks_upstream) {
+        let (_, to) = c.window();
+        for stream in ["listen", "legacy"] {
+            let when = heard
+                .iter()
+                .find(|(s, t)| *s == stream && *t >= to)
+                .map(|(_, t)| t - to)
+                .unwrap_or_else(|| {
+                    panic!(
+                        "{stream}: no list_changed after {} healed: {heard:?}",
+                        c.mount
+                    )
+                });
+            assert!(
+                when <= NOTICED_WITHIN.as_secs_f64(),
+                "{stream}: list_changed {when:.1} s after {} healed: {heard:?}",
+                c.mount
+            );
+            report.push_str(&format!(
+                "{stream} heard {}'s return {when:.1} s after the heal\n",
+                c.mount
+            ));
+        }
+    }
+    let log = std::fs::read_to_string(&r.log).unwrap();
+    assert!(!log.contains("panicked"), "a panic in the log");
+    eprintln!("{report}list_changed heard at {heard:?}");
+}
+
+/// A listing at `k` s, every page: the files mount and every mount not cut listed, each
+/// cut one whose listing depends on its upstream left out and named unavailable.
+async fn check_listing(r: &Replica, http: &reqwest::Client, sid: &str, cuts: &[Cut], k: f64) {
+    let sent = Instant::now();
+    let (mut shown, mut out, mut pages) = (String::new(), String::new(), 0);
+    let mut cursor: Option<String> = None;
+    loop {
+        let params = match &cursor {
+            Some(c) => json!({"cursor": c}),
+            None => json!({}),
+        };
+        let page = call(r, http, sid, "resources/list", params)
+            .await
+            .unwrap_or_else(|e| panic!("listing at {k} s: {e}"));
+        pages += 1;
+        shown.push_str(&page.to_string());
+        out.push_str(&page["_meta"]["io.github.mcp-resources/unavailable"].to_string());
+        match page["nextCursor"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => break,
+        }
+    }
+    let took = sent.elapsed();
+    // Each page waits at most the request timeout, however many mounts hang.
+    assert!(
+        took <= (TIMEOUT + SLACK) * pages,
+        "listing at {k} s took {took:?} over {pages} pages"
+    );
+    assert!(shown.contains("f.txt"), "listing at {k} s: {shown}");
+    for c in cuts {
+        let (_, to) = c.window();
+        let just_healed = k >= to && k < to + RECOVERED_WITHIN.as_secs_f64();
+        if c.cut_at(k) && c.asks_upstream {
+            assert!(
+                out.contains(c.mount),
+                "listing at {k} s, {} cut: {shown}",
+                c.mount
+            );
+            assert!(
+                !shown.contains(&c.uri),
+                "listing at {k} s, {} cut: {shown}",
+                c.mount
+            );
+        } else if !just_healed {
+            assert!(
+                !out.contains(c.mount),
+                "listing at {k} s, {} listed: {shown}",
+                c.mount
+            );
+            assert!(
+                shown.contains(&c.uri),
+                "listing at {k} s, {} listed: {shown}",
+                c.mount
+            );
+        }
+    }
+    eprintln!("listing at {k} s took {took:?} ({pages} pages), unavailable: {out}");
+}
+
+/// `/readyz` at `k` s: 503 naming each cut mount whose readiness asks its upstream, and why.
+async fn check_readyz(r: &Replica, cuts: &[Cut], k: f64) {
+    let (status, body, took) = readyz(r).await;
+    eprintln!("/readyz at {k} s: {status} in {took:?}\n{body}");
+    for c in cuts.iter().filter(|c| c.cut_at(k) && c.asks_upstream) {
+        assert_eq!(status, 503, "/readyz at {k} s: {body}");
+        assert!(
+            body.lines().any(|l| l.starts_with("NOT READY")
+                && l.contains(c.mount)
+                && (l.contains("did not finish within") || l.contains("unavailable"))),
+            "/readyz at {k} s, {} cut: {body}",
+            c.mount
+        );
+    }
+    // The mounts are asked at once: one request timeout, however many hang.
+    assert!(took <= TIMEOUT + SLACK, "/readyz at {k} s took {took:?}");
+}
