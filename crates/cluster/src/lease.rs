@@ -10,6 +10,9 @@
 //! stops watching before its record can expire and another replica can win the lease, so a
 //! lease never has two holders.
 //!
+//! A record of a replica of the previous release (another protocol format) is never
+//! overwritten: it says that replica runs, and this one stands aside (see `watch.rs`).
+//!
 //! Each record is sealed ([`Seal`]) for its subject and stamped: a record that does not
 //! verify (written by another client of the NATS account) or is older than the TTL (a
 //! captured record written again) is nobody's, and never hands the lease over. The holder
@@ -336,6 +339,15 @@ impl Place<'_> {
                     {
                         Some(holder) if holder == me.as_bytes() => return Ok(seq),
                         Some(_) => return Err(WriteError::Taken),
+                        // A replica of the previous release holds it: never overwritten
+                        // (remembered, its replicas keep this one standing aside).
+                        None if self
+                            .seal
+                            .previous_holder(self.subject, &data, self.ttl)
+                            .is_some() =>
+                        {
+                            return Err(WriteError::Taken);
+                        }
                         None if !holding && other_holds => return Err(WriteError::Taken),
                         None => {
                             forged = Some(seq);
