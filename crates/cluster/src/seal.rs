@@ -15,13 +15,14 @@
 //!
 //! Replicas of two formats never work together (their rules differ: leases, heartbeats,
 //! re-announcements). A release that changes the protocol bumps [`FORMAT`] and still
-//! authenticates the heartbeats and lease records of the format before it ([`PREVIOUS`]):
+//! authenticates the heartbeats and records of the format before it ([`PREVIOUS`]):
 //! that is how it knows a replica of the previous release runs on the cluster
-//! ([`Seal::previous_alive`], [`Seal::previous_holder`]), and it then stands aside (see
-//! `watch.rs`) until none has been heard for a TTL. Everything else of another format is
-//! refused and counted: an older format with a warning (format 1 had no kind, sender or
-//! sequence: its messages cannot be told from replays), a newer one with a warning naming
-//! it, since its replica is the one that stands aside.
+//! ([`Seal::previous_alive`], [`Seal::previous_holder`]; a session record of that release
+//! is a session unknown here, [`Seal::previous_record`]), and it then stands aside (see
+//! `watch.rs`) until none has been heard for one and a half TTLs. Everything else of
+//! another format is refused and counted: an older format with a warning (format 1 had no
+//! kind, sender or sequence: its messages cannot be told from replays), a newer one with a
+//! warning naming it, since its replica is the one that stands aside.
 //!
 //! Messages on core NATS ([`Seal::receive`]) are accepted at most [`MESSAGE_MAX_AGE`] after
 //! they were written, the clock skew counted inside that window, and at most once per
@@ -470,7 +471,7 @@ impl Seal {
         if !self.first_time(Kind::Alive, sender, seq, now) {
             return None;
         }
-        self.heard_previous(&sealed[HEADER_LEN..])
+        self.heard_previous(&sealed[HEADER_LEN..], now)
     }
 
     /// The replica whose lease record `sealed` is, if it is an authentic one of the previous
@@ -482,8 +483,23 @@ impl Seal {
         sealed: &[u8],
         max_age: Duration,
     ) -> Option<String> {
-        let (stamp, _, _) =
-            Self::check(&self.previous, PREVIOUS, Kind::Lease, subject, sealed).ok()?;
+        let (stamp, holder) = self.previous_record(Kind::Lease, subject, sealed, max_age)?;
+        // Heard when it wrote the record, not now: the record outlives its writer by up to
+        // a TTL, and a replica gone for a TTL must not be taken for a running one.
+        self.heard_previous(holder, stamp.min(now_ms()))
+    }
+
+    /// The write time and payload of `sealed` if it is an authentic record of `kind` of the
+    /// previous release for `subject`, written at most `max_age` ago (the rules of
+    /// [`Seal::open_record`]): such a record is that release's, not a forgery.
+    pub(crate) fn previous_record<'a>(
+        &self,
+        kind: Kind,
+        subject: &str,
+        sealed: &'a [u8],
+        max_age: Duration,
+    ) -> Option<(u64, &'a [u8])> {
+        let (stamp, _, _) = Self::check(&self.previous, PREVIOUS, kind, subject, sealed).ok()?;
         let now = now_ms();
         let skew = ms(CLOCK_SKEW);
         if stamp > now.saturating_add(skew)
@@ -491,19 +507,24 @@ impl Seal {
         {
             return None;
         }
-        self.heard_previous(&sealed[HEADER_LEN..])
+        Some((stamp, &sealed[HEADER_LEN..]))
     }
 
-    fn heard_previous(&self, replica: &[u8]) -> Option<String> {
+    fn heard_previous(&self, replica: &[u8], at_ms: u64) -> Option<String> {
         let replica = std::str::from_utf8(replica).ok()?.to_owned();
         let mut older = lock(&self.older);
         if !older.contains_key(&replica) && older.len() >= MAX_SENDERS {
             // Bounded like the senders: the one heard longest ago goes.
-            if let Some(oldest) = older.iter().min_by_key(|(_, t)| **t).map(|(r, _)| r.clone()) {
+            if let Some(oldest) = older
+                .iter()
+                .min_by_key(|(_, t)| **t)
+                .map(|(r, _)| r.clone())
+            {
                 older.remove(&oldest);
             }
         }
-        older.insert(replica.clone(), now_ms());
+        let at = older.entry(replica.clone()).or_insert(at_ms);
+        *at = (*at).max(at_ms);
         Some(replica)
     }
 
@@ -801,7 +822,10 @@ mod tests {
         let old = sealed_by_format_2(Kind::Alive, alive, b"old-1", now_ms());
         // Never opened as a message of this format...
         assert_eq!(seal.receive(Kind::Alive, alive, &old), None);
-        assert_eq!(seal.verify(Kind::Alive, alive, &old), Err(Refused::Format(2)));
+        assert_eq!(
+            seal.verify(Kind::Alive, alive, &old),
+            Err(Refused::Format(2))
+        );
         assert_eq!(counted(&seal, "alive"), 1);
         // ...but its replica is named, once per heartbeat.
         assert_eq!(seal.previous_alive(alive, &old).as_deref(), Some("old-1"));
@@ -833,11 +857,17 @@ mod tests {
         );
         // A replica heard long enough ago is forgotten.
         std::thread::sleep(Duration::from_millis(30));
-        assert_eq!(seal.previous_replicas(Duration::from_millis(10)), Vec::<String>::new());
+        assert_eq!(
+            seal.previous_replicas(Duration::from_millis(10)),
+            Vec::<String>::new()
+        );
         // A newer format is refused by its number, not misread.
         let mut newer = seal.seal(Kind::Alive, alive, b"new").to_vec();
         newer[0] = FORMAT + 1;
-        assert_eq!(seal.verify(Kind::Alive, alive, &newer), Err(Refused::Format(FORMAT + 1)));
+        assert_eq!(
+            seal.verify(Kind::Alive, alive, &newer),
+            Err(Refused::Format(FORMAT + 1))
+        );
         assert_eq!(seal.previous_alive(alive, &newer), None);
     }
 

@@ -363,7 +363,9 @@ impl NatsSessionStore {
     /// writes nothing they would refuse.
     fn not_aside(&self) -> Result<(), SessionStoreError> {
         match self.seal.aside() {
-            Some(why) => Err(error(format!("the shared session store is not used: {why}"))),
+            Some(why) => Err(error(format!(
+                "the shared session store is not used: {why}"
+            ))),
             None => Ok(()),
         }
     }
@@ -403,6 +405,15 @@ impl NatsSessionStore {
             .open_record(Kind::Record, subject, &data, self.ttl)
             .and_then(Record::decode)
         else {
+            if self
+                .seal
+                .previous_record(Kind::Record, subject, &data, self.ttl)
+                .is_some()
+            {
+                // A session of the previous release: unknown to this one, which cannot take
+                // it over (its client is told so and starts a new one).
+                return Ok(Current::Absent);
+            }
             return Ok(Current::Unverified(seq));
         };
         let mut memory = lock(&self.memory);

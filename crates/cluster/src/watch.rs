@@ -32,6 +32,15 @@
 //! once (at most twice). A replica whose clock is off holds no lease and announces no
 //! interests: its records and messages would be taken for stale ones.
 //!
+//! Releases: a replica never shares a cluster with one of the previous protocol format
+//! (see `seal.rs`). It listens for half a TTL after it first connects before it takes part
+//! (every replica beats every third), and while a replica of the previous release has been
+//! heard within one and a half TTLs (a heartbeat, or its record on a lease) it stands aside
+//! (`mind_releases`): no lease, no heartbeat, interest or clock record, legacy sessions
+//! refused, `/readyz` not ready naming that replica, its own clients' subscriptions watched
+//! by itself as when cut off. So the older release runs the cluster undisturbed, and the
+//! newer takes over about one and a half TTLs after the last older replica's end.
+//!
 //! Every message is sealed ([`Seal`]) for its subject, answers for the requester's inbox;
 //! what does not verify, or arrives a second time (a captured removal replayed would drop
 //! another replica's watch), is dropped and counted. A replica's interests beyond
@@ -753,7 +762,7 @@ fn allow_leases(i: &Inner) {
 /// Decide, every twentieth of a TTL, whether this replica takes part or stands aside: it
 /// takes part once it has listened for half a TTL since it first connected (every running
 /// replica beats every third) and while no replica of the previous release has been heard
-/// for a TTL (its heartbeats, or its records on a lease). Standing aside, it holds no lease,
+/// for one and a half TTLs (its heartbeats, or its records on a lease). Standing aside, it holds no lease,
 /// says nothing to the cluster, answers `/readyz` not ready naming those replicas, refuses
 /// legacy sessions, and watches its own clients' subscriptions itself (`stand_alone`), so the
 /// previous release runs the cluster undisturbed.
@@ -774,10 +783,13 @@ async fn mind_releases(inner: std::sync::Weak<Inner>) {
     }
 }
 
-/// Stand aside while a replica of the previous release has been heard within a TTL, and
-/// take part again once none has; tell the leases.
+/// Stand aside while a replica of the previous release has been heard within one and a
+/// half TTLs, and take part again once none has; tell the leases. Half a TTL more than its
+/// silence takes to show: that release renews its lease every third of a TTL, each record
+/// lasting a TTL, so a record of its last renewal is gone by then and this replica's first
+/// write does not find it (which would make it stand aside once more).
 fn mind(i: &Inner) {
-    let older = i.seal.previous_replicas(i.cfg.lease_ttl);
+    let older = i.seal.previous_replicas(i.cfg.lease_ttl * 3 / 2);
     let problem = (!older.is_empty()).then(|| {
         format!(
             "cluster: replica {} of an older release (protocol format {}) runs on cluster {}; \
@@ -795,8 +807,8 @@ fn mind(i: &Inner) {
         match &problem {
             Some(p) => tracing::warn!("{p}"),
             None => tracing::info!(
-                "cluster: no replica of the older release heard for a lease TTL; this replica \
-                 takes part in the cluster"
+                "cluster: no replica of the older release heard for one and a half lease TTLs; \
+                 this replica takes part in the cluster"
             ),
         }
         i.seal.set_aside(problem.clone());
