@@ -93,6 +93,13 @@ struct Shared {
     running: AtomicUsize,
     /// How many of this replica's own topics it watches by itself (cut off, or clock off).
     alone: AtomicUsize,
+    /// Whether its lease was tried since this replica was allowed to (`Lease::decided`),
+    /// and the lease's state: until the first try, and until a lease won has its watcher
+    /// running, this replica is joining, not ready (a client subscribing then would find no
+    /// watcher yet, and later hear the new watcher's "may have changed").
+    lease: std::sync::OnceLock<(Arc<AtomicBool>, watch::Receiver<bool>)>,
+    /// Set once the above was first true: later handovers are not joining.
+    settled: AtomicBool,
 }
 
 struct Inner {
@@ -229,6 +236,8 @@ pub async fn join(
                     held: AtomicBool::new(false),
                     running: AtomicUsize::new(0),
                     alone: AtomicUsize::new(0),
+                    lease: std::sync::OnceLock::new(),
+                    settled: AtomicBool::new(false),
                 },
             )
         })
@@ -294,6 +303,25 @@ impl Inner {
     /// for whether one runs: it then says nothing to the cluster.
     fn aside(&self) -> bool {
         lock(&self.older).is_some() || !self.listened.load(Ordering::SeqCst)
+    }
+
+    /// Whether this replica is still joining: not listened yet, or a shared mount's lease
+    /// not tried yet (a client subscribing then would find no watcher).
+    fn joining(&self) -> bool {
+        !self.listened.load(Ordering::SeqCst)
+            || self.shared.values().any(|m| {
+                if m.settled.load(Ordering::SeqCst) {
+                    return false;
+                }
+                let settled = m.lease.get().is_some_and(|(decided, held)| {
+                    decided.load(Ordering::SeqCst)
+                        && *held.borrow() == m.held.load(Ordering::SeqCst)
+                });
+                if settled {
+                    m.settled.store(true, Ordering::SeqCst);
+                }
+                !settled
+            })
     }
 
     /// Whether this replica takes part in the cluster's watching now: connected, its clock
@@ -518,7 +546,7 @@ impl Watching for ClusterWatching {
                 .clone()
                 .or_else(|| lock(&self.inner.skew).clone())
                 .or_else(|| {
-                    (!self.inner.listened.load(Ordering::SeqCst)).then(|| {
+                    self.inner.joining().then(|| {
                         "cluster: joining (listening for the running replicas' heartbeats)"
                             .to_owned()
                     })
@@ -605,8 +633,9 @@ async fn stand_alone(inner: std::sync::Weak<Inner>, poke: Arc<tokio::sync::Notif
         joined |= !apart;
         if alone && !was_alone && joined {
             tracing::warn!(
-                "cluster: this replica is on its own (NATS unreachable or its clock off); it \
-                 watches its own clients' subscriptions of shared mounts itself"
+                "cluster: this replica is on its own (NATS unreachable, its clock off, or standing \
+                 aside for an older release); it watches its own clients' subscriptions of \
+                 shared mounts itself"
             );
         } else if was_alone && !alone {
             tracing::info!(
@@ -988,6 +1017,11 @@ async fn run_watcher(
             i.cfg.lease_ttl,
         )
     };
+    if let Some(i) = inner.upgrade()
+        && let Some(m) = i.shared.get(&mount)
+    {
+        let _ = m.lease.set((lease.decided(), lease.changes()));
+    }
     let mut held = lease.changes();
     loop {
         if held.wait_for(|h| *h).await.is_err() {
