@@ -137,9 +137,12 @@ impl FakeOld {
     }
 }
 
-/// Everything published on the cluster's subjects, as (subject, format byte).
-fn spy(nats: async_nats::Client, cluster: &str) -> Arc<Mutex<Vec<(String, Option<u8>)>>> {
-    let seen: Arc<Mutex<Vec<(String, Option<u8>)>>> = Arc::default();
+/// What was published on the cluster's subjects: (subject, first byte: the format).
+type Seen = Arc<Mutex<Vec<(String, Option<u8>)>>>;
+
+/// Everything published on the cluster's subjects from now on.
+fn spy(nats: async_nats::Client, cluster: &str) -> Seen {
+    let seen: Seen = Arc::default();
     let out = seen.clone();
     let subject = format!("mcpr.{cluster}.>");
     tokio::spawn(async move {
