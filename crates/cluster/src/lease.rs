@@ -10,6 +10,9 @@
 //! stops watching before its record can expire and another replica can win the lease, so a
 //! lease never has two holders.
 //!
+//! A record of a replica of the previous release (another protocol format) is never
+//! overwritten: it says that replica runs, and this one stands aside (see `watch.rs`).
+//!
 //! Each record is sealed ([`Seal`]) for its subject and stamped: a record that does not
 //! verify (written by another client of the NATS account) or is older than the TTL (a
 //! captured record written again) is nobody's, and never hands the lease over. The holder
@@ -43,6 +46,9 @@ use crate::seal::{Kind, Seal, Stream};
 /// See the module docs. Dropping it stops renewing (the lease then expires on its own).
 pub struct Lease {
     held: watch::Receiver<bool>,
+    /// Whether a write was tried while allowed (won, or found taken): until then, not
+    /// holding says nothing of whether this replica will.
+    decided: Arc<std::sync::atomic::AtomicBool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -117,6 +123,9 @@ impl Lease {
         allowed: watch::Receiver<bool>,
     ) -> Self {
         let (tx, held) = watch::channel(false);
+        let decided = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let decision = decided.clone();
+        let mut allowed = allowed;
         let token = crate::token(mount, 12);
         let subject = format!("mcpr.{cluster}.lease.{token}");
         let notices = format!("mcpr.{cluster}.holder.{token}");
@@ -146,6 +155,8 @@ impl Lease {
             // replica can win.
             let hold_for = ttl * 2 / 3;
             let mut sequence: Option<u64> = None;
+            // False once nobody can change `allowed` any more ([`Lease::compete`]).
+            let mut allowed_live = allowed.has_changed().is_ok();
             // When the last successful write was sent: its record expires a TTL after it
             // was stored, which is no earlier than this.
             let mut renewed = Instant::now();
@@ -178,6 +189,9 @@ impl Lease {
                 } else {
                     write.await
                 };
+                if !matches!(written, Err(WriteError::Aside)) {
+                    decision.store(true, Ordering::SeqCst);
+                }
                 sequence = match written {
                     Ok(seq) => {
                         renewed = sent;
@@ -224,6 +238,11 @@ impl Lease {
                     };
                     tokio::select! {
                         () = tokio::time::sleep_until(next) => break,
+                        // Allowed or told to stand aside: at once, not a period later.
+                        changed = allowed.changed(), if allowed_live => {
+                            allowed_live = changed.is_ok();
+                            break;
+                        }
                         msg = notice => match msg {
                             Some(msg) => {
                                 let from = seal.receive(Kind::Lease, &msg.subject, &msg.payload);
@@ -238,7 +257,17 @@ impl Lease {
                 }
             }
         });
-        Self { held, task }
+        Self {
+            held,
+            decided,
+            task,
+        }
+    }
+
+    /// Whether this replica tried to take or keep the lease since it was allowed to: once
+    /// true, [`Lease::held`] is the lease's state, not a start not yet made.
+    pub fn decided(&self) -> Arc<std::sync::atomic::AtomicBool> {
+        self.decided.clone()
     }
 
     /// Whether this replica holds the lease now.
@@ -336,6 +365,15 @@ impl Place<'_> {
                     {
                         Some(holder) if holder == me.as_bytes() => return Ok(seq),
                         Some(_) => return Err(WriteError::Taken),
+                        // A replica of the previous release holds it: never overwritten
+                        // (remembered, its replicas keep this one standing aside).
+                        None if self
+                            .seal
+                            .previous_holder(self.subject, &data, self.ttl)
+                            .is_some() =>
+                        {
+                            return Err(WriteError::Taken);
+                        }
                         None if !holding && other_holds => return Err(WriteError::Taken),
                         None => {
                             forged = Some(seq);

@@ -10,8 +10,19 @@
 //! The envelope: one format byte ([`FORMAT`]), the kind, the write time (milliseconds since
 //! the Unix epoch, 8 bytes big-endian), the sender (8 bytes), its sequence number (8 bytes
 //! big-endian), the 32-byte tag, then the payload. The tag covers all of them and the
-//! subject (length-prefixed). Format 1 (no kind, sender or sequence) is refused, with a
-//! warning that names it: its messages cannot be told from replays.
+//! subject (length-prefixed), under a key whose derivation names the format: the format is
+//! the protocol's version, carried by every message and record.
+//!
+//! Replicas of two formats never work together (their rules differ: leases, heartbeats,
+//! re-announcements). A release that changes the protocol bumps [`FORMAT`] and still
+//! authenticates the heartbeats and records of the format before it ([`PREVIOUS`]):
+//! that is how it knows a replica of the previous release runs on the cluster
+//! ([`Seal::previous_alive`], [`Seal::previous_holder`]; a session record of that release
+//! is a session unknown here, [`Seal::previous_record`]), and it then stands aside (see
+//! `watch.rs`) until none has been heard for one and a half TTLs. Everything else of
+//! another format is refused and counted: an older format with a warning (format 1 had no
+//! kind, sender or sequence: its messages cannot be told from replays), a newer one with a
+//! warning naming it, since its replica is the one that stands aside.
 //!
 //! Messages on core NATS ([`Seal::receive`]) are accepted at most [`MESSAGE_MAX_AGE`] after
 //! they were written, the clock skew counted inside that window, and at most once per
@@ -51,8 +62,13 @@ pub const MESSAGE_MAX_AGE: Duration = Duration::from_secs(30);
 /// overtake each other; this is how far.
 pub(crate) const REPLAY_WINDOW: u64 = 8192;
 
-/// The format this build seals with and the only one it opens.
-pub(crate) const FORMAT: u8 = 2;
+/// The format this build seals with and the only one it opens: the protocol's version. 3
+/// since replicas let go of leases and survive partitions by rules a replica of format 2
+/// does not follow.
+pub(crate) const FORMAT: u8 = 3;
+/// The format of the release before, whose heartbeats and lease records this build
+/// authenticates only to know such a replica runs (see the module docs).
+pub(crate) const PREVIOUS: u8 = 2;
 const TAG_LEN: usize = 32;
 const TAG_AT: usize = 1 + 1 + 8 + 8 + 8;
 const HEADER_LEN: usize = TAG_AT + TAG_LEN;
@@ -133,6 +149,8 @@ enum Refused {
 /// docs.
 pub struct Seal {
     messages: [u8; 32],
+    /// The key of [`PREVIOUS`], to authenticate that release's heartbeats and lease records.
+    previous: [u8; 32],
     owners: [u8; 32],
     sender: [u8; 8],
     sequences: [AtomicU64; KINDS.len()],
@@ -143,6 +161,12 @@ pub struct Seal {
     /// When an old format was last warned of (ms since the epoch), so a replica of an older
     /// release is named once a minute, not once per message.
     warned: AtomicU64,
+    /// Replicas of the previous release heard from (an authentic heartbeat or lease record),
+    /// and when (ms since the epoch).
+    older: Mutex<HashMap<String, u64>>,
+    /// Why this replica stands aside from the cluster, when it does: the session store
+    /// refuses legacy sessions with it.
+    aside: Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for Seal {
@@ -247,7 +271,8 @@ impl Seal {
             m.finalize().into_bytes().into()
         };
         Ok(Self {
-            messages: derive(b"mcp-resources cluster messages v2"),
+            messages: derive(b"mcp-resources cluster messages v3"),
+            previous: derive(b"mcp-resources cluster messages v2"),
             owners: derive(b"mcp-resources session owners v1"),
             sender: sender_id(),
             sequences: Default::default(),
@@ -255,12 +280,23 @@ impl Seal {
             rejected: Default::default(),
             recreated: Default::default(),
             warned: AtomicU64::new(0),
+            older: Mutex::new(HashMap::new()),
+            aside: Mutex::new(None),
         })
     }
 
-    fn tag(&self, kind: Kind, subject: &str, head: &[u8], payload: &[u8]) -> Hmac<Sha256> {
-        let mut m = hmac(&self.messages);
-        m.update(&[FORMAT, u8::try_from(index(kind)).unwrap_or(0)]);
+    /// The tag of a message of `format` under `key` (format 2 and 3 differ only in the key
+    /// and the format byte).
+    fn tag(
+        key: &[u8; 32],
+        format: u8,
+        kind: Kind,
+        subject: &str,
+        head: &[u8],
+        payload: &[u8],
+    ) -> Hmac<Sha256> {
+        let mut m = hmac(key);
+        m.update(&[format, u8::try_from(index(kind)).unwrap_or(0)]);
         m.update(
             &u32::try_from(subject.len())
                 .unwrap_or(u32::MAX)
@@ -293,10 +329,16 @@ impl Seal {
         out.extend_from_slice(&stamp.to_be_bytes());
         out.extend_from_slice(&self.sender);
         out.extend_from_slice(&seq.to_be_bytes());
-        let tag = self
-            .tag(kind, subject, &out[2..TAG_AT], payload)
-            .finalize()
-            .into_bytes();
+        let tag = Self::tag(
+            &self.messages,
+            FORMAT,
+            kind,
+            subject,
+            &out[2..TAG_AT],
+            payload,
+        )
+        .finalize()
+        .into_bytes();
         out.extend_from_slice(&tag);
         out.extend_from_slice(payload);
         out.into()
@@ -379,25 +421,132 @@ impl Seal {
         sealed: &[u8],
     ) -> Result<(u64, [u8; 8], u64), Refused> {
         match sealed.first() {
-            Some(&FORMAT) => {}
+            Some(&FORMAT) => Self::check(&self.messages, FORMAT, kind, subject, sealed),
             // Format 1 began with its version byte and held a time and a tag.
-            Some(&v) if v < FORMAT && sealed.len() >= 1 + 8 + TAG_LEN => {
-                return Err(Refused::Format(v));
-            }
-            _ => return Err(Refused::Forged),
+            Some(&v) if v < FORMAT && sealed.len() >= 1 + 8 + TAG_LEN => Err(Refused::Format(v)),
+            // A newer release's, whose header is at least as long as this one's.
+            Some(&v) if v > FORMAT && sealed.len() >= HEADER_LEN => Err(Refused::Format(v)),
+            _ => Err(Refused::Forged),
         }
-        if sealed.len() < HEADER_LEN || usize::from(sealed[1]) != index(kind) {
+    }
+
+    /// The stamp, sender and sequence of `sealed` if it is of `format` and its tag verifies
+    /// under `key` for `kind` and `subject`.
+    fn check(
+        key: &[u8; 32],
+        format: u8,
+        kind: Kind,
+        subject: &str,
+        sealed: &[u8],
+    ) -> Result<(u64, [u8; 8], u64), Refused> {
+        if sealed.first() != Some(&format)
+            || sealed.len() < HEADER_LEN
+            || usize::from(sealed[1]) != index(kind)
+        {
             return Err(Refused::Forged);
         }
         let payload = &sealed[HEADER_LEN..];
         // verify_slice compares in constant time.
-        self.tag(kind, subject, &sealed[2..TAG_AT], payload)
+        Self::tag(key, format, kind, subject, &sealed[2..TAG_AT], payload)
             .verify_slice(&sealed[TAG_AT..HEADER_LEN])
             .map_err(|_| Refused::Forged)?;
         let u64_at =
             |at: usize| u64::from_be_bytes(sealed[at..at + 8].try_into().unwrap_or([0; 8]));
         let sender = sealed[10..18].try_into().unwrap_or([0; 8]);
         Ok((u64_at(2), sender, u64_at(18)))
+    }
+
+    /// The replica whose heartbeat `sealed` is, if it is an authentic one of the previous
+    /// release ([`PREVIOUS`]) for `subject`, fresh and not heard before (the rules of
+    /// [`Seal::receive`]); it is remembered ([`Seal::previous_replicas`]).
+    pub(crate) fn previous_alive(&self, subject: &str, sealed: &[u8]) -> Option<String> {
+        let (stamp, sender, seq) =
+            Self::check(&self.previous, PREVIOUS, Kind::Alive, subject, sealed).ok()?;
+        let now = now_ms();
+        let skew = ms(CLOCK_SKEW);
+        let age = ms(MESSAGE_MAX_AGE).saturating_sub(skew);
+        if stamp > now.saturating_add(skew) || now.saturating_sub(stamp) > age {
+            return None;
+        }
+        if !self.first_time(Kind::Alive, sender, seq, now) {
+            return None;
+        }
+        self.heard_previous(&sealed[HEADER_LEN..], now)
+    }
+
+    /// The replica whose lease record `sealed` is, if it is an authentic one of the previous
+    /// release for `subject` written at most `max_age` ago (the rules of
+    /// [`Seal::open_record`]); it is remembered ([`Seal::previous_replicas`]).
+    pub(crate) fn previous_holder(
+        &self,
+        subject: &str,
+        sealed: &[u8],
+        max_age: Duration,
+    ) -> Option<String> {
+        let (stamp, holder) = self.previous_record(Kind::Lease, subject, sealed, max_age)?;
+        // Heard when it wrote the record, not now: the record outlives its writer by up to
+        // a TTL, and a replica gone for a TTL must not be taken for a running one.
+        self.heard_previous(holder, stamp.min(now_ms()))
+    }
+
+    /// The write time and payload of `sealed` if it is an authentic record of `kind` of the
+    /// previous release for `subject`, written at most `max_age` ago (the rules of
+    /// [`Seal::open_record`]): such a record is that release's, not a forgery.
+    pub(crate) fn previous_record<'a>(
+        &self,
+        kind: Kind,
+        subject: &str,
+        sealed: &'a [u8],
+        max_age: Duration,
+    ) -> Option<(u64, &'a [u8])> {
+        let (stamp, _, _) = Self::check(&self.previous, PREVIOUS, kind, subject, sealed).ok()?;
+        let now = now_ms();
+        let skew = ms(CLOCK_SKEW);
+        if stamp > now.saturating_add(skew)
+            || now.saturating_sub(stamp) > ms(max_age).saturating_add(skew)
+        {
+            return None;
+        }
+        Some((stamp, &sealed[HEADER_LEN..]))
+    }
+
+    fn heard_previous(&self, replica: &[u8], at_ms: u64) -> Option<String> {
+        let replica = std::str::from_utf8(replica).ok()?.to_owned();
+        let mut older = lock(&self.older);
+        if !older.contains_key(&replica) && older.len() >= MAX_SENDERS {
+            // Bounded like the senders: the one heard longest ago goes.
+            if let Some(oldest) = older
+                .iter()
+                .min_by_key(|(_, t)| **t)
+                .map(|(r, _)| r.clone())
+            {
+                older.remove(&oldest);
+            }
+        }
+        let at = older.entry(replica.clone()).or_insert(at_ms);
+        *at = (*at).max(at_ms);
+        Some(replica)
+    }
+
+    /// The replicas of the previous release heard from within `within`, sorted; the others
+    /// are forgotten.
+    pub(crate) fn previous_replicas(&self, within: Duration) -> Vec<String> {
+        let now = now_ms();
+        let mut older = lock(&self.older);
+        older.retain(|_, t| now.saturating_sub(*t) <= ms(within));
+        let mut names: Vec<String> = older.keys().cloned().collect();
+        names.sort();
+        names
+    }
+
+    /// Record why this replica stands aside from the cluster (`None`: it takes part).
+    pub(crate) fn set_aside(&self, why: Option<String>) {
+        *lock(&self.aside) = why;
+    }
+
+    /// Why this replica stands aside from the cluster, if it does.
+    pub(crate) fn aside(&self) -> Option<String> {
+        lock(&self.aside).clone()
     }
 
     fn outcome<'a>(
@@ -411,7 +560,11 @@ impl Seal {
             Err(why) => {
                 let i = index(kind);
                 self.rejected[i].fetch_add(1, Ordering::Relaxed);
-                if let Refused::Format(v) = why {
+                // The previous release's replica is named by the watch, which stands aside
+                // for it; any other format is named here.
+                if let Refused::Format(v) = why
+                    && v != PREVIOUS
+                {
                     let now = now_ms();
                     let last = self.warned.load(Ordering::Relaxed);
                     if now.saturating_sub(last) >= 60_000
@@ -420,13 +573,23 @@ impl Seal {
                             .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
                             .is_ok()
                     {
-                        tracing::warn!(
-                            kind = KINDS[i].1,
-                            format = v,
-                            "cluster: refused a message sealed in format {v} by an older release; \
-                             replicas of releases with different formats cannot share a cluster: \
-                             run the same release on every replica"
-                        );
+                        if v < FORMAT {
+                            tracing::warn!(
+                                kind = KINDS[i].1,
+                                format = v,
+                                "cluster: refused a message sealed in format {v} by an older release; \
+                                 replicas of releases with different formats cannot share a cluster: \
+                                 stop the replicas of the older release (docs/cluster.md, Upgrading)"
+                            );
+                        } else {
+                            tracing::warn!(
+                                kind = KINDS[i].1,
+                                format = v,
+                                "cluster: refused a message sealed in format {v} by a newer release \
+                                 (this one seals in format {FORMAT}); the newer replica stands aside \
+                                 until every replica of this release is stopped (docs/cluster.md, Upgrading)"
+                            );
+                        }
                     }
                 }
                 tracing::debug!(
@@ -629,6 +792,83 @@ mod tests {
             Err(Refused::Format(1))
         );
         assert_eq!(counted(&seal, "want"), 1);
+    }
+
+    /// A message as a replica of format 2 seals it (the release before, kept minimal): its
+    /// key's label, the format byte 2, then the same header and tag as format 3.
+    fn sealed_by_format_2(kind: Kind, subject: &str, payload: &[u8], stamp: u64) -> Vec<u8> {
+        let mut key = hmac(SECRET);
+        key.update(b"mcp-resources cluster messages v2");
+        let key: [u8; 32] = key.finalize().into_bytes().into();
+        let mut out = vec![2u8, u8::try_from(index(kind)).unwrap()];
+        out.extend_from_slice(&stamp.to_be_bytes());
+        out.extend_from_slice(&[9u8; 8]);
+        out.extend_from_slice(&1u64.to_be_bytes());
+        let mut m = hmac(&key);
+        m.update(&out[..2]);
+        m.update(&u32::try_from(subject.len()).unwrap().to_be_bytes());
+        m.update(subject.as_bytes());
+        m.update(&out[2..]);
+        m.update(payload);
+        out.extend_from_slice(&m.finalize().into_bytes());
+        out.extend_from_slice(payload);
+        out
+    }
+
+    #[test]
+    fn the_previous_format_is_refused_yet_its_replicas_are_known() {
+        let seal = Seal::new(SECRET).unwrap();
+        let alive = "mcpr.c.alive";
+        let old = sealed_by_format_2(Kind::Alive, alive, b"old-1", now_ms());
+        // Never opened as a message of this format...
+        assert_eq!(seal.receive(Kind::Alive, alive, &old), None);
+        assert_eq!(
+            seal.verify(Kind::Alive, alive, &old),
+            Err(Refused::Format(2))
+        );
+        assert_eq!(counted(&seal, "alive"), 1);
+        // ...but its replica is named, once per heartbeat.
+        assert_eq!(seal.previous_alive(alive, &old).as_deref(), Some("old-1"));
+        assert_eq!(seal.previous_alive(alive, &old), None, "a replay");
+        assert_eq!(seal.previous_replicas(Duration::from_secs(5)), ["old-1"]);
+        // Only an authentic heartbeat, for its subject, of this cluster, and fresh.
+        let other = Seal::new(b"another secret of thirty-two bytes!").unwrap();
+        let fresh = sealed_by_format_2(Kind::Alive, alive, b"old-2", now_ms());
+        assert_eq!(other.previous_alive(alive, &fresh), None);
+        assert_eq!(seal.previous_alive("mcpr.d.alive", &fresh), None);
+        let stale = sealed_by_format_2(Kind::Alive, alive, b"old-3", now_ms() - 60_000);
+        assert_eq!(seal.previous_alive(alive, &stale), None);
+        // A lease record of the previous release names its holder while it lasts.
+        let lease = "mcpr.c.lease.x";
+        let record = sealed_by_format_2(Kind::Lease, lease, b"old-4", now_ms());
+        assert_eq!(
+            seal.open_record(Kind::Lease, lease, &record, Duration::from_secs(5)),
+            None
+        );
+        assert_eq!(
+            seal.previous_holder(lease, &record, Duration::from_secs(5))
+                .as_deref(),
+            Some("old-4")
+        );
+        assert_eq!(
+            seal.previous_holder(lease, &old, Duration::from_secs(5)),
+            None,
+            "a heartbeat is no lease record"
+        );
+        // A replica heard long enough ago is forgotten.
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(
+            seal.previous_replicas(Duration::from_millis(10)),
+            Vec::<String>::new()
+        );
+        // A newer format is refused by its number, not misread.
+        let mut newer = seal.seal(Kind::Alive, alive, b"new").to_vec();
+        newer[0] = FORMAT + 1;
+        assert_eq!(
+            seal.verify(Kind::Alive, alive, &newer),
+            Err(Refused::Format(FORMAT + 1))
+        );
+        assert_eq!(seal.previous_alive(alive, &newer), None);
     }
 
     #[test]

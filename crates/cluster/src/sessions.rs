@@ -29,6 +29,10 @@
 //! an error: the session is refused rather than handed to anyone), each counted. Owner
 //! records are keyed hashes ([`Seal::owner`]).
 //!
+//! While this replica stands aside for replicas of an older release (see `watch.rs`),
+//! every operation fails with the reason, naming them: it neither reads nor writes the
+//! store.
+//!
 //! A stranger can still read a sealed record and write it again later, or hold a signal
 //! back. So each record carries a version inside its seal (one more on every change; a
 //! subscriptions signal names the new one), and each holder signal an epoch above every one
@@ -336,6 +340,7 @@ impl NatsSessionStore {
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<T, JsError>>,
     {
+        self.not_aside()?;
         self.ensure_streams().await?;
         let first = match op().await {
             Err(e) if js::stream_missing(&e) => e,
@@ -353,7 +358,20 @@ impl NatsSessionStore {
     }
 
     /// Publish a signal to every replica (this one included).
+    /// Refused while this replica stands aside for replicas of an older release (see
+    /// `watch.rs`): legacy sessions are theirs until they are stopped, and this replica
+    /// writes nothing they would refuse.
+    fn not_aside(&self) -> Result<(), SessionStoreError> {
+        match self.seal.aside() {
+            Some(why) => Err(error(format!(
+                "the shared session store is not used: {why}"
+            ))),
+            None => Ok(()),
+        }
+    }
+
     async fn send(&self, signal: &Value) -> Result<(), SessionStoreError> {
+        self.not_aside()?;
         let payload = serde_json::to_vec(signal).expect("json");
         let subject = control_subject(&self.cluster);
         let sealed = self.seal.seal(Kind::Signal, &subject, &payload);
@@ -387,6 +405,15 @@ impl NatsSessionStore {
             .open_record(Kind::Record, subject, &data, self.ttl)
             .and_then(Record::decode)
         else {
+            if self
+                .seal
+                .previous_record(Kind::Record, subject, &data, self.ttl)
+                .is_some()
+            {
+                // A session of the previous release: unknown to this one, which cannot take
+                // it over (its client is told so and starts a new one).
+                return Ok(Current::Absent);
+            }
             return Ok(Current::Unverified(seq));
         };
         let mut memory = lock(&self.memory);

@@ -32,6 +32,15 @@
 //! once (at most twice). A replica whose clock is off holds no lease and announces no
 //! interests: its records and messages would be taken for stale ones.
 //!
+//! Releases: a replica never shares a cluster with one of the previous protocol format
+//! (see `seal.rs`). It listens for half a TTL after it first connects before it takes part
+//! (every replica beats every third), and while a replica of the previous release has been
+//! heard within one and a half TTLs (a heartbeat, or its record on a lease) it stands aside
+//! (`mind_releases`): no lease, no heartbeat, interest or clock record, legacy sessions
+//! refused, `/readyz` not ready naming that replica, its own clients' subscriptions watched
+//! by itself as when cut off. So the older release runs the cluster undisturbed, and the
+//! newer takes over about one and a half TTLs after the last older replica's end.
+//!
 //! Every message is sealed ([`Seal`]) for its subject, answers for the requester's inbox;
 //! what does not verify, or arrives a second time (a captured removal replayed would drop
 //! another replica's watch), is dropped and counted. A replica's interests beyond
@@ -84,6 +93,13 @@ struct Shared {
     running: AtomicUsize,
     /// How many of this replica's own topics it watches by itself (cut off, or clock off).
     alone: AtomicUsize,
+    /// Whether its lease was tried since this replica was allowed to (`Lease::decided`),
+    /// and the lease's state: until the first try, and until a lease won has its watcher
+    /// running, this replica is joining, not ready (a client subscribing then would find no
+    /// watcher yet, and later hear the new watcher's "may have changed").
+    lease: std::sync::OnceLock<(Arc<AtomicBool>, watch::Receiver<bool>)>,
+    /// Set once the above was first true: later handovers are not joining.
+    settled: AtomicBool,
 }
 
 struct Inner {
@@ -100,7 +116,13 @@ struct Inner {
     skew: Mutex<Option<String>>,
     /// This replica's clock minus the NATS server's, in ms, as last measured.
     clock_offset: Mutex<Option<i64>>,
-    /// Whether this replica may hold leases (false while its clock is off).
+    /// Why this replica stands aside for replicas of the previous release, while it does.
+    older: Mutex<Option<String>>,
+    /// Whether this replica has listened long enough, since it first connected, to have
+    /// heard every running replica's heartbeat (half a TTL; they beat every third).
+    listened: AtomicBool,
+    /// Whether this replica may hold leases (false while its clock is off, while it stands
+    /// aside for the previous release, and until it has listened).
     lease_allowed: watch::Sender<bool>,
     /// Woken when a local interest is added, so a replica on its own watches it at once.
     poke: Arc<tokio::sync::Notify>,
@@ -214,6 +236,8 @@ pub async fn join(
                     held: AtomicBool::new(false),
                     running: AtomicUsize::new(0),
                     alone: AtomicUsize::new(0),
+                    lease: std::sync::OnceLock::new(),
+                    settled: AtomicBool::new(false),
                 },
             )
         })
@@ -228,7 +252,9 @@ pub async fn join(
         alive: Mutex::new(HashMap::new()),
         skew: Mutex::new(None),
         clock_offset: Mutex::new(None),
-        lease_allowed: watch::channel(true).0,
+        older: Mutex::new(None),
+        listened: AtomicBool::new(false),
+        lease_allowed: watch::channel(false).0,
         poke: Arc::new(tokio::sync::Notify::new()),
         in_process: bus.in_process(),
         tasks: Mutex::new(Vec::new()),
@@ -241,6 +267,7 @@ pub async fn join(
         tokio::spawn(on_connect(weak.clone(), epoch_rx.clone())),
         tokio::spawn(measure_clock(weak.clone())),
         tokio::spawn(stand_alone(weak.clone(), inner.poke.clone())),
+        tokio::spawn(mind_releases(weak.clone())),
     ];
     for name in inner.shared.keys() {
         tasks.push(tokio::spawn(run_watcher(
@@ -272,10 +299,35 @@ impl Inner {
         lock(&self.skew).is_some()
     }
 
+    /// Whether this replica stands aside for the previous release, or has not listened yet
+    /// for whether one runs: it then says nothing to the cluster.
+    fn aside(&self) -> bool {
+        lock(&self.older).is_some() || !self.listened.load(Ordering::SeqCst)
+    }
+
+    /// Whether this replica is still joining: not listened yet, or a shared mount's lease
+    /// not tried yet (a client subscribing then would find no watcher).
+    fn joining(&self) -> bool {
+        !self.listened.load(Ordering::SeqCst)
+            || self.shared.values().any(|m| {
+                if m.settled.load(Ordering::SeqCst) {
+                    return false;
+                }
+                let settled = m.lease.get().is_some_and(|(decided, held)| {
+                    decided.load(Ordering::SeqCst)
+                        && *held.borrow() == m.held.load(Ordering::SeqCst)
+                });
+                if settled {
+                    m.settled.store(true, Ordering::SeqCst);
+                }
+                !settled
+            })
+    }
+
     /// Whether this replica takes part in the cluster's watching now: connected, its clock
-    /// right.
+    /// right, no replica of the previous release running.
     fn takes_part(&self) -> bool {
-        self.connected() && !self.skewed()
+        self.connected() && !self.skewed() && !self.aside()
     }
 
     /// Publish `payload` on `subject`, sealed as `kind` for it.
@@ -297,8 +349,9 @@ impl Inner {
         let Some(m) = self.shared.get(mount) else {
             return;
         };
-        if self.skewed() {
-            // Its messages would be refused as stale; it watches its own (`stand_alone`).
+        if self.skewed() || self.aside() {
+            // Its messages would be refused as stale, or it stands aside; it watches its
+            // own (`stand_alone`).
             return;
         }
         let topics: Vec<ChangeEvent> = lock(&m.interests).keys().cloned().collect();
@@ -489,8 +542,15 @@ impl Watching for ClusterWatching {
     fn cluster(&self) -> Option<ClusterStatus> {
         let connected = self.inner.connected();
         let problem = if connected {
-            lock(&self.inner.skew)
+            lock(&self.inner.older)
                 .clone()
+                .or_else(|| lock(&self.inner.skew).clone())
+                .or_else(|| {
+                    self.inner.joining().then(|| {
+                        "cluster: joining (listening for the running replicas' heartbeats)"
+                            .to_owned()
+                    })
+                })
                 .or_else(|| lock(&self.inner.lease_problem).clone())
         } else {
             Some(format!(
@@ -573,8 +633,9 @@ async fn stand_alone(inner: std::sync::Weak<Inner>, poke: Arc<tokio::sync::Notif
         joined |= !apart;
         if alone && !was_alone && joined {
             tracing::warn!(
-                "cluster: this replica is on its own (NATS unreachable or its clock off); it \
-                 watches its own clients' subscriptions of shared mounts itself"
+                "cluster: this replica is on its own (NATS unreachable, its clock off, or standing \
+                 aside for an older release); it watches its own clients' subscriptions of \
+                 shared mounts itself"
             );
         } else if was_alone && !alone {
             tracing::info!(
@@ -642,7 +703,8 @@ async fn measure_clock(inner: std::sync::Weak<Inner>) {
     loop {
         let Some(i) = inner.upgrade() else { return };
         let period = i.cfg.lease_ttl.max(Duration::from_secs(1));
-        if i.connected() {
+        // Standing aside for the previous release, it writes nothing in the lease stream.
+        if i.connected() && lock(&i.older).is_none() {
             match clock_offset(&i, period).await {
                 Ok(Some(offset)) => judge_clock(&i, offset),
                 Ok(None) => {}
@@ -701,7 +763,7 @@ fn judge_clock(i: &Inner, offset: i64) {
             tracing::warn!(offset_ms = offset, limit_ms = limit, "{problem}");
         }
         *lock(&i.skew) = Some(problem);
-        allow_leases(i, false);
+        allow_leases(i);
     } else {
         if was {
             tracing::info!(
@@ -710,13 +772,15 @@ fn judge_clock(i: &Inner, offset: i64) {
             );
         }
         *lock(&i.skew) = None;
-        allow_leases(i, true);
+        allow_leases(i);
     }
 }
 
-/// Tell the leases (and the re-announcement) only of a change: every receiver wakes on a
-/// send, and an unchanged verdict every TTL would re-announce every interest every TTL.
-fn allow_leases(i: &Inner, allowed: bool) {
+/// Whether this replica may hold leases now (its clock right, not standing aside), told to
+/// the leases (and the re-announcement) only on a change: every receiver wakes on a send,
+/// and an unchanged verdict every TTL would re-announce every interest every TTL.
+fn allow_leases(i: &Inner) {
+    let allowed = !i.skewed() && !i.aside();
     i.lease_allowed.send_if_modified(|a| {
         let changed = *a != allowed;
         *a = allowed;
@@ -724,12 +788,73 @@ fn allow_leases(i: &Inner, allowed: bool) {
     });
 }
 
+/// Decide, every twentieth of a TTL, whether this replica takes part or stands aside: it
+/// takes part once it has listened for half a TTL since it first connected (every running
+/// replica beats every third) and while no replica of the previous release has been heard
+/// for one and a half TTLs (its heartbeats, or its records on a lease). Standing aside, it holds no lease,
+/// says nothing to the cluster, answers `/readyz` not ready naming those replicas, refuses
+/// legacy sessions, and watches its own clients' subscriptions itself (`stand_alone`), so the
+/// previous release runs the cluster undisturbed.
+async fn mind_releases(inner: std::sync::Weak<Inner>) {
+    let mut first_connected: Option<Instant> = None;
+    loop {
+        let Some(i) = inner.upgrade() else { return };
+        let ttl = i.cfg.lease_ttl;
+        if i.connected() {
+            let since = *first_connected.get_or_insert_with(Instant::now);
+            if since.elapsed() >= ttl / 2 {
+                i.listened.store(true, Ordering::SeqCst);
+            }
+        }
+        mind(&i);
+        drop(i);
+        tokio::time::sleep((ttl / 20).max(Duration::from_millis(10))).await;
+    }
+}
+
+/// Stand aside while a replica of the previous release has been heard within one and a
+/// half TTLs, and take part again once none has; tell the leases. Half a TTL more than its
+/// silence takes to show: that release renews its lease every third of a TTL, each record
+/// lasting a TTL, so a record of its last renewal is gone by then and this replica's first
+/// write does not find it (which would make it stand aside once more).
+fn mind(i: &Inner) {
+    let older = i.seal.previous_replicas(i.cfg.lease_ttl * 3 / 2);
+    let problem = (!older.is_empty()).then(|| {
+        format!(
+            "cluster: replica {} of an older release (protocol format {}) runs on cluster {}; \
+             this release (format {}) cannot share a cluster with it, so this replica stands \
+             aside: it holds no watcher lease and serves its own clients only, until every \
+             replica of the older release is stopped (docs/cluster.md, Upgrading)",
+            older.join(", "),
+            crate::seal::PREVIOUS,
+            i.cfg.name,
+            crate::seal::FORMAT,
+        )
+    });
+    let mut current = lock(&i.older);
+    if *current != problem {
+        match &problem {
+            Some(p) => tracing::warn!("{p}"),
+            None => tracing::info!(
+                "cluster: no replica of the older release heard for one and a half lease TTLs; \
+                 this replica takes part in the cluster"
+            ),
+        }
+        i.seal.set_aside(problem.clone());
+        *current = problem;
+    }
+    drop(current);
+    allow_leases(i);
+}
+
 /// Announce this replica every `lease_ttl / 3`.
 async fn heartbeat(inner: std::sync::Weak<Inner>) {
     loop {
         let Some(i) = inner.upgrade() else { return };
         let period = i.cfg.lease_ttl / 3;
-        if i.connected() {
+        // A replica standing aside says nothing, so the previous release's replicas hear
+        // nothing they would refuse.
+        if i.connected() && !i.aside() {
             let _ = i
                 .publish(
                     Kind::Alive,
@@ -758,6 +883,10 @@ async fn hear_alive(inner: std::sync::Weak<Inner>) {
     while let Some(msg) = sub.next().await {
         let Some(i) = inner.upgrade() else { return };
         let Some(payload) = i.seal.receive(Kind::Alive, &msg.subject, &msg.payload) else {
+            // A replica of the previous release (`mind_releases` stands aside for it).
+            if i.seal.previous_alive(&msg.subject, &msg.payload).is_some() {
+                mind(&i);
+            }
             continue;
         };
         if let Ok(replica) = std::str::from_utf8(payload) {
@@ -822,13 +951,14 @@ async fn on_connect(inner: std::sync::Weak<Inner>, mut epoch: watch::Receiver<u6
             drop(i);
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
-        announce_everything(&inner).await;
-        // A clock set right again is a reason to announce too (a skewed replica announces
-        // nothing).
+        // A clock set right again, or the end of standing aside, is a reason to announce too
+        // (a skewed replica, or one standing aside, announces nothing). Subscribed first, so
+        // a change during the announcement is not missed.
         let mut allowed = match inner.upgrade() {
             Some(i) => i.lease_allowed.subscribe(),
             None => return,
         };
+        announce_everything(&inner).await;
         loop {
             tokio::select! {
                 changed = epoch.changed() => {
@@ -887,6 +1017,11 @@ async fn run_watcher(
             i.cfg.lease_ttl,
         )
     };
+    if let Some(i) = inner.upgrade()
+        && let Some(m) = i.shared.get(&mount)
+    {
+        let _ = m.lease.set((lease.decided(), lease.changes()));
+    }
     let mut held = lease.changes();
     loop {
         if held.wait_for(|h| *h).await.is_err() {

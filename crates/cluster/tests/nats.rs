@@ -796,6 +796,16 @@ async fn pair(port: u16, name: &str, root: &std::path::Path, ttl: Duration) -> P
     let interest = ChangeBus::interest(&r2.bus, MOUNT, &up(&uri));
     assert!(r2.bus.settled(Duration::from_secs(5)).await);
     assert!(eventually(Duration::from_secs(5), || r2.bus.connected()).await);
+    // A replica takes part half a TTL after it connects (it listens for replicas of another
+    // release first); until then it watches its own subscriptions itself.
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            use mcpr_core::Watching as _;
+            r2.watching.cluster().is_some_and(|c| c.problem.is_none())
+        })
+        .await,
+        "the second replica never took part"
+    );
     Pair {
         w,
         r2,

@@ -36,8 +36,13 @@ pub struct Replica {
 
 impl Replica {
     pub fn start(config: &Path, log: PathBuf) -> Self {
+        Self::start_binary(Path::new(env!("CARGO_BIN_EXE_mcp-resources")), config, log)
+    }
+
+    /// [`Replica::start`] of another build of the binary (an older release's).
+    pub fn start_binary(bin: &Path, config: &Path, log: PathBuf) -> Self {
         let port = free_port();
-        let child = Command::new(env!("CARGO_BIN_EXE_mcp-resources"))
+        let child = Command::new(bin)
             .args(["serve", "--log-level", "info", "--http"])
             .arg(format!("127.0.0.1:{port}"))
             .arg("--config")
