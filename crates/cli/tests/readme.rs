@@ -1,7 +1,10 @@
 //! The snippets of README.md and docs/*.md, run as a new user would copy them: every
 //! ```toml block passes `check-config` (with what it names filled in: environment
-//! variables, folders, a git repository, the example database), the blocks that can run on
-//! this machine are served and answer a list and a read; the host configs and `claude mcp
+//! variables, folders, a git repository, the example database), and every block is served
+//! and answers a list and a read: the database blocks on this machine's PostgreSQL and
+//! MariaDB, the api and web mounts on loopback origins standing in for the public hosts, the
+//! S3 block on moto, the gateway blocks on the pinned server-everything and our own server
+//! (a missing service is a skip, a failure under CI=true); the host configs and `claude mcp
 //! add` lines start a server that lists; the curl, client and `cargo run` commands run
 //! against a served instance (the terminal client's tour against a folder of its own, our
 //! HTTP server and the pinned server-everything); the MCP Inspector's commands run with the
@@ -232,7 +235,7 @@ fn check_ok(f: &mut Fixture, line: &str) -> String {
 }
 
 #[test]
-fn every_toml_block_of_the_readme_checks_and_the_local_ones_serve() {
+fn every_toml_block_of_the_readme_checks_and_serves() {
     let toml = blocks("toml");
     assert!(
         toml.len() >= 8,
@@ -654,12 +657,14 @@ fn serve_sql_block(line: &str, text: &str) -> Option<()> {
     Some(())
 }
 
+/// The requests an `origin` received: each one's path and query, and its `Authorization`
+/// header (empty when none).
+type Requests = Arc<Mutex<Vec<(String, String)>>>;
+
 /// One loopback HTTP origin standing in for a public one: it answers `pages` (path and
 /// query → content type and body), 404 otherwise, and records each request's path and
 /// `Authorization` header. Its thread ends with the test process.
-fn origin(
-    pages: Vec<(&'static str, &'static str, String)>,
-) -> (String, Arc<Mutex<Vec<(String, String)>>>) {
+fn origin(pages: Vec<(&'static str, &'static str, String)>) -> (String, Requests) {
     use std::io::{BufRead as _, Write as _};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
@@ -2596,7 +2601,7 @@ const KINDS: &[(&str, &[&str], Proof)] = &[
     (
         "toml",
         &[],
-        Proof::Run("every_toml_block_of_the_readme_checks_and_the_local_ones_serve"),
+        Proof::Run("every_toml_block_of_the_readme_checks_and_serves"),
     ),
     (
         "json",
