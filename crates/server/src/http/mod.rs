@@ -556,7 +556,7 @@ async fn metrics(State(ops): State<Arc<Ops>>, headers: http::HeaderMap) -> Respo
                 u8::from(*held)
             );
         }
-        out.push_str("# HELP mcp_cluster_standalone_watches Subscriptions of the mount this replica watches by itself because it is cut off from NATS or its clock is off (0: the cluster's watcher serves them).\n# TYPE mcp_cluster_standalone_watches gauge\n");
+        out.push_str("# HELP mcp_cluster_standalone_watches Subscriptions of the mount this replica watches by itself because it is cut off from NATS, its clock is off, or it stands aside for a replica of an older release (0: the cluster's watcher serves them).\n# TYPE mcp_cluster_standalone_watches gauge\n");
         for (mount, n) in cluster
             .standalone
             .iter()
