@@ -105,6 +105,24 @@ pub struct Page<T> {
     pub items: Vec<T>,
     /// Where to resume; `None` when this was the last page.
     pub next: Option<Vec<u8>>,
+    /// The page's own cache hints when its freshness is not the mount's (a gateway relays
+    /// its upstream's `ttlMs`/`cacheScope`, already capped by the mount's own); `None`: the
+    /// mount's [`ProviderInfo::cache`].
+    pub hints: Option<CacheHints>,
+}
+
+impl CacheHints {
+    /// The stricter of two: the shorter freshness, and `private` when either is.
+    pub fn min(self, other: Self) -> Self {
+        Self {
+            ttl_ms: self.ttl_ms.min(other.ttl_ms),
+            scope: if self.scope == CacheScope::Private || other.scope == CacheScope::Private {
+                CacheScope::Private
+            } else {
+                CacheScope::Public
+            },
+        }
+    }
 }
 
 impl<T> Page<T> {
@@ -120,6 +138,7 @@ impl<T> Page<T> {
         Self {
             items: items.into_iter().map(|(_, m)| m).collect(),
             next,
+            hints: None,
         }
     }
 }

@@ -131,6 +131,7 @@ impl Provider for ConformanceProvider {
         Ok(Page {
             items: all[start..end].to_vec(),
             next,
+            hints: None,
         })
     }
 

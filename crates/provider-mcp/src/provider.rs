@@ -73,22 +73,24 @@ impl McpProvider {
             tasks,
         })
     }
+}
 
-    /// The mount's hints capped: the upstream's `ttlMs` no longer than ours, `private` when
-    /// either says so. An upstream that says nothing gets the mount's own.
-    fn hints(&self, ttl_ms: Option<u64>, scope: Option<rmcp::model::CacheScope>) -> CacheHints {
-        let mine = self.shared.config.cache;
-        let private = matches!(scope, Some(rmcp::model::CacheScope::Private))
-            || mine.scope == CacheScope::Private;
-        CacheHints {
-            ttl_ms: ttl_ms.map_or(mine.ttl_ms, |t| t.min(mine.ttl_ms)),
-            scope: if private {
-                CacheScope::Private
-            } else {
-                CacheScope::Public
-            },
-        }
-    }
+/// The mount's hints `mine` capped by an upstream answer's: its `ttlMs` no longer than ours,
+/// `private` when either says so. An upstream that says nothing gets the mount's own.
+pub(crate) fn capped(
+    mine: CacheHints,
+    ttl_ms: Option<u64>,
+    scope: Option<rmcp::model::CacheScope>,
+) -> CacheHints {
+    let theirs = CacheHints {
+        ttl_ms: ttl_ms.unwrap_or(mine.ttl_ms),
+        scope: if matches!(scope, Some(rmcp::model::CacheScope::Private)) {
+            CacheScope::Private
+        } else {
+            CacheScope::Public
+        },
+    };
+    mine.min(theirs)
 }
 
 /// Refuse an answer of `size` bytes over the read limit.
@@ -236,7 +238,7 @@ impl Provider for McpProvider {
                     }),
             });
         }
-        let hints = self.hints(res.ttl_ms, res.cache_scope);
+        let hints = capped(self.shared.config.cache, res.ttl_ms, res.cache_scope);
         // A private answer is never kept: the cache serves every client of the mount.
         if let (Some(cache), Some(ticket)) = (cache, ticket)
             && hints.scope == CacheScope::Public
