@@ -2,7 +2,8 @@
 //! wait on it (the gateway restarts it), and sending an answer of hundreds of MiB. The
 //! upstream is a small Python program speaking JSON-RPC on stdio whose list and read block
 //! while a control file says so, and which writes where it got to into a folder of marks.
-//! The gateway runs over HTTP (one process throughout) beside a local files mount.
+//! The gateway runs over HTTP (one process throughout) beside a local files mount. And the
+//! gateway killed outright, which must take its stdio upstream and all it started along.
 
 mod client_common;
 
@@ -328,5 +329,115 @@ fn a_huge_answer_is_refused_naming_the_limit_within_a_memory_budget() {
         s.counter("mcpr_mcp_connects_total"),
         connects,
         "the same connection"
+    );
+}
+
+/// A stdio upstream that starts a helper which outlives it on purpose: in a session of its
+/// own, deaf to SIGTERM and to its stdin's end (what `npx` leaves when its node goes astray).
+const FORKING: &str = r#"
+import json, os, signal, sys, time
+marks = sys.argv[1]
+def mark(name, text):
+    with open(os.path.join(marks, name + ".tmp"), "w") as f:
+        f.write(text)
+    os.rename(os.path.join(marks, name + ".tmp"), os.path.join(marks, name))
+if os.fork() == 0:
+    os.setsid()
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    mark("grandchild", str(os.getpid()))
+    while True:
+        time.sleep(1)
+mark("upstream", str(os.getpid()))
+out = sys.stdout
+def send(obj):
+    out.write(json.dumps(obj) + "\n"); out.flush()
+for line in sys.stdin:
+    msg = json.loads(line)
+    method, mid = msg.get("method"), msg.get("id")
+    if mid is None:
+        continue
+    p = msg.get("params") or {}
+    if method == "initialize":
+        send({"jsonrpc": "2.0", "id": mid, "result": {"protocolVersion": p.get("protocolVersion", "2025-11-25"),
+              "capabilities": {"resources": {}}, "serverInfo": {"name": "forking", "version": "1.0"}}})
+    elif method == "resources/list":
+        send({"jsonrpc": "2.0", "id": mid, "result": {"resources": [{"uri": "x://a", "name": "a"}]}})
+    elif method in ("ping", "resources/templates/list"):
+        send({"jsonrpc": "2.0", "id": mid, "result": {"resourceTemplates": []} if method != "ping" else {}})
+    else:
+        send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32601, "message": "no " + str(method)}})
+"#;
+
+/// Kills the processes it names when dropped, so that a failed run leaves none behind.
+struct KillAfter(Vec<String>);
+
+impl Drop for KillAfter {
+    fn drop(&mut self) {
+        for pid in self.0.iter().filter(|p| running(p)) {
+            // No assertion: this may run while the test panics.
+            let _ = Command::new("kill").args(["-KILL", pid.trim()]).status();
+        }
+    }
+}
+
+/// Whether process `pid` still runs (a zombie waiting for a parent to reap it does not).
+fn running(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| Some(s.rsplit_once(')')?.1.trim_start().starts_with(['Z', 'X'])))
+        .is_some_and(|dead| !dead)
+}
+
+/// The gateway killed with SIGKILL, which runs no code of ours: within 2 s its stdio
+/// upstream is gone, and so is the helper that upstream started, though the helper left the
+/// upstream's process group and session and ignores SIGTERM and its stdin's end.
+#[test]
+fn a_killed_gateway_leaves_no_upstream_process_behind() {
+    let Some(python) = python().or_else(|| absent("python3", "not on PATH")) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let script = tmp.path().join("forking.py");
+    std::fs::write(&script, FORKING).unwrap();
+    let marks = tmp.path().join("marks");
+    std::fs::create_dir(&marks).unwrap();
+    let gw = tmp.path().join("gateway.toml");
+    std::fs::write(
+        &gw,
+        format!(
+            "[[mount]]\nkind = \"mcp\"\nname = \"f\"\ncommand = {python:?}\nargs = [{:?}, {:?}]\nprotocol = \"legacy\"\n",
+            script.display().to_string(),
+            marks.display().to_string()
+        ),
+    )
+    .unwrap();
+    let gw = gw.display().to_string();
+    let (mut gateway, url) = our_http_server(&["serve", "--config", &gw]);
+    let listed = run({
+        let mut c = Command::new(bin());
+        c.args(["ls", "--url", &url]);
+        c
+    })
+    .ok();
+    assert!(listed.contains("f+x://a"), "{listed}");
+    let read = |name: &str| std::fs::read_to_string(marks.join(name)).unwrap();
+    let (upstream, grandchild) = (read("upstream"), read("grandchild"));
+    let _cleanup = KillAfter(vec![upstream.clone(), grandchild.clone()]);
+    assert!(running(&upstream) && running(&grandchild));
+
+    gateway.0.kill().unwrap();
+    let _ = gateway.0.wait();
+    let killed = Instant::now();
+    while (running(&upstream) || running(&grandchild)) && killed.elapsed() < Duration::from_secs(2)
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!running(&upstream), "the upstream outlived the gateway");
+    assert!(
+        !running(&grandchild),
+        "the upstream's helper outlived the gateway"
     );
 }

@@ -2,6 +2,14 @@
 //! `HOME` and the configured `env` (never our own environment, which may hold our secrets),
 //! its stderr copied to our log line by line (bounded, marked with the mount), and the whole
 //! group killed and reaped when the connection ends or we do.
+//!
+//! On Linux, when the binary offers it ([`crate::guard::enable`]), the command runs under
+//! the guard ([`crate::guard`]), which takes it and every process it started (`npx` starts
+//! node) down when we are killed outright (SIGKILL, the OOM killer) and no code of ours
+//! runs. The guard's death signal (`PR_SET_PDEATHSIG`) fires when the *thread* that started
+//! it ends, so every upstream is started from one thread that lives as long as the process
+//! (a runtime worker may end earlier: `block_in_place` hands its thread to the blocking
+//! pool, which ends idle threads).
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -31,6 +39,30 @@ impl Child {
         args: &[String],
         env: &[Secret],
     ) -> Result<(Self, ChildStdout, ChildStdin), String> {
+        #[cfg(target_os = "linux")]
+        let mut cmd = match crate::guard::exe() {
+            Some(exe) => {
+                // The guard would start anything; one that cannot start the command could
+                // only say so on its stderr. Said here instead, as a direct start would.
+                let path = env
+                    .iter()
+                    .find(|e| e.name == "PATH")
+                    .map(|e| std::ffi::OsString::from(&e.value))
+                    .or_else(|| std::env::var_os("PATH"));
+                if !startable(command, path.as_deref()) {
+                    return Err(format!(
+                        "cannot start `{command}`: no such executable file (on PATH)"
+                    ));
+                }
+                let mut c = tokio::process::Command::new(exe);
+                c.arg(crate::guard::GUARD_ARG)
+                    .arg(std::process::id().to_string())
+                    .arg(command);
+                c
+            }
+            None => tokio::process::Command::new(command),
+        };
+        #[cfg(not(target_os = "linux"))]
         let mut cmd = tokio::process::Command::new(command);
         cmd.args(args)
             .env_clear()
@@ -47,9 +79,9 @@ impl Child {
         }
         let mut wrap = CommandWrap::from(cmd);
         wrap.wrap(ProcessGroup::leader()).wrap(KillOnDrop);
-        let mut child = wrap
-            .spawn()
-            .map_err(|e| format!("cannot start `{command}`: {e}"))?;
+        let spawned =
+            crate::guard::on_keeper_thread(tokio::runtime::Handle::current(), move || wrap.spawn());
+        let mut child = spawned.map_err(|e| format!("cannot start `{command}`: {e}"))?;
         let stdin = child.inner_mut().stdin().take();
         let stdout = child.inner_mut().stdout().take();
         let stderr = child.inner_mut().stderr().take();
@@ -71,6 +103,21 @@ impl Child {
             _ => None,
         }
     }
+}
+
+/// Whether `command` names an executable file: as it is when it holds a `/`, else in a
+/// folder of `path` (the lookup the start of a program makes).
+#[cfg(target_os = "linux")]
+fn startable(command: &str, path: Option<&std::ffi::OsStr>) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    let executable = |p: &std::path::Path| {
+        p.metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if command.contains('/') {
+        return executable(std::path::Path::new(command));
+    }
+    path.is_some_and(|p| std::env::split_paths(p).any(|dir| executable(&dir.join(command))))
 }
 
 impl Drop for Child {
@@ -140,5 +187,32 @@ async fn log_stderr(mount: String, stderr: ChildStderr) {
             dropped += 1;
         }
         line.clear();
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn startable_finds_what_exec_would() {
+        let path = std::env::var_os("PATH");
+        assert!(startable("sh", path.as_deref()));
+        assert!(!startable("sh", None), "no PATH, no lookup");
+        assert!(!startable("no-such-command-here", path.as_deref()));
+        assert!(!startable("/nonexistent/mcp-server", path.as_deref()));
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("server");
+        std::fs::write(&file, "#!/bin/sh\n").unwrap();
+        let shown = file.display().to_string();
+        assert!(!startable(&shown, None), "not executable");
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(startable(&shown, None));
+        assert!(startable("server", Some(dir.path().as_os_str())));
+        assert!(
+            !startable(&dir.path().display().to_string(), None),
+            "a folder"
+        );
     }
 }
