@@ -3,7 +3,8 @@
 //! upstream is a small Python program speaking JSON-RPC on stdio whose list and read block
 //! while a control file says so, and which writes where it got to into a folder of marks.
 //! The gateway runs over HTTP (one process throughout) beside a local files mount. And the
-//! gateway killed outright, which must take its stdio upstream and all it started along.
+//! gateway killed outright, which must take its stdio upstream and all it started along; and
+//! an upstream whose templates change, after its `list_changed` and after a restart.
 
 mod client_common;
 
@@ -440,4 +441,111 @@ fn a_killed_gateway_leaves_no_upstream_process_behind() {
         !running(&grandchild),
         "the upstream's helper outlived the gateway"
     );
+}
+
+/// A stdio upstream whose templates are what the file `templates.json` in its marks folder
+/// says when asked; a read of `x://bump` answers and then announces a list change.
+const CHANGING: &str = r#"
+import json, os, sys
+marks = sys.argv[1]
+with open(os.path.join(marks, "pid.tmp"), "w") as f:
+    f.write(str(os.getpid()))
+os.rename(os.path.join(marks, "pid.tmp"), os.path.join(marks, "pid"))
+out = sys.stdout
+def send(obj):
+    out.write(json.dumps(obj) + "\n"); out.flush()
+for line in sys.stdin:
+    msg = json.loads(line)
+    method, mid = msg.get("method"), msg.get("id")
+    if mid is None:
+        continue
+    p = msg.get("params") or {}
+    if method == "initialize":
+        send({"jsonrpc": "2.0", "id": mid, "result": {"protocolVersion": p.get("protocolVersion", "2025-11-25"),
+              "capabilities": {"resources": {"listChanged": True}}, "serverInfo": {"name": "changing", "version": "1.0"}}})
+    elif method == "ping":
+        send({"jsonrpc": "2.0", "id": mid, "result": {}})
+    elif method == "resources/templates/list":
+        with open(os.path.join(marks, "templates.json")) as f:
+            send({"jsonrpc": "2.0", "id": mid, "result": {"resourceTemplates": json.load(f)}})
+    elif method == "resources/list":
+        send({"jsonrpc": "2.0", "id": mid, "result": {"resources": [{"uri": "x://bump", "name": "bump"}]}})
+    elif method == "resources/read":
+        send({"jsonrpc": "2.0", "id": mid, "result": {"contents": [{"uri": p.get("uri"), "text": "bumped"}]}})
+        send({"jsonrpc": "2.0", "method": "notifications/resources/list_changed"})
+    else:
+        send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32601, "message": "no " + str(method)}})
+"#;
+
+/// The templates the gateway serves are the upstream's of the moment: fetched again after
+/// the upstream's `list_changed` and after a reconnect, never the first connection's for
+/// good; completion follows them (a template gone is unknown).
+#[test]
+fn an_upstreams_changed_templates_are_served() {
+    let Some(python) = python().or_else(|| absent("python3", "not on PATH")) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let script = tmp.path().join("changing.py");
+    std::fs::write(&script, CHANGING).unwrap();
+    let marks = tmp.path().join("marks");
+    std::fs::create_dir(&marks).unwrap();
+    let set_templates = |name: &str| {
+        let t = serde_json::json!([{"uriTemplate": format!("x://{name}/{{id}}"), "name": name}]);
+        std::fs::write(marks.join("templates.json.tmp"), t.to_string()).unwrap();
+        std::fs::rename(
+            marks.join("templates.json.tmp"),
+            marks.join("templates.json"),
+        )
+        .unwrap();
+    };
+    set_templates("first");
+    let gw = tmp.path().join("gateway.toml");
+    std::fs::write(
+        &gw,
+        format!(
+            "[[mount]]\nkind = \"mcp\"\nname = \"c\"\ncommand = {python:?}\nargs = [{:?}, {:?}]\nprotocol = \"legacy\"\n",
+            script.display().to_string(),
+            marks.display().to_string()
+        ),
+    )
+    .unwrap();
+    let gw = gw.display().to_string();
+    let (_gateway, url) = our_http_server(&["serve", "--config", &gw]);
+    let client = |args: &[&str]| {
+        let mut c = Command::new(bin());
+        c.args(args).args(["--url", &url]);
+        run(c)
+    };
+    let templates = || client(&["templates"]).ok();
+    let serves = |name: &str| {
+        let wanted = format!("c+x://{name}/{{id}}");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let now = templates();
+            if now.contains(&wanted) {
+                return now;
+            }
+            assert!(Instant::now() < deadline, "never {wanted}: {now}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    serves("first");
+
+    // After the upstream's list_changed.
+    set_templates("second");
+    assert_eq!(client(&["cat", "c+x://bump"]).ok(), "bumped");
+    let now = serves("second");
+    assert!(!now.contains("c+x://first/"), "{now}");
+    let gone = client(&["complete", "c+x://first/{id}", "id", "a"]);
+    assert!(
+        gone.code != Some(0) && gone.stderr.contains("no resource template"),
+        "a template gone is unknown here, not asked upstream: {gone:?}"
+    );
+
+    // After a reconnect, with no notice: the upstream killed, the gateway starts it again.
+    set_templates("third");
+    kill(&std::fs::read_to_string(marks.join("pid")).unwrap());
+    let now = serves("third");
+    assert!(!now.contains("c+x://second/"), "{now}");
 }

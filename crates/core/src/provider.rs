@@ -416,9 +416,13 @@ pub trait Provider: Send + Sync + 'static {
         Ok(FolderDetails::default())
     }
 
-    /// The URI templates this mount advertises.
-    fn templates(&self) -> &[TemplateMeta] {
-        &[]
+    /// The URI templates this mount advertises, as they are now: shared, so that a source
+    /// whose templates change (a gateway's upstream) swaps them while a caller still holds
+    /// the ones it got, and a call costs a reference count, not a copy.
+    fn templates(&self) -> std::sync::Arc<[TemplateMeta]> {
+        static NONE: std::sync::LazyLock<std::sync::Arc<[TemplateMeta]>> =
+            std::sync::LazyLock::new(|| std::sync::Arc::new([]));
+        NONE.clone()
     }
 
     /// Suggestions for one template argument.

@@ -64,6 +64,7 @@ impl McpProvider {
         let tasks = vec![
             tokio::spawn(conn::run(Arc::downgrade(&shared))).abort_handle(),
             tokio::spawn(conn::relay(Arc::downgrade(&shared))).abort_handle(),
+            tokio::spawn(conn::refresh_templates(Arc::downgrade(&shared))).abort_handle(),
         ];
         let within = shared.config.timeout.max(Duration::from_secs(15)) + Duration::from_secs(1);
         shared.first_attempt(within).await;
@@ -283,13 +284,14 @@ impl Provider for McpProvider {
         .await
     }
 
-    fn templates(&self) -> &[TemplateMeta] {
-        self.shared.templates.get().map_or(&[], Vec::as_slice)
+    fn templates(&self) -> Arc<[TemplateMeta]> {
+        self.shared.templates()
     }
 
     async fn complete(&self, req: CompletionRequest) -> Result<Completion> {
-        if !self.templates().is_empty() {
-            mcpr_core::template_index(self.templates(), &req.template)?;
+        let templates = self.templates();
+        if !templates.is_empty() {
+            mcpr_core::template_index(&templates, &req.template)?;
         }
         let up =
             self.shared.map.upstream(&req.template).map_err(|_| {

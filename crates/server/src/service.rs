@@ -778,7 +778,7 @@ impl Service {
                 .mounts()
                 .iter()
                 .filter(|m| visible(grant, m))
-                .flat_map(|m| self.layered(m).templates().iter().cloned())
+                .flat_map(|m| self.layered(m).templates().to_vec())
                 .collect();
             Ok(TemplateList {
                 templates,
