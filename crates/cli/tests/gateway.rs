@@ -929,19 +929,28 @@ fn post_modern(url: &str, method: &str, mut params: Value) -> Value {
         .unwrap_or_else(|| panic!("no answer to {method}: {out}"))
 }
 
-/// A listing relays the upstream's `ttlMs` and `cacheScope` like a read does: our binary as a 2026-07-28 upstream whose listing says 3 s and `private` (its
-/// mounts' strictest), behind a mount of 600 s, answers 3 s and `private`; behind a mount
+/// A listing and a directory read relay the upstream's `ttlMs` and `cacheScope` like a read
+/// does: our binary as a 2026-07-28 upstream whose listing says 3 s and `private` (its
+/// mounts' strictest) and whose directory read says 3 s (the skills mount's, which offers
+/// directory reads), behind a mount of 600 s, answers 3 s (and `private`); behind a mount
 /// of 1 s, 1 s (the mount's cap).
 #[test]
 fn a_listing_relays_the_upstreams_ttl_capped_by_the_mount() {
     let tmp = tempfile::tempdir().unwrap();
     let a = files(&tmp.path().join("a"), 2);
     let b = files(&tmp.path().join("b"), 2);
+    let alpha = b.join("skills/alpha");
+    std::fs::create_dir_all(&alpha).unwrap();
+    std::fs::write(
+        alpha.join("SKILL.md"),
+        "---\nname: alpha\ndescription: Does alpha\n---\n",
+    )
+    .unwrap();
     let up_cfg = tmp.path().join("upstream.toml");
     std::fs::write(
         &up_cfg,
         format!(
-            "[[mount]]\nkind = \"files\"\nroot = {:?}\nttl_ms = 600000\ncache_scope = \"private\"\n\n[[mount]]\nkind = \"files\"\nroot = {:?}\nttl_ms = 3000\n",
+            "[[mount]]\nkind = \"files\"\nroot = {:?}\nttl_ms = 600000\ncache_scope = \"private\"\n\n[[mount]]\nkind = \"files\"\nroot = {:?}\nttl_ms = 3000\nskills = \"skills\"\n",
             a.display().to_string(),
             b.display().to_string()
         ),
@@ -961,13 +970,19 @@ fn a_listing_relays_the_upstreams_ttl_capped_by_the_mount() {
         let gw_path = gw.display().to_string();
         let (_gateway, url) = client_common::our_http_server(&["serve", "--config", &gw_path]);
         let list = post_modern(&url, "resources/list", serde_json::json!({}));
-        assert_eq!(
-            list["result"]["resources"].as_array().map(Vec::len),
-            Some(4),
-            "{list}"
-        );
+        for f in [a.join("f00.md"), b.join("f00.md")] {
+            let uri = format!("up+{}", file_uri(&f));
+            assert!(list.to_string().contains(&uri), "{uri}: {list}");
+        }
         assert_eq!(list["result"]["ttlMs"], want, "{list}");
         assert_eq!(list["result"]["cacheScope"], "private", "{list}");
+        let dir = post_modern(
+            &url,
+            "resources/directory/read",
+            serde_json::json!({"uri": format!("up+{}", file_uri(&alpha))}),
+        );
+        assert!(dir.to_string().contains("SKILL.md"), "{dir}");
+        assert_eq!(dir["result"]["ttlMs"], want, "{dir}");
     }
 }
 
