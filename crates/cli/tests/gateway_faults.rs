@@ -366,6 +366,8 @@ for line in sys.stdin:
               "capabilities": {"resources": {}}, "serverInfo": {"name": "forking", "version": "1.0"}}})
     elif method == "resources/list":
         send({"jsonrpc": "2.0", "id": mid, "result": {"resources": [{"uri": "x://a", "name": "a"}]}})
+    elif method == "resources/read":
+        pass  # hung: never answers a read
     elif method in ("ping", "resources/templates/list"):
         send({"jsonrpc": "2.0", "id": mid, "result": {"resourceTemplates": []} if method != "ping" else {}})
     else:
@@ -381,6 +383,66 @@ impl Drop for KillAfter {
             // No assertion: this may run while the test panics.
             let _ = Command::new("kill").args(["-KILL", pid.trim()]).status();
         }
+    }
+}
+
+/// The forking upstream, hung: the gateway ends the connection after three reads without an
+/// answer (and connects again); the upstream and the helper it started, which left its
+/// process group, are gone within 2 s of that, while the gateway serves on.
+#[test]
+fn a_connection_ended_by_the_gateway_leaves_no_helper_behind() {
+    let Some(python) = python().or_else(|| absent("python3", "not on PATH")) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let script = tmp.path().join("forking.py");
+    std::fs::write(&script, FORKING).unwrap();
+    let marks = tmp.path().join("marks");
+    std::fs::create_dir(&marks).unwrap();
+    let gw = tmp.path().join("gateway.toml");
+    std::fs::write(
+        &gw,
+        format!(
+            "[[mount]]\nkind = \"mcp\"\nname = \"f\"\ncommand = {python:?}\nargs = [{:?}, {:?}]\nprotocol = \"legacy\"\ntimeout_ms = 1000\n",
+            script.display().to_string(),
+            marks.display().to_string()
+        ),
+    )
+    .unwrap();
+    let gw = gw.display().to_string();
+    let (_gateway, url) = our_http_server(&["serve", "--config", &gw]);
+    let client = |args: &[&str]| {
+        let mut c = Command::new(bin());
+        c.args(args).args(["--url", &url]);
+        run(c)
+    };
+    assert!(client(&["ls"]).ok().contains("f+x://a"));
+    let read = |name: &str| std::fs::read_to_string(marks.join(name)).unwrap();
+    let (upstream, grandchild) = (read("upstream"), read("grandchild"));
+    let _cleanup = KillAfter(vec![upstream.clone(), grandchild.clone()]);
+    assert!(running(&upstream) && running(&grandchild));
+
+    for _ in 0..3 {
+        let hung = client(&["cat", "f+x://a"]);
+        assert!(hung.stderr.contains("did not answer"), "{hung:?}");
+    }
+    let ended = Instant::now();
+    while (running(&upstream) || running(&grandchild)) && ended.elapsed() < Duration::from_secs(2) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        !running(&upstream),
+        "the hung upstream outlived its connection"
+    );
+    assert!(
+        !running(&grandchild),
+        "the upstream's helper outlived its connection"
+    );
+    // Connected again (after its backoff), to a new upstream.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !client(&["ls"]).text().contains("f+x://a") {
+        assert!(Instant::now() < deadline, "never connected again");
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 

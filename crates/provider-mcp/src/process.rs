@@ -25,9 +25,16 @@ const MAX_STDERR_LINE: usize = 2048;
 /// The most stderr lines logged per second; more are counted and the count logged.
 const MAX_STDERR_LINES_PER_SECOND: u32 = 50;
 
+/// How long the guard, asked to end, gets to kill the upstream's tree before its whole
+/// group is killed (it needs moments; it gives up on a tree that keeps forking after 2 s).
+#[cfg(target_os = "linux")]
+const GUARD_ENDS_WITHIN: Duration = Duration::from_secs(3);
+
 /// The running upstream process; dropping it kills its process group.
 pub(crate) struct Child {
     inner: Option<Box<dyn ChildWrapper>>,
+    /// Started through the guard, which can end what left the group too.
+    guarded: bool,
 }
 
 impl Child {
@@ -85,7 +92,14 @@ impl Child {
         let stdin = child.inner_mut().stdin().take();
         let stdout = child.inner_mut().stdout().take();
         let stderr = child.inner_mut().stderr().take();
-        let this = Self { inner: Some(child) };
+        #[cfg(target_os = "linux")]
+        let guarded = crate::guard::exe().is_some();
+        #[cfg(not(target_os = "linux"))]
+        let guarded = false;
+        let this = Self {
+            inner: Some(child),
+            guarded,
+        };
         let (Some(stdin), Some(stdout)) = (stdin, stdout) else {
             return Err(format!("`{command}` started without stdin or stdout"));
         };
@@ -125,12 +139,31 @@ impl Drop for Child {
         let Some(mut child) = self.inner.take() else {
             return;
         };
+        let rt = tokio::runtime::Handle::try_current().ok();
+        // The guard first, asked to end: it kills the upstream's whole tree, a helper that
+        // left the group included, which the group's SIGKILL below would miss (it would
+        // kill the guard before it could). Then the group, whatever is left of it.
+        #[cfg(target_os = "linux")]
+        if self.guarded
+            && let Some(rt) = &rt
+            && let Some(pid) = child
+                .id()
+                .and_then(|p| rustix::process::Pid::from_raw(p as i32))
+            && rustix::process::kill_process(pid, rustix::process::Signal::TERM).is_ok()
+        {
+            rt.spawn(async move {
+                let _ = tokio::time::timeout(GUARD_ENDS_WITHIN, child.wait()).await;
+                let _ = child.start_kill();
+                let _ = child.wait().await;
+            });
+            return;
+        }
         // SIGKILL to the whole group: an upstream that started helpers (npx starts node)
         // leaves none behind.
         let _ = child.start_kill();
         // Reap it so that no zombie stays; without a runtime (the process is ending) init
         // reaps it after us.
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        if let Some(rt) = rt {
             rt.spawn(async move {
                 let _ = child.wait().await;
             });
