@@ -81,6 +81,14 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // This binary is also the guard of a gateway's stdio upstreams (a hidden command line
+    // of its own), run before anything else starts: no runtime, no logging, no threads.
+    #[cfg(all(feature = "mcp", target_os = "linux"))]
+    if let Some(code) = mcpr_provider_mcp::guard::run_if_asked() {
+        return ExitCode::from(code);
+    }
+    #[cfg(feature = "mcp")]
+    mcpr_provider_mcp::guard::enable();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve {

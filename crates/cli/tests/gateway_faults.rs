@@ -2,7 +2,9 @@
 //! wait on it (the gateway restarts it), and sending an answer of hundreds of MiB. The
 //! upstream is a small Python program speaking JSON-RPC on stdio whose list and read block
 //! while a control file says so, and which writes where it got to into a folder of marks.
-//! The gateway runs over HTTP (one process throughout) beside a local files mount.
+//! The gateway runs over HTTP (one process throughout) beside a local files mount. And the
+//! gateway killed outright, which must take its stdio upstream and all it started along; and
+//! an upstream whose templates change, after its `list_changed` and after a restart.
 
 mod client_common;
 
@@ -10,7 +12,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use client_common::{Out, absent, bin, our_http_server, run};
+use client_common::{Out, absent, bin, our_http_server, run, within_memory_budget};
 
 const UPSTREAM: &str = r#"
 import json, os, sys, time
@@ -274,23 +276,23 @@ fn an_upstream_killed_mid_read_and_mid_list_costs_only_its_mount() {
     for uri in ["slow+x://a", "slow+x://b", "slow+x://c"] {
         assert!(listed.contains(uri), "{listed}");
     }
+    within_memory_budget(
+        s.gateway.0.id(),
+        HUNG_BUDGET_MIB,
+        "a hung upstream, killed twice",
+    );
     drop(s.gateway);
 }
+
+/// The gateway's resident memory budget through a hung upstream: its own footprint (about
+/// 50 MiB in a debug build) with room to spare, nothing of the hung requests kept past
+/// their answers.
+const HUNG_BUDGET_MIB: u64 = 96;
 
 /// The budget of the gateway's peak resident memory (VmHWM) while it refuses a 512 MiB
 /// answer under `max_message_bytes = "16MiB"`: the gateway's own footprint and at most one
 /// message's worth of buffers; holding the answer would take 512 MiB.
 const HUGE_BUDGET_MIB: u64 = 128;
-
-/// The peak resident memory of process `pid`, in KiB (`VmHWM` of /proc/PID/status).
-fn vm_hwm_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or_else(|| panic!("no VmHWM: {status}"))
-}
 
 /// An answer of 512 MiB (streamed by the upstream, never held by the test) is refused with
 /// the limit named, at once rather than after the timeout; the gateway's peak memory stays
@@ -322,17 +324,290 @@ fn a_huge_answer_is_refused_naming_the_limit_within_a_memory_budget() {
     assert_eq!(s.cat(&s.local).ok(), "local\n");
     // The whole answer went through the gateway (the upstream wrote its last byte).
     s.mark("huge-sent");
-    let hwm = vm_hwm_kib(s.gateway.0.id());
-    assert!(
-        hwm < HUGE_BUDGET_MIB * 1024,
-        "peak resident memory {} MiB, over the budget of {HUGE_BUDGET_MIB} MiB",
-        hwm / 1024
-    );
-    eprintln!("gateway VmHWM after a 512 MiB answer: {} MiB", hwm / 1024);
+    within_memory_budget(s.gateway.0.id(), HUGE_BUDGET_MIB, "a 512 MiB answer");
     assert_eq!(s.cat("slow+x://a").ok(), "fine x://a");
     assert_eq!(
         s.counter("mcpr_mcp_connects_total"),
         connects,
         "the same connection"
     );
+}
+
+/// A stdio upstream that starts a helper which outlives it on purpose: in a session of its
+/// own, deaf to SIGTERM and to its stdin's end (what `npx` leaves when its node goes astray).
+const FORKING: &str = r#"
+import json, os, signal, sys, time
+marks = sys.argv[1]
+def mark(name, text):
+    with open(os.path.join(marks, name + ".tmp"), "w") as f:
+        f.write(text)
+    os.rename(os.path.join(marks, name + ".tmp"), os.path.join(marks, name))
+if os.fork() == 0:
+    os.setsid()
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    mark("grandchild", str(os.getpid()))
+    while True:
+        time.sleep(1)
+mark("upstream", str(os.getpid()))
+out = sys.stdout
+def send(obj):
+    out.write(json.dumps(obj) + "\n"); out.flush()
+for line in sys.stdin:
+    msg = json.loads(line)
+    method, mid = msg.get("method"), msg.get("id")
+    if mid is None:
+        continue
+    p = msg.get("params") or {}
+    if method == "initialize":
+        send({"jsonrpc": "2.0", "id": mid, "result": {"protocolVersion": p.get("protocolVersion", "2025-11-25"),
+              "capabilities": {"resources": {}}, "serverInfo": {"name": "forking", "version": "1.0"}}})
+    elif method == "resources/list":
+        send({"jsonrpc": "2.0", "id": mid, "result": {"resources": [{"uri": "x://a", "name": "a"}]}})
+    elif method == "resources/read":
+        pass  # hung: never answers a read
+    elif method in ("ping", "resources/templates/list"):
+        send({"jsonrpc": "2.0", "id": mid, "result": {"resourceTemplates": []} if method != "ping" else {}})
+    else:
+        send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32601, "message": "no " + str(method)}})
+"#;
+
+/// Kills the processes it names when dropped, so that a failed run leaves none behind.
+struct KillAfter(Vec<String>);
+
+impl Drop for KillAfter {
+    fn drop(&mut self) {
+        for pid in self.0.iter().filter(|p| running(p)) {
+            // No assertion: this may run while the test panics.
+            let _ = Command::new("kill").args(["-KILL", pid.trim()]).status();
+        }
+    }
+}
+
+/// The forking upstream, hung: the gateway ends the connection after three reads without an
+/// answer (and connects again); the upstream and the helper it started, which left its
+/// process group, are gone within 2 s of that, while the gateway serves on.
+#[test]
+fn a_connection_ended_by_the_gateway_leaves_no_helper_behind() {
+    let Some(python) = python().or_else(|| absent("python3", "not on PATH")) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let script = tmp.path().join("forking.py");
+    std::fs::write(&script, FORKING).unwrap();
+    let marks = tmp.path().join("marks");
+    std::fs::create_dir(&marks).unwrap();
+    let gw = tmp.path().join("gateway.toml");
+    std::fs::write(
+        &gw,
+        format!(
+            "[[mount]]\nkind = \"mcp\"\nname = \"f\"\ncommand = {python:?}\nargs = [{:?}, {:?}]\nprotocol = \"legacy\"\ntimeout_ms = 1000\n",
+            script.display().to_string(),
+            marks.display().to_string()
+        ),
+    )
+    .unwrap();
+    let gw = gw.display().to_string();
+    let (_gateway, url) = our_http_server(&["serve", "--config", &gw]);
+    let client = |args: &[&str]| {
+        let mut c = Command::new(bin());
+        c.args(args).args(["--url", &url]);
+        run(c)
+    };
+    assert!(client(&["ls"]).ok().contains("f+x://a"));
+    let read = |name: &str| std::fs::read_to_string(marks.join(name)).unwrap();
+    let (upstream, grandchild) = (read("upstream"), read("grandchild"));
+    let _cleanup = KillAfter(vec![upstream.clone(), grandchild.clone()]);
+    assert!(running(&upstream) && running(&grandchild));
+
+    for _ in 0..3 {
+        let hung = client(&["cat", "f+x://a"]);
+        assert!(hung.stderr.contains("did not answer"), "{hung:?}");
+    }
+    let ended = Instant::now();
+    while (running(&upstream) || running(&grandchild)) && ended.elapsed() < Duration::from_secs(2) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        !running(&upstream),
+        "the hung upstream outlived its connection"
+    );
+    assert!(
+        !running(&grandchild),
+        "the upstream's helper outlived its connection"
+    );
+    // Connected again (after its backoff), to a new upstream.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !client(&["ls"]).text().contains("f+x://a") {
+        assert!(Instant::now() < deadline, "never connected again");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Whether process `pid` still runs (a zombie waiting for a parent to reap it does not).
+fn running(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| Some(s.rsplit_once(')')?.1.trim_start().starts_with(['Z', 'X'])))
+        .is_some_and(|dead| !dead)
+}
+
+/// The gateway killed with SIGKILL, which runs no code of ours: within 2 s its stdio
+/// upstream is gone, and so is the helper that upstream started, though the helper left the
+/// upstream's process group and session and ignores SIGTERM and its stdin's end.
+#[test]
+fn a_killed_gateway_leaves_no_upstream_process_behind() {
+    let Some(python) = python().or_else(|| absent("python3", "not on PATH")) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let script = tmp.path().join("forking.py");
+    std::fs::write(&script, FORKING).unwrap();
+    let marks = tmp.path().join("marks");
+    std::fs::create_dir(&marks).unwrap();
+    let gw = tmp.path().join("gateway.toml");
+    std::fs::write(
+        &gw,
+        format!(
+            "[[mount]]\nkind = \"mcp\"\nname = \"f\"\ncommand = {python:?}\nargs = [{:?}, {:?}]\nprotocol = \"legacy\"\n",
+            script.display().to_string(),
+            marks.display().to_string()
+        ),
+    )
+    .unwrap();
+    let gw = gw.display().to_string();
+    let (mut gateway, url) = our_http_server(&["serve", "--config", &gw]);
+    let listed = run({
+        let mut c = Command::new(bin());
+        c.args(["ls", "--url", &url]);
+        c
+    })
+    .ok();
+    assert!(listed.contains("f+x://a"), "{listed}");
+    let read = |name: &str| std::fs::read_to_string(marks.join(name)).unwrap();
+    let (upstream, grandchild) = (read("upstream"), read("grandchild"));
+    let _cleanup = KillAfter(vec![upstream.clone(), grandchild.clone()]);
+    assert!(running(&upstream) && running(&grandchild));
+
+    gateway.0.kill().unwrap();
+    let _ = gateway.0.wait();
+    let killed = Instant::now();
+    while (running(&upstream) || running(&grandchild)) && killed.elapsed() < Duration::from_secs(2)
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!running(&upstream), "the upstream outlived the gateway");
+    assert!(
+        !running(&grandchild),
+        "the upstream's helper outlived the gateway"
+    );
+}
+
+/// A stdio upstream whose templates are what the file `templates.json` in its marks folder
+/// says when asked; a read of `x://bump` answers and then announces a list change.
+const CHANGING: &str = r#"
+import json, os, sys
+marks = sys.argv[1]
+with open(os.path.join(marks, "pid.tmp"), "w") as f:
+    f.write(str(os.getpid()))
+os.rename(os.path.join(marks, "pid.tmp"), os.path.join(marks, "pid"))
+out = sys.stdout
+def send(obj):
+    out.write(json.dumps(obj) + "\n"); out.flush()
+for line in sys.stdin:
+    msg = json.loads(line)
+    method, mid = msg.get("method"), msg.get("id")
+    if mid is None:
+        continue
+    p = msg.get("params") or {}
+    if method == "initialize":
+        send({"jsonrpc": "2.0", "id": mid, "result": {"protocolVersion": p.get("protocolVersion", "2025-11-25"),
+              "capabilities": {"resources": {"listChanged": True}}, "serverInfo": {"name": "changing", "version": "1.0"}}})
+    elif method == "ping":
+        send({"jsonrpc": "2.0", "id": mid, "result": {}})
+    elif method == "resources/templates/list":
+        with open(os.path.join(marks, "templates.json")) as f:
+            send({"jsonrpc": "2.0", "id": mid, "result": {"resourceTemplates": json.load(f)}})
+    elif method == "resources/list":
+        send({"jsonrpc": "2.0", "id": mid, "result": {"resources": [{"uri": "x://bump", "name": "bump"}]}})
+    elif method == "resources/read":
+        send({"jsonrpc": "2.0", "id": mid, "result": {"contents": [{"uri": p.get("uri"), "text": "bumped"}]}})
+        send({"jsonrpc": "2.0", "method": "notifications/resources/list_changed"})
+    else:
+        send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32601, "message": "no " + str(method)}})
+"#;
+
+/// The templates the gateway serves are the upstream's of the moment: fetched again after
+/// the upstream's `list_changed` and after a reconnect, never the first connection's for
+/// good; completion follows them (a template gone is unknown).
+#[test]
+fn an_upstreams_changed_templates_are_served() {
+    let Some(python) = python().or_else(|| absent("python3", "not on PATH")) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let script = tmp.path().join("changing.py");
+    std::fs::write(&script, CHANGING).unwrap();
+    let marks = tmp.path().join("marks");
+    std::fs::create_dir(&marks).unwrap();
+    let set_templates = |name: &str| {
+        let t = serde_json::json!([{"uriTemplate": format!("x://{name}/{{id}}"), "name": name}]);
+        std::fs::write(marks.join("templates.json.tmp"), t.to_string()).unwrap();
+        std::fs::rename(
+            marks.join("templates.json.tmp"),
+            marks.join("templates.json"),
+        )
+        .unwrap();
+    };
+    set_templates("first");
+    let gw = tmp.path().join("gateway.toml");
+    std::fs::write(
+        &gw,
+        format!(
+            "[[mount]]\nkind = \"mcp\"\nname = \"c\"\ncommand = {python:?}\nargs = [{:?}, {:?}]\nprotocol = \"legacy\"\n",
+            script.display().to_string(),
+            marks.display().to_string()
+        ),
+    )
+    .unwrap();
+    let gw = gw.display().to_string();
+    let (_gateway, url) = our_http_server(&["serve", "--config", &gw]);
+    let client = |args: &[&str]| {
+        let mut c = Command::new(bin());
+        c.args(args).args(["--url", &url]);
+        run(c)
+    };
+    let templates = || client(&["templates"]).ok();
+    let serves = |name: &str| {
+        let wanted = format!("c+x://{name}/{{id}}");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let now = templates();
+            if now.contains(&wanted) {
+                return now;
+            }
+            assert!(Instant::now() < deadline, "never {wanted}: {now}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    serves("first");
+
+    // After the upstream's list_changed.
+    set_templates("second");
+    assert_eq!(client(&["cat", "c+x://bump"]).ok(), "bumped");
+    let now = serves("second");
+    assert!(!now.contains("c+x://first/"), "{now}");
+    let gone = client(&["complete", "c+x://first/{id}", "id", "a"]);
+    assert!(
+        gone.code != Some(0) && gone.stderr.contains("no resource template"),
+        "a template gone is unknown here, not asked upstream: {gone:?}"
+    );
+
+    // After a reconnect, with no notice: the upstream killed, the gateway starts it again.
+    set_templates("third");
+    kill(&std::fs::read_to_string(marks.join("pid")).unwrap());
+    let now = serves("third");
+    assert!(!now.contains("c+x://second/"), "{now}");
 }

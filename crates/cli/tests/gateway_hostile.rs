@@ -2,7 +2,7 @@
 //! stdio that lies about ids, sends an answer larger than `max_message_bytes` (refused with
 //! the limit named), floods change notices, and names its resources with control characters
 //! and endless descriptions. Each costs only its own request; the mount and the other mounts
-//! serve on.
+//! serve on, and the gateway's resident memory stays within [`BUDGET_MIB`].
 
 mod client_common;
 
@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use client_common::{Lines, absent, bin, our_http_server, run};
+use client_common::{Lines, absent, bin, our_http_server, run, within_memory_budget};
 use serde_json::Value;
 
 const UPSTREAM: &str = r#"
@@ -61,6 +61,12 @@ for line in sys.stdin:
         send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32601, "message": "no " + str(method)}})
 "#;
 
+/// The gateway's resident memory budget, at its peak and after each case: its own
+/// footprint (about 50 MiB in a debug build) and a few bounded messages (`max_message_bytes`
+/// is 1 MiB here), with room for a slower machine's larger buffers; a queue that kept every
+/// notice of a flood, or requests that kept their state past their timeout, would grow past it.
+const BUDGET_MIB: u64 = 96;
+
 /// The real Python interpreter (not a shim that needs our environment), or `None`.
 fn python() -> Option<String> {
     let out = Command::new("python3")
@@ -97,7 +103,8 @@ fn a_hostile_upstream_costs_only_its_own_requests() {
     // One gateway over HTTP, so that every request below meets the connection that lived
     // through the faults before it.
     let gw_path = gw.to_str().unwrap().to_owned();
-    let (_gateway, url) = our_http_server(&["serve", "--config", &gw_path]);
+    let (gateway, url) = our_http_server(&["serve", "--config", &gw_path]);
+    let pid = gateway.0.id();
     let via = |_: &Path, args: &[&str]| {
         let mut c = Command::new(bin());
         c.args(args).args(["--url", &url]);
@@ -141,6 +148,11 @@ fn a_hostile_upstream_costs_only_its_own_requests() {
     assert_eq!(lie.code, Some(4), "{lie:?}");
     assert!(lie.stderr.contains("did not answer"), "{}", lie.stderr);
     assert!(started.elapsed() < Duration::from_secs(15));
+    within_memory_budget(
+        pid,
+        BUDGET_MIB,
+        "an oversized answer and a request never answered",
+    );
     assert_eq!(run(via(&gw, &["cat", "h+x://ok"])).ok(), "fine");
     assert_eq!(
         run(via(
@@ -183,4 +195,7 @@ fn a_hostile_upstream_costs_only_its_own_requests() {
         .unwrap_or_else(|| panic!("no merged counter: {metrics}"));
     // The flood may still be arriving: thousands merged is the point, not the exact count.
     assert!(merged > 5_000, "{merged} merged; {got} relayed");
+    within_memory_budget(pid, BUDGET_MIB, "a flood of 20,000 notices");
+    drop(watch);
+    drop(gateway);
 }

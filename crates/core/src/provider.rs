@@ -105,6 +105,24 @@ pub struct Page<T> {
     pub items: Vec<T>,
     /// Where to resume; `None` when this was the last page.
     pub next: Option<Vec<u8>>,
+    /// The page's own cache hints when its freshness is not the mount's (a gateway relays
+    /// its upstream's `ttlMs`/`cacheScope`, already capped by the mount's own); `None`: the
+    /// mount's [`ProviderInfo::cache`].
+    pub hints: Option<CacheHints>,
+}
+
+impl CacheHints {
+    /// The stricter of two: the shorter freshness, and `private` when either is.
+    pub fn min(self, other: Self) -> Self {
+        Self {
+            ttl_ms: self.ttl_ms.min(other.ttl_ms),
+            scope: if self.scope == CacheScope::Private || other.scope == CacheScope::Private {
+                CacheScope::Private
+            } else {
+                CacheScope::Public
+            },
+        }
+    }
 }
 
 impl<T> Page<T> {
@@ -120,6 +138,7 @@ impl<T> Page<T> {
         Self {
             items: items.into_iter().map(|(_, m)| m).collect(),
             next,
+            hints: None,
         }
     }
 }
@@ -397,9 +416,13 @@ pub trait Provider: Send + Sync + 'static {
         Ok(FolderDetails::default())
     }
 
-    /// The URI templates this mount advertises.
-    fn templates(&self) -> &[TemplateMeta] {
-        &[]
+    /// The URI templates this mount advertises, as they are now: shared, so that a source
+    /// whose templates change (a gateway's upstream) swaps them while a caller still holds
+    /// the ones it got, and a call costs a reference count, not a copy.
+    fn templates(&self) -> std::sync::Arc<[TemplateMeta]> {
+        static NONE: std::sync::LazyLock<std::sync::Arc<[TemplateMeta]>> =
+            std::sync::LazyLock::new(|| std::sync::Arc::new([]));
+        NONE.clone()
     }
 
     /// Suggestions for one template argument.

@@ -35,7 +35,7 @@ const PNG: &[u8] = &[
 /// The conformance fixtures provider.
 pub struct ConformanceProvider {
     info: ProviderInfo,
-    templates: Vec<TemplateMeta>,
+    templates: Arc<[TemplateMeta]>,
     template: UriTemplate,
     /// Bumped on every tick while watched; part of the watched resource's content.
     version: Arc<AtomicU64>,
@@ -66,7 +66,8 @@ impl ConformanceProvider {
                 title: Some("Template data".into()),
                 description: Some("Data for one id; the id appears in the content".into()),
                 mime_type: Some("application/json".into()),
-            }],
+            }]
+            .into(),
             template: UriTemplate::parse(TEMPLATE).expect("fixture template parses"),
             version: Arc::new(AtomicU64::new(0)),
             tick,
@@ -131,6 +132,7 @@ impl Provider for ConformanceProvider {
         Ok(Page {
             items: all[start..end].to_vec(),
             next,
+            hints: None,
         })
     }
 
@@ -181,8 +183,8 @@ impl Provider for ConformanceProvider {
         Ok(vec![out].into())
     }
 
-    fn templates(&self) -> &[TemplateMeta] {
-        &self.templates
+    fn templates(&self) -> Arc<[TemplateMeta]> {
+        self.templates.clone()
     }
 
     async fn watch(&self, uri: &ResourceUri, sink: ChangeSink) -> Result<WatchGuard> {

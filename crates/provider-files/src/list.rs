@@ -433,7 +433,11 @@ pub(crate) fn list_page(
     } else {
         None
     };
-    Ok(Page { items, next })
+    Ok(Page {
+        items,
+        next,
+        hints: None,
+    })
 }
 
 /// Metadata of a listed file, or `None` when it should not be listed: a symlink is listed

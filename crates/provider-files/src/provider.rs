@@ -234,7 +234,7 @@ pub(crate) fn rfc3339(md: &Metadata) -> Option<String> {
 pub struct FilesProvider {
     inner: Arc<Inner>,
     info: ProviderInfo,
-    templates: Vec<TemplateMeta>,
+    templates: Arc<[TemplateMeta]>,
     parsed_templates: Vec<UriTemplate>,
     watcher: Watcher,
 }
@@ -367,7 +367,7 @@ impl FilesProvider {
         Ok(Self {
             inner,
             info,
-            templates,
+            templates: templates.into(),
             parsed_templates,
             watcher,
         })
@@ -524,8 +524,8 @@ impl Provider for FilesProvider {
         .await
     }
 
-    fn templates(&self) -> &[TemplateMeta] {
-        &self.templates
+    fn templates(&self) -> Arc<[TemplateMeta]> {
+        self.templates.clone()
     }
 
     async fn complete(&self, req: CompletionRequest) -> Result<Completion> {

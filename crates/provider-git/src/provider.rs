@@ -51,7 +51,7 @@ fn as_path(path: &TreePath) -> std::borrow::Cow<'_, str> {
 pub struct GitProvider {
     inner: Arc<Inner>,
     info: ProviderInfo,
-    templates: Vec<TemplateMeta>,
+    templates: Arc<[TemplateMeta]>,
     /// The variables of each template, in the same order.
     variables: Vec<Vec<String>>,
     watcher: Watcher,
@@ -110,7 +110,7 @@ impl GitProvider {
         Ok(Self {
             inner,
             info,
-            templates,
+            templates: templates.into(),
             variables,
             watcher,
         })
@@ -248,8 +248,8 @@ impl Provider for GitProvider {
         .await
     }
 
-    fn templates(&self) -> &[TemplateMeta] {
-        &self.templates
+    fn templates(&self) -> Arc<[TemplateMeta]> {
+        self.templates.clone()
     }
 
     async fn complete(&self, req: CompletionRequest) -> Result<Completion> {

@@ -60,7 +60,7 @@ impl Inner {
 pub struct HttpProvider {
     inner: Arc<Inner>,
     info: ProviderInfo,
-    templates: Vec<TemplateMeta>,
+    templates: Arc<[TemplateMeta]>,
     resources: Vec<ResourceMeta>,
     watches: Watches,
 }
@@ -144,7 +144,7 @@ impl HttpProvider {
         Ok(Self {
             inner,
             info,
-            templates,
+            templates: templates.into(),
             resources,
             watches,
         })
@@ -234,8 +234,8 @@ impl Provider for HttpProvider {
         })
     }
 
-    fn templates(&self) -> &[TemplateMeta] {
-        &self.templates
+    fn templates(&self) -> Arc<[TemplateMeta]> {
+        self.templates.clone()
     }
 
     async fn complete(&self, req: CompletionRequest) -> Result<Completion> {

@@ -6,7 +6,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use mcpr_core::sync::lock;
@@ -122,7 +122,12 @@ pub(crate) struct Shared {
     state: Mutex<State>,
     /// Bumped on every connection attempt's end, for [`Shared::first_attempt`].
     attempts: tokio::sync::watch::Sender<u64>,
-    pub(crate) templates: OnceLock<Vec<TemplateMeta>>,
+    /// The upstream's templates as last fetched (at every connect, and after its
+    /// `list_changed`), swapped whole; empty until the first fetch.
+    templates: Mutex<Arc<[TemplateMeta]>>,
+    /// Asks the refresh task ([`refresh_templates`]) to fetch the templates again; a flood of
+    /// `list_changed` makes at most one fetch under way and one waiting.
+    templates_stale: Notify,
     watches: Mutex<Watches>,
     queue: Mutex<Queue>,
     queued: Notify,
@@ -152,7 +157,8 @@ impl Shared {
             map,
             state: Mutex::new(State::Down("connecting".to_owned())),
             attempts: tokio::sync::watch::channel(0).0,
-            templates: OnceLock::new(),
+            templates: Mutex::new(Arc::new([])),
+            templates_stale: Notify::new(),
             watches: Mutex::default(),
             queue: Mutex::default(),
             queued: Notify::new(),
@@ -166,6 +172,21 @@ impl Shared {
 
     pub(crate) fn name(&self) -> &str {
         &self.config.name
+    }
+
+    /// The upstream's templates as last fetched (ours).
+    pub(crate) fn templates(&self) -> Arc<[TemplateMeta]> {
+        lock(&self.templates).clone()
+    }
+
+    /// Fetch the templates over `peer` and keep them; an upstream without templates has
+    /// none, and a failure keeps the ones there were.
+    async fn fetch_and_keep_templates(&self, peer: &Peer<RoleClient>) {
+        match fetch_templates(self, peer).await {
+            Ok(t) => *lock(&self.templates) = t.into(),
+            Err(e) if e.kind == ErrorKind::Unsupported => *lock(&self.templates) = Arc::new([]),
+            Err(e) => tracing::warn!(mount = %self.name(), "templates: {e}"),
+        }
     }
 
     /// The live connection, or why there is none.
@@ -488,6 +509,8 @@ impl Shared {
     /// another resource now), and the change is relayed when someone watches the list.
     fn upstream_list_changed(&self) {
         self.drop_cache();
+        // Templates have no change notice of their own: a list change may be theirs.
+        self.templates_stale.notify_one();
         if lock(&self.watches).list.is_some() {
             self.enqueue(String::new(), Pending::ListChanged);
         }
@@ -614,6 +637,25 @@ async fn listen(shared: Weak<Shared>, conn: Arc<Conn>, filter: SubscriptionFilte
         }
         tokio::time::sleep(wait).await;
         wait = (wait * 2).min(BACKOFF_MAX);
+    }
+}
+
+/// Fetch the templates again whenever [`Shared::upstream_list_changed`] asks, over the
+/// connection of the moment (a connection being made fetches them itself).
+pub(crate) async fn refresh_templates(shared: Weak<Shared>) {
+    loop {
+        let stale = {
+            let Some(s) = shared.upgrade() else { return };
+            // The task holds the state while it waits; the provider aborts it on drop.
+            async move {
+                s.templates_stale.notified().await;
+                s
+            }
+        };
+        let s = stale.await;
+        if let Ok(conn) = s.conn() {
+            s.fetch_and_keep_templates(&conn.peer).await;
+        }
     }
 }
 
@@ -803,7 +845,7 @@ fn init_error(e: &rmcp::service::ClientInitializeError) -> String {
     crate::uri::clean(&mcpr_core::redact_urls_in(&parts.join(": ")), 500)
 }
 
-/// The upstream's templates, fetched once (every page, bounded), ours.
+/// The upstream's templates (every page, bounded), ours.
 async fn fetch_templates(shared: &Shared, peer: &Peer<RoleClient>) -> Result<Vec<TemplateMeta>> {
     let mut out = Vec::new();
     let mut cursor: Option<String> = None;
@@ -876,17 +918,9 @@ pub(crate) async fn run(shared: Weak<Shared>) {
                     generation,
                     server: server.clone(),
                 });
-                if s.templates.get().is_none() {
-                    match fetch_templates(&s, &peer).await {
-                        Ok(t) => {
-                            let _ = s.templates.set(t);
-                        }
-                        Err(e) if e.kind == ErrorKind::Unsupported => {
-                            let _ = s.templates.set(Vec::new());
-                        }
-                        Err(e) => tracing::warn!(mount = %s.name(), "templates: {e}"),
-                    }
-                }
+                // Again at every connect: the upstream may have been replaced by one with
+                // other templates.
+                s.fetch_and_keep_templates(&peer).await;
                 s.timeouts_in_row.store(0, Ordering::Relaxed);
                 // Nothing was heard while there was no connection: what is kept may be old.
                 s.drop_cache();

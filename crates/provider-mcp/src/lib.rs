@@ -15,6 +15,7 @@ mod config;
 mod conn;
 mod error;
 mod frame;
+pub mod guard;
 mod list;
 mod process;
 mod provider;

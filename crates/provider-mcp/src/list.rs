@@ -1,10 +1,11 @@
 //! Listing an upstream (`resources/list`, and SEP-2640 directory reads) through our own
-//! positions: a position holds the upstream's cursor and the offset within that upstream
+//! positions (each of our pages carrying the strictest `ttlMs`/`cacheScope` of the upstream
+//! pages it came from, capped by the mount's own): a position holds the upstream's cursor and the offset within that upstream
 //! page, so our `page_size` applies whatever the upstream's is, every upstream page is
 //! reached lazily, and no upstream cursor reaches a client (the server signs and wraps our
 //! positions in its own cursors; none of ours is ever sent upstream).
 
-use mcpr_core::{Error, ErrorKind, Page, PageRequest, ResourceMeta, Result};
+use mcpr_core::{CacheHints, Error, ErrorKind, Page, PageRequest, ResourceMeta, Result};
 use rmcp::model::{ListResourcesResult, Resource};
 
 use crate::config::{MAX_PAGE_ENTRIES, MAX_UPSTREAM_CURSOR};
@@ -101,8 +102,11 @@ where
     let mut items = Vec::new();
     let mut cursor = start.cursor;
     let mut offset = start.offset as usize;
+    let mut hints: Option<CacheHints> = None;
     for _ in 0..MAX_UPSTREAM_PAGES {
         let res = fetch(cursor.clone()).await?;
+        let h = crate::provider::capped(shared.config.cache, res.ttl_ms, res.cache_scope);
+        hints = Some(hints.map_or(h, |o| o.min(h)));
         if res.resources.len() > MAX_PAGE_ENTRIES {
             return Err(error::hostile(
                 shared.name(),
@@ -122,6 +126,7 @@ where
                 return Ok(Page {
                     items,
                     next: Some(next.encode()),
+                    hints,
                 });
             }
             if let Some(m) = meta(shared, r) {
@@ -129,7 +134,11 @@ where
             }
         }
         let Some(next) = res.next_cursor else {
-            return Ok(Page { items, next: None });
+            return Ok(Page {
+                items,
+                next: None,
+                hints,
+            });
         };
         if next.len() > MAX_UPSTREAM_CURSOR {
             return Err(error::hostile(
@@ -150,6 +159,7 @@ where
     Ok(Page {
         items,
         next: Some(Position { cursor, offset: 0 }.encode()),
+        hints,
     })
 }
 

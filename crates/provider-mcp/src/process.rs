@@ -2,6 +2,14 @@
 //! `HOME` and the configured `env` (never our own environment, which may hold our secrets),
 //! its stderr copied to our log line by line (bounded, marked with the mount), and the whole
 //! group killed and reaped when the connection ends or we do.
+//!
+//! On Linux, when the binary offers it ([`crate::guard::enable`]), the command runs under
+//! the guard ([`crate::guard`]), which takes it and every process it started (`npx` starts
+//! node) down when we are killed outright (SIGKILL, the OOM killer) and no code of ours
+//! runs. The guard's death signal (`PR_SET_PDEATHSIG`) fires when the *thread* that started
+//! it ends, so every upstream is started from one thread that lives as long as the process
+//! (a runtime worker may end earlier: `block_in_place` hands its thread to the blocking
+//! pool, which ends idle threads).
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -17,9 +25,16 @@ const MAX_STDERR_LINE: usize = 2048;
 /// The most stderr lines logged per second; more are counted and the count logged.
 const MAX_STDERR_LINES_PER_SECOND: u32 = 50;
 
+/// How long the guard, asked to end, gets to kill the upstream's tree before its whole
+/// group is killed (it needs moments; it gives up on a tree that keeps forking after 2 s).
+#[cfg(target_os = "linux")]
+const GUARD_ENDS_WITHIN: Duration = Duration::from_secs(3);
+
 /// The running upstream process; dropping it kills its process group.
 pub(crate) struct Child {
     inner: Option<Box<dyn ChildWrapper>>,
+    /// Started through the guard, which can end what left the group too.
+    guarded: bool,
 }
 
 impl Child {
@@ -31,6 +46,30 @@ impl Child {
         args: &[String],
         env: &[Secret],
     ) -> Result<(Self, ChildStdout, ChildStdin), String> {
+        #[cfg(target_os = "linux")]
+        let mut cmd = match crate::guard::exe() {
+            Some(exe) => {
+                // The guard would start anything; one that cannot start the command could
+                // only say so on its stderr. Said here instead, as a direct start would.
+                let path = env
+                    .iter()
+                    .find(|e| e.name == "PATH")
+                    .map(|e| std::ffi::OsString::from(&e.value))
+                    .or_else(|| std::env::var_os("PATH"));
+                if !startable(command, path.as_deref()) {
+                    return Err(format!(
+                        "cannot start `{command}`: no such executable file (on PATH)"
+                    ));
+                }
+                let mut c = tokio::process::Command::new(exe);
+                c.arg(crate::guard::GUARD_ARG)
+                    .arg(std::process::id().to_string())
+                    .arg(command);
+                c
+            }
+            None => tokio::process::Command::new(command),
+        };
+        #[cfg(not(target_os = "linux"))]
         let mut cmd = tokio::process::Command::new(command);
         cmd.args(args)
             .env_clear()
@@ -47,13 +86,20 @@ impl Child {
         }
         let mut wrap = CommandWrap::from(cmd);
         wrap.wrap(ProcessGroup::leader()).wrap(KillOnDrop);
-        let mut child = wrap
-            .spawn()
-            .map_err(|e| format!("cannot start `{command}`: {e}"))?;
+        let spawned =
+            crate::guard::on_keeper_thread(tokio::runtime::Handle::current(), move || wrap.spawn());
+        let mut child = spawned.map_err(|e| format!("cannot start `{command}`: {e}"))?;
         let stdin = child.inner_mut().stdin().take();
         let stdout = child.inner_mut().stdout().take();
         let stderr = child.inner_mut().stderr().take();
-        let this = Self { inner: Some(child) };
+        #[cfg(target_os = "linux")]
+        let guarded = crate::guard::exe().is_some();
+        #[cfg(not(target_os = "linux"))]
+        let guarded = false;
+        let this = Self {
+            inner: Some(child),
+            guarded,
+        };
         let (Some(stdin), Some(stdout)) = (stdin, stdout) else {
             return Err(format!("`{command}` started without stdin or stdout"));
         };
@@ -73,17 +119,51 @@ impl Child {
     }
 }
 
+/// Whether `command` names an executable file: as it is when it holds a `/`, else in a
+/// folder of `path` (the lookup the start of a program makes).
+#[cfg(target_os = "linux")]
+fn startable(command: &str, path: Option<&std::ffi::OsStr>) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    let executable = |p: &std::path::Path| {
+        p.metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if command.contains('/') {
+        return executable(std::path::Path::new(command));
+    }
+    path.is_some_and(|p| std::env::split_paths(p).any(|dir| executable(&dir.join(command))))
+}
+
 impl Drop for Child {
     fn drop(&mut self) {
         let Some(mut child) = self.inner.take() else {
             return;
         };
+        let rt = tokio::runtime::Handle::try_current().ok();
+        // The guard first, asked to end: it kills the upstream's whole tree, a helper that
+        // left the group included, which the group's SIGKILL below would miss (it would
+        // kill the guard before it could). Then the group, whatever is left of it.
+        #[cfg(target_os = "linux")]
+        if self.guarded
+            && let Some(rt) = &rt
+            && let Some(pid) = child
+                .id()
+                .and_then(|p| rustix::process::Pid::from_raw(p as i32))
+            && rustix::process::kill_process(pid, rustix::process::Signal::TERM).is_ok()
+        {
+            rt.spawn(async move {
+                let _ = tokio::time::timeout(GUARD_ENDS_WITHIN, child.wait()).await;
+                let _ = child.start_kill();
+                let _ = child.wait().await;
+            });
+            return;
+        }
         // SIGKILL to the whole group: an upstream that started helpers (npx starts node)
         // leaves none behind.
         let _ = child.start_kill();
         // Reap it so that no zombie stays; without a runtime (the process is ending) init
         // reaps it after us.
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        if let Some(rt) = rt {
             rt.spawn(async move {
                 let _ = child.wait().await;
             });
@@ -140,5 +220,32 @@ async fn log_stderr(mount: String, stderr: ChildStderr) {
             dropped += 1;
         }
         line.clear();
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn startable_finds_what_exec_would() {
+        let path = std::env::var_os("PATH");
+        assert!(startable("sh", path.as_deref()));
+        assert!(!startable("sh", None), "no PATH, no lookup");
+        assert!(!startable("no-such-command-here", path.as_deref()));
+        assert!(!startable("/nonexistent/mcp-server", path.as_deref()));
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("server");
+        std::fs::write(&file, "#!/bin/sh\n").unwrap();
+        let shown = file.display().to_string();
+        assert!(!startable(&shown, None), "not executable");
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(startable(&shown, None));
+        assert!(startable("server", Some(dir.path().as_os_str())));
+        assert!(
+            !startable(&dir.path().display().to_string(), None),
+            "a folder"
+        );
     }
 }

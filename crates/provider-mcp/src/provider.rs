@@ -64,6 +64,7 @@ impl McpProvider {
         let tasks = vec![
             tokio::spawn(conn::run(Arc::downgrade(&shared))).abort_handle(),
             tokio::spawn(conn::relay(Arc::downgrade(&shared))).abort_handle(),
+            tokio::spawn(conn::refresh_templates(Arc::downgrade(&shared))).abort_handle(),
         ];
         let within = shared.config.timeout.max(Duration::from_secs(15)) + Duration::from_secs(1);
         shared.first_attempt(within).await;
@@ -73,22 +74,24 @@ impl McpProvider {
             tasks,
         })
     }
+}
 
-    /// The mount's hints capped: the upstream's `ttlMs` no longer than ours, `private` when
-    /// either says so. An upstream that says nothing gets the mount's own.
-    fn hints(&self, ttl_ms: Option<u64>, scope: Option<rmcp::model::CacheScope>) -> CacheHints {
-        let mine = self.shared.config.cache;
-        let private = matches!(scope, Some(rmcp::model::CacheScope::Private))
-            || mine.scope == CacheScope::Private;
-        CacheHints {
-            ttl_ms: ttl_ms.map_or(mine.ttl_ms, |t| t.min(mine.ttl_ms)),
-            scope: if private {
-                CacheScope::Private
-            } else {
-                CacheScope::Public
-            },
-        }
-    }
+/// The mount's hints `mine` capped by an upstream answer's: its `ttlMs` no longer than ours,
+/// `private` when either says so. An upstream that says nothing gets the mount's own.
+pub(crate) fn capped(
+    mine: CacheHints,
+    ttl_ms: Option<u64>,
+    scope: Option<rmcp::model::CacheScope>,
+) -> CacheHints {
+    let theirs = CacheHints {
+        ttl_ms: ttl_ms.unwrap_or(mine.ttl_ms),
+        scope: if matches!(scope, Some(rmcp::model::CacheScope::Private)) {
+            CacheScope::Private
+        } else {
+            CacheScope::Public
+        },
+    };
+    mine.min(theirs)
 }
 
 /// Refuse an answer of `size` bytes over the read limit.
@@ -236,7 +239,7 @@ impl Provider for McpProvider {
                     }),
             });
         }
-        let hints = self.hints(res.ttl_ms, res.cache_scope);
+        let hints = capped(self.shared.config.cache, res.ttl_ms, res.cache_scope);
         // A private answer is never kept: the cache serves every client of the mount.
         if let (Some(cache), Some(ticket)) = (cache, ticket)
             && hints.scope == CacheScope::Public
@@ -281,13 +284,14 @@ impl Provider for McpProvider {
         .await
     }
 
-    fn templates(&self) -> &[TemplateMeta] {
-        self.shared.templates.get().map_or(&[], Vec::as_slice)
+    fn templates(&self) -> Arc<[TemplateMeta]> {
+        self.shared.templates()
     }
 
     async fn complete(&self, req: CompletionRequest) -> Result<Completion> {
-        if !self.templates().is_empty() {
-            mcpr_core::template_index(self.templates(), &req.template)?;
+        let templates = self.templates();
+        if !templates.is_empty() {
+            mcpr_core::template_index(&templates, &req.template)?;
         }
         let up =
             self.shared.map.upstream(&req.template).map_err(|_| {

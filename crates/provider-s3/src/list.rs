@@ -137,6 +137,7 @@ pub(crate) async fn list_page(
             return Ok(Page {
                 items,
                 next: Some(last.into_bytes()),
+                hints: None,
             });
         }
         let next = match (ahead.truncated, &ahead.last) {
@@ -158,6 +159,7 @@ pub(crate) async fn list_page(
                 return Ok(Page {
                     items,
                     next: next.map(String::into_bytes),
+                    hints: None,
                 });
             }
         }
@@ -396,7 +398,11 @@ pub(crate) async fn dir_page(
         } else {
             Vec::new()
         };
-        return Ok(Page { items, next: None });
+        return Ok(Page {
+            items,
+            next: None,
+            hints: None,
+        });
     }
     let mut items: Vec<(Vec<u8>, ResourceMeta)> = Vec::new();
     let mut start_after = after.as_ref().map(|a| {
@@ -449,6 +455,7 @@ pub(crate) async fn dir_page(
             return Ok(Page {
                 items,
                 next: Some(last.into_bytes()),
+                hints: None,
             });
         }
         start_after = Some(if last.ends_with('/') {

@@ -82,7 +82,7 @@ impl Inner {
 pub struct S3Provider {
     inner: Arc<Inner>,
     info: ProviderInfo,
-    templates: Vec<TemplateMeta>,
+    templates: Arc<[TemplateMeta]>,
     watches: Watches,
 }
 
@@ -230,7 +230,7 @@ impl S3Provider {
         Ok(Self {
             inner,
             info,
-            templates,
+            templates: templates.into(),
             watches,
         })
     }
@@ -346,8 +346,8 @@ impl Provider for S3Provider {
         }
     }
 
-    fn templates(&self) -> &[TemplateMeta] {
-        &self.templates
+    fn templates(&self) -> Arc<[TemplateMeta]> {
+        self.templates.clone()
     }
 
     async fn complete(&self, req: CompletionRequest) -> Result<Completion> {

@@ -31,7 +31,7 @@ pub(crate) struct Inner {
     pub(crate) config: SqlConfig,
     pub(crate) engine: Arc<dyn Engine>,
     info: ProviderInfo,
-    pub(crate) templates: Vec<TemplateMeta>,
+    pub(crate) templates: Arc<[TemplateMeta]>,
     pub(crate) queries: Vec<Compiled>,
     watches: Watches,
     /// The start-up checks still waiting for a database that was down at start.
@@ -149,7 +149,7 @@ impl SqlProvider {
                 config,
                 engine,
                 info,
-                templates,
+                templates: templates.into(),
                 queries,
                 _checks_later: checks_later,
             }),
@@ -393,8 +393,8 @@ impl Provider for SqlProvider {
             })
     }
 
-    fn templates(&self) -> &[TemplateMeta] {
-        &self.inner.templates
+    fn templates(&self) -> Arc<[TemplateMeta]> {
+        self.inner.templates.clone()
     }
 
     async fn complete(&self, req: CompletionRequest) -> Result<Completion> {

@@ -255,9 +255,9 @@ impl<'a> Layered<'a> {
         .await
     }
 
-    /// [`Provider::templates`]: a field the provider built when it was mounted, so there is
-    /// nothing to bound.
-    pub(crate) fn templates(&self) -> &'a [TemplateMeta] {
+    /// [`Provider::templates`]: what the provider holds now (built when it was mounted, or a
+    /// gateway's upstream's, bounded when fetched), so there is nothing to bound.
+    pub(crate) fn templates(&self) -> std::sync::Arc<[TemplateMeta]> {
         self.provider().templates()
     }
 

@@ -35,7 +35,7 @@ pub use service::{DirectoryPage, SkillsPage};
 
 use std::sync::Arc;
 
-use mcpr_core::{CacheHints, CacheScope, ChangeBus, CursorCodec, LocalBus, Provider};
+use mcpr_core::{CacheHints, ChangeBus, CursorCodec, LocalBus, Provider};
 
 /// The default `[server] max_inflight_read_bytes`: 64 reads of the default 8 MiB at once.
 pub const DEFAULT_MAX_INFLIGHT_READ_BYTES: u64 = 512 << 20;
@@ -178,19 +178,7 @@ impl ServerState {
             .mounts()
             .iter()
             .map(|m| m.provider.info().cache)
-            .fold(None, |acc: Option<CacheHints>, c| {
-                Some(match acc {
-                    None => c,
-                    Some(a) => CacheHints {
-                        ttl_ms: a.ttl_ms.min(c.ttl_ms),
-                        scope: if a.scope == CacheScope::Private || c.scope == CacheScope::Private {
-                            CacheScope::Private
-                        } else {
-                            CacheScope::Public
-                        },
-                    },
-                })
-            });
+            .reduce(CacheHints::min);
         let registry = Registry::new(router.clone(), bus, watching, settings.request_timeout);
         registry.set_max_watches(settings.max_watches);
         let info = handler::server_info(&settings, &router);

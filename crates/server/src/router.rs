@@ -33,7 +33,7 @@ pub fn mount_name(index: usize, provider: &dyn Provider) -> String {
 /// What a mount serves, as a reader should see it ([`mcpr_core::addresses`]): for the
 /// `initialize` / `server/discover` instructions and `check-config`.
 pub fn mount_addresses(provider: &dyn Provider) -> Vec<String> {
-    mcpr_core::addresses(&provider.info().uri_prefixes, provider.templates())
+    mcpr_core::addresses(&provider.info().uri_prefixes, &provider.templates())
 }
 
 /// Maps URIs and templates to mounts.

@@ -117,6 +117,8 @@ struct Gathered {
     skipped: Vec<SkippedMount>,
     /// Whether some mount's list call answered (with entries or none).
     listed: bool,
+    /// The strictest hints of a page that had its own (a gateway's upstream's `ttlMs`).
+    hints: Option<CacheHints>,
 }
 
 /// The URI templates a caller may see.
@@ -477,7 +479,13 @@ impl Service {
         Ok(ListPage {
             items: g.items,
             next_cursor: g.next.map(|n| self.encode_cursor(n)),
-            hints: hints_for(grant, state.list_cache),
+            // A page's own hints are stricter than its mount's, never looser: the
+            // listing's hints stay the smallest of every mount's.
+            hints: hints_for(
+                grant,
+                g.hints
+                    .map_or(state.list_cache, |h| h.min(state.list_cache)),
+            ),
             skipped: g.skipped,
         })
     }
@@ -533,6 +541,7 @@ impl Service {
             next: None,
             skipped: Vec::new(),
             listed: false,
+            hints: None,
         };
         while idx < mounts.len() {
             let mount = &mounts[idx];
@@ -583,6 +592,9 @@ impl Service {
             self.mount_listed(mount);
             out.listed = true;
             out.items.extend(page.items);
+            if let Some(h) = page.hints {
+                out.hints = Some(out.hints.map_or(h, |o| o.min(h)));
+            }
             if let Some(pos) = page.next {
                 out.next = Some((idx, Some(pos)));
                 break;
@@ -773,7 +785,7 @@ impl Service {
                 .mounts()
                 .iter()
                 .filter(|m| visible(grant, m))
-                .flat_map(|m| self.layered(m).templates().iter().cloned())
+                .flat_map(|m| self.layered(m).templates().to_vec())
                 .collect();
             Ok(TemplateList {
                 templates,

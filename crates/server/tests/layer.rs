@@ -49,6 +49,7 @@ impl Provider for Stuck {
         Ok(Page {
             items: Vec::new(),
             next: None,
+            hints: None,
         })
     }
 

@@ -28,7 +28,7 @@ use rmcp::service::{ClientLifecycleMode, serve_client_with_lifecycle};
 struct NotesProvider {
     dir: PathBuf,
     info: ProviderInfo,
-    templates: Vec<TemplateMeta>,
+    templates: Arc<[TemplateMeta]>,
 }
 
 impl NotesProvider {
@@ -55,7 +55,8 @@ impl NotesProvider {
                 title: None,
                 description: Some("One note by name".into()),
                 mime_type: Some("text/plain".into()),
-            }],
+            }]
+            .into(),
         }
     }
 }
@@ -105,8 +106,8 @@ impl Provider for NotesProvider {
         .into())
     }
 
-    fn templates(&self) -> &[TemplateMeta] {
-        &self.templates
+    fn templates(&self) -> Arc<[TemplateMeta]> {
+        self.templates.clone()
     }
 }
 

@@ -1,6 +1,6 @@
 //! What the terminal client's end-to-end tests share: running the built binary with a deadline,
-//! reading a `watch` line by line, HTTP servers on loopback, a pty through `script`, and the
-//! skip-or-fail rule for a missing external tool.
+//! reading a `watch` line by line, HTTP servers on loopback, a pty through `script`, a
+//! process's resident memory, and the skip-or-fail rule for a missing external tool.
 
 #![allow(dead_code)]
 
@@ -21,6 +21,36 @@ pub fn workspace() -> PathBuf {
         .join("../..")
         .canonicalize()
         .expect("workspace root")
+}
+
+/// A field of `/proc/PID/status` in KiB: `VmHWM` (the peak resident memory) or `VmRSS`
+/// (the current).
+pub fn proc_status_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field}: {status}"))
+}
+
+/// Assert that process `pid` (what `case` did to it) stayed within `budget_mib` of resident
+/// memory, at its peak (`VmHWM`) and now (`VmRSS`); returns the peak in MiB.
+pub fn within_memory_budget(pid: u32, budget_mib: u64, case: &str) -> u64 {
+    let hwm = proc_status_kib(pid, "VmHWM");
+    let rss = proc_status_kib(pid, "VmRSS");
+    assert!(
+        hwm < budget_mib * 1024 && rss < budget_mib * 1024,
+        "{case}: peak resident memory {} MiB, now {} MiB, over the budget of {budget_mib} MiB",
+        hwm / 1024,
+        rss / 1024
+    );
+    eprintln!(
+        "{case}: peak resident memory {} MiB, now {} MiB (budget {budget_mib} MiB)",
+        hwm / 1024,
+        rss / 1024
+    );
+    hwm / 1024
 }
 
 /// The longest any one client command may run before the test calls it hung.

@@ -125,10 +125,11 @@ impl Service {
         let next_cursor = page
             .next
             .map(|pos| self.tagged_cursor(mount.index, IN_DIRECTORY, &[&tag, &pos]));
+        let mine = mount.provider.info().cache;
         Ok(DirectoryPage {
             items: page.items,
             next_cursor,
-            hints: hints_for(grant, mount.provider.info().cache),
+            hints: hints_for(grant, page.hints.map_or(mine, |h| h.min(mine))),
         })
     }
 }

@@ -14,7 +14,7 @@ pub(crate) fn check_templates(provider: &dyn Provider, fixture: &dyn Fixture) {
         !templates.is_empty(),
         "templates: a provider declaring templates must advertise one"
     );
-    for t in templates {
+    for t in templates.iter() {
         UriTemplate::parse(&t.uri_template)
             .unwrap_or_else(|e| panic!("template {}: {e}", t.uri_template));
         assert!(
