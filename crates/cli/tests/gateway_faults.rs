@@ -108,7 +108,7 @@ fn setup(python: &str, max_message: &str) -> Setup {
     std::fs::write(
         &gw,
         format!(
-            "[server]\npage_size = 2\n\n[[mount]]\nkind = \"files\"\nroot = {:?}\n\n[[mount]]\nkind = \"mcp\"\nname = \"slow\"\ncommand = {python:?}\nargs = [{:?}, {:?}]\nenv = {{ HUGE_MIB = \"512\" }}\nprotocol = \"legacy\"\ntimeout_ms = {}\nmax_message_bytes = {max_message:?}\n",
+            "[server]\npage_size = 2\n\n[[mount]]\nkind = \"files\"\nroot = {:?}\n\n[[mount]]\nkind = \"mcp\"\nname = \"slow\"\ncommand = {python:?}\nargs = [{:?}, {:?}]\nenv = {{ HUGE_MIB = \"1024\" }}\nprotocol = \"legacy\"\ntimeout_ms = {}\nmax_message_bytes = {max_message:?}\n",
             local.display().to_string(),
             script.display().to_string(),
             marks.display().to_string(),
@@ -289,12 +289,12 @@ fn an_upstream_killed_mid_read_and_mid_list_costs_only_its_mount() {
 /// their answers.
 const HUNG_BUDGET_MIB: u64 = 96;
 
-/// The budget of the gateway's peak resident memory (VmHWM) while it refuses a 512 MiB
+/// The budget of the gateway's peak resident memory (VmHWM) while it refuses a 1 GiB
 /// answer under `max_message_bytes = "16MiB"`: the gateway's own footprint and at most one
-/// message's worth of buffers; holding the answer would take 512 MiB.
+/// message's worth of buffers; holding the answer would take 1 GiB.
 const HUGE_BUDGET_MIB: u64 = 128;
 
-/// An answer of 512 MiB (streamed by the upstream, never held by the test) is refused with
+/// An answer of 1 GiB (streamed by the upstream, never held by the test) is refused with
 /// the limit named, at once rather than after the timeout; the gateway's peak memory stays
 /// under [`HUGE_BUDGET_MIB`]; the connection lives on and answers the next read, and the
 /// local mount serves throughout.
@@ -324,7 +324,7 @@ fn a_huge_answer_is_refused_naming_the_limit_within_a_memory_budget() {
     assert_eq!(s.cat(&s.local).ok(), "local\n");
     // The whole answer went through the gateway (the upstream wrote its last byte).
     s.mark("huge-sent");
-    within_memory_budget(s.gateway.0.id(), HUGE_BUDGET_MIB, "a 512 MiB answer");
+    within_memory_budget(s.gateway.0.id(), HUGE_BUDGET_MIB, "a 1 GiB answer");
     assert_eq!(s.cat("slow+x://a").ok(), "fine x://a");
     assert_eq!(
         s.counter("mcpr_mcp_connects_total"),
