@@ -58,7 +58,7 @@ struct Inner {
 #[derive(Default)]
 pub(crate) struct Announced {
     last: HashMap<String, String>,
-    /// Events dropped as announced already (for tests and logs).
+    /// Events dropped as announced already (counted for the unit tests).
     dropped: u64,
 }
 
@@ -171,12 +171,6 @@ impl NatsBus {
     /// Subjects this replica is subscribed to now (for tests and metrics).
     pub fn subscriptions(&self) -> usize {
         lock(&self.inner.subs).len()
-    }
-
-    /// How many events this replica dropped because their change token was the one it
-    /// delivered last for their resource (a state its clients were already told of).
-    pub fn announced_dropped(&self) -> u64 {
-        lock(&self.inner.announced).dropped
     }
 
     /// Publish `event` of mount `mount` with the source's change `token` for its resource
