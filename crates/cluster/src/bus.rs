@@ -4,6 +4,13 @@
 //! own disk) never leave the process. Every event is sealed ([`Seal`]) for its subject;
 //! what arrives unsealed, sealed for another subject, too late or a second time is dropped
 //! and counted.
+//!
+//! An event about one resource may carry the source's change token for it, read after the
+//! change ([`mcpr_core::Provider::change_token`]: a file's inode, size and mtime, a git
+//! object's id). A replica remembers, per subscribed resource, the token of the last event
+//! it delivered, and drops an event with the same token: its clients were already told of
+//! that state (by the watcher before a lease move, or by this replica's own watch around a
+//! cut). Events without a token (list changes, sources without tokens) always pass.
 
 use mcpr_core::sync::lock;
 use std::collections::{HashMap, HashSet};
@@ -14,6 +21,7 @@ use std::time::Duration;
 use futures::StreamExt as _;
 use mcpr_core::change::Feeds;
 use mcpr_core::{ChangeBus, ChangeEvent, ChangeFeed, Interest};
+use serde_json::Value;
 use tokio::sync::{broadcast, mpsc};
 
 use crate::seal::{Kind, Seal};
@@ -42,6 +50,39 @@ struct Inner {
     /// Subscriptions asked for and not yet handed to the connection; `settled` waits for
     /// them, then confirms them all with one round trip through the server.
     pending: AtomicUsize,
+    /// The token of the last event delivered, per subject with interests here.
+    announced: Mutex<Announced>,
+}
+
+/// Per subject, the change token of the last event a replica delivered to its clients.
+#[derive(Default)]
+pub(crate) struct Announced {
+    last: HashMap<String, String>,
+    /// Events dropped as announced already (counted for the unit tests).
+    dropped: u64,
+}
+
+impl Announced {
+    /// Whether an event on `subject` carrying `token` is news: no token (nothing to compare),
+    /// or a token other than the last delivered. A token equal to the last one names a state
+    /// already announced; an older token coming back (a late copy, or a source that went back
+    /// to an earlier content) differs from the last and passes, so no change is ever dropped.
+    pub(crate) fn news(&mut self, subject: &str, token: Option<&str>) -> bool {
+        let Some(token) = token else {
+            return true;
+        };
+        if self.last.get(subject).is_some_and(|l| l == token) {
+            self.dropped += 1;
+            return false;
+        }
+        self.last.insert(subject.to_owned(), token.to_owned());
+        true
+    }
+
+    /// The last interest in `subject` ended: its memory goes (bounded by the interests).
+    fn forget(&mut self, subject: &str) {
+        self.last.remove(subject);
+    }
 }
 
 impl Drop for Inner {
@@ -89,6 +130,7 @@ impl NatsBus {
                 outbox,
                 subs: Mutex::new(HashMap::new()),
                 pending: AtomicUsize::new(0),
+                announced: Mutex::new(Announced::default()),
             }),
         }
     }
@@ -130,32 +172,37 @@ impl NatsBus {
     pub fn subscriptions(&self) -> usize {
         lock(&self.inner.subs).len()
     }
-}
 
-/// The bus of a replica's own watches of shared mounts while it is cut off (see
-/// `ClusterWatching`): their events reach this replica's clients only. Sent through NATS
-/// they would wait in the client's buffer for the heal and then reach every replica late, a
-/// second time after the watcher's own.
-struct InProcess(Arc<Inner>);
-
-impl ChangeBus for InProcess {
-    fn publish(&self, _mount: &str, event: ChangeEvent) {
-        self.0.deliver(event);
+    /// Publish `event` of mount `mount` with the source's change `token` for its resource
+    /// (read after the change), for every replica to compare with what it delivered last.
+    pub(crate) fn publish_with_token(
+        &self,
+        mount: &str,
+        event: ChangeEvent,
+        token: Option<String>,
+    ) {
+        if self.inner.local.contains(mount) {
+            self.inner.deliver(event);
+            return;
+        }
+        let subject = crate::subject(&self.inner.cluster, mount, &event);
+        let mut v = serde_json::to_value(&event).expect("events serialise");
+        if let (Some(t), Some(o)) = (token, v.as_object_mut()) {
+            o.insert("token".into(), Value::String(t));
+        }
+        let payload = bytes::Bytes::from(serde_json::to_vec(&v).expect("json"));
+        if self.inner.outbox.try_send((subject, payload)).is_err() {
+            tracing::warn!(mount, "change event dropped: too many waiting for NATS");
+        }
     }
 
-    fn feed(&self) -> ChangeFeed {
-        self.0.feeds.add()
-    }
-
-    fn subscribe(&self) -> broadcast::Receiver<ChangeEvent> {
-        self.0.raw.subscribe()
-    }
-}
-
-impl NatsBus {
-    /// A bus that hands events to this replica's registry only, never to NATS.
-    pub(crate) fn in_process(&self) -> Arc<dyn ChangeBus> {
-        Arc::new(InProcess(self.inner.clone()))
+    /// Hand `event` of shared mount `mount` to this replica's clients only, unless `token`
+    /// is the one delivered last for its resource: the events of a replica's own watches
+    /// while it is cut off (see `ClusterWatching`). Sent through NATS they would wait in the
+    /// client's buffer for the heal and then reach every replica late, after the watcher's.
+    pub(crate) fn deliver_own(&self, mount: &str, event: ChangeEvent, token: Option<String>) {
+        let subject = crate::subject(&self.inner.cluster, mount, &event);
+        self.inner.deliver_news(&subject, event, token.as_deref());
     }
 }
 
@@ -164,6 +211,28 @@ impl Inner {
         self.feeds.push(&event);
         let _ = self.raw.send(event);
     }
+
+    /// [`Inner::deliver`] unless `token` says its clients know this state already.
+    fn deliver_news(&self, subject: &str, event: ChangeEvent, token: Option<&str>) {
+        if lock(&self.announced).news(subject, token) {
+            self.deliver(event);
+        } else {
+            tracing::debug!(
+                subject,
+                "cluster: a change event of a state already announced dropped"
+            );
+        }
+    }
+}
+
+/// A change event as it travels: the event's own fields and, when known, `token`.
+fn decode(payload: &[u8]) -> Result<(ChangeEvent, Option<String>), serde_json::Error> {
+    let mut v: Value = serde_json::from_slice(payload)?;
+    let token = v
+        .as_object_mut()
+        .and_then(|o| o.remove("token"))
+        .and_then(|t| t.as_str().map(str::to_owned));
+    Ok((serde_json::from_value(v)?, token))
 }
 
 /// Drops one interest in a subject; the subscription ends with the last.
@@ -185,6 +254,7 @@ impl Drop for Held {
             {
                 // Dropping the subscriber inside the task unsubscribes at the server.
                 task.abort();
+                lock(&bus.announced).forget(&self.subject);
             }
         }
     }
@@ -192,15 +262,7 @@ impl Drop for Held {
 
 impl ChangeBus for NatsBus {
     fn publish(&self, mount: &str, event: ChangeEvent) {
-        if self.inner.local.contains(mount) {
-            self.inner.deliver(event);
-            return;
-        }
-        let subject = crate::subject(&self.inner.cluster, mount, &event);
-        let payload = bytes::Bytes::from(serde_json::to_vec(&event).expect("events serialise"));
-        if self.inner.outbox.try_send((subject, payload)).is_err() {
-            tracing::warn!(mount, "change event dropped: too many waiting for NATS");
-        }
+        self.publish_with_token(mount, event, None);
     }
 
     fn feed(&self) -> ChangeFeed {
@@ -240,8 +302,8 @@ impl ChangeBus for NatsBus {
                         else {
                             continue;
                         };
-                        match serde_json::from_slice::<ChangeEvent>(payload) {
-                            Ok(ev) => bus.deliver(ev),
+                        match decode(payload) {
+                            Ok((ev, token)) => bus.deliver_news(&msg.subject, ev, token.as_deref()),
                             Err(e) => tracing::warn!(error = %e, "malformed change event"),
                         }
                     }
@@ -257,5 +319,40 @@ impl ChangeBus for NatsBus {
 
     fn subscribe(&self) -> broadcast::Receiver<ChangeEvent> {
         self.inner.raw.subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_delivered_last_is_dropped_any_other_passes() {
+        let mut a = Announced::default();
+        assert!(a.news("s", Some("t1")), "nothing delivered yet");
+        assert!(!a.news("s", Some("t1")), "the same state again");
+        assert!(a.news("s", None), "no token: always");
+        assert!(!a.news("s", Some("t1")), "no token forgets nothing");
+        assert!(a.news("s2", Some("t1")), "per subject");
+        assert!(a.news("s", Some("t2")));
+        // Back to an earlier state (a git file reverted): a change, delivered.
+        assert!(a.news("s", Some("t1")));
+        assert_eq!(a.dropped, 2);
+        a.forget("s");
+        assert!(a.news("s", Some("t1")), "forgotten with the last interest");
+    }
+
+    #[test]
+    fn an_event_travels_with_its_token_or_without() {
+        let ev = ChangeEvent::Updated {
+            uri: "file:///a".into(),
+        };
+        let mut v = serde_json::to_value(&ev).unwrap();
+        v["token"] = "7:2:x".into();
+        let (back, token) = decode(&serde_json::to_vec(&v).unwrap()).unwrap();
+        assert_eq!((back, token.as_deref()), (ev.clone(), Some("7:2:x")));
+        let (back, token) = decode(&serde_json::to_vec(&ev).unwrap()).unwrap();
+        assert_eq!((back, token), (ev, None));
+        assert!(decode(b"{\"token\":\"x\"}").is_err());
     }
 }

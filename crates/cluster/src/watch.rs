@@ -29,7 +29,7 @@
 //! clients' subscriptions of shared mounts itself, one watch per subscribed topic,
 //! delivering their events to its own clients only (`mcp_cluster_standalone_watches`); it
 //! stops a TTL after it is back, so a change around the heal reaches its clients at least
-//! once (at most twice). A replica whose clock is off holds no lease and announces no
+//! once (and once only where the source gives change tokens, below). A replica whose clock is off holds no lease and announces no
 //! interests: its records and messages would be taken for stale ones.
 //!
 //! Releases: a replica never shares a cluster with one of the previous protocol format
@@ -47,8 +47,12 @@
 //! `max_watches` (the budget its own registry keeps to) are refused on the watcher.
 //!
 //! Only the watcher publishes a shared mount's events, so each change reaches each replica
-//! once; around a handover or a NATS restart two replicas may briefly both watch (a duplicate
-//! notification, never a lost subscription).
+//! once; around a handover or a NATS restart two replicas may briefly both watch, and a new
+//! watcher says of each resource that it may have changed (nobody watched in between). Each
+//! event about one resource carries the source's change token read after it ([`Tokened`]),
+//! and a replica drops one whose token it delivered last (`bus.rs`): a second notice of a
+//! state already announced never reaches its clients, a change is never dropped. Sources
+//! without tokens get the duplicate notification, never a lost subscription.
 
 use mcpr_core::sync::lock;
 use std::collections::{HashMap, HashSet};
@@ -58,8 +62,8 @@ use std::time::Duration;
 
 use futures::StreamExt as _;
 use mcpr_core::{
-    ChangeBus, ChangeEvent, ChangeSink, ClusterStatus, Error, ErrorKind, LocalWatching, Provider,
-    ResourceUri, Result, WatchGuard, Watching,
+    ChangeBus, ChangeEvent, ChangeFeed, ChangeSink, ClusterStatus, Error, ErrorKind, LocalWatching,
+    Provider, ResourceUri, Result, WatchGuard, Watching,
 };
 use mcpr_server::{Layered, Mount};
 use serde_json::{Value, json};
@@ -85,6 +89,10 @@ pub struct ClusterMount {
 struct Shared {
     mount: Mount,
     token: String,
+    /// Where the watcher's watches publish (every replica), with each event's change token.
+    to_cluster: Arc<dyn ChangeBus>,
+    /// Where this replica's own watches publish (its own clients), with each event's token.
+    to_own: Arc<dyn ChangeBus>,
     /// What this replica's clients watch, with how many guards hold each.
     interests: Mutex<HashMap<ChangeEvent, usize>>,
     /// Whether this replica holds the mount's lease (and runs its watches).
@@ -106,7 +114,6 @@ struct Inner {
     client: async_nats::Client,
     seal: Arc<Seal>,
     cfg: ClusterConfig,
-    bus: Arc<dyn ChangeBus>,
     shared: HashMap<String, Shared>,
     /// Why the lease stream cannot be used, when it cannot (not a connection problem).
     lease_problem: Mutex<Option<String>>,
@@ -126,8 +133,6 @@ struct Inner {
     lease_allowed: watch::Sender<bool>,
     /// Woken when a local interest is added, so a replica on its own watches it at once.
     poke: Arc<tokio::sync::Notify>,
-    /// The bus of the watches a replica runs on its own: its own clients only.
-    in_process: Arc<dyn ChangeBus>,
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
@@ -227,9 +232,12 @@ pub async fn join(
         .filter(|m| m.shared)
         .map(|m| {
             let token = crate::token(&m.mount.name, 8);
+            let limit = cfg.lease_ttl;
             (
                 m.mount.name.to_string(),
                 Shared {
+                    to_cluster: Tokened::start(&m.mount, bus.clone(), To::Cluster, limit),
+                    to_own: Tokened::start(&m.mount, bus.clone(), To::Own, limit),
                     mount: m.mount,
                     token,
                     interests: Mutex::new(HashMap::new()),
@@ -246,7 +254,6 @@ pub async fn join(
         client: client.clone(),
         seal: seal.clone(),
         cfg,
-        bus: Arc::new(bus.clone()),
         shared,
         lease_problem: Mutex::new(None),
         alive: Mutex::new(HashMap::new()),
@@ -256,7 +263,6 @@ pub async fn join(
         listened: AtomicBool::new(false),
         lease_allowed: watch::channel(false).0,
         poke: Arc::new(tokio::sync::Notify::new()),
-        in_process: bus.in_process(),
         tasks: Mutex::new(Vec::new()),
     });
     let weak = Arc::downgrade(&inner);
@@ -669,7 +675,7 @@ async fn stand_alone(inner: std::sync::Weak<Inner>, poke: Arc<tokio::sync::Notif
                 if run.contains_key(&t) || failed.contains_key(&t) {
                     continue;
                 }
-                let sink = ChangeSink::new(i.in_process.clone(), name.clone());
+                let sink = ChangeSink::new(m.to_own.clone(), name.clone());
                 match start_with(&m.mount, sink, &t, ttl).await {
                     Ok(g) => {
                         run.insert(t, g);
@@ -1386,7 +1392,7 @@ fn over_budget(max: usize) -> Error {
 /// mount, and the lease's loss, behind it. The requester waits a TTL and two seconds, so it
 /// hears this timeout rather than its own.
 async fn start(i: &Inner, mount: &str, topic: &ChangeEvent) -> Result<WatchGuard> {
-    let sink = ChangeSink::new(i.bus.clone(), mount.to_owned());
+    let sink = ChangeSink::new(i.shared[mount].to_cluster.clone(), mount.to_owned());
     start_with(&i.shared[mount].mount, sink, topic, i.cfg.lease_ttl).await
 }
 
@@ -1411,12 +1417,88 @@ async fn start_with(
 
 /// [`start`] for a replayed interest nobody here watched: this replica is taking the mount
 /// over (or rejoining, or retrying), and a change between the last watch's end and this one
-/// would go unseen. Say it may have changed: at most a duplicate for the subscriber, never a
-/// lost change.
+/// would go unseen. Say it may have changed, with the resource's change token read now: a
+/// replica that delivered that token last drops it (nothing changed since its clients were
+/// told), the others deliver it (a change, or a source without tokens: never a lost change).
 async fn start_replayed(i: &Inner, mount: &str, topic: &ChangeEvent) -> Result<WatchGuard> {
     let guard = start(i, mount, topic).await?;
-    i.bus.publish(mount, topic.clone());
+    i.shared[mount].to_cluster.publish(mount, topic.clone());
     Ok(guard)
+}
+
+/// Where a [`Tokened`] bus hands its events.
+#[derive(Clone, Copy)]
+enum To {
+    /// Every replica, through NATS.
+    Cluster,
+    /// This replica's own clients.
+    Own,
+}
+
+/// The bus a shared mount's watches publish on: for each event about one resource it reads
+/// the source's change token (after the change, so a client told of it reads that state or
+/// a later one), then hands both on, in the order the events came. Tokens let each replica
+/// drop an event of a state it announced already (`bus.rs`).
+struct Tokened {
+    queue: tokio::sync::mpsc::Sender<ChangeEvent>,
+    bus: crate::NatsBus,
+    to: To,
+}
+
+/// How many events may wait for their token; beyond that they go on without one (so never
+/// lost, only not deduplicated).
+const TOKEN_QUEUE: usize = 4096;
+
+impl Tokened {
+    /// The bus for `mount`'s events towards `to`, each token read within `limit`. Its task
+    /// ends with the last sink holding it.
+    fn start(mount: &Mount, bus: crate::NatsBus, to: To, limit: Duration) -> Arc<dyn ChangeBus> {
+        let (queue, mut events) = tokio::sync::mpsc::channel::<ChangeEvent>(TOKEN_QUEUE);
+        let mount = mount.clone();
+        let out = bus.clone();
+        tokio::spawn(async move {
+            while let Some(event) = events.recv().await {
+                let token = match &event {
+                    ChangeEvent::Updated { uri } => match ResourceUri::parse(uri) {
+                        Ok(uri) => {
+                            Layered::bounded_by(&mount, limit, "the cluster's lease_ttl_ms")
+                                .change_token(&uri)
+                                .await
+                        }
+                        Err(_) => None,
+                    },
+                    ChangeEvent::ListChanged { .. } => None,
+                };
+                hand_on(&out, to, &mount.name, event, token);
+            }
+        });
+        Arc::new(Self { queue, bus, to })
+    }
+}
+
+fn hand_on(bus: &crate::NatsBus, to: To, mount: &str, event: ChangeEvent, token: Option<String>) {
+    match to {
+        To::Cluster => bus.publish_with_token(mount, event, token),
+        To::Own => bus.deliver_own(mount, event, token),
+    }
+}
+
+impl ChangeBus for Tokened {
+    fn publish(&self, mount: &str, event: ChangeEvent) {
+        if let Err(e) = self.queue.try_send(event) {
+            let (tokio::sync::mpsc::error::TrySendError::Full(event)
+            | tokio::sync::mpsc::error::TrySendError::Closed(event)) = e;
+            hand_on(&self.bus, self.to, mount, event, None);
+        }
+    }
+
+    fn feed(&self) -> ChangeFeed {
+        self.bus.feed()
+    }
+
+    fn subscribe(&self) -> tokio::sync::broadcast::Receiver<ChangeEvent> {
+        self.bus.subscribe()
+    }
 }
 
 const KINDS: &[(ErrorKind, &str)] = &[

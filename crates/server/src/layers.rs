@@ -305,7 +305,7 @@ impl<'a> Layered<'a> {
     /// [`Provider::change_token`] of `uri`, bounded; `None` when the mount does not watch or
     /// the token did not come in time (then a change during set-up can only be missed the
     /// way it would be for a provider without tokens, never wrongly reported).
-    pub(crate) async fn change_token(&self, uri: &ResourceUri) -> Option<String> {
+    pub async fn change_token(&self, uri: &ResourceUri) -> Option<String> {
         self.checked(Op::Watch, call::CHANGE_TOKEN, Some(uri))
             .ok()?;
         self.bounded(call::CHANGE_TOKEN, Some(uri.as_str()), async {
