@@ -240,6 +240,7 @@ fn run(env: &Env, dir: &Path, files: &Path, nats_bin: &Path) -> Result<Vec<Row>,
     };
     // The link flaps on its own schedule, whatever the changes are waiting for.
     let done = Arc::new(AtomicBool::new(false));
+    let flapping = Instant::now();
     let flapper = {
         let done = done.clone();
         let (ns, dev) = (net.ns("nats"), net.bus_dev(watcher));
@@ -264,7 +265,14 @@ fn run(env: &Env, dir: &Path, files: &Path, nats_bin: &Path) -> Result<Vec<Row>,
     while start.elapsed() < length {
         std::thread::sleep(EVERY);
         changes += 1;
-        let round = match streams.round(|| touch(&path, changes), WITHIN) {
+        let mut written = Instant::now();
+        let round = match streams.round(
+            || {
+                written = Instant::now();
+                touch(&path, changes)
+            },
+            WITHIN,
+        ) {
             Ok(r) => r,
             Err(e) => {
                 failure = Some(e);
@@ -272,6 +280,16 @@ fn run(env: &Env, dir: &Path, files: &Path, nats_bin: &Path) -> Result<Vec<Row>,
             }
         };
         missed += round.missing;
+        if round.missing > 0 {
+            // Where in the flapping it fell: the link goes down at every multiple of
+            // DOWN + UP and comes back DOWN later.
+            let at = written.duration_since(flapping).as_secs_f64();
+            let missing: Vec<usize> = (0..3).filter(|k| round.each[*k].is_none()).collect();
+            eprintln!(
+                "bench: cluster: flapping bus: change {changes} (written {at:.2} s into the flapping, {:.2} s into its cycle) not heard within 10 s on stream(s) {missing:?}; the flapping replica is {watcher}",
+                at % (DOWN + UP).as_secs_f64()
+            );
+        }
         duplicates += round.duplicates + round.late;
         for (k, t) in round.each.iter().enumerate() {
             if let Some(t) = t {

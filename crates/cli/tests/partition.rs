@@ -624,10 +624,16 @@ async fn a_partitioned_replica_notices_keeps_serving_and_rejoins() {
         rc.gauge(&http, &series).await == Some(8.0)
     })
     .await;
+    // Finding itself cut off, it told its client each subscribed file may have changed
+    // (what NATS had for it between the cut and its noticing went to the dropped
+    // connection).
+    expect_heard(&[&streams[c]], &all, &[2], &[2], Duration::from_secs(5)).await;
     // A change during the cut: the others hear it from the watcher, the cut replica from
     // its own watch.
     std::fs::write(files.join("all.txt"), "v2").unwrap();
-    let during = expect_heard(&s, &all, &[2; 3], &[2; 3], Duration::from_secs(5)).await;
+    let mut want = [2; 3];
+    want[c] = 3;
+    let during = expect_heard(&s, &all, &want, &want, Duration::from_secs(5)).await;
     // Past the TTL: the watcher forgot the cut replica's interests (it was silent).
     let rest = (ttl * 4).saturating_sub(cut.elapsed());
     tokio::time::sleep(rest).await;
@@ -644,9 +650,10 @@ async fn a_partitioned_replica_notices_keeps_serving_and_rejoins() {
     )
     .await;
     let rejoined = healed.elapsed();
-    // The change made during the cut, by then on every stream, once or twice.
+    // The change made during the cut, by then on every stream, once or twice (after the
+    // notice of the cut).
     let c_own = [&streams[c]];
-    expect_heard(&c_own, &own, &[1], &[2], Duration::from_secs(5)).await;
+    expect_heard(&c_own, &own, &[2], &[3], Duration::from_secs(5)).await;
     wait_for(
         "the own watches ended",
         Duration::from_secs(5),
@@ -728,6 +735,13 @@ async fn a_partitioned_replica_notices_keeps_serving_and_rejoins() {
     )
     .await;
     assert_eq!(holders(&http, &replicas, &mount).await, vec![nw]);
+    // Its own watches end a TTL after it is back: the next cut is noticed afresh.
+    wait_for(
+        "the old watcher's own watches ended",
+        Duration::from_secs(5),
+        async || rw.gauge(&http, &series).await == Some(0.0),
+    )
+    .await;
     eprintln!(
         "cut of the watcher {w}: lease moved to {nw} after {took:?}, {samples} samples with at \
          most one holder; a change made during the cut on every stream {reach:?} after the heal \
@@ -737,6 +751,7 @@ async fn a_partitioned_replica_notices_keeps_serving_and_rejoins() {
 
     // 4. NATS cut from everyone for three TTLs: every replica degrades, serves its own
     // clients from its own watches, and the cluster is whole again after the heal.
+    let at_cut: Vec<usize> = s.iter().map(|h| h.updates(&all)).collect();
     let cut = Instant::now();
     for k in 0..3 {
         net.bus_link(k, false);
@@ -754,7 +769,9 @@ async fn a_partitioned_replica_notices_keeps_serving_and_rejoins() {
         })
         .await;
     }
-    let before: Vec<usize> = s.iter().map(|h| h.updates(&all)).collect();
+    // Each told its client the file may have changed.
+    let before: Vec<usize> = at_cut.iter().map(|n| n + 1).collect();
+    expect_heard(&s, &all, &before, &before, Duration::from_secs(5)).await;
     std::fs::write(files.join("all.txt"), "v4").unwrap();
     let least: Vec<usize> = before.iter().map(|n| n + 1).collect();
     let during = expect_heard(&s, &all, &least, &least, Duration::from_secs(5)).await;
@@ -864,8 +881,16 @@ async fn a_partitioned_replica_notices_keeps_serving_and_rejoins() {
     // An outage the watcher noticed (three missed pongs) makes it watch for its own clients
     // until a TTL after the heal; a change in that overlap reaches its own stream from that
     // watch and from the cluster's watcher (docs/cluster.md: at most twice around a heal).
+    // And each such outage tells its own stream once that every file may have changed.
     let cut_off = alone() - alone_before;
-    let most = |stream: usize| 1 + won + usize::from(stream == w && cut_off > 0);
+    let most = |stream: usize| {
+        1 + won
+            + if stream == w {
+                cut_off + usize::from(cut_off > 0)
+            } else {
+                0
+            }
+    };
     assert!(
         counts
             .iter()
@@ -969,15 +994,24 @@ async fn a_long_cut_loses_no_change_and_ends_ready() {
         .await;
     }
     let noticed = cut.elapsed();
+    // Finding themselves cut off, the cut replicas told their clients each subscribed file
+    // may have changed: one notice more on their streams from here on.
+    let notice = |k: usize| usize::from(k != w);
+    let want: Vec<usize> = (0..3).map(|k| 1 + notice(k)).collect();
+    expect_heard(&s, &all, &want, &want, Duration::from_secs(5)).await;
+    for (i, (c, _)) in cuts.iter().enumerate() {
+        expect_heard(&[&streams[*c]], &own[i], &[1], &[1], Duration::from_secs(5)).await;
+    }
     // Early in the cut: a change of what everyone watches, and of what only each cut
     // replica's client watches. The cut replicas' clients hear them from their own watches.
     std::fs::write(files.join("all.txt"), "v2").unwrap();
     for name in ["short.txt", "long.txt"] {
         std::fs::write(files.join(name), "v1").unwrap();
     }
-    let during = expect_heard(&s, &all, &[2; 3], &[2; 3], Duration::from_secs(5)).await;
+    let want: Vec<usize> = (0..3).map(|k| 2 + notice(k)).collect();
+    let during = expect_heard(&s, &all, &want, &want, Duration::from_secs(5)).await;
     for (i, (c, _)) in cuts.iter().enumerate() {
-        expect_heard(&[&streams[*c]], &own[i], &[1], &[1], Duration::from_secs(5)).await;
+        expect_heard(&[&streams[*c]], &own[i], &[2], &[2], Duration::from_secs(5)).await;
     }
     let changed = Instant::now();
 
@@ -1017,11 +1051,13 @@ async fn a_long_cut_loses_no_change_and_ends_ready() {
         // (`i` changes of it since, each heard once.)
         let now: Vec<usize> = s.iter().map(|h| h.updates(&all)).collect();
         assert!(
-            now.iter().all(|n| (2 + i..=3 + i).contains(n)),
+            now.iter()
+                .enumerate()
+                .all(|(k, n)| (2 + i + notice(k)..=3 + i + notice(k)).contains(n)),
             "{all}: {now:?}"
         );
         let mine = streams[c].updates(&own[i]);
-        assert!((1..=2).contains(&mine), "{}: {mine}", own[i]);
+        assert!((2..=3).contains(&mine), "{}: {mine}", own[i]);
         // Its subscriptions survived the cut: a change of the file only its client watches
         // reaches it once, through the cluster's watcher; one of the shared file reaches
         // every stream once (the other cut replica's from its own watch, if still cut).
@@ -1049,13 +1085,18 @@ async fn a_long_cut_loses_no_change_and_ends_ready() {
              ended {settled:?} after it; the early change heard {} times on its stream; \
              after the heal a change of its own file heard in {own_after:?}, of the shared \
              one on every stream in {all_after:?}",
-            streams[c].updates(&own[i]) - 1
+            streams[c].updates(&own[i]) - 2
         ));
     }
     // A little after the heal, nothing arrived twice.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let last: Vec<usize> = s.iter().map(|h| h.updates(&all)).collect();
-    assert!(last.iter().all(|n| (4..=5).contains(n)), "{all}: {last:?}");
+    assert!(
+        last.iter()
+            .enumerate()
+            .all(|(k, n)| (4 + notice(k)..=5 + notice(k)).contains(n)),
+        "{all}: {last:?}"
+    );
     eprintln!(
         "cuts of 20 s and 70 s: both degraded within {noticed:?}; a change early in them heard \
          by every stream in {during:?} ({:?} before the long heal); NATS logged {} slow \
