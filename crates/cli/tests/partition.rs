@@ -15,6 +15,9 @@
 //! - NATS cut from every replica: each degrades and serves its own clients, and the
 //!   cluster is whole again after the heal.
 //!
+//! Beside it, on namespaces of its own, two replicas are cut at once for 20 s and 70 s
+//! (NATS long done with their old connections): the same checks, a minute on.
+//!
 //! Needs root and `ip netns` (and `nats-server`): without them the test says SKIPPED and
 //! passes, except under `CI=true`, where it fails.
 //!
@@ -22,7 +25,7 @@
 //! beside a right one on loopback: it names its clock on `/readyz` and at warn, never holds
 //! the lease, and its clients hear each change once from its own watch. Without libfaketime
 //! it says SKIPPED (fails under `CI=true`). Namespaces and veths have names unique
-//! to the process and are removed however the test ends (a guard); ones left by a process
+//! to the process and the test and are removed however the test ends (a guard); ones left by a process
 //! that no longer exists (killed) are removed at start.
 
 use std::path::{Path, PathBuf};
