@@ -56,11 +56,12 @@ pub fn cluster(env: &Env) -> Vec<Row> {
     let one_last = value(&single, "10,000 streams: write → last stream p50");
     let one_hop = value(&single, "1 stream: write → notification p50");
     rows.extend(single);
-    match nats_server() {
+    let nats = nats_server();
+    match &nats {
         Some(nats) => rows.extend(guard(
             S,
             "mcp-resources, 3 replicas",
-            three_replicas(env, &dir, &files, &nats, one_last, one_hop),
+            three_replicas(env, &dir, &files, nats, one_last, one_hop),
         )),
         None => {
             eprintln!("bench: cluster: skipped: nats-server not found");
@@ -72,6 +73,12 @@ pub fn cluster(env: &Env) -> Vec<Row> {
             ));
         }
     }
+    rows.extend(crate::cluster_flap::flapping(
+        env,
+        &dir,
+        &files,
+        nats.as_deref(),
+    ));
     rows
 }
 
@@ -349,7 +356,7 @@ fn one_stream(r: &mut Replica, uri: &str, path: &Path, changes: usize) -> Result
 /// Change the watched file with one `pwrite` of the same length: one modification, so one
 /// notification per stream. (`fs::write` truncates, then writes: two modifications, which the
 /// mount's `debounce_ms = 0` reports as two changes.)
-fn touch(path: &Path, i: usize) -> Result<(), String> {
+pub(crate) fn touch(path: &Path, i: usize) -> Result<(), String> {
     use std::os::unix::fs::FileExt;
     std::fs::OpenOptions::new()
         .write(true)
@@ -388,7 +395,7 @@ struct Stream {
 }
 
 /// Listen streams read together through one epoll set.
-struct Streams {
+pub(crate) struct Streams {
     ep: OwnedFd,
     list: Vec<Stream>,
     /// Streams without a notification yet this round.
@@ -398,17 +405,23 @@ struct Streams {
 }
 
 /// One change, as the streams saw it.
-struct Round {
+pub(crate) struct Round {
     first: Option<Duration>,
     last: Option<Duration>,
-    missing: usize,
-    duplicates: usize,
+    pub(crate) missing: usize,
+    pub(crate) duplicates: usize,
+    /// Each stream's first notification, by stream.
+    pub(crate) each: Vec<Option<Duration>>,
+    /// Notifications that arrived after the previous round ended (50 ms after its last
+    /// stream's first one) and before this one began: late duplicates of earlier changes,
+    /// or their first notification after that round gave up.
+    pub(crate) late: usize,
 }
 
 impl Streams {
     /// `n` streams, stream `i` on `addrs[i % addrs.len()]`, each answered 200 with an event
     /// stream.
-    fn open(addrs: &[String], n: usize, uri: &str) -> Result<Self, String> {
+    pub(crate) fn open(addrs: &[String], n: usize, uri: &str) -> Result<Self, String> {
         let ep = epoll::create(epoll::CreateFlags::CLOEXEC).map_err(|e| format!("epoll: {e}"))?;
         let mut list = Vec::with_capacity(n);
         let t = Instant::now();
@@ -471,12 +484,15 @@ impl Streams {
     /// Let whatever is in flight arrive and be dropped, then time one `change`: until every
     /// stream has a notification or `timeout` passes, then a little longer to catch a second
     /// one.
-    fn round(
+    pub(crate) fn round(
         &mut self,
         change: impl FnOnce() -> Result<(), String>,
         timeout: Duration,
     ) -> Result<Round, String> {
+        let seen = |list: &[Stream]| list.iter().map(|s| s.seen).sum::<usize>();
+        let before = seen(&self.list);
         self.pump(Instant::now() + Duration::from_millis(20), false)?;
+        let late = seen(&self.list) - before;
         for s in &mut self.list {
             s.seen = 0;
             s.at = None;
@@ -501,6 +517,8 @@ impl Streams {
             last: last.map(|t| t - t0),
             missing,
             duplicates: self.list.iter().map(|s| s.seen.saturating_sub(1)).sum(),
+            each: self.list.iter().map(|s| s.at.map(|t| t - t0)).collect(),
+            late,
         })
     }
 
@@ -604,7 +622,7 @@ fn gauge_sum(addrs: &[String], name: &str) -> Result<u64, String> {
 
 /// The acknowledgment of a listen goes out before its watch is registered: wait until the
 /// replicas hold `n` subscriptions between them.
-fn wait_subscriptions(addrs: &[String], n: u64) -> Result<(), String> {
+pub(crate) fn wait_subscriptions(addrs: &[String], n: u64) -> Result<(), String> {
     let start = Instant::now();
     loop {
         let have = gauge_sum(addrs, "mcp_subscriptions")?;
@@ -694,14 +712,14 @@ fn write_config(
 }
 
 /// A child process killed on drop, its stderr in a log file quoted when it fails.
-struct Proc {
+pub(crate) struct Proc {
     child: Child,
     what: String,
     log: PathBuf,
 }
 
 impl Proc {
-    fn spawn(what: &str, cmd: &mut Command, log: PathBuf) -> Result<Self, String> {
+    pub(crate) fn spawn(what: &str, cmd: &mut Command, log: PathBuf) -> Result<Self, String> {
         let err = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
         let child = cmd
             .stdin(Stdio::null())
@@ -717,7 +735,7 @@ impl Proc {
     }
 
     /// An error if the process has exited, with the end of its log.
-    fn check(&mut self) -> Result<(), String> {
+    pub(crate) fn check(&mut self) -> Result<(), String> {
         match self.child.try_wait() {
             Ok(None) => Ok(()),
             Ok(Some(st)) => Err(format!("{} exited ({st}): {}", self.what, self.log_tail())),
@@ -735,7 +753,7 @@ impl Proc {
     }
 
     /// Wait until `addr` accepts connections; an error if the process exits first.
-    fn wait_port(&mut self, addr: &str) -> Result<(), String> {
+    pub(crate) fn wait_port(&mut self, addr: &str) -> Result<(), String> {
         let start = Instant::now();
         while start.elapsed() < Duration::from_secs(20) {
             self.check()?;
@@ -853,7 +871,7 @@ fn wait_watcher(replicas: &mut [Replica]) -> Result<usize, String> {
 }
 
 /// Whether `/metrics` says this replica watches a mount.
-fn is_watcher(metrics: &str) -> bool {
+pub(crate) fn is_watcher(metrics: &str) -> bool {
     metrics.lines().any(|l| {
         l.starts_with("mcp_cluster_watcher{")
             && l.rsplit(' ')

@@ -15,6 +15,7 @@
 
 mod blob_floor;
 mod cluster;
+mod cluster_flap;
 mod fixtures;
 mod gateway;
 mod http;

@@ -15,6 +15,9 @@
 //! - NATS cut from every replica: each degrades and serves its own clients, and the
 //!   cluster is whole again after the heal.
 //!
+//! Beside it, on namespaces of its own, two replicas are cut at once for 20 s and 70 s
+//! (NATS long done with their old connections): the same checks, a minute on.
+//!
 //! Needs root and `ip netns` (and `nats-server`): without them the test says SKIPPED and
 //! passes, except under `CI=true`, where it fails.
 //!
@@ -22,7 +25,7 @@
 //! beside a right one on loopback: it names its clock on `/readyz` and at warn, never holds
 //! the lease, and its clients hear each change once from its own watch. Without libfaketime
 //! it says SKIPPED (fails under `CI=true`). Namespaces and veths have names unique
-//! to the process and are removed however the test ends (a guard); ones left by a process
+//! to the process and the test and are removed however the test ends (a guard); ones left by a process
 //! that no longer exists (killed) are removed at start.
 
 use std::path::{Path, PathBuf};
@@ -81,6 +84,9 @@ fn nats_bin() -> Option<PathBuf> {
 /// The namespaces and links of one test run. Dropping it deletes the namespaces, which
 /// takes every veth with them (a pair dies with either end).
 struct Net {
+    /// Which of this process's concurrent tests built it: in every name and address, so
+    /// their namespaces, veths and client links never collide.
+    slot: u8,
     tag: String,
     /// The second octet of every address here (10.<octet>.x.y).
     octet: u8,
@@ -89,13 +95,15 @@ struct Net {
 
 impl Net {
     /// `nats` and `r0`..`r{n-1}`, with a bus link from each replica to `nats` and a client
-    /// link from each replica to this namespace.
-    fn build(replicas: usize) -> Result<Self, String> {
+    /// link from each replica to this namespace. `slot` (0 or 1) tells this process's tests
+    /// apart.
+    fn build(replicas: usize, slot: u8) -> Result<Self, String> {
         Self::sweep_leftovers();
         let pid = std::process::id();
-        let tag = format!("{:04x}", pid & 0xffff);
-        let octet = u8::try_from(100 + pid % 100).unwrap_or(150);
+        let tag = format!("{:03x}{slot}", pid & 0xfff);
+        let octet = u8::try_from(100 + (pid % 50) * 2 + u32::from(slot)).unwrap_or(150);
         let mut net = Self {
+            slot,
             tag,
             octet,
             namespaces: Vec::new(),
@@ -161,7 +169,7 @@ impl Net {
     }
 
     fn ns(&self, name: &str) -> String {
-        format!("{PREFIX}-{}-{name}", std::process::id())
+        format!("{PREFIX}-{}-{}{name}", std::process::id(), self.slot)
     }
 
     /// The NATS end of replica `k`'s bus link.
@@ -459,42 +467,15 @@ fn namespaces_usable() -> Result<(), String> {
     ip(&["netns", "list"])
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_partitioned_replica_notices_keeps_serving_and_rejoins() {
-    if let Err(e) = namespaces_usable() {
-        absent("root and `ip netns`", e);
-        return;
-    }
-    let Some(nats_bin) = nats_bin() else {
-        absent("nats-server", "not found (set MCPR_NATS_SERVER)");
-        return;
-    };
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    // Declared first, dropped last: the processes inside die before their namespaces go.
-    let net = match Net::build(3) {
-        Ok(n) => n,
-        Err(e) => {
-            absent("veth pairs in network namespaces", e);
-            return;
-        }
-    };
+/// NATS in `net`'s `nats` namespace and three replicas of one cluster, one in each replica
+/// namespace, sharing the files mount `files`; their logs in `dir`. NATS comes first: bound
+/// in that order, the replicas are dropped (killed) before it.
+fn start_cluster(net: &Net, nats_bin: &Path, dir: &Path, files: &Path) -> (InNs, Vec<Replica>) {
     let o = net.octet;
-    let dir = tempfile::tempdir().unwrap();
-    let files = dir.path().join("shared");
-    std::fs::create_dir(&files).unwrap();
-    let flaps: Vec<String> = (0..5).map(|i| format!("flap{i}.txt")).collect();
-    for name in ["all.txt", "own.txt", "moved.txt"]
-        .into_iter()
-        .chain(flaps.iter().map(String::as_str))
-    {
-        std::fs::write(files.join(name), "v0").unwrap();
-    }
-    let files = files.canonicalize().unwrap();
-    let _logs = LogsOnFailure(dir.path().to_owned());
-    let store = dir.path().join("js");
-    let _nats = InNs::spawn(
+    let store = dir.join("js");
+    let nats = InNs::spawn(
         &net.ns("nats"),
-        &nats_bin,
+        nats_bin,
         &[
             "-js".into(),
             "-a".into(),
@@ -504,12 +485,12 @@ async fn a_partitioned_replica_notices_keeps_serving_and_rejoins() {
             "-sd".into(),
             store.display().to_string(),
         ],
-        &dir.path().join("nats.log"),
+        &dir.join("nats.log"),
     );
-    let cluster = format!("p{}", std::process::id());
+    let cluster = format!("p{}x{}", std::process::id(), net.slot);
     let replicas: Vec<Replica> = (0..3)
         .map(|k| {
-            let cfg = dir.path().join(format!("r{k}.toml"));
+            let cfg = dir.join(format!("r{k}.toml"));
             std::fs::write(
                 &cfg,
                 format!(
@@ -535,7 +516,7 @@ async fn a_partitioned_replica_notices_keeps_serving_and_rejoins() {
                     "--config".into(),
                     cfg.display().to_string(),
                 ],
-                &dir.path().join(format!("r{k}.log")),
+                &dir.join(format!("r{k}.log")),
             );
             Replica {
                 _proc: proc,
@@ -543,16 +524,20 @@ async fn a_partitioned_replica_notices_keeps_serving_and_rejoins() {
             }
         })
         .collect();
-    let http = reqwest::Client::builder().no_proxy().build().unwrap();
-    let ttl = Duration::from_millis(TTL_MS);
-    for r in &replicas {
+    (nats, replicas)
+}
+
+/// Once every replica is ready and connected and one watches the shared mount: the
+/// mount's name and the watcher.
+async fn cluster_ready(http: &reqwest::Client, replicas: &[Replica]) -> (String, usize) {
+    for r in replicas {
         wait_for("every replica ready", Duration::from_secs(20), async || {
-            r.get(&http, "/readyz").await.0 == 200
-                && r.gauge(&http, "mcp_cluster_connected ").await == Some(1.0)
+            r.get(http, "/readyz").await.0 == 200
+                && r.gauge(http, "mcp_cluster_connected ").await == Some(1.0)
         })
         .await;
     }
-    let (_, metrics) = replicas[0].get(&http, "/metrics").await;
+    let (_, metrics) = replicas[0].get(http, "/metrics").await;
     let mount = metrics
         .lines()
         .find_map(|l| l.strip_prefix("mcp_cluster_watcher{mount=\""))
@@ -561,11 +546,48 @@ async fn a_partitioned_replica_notices_keeps_serving_and_rejoins() {
         .unwrap_or_else(|| panic!("no shared mount in {metrics}"));
     let mut watcher = Vec::new();
     wait_for("one watcher", Duration::from_secs(10), async || {
-        watcher = holders(&http, &replicas, &mount).await;
+        watcher = holders(http, replicas, &mount).await;
         watcher.len() == 1
     })
     .await;
-    let w = watcher[0];
+    (mount, watcher[0])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_replica_notices_keeps_serving_and_rejoins() {
+    if let Err(e) = namespaces_usable() {
+        absent("root and `ip netns`", e);
+        return;
+    }
+    let Some(nats_bin) = nats_bin() else {
+        absent("nats-server", "not found (set MCPR_NATS_SERVER)");
+        return;
+    };
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    // Declared first, dropped last: the processes inside die before their namespaces go.
+    let net = match Net::build(3, 0) {
+        Ok(n) => n,
+        Err(e) => {
+            absent("veth pairs in network namespaces", e);
+            return;
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let files = dir.path().join("shared");
+    std::fs::create_dir(&files).unwrap();
+    let flaps: Vec<String> = (0..5).map(|i| format!("flap{i}.txt")).collect();
+    for name in ["all.txt", "own.txt", "moved.txt"]
+        .into_iter()
+        .chain(flaps.iter().map(String::as_str))
+    {
+        std::fs::write(files.join(name), "v0").unwrap();
+    }
+    let files = files.canonicalize().unwrap();
+    let _logs = LogsOnFailure(dir.path().to_owned());
+    let (_nats, replicas) = start_cluster(&net, &nats_bin, dir.path(), &files);
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let ttl = Duration::from_millis(TTL_MS);
+    let (mount, w) = cluster_ready(&http, &replicas).await;
     // The replica cut first is not the watcher.
     let c = (w + 1) % 3;
     let all = file_uri(&files.join("all.txt"));
@@ -605,6 +627,11 @@ async fn a_partitioned_replica_notices_keeps_serving_and_rejoins() {
         rc.gauge(&http, &series).await == Some(8.0)
     })
     .await;
+    // Finding itself cut off, it told its client each subscribed file may have changed
+    // (what NATS had for it between the cut and its noticing went to the dropped
+    // connection), with the file's change token: `all.txt`, whose state its client heard
+    // already, is dropped as a repeat; the files never heard of since they were subscribed
+    // (`own.txt` among them) arrive once.
     // A change during the cut: the others hear it from the watcher, the cut replica from
     // its own watch.
     std::fs::write(files.join("all.txt"), "v2").unwrap();
@@ -625,9 +652,10 @@ async fn a_partitioned_replica_notices_keeps_serving_and_rejoins() {
     )
     .await;
     let rejoined = healed.elapsed();
-    // The change made during the cut, by then on every stream, once or twice.
+    // The change made during the cut, by then on every stream, once or twice (after the
+    // notice of the cut).
     let c_own = [&streams[c]];
-    expect_heard(&c_own, &own, &[1], &[2], Duration::from_secs(5)).await;
+    expect_heard(&c_own, &own, &[2], &[3], Duration::from_secs(5)).await;
     wait_for(
         "the own watches ended",
         Duration::from_secs(5),
@@ -709,6 +737,13 @@ async fn a_partitioned_replica_notices_keeps_serving_and_rejoins() {
     )
     .await;
     assert_eq!(holders(&http, &replicas, &mount).await, vec![nw]);
+    // Its own watches end a TTL after it is back: the next cut is noticed afresh.
+    wait_for(
+        "the old watcher's own watches ended",
+        Duration::from_secs(5),
+        async || rw.gauge(&http, &series).await == Some(0.0),
+    )
+    .await;
     eprintln!(
         "cut of the watcher {w}: lease moved to {nw} after {took:?}, {samples} samples with at \
          most one holder; a change made during the cut on every stream {reach:?} after the heal \
@@ -718,6 +753,7 @@ async fn a_partitioned_replica_notices_keeps_serving_and_rejoins() {
 
     // 4. NATS cut from everyone for three TTLs: every replica degrades, serves its own
     // clients from its own watches, and the cluster is whole again after the heal.
+    let at_cut: Vec<usize> = s.iter().map(|h| h.updates(&all)).collect();
     let cut = Instant::now();
     for k in 0..3 {
         net.bus_link(k, false);
@@ -735,7 +771,9 @@ async fn a_partitioned_replica_notices_keeps_serving_and_rejoins() {
         })
         .await;
     }
-    let before: Vec<usize> = s.iter().map(|h| h.updates(&all)).collect();
+    // Each told its client the file may have changed, with its token: a state its client
+    // heard already, dropped.
+    let before = at_cut;
     std::fs::write(files.join("all.txt"), "v4").unwrap();
     let least: Vec<usize> = before.iter().map(|n| n + 1).collect();
     let during = expect_heard(&s, &all, &least, &least, Duration::from_secs(5)).await;
@@ -846,7 +884,9 @@ async fn a_partitioned_replica_notices_keeps_serving_and_rejoins() {
     let won = wins() - wins_before;
     let cut_off = alone() - alone_before;
     // At most one duplicate per change per stream, the watcher's own included
-    // (docs/cluster.md), however many lease wins and outages.
+    // (docs/cluster.md), however many lease wins and outages: a lease win's "may have
+    // changed" and a noticed outage's notice carry the file's change token and are dropped
+    // where that state was told already.
     assert!(
         counts.iter().flatten().all(|n| (1..=2).contains(n)),
         "{counts:?} with {won} lease wins, the watcher {w} on its own {cut_off} times"
@@ -856,6 +896,201 @@ async fn a_partitioned_replica_notices_keeps_serving_and_rejoins() {
         "the watcher's link flapping for {flapped:?}: every change on every stream; {won} lease \
          wins, the watcher on its own {cut_off} times, {extra} notices beyond the 15 deliveries \
          ({counts:?}); {samples} samples with at most one holder"
+    );
+}
+
+/// How many lines of NATS's log contain `what` (its slow-consumer and stale-connection
+/// notices), to say what NATS did with a cut replica's old connection.
+fn nats_said(dir: &Path, what: &str) -> usize {
+    std::fs::read_to_string(dir.join("nats.log"))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(what))
+        .count()
+}
+
+/// Cuts of a minute and more: NATS buffers what it sends into a silent connection until it
+/// drops it (a slow consumer once its write deadline passes, a stale connection after two
+/// unanswered pings of its own, two minutes apart), while the replica left that connection
+/// long before (three missed pongs) and keeps trying new ones. Two replicas are cut at
+/// once, one for 20 s and one for 70 s (concurrently, so the long cut costs no more wall
+/// time than itself); the watcher stays connected. Runs beside the test above (its own
+/// namespaces, slot 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_cut_loses_no_change_and_ends_ready() {
+    if let Err(e) = namespaces_usable() {
+        absent("root and `ip netns`", e);
+        return;
+    }
+    let Some(nats_bin) = nats_bin() else {
+        absent("nats-server", "not found (set MCPR_NATS_SERVER)");
+        return;
+    };
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let net = match Net::build(3, 1) {
+        Ok(n) => n,
+        Err(e) => {
+            absent("veth pairs in network namespaces", e);
+            return;
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let files = dir.path().join("shared");
+    std::fs::create_dir(&files).unwrap();
+    for name in ["all.txt", "short.txt", "long.txt"] {
+        std::fs::write(files.join(name), "v0").unwrap();
+    }
+    let files = files.canonicalize().unwrap();
+    let _logs = LogsOnFailure(dir.path().to_owned());
+    let (_nats, replicas) = start_cluster(&net, &nats_bin, dir.path(), &files);
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let ttl = Duration::from_millis(TTL_MS);
+    let (mount, w) = cluster_ready(&http, &replicas).await;
+    let (short, long) = ((w + 1) % 3, (w + 2) % 3);
+    let cuts = [
+        (short, Duration::from_secs(20)),
+        (long, Duration::from_secs(70)),
+    ];
+    let all = file_uri(&files.join("all.txt"));
+    // Watched by one cut replica's client only: nobody else keeps the cluster watching it.
+    let own = [
+        file_uri(&files.join("short.txt")),
+        file_uri(&files.join("long.txt")),
+    ];
+    let mut streams = Vec::new();
+    for (k, r) in replicas.iter().enumerate() {
+        let mut uris = vec![all.as_str()];
+        if let Some(i) = cuts.iter().position(|(c, _)| *c == k) {
+            uris.push(own[i].as_str());
+        }
+        streams.push(r.listen(&http, &uris).await);
+    }
+    let s: Vec<&Heard> = streams.iter().collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    std::fs::write(files.join("all.txt"), "v1").unwrap();
+    expect_heard(&s, &all, &[1; 3], &[1; 3], Duration::from_secs(5)).await;
+
+    let cut = Instant::now();
+    for (c, _) in cuts {
+        net.bus_link(c, false);
+    }
+    let series = format!("mcp_cluster_standalone_watches{{mount=\"{mount}\"}} ");
+    for (c, _) in cuts {
+        let rc = &replicas[c];
+        wait_for("the cut replicas degraded", ttl * 2, async || {
+            rc.get(&http, "/readyz").await.0 == 503
+                && rc.gauge(&http, "mcp_cluster_connected ").await == Some(0.0)
+        })
+        .await;
+        wait_for("the cut replicas' own watches", ttl * 2, async || {
+            rc.gauge(&http, &series).await == Some(2.0)
+        })
+        .await;
+    }
+    let noticed = cut.elapsed();
+    // Finding themselves cut off, the cut replicas told their clients each subscribed file
+    // may have changed, with its change token: `all.txt`, whose state every client heard
+    // already, is dropped as a repeat; the file only each one's client watches, never heard
+    // of since it was subscribed, arrives once.
+    expect_heard(&s, &all, &[1; 3], &[1; 3], Duration::from_secs(5)).await;
+    for (i, (c, _)) in cuts.iter().enumerate() {
+        expect_heard(&[&streams[*c]], &own[i], &[1], &[1], Duration::from_secs(5)).await;
+    }
+    // Early in the cut: a change of what everyone watches, and of what only each cut
+    // replica's client watches. The cut replicas' clients hear them from their own watches.
+    std::fs::write(files.join("all.txt"), "v2").unwrap();
+    for name in ["short.txt", "long.txt"] {
+        std::fs::write(files.join(name), "v1").unwrap();
+    }
+    let during = expect_heard(&s, &all, &[2; 3], &[2; 3], Duration::from_secs(5)).await;
+    for (i, (c, _)) in cuts.iter().enumerate() {
+        expect_heard(&[&streams[*c]], &own[i], &[2], &[2], Duration::from_secs(5)).await;
+    }
+    let changed = Instant::now();
+
+    let mut report = Vec::new();
+    for (i, &(c, length)) in cuts.iter().enumerate() {
+        let rc = &replicas[c];
+        tokio::time::sleep(length.saturating_sub(cut.elapsed())).await;
+        // Still cut off after all this time, and saying so.
+        let (status, ready) = rc.get(&http, "/readyz").await;
+        assert!(
+            status == 503 && ready.contains("NATS unreachable"),
+            "{status} {ready}"
+        );
+        assert_eq!(rc.gauge(&http, "mcp_cluster_connected ").await, Some(0.0));
+        let healed = Instant::now();
+        net.bus_link(c, true);
+        wait_for(
+            "the healed replica ready",
+            Duration::from_secs(5),
+            async || {
+                rc.get(&http, "/readyz").await.0 == 200
+                    && rc.gauge(&http, "mcp_cluster_connected ").await == Some(1.0)
+            },
+        )
+        .await;
+        let rejoined = healed.elapsed();
+        wait_for(
+            "the healed replica's own watches ended",
+            Duration::from_secs(5),
+            async || rc.gauge(&http, &series).await == Some(0.0),
+        )
+        .await;
+        let settled = healed.elapsed();
+        assert!(settled < Duration::from_secs(5), "{settled:?}");
+        // The changes made early in the cut: on every stream, at most twice (a new watch
+        // of the file only this replica's client watches says it may have changed).
+        // (`i` changes of it since, each heard once.)
+        let now: Vec<usize> = s.iter().map(|h| h.updates(&all)).collect();
+        assert!(
+            now.iter().all(|n| (2 + i..=3 + i).contains(n)),
+            "{all}: {now:?}"
+        );
+        let mine = streams[c].updates(&own[i]);
+        assert!((2..=3).contains(&mine), "{}: {mine}", own[i]);
+        // Its subscriptions survived the cut: a change of the file only its client watches
+        // reaches it once, through the cluster's watcher; one of the shared file reaches
+        // every stream once (the other cut replica's from its own watch, if still cut).
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let least: Vec<usize> = s.iter().map(|h| h.updates(&all) + 1).collect();
+        let before = mine + 1;
+        std::fs::write(
+            files.join(if i == 0 { "short.txt" } else { "long.txt" }),
+            "v2",
+        )
+        .unwrap();
+        std::fs::write(files.join("all.txt"), format!("v{}", 3 + i)).unwrap();
+        let own_after = expect_heard(
+            &[&streams[c]],
+            &own[i],
+            &[before],
+            &[before],
+            Duration::from_secs(5),
+        )
+        .await;
+        let all_after = expect_heard(&s, &all, &least, &least, Duration::from_secs(5)).await;
+        assert_eq!(holders(&http, &replicas, &mount).await, vec![w]);
+        report.push(format!(
+            "{length:?} cut of replica {c}: ready {rejoined:?} after the heal, its own watches \
+             ended {settled:?} after it; the early change heard {} times on its stream; \
+             after the heal a change of its own file heard in {own_after:?}, of the shared \
+             one on every stream in {all_after:?}",
+            streams[c].updates(&own[i]) - 2
+        ));
+    }
+    // A little after the heal, nothing arrived twice.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let last: Vec<usize> = s.iter().map(|h| h.updates(&all)).collect();
+    assert!(last.iter().all(|n| (4..=5).contains(n)), "{all}: {last:?}");
+    eprintln!(
+        "cuts of 20 s and 70 s: both degraded within {noticed:?}; a change early in them heard \
+         by every stream in {during:?} ({:?} before the long heal); NATS logged {} slow \
+         consumer and {} stale connection notices\n  {}",
+        cuts[1].1.saturating_sub(changed.duration_since(cut)),
+        nats_said(dir.path(), "Slow Consumer"),
+        nats_said(dir.path(), "Stale Client Connection"),
+        report.join("\n  ")
     );
 }
 

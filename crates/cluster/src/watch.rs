@@ -29,7 +29,11 @@
 //! clients' subscriptions of shared mounts itself, one watch per subscribed topic,
 //! delivering their events to its own clients only (`mcp_cluster_standalone_watches`); it
 //! stops a TTL after it is back, so a change around the heal reaches its clients at least
-//! once (and once only where the source gives change tokens, below). A replica whose clock is off holds no lease and announces no
+//! once (and once only where the source gives change tokens, below). Finding itself cut
+//! off, it says once per subscribed topic its own watches did not cover yet that it may have
+//! changed, through its own tokened bus: the events between the cut and its noticing went to
+//! the connection it dropped, and a state its clients were told of already is dropped as any
+//! repeat is. A replica whose clock is off holds no lease and announces no
 //! interests: its records and messages would be taken for stale ones.
 //!
 //! Releases: a replica never shares a cluster with one of the previous protocol format
@@ -614,7 +618,10 @@ impl ClusterWatching {
 /// off), watch its own clients' topics of every shared mount itself, delivering in process:
 /// the cluster's watcher cannot reach it. Stops a TTL after it takes part again, once its
 /// interests are announced again and the watcher covers them (the overlap costs at most a
-/// duplicate; a gap would lose a change).
+/// duplicate; a gap would lose a change). When it finds itself cut off, each topic its
+/// clients watched then is said to have maybe changed once its own watch runs: the events of
+/// the time between the cut and its noticing (three missed pongs) went to the connection it
+/// dropped, and its own watch started after them.
 async fn stand_alone(inner: std::sync::Weak<Inner>, poke: Arc<tokio::sync::Notify>) {
     let mut running: HashMap<String, HashMap<ChangeEvent, WatchGuard>> = HashMap::new();
     // Topics whose watch failed, and when: tried again a TTL later, not every tick.
@@ -624,6 +631,10 @@ async fn stand_alone(inner: std::sync::Weak<Inner>, poke: Arc<tokio::sync::Notif
     // which `/readyz` names).
     let mut joined = false;
     let mut back_since: Option<Instant> = None;
+    // (mount, topic) watched when this replica found itself cut off, not yet said to have
+    // maybe changed.
+    let mut owed: HashSet<(String, ChangeEvent)> = HashSet::new();
+    let mut was_apart = false;
     loop {
         let Some(i) = inner.upgrade() else { return };
         let ttl = i.cfg.lease_ttl;
@@ -636,6 +647,20 @@ async fn stand_alone(inner: std::sync::Weak<Inner>, poke: Arc<tokio::sync::Notif
         } else {
             false
         };
+        // Cut off (again): what its own watches do not cover yet is owed a notice. Also
+        // within the grace after a return, whose watches cover only the earlier outage.
+        if apart && !was_apart && joined {
+            for (name, m) in &i.shared {
+                let run = running.get(name);
+                owed.extend(
+                    lock(&m.interests)
+                        .keys()
+                        .filter(|t| !run.is_some_and(|r| r.contains_key(*t)))
+                        .map(|t| (name.clone(), t.clone())),
+                );
+            }
+        }
+        was_apart = apart;
         joined |= !apart;
         if alone && !was_alone && joined {
             tracing::warn!(
@@ -649,6 +674,7 @@ async fn stand_alone(inner: std::sync::Weak<Inner>, poke: Arc<tokio::sync::Notif
                  subscriptions"
             );
             back_since = None;
+            owed.clear();
         }
         was_alone = alone;
         failed.retain(|_, at| at.elapsed() < ttl);
@@ -678,6 +704,9 @@ async fn stand_alone(inner: std::sync::Weak<Inner>, poke: Arc<tokio::sync::Notif
                 let sink = ChangeSink::new(m.to_own.clone(), name.clone());
                 match start_with(&m.mount, sink, &t, ttl).await {
                     Ok(g) => {
+                        if owed.remove(&(name.clone(), t.clone())) {
+                            m.to_own.publish(name, t.clone());
+                        }
                         run.insert(t, g);
                     }
                     Err(e) => {
