@@ -386,61 +386,96 @@ impl Drop for KillAfter {
     }
 }
 
+/// A gateway over HTTP whose one mount `f` runs [`FORKING`] (with `more` added to the mount's
+/// settings), once it listed: the gateway, its URL, and the pids of the upstream and of the
+/// helper it started (killed when this is dropped, should a test fail).
+struct Forking {
+    gateway: client_common::Guard,
+    url: String,
+    upstream: String,
+    grandchild: String,
+    _cleanup: KillAfter,
+    _tmp: tempfile::TempDir,
+}
+
+impl Forking {
+    fn start(more: &str) -> Option<Self> {
+        let python = python().or_else(|| absent("python3", "not on PATH"))?;
+        let tmp = tempfile::tempdir().unwrap();
+        let script = tmp.path().join("forking.py");
+        std::fs::write(&script, FORKING).unwrap();
+        let marks = tmp.path().join("marks");
+        std::fs::create_dir(&marks).unwrap();
+        let gw = tmp.path().join("gateway.toml");
+        std::fs::write(
+            &gw,
+            format!(
+                "[[mount]]\nkind = \"mcp\"\nname = \"f\"\ncommand = {python:?}\nargs = [{:?}, {:?}]\nprotocol = \"legacy\"\n{more}",
+                script.display().to_string(),
+                marks.display().to_string()
+            ),
+        )
+        .unwrap();
+        let gw = gw.display().to_string();
+        let (gateway, url) = our_http_server(&["serve", "--config", &gw]);
+        let ls = |url: &str| {
+            let mut c = Command::new(bin());
+            c.args(["ls", "--url", url]);
+            run(c).ok()
+        };
+        let listed = ls(&url);
+        assert!(listed.contains("f+x://a"), "{listed}");
+        let read = |name: &str| std::fs::read_to_string(marks.join(name)).unwrap();
+        let (upstream, grandchild) = (read("upstream"), read("grandchild"));
+        assert!(running(&upstream) && running(&grandchild));
+        Some(Self {
+            gateway,
+            url,
+            _cleanup: KillAfter(vec![upstream.clone(), grandchild.clone()]),
+            upstream,
+            grandchild,
+            _tmp: tmp,
+        })
+    }
+
+    fn client(&self, args: &[&str]) -> client_common::Out {
+        let mut c = Command::new(bin());
+        c.args(args).args(["--url", &self.url]);
+        run(c)
+    }
+
+    /// Asserts that the upstream and its helper are both gone within 2 s of `since`,
+    /// having outlived `what` otherwise.
+    fn gone_within_2s(&self, since: Instant, what: &str) {
+        while (running(&self.upstream) || running(&self.grandchild))
+            && since.elapsed() < Duration::from_secs(2)
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(!running(&self.upstream), "the upstream outlived {what}");
+        assert!(
+            !running(&self.grandchild),
+            "the upstream's helper outlived {what}"
+        );
+    }
+}
+
 /// The forking upstream, hung: the gateway ends the connection after three reads without an
 /// answer (and connects again); the upstream and the helper it started, which left its
 /// process group, are gone within 2 s of that, while the gateway serves on.
 #[test]
 fn a_connection_ended_by_the_gateway_leaves_no_helper_behind() {
-    let Some(python) = python().or_else(|| absent("python3", "not on PATH")) else {
+    let Some(f) = Forking::start("timeout_ms = 1000\n") else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    let script = tmp.path().join("forking.py");
-    std::fs::write(&script, FORKING).unwrap();
-    let marks = tmp.path().join("marks");
-    std::fs::create_dir(&marks).unwrap();
-    let gw = tmp.path().join("gateway.toml");
-    std::fs::write(
-        &gw,
-        format!(
-            "[[mount]]\nkind = \"mcp\"\nname = \"f\"\ncommand = {python:?}\nargs = [{:?}, {:?}]\nprotocol = \"legacy\"\ntimeout_ms = 1000\n",
-            script.display().to_string(),
-            marks.display().to_string()
-        ),
-    )
-    .unwrap();
-    let gw = gw.display().to_string();
-    let (_gateway, url) = our_http_server(&["serve", "--config", &gw]);
-    let client = |args: &[&str]| {
-        let mut c = Command::new(bin());
-        c.args(args).args(["--url", &url]);
-        run(c)
-    };
-    assert!(client(&["ls"]).ok().contains("f+x://a"));
-    let read = |name: &str| std::fs::read_to_string(marks.join(name)).unwrap();
-    let (upstream, grandchild) = (read("upstream"), read("grandchild"));
-    let _cleanup = KillAfter(vec![upstream.clone(), grandchild.clone()]);
-    assert!(running(&upstream) && running(&grandchild));
-
     for _ in 0..3 {
-        let hung = client(&["cat", "f+x://a"]);
+        let hung = f.client(&["cat", "f+x://a"]);
         assert!(hung.stderr.contains("did not answer"), "{hung:?}");
     }
-    let ended = Instant::now();
-    while (running(&upstream) || running(&grandchild)) && ended.elapsed() < Duration::from_secs(2) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert!(
-        !running(&upstream),
-        "the hung upstream outlived its connection"
-    );
-    assert!(
-        !running(&grandchild),
-        "the upstream's helper outlived its connection"
-    );
+    f.gone_within_2s(Instant::now(), "its connection");
     // Connected again (after its backoff), to a new upstream.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !client(&["ls"]).text().contains("f+x://a") {
+    while !f.client(&["ls"]).text().contains("f+x://a") {
         assert!(Instant::now() < deadline, "never connected again");
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -459,50 +494,12 @@ fn running(pid: &str) -> bool {
 /// upstream's process group and session and ignores SIGTERM and its stdin's end.
 #[test]
 fn a_killed_gateway_leaves_no_upstream_process_behind() {
-    let Some(python) = python().or_else(|| absent("python3", "not on PATH")) else {
+    let Some(mut f) = Forking::start("") else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    let script = tmp.path().join("forking.py");
-    std::fs::write(&script, FORKING).unwrap();
-    let marks = tmp.path().join("marks");
-    std::fs::create_dir(&marks).unwrap();
-    let gw = tmp.path().join("gateway.toml");
-    std::fs::write(
-        &gw,
-        format!(
-            "[[mount]]\nkind = \"mcp\"\nname = \"f\"\ncommand = {python:?}\nargs = [{:?}, {:?}]\nprotocol = \"legacy\"\n",
-            script.display().to_string(),
-            marks.display().to_string()
-        ),
-    )
-    .unwrap();
-    let gw = gw.display().to_string();
-    let (mut gateway, url) = our_http_server(&["serve", "--config", &gw]);
-    let listed = run({
-        let mut c = Command::new(bin());
-        c.args(["ls", "--url", &url]);
-        c
-    })
-    .ok();
-    assert!(listed.contains("f+x://a"), "{listed}");
-    let read = |name: &str| std::fs::read_to_string(marks.join(name)).unwrap();
-    let (upstream, grandchild) = (read("upstream"), read("grandchild"));
-    let _cleanup = KillAfter(vec![upstream.clone(), grandchild.clone()]);
-    assert!(running(&upstream) && running(&grandchild));
-
-    gateway.0.kill().unwrap();
-    let _ = gateway.0.wait();
-    let killed = Instant::now();
-    while (running(&upstream) || running(&grandchild)) && killed.elapsed() < Duration::from_secs(2)
-    {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert!(!running(&upstream), "the upstream outlived the gateway");
-    assert!(
-        !running(&grandchild),
-        "the upstream's helper outlived the gateway"
-    );
+    f.gateway.0.kill().unwrap();
+    let _ = f.gateway.0.wait();
+    f.gone_within_2s(Instant::now(), "the gateway");
 }
 
 /// A stdio upstream whose templates are what the file `templates.json` in its marks folder
