@@ -8,7 +8,7 @@
 
 mod client_common;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -386,6 +386,38 @@ impl Drop for KillAfter {
     }
 }
 
+/// A gateway over HTTP whose one mount `mount` runs the Python upstream `script` (a legacy
+/// stdio server given a marks folder as its argument), with `more` added to the mount's
+/// settings; `prepare` fills the marks folder before the gateway starts. The temporary
+/// folder, the marks folder, the gateway and its URL; `None` (a skip) without python3.
+fn script_gateway(
+    script: &str,
+    mount: &str,
+    more: &str,
+    prepare: impl FnOnce(&Path),
+) -> Option<(tempfile::TempDir, PathBuf, client_common::Guard, String)> {
+    let python = python().or_else(|| absent("python3", "not on PATH"))?;
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join(format!("{mount}.py"));
+    std::fs::write(&path, script).unwrap();
+    let marks = tmp.path().join("marks");
+    std::fs::create_dir(&marks).unwrap();
+    prepare(&marks);
+    let gw = tmp.path().join("gateway.toml");
+    std::fs::write(
+        &gw,
+        format!(
+            "[[mount]]\nkind = \"mcp\"\nname = \"{mount}\"\ncommand = {python:?}\nargs = [{:?}, {:?}]\nprotocol = \"legacy\"\n{more}",
+            path.display().to_string(),
+            marks.display().to_string()
+        ),
+    )
+    .unwrap();
+    let gw = gw.display().to_string();
+    let (gateway, url) = our_http_server(&["serve", "--config", &gw]);
+    Some((tmp, marks, gateway, url))
+}
+
 /// A gateway over HTTP whose one mount `f` runs [`FORKING`] (with `more` added to the mount's
 /// settings), once it listed: the gateway, its URL, and the pids of the upstream and of the
 /// helper it started (killed when this is dropped, should a test fail).
@@ -400,24 +432,7 @@ struct Forking {
 
 impl Forking {
     fn start(more: &str) -> Option<Self> {
-        let python = python().or_else(|| absent("python3", "not on PATH"))?;
-        let tmp = tempfile::tempdir().unwrap();
-        let script = tmp.path().join("forking.py");
-        std::fs::write(&script, FORKING).unwrap();
-        let marks = tmp.path().join("marks");
-        std::fs::create_dir(&marks).unwrap();
-        let gw = tmp.path().join("gateway.toml");
-        std::fs::write(
-            &gw,
-            format!(
-                "[[mount]]\nkind = \"mcp\"\nname = \"f\"\ncommand = {python:?}\nargs = [{:?}, {:?}]\nprotocol = \"legacy\"\n{more}",
-                script.display().to_string(),
-                marks.display().to_string()
-            ),
-        )
-        .unwrap();
-        let gw = gw.display().to_string();
-        let (gateway, url) = our_http_server(&["serve", "--config", &gw]);
+        let (tmp, marks, gateway, url) = script_gateway(FORKING, "f", more, |_| {})?;
         let ls = |url: &str| {
             let mut c = Command::new(bin());
             c.args(["ls", "--url", url]);
@@ -438,7 +453,7 @@ impl Forking {
         })
     }
 
-    fn client(&self, args: &[&str]) -> client_common::Out {
+    fn client(&self, args: &[&str]) -> Out {
         let mut c = Command::new(bin());
         c.args(args).args(["--url", &self.url]);
         run(c)
@@ -541,15 +556,7 @@ for line in sys.stdin:
 /// good; completion follows them (a template gone is unknown).
 #[test]
 fn an_upstreams_changed_templates_are_served() {
-    let Some(python) = python().or_else(|| absent("python3", "not on PATH")) else {
-        return;
-    };
-    let tmp = tempfile::tempdir().unwrap();
-    let script = tmp.path().join("changing.py");
-    std::fs::write(&script, CHANGING).unwrap();
-    let marks = tmp.path().join("marks");
-    std::fs::create_dir(&marks).unwrap();
-    let set_templates = |name: &str| {
+    let set_templates = |marks: &Path, name: &str| {
         let t = serde_json::json!([{"uriTemplate": format!("x://{name}/{{id}}"), "name": name}]);
         std::fs::write(marks.join("templates.json.tmp"), t.to_string()).unwrap();
         std::fs::rename(
@@ -558,19 +565,12 @@ fn an_upstreams_changed_templates_are_served() {
         )
         .unwrap();
     };
-    set_templates("first");
-    let gw = tmp.path().join("gateway.toml");
-    std::fs::write(
-        &gw,
-        format!(
-            "[[mount]]\nkind = \"mcp\"\nname = \"c\"\ncommand = {python:?}\nargs = [{:?}, {:?}]\nprotocol = \"legacy\"\n",
-            script.display().to_string(),
-            marks.display().to_string()
-        ),
-    )
-    .unwrap();
-    let gw = gw.display().to_string();
-    let (_gateway, url) = our_http_server(&["serve", "--config", &gw]);
+    let Some((_tmp, marks, _gateway, url)) =
+        script_gateway(CHANGING, "c", "", |marks| set_templates(marks, "first"))
+    else {
+        return;
+    };
+    let set_templates = |name: &str| set_templates(&marks, name);
     let client = |args: &[&str]| {
         let mut c = Command::new(bin());
         c.args(args).args(["--url", &url]);

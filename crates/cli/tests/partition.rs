@@ -553,24 +553,33 @@ async fn cluster_ready(http: &reqwest::Client, replicas: &[Replica]) -> (String,
     (mount, watcher[0])
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_partitioned_replica_notices_keeps_serving_and_rejoins() {
+/// Three replica namespaces and NATS's in slot `slot` (see [`Net::build`]), and the NATS
+/// server binary; or `None` (a skip; a failure under CI=true) without root, `ip netns`,
+/// veth pairs or nats-server. Installs the TLS crypto provider the test clients need.
+fn namespaces_and_nats(slot: u8) -> Option<(Net, PathBuf)> {
     if let Err(e) = namespaces_usable() {
         absent("root and `ip netns`", e);
-        return;
+        return None;
     }
     let Some(nats_bin) = nats_bin() else {
         absent("nats-server", "not found (set MCPR_NATS_SERVER)");
-        return;
+        return None;
     };
     let _ = rustls::crypto::ring::default_provider().install_default();
-    // Declared first, dropped last: the processes inside die before their namespaces go.
-    let net = match Net::build(3, 0) {
-        Ok(n) => n,
+    match Net::build(3, slot) {
+        Ok(n) => Some((n, nats_bin)),
         Err(e) => {
             absent("veth pairs in network namespaces", e);
-            return;
+            None
         }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_replica_notices_keeps_serving_and_rejoins() {
+    // Declared first, dropped last: the processes inside die before their namespaces go.
+    let Some((net, nats_bin)) = namespaces_and_nats(0) else {
+        return;
     };
     let dir = tempfile::tempdir().unwrap();
     let files = dir.path().join("shared");
@@ -918,21 +927,8 @@ fn nats_said(dir: &Path, what: &str) -> usize {
 /// namespaces, slot 1).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_cut_loses_no_change_and_ends_ready() {
-    if let Err(e) = namespaces_usable() {
-        absent("root and `ip netns`", e);
+    let Some((net, nats_bin)) = namespaces_and_nats(1) else {
         return;
-    }
-    let Some(nats_bin) = nats_bin() else {
-        absent("nats-server", "not found (set MCPR_NATS_SERVER)");
-        return;
-    };
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let net = match Net::build(3, 1) {
-        Ok(n) => n,
-        Err(e) => {
-            absent("veth pairs in network namespaces", e);
-            return;
-        }
     };
     let dir = tempfile::tempdir().unwrap();
     let files = dir.path().join("shared");
