@@ -23,12 +23,7 @@ const MIME: &str = "application/octet-stream";
 /// Answer every line of stdin with `DIR/FILE` as a base64 `blob`, as described above.
 pub fn blob_echo(dir: &str, file: &str) -> Result<(), String> {
     use rustix::fs::{Mode, OFlags};
-    let root = rustix::fs::open(
-        dir,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| format!("{dir}: {e}"))?;
+    let root = crate::floor_io::open_dir(dir)?;
     let uri = serde_json::to_string(&format!("file://{}/{file}", dir.trim_end_matches('/')))
         .map_err(|e| e.to_string())?;
     for size in [PIPE_BYTES, PIPE_BYTES / 4] {

@@ -28,14 +28,8 @@ struct Floor {
 
 /// Serve on `addr` until killed.
 pub fn serve(addr: &str, dir: &str, file: &str, mime: &str) -> Result<(), String> {
-    use rustix::fs::{Mode, OFlags};
     let addr: SocketAddr = addr.parse().map_err(|e| format!("{addr}: {e}"))?;
-    let root = rustix::fs::open(
-        dir,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| format!("{dir}: {e}"))?;
+    let root = crate::floor_io::open_dir(dir)?;
     let floor = Arc::new(Floor {
         root,
         file: file.to_owned(),
@@ -109,15 +103,10 @@ impl Floor {
     }
 }
 
-/// `file` beneath `root` with `openat`, `fstat` for the size, `read`, `close`.
+/// `file` beneath `root` with `openat`, `fstat` for the size, `read`, `close`, as text.
 fn read_file(root: &OwnedFd, file: &str) -> Result<String, String> {
-    use rustix::fs::{Mode, OFlags};
-    let fd = rustix::fs::openat(root, file, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
-        .map_err(|e| format!("{file}: {e}"))?;
-    let size = rustix::fs::fstat(&fd).map_err(|e| e.to_string())?.st_size;
-    let mut text = vec![0; usize::try_from(size).unwrap_or(0) + 1];
-    let n = rustix::io::read(&fd, &mut text[..]).map_err(|e| e.to_string())?;
-    text.truncate(n);
+    let mut text = Vec::new();
+    crate::floor_io::read_into(root, file, &mut text)?;
     String::from_utf8(text).map_err(|_| format!("{file} is not UTF-8 text"))
 }
 

@@ -12,10 +12,10 @@
 
 use std::collections::HashMap;
 use std::net::{TcpListener, TcpStream};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 
+use crate::floor_io::{open_dir, read_into};
 use rustix::event::epoll;
-use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
 
 /// For each byte: 0 when it goes into a JSON string as it is, else the letter after the
@@ -92,27 +92,6 @@ fn value<'a>(msg: &'a [u8], key: &[u8]) -> Option<&'a [u8]> {
     Some(&rest[..end])
 }
 
-/// The file beneath `root`: `openat`, `fstat` for its size, `read`, `close` (the drop).
-fn read_file(root: &OwnedFd, file: &str, text: &mut Vec<u8>) -> Result<(), String> {
-    let fd = rustix::fs::openat(root, file, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
-        .map_err(|e| format!("{file}: {e}"))?;
-    let size = rustix::fs::fstat(&fd).map_err(|e| e.to_string())?.st_size;
-    text.clear();
-    text.resize(usize::try_from(size).unwrap_or(0) + 1, 0);
-    let n = rustix::io::read(&fd, &mut text[..]).map_err(|e| e.to_string())?;
-    text.truncate(n);
-    Ok(())
-}
-
-fn open_dir(dir: &str) -> Result<OwnedFd, String> {
-    rustix::fs::open(
-        dir,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| format!("{dir}: {e}"))
-}
-
 /// All of `buf` to `fd`, however many calls that takes.
 fn write_all(fd: impl AsFd, mut buf: &[u8]) -> Result<(), Errno> {
     while !buf.is_empty() {
@@ -151,7 +130,7 @@ pub fn stdio(dir: &str, file: &str) -> Result<(), String> {
             let (Some(id), Some(uri)) = (value(line, b"\"id\":"), value(line, b"\"uri\":")) else {
                 continue;
             };
-            read_file(&root, file, &mut text)?;
+            read_into(&root, file, &mut text)?;
             out.clear();
             out.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
             out.extend_from_slice(id);
@@ -281,7 +260,7 @@ pub fn http(addr: &str, dir: &str, file: &str, mime: &str) -> Result<(), String>
                         closed = true;
                         break;
                     };
-                    read_file(&root, file, &mut text)?;
+                    read_into(&root, file, &mut text)?;
                     body.clear();
                     body.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
                     body.extend_from_slice(id);

@@ -17,6 +17,7 @@ mod blob_floor;
 mod cluster;
 mod cluster_flap;
 mod fixtures;
+mod floor_io;
 mod gateway;
 mod http;
 mod http_floor;
@@ -220,12 +221,7 @@ fn answer_lines(
 /// checks cannot go below on this machine; no JSON parsing, no URI, no rules.
 fn file_echo(dir: &str, file: &str) -> Result<(), String> {
     use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags, StatxFlags};
-    let root = rustix::fs::open(
-        dir,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| format!("{dir}: {e}"))?;
+    let root = floor_io::open_dir(dir)?;
     let identity = StatxFlags::TYPE
         | StatxFlags::SIZE
         | StatxFlags::INO
@@ -277,23 +273,10 @@ fn text_answer(line: &[u8], text: &[u8], answer: &mut Vec<u8>) -> Result<(), Str
 /// file is not a link or changed during the read. Beside the five-call floor it splits what
 /// our calls cost from what everything else costs.
 fn min_file_echo(dir: &str, file: &str) -> Result<(), String> {
-    use rustix::fs::{Mode, OFlags};
-    let root = rustix::fs::open(
-        dir,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| format!("{dir}: {e}"))?;
+    let root = floor_io::open_dir(dir)?;
     let mut text = Vec::new();
     answer_lines(|line, answer| {
-        let fd = rustix::fs::openat(&root, file, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
-            .map_err(|e| format!("{file}: {e}"))?;
-        let size = rustix::fs::fstat(&fd).map_err(|e| e.to_string())?.st_size;
-        text.clear();
-        text.resize(usize::try_from(size).unwrap_or(0) + 1, 0);
-        let n = rustix::io::read(&fd, &mut text[..]).map_err(|e| e.to_string())?;
-        text.truncate(n);
-        drop(fd);
+        floor_io::read_into(&root, file, &mut text)?;
         text_answer(line, &text, answer)
     })
 }
