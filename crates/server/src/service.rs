@@ -550,10 +550,16 @@ impl Service {
                 after = None;
                 continue;
             }
-            let mut budget = if asked {
-                deadline.saturating_duration_since(Instant::now())
+            // The limit's source, named in a timeout error: a mount asked after others gets
+            // only what the page has left, and saying "within 995 ms (request_timeout)" of a
+            // 1000 ms setting would send an operator looking for a setting nobody made.
+            let (mut budget, mut setting) = if asked {
+                (
+                    deadline.saturating_duration_since(Instant::now()),
+                    "what this page had left of request_timeout",
+                )
             } else {
-                timeout
+                (timeout, "request_timeout")
             };
             if budget.is_zero() {
                 // Out of time: the next page starts at this mount, where this one stopped.
@@ -564,12 +570,17 @@ impl Service {
                 // A mount already left out of a listing is asked again on every page (so its
                 // recovery shows at once), but not for long: each page of a walk past it
                 // would otherwise wait the full timeout again.
-                budget = budget.min(outage_probe(timeout));
+                let probe = outage_probe(timeout);
+                if probe < budget {
+                    budget = probe;
+                    setting = "the probe of a mount left out of the last listing, a quarter of \
+                               request_timeout and at least 1 s";
+                }
             }
             asked = true;
             let resume = after.take();
             let resumed = resume.is_some();
-            let listed = Layered::new(mount, budget)
+            let listed = Layered::bounded_by(mount, budget, setting)
                 .list(PageRequest {
                     after: resume,
                     limit: page_size - out.items.len(),

@@ -237,6 +237,33 @@ async fn mounts_that_hang_cost_a_page_one_timeout_not_one_each() {
     assert_eq!(skipped, ["s3://hang-a/", "s3://hang-b/", "s3://hang-c/"]);
 }
 
+/// A mount asked after another on the same page gets what the page has left of the request
+/// timeout, and its timeout error says so: "within 1497 ms (request_timeout)" of a 1500 ms
+/// setting would name a limit nobody set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mount_asked_late_on_a_page_names_what_the_page_had_left() {
+    let (_dir, fs, file_uris) = files(3);
+    let (hang, _held) = hanging_s3("hang-late").await;
+    let timeout = Duration::from_millis(1500);
+    let state = ServerState::new(
+        Settings {
+            request_timeout: timeout,
+            ..settings(10)
+        },
+        vec![fs, hang],
+    );
+    let page = Service::new(state).list(None, None).await.unwrap();
+    let listed: Vec<String> = page.items.iter().map(|r| r.uri.clone()).collect();
+    assert_eq!(listed, file_uris);
+    assert_eq!(page.skipped.len(), 1, "{:?}", page.skipped);
+    let message = &page.skipped[0].error.message;
+    assert!(
+        message.contains("ms (what this page had left of request_timeout)"),
+        "{message}"
+    );
+    assert!(!message.contains("(request_timeout)"), "{message}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scan_goes_past_a_dead_mount_and_names_it() {
     let (_dir, fs, file_uris) = files(3);
