@@ -221,6 +221,16 @@ fn set_process_budgets(cfg: &Config) {
     let _ = cfg;
 }
 
+/// The process's budget of HTML conversions as its web mounts share it, read back from the
+/// budget itself (so `check-config` shows what [`set_process_budgets`] set, not the file);
+/// `None` without web mounts compiled in.
+fn conversion_budget() -> Option<usize> {
+    #[cfg(feature = "http")]
+    return Some(mcpr_provider_http::ConversionBudget::process().total());
+    #[cfg(not(feature = "http"))]
+    None
+}
+
 /// A built provider with the scope its mount requires.
 type ScopedProvider = (Arc<dyn Provider>, Option<String>);
 
@@ -666,8 +676,12 @@ fn check_config(file: &std::path::Path, connect: bool) -> anyhow::Result<()> {
         }
     }
     println!(
-        "server: name={} page_size={} max_read_bytes={} tools={}",
-        cfg.server.name, cfg.server.page_size, cfg.server.max_read_bytes, cfg.server.tools
+        "server: name={} page_size={} max_read_bytes={} tools={}{}",
+        cfg.server.name,
+        cfg.server.page_size,
+        cfg.server.max_read_bytes,
+        cfg.server.tools,
+        conversion_budget().map_or_else(String::new, |n| format!(" max_conversions={n}"))
     );
     if let Some(h) = &cfg.http {
         println!("{}", describe_http(h));

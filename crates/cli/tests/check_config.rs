@@ -493,6 +493,38 @@ fn the_http_and_cluster_settings_read_are_printed_without_secrets() {
     );
 }
 
+/// `[server] max_conversions` reaches the process's conversion budget, which the web mounts
+/// share: `check-config` reads it back from the budget after setting it as `serve` does;
+/// without the key it is one per core.
+#[test]
+fn max_conversions_is_the_process_budget_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let cores = std::thread::available_parallelism()
+        .map_or(2, usize::from)
+        .clamp(1, 256);
+    // Another value than the default, so the line cannot show the default by mistake.
+    let set = if cores == 3 { 5 } else { 3 };
+    for (server, want) in [
+        (format!("max_conversions = {set}\n"), set),
+        (String::new(), cores),
+    ] {
+        let cfg = write(
+            dir.path(),
+            "c.toml",
+            &format!("[server]\nname = \"c\"\n{server}[[mount]]\nkind = \"files\"\nroot = \".\"\n"),
+        );
+        let out = check_config(&cfg, &[]).ok();
+        let line = out
+            .lines()
+            .find(|l| l.starts_with("server: "))
+            .unwrap_or_else(|| panic!("no server line: {out}"));
+        assert!(
+            line.ends_with(&format!(" max_conversions={want}")),
+            "{server:?}: {line}"
+        );
+    }
+}
+
 /// A base64 NATS password holds `/` (and `+`, `=`): `check-config` still shows the URL as
 /// `nats://***@host:port`, none of the password before or after the `/`.
 #[test]

@@ -1,10 +1,15 @@
 //! Issue #46, deleted streams: two replicas of the built binary in one cluster over a NATS
 //! server of the test's own (random port, own store), a shared files mount and a listen
-//! stream on each. Another client of the NATS account deletes the lease stream, then purges
-//! it, and deletes the legacy sessions' stream, with raw JetStream API requests. Each time a
-//! watcher is there again within one TTL (`mcp_cluster_watcher`, never two), a change made
-//! after that reaches both streams once, a new legacy session starts, and
-//! `mcp_cluster_streams_recreated_total` counted each recreation by role.
+//! stream on each. Another client of the NATS account, with raw JetStream API requests:
+//! deletes the lease stream, then purges it (a watcher throughout, never two); deletes the
+//! legacy sessions' records stream, then purges it (each replica writes back the records of
+//! the sessions it holds, and a session created on one replica before the purge is then
+//! continued on the other, its subscription included); deletes the notification log stream
+//! (created again by the session's next notice, which reaches its stream); and deletes the
+//! lease stream as the watcher is killed (the other replica watches within one TTL). A
+//! change made after each step reaches every stream once, and
+//! `mcp_cluster_streams_recreated_total` and `mcp_cluster_session_records_restored_total`
+//! counted each recreation and write-back.
 //!
 //! `nats-server` missing: the test says SKIPPED and passes, except under `CI=true`, where
 //! it fails.
@@ -35,6 +40,13 @@ impl Replica {
         ))
         .await
         .unwrap_or_else(|| panic!("no mcp_cluster_streams_recreated_total for {stream}"))
+    }
+
+    /// `mcp_cluster_session_records_restored_total`.
+    async fn restored(&self) -> u64 {
+        self.metric("mcp_cluster_session_records_restored_total")
+            .await
+            .expect("no mcp_cluster_session_records_restored_total")
     }
 
     async fn watches(&self, mount: &str) -> bool {
@@ -75,26 +87,81 @@ impl Replica {
 /// Change `file` and wait until both streams heard `uri` updated `want` times in all (more
 /// is a failure: one change, one notification per stream).
 async fn change_reaches_both(file: &Path, uri: &str, streams: [&Heard; 2], want: usize) {
-    std::fs::write(file, format!("version {want}\n")).unwrap();
+    change_reaches(file, want, uri, &[(streams[0], want), (streams[1], want)]).await;
+}
+
+/// Write `version` into `file` and wait until each stream heard `uri` updated as many times
+/// in all as it is paired with (more is a failure: one change, one notification per
+/// stream).
+async fn change_reaches(file: &Path, version: usize, uri: &str, streams: &[(&Heard, usize)]) {
+    std::fs::write(file, format!("version {version}\n")).unwrap();
+    let want: Vec<usize> = streams.iter().map(|(_, n)| *n).collect();
+    let got = || -> Vec<usize> { streams.iter().map(|(s, _)| s.updates(uri)).collect() };
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let got = streams.map(|s| s.updates(uri));
+        let got = got();
         assert!(
-            got.iter().all(|n| *n <= want),
-            "{uri}: {got:?}, want {want}"
+            got.iter().zip(&want).all(|(g, w)| g <= w),
+            "{uri}: {got:?}, want {want:?}"
         );
-        if got.iter().all(|n| *n == want) {
+        if got == want {
             break;
         }
-        assert!(
-            Instant::now() < deadline,
-            "{uri}: {got:?}, want {want} each"
-        );
+        assert!(Instant::now() < deadline, "{uri}: {got:?}, want {want:?}");
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     // Nothing more trails it.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(streams.map(|s| s.updates(uri)), [want, want]);
+    assert_eq!(got(), want);
+}
+
+/// Wait until `replica`'s session records written back reach `want` (more is a failure: each
+/// record written back once), and stay there: how long it took.
+async fn restored_reach(replica: &Replica, want: u64, since: Instant) -> Duration {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let got = replica.restored().await;
+        assert!(
+            got <= want,
+            "{got} session records written back, want {want}"
+        );
+        if got == want {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{got} session records written back, want {want}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let took = since.elapsed();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(replica.restored().await, want);
+    took
+}
+
+/// A legacy request in session `sid` on `replica`: its JSON-RPC result (the body when there
+/// is none).
+async fn legacy_call(
+    replica: &Replica,
+    http: &reqwest::Client,
+    sid: &str,
+    method: &str,
+    params: Value,
+) -> Result<Value, String> {
+    let resp = replica
+        .legacy_post(
+            http,
+            Some(sid),
+            json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params}),
+        )
+        .await;
+    let status = resp.status();
+    let body = resp.text().await.unwrap();
+    stream_common::messages(&body)
+        .into_iter()
+        .find_map(|m| m.get("result").cloned())
+        .ok_or_else(|| format!("{status}: {body}"))
 }
 
 /// Send a `$JS.API` request as a client of the replicas' NATS account: its JSON answer.
@@ -155,7 +222,8 @@ async fn deleted_and_purged_streams_are_recreated_counted_and_watched_within_a_t
     );
     let cfg_path = dir.path().join("cluster.toml");
     std::fs::write(&cfg_path, config).unwrap();
-    let replicas = [0, 1].map(|i| Replica::start(&cfg_path, dir.path().join(format!("r{i}.log"))));
+    let mut replicas =
+        [0, 1].map(|i| Replica::start(&cfg_path, dir.path().join(format!("r{i}.log"))));
     for r in &replicas {
         wait_for("both replicas ready", Duration::from_secs(15), async || {
             r.get("/readyz").await.0 == 200 && r.metric("mcp_cluster_connected").await == Some(1)
@@ -190,10 +258,27 @@ async fn deleted_and_purged_streams_are_recreated_counted_and_watched_within_a_t
     for r in &replicas {
         r.legacy_session(&http).await.unwrap();
     }
+    // And one of replica 0's subscribed to the file there: the session whose records must
+    // outlive the records stream's loss, so that it still roams afterwards.
+    let roamer = replicas[0].legacy_initialize(&http).await;
+    legacy_call(
+        &replicas[0],
+        &http,
+        &roamer,
+        "resources/subscribe",
+        json!({ "uri": uri }),
+    )
+    .await
+    .unwrap();
     for r in &replicas {
         for stream in ["leases", "sessions", "session_events"] {
             assert_eq!(r.recreated(stream).await, 0, "{stream} before any deletion");
         }
+        assert_eq!(
+            r.restored().await,
+            0,
+            "records written back before any loss"
+        );
     }
 
     let vandal = async_nats::connect(nats.url()).await.unwrap();
@@ -262,27 +347,142 @@ async fn deleted_and_purged_streams_are_recreated_counted_and_watched_within_a_t
     let after_purge = replicas[0].recreated("leases").await + replicas[1].recreated("leases").await;
     assert_eq!(after_purge, counted);
 
-    // 3. The sessions' records stream deleted: the next session's first write finds it
-    // missing, creates it again and goes on, on either replica.
+    // 3. The sessions' records stream deleted: the first operation that finds it missing (a
+    // new session's first write, or a replica's look for its mark) creates it again and
+    // goes on, on either replica; each replica writes back the records of the sessions it
+    // holds: replica 0 its first session's handshake and the roamer's handshake and
+    // subscriptions, replica 1 its first session's handshake.
+    let sessions_stream = format!("MCPR_{cluster}_SESSIONS");
     let deleted = js_api(
         &vandal,
-        format!("$JS.API.STREAM.DELETE.MCPR_{cluster}_SESSIONS"),
+        format!("$JS.API.STREAM.DELETE.{sessions_stream}"),
         Value::Null,
     )
     .await;
     assert_eq!(deleted["success"], true, "{deleted}");
+    let started = Instant::now();
     replicas[1]
         .legacy_session(&http)
         .await
         .expect("a legacy session after its stream was deleted");
-    assert_eq!(replicas[1].recreated("sessions").await, 1);
-    assert_eq!(replicas[1].recreated("session_events").await, 0);
     replicas[0]
         .legacy_session(&http)
         .await
         .expect("a legacy session on the other replica");
-    assert_eq!(replicas[0].recreated("sessions").await, 0);
+    let took = tokio::join!(
+        restored_reach(&replicas[0], 3, started),
+        restored_reach(&replicas[1], 1, started),
+    );
+    eprintln!("records written back {took:?} after the sessions stream was deleted");
+    // Counted by each replica that found it missing: one, or both at the same moment.
+    let recreated =
+        replicas[0].recreated("sessions").await + replicas[1].recreated("sessions").await;
+    assert!((1..=2).contains(&recreated), "{recreated} recreations");
+    for r in &replicas {
+        assert_eq!(r.recreated("session_events").await, 0);
+    }
     change_reaches_both(&file, &uri, streams, 4).await;
+
+    // 4. The sessions' records stream purged (the stream kept, every record gone): no
+    // replica recreates anything, each finds its mark gone and writes back again what it
+    // holds (replica 0 now holds four records, replica 1 two); then the roamer, created on
+    // replica 0, is continued on replica 1, and its subscription made on replica 0 holds
+    // there.
+    let purged = js_api(
+        &vandal,
+        format!("$JS.API.STREAM.PURGE.{sessions_stream}"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(purged["success"], true, "{purged}");
+    let started = Instant::now();
+    let took = tokio::join!(
+        restored_reach(&replicas[0], 3 + 4, started),
+        restored_reach(&replicas[1], 1 + 2, started),
+    );
+    eprintln!("records written back {took:?} after the sessions stream was purged");
+    let read = legacy_call(
+        &replicas[1],
+        &http,
+        &roamer,
+        "resources/read",
+        json!({ "uri": uri }),
+    )
+    .await
+    .expect("the roamer continued on replica 1 after the purge");
+    assert_eq!(read["contents"][0]["text"], "version 4\n", "{read}");
+    let roamed = replicas[1].legacy_stream(&http, &roamer).await;
+    change_reaches(
+        &file,
+        5,
+        &uri,
+        &[(&heard[0], 5), (&heard[1], 5), (&roamed, 1)],
+    )
+    .await;
+    assert_eq!(
+        replicas[0].recreated("sessions").await + replicas[1].recreated("sessions").await,
+        recreated,
+        "a purge is no recreation"
+    );
+
+    // 5. The notification log stream deleted: the roamer's holder (replica 1) finds it
+    // missing at the next notice, creates it again, counted, and the notice reaches the
+    // roamer's stream.
+    let deleted = js_api(
+        &vandal,
+        format!("$JS.API.STREAM.DELETE.MCPR_{cluster}_SESSION_EVENTS"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(deleted["success"], true, "{deleted}");
+    change_reaches(
+        &file,
+        6,
+        &uri,
+        &[(&heard[0], 6), (&heard[1], 6), (&roamed, 2)],
+    )
+    .await;
+    assert_eq!(replicas[1].recreated("session_events").await, 1);
+    assert_eq!(replicas[0].recreated("session_events").await, 0);
+
+    // 6. The lease stream deleted as its holder dies: the other replica, having heard no
+    // renewal for two thirds of a TTL, creates the stream again and holds the lease within
+    // one TTL of the death (sampled every 20 ms).
+    let holder = one_watcher_throughout(&replicas, &mount, Duration::ZERO).await;
+    let survivor = 1 - holder;
+    let before = replicas[survivor].recreated("leases").await;
+    replicas[holder].kill();
+    let died = Instant::now();
+    let deleted = js_api(
+        &vandal,
+        format!("$JS.API.STREAM.DELETE.{leases}"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(deleted["success"], true, "{deleted}");
+    let elected = loop {
+        if replicas[survivor].watches(&mount).await {
+            break died.elapsed();
+        }
+        assert!(
+            died.elapsed() < TTL * 3,
+            "no watcher {:?} after the holder died with the lease stream",
+            died.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    eprintln!("replica {survivor} watches {elected:?} after the holder died with the lease stream");
+    assert!(
+        elected <= TTL,
+        "elected {elected:?} after the death, over one TTL"
+    );
+    assert_eq!(replicas[survivor].recreated("leases").await, before + 1);
+    let mut still = vec![(&heard[survivor], 7)];
+    if survivor == 1 {
+        // The roamer's stream lives there.
+        still.push((&roamed, 3));
+    }
+    change_reaches(&file, 7, &uri, &still).await;
 
     // The recreations were named at warn, without the cluster's secret.
     let logs: String = replicas
@@ -294,5 +494,10 @@ async fn deleted_and_purged_streams_are_recreated_counted_and_watched_within_a_t
         "{logs}"
     );
     assert!(logs.contains("a session stream was missing"), "{logs}");
+    assert!(
+        logs.contains("wrote back those of the sessions this replica holds"),
+        "{logs}"
+    );
     assert!(!logs.contains(SECRET));
+    assert!(!logs.contains(&roamer), "a session id in the logs");
 }

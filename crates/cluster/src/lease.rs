@@ -23,14 +23,16 @@
 //! writing the subject cannot keep every replica from watching either.
 //!
 //! A lease stream that is gone (deleted, or lost by a NATS without storage) is created again
-//! by the first replica whose write finds it missing, so a watcher is elected again within
-//! a renewal period; a holder keeps the lease through it. Each recreation is counted
+//! by the first replica whose write finds it missing, which then writes its record as onto a
+//! purged stream; a holder keeps the lease through it. Each recreation is counted
 //! ([`Seal::streams_recreated`]). A purged stream (its records gone, the stream kept) is the
 //! case of a record that expired: the holder's compare-and-set finds no record and writes
 //! its own again. The others write nothing while they heard the holder say it renewed
 //! within two thirds of a TTL (it lets go by then without a renewal), so an empty subject
-//! never makes a second holder; when the holder is gone its record outlives that by a third
-//! of a TTL, so no takeover waits for it.
+//! never makes a second holder. A replica that heard the holder last tries again three
+//! quarters of a TTL after that renewal (a twelfth of a TTL after the holder let go, for its
+//! watches to stop), so when the holder died and its record went with the stream (deleted
+//! or purged), another replica holds the lease within one TTL of the death.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -228,6 +230,14 @@ impl Lease {
                 let mut next = Instant::now() + period;
                 if sequence.is_some() {
                     next = next.min(renewed + hold_for);
+                } else if let Some(free) = notice_at.map(|t| t + hold_for + period / 4)
+                    && free > Instant::now()
+                {
+                    // The holder heard last lets go two thirds of a TTL after it renewed:
+                    // try then (a quarter period later, for its watches to stop), not up to
+                    // a period later, so that a holder that died with its record gone (the
+                    // stream deleted or purged) is replaced within one TTL.
+                    next = next.min(free);
                 }
                 loop {
                     let notice = async {
@@ -249,6 +259,10 @@ impl Lease {
                                 if from.is_some_and(|r| r != me.as_bytes()) {
                                     other_heard = Some(Instant::now());
                                     notice_at = other_heard;
+                                    // The holder's record was stored: the stream existed, so
+                                    // finding it missing later is a recreation, counted
+                                    // (this replica may never have written it itself).
+                                    at.seen.store(true, Ordering::Relaxed);
                                 }
                             }
                             None => heard = None,
@@ -292,7 +306,8 @@ struct Place<'a> {
     cluster: &'a str,
     subject: &'a str,
     ttl: Duration,
-    /// Whether the stream answered one of this task's writes (it existed then).
+    /// Whether the stream answered one of this task's writes or a holder said it renewed
+    /// (it existed then).
     seen: std::sync::atomic::AtomicBool,
 }
 
@@ -328,12 +343,13 @@ impl Place<'_> {
         while tries < FORGED_RETRIES {
             let written = match put(expected).await {
                 Err(e) if crate::js::stream_missing(&e) && !recreated => {
+                    // An empty subject, as after a purge: a replica that is not the holder
+                    // writes only when it has not heard the holder renew for two thirds of
+                    // a TTL (the caller's check), by when the holder has let go; so it
+                    // writes at once, and a watcher whose holder died with the stream is
+                    // elected within one TTL of the death.
                     recreated = true;
                     self.recreate().await?;
-                    if !holding && other_holds {
-                        // The holder writes its record again at its next renewal.
-                        return Err(WriteError::Taken);
-                    }
                     continue;
                 }
                 written => {

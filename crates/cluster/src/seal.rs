@@ -158,6 +158,8 @@ pub struct Seal {
     rejected: [AtomicU64; KINDS.len()],
     /// Streams found missing and created again, per [`Stream`].
     recreated: [AtomicU64; STREAMS.len()],
+    /// Legacy session records written back after NATS lost them.
+    restored: AtomicU64,
     /// When an old format was last warned of (ms since the epoch), so a replica of an older
     /// release is named once a minute, not once per message.
     warned: AtomicU64,
@@ -279,6 +281,7 @@ impl Seal {
             seen: Mutex::new(HashMap::new()),
             rejected: Default::default(),
             recreated: Default::default(),
+            restored: AtomicU64::new(0),
             warned: AtomicU64::new(0),
             older: Mutex::new(HashMap::new()),
             aside: Mutex::new(None),
@@ -635,6 +638,24 @@ impl Seal {
             .zip(&self.recreated)
             .map(|(name, n)| ((*name).to_owned(), n.load(Ordering::Relaxed)))
             .collect()
+    }
+
+    /// Count `n` legacy session records written back after NATS lost them (a deleted or
+    /// purged sessions stream).
+    pub(crate) fn restored_records(&self, n: u64) {
+        self.restored.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Legacy session records this replica wrote back after NATS lost them:
+    /// `mcp_cluster_session_records_restored_total`.
+    pub fn records_restored(&self) -> u64 {
+        self.restored.load(Ordering::Relaxed)
+    }
+
+    /// This process's sender id as a subject token (16 hex digits): unique to the process,
+    /// and no secret (every sealed message carries it).
+    pub(crate) fn sender_token(&self) -> String {
+        self.sender.iter().map(|b| format!("{b:02x}")).collect()
     }
 
     /// Messages dropped because they did not verify, per kind (every kind listed).

@@ -8,9 +8,20 @@
 //! NATS is down at start still starts (its roaming sessions fail clearly until NATS is up),
 //! and again whenever NATS says one is missing (deleted by a client of the NATS account, or
 //! lost by a NATS without its storage): the operation that found it missing creates it and
-//! runs once more, and the recreation is counted ([`Seal::streams_recreated`]). Records lost
-//! with a deleted or purged stream are not brought back: their sessions are unknown from
-//! then on to every replica that does not hold them in memory.
+//! runs once more, and the recreation is counted ([`Seal::streams_recreated`]).
+//!
+//! Records lost with a deleted or purged records stream are written back by the replicas
+//! that hold their sessions, so those sessions still roam: each replica keeps the sessions it
+//! created or served within the idle TTL (at most [`REMEMBERED`], with their records' data)
+//! and a mark of its own in the stream (`mcpr.<cluster>.sess.<sender>.mark`). While it holds
+//! any session it looks for its mark every [`CHECK_EVERY`]; a mark gone before it could
+//! expire means the records went with it, and the replica writes back every record of its
+//! sessions that it remembers, each only onto an empty subject (a record another replica
+//! wrote since is kept), counted ([`Seal::records_restored`]). A session used here whose
+//! record is missing (a purge of some subjects only) has it written back at its next
+//! refresh ([`SessionHub::touch`]). A session ended anywhere is forgotten first, so none
+//! comes back. The notification logs are not kept in memory: a lost log loses the notices
+//! it held, and a recreated events stream numbers events from 1 again.
 //! - `MCPR_<cluster>_SESSIONS`, one message per subject, `mcpr.<cluster>.sess.<h>.<record>`
 //!   where `<h>` hashes the session id and `<record>` is `state` (rmcp's handshake), `owner`
 //!   (a hash of the creating identity) or `subs` (the subscribed URIs, changed with a
@@ -63,6 +74,15 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// The most record versions and holder epochs a replica remembers (each).
 pub(crate) const REMEMBERED: usize = 16_384;
 
+/// How often a replica that holds sessions looks for its mark (see the module docs).
+const CHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// The records of a session, by the last token of their subject.
+const RECORDS: [&str; 3] = ["state", "owner", "subs"];
+
+/// How many sessions' records are written back at once after a loss.
+const RESTORE_AT_ONCE: usize = 16;
+
 /// What a replica remembers of the sessions it served (see the module docs).
 #[derive(Default)]
 struct Memory {
@@ -71,6 +91,9 @@ struct Memory {
     records: HashMap<String, (u64, Option<Vec<u8>>, Instant)>,
     /// Session key → the highest holder epoch known, and when.
     epochs: HashMap<String, (u64, Instant)>,
+    /// Session key → when this replica last created, restored or served the session: the
+    /// sessions whose records it writes back after a loss.
+    held: HashMap<String, Instant>,
 }
 
 /// `map[key] = value`, keeping at most [`REMEMBERED`] entries: those unused for `ttl` go
@@ -159,11 +182,16 @@ pub struct NatsSessionStore {
     /// Per stream (records, events): found missing since it was last created, so its next
     /// creation is a recreation, counted.
     lost: [AtomicBool; 2],
+    /// This replica's mark in the records stream (see the module docs).
+    mark: String,
+    /// The task that looks for the mark.
+    keeper: tokio::task::JoinHandle<()>,
 }
 
 impl Drop for NatsSessionStore {
     fn drop(&mut self) {
         self.task.abort();
+        self.keeper.abort();
     }
 }
 
@@ -238,25 +266,33 @@ impl NatsSessionStore {
                             );
                         }
                     }
-                    SessionSignal::Ended(_) => {}
+                    // Never written back: an ended session must stay ended.
+                    SessionSignal::Ended(key) => {
+                        m.held.remove(key);
+                    }
                 }
                 drop(m);
                 let _ = tx.send(signal);
             }
         });
-        Ok(Arc::new(Self {
-            client,
-            seal,
-            cluster: cluster.to_owned(),
-            ttl: idle_ttl,
-            signals,
-            memory,
-            touched: Mutex::new(HashMap::new()),
-            task,
-            events_per_session,
-            streams: AtomicBool::new(false),
-            creating: tokio::sync::Mutex::new(()),
-            lost: Default::default(),
+        Ok(Arc::new_cyclic(|this: &std::sync::Weak<Self>| {
+            let keeper = tokio::spawn(keep(this.clone()));
+            Self {
+                client,
+                mark: format!("mcpr.{cluster}.sess.{}.mark", seal.sender_token()),
+                seal,
+                cluster: cluster.to_owned(),
+                ttl: idle_ttl,
+                signals,
+                memory,
+                touched: Mutex::new(HashMap::new()),
+                task,
+                events_per_session,
+                streams: AtomicBool::new(false),
+                creating: tokio::sync::Mutex::new(()),
+                lost: Default::default(),
+                keeper,
+            }
         }))
     }
 
@@ -297,9 +333,13 @@ impl NatsSessionStore {
             match js::create_stream(&self.client, &config, REQUEST_TIMEOUT).await {
                 Ok(()) => {
                     if self.lost[lost_index(role)].swap(false, Ordering::AcqRel) {
+                        let lost = match role {
+                            Stream::SessionEvents => "the notices it logged are lost",
+                            _ => "the replicas holding its sessions write their records back",
+                        };
                         tracing::warn!(
                             stream = %name,
-                            "cluster: a session stream was missing; created it again (the sessions it held are lost)"
+                            "cluster: a session stream was missing; created it again ({lost})"
                         );
                         self.seal.recreated_stream(role);
                     }
@@ -470,6 +510,113 @@ impl NatsSessionStore {
         );
     }
 
+    /// Note that this replica holds `session` now (created, restored or served it here).
+    fn hold(&self, session: &str) {
+        let mut memory = lock(&self.memory);
+        remember(
+            &mut memory.held,
+            self.key(session),
+            Instant::now(),
+            self.ttl,
+            |t| *t,
+        );
+    }
+
+    /// Write back `subject`'s record as this replica remembers it, if it does, onto an
+    /// empty subject only (a record another replica wrote since the loss is kept): whether
+    /// it was written.
+    async fn restore(&self, subject: &str) -> Result<bool, SessionStoreError> {
+        let remembered = {
+            let memory = lock(&self.memory);
+            memory.records.get(subject).and_then(|(version, data, _)| {
+                data.clone().map(|data| Record {
+                    version: *version,
+                    data,
+                })
+            })
+        };
+        let Some(record) = remembered else {
+            return Ok(false);
+        };
+        let written = self
+            .put(Kind::Record, subject, &record.encode(), Some(0))
+            .await?
+            .is_some();
+        if written {
+            self.seal.restored_records(1);
+        }
+        Ok(written)
+    }
+
+    /// Look for this replica's mark while it holds sessions; when the mark is gone before
+    /// it could expire (`marked`: when it was last written), write back the records of
+    /// every session held (see the module docs).
+    async fn check(&self, marked: &mut Option<Instant>) {
+        let held: Vec<String> = {
+            let memory = lock(&self.memory);
+            memory
+                .held
+                .iter()
+                .filter(|(_, t)| t.elapsed() < self.ttl)
+                .map(|(k, _)| k.clone())
+                .collect()
+        };
+        if held.is_empty() || self.seal.aside().is_some() {
+            return;
+        }
+        let found = match self
+            .get(Stream::Sessions, &json!({ "last_by_subj": self.mark }))
+            .await
+        {
+            Ok(found) => found.is_some(),
+            Err(e) => {
+                tracing::debug!(error = %e, "cluster: cannot look for this replica's session mark");
+                return;
+            }
+        };
+        // Written at `marked` or later, it expires a TTL after that at the earliest.
+        let lost = !found && marked.is_some_and(|t| t.elapsed() < self.ttl);
+        if lost {
+            let sessions = held.len();
+            let written: usize = futures::stream::iter(held)
+                .map(|key| async move {
+                    let mut n = 0;
+                    // Ended since the list was taken: left ended.
+                    if !lock(&self.memory).held.contains_key(&key) {
+                        return n;
+                    }
+                    for record in RECORDS {
+                        let subject = format!("mcpr.{}.sess.{key}.{record}", self.cluster);
+                        match self.restore(&subject).await {
+                            Ok(true) => n += 1,
+                            Ok(false) => {}
+                            Err(e) => {
+                                tracing::debug!(error = %e, "cluster: cannot write back a session record");
+                            }
+                        }
+                    }
+                    n
+                })
+                .buffer_unordered(RESTORE_AT_ONCE)
+                .fold(0, |all, n| async move { all + n })
+                .await;
+            tracing::warn!(
+                sessions,
+                records = written,
+                "cluster: the legacy sessions' records were lost from NATS (their stream deleted or purged); wrote back those of the sessions this replica holds"
+            );
+        }
+        if !found || marked.is_none_or(|t| t.elapsed() >= self.ttl / 4) {
+            let sent = Instant::now();
+            match self.put(Kind::Record, &self.mark, &[], None).await {
+                Ok(_) => *marked = Some(sent),
+                Err(e) => {
+                    tracing::debug!(error = %e, "cluster: cannot write this replica's session mark")
+                }
+            }
+        }
+    }
+
     /// Write `data` on `subject` as its next version (no compare-and-set: records written
     /// once).
     async fn write(&self, subject: &str, data: Vec<u8>) -> Result<(), SessionStoreError> {
@@ -555,6 +702,16 @@ impl NatsSessionStore {
     }
 }
 
+/// Every [`CHECK_EVERY`], [`NatsSessionStore::check`] until the store is dropped.
+async fn keep(store: std::sync::Weak<NatsSessionStore>) {
+    let mut marked = None;
+    loop {
+        tokio::time::sleep(CHECK_EVERY).await;
+        let Some(store) = store.upgrade() else { return };
+        store.check(&mut marked).await;
+    }
+}
+
 /// The index of `stream` in [`NatsSessionStore::lost`].
 fn lost_index(stream: Stream) -> usize {
     usize::from(stream == Stream::SessionEvents)
@@ -610,14 +767,21 @@ fn parse_signal(payload: &[u8]) -> Option<(SessionSignal, u64)> {
 impl SessionStore for NatsSessionStore {
     async fn load(&self, session: &str) -> Result<Option<SessionState>, SessionStoreError> {
         match self.verified(&self.record(session, "state")).await? {
-            Some(data) => Ok(Some(serde_json::from_slice(&data).map_err(error)?)),
+            Some(data) => {
+                let state = serde_json::from_slice(&data).map_err(error)?;
+                // rmcp restores the session here.
+                self.hold(session);
+                Ok(Some(state))
+            }
             None => Ok(None),
         }
     }
 
     async fn store(&self, session: &str, state: &SessionState) -> Result<(), SessionStoreError> {
         let data = serde_json::to_vec(state).map_err(error)?;
-        self.write(&self.record(session, "state"), data).await
+        self.write(&self.record(session, "state"), data).await?;
+        self.hold(session);
+        Ok(())
     }
 
     async fn delete(&self, session: &str) -> Result<(), SessionStoreError> {
@@ -630,6 +794,7 @@ impl SessionStore for NatsSessionStore {
         self.purge(Stream::SessionEvents, &self.log(session))
             .await?;
         lock(&self.touched).remove(session);
+        lock(&self.memory).held.remove(&self.key(session));
         self.announce(SessionSignal::Ended(self.key(session))).await
     }
 }
@@ -773,6 +938,7 @@ impl SessionHub for NatsSessionStore {
     }
 
     async fn touch(&self, session: &str) {
+        self.hold(session);
         // Rewrite the records a few times per TTL, not on every request.
         {
             let now = Instant::now();
@@ -788,7 +954,7 @@ impl SessionHub for NatsSessionStore {
             }
             touched.insert(session.to_owned(), now);
         }
-        for record in ["state", "owner", "subs"] {
+        for record in RECORDS {
             let subject = self.record(session, record);
             match self.current(&subject).await {
                 // The same record again, sealed anew (the seal's time is the record's age),
@@ -812,7 +978,17 @@ impl SessionHub for NatsSessionStore {
                         tracing::debug!(error = %e, "cannot refresh a session record");
                     }
                 }
-                Ok(Current::Absent | Current::Unverified(_) | Current::Older { .. }) => {}
+                // Lost (the session is live here, so it did not expire): written back when
+                // remembered.
+                Ok(Current::Absent) => match self.restore(&subject).await {
+                    // Counted; not a line per record (a purge may take thousands).
+                    Ok(true) => tracing::debug!(
+                        "cluster: a record of a session in use here was missing in NATS; wrote it back"
+                    ),
+                    Ok(false) => {}
+                    Err(e) => tracing::debug!(error = %e, "cannot write back a session record"),
+                },
+                Ok(Current::Unverified(_) | Current::Older { .. }) => {}
                 Err(e) => tracing::debug!(error = %e, "cannot refresh a session record"),
             }
         }

@@ -590,6 +590,7 @@ impl Watching for ClusterWatching {
             standalone,
             clock_offset_ms: *lock(&self.inner.clock_offset),
             streams_recreated: self.inner.seal.streams_recreated(),
+            session_records_restored: self.inner.seal.records_restored(),
         })
     }
 }

@@ -410,6 +410,52 @@ async fn a_session_in_use_stays_shared_and_an_idle_one_is_forgotten() {
     assert_eq!(resp.status(), 404, "{}", resp.text().await.unwrap());
 }
 
+/// Only one session's records purged (the stream, and so the replicas' marks, kept): the
+/// replica using it writes them back at its next refresh, after which another replica
+/// continues it, subscription included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_whose_records_alone_were_purged_gets_them_back_from_its_replica() {
+    let Some((nats, _dir, root)) = setup() else {
+        return;
+    };
+    // Refreshed at most every quarter TTL: 1 s.
+    let ttl = Duration::from_secs(4);
+    let a = replica_with_ttl(&root, nats.port(), None, ttl).await;
+    let b = replica_with_ttl(&root, nats.port(), None, ttl).await;
+    let (id, uri) = subscribed(&a).await;
+    let cluster = cluster_of(ttl);
+    let vandal = async_nats::connect(format!("nats://127.0.0.1:{}", nats.port()))
+        .await
+        .unwrap();
+    let filter = json!({ "filter": format!("mcpr.{cluster}.sess.{}.>", session_token(&id)) });
+    let purged = vandal
+        .request(
+            format!("$JS.API.STREAM.PURGE.MCPR_{cluster}_SESSIONS"),
+            filter.to_string().into(),
+        )
+        .await
+        .unwrap();
+    let purged: Value = serde_json::from_slice(&purged.payload).unwrap();
+    assert_eq!(
+        purged["purged"], 2,
+        "the handshake and subscriptions: {purged}"
+    );
+    // Unknown to B now.
+    let resp = post(&b, Some(&id), None, list()).await;
+    assert_eq!(resp.status(), 404);
+    // Used on A once its refresh is due: A writes the records back.
+    tokio::time::sleep(ttl / 4 + Duration::from_millis(100)).await;
+    answer(post(&a, Some(&id), None, list()).await).await;
+    status_within(&b, &id, 200).await;
+    let mut on_b = open_stream(&b, &id, None).await;
+    std::fs::write(root.join("a.md"), "changed").unwrap();
+    let (_, data) = next_event(&mut on_b).await;
+    assert!(
+        data.contains("notifications/resources/updated") && data.contains(&uri),
+        "{data}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_nats_a_subscribe_fails_clearly_and_other_requests_go_on() {
     let Some((nats, _dir, root)) = setup() else {

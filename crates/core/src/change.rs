@@ -396,6 +396,9 @@ pub struct ClusterStatus {
     /// The broker's streams this replica found missing (deleted, or lost by the broker) and
     /// created again, by role.
     pub streams_recreated: Vec<(String, u64)>,
+    /// Legacy session records this replica wrote back after the broker lost them (a
+    /// deleted or purged stream).
+    pub session_records_restored: u64,
 }
 
 /// The in-process [`Watching`]: every watch runs in this process.

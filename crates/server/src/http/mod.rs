@@ -590,6 +590,11 @@ async fn metrics(State(ops): State<Arc<Ops>>, headers: http::HeaderMap) -> Respo
                 crate::metrics::escape_label(stream)
             );
         }
+        let _ = write!(
+            out,
+            "# HELP mcp_cluster_session_records_restored_total Legacy session records this replica held and wrote back after NATS lost them (a deleted or purged sessions stream).\n# TYPE mcp_cluster_session_records_restored_total counter\nmcp_cluster_session_records_restored_total {}\n",
+            cluster.session_records_restored
+        );
     }
     out.push_str("# HELP mcp_http_responses_total HTTP responses of the MCP endpoint by status class.\n# TYPE mcp_http_responses_total counter\n");
     for (i, class) in ["2xx", "3xx", "4xx", "5xx"].iter().enumerate() {
