@@ -7,10 +7,11 @@
 //!
 //! An event about one resource may carry the source's change token for it, read after the
 //! change ([`mcpr_core::Provider::change_token`]: a file's inode, size and mtime, a git
-//! object's id). A replica remembers, per subscribed resource, the token of the last event
-//! it delivered, and drops an event with the same token: its clients were already told of
-//! that state (by the watcher before a lease move, or by this replica's own watch around a
-//! cut). Events without a token (list changes, sources without tokens) always pass.
+//! object's id, what an S3, SQL or api/web watch last saw). A replica remembers, per
+//! subscribed resource, the token of the last event it delivered, and drops an event with
+//! the same token: its clients were already told of that state (by the watcher before a
+//! lease move, or by this replica's own watch around a cut). Events without a token (list
+//! changes, sources without tokens) always pass.
 
 use mcpr_core::sync::lock;
 use std::collections::{HashMap, HashSet};

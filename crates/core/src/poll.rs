@@ -483,6 +483,25 @@ impl<S: PollSource> Poller<S> {
             .is_some_and(|t| !t.is_finished())
     }
 
+    /// What the last check of `key`'s target saw, when that check succeeded: the state the
+    /// next check is compared with, so any state other than it is reported to every
+    /// subscriber of the target as long as one watches. `None` when the target is not polled,
+    /// nothing was seen yet (its first look failed), or its last check failed (what it holds
+    /// is older than the failure).
+    ///
+    /// This is what a provider's change token comes from ([`crate::Provider::change_token`],
+    /// through [`token_digest`]): no request of its own, and a token that names a state the
+    /// poller reports the change from, never one it skipped.
+    pub fn last_seen(&self, key: &Watched) -> Option<S::Fingerprint> {
+        let target = self.poll_key(key);
+        let st = self.shared.lock();
+        let t = st.targets.get(&target)?;
+        if t.failures > 0 {
+            return None;
+        }
+        t.last.clone()
+    }
+
     /// How many targets are polled (keys sharing a [`PollKey`] count once).
     pub fn watched(&self) -> usize {
         self.shared.lock().targets.len()
@@ -536,6 +555,23 @@ impl<S: PollSource> Drop for Release<S> {
             task.abort();
         }
     }
+}
+
+/// A change token made of `parts` (a fingerprint's fields, each tagged by the caller): the
+/// first 16 bytes of a SHA-256 over them, length-prefixed, in hex. The same parts give the
+/// same token in every process and build (replicas of a cluster compare them), different
+/// parts a different one, and nothing of the parts (an ETag, a hash of rows) shows in it.
+pub fn token_digest(parts: &[&[u8]]) -> String {
+    use sha2::Digest as _;
+    let mut h = sha2::Sha256::new();
+    for p in parts {
+        h.update((p.len() as u64).to_be_bytes());
+        h.update(p);
+    }
+    h.finalize()[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// `d` with `jitter` of it spread at random around it.
@@ -913,6 +949,60 @@ mod tests {
         src.set("x://a", Some(5));
         tokio::time::sleep(SEC).await;
         assert_eq!(drain(&mut rx), [updated("x://a")]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn last_seen_is_the_last_good_check_of_the_target_and_only_while_polled() {
+        let src = Arc::new(Values::default());
+        src.set("x://a", Some(1));
+        let p = Poller::new(
+            "t",
+            Arc::downgrade(&src),
+            no_jitter(SEC).with_retry(SEC, SEC),
+        );
+        let (bus, mut rx) = bus();
+        assert_eq!(p.last_seen(&res("x://a")), None, "not polled");
+        let g = p.watch(res("x://a"), ChangeSink::new(bus.clone(), "m0"), Some(1));
+        // A window of the same target shares what was seen; no check is made for it.
+        assert_eq!(p.last_seen(&res("x://a?head=1")), Some(1));
+        assert_eq!(p.last_seen(&res("x://b")), None);
+        assert_eq!(src.checks(), Vec::<String>::new());
+        src.set("x://a", Some(2));
+        tokio::time::sleep(SEC + SEC / 2).await;
+        assert_eq!(drain(&mut rx), [updated("x://a")]);
+        assert_eq!(
+            p.last_seen(&res("x://a")),
+            Some(2),
+            "after the change it reported"
+        );
+        // The source down: what the poller holds is older than the failure.
+        src.set("x://a", None);
+        tokio::time::sleep(SEC).await;
+        assert_eq!(p.last_seen(&res("x://a")), None);
+        src.set("x://a", Some(2));
+        tokio::time::sleep(SEC).await;
+        assert_eq!(p.last_seen(&res("x://a")), Some(2));
+        assert_eq!(
+            drain(&mut rx),
+            [],
+            "a recovery to the same state is no change"
+        );
+        drop(g);
+        assert_eq!(p.last_seen(&res("x://a")), None, "the last guard gone");
+        // Nothing seen yet: no token, whatever the source holds.
+        let _g = p.watch(res("x://a"), ChangeSink::new(bus.clone(), "m0"), None);
+        assert_eq!(p.last_seen(&res("x://a")), None);
+    }
+
+    #[test]
+    fn a_token_digest_depends_on_every_part_and_its_bounds() {
+        let t = token_digest(&[b"etag", b"\"v1\""]);
+        assert_eq!(t.len(), 32);
+        assert_eq!(t, token_digest(&[b"etag", b"\"v1\""]));
+        assert_ne!(t, token_digest(&[b"etag", b"\"v2\""]));
+        // Where one part ends counts: no two splits of the same bytes collide.
+        assert_ne!(token_digest(&[b"ab", b"c"]), token_digest(&[b"a", b"bc"]));
+        assert!(!t.contains("v1"));
     }
 
     #[tokio::test(start_paused = true)]

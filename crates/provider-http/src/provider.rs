@@ -311,4 +311,10 @@ impl Provider for HttpProvider {
         self.inner.target(uri.as_str())?;
         Ok(self.watches.add(uri, sink).await)
     }
+
+    /// What the poll of `uri`'s upstream URL last saw (see `Watches::token`).
+    async fn change_token(&self, uri: &ResourceUri) -> Option<String> {
+        self.inner.target(uri.as_str()).ok()?;
+        self.watches.token(uri)
+    }
 }

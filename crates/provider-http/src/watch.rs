@@ -6,12 +6,13 @@
 //! not use fetch the same thing), stopped with the last; an upstream that fails is retried
 //! with backoff and notifies nobody. The mount's checks are capped at
 //! `max_poll_requests_per_second` (core's rate limit: checks over it wait their turn and are
-//! counted in `mcp_poll_throttled_total`).
+//! counted in `mcp_poll_throttled_total`). What a watched URI's poll last saw is its change
+//! token ([`Watches::token`]), so a token costs no request.
 
 use std::sync::{Arc, Weak};
 
 use async_trait::async_trait;
-use mcpr_core::poll::{PollConfig, PollKey, PollSource, Poller, Watched};
+use mcpr_core::poll::{PollConfig, PollKey, PollSource, Poller, Watched, token_digest};
 use mcpr_core::{ChangeSink, Counter, Error, ErrorKind, ResourceUri, Result, WatchGuard};
 
 use crate::provider::Inner;
@@ -67,6 +68,31 @@ impl Watches {
         }
         let first = self.source.check(&key, None).await.ok();
         self.poller.watch(key, sink, first)
+    }
+
+    /// The change token of `uri` from its poll: a digest of what the last check of its
+    /// upstream URL saw (the ETag when the upstream sent one, and always the hash of the
+    /// body served, which is what a check compares: a `Last-Modified` that moves over the
+    /// same body is no change), `gone` for a 404 or 410, a digest of a lasting refusal. No
+    /// request: `None` while nobody subscribes to a URI of that URL, or while its checks
+    /// fail.
+    pub(crate) fn token(&self, uri: &ResourceUri) -> Option<String> {
+        Some(
+            match self.poller.last_seen(&Watched::Resource(uri.clone()))? {
+                Fingerprint::Body { etag, hash } => token_digest(&[
+                    b"http body",
+                    etag.as_deref().unwrap_or_default().as_bytes(),
+                    &[u8::from(etag.is_some())],
+                    &hash,
+                ]),
+                Fingerprint::Gone => "gone".to_owned(),
+                Fingerprint::Refused(kind, message) => token_digest(&[
+                    b"http refused",
+                    format!("{kind:?}").as_bytes(),
+                    message.as_bytes(),
+                ]),
+            },
+        )
     }
 
     /// The checks the rate limit deferred, for `/metrics`.

@@ -307,6 +307,111 @@ async fn subscriptions_fire_on_change_and_only_then() {
     assert_eq!(up.total(), n, "no polling after the last watch");
 }
 
+/// A change token is what the poll of the URI's upstream URL last saw: no request of its
+/// own, the same while the body is (a `Last-Modified` that moves over the same body
+/// included), another after a change the watch reported, `gone` for a 404, and none for a
+/// URI nobody watches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn change_tokens_are_what_the_poll_saw() {
+    let up = Upstream::start().await;
+    let base = up.base();
+    up.set(
+        "/w",
+        Doc {
+            etag: Some("\"1\"".into()),
+            ..Doc::new("application/json", r#"{"n":1}"#)
+        },
+    );
+    up.set(
+        "/lm",
+        Doc {
+            last_modified: Some("Sun, 06 Nov 1994 08:49:37 GMT".into()),
+            ..Doc::new("text/plain", "dated")
+        },
+    );
+    let endpoints = vec![
+        Endpoint::new("api://w/x", format!("{base}/w")),
+        Endpoint::new("api://w/lm", format!("{base}/lm")),
+    ];
+    // Polling once a minute: every request below is a first look.
+    let mut c = HttpConfig::api("w", endpoints.clone());
+    c.poll_interval = Duration::from_secs(60);
+    let slow = provider(c);
+    assert_eq!(slow.change_token(&uri("api://w/x")).await, None);
+    assert_eq!(up.total(), 0, "no request for a token");
+    let bus = Arc::new(LocalBus::default());
+    let g = slow
+        .watch(&uri("api://w/x"), ChangeSink::new(bus.clone(), "m0"))
+        .await
+        .unwrap();
+    let first = up.total();
+    let t = slow.change_token(&uri("api://w/x")).await.expect("watched");
+    up.update("/w", |d| d.body = br#"{"n":9}"#.to_vec());
+    for _ in 0..50 {
+        assert_eq!(
+            slow.change_token(&uri("api://w/x")).await.as_ref(),
+            Some(&t)
+        );
+        assert_eq!(slow.change_token(&uri("api://w/lm")).await, None);
+    }
+    assert_eq!(up.total(), first, "tokens cost no request");
+    drop(g);
+    up.update("/w", |d| d.body = br#"{"n":1}"#.to_vec());
+
+    let mut c = HttpConfig::api("w", endpoints);
+    c.poll_interval = Duration::from_millis(100);
+    let p = provider(c);
+    let mut rx = bus.subscribe();
+    let _gx = p
+        .watch(&uri("api://w/x"), ChangeSink::new(bus.clone(), "m0"))
+        .await
+        .unwrap();
+    let _gl = p
+        .watch(&uri("api://w/lm"), ChangeSink::new(bus.clone(), "m0"))
+        .await
+        .unwrap();
+    let tx = p.change_token(&uri("api://w/x")).await.expect("watched");
+    let tl = p.change_token(&uri("api://w/lm")).await.expect("watched");
+    assert_eq!(tx, t, "the same state on another mount of it");
+    assert_ne!(tx, tl);
+    // A new date over the same body: polled again, no change, the same token.
+    up.update("/lm", |d| {
+        d.last_modified = Some("Mon, 07 Nov 1994 08:49:37 GMT".into())
+    });
+    assert_eq!(next(&mut rx, 600).await, None);
+    assert_eq!(p.change_token(&uri("api://w/x")).await.as_ref(), Some(&tx));
+    assert_eq!(p.change_token(&uri("api://w/lm")).await.as_ref(), Some(&tl));
+    // Changed, by its ETag and body, and by its body alone.
+    up.update("/w", |d| {
+        d.body = br#"{"n":2}"#.to_vec();
+        d.etag = Some("\"2\"".into());
+    });
+    assert!(matches!(
+        next(&mut rx, 2000).await,
+        Some(ChangeEvent::Updated { .. })
+    ));
+    let tx2 = p.change_token(&uri("api://w/x")).await.expect("watched");
+    assert_ne!(tx2, tx);
+    up.update("/lm", |d| {
+        d.body = b"dated, then changed".to_vec();
+        d.last_modified = Some("Tue, 08 Nov 1994 08:49:37 GMT".into());
+    });
+    assert!(matches!(
+        next(&mut rx, 2000).await,
+        Some(ChangeEvent::Updated { .. })
+    ));
+    assert_ne!(p.change_token(&uri("api://w/lm")).await.as_ref(), Some(&tl));
+    up.update("/w", |d| d.status = Some(404));
+    assert!(matches!(
+        next(&mut rx, 2000).await,
+        Some(ChangeEvent::Updated { .. })
+    ));
+    assert_eq!(
+        p.change_token(&uri("api://w/x")).await.as_deref(),
+        Some("gone")
+    );
+}
+
 /// Readers that miss a cold cache together cost one upstream request: the others wait for it
 /// and are served from the cache. An answer that may not be cached is still fetched by each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -375,6 +375,16 @@ impl Provider for S3Provider {
         Ok(self.watches.add_list(sink).await)
     }
 
+    /// What the object's poll last saw (see `Watches::token`). A denied key has none, as it
+    /// has no watch: whether it exists is not told. A prefix listing has none either: it
+    /// cannot be subscribed to, and the list watch's state is about the whole mount.
+    async fn change_token(&self, uri: &ResourceUri) -> Option<String> {
+        match self.inner.target(uri).ok()? {
+            Target::Object(_) => self.watches.token(uri),
+            Target::Dir(_) => None,
+        }
+    }
+
     fn poll_interval(&self) -> Option<Duration> {
         Some(self.inner.config.poll_interval)
     }

@@ -12,7 +12,8 @@
 //! without a first look of its own. The poller stops with the last subscriber, and treats a
 //! failed check (the store down) as "could not look", not a change: it keeps the last
 //! fingerprint and retries with backoff, so recovery notifies only what really changed
-//! meanwhile.
+//! meanwhile. What a subscribed object's poll last saw is also its change token
+//! ([`Watches::token`]), so a token costs no request.
 //!
 //! Cost: a subscribed object is one HEAD per interval. A watched listing is one list request
 //! per 1,000 keys per interval, bounded at [`LIST_WATCH_MAX_PAGES`] requests (100,000 keys):
@@ -28,7 +29,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use mcpr_core::poll::{PollConfig, PollKey, PollSource, Poller, Watched};
+use mcpr_core::poll::{PollConfig, PollKey, PollSource, Poller, Watched, token_digest};
 use mcpr_core::{ChangeSink, Counter, Error, ResourceUri, Result, WatchGuard};
 use object_store::{GetOptions, ObjectStore as _};
 
@@ -97,6 +98,20 @@ impl Watches {
         }
         let first = self.first_look(&Watched::List).await;
         self.poller.watch(Watched::List, sink, first)
+    }
+
+    /// The change token of the object `uri` from its poll: a digest of the ETag (or of the
+    /// size and time standing in for one) its last HEAD saw, or `absent` when that HEAD
+    /// found no object. No request: `None` while nobody subscribes to the object (a HEAD
+    /// per token would cost every caller, the skills catalog's walks among them, a request
+    /// per file), or while its checks fail.
+    pub(crate) fn token(&self, uri: &ResourceUri) -> Option<String> {
+        match self.poller.last_seen(&Watched::Resource(uri.clone()))? {
+            Seen::Object(Some(etag)) => Some(token_digest(&[b"s3 object", etag.as_bytes()])),
+            Seen::Object(None) => Some("absent".to_owned()),
+            // A listing's state is the list watch's; list changes carry no token.
+            Seen::List(_) => None,
+        }
     }
 
     /// The checks the rate limit deferred, for `/metrics`.

@@ -1,7 +1,8 @@
 //! What polling costs, counted on a loopback S3 stand-in that records every request: one
 //! `HEAD` per interval per subscribed object however many subscribers and window URIs,
 //! `If-None-Match` with the last ETag (answered 304), no request at all once the last
-//! subscriber is gone, and never more than the mount's `max_poll_requests_per_second`.
+//! subscriber is gone, never more than the mount's `max_poll_requests_per_second`, and no
+//! request for a change token.
 
 mod common;
 
@@ -275,4 +276,32 @@ async fn many_objects_stay_under_the_mounts_request_cap_and_the_throttling_is_co
         "every object's change is reported"
     );
     drop(guards);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn change_tokens_cost_no_request() {
+    let (endpoint, log, etag) = stand_in_with_etag();
+    let bucket = unique_bucket("tokens");
+    let mut cfg = config(&endpoint, &bucket);
+    // No poll while the tokens are counted: every HEAD seen is the first look's.
+    cfg.poll_interval = Duration::from_secs(60);
+    let p = S3Provider::new(cfg).await.unwrap();
+    let bus = Arc::new(LocalBus::default());
+    let uri = ResourceUri::parse(&format!("s3://{bucket}/a.txt")).unwrap();
+    let other = ResourceUri::parse(&format!("s3://{bucket}/b.txt")).unwrap();
+    let g = p
+        .watch(&uri, ChangeSink::new(bus.clone(), "m0"))
+        .await
+        .unwrap();
+    assert_eq!(heads(&log, "/a.txt").len(), 1, "the first look");
+    let t = p.change_token(&uri).await.expect("subscribed");
+    *etag.lock().unwrap() = "v2".into();
+    for _ in 0..100 {
+        // What the poll saw, though the store holds another ETag by now.
+        assert_eq!(p.change_token(&uri).await.as_ref(), Some(&t));
+        assert_eq!(p.change_token(&other).await, None);
+    }
+    assert_eq!(heads(&log, "/a.txt").len(), 1, "no HEAD for a token");
+    assert!(heads(&log, "/b.txt").is_empty());
+    drop(g);
 }

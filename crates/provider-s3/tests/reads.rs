@@ -434,6 +434,70 @@ async fn overwrite_new_key_and_deletion_notify() {
     );
 }
 
+/// Change tokens come from the poll of a subscribed object: stable while it is unchanged
+/// (rewritten with the same bytes included: the ETag is the same), another after a change
+/// the watch reported, `absent` once it is deleted, and none for what nobody subscribes to,
+/// a prefix listing or a denied key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn change_tokens_follow_the_poll_of_a_subscribed_object() {
+    let Some(m) = moto() else { return };
+    let bucket = unique_bucket("tokens");
+    create_bucket(&m.endpoint(), &bucket).await;
+    let w = writer(&m.endpoint(), &bucket);
+    put(&w, "dir/watched.txt", b"v1").await;
+    put(&w, "dir/quiet.txt", b"q").await;
+    put(&w, "dir/.env", b"SECRET=1").await;
+    let p = S3Provider::new(config(&m.endpoint(), &bucket))
+        .await
+        .unwrap();
+    let uri = format!("s3://{bucket}/dir/watched.txt");
+    for unwatched in [
+        uri.clone(),
+        format!("s3://{bucket}/dir/"),
+        format!("s3://{bucket}/dir/.env"),
+    ] {
+        assert_eq!(p.change_token(&u(&unwatched)).await, None, "{unwatched}");
+    }
+    let bus = Arc::new(LocalBus::default());
+    let mut rx = bus.subscribe();
+    let g = p
+        .watch(&u(&uri), ChangeSink::new(bus.clone(), "m1"))
+        .await
+        .unwrap();
+    let t1 = p.change_token(&u(&uri)).await.expect("a subscribed object");
+    assert_eq!(p.change_token(&u(&uri)).await.as_ref(), Some(&t1));
+    // A window of the object is the same poll, so the same state.
+    assert_eq!(
+        p.change_token(&u(&format!("{uri}?head=1"))).await.as_ref(),
+        Some(&t1)
+    );
+    assert!(!t1.contains("v1") && t1.len() == 32, "{t1}");
+    // Another key written, and this one written again with the same bytes: no change.
+    put(&w, "dir/quiet.txt", b"other").await;
+    put(&w, "dir/watched.txt", b"v1").await;
+    assert!(
+        next_event(&mut rx, Duration::from_millis(700))
+            .await
+            .is_none()
+    );
+    assert_eq!(p.change_token(&u(&uri)).await.as_ref(), Some(&t1));
+    put(&w, "dir/watched.txt", b"v2").await;
+    assert!(matches!(
+        next_event(&mut rx, Duration::from_secs(3)).await,
+        Some(ChangeEvent::Updated { .. })
+    ));
+    let t2 = p.change_token(&u(&uri)).await.expect("still subscribed");
+    assert_ne!(t2, t1);
+    delete(&w, "dir/watched.txt").await;
+    assert!(matches!(
+        next_event(&mut rx, Duration::from_secs(3)).await,
+        Some(ChangeEvent::Updated { .. })
+    ));
+    assert_eq!(p.change_token(&u(&uri)).await.as_deref(), Some("absent"));
+    drop(g);
+    assert_eq!(p.change_token(&u(&uri)).await, None, "nobody subscribes");
+}
+
 /// Regression: a folder marker (`reports/`) was listed as `reports`, a URI that then read as
 /// not found, and a key with an empty or `.` segment failed its whole listing page. Now
 /// markers are the prefix's listing (not resources), and keys object_store cannot represent

@@ -413,6 +413,11 @@ impl Provider for SqlProvider {
         Ok(self.inner.watches.add_resource(uri.clone(), sink, &first))
     }
 
+    /// What the watch of `uri` last read (see `Watches::token`).
+    async fn change_token(&self, uri: &ResourceUri) -> Option<String> {
+        self.inner.watches.token(uri)
+    }
+
     async fn watch_list(&self, sink: ChangeSink) -> Result<WatchGuard> {
         let first = crate::watch::catalog(self.inner.engine.as_ref()).await.ok();
         Ok(self.inner.watches.add_list(sink, first))

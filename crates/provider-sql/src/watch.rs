@@ -8,7 +8,8 @@
 //! configured channel, with no polling), and how to fingerprint a watched URI: a hash of its
 //! result, so a write that does not change a subscribed result notifies nobody. Without a
 //! change signal (PostgreSQL without a channel, MySQL) and as SQLite's safety net, the poll
-//! interval drives the checks.
+//! interval drives the checks. A watched URI's last fingerprint is its change token
+//! ([`Watches::token`]): no query of its own.
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
@@ -17,7 +18,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use mcpr_core::poll::{Cause, PollConfig, PollSource, Poller, Round, Waker, Watched};
+use mcpr_core::poll::{Cause, PollConfig, PollSource, Poller, Round, Waker, Watched, token_digest};
 use mcpr_core::{
     ChangeSink, Contents, ContentsBody, Error, ErrorKind, ResourceUri, Result, WatchGuard,
 };
@@ -132,6 +133,18 @@ impl Watches {
     ) -> WatchGuard {
         self.poller
             .watch(Watched::Resource(uri), sink, fingerprint(first).ok())
+    }
+
+    /// The change token of `uri` from its poll: a digest of the hash of the result its last
+    /// check read (bounded as every read is, by the mount's `max_rows`, `max_bytes` and
+    /// statement timeout). No query of its own: `None` while nobody subscribes to `uri`
+    /// (a token per caller would cost a query each) or while its checks fail. The hash is
+    /// std's SipHash with fixed keys, the same in every process of one build; replicas built
+    /// by different Rust releases may disagree, which costs a repeated notice, never a lost
+    /// one.
+    pub(crate) fn token(&self, uri: &ResourceUri) -> Option<String> {
+        let hash = self.poller.last_seen(&Watched::Resource(uri.clone()))?;
+        Some(token_digest(&[b"sql result", &hash.to_be_bytes()]))
     }
 
     /// Watch the list of tables and views; `first` is the catalog when the watch was asked

@@ -171,7 +171,8 @@ impl Fixture for MyFx {
             (b"\x0399".to_vec(), None),
         ]
     }
-    // No change tokens: `SqlProvider` fingerprints results only inside its watches.
+    // No change tokens here: `SqlProvider` has them only for watched URIs (its watches'
+    // fingerprints; tests/sqlite.rs and tests/postgres.rs check them).
 }
 
 fn my_config(db: &TestDb) -> SqlConfig {

@@ -178,7 +178,8 @@ impl Fixture for PgFx {
             (b"\x0399".to_vec(), None),
         ]
     }
-    // No change tokens: `SqlProvider` fingerprints results only inside its watches.
+    // No change tokens here: `SqlProvider` has them only for watched URIs (its watches'
+    // fingerprints, pg_listen_notifies_only_when_the_result_changes).
 }
 
 fn pg_config(db: &TestDb) -> SqlConfig {
@@ -377,15 +378,16 @@ async fn pg_listen_notifies_only_when_the_result_changes() {
     let bus = Arc::new(LocalBus::default());
     let mut rx = bus.subscribe();
     let uri = "db://pgq/active/list";
+    let parsed = ResourceUri::parse(uri).unwrap();
+    assert_eq!(p.change_token(&parsed).await, None, "not watched yet");
     let _g = p
-        .watch(
-            &ResourceUri::parse(uri).unwrap(),
-            ChangeSink::new(bus.clone(), "m0"),
-        )
+        .watch(&parsed, ChangeSink::new(bus.clone(), "m0"))
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     while rx.try_recv().is_ok() {}
+    // The change token is the watch's: what its last read of the result saw.
+    let t1 = p.change_token(&parsed).await.expect("watched");
     // A change to another table, announced: the query's result is the same, no update.
     db.exec("INSERT INTO sales.orders VALUES (11, 2, 1, now()); NOTIFY mcpr_changes")
         .await;
@@ -393,12 +395,15 @@ async fn pg_listen_notifies_only_when_the_result_changes() {
         next_update(&mut rx, Duration::from_millis(1500)).await,
         None
     );
+    assert_eq!(p.change_token(&parsed).await.as_ref(), Some(&t1));
     // A change of the result without NOTIFY: no polling when a channel is set.
     db.exec("UPDATE users SET name = 'anna' WHERE id = 1").await;
     assert_eq!(
         next_update(&mut rx, Duration::from_millis(1500)).await,
         None
     );
+    // Nor a token of a state the watch did not see: it names what it will report from.
+    assert_eq!(p.change_token(&parsed).await.as_ref(), Some(&t1));
     // Announced: notified (and the earlier unannounced change is in the new result too).
     let t = Instant::now();
     db.exec("NOTIFY mcpr_changes, 'users'").await;
@@ -409,6 +414,14 @@ async fn pg_listen_notifies_only_when_the_result_changes() {
         Some(uri)
     );
     assert!(t.elapsed() < Duration::from_secs(1));
+    let t2 = p.change_token(&parsed).await.expect("watched");
+    assert_ne!(t2, t1);
+    // Another URI nobody watches has none: a token costs no query.
+    assert_eq!(
+        p.change_token(&ResourceUri::parse("db://pg/tables/users").unwrap())
+            .await,
+        None
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -250,7 +250,8 @@ impl Fixture for Fx {
             (b"\x0399".to_vec(), None),
         ]
     }
-    // No change tokens: `SqlProvider` fingerprints results only inside its watches.
+    // No change tokens here: `SqlProvider` has them only for watched URIs (its watches'
+    // fingerprints, a_watched_uri_has_the_token_of_its_last_read).
 }
 
 async fn read(p: &SqlProvider, uri: &str) -> mcpr_core::Result<Value> {
@@ -267,6 +268,51 @@ async fn read(p: &SqlProvider, uri: &str) -> mcpr_core::Result<Value> {
         panic!("json is text")
     };
     Ok(serde_json::from_str(t).unwrap())
+}
+
+/// The change token of a watched URI is the hash of its watch's last read: the same while
+/// commits leave its result alone, another once the watch reported a change; none for a
+/// URI nobody watches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watched_uri_has_the_token_of_its_last_read() {
+    use mcpr_core::{ChangeBus as _, ChangeEvent, ChangeSink, LocalBus};
+    use std::time::Duration;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = build(dir.path());
+    let mut c = config(&path);
+    c.poll_interval = Duration::from_millis(100);
+    let p = SqlProvider::new(c).await.unwrap();
+    let uri = ResourceUri::parse("db://users/active/list").unwrap();
+    let other = ResourceUri::parse("db://app/tables/users").unwrap();
+    assert_eq!(p.change_token(&uri).await, None, "not watched yet");
+    let bus = std::sync::Arc::new(LocalBus::default());
+    let mut rx = bus.subscribe();
+    let g = p
+        .watch(&uri, ChangeSink::new(bus.clone(), "m0"))
+        .await
+        .unwrap();
+    let t1 = p.change_token(&uri).await.expect("watched");
+    assert_eq!(p.change_token(&uri).await.as_ref(), Some(&t1));
+    assert_eq!(p.change_token(&other).await, None, "only what is watched");
+    // Commits that leave the query's result alone: re-read, the same token.
+    sqlite_exec(
+        &path,
+        "INSERT INTO users (name, status) VALUES ('dan', 'disabled')",
+    )
+    .unwrap();
+    let quiet = tokio::time::timeout(Duration::from_millis(800), rx.recv()).await;
+    assert!(quiet.is_err(), "{quiet:?}");
+    assert_eq!(p.change_token(&uri).await.as_ref(), Some(&t1));
+    sqlite_exec(&path, "UPDATE users SET name = 'anne' WHERE id = 1").unwrap();
+    match tokio::time::timeout(Duration::from_secs(3), rx.recv()).await {
+        Ok(Ok(ChangeEvent::Updated { uri: got })) => assert_eq!(got, uri.as_str()),
+        other => panic!("expected an update, got {other:?}"),
+    }
+    let t2 = p.change_token(&uri).await.expect("watched");
+    assert_ne!(t2, t1);
+    drop(g);
+    assert_eq!(p.change_token(&uri).await, None, "no watch, no token");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

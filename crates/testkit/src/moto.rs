@@ -26,23 +26,30 @@ impl Moto {
         format!("http://127.0.0.1:{}", self.port)
     }
 
-    /// Create `bucket`.
+    /// Create `bucket`, writable without signing: moto refuses an unsigned write over an
+    /// object that exists unless the bucket's ACL lets anyone write.
     pub fn create_bucket(&self, bucket: &str) {
-        self.request("PUT", &format!("/{bucket}"), b"");
+        self.request(
+            "PUT",
+            &format!("/{bucket}"),
+            "x-amz-acl: public-read-write\r\n",
+            b"",
+        );
     }
 
-    /// Put `body` at `key` of `bucket`; `key` is sent as written (keep it to URL-safe
-    /// characters and `/`).
+    /// Put `body` at `key` of `bucket` (a new object or over one); `key` is sent as written
+    /// (keep it to URL-safe characters and `/`).
     pub fn put(&self, bucket: &str, key: &str, body: &[u8]) {
-        self.request("PUT", &format!("/{bucket}/{key}"), body);
+        self.request("PUT", &format!("/{bucket}/{key}"), "", body);
     }
 
-    fn request(&self, method: &str, path: &str, body: &[u8]) {
+    /// One request with the extra header lines `headers` (each ending in CRLF).
+    fn request(&self, method: &str, path: &str, headers: &str, body: &[u8]) {
         let host = format!("127.0.0.1:{}", self.port);
         let mut s = TcpStream::connect(&host).expect("connect to moto");
         s.set_read_timeout(Some(Duration::from_secs(10))).ok();
         let head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            "{method} {path} HTTP/1.1\r\nHost: {host}\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n",
             body.len()
         );
         s.write_all(head.as_bytes()).expect("write to moto");
