@@ -11,7 +11,9 @@
 //! subscribed resource, the token of the last event it delivered, and drops an event with
 //! the same token: its clients were already told of that state (by the watcher before a
 //! lease move, or by this replica's own watch around a cut). Events without a token (list
-//! changes, sources without tokens) always pass.
+//! changes, sources without tokens) always pass. A token travels as a hash keyed by the
+//! cluster secret ([`Seal::change_token`]): replicas only compare them, and the raw one could
+//! let a reader of the NATS account check guesses about a small resource's contents.
 
 use mcpr_core::sync::lock;
 use std::collections::{HashMap, HashSet};
@@ -189,7 +191,10 @@ impl NatsBus {
         let subject = crate::subject(&self.inner.cluster, mount, &event);
         let mut v = serde_json::to_value(&event).expect("events serialise");
         if let (Some(t), Some(o)) = (token, v.as_object_mut()) {
-            o.insert("token".into(), Value::String(t));
+            o.insert(
+                "token".into(),
+                Value::String(self.inner.seal.change_token(&t)),
+            );
         }
         let payload = bytes::Bytes::from(serde_json::to_vec(&v).expect("json"));
         if self.inner.outbox.try_send((subject, payload)).is_err() {
@@ -203,6 +208,8 @@ impl NatsBus {
     /// client's buffer for the heal and then reach every replica late, after the watcher's.
     pub(crate) fn deliver_own(&self, mount: &str, event: ChangeEvent, token: Option<String>) {
         let subject = crate::subject(&self.inner.cluster, mount, &event);
+        // Keyed as the tokens that come through NATS are, so the two compare.
+        let token = token.map(|t| self.inner.seal.change_token(&t));
         self.inner.deliver_news(&subject, event, token.as_deref());
     }
 }

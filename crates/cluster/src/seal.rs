@@ -152,6 +152,8 @@ pub struct Seal {
     /// The key of [`PREVIOUS`], to authenticate that release's heartbeats and lease records.
     previous: [u8; 32],
     owners: [u8; 32],
+    /// The key of [`Seal::change_token`].
+    tokens: [u8; 32],
     sender: [u8; 8],
     sequences: [AtomicU64; KINDS.len()],
     seen: Mutex<HashMap<([u8; 8], Kind), Seen>>,
@@ -276,6 +278,7 @@ impl Seal {
             messages: derive(b"mcp-resources cluster messages v3"),
             previous: derive(b"mcp-resources cluster messages v2"),
             owners: derive(b"mcp-resources session owners v1"),
+            tokens: derive(b"mcp-resources change tokens v1"),
             sender: sender_id(),
             sequences: Default::default(),
             seen: Mutex::new(HashMap::new()),
@@ -618,6 +621,19 @@ impl Seal {
             .collect()
     }
 
+    /// A source's change token as it travels between replicas: a keyed hash of it. Replicas
+    /// only compare tokens for equality, and the raw one (an ETag, a digest of a row set or
+    /// of a small file's state) would let a reader of the NATS account check guesses about a
+    /// resource's contents.
+    pub(crate) fn change_token(&self, token: &str) -> String {
+        let mut m = hmac(&self.tokens);
+        m.update(token.as_bytes());
+        m.finalize().into_bytes()[..16]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
     /// Count one record of `kind` refused for a reason the caller found (a session record
     /// older than one this replica has seen).
     pub(crate) fn refuse(&self, kind: Kind) {
@@ -673,6 +689,24 @@ mod tests {
     use super::*;
 
     const SECRET: &[u8] = b"0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn change_tokens_travel_keyed_equal_for_equal_states_only() {
+        let a = Seal::new(SECRET).unwrap();
+        let b = Seal::new(SECRET).unwrap();
+        let other = Seal::new(b"another secret of at least 32 bytes..").unwrap();
+        let raw = "etag:\"5d41402abc4b2a76\"";
+        let t = a.change_token(raw);
+        assert_eq!(
+            t,
+            b.change_token(raw),
+            "replicas of one cluster compare equal"
+        );
+        assert_ne!(t, a.change_token("etag:\"other\""));
+        assert_ne!(t, other.change_token(raw), "keyed by the cluster secret");
+        assert!(!t.contains("5d41402abc4b2a76"));
+        assert_eq!(t.len(), 32);
+    }
 
     fn counted(seal: &Seal, kind: &str) -> u64 {
         seal.rejected()
