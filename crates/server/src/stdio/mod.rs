@@ -51,7 +51,7 @@
 //! A read in place runs on the reader thread before any timer, so one that hangs (a provider
 //! stuck on a network) would leave stdin unread: no cancellation, ping or other request
 //! would be taken any more. The reader thread's reads in place are watched
-//! (`reader::InPlace`), by the policy the HTTP direct path follows ([`crate::hung`]): once
+//! (`reader::InPlace`), by the policy the HTTP direct path follows (`crate::hung`): once
 //! one has run for a quarter of the request timeout (at most 100 ms), a new reader thread
 //! reads on with the state the stuck one left unlocked, and the stuck read waits as a read
 //! that waits does: a cancellation stops it, and it is answered when it ends, or with the
@@ -59,7 +59,7 @@
 //!
 //! The end of input ends the stream only once every request read before it is answered:
 //! once `receive` has ended, rmcp sends its handlers' answers for a fixed 5 s more and no
-//! notification at all (the mirror of that is [`crate::wire::eof`]), and a direct read runs
+//! notification at all (the mirror of that is `crate::wire::eof`), and a direct read runs
 //! outside rmcp altogether. So `receive` holds the stream open after EOF until no request
 //! handed to rmcp and no direct read is left unanswered and every listen is acknowledged,
 //! at most the drain bound ([`StdioTransport::with_eof_drain`]); then it has the handler end
