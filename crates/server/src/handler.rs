@@ -352,59 +352,35 @@ impl McpHandler {
         Ok(result)
     }
 
-    /// `resources/read` for a caller holding `grant` (none over stdio or without
-    /// authentication); [`Era::Modern`] callers (2026-07-28) get cache hints. The stdio and HTTP
-    /// direct paths call this without an rmcp request context, so all three paths answer
-    /// through the same service call.
-    pub(crate) async fn read_as(
-        &self,
-        request: ReadResourceRequestParams,
-        grant: Option<&Grant>,
-        era: Era,
-    ) -> Result<ReadResourceResponse, ErrorData> {
-        let read = self
-            .service
-            .read(grant, &request.uri)
-            .await
-            .map_err(to_mcp_error)?;
-        let mut result =
-            ReadResourceResult::new(read.contents.into_iter().map(contents_of).collect());
-        if era == Era::Modern {
-            result = result
-                .with_ttl_ms(read.hints.ttl_ms)
-                .with_cache_scope(scope(read.hints));
-        }
-        Ok(result.into())
-    }
-
-    /// [`Self::read_as`] answered as the whole JSON-RPC answer to `id` (what the direct read
-    /// paths write): a successful read as JSON written straight from the provider's contents
-    /// ([`crate::wire::encode::read_answer_json`]), without building rmcp's result; a refused
-    /// one as the error message rmcp's dispatch would send for the era, for the transport to
-    /// encode (HTTP takes its status from it). Large buffers go back to
-    /// [`mcpr_core::spare`] once copied into the answer.
-    pub(crate) async fn read_answer_as(
-        &self,
-        request: ReadResourceRequestParams,
-        grant: Option<&Grant>,
-        id: rmcp::model::RequestId,
-        era: Era,
-    ) -> Result<std::io::Result<Vec<u8>>, rmcp::model::ServerJsonRpcMessage> {
-        let read = self.service.read(grant, &request.uri).await;
-        read_answer(read, id, era)
-    }
-
-    /// [`McpHandler::read_answer_as`] done in place, when the read can finish without
-    /// waiting ([`crate::service::Service::read_now`]); `None` leaves it to `read_answer_as`.
-    pub(crate) fn read_answer_now(
+    /// `resources/read` of `request` for a caller holding `grant` (none over stdio or
+    /// without authentication), as the answer to request `id` in `era` ([`Era::Modern`]
+    /// callers get cache hints), shaped as `S` says: rmcp's typed result for rmcp's
+    /// dispatch ([`Typed`]), the whole JSON-RPC answer for the direct paths ([`Wire`]). So
+    /// every path answers through the same service call.
+    ///
+    /// With [`McpHandler::read_now`], the handler's one read entry point: a pair because
+    /// the service's and the provider's reads are one (see [`Service::read_now`]).
+    pub(crate) async fn read<S: Shape>(
         &self,
         request: &ReadResourceRequestParams,
         grant: Option<&Grant>,
         id: &rmcp::model::RequestId,
         era: Era,
-    ) -> ReadAnswer {
+    ) -> S::Answer {
+        S::shape(self.service.read(grant, &request.uri).await, id, era)
+    }
+
+    /// [`McpHandler::read`] done in place, when the read can finish without waiting
+    /// ([`Service::read_now`]): a plain call, no future. `None` leaves it to `read`.
+    pub(crate) fn read_now<S: Shape>(
+        &self,
+        request: &ReadResourceRequestParams,
+        grant: Option<&Grant>,
+        id: &rmcp::model::RequestId,
+        era: Era,
+    ) -> Option<S::Answer> {
         let read = self.service.read_now(grant, &request.uri)?;
-        Some(read_answer(read, id.clone(), era))
+        Some(S::shape(read, id, era))
     }
 
     async fn do_complete(
@@ -514,7 +490,7 @@ impl ServerHandler for McpHandler {
         ctx: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
         Box::pin(async {
-            self.read_as(request, grant_of(&ctx.extensions), Era::of(&ctx))
+            self.read::<Typed>(&request, grant_of(&ctx.extensions), &ctx.id, Era::of(&ctx))
                 .await
         })
         .await
@@ -830,40 +806,83 @@ impl rmcp::Service<RoleServer> for Served {
     }
 }
 
-/// What [`McpHandler::read_answer_now`] gives: `None` when the read would wait, else the
-/// answer's JSON (or the error message to send instead).
-pub(crate) type ReadAnswer =
-    Option<Result<std::io::Result<Vec<u8>>, rmcp::model::ServerJsonRpcMessage>>;
+/// How the answer to a `resources/read` is shaped: the one thing the paths that read through
+/// [`McpHandler::read`] differ in. A type, not a value, so that each path's shaping is a
+/// plain call chosen at compile time, with nothing to match on the hot path.
+pub(crate) trait Shape {
+    /// What the caller gets.
+    type Answer;
+    /// The answer to request `id` for `read`, in `era`.
+    fn shape(
+        read: mcpr_core::Result<crate::service::ReadOutcome>,
+        id: &rmcp::model::RequestId,
+        era: Era,
+    ) -> Self::Answer;
+}
 
-/// The answer to request `id` for `read`, in its era: the JSON of a successful read (the
-/// contents' buffers given back once encoded), or the error message.
-// The error is the rare path, and the shape is the one `read_answer_as` (async, which the
-// lint does not look at) has always returned to both transports.
-#[allow(clippy::result_large_err)]
-fn read_answer(
-    read: mcpr_core::Result<crate::service::ReadOutcome>,
-    id: rmcp::model::RequestId,
-    era: Era,
-) -> Result<std::io::Result<Vec<u8>>, rmcp::model::ServerJsonRpcMessage> {
-    match read {
-        Ok(read) => {
-            let answer = crate::wire::encode::read_answer_json(
-                &id,
-                &read.contents,
-                (era == Era::Modern).then(|| (read.hints.ttl_ms, scope(read.hints))),
-            );
-            for c in read.contents {
-                mcpr_core::spare::give_back(match c.body {
-                    ContentsBody::Text(text) => text.into_bytes(),
-                    ContentsBody::Blob(bytes) => bytes,
-                });
-            }
-            Ok(answer)
+/// rmcp's typed result, which rmcp's dispatch post-processes per era and encodes: the shape
+/// of `read_resource`.
+pub(crate) enum Typed {}
+
+impl Shape for Typed {
+    type Answer = Result<ReadResourceResponse, ErrorData>;
+
+    fn shape(
+        read: mcpr_core::Result<crate::service::ReadOutcome>,
+        _id: &rmcp::model::RequestId,
+        era: Era,
+    ) -> Self::Answer {
+        let read = read.map_err(to_mcp_error)?;
+        let mut result =
+            ReadResourceResult::new(read.contents.into_iter().map(contents_of).collect());
+        if era == Era::Modern {
+            result = result
+                .with_ttl_ms(read.hints.ttl_ms)
+                .with_cache_scope(scope(read.hints));
         }
-        Err(e) => Err(crate::wire::era::read_message(
-            Err(to_mcp_error(e)),
-            id,
-            era,
-        )),
+        Ok(result.into())
+    }
+}
+
+/// The whole JSON-RPC answer, as the direct read paths write it: a successful read as JSON
+/// written straight from the provider's contents ([`crate::wire::encode::read_answer_json`]),
+/// without building rmcp's result, its contents' buffers given back to [`mcpr_core::spare`]
+/// once copied into the answer; a refused one as the error message rmcp's dispatch would
+/// send for the era ([`crate::wire::era::read_message`]), for the transport to encode (HTTP
+/// takes its status from it).
+pub(crate) enum Wire {}
+
+/// What [`Wire`] gives: the answer's JSON, or the error message to send instead.
+pub(crate) type WireAnswer = Result<std::io::Result<Vec<u8>>, rmcp::model::ServerJsonRpcMessage>;
+
+impl Shape for Wire {
+    type Answer = WireAnswer;
+
+    fn shape(
+        read: mcpr_core::Result<crate::service::ReadOutcome>,
+        id: &rmcp::model::RequestId,
+        era: Era,
+    ) -> Self::Answer {
+        match read {
+            Ok(read) => {
+                let answer = crate::wire::encode::read_answer_json(
+                    id,
+                    &read.contents,
+                    (era == Era::Modern).then(|| (read.hints.ttl_ms, scope(read.hints))),
+                );
+                for c in read.contents {
+                    mcpr_core::spare::give_back(match c.body {
+                        ContentsBody::Text(text) => text.into_bytes(),
+                        ContentsBody::Blob(bytes) => bytes,
+                    });
+                }
+                Ok(answer)
+            }
+            Err(e) => Err(crate::wire::era::read_message(
+                Err(to_mcp_error(e)),
+                id.clone(),
+                era,
+            )),
+        }
     }
 }

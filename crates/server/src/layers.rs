@@ -197,8 +197,10 @@ impl<'a> Layered<'a> {
     /// [`Provider::read_now`], checked and counted as [`Layered::read`] counts its call. It
     /// runs on the calling thread with no timer: nothing can interrupt a call already running
     /// there, so a provider answers in place only what cannot hang (the files provider: a
-    /// small file on a local file system; never a network or FUSE one). `None` (the read
-    /// would wait) counts nothing: the `read` that follows counts the call.
+    /// small file on a local file system; never a network or FUSE one), and the transports
+    /// run it on a watched thread (`crate::hung`). `None` (the read would wait) counts
+    /// nothing: the `read` that follows counts the call. With [`Layered::read`], the layer's
+    /// one read entry point in the provider's two forms: a plain call cannot be a future.
     pub(crate) fn read_now(
         &self,
         uri: &ResourceUri,

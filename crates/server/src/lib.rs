@@ -9,6 +9,7 @@ mod errors;
 mod grant;
 mod handler;
 pub mod http;
+mod hung;
 mod layers;
 pub mod mailbox;
 pub mod metrics;

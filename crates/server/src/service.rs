@@ -809,6 +809,11 @@ impl Service {
     /// Read `uri` for a caller holding `grant` (`None` over stdio, or HTTP without
     /// authentication). A URI of a mount the caller may not see is not found, like one no
     /// mount owns; a mount that does not declare reads answers [`ErrorKind::Unsupported`].
+    ///
+    /// With [`Service::read_now`], the service's one read entry point, in the two forms the
+    /// provider's read has ([`mcpr_core::Provider::read`], [`mcpr_core::Provider::read_now`]):
+    /// one function cannot be both a future and a plain call, and the direct paths run the
+    /// in-place try and the wait in different places (a watched thread, then a task).
     pub async fn read(&self, grant: Option<&Grant>, uri: &str) -> Result<ReadOutcome> {
         let read = metered(
             &self.state.metrics,
@@ -846,27 +851,22 @@ impl Service {
         let start = Instant::now();
         // A panic in the provider fails this read alone, as `read`'s does (see `metered`).
         let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.read_uri_now(grant, raw)
+            let (uri, mount) = match self.read_route(grant, raw) {
+                Ok(routed) => routed,
+                Err(e) => return Some(Err(e)),
+            };
+            let settings = &self.state.settings;
+            // A budget spent is waited for, by `read`.
+            let _held = self
+                .state
+                .read_budget
+                .try_reserve(settings.max_read_bytes)?;
+            let read = self.layered(mount).read_now(&uri, &read_limits(settings))?;
+            Some(read.map(|out| read_outcome(grant, mount, out)))
         }))
         .unwrap_or_else(|_| Some(Err(crate::layers::panicked("resources/read").with_uri(raw))))?;
         crate::layers::record(&self.state.metrics, "resources/read", start, &read);
         Some(read)
-    }
-
-    /// [`Service::read_uri`] done in place (see [`Service::read_now`]).
-    fn read_uri_now(&self, grant: Option<&Grant>, raw: &str) -> Option<Result<ReadOutcome>> {
-        let (uri, mount) = match self.read_route(grant, raw) {
-            Ok(routed) => routed,
-            Err(e) => return Some(Err(e)),
-        };
-        let settings = &self.state.settings;
-        // A budget spent is waited for, by `read_uri`.
-        let _held = self
-            .state
-            .read_budget
-            .try_reserve(settings.max_read_bytes)?;
-        let read = self.layered(mount).read_now(&uri, &read_limits(settings))?;
-        Some(read.map(|out| read_outcome(grant, mount, out)))
     }
 
     async fn read_uri(&self, grant: Option<&Grant>, raw: &str) -> Result<ReadOutcome> {
@@ -886,7 +886,7 @@ impl Service {
     }
 
     /// `raw` parsed and routed to the mount a caller holding `grant` reads it from: where
-    /// [`Service::read_uri`] and [`Service::read_uri_now`] start. A mount that does not
+    /// [`Service::read_uri`] and [`Service::read_now`] start. A mount that does not
     /// declare reads refuses here, before the read takes any of the budget, as the layer
     /// would refuse it.
     fn read_route(&self, grant: Option<&Grant>, raw: &str) -> Result<(ResourceUri, &Mount)> {

@@ -3,12 +3,13 @@
 //! both, and the id used again afterwards is answered. And once stdout is gone, the direct
 //! path does no read any more (nobody could get the answer).
 
-use std::collections::HashSet;
+mod common;
+
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use mcpr_core::{Provider, ReadLimits, ReadOutput, ResourceUri};
+use common::Gated;
 use mcpr_provider_files::{FilesConfig, FilesProvider, encode_path_uri};
 use mcpr_server::stdio::StdioTransport;
 use mcpr_server::{McpHandler, ServerState, Settings};
@@ -18,70 +19,6 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 const INIT: &str = r#"{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
 const INITIALIZED: &str = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
-
-/// A files mount whose reads of names starting with "gate" never finish in place and wait
-/// until the test lets that name go; every read it does is counted.
-struct Gated {
-    files: FilesProvider,
-    released: tokio::sync::watch::Sender<HashSet<String>>,
-    /// Gated reads begun.
-    started: AtomicUsize,
-    /// Reads done, in place or not.
-    reads: AtomicUsize,
-}
-
-impl Gated {
-    fn release(&self, name: &str) {
-        self.released.send_modify(|r| {
-            r.insert(name.to_owned());
-        });
-    }
-
-    /// The gated name a URI reads, if any.
-    fn gate(uri: &ResourceUri) -> Option<String> {
-        let name = uri.as_str().rsplit('/').next()?;
-        name.starts_with("gate").then(|| name.to_owned())
-    }
-}
-
-#[async_trait::async_trait]
-impl Provider for Gated {
-    fn info(&self) -> &mcpr_core::ProviderInfo {
-        self.files.info()
-    }
-
-    async fn list(
-        &self,
-        page: mcpr_core::PageRequest,
-    ) -> mcpr_core::Result<mcpr_core::Page<mcpr_core::ResourceMeta>> {
-        self.files.list(page).await
-    }
-
-    async fn read(&self, uri: &ResourceUri, limits: &ReadLimits) -> mcpr_core::Result<ReadOutput> {
-        self.reads.fetch_add(1, Ordering::SeqCst);
-        if let Some(name) = Self::gate(uri) {
-            self.started.fetch_add(1, Ordering::SeqCst);
-            let mut released = self.released.subscribe();
-            released.wait_for(|r| r.contains(&name)).await.unwrap();
-        }
-        self.files.read(uri, limits).await
-    }
-
-    fn read_now(
-        &self,
-        uri: &ResourceUri,
-        limits: &ReadLimits,
-    ) -> Option<mcpr_core::Result<ReadOutput>> {
-        if Self::gate(uri).is_some() {
-            return None;
-        }
-        let read = self.files.read_now(uri, limits);
-        if read.is_some() {
-            self.reads.fetch_add(1, Ordering::SeqCst);
-        }
-        read
-    }
-}
 
 fn read(id: &str, uri: &str) -> String {
     format!(
@@ -119,12 +56,9 @@ impl Session {
         for name in ["a.txt", "gate-a", "gate-b", "gate-c", "gate-d", "gate-e"] {
             std::fs::write(root.join(name), name).unwrap();
         }
-        let provider = Arc::new(Gated {
-            files: FilesProvider::new(FilesConfig::new(&root)).unwrap(),
-            released: tokio::sync::watch::Sender::new(HashSet::new()),
-            started: AtomicUsize::new(0),
-            reads: AtomicUsize::new(0),
-        });
+        let provider = Arc::new(Gated::new(
+            FilesProvider::new(FilesConfig::new(&root)).unwrap(),
+        ));
         let state = ServerState::new(Settings::default(), vec![provider.clone()]);
         let (server_r, client_w) = rustix::pipe::pipe().unwrap();
         let (client_r, server_w) = rustix::pipe::pipe().unwrap();

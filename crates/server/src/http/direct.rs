@@ -31,7 +31,6 @@ use http::{HeaderMap, Method, Request, StatusCode, header};
 use http_body_util::BodyExt as _;
 use rmcp::model::{
     ClientRequest, GetMeta as _, JsonRpcMessage, ReadResourceRequestParams, RequestId,
-    ServerJsonRpcMessage,
 };
 use rmcp::transport::streamable_http_server::StreamableHttpService;
 use rmcp::transport::streamable_http_server::session::SessionManager;
@@ -40,19 +39,22 @@ use tokio_util::sync::CancellationToken;
 use crate::McpHandler;
 use crate::errors::to_mcp_error;
 use crate::grant::Grant;
+use crate::handler::{Wire, WireAnswer};
 use crate::http::edge::WholeBody;
 use crate::http::in_place::InPlaceReads;
 use crate::wire::era::Era;
-use crate::wire::http_answers::{self, json_error};
+use crate::wire::http_answers;
 use crate::wire::http_checks::{
     AllowedHosts, JSON, MCP_NAME, content_type_is_json, direct_read_len, sole, status_of,
 };
-use crate::wire::{decode, encode, era, refusals};
+use crate::wire::{decode, encode, era, http_refusals};
 
 /// What the direct path needs to decide and answer.
 pub(crate) struct DirectSettings {
     /// The same allow-list rmcp's service is configured with; empty accepts any host.
     pub allowed_hosts: AllowedHosts,
+    /// The same `Origin` allow-list rmcp's service is configured with; empty allows none.
+    pub allowed_origins: Vec<String>,
     /// rmcp's body limit; larger bodies are rmcp's to refuse.
     pub max_body_bytes: usize,
     /// Off answers everything through rmcp (the test that compares the two paths).
@@ -140,9 +142,6 @@ impl<M: SessionManager> tower::Service<Request<Body>> for DirectRead<M> {
     }
 }
 
-/// A direct read's answer: its JSON, or the error message to send instead.
-type Answer = Result<std::io::Result<Vec<u8>>, ServerJsonRpcMessage>;
-
 /// The body length of a POST whose JSON body may be checked here.
 fn json_body_len(headers: &HeaderMap, settings: &DirectSettings) -> Option<usize> {
     if !content_type_is_json(sole(headers, header::CONTENT_TYPE)?)
@@ -160,39 +159,22 @@ impl<M: SessionManager> DirectRead<M> {
         self.handler.service().state().settings.tools
     }
 
-    /// A JSON-RPC body rmcp would answer with a bare HTTP error (415 "fail to deserialize":
-    /// `"params": []`, a known method with a non-object `params`) or would misread (a list
-    /// whose `cursor` is not a string, which its decode drops and so restarts the list) gets
-    /// the JSON-RPC error the stdio transport gives it, so both transports answer it alike. Everything else
-    /// is rmcp's answer, unchanged: only a 415 is replaced, and a cursor is checked only on a
-    /// request that passes rmcp's Host and Origin checks.
+    /// A POST with a JSON body of `len` bytes: rmcp's answer, except where it would answer
+    /// with a bare HTTP error or misread the body ([`http_refusals::answered`]).
     async fn checked(&self, req: Request<Body>, len: usize, whole: Option<WholeBody>) -> Response {
         let (parts, body) = req.into_parts();
         let bytes = match body_bytes(body, len, whole).await {
             Ok(bytes) => bytes,
             Err(refused) => return refused,
         };
-        let host_ok = !parts.headers.contains_key(header::ORIGIN)
-            && sole(&parts.headers, header::HOST)
-                .is_some_and(|h| self.settings.allowed_hosts.allows(h));
-        if host_ok
-            && memchr::memmem::find(&bytes, b"\"cursor\"").is_some()
-            && let Some(answer) = refusals::refusal(&bytes, false, self.tools())
-        {
-            return json_error(answer);
-        }
-        let body = Body::from(bytes.clone());
-        let response = self
-            .inner
-            .handle(Request::from_parts(parts, body))
-            .await
-            .map(Body::new);
-        if response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE
-            && let Some(answer) = refusals::refusal(&bytes, true, self.tools())
-        {
-            return json_error(answer);
-        }
-        response
+        let gate = (
+            &self.settings.allowed_hosts,
+            &self.settings.allowed_origins[..],
+        );
+        http_refusals::answered(parts, bytes, gate, self.tools(), async |req| {
+            self.inner.handle(req).await.map(Body::new)
+        })
+        .await
     }
 }
 
@@ -252,7 +234,7 @@ impl<M: SessionManager> DirectRead<M> {
 }
 
 impl<M: SessionManager> DirectRead<M> {
-    /// The read done in place ([`McpHandler::read_answer_now`]) on one of the reader threads
+    /// The read done in place ([`McpHandler::read_now`]) on one of the reader threads
     /// of [`InPlaceReads`], not on this runtime worker: a read that hangs costs this request,
     /// answered with the timeout error once the request timeout is over, and not the worker
     /// with every connection it serves. `Err` gives the request back when the read would
@@ -264,12 +246,12 @@ impl<M: SessionManager> DirectRead<M> {
         params: ReadResourceRequestParams,
         grant: Option<&Grant>,
         id: RequestId,
-    ) -> Result<Answer, (ReadResourceRequestParams, RequestId)> {
+    ) -> Result<WireAnswer, (ReadResourceRequestParams, RequestId)> {
         let readers = match &self.settings.in_place {
             None => {
                 return match self
                     .handler
-                    .read_answer_now(&params, grant, &id, Era::Modern)
+                    .read_now::<Wire>(&params, grant, &id, Era::Modern)
                 {
                     Some(answer) => Ok(answer),
                     None => Err((params, id)),
@@ -285,7 +267,7 @@ impl<M: SessionManager> DirectRead<M> {
         let handler = self.handler.clone();
         let grant = grant.cloned();
         let rx = readers.run(move || {
-            match handler.read_answer_now(&params, grant.as_ref(), &id, Era::Modern) {
+            match handler.read_now::<Wire>(&params, grant.as_ref(), &id, Era::Modern) {
                 Some(answer) => Ok(answer),
                 None => Err((params, id)),
             }
@@ -315,8 +297,8 @@ impl<M: SessionManager> DirectRead<M> {
         params: ReadResourceRequestParams,
         grant: Option<&Grant>,
         id: RequestId,
-    ) -> Result<Answer, Response> {
-        let read = self.handler.read_answer_as(params, grant, id, Era::Modern);
+    ) -> Result<WireAnswer, Response> {
+        let read = self.handler.read::<Wire>(&params, grant, &id, Era::Modern);
         tokio::select! {
             answer = read => Ok(answer),
             // The words rmcp answers a stateless request with when shutdown cuts it off.

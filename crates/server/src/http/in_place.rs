@@ -9,32 +9,23 @@
 //! its answer for at most the request timeout, then answers the timeout error as a read on
 //! the bounded path does.
 //!
-//! A watchdog replaces a reader that has been in one read longer than [`slow_after`]: a new
-//! thread takes its place at once, so the reads queued behind it go on, and the slow one
-//! ends once its read returns. Replaced threads that have not returned are counted; past
-//! [`MAX_STUCK`] of them no read is taken in place any more (the caller reads on the
-//! bounded path, which costs a task and a timer but cannot hang anything), until some
-//! return. Threads are thus bounded by `readers + MAX_STUCK`.
+//! A watchdog replaces a reader that has been in one read longer than
+//! [`hung::slow_after`]: a new thread takes its place at once, so the reads queued behind it
+//! go on, and the slow one ends once its read returns. Replaced threads that have not
+//! returned are counted; past [`hung::MAX_STUCK`] of them no read is taken in place any more
+//! (the caller reads on the bounded path, which costs a task and a timer but cannot hang
+//! anything), until some return. Threads are thus bounded by `readers + MAX_STUCK`. That
+//! policy is the stdio transport's too ([`crate::hung`]).
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use mcpr_core::sync::lock;
 use tokio::sync::oneshot;
 
-/// Readers stuck in a read (replaced, not returned) past which reads are no longer taken in
-/// place.
-pub(crate) const MAX_STUCK: usize = 32;
-
-/// How long a reader may be in one read before another thread takes its place: a read in
-/// place is meant to take microseconds (a small file on a local disk), so this is far above
-/// an honest one even on a loaded machine, and well below the request timeout, so that reads
-/// queued behind a stuck one wait little.
-pub(crate) fn slow_after(request_timeout: Duration) -> Duration {
-    (request_timeout / 4).clamp(Duration::from_millis(5), Duration::from_millis(100))
-}
+use crate::hung;
 
 /// Reader threads for a server: as many as the runtime has workers (one per CPU), at least
 /// two so that one slow read never holds the rest up until the watchdog looks, and at most
@@ -55,7 +46,7 @@ struct Shared {
     wake: Condvar,
     slow_after: Duration,
     /// Readers replaced while in a read that has not returned yet.
-    stuck: AtomicUsize,
+    stuck: hung::Stuck,
     /// The readers running, for the watchdog.
     slots: Mutex<Vec<Arc<Slot>>>,
     /// The origin of [`Slot::busy_since`].
@@ -95,8 +86,8 @@ impl InPlaceReads {
                 idle: 0,
             }),
             wake: Condvar::new(),
-            slow_after: slow_after(request_timeout),
-            stuck: AtomicUsize::new(0),
+            slow_after: hung::slow_after(request_timeout),
+            stuck: hung::Stuck::default(),
             slots: Mutex::new(Vec::new()),
             epoch: Instant::now(),
             rt,
@@ -114,10 +105,10 @@ impl InPlaceReads {
         Ok(this)
     }
 
-    /// Whether reads are taken in place now: not while [`MAX_STUCK`] readers are stuck
-    /// (then read on the bounded path).
+    /// Whether reads are taken in place now: not while [`hung::MAX_STUCK`] readers are
+    /// stuck (then read on the bounded path).
     pub(crate) fn accepting(&self) -> bool {
-        self.shared.stuck.load(Ordering::Relaxed) < MAX_STUCK
+        self.shared.stuck.accepting()
     }
 
     /// Runs `job` on a reader thread; its result comes on the receiver. A job whose
@@ -145,7 +136,7 @@ impl InPlaceReads {
     /// Readers replaced in a read that has not returned yet.
     #[cfg(test)]
     fn stuck(&self) -> usize {
-        self.shared.stuck.load(Ordering::Relaxed)
+        self.shared.stuck.count()
     }
 }
 
@@ -203,7 +194,7 @@ fn read_jobs(shared: &Arc<Shared>, slot: &Arc<Slot>) {
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
         slot.busy_since.store(0, Ordering::Release);
         if slot.replaced.load(Ordering::Acquire) {
-            shared.stuck.fetch_sub(1, Ordering::Relaxed);
+            shared.stuck.returned();
             leave(shared, slot);
             return;
         }
@@ -214,10 +205,10 @@ fn leave(shared: &Shared, slot: &Arc<Slot>) {
     lock(&shared.slots).retain(|s| !Arc::ptr_eq(s, slot));
 }
 
-/// The watchdog: every half of `slow_after`, replaces each reader that has been in one read
-/// for longer than `slow_after`.
+/// The watchdog: every [`hung::tick`], replaces each reader that has been in one read for
+/// longer than `slow_after`.
 fn watch(shared: &Arc<Shared>) {
-    let tick = shared.slow_after / 2;
+    let tick = hung::tick(shared.slow_after);
     while !shared.closed.load(Ordering::Acquire) {
         std::thread::sleep(tick);
         let now = shared.epoch.elapsed().as_nanos() as u64 + 1;
@@ -240,9 +231,8 @@ fn watch(shared: &Arc<Shared>) {
             {
                 continue;
             }
-            // Counted before the replacement starts, so `run` refuses as soon as the cap is
-            // reached; the replaced thread uncounts itself when its read returns.
-            shared.stuck.fetch_add(1, Ordering::Relaxed);
+            // The replaced thread uncounts itself when its read returns.
+            shared.stuck.replaced();
             tracing::warn!(
                 after_ms = shared.slow_after.as_millis() as u64,
                 "a read in place is taking too long; another thread reads in its place"
@@ -294,9 +284,9 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         // At the cap, nothing more is taken in place.
-        reads.shared.stuck.store(MAX_STUCK, Ordering::Relaxed);
+        reads.shared.stuck.set(hung::MAX_STUCK);
         assert!(!reads.accepting());
-        reads.shared.stuck.store(0, Ordering::Relaxed);
+        reads.shared.stuck.set(0);
         assert!(reads.accepting());
         assert_eq!(reads.run(|| 4).await.unwrap(), 4);
     }

@@ -231,6 +231,7 @@ pub async fn serve(
         McpHandler::new(state.clone()),
         direct::DirectSettings {
             allowed_hosts: hosts.clone(),
+            allowed_origins: settings.allowed_origins.clone(),
             max_body_bytes: limits.max_body_bytes,
             enabled: settings.direct_reads && settings.json_response,
             answered: direct_reads.clone(),

@@ -2,27 +2,29 @@
 //! only hand to the handler is answered here, from the reader thread, without rmcp's serve
 //! loop (see the transport's documentation for when a read qualifies and what it saves).
 //! A read is tried in place first; one that waits finishes on a task of its own, listed in
-//! [`Waiting`] so a cancellation can stop it.
+//! [`Waiting`] so a cancellation can stop it, as is a read in place that hangs once the
+//! reader thread's watchdog has put a new thread in its place ([`Direct::taken_over`]).
 
 use std::collections::HashMap;
-use std::io;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 
 use mcpr_core::sync::lock;
 use rmcp::model::{
-    ClientNotification, ClientRequest, JsonRpcMessage, JsonRpcRequest, JsonRpcVersion2_0,
-    ReadResourceRequestParams, RequestId, RequestMetaObject,
+    ClientRequest, JsonRpcMessage, JsonRpcRequest, JsonRpcVersion2_0, ReadResourceRequestParams,
+    RequestId, RequestMetaObject,
 };
-use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::service::{RoleServer, RxJsonRpcMessage};
 use tokio_util::sync::CancellationToken;
 
 use super::BATCH_BYTES;
 use super::framing::as_line;
 use super::writer::Queue;
 use crate::McpHandler;
-use crate::handler::ReadAnswer;
+use crate::handler::{Wire, WireAnswer};
+use crate::wire::cancel;
 use crate::wire::encode::to_json;
 use crate::wire::era::Era;
 use crate::wire::lifecycle::Lifecycle;
@@ -54,7 +56,7 @@ impl Direct {
     /// Takes `msg` when it is a `resources/read` that rmcp would hand to the handler
     /// unchanged ([`Directly::Now`]: the reader thread tries it in place, then
     /// [`Direct::finish`]), and returns it for rmcp otherwise. A cancellation also stops the
-    /// direct read it names. Once stdout is gone, a direct read is dropped unread: its answer
+    /// direct read it names, as rmcp stops its own ([`cancel`]). Once stdout is gone, a direct read is dropped unread: its answer
     /// could go nowhere, and the read would cost the source for nothing.
     pub(super) fn take(&self, msg: RxJsonRpcMessage<RoleServer>, out: &Queue) -> Directly {
         let Some(handler) = self.handler.clone() else {
@@ -71,12 +73,8 @@ impl Direct {
             }
             _ => lifecycle.saw_other(),
         }
-        // rmcp drops the answer to a request cancelled before it is done; so does this
-        // path. The notification still goes to rmcp, which finds nothing of its own.
-        if let JsonRpcMessage::Notification(n) = &msg
-            && let ClientNotification::CancelledNotification(c) = &n.notification
-            && let Some(id) = &c.params.request_id
-        {
+        // The notification still goes to rmcp, which finds nothing of its own.
+        if let Some(id) = cancel::cancelled(&msg) {
             self.waiting.cancel(id);
         }
         let (id, params, era) = match msg {
@@ -111,58 +109,114 @@ impl Direct {
         })
     }
 
-    /// Finishes a direct read after its try in place: `answer` when it gave one (appended to
-    /// `batch`, which the reader thread writes), else on a task of its own, so the requests
-    /// behind it are not held up, and it can be cancelled while it waits. That task's read
-    /// is polled once here first (a large file's read often finishes on it): that poll has
-    /// no waker to call, and the task polls the read again, with its own, as it starts.
-    pub(super) fn finish(
+    /// Finishes a direct read after its try in place ([`NowRead::try_now`]): a done one's
+    /// answer appended to `batch`, which the reader thread writes; one that waits on a task
+    /// of its own, so the requests behind it are not held up, and listed so that a
+    /// cancellation stops it.
+    pub(super) fn finish(&self, tried: Tried, out: &Queue, batch: &mut Vec<u8>) {
+        match tried {
+            Tried::Done(answer) => deliver(answer, out, batch),
+            Tried::Waits(id, read) => {
+                let (entry, cancelled) = self.waiting.insert(&id);
+                // Only a read that waits takes a handle on the queue (a count on the channel).
+                let (out, waiting) = (out.clone(), self.waiting.clone());
+                tokio::spawn(async move {
+                    let answer = tokio::select! {
+                        answer = read => Some(answer),
+                        () = cancelled.cancelled() => None,
+                    };
+                    answered(&waiting, &id, entry, answer, &out);
+                });
+            }
+        }
+    }
+
+    /// A read in place the reader thread's watchdog took over (see
+    /// [`super::reader::InPlace`]): its request `id`, `uri` and `era`, and `handed`, which
+    /// gets what the stuck thread's try gave once it returns. Listed as a read that waits, so
+    /// that a cancellation stops it (no answer, as rmcp gives none) and the end of input
+    /// waits for it; answered with what it gives if that comes by `deadline`, else with the
+    /// timeout error then.
+    // Called once per read taken over, from the watchdog, with what it holds: a struct to
+    // carry these would be built for this one call.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn taken_over(
         &self,
-        read: NowRead,
-        answer: ReadAnswer,
-        out: &Queue,
-        batch: &mut Vec<u8>,
+        id: RequestId,
+        uri: String,
+        era: Era,
+        timeout: std::time::Duration,
+        deadline: tokio::time::Instant,
+        handed: tokio::sync::oneshot::Receiver<Tried>,
+        out: Queue,
+        rt: &tokio::runtime::Handle,
     ) {
-        if let Some(answer) = answer {
-            deliver(line_of(answer), out, batch);
-            return;
-        }
-        let NowRead {
-            handler,
-            params,
-            id,
-            era,
-        } = read;
-        let answer_id = id.clone();
-        let mut read =
-            Box::pin(
-                async move { line_of(handler.read_answer_as(params, None, answer_id, era).await) },
-            );
-        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-        if let Poll::Ready(answer) = read.as_mut().poll(&mut cx) {
-            deliver(answer, out, batch);
-            return;
-        }
-        // Only a read that waits takes a handle on the queue (a count on the channel).
-        let out = out.clone();
         let (entry, cancelled) = self.waiting.insert(&id);
         let waiting = self.waiting.clone();
-        tokio::spawn(async move {
-            let answer = tokio::select! {
-                answer = read => Some(answer),
-                () = cancelled.cancelled() => None,
-            };
-            // Taken off the list and sent under one lock, so a cancellation is either
-            // before (no answer) or after (the answer is already out).
-            waiting.done(&id, entry, || {
-                if let Some(Some(bytes)) = answer {
-                    let _ = out.send(bytes);
+        rt.spawn(async move {
+            let read = async {
+                match handed.await {
+                    Ok(Tried::Done(answer)) => answer,
+                    Ok(Tried::Waits(_, read)) => read.await,
+                    // The stuck thread ended without handing its read over: the timeout
+                    // answers.
+                    Err(_) => std::future::pending().await,
                 }
-            });
-            // A `receive` holding the stream open after EOF counts the reads still running.
-            out.backlog.drained.notify_waiters();
+            };
+            let answer = tokio::select! {
+                biased;
+                () = cancelled.cancelled() => None,
+                answer = tokio::time::timeout_at(deadline, read) => Some(match answer {
+                    Ok(answer) => answer,
+                    Err(_) => {
+                        tracing::warn!(%id, %uri, "a read in place hung past the request \
+                            timeout; answered with the timeout error");
+                        timed_out(&id, &uri, era, timeout)
+                    }
+                }),
+            };
+            answered(&waiting, &id, entry, answer, &out);
         });
     }
+}
+
+/// A direct read that waited is done (`answer`), or cancelled (`None`): taken off the list
+/// and its answer sent under one lock, so a cancellation is either before (no answer) or
+/// after (the answer is already out).
+fn answered(
+    waiting: &Waiting,
+    id: &RequestId,
+    entry: u64,
+    answer: Option<Option<Vec<u8>>>,
+    out: &Queue,
+) {
+    waiting.done(id, entry, || {
+        if let Some(Some(bytes)) = answer {
+            let _ = out.send(bytes);
+        }
+    });
+    // A `receive` holding the stream open after EOF counts the reads still running.
+    out.backlog.drained.notify_waiters();
+}
+
+/// The timeout error's line for the read of `uri` answering `id` in `era`, as the bounded
+/// path words it.
+fn timed_out(id: &RequestId, uri: &str, era: Era, timeout: std::time::Duration) -> Option<Vec<u8>> {
+    let e = crate::layers::timed_out(timeout, Some(uri));
+    let message =
+        crate::wire::era::read_message(Err(crate::errors::to_mcp_error(e)), id.clone(), era);
+    line_of(Err(message))
+}
+
+/// What a direct read's try gave.
+pub(super) enum Tried {
+    /// Done: its answer's line (`None` when it could not be encoded, which is logged).
+    Done(Option<Vec<u8>>),
+    /// It waits: the request's id and the read, to finish on a task.
+    Waits(
+        RequestId,
+        Pin<Box<dyn Future<Output = Option<Vec<u8>>> + Send>>,
+    ),
 }
 
 /// What [`Direct::take`] made of a message.
@@ -174,9 +228,9 @@ pub(super) enum Directly {
     Rmcp(RxJsonRpcMessage<RoleServer>),
     /// A direct read, dropped unread because stdout is gone.
     Dropped,
-    /// A direct read to try in place, which the reader thread does itself with its state
-    /// unlocked, so that the watchdog can hand that state to a new thread if the read
-    /// hangs (see [`super::reader::InPlace`]); then [`Direct::finish`].
+    /// A direct read to try in place ([`NowRead::try_now`]), which the reader thread does
+    /// itself with its state unlocked, so that the watchdog can hand that state to a new
+    /// thread if the read hangs (see [`super::reader::InPlace`]); then [`Direct::finish`].
     Now(NowRead),
 }
 
@@ -189,18 +243,48 @@ pub(super) struct NowRead {
 }
 
 impl NowRead {
-    /// The read done in place, if it can be ([`McpHandler::read_answer_now`]).
-    pub(super) fn now(&self) -> ReadAnswer {
-        self.handler
-            .read_answer_now(&self.params, None, &self.id, self.era)
+    /// The read tried where it stands: in place if it can be ([`McpHandler::read_now`]),
+    /// else its future polled once (a large file's read often finishes on that poll, which
+    /// has no waker to call; the task the read then goes to polls it again, with its own).
+    pub(super) fn try_now(self) -> Tried {
+        if let Some(answer) = self
+            .handler
+            .read_now::<Wire>(&self.params, None, &self.id, self.era)
+        {
+            return Tried::Done(line_of(answer));
+        }
+        let Tried::Waits(id, mut read) = self.later() else {
+            unreachable!("a read for later waits");
+        };
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match read.as_mut().poll(&mut cx) {
+            Poll::Ready(answer) => Tried::Done(answer),
+            Poll::Pending => Tried::Waits(id, read),
+        }
+    }
+
+    /// The read as a future not polled yet, to run on a task: nothing of it runs on the
+    /// calling thread.
+    pub(super) fn later(self) -> Tried {
+        let NowRead {
+            handler,
+            params,
+            id,
+            era,
+        } = self;
+        let answer_id = id.clone();
+        Tried::Waits(
+            id,
+            Box::pin(
+                async move { line_of(handler.read::<Wire>(&params, None, &answer_id, era).await) },
+            ),
+        )
     }
 }
 
 /// A direct read's answer as a line of the stream (`None` when it cannot be encoded, which
 /// is logged).
-pub(super) fn line_of(
-    answer: Result<io::Result<Vec<u8>>, TxJsonRpcMessage<RoleServer>>,
-) -> Option<Vec<u8>> {
+pub(super) fn line_of(answer: WireAnswer) -> Option<Vec<u8>> {
     let answer = match answer {
         Ok(json) => json.map(as_line),
         Err(refused) => to_json(refused).map(as_line),

@@ -51,17 +51,20 @@
 //! A read in place runs on the reader thread before any timer, so one that hangs (a provider
 //! stuck on a network) would leave stdin unread: no cancellation, ping or other request
 //! would be taken any more. The reader thread's reads in place are watched
-//! (`reader::InPlace`): one still running after the request timeout is answered with the
-//! timeout error the other paths give, and a new reader thread reads on with the state the
-//! stuck one left unlocked.
+//! (`reader::InPlace`), by the policy the HTTP direct path follows (`crate::hung`): once
+//! one has run for a quarter of the request timeout (at most 100 ms), a new reader thread
+//! reads on with the state the stuck one left unlocked, and the stuck read waits as a read
+//! that waits does: a cancellation stops it, and it is answered when it ends, or with the
+//! timeout error the other paths give at the request timeout.
 //!
 //! The end of input ends the stream only once every request read before it is answered:
-//! rmcp stops reading at once and gives its handlers a fixed 5 s before cancelling them, and
-//! a direct read runs outside rmcp altogether. So `receive` holds the stream open after EOF
-//! until no request handed to rmcp and no direct read is left unanswered, at most the drain
-//! bound ([`StdioTransport::with_eof_drain`]); then it has the handler end the open listens
-//! ([`StdioEnd::input_over`]) and waits briefly for their final answers, which also go
-//! through rmcp's loop. A client that leaves before choosing a lifecycle makes rmcp's
+//! once `receive` has ended, rmcp sends its handlers' answers for a fixed 5 s more and no
+//! notification at all (the mirror of that is `crate::wire::eof`), and a direct read runs
+//! outside rmcp altogether. So `receive` holds the stream open after EOF until no request
+//! handed to rmcp and no direct read is left unanswered and every listen is acknowledged,
+//! at most the drain bound ([`StdioTransport::with_eof_drain`]); then it has the handler end
+//! the open listens ([`StdioEnd::input_over`]) and waits briefly for their final answers,
+//! which also go through rmcp's loop. A client that leaves before choosing a lifecycle makes rmcp's
 //! handshake fail and drop the transport unclosed; [`StdioEnd`] lets the binary still wait
 //! for the answers queued until then, and tell a clean end of input from a read error.
 
@@ -84,6 +87,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::McpHandler;
 use crate::wire::encode::to_json;
+use crate::wire::eof::{ANSWERS_AFTER_EOF, NOTIFIES_AFTER_EOF};
 use crate::wire::lifecycle::Lifecycle;
 use direct::Direct;
 use framing::{Lines, as_line};
@@ -361,8 +365,9 @@ impl StdioTransport {
             if open > 0 {
                 tracing::warn!(
                     "input ended; {open} request(s) still unanswered {} ms later, the bound; \
-                     ending without waiting for them",
-                    bound.as_millis()
+                     ending without waiting for them (rmcp sends answers for {} s more)",
+                    bound.as_millis(),
+                    ANSWERS_AFTER_EOF.as_secs()
                 );
             }
             self.ending.input_over.cancel();
@@ -379,6 +384,10 @@ impl StdioTransport {
         }
     }
 }
+
+// The drain above holds the stream for a listen until its acknowledgment, a notification,
+// is out: rmcp sends none once `receive` has ended.
+const _: () = assert!(!NOTIFIES_AFTER_EOF);
 
 /// Waits until `open` counts nothing in `backlog` or `deadline` passes; what it counts then.
 async fn drained_by(

@@ -3,22 +3,25 @@
 //! the runtime to wake and read. It frames and decodes the lines, answers the direct reads
 //! (writing their answers itself, those made from one read of input together), and hands
 //! every other message to rmcp over a bounded channel. Its reads in place are watched
-//! ([`InPlace`]), so one that hangs costs its own request, not the session.
+//! ([`InPlace`]), so one that hangs costs its own request, not the session: within a tenth
+//! of a second another thread reads stdin in its place.
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use mcpr_core::sync::lock;
 use rmcp::model::RequestId;
 use rmcp::service::{RoleServer, RxJsonRpcMessage};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
-use super::direct::{Direct, Directly, line_of};
+use super::direct::{Direct, Directly, Tried};
 use super::framing::Lines;
 use super::writer::{Output, Queue, WeakQueue, ready};
 use super::{BATCH_BYTES, BATCH_ROOM, Ending, READ_CHUNK};
+use crate::hung;
 use crate::wire::era::Era;
 
 /// Reads what `fd` has into the spare room of `scratch` (cleared first), waiting when the
@@ -65,23 +68,37 @@ struct ReaderState {
     current: Option<(RequestId, String, Era)>,
 }
 
-/// The reader thread's reads in place, watched: a read in place runs before any timer (see
+/// The reader thread's reads in place, watched, by the policy the HTTP direct path's reader
+/// threads follow too ([`crate::hung`]). A read in place runs before any timer (see
 /// [`crate::service::Service::read_now`]), and one that hangs (a provider stuck on a
-/// network) would hold the only thread reading stdin, so that no cancellation or ping is
-/// read any more. The watchdog thread looks every eighth of the request timeout; a read in
-/// place still running after the request timeout is answered with the timeout error the
-/// other paths give, and a new reader thread reads on with the state the stuck one left
-/// unlocked; the stuck thread, when its read ends, finds it has been replaced and ends
-/// without answering. A stuck read costs its own request and a parked thread, nothing else.
+/// network) would hold the only thread reading stdin, so that no cancellation, ping or other
+/// request is read any more. The watchdog thread looks every [`hung::tick`]; once it has
+/// seen the reader thread in one read in place for [`hung::slow_after`] (at most 100 ms), it
+/// takes that read over and a new reader thread reads on with the state the stuck one left
+/// unlocked. The read taken over is listed with the reads that wait
+/// ([`Direct::taken_over`]): a cancellation stops it, its answer goes out if the stuck
+/// thread's read returns within the request timeout, and the timeout error at the timeout
+/// otherwise. The stuck thread, when its read returns, hands what it gave over and ends.
+/// Past [`hung::MAX_STUCK`] stuck threads, reads are no longer tried in place but go to a
+/// task at once, until some return. A stuck read costs its own request and a parked thread,
+/// nothing else.
 pub(super) struct InPlace {
     /// Odd while the reader thread is in a read in place; one more at each entry and exit,
     /// and at a takeover, which the watchdog and the stuck thread race for with one
-    /// compare-and-swap each, so exactly one of them answers.
+    /// compare-and-swap each, so exactly one of them finishes the read.
     turn: AtomicU64,
     /// The request timeout.
-    timeout: std::time::Duration,
+    timeout: Duration,
+    /// How long a read in place may run before the watchdog takes it over.
+    slow_after: Duration,
     /// Reading has ended: the watchdog ends too.
     over: AtomicBool,
+    /// Reader threads replaced in a read that has not returned.
+    stuck: hung::Stuck,
+    /// The reads taken over whose thread has not returned, by turn: where that thread
+    /// hands over what its read gave. The watchdog takes a read over under this lock, so
+    /// the thread that finds itself taken over finds its entry.
+    taken: Mutex<Vec<(u64, oneshot::Sender<Tried>)>>,
 }
 
 impl InPlace {
@@ -96,13 +113,40 @@ impl InPlace {
             .compare_exchange(turn, turn + 1, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
     }
+
+    /// The watchdog takes over the read in place of `turn`, if it still runs: where the
+    /// stuck thread will hand what it gives.
+    fn take_over(&self, turn: u64) -> Option<oneshot::Receiver<Tried>> {
+        let mut taken = lock(&self.taken);
+        if !self.leave(turn) {
+            return None;
+        }
+        let (tx, rx) = oneshot::channel();
+        taken.push((turn, tx));
+        self.stuck.replaced();
+        Some(rx)
+    }
+
+    /// A thread whose read of `turn` was taken over hands over what it gave.
+    fn hand_over(&self, turn: u64, tried: Tried) {
+        let to = {
+            let mut taken = lock(&self.taken);
+            let at = taken.iter().position(|(t, _)| *t == turn);
+            at.map(|at| taken.swap_remove(at).1)
+        };
+        self.stuck.returned();
+        // A read already answered (timed out, or cancelled) drops what it gave.
+        if let Some(to) = to {
+            let _ = to.send(tried);
+        }
+    }
 }
 
 /// How a reader thread ended.
 enum Ended {
     /// At the end of input, or with the transport: reading is over.
     Over,
-    /// Stuck in a read in place past the timeout: another thread reads on.
+    /// Stuck in a read in place: another thread reads on.
     Replaced,
 }
 
@@ -126,6 +170,8 @@ impl Reader {
             .handler
             .as_ref()
             .map(|h| h.service().state().settings.request_timeout);
+        let watched = timeout.is_some();
+        let timeout = timeout.unwrap_or_default();
         let reader = Reader {
             state: Arc::new(Mutex::new(ReaderState {
                 lines,
@@ -140,8 +186,11 @@ impl Reader {
             ending,
             in_place: Arc::new(InPlace {
                 turn: AtomicU64::new(0),
-                timeout: timeout.unwrap_or_default(),
+                timeout,
+                slow_after: hung::slow_after(timeout),
                 over: AtomicBool::new(false),
+                stuck: hung::Stuck::default(),
+                taken: Mutex::new(Vec::new()),
             }),
         };
         tracing::debug!(
@@ -149,7 +198,7 @@ impl Reader {
             "stdio: stdin read on a thread of its own"
         );
         let rt = tokio::runtime::Handle::current();
-        if timeout.is_some() {
+        if watched {
             let (watchdog, rt) = (reader.clone(), rt.clone());
             std::thread::Builder::new()
                 .name("mcpr-stdin-watch".into())
@@ -242,19 +291,24 @@ impl Reader {
                         }
                     }
                     Directly::Dropped => {}
+                    // Too many threads stuck already: not tried here at all.
+                    Directly::Now(read) if !self.in_place.stuck.accepting() => {
+                        st.direct.finish(read.later(), &out, &mut st.batch);
+                    }
                     Directly::Now(read) => {
                         st.current = Some((read.id.clone(), read.params.uri.clone(), read.era));
                         let turn = self.in_place.enter();
                         drop(guard);
-                        let answer = read.now();
+                        let tried = read.try_now();
                         if !self.in_place.leave(turn) {
-                            // Answered by the watchdog, and another thread reads on.
+                            // Taken over by the watchdog, and another thread reads on.
+                            self.in_place.hand_over(turn, tried);
                             return Ended::Replaced;
                         }
                         guard = lock(&self.state);
                         let st = &mut *guard;
                         st.current = None;
-                        st.direct.finish(read, answer, &out, &mut st.batch);
+                        st.direct.finish(tried, &out, &mut st.batch);
                     }
                 }
                 if guard.batch.len() >= BATCH_BYTES {
@@ -299,40 +353,49 @@ impl Reader {
         }
     }
 
-    /// The watchdog of [`InPlace`]: until reading is over, looks every eighth of the request
-    /// timeout whether the reader thread has been in the same read in place for the whole
-    /// timeout; if so, answers that read with the timeout error and starts a new reader
-    /// thread.
+    /// The watchdog of [`InPlace`]: until reading is over, looks every [`hung::tick`]
+    /// whether the reader thread has been in the same read in place for
+    /// [`hung::slow_after`]; if so, takes that read over and starts a new reader thread.
     fn watch(self, rt: tokio::runtime::Handle) {
-        let timeout = self.in_place.timeout;
-        let tick = (timeout / 8).max(std::time::Duration::from_millis(5));
-        // The turn last seen in a read, and how many ticks it has been seen since.
-        let mut seen = (0u64, 0u32);
+        let slow_after = self.in_place.slow_after;
+        let tick = hung::tick(slow_after);
+        // The turn of the read in place last seen, and when it was first seen: a read seen
+        // running for `slow_after` has run at least that long.
+        let mut seen: Option<(u64, Instant)> = None;
         while !self.in_place.over.load(Ordering::Acquire) {
             std::thread::sleep(tick);
             let turn = self.in_place.turn.load(Ordering::Acquire);
-            if turn.is_multiple_of(2) || turn != seen.0 {
-                seen = (turn, 0);
+            if turn.is_multiple_of(2) {
+                seen = None;
                 continue;
             }
-            seen.1 += 1;
-            if tick * seen.1 < timeout {
-                continue;
-            }
-            if !self.in_place.leave(turn) {
-                continue;
-            }
-            // The stuck thread holds no lock, and will not touch the state again.
-            let current = lock(&self.state).current.take();
-            if let (Some((id, uri, era)), Some(out)) = (current, self.out.upgrade()) {
-                tracing::warn!(%id, %uri, "a read in place hung past the request timeout; \
-                    answered with the timeout error, and stdin is read on by a new thread");
-                let e = crate::layers::timed_out(timeout, Some(&uri));
-                let message =
-                    crate::wire::era::read_message(Err(crate::errors::to_mcp_error(e)), id, era);
-                if let Some(line) = line_of(Err(message)) {
-                    let _ = out.send(line);
+            let since = match seen {
+                Some((t, since)) if t == turn => since,
+                _ => {
+                    seen = Some((turn, Instant::now()));
+                    continue;
                 }
+            };
+            if since.elapsed() < slow_after {
+                continue;
+            }
+            seen = None;
+            let Some(handed) = self.in_place.take_over(turn) else {
+                continue;
+            };
+            // The stuck thread holds no lock, and will not touch the state again.
+            let (current, direct) = {
+                let mut st = lock(&self.state);
+                (st.current.take(), st.direct.clone())
+            };
+            if let (Some((id, uri, era)), Some(out)) = (current, self.out.upgrade()) {
+                tracing::warn!(%id, %uri, after_ms = slow_after.as_millis() as u64,
+                    "a read in place is taking too long; stdin is read on by a new thread, \
+                    and the read answered when it ends or at the request timeout");
+                let timeout = self.in_place.timeout;
+                // The read began before it was first seen: its timeout is no earlier.
+                let deadline = tokio::time::Instant::from_std(since + timeout);
+                direct.taken_over(id, uri, era, timeout, deadline, handed, out, &rt);
             }
             if let Err(e) = self.clone().spawn(rt.clone()) {
                 tracing::error!("cannot start a new thread reading stdin: {e}");
@@ -341,7 +404,6 @@ impl Reader {
                 lock(&self.state).to_rmcp = None;
                 return;
             }
-            seen = (0, 0);
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The JSON-RPC error codes this server answers with outside rmcp's dispatch (the HTTP
 //! edge's refusals, authentication, the transports' own answers), named once: rmcp's own
-//! constants where it has one, so an rmcp upgrade that changes a code changes it here too.
+//! constants where it has one (rmcp 3.11.0's `model::ErrorCode`), so an rmcp upgrade that
+//! changes a code changes it here too, and the test below says so.
 
 use rmcp::model::ErrorCode;
 

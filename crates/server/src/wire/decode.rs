@@ -2,8 +2,9 @@
 //! the message is parsed once as the one type that method names, through rmcp's own
 //! `Deserialize` for that type, so the result is the value rmcp's untagged `ClientRequest`
 //! union would have built (it tries the variants one by one: a `resources/read` fails nine
-//! of them before it matches). Anything unusual is left to rmcp. Paired with rmcp's codec
-//! in the tests below.
+//! of them before it matches). Anything unusual is left to rmcp. The mirror of rmcp 3.11.0's
+//! `JsonRpcMessageCodec` decode of a `ClientJsonRpcMessage` (`transport/async_rw.rs`,
+//! `model.rs`). Paired with rmcp's codec in the tests below.
 
 // `SubscribeRequest`/`UnsubscribeRequest` are deprecated in rmcp because they are legacy-era
 // only; the legacy era is one we serve.

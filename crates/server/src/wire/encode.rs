@@ -1,7 +1,9 @@
 //! The JSON encoder of answers: byte for byte what `serde_json::to_vec` writes (and so what
 //! rmcp's transports write), with the large contents of a `resources/read` answer spliced in
 //! and escaped a chunk at a time; and the answers a transport gives itself, whose null id
-//! rmcp would leave out.
+//! rmcp would leave out. The mirror of rmcp 3.11.0's answers as its transports write them
+//! (`serde_json` over its `model.rs` types, after its dispatch: `handler/server.rs`). Paired
+//! with rmcp's types and `serde_json` by the tests below.
 
 use std::io;
 

@@ -4,11 +4,15 @@
 //! a read cut off by shutdown) must be indistinguishable from rmcp's service; and the one
 //! answer of rmcp's that clients refuse, its 202 to a DELETE, rewritten.
 //!
-//! Paired with rmcp by `tests/http_direct.rs` (both paths, byte for byte), `tests/sessions.rs`
-//! and `tests/http_hardening.rs` (the same requests to rmcp's endpoint and to ours).
+//! Copies of rmcp 3.11.0's `transport/streamable_http_server/tower.rs` (`handle`,
+//! `validate_dns_rebinding_headers`, `handle_post`, `handle_delete`) and
+//! `transport/common/server_side_http.rs` (`expect_json`). Paired with rmcp by the tests
+//! below, which make rmcp's service give each answer and compare it with the copy, and by
+//! `tests/http_direct.rs` (both paths, byte for byte), `tests/sessions.rs` and
+//! `tests/http_hardening.rs` (the same requests to rmcp's endpoint and to ours).
 
 use axum::body::Body;
-use axum::response::{IntoResponse as _, Response};
+use axum::response::Response;
 use http::{StatusCode, header};
 use rmcp::model::{JsonRpcMessage, ServerJsonRpcMessage};
 
@@ -18,25 +22,23 @@ use super::http_checks::JSON;
 /// rmcp's answer to an unknown session id: a session bound to someone else must look
 /// exactly like one that does not exist.
 pub(crate) fn no_such_session() -> Response {
-    (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response()
+    plain(StatusCode::NOT_FOUND, "Not Found: Session not found".into())
 }
 
 /// rmcp's answer to a `Host` outside `allowed_hosts`.
 pub(crate) fn host_not_allowed() -> Response {
-    (
+    plain(
         StatusCode::FORBIDDEN,
-        "Forbidden: Host header is not allowed",
+        "Forbidden: Host header is not allowed".into(),
     )
-        .into_response()
 }
 
 /// rmcp's answer to an `Origin` outside `allowed_origins`.
 pub(crate) fn origin_not_allowed() -> Response {
-    (
+    plain(
         StatusCode::FORBIDDEN,
-        "Forbidden: Origin header is not allowed",
+        "Forbidden: Origin header is not allowed".into(),
     )
-        .into_response()
 }
 
 /// rmcp's answer to a stateless request whose handler ended without an answer, as shutdown
@@ -93,7 +95,7 @@ pub(crate) fn deleted(resp: &mut Response) -> bool {
     true
 }
 
-/// A plain-text answer, as rmcp writes its HTTP errors.
+/// A plain-text answer, as rmcp writes its HTTP errors: no `Content-Type`.
 pub(crate) fn plain(status: StatusCode, text: String) -> Response {
     Response::builder()
         .status(status)
@@ -103,15 +105,142 @@ pub(crate) fn plain(status: StatusCode, text: String) -> Response {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use rmcp::model::ListResourcesResult;
+    use rmcp::service::{RequestContext, RoleServer};
+    use rmcp::{ErrorData, ServerHandler};
+    use tokio_util::sync::CancellationToken;
 
-    #[test]
-    fn only_rmcps_202_to_a_delete_is_rewritten() {
-        let mut accepted = StatusCode::ACCEPTED.into_response();
-        assert!(deleted(&mut accepted));
-        assert_eq!(accepted.status(), StatusCode::NO_CONTENT);
-        let mut missing = no_such_session();
-        assert!(!deleted(&mut missing));
-        assert_eq!(missing.status(), StatusCode::NOT_FOUND);
+    use super::*;
+    use crate::wire::rmcp_run::{self, META_2026, legacy_post, parts_of, post};
+
+    /// A handler whose `resources/list` never answers (a read still running at shutdown).
+    struct Stuck;
+
+    impl ServerHandler for Stuck {
+        async fn list_resources(
+            &self,
+            _: Option<rmcp::model::PaginatedRequestParams>,
+            _: RequestContext<RoleServer>,
+        ) -> Result<ListResourcesResult, ErrorData> {
+            std::future::pending().await
+        }
+    }
+
+    /// rmcp's answer (`theirs`) and the copy (`ours`): the same status, type and words.
+    async fn same(theirs: rmcp_run::RmcpResponse, ours: Response, what: &str) {
+        let theirs = parts_of(theirs.map(Body::new)).await;
+        let ours = parts_of(ours).await;
+        assert_eq!(
+            (theirs.0, theirs.1, String::from_utf8_lossy(&theirs.2)),
+            (ours.0, ours.1, String::from_utf8_lossy(&ours.2)),
+            "{what}"
+        );
+    }
+
+    const PING: &str = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+
+    #[tokio::test]
+    async fn the_answers_given_in_rmcps_place_are_rmcps_own() {
+        let rmcp = rmcp_run::http_service(|| Stuck, &[], CancellationToken::new());
+        let ping = || Body::from(PING);
+        same(
+            rmcp.handle(post("ping", ping(), "evil.example", None))
+                .await,
+            host_not_allowed(),
+            "a Host outside the list",
+        )
+        .await;
+        same(
+            rmcp.handle(post(
+                "ping",
+                ping(),
+                "localhost",
+                Some("http://evil.example"),
+            ))
+            .await,
+            origin_not_allowed(),
+            "an Origin outside the list",
+        )
+        .await;
+        same(
+            rmcp.handle(legacy_post(PING, Some("no-such-session")))
+                .await,
+            no_such_session(),
+            "an unknown session",
+        )
+        .await;
+        let gone = || std::io::Error::other("the client went away");
+        let broken = Body::from_stream(futures::stream::iter([
+            Ok::<_, std::io::Error>(bytes::Bytes::from_static(b"{\"jsonrpc\"")),
+            Err(gone()),
+        ]));
+        same(
+            rmcp.handle(post("ping", broken, "localhost", None)).await,
+            unreadable_body(axum::Error::new(gone())),
+            "a body that cannot be read",
+        )
+        .await;
+    }
+
+    #[tokio::test]
+    async fn a_session_ended_by_delete_is_rmcps_202_rewritten_alone() {
+        let rmcp = rmcp_run::http_service(|| Stuck, &[], CancellationToken::new());
+        let [init, initialized] = rmcp_run::legacy_opening();
+        let opened = rmcp.handle(legacy_post(&init, None)).await;
+        let session = opened.headers()["mcp-session-id"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        rmcp.handle(legacy_post(&initialized, Some(&session))).await;
+        let delete = || {
+            http::Request::builder()
+                .method(http::Method::DELETE)
+                .uri("/mcp")
+                .header("host", "localhost")
+                .header("mcp-session-id", &session)
+                .body(Body::empty())
+                .unwrap()
+        };
+        let mut ended = rmcp.handle(delete()).await.map(Body::new);
+        assert_eq!(
+            ended.status(),
+            StatusCode::ACCEPTED,
+            "rmcp's answer to a DELETE"
+        );
+        assert!(deleted(&mut ended));
+        assert_eq!(ended.status(), StatusCode::NO_CONTENT);
+        // rmcp gives the same 202 to a DELETE of a session it does not hold (which is why
+        // the edge answers those itself, with `no_such_session`).
+        let again = rmcp.handle(delete()).await;
+        assert_eq!(again.status(), StatusCode::ACCEPTED);
+        // Any other answer of rmcp's is left as it is.
+        let mut other = rmcp
+            .handle(legacy_post(PING, Some("no-such-session")))
+            .await
+            .map(Body::new);
+        assert!(!deleted(&mut other));
+        assert_eq!(other.status(), StatusCode::NOT_FOUND);
+    }
+
+    #[tokio::test]
+    async fn a_request_cut_off_by_shutdown_gets_rmcps_words() {
+        let shutdown = CancellationToken::new();
+        let rmcp = std::sync::Arc::new(rmcp_run::http_service(|| Stuck, &[], shutdown.clone()));
+        let list = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"resources/list","params":{{"_meta":{META_2026}}}}}"#
+        );
+        let req = post("resources/list", Body::from(list), "localhost", None);
+        let running = {
+            let rmcp = rmcp.clone();
+            tokio::spawn(async move { rmcp.handle(req).await })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        shutdown.cancel();
+        same(
+            running.await.unwrap(),
+            cut_off(),
+            "a read cut off by shutdown",
+        )
+        .await;
     }
 }

@@ -4,8 +4,12 @@
 //! takes a request only when [`direct_read_len`] says rmcp would accept it; the operational
 //! endpoints apply the same Host and Origin checks.
 //!
-//! Paired with rmcp by the tests below and by `tests/http_direct.rs`, which sends the same
-//! requests through the direct path and through rmcp and compares the answers byte for byte.
+//! Mirrors rmcp 3.11.0's `transport/streamable_http_server/tower.rs`
+//! (`validate_dns_rebinding_headers`, `handle_post`'s header checks) and the status mapping of
+//! its stateless answers. Paired with rmcp by the tests below, by `http_refusals.rs`'s (the
+//! Host and Origin check against rmcp's service) and by `tests/http_direct.rs`, which sends
+//! the same requests through the direct path and through rmcp and compares the answers byte
+//! for byte.
 
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use rmcp::model::{ErrorCode, JsonRpcMessage, ServerJsonRpcMessage};
@@ -48,6 +52,24 @@ pub(crate) fn direct_read_len(
     }
     let len: usize = sole(headers, header::CONTENT_LENGTH)?.parse().ok()?;
     (len <= max_body_bytes).then_some(len)
+}
+
+/// Whether rmcp's first check of every request, `validate_dns_rebinding_headers` (rmcp
+/// 3.11.0, `transport/streamable_http_server/tower.rs`), passes `headers`: a `Host` that
+/// `hosts` allows, and an `Origin`, when there is one, that `origins` allows (an empty list
+/// allows none, as this server configures rmcp: `enforce_origin_validation`). A `Host`
+/// missing or given twice fails here, where rmcp may take HTTP/2's `:authority` or the
+/// first one: a doubt leaves the request to rmcp, never the other way round.
+pub(crate) fn passes_host_and_origin(
+    headers: &HeaderMap,
+    hosts: &AllowedHosts,
+    origins: &[String],
+) -> bool {
+    sole(headers, header::HOST).is_some_and(|h| hosts.allows(h))
+        && match headers.get(header::ORIGIN) {
+            None => true,
+            Some(origin) => origin.to_str().is_ok_and(|o| origin_allowed(o, origins)),
+        }
 }
 
 /// The HTTP status rmcp gives a stateless answer whose request `_meta` was well formed.

@@ -1,6 +1,10 @@
 //! The stdio direct read path's mirror of rmcp's handshake: which lifecycle rmcp chose for
 //! the session, and so whether rmcp's dispatch would do nothing to a `resources/read` but
-//! call the handler (then the transport may answer it itself) and for which era.
+//! call the handler (then the transport may answer it itself) and for which era. Mirrors
+//! rmcp 3.11.0's `service/server.rs` (`serve_server`'s handshake) and `handler/server.rs`
+//! (the dispatch's checks of a request's `_meta`); paired with rmcp by
+//! `tests/stdio_direct.rs`, which answers the same reads through the direct path and through
+//! rmcp and compares them byte for byte, and checked by the tests below.
 
 use rmcp::model::{ClientRequest, GetMeta as _, ProtocolVersion, RequestMetaObject};
 

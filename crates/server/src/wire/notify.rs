@@ -1,6 +1,7 @@
 //! The notifications of a change, written once: the rmcp message of a [`Notice`], which a
 //! legacy session's peer, a `subscriptions/listen` stream and a roaming session's log (as
-//! JSON) all send.
+//! JSON) all send. Built from rmcp 3.11.0's notification types (`model.rs`); paired with
+//! rmcp's decode of them by the test below.
 
 use rmcp::model::{
     ResourceListChangedNotification, ResourceUpdatedNotification, ResourceUpdatedNotificationParam,

@@ -6,7 +6,9 @@
 //! answer is -32601 naming the method. Both transports reach [`invalid_params`]: the handler's
 //! `on_custom_request` (every transport, both eras) and the stdio transport, for the messages
 //! rmcp cannot decode at all (`"params": []`) and for a list whose `cursor` rmcp's decode
-//! silently drops (a flattened `Option` swallows the error and the list restarts).
+//! silently drops (a flattened `Option` swallows the error and the list restarts). The
+//! mirror of rmcp 3.11.0's request types' `Deserialize` (`model.rs`): paired with rmcp's
+//! codec by `refusals.rs`'s test, which runs it on the same lines.
 
 use rmcp::ErrorData;
 

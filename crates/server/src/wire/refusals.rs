@@ -2,6 +2,17 @@
 //! rmcp's codec does not check (or checks without answering) is answered here with the
 //! JSON-RPC error it owes, and a request rmcp could not decode is told apart from a parse
 //! error the way rmcp's codec classifies it.
+//!
+//! The mirror of rmcp 3.11.0's line codec (`transport/async_rw.rs`,
+//! `JsonRpcMessageCodec` and `AsyncRwTransport::receive`): a line that is not JSON (serde's
+//! `Syntax` and `Eof` errors, nesting past 128 levels among them) it drops without an
+//! answer; JSON that is no message (`Data`) it answers "Invalid request" with a null id; a
+//! notification of no standard method it ignores; a list whose `cursor` is not a string it
+//! takes, the params dropped. Here the first is a parse error (-32700) (but for a number
+//! serde_json cannot hold, `1e400`, which is JSON: an invalid request), the second an
+//! invalid request (-32600) or, for a known method, invalid params (-32602) with the id
+//! when it can be read, the third still unanswered, the last invalid params. Paired with
+//! rmcp's codec by the test below, line by line.
 
 use rmcp::model::{ClientRequest, ErrorData, JsonRpcMessage, RequestId};
 use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage};
@@ -67,6 +78,13 @@ pub(crate) fn check_line(line: &[u8], tools: bool) -> Checked {
         );
     }
     if !text.trim_start().starts_with('{') {
+        // Not a message, but first a value rmcp's codec cannot parse at all (the syntax
+        // check above does not count depth); read whole only on this rare path.
+        if let Err(e) = serde_json::from_str::<serde_json::Value>(text)
+            && too_deep(&e)
+        {
+            return refuse(nested_too_deep(&e), None);
+        }
         return refuse(
             ErrorData::invalid_request(
                 "Invalid request: a message is a JSON object (batches are not part of MCP)",
@@ -77,17 +95,7 @@ pub(crate) fn check_line(line: &[u8], tools: bool) -> Checked {
     }
     let env = match serde_json::from_str::<Envelope<'_>>(text) {
         Ok(env) => env,
-        // The syntax check above does not count depth: JSON nested past serde_json's limit
-        // is a parse error, not an invalid request (serde_json names the error only in text).
-        Err(e) if e.to_string().starts_with("recursion limit exceeded") => {
-            return refuse(
-                ErrorData::parse_error(
-                    format!("Parse error: {e} (the limit is 128 levels of nesting)"),
-                    None,
-                ),
-                None,
-            );
-        }
+        Err(e) if too_deep(&e) => return refuse(nested_too_deep(&e), None),
         Err(e) => {
             return refuse(
                 ErrorData::invalid_request(
@@ -142,6 +150,19 @@ pub(crate) fn refusal(
         )),
         Checked::Pass(_) => None,
     }
+}
+
+/// Whether `e` is serde_json's error for JSON nested past its limit: a parse error, as
+/// rmcp's codec classifies it, not an invalid request (serde_json names it only in text).
+fn too_deep(e: &serde_json::Error) -> bool {
+    e.to_string().starts_with("recursion limit exceeded")
+}
+
+fn nested_too_deep(e: &serde_json::Error) -> ErrorData {
+    ErrorData::parse_error(
+        format!("Parse error: {e} (the limit is 128 levels of nesting)"),
+        None,
+    )
 }
 
 /// [`Checked::Answer`] with this error.
@@ -203,5 +224,131 @@ pub(crate) fn undecodable(
             ErrorData::invalid_request(format!("Invalid request: {e}"), None),
             None,
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::BytesMut;
+    use rmcp::transport::async_rw::{JsonRpcMessageCodec, JsonRpcMessageCodecError};
+    use serde_json::Value;
+    use tokio_util::codec::Decoder;
+
+    use super::*;
+    use crate::wire::encode::own_answer_json;
+
+    /// What rmcp 3.11.0's line codec (`transport/async_rw.rs`) makes of a line.
+    #[derive(Debug, PartialEq)]
+    enum Theirs {
+        /// A message, handed to the serve loop.
+        Taken,
+        /// A notification of no standard method, ignored.
+        Ignored,
+        /// Not JSON (`Syntax`, `Eof`): dropped without an answer.
+        Unparsable,
+        /// JSON that is no message (`Data`): answered "Invalid request", -32600, null id.
+        Invalid,
+    }
+
+    fn theirs(line: &[u8]) -> Theirs {
+        let mut framed = BytesMut::from(line);
+        framed.extend_from_slice(b"\n");
+        let mut codec = JsonRpcMessageCodec::<RxJsonRpcMessage<RoleServer>>::default();
+        match codec.decode(&mut framed) {
+            Ok(Some(_)) => Theirs::Taken,
+            Ok(None) => Theirs::Ignored,
+            Err(JsonRpcMessageCodecError::Serde(e)) => match e.classify() {
+                serde_json::error::Category::Syntax | serde_json::error::Category::Eof => {
+                    Theirs::Unparsable
+                }
+                _ => Theirs::Invalid,
+            },
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// What the stdio transport answers a line with (as `stdio/framing.rs` decodes one:
+    /// [`check_line`], then rmcp's codec and [`undecodable`]): `None` for no answer.
+    fn ours(line: &[u8]) -> Option<Value> {
+        let answer = match check_line(line, false) {
+            Checked::Answer(answer) => *answer,
+            Checked::Pass(request) => {
+                let mut framed = BytesMut::from(line);
+                framed.extend_from_slice(b"\n");
+                let mut codec = JsonRpcMessageCodec::<RxJsonRpcMessage<RoleServer>>::default();
+                match codec.decode(&mut framed) {
+                    Ok(_) => return None,
+                    Err(JsonRpcMessageCodecError::Serde(e)) => undecodable(&e, request),
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        };
+        Some(serde_json::from_slice(&own_answer_json(answer).unwrap()).unwrap())
+    }
+
+    #[test]
+    fn lines_are_refused_where_rmcps_codec_drops_refuses_or_misreads_them() {
+        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        let deep_member = format!(r#"{{"jsonrpc":"2.0","id":11,"method":"ping","x":{deep}}}"#);
+        let lines: Vec<&[u8]> = vec![
+            br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
+            b"\xEF\xBB\xBF{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"ping\"}",
+            br#"{"jsonrpc":"2.0","id":3,"method":"something/custom","params":{}}"#,
+            br#"{"jsonrpc":"2.0","id":4,"result":{}}"#,
+            br#"{"jsonrpc":"2.0","method":"notifications/custom"}"#,
+            br#"{"jsonrpc":"2.0","method":"notifications/custom","params":"x"}"#,
+            br#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":[1]}"#,
+            br#"{"jsonrpc":"2.0","id":5,"method":"resources/list","params":{"cursor":1}}"#,
+            br#"{"jsonrpc":"2.0","id":6,"method":"resources/list","params":[]}"#,
+            br#"{"jsonrpc":"2.0","id":7,"method":"ping","params":"x"}"#,
+            br#"{"jsonrpc":"2.0","id":8,"#,
+            b"not json",
+            b"{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"\xff\"}",
+            deep.as_bytes(),
+            deep_member.as_bytes(),
+            br#"{"a":1}"#,
+            br#"[{"jsonrpc":"2.0","id":10,"method":"ping"}]"#,
+            br#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#,
+            br#"{"jsonrpc":"2.0","id":1e400,"method":"ping"}"#,
+        ];
+        let mut seen = Vec::new();
+        for line in lines {
+            let text = String::from_utf8_lossy(line);
+            let (theirs, ours) = (theirs(line), ours(line));
+            let code = ours.as_ref().map(|a| a["error"]["code"].as_i64().unwrap());
+            match theirs {
+                // Taken by rmcp: taken here too, but for a list whose cursor rmcp's decode
+                // drops (with the params), which is refused as invalid params.
+                Theirs::Taken if text.contains(r#""cursor":1"#) => {
+                    assert_eq!(code, Some(-32602), "{text}: {ours:?}")
+                }
+                Theirs::Taken | Theirs::Ignored => assert_eq!(ours, None, "{text}"),
+                // A number serde_json cannot hold is an error of syntax to rmcp's codec, but
+                // JSON all the same: the message is refused as one whose id cannot be read.
+                Theirs::Unparsable if text.contains("1e400") => {
+                    assert_eq!(code, Some(-32600), "{text}: {ours:?}")
+                }
+                // Dropped by rmcp as unparsable: a parse error, with no id to give.
+                Theirs::Unparsable => {
+                    assert_eq!(code, Some(-32700), "{text}: {ours:?}");
+                    assert!(ours.unwrap()["id"].is_null(), "{text}");
+                }
+                // Refused by rmcp as no message: refused here too, never as a parse error,
+                // as invalid params when it is a known method's request.
+                Theirs::Invalid => {
+                    assert!(matches!(code, Some(-32600 | -32602)), "{text}: {ours:?}")
+                }
+            }
+            seen.push(theirs);
+        }
+        // Every kind of line rmcp's codec tells apart was met.
+        for kind in [
+            Theirs::Taken,
+            Theirs::Ignored,
+            Theirs::Unparsable,
+            Theirs::Invalid,
+        ] {
+            assert!(seen.contains(&kind), "no line was {kind:?}: {seen:?}");
+        }
     }
 }

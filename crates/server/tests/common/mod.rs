@@ -173,3 +173,83 @@ impl Drop for Release {
         self.0.release();
     }
 }
+
+/// A files mount whose reads of names starting with "gate" never finish in place and wait
+/// until the test lets that name go; every read it does is counted. The tests of reads that
+/// wait and of their cancellation use it.
+pub struct Gated {
+    files: FilesProvider,
+    released: tokio::sync::watch::Sender<std::collections::HashSet<String>>,
+    /// Gated reads begun.
+    pub started: std::sync::atomic::AtomicUsize,
+    /// Reads done, in place or not.
+    pub reads: std::sync::atomic::AtomicUsize,
+}
+
+impl Gated {
+    pub fn new(files: FilesProvider) -> Self {
+        Self {
+            files,
+            released: tokio::sync::watch::Sender::new(Default::default()),
+            started: Default::default(),
+            reads: Default::default(),
+        }
+    }
+
+    /// Lets the reads of `name` finish.
+    pub fn release(&self, name: &str) {
+        self.released.send_modify(|r| {
+            r.insert(name.to_owned());
+        });
+    }
+
+    /// The gated name a URI reads, if any.
+    fn gate(uri: &mcpr_core::ResourceUri) -> Option<String> {
+        let name = uri.as_str().rsplit('/').next()?;
+        name.starts_with("gate").then(|| name.to_owned())
+    }
+}
+
+#[async_trait::async_trait]
+impl Provider for Gated {
+    fn info(&self) -> &mcpr_core::ProviderInfo {
+        self.files.info()
+    }
+
+    async fn list(
+        &self,
+        page: mcpr_core::PageRequest,
+    ) -> mcpr_core::Result<mcpr_core::Page<mcpr_core::ResourceMeta>> {
+        self.files.list(page).await
+    }
+
+    async fn read(
+        &self,
+        uri: &mcpr_core::ResourceUri,
+        limits: &mcpr_core::ReadLimits,
+    ) -> mcpr_core::Result<mcpr_core::ReadOutput> {
+        self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if let Some(name) = Self::gate(uri) {
+            self.started
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut released = self.released.subscribe();
+            released.wait_for(|r| r.contains(&name)).await.unwrap();
+        }
+        self.files.read(uri, limits).await
+    }
+
+    fn read_now(
+        &self,
+        uri: &mcpr_core::ResourceUri,
+        limits: &mcpr_core::ReadLimits,
+    ) -> Option<mcpr_core::Result<mcpr_core::ReadOutput>> {
+        if Self::gate(uri).is_some() {
+            return None;
+        }
+        let read = self.files.read_now(uri, limits);
+        if read.is_some() {
+            self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        read
+    }
+}
