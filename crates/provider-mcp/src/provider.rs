@@ -346,8 +346,8 @@ impl Provider for McpProvider {
 
     fn offers(&self) -> Option<String> {
         let c = self.shared.conn().ok()?;
-        let mut what = vec![if c.modern { "2026-07-28" } else { "legacy" }.to_owned()];
-        if c.modern || c.subscribe {
+        let mut what = vec![c.era.as_str().to_owned()];
+        if c.era == crate::conn::Era::Modern || c.subscribe {
             what.push("subscriptions".to_owned());
         }
         if c.directory {
