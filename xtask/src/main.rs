@@ -448,7 +448,8 @@ impl Drop for Child {
 
 /// The official conformance suite's server scenarios ([`SCENARIOS`]) against the built
 /// binary over HTTP, serving the suite's fixtures and skills; then the resource scenarios
-/// among them through a gateway in front of the same fixtures (issue #45).
+/// among them through a gateway in front of the same fixtures, since a gateway mount must
+/// relay resources so that a client cannot tell it from the server behind it.
 fn conformance() -> Result<(), String> {
     let root = root();
     let prefix = root.join(".cache/node22");

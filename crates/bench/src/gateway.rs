@@ -21,7 +21,7 @@ const S: &str = "gateway read 1 KiB";
 const N: &str = "gateway write → resources/updated";
 /// The gateway's mount name: its URIs are `up+<upstream URI>`.
 const MOUNT: &str = "up";
-/// The targets: what the gateway may add to a lone read's p50, the share of the
+/// What a gateway mount is held to: what it may add to a lone read's p50, the share of the
 /// upstream's throughput it keeps, and the share of our own file read a cached read keeps.
 const ADDED_P50_US: f64 = 50.0;
 const THROUGHPUT_SHARE: f64 = 0.85;

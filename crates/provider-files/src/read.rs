@@ -65,8 +65,10 @@ pub(crate) fn read_path(
 ) -> Result<Vec<Contents>> {
     let uri_s = uri.as_str();
     let FileQuery { window, after } = FileQuery::parse(uri)?;
-    // Stat first so a FIFO, socket or device is never opened at all (`stat` when the caller
-    // has just taken it).
+    // Stat first so a FIFO, socket or device is not opened (`stat` when the caller has just
+    // taken it). Only an entry swapped in between this stat and the open in `open_regular` is
+    // opened (non-blocking, no controlling terminal), and that open's own `fstat` refuses it
+    // as not found before anything is read from it.
     let md = match stat {
         Some(md) => md,
         None => inner

@@ -112,10 +112,7 @@ pub(crate) fn last_changed(
     // (index into paths, entry id at the commit being looked at)
     let mut open: Vec<(usize, ObjectId)> = Vec::new();
     {
-        let cache = inner
-            .last_modified
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let cache = mcpr_core::sync::lock(&inner.last_modified);
         for (i, p) in paths.iter().enumerate() {
             if let Some(hit) = cache.get(&(commit, p.clone())) {
                 out[i] = *hit;
@@ -153,10 +150,7 @@ pub(crate) fn last_changed(
         }
         (cur_tree, cur_date, parent) = (ptree, pdate, pparent);
     }
-    let mut cache = inner
-        .last_modified
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
+    let mut cache = mcpr_core::sync::lock(&inner.last_modified);
     if cache.len() + computed.len() > LAST_MODIFIED_CACHE {
         cache.clear();
     }

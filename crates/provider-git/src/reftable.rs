@@ -454,7 +454,7 @@ impl Stack {
         for _ in 0..RELOAD_ATTEMPTS {
             let list = std::fs::read(&list_path)
                 .or_else(|e| corrupt(format!("cannot read {}: {e}", list_path.display())))?;
-            if let Some((cached, refs)) = &*self.cache.lock().unwrap_or_else(|e| e.into_inner())
+            if let Some((cached, refs)) = &*mcpr_core::sync::lock(&self.cache)
                 && *cached == list
             {
                 return Ok(refs.clone());
@@ -462,8 +462,7 @@ impl Stack {
             match self.load(&list)? {
                 Ok(refs) => {
                     let refs = Arc::new(refs);
-                    *self.cache.lock().unwrap_or_else(|e| e.into_inner()) =
-                        Some((list, refs.clone()));
+                    *mcpr_core::sync::lock(&self.cache) = Some((list, refs.clone()));
                     return Ok(refs);
                 }
                 // The same list twice, missing the same table: not a race, a broken stack.

@@ -181,7 +181,7 @@ impl std::ops::Deref for Handle<'_> {
 impl Drop for Handle<'_> {
     fn drop(&mut self) {
         if let Some(r) = self.repo.take() {
-            let mut pool = self.owner.pool.lock().unwrap_or_else(|e| e.into_inner());
+            let mut pool = mcpr_core::sync::lock(&self.owner.pool);
             if pool.len() < POOL_MAX {
                 pool.push(r);
             }
@@ -244,7 +244,7 @@ impl Repo {
 
     /// A handle for this thread's work.
     pub(crate) fn handle(&self) -> Handle<'_> {
-        let pooled = self.pool.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let pooled = mcpr_core::sync::lock(&self.pool).pop();
         let repo = pooled.unwrap_or_else(|| {
             let mut r = self.shared.to_thread_local();
             // Walking history re-reads the same trees and commits; a small object cache
@@ -384,13 +384,7 @@ impl Repo {
 
     /// Decode tree `id` (cached: trees are immutable, so an entry never goes stale).
     pub(crate) fn tree(&self, h: &gix::Repository, id: ObjectId) -> Result<Tree> {
-        if let Some(t) = self
-            .trees
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .map
-            .get(&id)
-        {
+        if let Some(t) = mcpr_core::sync::lock(&self.trees).map.get(&id) {
             return Ok(t.clone());
         }
         let obj = h
@@ -409,7 +403,7 @@ impl Repo {
             });
         }
         let tree: Tree = Arc::new(entries);
-        let mut cache = self.trees.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cache = mcpr_core::sync::lock(&self.trees);
         if cache.entries + tree.len() > TREE_CACHE_ENTRIES {
             cache.map.clear();
             cache.entries = 0;

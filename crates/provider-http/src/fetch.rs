@@ -209,13 +209,7 @@ async fn read_body(
     if let Some(len) = resp.content_length()
         && len > limit
     {
-        return Err(Error::too_large(
-            uri,
-            "the upstream's body",
-            Some(len),
-            Limit::read(limit),
-            None,
-        ));
+        return Err(body_too_large(uri, Some(len), limit));
     }
     let mut body = Vec::with_capacity(resp.content_length().unwrap_or(0).min(1 << 20) as usize);
     while let Some(chunk) = resp
@@ -224,15 +218,17 @@ async fn read_body(
         .map_err(|e| error::transport(uri, url, e))?
     {
         if (body.len() + chunk.len()) as u64 > limit {
-            return Err(Error::too_large(
-                uri,
-                "the upstream's body",
-                None,
-                Limit::read(limit),
-                Some("it was read only up to the limit"),
-            ));
+            return Err(body_too_large(uri, None, limit));
         }
         body.extend_from_slice(&chunk);
     }
     Ok(body)
+}
+
+/// An upstream body of `uri` over the read limit `limit`, of `size` bytes when that is known
+/// (announced, or already held); an unknown size means the body was read up to the limit and
+/// no further, which the message says.
+pub(crate) fn body_too_large(uri: &str, size: Option<u64>, limit: u64) -> Error {
+    let hint = size.is_none().then_some("it was read only up to the limit");
+    Error::too_large(uri, "the upstream's body", size, Limit::read(limit), hint)
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use http::HeaderMap;
 use http::header::CONTENT_TYPE;
-use mcpr_core::{CacheHints, CacheScope, ContentsBody, Error, Limit, Result};
+use mcpr_core::{CacheHints, CacheScope, ContentsBody, Error, Result};
 
 use crate::cache::{Body, Entry, Policy, Validators};
 use crate::config::{HtmlMode, HttpKind};
@@ -125,13 +125,7 @@ fn keep(inner: &Inner, uri: &str, policy: &Policy, entry: &Entry) {
 fn served(uri: &str, e: &Entry, limit: u64) -> Result<Served> {
     let len = e.body.len();
     if len > limit {
-        return Err(Error::too_large(
-            uri,
-            "the upstream's body",
-            Some(len),
-            Limit::read(limit),
-            None,
-        ));
+        return Err(crate::fetch::body_too_large(uri, Some(len), limit));
     }
     Ok(Served {
         body: e.body.clone(),

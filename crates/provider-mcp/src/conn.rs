@@ -43,11 +43,31 @@ const HEARTBEAT: Duration = Duration::from_secs(5);
 /// The most template pages asked of the upstream at connect.
 const MAX_TEMPLATE_PAGES: usize = 100;
 
+/// The protocol era a connection speaks, fixed by its handshake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Era {
+    /// `initialize` (2025-11-25 and older): `ping`, `resources/subscribe`, and
+    /// `list_changed` on the session unasked.
+    Legacy,
+    /// 2026-07-28 (`server/discover`): stateless, with `subscriptions/listen` and no `ping`.
+    Modern,
+}
+
+impl Era {
+    /// As the config's `protocol` and the logs name it.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Era::Legacy => "legacy",
+            Era::Modern => "2026-07-28",
+        }
+    }
+}
+
 /// One live connection.
 pub(crate) struct Conn {
     pub(crate) peer: Peer<RoleClient>,
-    /// 2026-07-28 (`subscriptions/listen`) rather than legacy (`resources/subscribe`).
-    pub(crate) modern: bool,
+    /// 2026-07-28 (`subscriptions/listen`) or legacy (`resources/subscribe`).
+    pub(crate) era: Era,
     /// The upstream declares `resources.subscribe` (legacy) .
     pub(crate) subscribe: bool,
     /// The upstream declares SEP-2640 `resources/directory/read`.
@@ -285,7 +305,7 @@ impl Shared {
     async fn heartbeat(&self, conn: &Conn) -> String {
         loop {
             tokio::time::sleep(HEARTBEAT).await;
-            let r = if conn.modern {
+            let r = if conn.era == Era::Modern {
                 tokio::time::timeout(self.config.timeout, conn.peer.list_resource_templates(None))
                     .await
                     .map(|r| r.map(|_| ()))
@@ -371,7 +391,7 @@ impl Shared {
 
     /// Open the upstream subscription of watch `id` on `up` over `conn`.
     async fn establish(self: &Arc<Self>, conn: &Arc<Conn>, up: &str, id: u64) -> Result<()> {
-        if conn.modern {
+        if conn.era == Era::Modern {
             let filter = SubscriptionFilter::builder()
                 .resource_subscriptions([up.to_owned()])
                 .build();
@@ -416,7 +436,7 @@ impl Shared {
             return;
         }
         if let Ok(conn) = self.conn()
-            && !conn.modern
+            && conn.era == Era::Legacy
             && conn.subscribe
             && let Ok(rt) = tokio::runtime::Handle::try_current()
         {
@@ -458,7 +478,7 @@ impl Shared {
     }
 
     fn establish_list(self: &Arc<Self>, conn: &Arc<Conn>, id: u64) {
-        if !conn.modern {
+        if conn.era == Era::Legacy {
             // A legacy upstream sends `list_changed` on the session unasked.
             return;
         }
@@ -896,9 +916,14 @@ pub(crate) async fn run(shared: Weak<Shared>) {
                     .await;
                 let info = peer.peer_info();
                 // The era is the handshake's: a version without `initialize` is 2026-07-28.
-                let modern = info
+                let era = if info
                     .as_ref()
-                    .is_some_and(|i| !i.protocol_version.has_initialize());
+                    .is_some_and(|i| !i.protocol_version.has_initialize())
+                {
+                    Era::Modern
+                } else {
+                    Era::Legacy
+                };
                 let caps = info.as_ref().map(|i| &i.capabilities);
                 let subscribe = caps
                     .and_then(|c| c.resources.as_ref())
@@ -912,7 +937,7 @@ pub(crate) async fn run(shared: Weak<Shared>) {
                     .unwrap_or_else(|| "an unnamed server".to_owned());
                 let conn = Arc::new(Conn {
                     peer: peer.clone(),
-                    modern,
+                    era,
                     subscribe,
                     directory,
                     generation,
@@ -930,7 +955,7 @@ pub(crate) async fn run(shared: Weak<Shared>) {
                 tracing::info!(
                     mount = %s.name(),
                     "connected to the upstream {server} ({}, connection {generation})",
-                    if modern { "2026-07-28" } else { "legacy" }
+                    era.as_str()
                 );
                 s.reestablish(&conn).await;
                 // The task holds the state while it waits; the provider aborts it on drop.

@@ -50,19 +50,24 @@ pub(crate) fn hostile(mount: &str, what: &str, why: impl std::fmt::Display) -> E
 }
 
 /// The upstream's answer to `what` was over `max_message_bytes` (`max`) and was dropped
-/// ([`crate::frame`]).
+/// ([`crate::frame`]): core's one "too large" error, about `uri` when the request names a
+/// resource. A request about no one resource (a listing) names the mount instead, and leaves
+/// the error's `uri` unset, so the client is not told of a resource that does not exist.
 pub(crate) fn too_large(mount: &str, what: &str, uri: Option<&str>, max: u64) -> Error {
     let limit = Limit::bytes(max, format!("max_message_bytes of mcp mount \"{mount}\""));
     match uri {
         Some(u) => Error::too_large(u, "the upstream's answer", None, limit, None),
-        None => Error::new(
-            ErrorKind::TooLarge,
-            format!(
-                "mcp mount \"{mount}\": the upstream's answer to {what} is more than the limit of {max} bytes (max_message_bytes); it was dropped"
-            ),
-        )
-        .with_detail("limit", max)
-        .with_detail("setting", "max_message_bytes"),
+        None => {
+            let mut e = Error::too_large(
+                &format!("mcp mount \"{mount}\""),
+                &format!("the upstream's answer to {what}"),
+                None,
+                limit,
+                Some("it was dropped"),
+            );
+            e.uri = None;
+            e
+        }
     }
 }
 
@@ -148,5 +153,35 @@ pub(crate) fn service(mount: &str, what: &str, uri: Option<&str>, e: ServiceErro
     match uri {
         Some(u) => err.with_uri(u),
         None => err,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_too_large_has_core_s_shape_with_or_without_a_uri() {
+        let listing = too_large("up", "resources/list", None, 1024);
+        assert_eq!(listing.kind, ErrorKind::TooLarge);
+        assert_eq!(
+            listing.message,
+            "mcp mount \"up\": the upstream's answer to resources/list is more than the limit of \
+             1024 bytes (max_message_bytes of mcp mount \"up\"); it was dropped"
+        );
+        // No resource to name: a mount is not a URI.
+        assert_eq!(listing.uri, None);
+        let details = listing.details.expect("details");
+        assert_eq!(details["limit"], 1024);
+        assert_eq!(details["setting"], "max_message_bytes of mcp mount \"up\"");
+
+        let read = too_large("up", "resources/read", Some("up+x://big"), 1024);
+        assert_eq!(read.kind, ErrorKind::TooLarge);
+        assert_eq!(read.uri.as_deref(), Some("up+x://big"));
+        assert_eq!(
+            read.message,
+            "up+x://big: the upstream's answer is more than the limit of 1024 bytes \
+             (max_message_bytes of mcp mount \"up\")"
+        );
     }
 }

@@ -94,11 +94,10 @@ pub(crate) fn capped(
     mine.min(theirs)
 }
 
-/// Refuse an answer of `size` bytes over the read limit.
 /// The answer of a read served from the cache: its contents, fresh for what is left of
 /// their time.
 fn cached(ours: &str, hit: crate::cache::Hit, limits: &ReadLimits) -> Result<ReadOutput> {
-    too_large(ours, hit.bytes, limits)?;
+    within_read_limit(ours, hit.bytes, limits)?;
     Ok(ReadOutput {
         contents: hit.contents,
         hints: Some(CacheHints {
@@ -108,7 +107,8 @@ fn cached(ours: &str, hit: crate::cache::Hit, limits: &ReadLimits) -> Result<Rea
     })
 }
 
-fn too_large(ours: &str, size: u64, limits: &ReadLimits) -> Result<()> {
+/// Refuse an answer of `size` bytes over the read limit, with core's "too large" error.
+fn within_read_limit(ours: &str, size: u64, limits: &ReadLimits) -> Result<()> {
     if size > limits.max_bytes {
         return Err(Error::too_large(
             ours,
@@ -196,7 +196,7 @@ impl Provider for McpProvider {
                 _ => 0,
             })
             .sum();
-        too_large(ours, size, limits)?;
+        within_read_limit(ours, size, limits)?;
         let mut contents = Vec::with_capacity(res.contents.len());
         for c in res.contents {
             let (uri, mime_type, body, meta) = match c {
@@ -346,8 +346,8 @@ impl Provider for McpProvider {
 
     fn offers(&self) -> Option<String> {
         let c = self.shared.conn().ok()?;
-        let mut what = vec![if c.modern { "2026-07-28" } else { "legacy" }.to_owned()];
-        if c.modern || c.subscribe {
+        let mut what = vec![c.era.as_str().to_owned()];
+        if c.era == crate::conn::Era::Modern || c.subscribe {
             what.push("subscriptions".to_owned());
         }
         if c.directory {

@@ -327,7 +327,7 @@ impl Lister {
     fn skip(&self, key: &str) {
         self.skipped.fetch_add(1, Ordering::Relaxed);
         let first = {
-            let mut w = self.warned.lock().unwrap_or_else(|e| e.into_inner());
+            let mut w = mcpr_core::sync::lock(&self.warned);
             w.len() < WARNED_MAX && w.insert(key.to_owned())
         };
         // The key itself is the bucket's data, not a secret; debug-escaped so that control

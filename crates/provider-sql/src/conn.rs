@@ -99,10 +99,7 @@ pub(crate) fn open_guarded(path: &Path) -> Result<Conn> {
         PROGRESS_STEPS,
         Some(move || {
             // true interrupts the running statement.
-            seen.lock()
-                .ok()
-                .and_then(|d| *d)
-                .is_some_and(|d| Instant::now() >= d)
+            mcpr_core::sync::lock(&seen).is_some_and(|d| Instant::now() >= d)
         }),
     );
     Ok(Conn { db, deadline })
@@ -131,9 +128,7 @@ impl Conn {
     }
 
     fn set_deadline(&self, at: Option<Instant>) {
-        if let Ok(mut d) = self.deadline.lock() {
-            *d = at;
-        }
+        *mcpr_core::sync::lock(&self.deadline) = at;
     }
 }
 
@@ -176,17 +171,19 @@ impl Pool {
         let pool = self.clone();
         mcpr_core::run_blocking("SQLite", move || {
             let _permit = permit;
-            let popped = pool.idle.lock().ok().and_then(|mut v| v.pop());
+            let popped = mcpr_core::sync::lock(&pool.idle).pop();
             let mut conn = match popped {
                 Some(c) => c,
                 None => open_guarded(&pool.path)?,
             };
             let out = f(&mut conn);
-            if let Ok(mut idle) = pool.idle.lock()
-                && idle.len() < pool.max_idle
             {
-                idle.push(conn);
+                let mut idle = mcpr_core::sync::lock(&pool.idle);
+                if idle.len() < pool.max_idle {
+                    idle.push(conn);
+                }
             }
+            // A connection not kept closes here, after the lock is let go.
             out
         })
         .await

@@ -396,7 +396,7 @@ impl Breaker {
     /// Fail fast while the last attempt failed recently: that attempt's error (which already
     /// names the engine and the mount), and when the next attempt may be made.
     pub(crate) fn check(&self) -> Result<()> {
-        let last = self.last_failure.lock().ok().and_then(|g| g.clone());
+        let last = mcpr_core::sync::lock(&self.last_failure).clone();
         match last {
             Some((at, message)) if at.elapsed() < RETRY_AFTER => Err(Error::new(
                 ErrorKind::Unavailable,
@@ -412,14 +412,12 @@ impl Breaker {
     /// Record the outcome of getting a connection (an unavailable error as its caller got
     /// it: `unavailable`'s message).
     pub(crate) fn record(&self, outcome: std::result::Result<(), &Error>) {
-        if let Ok(mut g) = self.last_failure.lock() {
-            *g = match outcome {
-                Err(e) if e.kind == ErrorKind::Unavailable => {
-                    Some((std::time::Instant::now(), e.message.clone()))
-                }
-                _ => None,
-            };
-        }
+        *mcpr_core::sync::lock(&self.last_failure) = match outcome {
+            Err(e) if e.kind == ErrorKind::Unavailable => {
+                Some((std::time::Instant::now(), e.message.clone()))
+            }
+            _ => None,
+        };
     }
 }
 

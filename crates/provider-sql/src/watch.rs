@@ -173,12 +173,12 @@ impl PollSource for SqlSource {
     /// SQLite: nothing committed since the last round means nothing to re-read, and anything
     /// committed means every watched URI is re-read.
     async fn round(&self, _cause: Cause) -> Round {
-        let t = self.trigger.lock().unwrap_or_else(|p| p.into_inner());
+        let t = mcpr_core::sync::lock(&self.trigger);
         let Trigger::Sqlite { probe, .. } = &*t else {
             return Round::Scheduled;
         };
         let now = probe.get().ok();
-        let mut version = self.version.lock().unwrap_or_else(|p| p.into_inner());
+        let mut version = mcpr_core::sync::lock(&self.version);
         if now.is_some() && now == *version {
             return Round::Skip;
         }
@@ -187,12 +187,12 @@ impl PollSource for SqlSource {
     }
 
     fn start(&self, waker: Waker) -> Box<dyn Send> {
-        let t = self.trigger.lock().unwrap_or_else(|p| p.into_inner());
+        let t = mcpr_core::sync::lock(&self.trigger);
         match &*t {
             Trigger::Sqlite { path, .. } => {
                 // The version is unknown again, so the first round re-checks everything: a
                 // commit between the subscriber's first read and this point is not lost.
-                *self.version.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                *mcpr_core::sync::lock(&self.version) = None;
                 Box::new(file_events(path, waker))
             }
             Trigger::Listen { listener } => {

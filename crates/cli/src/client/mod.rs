@@ -244,6 +244,16 @@ pub(crate) enum Era {
     Modern,
 }
 
+impl Era {
+    /// The protocol version this era's requests announce.
+    pub(crate) fn version(&self) -> &str {
+        match self {
+            Era::Modern => MODERN,
+            Era::Legacy(v) => v,
+        }
+    }
+}
+
 /// A connected, initialized session with one server.
 pub(crate) struct Session {
     transport: Transport,
@@ -467,7 +477,7 @@ impl Session {
 
     async fn discover(&mut self) -> anyhow::Result<Value> {
         if let Transport::Http(h) = &self.transport {
-            h.set_version(MODERN, true);
+            h.set_era(Era::Modern);
         }
         self.era = Era::Modern;
         self.request("server/discover", json!({})).await
@@ -479,7 +489,7 @@ impl Session {
         if let Transport::Http(h) = &self.transport {
             // Until `initialize` is answered there is no version to announce in headers; a
             // discover attempt's are taken back.
-            h.set_version(version, false);
+            h.set_era(Era::Legacy(version.to_owned()));
         }
         let result = self
             .request(
@@ -498,7 +508,7 @@ impl Session {
             .context("the server's initialize answer has no protocolVersion")?
             .to_owned();
         if let Transport::Http(h) = &self.transport {
-            h.set_version(&version, false);
+            h.set_era(Era::Legacy(version.clone()));
         }
         self.capabilities = result.get("capabilities").cloned().unwrap_or_default();
         self.server_info = result.get("serverInfo").cloned().unwrap_or_default();

@@ -195,10 +195,7 @@ fn offers(s: &Session, missing: &str) -> String {
 /// `info`: who the server is, the version agreed, and what it offers, one line each, then its
 /// instructions when it gave any.
 pub(crate) fn info(s: &Session, json: bool) -> anyhow::Result<()> {
-    let version = match s.era() {
-        super::Era::Modern => super::MODERN.to_owned(),
-        super::Era::Legacy(v) => v.clone(),
-    };
+    let version = s.era().version();
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     if json {
@@ -217,7 +214,7 @@ pub(crate) fn info(s: &Session, json: bool) -> anyhow::Result<()> {
     // A server may send an empty version: no trailing blank then.
     let who = format!("{} {}", field(info, "name"), field(info, "version"));
     writeln!(out, "server:   {}", who.trim_end())?;
-    writeln!(out, "protocol: {}", clean(&version))?;
+    writeln!(out, "protocol: {}", clean(version))?;
     let offered: Vec<String> = s
         .capabilities()
         .as_object()

@@ -23,6 +23,7 @@ use super::{
     AnswerTooLarge, ConnectionEnded, Inbound, Incoming, Outgoing, Reply, RpcError,
     answer_server_request, reply_of, snippet,
 };
+use crate::client::Era;
 
 /// The wait before reconnecting when the server named none with `retry:`.
 pub(crate) const DEFAULT_RETRY: Duration = Duration::from_secs(1);
@@ -118,10 +119,9 @@ struct HttpInner {
 struct HttpState {
     /// `Mcp-Session-Id` of a legacy session.
     session: Option<String>,
-    /// `MCP-Protocol-Version` once known.
-    version: Option<String>,
-    /// The 2026-07-28 era (stateless: nothing to resume a dropped stream from).
-    modern: bool,
+    /// The era once known: its `MCP-Protocol-Version`, and whether a dropped stream can be
+    /// picked up again (the 2026-07-28 era is stateless: nothing to resume from).
+    era: Option<Era>,
 }
 
 impl Http {
@@ -163,12 +163,9 @@ impl Http {
         })
     }
 
-    /// Send `MCP-Protocol-Version: version` from now on; `modern` says the session is of the
-    /// 2026-07-28 era.
-    pub(crate) fn set_version(&self, version: &str, modern: bool) {
-        let mut s = lock(&self.inner.state);
-        s.version = Some(version.to_owned());
-        s.modern = modern;
+    /// Speak `era` from now on: its version goes in `MCP-Protocol-Version`.
+    pub(crate) fn set_era(&self, era: Era) {
+        lock(&self.inner.state).era = Some(era);
     }
 
     /// The connection pool, shared with the 2024-11-05 HTTP+SSE transport a fallback opens.
@@ -216,8 +213,8 @@ impl Http {
         if let Some(session) = &s.session {
             rb = rb.header("Mcp-Session-Id", session);
         }
-        if let Some(v) = &s.version {
-            rb = rb.header("MCP-Protocol-Version", v);
+        if let Some(era) = &s.era {
+            rb = rb.header("MCP-Protocol-Version", era.version());
         }
         // SEP-2243's routing headers go on every POST in either era, `initialize` and
         // notifications included, as its conformance scenario (`http-standard-headers`)
@@ -450,7 +447,7 @@ impl Http {
     /// Whether a dropped stream can be picked up again: a legacy session exists to `GET`.
     fn resumable(&self) -> bool {
         let s = lock(&self.inner.state);
-        !s.modern && s.session.is_some()
+        s.era != Some(Era::Modern) && s.session.is_some()
     }
 
     /// The legacy era's `GET` stream, from after event `last_id` when given, its events of at
