@@ -322,7 +322,7 @@ pub async fn serve(
             get(resource_metadata),
         )
         .with_state(ops)
-        .layer(edge::OpsGateLayer::new(
+        .layer(edge::OpsGate::layer(
             hosts,
             settings.allowed_origins.clone(),
         ))

@@ -4,60 +4,33 @@
 //! authenticate is refused here, before it holds a permit or makes the server wait for its
 //! body.
 
-use std::convert::Infallible;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use axum::extract::Request;
-use axum::response::Response;
-use tower::{Layer, Service};
 
 use super::gate::Gate;
+use super::step::{Inner, Step};
 use super::{no_peer, peer};
 use crate::grant::{Grant, Identity};
 use crate::http::auth::{Auth, OnHeaders};
 
 /// Authenticates every request; `None`: no authentication, the address is the identity.
 #[derive(Clone)]
-pub(crate) struct AuthenticateLayer(pub(super) Option<Arc<Auth>>);
+pub(crate) struct Authenticate(pub(super) Option<Arc<Auth>>);
 
-impl<S> Layer<S> for AuthenticateLayer {
-    type Service = Authenticate<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        Authenticate {
-            auth: self.0.clone(),
-            inner,
-        }
-    }
-}
-
-/// The service of [`AuthenticateLayer`].
-#[derive(Clone)]
-pub(crate) struct Authenticate<S> {
-    auth: Option<Arc<Auth>>,
-    inner: S,
-}
-
-impl<S> Service<Request> for Authenticate<S>
+impl<S> Step<S> for Authenticate
 where
-    S: Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
+    S: Inner + Clone + Send + 'static,
 {
-    type Response = Response;
-    type Error = Infallible;
     type Future = Gate<S, S::Future>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut req: Request) -> Self::Future {
-        let Some(auth) = &self.auth else {
+    fn call(&self, inner: &mut S, mut req: Request) -> Self::Future {
+        let Some(auth) = &self.0 else {
             let Some(peer) = peer(&req) else {
                 return Gate::refuse(no_peer());
             };
             req.extensions_mut().insert(Identity::address(peer.ip()));
-            return Gate::pass(&mut self.inner, req);
+            return Gate::pass(inner, req);
         };
         let verdict = match auth.on_headers(req.headers()) {
             OnHeaders::Known(verdict) => verdict,
@@ -67,7 +40,7 @@ where
                 let token = token.to_owned();
                 let auth = auth.clone();
                 return Gate::wait(
-                    &mut self.inner,
+                    inner,
                     Box::pin(async move {
                         let found = auth.validate_jwt(&token).await?;
                         Ok(with_caller(req, found))
@@ -75,10 +48,7 @@ where
                 );
             }
         };
-        Gate::decide(
-            &mut self.inner,
-            verdict.map(|found| with_caller(req, found)),
-        )
+        Gate::decide(inner, verdict.map(|found| with_caller(req, found)))
     }
 }
 

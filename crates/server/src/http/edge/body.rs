@@ -17,8 +17,8 @@ use bytes::{Bytes, BytesMut};
 use http::{HeaderValue, Method, StatusCode, header};
 use pin_project_lite::pin_project;
 use tokio::time::Sleep;
-use tower::{Layer, Service};
 
+use super::step::{Inner, Step};
 use super::{Kind, WholeBody, refuse, session_of};
 use crate::grant::Grant;
 use crate::wire::codes;
@@ -33,57 +33,30 @@ pub(crate) struct BodyRules {
 
 /// Reads every POST's body whole.
 #[derive(Clone)]
-pub(crate) struct ReadBodyLayer(pub(super) Arc<BodyRules>);
+pub(crate) struct ReadBody(pub(super) Arc<BodyRules>);
 
-impl<S> Layer<S> for ReadBodyLayer {
-    type Service = ReadBody<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        ReadBody {
-            rules: self.0.clone(),
-            inner,
-        }
-    }
-}
-
-/// The service of [`ReadBodyLayer`].
-#[derive(Clone)]
-pub(crate) struct ReadBody<S> {
-    rules: Arc<BodyRules>,
-    inner: S,
-}
-
-impl<S> Service<Request> for ReadBody<S>
-where
-    S: Service<Request, Response = Response, Error = Infallible> + Clone,
-{
-    type Response = Response;
-    type Error = Infallible;
+impl<S: Inner + Clone> Step<S> for ReadBody {
     type Future = Reading<S, S::Future>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: Request) -> Self::Future {
+    fn call(&self, inner: &mut S, req: Request) -> Self::Future {
         if req.method() != Method::POST {
             // GET opens the session's notification stream; DELETE is quick but not worth
             // waiting on.
             return Reading::Passed {
-                call: self.inner.call(req),
+                call: inner.call(req),
             };
         }
         let in_session = session_of(req.headers()).is_some();
         let (parts, body) = req.into_parts();
         // The service polled ready for this request waits with it; a clone stays for the next.
-        let clone = self.inner.clone();
+        let clone = inner.clone();
         Reading::Body {
-            body: Whole::new(body, self.rules.max_bytes),
-            deadline: tokio::time::sleep(self.rules.timeout),
+            body: Whole::new(body, self.0.max_bytes),
+            deadline: tokio::time::sleep(self.0.timeout),
             parts: Some(parts),
             in_session,
-            rules: self.rules.clone(),
-            inner: std::mem::replace(&mut self.inner, clone),
+            rules: self.0.clone(),
+            inner: std::mem::replace(inner, clone),
         }
     }
 }
@@ -109,7 +82,7 @@ pin_project! {
 
 impl<S, F> Future for Reading<S, F>
 where
-    S: Service<Request, Response = Response, Error = Infallible, Future = F>,
+    S: Inner<Future = F>,
     F: Future<Output = Result<Response, Infallible>>,
 {
     type Output = F::Output;

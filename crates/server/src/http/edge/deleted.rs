@@ -1,77 +1,29 @@
 //! rmcp answers the DELETE of a session 202 Accepted, which clients refuse; it goes out as
 //! 204 No Content ([`http_answers::deleted`], where the rmcp mirrors live).
 
-use std::convert::Infallible;
-use std::pin::Pin;
-use std::task::{Context, Poll, ready};
-
 use axum::extract::Request;
 use axum::response::Response;
 use http::Method;
-use pin_project_lite::pin_project;
-use tower::{Layer, Service};
 
+use super::step::{After, Inner, Step, Then};
 use crate::wire::http_answers;
 
 /// Rewrites rmcp's 202 to a DELETE as 204.
 #[derive(Clone, Copy)]
-pub(crate) struct DeletedAs204Layer;
+pub(crate) struct DeletedAs204;
 
-impl<S> Layer<S> for DeletedAs204Layer {
-    type Service = DeletedAs204<S>;
+impl<S: Inner> Step<S> for DeletedAs204 {
+    type Future = Then<S::Future, Self>;
 
-    fn layer(&self, inner: S) -> Self::Service {
-        DeletedAs204 { inner }
+    fn call(&self, inner: &mut S, req: Request) -> Self::Future {
+        let delete = req.method() == Method::DELETE;
+        Then::new(inner.call(req), delete.then_some(Self))
     }
 }
 
-/// The service of [`DeletedAs204Layer`].
-#[derive(Clone)]
-pub(crate) struct DeletedAs204<S> {
-    inner: S,
-}
-
-impl<S> Service<Request> for DeletedAs204<S>
-where
-    S: Service<Request, Response = Response, Error = Infallible>,
-{
-    type Response = Response;
-    type Error = Infallible;
-    type Future = Rewritten<S::Future>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: Request) -> Self::Future {
-        Rewritten {
-            delete: req.method() == Method::DELETE,
-            call: self.inner.call(req),
-        }
-    }
-}
-
-pin_project! {
-    /// The inner answer, a DELETE's rewritten.
-    pub(crate) struct Rewritten<F> {
-        #[pin]
-        call: F,
-        delete: bool,
-    }
-}
-
-impl<F> Future for Rewritten<F>
-where
-    F: Future<Output = Result<Response, Infallible>>,
-{
-    type Output = F::Output;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        let Ok(mut resp) = ready!(this.call.poll(cx));
-        if *this.delete {
-            http_answers::deleted(&mut resp);
-        }
-        Poll::Ready(Ok(resp))
+impl After for DeletedAs204 {
+    fn after(self, mut answer: Response) -> Response {
+        http_answers::deleted(&mut answer);
+        answer
     }
 }

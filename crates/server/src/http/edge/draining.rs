@@ -1,21 +1,18 @@
 //! Graceful shutdown at the edge: [`Shutdown`] (whether the server is draining, and how many
-//! requests are still being answered) and the layer that refuses new requests once it is.
+//! requests are still being answered) and the step that refuses new requests once it is.
 //! The count is kept by the in-flight layer ([`super::in_flight`]), deeper in the stack.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::extract::Request;
-use axum::response::Response;
 use http::StatusCode;
 use tokio::sync::Notify;
-use tower::{Layer, Service};
 
 use super::gate::Gate;
 use super::refuse;
+use super::step::{Inner, Step};
 use crate::wire::codes;
 
 /// Whether shutdown has begun, and the requests it waits for.
@@ -65,46 +62,19 @@ impl Shutdown {
 
 /// No new request once shutdown has begun: 503.
 #[derive(Clone)]
-pub(crate) struct DrainingLayer(pub(super) Arc<Shutdown>);
+pub(crate) struct Draining(pub(super) Arc<Shutdown>);
 
-impl<S> Layer<S> for DrainingLayer {
-    type Service = Draining<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        Draining {
-            shutdown: self.0.clone(),
-            inner,
-        }
-    }
-}
-
-/// The service of [`DrainingLayer`].
-#[derive(Clone)]
-pub(crate) struct Draining<S> {
-    shutdown: Arc<Shutdown>,
-    inner: S,
-}
-
-impl<S> Service<Request> for Draining<S>
-where
-    S: Service<Request, Response = Response, Error = Infallible>,
-{
-    type Response = Response;
-    type Error = Infallible;
+impl<S: Inner> Step<S> for Draining {
     type Future = Gate<S, S::Future>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: Request) -> Self::Future {
-        if self.shutdown.draining.load(Ordering::SeqCst) {
+    fn call(&self, inner: &mut S, req: Request) -> Self::Future {
+        if self.0.draining.load(Ordering::SeqCst) {
             return Gate::refuse(refuse(
                 StatusCode::SERVICE_UNAVAILABLE,
                 codes::INTERNAL_ERROR,
                 "the server is shutting down".into(),
             ));
         }
-        Gate::pass(&mut self.inner, req)
+        Gate::pass(inner, req)
     }
 }

@@ -12,7 +12,8 @@ use axum::extract::Request;
 use axum::response::Response;
 use futures::future::BoxFuture;
 use pin_project_lite::pin_project;
-use tower::Service;
+
+use super::step::Inner;
 
 /// A check that waits: the request to pass on, or the refusal to answer.
 pub(crate) type Check = BoxFuture<'static, Result<Request, Response>>;
@@ -33,7 +34,7 @@ pin_project! {
 
 impl<S, F> Gate<S, F>
 where
-    S: Service<Request, Response = Response, Error = Infallible, Future = F>,
+    S: Inner<Future = F>,
 {
     /// Pass `req` on to `inner` now.
     pub(super) fn pass(inner: &mut S, req: Request) -> Self {
@@ -74,7 +75,7 @@ where
 
 impl<S, F> Future for Gate<S, F>
 where
-    S: Service<Request, Response = Response, Error = Infallible, Future = F>,
+    S: Inner<Future = F>,
     F: Future<Output = Result<Response, Infallible>>,
 {
     type Output = Result<Response, Infallible>;

@@ -3,87 +3,28 @@
 //! A stream that outlives requests (a legacy session's GET, `subscriptions/listen`) and a
 //! DELETE do not count: shutdown would wait the whole grace for them.
 
-use std::convert::Infallible;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::task::{Context, Poll, ready};
 
 use axum::body::Body;
 use axum::extract::Request;
 use axum::response::Response;
 use http_body_util::BodyExt as _;
-use pin_project_lite::pin_project;
-use tower::{Layer, Service};
 
 use super::draining::Shutdown;
+use super::step::{After, Inner, Step, Then};
 use super::{Kind, kind_of};
 
 /// Counts the requests being answered in [`Shutdown`].
 #[derive(Clone)]
-pub(crate) struct InFlightLayer(pub(super) Arc<Shutdown>);
+pub(crate) struct InFlight(pub(super) Arc<Shutdown>);
 
-impl<S> Layer<S> for InFlightLayer {
-    type Service = InFlight<S>;
+impl<S: Inner> Step<S> for InFlight {
+    type Future = Then<S::Future, InflightGuard>;
 
-    fn layer(&self, inner: S) -> Self::Service {
-        InFlight {
-            shutdown: self.0.clone(),
-            inner,
-        }
-    }
-}
-
-/// The service of [`InFlightLayer`].
-#[derive(Clone)]
-pub(crate) struct InFlight<S> {
-    shutdown: Arc<Shutdown>,
-    inner: S,
-}
-
-impl<S> Service<Request> for InFlight<S>
-where
-    S: Service<Request, Response = Response, Error = Infallible>,
-{
-    type Response = Response;
-    type Error = Infallible;
-    type Future = Tracked<S::Future>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: Request) -> Self::Future {
-        let guard = (kind_of(&req) != Kind::Stream).then(|| InflightGuard::new(&self.shutdown));
-        Tracked {
-            call: self.inner.call(req),
-            guard,
-        }
-    }
-}
-
-pin_project! {
-    /// The inner answer, its body holding the request's place in the count.
-    pub(crate) struct Tracked<F> {
-        #[pin]
-        call: F,
-        guard: Option<InflightGuard>,
-    }
-}
-
-impl<F> Future for Tracked<F>
-where
-    F: Future<Output = Result<Response, Infallible>>,
-{
-    type Output = F::Output;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        let Ok(resp) = ready!(this.call.poll(cx));
-        Poll::Ready(Ok(match this.guard.take() {
-            Some(guard) => guard.until_done(resp),
-            None => resp,
-        }))
+    fn call(&self, inner: &mut S, req: Request) -> Self::Future {
+        let guard = (kind_of(&req) != Kind::Stream).then(|| InflightGuard::new(&self.0));
+        Then::new(inner.call(req), guard)
     }
 }
 
@@ -95,10 +36,12 @@ impl InflightGuard {
         shutdown.inflight.fetch_add(1, Ordering::SeqCst);
         Self(shutdown.clone())
     }
+}
 
-    /// `resp`, in flight until its body is done (or dropped).
-    fn until_done(self, resp: Response) -> Response {
-        let (parts, body) = resp.into_parts();
+impl After for InflightGuard {
+    /// The answer, in flight until its body is done (or dropped).
+    fn after(self, answer: Response) -> Response {
+        let (parts, body) = answer.into_parts();
         let body = Body::new(body.map_frame(move |f| {
             let _ = &self;
             f

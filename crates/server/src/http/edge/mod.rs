@@ -4,26 +4,31 @@
 //! naming the limit ([`refuse`], codes from [`crate::wire::codes`]); answers given in rmcp's
 //! place are rmcp's words, from [`crate::wire::http_answers`]. Outermost first:
 //!
-//! | layer | file | refuses with |
+//! | step | file | refuses with |
 //! |---|---|---|
-//! | [`CountResponsesLayer`] | `count.rs` | (counts every answer by status class) |
-//! | [`DrainingLayer`] | `draining.rs` | 503 once shutdown has begun |
-//! | [`RateLimitLayer`] | `rate.rs` | 429 + `Retry-After`, per client address |
-//! | [`AuthenticateLayer`] | `authenticate.rs` | 401/403 + `WWW-Authenticate` ([`crate::http::auth`]) |
-//! | [`SessionOwnerLayer`] | `owners.rs` | rmcp's 404 to a session another identity created |
-//! | [`PermitsLayer`] | `permits.rs` | 503 past `max_concurrent_requests` |
-//! | [`ReadBodyLayer`] | `body.rs` | 413, 408 (`Connection: close`), 400 |
-//! | [`SessionCapLayer`] | `session_cap.rs` | 503 for an `initialize` past `max_sessions` |
-//! | [`OwnerRecordsLayer`] | `owners.rs` | 503 when a new session's owner cannot be recorded |
-//! | [`InFlightLayer`] | `in_flight.rs` | (counts the request until its body is done) |
-//! | [`DeletedAs204Layer`] | `deleted.rs` | (rmcp's 202 to a DELETE goes out as 204) |
+//! | [`CountResponses`] | `count.rs` | (counts every answer by status class) |
+//! | [`Draining`] | `draining.rs` | 503 once shutdown has begun |
+//! | [`RateLimit`] | `rate.rs` | 429 + `Retry-After`, per client address |
+//! | [`Authenticate`] | `authenticate.rs` | 401/403 + `WWW-Authenticate` ([`crate::http::auth`]) |
+//! | [`SessionOwner`] | `owners.rs` | rmcp's 404 to a session another identity created |
+//! | [`Permits`] | `permits.rs` | 503 past `max_concurrent_requests` |
+//! | [`ReadBody`] | `body.rs` | 413, 408 (`Connection: close`), 400 |
+//! | [`SessionCap`] | `session_cap.rs` | 503 for an `initialize` past `max_sessions` |
+//! | [`OwnerRecords`] | `owners.rs` | 503 when a new session's owner cannot be recorded |
+//! | [`InFlight`] | `in_flight.rs` | (counts the request until its body is done) |
+//! | [`DeletedAs204`] | `deleted.rs` | (rmcp's 202 to a DELETE goes out as 204) |
 //!
-//! Each layer's future is a concrete type ([`gate::Gate`] for those that check and pass on,
-//! a small `pin_project_lite` struct for those that look at the answer), so the stack adds no
-//! boxed future to the one axum's router already makes for the route. A check that has to
-//! wait on something is boxed, on the requests that wait only: a JWT's validation (its keys
-//! may be fetched), a legacy session whose owner the hub is asked for, a DELETE (the session
-//! manager's lock), an `initialize` (the session count; the binding of the session it made).
+//! Each is a small struct, named for its one concern, holding only its part of the state,
+//! with one method: what it does with a request ([`step::Step`]). One adapter makes any step
+//! a tower `Layer` and `Service` ([`StepLayer`], in `step.rs`), so the stack is put
+//! together with tower's `ServiceBuilder`.
+//!
+//! Each step's future is a concrete type ([`gate::Gate`] for those that check and pass on,
+//! [`step::Then`] for those that look at the answer), so the stack adds no boxed future to
+//! the one axum's router already makes for the route. A check that has to wait on something
+//! is boxed, on the requests that wait only: a JWT's validation (its keys may be fetched), a
+//! legacy session whose owner the hub is asked for, a DELETE (the session manager's lock),
+//! an `initialize` (the session count; the binding of the session it made).
 //!
 //! Allocations a request costs in the edge, counted once for this stack with a counting
 //! global allocator around one `oneshot` through it, in front of an endpoint that allocates
@@ -50,7 +55,7 @@
 //! on, authentication when it is off) rather than before every layer, and passes when none
 //! of them does.
 //!
-//! [`OpsGateLayer`] applies the same Host and Origin checks to `/healthz`, `/readyz`,
+//! [`OpsGate`] applies the same Host and Origin checks to `/healthz`, `/readyz`,
 //! `/metrics` and the OAuth metadata; [`authority_as_host`], in front of everything, gives an
 //! HTTP/2 request without `Host` its `:authority` as `Host` for those checks.
 
@@ -66,6 +71,7 @@ mod owners;
 mod permits;
 mod rate;
 mod session_cap;
+mod step;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -79,17 +85,18 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use tower::{Service, ServiceBuilder};
 
 use super::auth::Auth;
-pub(crate) use authenticate::AuthenticateLayer;
-pub(crate) use body::ReadBodyLayer;
-pub(crate) use count::{CountResponsesLayer, ResponseCounts};
-pub(crate) use deleted::DeletedAs204Layer;
-pub(crate) use draining::{DrainingLayer, Shutdown};
-pub(crate) use in_flight::InFlightLayer;
-pub(crate) use ops::{OpsGateLayer, authority_as_host};
-pub(crate) use owners::{OwnerRecordsLayer, SessionOwnerLayer};
-pub(crate) use permits::PermitsLayer;
-pub(crate) use rate::RateLimitLayer;
-pub(crate) use session_cap::SessionCapLayer;
+use authenticate::Authenticate;
+use body::ReadBody;
+use count::{CountResponses, ResponseCounts};
+use deleted::DeletedAs204;
+use draining::{Draining, Shutdown};
+use in_flight::InFlight;
+pub(crate) use ops::{OpsGate, authority_as_host};
+use owners::{OwnerRecords, SessionOwner};
+use permits::Permits;
+use rate::RateLimit;
+use session_cap::SessionCap;
+use step::StepLayer;
 
 /// Limits of the HTTP edge.
 #[derive(Debug, Clone)]
@@ -142,7 +149,7 @@ pub(crate) struct Edge {
     rate: Arc<rate::RateLimiter>,
     auth: Option<Arc<Auth>>,
     owners: Arc<owners::Owners>,
-    permits: PermitsLayer,
+    permits: Permits,
     body: Arc<body::BodyRules>,
     max_sessions: usize,
 }
@@ -168,7 +175,7 @@ impl Edge {
                 cluster,
             )),
             auth,
-            permits: PermitsLayer::new(limits.max_concurrent_requests),
+            permits: Permits::new(limits.max_concurrent_requests),
             body: Arc::new(body::BodyRules {
                 max_bytes: limits.max_body_bytes,
                 timeout: limits.body_timeout,
@@ -200,35 +207,35 @@ impl Edge {
         S::Future: Send + 'static,
     {
         ServiceBuilder::new()
-            // Outermost, so the refusals of every layer below are counted too.
-            .layer(CountResponsesLayer(self.responses.clone()))
+            // Outermost, so the refusals of every step below are counted too.
+            .layer(StepLayer(CountResponses(self.responses.clone())))
             // A server shutting down takes nothing new, whoever asks.
-            .layer(DrainingLayer(self.shutdown.clone()))
+            .layer(StepLayer(Draining(self.shutdown.clone())))
             // Before authentication: a flood of bad tokens is a flood like any other, and
             // checking a JWT costs more than a token of the bucket.
-            .layer(RateLimitLayer(self.rate.clone()))
-            // Who asks, on the headers alone; every layer below may rely on the `Identity`
+            .layer(StepLayer(RateLimit(self.rate.clone())))
+            // Who asks, on the headers alone; every step below may rely on the `Identity`
             // (and `Grant`) in the request's extensions.
-            .layer(AuthenticateLayer(self.auth.clone()))
+            .layer(StepLayer(Authenticate(self.auth.clone())))
             // Needs the identity; a stranger's use of a session costs no permit.
-            .layer(SessionOwnerLayer(self.owners.clone()))
+            .layer(StepLayer(SessionOwner(self.owners.clone())))
             // Held from here until the endpoint has answered: reading the body counts.
-            .layer(self.permits.clone())
+            .layer(StepLayer(self.permits.clone()))
             // Under a permit, so slow bodies are bounded in number as well as in time. The
-            // layers below read the request's kind in the `WholeBody` it leaves.
-            .layer(ReadBodyLayer(self.body.clone()))
+            // steps below read the request's kind in the `WholeBody` it leaves.
+            .layer(StepLayer(ReadBody(self.body.clone())))
             // Knows an `initialize` only once the body is read.
-            .layer(SessionCapLayer {
+            .layer(StepLayer(SessionCap {
                 sessions: self.sessions.clone(),
                 max: self.max_sessions,
-            })
+            }))
             // Binds a new session before its answer (and so its id) leaves; forgets one
             // ended by a DELETE.
-            .layer(OwnerRecordsLayer(self.owners.clone()))
+            .layer(StepLayer(OwnerRecords(self.owners.clone())))
             // Only what reaches the endpoint is in flight; its answer's body holds the count.
-            .layer(InFlightLayer(self.shutdown.clone()))
-            // Next to rmcp, whose answer it corrects: every layer above sees the 204.
-            .layer(DeletedAs204Layer)
+            .layer(StepLayer(InFlight(self.shutdown.clone())))
+            // Next to rmcp, whose answer it corrects: every step above sees the 204.
+            .layer(StepLayer(DeletedAs204))
             .service(endpoint)
     }
 }

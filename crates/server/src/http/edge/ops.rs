@@ -1,17 +1,17 @@
 //! The edge of the operational endpoints (`/healthz`, `/readyz`, `/metrics`, the OAuth
-//! metadata): the Host and Origin checks rmcp makes for the MCP endpoint ([`OpsGateLayer`]);
+//! metadata): the Host and Origin checks rmcp makes for the MCP endpoint ([`OpsGate`]);
 //! and [`authority_as_host`], in front of everything, which gives an HTTP/2 request without
 //! `Host` its `:authority` as `Host` for every Host check.
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use axum::extract::Request;
 use axum::response::Response;
 use futures::future::{Either, Ready, ready};
 use http::HeaderValue;
-use tower::{Layer, Service};
+
+use super::step::{Inner, Step, StepLayer};
 
 use crate::wire::http_answers;
 use crate::wire::http_checks::{AllowedHosts, origin_allowed};
@@ -20,56 +20,27 @@ use crate::wire::http_checks::{AllowedHosts, origin_allowed};
 /// the MCP endpoint, so that a web page (DNS rebinding, cross-site requests) learns nothing
 /// here.
 #[derive(Clone)]
-pub(crate) struct OpsGateLayer(Arc<OpsGate>);
+pub(crate) struct OpsGate(Arc<Allowed>);
 
-struct OpsGate {
-    allowed_hosts: AllowedHosts,
-    allowed_origins: Vec<String>,
+struct Allowed {
+    hosts: AllowedHosts,
+    origins: Vec<String>,
 }
 
-impl OpsGateLayer {
-    pub(crate) fn new(allowed_hosts: AllowedHosts, allowed_origins: Vec<String>) -> Self {
-        Self(Arc::new(OpsGate {
-            allowed_hosts,
-            allowed_origins,
-        }))
+impl OpsGate {
+    /// The gate as a layer, for the router of the operational endpoints.
+    pub(crate) fn layer(hosts: AllowedHosts, origins: Vec<String>) -> StepLayer<Self> {
+        StepLayer(Self(Arc::new(Allowed { hosts, origins })))
     }
 }
 
-impl<S> Layer<S> for OpsGateLayer {
-    type Service = OpsGateService<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        OpsGateService {
-            gate: self.0.clone(),
-            inner,
-        }
-    }
-}
-
-/// The service of [`OpsGateLayer`].
-#[derive(Clone)]
-pub(crate) struct OpsGateService<S> {
-    gate: Arc<OpsGate>,
-    inner: S,
-}
-
-impl<S> Service<Request> for OpsGateService<S>
-where
-    S: Service<Request, Response = Response, Error = Infallible>,
-{
-    type Response = Response;
-    type Error = Infallible;
+impl<S: Inner> Step<S> for OpsGate {
     type Future = Either<Ready<Result<Response, Infallible>>, S::Future>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: Request) -> Self::Future {
-        match self.gate.refusal(&req) {
+    fn call(&self, inner: &mut S, req: Request) -> Self::Future {
+        match self.refusal(&req) {
             Some(answer) => Either::Left(ready(Ok(answer))),
-            None => Either::Right(self.inner.call(req)),
+            None => Either::Right(inner.call(req)),
         }
     }
 }
@@ -81,15 +52,15 @@ impl OpsGate {
             .headers()
             .get(http::header::HOST)
             .and_then(|h| h.to_str().ok())
-            .is_some_and(|h| self.allowed_hosts.allows(h) || is_ip_literal(h))
-            || self.allowed_hosts.accepts_any();
+            .is_some_and(|h| self.0.hosts.allows(h) || is_ip_literal(h))
+            || self.0.hosts.accepts_any();
         if !host_ok {
             return Some(http_answers::host_not_allowed());
         }
         if let Some(origin) = req.headers().get(http::header::ORIGIN)
             && !origin
                 .to_str()
-                .is_ok_and(|o| origin_allowed(o, &self.allowed_origins))
+                .is_ok_and(|o| origin_allowed(o, &self.0.origins))
         {
             return Some(http_answers::origin_not_allowed());
         }
@@ -99,7 +70,7 @@ impl OpsGate {
 
 /// An HTTP/2 (or HTTP/3) request names its host in the `:authority` pseudo-header, which
 /// hyper puts in the request URI; `Host` is then optional (RFC 9113 §8.3.1). Every Host check
-/// (rmcp's, the direct read path's, [`OpsGateLayer`]) reads the `Host` header, so a request
+/// (rmcp's, the direct read path's, [`OpsGate`]) reads the `Host` header, so a request
 /// without one gets its authority as `Host` here, in front of them all: the same checks then
 /// apply to both protocol versions. A `Host` that is present is left as it is. Only HTTP/2
 /// and later: an HTTP/1.1 request in absolute form (`GET http://h/ HTTP/1.1`) also has an
@@ -154,7 +125,7 @@ mod tests {
     async fn the_ops_gate_refuses_what_rmcp_refuses() {
         let app = axum::Router::new()
             .route("/healthz", axum::routing::get(|| async { "ok\n" }))
-            .layer(OpsGateLayer::new(
+            .layer(OpsGate::layer(
                 AllowedHosts::new(&["localhost".to_owned()]),
                 vec!["http://localhost:*".to_owned()],
             ));
@@ -171,8 +142,7 @@ mod tests {
         let ip = app.clone().oneshot(get("10.0.0.7:8080", None)).await;
         assert_eq!(status(ip.expect("infallible")), 200);
         let named = app.clone().oneshot(get("evil.example", None)).await;
-        let named = named.expect("infallible");
-        assert_eq!(status(named), 403);
+        assert_eq!(status(named.expect("infallible")), 403);
         let cross = app
             .clone()
             .oneshot(get("localhost", Some("https://evil.example")))

@@ -1,7 +1,7 @@
 //! Legacy sessions bound to the identity that created them, when requests are authenticated:
 //! [`Owners`] (who created which session), the layer that refuses a session to anyone else
-//! ([`SessionOwnerLayer`], before a permit is taken) and the layer that keeps the records
-//! as sessions come and go ([`OwnerRecordsLayer`], next to the endpoint, where the answer
+//! ([`SessionOwner`], before a permit is taken) and the layer that keeps the records
+//! as sessions come and go ([`OwnerRecords`], next to the endpoint, where the answer
 //! to an `initialize` names the session it created).
 
 use mcpr_core::sync::lock;
@@ -17,9 +17,9 @@ use futures::future::BoxFuture;
 use http::{Method, StatusCode};
 use pin_project_lite::pin_project;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-use tower::{Layer, Service};
 
 use super::gate::Gate;
+use super::step::{Inner, Step};
 use super::{Kind, kind_of, refuse, session_of};
 use crate::grant::{Grant, Identity};
 use crate::http::roaming::PendingGrants;
@@ -190,59 +190,33 @@ impl Owners {
 /// A legacy session (`Mcp-Session-Id`) is used only by the identity that created it; another
 /// is told it does not exist.
 #[derive(Clone)]
-pub(crate) struct SessionOwnerLayer(pub(super) Arc<Owners>);
+pub(crate) struct SessionOwner(pub(super) Arc<Owners>);
 
-impl<S> Layer<S> for SessionOwnerLayer {
-    type Service = SessionOwner<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        SessionOwner {
-            owners: self.0.clone(),
-            inner,
-        }
-    }
-}
-
-/// The service of [`SessionOwnerLayer`].
-#[derive(Clone)]
-pub(crate) struct SessionOwner<S> {
-    owners: Arc<Owners>,
-    inner: S,
-}
-
-impl<S> Service<Request> for SessionOwner<S>
+impl<S> Step<S> for SessionOwner
 where
-    S: Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
+    S: Inner + Clone + Send + 'static,
 {
-    type Response = Response;
-    type Error = Infallible;
     type Future = Gate<S, S::Future>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: Request) -> Self::Future {
+    fn call(&self, inner: &mut S, req: Request) -> Self::Future {
         let Some(id) = session_of(req.headers()) else {
-            return Gate::pass(&mut self.inner, req);
+            return Gate::pass(inner, req);
         };
         let now = match req.extensions().get::<Identity>() {
             // A DELETE waits on the session manager's lock to learn whether the session
             // exists; it comes once a session.
-            Some(identity) if req.method() != Method::DELETE => {
-                self.owners.may_use_now(id, identity)
-            }
+            Some(identity) if req.method() != Method::DELETE => self.0.may_use_now(id, identity),
             _ => None,
         };
         match now {
             Some(true) => {
-                self.owners.leave_grant(id, &req);
-                Gate::pass(&mut self.inner, req)
+                self.0.leave_grant(id, &req);
+                Gate::pass(inner, req)
             }
             Some(false) => Gate::refuse(http_answers::no_such_session()),
             None => {
-                let check = self.owners.clone().admit(id.to_owned(), req);
-                Gate::wait(&mut self.inner, Box::pin(check))
+                let check = self.0.clone().admit(id.to_owned(), req);
+                Gate::wait(inner, Box::pin(check))
             }
         }
     }
@@ -252,25 +226,7 @@ where
 /// creator, and a session a DELETE ended is forgotten. Only with authentication (without it
 /// there are no records).
 #[derive(Clone)]
-pub(crate) struct OwnerRecordsLayer(pub(super) Arc<Owners>);
-
-impl<S> Layer<S> for OwnerRecordsLayer {
-    type Service = OwnerRecords<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        OwnerRecords {
-            owners: self.0.clone(),
-            inner,
-        }
-    }
-}
-
-/// The service of [`OwnerRecordsLayer`].
-#[derive(Clone)]
-pub(crate) struct OwnerRecords<S> {
-    owners: Arc<Owners>,
-    inner: S,
-}
+pub(crate) struct OwnerRecords(pub(super) Arc<Owners>);
 
 /// What to record once the endpoint has answered.
 pub(crate) enum After {
@@ -280,32 +236,24 @@ pub(crate) enum After {
     Forget(Arc<Owners>, String),
 }
 
-impl<S> Service<Request> for OwnerRecords<S>
-where
-    S: Service<Request, Response = Response, Error = Infallible>,
-{
-    type Response = Response;
-    type Error = Infallible;
+impl<S: Inner> Step<S> for OwnerRecords {
     type Future = Recorded<S::Future>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: Request) -> Self::Future {
-        let after = if !self.owners.bound {
+    fn call(&self, inner: &mut S, req: Request) -> Self::Future {
+        let owners = &self.0;
+        let after = if !owners.bound {
             None
         } else if req.method() == Method::DELETE {
-            session_of(req.headers()).map(|id| After::Forget(self.owners.clone(), id.to_owned()))
+            session_of(req.headers()).map(|id| After::Forget(owners.clone(), id.to_owned()))
         } else if kind_of(&req) == Kind::Initialize {
             req.extensions()
                 .get::<Identity>()
-                .map(|identity| After::Bind(self.owners.clone(), identity.clone()))
+                .map(|identity| After::Bind(owners.clone(), identity.clone()))
         } else {
             None
         };
         Recorded::Calling {
-            call: self.inner.call(req),
+            call: inner.call(req),
             after,
         }
     }

@@ -4,18 +4,16 @@
 
 use mcpr_core::sync::lock;
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::extract::Request;
 use axum::response::Response;
 use http::{HeaderValue, StatusCode};
-use tower::{Layer, Service};
 
 use super::gate::Gate;
+use super::step::{Inner, Step};
 use super::{no_peer, peer, refuse};
 use crate::wire::codes;
 
@@ -94,48 +92,21 @@ impl RateLimiter {
 
 /// Takes a token of the client's bucket for every request.
 #[derive(Clone)]
-pub(crate) struct RateLimitLayer(pub(super) Arc<RateLimiter>);
+pub(crate) struct RateLimit(pub(super) Arc<RateLimiter>);
 
-impl<S> Layer<S> for RateLimitLayer {
-    type Service = RateLimit<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        RateLimit {
-            limiter: self.0.clone(),
-            inner,
-        }
-    }
-}
-
-/// The service of [`RateLimitLayer`].
-#[derive(Clone)]
-pub(crate) struct RateLimit<S> {
-    limiter: Arc<RateLimiter>,
-    inner: S,
-}
-
-impl<S> Service<Request> for RateLimit<S>
-where
-    S: Service<Request, Response = Response, Error = Infallible>,
-{
-    type Response = Response;
-    type Error = Infallible;
+impl<S: Inner> Step<S> for RateLimit {
     type Future = Gate<S, S::Future>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: Request) -> Self::Future {
-        if !self.limiter.enabled() {
-            return Gate::pass(&mut self.inner, req);
+    fn call(&self, inner: &mut S, req: Request) -> Self::Future {
+        if !self.0.enabled() {
+            return Gate::pass(inner, req);
         }
         let Some(peer) = peer(&req) else {
             return Gate::refuse(no_peer());
         };
-        match self.limiter.take_token(peer.ip()) {
-            Ok(()) => Gate::pass(&mut self.inner, req),
-            Err(wait) => Gate::refuse(self.limiter.refusal(wait)),
+        match self.0.take_token(peer.ip()) {
+            Ok(()) => Gate::pass(inner, req),
+            Err(wait) => Gate::refuse(self.0.refusal(wait)),
         }
     }
 }

@@ -108,14 +108,14 @@ fn header_of<'r>(resp: &'r Response, name: &str) -> &'r str {
         .unwrap_or_default()
 }
 
-/// The JSON-RPC error of a refusal: its code and message.
-async fn refusal_of(resp: Response) -> (i64, String) {
+/// The message of a refusal, once its status and JSON-RPC code are the ones expected.
+async fn refused(resp: Response, status: StatusCode, code: i32) -> String {
+    assert_eq!(resp.status(), status);
     let v: serde_json::Value = serde_json::from_str(&body_of(resp).await).expect("JSON body");
     assert_eq!(v["jsonrpc"], "2.0");
     assert!(v["id"].is_null());
-    let code = v["error"]["code"].as_i64().expect("code");
-    let message = v["error"]["message"].as_str().expect("message").to_owned();
-    (code, message)
+    assert_eq!(v["error"]["code"], code);
+    v["error"]["message"].as_str().expect("message").to_owned()
 }
 
 #[tokio::test]
@@ -188,9 +188,7 @@ async fn a_body_over_the_limit_is_refused_with_413() {
         ..HttpLimits::default()
     });
     let resp = send(&edge, post(r#"{"method":"ping"}"#)).await;
-    assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
-    let (code, message) = refusal_of(resp).await;
-    assert_eq!(code, i64::from(codes::INVALID_REQUEST));
+    let message = refused(resp, StatusCode::PAYLOAD_TOO_LARGE, codes::INVALID_REQUEST).await;
     assert_eq!(
         message,
         "request body is larger than the limit of 16 bytes (max_body_bytes)"
@@ -211,10 +209,8 @@ async fn a_body_that_does_not_arrive_in_time_is_refused_with_408_and_the_connect
     let resp = tokio::time::timeout(Duration::from_secs(5), send(&edge, req))
         .await
         .expect("the edge answers within the body timeout");
-    assert_eq!(resp.status(), StatusCode::REQUEST_TIMEOUT);
     assert_eq!(header_of(&resp, "connection"), "close");
-    let (code, message) = refusal_of(resp).await;
-    assert_eq!(code, i64::from(codes::INVALID_REQUEST));
+    let message = refused(resp, StatusCode::REQUEST_TIMEOUT, codes::INVALID_REQUEST).await;
     assert_eq!(
         message,
         "the request body did not arrive within 50 ms (body_timeout_ms)"
@@ -234,9 +230,7 @@ async fn a_body_that_fails_is_refused_with_400() {
         Body::from_stream(futures::stream::iter(failing)),
     );
     let resp = send(&edge, req).await;
-    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
-    let (code, message) = refusal_of(resp).await;
-    assert_eq!(code, i64::from(codes::INVALID_REQUEST));
+    let message = refused(resp, StatusCode::BAD_REQUEST, codes::INVALID_REQUEST).await;
     assert_eq!(message, "cannot read the request body: connection reset");
 }
 
@@ -251,12 +245,15 @@ async fn a_client_past_its_burst_waits_and_other_clients_do_not() {
     for _ in 0..2 {
         assert_eq!(send(&edge, get(CLIENT)).await.status(), StatusCode::OK);
     }
-    let refused = send(&edge, get(CLIENT)).await;
-    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    let refusal = send(&edge, get(CLIENT)).await;
     // At 20 a second, the next token is at most 50 ms away: `Retry-After` is whole seconds.
-    assert_eq!(header_of(&refused, "retry-after"), "1");
-    let (code, message) = refusal_of(refused).await;
-    assert_eq!(code, i64::from(codes::INTERNAL_ERROR));
+    assert_eq!(header_of(&refusal, "retry-after"), "1");
+    let message = refused(
+        refusal,
+        StatusCode::TOO_MANY_REQUESTS,
+        codes::INTERNAL_ERROR,
+    )
+    .await;
     assert!(
         message.starts_with(
             "rate limit exceeded: at most 20 requests per second per client (burst 2); retry in "
@@ -285,9 +282,7 @@ async fn a_request_past_the_concurrency_limit_is_refused_at_once() {
     let Ok(ready) = svc.ready().await;
     let first = ready.call(get());
     let busy = send(&edge, get()).await;
-    assert_eq!(busy.status(), StatusCode::SERVICE_UNAVAILABLE);
-    let (code, message) = refusal_of(busy).await;
-    assert_eq!(code, i64::from(codes::INTERNAL_ERROR));
+    let message = refused(busy, StatusCode::SERVICE_UNAVAILABLE, codes::INTERNAL_ERROR).await;
     assert_eq!(
         message,
         "server busy: 1 requests are already being handled (max_concurrent_requests)"
@@ -317,10 +312,13 @@ async fn shutdown_refuses_new_requests_and_waits_for_answers_being_written() {
         !drain.is_finished(),
         "shutdown waits for the answer in flight"
     );
-    let refused = send(&edge, post(r#"{"method":"ping"}"#)).await;
-    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
-    let (code, message) = refusal_of(refused).await;
-    assert_eq!(code, i64::from(codes::INTERNAL_ERROR));
+    let refusal = send(&edge, post(r#"{"method":"ping"}"#)).await;
+    let message = refused(
+        refusal,
+        StatusCode::SERVICE_UNAVAILABLE,
+        codes::INTERNAL_ERROR,
+    )
+    .await;
     assert_eq!(message, "the server is shutting down");
     // The answer's body done: the request is no longer in flight, and shutdown goes on.
     assert_eq!(body_of(writing).await, r#"{"method":"resources/read"}"#);
@@ -341,10 +339,13 @@ async fn an_initialize_past_the_session_cap_is_refused() {
     let initialize = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#;
     assert_eq!(send(&edge, post(initialize)).await.status(), StatusCode::OK);
     let (_id, _transport) = edge.sessions.create_session().await.expect("session");
-    let refused = send(&edge, post(initialize)).await;
-    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
-    let (code, message) = refusal_of(refused).await;
-    assert_eq!(code, i64::from(codes::INTERNAL_ERROR));
+    let refusal = send(&edge, post(initialize)).await;
+    let message = refused(
+        refusal,
+        StatusCode::SERVICE_UNAVAILABLE,
+        codes::INTERNAL_ERROR,
+    )
+    .await;
     assert_eq!(
         message,
         "too many sessions: 1 are open, the limit is 1 (max_sessions)"
