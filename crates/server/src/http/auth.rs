@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use hmac::{Hmac, KeyInit as _, Mac as _};
 
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use http::{HeaderValue, StatusCode, header};
 use subtle::ConstantTimeEq as _;
 
@@ -195,17 +195,25 @@ impl Auth {
             value.push(' ');
             value.push_str(&params.join(", "));
         }
-        let body = serde_json::json!({
-            "jsonrpc": "2.0",
-            "id": null,
-            "error": {"code": crate::wire::codes::UNAUTHORIZED, "message": format!("unauthorized: {description}")}
-        });
-        let mut resp = (status, axum::Json(body)).into_response();
+        let mut resp = super::edge::refuse(
+            status,
+            crate::wire::codes::UNAUTHORIZED,
+            format!("unauthorized: {description}"),
+        );
         if let Ok(v) = HeaderValue::from_str(&value) {
             resp.headers_mut().insert(header::WWW_AUTHENTICATE, v);
         }
         resp
     }
+}
+
+/// What the headers alone say about a caller.
+pub(crate) enum OnHeaders<'h> {
+    /// Known now: a static token's grant and identity, or the refusal to send.
+    Known(Result<(Grant, Identity), Response>),
+    /// A JWT, to validate against the authorization server's keys ([`Auth::validate_jwt`]),
+    /// which may have to be fetched first.
+    Jwt(&'h str),
 }
 
 impl Auth {
@@ -215,13 +223,22 @@ impl Auth {
         &self,
         headers: &http::HeaderMap,
     ) -> Result<(Grant, Identity), Response> {
+        match self.on_headers(headers) {
+            OnHeaders::Known(verdict) => verdict,
+            OnHeaders::Jwt(token) => self.validate_jwt(token).await,
+        }
+    }
+
+    /// What can be told of a request's credentials without waiting: all of it, except the
+    /// validation of a JWT.
+    pub(crate) fn on_headers<'h>(&self, headers: &'h http::HeaderMap) -> OnHeaders<'h> {
         let Some(value) = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
         else {
-            return Err(
+            return OnHeaders::Known(Err(
                 self.challenge(None, "a bearer token is required (Authorization: Bearer …)")
-            );
+            ));
         };
         // RFC 9110 §11.1: the scheme name is case-insensitive (`bearer`, `BEARER`).
         let Some(token) = value
@@ -229,17 +246,19 @@ impl Auth {
             .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
             .map(|(_, token)| token.trim())
         else {
-            return Err(self.challenge(
+            return OnHeaders::Known(Err(self.challenge(
                 Some("invalid_request"),
                 "the Authorization header must use the Bearer scheme",
-            ));
+            )));
         };
         if let Some(found) = self.check(token) {
-            return Ok(found);
+            return OnHeaders::Known(Ok(found));
         }
-        let Some(jwt) = &self.jwt else {
-            return Err(self.challenge(Some("invalid_token"), "the token is not valid"));
-        };
+        if self.jwt.is_none() {
+            return OnHeaders::Known(Err(
+                self.challenge(Some("invalid_token"), "the token is not valid")
+            ));
+        }
         // A JWS in compact form is three dot-separated parts. Anything else cannot be an
         // access token of the authorization server, so with static tokens configured it is
         // most likely a mistyped or rotated static token: say that, rather than the JWT
@@ -250,8 +269,16 @@ impl Auth {
             } else {
                 "the token is neither one of the configured static tokens nor a JWT"
             };
-            return Err(self.challenge(Some("invalid_token"), why));
+            return OnHeaders::Known(Err(self.challenge(Some("invalid_token"), why)));
         }
+        OnHeaders::Jwt(token)
+    }
+
+    /// The grant and identity of JWT `token`, or the refusal to send.
+    pub(crate) async fn validate_jwt(&self, token: &str) -> Result<(Grant, Identity), Response> {
+        let Some(jwt) = &self.jwt else {
+            return Err(self.challenge(Some("invalid_token"), "the token is not valid"));
+        };
         match jwt.validate(token).await {
             Ok((grant, subject)) => {
                 let identity = match subject {

@@ -314,7 +314,7 @@ impl<M: SessionManager> DirectRead<M> {
 /// length, or read here. A body that cannot be read (the client went away, or sent more than
 /// it announced) gets the words rmcp uses for one.
 async fn body_bytes(body: Body, len: usize, whole: Option<WholeBody>) -> Result<Bytes, Response> {
-    if let Some(WholeBody(bytes)) = whole.filter(|w| w.0.len() == len) {
+    if let Some(WholeBody { bytes, .. }) = whole.filter(|w| w.bytes.len() == len) {
         return Ok(bytes);
     }
     http_body_util::Limited::new(body, len)

@@ -299,21 +299,16 @@ pub async fn serve(
         direct_reads,
     });
 
-    // The edge authenticates, then limits, then reads the body (see `edge.rs`).
-    // Any other path answers 404 through the edge as well, as it did when the edge was a
-    // layer over this router (a layer wraps the fallback too): draining, the rate limit,
-    // authentication and the response counters apply to every request outside the
-    // operational endpoints.
+    // The edge's layers (see `edge/mod.rs`) around the endpoint. Any other path answers 404
+    // through the edge as well, as it did when the edge was a layer over this router (a
+    // layer wraps the fallback too): draining, the rate limit, authentication and the
+    // response counters apply to every request outside the operational endpoints.
     let not_found = tower::service_fn(|_: axum::extract::Request| async {
         Ok::<_, std::convert::Infallible>(http::StatusCode::NOT_FOUND.into_response())
     });
     let mcp_route = Router::new()
-        .route_service(&settings.path, edge::EdgeService::new(edge.clone(), mcp))
-        .fallback_service(edge::EdgeService::new(edge.clone(), not_found));
-    let gate = Arc::new(edge::OpsGate {
-        allowed_hosts: hosts,
-        allowed_origins: settings.allowed_origins.clone(),
-    });
+        .route_service(&settings.path, edge.around(mcp))
+        .fallback_service(edge.around(not_found));
     let app = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -327,7 +322,10 @@ pub async fn serve(
             get(resource_metadata),
         )
         .with_state(ops)
-        .layer(axum::middleware::from_fn_with_state(gate, edge::ops_gate))
+        .layer(edge::OpsGate::layer(
+            hosts,
+            settings.allowed_origins.clone(),
+        ))
         .merge(mcp_route)
         .layer(tower::util::MapRequestLayer::new(edge::authority_as_host));
 
@@ -342,12 +340,12 @@ pub async fn serve(
         async move {
             shutdown.await;
             tracing::info!("shutting down: refusing new requests, finishing in-flight ones");
-            edge.drain().await;
+            edge.shutdown.drain().await;
             // Reads still running answer an error that says why, rather than a stream or
             // connection cut with no answer; a moment for those answers to be written.
             reads_cut.cancel();
             let flush = tokio::time::Instant::now() + std::time::Duration::from_millis(500);
-            while edge.inflight() > 0 && tokio::time::Instant::now() < flush {
+            while edge.shutdown.inflight() > 0 && tokio::time::Instant::now() < flush {
                 tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             }
             streams.cancel();
@@ -529,7 +527,7 @@ async fn metrics(State(ops): State<Arc<Ops>>, headers: http::HeaderMap) -> Respo
         (
             "mcp_http_inflight_requests",
             "HTTP requests being answered (streams excluded).",
-            ops.edge.inflight(),
+            ops.edge.shutdown.inflight(),
         ),
     ];
     for (name, help, v) in gauges {
@@ -598,8 +596,8 @@ async fn metrics(State(ops): State<Arc<Ops>>, headers: http::HeaderMap) -> Respo
         );
     }
     out.push_str("# HELP mcp_http_responses_total HTTP responses of the MCP endpoint by status class.\n# TYPE mcp_http_responses_total counter\n");
-    for (i, class) in ["2xx", "3xx", "4xx", "5xx"].iter().enumerate() {
-        let n = ops.edge.by_status[i].load(Ordering::Relaxed);
+    let counts = ops.edge.responses.classes();
+    for (class, n) in ["2xx", "3xx", "4xx", "5xx"].iter().zip(counts) {
         let _ = writeln!(out, "mcp_http_responses_total{{class=\"{class}\"}} {n}");
     }
     let _ = write!(
