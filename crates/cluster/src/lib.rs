@@ -100,10 +100,12 @@ impl std::fmt::Debug for Credentials {
 /// spaces, which NATS subjects cannot. A collision only costs a spurious delivery, which the
 /// registry drops (it matches the event's exact URI).
 fn token(s: &str, bytes: usize) -> String {
-    Sha256::digest(s.as_bytes())[..bytes]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex(&Sha256::digest(s.as_bytes())[..bytes])
+}
+
+/// `bytes` as lowercase hex: how hashes and ids appear in subjects and records.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The subject of `event` published for mount `mount` in cluster `cluster`:

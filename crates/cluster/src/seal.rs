@@ -179,6 +179,14 @@ impl std::fmt::Debug for Seal {
     }
 }
 
+/// The first `bytes` of `s`'s HMAC under `key`, as hex: a value others may read but from
+/// which `s` cannot be guessed and checked without the key.
+fn keyed(key: &[u8; 32], s: &str, bytes: usize) -> String {
+    let mut m = hmac(key);
+    m.update(s.as_bytes());
+    crate::hex(&m.finalize().into_bytes()[..bytes])
+}
+
 fn hmac(key: &[u8]) -> Hmac<Sha256> {
     <Hmac<Sha256> as KeyInit>::new_from_slice(key).expect("HMAC accepts keys of any length")
 }
@@ -612,13 +620,7 @@ impl Seal {
     /// readable by others holds nothing from which an identity (a subject, an address) can
     /// be guessed and checked.
     pub fn owner(&self, identity: &str) -> String {
-        let mut m = hmac(&self.owners);
-        m.update(identity.as_bytes());
-        m.finalize()
-            .into_bytes()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect()
+        keyed(&self.owners, identity, 32)
     }
 
     /// A source's change token as it travels between replicas: a keyed hash of it. Replicas
@@ -626,12 +628,7 @@ impl Seal {
     /// of a small file's state) would let a reader of the NATS account check guesses about a
     /// resource's contents.
     pub(crate) fn change_token(&self, token: &str) -> String {
-        let mut m = hmac(&self.tokens);
-        m.update(token.as_bytes());
-        m.finalize().into_bytes()[..16]
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect()
+        keyed(&self.tokens, token, 16)
     }
 
     /// Count one record of `kind` refused for a reason the caller found (a session record
@@ -671,7 +668,7 @@ impl Seal {
     /// This process's sender id as a subject token (16 hex digits): unique to the process,
     /// and no secret (every sealed message carries it).
     pub(crate) fn sender_token(&self) -> String {
-        self.sender.iter().map(|b| format!("{b:02x}")).collect()
+        crate::hex(&self.sender)
     }
 
     /// Messages dropped because they did not verify, per kind (every kind listed).
