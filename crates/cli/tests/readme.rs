@@ -13,6 +13,8 @@
 //! nginx configuration in front, and its `nats-server.conf` runs two replicas on their own
 //! account. Every fenced block is of a kind in `KINDS`, with the test
 //! that runs it or the reason none can: a new block of no kind fails, naming its place.
+//! ARCHITECTURE.md's code map is held to the tree the same way: every source file named,
+//! every named file present.
 
 mod client_common;
 
@@ -2753,4 +2755,137 @@ fn every_block_is_run_or_says_why_not() {
             Proof::NotRun(why) => assert!(!why.is_empty()),
         }
     }
+}
+
+/// Every `.rs` file under `dir`, recursively, in name order.
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// ARCHITECTURE.md's code map matches the tree, both ways: every source file of every crate,
+/// of xtask and of the fuzz targets is named in its crate's entry (by its name, under its
+/// folder's name when it sits in a folder, or anywhere by its path from `src/`), and every
+/// `*.rs` the map names exists. A file added without a word in the map, or removed while the
+/// map still describes it, fails here rather than in a reviewer's reading.
+#[test]
+fn the_code_map_names_every_source_file_and_nothing_else() {
+    let root = workspace();
+    let arch = std::fs::read_to_string(root.join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let map = arch
+        .split_once("\n## Code map\n")
+        .expect("ARCHITECTURE.md has a `## Code map` section")
+        .1;
+    let map = map.split_once("\n## ").map_or(map, |(m, _)| m);
+    // The map's top-level entries, `- \`crates/core\` …`: the folder each describes (its
+    // sources' folder for a crate) and its text.
+    let mut entries: Vec<(String, String)> = Vec::new();
+    for line in map.lines() {
+        if let Some(rest) = line.strip_prefix("- `") {
+            let path = rest.split('`').next().unwrap_or("").trim_end_matches('/');
+            let folder = match path {
+                "xtask" => "xtask/src".to_owned(),
+                "fuzz" => "fuzz/fuzz_targets".to_owned(),
+                p if p.starts_with("crates/") && p.matches('/').count() == 1 => format!("{p}/src"),
+                p => p.to_owned(),
+            };
+            entries.push((folder, String::new()));
+        }
+        if let Some((_, text)) = entries.last_mut() {
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
+    assert!(entries.len() > 10, "the code map's entries were not found");
+    let mut files: Vec<PathBuf> = Vec::new();
+    for e in std::fs::read_dir(root.join("crates"))
+        .expect("crates/")
+        .flatten()
+    {
+        files.extend(rust_files(&e.path().join("src")));
+    }
+    files.extend(rust_files(&root.join("xtask/src")));
+    files.extend(rust_files(&root.join("fuzz/fuzz_targets")));
+    let mut unnamed = Vec::new();
+    for f in &files {
+        let rel = f
+            .strip_prefix(&root)
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        let Some((folder, text)) = entries
+            .iter()
+            .filter(|(folder, _)| rel.starts_with(&format!("{folder}/")))
+            .max_by_key(|(folder, _)| folder.len())
+        else {
+            unnamed.push(format!("{rel} (no entry of the map covers its folder)"));
+            continue;
+        };
+        let inner = &rel[folder.len() + 1..];
+        let name = inner.rsplit('/').next().unwrap();
+        // A fuzz target is named as the target, without `.rs`.
+        let named = text.contains(name)
+            || (folder == "fuzz/fuzz_targets"
+                && text.contains(&format!("`{}`", name.trim_end_matches(".rs"))));
+        let in_folder = match inner.rsplit_once('/') {
+            None => true,
+            Some((dir, _)) => {
+                let last = dir.rsplit('/').next().unwrap();
+                text.contains(&format!("{last}/"))
+            }
+        };
+        if !((named && in_folder) || map.contains(inner)) {
+            unnamed.push(rel);
+        }
+    }
+    // Every `x.rs` the map names is a file somewhere in the repository (the map also points
+    // at tests and at other crates' files by their paths).
+    let mut all: Vec<String> = Vec::new();
+    for top in ["crates", "xtask", "fuzz", "tests"] {
+        all.extend(
+            rust_files(&root.join(top))
+                .into_iter()
+                .filter(|p| !p.components().any(|c| c.as_os_str() == "target"))
+                .map(|p| {
+                    p.strip_prefix(&root)
+                        .unwrap()
+                        .to_string_lossy()
+                        .into_owned()
+                }),
+        );
+    }
+    let mut stale = Vec::new();
+    for word in
+        map.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '/' || c == '.'))
+    {
+        let word = word.trim_matches('.');
+        if word.ends_with(".rs")
+            && word.len() > 3
+            && !all
+                .iter()
+                .any(|f| f == word || f.ends_with(&format!("/{word}")))
+        {
+            stale.push(word.to_owned());
+        }
+    }
+    stale.sort();
+    stale.dedup();
+    assert!(
+        unnamed.is_empty() && stale.is_empty(),
+        "ARCHITECTURE.md's code map and the tree differ.\nFiles the map does not name:\n  {}\nFiles the map names that do not exist:\n  {}",
+        unnamed.join("\n  "),
+        stale.join("\n  ")
+    );
 }
