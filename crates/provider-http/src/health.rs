@@ -19,7 +19,9 @@
 //! again first (at most one request per host at a time and one a second, each within the
 //! mount's `timeout_ms`) and wait for it at most [`ASK_WAIT`]. Readiness also asks a host
 //! that nothing has asked for [`STALE_AFTER`], so an idle mount's `/readyz` is not older
-//! news than that.
+//! news than that. A probe is an ordinary read of a resource the mount serves (a change
+//! check, as a subscription's poll makes): the same GET with the endpoint's headers, under
+//! the same address policy and redirect checks, so it asks nothing a client could not.
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, Weak};
