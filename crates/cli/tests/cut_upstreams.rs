@@ -17,16 +17,16 @@
 //! - the files mount and every mount not cut read within [`OK_WITHIN`];
 //! - a read of a cut mount fails within the request timeout (plus [`SLACK`]) naming its
 //!   mount;
-//! - listings (while S3 alone, S3 and PostgreSQL, PostgreSQL alone and the api alone are
-//!   cut) leave a cut S3 or PostgreSQL mount out, named in `_meta`
-//!   `io.github.mcp-resources/unavailable`, and list the rest; an api mount lists its
-//!   configured endpoints, which no cut changes, so it stays listed;
+//! - listings (while S3 alone, S3 and PostgreSQL, PostgreSQL alone, PostgreSQL and the api,
+//!   and the api alone are cut) leave each cut mount out, named in `_meta`
+//!   `io.github.mcp-resources/unavailable`, and list the rest (the api mount once a read of
+//!   it has timed out);
 //! - `/readyz` answers 503 naming each cut mount and why;
 //! - after each heal, with no restart, reads work again within [`RECOVERED_WITHIN`], and a
 //!   2026-07-28 `subscriptions/listen` stream and a legacy session's GET stream both hear
-//!   `notifications/resources/list_changed` within [`NOTICED_WITHIN`] for the S3 and the
-//!   PostgreSQL mount (the api mount's listing never changed); PostgreSQL's return is noticed
-//!   with no listing in between, by the server's own probe;
+//!   `notifications/resources/list_changed` within [`NOTICED_WITHIN`] for each mount;
+//!   PostgreSQL's and the api's returns are noticed with no listing in between, by the
+//!   server's own probe;
 //! - `/healthz` answers at every sample and the log holds no panic.
 //!
 //! Needs `moto_server` and PostgreSQL at 127.0.0.1:5432: without either the test says
@@ -57,6 +57,11 @@ const RECOVERED_WITHIN: Duration = Duration::from_secs(4);
 /// longest wait (4 s) and its bound (1 s at this timeout), after PostgreSQL's breaker has let
 /// a reconnection through (up to about 2 s; a probe before that fails at once), and slack.
 const NOTICED_WITHIN: Duration = Duration::from_secs(8);
+/// The api mount's `timeout_ms`: under the request timeout, as the defaults are (10 s under
+/// 30 s), so that its reads end with the mount's own error, which tells it at once that its
+/// upstream is out (a read the server gives up on first only has the mount probe the
+/// upstream, which then takes the mount's timeout).
+const API_TIMEOUT: Duration = Duration::from_millis(1000);
 /// How long each upstream is cut.
 const CUT: Duration = Duration::from_secs(30);
 /// When each upstream's cut starts, in seconds after the first.
@@ -64,8 +69,9 @@ const S3_AT: u64 = 0;
 const PG_AT: u64 = 7;
 const API_AT: u64 = 33;
 /// Seconds after the first cut at which listings and `/readyz` are checked: S3 alone, S3 and
-/// PostgreSQL, PostgreSQL alone, the api alone.
-const LISTED_AT: [f64; 4] = [3.5, 20.5, 31.5, 45.5];
+/// PostgreSQL, PostgreSQL alone, PostgreSQL and the api (2.5 s into the api's cut: its
+/// first read there has failed), the api alone.
+const LISTED_AT: [f64; 5] = [3.5, 20.5, 31.5, 35.5, 45.5];
 const PG_ADMIN: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 
 fn absent(what: &str, e: impl std::fmt::Display) {
@@ -289,9 +295,6 @@ struct Cut {
     uri: String,
     relay: Relay,
     at: u64,
-    /// Whether its listing and its readiness ask the upstream (not an api mount's: it lists
-    /// its configured endpoints and has no readiness check).
-    asks_upstream: bool,
 }
 
 impl Cut {
@@ -415,12 +418,13 @@ async fn cut_upstreams_cost_only_their_mounts_and_come_back() {
          [[mount]]\nkind = \"files\"\nroot = \"{}\"\n\
          [[mount]]\nkind = \"s3\"\nbucket = \"{bucket}\"\nregion = \"us-east-1\"\nendpoint = \"http://127.0.0.1:{}\"\nallow_http = true\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\n\
          [[mount]]\nkind = \"postgres\"\nname = \"pgcut\"\nurl = \"{}\"\n\
-         [[mount]]\nkind = \"api\"\nname = \"upcut\"\nallow_private = true\n\
+         [[mount]]\nkind = \"api\"\nname = \"upcut\"\nallow_private = true\ntimeout_ms = {}\n\
          [[mount.endpoint]]\nuri = \"api://upcut/status\"\nurl = \"http://127.0.0.1:{}/status\"\n",
         TIMEOUT.as_millis(),
         files.display(),
         s3.port(),
         pg.url(&format!("127.0.0.1:{}", pg_relay.port())),
+        API_TIMEOUT.as_millis(),
         api.port(),
     );
     let cfg = dir.path().join("cut.toml");
@@ -438,21 +442,18 @@ async fn cut_upstreams_cost_only_their_mounts_and_come_back() {
             uri: format!("s3://{bucket}/a.txt"),
             relay: s3,
             at: S3_AT,
-            asks_upstream: true,
         },
         Cut {
             mount: "pgcut",
             uri: "db://pgcut/tables/t".into(),
             relay: pg_relay,
             at: PG_AT,
-            asks_upstream: true,
         },
         Cut {
             mount: "upcut",
             uri: "api://upcut/status".into(),
             relay: api,
             at: API_AT,
-            asks_upstream: false,
         },
     ]);
 
@@ -654,9 +655,25 @@ async fn cut_upstreams_cost_only_their_mounts_and_come_back() {
         ));
     }
 
-    // list_changed: once each for the S3 and the PostgreSQL mount's return, on both streams.
+    // list_changed: once each for every mount's return, on both streams. The api's heal is
+    // the last: wait for its notices (up to NOTICED_WITHIN after it) rather than read too soon.
+    let api_healed = t0 + Duration::from_secs(API_AT) + CUT;
+    while Instant::now() < api_healed + NOTICED_WITHIN {
+        let after = (api_healed - t0).as_secs_f64();
+        let both = ["listen", "legacy"].iter().all(|stream| {
+            heard
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|(s, t)| s == stream && *t >= after)
+        });
+        if both {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let heard = heard.lock().unwrap().clone();
-    for c in cuts.iter().filter(|c| c.asks_upstream) {
+    for c in cuts.iter() {
         let (_, to) = c.window();
         for stream in ["listen", "legacy"] {
             let when = heard
@@ -686,7 +703,7 @@ async fn cut_upstreams_cost_only_their_mounts_and_come_back() {
 }
 
 /// A listing at `k` s, every page: the files mount and every mount not cut listed, each
-/// cut one whose listing depends on its upstream left out and named unavailable.
+/// cut one left out and named unavailable.
 async fn check_listing(r: &Replica, http: &reqwest::Client, sid: &str, cuts: &[Cut], k: f64) {
     let sent = Instant::now();
     let (mut shown, mut out, mut pages) = (String::new(), String::new(), 0);
@@ -700,7 +717,9 @@ async fn check_listing(r: &Replica, http: &reqwest::Client, sid: &str, cuts: &[C
             .await
             .unwrap_or_else(|e| panic!("listing at {k} s: {e}"));
         pages += 1;
-        shown.push_str(&page.to_string());
+        // The resources alone: a mount's name in `_meta` may be one of its URIs (an api
+        // mount's is its first endpoint's).
+        shown.push_str(&page["resources"].to_string());
         out.push_str(&page["_meta"]["io.github.mcp-resources/unavailable"].to_string());
         match page["nextCursor"].as_str() {
             Some(c) => cursor = Some(c.to_owned()),
@@ -717,15 +736,15 @@ async fn check_listing(r: &Replica, http: &reqwest::Client, sid: &str, cuts: &[C
     for c in cuts {
         let (_, to) = c.window();
         let just_healed = k >= to && k < to + RECOVERED_WITHIN.as_secs_f64();
-        if c.cut_at(k) && c.asks_upstream {
+        if c.cut_at(k) {
             assert!(
                 out.contains(c.mount),
-                "listing at {k} s, {} cut: {shown}",
+                "listing at {k} s, {} cut: {shown} {out}",
                 c.mount
             );
             assert!(
                 !shown.contains(&c.uri),
-                "listing at {k} s, {} cut: {shown}",
+                "listing at {k} s, {} cut: {shown} {out}",
                 c.mount
             );
         } else if !just_healed {
@@ -744,11 +763,11 @@ async fn check_listing(r: &Replica, http: &reqwest::Client, sid: &str, cuts: &[C
     eprintln!("listing at {k} s took {took:?} ({pages} pages), unavailable: {out}");
 }
 
-/// `/readyz` at `k` s: 503 naming each cut mount whose readiness asks its upstream, and why.
+/// `/readyz` at `k` s: 503 naming each cut mount, and why.
 async fn check_readyz(r: &Replica, cuts: &[Cut], k: f64) {
     let (status, body, took) = readyz(r).await;
     eprintln!("/readyz at {k} s: {status} in {took:?}\n{body}");
-    for c in cuts.iter().filter(|c| c.cut_at(k) && c.asks_upstream) {
+    for c in cuts.iter().filter(|c| c.cut_at(k)) {
         assert_eq!(status, 503, "/readyz at {k} s: {body}");
         assert!(
             body.lines().any(|l| l.starts_with("NOT READY")

@@ -2,15 +2,17 @@
 //! resolver), the redirect loop that re-checks every hop, and the body read under the limit.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use http::HeaderMap;
 use http::header::{IF_MODIFIED_SINCE, IF_NONE_MATCH, LOCATION};
-use mcpr_core::{Error, Limit, Result};
+use mcpr_core::{Error, ErrorKind, Limit, Result};
 
 use crate::cache::Validators;
 use crate::config::{Header, HttpConfig, HttpKind};
 use crate::error;
+use crate::health::Reached;
 use crate::net::{Guarded, HostResolver, Policy, check_host};
 
 /// What came back.
@@ -81,17 +83,36 @@ impl Fetcher {
         })
     }
 
-    /// GET `req.url`, following redirects, within the mount's timeout.
-    pub(crate) async fn get(&self, req: Request<'_>) -> Result<Outcome> {
+    /// GET `req.url`, following redirects, within the mount's timeout; and whether the
+    /// first URL's host answered ([`Reached`]), which tells an outage of that host from a
+    /// failure of the request.
+    pub(crate) async fn get(&self, req: Request<'_>) -> (Result<Outcome>, Reached) {
         let uri = req.uri;
         let first = req.url.clone();
-        match tokio::time::timeout(self.timeout, self.exchange(req)).await {
+        // Set once the first host's answer is whole: kept outside the exchange, which the
+        // timeout drops.
+        let answered = AtomicBool::new(false);
+        let result = match tokio::time::timeout(self.timeout, self.exchange(req, &answered)).await {
             Ok(r) => r,
             Err(_) => Err(error::timeout(uri, &first, self.timeout)),
-        }
+        };
+        let reached = match &result {
+            Ok(_) => Reached::Answered,
+            Err(_) if answered.load(Ordering::Relaxed) => Reached::Answered,
+            // Before the first host's answer was whole, only the transport and the timeout
+            // fail with these (a status error comes with an answer).
+            Err(e) if matches!(e.kind, ErrorKind::Timeout | ErrorKind::Unavailable) => {
+                Reached::Unreachable
+            }
+            // Refused by the address policy or the allow list: nothing was sent.
+            Err(_) => Reached::NotAsked,
+        };
+        (result, reached)
     }
 
-    async fn exchange(&self, req: Request<'_>) -> Result<Outcome> {
+    /// The exchange; `answered` is set once the first host's answer is whole (a status other
+    /// than success, or a successful one's body read or found over the limit).
+    async fn exchange(&self, req: Request<'_>, answered: &AtomicBool) -> Result<Outcome> {
         let uri = req.uri;
         let origin = req.url.origin();
         let mut url = req.url.clone();
@@ -116,6 +137,9 @@ impl Fetcher {
             tracing::debug!(uri, upstream = %error::origin(&url), hop = hops, "GET");
             let resp = b.send().await.map_err(|e| error::transport(uri, &url, e))?;
             let status = resp.status();
+            if hops == 0 && !status.is_success() {
+                answered.store(true, Ordering::Relaxed);
+            }
             if matches!(status.as_u16(), 301 | 302 | 303 | 307 | 308) {
                 let next = resp
                     .headers()
@@ -148,8 +172,20 @@ impl Fetcher {
             return Err(error::status(uri, &url, status));
         }
         let headers = resp.headers().clone();
-        let body = read_body(uri, &url, resp, req.limit).await?;
-        Ok(Outcome::Full { headers, body, url })
+        let body = read_body(uri, &url, resp, req.limit).await;
+        if hops == 0
+            && body
+                .as_ref()
+                .err()
+                .is_none_or(|e| e.kind == ErrorKind::TooLarge)
+        {
+            answered.store(true, Ordering::Relaxed);
+        }
+        Ok(Outcome::Full {
+            headers,
+            body: body?,
+            url,
+        })
     }
 
     /// Every hop: http(s) only, within the redirect budget, an allowed IP literal, and on

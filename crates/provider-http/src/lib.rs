@@ -13,6 +13,7 @@ mod cache;
 mod config;
 mod error;
 mod fetch;
+mod health;
 mod html;
 mod list;
 mod net;

@@ -14,6 +14,7 @@ use crate::budget::ConversionBudget;
 use crate::cache::{CacheCounts, CacheStats, Flights, Store};
 use crate::config::{HttpConfig, HttpKind};
 use crate::fetch::Fetcher;
+use crate::health::Hosts;
 use crate::html::Converter;
 use crate::net::{HostResolver, SystemResolver};
 use crate::read::{Mode, serve};
@@ -33,6 +34,8 @@ pub(crate) struct Inner {
     pub(crate) flights: Flights,
     /// web: HTML to Markdown, bounded.
     pub(crate) converter: Converter,
+    /// api: which of its upstream hosts are out.
+    pub(crate) hosts: Hosts,
     /// The read limit of the last read, which change checks use too.
     read_limit: AtomicU64,
 }
@@ -130,9 +133,20 @@ impl HttpProvider {
             },
             cache: config.cache,
         };
-        let inner = Arc::new(Inner {
+        let inner = Arc::new_cyclic(|me| Inner {
             cache: crate::cache::store(config.cache_max_bytes),
             converter: Converter::new(&config, budget),
+            // A web mount's hosts are not tracked: its listing is its `pages`, and its URLs
+            // are any under the allow prefixes.
+            hosts: Hosts::new(
+                &config.name,
+                if config.kind == HttpKind::Api {
+                    &endpoints
+                } else {
+                    &[]
+                },
+                me.clone(),
+            ),
             config,
             endpoints,
             fetcher,
@@ -213,7 +227,20 @@ impl Provider for HttpProvider {
         &self.info
     }
 
+    async fn ready(&self) -> bool {
+        self.readiness().await.is_ok()
+    }
+
+    /// An api mount is not ready while one of its upstream hosts is out, or once a host
+    /// that nothing asked for a while fails a probe (`crate::health`).
+    async fn readiness(&self) -> Result<()> {
+        self.inner.hosts.check(true).await
+    }
+
+    /// An api mount's listing fails while one of its upstream hosts is out, with the reason,
+    /// so the server leaves it out of listings and tells clients when it lists again.
     async fn list(&self, page: PageRequest) -> Result<Page<ResourceMeta>> {
+        self.inner.hosts.check(false).await?;
         crate::list::page(&self.resources, &page)
     }
 

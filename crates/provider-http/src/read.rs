@@ -55,7 +55,10 @@ pub(crate) async fn serve(inner: &Inner, uri: &str, limit: u64, mode: Mode) -> R
         return served(uri, e, limit);
     }
     let validators = cached.as_ref().map(|e| &e.validators).filter(|v| v.any());
-    let outcome = inner
+    // What became of the request tells whether its host is out (`crate::health`), also
+    // when the caller gives up on it first.
+    let attempt = inner.hosts.attempt(uri, &target.url);
+    let (outcome, reached) = inner
         .fetcher
         .get(Request {
             uri,
@@ -64,7 +67,9 @@ pub(crate) async fn serve(inner: &Inner, uri: &str, limit: u64, mode: Mode) -> R
             validators,
             limit,
         })
-        .await?;
+        .await;
+    attempt.finish(reached, outcome.as_ref().err());
+    let outcome = outcome?;
     let default_ttl = inner.config.default_ttl;
     match outcome {
         Outcome::NotModified { headers } => {

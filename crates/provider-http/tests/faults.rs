@@ -1,14 +1,16 @@
-//! Fault injection on an api mount (issue #19 section 4): an upstream that hangs before
-//! answering, resets the connection, or answers bytes that are not HTTP, each in turn under
-//! a subscription, then recovers. Each fault must be a clear error within the mount's
-//! timeout, and the subscription made before the faults must report the upstream's next
-//! change once it is healthy again.
+//! Fault injection on an api mount: an upstream that hangs before answering, resets the
+//! connection, or answers bytes that are not HTTP, each in turn under a subscription, then
+//! recovers. Each fault must be a clear error within the mount's timeout, and the
+//! subscription made before the faults must report the upstream's next change once it is
+//! healthy again. A host that hangs puts the mount out (its listing and readiness fail
+//! naming the host) until it answers again, costing nothing to the mount's other host.
 //!
 //! The upstream is a raw TCP server rather than the axum one in `common/`, since these
 //! faults are exactly what a well-behaved HTTP server cannot be made to do.
 
 mod common;
 
+use std::future::Future;
 use std::io::{Read as _, Write as _};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
@@ -32,6 +34,8 @@ struct Faulty {
     port: u16,
     mode: Arc<AtomicU8>,
     version: Arc<AtomicU64>,
+    /// Requests received so far.
+    requests: Arc<AtomicU64>,
 }
 
 impl Faulty {
@@ -42,19 +46,25 @@ impl Faulty {
             Arc::new(AtomicU8::new(HEALTHY)),
             Arc::new(AtomicU64::new(1)),
         );
-        let (m, v) = (mode.clone(), version.clone());
+        let requests = Arc::new(AtomicU64::new(0));
+        let (m, v, r) = (mode.clone(), version.clone(), requests.clone());
         std::thread::spawn(move || {
             for conn in l.incoming() {
                 let Ok(mut s) = conn else { return };
-                let (m, v) = (m.clone(), v.clone());
-                std::thread::spawn(move || serve(&mut s, &m, &v));
+                let (m, v, r) = (m.clone(), v.clone(), r.clone());
+                std::thread::spawn(move || serve(&mut s, &m, &v, &r));
             }
         });
         Self {
             port,
             mode,
             version,
+            requests,
         }
+    }
+
+    fn requests(&self) -> u64 {
+        self.requests.load(Ordering::SeqCst)
     }
 
     fn set(&self, mode: u8) {
@@ -64,7 +74,7 @@ impl Faulty {
 
 /// One connection: requests until the client closes it (keep-alive), each answered
 /// according to the mode at the time it arrives.
-fn serve(s: &mut std::net::TcpStream, mode: &AtomicU8, version: &AtomicU64) {
+fn serve(s: &mut std::net::TcpStream, mode: &AtomicU8, version: &AtomicU64, requests: &AtomicU64) {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     loop {
@@ -81,6 +91,7 @@ fn serve(s: &mut std::net::TcpStream, mode: &AtomicU8, version: &AtomicU64) {
             }
         }
         buf.clear();
+        requests.fetch_add(1, Ordering::SeqCst);
         match mode.load(Ordering::SeqCst) {
             HANG => {
                 // Hold the connection without a byte of answer, well past the mount's timeout.
@@ -190,4 +201,125 @@ async fn upstream_hangs_resets_and_answers_garbage_then_recovers() {
         text(p.read(&uri, &limits).await.unwrap().contents),
         r#"{"version":2}"#
     );
+}
+
+/// `until` true within `within`, asked every 50 ms; how long it took.
+async fn within<F: Future<Output = bool>>(
+    within: Duration,
+    mut until: impl FnMut() -> F,
+) -> Duration {
+    let began = Instant::now();
+    while !until().await {
+        assert!(began.elapsed() < within, "not within {within:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    began.elapsed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_that_hangs_is_out_until_it_answers_and_costs_only_itself() {
+    // Two hosts: one name, two ports.
+    let up = Faulty::start();
+    let other = Faulty::start();
+    let mut c = HttpConfig::api(
+        "f",
+        vec![
+            Endpoint::new("api://f/doc", format!("http://up.test:{}/doc", up.port)),
+            Endpoint::new(
+                "api://f/items/{id}",
+                format!("http://up.test:{}/items/{{id}}", up.port),
+            ),
+            Endpoint::new(
+                "api://f/other",
+                format!("http://up.test:{}/other", other.port),
+            ),
+        ],
+    );
+    c.timeout = Duration::from_millis(800);
+    c.default_ttl = Duration::ZERO;
+    let p = HttpProvider::with_network(c, Arc::new(TestResolver), loopback()).unwrap();
+    let limits = ReadLimits { max_bytes: 1 << 20 };
+    let uri = |u: &str| ResourceUri::parse(u).unwrap();
+    let first = mcpr_core::PageRequest {
+        after: None,
+        limit: 10,
+    };
+
+    // The first readiness check asks each host once (nothing has asked them yet); while
+    // they answer, listings and further checks ask nothing.
+    p.readiness().await.unwrap();
+    within(Duration::from_secs(3), || async {
+        (up.requests(), other.requests()) == (1, 1)
+    })
+    .await;
+    p.read(&uri("api://f/items/7"), &limits).await.unwrap();
+    for _ in 0..5 {
+        assert_eq!(p.list(first.clone()).await.unwrap().items.len(), 2);
+        p.readiness().await.unwrap();
+    }
+    assert_eq!((up.requests(), other.requests()), (2, 1));
+
+    // A read its caller gives up on before the mount's own timeout (the server's request
+    // timeout can be the shorter): the probe resource is read on its own, times out, and
+    // the host is out.
+    up.set(HANG);
+    let given_up = tokio::time::timeout(
+        Duration::from_millis(200),
+        p.read(&uri("api://f/items/8"), &limits),
+    )
+    .await;
+    assert!(given_up.is_err(), "the read answered: {given_up:?}");
+    let noticed = within(Duration::from_secs(5), || async {
+        p.readiness().await.is_err()
+    })
+    .await;
+    let e = p.readiness().await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unavailable);
+    assert!(
+        e.message.contains(&format!(
+            "the upstream http://up.test:{} has been unavailable",
+            up.port
+        )) && e.message.contains("api://f/doc")
+            && e.message.contains("timed out after 800 ms")
+            && !e.message.contains(&format!("up.test:{}", other.port)),
+        "{e}"
+    );
+    // The listing fails with the same reason, without waiting on the host for long.
+    let began = Instant::now();
+    let listed = p.list(first.clone()).await.unwrap_err();
+    assert!(
+        began.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        began.elapsed()
+    );
+    assert_eq!(listed.kind, ErrorKind::Unavailable);
+    assert!(
+        listed.message.contains(&format!("up.test:{}", up.port)),
+        "{listed}"
+    );
+    // The other host's endpoint reads on.
+    p.read(&uri("api://f/other"), &limits).await.unwrap();
+    // Probes of the host are one at a time and at most one a second, however often asked.
+    let (before, began) = (up.requests(), Instant::now());
+    for _ in 0..10 {
+        let _ = p.list(first.clone()).await;
+    }
+    let probes = up.requests() - before;
+    let most = began.elapsed().as_secs_f64().ceil() as u64 + 1;
+    assert!(
+        probes <= most,
+        "{probes} probes for 10 listings in {:?}",
+        began.elapsed()
+    );
+
+    // Healthy again: the next listing's probe answers, the mount lists and is ready, with no
+    // read in between.
+    up.set(HEALTHY);
+    let back = within(Duration::from_secs(4), || async {
+        p.list(first.clone()).await.is_ok()
+    })
+    .await;
+    p.readiness().await.unwrap();
+    p.read(&uri("api://f/doc"), &limits).await.unwrap();
+    eprintln!("noticed out in {noticed:?} after the check began, back in {back:?}");
 }
