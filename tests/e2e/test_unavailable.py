@@ -2,8 +2,9 @@
 client that follows cursors over a config with a dead S3 mount (its endpoint a closed
 loopback port) gets every file, whichever mount comes first; the page that left the mount
 out names it in `_meta`; the server warns once for the outage, not once per listing; reads
-of the mount keep their clear error. And a PostgreSQL mount that is down at start does not
-hold the server's first answer."""
+of the mount keep their clear error. A PostgreSQL mount that is down at start does not
+hold the server's first answer. And a read from a source that hangs (an endpoint that takes
+the connection and never answers) answers the SDK's own request timeout, -32001."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import rel_uri, toml_str, write
+from mcp_types import REQUEST_TIMEOUT
 
 pytestmark = pytest.mark.anyio
 
@@ -130,3 +132,41 @@ async def test_a_dead_postgres_mount_does_not_delay_the_first_answer(serve, mode
 
         err = await c.error_of(c.client.read_resource("db://pg/tables/orders"))
         assert err.message.count("is unavailable") == 1, err.message
+
+
+async def test_a_read_from_a_hung_source_answers_the_sdks_request_timeout(serve, mode, base):
+    # A listening socket nobody accepts on: the connection is made, no answer ever comes.
+    with socket.socket() as hung:
+        hung.bind(("127.0.0.1", 0))
+        hung.listen(16)
+        port = hung.getsockname()[1]
+        config = base / "hung.toml"
+        config.write_text(
+            "\n".join(
+                [
+                    "[server]",
+                    "request_timeout_ms = 500",
+                    "",
+                    "[[mount]]",
+                    'kind = "s3"',
+                    'bucket = "hung-bucket"',
+                    'region = "us-east-1"',
+                    f'endpoint = "http://127.0.0.1:{port}"',
+                    "allow_http = true",
+                    'access_key_id = "AKIAHUNGMOUNTKEYID01"',
+                    f"secret_access_key = {toml_str(SECRET)}",
+                ]
+            )
+            + "\n"
+        )
+        async with serve(mode, config=config) as c:
+            uri = "s3://hung-bucket/report.csv"
+            started = time.monotonic()
+            err = await c.error_of(c.client.read_resource(uri))
+            elapsed = time.monotonic() - started
+            assert REQUEST_TIMEOUT == -32001
+            assert err.code == REQUEST_TIMEOUT, (err.code, err.message)
+            assert err.message == f"{uri} timed out after 500 ms (request_timeout)"
+            assert isinstance(err.data, dict) and err.data.get("temporary") is True, err.data
+            assert err.data.get("uri") == uri, err.data
+            assert 0.45 <= elapsed < 3, f"answered after {elapsed:.2f} s"

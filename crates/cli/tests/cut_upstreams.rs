@@ -772,7 +772,7 @@ async fn check_readyz(r: &Replica, cuts: &[Cut], k: f64) {
         assert!(
             body.lines().any(|l| l.starts_with("NOT READY")
                 && l.contains(c.mount)
-                && (l.contains("did not finish within") || l.contains("unavailable"))),
+                && (l.contains("timed out after") || l.contains("unavailable"))),
             "/readyz at {k} s, {} cut: {body}",
             c.mount
         );

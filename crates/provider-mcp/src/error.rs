@@ -11,6 +11,10 @@ use rmcp::model::ErrorCode;
 
 use crate::uri::clean_message;
 
+/// -32001, the request timeout of both official SDKs (TypeScript's `ErrorCode.RequestTimeout`,
+/// Python's `REQUEST_TIMEOUT`); rmcp has no constant for it.
+const UPSTREAM_TIMEOUT: i32 = -32001;
+
 /// `10 s`, `1500 ms`.
 pub(crate) fn human(d: Duration) -> String {
     let ms = d.as_millis();
@@ -124,6 +128,14 @@ pub(crate) fn service(mount: &str, what: &str, uri: Option<&str>, e: ServiceErro
                 }
                 ErrorCode::INVALID_PARAMS => ErrorKind::InvalidParams,
                 ErrorCode::METHOD_NOT_FOUND => ErrorKind::Unsupported,
+                // The SDKs' request timeout (what this server answers when a read runs out
+                // of time): the upstream timed out, and our client is told so (-32001,
+                // temporary), not that the upstream is down. The other -32001, an HTTP
+                // upstream's "unauthorized", comes with a 401 or 403 and its
+                // `WWW-Authenticate` (RFC 9110 requires it of a 401; this server sends it
+                // with both), which rmcp's client fails as an authorization error before
+                // any JSON-RPC error is read, so it does not arrive here.
+                ErrorCode(UPSTREAM_TIMEOUT) => ErrorKind::Timeout,
                 _ => ErrorKind::Unavailable,
             };
             Error::new(
@@ -159,6 +171,34 @@ pub(crate) fn service(mount: &str, what: &str, uri: Option<&str>, e: ServiceErro
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An upstream that timed out is a timeout here too, its words kept; any other error
+    /// code it answers is its outage.
+    #[test]
+    fn an_upstream_timeout_stays_a_timeout() {
+        let answered = |code: i32| {
+            let data = rmcp::ErrorData::new(
+                ErrorCode(code),
+                "up+file:///a timed out after 300 ms (request_timeout)",
+                None,
+            );
+            service(
+                "up",
+                "resources/read",
+                Some("up+file:///a"),
+                ServiceError::McpError(data),
+            )
+        };
+        let e = answered(-32001);
+        assert_eq!(e.kind, ErrorKind::Timeout, "{e}");
+        assert_eq!(
+            e.message,
+            "mcp mount \"up\": the upstream answered resources/read with error -32001: \
+             up+file:///a timed out after 300 ms (request_timeout)"
+        );
+        assert_eq!(e.uri.as_deref(), Some("up+file:///a"));
+        assert_eq!(answered(-32603).kind, ErrorKind::Unavailable);
+    }
 
     #[test]
     fn an_answer_too_large_has_core_s_shape_with_or_without_a_uri() {

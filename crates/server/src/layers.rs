@@ -356,18 +356,22 @@ pub(crate) async fn poll_once<F: Future + ?Sized>(
     std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await
 }
 
-/// The error a call that ran out of time answers, in the words clients have always seen.
+/// The error a call that ran out of time answers, whichever path it took (the layer's
+/// timer, or a read in place that hung, over either transport): "<uri> timed out after N ms
+/// (request_timeout)", which the client gets as -32001, the SDKs' request timeout
+/// ([`crate::wire::codes::REQUEST_TIMEOUT`], through `errors::code_of`), `data.temporary`.
 pub(crate) fn timed_out(limit: Duration, uri: Option<&str>) -> Error {
     timed_out_after(limit, uri, "request_timeout")
 }
 
-/// [`timed_out`] for a call bounded by `setting` (the cluster's watcher bounds by the lease).
+/// [`timed_out`] for a call bounded by `setting` (the cluster's watcher bounds by the lease;
+/// a listing's later mounts by what the page had left).
 fn timed_out_after(limit: Duration, uri: Option<&str>, setting: &str) -> Error {
     let what = uri.unwrap_or("the request");
     let e = Error::new(
         ErrorKind::Timeout,
         format!(
-            "{what} did not finish within {} ms ({setting})",
+            "{what} timed out after {} ms ({setting})",
             limit.as_millis()
         ),
     );
@@ -607,7 +611,7 @@ mod tests {
         assert_eq!(err.kind, ErrorKind::Timeout);
         assert_eq!(
             err.message,
-            "file:///x did not finish within 20 ms (request_timeout)"
+            "file:///x timed out after 20 ms (request_timeout)"
         );
         assert_eq!(err.uri.as_deref(), Some("file:///x"));
         let err = within(
@@ -620,7 +624,7 @@ mod tests {
         .unwrap_err();
         assert_eq!(
             err.message,
-            "the request did not finish within 20 ms (request_timeout)"
+            "the request timed out after 20 ms (request_timeout)"
         );
         assert_eq!(err.uri, None);
     }
@@ -675,9 +679,14 @@ mod tests {
             Err::<(), _>(Error::new(ErrorKind::Timeout, "slow"))
         })
         .await;
+        let _ = metered(&m, "resources/read", async {
+            Err::<(), _>(Error::internal("broken"))
+        })
+        .await;
         assert_eq!(m.count("resources/read", "ok"), 1);
         assert_eq!(m.count("resources/read", "not_found"), 1);
         assert_eq!(m.count("resources/read", "invalid_params"), 1);
+        assert_eq!(m.count("resources/read", "timeout"), 1);
         assert_eq!(m.count("resources/read", "internal"), 1);
     }
 }

@@ -25,12 +25,14 @@ pub const METHODS: &[&str] = &[
     "other",
 ];
 
-/// Outcomes: success, or the error class the client saw.
+/// Outcomes: success, or the error class the client saw (by its JSON-RPC code, see
+/// [`outcome_of`]). `other_error` stays last: an unknown label is counted there.
 pub const OUTCOMES: &[&str] = &[
     "ok",
     "not_found",
     "invalid_params",
     "internal",
+    "timeout",
     "other_error",
 ];
 
@@ -310,12 +312,15 @@ pub fn render_provider_calls<'a>(
     }
 }
 
-/// The outcome label of a JSON-RPC error code.
+/// The outcome label of a JSON-RPC error code. -32001 is a request that ran out of time:
+/// the edge's other -32001 (unauthorized, beside HTTP 401/403) never reaches a handler,
+/// where requests are counted.
 pub fn outcome_of(code: i32) -> &'static str {
     match code {
         -32002 => "not_found",
         -32602 => "invalid_params",
         -32603 => "internal",
+        crate::wire::codes::REQUEST_TIMEOUT => "timeout",
         _ => "other_error",
     }
 }
@@ -398,6 +403,8 @@ mod tests {
             s.contains("mcp_requests_total{method=\"resources/read\",outcome=\"not_found\"} 1\n")
         );
         assert!(s.contains("mcp_requests_total{method=\"other\",outcome=\"other_error\"} 1\n"));
+        assert_eq!(outcome_of(-32001), "timeout");
+        assert_eq!(outcome_of(-32603), "internal");
         assert!(
             s.contains(
                 "mcp_request_duration_seconds_bucket{method=\"resources/read\",le=\"0.00005\"} 2\n"

@@ -551,7 +551,7 @@ impl Service {
                 continue;
             }
             // The limit's source, named in a timeout error: a mount asked after others gets
-            // only what the page has left, and saying "within 995 ms (request_timeout)" of a
+            // only what the page has left, and saying "timed out after 995 ms (request_timeout)" of a
             // 1000 ms setting would send an operator looking for a setting nobody made.
             let (mut budget, mut setting) = if asked {
                 (

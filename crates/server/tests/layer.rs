@@ -105,7 +105,7 @@ async fn a_watch_that_never_starts_does_not_hold_a_subscribe_past_the_timeout() 
     assert_eq!(err.kind, ErrorKind::Timeout, "{err}");
     assert_eq!(
         err.message,
-        "stuck://a did not finish within 300 ms (request_timeout)"
+        "stuck://a timed out after 300 ms (request_timeout)"
     );
     assert_eq!(err.uri.as_deref(), Some("stuck://a"));
     // Nothing is held for a watch that did not start.

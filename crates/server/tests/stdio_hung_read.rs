@@ -190,10 +190,11 @@ async fn a_hung_read_in_place_costs_its_own_request_only() {
         got.insert(v["id"].to_string(), v);
     }
     // The timeout's error, as the bounded path gives it.
-    assert_eq!(got["1"]["error"]["code"], -32603, "{}", got["1"]);
+    assert_eq!(got["1"]["error"]["code"], -32001, "{}", got["1"]);
+    assert_eq!(got["1"]["error"]["data"]["temporary"], true, "{}", got["1"]);
     let message = got["1"]["error"]["message"].as_str().unwrap();
     assert!(
-        message.contains("did not finish within 300 ms (request_timeout)"),
+        message.contains("timed out after 300 ms (request_timeout)"),
         "{message}"
     );
     assert!(got["2"]["result"].is_object(), "{}", got["2"]);
@@ -208,11 +209,12 @@ async fn a_hung_read_in_place_costs_its_own_request_only() {
     // A second hang while the first thread is still stuck: answered the same way.
     s.send(&[read("5", &hang), read("6", &a)]).await;
     let got = s.answers(2).await;
+    assert_eq!(got["5"]["error"]["code"], -32001, "{}", got["5"]);
     assert!(
         got["5"]["error"]["message"]
             .as_str()
             .unwrap()
-            .contains("did not finish")
+            .contains("timed out after 300 ms")
     );
     assert_eq!(got["6"]["result"]["contents"][0]["text"], "fine");
 
@@ -305,7 +307,7 @@ async fn past_the_cap_of_stuck_threads_reads_take_the_bounded_path() {
     for id in 1..=STUCK {
         let message = got[&id.to_string()]["error"]["message"].as_str();
         assert!(
-            message.is_some_and(|m| m.contains("did not finish within 300 ms")),
+            message.is_some_and(|m| m.contains("timed out after 300 ms")),
             "{id}: {}",
             got[&id.to_string()]
         );

@@ -238,7 +238,7 @@ async fn mounts_that_hang_cost_a_page_one_timeout_not_one_each() {
 }
 
 /// A mount asked after another on the same page gets what the page has left of the request
-/// timeout, and its timeout error says so: "within 1497 ms (request_timeout)" of a 1500 ms
+/// timeout, and its timeout error says so: "after 1497 ms (request_timeout)" of a 1500 ms
 /// setting would name a limit nobody set.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mount_asked_late_on_a_page_names_what_the_page_had_left() {

@@ -1,23 +1,26 @@
 //! rmcp's HTTP answers, word for word, where this server answers in rmcp's place: the HTTP
-//! edge (a session bound to someone else, the Host and Origin checks of the operational
-//! endpoints) and the direct read path (a body it cannot read, an answer it cannot encode,
-//! a read cut off by shutdown) must be indistinguishable from rmcp's service; and the one
-//! answer of rmcp's that clients refuse, its 202 to a DELETE, rewritten.
+//! edge (a session bound to someone else or that does not exist, the Host and Origin checks
+//! of the operational endpoints) and the direct read path (a body it cannot read, an answer
+//! it cannot encode, a read cut off by shutdown) must be indistinguishable from rmcp's
+//! service; the one request rmcp accepts for a session it does not hold, a DELETE
+//! ([`accepts_unknown_session`]); and the one answer of rmcp's that clients refuse, its 202
+//! to a DELETE, rewritten.
 //!
 //! Copies of rmcp 3.11.0's `transport/streamable_http_server/tower.rs` (`handle`,
-//! `validate_dns_rebinding_headers`, `handle_post`, `handle_delete`) and
-//! `transport/common/server_side_http.rs` (`expect_json`). Paired with rmcp by the tests
-//! below, which make rmcp's service give each answer and compare it with the copy, and by
-//! `tests/http_direct.rs` (both paths, byte for byte), `tests/sessions.rs` and
-//! `tests/http_hardening.rs` (the same requests to rmcp's endpoint and to ours).
+//! `validate_dns_rebinding_headers` with `bad_request_response` and `forbidden_response`,
+//! `handle_get`, `handle_post`, `handle_delete`) and `transport/common/server_side_http.rs`
+//! (`expect_json`). Paired with rmcp by the tests below, which make rmcp's service give each
+//! answer and compare it with the copy, and by `tests/http_direct.rs` (both paths, byte for
+//! byte), `tests/sessions.rs` and `tests/http_hardening.rs` (the same requests to rmcp's
+//! endpoint and to ours).
 
 use axum::body::Body;
 use axum::response::Response;
-use http::{StatusCode, header};
+use http::{Method, StatusCode, header};
 use rmcp::model::{JsonRpcMessage, ServerJsonRpcMessage};
 
 use super::encode;
-use super::http_checks::JSON;
+use super::http_checks::{HostOrOrigin, JSON};
 
 /// rmcp's answer to an unknown session id: a session bound to someone else must look
 /// exactly like one that does not exist.
@@ -25,20 +28,38 @@ pub(crate) fn no_such_session() -> Response {
     plain(StatusCode::NOT_FOUND, "Not Found: Session not found".into())
 }
 
-/// rmcp's answer to a `Host` outside `allowed_hosts`.
-pub(crate) fn host_not_allowed() -> Response {
-    plain(
-        StatusCode::FORBIDDEN,
-        "Forbidden: Host header is not allowed".into(),
-    )
+/// Whether rmcp's service accepts a request of `method` that names a session it does not
+/// hold. rmcp 3.11.0's `handle_get` and `handle_post` answer such a request
+/// [`no_such_session`]; its `handle_delete` closes whatever session a DELETE names, held or
+/// not (`LocalSessionManager::close_session` of an unknown id is no error), and answers 202.
+/// So in front of rmcp, a DELETE has to be checked against the sessions that exist and
+/// answered [`no_such_session`] for one that does not (the edge's session-owner step), or
+/// a DELETE would tell a stranger nothing and a client that made up an id "success".
+pub(crate) fn accepts_unknown_session(method: &Method) -> bool {
+    method == Method::DELETE
 }
 
-/// rmcp's answer to an `Origin` outside `allowed_origins`.
-pub(crate) fn origin_not_allowed() -> Response {
-    plain(
-        StatusCode::FORBIDDEN,
-        "Forbidden: Origin header is not allowed".into(),
-    )
+/// rmcp's answer to a request its Host and Origin check refuses
+/// (`validate_dns_rebinding_headers`): 400 in plain text (`bad_request_response`) for a
+/// `Host` it cannot read, else 403 with no `Content-Type` (`forbidden_response`).
+pub(crate) fn host_or_origin(why: HostOrOrigin) -> Response {
+    let bad_request = |text: &str| {
+        Response::builder()
+            .status(StatusCode::BAD_REQUEST)
+            .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
+            .body(Body::from(text.to_owned()))
+            .expect("valid response")
+    };
+    let forbidden = |text: &str| plain(StatusCode::FORBIDDEN, text.to_owned());
+    match why {
+        HostOrOrigin::MissingHost => bad_request("Bad Request: missing Host header"),
+        HostOrOrigin::HostEncoding => bad_request("Bad Request: Invalid Host header encoding"),
+        HostOrOrigin::InvalidHost => bad_request("Bad Request: Invalid Host header"),
+        HostOrOrigin::HostNotAllowed => forbidden("Forbidden: Host header is not allowed"),
+        HostOrOrigin::OriginEncoding => forbidden("Forbidden: Invalid Origin header encoding"),
+        HostOrOrigin::InvalidOrigin => forbidden("Forbidden: Invalid Origin header"),
+        HostOrOrigin::OriginNotAllowed => forbidden("Forbidden: Origin header is not allowed"),
+    }
 }
 
 /// rmcp's answer to a stateless request whose handler ended without an answer, as shutdown
@@ -146,7 +167,7 @@ mod tests {
         same(
             rmcp.handle(post("ping", ping(), "evil.example", None))
                 .await,
-            host_not_allowed(),
+            host_or_origin(HostOrOrigin::HostNotAllowed),
             "a Host outside the list",
         )
         .await;
@@ -158,7 +179,7 @@ mod tests {
                 Some("http://evil.example"),
             ))
             .await,
-            origin_not_allowed(),
+            host_or_origin(HostOrOrigin::OriginNotAllowed),
             "an Origin outside the list",
         )
         .await;
@@ -210,7 +231,7 @@ mod tests {
         assert!(deleted(&mut ended));
         assert_eq!(ended.status(), StatusCode::NO_CONTENT);
         // rmcp gives the same 202 to a DELETE of a session it does not hold (which is why
-        // the edge answers those itself, with `no_such_session`).
+        // the edge answers those itself, with `no_such_session`: `accepts_unknown_session`).
         let again = rmcp.handle(delete()).await;
         assert_eq!(again.status(), StatusCode::ACCEPTED);
         // Any other answer of rmcp's is left as it is.
@@ -220,6 +241,46 @@ mod tests {
             .map(Body::new);
         assert!(!deleted(&mut other));
         assert_eq!(other.status(), StatusCode::NOT_FOUND);
+    }
+
+    /// Each method rmcp serves, naming a session it never opened: rmcp accepts exactly the
+    /// ones `accepts_unknown_session` names (its 202), and answers every other with the 404
+    /// the edge gives those (`no_such_session`), word for word.
+    #[tokio::test]
+    async fn rmcp_accepts_a_session_it_does_not_hold_only_where_the_copy_says() {
+        let rmcp = rmcp_run::http_service(|| Stuck, &[], CancellationToken::new());
+        let naming_unknown = |method: Method| {
+            let body = if method == Method::POST {
+                Body::from(PING)
+            } else {
+                Body::empty()
+            };
+            http::Request::builder()
+                .method(method)
+                .uri("/mcp")
+                .header("host", "localhost")
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream")
+                .header("mcp-session-id", "no-such-session")
+                .body(body)
+                .unwrap()
+        };
+        let mut accepted = Vec::new();
+        for method in [Method::GET, Method::POST, Method::DELETE] {
+            let answer = rmcp.handle(naming_unknown(method.clone())).await;
+            if answer.status().is_success() {
+                assert_eq!(answer.status(), StatusCode::ACCEPTED, "{method}");
+                accepted.push(method.clone());
+            } else {
+                same(answer, no_such_session(), method.as_str()).await;
+            }
+            assert_eq!(
+                accepts_unknown_session(&method),
+                accepted.contains(&method),
+                "{method}"
+            );
+        }
+        assert_eq!(accepted, [Method::DELETE]);
     }
 
     #[tokio::test]

@@ -18,12 +18,15 @@
 //! - [`eof`]: what rmcp's serve loop still sends once input has ended;
 //! - [`http_checks`]: the checks rmcp's streamable HTTP service makes before it takes a
 //!   request (Host, Origin, content types, the 2026-07-28 headers) and the status it
-//!   answers with: what the HTTP direct path and the operational endpoints check;
+//!   answers with: what the HTTP direct path checks, and rmcp's Host and Origin check
+//!   itself, which the edge applies to the operational endpoints;
 //! - [`http_answers`]: rmcp's HTTP answers word for word, for the edge and the direct path
-//!   answering in its place, and the rewrite of its 202 to a DELETE;
+//!   answering in its place; the DELETE rmcp accepts for a session it does not hold, which
+//!   the edge answers with its 404; and the rewrite of its 202 to a DELETE;
 //! - [`resume`]: how rmcp numbers and resumes a session's notification stream, and the
 //!   shift that makes `Last-Event-ID` mean "after this event";
-//! - [`codes`]: the JSON-RPC error codes answered outside rmcp's dispatch;
+//! - [`codes`]: the JSON-RPC error codes answered outside rmcp's dispatch, and a request
+//!   timeout's (-32001, which authentication's refusals share, only beside HTTP 401/403);
 //! - [`era`]: what rmcp's dispatch does to an answer per protocol era;
 //! - [`notify`]: the notification of a change, written once for every path that sends one.
 //!

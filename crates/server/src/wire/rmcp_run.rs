@@ -103,8 +103,19 @@ pub(crate) fn http_service<H: ServerHandler>(
     origins: &[String],
     shutdown: tokio_util::sync::CancellationToken,
 ) -> StreamableHttpService<H, LocalSessionManager> {
+    http_service_for(handler, &HOSTS.map(str::to_owned), origins, shutdown)
+}
+
+/// [`http_service`] allowing `hosts` (an empty list: any host, as `http::serve` configures
+/// rmcp for an empty `allowed_hosts`).
+pub(crate) fn http_service_for<H: ServerHandler>(
+    handler: impl Fn() -> H + Send + Sync + 'static,
+    hosts: &[String],
+    origins: &[String],
+    shutdown: tokio_util::sync::CancellationToken,
+) -> StreamableHttpService<H, LocalSessionManager> {
     let mut config = StreamableHttpServerConfig::default()
-        .with_allowed_hosts(HOSTS.map(str::to_owned))
+        .with_allowed_hosts(hosts.to_vec())
         .with_cancellation_token(shutdown)
         .with_json_response(true);
     config = if origins.is_empty() {

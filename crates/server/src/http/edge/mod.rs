@@ -2,7 +2,9 @@
 //! together in one place, [`Edge::around`], where their order is written down with the
 //! reason for it. Each layer refuses with a clear HTTP status and a JSON-RPC error body
 //! naming the limit ([`refuse`], codes from [`crate::wire::codes`]); answers given in rmcp's
-//! place are rmcp's words, from [`crate::wire::http_answers`]. Outermost first:
+//! place are rmcp's words, from [`crate::wire::http_answers`], and the rules of rmcp's the
+//! edge applies (which DELETE to check, the Host and Origin check) come from `wire/` too,
+//! where an rmcp upgrade reviews them. Outermost first:
 //!
 //! | step | file | refuses with |
 //! |---|---|---|
@@ -10,7 +12,7 @@
 //! | [`Draining`] | `draining.rs` | 503 once shutdown has begun |
 //! | [`RateLimit`] | `rate.rs` | 429 + `Retry-After`, per client address |
 //! | [`Authenticate`] | `authenticate.rs` | 401/403 + `WWW-Authenticate` ([`crate::http::auth`]) |
-//! | [`SessionOwner`] | `owners.rs` | rmcp's 404 to a session another identity created |
+//! | [`SessionOwner`] | `owners.rs` | rmcp's 404 to a session another identity created, or to a DELETE of one that does not exist |
 //! | [`Permits`] | `permits.rs` | 503 past `max_concurrent_requests` |
 //! | [`ReadBody`] | `body.rs` | 413, 408 (`Connection: close`), 400 |
 //! | [`SessionCap`] | `session_cap.rs` | 503 for an `initialize` past `max_sessions` |
@@ -55,8 +57,8 @@
 //! on, authentication when it is off) rather than before every layer, and passes when none
 //! of them does.
 //!
-//! [`OpsGate`] applies the same Host and Origin checks to `/healthz`, `/readyz`,
-//! `/metrics` and the OAuth metadata; [`authority_as_host`], in front of everything, gives an
+//! [`OpsGate`] applies rmcp's Host and Origin check (from `wire/`) to `/healthz`, `/readyz`,
+//! `/metrics` and the OAuth metadata, IP addresses allowed besides; [`authority_as_host`], in front of everything, gives an
 //! HTTP/2 request without `Host` its `:authority` as `Host` for those checks.
 
 mod authenticate;

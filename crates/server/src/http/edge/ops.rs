@@ -1,7 +1,8 @@
 //! The edge of the operational endpoints (`/healthz`, `/readyz`, `/metrics`, the OAuth
-//! metadata): the Host and Origin checks rmcp makes for the MCP endpoint ([`OpsGate`]);
-//! and [`authority_as_host`], in front of everything, which gives an HTTP/2 request without
-//! `Host` its `:authority` as `Host` for every Host check.
+//! metadata): rmcp's Host and Origin check of the MCP endpoint, applied as it is
+//! ([`OpsGate`], the rule and its answers in `wire/`); and [`authority_as_host`], in front of
+//! everything, which gives an HTTP/2 request without `Host` its `:authority` as `Host` for
+//! every Host check.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -14,11 +15,12 @@ use http::HeaderValue;
 use super::step::{Inner, Step, StepLayer};
 
 use crate::wire::http_answers;
-use crate::wire::http_checks::{AllowedHosts, origin_allowed};
+use crate::wire::http_checks::{self, AllowedHosts};
 
-/// Which requests to the operational endpoints are refused: the Host and Origin checks of
-/// the MCP endpoint, so that a web page (DNS rebinding, cross-site requests) learns nothing
-/// here.
+/// Which requests to the operational endpoints are refused: those the MCP endpoint's Host
+/// and Origin check refuses (`http_checks::host_and_origin`, rmcp's rule), so that a web
+/// page (DNS rebinding, cross-site requests) learns nothing here, with one widening: a
+/// `Host` that is an IP address passes too ([`AllowedHosts::with_ip_literals`]).
 #[derive(Clone)]
 pub(crate) struct OpsGate(Arc<Allowed>);
 
@@ -28,9 +30,13 @@ struct Allowed {
 }
 
 impl OpsGate {
-    /// The gate as a layer, for the router of the operational endpoints.
+    /// The gate as a layer, for the router of the operational endpoints: `hosts` as the MCP
+    /// endpoint allows them, IP addresses besides.
     pub(crate) fn layer(hosts: AllowedHosts, origins: Vec<String>) -> StepLayer<Self> {
-        StepLayer(Self(Arc::new(Allowed { hosts, origins })))
+        StepLayer(Self(Arc::new(Allowed {
+            hosts: hosts.with_ip_literals(),
+            origins,
+        })))
     }
 }
 
@@ -38,33 +44,16 @@ impl<S: Inner> Step<S> for OpsGate {
     type Future = Either<Ready<Result<Response, Infallible>>, S::Future>;
 
     fn call(&self, inner: &mut S, req: Request) -> Self::Future {
-        match self.refusal(&req) {
-            Some(answer) => Either::Left(ready(Ok(answer))),
-            None => Either::Right(inner.call(req)),
+        let allowed = &self.0;
+        match http_checks::host_and_origin(
+            req.uri(),
+            req.headers(),
+            &allowed.hosts,
+            &allowed.origins,
+        ) {
+            Ok(()) => Either::Right(inner.call(req)),
+            Err(why) => Either::Left(ready(Ok(http_answers::host_or_origin(why)))),
         }
-    }
-}
-
-impl OpsGate {
-    /// rmcp's answer to a request whose Host or Origin it would refuse, if any.
-    fn refusal(&self, req: &Request) -> Option<Response> {
-        let host_ok = req
-            .headers()
-            .get(http::header::HOST)
-            .and_then(|h| h.to_str().ok())
-            .is_some_and(|h| self.0.hosts.allows(h) || is_ip_literal(h))
-            || self.0.hosts.accepts_any();
-        if !host_ok {
-            return Some(http_answers::host_not_allowed());
-        }
-        if let Some(origin) = req.headers().get(http::header::ORIGIN)
-            && !origin
-                .to_str()
-                .is_ok_and(|o| origin_allowed(o, &self.0.origins))
-        {
-            return Some(http_answers::origin_not_allowed());
-        }
-        None
     }
 }
 
@@ -92,35 +81,13 @@ pub fn authority_as_host(mut req: Request) -> Request {
     req
 }
 
-/// Whether `host` (a Host header) names an IP address rather than a name. The operational
-/// endpoints accept these beyond `allowed_hosts`: health probes address a server by IP (a
-/// pod's address), and DNS rebinding, what the Host check guards against, needs a name.
-fn is_ip_literal(host: &str) -> bool {
-    http::uri::Authority::try_from(host).is_ok_and(|a| {
-        a.host()
-            .trim_matches(['[', ']'])
-            .parse::<std::net::IpAddr>()
-            .is_ok()
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use tower::ServiceExt as _;
 
-    #[test]
-    fn ip_literal_hosts() {
-        assert!(is_ip_literal("127.0.0.1:8080"));
-        assert!(is_ip_literal("10.1.2.3"));
-        assert!(is_ip_literal("[::1]:80"));
-        assert!(!is_ip_literal("evil.example"));
-        assert!(!is_ip_literal("127.0.0.1.nip.io:80"));
-        assert!(!is_ip_literal("bad host"));
-    }
-
     /// The gate in front of a real `/healthz`: a name outside the list and a foreign Origin
-    /// get rmcp's 403s, an IP literal and an allowed name pass.
+    /// get rmcp's 403s, an unreadable Host its 400, an IP literal and an allowed name pass.
     #[tokio::test]
     async fn the_ops_gate_refuses_what_rmcp_refuses() {
         let app = axum::Router::new()
@@ -149,8 +116,11 @@ mod tests {
             .await;
         assert_eq!(status(cross.expect("infallible")), 403);
         let local = app
+            .clone()
             .oneshot(get("localhost", Some("http://localhost:3000")))
             .await;
         assert_eq!(status(local.expect("infallible")), 200);
+        let garbled = app.oneshot(get("bad host", None)).await;
+        assert_eq!(status(garbled.expect("infallible")), 400);
     }
 }

@@ -106,7 +106,8 @@ impl Owners {
     }
 
     /// Whether session `id` exists: open here, or with a hub, created on another replica.
-    /// rmcp would accept the DELETE of a session that does not exist.
+    /// rmcp would accept the DELETE of a session that does not exist
+    /// ([`http_answers::accepts_unknown_session`]).
     async fn exists(&self, id: &str) -> bool {
         if self.sessions.sessions.read().await.contains_key(id) {
             return true;
@@ -132,14 +133,16 @@ impl Owners {
         }
     }
 
-    /// `req`, naming session `id`, if its caller may use it; a DELETE also needs the session
-    /// to exist. Refused as rmcp answers an unknown session.
+    /// `req`, naming session `id`, if its caller may use it; a request rmcp would accept for
+    /// a session it does not hold (a DELETE) also needs the session to exist. Refused as rmcp
+    /// answers an unknown session.
     async fn admit(self: Arc<Self>, id: String, req: Request) -> Result<Request, Response> {
         let allowed = match req.extensions().get::<Identity>() {
             Some(identity) => self.may_use(&id, identity).await,
             None => false,
         };
-        if !allowed || (req.method() == Method::DELETE && !self.exists(&id).await) {
+        let unchecked_by_rmcp = http_answers::accepts_unknown_session(req.method());
+        if !allowed || (unchecked_by_rmcp && !self.exists(&id).await) {
             return Err(http_answers::no_such_session());
         }
         self.leave_grant(&id, &req);
@@ -204,8 +207,10 @@ where
         };
         let now = match req.extensions().get::<Identity>() {
             // A DELETE waits on the session manager's lock to learn whether the session
-            // exists; it comes once a session.
-            Some(identity) if req.method() != Method::DELETE => self.0.may_use_now(id, identity),
+            // exists (rmcp would not tell); it comes once a session.
+            Some(identity) if !http_answers::accepts_unknown_session(req.method()) => {
+                self.0.may_use_now(id, identity)
+            }
             _ => None,
         };
         match now {
