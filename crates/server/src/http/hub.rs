@@ -57,11 +57,6 @@ impl EventId {
             seq: seq.parse().ok()?,
         })
     }
-
-    /// Whether `self` is a later event of the same log than `other`.
-    pub fn follows(&self, other: &Self) -> bool {
-        self.epoch == other.epoch && self.seq > other.seq
-    }
 }
 
 impl std::fmt::Display for EventId {
@@ -174,10 +169,5 @@ mod tests {
         ] {
             assert_eq!(EventId::parse(bad), None, "{bad}");
         }
-        let later = EventId { seq: 43, ..id };
-        assert!(later.follows(&id));
-        assert!(!id.follows(&later));
-        assert!(!id.follows(&id));
-        assert!(!EventId { epoch: 1, seq: 99 }.follows(&EventId { epoch: 2, seq: 1 }));
     }
 }
