@@ -985,7 +985,9 @@ async fn a_partitioned_replica_notices_keeps_serving_and_rejoins() {
             .await
             .unwrap_or(f64::NAN)
     };
-    let within = |v: f64, want: f64| (v - want).abs() < 500.0;
+    // A measurement is refused when its round trip leaves more than 1.25 s of doubt, so one
+    // kept is off by 0.63 s at most.
+    let within = |v: f64, want: f64| (v - want).abs() < 700.0;
     let h = one[0];
     let (p, q) = ((h + 1) % 3, (h + 2) % 3);
     // 5a. Inside the window: two replicas 4 s either side of the server's clock, 8 s
