@@ -5,8 +5,11 @@
 //! legacy sessions' records stream, then purges it (each replica writes back the records of
 //! the sessions it holds, and a session created on one replica before the purge is then
 //! continued on the other, its subscription included); deletes the notification log stream
-//! (created again by the session's next notice, which reaches its stream); and deletes the
-//! lease stream as the watcher is killed (the other replica watches within one TTL). A
+//! (created again by the session's next notice, and a client resuming with an id from the
+//! lost log is replayed what the new one holds and told that its resource may have
+//! changed), then purges it (a client resuming is told the same of every resource it
+//! subscribes to, and nothing of the kind when nothing was lost); and deletes the lease
+//! stream as the watcher is killed (the other replica watches within one TTL). A
 //! change made after each step reaches every stream once, and
 //! `mcp_cluster_streams_recreated_total` and `mcp_cluster_session_records_restored_total`
 //! counted each recreation and write-back.
@@ -162,6 +165,43 @@ async fn legacy_call(
         .into_iter()
         .find_map(|m| m.get("result").cloned())
         .ok_or_else(|| format!("{status}: {body}"))
+}
+
+/// Wait until `stream` heard each URI updated as many times as it is paired with (more is a
+/// failure), and nothing more in 300 ms: the event ids of what it heard, each present.
+async fn heard_exactly(stream: &Heard, want: &[(&str, usize)]) -> Vec<String> {
+    let got = || -> Vec<usize> { want.iter().map(|(uri, _)| stream.updates(uri)).collect() };
+    let want_n: Vec<usize> = want.iter().map(|(_, n)| *n).collect();
+    wait_for(
+        "the resumed stream's notices",
+        Duration::from_secs(5),
+        async || {
+            let got = got();
+            assert!(
+                got.iter().zip(&want_n).all(|(g, w)| g <= w),
+                "{got:?}, want {want_n:?}: {:?}",
+                stream.with_ids()
+            );
+            got == want_n
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(got(), want_n, "{:?}", stream.with_ids());
+    stream
+        .with_ids()
+        .into_iter()
+        .filter(|(_, m)| m["method"] == "notifications/resources/updated")
+        .map(|(id, m)| id.unwrap_or_else(|| panic!("{m} came without an event id")))
+        .collect()
+}
+
+/// The last sequence of JetStream stream `name`.
+async fn log_last_seq(nats: &async_nats::Client, name: &str) -> u64 {
+    let info = js_api(nats, format!("$JS.API.STREAM.INFO.{name}"), Value::Null).await;
+    info["state"]["last_seq"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no last_seq: {info}"))
 }
 
 /// Send a `$JS.API` request as a client of the replicas' NATS account: its JSON answer.
@@ -425,25 +465,114 @@ async fn deleted_and_purged_streams_are_recreated_counted_and_watched_within_a_t
         "a purge is no recreation"
     );
 
-    // 5. The notification log stream deleted: the roamer's holder (replica 1) finds it
-    // missing at the next notice, creates it again, counted, and the notice reaches the
-    // roamer's stream.
+    // 5. The notification log stream deleted while the roamer's client is away: the
+    // roamer's holder (replica 1) finds it missing at the next notice, creates it again,
+    // counted, and logs the notice there, numbered from 1 again. The client, resuming on
+    // replica 0 with the last id it heard, from the lost log, is replayed that notice (an id
+    // of an earlier log is before everything in this one) and told that the file may have
+    // changed (what the lost log held after its id is gone).
+    let events_stream = format!("MCPR_{cluster}_SESSION_EVENTS");
+    let before_deletion = roamed
+        .last_event_id()
+        .expect("an event id on the roamer's stream");
+    roamed.close();
     let deleted = js_api(
         &vandal,
-        format!("$JS.API.STREAM.DELETE.MCPR_{cluster}_SESSION_EVENTS"),
+        format!("$JS.API.STREAM.DELETE.{events_stream}"),
         Value::Null,
     )
     .await;
     assert_eq!(deleted["success"], true, "{deleted}");
-    change_reaches(
-        &file,
-        6,
-        &uri,
-        &[(&heard[0], 6), (&heard[1], 6), (&roamed, 2)],
+    change_reaches(&file, 6, &uri, &[(&heard[0], 6), (&heard[1], 6)]).await;
+    wait_for("the log's recreation", Duration::from_secs(5), async || {
+        replicas[1].recreated("session_events").await == 1
+    })
+    .await;
+    assert_eq!(replicas[0].recreated("session_events").await, 0);
+    let resumed = replicas[0]
+        .legacy_resume(&http, &roamer, Some(&before_deletion))
+        .await;
+    let ids = heard_exactly(&resumed, &[(&uri, 2)]).await;
+    let epoch = |id: &str| id.split_once('-').expect("epoch-seq").0.to_owned();
+    let seq = |id: &str| -> u64 { id.split_once('-').unwrap().1.parse().unwrap() };
+    assert_ne!(epoch(&ids[0]), epoch(&before_deletion), "{ids:?}");
+    assert_eq!(epoch(&ids[0]), epoch(&ids[1]), "{ids:?}");
+    assert!(
+        seq(&ids[0]) <= seq(&before_deletion),
+        "the new log's first notice {ids:?} is numbered at or below the lost one's {before_deletion}: the case an id without its log's epoch gets wrong"
+    );
+    eprintln!("resumed after the log's deletion with {before_deletion}: heard {ids:?}");
+
+    // 5b. The log purged while the client is away (its numbering kept): the roamer also
+    // watches b.txt; a change of b is logged, unheard, and purged; a change of a.txt logged
+    // after the purge is replayed on replica 1, and the client told that a and b may have
+    // changed: without it, b's change would be lost.
+    let file_b = files.join("b.txt");
+    std::fs::write(&file_b, "version 0\n").unwrap();
+    let uri_b = format!("file://{}", file_b.display());
+    legacy_call(
+        &replicas[1],
+        &http,
+        &roamer,
+        "resources/subscribe",
+        json!({ "uri": uri_b }),
+    )
+    .await
+    .unwrap();
+    // Heard on the stream (so watched by its holder, replica 0), then away.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    change_reaches(&file_b, 1, &uri_b, &[(&resumed, 1)]).await;
+    let before_purge = resumed.last_event_id().unwrap();
+    resumed.close();
+    let logged = log_last_seq(&vandal, &events_stream).await;
+    std::fs::write(&file_b, "version 2\n").unwrap();
+    wait_for(
+        "b's unheard change logged",
+        Duration::from_secs(5),
+        async || log_last_seq(&vandal, &events_stream).await > logged,
     )
     .await;
-    assert_eq!(replicas[1].recreated("session_events").await, 1);
-    assert_eq!(replicas[0].recreated("session_events").await, 0);
+    let purged = js_api(
+        &vandal,
+        format!("$JS.API.STREAM.PURGE.{events_stream}"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(purged["success"], true, "{purged}");
+    let logged = log_last_seq(&vandal, &events_stream).await;
+    change_reaches(&file, 7, &uri, &[(&heard[0], 7), (&heard[1], 7)]).await;
+    wait_for("a's change logged", Duration::from_secs(5), async || {
+        log_last_seq(&vandal, &events_stream).await > logged
+    })
+    .await;
+    let resumed = replicas[1]
+        .legacy_resume(&http, &roamer, Some(&before_purge))
+        .await;
+    let ids = heard_exactly(&resumed, &[(&uri, 2), (&uri_b, 1)]).await;
+    assert!(
+        ids.iter().all(|id| epoch(id) == epoch(&before_purge)),
+        "a purge keeps the log's epoch: {ids:?} after {before_purge}"
+    );
+    eprintln!("resumed after the log's purge with {before_purge}: heard {ids:?}");
+
+    // 5c. Nothing lost: a change logged while the client is away is replayed alone, no
+    // "may have changed" with it.
+    let last = resumed.last_event_id().unwrap();
+    resumed.close();
+    let logged = log_last_seq(&vandal, &events_stream).await;
+    change_reaches(&file, 8, &uri, &[(&heard[0], 8), (&heard[1], 8)]).await;
+    wait_for("a's change logged", Duration::from_secs(5), async || {
+        log_last_seq(&vandal, &events_stream).await > logged
+    })
+    .await;
+    let roamed = replicas[0].legacy_resume(&http, &roamer, Some(&last)).await;
+    heard_exactly(&roamed, &[(&uri, 1), (&uri_b, 0)]).await;
+    assert_eq!(
+        replicas[0].recreated("session_events").await
+            + replicas[1].recreated("session_events").await,
+        1,
+        "a purge is no recreation"
+    );
 
     // 6. The lease stream deleted as its holder dies: the other replica, having heard no
     // renewal for two thirds of a TTL, creates the stream again and holds the lease within
@@ -477,12 +606,12 @@ async fn deleted_and_purged_streams_are_recreated_counted_and_watched_within_a_t
         "elected {elected:?} after the death, over one TTL"
     );
     assert_eq!(replicas[survivor].recreated("leases").await, before + 1);
-    let mut still = vec![(&heard[survivor], 7)];
-    if survivor == 1 {
+    let mut still = vec![(&heard[survivor], 9)];
+    if survivor == 0 {
         // The roamer's stream lives there.
-        still.push((&roamed, 3));
+        still.push((&roamed, 2));
     }
-    change_reaches(&file, 7, &uri, &still).await;
+    change_reaches(&file, 9, &uri, &still).await;
 
     // The recreations were named at warn, without the cluster's secret.
     let logs: String = replicas

@@ -108,12 +108,13 @@ pub(crate) async fn api(
     .await
 }
 
-/// Create (or find, with the same settings) the stream `config` describes.
+/// Create (or find, with the same settings) the stream `config` describes: its stream
+/// information as JetStream answers it (`created`, `state`; see [`Incarnation`]).
 pub(crate) async fn create_stream(
     client: &async_nats::Client,
     config: &Value,
     within: Duration,
-) -> Result<(), JsError> {
+) -> Result<Value, JsError> {
     let name = config["name"].as_str().expect("a stream config has a name");
     api(
         client,
@@ -122,7 +123,35 @@ pub(crate) async fn create_stream(
         within,
     )
     .await
-    .map(drop)
+}
+
+/// Which stream of a name a creation found or made, and what it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Incarnation {
+    /// When the server created the stream, in nanoseconds since the Unix epoch by its clock:
+    /// a stream deleted and created again has another (the server keeps it across its own
+    /// restarts), while its sequence numbers begin at 1 again. 0 when the answer has none.
+    pub(crate) created: u64,
+    /// The sequence of its oldest message; after a purge, or once everything expired, the
+    /// one after its last (messages below it are gone).
+    pub(crate) first_seq: u64,
+}
+
+impl Incarnation {
+    /// Read from a stream creation's answer ([`create_stream`]).
+    pub(crate) fn of(info: &Value) -> Self {
+        Self {
+            created: info
+                .get("created")
+                .and_then(Value::as_str)
+                .and_then(rfc3339_ns)
+                .unwrap_or(0),
+            first_seq: info
+                .pointer("/state/first_seq")
+                .and_then(Value::as_u64)
+                .unwrap_or(0),
+        }
+    }
 }
 
 /// Publish `payload` on `subject`, which a stream captures; with `expected`, only if the
@@ -201,13 +230,14 @@ pub(crate) async fn stored_at(
         .pointer("/message/time")
         .and_then(Value::as_str)
         .ok_or_else(|| JsError::Unreachable("message get: no time in the reply".into()))?;
-    rfc3339_ms(time)
+    rfc3339_ns(time)
+        .map(|ns| ns / 1_000_000)
         .ok_or_else(|| JsError::Unreachable(format!("message get: unreadable time {time:?}")))
 }
 
-/// `2026-11-28T19:10:00.123456789Z` (UTC, as nats-server writes it) in milliseconds since
+/// `2026-11-28T19:10:00.123456789Z` (UTC, as nats-server writes it) in nanoseconds since
 /// the Unix epoch.
-fn rfc3339_ms(t: &str) -> Option<u64> {
+fn rfc3339_ns(t: &str) -> Option<u64> {
     let b = t.as_bytes();
     if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || !t.ends_with('Z') {
         return None;
@@ -216,11 +246,11 @@ fn rfc3339_ms(t: &str) -> Option<u64> {
     let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
     let (h, mi, s) = (num(11..13)?, num(14..16)?, num(17..19)?);
     let frac = t[19..t.len() - 1].strip_prefix('.').unwrap_or("");
-    let ms = if frac.is_empty() {
+    let ns = if frac.is_empty() {
         0
     } else {
-        let three: String = frac.chars().chain("000".chars()).take(3).collect();
-        three.parse::<u64>().ok()?
+        let nine: String = frac.chars().chain("000000000".chars()).take(9).collect();
+        nine.parse::<u64>().ok()?
     };
     if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || s > 60 {
         return None;
@@ -236,23 +266,45 @@ fn rfc3339_ms(t: &str) -> Option<u64> {
     let doy = (153 * mo + 2) / 5 + d - 1;
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     let days = (era * 146_097 + doe).checked_sub(719_468)?;
-    Some(((days * 24 + h) * 60 + mi) * 60_000 + s * 1000 + ms)
+    let seconds = ((days * 24 + h) * 60 + mi) * 60 + s;
+    seconds.checked_mul(1_000_000_000)?.checked_add(ns)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::rfc3339_ms;
+    use super::{Incarnation, rfc3339_ns};
 
     #[test]
-    fn server_times_read_as_epoch_milliseconds() {
-        assert_eq!(rfc3339_ms("1970-01-01T00:00:00Z"), Some(0));
+    fn server_times_read_as_epoch_nanoseconds() {
+        assert_eq!(rfc3339_ns("1970-01-01T00:00:00Z"), Some(0));
         assert_eq!(
-            rfc3339_ms("2026-11-28T19:10:00.123456789Z"),
-            Some(1_795_893_000_123)
+            rfc3339_ns("2026-11-28T19:10:00.123456789Z"),
+            Some(1_795_893_000_123_456_789)
         );
-        assert_eq!(rfc3339_ms("2000-02-29T23:59:59.5Z"), Some(951_868_799_500));
-        assert_eq!(rfc3339_ms("2026-11-28 19:10:00Z"), None);
-        assert_eq!(rfc3339_ms("2026-13-28T19:10:00Z"), None);
-        assert_eq!(rfc3339_ms("garbage"), None);
+        assert_eq!(
+            rfc3339_ns("2000-02-29T23:59:59.5Z"),
+            Some(951_868_799_500_000_000)
+        );
+        assert_eq!(rfc3339_ns("2026-11-28 19:10:00Z"), None);
+        assert_eq!(rfc3339_ns("2026-13-28T19:10:00Z"), None);
+        assert_eq!(rfc3339_ns("garbage"), None);
+    }
+
+    #[test]
+    fn a_creations_answer_names_the_incarnation() {
+        let info = serde_json::json!({
+            "config": {"name": "S"},
+            "created": "2026-11-28T19:10:00.000000007Z",
+            "state": {"messages": 0, "first_seq": 43, "last_seq": 42}
+        });
+        assert_eq!(
+            Incarnation::of(&info),
+            Incarnation {
+                created: 1_795_893_000_000_000_007,
+                first_seq: 43
+            }
+        );
+        let bare = Incarnation::of(&serde_json::json!({}));
+        assert_eq!((bare.created, bare.first_seq), (0, 0));
     }
 }

@@ -89,7 +89,7 @@ impl Lease {
         });
         // async-nats' own default for a request without a deadline.
         match crate::js::create_stream(client, &config, Duration::from_secs(10)).await {
-            Ok(()) => Ok(()),
+            Ok(_) => Ok(()),
             Err(crate::js::JsError::Api { description, .. }) => Err(format!(
                 "cannot create the lease stream (do all replicas use the same lease_ttl_ms?): {description}"
             )),

@@ -21,14 +21,19 @@
 //! record is missing (a purge of some subjects only) has it written back at its next
 //! refresh ([`SessionHub::touch`]). A session ended anywhere is forgotten first, so none
 //! comes back. The notification logs are not kept in memory: a lost log loses the notices
-//! it held, and a recreated events stream numbers events from 1 again.
+//! it held, and a recreated events stream numbers events from 1 again. So an event id
+//! names the log's incarnation too (its epoch: when the NATS server created the stream,
+//! read from the answer to a creation request, which finds a stream that exists), and a
+//! resumption from an id of an earlier incarnation, or from one older than the stream's
+//! first message (a purge), replays what the log holds and says it is not complete
+//! ([`Replay`]).
 //! - `MCPR_<cluster>_SESSIONS`, one message per subject, `mcpr.<cluster>.sess.<h>.<record>`
 //!   where `<h>` hashes the session id and `<record>` is `state` (rmcp's handshake), `owner`
 //!   (a hash of the creating identity) or `subs` (the subscribed URIs, changed with a
 //!   compare-and-set on the subject's last sequence);
 //! - `MCPR_<cluster>_SESSION_EVENTS`, the notification log, `mcpr.<cluster>.sev.<h>`, at most
-//!   `events_per_session` messages per subject. An event's id is its stream sequence; a
-//!   replay reads only the session's own subject, so an id of another session's event
+//!   `events_per_session` messages per subject. An event's id is its stream's epoch and
+//!   its sequence there; a replay reads only the session's own subject, so an id of another session's event
 //!   replays nothing of that session.
 //!
 //! Signals (a session ended, its subscriptions changed, its stream changed holder) travel on
@@ -61,11 +66,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
-use mcpr_server::http::{SessionHub, SessionSignal, SessionState, SessionStore, SessionStoreError};
+use mcpr_server::http::{
+    EventId, Replay, SessionHub, SessionSignal, SessionState, SessionStore, SessionStoreError,
+};
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
-use crate::js::{self, JsError};
+use crate::js::{self, Incarnation, JsError};
 use crate::seal::{Kind, Seal, Stream};
 
 /// How long a JetStream request may take before the store counts NATS unreachable.
@@ -184,6 +191,10 @@ pub struct NatsSessionStore {
     lost: [AtomicBool; 2],
     /// This replica's mark in the records stream (see the module docs).
     mark: String,
+    /// The notification log stream as this replica last found it: when its incarnation was
+    /// created (the epoch of the event ids it hands out), and the highest sequence it saw
+    /// stored in it.
+    log_epoch: Mutex<(u64, u64)>,
     /// The task that looks for the mark.
     keeper: tokio::task::JoinHandle<()>,
 }
@@ -291,6 +302,7 @@ impl NatsSessionStore {
                 streams: AtomicBool::new(false),
                 creating: tokio::sync::Mutex::new(()),
                 lost: Default::default(),
+                log_epoch: Mutex::new((0, 0)),
                 keeper,
             }
         }))
@@ -305,33 +317,14 @@ impl NatsSessionStore {
         if self.streams.load(Ordering::Acquire) {
             return Ok(());
         }
-        let cluster = &self.cluster;
-        let max_age = u64::try_from(self.ttl.as_nanos()).unwrap_or(u64::MAX);
-        for (role, name, subjects, per_subject) in [
-            (
-                Stream::Sessions,
-                records_stream(cluster),
-                format!("mcpr.{cluster}.sess.>"),
-                1,
-            ),
-            (
-                Stream::SessionEvents,
-                events_stream(cluster),
-                format!("mcpr.{cluster}.sev.>"),
-                i64::try_from(self.events_per_session.max(1)).unwrap_or(i64::MAX),
-            ),
-        ] {
-            let config = json!({
-                "name": name,
-                "subjects": [subjects],
-                "max_msgs_per_subject": per_subject,
-                "max_age": max_age,
-                "storage": "file",
-                "num_replicas": 1,
-                "discard": "old",
-            });
+        for role in [Stream::Sessions, Stream::SessionEvents] {
+            let config = self.stream_config(role);
+            let name = self.stream_name(role);
             match js::create_stream(&self.client, &config, REQUEST_TIMEOUT).await {
-                Ok(()) => {
+                Ok(info) => {
+                    if role == Stream::SessionEvents {
+                        self.learn_log(Incarnation::of(&info).created);
+                    }
                     if self.lost[lost_index(role)].swap(false, Ordering::AcqRel) {
                         let lost = match role {
                             Stream::SessionEvents => "the notices it logged are lost",
@@ -358,6 +351,82 @@ impl NatsSessionStore {
         }
         self.streams.store(true, Ordering::Release);
         Ok(())
+    }
+
+    /// The settings of session stream `role`: every replica creates it with these, so a
+    /// creation finds the stream another made.
+    fn stream_config(&self, role: Stream) -> Value {
+        let cluster = &self.cluster;
+        let (subjects, per_subject) = match role {
+            Stream::SessionEvents => (
+                format!("mcpr.{cluster}.sev.>"),
+                i64::try_from(self.events_per_session.max(1)).unwrap_or(i64::MAX),
+            ),
+            _ => (format!("mcpr.{cluster}.sess.>"), 1),
+        };
+        json!({
+            "name": self.stream_name(role),
+            "subjects": [subjects],
+            "max_msgs_per_subject": per_subject,
+            "max_age": u64::try_from(self.ttl.as_nanos()).unwrap_or(u64::MAX),
+            "storage": "file",
+            "num_replicas": 1,
+            "discard": "old",
+        })
+    }
+
+    /// Note the notification log's incarnation `created`: a new one (the log was lost and
+    /// begun again) numbers from 1, so the sequences seen in the last are forgotten.
+    fn learn_log(&self, created: u64) {
+        let mut log = lock(&self.log_epoch);
+        if log.0 != created {
+            *log = (created, 0);
+        }
+    }
+
+    /// The notification log's incarnation now, learnt (see [`NatsSessionStore::learn_log`]).
+    /// A creation request that finds the stream: the replicas' NATS user may send it, and
+    /// its answer has the stream's creation time and state.
+    async fn log_incarnation(&self) -> Result<Incarnation, SessionStoreError> {
+        self.not_aside()?;
+        let name = self.stream_name(Stream::SessionEvents);
+        let info = js::create_stream(
+            &self.client,
+            &self.stream_config(Stream::SessionEvents),
+            REQUEST_TIMEOUT,
+        )
+        .await
+        .map_err(|e| error(format!("cannot read the stream {name}: {e}")))?;
+        let found = Incarnation::of(&info);
+        self.learn_log(found.created);
+        Ok(found)
+    }
+
+    /// Session log `subject`'s events after sequence `after`, as stored in the log of epoch
+    /// `epoch`, those that verify.
+    async fn read_log(
+        &self,
+        subject: &str,
+        after: u64,
+        epoch: u64,
+    ) -> Result<Vec<(EventId, Vec<u8>)>, SessionStoreError> {
+        let mut out = Vec::new();
+        let mut next = after.saturating_add(1);
+        while let Some((seq, data)) = self
+            .get(
+                Stream::SessionEvents,
+                &json!({ "seq": next, "next_by_subj": subject }),
+            )
+            .await?
+        {
+            // Another client of the NATS account may append to the log: only what a replica
+            // sealed for this session's log is replayed to its client.
+            if let Some(event) = self.seal.open_record(Kind::Log, subject, &data, self.ttl) {
+                out.push((EventId { epoch, seq }, event.to_vec()));
+            }
+            next = seq + 1;
+        }
+        Ok(out)
     }
 
     /// Note that `stream` was found missing: the streams are created again on the next
@@ -874,35 +943,60 @@ impl SessionHub for NatsSessionStore {
         ))
     }
 
-    async fn append(&self, session: &str, event: &[u8]) -> Result<u64, SessionStoreError> {
-        self.put(Kind::Log, &self.log(session), event, None)
+    async fn append(&self, session: &str, event: &[u8]) -> Result<EventId, SessionStoreError> {
+        let seq = self
+            .put(Kind::Log, &self.log(session), event, None)
             .await?
-            .ok_or_else(|| error("publish refused"))
+            .ok_or_else(|| error("publish refused"))?;
+        let known = {
+            let mut log = lock(&self.log_epoch);
+            if seq > log.1 {
+                log.1 = seq;
+                Some(log.0)
+            } else {
+                None
+            }
+        };
+        let epoch = match known {
+            Some(epoch) => epoch,
+            // One stream's sequences only grow: a smaller one than this replica saw means the
+            // log was lost and begun again by another replica since (or two appends crossed,
+            // and the look finds the same log).
+            None => {
+                let now = self.log_incarnation().await?.created;
+                let mut log = lock(&self.log_epoch);
+                log.1 = log.1.max(seq);
+                now
+            }
+        };
+        Ok(EventId { epoch, seq })
     }
 
-    async fn replay(
-        &self,
-        session: &str,
-        after: u64,
-    ) -> Result<Vec<(u64, Vec<u8>)>, SessionStoreError> {
+    async fn replay(&self, session: &str, after: EventId) -> Result<Replay, SessionStoreError> {
         let subject = self.log(session);
-        let mut out = Vec::new();
-        let mut next = after.saturating_add(1);
-        while let Some((seq, data)) = self
-            .get(
-                Stream::SessionEvents,
-                &json!({ "seq": next, "next_by_subj": subject }),
-            )
-            .await?
-        {
-            // Another client of the NATS account may append to the log: only what a replica
-            // sealed for this session's log is replayed to its client.
-            if let Some(event) = self.seal.open_record(Kind::Log, &subject, &data, self.ttl) {
-                out.push((seq, event.to_vec()));
+        // A log found missing here is created again (and counted) before its incarnation
+        // is read.
+        self.get(Stream::SessionEvents, &json!({ "last_by_subj": subject }))
+            .await?;
+        for _ in 0..3 {
+            let before = self.log_incarnation().await?;
+            // An id of an earlier log places the client nowhere in this one: all of this
+            // log is after it.
+            let same = after.epoch == before.created;
+            let from = if same { after.seq } else { 0 };
+            let events = self.read_log(&subject, from, before.created).await?;
+            let now = self.log_incarnation().await?;
+            if now.created != before.created {
+                // Lost and begun again while being read: read the new one.
+                continue;
             }
-            next = seq + 1;
+            // Read after the events, so that a purge before or during the read counts.
+            let complete = same && after.seq.saturating_add(1) >= now.first_seq;
+            return Ok(Replay { events, complete });
         }
-        Ok(out)
+        Err(error(
+            "the notification log stream kept being deleted while it was read",
+        ))
     }
 
     async fn announce(&self, signal: SessionSignal) -> Result<(), SessionStoreError> {

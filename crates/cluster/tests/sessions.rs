@@ -195,6 +195,21 @@ async fn open_stream(
     rx
 }
 
+/// The sequence of event id `id` (`{epoch:x}-{seq}`).
+fn seq_of(id: &str) -> u64 {
+    id.split_once('-')
+        .and_then(|(_, seq)| seq.parse().ok())
+        .unwrap_or_else(|| panic!("event id {id:?}"))
+}
+
+/// The id before every event of the log that event id `id` is from: its epoch, sequence 0.
+fn start_of(id: &str) -> String {
+    let (epoch, _) = id
+        .split_once('-')
+        .unwrap_or_else(|| panic!("event id {id:?}"));
+    format!("{epoch}-0")
+}
+
 async fn next_event(rx: &mut mpsc::UnboundedReceiver<(String, String)>) -> (String, String) {
     tokio::time::timeout(Duration::from_secs(10), rx.recv())
         .await
@@ -264,17 +279,15 @@ async fn a_session_roams_over_three_replicas() {
         data.contains("notifications/resources/updated") && data.contains(&uri),
         "{data}"
     );
-    let first_n: u64 = first
-        .parse()
-        .unwrap_or_else(|_| panic!("event id {first:?}"));
+    let first_n = seq_of(&first);
     quiet(&mut on_c, "a single change on C").await;
 
     // A second session, its stream on B, hears nothing of the first's.
     let other = initialize(&c, None).await;
-    let mut other_stream = open_stream(&b, &other, Some("0")).await;
+    let mut other_stream = open_stream(&b, &other, Some(&start_of(&first))).await;
 
     // Resume on A from before the first event: replayed there, then live; C's stream ends.
-    let mut on_a = open_stream(&a, &id, Some("0")).await;
+    let mut on_a = open_stream(&a, &id, Some(&start_of(&first))).await;
     let (again, data) = next_event(&mut on_a).await;
     assert_eq!(again, first, "{data}");
     let closed = tokio::time::timeout(Duration::from_secs(3), on_c.recv()).await;
@@ -285,7 +298,7 @@ async fn a_session_roams_over_three_replicas() {
     std::fs::write(root.join("a.md"), "changed twice").unwrap();
     let (second, data) = next_event(&mut on_a).await;
     assert!(data.contains(&uri), "{data}");
-    let second_n: u64 = second.parse().unwrap();
+    let second_n = seq_of(&second);
     assert!(second_n > first_n, "{second_n} after {first_n}");
     quiet(&mut on_a, "a single change on A").await;
 
@@ -550,7 +563,7 @@ async fn a_forged_log_entry_is_never_replayed() {
     let (_, data) = next_event(&mut on_b).await;
     assert!(data.contains(&uri) && !data.contains("sampling"), "{data}");
     // From the start: the real events only.
-    let mut from_start = open_stream(&a, &id, Some("0")).await;
+    let mut from_start = open_stream(&a, &id, Some(&start_of(&first))).await;
     for _ in 0..2 {
         let (_, data) = next_event(&mut from_start).await;
         assert!(!data.contains("sampling"), "{data}");

@@ -128,14 +128,26 @@ impl Replica {
 
     /// Legacy session `sid`'s GET stream here, its messages collected.
     pub async fn legacy_stream(&self, http: &reqwest::Client, sid: &str) -> Heard {
-        let get = http
+        self.legacy_resume(http, sid, None).await
+    }
+
+    /// Legacy session `sid`'s GET stream here, resumed after `last_event_id` when given,
+    /// its messages collected.
+    pub async fn legacy_resume(
+        &self,
+        http: &reqwest::Client,
+        sid: &str,
+        last_event_id: Option<&str>,
+    ) -> Heard {
+        let mut get = http
             .get(self.url())
             .header("accept", "text/event-stream")
             .header("mcp-protocol-version", "2025-11-25")
-            .header("mcp-session-id", sid)
-            .send()
-            .await
-            .unwrap();
+            .header("mcp-session-id", sid);
+        if let Some(id) = last_event_id {
+            get = get.header("last-event-id", id);
+        }
+        let get = get.send().await.unwrap();
         assert_eq!(get.status(), 200);
         Heard::follow(get)
     }
@@ -209,26 +221,62 @@ pub fn messages(body: &str) -> Vec<Value> {
         .collect()
 }
 
-/// A stream's messages, collected in the background.
+/// A stream's messages, collected in the background, with the SSE event id each came
+/// with (if any).
 #[derive(Clone, Default)]
-pub struct Heard(Arc<Mutex<Vec<Value>>>);
+pub struct Heard(
+    Arc<Mutex<Vec<Value>>>,
+    Arc<Mutex<Vec<Option<String>>>>,
+    Reader,
+);
+
+/// The task reading a stream, to end it (and so close the stream) at will.
+#[derive(Clone, Default)]
+struct Reader(Arc<Mutex<Option<tokio::task::AbortHandle>>>);
 
 impl Heard {
     pub fn follow(resp: reqwest::Response) -> Self {
         let heard = Self::default();
         let h = heard.clone();
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             let mut buf = String::new();
             let mut body = resp.bytes_stream();
             while let Some(Ok(chunk)) = body.next().await {
                 buf.push_str(&String::from_utf8_lossy(&chunk));
                 while let Some(end) = buf.find("\n\n") {
                     let event: String = buf.drain(..end + 2).collect();
-                    h.0.lock().unwrap().extend(messages(&event));
+                    let id = event
+                        .lines()
+                        .find_map(|l| l.strip_prefix("id:"))
+                        .map(|id| id.trim().to_owned());
+                    let found = messages(&event);
+                    let mut ids = h.1.lock().unwrap();
+                    ids.extend(found.iter().map(|_| id.clone()));
+                    h.0.lock().unwrap().extend(found);
                 }
             }
         });
+        *heard.2.0.lock().unwrap() = Some(task.abort_handle());
         heard
+    }
+
+    /// Close the stream, as a client going away does.
+    pub fn close(&self) {
+        if let Some(task) = self.2.0.lock().unwrap().take() {
+            task.abort();
+        }
+    }
+
+    /// The messages heard, each with the event id it came with.
+    pub fn with_ids(&self) -> Vec<(Option<String>, Value)> {
+        let ids = self.1.lock().unwrap().clone();
+        let messages = self.0.lock().unwrap().clone();
+        ids.into_iter().zip(messages).collect()
+    }
+
+    /// The last event id heard.
+    pub fn last_event_id(&self) -> Option<String> {
+        self.1.lock().unwrap().iter().rev().find_map(Clone::clone)
     }
 
     /// How many `notifications/resources/updated` of `uri` were heard.

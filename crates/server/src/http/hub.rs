@@ -30,6 +30,54 @@ pub enum SessionSignal {
     },
 }
 
+/// A logged notification's place: `seq` orders the events of one log, and `epoch` names the
+/// log itself, which changes when the log is lost and begun again (its sequence numbers
+/// then begin again too), so that an id from an earlier log is never read as a place in
+/// the current one. Its SSE event id is `{epoch:x}-{seq}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventId {
+    /// Which log.
+    pub epoch: u64,
+    /// Where in it (never 0).
+    pub seq: u64,
+}
+
+impl EventId {
+    /// The id of `{epoch:x}-{seq}`, as [`EventId`]'s `Display` writes it; `None` for
+    /// anything else.
+    pub fn parse(s: &str) -> Option<Self> {
+        let (epoch, seq) = s.split_once('-')?;
+        let hex = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_hexdigit());
+        let digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+        if !hex(epoch) || !digits(seq) {
+            return None;
+        }
+        Some(Self {
+            epoch: u64::from_str_radix(epoch, 16).ok()?,
+            seq: seq.parse().ok()?,
+        })
+    }
+}
+
+impl std::fmt::Display for EventId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:x}-{}", self.epoch, self.seq)
+    }
+}
+
+/// What a resumption replays.
+#[derive(Debug)]
+pub struct Replay {
+    /// The logged events after the client's last, oldest first.
+    pub events: Vec<(EventId, Vec<u8>)>,
+    /// `false` when notices logged after the client's last event may be gone: its log was
+    /// lost and begun again since (its id names an earlier log: everything the current log
+    /// holds of the session is replayed), or events after it were removed (a purge, or age).
+    /// The stream then tells the client that each resource it subscribes to may have
+    /// changed.
+    pub complete: bool,
+}
+
 /// See the module docs. Every method is scoped to one session id: nothing one session
 /// records or logs is visible through another id.
 #[async_trait::async_trait]
@@ -56,15 +104,11 @@ pub trait SessionHub: SessionStore {
         subscribed: bool,
     ) -> Result<Vec<String>, SessionStoreError>;
     /// Append a notification (a JSON-RPC message as JSON) to the session's log; its event
-    /// id, greater than every earlier one of the session (never 0).
-    async fn append(&self, session: &str, event: &[u8]) -> Result<u64, SessionStoreError>;
-    /// The logged events of `session` after event id `after`, oldest first (the log is
-    /// bounded: older ones may be gone).
-    async fn replay(
-        &self,
-        session: &str,
-        after: u64,
-    ) -> Result<Vec<(u64, Vec<u8>)>, SessionStoreError>;
+    /// id, after every earlier one of the session in the same log.
+    async fn append(&self, session: &str, event: &[u8]) -> Result<EventId, SessionStoreError>;
+    /// The logged events of `session` after event id `after`, oldest first, and whether
+    /// they are all that was logged after it (see [`Replay`]).
+    async fn replay(&self, session: &str, after: EventId) -> Result<Replay, SessionStoreError>;
     /// Tell every replica (this one included) `signal`.
     async fn announce(&self, signal: SessionSignal) -> Result<(), SessionStoreError>;
     /// Signals from every replica (this one included).
@@ -103,5 +147,27 @@ impl<T: SessionHub + ?Sized> crate::service::SubscriptionRecord for T {
 impl std::fmt::Debug for dyn SessionHub {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("<SessionHub>")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::EventId;
+
+    #[test]
+    fn event_ids_read_back_and_nothing_else_reads() {
+        let id = EventId {
+            epoch: 0x18f2_a3b4_c5d6_e7f8,
+            seq: 42,
+        };
+        assert_eq!(id.to_string(), "18f2a3b4c5d6e7f8-42");
+        assert_eq!(EventId::parse(&id.to_string()), Some(id));
+        assert_eq!(EventId::parse("0-1"), Some(EventId { epoch: 0, seq: 1 }));
+        // rmcp's own ids (a standalone stream's `n`, a request stream's `n/m`), and garbage.
+        for bad in [
+            "42", "3/1", "-1", "a-", "-", "g-1", "a-1x", "a-+1", "a--1", "",
+        ] {
+            assert_eq!(EventId::parse(bad), None, "{bad}");
+        }
     }
 }

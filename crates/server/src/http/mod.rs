@@ -16,7 +16,7 @@ pub use crate::grant::{Grant, Identity};
 pub use auth::{AuthSettings, IdentityKey, StaticToken};
 pub use config::{HttpConfig, parse_listen};
 pub use edge::HttpLimits;
-pub use hub::{SessionHub, SessionSignal};
+pub use hub::{EventId, Replay, SessionHub, SessionSignal};
 pub use jwt::JwtSettings;
 /// The legacy session store seam (see [`HttpSettings::session_store`]).
 pub use rmcp::transport::streamable_http_server::session::{

@@ -5,7 +5,9 @@
 //! previous holder stops and closes its stream), registers the session's recorded
 //! subscriptions in its own registry, and from then on appends each notice to the session's
 //! log and hands it, with the log's event id, to the open stream. A `Last-Event-ID` resume
-//! replays the log first, so it works on any replica. Subscriptions made through any replica
+//! replays the log first, so it works on any replica; when notices after the client's last
+//! may be gone from the log (it was lost and begun again, or purged), the resumed stream
+//! also says that each subscribed resource may have changed. Subscriptions made through any replica
 //! are recorded in the hub; the holder re-reads them when told.
 //!
 //! Limits, said plainly: notices are produced only while some replica holds the session (a
@@ -26,8 +28,9 @@ use rmcp::transport::streamable_http_server::session::ServerSseMessage;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use tokio::sync::{Notify, mpsc, oneshot};
 
-use super::hub::{SessionHub, SessionSignal};
+use super::hub::{EventId, Replay, SessionHub, SessionSignal};
 use crate::grant::Grant;
+use crate::registry::Notice;
 use crate::service::Service;
 
 /// The grants of GET requests on their way to the session manager, by session id: the edge
@@ -187,7 +190,7 @@ impl Roaming {
 
     /// Open the session's notification stream here: replay the log after `after` (when
     /// resuming), then what this replica, now the holder, logs.
-    pub(crate) async fn open(self: &Arc<Self>, id: &str, after: Option<u64>) -> EventStream {
+    pub(crate) async fn open(self: &Arc<Self>, id: &str, after: Option<EventId>) -> EventStream {
         let grant = lock(&self.grants).remove(id).flatten();
         let (tx, rx) = mpsc::channel(self.capacity);
         let existing = {
@@ -248,39 +251,83 @@ impl Roaming {
             return Box::pin(live);
         };
         let replayed = match self.hub.replay(id, after).await {
-            Ok(events) => events,
+            Ok(replayed) => replayed,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot replay a session's notifications");
-                Vec::new()
+                Replay {
+                    events: Vec::new(),
+                    complete: false,
+                }
             }
         };
         let mut last = after;
-        let mut head = Vec::with_capacity(replayed.len());
-        for (seq, bytes) in replayed {
-            if let Some(ev) = event(seq, &bytes) {
+        let mut head = Vec::with_capacity(replayed.events.len());
+        for (seq, bytes) in replayed.events {
+            if let Some(ev) = event(Some(seq), &bytes) {
                 last = seq;
                 head.push(ev);
             }
         }
+        if !replayed.complete {
+            // Notices logged after the client's last may be gone: told, for each resource
+            // it subscribes to, that it may have changed (and that the list may have), as
+            // after any other gap in watching. Logged like any notice, after the replayed
+            // ones; `last` stays the replay's own, so that a live notice the holder logged
+            // meanwhile is not taken for one replayed.
+            head.extend(self.gap_notices(id).await);
+        }
         // Live events the replay already gave are skipped.
         let live = live.filter(move |ev| {
-            let keep = ev
+            let replayed = ev
                 .event_id
                 .as_deref()
-                .and_then(|s| s.parse::<u64>().ok())
-                .is_none_or(|seq| seq > last);
-            futures::future::ready(keep)
+                .and_then(EventId::parse)
+                .is_some_and(|seq| seq.epoch == last.epoch && seq.seq <= last.seq);
+            futures::future::ready(!replayed)
         });
         Box::pin(futures::stream::iter(head).chain(live))
     }
+
+    /// "May have changed" for each resource session `id` subscribes to, and a list change
+    /// when this server reports them, each logged (sent without an id when it cannot be).
+    async fn gap_notices(&self, id: &str) -> Vec<ServerSseMessage> {
+        let mut notices: Vec<Notice> = match self.hub.subscriptions(id).await {
+            Ok(uris) => uris.into_iter().map(Notice::Updated).collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read a session's subscriptions");
+                Vec::new()
+            }
+        };
+        if self.service.reports_list_changes() {
+            notices.push(Notice::ListChanged);
+        }
+        let mut out = Vec::with_capacity(notices.len());
+        for notice in notices {
+            let bytes = crate::wire::notify::notification_json(&notice);
+            out.extend(event(self.log(id, &bytes).await, &bytes));
+        }
+        out
+    }
+
+    /// Append `bytes` to session `id`'s log: its event id, `None` when it could not be
+    /// logged (the notice then goes out without one).
+    async fn log(&self, id: &str, bytes: &[u8]) -> Option<EventId> {
+        match self.hub.append(id, bytes).await {
+            Ok(seq) => Some(seq),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot log a session notification; sending it unlogged");
+                None
+            }
+        }
+    }
 }
 
-/// The SSE event of a logged notification.
-fn event(seq: u64, bytes: &[u8]) -> Option<ServerSseMessage> {
+/// The SSE event of a logged notification (`seq` `None`: not logged, so without an id).
+fn event(seq: Option<EventId>, bytes: &[u8]) -> Option<ServerSseMessage> {
     match serde_json::from_slice::<ServerJsonRpcMessage>(bytes) {
         Ok(message) => {
             let mut ev = ServerSseMessage::from_message(message);
-            ev.event_id = Some(seq.to_string());
+            ev.event_id = seq.map(|s| s.to_string());
             Some(ev)
         }
         Err(e) => {
@@ -317,17 +364,8 @@ async fn hold(
             notice = rx.recv() => {
                 let Some(notice) = notice else { break };
                 let bytes = crate::wire::notify::notification_json(&notice);
-                let seq = match roaming.hub.append(&id, &bytes).await {
-                    Ok(seq) => seq,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "cannot log a session notification; sending it unlogged");
-                        0
-                    }
-                };
-                let Some(mut ev) = event(seq, &bytes) else { continue };
-                if seq == 0 {
-                    ev.event_id = None;
-                }
+                let seq = roaming.log(&id, &bytes).await;
+                let Some(ev) = event(seq, &bytes) else { continue };
                 let tx = lock(&out).clone();
                 if let Some(tx) = tx
                     && tx.try_send(ev).is_err()

@@ -111,7 +111,7 @@ impl SessionManager for ResumeAfter {
         // The notification stream's ids are the log's there; a request stream's (`n/m`)
         // stay this process's.
         if let Some(r) = &self.roaming
-            && let Ok(after) = last_event_id.parse::<u64>()
+            && let Some(after) = super::hub::EventId::parse(&last_event_id)
         {
             return Ok(r.open(id, Some(after)).await.left_stream());
         }
