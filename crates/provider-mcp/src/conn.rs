@@ -17,7 +17,7 @@ use rmcp::model::{
     SubscriptionFilter, UnsubscribeRequestParams,
 };
 use rmcp::service::{
-    ClientCacheConfig, ClientLifecycleMode, NotificationContext, RunningService,
+    ClientCacheConfig, ClientLifecycleMode, NotificationContext, RunningService, Subscription,
     serve_client_with_lifecycle,
 };
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceError};
@@ -389,13 +389,33 @@ impl Shared {
         Ok(id)
     }
 
-    /// Open the upstream subscription of watch `id` on `up` over `conn`.
+    /// Open the upstream subscription of watch `id` on `up` over `conn`. On a 2026-07-28
+    /// upstream this waits (within the request timeout) for the upstream's acknowledgment of
+    /// the listen, so that a client told it is subscribed is: a refusal, or an acknowledgment
+    /// that leaves `up` out, fails the subscription. An upstream that does not answer in time
+    /// leaves the stream to be opened in the background (the outage's business), announced
+    /// once when it is.
     async fn establish(self: &Arc<Self>, conn: &Arc<Conn>, up: &str, id: u64) -> Result<()> {
         if conn.era == Era::Modern {
             let filter = SubscriptionFilter::builder()
                 .resource_subscriptions([up.to_owned()])
                 .build();
-            let task = tokio::spawn(listen(Arc::downgrade(self), conn.clone(), filter));
+            let what = Listened::Uri(up.to_owned());
+            let (first, result) = match self.open_listen(conn, &filter, &what).await {
+                Ok(sub) => (Some(sub), Ok(())),
+                Err(e) if e.is_temporary() => (None, Err(e)),
+                Err(e) => return Err(e),
+            };
+            // Opened later, it was not live when the client was told it was subscribed.
+            let announce = first.is_none();
+            let task = tokio::spawn(listen(
+                Arc::downgrade(self),
+                conn.clone(),
+                filter,
+                what,
+                first,
+                announce,
+            ));
             let mut w = lock(&self.watches);
             match w.uris.get_mut(up) {
                 Some(watch) if watch.id == id => {
@@ -405,7 +425,7 @@ impl Shared {
                 }
                 _ => task.abort(),
             }
-            return Ok(());
+            return result;
         }
         if !conn.subscribe {
             return Err(Error::unsupported(format!(
@@ -416,6 +436,43 @@ impl Shared {
         #[allow(deprecated)]
         let fut = conn.peer.subscribe(SubscribeRequestParams::new(up));
         self.call("resources/subscribe", Some(up), fut).await
+    }
+
+    /// One `subscriptions/listen` for `filter` over `conn`, once the upstream acknowledged
+    /// it (within the request timeout); refused when the acknowledgment leaves out `what`
+    /// was asked (the upstream will not watch it).
+    async fn open_listen(
+        &self,
+        conn: &Conn,
+        filter: &SubscriptionFilter,
+        what: &Listened,
+    ) -> Result<Subscription> {
+        let sub = self
+            .call(
+                "subscriptions/listen",
+                None,
+                conn.peer.listen(filter.clone()),
+            )
+            .await?;
+        let ack = sub.acknowledged();
+        let accepted = match what {
+            Listened::Uri(up) => ack
+                .resource_subscriptions
+                .as_ref()
+                .is_some_and(|uris| uris.iter().any(|u| u == up)),
+            Listened::List => ack.resources_list_changed == Some(true),
+        };
+        if !accepted {
+            return Err(Error::unsupported(format!(
+                "mcp mount \"{}\": the upstream refused to watch {}: its acknowledgment of subscriptions/listen left it out",
+                self.name(),
+                match what {
+                    Listened::Uri(up) => format!("{:?}", self.map.ours(up)),
+                    Listened::List => "its resource list".to_owned(),
+                }
+            )));
+        }
+        Ok(sub)
     }
 
     /// Release watch `id` on `up`: with the last watch of `up`, its upstream subscription
@@ -485,7 +542,15 @@ impl Shared {
         let filter = SubscriptionFilter::builder()
             .resources_list_changed()
             .build();
-        let task = tokio::spawn(listen(Arc::downgrade(self), conn.clone(), filter));
+        let task = tokio::spawn(listen(
+            Arc::downgrade(self),
+            conn.clone(),
+            filter,
+            Listened::List,
+            None,
+            // A reconnect announces the list itself (`reestablish`).
+            false,
+        ));
         let mut w = lock(&self.watches);
         match &mut w.list {
             Some(list) if list.id == id => {
@@ -616,16 +681,44 @@ impl ClientHandler for Handler {
     }
 }
 
-/// One `subscriptions/listen` stream on a 2026-07-28 upstream, relaying what it carries; a
-/// stream the upstream ends is opened again while the connection and the watch live.
-async fn listen(shared: Weak<Shared>, conn: Arc<Conn>, filter: SubscriptionFilter) {
+/// What one listen stream carries: one URI's updates, or the list's changes.
+#[derive(Debug, Clone)]
+pub(crate) enum Listened {
+    Uri(String),
+    List,
+}
+
+/// One `subscriptions/listen` stream on a 2026-07-28 upstream (`first`, when the caller
+/// opened it already), relaying what it carries; a stream the upstream ends, or that lags
+/// (rmcp ends it then), is opened again while the connection and the watch live, and each
+/// stream opened again is announced once (an `updated`, or a list change), as after a
+/// reconnect: what changed while none was open is unknown. `announce` says whether the
+/// first stream opened here is announced too.
+async fn listen(
+    shared: Weak<Shared>,
+    conn: Arc<Conn>,
+    filter: SubscriptionFilter,
+    what: Listened,
+    mut first: Option<Subscription>,
+    mut announce: bool,
+) {
     let mut wait = Duration::from_millis(500);
     loop {
-        let opened = {
-            let Some(s) = shared.upgrade() else { return };
-            let fut = conn.peer.listen(filter.clone());
-            s.call("subscriptions/listen", None, fut).await
+        let opened = match first.take() {
+            Some(sub) => Ok(sub),
+            None => {
+                let Some(s) = shared.upgrade() else { return };
+                let opened = s.open_listen(&conn, &filter, &what).await;
+                if opened.is_ok() && announce {
+                    match &what {
+                        Listened::Uri(up) => s.upstream_updated(up),
+                        Listened::List => s.upstream_list_changed(),
+                    }
+                }
+                opened
+            }
         };
+        announce = true;
         match opened {
             Ok(mut sub) => {
                 wait = Duration::from_millis(500);
