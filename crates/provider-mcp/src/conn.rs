@@ -1018,8 +1018,13 @@ async fn fetch_templates(shared: &Shared, peer: &Peer<RoleClient>) -> Result<Vec
             if out.len() >= MAX_TEMPLATES {
                 break;
             }
+            // One that cannot be a URI (a space, a control character, no scheme) is left
+            // out, as such an entry of a listing is.
+            let Some(uri_template) = shared.map.ours_checked(&t.uri_template) else {
+                continue;
+            };
             out.push(TemplateMeta {
-                uri_template: shared.map.ours(&t.uri_template),
+                uri_template,
                 name: clean_name(&t.name),
                 title: t.title.as_deref().map(clean_name),
                 description: t.description.as_deref().map(clean_description),
@@ -1157,10 +1162,13 @@ for line in sys.stdin:
         subs.add(p["uri"]); send(mid, {})
     elif method == "resources/unsubscribe":
         subs.discard(p["uri"]); send(mid, {})
+    elif method == "resources/read" and p["uri"] == "x://bad":
+        send(mid, {"contents": [{"uri": "x://bad\u001b]52;c;cm0K\u0007\n", "text": "bad"}]})
     elif method == "resources/read":
         send(mid, {"contents": [{"uri": p["uri"], "text": "\n".join(sorted(subs))}]})
     elif method == "resources/templates/list":
-        send(mid, {"resourceTemplates": []})
+        send(mid, {"resourceTemplates": [{"uriTemplate": "x://{id}", "name": "good"},
+            {"uriTemplate": "x://\u001b[2J{id}", "name": "escape"}, {"uriTemplate": "no scheme {id}", "name": "bad"}]})
     else:
         send(mid, {})
 "#;
@@ -1180,6 +1188,43 @@ for line in sys.stdin:
             eprintln!("skipped: no python3");
         }
         found
+    }
+
+    /// An upstream's template or read `contents[].uri` that cannot be a URI (a control
+    /// character, a space, no scheme) is never relayed: the template is left out, as such an
+    /// entry of a listing is, and the read refused naming the mount.
+    #[tokio::test]
+    async fn unparseable_uris_of_templates_and_contents_are_not_relayed() {
+        let Some(python) = python() else { return };
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("subs.py");
+        std::fs::write(&script, SUBSCRIBED).unwrap();
+        let mut config = McpConfig::new(
+            "m",
+            Upstream::Stdio {
+                command: python,
+                args: vec![script.display().to_string()],
+                env: Vec::new(),
+            },
+        );
+        config.protocol = Protocol::Legacy;
+        let provider = crate::McpProvider::start(config).await.unwrap();
+        let templates: Vec<String> = provider
+            .templates()
+            .iter()
+            .map(|t| t.uri_template.clone())
+            .collect();
+        assert_eq!(templates, ["m+x://{id}"]);
+        let limits = ReadLimits { max_bytes: 1 << 20 };
+        let bad = ResourceUri::parse("m+x://bad").unwrap();
+        let e = provider.read(&bad, &limits).await.unwrap_err();
+        assert!(
+            e.message.contains("mcp mount \"m\"") && !e.message.contains('\u{1b}'),
+            "{e}"
+        );
+        let good = ResourceUri::parse("m+x://good").unwrap();
+        let out = provider.read(&good, &limits).await.unwrap();
+        assert_eq!(out.contents[0].uri, "m+x://good");
     }
 
     /// A watch released and made again at once (the registry does so when a client
