@@ -38,7 +38,7 @@ const STABLE: Duration = Duration::from_secs(30);
 /// Requests in a row that got no answer within the timeout before the connection is taken
 /// for hung and started again.
 const HUNG_AFTER: u32 = 3;
-/// How often an idle connection is asked whether it is still there.
+/// How often the connection (busy or not) is asked whether it is still there.
 const HEARTBEAT: Duration = Duration::from_secs(5);
 /// The most template pages asked of the upstream at connect.
 const MAX_TEMPLATE_PAGES: usize = 100;
