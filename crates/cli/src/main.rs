@@ -234,6 +234,11 @@ fn conversion_budget() -> Option<usize> {
 /// A built provider with the scope its mount requires.
 type ScopedProvider = (Arc<dyn Provider>, Option<String>);
 
+/// How many network sources `serve` opens at once: enough that a few hung upstreams (a
+/// gateway mount waits up to its connection time-out for the first attempt) do not add up,
+/// few enough that a long configuration does not dial every source in the same instant.
+const OPEN_AT_ONCE: usize = 8;
+
 async fn build_providers(cfg: &Config) -> anyhow::Result<Vec<ScopedProvider>> {
     // The sources on this machine first: opening them contacts nothing, and a gateway's
     // pass-through prefixes are checked against their URIs before any upstream starts.
@@ -245,12 +250,29 @@ async fn build_providers(cfg: &Config) -> anyhow::Result<Vec<ScopedProvider>> {
         });
     }
     refuse_gateway_overlap(&cfg.mounts, &built)?;
+    // The network sources at once (at most OPEN_AT_ONCE): an upstream that hangs costs the
+    // start its own wait, not one after another. Taken in the configuration's order, so the
+    // error reported is the first mount's that failed, whichever failed first.
+    use futures::StreamExt as _;
+    let mut opened = futures::stream::iter(
+        cfg.mounts
+            .iter()
+            .zip(&built)
+            .filter(|(_, b)| b.is_none())
+            .map(|(m, _)| build_mount(m)),
+    )
+    .buffered(OPEN_AT_ONCE)
+    .collect::<Vec<_>>()
+    .await
+    .into_iter();
     let mut providers: Vec<ScopedProvider> = Vec::new();
     let mut prefixes = std::collections::HashMap::new();
     for (m, p) in cfg.mounts.iter().zip(built) {
         let p = match p {
             Some(p) => p,
-            None => build_mount(m).await?,
+            None => opened
+                .next()
+                .unwrap_or_else(|| Err(anyhow::anyhow!("{}: not opened", m.origin)))?,
         };
         check_prefixes(&mut prefixes, m, &*p)?;
         providers.push((p, m.scope.clone()));

@@ -4,8 +4,9 @@
 //! while a control file says so, and which writes where it got to into a folder of marks.
 //! The gateway runs over HTTP (one process throughout) beside a local files mount. And the
 //! gateway killed outright, which must take its stdio upstream and all it started along; an
-//! upstream whose templates change, after its `list_changed` and after a restart; and a
-//! 2026-07-28 upstream that refuses listens and ends the streams it accepted.
+//! upstream whose templates change, after its `list_changed` and after a restart; a
+//! 2026-07-28 upstream that refuses listens and ends the streams it accepted; and hung
+//! upstreams, which cost the start one wait, not one each.
 
 mod client_common;
 
@@ -725,4 +726,68 @@ fn a_modern_upstreams_refused_or_ended_listen_is_not_passed_off_as_live() {
         .parse()
         .unwrap();
     assert_eq!(listens, 2, "the stream the upstream ended was opened again");
+}
+
+/// Three upstreams that never answer (each gateway mount waits up to 15 s for its first
+/// connection attempt at start): they are waited for at once, so the server serves after
+/// about one wait, not three; the mounts are still mounted in the configuration's order.
+#[test]
+fn hung_upstreams_delay_the_start_once_not_once_each() {
+    let tmp = tempfile::tempdir().unwrap();
+    let local = tmp.path().join("local");
+    std::fs::create_dir(&local).unwrap();
+    let mut config = format!(
+        "[[mount]]\nkind = \"files\"\nroot = {:?}\n",
+        local.display().to_string()
+    );
+    for name in ["h1", "h2", "h3"] {
+        config.push_str(&format!(
+            "\n[[mount]]\nkind = \"mcp\"\nname = \"{name}\"\ncommand = \"sh\"\nargs = [\"-c\", \"sleep 120\"]\ntimeout_ms = 100\n"
+        ));
+    }
+    let gw = tmp.path().join("gateway.toml");
+    std::fs::write(&gw, config).unwrap();
+    let started = Instant::now();
+    let mut serve = Command::new(bin());
+    serve
+        .args(["serve", "--log-level", "info", "--config"])
+        .arg(&gw)
+        .args(["--http", "127.0.0.1:0"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let mut child = client_common::Guard(serve.spawn().unwrap());
+    let stderr = child.0.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead as _;
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut mounted = Vec::new();
+    loop {
+        let line = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the server serves");
+        if line.contains("mounted") && line.contains("mcp h") {
+            mounted.push(line.split("mcp ").nth(1).unwrap_or_default()[..2].to_owned());
+        }
+        if line.contains("serving MCP on") {
+            break;
+        }
+    }
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(35),
+        "three hung upstreams took {took:?} to start (one after another would be 45 s)"
+    );
+    assert_eq!(
+        mounted,
+        ["h1", "h2", "h3"],
+        "mounted in the configuration's order"
+    );
 }
