@@ -234,42 +234,97 @@ fn conversion_budget() -> Option<usize> {
 /// A built provider with the scope its mount requires.
 type ScopedProvider = (Arc<dyn Provider>, Option<String>);
 
+/// How many network sources `serve` opens at once: enough that a few hung upstreams (a
+/// gateway mount waits up to its connection time-out for the first attempt) do not add up,
+/// few enough that a long configuration does not dial every source in the same instant.
+const OPEN_AT_ONCE: usize = 8;
+
 async fn build_providers(cfg: &Config) -> anyhow::Result<Vec<ScopedProvider>> {
+    // The sources on this machine first: opening them contacts nothing, and a gateway's
+    // pass-through prefixes are checked against their URIs before any upstream starts.
+    let mut built: Vec<Option<Arc<dyn Provider>>> = Vec::with_capacity(cfg.mounts.len());
+    for m in &cfg.mounts {
+        built.push(match m.spec.is_local() {
+            true => Some(build_mount(m).await?),
+            false => None,
+        });
+    }
+    refuse_gateway_overlap(&cfg.mounts, &built)?;
+    // The network sources at once (at most OPEN_AT_ONCE): an upstream that hangs costs the
+    // start its own wait, not one after another. Taken in the configuration's order, so the
+    // error reported is the first mount's that failed, whichever failed first.
+    use futures::StreamExt as _;
+    let mut opened = futures::stream::iter(
+        cfg.mounts
+            .iter()
+            .zip(&built)
+            .filter(|(_, b)| b.is_none())
+            .map(|(m, _)| build_mount(m)),
+    )
+    .buffered(OPEN_AT_ONCE)
+    .collect::<Vec<_>>()
+    .await
+    .into_iter();
     let mut providers: Vec<ScopedProvider> = Vec::new();
     let mut prefixes = std::collections::HashMap::new();
-    for m in &cfg.mounts {
-        let p = build_mount(m).await?;
+    for (m, p) in cfg.mounts.iter().zip(built) {
+        let p = match p {
+            Some(p) => p,
+            None => opened
+                .next()
+                .unwrap_or_else(|| Err(anyhow::anyhow!("{}: not opened", m.origin)))?,
+        };
         check_prefixes(&mut prefixes, m, &*p)?;
         providers.push((p, m.scope.clone()));
     }
     refuse_nested_roots(&providers)?;
-    refuse_gateway_overlap(&providers)?;
     Ok(providers)
 }
 
 /// Refuse a gateway mount's pass-through prefix (`prefixes`) that overlaps another mount's
 /// URIs: which mount answers a URI would depend on the longest prefix, not on who lists it.
 /// Its own `{name}+` prefix cannot overlap (another mount would need the same name).
-fn refuse_gateway_overlap(providers: &[ScopedProvider]) -> anyhow::Result<()> {
-    for (i, (p, _)) in providers.iter().enumerate() {
-        if p.info().kind != "mcp" {
+///
+/// From the configuration alone, before any network source is opened (so no upstream is
+/// started for a configuration that is refused), `serve` and `check-config` alike: a mount
+/// in `built` (the sources on this machine, opened) by its URI prefixes, any other by the
+/// addresses its settings give.
+fn refuse_gateway_overlap(
+    mounts: &[Mount],
+    built: &[Option<Arc<dyn Provider>>],
+) -> anyhow::Result<()> {
+    let known = |i: usize| match &built[i] {
+        Some(p) => Some(p.info().uri_prefixes.clone()),
+        None => mounts[i].spec.addresses(),
+    };
+    let shown = |i: usize| match &built[i] {
+        Some(p) => p.info().label.clone(),
+        None => mounts[i]
+            .spec
+            .describe()
+            .unwrap_or_else(|| mounts[i].spec.kind().to_owned()),
+    };
+    for (i, m) in mounts.iter().enumerate() {
+        if m.spec.kind() != "mcp" {
             continue;
         }
-        for mine in p.info().uri_prefixes.iter().skip(1) {
-            for (j, (q, _)) in providers.iter().enumerate() {
+        // The first is the gateway's own `{name}+`; the rest pass through.
+        for mine in known(i).unwrap_or_default().iter().skip(1) {
+            for (j, other) in mounts.iter().enumerate() {
                 if i == j {
                     continue;
                 }
-                if let Some(theirs) = q
-                    .info()
-                    .uri_prefixes
-                    .iter()
+                if let Some(theirs) = known(j)
+                    .unwrap_or_default()
+                    .into_iter()
                     .find(|t| t.starts_with(mine.as_str()) || mine.starts_with(t.as_str()))
                 {
                     anyhow::bail!(
-                        "mount {} passes upstream URIs under {mine} through unchanged, which overlaps mount {} ({theirs}): serve them under the gateway's name instead, or narrow `prefixes`",
-                        p.info().label,
-                        q.info().label
+                        "{}: mount {} passes upstream URIs under {mine} through unchanged, which overlaps mount {} ({theirs}; {}): serve them under the gateway's name instead, or narrow `prefixes`",
+                        m.origin,
+                        shown(i),
+                        shown(j),
+                        other.origin
                     );
                 }
             }
@@ -709,8 +764,28 @@ async fn check_mounts(cfg: &Config, connect: bool) -> (Vec<String>, usize) {
     let mut failed = 0;
     let mut prefixes = std::collections::HashMap::new();
     let mut built: Vec<ScopedProvider> = Vec::new();
+    // As `serve` does: the sources on this machine opened first, then a gateway's
+    // pass-through prefixes checked against every mount before any network source is
+    // contacted; a refused configuration contacts none.
+    let mut local: Vec<Option<anyhow::Result<Arc<dyn Provider>>>> = Vec::new();
     for m in &cfg.mounts {
-        if !connect && !m.spec.is_local() {
+        local.push(match m.spec.is_local() {
+            true => Some(build_mount(m).await),
+            false => None,
+        });
+    }
+    let opened: Vec<Option<Arc<dyn Provider>>> = local
+        .iter()
+        .map(|r| r.as_ref().and_then(|r| r.as_ref().ok()).cloned())
+        .collect();
+    let refused = refuse_gateway_overlap(&cfg.mounts, &opened).err();
+    let contact = connect && refused.is_none();
+    if let Some(e) = refused {
+        failed += 1;
+        lines.push(format!("{e:#}"));
+    }
+    for (m, local) in cfg.mounts.iter().zip(local) {
+        if local.is_none() && !contact {
             let what = m
                 .spec
                 .describe()
@@ -722,14 +797,18 @@ async fn check_mounts(cfg: &Config, connect: bool) -> (Vec<String>, usize) {
                 .addresses()
                 .map(|a| format!(" -> {}", a.join(", ")))
                 .unwrap_or_default();
-            lines.push(format!(
-                "{}: {what}not contacted (a network source; check-config --connect tries it){serves}",
-                m.origin
-            ));
+            let why = match connect {
+                true => "the configuration is refused (above)",
+                false => "a network source; check-config --connect tries it",
+            };
+            lines.push(format!("{}: {what}not contacted ({why}){serves}", m.origin));
             continue;
         }
         let outcome = async {
-            let p = build_mount(m).await?;
+            let p = match local {
+                Some(built) => built?,
+                None => build_mount(m).await?,
+            };
             check_prefixes(&mut prefixes, m, &*p)?;
             let proof = match connect {
                 true => Some(

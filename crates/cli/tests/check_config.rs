@@ -4,7 +4,8 @@
 //! mount's login costs only that mount, which recovers on its own; skills folders and skills
 //! that would not be served fail the check and are warned of at start; a mistyped key is told
 //! the key it was near; an empty config and a listen address without an IP are refused with
-//! what to write instead.
+//! what to write instead; a gateway's pass-through prefix over another mount's URIs is refused
+//! by `serve` and `check-config` alike, before any upstream is started.
 
 mod client_common;
 
@@ -1012,5 +1013,44 @@ fn serve_until_joining(cfg: &Path, dir: &Path) -> (client_common::Lines, String)
             "no join line: {log}"
         );
         std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// A gateway mount whose `prefixes` overlap a files mount's URIs: `serve`, `check-config` and
+/// `check-config --connect` all refuse the configuration naming both mounts, from the
+/// configuration alone: the upstream (which would leave a mark) is never started.
+#[test]
+fn a_gateway_prefix_overlap_is_refused_before_any_upstream_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("docs");
+    std::fs::create_dir(&root).unwrap();
+    let mark = dir.path().join("started");
+    let cfg = write(
+        dir.path(),
+        "gateway.toml",
+        &format!(
+            "[[mount]]\nkind = \"files\"\nroot = {:?}\n\n[[mount]]\nkind = \"mcp\"\nname = \"up\"\ncommand = \"sh\"\nargs = [\"-c\", \"touch \\\"$0\\\"; sleep 30\", {:?}]\nprefixes = [\"file://\"]\ntimeout_ms = 1000\n",
+            root.display().to_string(),
+            mark.display().to_string()
+        ),
+    );
+    for (what, out) in [
+        ("check-config", check_config(&cfg, &[])),
+        ("check-config --connect", check_config(&cfg, &["--connect"])),
+        ("serve", serve(&cfg)),
+    ] {
+        assert_eq!(out.code, Some(1), "{what}: {out:?}");
+        let all = format!("{}{}", out.text(), out.stderr);
+        for want in [
+            "gateway.toml:",
+            "mount 2 (mcp)",
+            "mount mcp up: runs `sh",
+            "passes upstream URIs under file:// through unchanged",
+            "overlaps mount",
+            &root.display().to_string(),
+        ] {
+            assert!(all.contains(want), "{what}: {want}\n{all}");
+        }
+        assert!(!mark.exists(), "{what} started the upstream");
     }
 }

@@ -694,6 +694,74 @@ fn secrets_stay_out_of_the_trace_log() {
     }
 }
 
+/// A stdio upstream that prints its own environment (and a secret inside a longer line) to
+/// stderr: the lines reach our log, marked with the mount, every configured `env` value of 4
+/// characters or more masked, at `RUST_LOG=trace`.
+#[test]
+fn an_upstream_printing_its_env_leaks_no_secret_into_our_log() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = files(&tmp.path().join("up"), 1);
+    let local = files(&tmp.path().join("local"), 1);
+    let plain_cfg = tmp.path().join("plain.toml");
+    std::fs::write(
+        &plain_cfg,
+        format!(
+            "[[mount]]\nkind = \"files\"\nroot = {:?}\n",
+            root.display().to_string()
+        ),
+    )
+    .unwrap();
+    let secret = "env-s3cret-printed-7f1a";
+    let key = "Bearer k3y-in-a-l0nger-line";
+    let gw = gateway_config(
+        tmp.path(),
+        &local,
+        &format!(
+            "[[mount]]\nkind = \"mcp\"\nname = \"pipe\"\ncommand = \"sh\"\nargs = [\"-c\", \"env >&2; echo \\\"auth: $API_AUTH, done\\\" >&2; exec \\\"$0\\\" serve --config \\\"$1\\\"\", {:?}, {:?}]\nenv = {{ API_KEY = \"{secret}\", API_AUTH = \"{key}\", SHORT = \"ab\" }}\n",
+            bin().display().to_string(),
+            plain_cfg.display().to_string()
+        ),
+    );
+    let log = tmp.path().join("gateway.log");
+    let mut serve = Command::new(bin());
+    serve
+        .args(["serve", "--config"])
+        .arg(&gw)
+        .args(["--http", &format!("127.0.0.1:{}", free_port())])
+        .env("RUST_LOG", "trace")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap());
+    let _gateway = Guard(serve.spawn().unwrap());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let text = loop {
+        let text = std::fs::read_to_string(&log).unwrap();
+        if text.contains("auth: ") && text.contains("connected to the upstream") {
+            break text;
+        }
+        assert!(Instant::now() < deadline, "{text}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    for secret in [secret, key] {
+        assert!(!text.contains(secret), "{secret} in the log");
+    }
+    let relayed: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("upstream stderr") && l.contains("pipe"))
+        .collect();
+    for want in [
+        "API_KEY=<redacted>",
+        "API_AUTH=<redacted>",
+        "SHORT=ab",
+        "auth: <redacted>, done",
+    ] {
+        assert!(
+            relayed.iter().any(|l| l.contains(want)),
+            "{want}: {relayed:#?}"
+        );
+    }
+}
+
 /// A gateway's pass-through prefix that overlaps another mount's URIs is refused at start,
 /// naming both mounts.
 #[test]

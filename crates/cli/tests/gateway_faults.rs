@@ -3,8 +3,10 @@
 //! upstream is a small Python program speaking JSON-RPC on stdio whose list and read block
 //! while a control file says so, and which writes where it got to into a folder of marks.
 //! The gateway runs over HTTP (one process throughout) beside a local files mount. And the
-//! gateway killed outright, which must take its stdio upstream and all it started along; and
-//! an upstream whose templates change, after its `list_changed` and after a restart.
+//! gateway killed outright, which must take its stdio upstream and all it started along; an
+//! upstream whose templates change, after its `list_changed` and after a restart; a
+//! 2026-07-28 upstream that refuses listens and ends the streams it accepted; and hung
+//! upstreams, which cost the start one wait, not one each.
 
 mod client_common;
 
@@ -386,13 +388,14 @@ impl Drop for KillAfter {
     }
 }
 
-/// A gateway over HTTP whose one mount `mount` runs the Python upstream `script` (a legacy
-/// stdio server given a marks folder as its argument), with `more` added to the mount's
-/// settings; `prepare` fills the marks folder before the gateway starts. The temporary
+/// A gateway over HTTP whose one mount `mount` runs the Python upstream `script` (a stdio
+/// server given a marks folder as its argument, spoken to in the era `protocol`), with
+/// `more` added to the mount's settings; `prepare` fills the marks folder before the gateway starts. The temporary
 /// folder, the marks folder, the gateway and its URL; `None` (a skip) without python3.
 fn script_gateway(
     script: &str,
     mount: &str,
+    protocol: &str,
     more: &str,
     prepare: impl FnOnce(&Path),
 ) -> Option<(tempfile::TempDir, PathBuf, client_common::Guard, String)> {
@@ -407,7 +410,7 @@ fn script_gateway(
     std::fs::write(
         &gw,
         format!(
-            "[[mount]]\nkind = \"mcp\"\nname = \"{mount}\"\ncommand = {python:?}\nargs = [{:?}, {:?}]\nprotocol = \"legacy\"\n{more}",
+            "[[mount]]\nkind = \"mcp\"\nname = \"{mount}\"\ncommand = {python:?}\nargs = [{:?}, {:?}]\nprotocol = \"{protocol}\"\n{more}",
             path.display().to_string(),
             marks.display().to_string()
         ),
@@ -432,7 +435,7 @@ struct Forking {
 
 impl Forking {
     fn start(more: &str) -> Option<Self> {
-        let (tmp, marks, gateway, url) = script_gateway(FORKING, "f", more, |_| {})?;
+        let (tmp, marks, gateway, url) = script_gateway(FORKING, "f", "legacy", more, |_| {})?;
         let ls = |url: &str| {
             let mut c = Command::new(bin());
             c.args(["ls", "--url", url]);
@@ -565,9 +568,9 @@ fn an_upstreams_changed_templates_are_served() {
         )
         .unwrap();
     };
-    let Some((_tmp, marks, _gateway, url)) =
-        script_gateway(CHANGING, "c", "", |marks| set_templates(marks, "first"))
-    else {
+    let Some((_tmp, marks, _gateway, url)) = script_gateway(CHANGING, "c", "legacy", "", |marks| {
+        set_templates(marks, "first")
+    }) else {
         return;
     };
     let set_templates = |name: &str| set_templates(&marks, name);
@@ -607,4 +610,184 @@ fn an_upstreams_changed_templates_are_served() {
     kill(&std::fs::read_to_string(marks.join("pid")).unwrap());
     let now = serves("third");
     assert!(!now.contains("c+x://second/"), "{now}");
+}
+
+/// A 2026-07-28 upstream whose `subscriptions/listen` refuses `x://refused` (an error),
+/// acknowledges `x://left-out` without it, and ends the first stream for `x://a` a second
+/// after acknowledging it (an error answer, as a restart of its own would); it counts the
+/// listens for `x://a` in the mark `listens-a`. It never sends an `updated`.
+const LISTENER: &str = r#"
+import json, os, sys, threading, time
+marks = sys.argv[1]
+lock = threading.Lock()
+def send(obj):
+    with lock:
+        sys.stdout.write(json.dumps(obj) + "\n"); sys.stdout.flush()
+def answer(mid, result):
+    result["resultType"] = "complete"
+    send({"jsonrpc": "2.0", "id": mid, "result": result})
+def end_later(mid):
+    time.sleep(1)
+    send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32603, "message": "the stream is over"}})
+listens_a = 0
+for line in sys.stdin:
+    try:
+        msg = json.loads(line)
+    except Exception:
+        continue
+    method, mid = msg.get("method"), msg.get("id")
+    if mid is None:
+        continue
+    p = msg.get("params") or {}
+    if method == "server/discover":
+        answer(mid, {"supportedVersions": ["2026-07-28"], "ttlMs": 0, "cacheScope": "private",
+              "capabilities": {"resources": {"subscribe": True, "listChanged": True}},
+              "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "listener", "version": "1"}}})
+    elif method == "resources/templates/list":
+        answer(mid, {"resourceTemplates": []})
+    elif method == "resources/list":
+        answer(mid, {"resources": [{"uri": "x://a", "name": "a"}]})
+    elif method == "subscriptions/listen":
+        wanted = dict(p.get("notifications") or {})
+        uris = wanted.get("resourceSubscriptions")
+        if uris is not None and "x://refused" in uris:
+            send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32602, "message": "x://refused cannot be watched"}})
+            continue
+        if uris is not None:
+            wanted["resourceSubscriptions"] = [u for u in uris if u != "x://left-out"]
+        send({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+              "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": mid}, "notifications": wanted}})
+        if uris is not None and "x://a" in uris:
+            listens_a += 1
+            with open(os.path.join(marks, "listens-a"), "w") as f:
+                f.write(str(listens_a))
+            if listens_a == 1:
+                threading.Thread(target=end_later, args=(mid,), daemon=True).start()
+    else:
+        send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32601, "message": "no " + str(method)}})
+"#;
+
+/// A `watch --protocol legacy` of `uri` through the gateway at `url`, once it says it is
+/// watching or has ended (within 20 s): the watch and what it wrote to stderr.
+fn watch_started(url: &str, uri: &str) -> (client_common::Lines, String) {
+    let mut c = Command::new(bin());
+    c.args(["watch", "--protocol", "legacy", uri, "--url", url]);
+    let mut watch = client_common::Lines::spawn(c);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if watch.stderr().contains("watching") || watch.child.0.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // What an ended watch wrote last is in by the time its stderr closed.
+    std::thread::sleep(Duration::from_millis(100));
+    let stderr = watch.stderr();
+    (watch, stderr)
+}
+
+/// Subscribing through a 2026-07-28 upstream waits for its acknowledgment: a listen the
+/// upstream refuses, or acknowledges without the URI, fails the client's subscribe naming
+/// the mount (the client is never told it is subscribed when it is not); and a listen stream
+/// the upstream ends is opened again and announced with one `updated`, since what changed
+/// while none was open is unknown.
+#[test]
+fn a_modern_upstreams_refused_or_ended_listen_is_not_passed_off_as_live() {
+    let Some((_tmp, marks, _gateway, url)) =
+        script_gateway(LISTENER, "l", "2026-07-28", "", |_| {})
+    else {
+        return;
+    };
+    for refused in ["l+x://refused", "l+x://left-out"] {
+        let (watch, stderr) = watch_started(&url, refused);
+        assert!(
+            stderr.contains("will not watch") && !stderr.contains("watching 1"),
+            "{refused}: {stderr}"
+        );
+        assert!(stderr.contains("mcp mount \"l\""), "{refused}: {stderr}");
+        drop(watch);
+    }
+    let (watch, stderr) = watch_started(&url, "l+x://a");
+    assert!(stderr.contains("watching 1 resource"), "{stderr}");
+    // The upstream ends the stream after a second; the one opened again is announced.
+    let mut heard = 0;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while heard == 0 && Instant::now() < deadline {
+        if let Some(l) = watch.next_within(Duration::from_millis(200))
+            && l.contains("l+x://a")
+        {
+            heard += 1;
+        }
+    }
+    assert_eq!(heard, 1, "stderr: {}", watch.stderr());
+    let listens: u32 = std::fs::read_to_string(marks.join("listens-a"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(listens, 2, "the stream the upstream ended was opened again");
+}
+
+/// Three upstreams that never answer (each gateway mount waits up to 15 s for its first
+/// connection attempt at start): they are waited for at once, so the server serves after
+/// about one wait, not three; the mounts are still mounted in the configuration's order.
+#[test]
+fn hung_upstreams_delay_the_start_once_not_once_each() {
+    let tmp = tempfile::tempdir().unwrap();
+    let local = tmp.path().join("local");
+    std::fs::create_dir(&local).unwrap();
+    let mut config = format!(
+        "[[mount]]\nkind = \"files\"\nroot = {:?}\n",
+        local.display().to_string()
+    );
+    for name in ["h1", "h2", "h3"] {
+        config.push_str(&format!(
+            "\n[[mount]]\nkind = \"mcp\"\nname = \"{name}\"\ncommand = \"sh\"\nargs = [\"-c\", \"sleep 120\"]\ntimeout_ms = 100\n"
+        ));
+    }
+    let gw = tmp.path().join("gateway.toml");
+    std::fs::write(&gw, config).unwrap();
+    let started = Instant::now();
+    let mut serve = Command::new(bin());
+    serve
+        .args(["serve", "--log-level", "info", "--config"])
+        .arg(&gw)
+        .args(["--http", "127.0.0.1:0"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let mut child = client_common::Guard(serve.spawn().unwrap());
+    let stderr = child.0.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead as _;
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut mounted = Vec::new();
+    loop {
+        let line = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the server serves");
+        if line.contains("mounted") && line.contains("mcp h") {
+            mounted.push(line.split("mcp ").nth(1).unwrap_or_default()[..2].to_owned());
+        }
+        if line.contains("serving MCP on") {
+            break;
+        }
+    }
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(35),
+        "three hung upstreams took {took:?} to start (one after another would be 45 s)"
+    );
+    assert_eq!(
+        mounted,
+        ["h1", "h2", "h3"],
+        "mounted in the configuration's order"
+    );
 }

@@ -17,7 +17,7 @@ use rmcp::model::{
     SubscriptionFilter, UnsubscribeRequestParams,
 };
 use rmcp::service::{
-    ClientCacheConfig, ClientLifecycleMode, NotificationContext, RunningService,
+    ClientCacheConfig, ClientLifecycleMode, NotificationContext, RunningService, Subscription,
     serve_client_with_lifecycle,
 };
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceError};
@@ -38,7 +38,7 @@ const STABLE: Duration = Duration::from_secs(30);
 /// Requests in a row that got no answer within the timeout before the connection is taken
 /// for hung and started again.
 const HUNG_AFTER: u32 = 3;
-/// How often an idle connection is asked whether it is still there.
+/// How often the connection (busy or not) is asked whether it is still there.
 const HEARTBEAT: Duration = Duration::from_secs(5);
 /// The most template pages asked of the upstream at connect.
 const MAX_TEMPLATE_PAGES: usize = 100;
@@ -149,6 +149,12 @@ pub(crate) struct Shared {
     /// `list_changed` makes at most one fetch under way and one waiting.
     templates_stale: Notify,
     watches: Mutex<Watches>,
+    /// One turn per URI whose upstream subscription is being opened or closed: a URI's
+    /// subscribe and unsubscribe go upstream one at a time, in the order asked, so the
+    /// upstream ends in the state last asked (an unsubscribe never lands after a fresh
+    /// subscribe), and a second watch joins a subscription only once it is in place. Only
+    /// the turns someone holds or waits for are kept.
+    turns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     queue: Mutex<Queue>,
     queued: Notify,
     /// Wakes the connection task when [`Shared::restart_gen`] asks it to start again.
@@ -180,6 +186,7 @@ impl Shared {
             templates: Mutex::new(Arc::new([])),
             templates_stale: Notify::new(),
             watches: Mutex::default(),
+            turns: Mutex::default(),
             queue: Mutex::default(),
             queued: Notify::new(),
             restart: Notify::new(),
@@ -341,6 +348,17 @@ impl Shared {
         }
     }
 
+    /// Wait for `up`'s turn to be subscribed or unsubscribed upstream (see
+    /// [`Shared::turns`]); the turn passes on when the guard is dropped.
+    async fn turn(&self, up: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        let turn = {
+            let mut turns = lock(&self.turns);
+            turns.retain(|_, t| Arc::strong_count(t) > 1);
+            turns.entry(up.to_owned()).or_default().clone()
+        };
+        turn.lock_owned().await
+    }
+
     /// Subscribe `ours` (upstream `up`) for `sink`: registered now, established upstream
     /// when connected (and again after every reconnect). Returns the registration's id.
     pub(crate) async fn watch(
@@ -349,6 +367,7 @@ impl Shared {
         up: &str,
         sink: ChangeSink,
     ) -> Result<u64> {
+        let _turn = self.turn(up).await;
         let (id, first) = {
             let mut w = lock(&self.watches);
             w.next_id += 1;
@@ -381,7 +400,8 @@ impl Shared {
                 // established after the reconnect.
                 Err(e) if e.is_temporary() => {}
                 Err(e) => {
-                    self.unwatch(up, id);
+                    // Refused: there is no upstream subscription to close.
+                    self.forget(up, id);
                     return Err(e);
                 }
             }
@@ -389,13 +409,33 @@ impl Shared {
         Ok(id)
     }
 
-    /// Open the upstream subscription of watch `id` on `up` over `conn`.
+    /// Open the upstream subscription of watch `id` on `up` over `conn`. On a 2026-07-28
+    /// upstream this waits (within the request timeout) for the upstream's acknowledgment of
+    /// the listen, so that a client told it is subscribed is: a refusal, or an acknowledgment
+    /// that leaves `up` out, fails the subscription. An upstream that does not answer in time
+    /// leaves the stream to be opened in the background (the outage's business), announced
+    /// once when it is.
     async fn establish(self: &Arc<Self>, conn: &Arc<Conn>, up: &str, id: u64) -> Result<()> {
         if conn.era == Era::Modern {
             let filter = SubscriptionFilter::builder()
                 .resource_subscriptions([up.to_owned()])
                 .build();
-            let task = tokio::spawn(listen(Arc::downgrade(self), conn.clone(), filter));
+            let what = Listened::Uri(up.to_owned());
+            let (first, result) = match self.open_listen(conn, &filter, &what).await {
+                Ok(sub) => (Some(sub), Ok(())),
+                Err(e) if e.is_temporary() => (None, Err(e)),
+                Err(e) => return Err(e),
+            };
+            // Opened later, it was not live when the client was told it was subscribed.
+            let announce = first.is_none();
+            let task = tokio::spawn(listen(
+                Arc::downgrade(self),
+                conn.clone(),
+                filter,
+                what,
+                first,
+                announce,
+            ));
             let mut w = lock(&self.watches);
             match w.uris.get_mut(up) {
                 Some(watch) if watch.id == id => {
@@ -405,7 +445,7 @@ impl Shared {
                 }
                 _ => task.abort(),
             }
-            return Ok(());
+            return result;
         }
         if !conn.subscribe {
             return Err(Error::unsupported(format!(
@@ -418,36 +458,84 @@ impl Shared {
         self.call("resources/subscribe", Some(up), fut).await
     }
 
-    /// Release watch `id` on `up`: with the last watch of `up`, its upstream subscription
-    /// is closed.
-    pub(crate) fn unwatch(self: &Arc<Self>, up: &str, id: u64) {
-        let removed = {
-            let mut w = lock(&self.watches);
-            let last = w
-                .uris
-                .get_mut(up)
-                .is_some_and(|watch| watch.sinks.remove(&id).is_some() && watch.sinks.is_empty());
-            if last { w.uris.remove(up) } else { None }
+    /// One `subscriptions/listen` for `filter` over `conn`, once the upstream acknowledged
+    /// it (within the request timeout); refused when the acknowledgment leaves out `what`
+    /// was asked (the upstream will not watch it).
+    async fn open_listen(
+        &self,
+        conn: &Conn,
+        filter: &SubscriptionFilter,
+        what: &Listened,
+    ) -> Result<Subscription> {
+        let sub = self
+            .call(
+                "subscriptions/listen",
+                None,
+                conn.peer.listen(filter.clone()),
+            )
+            .await?;
+        let ack = sub.acknowledged();
+        let accepted = match what {
+            Listened::Uri(up) => ack
+                .resource_subscriptions
+                .as_ref()
+                .is_some_and(|uris| uris.iter().any(|u| u == up)),
+            Listened::List => ack.resources_list_changed == Some(true),
         };
-        let Some(watch) = removed else { return };
-        if let Some(l) = watch.listen {
+        if !accepted {
+            return Err(Error::unsupported(format!(
+                "mcp mount \"{}\": the upstream refused to watch {}: its acknowledgment of subscriptions/listen left it out",
+                self.name(),
+                match what {
+                    Listened::Uri(up) => format!("{:?}", self.map.ours(up)),
+                    Listened::List => "its resource list".to_owned(),
+                }
+            )));
+        }
+        Ok(sub)
+    }
+
+    /// Remove watch `id` of `up`; the entry of `up` when it was its last (its listen
+    /// stream, if any, cancelled).
+    fn forget(&self, up: &str, id: u64) -> Option<Watch> {
+        let mut w = lock(&self.watches);
+        let last = w
+            .uris
+            .get_mut(up)
+            .is_some_and(|watch| watch.sinks.remove(&id).is_some() && watch.sinks.is_empty());
+        let mut watch = if last { w.uris.remove(up) } else { None }?;
+        if let Some(l) = watch.listen.take() {
             // Dropping the stream's handle cancels the listen upstream.
             l.abort();
+        }
+        Some(watch)
+    }
+
+    /// Release watch `id` on `up`: with the last watch of `up`, its upstream subscription
+    /// is closed, in `up`'s turn, unless it was watched again meanwhile (that watch's
+    /// subscribe, asked last, stands).
+    pub(crate) fn unwatch(self: &Arc<Self>, up: &str, id: u64) {
+        if self.forget(up, id).is_none() {
             return;
         }
-        if let Ok(conn) = self.conn()
-            && conn.era == Era::Legacy
-            && conn.subscribe
-            && let Ok(rt) = tokio::runtime::Handle::try_current()
-        {
-            let this = self.clone();
-            let up = up.to_owned();
-            rt.spawn(async move {
-                #[allow(deprecated)]
-                let fut = conn.peer.unsubscribe(UnsubscribeRequestParams::new(&up));
-                let _ = this.call("resources/unsubscribe", Some(&up), fut).await;
-            });
-        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let this = self.clone();
+        let up = up.to_owned();
+        rt.spawn(async move {
+            let _turn = this.turn(&up).await;
+            if lock(&this.watches).uris.contains_key(&up) {
+                return;
+            }
+            let Ok(conn) = this.conn() else { return };
+            if conn.era != Era::Legacy || !conn.subscribe {
+                return;
+            }
+            #[allow(deprecated)]
+            let fut = conn.peer.unsubscribe(UnsubscribeRequestParams::new(&up));
+            let _ = this.call("resources/unsubscribe", Some(&up), fut).await;
+        });
     }
 
     /// Report list changes to `sink` until [`Shared::unwatch_list`] with the returned id.
@@ -485,7 +573,15 @@ impl Shared {
         let filter = SubscriptionFilter::builder()
             .resources_list_changed()
             .build();
-        let task = tokio::spawn(listen(Arc::downgrade(self), conn.clone(), filter));
+        let task = tokio::spawn(listen(
+            Arc::downgrade(self),
+            conn.clone(),
+            filter,
+            Listened::List,
+            None,
+            // A reconnect announces the list itself (`reestablish`).
+            false,
+        ));
         let mut w = lock(&self.watches);
         match &mut w.list {
             Some(list) if list.id == id => {
@@ -566,8 +662,20 @@ impl Shared {
             .map(|(up, w)| (up.clone(), w.id))
             .collect();
         for (up, id) in &uris {
+            // A connection asked to end meanwhile (hung) is not waited on for every URI.
+            if conn.peer.is_transport_closed()
+                || self.restart_gen.load(Ordering::Relaxed) == conn.generation
+            {
+                break;
+            }
+            let _turn = self.turn(up).await;
+            // Released meanwhile (its unsubscribe waits for this turn), or released and
+            // watched again (that watch subscribed itself).
+            if lock(&self.watches).uris.get(up).is_none_or(|w| w.id != *id) {
+                continue;
+            }
             if let Err(e) = self.establish(conn, up, *id).await {
-                tracing::warn!(mount = %self.name(), "cannot subscribe to {up} again: {e}");
+                tracing::warn!(mount = %self.name(), "cannot subscribe to {up:?} again: {e}");
             }
         }
         let list = lock(&self.watches).list.as_ref().map(|l| l.id);
@@ -616,16 +724,44 @@ impl ClientHandler for Handler {
     }
 }
 
-/// One `subscriptions/listen` stream on a 2026-07-28 upstream, relaying what it carries; a
-/// stream the upstream ends is opened again while the connection and the watch live.
-async fn listen(shared: Weak<Shared>, conn: Arc<Conn>, filter: SubscriptionFilter) {
+/// What one listen stream carries: one URI's updates, or the list's changes.
+#[derive(Debug, Clone)]
+pub(crate) enum Listened {
+    Uri(String),
+    List,
+}
+
+/// One `subscriptions/listen` stream on a 2026-07-28 upstream (`first`, when the caller
+/// opened it already), relaying what it carries; a stream the upstream ends, or that lags
+/// (rmcp ends it then), is opened again while the connection and the watch live, and each
+/// stream opened again is announced once (an `updated`, or a list change), as after a
+/// reconnect: what changed while none was open is unknown. `announce` says whether the
+/// first stream opened here is announced too.
+async fn listen(
+    shared: Weak<Shared>,
+    conn: Arc<Conn>,
+    filter: SubscriptionFilter,
+    what: Listened,
+    mut first: Option<Subscription>,
+    mut announce: bool,
+) {
     let mut wait = Duration::from_millis(500);
     loop {
-        let opened = {
-            let Some(s) = shared.upgrade() else { return };
-            let fut = conn.peer.listen(filter.clone());
-            s.call("subscriptions/listen", None, fut).await
+        let opened = match first.take() {
+            Some(sub) => Ok(sub),
+            None => {
+                let Some(s) = shared.upgrade() else { return };
+                let opened = s.open_listen(&conn, &filter, &what).await;
+                if opened.is_ok() && announce {
+                    match &what {
+                        Listened::Uri(up) => s.upstream_updated(up),
+                        Listened::List => s.upstream_list_changed(),
+                    }
+                }
+                opened
+            }
         };
+        announce = true;
         match opened {
             Ok(mut sub) => {
                 wait = Duration::from_millis(500);
@@ -882,8 +1018,13 @@ async fn fetch_templates(shared: &Shared, peer: &Peer<RoleClient>) -> Result<Vec
             if out.len() >= MAX_TEMPLATES {
                 break;
             }
+            // One that cannot be a URI (a space, a control character, no scheme) is left
+            // out, as such an entry of a listing is.
+            let Some(uri_template) = shared.map.ours_checked(&t.uri_template) else {
+                continue;
+            };
             out.push(TemplateMeta {
-                uri_template: shared.map.ours(&t.uri_template),
+                uri_template,
                 name: clean_name(&t.name),
                 title: t.title.as_deref().map(clean_name),
                 description: t.description.as_deref().map(clean_description),
@@ -994,5 +1135,143 @@ pub(crate) async fn run(shared: Weak<Shared>) {
         }
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+    use mcpr_core::{LocalBus, Provider as _, ReadLimits, ResourceUri};
+
+    /// A legacy upstream that keeps the set of URIs it is subscribed to and serves it at
+    /// `x://state`, one per line.
+    const SUBSCRIBED: &str = r#"
+import json, sys
+subs = set()
+def send(mid, result):
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": mid, "result": result}) + "\n"); sys.stdout.flush()
+for line in sys.stdin:
+    msg = json.loads(line)
+    method, mid, p = msg.get("method"), msg.get("id"), msg.get("params") or {}
+    if mid is None:
+        continue
+    if method == "initialize":
+        send(mid, {"protocolVersion": p.get("protocolVersion"), "serverInfo": {"name": "subs", "version": "1"},
+                   "capabilities": {"resources": {"subscribe": True}}})
+    elif method == "resources/subscribe":
+        subs.add(p["uri"]); send(mid, {})
+    elif method == "resources/unsubscribe":
+        subs.discard(p["uri"]); send(mid, {})
+    elif method == "resources/read" and p["uri"] == "x://bad":
+        send(mid, {"contents": [{"uri": "x://bad\u001b]52;c;cm0K\u0007\n", "text": "bad"}]})
+    elif method == "resources/read":
+        send(mid, {"contents": [{"uri": p["uri"], "text": "\n".join(sorted(subs))}]})
+    elif method == "resources/templates/list":
+        send(mid, {"resourceTemplates": [{"uriTemplate": "x://{id}", "name": "good"},
+            {"uriTemplate": "x://\u001b[2J{id}", "name": "escape"}, {"uriTemplate": "no scheme {id}", "name": "bad"}]})
+    else:
+        send(mid, {})
+"#;
+
+    /// The Python interpreter, or `None` (a skip) where there is none; under CI its absence
+    /// fails the test, so that a skip cannot hide that nothing was checked.
+    fn python() -> Option<String> {
+        let found = std::process::Command::new("python3")
+            .args(["-c", "import sys; print(sys.executable)"])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .map(|p| p.trim().to_owned());
+        if found.is_none() {
+            assert!(std::env::var("CI").is_err(), "python3 is needed under CI");
+            eprintln!("skipped: no python3");
+        }
+        found
+    }
+
+    /// An upstream's template or read `contents[].uri` that cannot be a URI (a control
+    /// character, a space, no scheme) is never relayed: the template is left out, as such an
+    /// entry of a listing is, and the read refused naming the mount.
+    #[tokio::test]
+    async fn unparseable_uris_of_templates_and_contents_are_not_relayed() {
+        let Some(python) = python() else { return };
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("subs.py");
+        std::fs::write(&script, SUBSCRIBED).unwrap();
+        let mut config = McpConfig::new(
+            "m",
+            Upstream::Stdio {
+                command: python,
+                args: vec![script.display().to_string()],
+                env: Vec::new(),
+            },
+        );
+        config.protocol = Protocol::Legacy;
+        let provider = crate::McpProvider::start(config).await.unwrap();
+        let templates: Vec<String> = provider
+            .templates()
+            .iter()
+            .map(|t| t.uri_template.clone())
+            .collect();
+        assert_eq!(templates, ["m+x://{id}"]);
+        let limits = ReadLimits { max_bytes: 1 << 20 };
+        let bad = ResourceUri::parse("m+x://bad").unwrap();
+        let e = provider.read(&bad, &limits).await.unwrap_err();
+        assert!(
+            e.message.contains("mcp mount \"m\"") && !e.message.contains('\u{1b}'),
+            "{e}"
+        );
+        let good = ResourceUri::parse("m+x://good").unwrap();
+        let out = provider.read(&good, &limits).await.unwrap();
+        assert_eq!(out.contents[0].uri, "m+x://good");
+    }
+
+    /// A watch released and made again at once (the registry does so when a client
+    /// unsubscribes and subscribes again): the upstream ends subscribed, every time. On one
+    /// thread the release's unsubscribe, were it sent from a task of its own, would go out
+    /// after the fresh subscribe and undo it.
+    #[tokio::test]
+    async fn an_unsubscribe_never_lands_after_a_fresh_subscribe() {
+        let Some(python) = python() else { return };
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("subs.py");
+        std::fs::write(&script, SUBSCRIBED).unwrap();
+        let mut config = McpConfig::new(
+            "m",
+            Upstream::Stdio {
+                command: python,
+                args: vec![script.display().to_string()],
+                env: Vec::new(),
+            },
+        );
+        config.protocol = Protocol::Legacy;
+        let provider = crate::McpProvider::start(config).await.unwrap();
+        let sink = ChangeSink::new(Arc::new(LocalBus::new(16)), "m");
+        let uri = ResourceUri::parse("m+x://a").unwrap();
+        let state = ResourceUri::parse("m+x://state").unwrap();
+        let limits = ReadLimits { max_bytes: 1 << 20 };
+        let subscribed = async || {
+            // Whatever was spawned has run by the time this read is answered.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let out = provider.read(&state, &limits).await.unwrap();
+            match &out.contents[0].body {
+                mcpr_core::ContentsBody::Text(t) => t.clone(),
+                other => panic!("{other:?}"),
+            }
+        };
+        for round in 0..5 {
+            let first = provider.watch(&uri, sink.clone()).await.unwrap();
+            assert_eq!(subscribed().await, "x://a", "round {round}");
+            drop(first);
+            let again = provider.watch(&uri, sink.clone()).await.unwrap();
+            assert_eq!(
+                subscribed().await,
+                "x://a",
+                "round {round}: the last asked stands"
+            );
+            drop(again);
+            assert_eq!(subscribed().await, "", "round {round}: released");
+        }
     }
 }

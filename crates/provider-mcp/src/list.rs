@@ -14,7 +14,9 @@ use crate::error;
 use crate::uri::{clean_description, clean_name};
 
 /// The most upstream pages one of our pages asks for (an upstream serving empty pages must
-/// not hold a request forever); the page then ends where it got to.
+/// not hold a request forever); the page then ends where it got to. An upstream that sends
+/// back a cursor already sent for the page (the same one again, or a cycle) is refused: its
+/// listing would never end.
 const MAX_UPSTREAM_PAGES: usize = 8;
 
 /// Where a listing resumes: the upstream page (its cursor, `None` for the first) and how
@@ -103,7 +105,10 @@ where
     let mut cursor = start.cursor;
     let mut offset = start.offset as usize;
     let mut hints: Option<CacheHints> = None;
+    // The cursors sent upstream for this page (at most MAX_UPSTREAM_PAGES).
+    let mut sent: Vec<Option<String>> = Vec::new();
     for _ in 0..MAX_UPSTREAM_PAGES {
+        sent.push(cursor.clone());
         let res = fetch(cursor.clone()).await?;
         let h = crate::provider::capped(shared.config.cache, res.ttl_ms, res.cache_scope);
         hints = Some(hints.map_or(h, |o| o.min(h)));
@@ -150,6 +155,13 @@ where
                 ),
             ));
         }
+        if sent.iter().any(|c| c.as_deref() == Some(next.as_str())) {
+            return Err(error::hostile(
+                shared.name(),
+                what,
+                "a nextCursor it had already sent for this listing (it would never end)",
+            ));
+        }
         cursor = Some(next);
         offset = 0;
         if items.len() == limit {
@@ -166,6 +178,69 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{McpConfig, Upstream};
+
+    /// An upstream page of one entry whose `nextCursor` is `next`.
+    fn upstream_page(next: &str) -> ListResourcesResult {
+        ListResourcesResult {
+            next_cursor: Some(next.to_owned()),
+            ..ListResourcesResult::with_all_items(vec![
+                serde_json::from_value(serde_json::json!({"uri": "x://a", "name": "a"})).unwrap(),
+            ])
+        }
+    }
+
+    #[tokio::test]
+    async fn a_repeated_upstream_cursor_ends_the_listing_naming_the_mount() {
+        let shared = Shared::new(McpConfig::new(
+            "rep",
+            Upstream::Stdio {
+                command: "unused".into(),
+                args: Vec::new(),
+                env: Vec::new(),
+            },
+        ));
+        let request = PageRequest {
+            after: None,
+            limit: 100,
+        };
+        // The same cursor again, and a cycle of two.
+        let same = |_: Option<String>| async { Ok(upstream_page("same")) };
+        let cycle = |c: Option<String>| async move {
+            Ok(upstream_page(if c.as_deref() == Some("a") {
+                "b"
+            } else {
+                "a"
+            }))
+        };
+        for e in [
+            page(&shared, "resources/list", request.clone(), same)
+                .await
+                .unwrap_err(),
+            page(&shared, "resources/list", request.clone(), cycle)
+                .await
+                .unwrap_err(),
+        ] {
+            assert!(
+                e.message.contains("mcp mount \"rep\"")
+                    && e.message.contains("resources/list")
+                    && e.message.contains("never end"),
+                "{e}"
+            );
+        }
+        // Fresh cursors end where the upstream does.
+        let fresh = |c: Option<String>| async move {
+            let mut p = upstream_page("next");
+            if c.is_some() {
+                p.next_cursor = None;
+            }
+            Ok(p)
+        };
+        let p = page(&shared, "resources/list", request, fresh)
+            .await
+            .unwrap();
+        assert_eq!((p.items.len(), p.next), (2, None));
+    }
 
     #[test]
     fn positions_round_trip_and_refuse_garbage() {

@@ -1,7 +1,8 @@
 //! A stdio upstream's process: started in a process group of its own with only `PATH`,
 //! `HOME` and the configured `env` (never our own environment, which may hold our secrets),
-//! its stderr copied to our log line by line (bounded, marked with the mount), and the whole
-//! group killed and reaped when the connection ends or we do.
+//! its stderr copied to our log line by line (bounded, marked with the mount, every `env`
+//! value masked: an upstream may print its own environment), and the whole group killed and
+//! reaped when the connection ends or we do.
 //!
 //! On Linux, when the binary offers it ([`crate::guard::enable`]), the command runs under
 //! the guard ([`crate::guard`]), which takes it and every process it started (`npx` starts
@@ -24,6 +25,74 @@ use crate::config::Secret;
 const MAX_STDERR_LINE: usize = 2048;
 /// The most stderr lines logged per second; more are counted and the count logged.
 const MAX_STDERR_LINES_PER_SECOND: u32 = 50;
+/// Secret values shorter than this are not masked in stderr lines: `1` or `on` would mask
+/// every such character of every line and say which characters the secret is made of.
+const MIN_MASKED_CHARS: usize = 4;
+/// What a masked secret value reads as in our log.
+const MASK: &str = "<redacted>";
+
+/// The secret values (`env`, `headers`) to mask in what an upstream prints, longest first
+/// (so a value that contains another is masked whole), without control characters (as the
+/// line they are looked for in).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Masks(Vec<String>);
+
+impl Masks {
+    pub(crate) fn new<'a>(values: impl IntoIterator<Item = &'a str>) -> Self {
+        let mut v: Vec<String> = values
+            .into_iter()
+            .map(without_controls)
+            .filter(|v| v.chars().count() >= MIN_MASKED_CHARS)
+            .collect();
+        v.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        v.dedup();
+        Self(v)
+    }
+
+    /// `line` with every value replaced by [`MASK`]; when the line was `cut` short, a start
+    /// of a value at its very end (the rest of the value fell past the cut) goes too.
+    pub(crate) fn apply(&self, line: &str, cut: bool) -> String {
+        let mut out = line.to_owned();
+        for v in &self.0 {
+            if out.contains(v.as_str()) {
+                out = out.replace(v.as_str(), MASK);
+            }
+        }
+        if cut {
+            let partial = self
+                .0
+                .iter()
+                .flat_map(|v| v.char_indices().skip(1).map(|(i, _)| &v[..i]))
+                .filter(|start| out.ends_with(start))
+                .map(str::len)
+                .max();
+            if let Some(n) = partial {
+                out.truncate(out.len() - n);
+                out.push_str(MASK);
+            }
+        }
+        out
+    }
+}
+
+/// `s` without control characters other than tab.
+fn without_controls(s: &str) -> String {
+    s.chars()
+        .filter(|c| !c.is_control() || *c == '\t')
+        .collect()
+}
+
+/// `s` cut to at most `max` bytes, on a character boundary.
+fn cut(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut end = max;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+    }
+    s
+}
 
 /// How long the guard, asked to end, gets to kill the upstream's tree before its whole
 /// group is killed (it needs moments; it gives up on a tree that keeps forking after 2 s).
@@ -104,7 +173,8 @@ impl Child {
             return Err(format!("`{command}` started without stdin or stdout"));
         };
         if let Some(stderr) = stderr {
-            tokio::spawn(log_stderr(mount.to_owned(), stderr));
+            let masks = Masks::new(env.iter().map(|e| e.value.as_str()));
+            tokio::spawn(log_stderr(mount.to_owned(), stderr, masks));
         }
         Ok((this, stdout, stdin))
     }
@@ -174,9 +244,12 @@ impl Drop for Child {
 }
 
 /// Copy `stderr` to our log a line at a time, each line cut to [`MAX_STDERR_LINE`] bytes
-/// and stripped of control characters, at most [`MAX_STDERR_LINES_PER_SECOND`] a second.
-async fn log_stderr(mount: String, stderr: ChildStderr) {
+/// and stripped of control characters, every secret of `masks` in it masked (a secret's
+/// start before the cut included), at most [`MAX_STDERR_LINES_PER_SECOND`] a second.
+async fn log_stderr(mount: String, stderr: ChildStderr, masks: Masks) {
     let mut reader = BufReader::new(stderr);
+    // Whether the line in hand lost bytes past the bound.
+    let mut truncated = false;
     let mut line: Vec<u8> = Vec::with_capacity(256);
     let mut window = Instant::now();
     let mut logged = 0u32;
@@ -187,11 +260,13 @@ async fn log_stderr(mount: String, stderr: ChildStderr) {
             Ok(buf) => match buf.iter().position(|&b| b == b'\n') {
                 Some(i) => {
                     let room = MAX_STDERR_LINE.saturating_sub(line.len());
+                    truncated |= i > room;
                     line.extend_from_slice(&buf[..i.min(room)]);
                     (true, i + 1)
                 }
                 None => {
                     let room = MAX_STDERR_LINE.saturating_sub(line.len());
+                    truncated |= buf.len() > room;
                     line.extend_from_slice(&buf[..buf.len().min(room)]);
                     (false, buf.len())
                 }
@@ -210,22 +285,34 @@ async fn log_stderr(mount: String, stderr: ChildStderr) {
             dropped = 0;
         }
         if logged < MAX_STDERR_LINES_PER_SECOND {
-            let text: String = String::from_utf8_lossy(&line)
-                .chars()
-                .filter(|c| !c.is_control() || *c == '\t')
-                .collect();
+            let text = without_controls(&String::from_utf8_lossy(&line));
+            let text = cut(masks.apply(&text, truncated), MAX_STDERR_LINE + MASK.len());
             tracing::info!(mount = %mount, "upstream stderr: {text}");
             logged += 1;
         } else {
             dropped += 1;
         }
         line.clear();
+        truncated = false;
     }
 }
 
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secrets_are_masked_whole_and_short_values_left() {
+        let m = Masks::new(["s3cret-value", "s3cret", "on", "a\u{1b}bcd"]);
+        assert_eq!(
+            m.apply("API_KEY=s3cret-value OTHER=s3cret FLAG=on X=abcd", false),
+            "API_KEY=<redacted> OTHER=<redacted> FLAG=on X=<redacted>"
+        );
+        // A line cut short right after a secret's start: the start goes too.
+        assert_eq!(m.apply("KEY=s3cre", true), "KEY=<redacted>");
+        assert_eq!(m.apply("KEY=s3cre", false), "KEY=s3cre");
+        assert_eq!(cut("aé".to_owned(), 2), "a");
+    }
 
     #[test]
     fn startable_finds_what_exec_would() {

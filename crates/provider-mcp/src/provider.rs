@@ -227,8 +227,19 @@ impl Provider for McpProvider {
                 // A kind of content this rmcp does not know yet: nothing we can relay.
                 _ => continue,
             };
+            // A URI that cannot be one (a control character, a space, no scheme) is not
+            // relayed: a listing leaves such an entry out, and a read cannot leave out what
+            // it was asked for.
+            let Some(uri) = self.shared.map.ours_checked(&uri) else {
+                return Err(error::hostile(
+                    self.shared.name(),
+                    "resources/read",
+                    "a content URI that is not a URI (a space, a control character or no scheme)",
+                )
+                .with_uri(ours));
+            };
             contents.push(Contents {
-                uri: self.shared.map.ours(&uri),
+                uri,
                 mime_type: mime_type.as_deref().map(clean_name),
                 body,
                 meta: meta

@@ -95,7 +95,7 @@ fn relayed_skill(shared: &Shared, uri: &str, files: SkillResources) -> Option<Re
     let files = match files {
         SkillResources::Dynamic => None,
         SkillResources::Files(files) if files.len() > MAX_MANIFEST_FILES => {
-            tracing::warn!(mount = %shared.name(), "skills/list: left out {uri}: a manifest of {} files", files.len());
+            tracing::warn!(mount = %shared.name(), "skills/list: left out {uri:?}: a manifest of {} files", files.len());
             return None;
         }
         SkillResources::Files(files) => {
@@ -104,7 +104,7 @@ fn relayed_skill(shared: &Shared, uri: &str, files: SkillResources) -> Option<Re
                 // A file the mount cannot name (a URI that does not parse) has no bytes to
                 // check against its digest: the skill cannot be published whole.
                 let Some(ours) = shared.map.ours_checked(&f.uri) else {
-                    tracing::warn!(mount = %shared.name(), "skills/list: left out {uri}: its file {:?} is no URI", f.uri);
+                    tracing::warn!(mount = %shared.name(), "skills/list: left out {uri:?}: its file {:?} is no URI", f.uri);
                     return None;
                 };
                 let inside = f
