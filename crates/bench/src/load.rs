@@ -347,13 +347,18 @@ pub struct HttpTarget<'a> {
 }
 
 impl HttpTarget<'_> {
-    fn call(&self, c: &mut Conn, id: u64) -> Result<(bool, Vec<u8>), String> {
+    /// The request for id `id` on `c`, and the whole answer.
+    pub fn post(&self, c: &mut Conn, id: u64) -> Result<crate::http::Response, String> {
         let h: Vec<(&str, &str)> = self
             .headers
             .iter()
             .map(|(a, b)| (a.as_str(), b.as_str()))
             .collect();
-        let r = c.post(&self.path, &h, (self.make)(id).as_bytes())?;
+        c.post(&self.path, &h, (self.make)(id).as_bytes())
+    }
+
+    fn call(&self, c: &mut Conn, id: u64) -> Result<(bool, Vec<u8>), String> {
+        let r = self.post(c, id)?;
         let msg = r.message().unwrap_or_default().to_vec();
         Ok((r.status != 200 || is_error(&msg), msg))
     }

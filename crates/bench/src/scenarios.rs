@@ -1198,14 +1198,7 @@ fn stateless_and_floor(env: &Env) -> Result<Vec<Row>, String> {
         let mut cmd = Env::serve(&b.bin, &env.ours_config()?);
         cmd.args(["--http", &addr]);
         let p = HttpProc::start(cmd, addr)?;
-        let t = stateless_read(&p.addr, &uri, &make);
-        let mut c = Conn::connect(&t.addr)?;
-        let h: Vec<(&str, &str)> = t
-            .headers
-            .iter()
-            .map(|(a, b)| (a.as_str(), b.as_str()))
-            .collect();
-        let r = c.post(&t.path, &h, make(7).as_bytes())?;
+        let r = stateless_read(&p.addr, &uri, &make).post(&mut Conn::connect(&p.addr)?, 7)?;
         if r.status != 200 {
             return Err(format!(
                 "its answer: HTTP {} {}",
@@ -1452,29 +1445,22 @@ fn http_baseline(
         bo.many.p50_us(),
         bo.many.p99_us(),
     );
-    let mut rows = vec![
-        Row::new(S, &subject, &m("p50"), b1_50, "µs")
-            .compare(vs(o1_50, b1_50))
-            .note(note),
-        Row::new(S, &subject, &m("p99"), b1_99, "µs")
-            .compare(vs(o1_99, b1_99))
-            .note(note),
-        Row::new(S, &subject, &m("throughput (1 conn)"), bo.one_rps, "req/s").note(note),
-        Row::new(S, &subject, &m("p50 (32 conns)"), b32_50, "µs")
-            .compare(vs(o32_50, b32_50))
-            .note(note),
-        Row::new(S, &subject, &m("p99 (32 conns)"), b32_99, "µs")
-            .compare(vs(o32_99, b32_99))
-            .note(note),
-        Row::new(
-            S,
-            &subject,
-            &m("throughput (32 conns)"),
-            bo.many_rps,
-            "req/s",
-        )
-        .note(note),
-    ];
+    // Latencies with ours beside them; throughput is compared in the rows after.
+    let mut rows: Vec<Row> = [
+        ("p50", b1_50, "µs", Some(o1_50)),
+        ("p99", b1_99, "µs", Some(o1_99)),
+        ("throughput (1 conn)", bo.one_rps, "req/s", None),
+        ("p50 (32 conns)", b32_50, "µs", Some(o32_50)),
+        ("p99 (32 conns)", b32_99, "µs", Some(o32_99)),
+        ("throughput (32 conns)", bo.many_rps, "req/s", None),
+    ]
+    .into_iter()
+    .map(|(what, v, unit, ours)| {
+        Row::new(S, &subject, &m(what), v, unit)
+            .compare(ours.map_or_else(String::new, |o| vs(o, v)))
+            .note(note)
+    })
+    .collect();
     if let (Some(oc), Some(bc)) = (o.cpu_us_per_req, bo.cpu_us_per_req) {
         rows.push(
             Row::new(S, &subject, &m("server CPU per request (32 conns)"), bc, "µs")
@@ -1539,13 +1525,7 @@ fn http_baseline(
 /// does only the work of our answer if it gives our answer.
 fn same_answer(ours: &HttpTarget, floor: &HttpTarget) -> Result<(), String> {
     let answer = |t: &HttpTarget| -> Result<(String, Vec<u8>), String> {
-        let mut c = Conn::connect(&t.addr)?;
-        let h: Vec<(&str, &str)> = t
-            .headers
-            .iter()
-            .map(|(a, b)| (a.as_str(), b.as_str()))
-            .collect();
-        let r = c.post(&t.path, &h, (t.make)(7).as_bytes())?;
+        let r = t.post(&mut Conn::connect(&t.addr)?, 7)?;
         let ct = r.header("content-type").unwrap_or_default().to_owned();
         Ok((format!("{} {ct}", r.status), r.body))
     };
