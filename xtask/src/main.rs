@@ -974,6 +974,36 @@ const BENCH_PY_PEERS: &[&str] = &["mcp-server-opendal==0.2.0", "mcp<2"];
 /// `--baseline BIN`, an earlier build the driver runs beside this one (not built here).
 fn bench(args: &[String]) -> Result<(), String> {
     let root = root();
+    // The arguments first: a mistyped one is said before minutes of release build.
+    let mut pass: Vec<std::ffi::OsString> = Vec::new();
+    let mut it = args.iter();
+    let mut peers = true;
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--quick" => pass.push(a.into()),
+            "--no-peers" => peers = false,
+            "--only" => {
+                pass.push(a.into());
+                pass.push(it.next().ok_or("--only needs a list of scenarios")?.into());
+            }
+            // An earlier build, used as it is (not built here): its path is made absolute,
+            // so it names the same file wherever the driver runs.
+            "--baseline" => {
+                let bin = it
+                    .next()
+                    .ok_or("--baseline needs an mcp-resources binary")?;
+                let bin = std::fs::canonicalize(bin)
+                    .map_err(|e| format!("bench: --baseline {bin}: {e}"))?;
+                pass.push(a.into());
+                pass.push(bin.into());
+            }
+            "--baseline-label" => {
+                pass.push(a.into());
+                pass.push(it.next().ok_or("--baseline-label needs a text")?.into());
+            }
+            other => return Err(format!("bench: unknown argument {other}")),
+        }
+    }
     run(cargo_cmd().current_dir(&root).args([
         "build",
         "--release",
@@ -990,36 +1020,8 @@ fn bench(args: &[String]) -> Result<(), String> {
         .arg("--server")
         .arg(root.join("target/release/mcp-resources"))
         .arg("--cache")
-        .arg(&cache);
-    let mut it = args.iter();
-    let mut peers = true;
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--quick" => {
-                cmd.arg(a);
-            }
-            "--no-peers" => peers = false,
-            "--only" => {
-                cmd.arg("--only")
-                    .arg(it.next().ok_or("--only needs a list of scenarios")?);
-            }
-            // An earlier build, used as it is (not built here): its path is made absolute,
-            // so it names the same file wherever the driver runs.
-            "--baseline" => {
-                let bin = it
-                    .next()
-                    .ok_or("--baseline needs an mcp-resources binary")?;
-                let bin = std::fs::canonicalize(bin)
-                    .map_err(|e| format!("bench: --baseline {bin}: {e}"))?;
-                cmd.arg("--baseline").arg(bin);
-            }
-            "--baseline-label" => {
-                cmd.arg("--baseline-label")
-                    .arg(it.next().ok_or("--baseline-label needs a text")?);
-            }
-            other => return Err(format!("bench: unknown argument {other}")),
-        }
-    }
+        .arg(&cache)
+        .args(pass);
     if peers {
         // A peer that cannot be installed becomes a row saying so, not a failed benchmark.
         match npm_peers(&root, &cache) {
