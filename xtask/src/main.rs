@@ -19,7 +19,7 @@ fn main() -> ExitCode {
         Some("bench") => bench(&args[1..]),
         Some("soak") => soak(&args[1..]),
         Some("fuzz") => fuzz(&args[1..]),
-        _ => Err("usage: cargo xtask <task>\n\n  test [--rust-only]  run every test: the Rust workspace tests, the Python SDK end-to-end suite\n                      against the built binary, then the official conformance suite over HTTP\n  conformance         only the official MCP conformance suite (Node 22 from the npm registry)\n  conformance-client  the suite's client scenarios against the terminal client\n  bench [--quick] [--no-peers] [--only s1,s2]\n                      the benchmark: release build, fixtures and peers in .cache/bench, one table\n                      (also .cache/bench/results.json and bench-results.md)\n  soak --minutes N [--release] [--sessions N] [--listens N]\n                      1,000 legacy sessions and 200 listen streams churning against files, SQLite\n                      and PostgreSQL mounts; the table, CSV and PNG plot in .cache/soak\n  fuzz --seconds N [--only t1,t2] [--jobs J] [--asan]\n                      every fuzz target in fuzz/ for N seconds each, J at a time (default 2;\n                      cargo-fuzz, nightly; installs cargo-fuzz when missing); a crash fails the\n                      run and is kept in fuzz/artifacts; --asan: -O with AddressSanitizer".into()),
+        _ => Err("usage: cargo xtask <task>\n\n  test [--rust-only]  run every test: the Rust workspace tests, the Python SDK end-to-end suite\n                      against the built binary, then the official conformance suite over HTTP\n  conformance         only the official MCP conformance suite (Node 22 from the npm registry)\n  conformance-client  the suite's client scenarios against the terminal client\n  bench [--quick] [--no-peers] [--only s1,s2] [--baseline BIN [--baseline-label TEXT]]\n                      the benchmark: release build, fixtures and peers in .cache/bench, one table\n                      (also .cache/bench/results.json and bench-results.md); --baseline: an\n                      earlier mcp-resources build (used as it is) takes turns with this one in\n                      the stdio, blob and HTTP read rounds, which hold this one to its figures\n  soak --minutes N [--release] [--sessions N] [--listens N]\n                      1,000 legacy sessions and 200 listen streams churning against files, SQLite\n                      and PostgreSQL mounts; the table, CSV and PNG plot in .cache/soak\n  fuzz --seconds N [--only t1,t2] [--jobs J] [--asan]\n                      every fuzz target in fuzz/ for N seconds each, J at a time (default 2;\n                      cargo-fuzz, nightly; installs cargo-fuzz when missing); a crash fails the\n                      run and is kept in fuzz/artifacts; --asan: -O with AddressSanitizer".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -970,9 +970,40 @@ const BENCH_NPM_PEERS: &[&str] = &[
 ];
 const BENCH_PY_PEERS: &[&str] = &["mcp-server-opendal==0.2.0", "mcp<2"];
 
-/// `cargo xtask bench`: release build, peers into `.cache/bench`, then the driver.
+/// `cargo xtask bench`: release build, peers into `.cache/bench`, then the driver; with
+/// `--baseline BIN`, an earlier build the driver runs beside this one (not built here).
 fn bench(args: &[String]) -> Result<(), String> {
     let root = root();
+    // The arguments first: a mistyped one is said before minutes of release build.
+    let mut pass: Vec<std::ffi::OsString> = Vec::new();
+    let mut it = args.iter();
+    let mut peers = true;
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--quick" => pass.push(a.into()),
+            "--no-peers" => peers = false,
+            "--only" => {
+                pass.push(a.into());
+                pass.push(it.next().ok_or("--only needs a list of scenarios")?.into());
+            }
+            // An earlier build, used as it is (not built here): its path is made absolute,
+            // so it names the same file wherever the driver runs.
+            "--baseline" => {
+                let bin = it
+                    .next()
+                    .ok_or("--baseline needs an mcp-resources binary")?;
+                let bin = std::fs::canonicalize(bin)
+                    .map_err(|e| format!("bench: --baseline {bin}: {e}"))?;
+                pass.push(a.into());
+                pass.push(bin.into());
+            }
+            "--baseline-label" => {
+                pass.push(a.into());
+                pass.push(it.next().ok_or("--baseline-label needs a text")?.into());
+            }
+            other => return Err(format!("bench: unknown argument {other}")),
+        }
+    }
     run(cargo_cmd().current_dir(&root).args([
         "build",
         "--release",
@@ -989,22 +1020,8 @@ fn bench(args: &[String]) -> Result<(), String> {
         .arg("--server")
         .arg(root.join("target/release/mcp-resources"))
         .arg("--cache")
-        .arg(&cache);
-    let mut it = args.iter();
-    let mut peers = true;
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--quick" => {
-                cmd.arg(a);
-            }
-            "--no-peers" => peers = false,
-            "--only" => {
-                cmd.arg("--only")
-                    .arg(it.next().ok_or("--only needs a list of scenarios")?);
-            }
-            other => return Err(format!("bench: unknown argument {other}")),
-        }
-    }
+        .arg(&cache)
+        .args(pass);
     if peers {
         // A peer that cannot be installed becomes a row saying so, not a failed benchmark.
         match npm_peers(&root, &cache) {

@@ -44,6 +44,9 @@ pub struct Outcome {
     pub latency: Samples,
     /// Completed requests per second with `WINDOW` in flight.
     pub rps: f64,
+    /// The same, in each round of [`stdio_interleaved`] (one entry for a lone run): how far
+    /// a comparison of two sides moved from round to round.
+    pub round_rps: Vec<f64>,
     /// Responses that were errors.
     pub errors: u64,
 }
@@ -199,6 +202,7 @@ pub fn stdio(
     Ok(Outcome {
         latency,
         rps,
+        round_rps: vec![rps],
         errors: d.errors,
     })
 }
@@ -207,10 +211,18 @@ pub fn stdio(
 /// whether answers are read raw.
 pub type Side<'a, 'm> = (&'a mut StdioServer, MakeRequest<'m>, &'a str, bool);
 
+/// The order the sides take their turns in, in round `round` of `n` sides: reversed every
+/// other round, so no side always follows the same other one (two builds compared within
+/// a round would otherwise always meet the machine in the same order, the later one in
+/// whatever state the earlier one left it).
+pub fn turns(n: usize, round: usize) -> impl Iterator<Item = usize> {
+    (0..n).map(move |i| if round % 2 == 1 { n - 1 - i } else { i })
+}
+
 /// Drive stdio servers in alternating rounds, so all see the same machine: on a shared VM
 /// the round-trip time of even the echo floor drifts by tens of microseconds over seconds,
-/// and measuring one server after the other would compare different moments. The outcomes
-/// are in the order of `sides`.
+/// and measuring one server after the other would compare different moments. The sides
+/// take their turns in the order of [`turns`]; the outcomes are in the order of `sides`.
 pub fn stdio_interleaved(
     sides: Vec<Side>,
     plan: Plan,
@@ -223,54 +235,77 @@ pub fn stdio_interleaved(
     let rounds = rounds.max(1);
     let latency = latency_rounds(&mut drivers, plan, rounds)?;
     let phase = plan.throughput_phase / rounds as u32;
-    let mut totals = vec![(0u64, Duration::ZERO); drivers.len()];
-    for _ in 0..rounds {
-        for (d, (n, t)) in drivers.iter_mut().zip(&mut totals) {
+    let mut totals = vec![(0u64, Duration::ZERO, Vec::with_capacity(rounds)); drivers.len()];
+    for round in 0..rounds {
+        for i in turns(drivers.len(), round) {
+            let (d, (n, t, each)) = (&mut drivers[i], &mut totals[i]);
             let (dn, dt) = d.throughput(phase)?;
             (*n, *t) = (*n + dn, *t + dt);
+            each.push(dn as f64 / dt.as_secs_f64());
         }
     }
     Ok(drivers
         .into_iter()
         .zip(latency)
         .zip(totals)
-        .map(|((d, latency), (n, t))| Outcome {
+        .map(|((d, (latency, _)), (n, t, round_rps))| Outcome {
             latency,
             rps: n as f64 / t.as_secs_f64(),
+            round_rps,
             errors: d.errors,
         })
         .collect())
 }
 
 /// `plan.iters` one-in-flight round trips for each driver, taken in `rounds` alternating
-/// rounds; the samples in the order of `drivers`.
+/// rounds; the samples and each round's median (µs), in the order of `drivers`.
 fn latency_rounds(
     drivers: &mut [StdioDriver],
     plan: Plan,
     rounds: usize,
-) -> Result<Vec<Samples>, String> {
-    let mut latency: Vec<Samples> = drivers
+) -> Result<Vec<(Samples, Vec<f64>)>, String> {
+    let mut latency: Vec<(Samples, Vec<f64>)> = drivers
         .iter()
-        .map(|_| Samples::with_capacity(plan.iters))
+        .map(|_| {
+            (
+                Samples::with_capacity(plan.iters),
+                Vec::with_capacity(rounds),
+            )
+        })
         .collect();
     let per = plan.iters.div_ceil(rounds);
     let end = Instant::now() + plan.max_latency_phase;
-    for _ in 0..rounds {
-        for (d, l) in drivers.iter_mut().zip(&mut latency) {
-            d.latency(per, l, end)?;
+    for round in 0..rounds {
+        for i in turns(drivers.len(), round) {
+            let (d, (all, medians)) = (&mut drivers[i], &mut latency[i]);
+            let mut round = Samples::with_capacity(per);
+            d.latency(per, &mut round, end)?;
+            medians.push(round.p50_us());
+            all.append(round);
         }
     }
     Ok(latency)
 }
 
+/// What [`stdio_interleaved_latency`] measured for one side.
+pub struct LatencyOutcome {
+    /// Every one-in-flight latency.
+    pub latency: Samples,
+    /// The median latency of each round, in µs: how far a comparison of two sides moved
+    /// from round to round.
+    pub round_p50_us: Vec<f64>,
+    /// Responses that were errors.
+    pub errors: u64,
+}
+
 /// The latency half of [`stdio_interleaved`] alone (`plan.throughput_phase` is not used): for
-/// answers too large to keep a window of them in flight, such as blob reads. The samples and
-/// the count of error answers, in the order of `sides`.
+/// answers too large to keep a window of them in flight, such as blob reads. The outcomes
+/// are in the order of `sides`.
 pub fn stdio_interleaved_latency(
     sides: Vec<Side>,
     plan: Plan,
     rounds: usize,
-) -> Result<Vec<(Samples, u64)>, String> {
+) -> Result<Vec<LatencyOutcome>, String> {
     let mut drivers = sides
         .into_iter()
         .map(|(s, make, check, raw)| StdioDriver::start(s, make, check, raw, plan.warmup))
@@ -279,7 +314,11 @@ pub fn stdio_interleaved_latency(
     Ok(latency
         .into_iter()
         .zip(drivers)
-        .map(|(l, d)| (l, d.errors))
+        .map(|((latency, round_p50_us), d)| LatencyOutcome {
+            latency,
+            round_p50_us,
+            errors: d.errors,
+        })
         .collect())
 }
 
@@ -308,13 +347,18 @@ pub struct HttpTarget<'a> {
 }
 
 impl HttpTarget<'_> {
-    fn call(&self, c: &mut Conn, id: u64) -> Result<(bool, Vec<u8>), String> {
+    /// The request for id `id` on `c`, and the whole answer.
+    pub fn post(&self, c: &mut Conn, id: u64) -> Result<crate::http::Response, String> {
         let h: Vec<(&str, &str)> = self
             .headers
             .iter()
             .map(|(a, b)| (a.as_str(), b.as_str()))
             .collect();
-        let r = c.post(&self.path, &h, (self.make)(id).as_bytes())?;
+        c.post(&self.path, &h, (self.make)(id).as_bytes())
+    }
+
+    fn call(&self, c: &mut Conn, id: u64) -> Result<(bool, Vec<u8>), String> {
+        let r = self.post(c, id)?;
         let msg = r.message().unwrap_or_default().to_vec();
         Ok((r.status != 200 || is_error(&msg), msg))
     }
@@ -392,9 +436,11 @@ fn drive_http(addr: &str, call: Call, check: &str, plan: Plan) -> Result<Outcome
         done += d;
         errors += e;
     }
+    let rps = done as f64 / elapsed.as_secs_f64();
     Ok(Outcome {
         latency,
-        rps: done as f64 / elapsed.as_secs_f64(),
+        rps,
+        round_rps: vec![rps],
         errors,
     })
 }
@@ -405,10 +451,14 @@ pub struct HttpOutcome {
     pub one: Samples,
     /// Requests per second on that one connection.
     pub one_rps: f64,
+    /// The same, in each round.
+    pub one_round_rps: Vec<f64>,
     /// Latencies with `conns` connections, one request in flight on each.
     pub many: Samples,
     /// Requests per second over the `conns` connections.
     pub many_rps: f64,
+    /// The same, in each round.
+    pub many_round_rps: Vec<f64>,
     /// Server CPU time per request in the `conns`-connection phases, in µs, when its pid
     /// was given (user + system time of every thread, from `/proc/PID/stat`).
     pub cpu_us_per_req: Option<f64>,
@@ -502,7 +552,7 @@ pub fn cpu_time(pid: u32) -> Option<Duration> {
 }
 
 /// Drive HTTP servers in alternating rounds so all see the same machine (as
-/// [`stdio_interleaved`] does for pipes): in each round every side first answers its share of
+/// [`stdio_interleaved`] does for pipes, in the order of [`turns`]): in each round every side first answers its share of
 /// `plan.iters` requests one at a time on one connection, then keeps `conns` connections
 /// busy for its share of `plan.throughput_phase`. Every side keeps its connections (opened
 /// and warmed up before the first round) for the whole run.
@@ -546,24 +596,34 @@ pub fn http_interleaved(
     let mut many: Vec<(Samples, u64, Duration, Duration)> = (0..n)
         .map(|_| (Samples::default(), 0, Duration::ZERO, Duration::ZERO))
         .collect();
+    // Each side's req/s in each round, on one connection and on `conns`.
+    let mut each_round: Vec<(Vec<f64>, Vec<f64>)> = (0..n)
+        .map(|_| (Vec::with_capacity(rounds), Vec::with_capacity(rounds)))
+        .collect();
     let phase = plan.throughput_phase / rounds as u32;
     for round in 0..rounds {
-        for (d, (lat, took)) in drivers.iter_mut().zip(&mut one) {
-            let start = Instant::now();
+        for i in turns(n, round) {
+            let (d, (lat, took), (each, _)) = (&mut drivers[i], &mut one[i], &mut each_round[i]);
+            let (start, before) = (Instant::now(), lat.len());
             for _ in 0..per {
                 d.call(Some(lat))?;
                 if Instant::now() > end {
                     break;
                 }
             }
-            *took += start.elapsed();
+            let t = start.elapsed();
+            *took += t;
+            each.push((lat.len() - before) as f64 / t.as_secs_f64());
         }
-        for (d, (lat, done, took, cpu)) in drivers.iter_mut().zip(&mut many) {
+        for i in turns(n, round) {
+            let (d, (lat, done, took, cpu), (_, each)) =
+                (&mut drivers[i], &mut many[i], &mut each_round[i]);
             let before = d.side.pid.and_then(cpu_time);
             let (dn, dt, l) = d.many(phase, round as u64)?;
             if let (Some(b), Some(a)) = (before, d.side.pid.and_then(cpu_time)) {
                 *cpu += a.saturating_sub(b);
             }
+            each.push(dn as f64 / dt.as_secs_f64());
             lat.append(l);
             *done += dn;
             *took += dt;
@@ -573,18 +633,23 @@ pub fn http_interleaved(
         .into_iter()
         .zip(one)
         .zip(many)
+        .zip(each_round)
         .map(
-            |((d, (one, one_took)), (many, done, took, cpu))| HttpOutcome {
-                one_rps: one.len() as f64 / one_took.as_secs_f64(),
-                one,
-                many,
-                many_rps: done as f64 / took.as_secs_f64(),
-                cpu_us_per_req: d
-                    .side
-                    .pid
-                    .filter(|_| done > 0 && !cpu.is_zero())
-                    .map(|_| cpu.as_secs_f64() * 1e6 / done as f64),
-                errors: d.errors,
+            |(((d, (one, one_took)), (many, done, took, cpu)), (one_round_rps, many_round_rps))| {
+                HttpOutcome {
+                    one_rps: one.len() as f64 / one_took.as_secs_f64(),
+                    one_round_rps,
+                    one,
+                    many,
+                    many_rps: done as f64 / took.as_secs_f64(),
+                    many_round_rps,
+                    cpu_us_per_req: d
+                        .side
+                        .pid
+                        .filter(|_| done > 0 && !cpu.is_zero())
+                        .map(|_| cpu.as_secs_f64() * 1e6 / done as f64),
+                    errors: d.errors,
+                }
             },
         )
         .collect())
@@ -752,4 +817,18 @@ fn session(
         counted(t, r.status < 400, false);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::turns;
+
+    #[test]
+    fn every_other_round_takes_the_turns_in_reverse() {
+        let order = |round| turns(3, round).collect::<Vec<_>>();
+        assert_eq!(order(0), [0, 1, 2]);
+        assert_eq!(order(1), [2, 1, 0]);
+        assert_eq!(order(2), [0, 1, 2]);
+        assert_eq!(turns(0, 1).count(), 0);
+    }
 }

@@ -309,6 +309,40 @@ struct RunArgs {
     /// git, api, s3, cluster, skills-pull.
     #[arg(long, value_delimiter = ',')]
     only: Option<Vec<String>>,
+    /// An earlier `mcp-resources` binary to compare with: it takes turns with --server in the
+    /// rounds of the stdio read, blob and stateless HTTP read scenarios, and our figures are
+    /// held to at least its own (other scenarios ignore it).
+    #[arg(long, value_name = "BIN")]
+    baseline: Option<PathBuf>,
+    /// What the baseline's rows are called after ("mcp-resources, TEXT").
+    #[arg(
+        long,
+        value_name = "TEXT",
+        requires = "baseline",
+        default_value = "before"
+    )]
+    baseline_label: String,
+}
+
+/// The `--baseline` binary, checked to run before any scenario does: a wrong path would
+/// otherwise show only as failed rows at the end of a long run.
+fn baseline(bin: PathBuf, label: String) -> Result<scenarios::Baseline, String> {
+    let out = std::process::Command::new(&bin)
+        .arg("--version")
+        .output()
+        .map_err(|e| format!("--baseline {}: cannot run it: {e}", bin.display()))?;
+    let version = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() || !version.starts_with("mcp-resources ") {
+        return Err(format!(
+            "--baseline {}: not an mcp-resources binary (`--version` printed {:?})",
+            bin.display(),
+            version.lines().next().unwrap_or_default()
+        ));
+    }
+    if label.trim().is_empty() {
+        return Err("--baseline-label: empty".into());
+    }
+    Ok(scenarios::Baseline { bin, label })
 }
 
 /// What the figures were measured on.
@@ -328,6 +362,10 @@ fn machine() -> serde_json::Value {
 }
 
 fn run(a: RunArgs) -> Result<(), String> {
+    let baseline = a
+        .baseline
+        .map(|bin| baseline(bin, a.baseline_label))
+        .transpose()?;
     let opendal = match (a.opendal, a.no_opendal) {
         (Some(bin), _) => Ok(bin),
         (None, Some(why)) => Err(why),
@@ -335,6 +373,9 @@ fn run(a: RunArgs) -> Result<(), String> {
     };
     // Before any scenario pins the driver, so the CPU count is the machine's.
     let mut m = machine();
+    if let Some(b) = &baseline {
+        m["baseline"] = serde_json::json!({ "bin": b.bin, "label": b.label });
+    }
     let me = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
     let big_dirs = if a.quick { 100 } else { 1000 };
     let fx = fixtures::ensure(&a.cache.join("fixtures"), big_dirs)?;
@@ -350,7 +391,12 @@ fn run(a: RunArgs) -> Result<(), String> {
         quick: a.quick,
         node,
         opendal,
+        baseline,
     };
+    if let Some(b) = &env.baseline {
+        env.baseline_accepts_config()
+            .map_err(|e| format!("--baseline {}: {e}", b.bin.display()))?;
+    }
     type Scenario = fn(&scenarios::Env) -> Vec<report::Row>;
     let all: [(&str, Scenario); 15] = [
         ("startup", scenarios::startup),
@@ -387,8 +433,17 @@ fn run(a: RunArgs) -> Result<(), String> {
     }
     m["quick"] = a.quick.into();
     let table = report::table(&rows);
+    // Which two builds the "ours / before" rows compare, named where the table is read.
+    let compared = env.baseline.as_ref().map_or_else(String::new, |b| {
+        format!(
+            "mcp-resources: {}; baseline \"{}\": {}\n",
+            env.server.display(),
+            b.label,
+            b.bin.display()
+        )
+    });
     println!(
-        "\nmcp-resources benchmark — {} × {}{}\n",
+        "\nmcp-resources benchmark — {} × {}{}\n{compared}",
         m["cpus"],
         m["cpu_model"].as_str().unwrap_or("?"),
         if a.quick {
@@ -404,11 +459,16 @@ fn run(a: RunArgs) -> Result<(), String> {
         .map_err(|e| format!("{}: {e}", out.display()))?;
     let md = a.cache.join("bench-results.md");
     let text = format!(
-        "# mcp-resources benchmark\n\nMachine: {} × {}, Linux {}{}\n\n{}",
+        "# mcp-resources benchmark\n\nMachine: {} × {}, Linux {}{}\n\n{}{}",
         m["cpus"],
         m["cpu_model"].as_str().unwrap_or("?"),
         m["kernel"].as_str().unwrap_or("?"),
         if a.quick { " (quick run)" } else { "" },
+        if compared.is_empty() {
+            String::new()
+        } else {
+            format!("Compared: {}\n\n", compared.trim_end())
+        },
         report::markdown(&rows)
     );
     std::fs::write(&md, text).map_err(|e| format!("{}: {e}", md.display()))?;
