@@ -19,7 +19,7 @@ fn main() -> ExitCode {
         Some("bench") => bench(&args[1..]),
         Some("soak") => soak(&args[1..]),
         Some("fuzz") => fuzz(&args[1..]),
-        _ => Err("usage: cargo xtask <task>\n\n  test [--rust-only]  run every test: the Rust workspace tests, the Python SDK end-to-end suite\n                      against the built binary, then the official conformance suite over HTTP\n  conformance         only the official MCP conformance suite (Node 22 from the npm registry)\n  conformance-client  the suite's client scenarios against the terminal client\n  bench [--quick] [--no-peers] [--only s1,s2] [--baseline BIN [--baseline-label TEXT]]\n                      the benchmark: release build, fixtures and peers in .cache/bench, one table\n                      (also .cache/bench/results.json and bench-results.md); --baseline: an\n                      earlier mcp-resources build (used as it is) takes turns with this one in\n                      the stdio, blob and HTTP read rounds, which hold this one to its figures\n  soak --minutes N [--release] [--sessions N] [--listens N]\n                      1,000 legacy sessions and 200 listen streams churning against files, SQLite\n                      and PostgreSQL mounts; the table, CSV and PNG plot in .cache/soak\n  fuzz --seconds N [--only t1,t2] [--jobs J] [--asan]\n                      every fuzz target in fuzz/ for N seconds each, J at a time (default 2;\n                      cargo-fuzz, nightly; installs cargo-fuzz when missing); a crash fails the\n                      run and is kept in fuzz/artifacts; --asan: -O with AddressSanitizer".into()),
+        _ => Err("usage: cargo xtask <task>\n\n  test [--rust-only] [--jobs N]\n                      run every test: the Rust workspace tests (N test binaries at a time,\n                      default 1), the Python SDK end-to-end suite against the built binary,\n                      then the official conformance suite over HTTP\n  conformance         only the official MCP conformance suite (Node 22 from the npm registry)\n  conformance-client  the suite's client scenarios against the terminal client\n  bench [--quick] [--no-peers] [--only s1,s2] [--baseline BIN [--baseline-label TEXT]]\n                      the benchmark: release build, fixtures and peers in .cache/bench, one table\n                      (also .cache/bench/results.json and bench-results.md); --baseline: an\n                      earlier mcp-resources build (used as it is) takes turns with this one in\n                      the stdio, blob and HTTP read rounds, which hold this one to its figures\n  soak --minutes N [--release] [--sessions N] [--listens N]\n                      1,000 legacy sessions and 200 listen streams churning against files, SQLite\n                      and PostgreSQL mounts; the table, CSV and PNG plot in .cache/soak\n  fuzz --seconds N [--only t1,t2] [--jobs J] [--asan]\n                      every fuzz target in fuzz/ for N seconds each, J at a time (default 2;\n                      nightly, cargo-fuzz's --dev build without a sanitizer); a crash fails the\n                      run and is kept in fuzz/artifacts; --asan: cargo-fuzz's -O build with\n                      AddressSanitizer (installs cargo-fuzz when missing)".into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -51,47 +51,428 @@ fn run(cmd: &mut Command) -> Result<(), String> {
 
 fn test(args: &[String]) -> Result<(), String> {
     let root = root();
-    let rust_only = args.iter().any(|a| a == "--rust-only");
+    let mut rust_only = false;
+    let mut jobs = TEST_JOBS;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--rust-only" => rust_only = true,
+            "--jobs" => {
+                let n = it.next().ok_or("--jobs needs a number")?;
+                jobs = n
+                    .parse()
+                    .ok()
+                    .filter(|&j| j > 0)
+                    .ok_or_else(|| format!("--jobs: {n:?} is not a positive number"))?;
+            }
+            other => return Err(format!("test: unknown argument {other}")),
+        }
+    }
+    let mut phases = Phases::new();
     // The venv first: besides the Python suite's SDK it holds the S3-compatible server (moto)
     // that the s3 provider's Rust tests start, and with CI=true they fail without it.
     let venv = root.join(".cache/venv");
     let python = venv.join("bin/python");
     if !rust_only {
-        if !python.exists() {
-            let base = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
-            run(Command::new(base).args(["-m", "venv"]).arg(&venv))?;
-        }
-        run(Command::new(&python)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                "-r",
-            ])
-            .arg(root.join(E2E_REQUIREMENTS)))?;
+        phases.time("python venv", || {
+            if !python.exists() {
+                let base = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+                run(Command::new(base).args(["-m", "venv"]).arg(&venv))?;
+            }
+            run(Command::new(&python)
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                    "-r",
+                ])
+                .arg(root.join(E2E_REQUIREMENTS)))
+        })?;
     }
     // The terminal client's tests run against a server that is not ours; with CI=true they
     // fail without it, so it is installed before any test runs.
-    client_test_server(&root)?;
-    run(cargo_cmd()
-        .current_dir(&root)
-        .args(["test", "--workspace", "--all-targets"]))?;
-    files_only(&root)?;
+    phases.time("node packages", || client_test_server(&root))?;
+    // What `cargo test --workspace --all-targets` runs, built first on its own (the log tells
+    // the build's time from the run's), then run by [`run_tests`].
+    let binaries = phases.time("rust tests: build", || build_tests(&root))?;
+    phases.time("rust tests: run", || run_tests(&binaries, jobs))?;
+    phases.time("files-only build", || files_only(&root))?;
     if rust_only {
         return Ok(());
     }
     // The Python suite drives the same binary a user runs.
-    run(cargo_cmd()
-        .current_dir(&root)
-        .args(["build", "-p", "mcp-resources"]))?;
-    run(Command::new(&python)
-        .current_dir(&root)
-        .env("MCPR_BIN", root.join("target/debug/mcp-resources"))
-        .args(["-m", "pytest", "tests/e2e", "-q", "-p", "no:cacheprovider"]))?;
-    conformance()?;
-    conformance_client()
+    phases.time("binary build", || {
+        run(cargo_cmd()
+            .current_dir(&root)
+            .args(["build", "-p", "mcp-resources"]))
+    })?;
+    phases.time("python e2e", || {
+        run(Command::new(&python)
+            .current_dir(&root)
+            .env("MCPR_BIN", root.join("target/debug/mcp-resources"))
+            .args(["-m", "pytest", "tests/e2e", "-q", "-p", "no:cacheprovider"]))
+    })?;
+    phases.time("conformance: build", || conformance_build(&root))?;
+    phases.time("conformance", conformance)?;
+    phases.time("conformance client", conformance_client)
+}
+
+/// One test binary of the workspace, as `cargo test` would run it.
+struct TestBinary {
+    /// The package's name (`mcpr-core`).
+    package: String,
+    /// The target's source, relative to the package (`tests/faults.rs`, `src/lib.rs`).
+    source: String,
+    /// The target's kind as `cargo test` names it (`unittests` for a lib's or bin's own tests).
+    unittests: bool,
+    /// The target's name (`faults`).
+    name: String,
+    executable: PathBuf,
+    /// The package's directory: `cargo test` runs each binary there.
+    dir: PathBuf,
+}
+
+impl TestBinary {
+    /// `cargo test`'s line before a binary's output.
+    fn running_line(&self, root: &Path) -> String {
+        let exe = self
+            .executable
+            .strip_prefix(root)
+            .unwrap_or(&self.executable)
+            .display();
+        let src = self
+            .dir
+            .strip_prefix(root)
+            .unwrap_or(&self.dir)
+            .join(&self.source);
+        if self.unittests {
+            format!("     Running unittests {} ({exe})", src.display())
+        } else {
+            format!("     Running {} ({exe})", src.display())
+        }
+    }
+
+    /// How it is named in [`RUN_ALONE`] and [`SLOW_FIRST`]: `package:target`.
+    fn key(&self) -> String {
+        format!("{}:{}", self.package, self.name)
+    }
+}
+
+/// `cargo test --workspace --all-targets --no-run`, and every test binary it built.
+fn build_tests(root: &Path) -> Result<Vec<TestBinary>, String> {
+    let mut cmd = cargo_cmd();
+    cmd.current_dir(root)
+        .args([
+            "test",
+            "--workspace",
+            "--all-targets",
+            "--no-run",
+            "--message-format=json-render-diagnostics",
+        ])
+        .stdout(std::process::Stdio::piped());
+    eprintln!("xtask: running {cmd:?}");
+    let out = cmd
+        .spawn()
+        .and_then(|c| c.wait_with_output())
+        .map_err(|e| format!("cannot run cargo test --no-run: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("the test build failed with {}", out.status));
+    }
+    let mut binaries = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if msg["reason"] != "compiler-artifact" || msg["profile"]["test"] != true {
+            continue;
+        }
+        let Some(executable) = msg["executable"].as_str() else {
+            continue;
+        };
+        let manifest = msg["manifest_path"]
+            .as_str()
+            .ok_or("cargo: a test artifact without manifest_path")?;
+        let dir = Path::new(manifest)
+            .parent()
+            .ok_or("cargo: a manifest path without a directory")?
+            .to_path_buf();
+        let target = &msg["target"];
+        let src = target["src_path"].as_str().unwrap_or("");
+        let kinds: Vec<&str> = target["kind"]
+            .as_array()
+            .map(|k| k.iter().filter_map(|v| v.as_str()).collect())
+            .unwrap_or_default();
+        binaries.push(TestBinary {
+            package: msg["package_id"]
+                .as_str()
+                .and_then(|id| id.rsplit_once('#'))
+                .and_then(|(_, v)| v.split_once('@'))
+                .map(|(name, _)| name.to_owned())
+                .unwrap_or_else(|| target["name"].as_str().unwrap_or("?").to_owned()),
+            source: Path::new(src)
+                .strip_prefix(&dir)
+                .unwrap_or(Path::new(src))
+                .display()
+                .to_string(),
+            unittests: kinds
+                .iter()
+                .any(|k| matches!(*k, "lib" | "bin" | "proc-macro")),
+            name: target["name"].as_str().unwrap_or("?").to_owned(),
+            executable: PathBuf::from(executable),
+            dir,
+        });
+    }
+    if binaries.is_empty() {
+        return Err("the test build reported no test binary".into());
+    }
+    Ok(binaries)
+}
+
+/// Test binaries that run with nothing else running: their tests hold a latency, a rate or a
+/// CPU budget to a bound, which other binaries' load on the same cores could break.
+const RUN_ALONE: &[&str] = &[
+    // The HTML conversion budget and the 200-URI polling test (they failed at load 13).
+    "mcpr-provider-http:html",
+    "mcpr-provider-http:polling",
+    // A 2 s deadline must end between 2 and 2.5 s.
+    "mcp-resources:client_hostile",
+    // Reads finish within the shutdown grace.
+    "mcp-resources:sigterm_load",
+    // A ping behind a hung read is answered within 500 ms.
+    "mcpr-server:stdio_hung_read",
+    // These three failed with three binaries at a time on a machine at load 15: a cached
+    // entry read 2.1 s after a 2 s ttlMs began, a Python SDK server listening within 15 s,
+    // a large table paged under a 200 ms statement timeout.
+    "mcp-resources:gateway",
+    "mcp-resources:client_primitives",
+    "mcpr-provider-sql:sqlite",
+    // And these two in the next such run, at load 10: an s3 read after its upstream's return
+    // (2.2 s), a gateway's upstream outliving its connection.
+    "mcp-resources:cut_upstreams",
+    "mcp-resources:gateway_faults",
+];
+
+/// The binaries that take longest, started first so the pool does not end waiting on one of
+/// them (the rest follow in `cargo test`'s order).
+const SLOW_FIRST: &[&str] = &[
+    "mcpr-provider-s3:listing",
+    "mcpr-provider-s3:behaviour",
+    "mcpr-provider-sql:postgres",
+    "mcpr-provider-git:reftable",
+    "mcp-resources:torture",
+    "mcp-resources:partition",
+    "mcpr-provider-s3:reads",
+];
+
+/// How many test binaries run at once by default (besides those of [`RUN_ALONE`], which run
+/// alone): one, as `cargo test` does. Most of the slow ones wait (on timeouts, leases, cut
+/// connections, other processes) rather than compute: three at a time took 848 s where their
+/// times added up to 2,180 s, and 470 s for 1,165 s in a second run. But each of those runs,
+/// on a machine other builds kept at load 10 to 15, failed binaries whose tests hold time
+/// bounds (those now in [`RUN_ALONE`], different ones each time), so more than one is
+/// `--jobs N` until runs on a quiet machine show that a pool does not fail.
+const TEST_JOBS: usize = 1;
+
+/// Runs every binary as `cargo test` does (in its package's directory, the harness's own
+/// threads), `jobs` at a time ([`TEST_JOBS`] unless `--jobs`) and those of [`RUN_ALONE`] alone after them; prints each
+/// one's output whole when it ends, after `cargo test`'s `Running` line, and the totals.
+/// Every binary runs even when one fails, as with `--no-fail-fast`.
+fn run_tests(binaries: &[TestBinary], jobs: usize) -> Result<(), String> {
+    let root = root();
+    let logs = root.join("target/xtask-tests");
+    let _ = std::fs::remove_dir_all(&logs);
+    std::fs::create_dir_all(&logs).map_err(|e| format!("cannot create {}: {e}", logs.display()))?;
+    let mut order: Vec<&TestBinary> = Vec::new();
+    for key in SLOW_FIRST {
+        order.extend(binaries.iter().filter(|b| b.key() == *key));
+    }
+    order.extend(
+        binaries
+            .iter()
+            .filter(|b| !SLOW_FIRST.contains(&b.key().as_str())),
+    );
+    let (alone, pooled): (Vec<&TestBinary>, Vec<&TestBinary>) = order
+        .into_iter()
+        .partition(|b| RUN_ALONE.contains(&b.key().as_str()));
+    let started = std::time::Instant::now();
+    let mut totals = TestTotals::default();
+    run_pool(&root, &logs, &pooled, jobs, &mut totals)?;
+    run_pool(&root, &logs, &alone, 1, &mut totals)?;
+    println!(
+        "xtask: rust tests: {} binaries, {} passed, {} failed, {} ignored, in {:.0} s",
+        binaries.len(),
+        totals.passed,
+        totals.failed,
+        totals.ignored,
+        started.elapsed().as_secs_f64()
+    );
+    if totals.failed_binaries.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "test binaries failed: {}",
+            totals.failed_binaries.join(", ")
+        ))
+    }
+}
+
+#[derive(Default)]
+struct TestTotals {
+    passed: u64,
+    failed: u64,
+    ignored: u64,
+    failed_binaries: Vec<String>,
+}
+
+/// Runs `binaries`, `jobs` at a time, adding their results to `totals`.
+fn run_pool(
+    root: &Path,
+    logs: &Path,
+    binaries: &[&TestBinary],
+    jobs: usize,
+    totals: &mut TestTotals,
+) -> Result<(), String> {
+    let mut queue = binaries.iter();
+    let mut running: Vec<(
+        &TestBinary,
+        std::process::Child,
+        PathBuf,
+        std::time::Instant,
+    )> = Vec::new();
+    loop {
+        while running.len() < jobs {
+            let Some(b) = queue.next() else { break };
+            let log = logs.join(format!(
+                "{}-{}.log",
+                b.package,
+                b.executable
+                    .file_name()
+                    .map(|f| f.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            ));
+            let out = std::fs::File::create(&log)
+                .map_err(|e| format!("cannot create {}: {e}", log.display()))?;
+            let mut cmd = Command::new(&b.executable);
+            without_package_vars(&mut cmd);
+            cmd.current_dir(&b.dir)
+                .env("CARGO_MANIFEST_DIR", &b.dir)
+                .env("CARGO_MANIFEST_PATH", b.dir.join("Cargo.toml"))
+                .env("CARGO_PKG_NAME", &b.package)
+                .env("CARGO_CRATE_NAME", b.name.replace('-', "_"))
+                .stdin(std::process::Stdio::null())
+                .stdout(out.try_clone().map_err(|e| e.to_string())?)
+                .stderr(out);
+            let child = cmd
+                .spawn()
+                .map_err(|e| format!("cannot run {}: {e}", b.executable.display()))?;
+            running.push((b, child, log, std::time::Instant::now()));
+        }
+        if running.is_empty() {
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let mut i = 0;
+        while i < running.len() {
+            let status = running[i]
+                .1
+                .try_wait()
+                .map_err(|e| format!("{}: {e}", running[i].0.executable.display()))?;
+            let Some(status) = status else {
+                i += 1;
+                continue;
+            };
+            let (b, _, log, since) = running.swap_remove(i);
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            println!("{}", b.running_line(root));
+            print!("{text}");
+            let result = text
+                .lines()
+                .rev()
+                .find_map(|l| l.strip_prefix("test result: "))
+                .map(result_counts);
+            if let Some((passed, failed, ignored)) = result {
+                totals.passed += passed;
+                totals.failed += failed;
+                totals.ignored += ignored;
+            }
+            println!(
+                "xtask: {} {} in {:.1} s",
+                b.key(),
+                if status.success() { "ok" } else { "FAILED" },
+                since.elapsed().as_secs_f64()
+            );
+            if !status.success() || result.is_none() {
+                totals.failed_binaries.push(b.key());
+            }
+        }
+    }
+}
+
+/// The counts of a harness's `test result: ok. 3 passed; 0 failed; 1 ignored; …` line (what
+/// follows `test result: `).
+fn result_counts(line: &str) -> (u64, u64, u64) {
+    let count = |what: &str| {
+        line.split(';')
+            .filter_map(|part| part.trim().rsplit_once(' '))
+            .find_map(|(n, w)| {
+                (w == what).then(|| n.rsplit(' ').next().unwrap_or(n).parse().unwrap_or(0))
+            })
+            .unwrap_or(0)
+    };
+    (count("passed"), count("failed"), count("ignored"))
+}
+
+/// How long each phase of `cargo xtask test` took: a line as each one ends, and all of them
+/// again when the run ends, failed or not, so that a CI log shows where the time went.
+struct Phases {
+    started: std::time::Instant,
+    done: Vec<(&'static str, std::time::Duration, bool)>,
+}
+
+impl Phases {
+    fn new() -> Self {
+        Phases {
+            started: std::time::Instant::now(),
+            done: Vec::new(),
+        }
+    }
+
+    fn time<T>(
+        &mut self,
+        name: &'static str,
+        f: impl FnOnce() -> Result<T, String>,
+    ) -> Result<T, String> {
+        let started = std::time::Instant::now();
+        let result = f();
+        let took = started.elapsed();
+        println!(
+            "xtask: phase {name}: {:.0} s{}",
+            took.as_secs_f64(),
+            if result.is_err() { ", failed" } else { "" }
+        );
+        self.done.push((name, took, result.is_ok()));
+        result
+    }
+}
+
+impl Drop for Phases {
+    fn drop(&mut self) {
+        println!("xtask: phases");
+        for (name, took, ok) in &self.done {
+            println!(
+                "  {name:<20} {:>6.0} s{}",
+                took.as_secs_f64(),
+                if *ok { "" } else { "  failed" }
+            );
+        }
+        println!(
+            "  {:<20} {:>6.0} s",
+            "total",
+            self.started.elapsed().as_secs_f64()
+        );
+    }
 }
 
 /// The cargo that runs this task (`$CARGO`), for a build of the workspace, without the
@@ -170,16 +551,18 @@ fn files_only(root: &std::path::Path) -> Result<(), String> {
     Ok(())
 }
 
-/// `cargo xtask fuzz --seconds N`: builds every target of `fuzz/` once (cargo-fuzz, nightly
-/// toolchain), then runs each for N seconds from its committed seeds (`fuzz/corpus/<target>`),
+/// `cargo xtask fuzz --seconds N`: builds every target of `fuzz/` once (nightly toolchain,
+/// cargo-fuzz's flags), then runs each for N seconds from its committed seeds (`fuzz/corpus/<target>`),
 /// `--jobs` of them at a time (default 2, one per core of the CI machine). What a run
 /// discovers goes to `fuzz/target/corpus/<target>` (ignored), so the committed seeds only
 /// change by hand; a crash is kept in `fuzz/artifacts/<target>/` and fails the run after every
 /// target has had its turn.
 ///
-/// The default build is the one CI can afford: `--dev` (fuzz/Cargo.toml gives it opt-level 1)
-/// without a sanitizer, coverage instrumentation kept. `--asan` builds cargo-fuzz's default
-/// instead (opt-level 3, one codegen unit, AddressSanitizer), for long runs by hand.
+/// The default build is the one CI can afford: cargo-fuzz's `--dev` (fuzz/Cargo.toml gives it
+/// opt-level 1) without a sanitizer, coverage instrumentation kept, run as the plain `cargo
+/// build` cargo-fuzz would run, so that CI does not compile cargo-fuzz first. `--asan`
+/// builds cargo-fuzz's default instead (opt-level 3, one codegen unit, AddressSanitizer),
+/// for long runs by hand, with cargo-fuzz itself.
 fn fuzz(args: &[String]) -> Result<(), String> {
     let root = root();
     let mut seconds: Option<u64> = None;
@@ -230,39 +613,17 @@ fn fuzz(args: &[String]) -> Result<(), String> {
         without_package_vars(&mut c);
         c
     };
-    let has_fuzz = nightly("cargo")
-        .args(["fuzz", "--version"])
+    if !nightly("cargo")
+        .arg("--version")
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
         .status()
-        .is_ok_and(|s| s.success());
-    if !has_fuzz {
-        if !nightly("cargo")
-            .arg("--version")
-            .stdout(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-        {
-            return Err(
-                "fuzz: the nightly toolchain is missing (rustup toolchain install nightly)".into(),
-            );
-        }
-        // Into the default cargo bin directory, where `cargo fuzz` finds it next time.
-        run(nightly("cargo").args(["install", "cargo-fuzz", "--locked"]))?;
+        .is_ok_and(|s| s.success())
+    {
+        return Err(
+            "fuzz: the nightly toolchain is missing (rustup toolchain install nightly)".into(),
+        );
     }
-    let listed = nightly("cargo")
-        .args(["fuzz", "list"])
-        .output()
-        .map_err(|e| format!("cannot run cargo fuzz list: {e}"))?;
-    let all: Vec<String> = String::from_utf8_lossy(&listed.stdout)
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .map(str::to_owned)
-        .collect();
-    if all.is_empty() {
-        return Err("fuzz: cargo fuzz list found no targets in fuzz/".into());
-    }
+    let all = fuzz_targets(&root)?;
     let targets = match only {
         Some(list) => {
             if let Some(bad) = list.iter().find(|t| !all.contains(t)) {
@@ -287,9 +648,34 @@ fn fuzz(args: &[String]) -> Result<(), String> {
     // One build for all of them: they share every dependency.
     let started = std::time::Instant::now();
     let mut build = nightly("cargo");
-    build.args(["fuzz", "build", "--target", &host]);
-    if !asan {
-        build.args(["--dev", "--sanitizer", "none"]);
+    if asan {
+        // cargo-fuzz's own release build with AddressSanitizer: only by hand, so only then is
+        // cargo-fuzz needed (a minute to compile it).
+        let has_fuzz = nightly("cargo")
+            .args(["fuzz", "--version"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !has_fuzz {
+            // Into the default cargo bin directory, where `cargo fuzz` finds it next time.
+            run(nightly("cargo").args(["install", "cargo-fuzz", "--locked"]))?;
+        }
+        build.args(["fuzz", "build", "--target", &host]);
+    } else {
+        // What `cargo fuzz build --dev --sanitizer none` runs, without compiling cargo-fuzz
+        // on every fresh machine: the same command and flags ([`FUZZ_DEV_RUSTFLAGS`]), so a
+        // `cargo fuzz run --dev -s none` by hand reuses this build.
+        let mut flags = FUZZ_DEV_RUSTFLAGS.join(" ");
+        if let Ok(more) = std::env::var("RUSTFLAGS") {
+            flags.push(' ');
+            flags.push_str(&more);
+        }
+        build
+            .args(["build", "--manifest-path"])
+            .arg(root.join("fuzz/Cargo.toml"))
+            .args(["--target", &host, "--bins"])
+            .env("RUSTFLAGS", flags);
     }
     run(&mut build)?;
     println!(
@@ -382,10 +768,57 @@ fn fuzz(args: &[String]) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "fuzz targets failed: {} (the inputs are in fuzz/artifacts/<target>/; reproduce with `cargo +nightly fuzz run --dev -s none <target> <file>`)",
-            failed.join(", ")
+            "fuzz targets failed: {} (the inputs are in fuzz/artifacts/<target>/; reproduce with `{}/<target> <file>`)",
+            failed.join(", "),
+            bin_dir.display()
         ))
     }
+}
+
+/// The RUSTFLAGS that cargo-fuzz 0.13 gives `cargo fuzz build --dev --sanitizer none` on
+/// Linux (`Project::cargo` in its `project.rs`): libFuzzer's coverage instrumentation
+/// (8-bit counters, the PC table, comparisons traced, stack depth), branch folding off so
+/// each branch keeps its counter, `cfg(fuzzing)`, and debug assertions.
+const FUZZ_DEV_RUSTFLAGS: &[&str] = &[
+    "-Cpasses=sancov-module",
+    "-Cllvm-args=-sanitizer-coverage-level=4",
+    "-Cllvm-args=-sanitizer-coverage-inline-8bit-counters",
+    "-Cllvm-args=-sanitizer-coverage-pc-table",
+    "-Cllvm-args=-sanitizer-coverage-trace-compares",
+    "--cfg",
+    "fuzzing",
+    "-Cllvm-args=-simplifycfg-branch-fold-threshold=0",
+    "-Cllvm-args=-sanitizer-coverage-stack-depth",
+    "-Cdebug-assertions",
+];
+
+/// The fuzz targets: the `[[bin]]` names of `fuzz/Cargo.toml`, in its order (what
+/// `cargo fuzz list` prints).
+fn fuzz_targets(root: &Path) -> Result<Vec<String>, String> {
+    let path = root.join("fuzz/Cargo.toml");
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let mut names = Vec::new();
+    let mut in_bin = false;
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_bin = line == "[[bin]]";
+        } else if in_bin
+            && let Some(value) = line
+                .strip_prefix("name")
+                .and_then(|rest| rest.trim_start().strip_prefix('='))
+        {
+            let name = value.trim().trim_matches('"');
+            if name.is_empty() {
+                return Err(format!("{}: a [[bin]] without a name", path.display()));
+            }
+            names.push(name.to_owned());
+        }
+    }
+    if names.is_empty() {
+        return Err(format!("fuzz: no [[bin]] target in {}", path.display()));
+    }
+    Ok(names)
 }
 
 /// The conformance suite and Node, pinned; installed from the npm registry into `.cache`.
@@ -463,14 +896,7 @@ fn conformance() -> Result<(), String> {
             .arg(&prefix)
             .args([NODE_PKG, CONFORMANCE_PKG]))?;
     }
-    // The suite's fixtures are a test-only provider, compiled in only for this run.
-    run(cargo_cmd().current_dir(&root).args([
-        "build",
-        "-p",
-        "mcp-resources",
-        "--features",
-        "conformance",
-    ]))?;
+    conformance_build(&root)?;
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map_err(|e| format!("no free port: {e}"))?
@@ -529,6 +955,18 @@ fn conformance() -> Result<(), String> {
             failed.join(", ")
         ))
     }
+}
+
+/// The binary with the suite's fixtures, a test-only provider compiled in only for the
+/// conformance run, in `target/debug/mcp-resources`.
+fn conformance_build(root: &Path) -> Result<(), String> {
+    run(cargo_cmd().current_dir(root).args([
+        "build",
+        "-p",
+        "mcp-resources",
+        "--features",
+        "conformance",
+    ]))
 }
 
 /// The scenarios of [`SCENARIOS`] that the gateway pass runs: those about resources (every
@@ -1217,6 +1655,55 @@ mod tests {
                 ("wire-schema-valid".into(), "SUCCESS".into()),
             ]
         );
+    }
+
+    #[test]
+    fn result_counts_reads_the_harness_summary() {
+        assert_eq!(
+            result_counts(
+                "ok. 12 passed; 0 failed; 2 ignored; 0 measured; 0 filtered out; finished in 3.21s"
+            ),
+            (12, 0, 2)
+        );
+        assert_eq!(
+            result_counts(
+                "FAILED. 3 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.50s"
+            ),
+            (3, 1, 0)
+        );
+    }
+
+    #[test]
+    fn every_binary_named_in_the_test_lists_is_a_test_file() {
+        let root = root();
+        for key in RUN_ALONE.iter().chain(SLOW_FIRST) {
+            let (package, name) = key.split_once(':').expect("package:target");
+            let found = std::fs::read_dir(root.join("crates"))
+                .expect("crates/")
+                .map(|e| e.expect("an entry").path())
+                .filter(|dir| {
+                    std::fs::read_to_string(dir.join("Cargo.toml"))
+                        .is_ok_and(|t| t.contains(&format!("name = \"{package}\"")))
+                })
+                .any(|dir| dir.join("tests").join(format!("{name}.rs")).exists());
+            assert!(found, "{key} names no test file");
+        }
+    }
+
+    #[test]
+    fn every_fuzz_target_file_is_a_listed_target() {
+        let root = root();
+        let listed = fuzz_targets(&root).expect("fuzz/Cargo.toml");
+        let mut files: Vec<String> = std::fs::read_dir(root.join("fuzz/fuzz_targets"))
+            .expect("fuzz/fuzz_targets")
+            .map(|e| e.expect("an entry").path())
+            .filter_map(|p| Some(p.file_stem()?.to_str()?.to_owned()))
+            .collect();
+        files.sort();
+        let mut sorted = listed.clone();
+        sorted.sort();
+        assert_eq!(sorted, files);
+        assert!(listed.iter().all(|n| !n.contains('"') && !n.contains(' ')));
     }
 
     #[test]
