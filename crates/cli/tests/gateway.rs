@@ -43,6 +43,21 @@ fn upstream_config(dir: &Path, root: &Path, token: bool) -> PathBuf {
     path
 }
 
+/// `serve --config gw` over HTTP on a free loopback port, every dependency's trace logged to
+/// `log`: the secret tests read that log whole.
+fn traced_gateway(gw: &Path, log: &Path) -> Command {
+    let mut serve = Command::new(bin());
+    serve
+        .args(["serve", "--config"])
+        .arg(gw)
+        .args(["--http", &format!("127.0.0.1:{}", free_port())])
+        .env("RUST_LOG", "trace")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap());
+    serve
+}
+
 /// The gateway's config: a local files mount, then `mounts` (TOML of `[[mount]]` tables).
 fn gateway_config(dir: &Path, local: &Path, mounts: &str) -> PathBuf {
     let s = format!(
@@ -637,16 +652,8 @@ fn secrets_stay_out_of_the_trace_log() {
         ),
     );
     let log = tmp.path().join("gateway.log");
-    let mut serve = Command::new(bin());
-    serve
-        .args(["serve", "--config"])
-        .arg(&gw)
-        .args(["--http", &format!("127.0.0.1:{}", free_port())])
-        .env("GW_TOKEN", token)
-        .env("RUST_LOG", "trace")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap());
+    let mut serve = traced_gateway(&gw, &log);
+    serve.env("GW_TOKEN", token);
     let args: Vec<String> = serve
         .get_args()
         .map(|a| a.to_string_lossy().into_owned())
@@ -723,15 +730,7 @@ fn an_upstream_printing_its_env_leaks_no_secret_into_our_log() {
         ),
     );
     let log = tmp.path().join("gateway.log");
-    let mut serve = Command::new(bin());
-    serve
-        .args(["serve", "--config"])
-        .arg(&gw)
-        .args(["--http", &format!("127.0.0.1:{}", free_port())])
-        .env("RUST_LOG", "trace")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap());
+    let mut serve = traced_gateway(&gw, &log);
     let _gateway = Guard(serve.spawn().unwrap());
     let deadline = Instant::now() + Duration::from_secs(30);
     let text = loop {

@@ -1190,12 +1190,10 @@ for line in sys.stdin:
         found
     }
 
-    /// An upstream's template or read `contents[].uri` that cannot be a URI (a control
-    /// character, a space, no scheme) is never relayed: the template is left out, as such an
-    /// entry of a listing is, and the read refused naming the mount.
-    #[tokio::test]
-    async fn unparseable_uris_of_templates_and_contents_are_not_relayed() {
-        let Some(python) = python() else { return };
+    /// A mount `m` on the legacy upstream [`SUBSCRIBED`] (with the folder holding its script),
+    /// or `None` where there is no Python.
+    async fn subscribed() -> Option<(tempfile::TempDir, crate::McpProvider)> {
+        let python = python()?;
         let dir = tempfile::tempdir().unwrap();
         let script = dir.path().join("subs.py");
         std::fs::write(&script, SUBSCRIBED).unwrap();
@@ -1209,6 +1207,17 @@ for line in sys.stdin:
         );
         config.protocol = Protocol::Legacy;
         let provider = crate::McpProvider::start(config).await.unwrap();
+        Some((dir, provider))
+    }
+
+    /// An upstream's template or read `contents[].uri` that cannot be a URI (a control
+    /// character, a space, no scheme) is never relayed: the template is left out, as such an
+    /// entry of a listing is, and the read refused naming the mount.
+    #[tokio::test]
+    async fn unparseable_uris_of_templates_and_contents_are_not_relayed() {
+        let Some((_dir, provider)) = subscribed().await else {
+            return;
+        };
         let templates: Vec<String> = provider
             .templates()
             .iter()
@@ -1233,20 +1242,9 @@ for line in sys.stdin:
     /// after the fresh subscribe and undo it.
     #[tokio::test]
     async fn an_unsubscribe_never_lands_after_a_fresh_subscribe() {
-        let Some(python) = python() else { return };
-        let dir = tempfile::tempdir().unwrap();
-        let script = dir.path().join("subs.py");
-        std::fs::write(&script, SUBSCRIBED).unwrap();
-        let mut config = McpConfig::new(
-            "m",
-            Upstream::Stdio {
-                command: python,
-                args: vec![script.display().to_string()],
-                env: Vec::new(),
-            },
-        );
-        config.protocol = Protocol::Legacy;
-        let provider = crate::McpProvider::start(config).await.unwrap();
+        let Some((_dir, provider)) = subscribed().await else {
+            return;
+        };
         let sink = ChangeSink::new(Arc::new(LocalBus::new(16)), "m");
         let uri = ResourceUri::parse("m+x://a").unwrap();
         let state = ResourceUri::parse("m+x://state").unwrap();
