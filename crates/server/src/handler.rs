@@ -754,7 +754,10 @@ impl McpHandler {
 /// listen compares against once its watches are in place (see
 /// [`Service::prepare_listen`]). This takes them before rmcp dispatches the request, so a
 /// change the client makes the moment it sees the acknowledgment is still reported. Serve
-/// this, not the bare handler (stdio in the binary, each HTTP session).
+/// this, not the bare handler, wherever the transport takes any rmcp service (stdio in the
+/// binary); rmcp's HTTP service takes only a `ServerHandler`, so HTTP serves the bare
+/// handler, whose `accepted_subscription_filter` takes the tokens instead
+/// (`McpHandler::prepare_listen_now`).
 pub struct Served(McpHandler);
 
 impl From<McpHandler> for Served {
