@@ -7,7 +7,7 @@
 //! `PATH`. Without it a test says SKIPPED and passes, except under `CI=true`, where it fails.
 
 use std::io::{Read as _, Write as _};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
@@ -45,23 +45,35 @@ impl Moto {
 
     /// One request with the extra header lines `headers` (each ending in CRLF).
     fn request(&self, method: &str, path: &str, headers: &str, body: &[u8]) {
-        let host = format!("127.0.0.1:{}", self.port);
-        let mut s = TcpStream::connect(&host).expect("connect to moto");
-        s.set_read_timeout(Some(Duration::from_secs(10))).ok();
-        let head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {host}\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n",
-            body.len()
-        );
-        s.write_all(head.as_bytes()).expect("write to moto");
-        s.write_all(body).expect("write to moto");
-        let mut answer = String::new();
-        let _ = s.read_to_string(&mut answer);
+        let answer = exchange(self.port, method, path, headers, body).expect("connect to moto");
         assert!(
             answer.starts_with("HTTP/1.1 200"),
             "moto {method} {path}: {}",
             answer.lines().next().unwrap_or("no answer")
         );
     }
+}
+
+/// One HTTP/1.1 request to `127.0.0.1:port`, the answer whole (the connection is closed).
+fn exchange(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &str,
+    body: &[u8],
+) -> std::io::Result<String> {
+    let host = format!("127.0.0.1:{port}");
+    let mut s = TcpStream::connect(&host)?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes())?;
+    s.write_all(body)?;
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    Ok(answer)
 }
 
 /// Where `moto_server` is, if anywhere.
@@ -80,6 +92,20 @@ fn binary() -> Option<PathBuf> {
 }
 
 fn start(bin: PathBuf) -> Moto {
+    // The port is free when picked and taken by moto a moment later; another server of the
+    // same test binary may take it first (a listener that answers, then goes). So moto is
+    // ready only once an S3 request is answered as moto answers it; else a new port.
+    for _ in 0..3 {
+        if let Some(moto) = try_start(&bin) {
+            return moto;
+        }
+    }
+    panic!("moto_server did not answer on a port of its own in three tries");
+}
+
+/// moto on a fresh port, once it answers a bucket creation; `None` when something else
+/// answered on that port or nothing did within 30 s.
+fn try_start(bin: &std::path::Path) -> Option<Moto> {
     let port = TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free loopback port")
@@ -95,19 +121,24 @@ fn start(bin: PathBuf) -> Moto {
         .stderr(Stdio::null())
         .spawn()
         .expect("start moto_server");
-    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "moto_server did not listen on {addr} within 30 s"
-        );
-        std::thread::sleep(Duration::from_millis(100));
+    let probe = format!("/mcpr-ready-{port}");
+    while Instant::now() < deadline {
+        match exchange(port, "PUT", &probe, "", b"") {
+            Ok(answer) if answer.starts_with("HTTP/1.1 200") => {
+                return Some(Moto {
+                    port,
+                    _child: child,
+                });
+            }
+            // Something that is not moto answered: the port was taken first.
+            Ok(_) => break,
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
     }
-    Moto {
-        port,
-        _child: child,
-    }
+    // Dropping the child closes its stdin: the shell stops this moto, if it started.
+    drop(child);
+    None
 }
 
 /// The shared moto server of this test binary; `None` (after saying SKIPPED) when moto is
