@@ -49,6 +49,15 @@ fn run(cmd: &mut Command) -> Result<(), String> {
     }
 }
 
+/// The number after `--jobs`: how many at a time, at least one.
+fn jobs_arg(it: &mut std::slice::Iter<'_, String>) -> Result<usize, String> {
+    let n = it.next().ok_or("--jobs needs a number")?;
+    n.parse()
+        .ok()
+        .filter(|&j| j > 0)
+        .ok_or_else(|| format!("--jobs: {n:?} is not a positive number"))
+}
+
 fn test(args: &[String]) -> Result<(), String> {
     let root = root();
     let mut rust_only = false;
@@ -57,14 +66,7 @@ fn test(args: &[String]) -> Result<(), String> {
     while let Some(a) = it.next() {
         match a.as_str() {
             "--rust-only" => rust_only = true,
-            "--jobs" => {
-                let n = it.next().ok_or("--jobs needs a number")?;
-                jobs = n
-                    .parse()
-                    .ok()
-                    .filter(|&j| j > 0)
-                    .ok_or_else(|| format!("--jobs: {n:?} is not a positive number"))?;
-            }
+            "--jobs" => jobs = jobs_arg(&mut it)?,
             other => return Err(format!("test: unknown argument {other}")),
         }
     }
@@ -584,14 +586,7 @@ fn fuzz(args: &[String]) -> Result<(), String> {
                 only = Some(list.split(',').map(str::to_owned).collect());
             }
             "--asan" => asan = true,
-            "--jobs" => {
-                let n = it.next().ok_or("--jobs needs a number")?;
-                jobs = n
-                    .parse()
-                    .ok()
-                    .filter(|&j| j > 0)
-                    .ok_or_else(|| format!("--jobs: {n:?} is not a positive number"))?;
-            }
+            "--jobs" => jobs = jobs_arg(&mut it)?,
             other => return Err(format!("fuzz: unknown argument {other}")),
         }
     }
