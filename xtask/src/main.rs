@@ -49,6 +49,19 @@ fn run(cmd: &mut Command) -> Result<(), String> {
     }
 }
 
+/// `python -m pip install`, quietly: the venvs' installs (the e2e suite's, the bench peers').
+fn pip_install(python: &Path) -> Command {
+    let mut c = Command::new(python);
+    c.args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+    ]);
+    c
+}
+
 /// The number after `--jobs`: how many at a time, at least one.
 fn jobs_arg(it: &mut std::slice::Iter<'_, String>) -> Result<usize, String> {
     let n = it.next().ok_or("--jobs needs a number")?;
@@ -81,15 +94,8 @@ fn test(args: &[String]) -> Result<(), String> {
                 let base = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
                 run(Command::new(base).args(["-m", "venv"]).arg(&venv))?;
             }
-            run(Command::new(&python)
-                .args([
-                    "-m",
-                    "pip",
-                    "install",
-                    "--quiet",
-                    "--disable-pip-version-check",
-                    "-r",
-                ])
+            run(pip_install(&python)
+                .arg("-r")
                 .arg(root.join(E2E_REQUIREMENTS)))
         })?;
     }
@@ -1589,16 +1595,8 @@ fn opendal_peer(cache: &Path) -> Result<PathBuf, String> {
     )?;
     run(Command::new(&python).args(["-m", "venv"]).arg(&venv))
         .map_err(|e| format!("cannot create a venv: {e}"))?;
-    run(Command::new(venv.join("bin/python"))
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-        ])
-        .args(BENCH_PY_PEERS))
-    .map_err(|e| format!("cannot install {}: {e}", BENCH_PY_PEERS.join(" ")))?;
+    run(pip_install(&venv.join("bin/python")).args(BENCH_PY_PEERS))
+        .map_err(|e| format!("cannot install {}: {e}", BENCH_PY_PEERS.join(" ")))?;
     Ok(bin)
 }
 
