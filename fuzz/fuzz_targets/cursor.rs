@@ -6,10 +6,11 @@
 
 use libfuzzer_sys::fuzz_target;
 use mcpr_core::cursor::MAX_CURSOR_LEN;
-use mcpr_core::{CursorCodec, PageCursor};
+use mcpr_core::{CursorCodec, CursorSecret, PageCursor};
 
 fuzz_target!(|data: &[u8]| {
-    let codec = CursorCodec::new("fuzz-build", b"mounts: files file:///srv");
+    let secret = CursorSecret::new(b"fuzz secret");
+    let codec = CursorCodec::new("fuzz-build", b"mounts: files file:///srv", &secret);
     // Any input as a client's cursor string: it verifies only if it is exactly what the codec
     // mints for what it decodes to.
     if let Ok(text) = std::str::from_utf8(data)
@@ -33,16 +34,25 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     assert_eq!(codec.decode(&minted).as_ref(), Ok(&cursor));
-    // Another build or another mount layout refuses it.
+    // Another build, another mount layout or another secret refuses it.
     assert!(
-        CursorCodec::new("fuzz-build-2", b"mounts: files file:///srv")
+        CursorCodec::new("fuzz-build-2", b"mounts: files file:///srv", &secret)
             .decode(&minted)
             .is_err()
     );
     assert!(
-        CursorCodec::new("fuzz-build", b"mounts: files file:///srv2")
+        CursorCodec::new("fuzz-build", b"mounts: files file:///srv2", &secret)
             .decode(&minted)
             .is_err()
+    );
+    assert!(
+        CursorCodec::new(
+            "fuzz-build",
+            b"mounts: files file:///srv",
+            &CursorSecret::new(b"another")
+        )
+        .decode(&minted)
+        .is_err()
     );
     // Every one-character change, truncation and extension is refused.
     let bytes = minted.as_bytes();

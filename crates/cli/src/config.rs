@@ -163,6 +163,12 @@ pub fn parse(
     if let Some(c) = cluster {
         cfg.cluster = Some(cluster_config(&file, c, cfg.server.max_watches)?);
     }
+    // Every replica continues the others' listings: their cursors are sealed under the
+    // secret they share (each derives its own key from it, apart from the bus's keys).
+    #[cfg(feature = "cluster")]
+    if let Some(c) = &cfg.cluster {
+        cfg.server.cursor_secret = Some(mcpr_core::CursorSecret::new(c.secret.as_bytes()));
+    }
     let Some(mounts) = mounts else {
         return Ok(cfg);
     };

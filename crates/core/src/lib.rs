@@ -40,7 +40,7 @@ pub use change::{
     ChangeBus, ChangeEvent, ChangeFeed, ChangeSink, ClusterStatus, FeedItem, Interest, LocalBus,
     LocalWatching, WatchGuard, Watching,
 };
-pub use cursor::{CursorCodec, CursorError, PageCursor};
+pub use cursor::{CursorCodec, CursorError, CursorSecret, PageCursor};
 pub use deny::{DEFAULT_DENY, DenyList};
 pub use error::{Error, ErrorKind, Limit, Result};
 pub use provider::{

@@ -1,11 +1,15 @@
 //! Property tests for the cursor codec: every cursor round-trips, and no modification of an
 //! issued cursor (flipped character, truncation, extension, another key) is accepted.
 
-use mcpr_core::{CursorCodec, PageCursor};
+use mcpr_core::{CursorCodec, CursorSecret, PageCursor};
 use proptest::prelude::*;
 
 fn codec() -> CursorCodec {
-    CursorCodec::new("mcp-resources@test", b"files\0file:///srv/docs\0\x01")
+    CursorCodec::new(
+        "mcp-resources@test",
+        b"files\0file:///srv/docs\0\x01",
+        &CursorSecret::new(b"a test secret"),
+    )
 }
 
 proptest! {
@@ -52,7 +56,11 @@ proptest! {
     #[test]
     fn foreign_cursors_are_rejected(position in proptest::collection::vec(any::<u8>(), 0..64), build in "[a-z0-9.@-]{1,20}") {
         let ours = codec();
-        let theirs = CursorCodec::new(&build, b"files\0file:///srv/docs\0\x01");
+        let theirs = CursorCodec::new(
+            &build,
+            b"files\0file:///srv/docs\0\x01",
+            &CursorSecret::new(b"a test secret"),
+        );
         prop_assume!(build != "mcp-resources@test");
         let s = theirs.encode(&PageCursor { mount: 0, position });
         prop_assert!(ours.decode(&s).is_err());

@@ -79,6 +79,10 @@ pub struct Settings {
     pub tools: bool,
     /// The mounts that carry skills (SEP-2640), with their settings.
     pub skills: Vec<skills::SkillsSetting>,
+    /// The secret cursors are sealed under: a cluster's `[cluster] secret`, so that every
+    /// replica continues the others' listings. `None` takes a random one, and cursors then
+    /// do not outlive the process.
+    pub cursor_secret: Option<mcpr_core::CursorSecret>,
 }
 
 impl Default for Settings {
@@ -95,6 +99,7 @@ impl Default for Settings {
             max_watches: 100_000,
             tools: false,
             skills: Vec::new(),
+            cursor_secret: None,
         }
     }
 }
@@ -160,7 +165,7 @@ impl ServerState {
         bus: Arc<dyn ChangeBus>,
         watching: Arc<dyn mcpr_core::Watching>,
     ) -> Arc<Self> {
-        // Cursors from another build or another mount layout must not verify.
+        // Cursors from another build, another mount layout or another secret must not verify.
         let mut fingerprint = Vec::new();
         for m in router.mounts() {
             fingerprint.extend_from_slice(m.provider.info().kind.as_bytes());
@@ -174,6 +179,10 @@ impl ServerState {
         let codec = CursorCodec::new(
             concat!(env!("CARGO_PKG_NAME"), "@", env!("CARGO_PKG_VERSION")),
             &fingerprint,
+            &settings
+                .cursor_secret
+                .clone()
+                .unwrap_or_else(mcpr_core::CursorSecret::random),
         );
         let list_cache = router
             .mounts()

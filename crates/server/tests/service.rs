@@ -117,6 +117,7 @@ struct Two {
     _dirs: (tempfile::TempDir, tempfile::TempDir),
     files: PathBuf,
     state: Arc<ServerState>,
+    providers: Vec<(Arc<dyn Provider>, Option<String>)>,
 }
 
 fn two_mounts(settings: Settings) -> Two {
@@ -132,16 +133,76 @@ fn two_mounts(settings: Settings) -> Two {
     let files_provider: Arc<dyn Provider> =
         Arc::new(FilesProvider::new(FilesConfig::new(&files)).unwrap());
     let notes: Arc<dyn Provider> = Arc::new(NotesProvider::new(notes_dir.path()));
+    let providers = vec![(files_provider, None), (notes, Some("notes".into()))];
     let state = ServerState::with_bus(
         settings,
-        vec![(files_provider, None), (notes, Some("notes".into()))],
+        providers.clone(),
         Arc::new(mcpr_core::LocalBus::default()),
     );
     Two {
         _dirs: (files_dir, notes_dir),
         files,
         state,
+        providers,
     }
+}
+
+impl Two {
+    /// Another server over the same mounts (the same build and layout), with `settings`.
+    fn another_server(&self, settings: Settings) -> Service {
+        Service::new(ServerState::with_bus(
+            settings,
+            self.providers.clone(),
+            Arc::new(mcpr_core::LocalBus::default()),
+        ))
+    }
+}
+
+/// Cursors are sealed under a secret: a server of the same build and mounts with a secret
+/// of its own (random, as every server without `[cluster]`, and as the same server after a
+/// restart) refuses another's cursor with -32602, saying why; one that shares the secret
+/// (a cluster's replicas share `[cluster] secret`) continues the listing.
+#[tokio::test]
+async fn a_cursor_continues_only_on_a_server_sharing_its_secret() {
+    let shared = |page_size| Settings {
+        cursor_secret: Some(mcpr_core::CursorSecret::new(
+            b"one cluster's secret, 32 bytes+",
+        )),
+        ..settings(page_size)
+    };
+    let t = two_mounts(shared(3));
+    let first = Service::new(t.state.clone())
+        .list(None, None)
+        .await
+        .unwrap();
+    let cursor = first.next_cursor.expect("8 entries on pages of 3");
+
+    let err = t
+        .another_server(settings(3))
+        .list(None, Some(&cursor))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::InvalidCursor, "{err}");
+    assert!(
+        err.message
+            .contains("another server build, configuration or run"),
+        "{err}"
+    );
+    assert_eq!(to_mcp_error(err).code.0, -32602);
+
+    let second = t
+        .another_server(shared(3))
+        .list(None, Some(&cursor))
+        .await
+        .unwrap();
+    let here = Service::new(t.state.clone())
+        .list(None, Some(&cursor))
+        .await
+        .unwrap();
+    let uris =
+        |p: &mcpr_server::ListPage| p.items.iter().map(|m| m.uri.clone()).collect::<Vec<_>>();
+    assert_eq!(uris(&second), uris(&here));
+    assert_eq!(second.items.len(), 3);
 }
 
 fn grant(scopes: &[&str], personal: bool) -> Grant {
