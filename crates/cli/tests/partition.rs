@@ -5,8 +5,8 @@
 //! (TCP sees no reset, only silence), not slow or lossy links. Checked, on one set of
 //! namespaces and replicas to keep the time modest:
 //! - a replica whose bus link is cut reports it (`/readyz` 503, `mcp_cluster_connected 0`)
-//!   within twice the lease TTL, and serves its own clients from its own watches meanwhile
-//!   (`mcp_cluster_standalone_watches`);
+//!   within twice the lease TTL, and serves its own clients from its own watches meanwhile,
+//!   one per file however many of its clients watch it (`mcp_cluster_standalone_watches`);
 //! - a change made during the cut reaches every stream, on the cut replica too, within 5 s
 //!   of the heal (at most twice);
 //! - a cut longer than the TTL loses none of the cut replica's subscriptions: the watcher
@@ -694,10 +694,14 @@ async fn a_partitioned_replica_notices_keeps_serving_and_rejoins() {
         watched.push(uris.len() as f64);
         streams.push(r.listen(&http, &uris).await);
     }
+    // A second client of the replica cut first, on a file its first client watches too:
+    // cut off, the replica still runs one watch per file, not one per client.
+    let second = replicas[c].listen(&http, &[all.as_str()]).await;
     let s: Vec<&Heard> = streams.iter().collect();
     tokio::time::sleep(Duration::from_millis(300)).await;
     rewrite(&files.join("all.txt"), "v1");
     expect_heard(&s, &all, &[1; 3], &[1; 3], Duration::from_secs(5)).await;
+    expect_heard(&[&second], &all, &[1], &[1], Duration::from_secs(5)).await;
 
     // 1. Cut a replica's bus link for four TTLs: it notices within two.
     // The watches the watcher has started (through its layer, counted): none starts again
@@ -732,6 +736,8 @@ async fn a_partitioned_replica_notices_keeps_serving_and_rejoins() {
     // its own watch.
     rewrite(&files.join("all.txt"), "v2");
     let during = expect_heard(&s, &all, &[2; 3], &[2; 3], Duration::from_secs(5)).await;
+    expect_heard(&[&second], &all, &[2], &[2], Duration::from_secs(5)).await;
+    assert_eq!(rc.gauge(&http, &series).await, Some(watched[c]));
     // Past the TTL of silence, the watcher still watches what only the cut replica's
     // client wants (it keeps a silent replica's interests for a minute).
     let rest = (ttl * 4).saturating_sub(cut.elapsed());
