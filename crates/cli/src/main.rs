@@ -430,7 +430,7 @@ fn serve(
         // The mounts first: a cluster's watcher calls their providers through the server's
         // layer, counted with this replica's own calls.
         let router = mcpr_server::Router::new(providers);
-        let (bus, watching, nats) = change_seams(&cfg, &router).await?;
+        let (bus, watching, nats, leave) = change_seams(&cfg, &router).await?;
         let state = ServerState::with_router(cfg.server.clone(), router, bus, watching);
         warn_about_skills(&state);
         match http_settings {
@@ -457,7 +457,13 @@ fn serve(
                     .await
                     .map_err(|e| anyhow::anyhow!(e))?;
                 eprintln!("mcp-resources: serving MCP on http://{}{}", server.local_addr, cfg.http.as_ref().and_then(|h| h.path.clone()).unwrap_or_else(|| "/mcp".into()));
-                server.wait().await.map_err(|e| anyhow::anyhow!(e))?;
+                let served = server.wait().await;
+                // Drained: the watchers of shared mounts may end what only this replica's
+                // clients wanted now, rather than after its silence.
+                if let Some(leave) = leave {
+                    leave.await;
+                }
+                served.map_err(|e| anyhow::anyhow!(e))?;
             }
             None => {
                 // After the mounts are built, so a configuration error is what a user
@@ -586,6 +592,7 @@ async fn change_seams(
     Arc<dyn mcpr_core::ChangeBus>,
     Arc<dyn mcpr_core::Watching>,
     Option<NatsClient>,
+    Option<Leave>,
 )> {
     #[cfg(feature = "cluster")]
     if let Some(c) = &cfg.cluster {
@@ -602,10 +609,12 @@ async fn change_seams(
         let joined = mcpr_cluster::join(c.clone(), mounts)
             .await
             .map_err(|e| anyhow::anyhow!(e))?;
+        let watching = joined.watching.clone();
         return Ok((
             Arc::new(joined.bus),
             Arc::new(joined.watching),
             Some((joined.client, joined.seal)),
+            Some(Box::pin(async move { watching.leave().await })),
         ));
     }
     let _ = (cfg, router);
@@ -613,8 +622,13 @@ async fn change_seams(
         Arc::new(mcpr_core::LocalBus::default()),
         Arc::new(mcpr_core::LocalWatching),
         None,
+        None,
     ))
 }
+
+/// What a replica does last, once its server has drained: tell the cluster's watchers it is
+/// gone (`ClusterWatching::leave`).
+type Leave = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 /// The HTTP settings: `[http]` from the config, with `--http` overriding the address.
 fn http_settings(

@@ -5,12 +5,13 @@
 //! (TCP sees no reset, only silence), not slow or lossy links. Checked, on one set of
 //! namespaces and replicas to keep the time modest:
 //! - a replica whose bus link is cut reports it (`/readyz` 503, `mcp_cluster_connected 0`)
-//!   within twice the lease TTL, and serves its own clients from its own watches meanwhile
-//!   (`mcp_cluster_standalone_watches`);
+//!   within twice the lease TTL, and serves its own clients from its own watches meanwhile,
+//!   one per file however many of its clients watch it (`mcp_cluster_standalone_watches`);
 //! - a change made during the cut reaches every stream, on the cut replica too, within 5 s
 //!   of the heal (at most twice);
-//! - a cut longer than the TTL loses none of the cut replica's subscriptions: a file only
-//!   its client watches is heard once after the heal;
+//! - a cut longer than the TTL loses none of the cut replica's subscriptions: the watcher
+//!   keeps its interests (it starts no watch again after the heal), and a file only its
+//!   client watches is heard once after the heal;
 //! - cutting the watcher moves the lease without two holders at any sample;
 //! - NATS cut from every replica for 20 s: each degrades within two TTLs and serves its
 //!   own clients, a change made during the cut reaches every stream once by 5 s after the
@@ -693,12 +694,22 @@ async fn a_partitioned_replica_notices_keeps_serving_and_rejoins() {
         watched.push(uris.len() as f64);
         streams.push(r.listen(&http, &uris).await);
     }
+    // A second client of the replica cut first, on a file its first client watches too:
+    // cut off, the replica still runs one watch per file, not one per client.
+    let second = replicas[c].listen(&http, &[all.as_str()]).await;
     let s: Vec<&Heard> = streams.iter().collect();
     tokio::time::sleep(Duration::from_millis(300)).await;
     rewrite(&files.join("all.txt"), "v1");
     expect_heard(&s, &all, &[1; 3], &[1; 3], Duration::from_secs(5)).await;
+    expect_heard(&[&second], &all, &[1], &[1], Duration::from_secs(5)).await;
 
     // 1. Cut a replica's bus link for four TTLs: it notices within two.
+    // The watches the watcher has started (through its layer, counted): none starts again
+    // for the cut replica, whose interests the watcher keeps through the cut.
+    let watches_started =
+        format!("mcp_provider_calls_total{{mount=\"{mount}\",op=\"watch\",outcome=\"ok\"}} ");
+    let started = replicas[w].gauge(&http, &watches_started).await;
+    assert!(started.is_some(), "no count of the watcher's watches");
     let cut = Instant::now();
     net.bus_link(c, false);
     let rc = &replicas[c];
@@ -725,7 +736,10 @@ async fn a_partitioned_replica_notices_keeps_serving_and_rejoins() {
     // its own watch.
     rewrite(&files.join("all.txt"), "v2");
     let during = expect_heard(&s, &all, &[2; 3], &[2; 3], Duration::from_secs(5)).await;
-    // Past the TTL: the watcher forgot the cut replica's interests (it was silent).
+    expect_heard(&[&second], &all, &[2], &[2], Duration::from_secs(5)).await;
+    assert_eq!(rc.gauge(&http, &series).await, Some(watched[c]));
+    // Past the TTL of silence, the watcher still watches what only the cut replica's
+    // client wants (it keeps a silent replica's interests for a minute).
     let rest = (ttl * 4).saturating_sub(cut.elapsed());
     tokio::time::sleep(rest).await;
     rewrite(&files.join("own.txt"), "v1");
@@ -752,7 +766,8 @@ async fn a_partitioned_replica_notices_keeps_serving_and_rejoins() {
     )
     .await;
     // 2. Its subscriptions survived: after the heal a change of the file only its client
-    // watches reaches it through the cluster's watcher.
+    // watches reaches it through the cluster's watcher, whose watch of it ran throughout
+    // (its re-announcement ended none and started none).
     let before = streams[c].updates(&own);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let changed = Instant::now();
@@ -771,10 +786,15 @@ async fn a_partitioned_replica_notices_keeps_serving_and_rejoins() {
     let mut least: Vec<usize> = s.iter().map(|h| h.updates(&all) + 1).collect();
     least[c] = a + 1;
     expect_heard(&s, &all, &least, &least, Duration::from_secs(5)).await;
+    assert_eq!(
+        replicas[w].gauge(&http, &watches_started).await,
+        started,
+        "the watcher started a watch again: it had dropped the cut replica's interests"
+    );
     eprintln!(
         "cut of replica {c}: degraded after {noticed:?}; a change during the cut heard by every \
          stream in {during:?}; ready {rejoined:?} after the heal; a change after it heard in \
-         {after_heal:?} (written {:?} after the heal)",
+         {after_heal:?} (written {:?} after the heal); the watcher's watches kept throughout",
         changed - healed
     );
 
@@ -815,8 +835,9 @@ async fn a_partitioned_replica_notices_keeps_serving_and_rejoins() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let healed = Instant::now();
     net.bus_link(w, true);
+    // Once, or twice where the issue's bound allows one duplicate per change per stream.
     let least: Vec<usize> = m_before.iter().map(|n| n + 1).collect();
-    let most: Vec<usize> = m_before.iter().map(|n| n + 3).collect();
+    let most: Vec<usize> = m_before.iter().map(|n| n + 2).collect();
     let reach = expect_heard(&s, &moved, &least, &most, Duration::from_secs(5)).await;
     let rw = &replicas[w];
     wait_for(
@@ -1159,7 +1180,10 @@ async fn a_long_cut_and_a_flapping_link_lose_no_change() {
 /// unanswered pings of its own, two minutes apart), while the replica left that connection
 /// long before (three missed pongs) and keeps trying new ones. Two replicas are cut at
 /// once, one for 20 s and one for 70 s (concurrently, so the long cut costs no more wall
-/// time than itself); the watcher stays connected.
+/// time than itself); the watcher stays connected. The watcher keeps a silent replica's
+/// interests for a minute: the 20 s cut finds them kept, the 70 s one forgotten and asked
+/// for again once the replica is heard (the file only its client watches then says it may
+/// have changed, with its token: dropped where that state was heard).
 async fn long_cuts(net: &Net, nats_bin: &Path) {
     let dir = tempfile::tempdir().unwrap();
     let files = dir.path().join("shared");
@@ -1326,8 +1350,8 @@ async fn long_cuts(net: &Net, nats_bin: &Path) {
 /// deadline of two thirds of a TTL, so it lets go and may win its lease again; one around
 /// it (0.7 s: the heal comes just before or just after the connection is dropped); then
 /// outages beyond the TTL (1.2, 2.5 and 4 s: noticed, the lease moves off a flapping
-/// watcher, the watcher forgets a flapping replica's interests and asks for them again once
-/// it hears from it). Up times from 0.3 s (the next cut may come before a reconnection is
+/// watcher, the watcher keeps a flapping replica's interests through them, and the replica
+/// re-announces them on each reconnect). Up times from 0.3 s (the next cut may come before a reconnection is
 /// complete) to 2 s.
 const FLAP_PATTERN: [(u64, u64); 8] = [
     (300, 700),
@@ -1521,6 +1545,12 @@ async fn a_flapping_link(net: &Net, nats_bin: &Path) {
         .map(|(l, _, _)| *l)
         .collect();
     let (slowest, on, at) = latencies[n - 1];
+    // Every change reached every stream within 5 s of it, so within 5 s of the heal of
+    // whatever outage it was made in.
+    assert!(
+        slowest < 5000,
+        "a change took {slowest} ms to reach replica {on}'s stream (made {at} ms in)"
+    );
     eprintln!(
         "the bus link of replica {f} (the watcher at the start) flapping for {flapped:?}, \
          {outages} outages: {} changes, each heard exactly once by every stream; change to \

@@ -15,10 +15,12 @@
 //!   difference: watches the replica still wants keep running (no "may have changed" for
 //!   them), the ones it no longer names end. A replica also re-announces after its own
 //!   reconnect.
-//! - `mcpr.<c>.alive`: every replica's id, every `lease_ttl / 3`; the watcher forgets the
-//!   interests of a replica silent for longer than `lease_ttl`, and asks for them again
-//!   (a sync) once it hears from that replica again, so a replica cut off for longer than
-//!   the TTL loses none of its subscriptions.
+//! - `mcpr.<c>.alive`: every replica's id, every `lease_ttl / 3`. The watcher keeps the
+//!   interests of a replica it no longer hears for twelve TTLs, at least a minute
+//!   ([`forget_after`]): a cut replica lives on, and its watches run through the cut. A
+//!   replica that stops says goodbye (an empty set, [`ClusterWatching::leave`]); one silent
+//!   longer is forgotten, and asked for its interests again (a sync) once it is heard
+//!   again, as it announces them on its reconnect, so none is lost for good.
 //!
 //! Partitions: the client pings NATS every `lease_ttl / 5` and drops a connection that
 //! missed three pongs, so a replica cut off from NATS reports it (`/readyz`,
@@ -193,8 +195,7 @@ pub async fn join(
         .max_reconnects(None)
         // A cut link sends no error: only missed pongs tell. Three missed pongs drop the
         // connection (async-nats's rule), so at a fifth of the TTL a replica cut off
-        // reports it within a TTL, and the watcher's forgetting of its interests (a TTL of
-        // silence) finds it reconnecting rather than believing itself connected.
+        // reports it within a TTL.
         .ping_interval((cfg.lease_ttl / 5).max(Duration::from_millis(100)))
         // An attempt into a cut link waits for its SYN's retransmissions; a short one tries
         // again sooner after the heal.
@@ -460,6 +461,34 @@ impl Inner {
         }
     }
 
+    /// The change token of `uri` of shared mount `mount` as its watcher sees it (hashed as
+    /// tokens travel, [`Seal::change_token`]): asked of the watcher, bounded by half a TTL (at
+    /// most a second), since a listen's acknowledgment waits for it. `None` when no watcher
+    /// answers in time, or its watch has no token.
+    async fn watcher_token(&self, mount: &str, uri: &ResourceUri) -> Option<String> {
+        let m = self.shared.get(mount)?;
+        let topic = ChangeEvent::Updated {
+            uri: uri.as_str().to_owned(),
+        };
+        let payload = json!({"replica": self.cfg.replica, "token_of": topic});
+        let subject = self.subject("want", &m.token);
+        let sealed = self.seal.seal(
+            Kind::Want,
+            &subject,
+            &serde_json::to_vec(&payload).expect("json"),
+        );
+        let within = (self.cfg.lease_ttl / 2).min(Duration::from_secs(1));
+        let msg = tokio::time::timeout(within, self.client.request(subject, sealed))
+            .await
+            .ok()?
+            .ok()?;
+        let answer = self
+            .seal
+            .receive(Kind::Answer, &msg.subject, &msg.payload)?;
+        let v: Value = serde_json::from_slice(answer).ok()?;
+        v.get("token").and_then(Value::as_str).map(str::to_owned)
+    }
+
     /// Drop one local interest; true when it was the last.
     fn forget(&self, mount: &str, topic: &ChangeEvent) -> bool {
         let Some(m) = self.shared.get(mount) else {
@@ -549,6 +578,33 @@ impl Watching for ClusterWatching {
             .await
     }
 
+    /// On a shared mount: this replica's own token where its provider has one (files and
+    /// git always; S3, SQL and api only for a resource this replica watches itself), else
+    /// the watcher's. Hashed either way, so the two compare: a listen takes one before its
+    /// acknowledgment and one once its watches are in place, and a replica that is not the
+    /// watcher has no watch of its own, so without the watcher's token it could not tell a
+    /// change in between (its event may reach this replica before the listen's subscription
+    /// is in the registry, and is then lost to that listen).
+    async fn change_token(
+        &self,
+        mount: &str,
+        provider: &Arc<dyn Provider>,
+        uri: &ResourceUri,
+    ) -> Option<String> {
+        let i = &self.inner;
+        let Some(m) = i.shared.get(mount) else {
+            return provider.change_token(uri).await;
+        };
+        if let Some(t) = provider.change_token(uri).await {
+            return Some(i.seal.change_token(&t));
+        }
+        if m.held.load(Ordering::SeqCst) || !i.takes_part() {
+            // The watcher's watches are this provider's; cut off, nobody else can answer.
+            return None;
+        }
+        i.watcher_token(mount, uri).await
+    }
+
     fn cluster(&self) -> Option<ClusterStatus> {
         let connected = self.inner.connected();
         let problem = if connected {
@@ -603,6 +659,33 @@ impl ClusterWatching {
             .shared
             .get(mount)
             .map_or(0, |m| m.running.load(Ordering::SeqCst))
+    }
+
+    /// Say goodbye, as a replica that stops: for each shared mount, an empty interest set,
+    /// so the watcher ends the watches only this replica wanted now rather than after
+    /// [`forget_after`] of silence. Bounded by a second (NATS may be unreachable).
+    pub async fn leave(&self) {
+        let i = &self.inner;
+        if !i.takes_part() {
+            return;
+        }
+        let bye = async {
+            for m in i.shared.values() {
+                let payload =
+                    json!({"replica": i.cfg.replica, "reset": true, "done": true, "add": []});
+                let payload = serde_json::to_vec(&payload).expect("json");
+                let _ = i
+                    .publish(Kind::Want, i.subject("want", &m.token), &payload)
+                    .await;
+            }
+            let _ = i.client.flush().await;
+        };
+        if tokio::time::timeout(Duration::from_secs(1), bye)
+            .await
+            .is_err()
+        {
+            tracing::debug!("cluster: the goodbye did not reach NATS in time");
+        }
     }
 
     /// How many of this replica's own topics of shared mount `mount` it watches by itself
@@ -1104,10 +1187,12 @@ async fn run_watcher(
                 }
                 _ = sweep.tick() => {
                     let alive = lock(&i.alive).clone();
-                    let fresh = |r: &String| alive.get(r).is_some_and(|t| t.elapsed() <= ttl);
-                    // A replica silent for a TTL may only be cut off: once it is heard
-                    // again, it is asked for its interests (a sync), so they are never
-                    // lost for good while it lives.
+                    let keep = forget_after(ttl);
+                    let fresh = |r: &String| alive.get(r).is_some_and(|t| t.elapsed() <= keep);
+                    // A replica silent that long is taken for gone (a replica that stops
+                    // says so, `ClusterWatching::leave`; one killed cannot). If it was only
+                    // cut off, it is asked for its interests (a sync) once it is heard
+                    // again, and it announces them on its reconnect: never lost for good.
                     if book.forget_silent(fresh) {
                         let _ = i.publish(Kind::Sync, sync.clone(), b"").await;
                     }
@@ -1132,6 +1217,16 @@ async fn run_watcher(
         drop(sub);
         drop(book);
     }
+}
+
+/// How long the watcher keeps the interests of a replica it no longer hears (every replica
+/// beats every third of a TTL): twelve TTLs, at least a minute. A replica cut off from NATS
+/// lives on and keeps its clients' subscriptions; keeping its interests, the watcher's
+/// watches run on through the cut, and its re-announcement on its reconnect ends none of
+/// them (no "may have changed" for them). Only a replica that died without a word
+/// ([`ClusterWatching::leave`]) keeps watches running for nobody that long.
+pub(crate) fn forget_after(ttl: Duration) -> Duration {
+    (ttl * 12).max(Duration::from_secs(60))
 }
 
 /// Topics whose watch failed for a passing reason, with the replicas that want them.
@@ -1176,7 +1271,7 @@ impl Book {
         }
     }
 
-    /// Forget the interests of the replicas `fresh` refuses (silent for a TTL), remembering
+    /// Forget the interests of the replicas `fresh` refuses (silent for [`forget_after`]), remembering
     /// them; true when one of those remembered is fresh again (its interests must be asked
     /// for again).
     fn forget_silent(&mut self, fresh: impl Fn(&String) -> bool) -> bool {
@@ -1295,6 +1390,29 @@ async fn handle_want(i: &Arc<Inner>, mount: &str, book: &mut Book, msg: async_na
         return;
     };
     i.touch(replica);
+    if let Some(topic) = v.get("token_of") {
+        // A replica asking for the token of a resource this watcher watches (its own
+        // provider has none): read through the layer, hashed as tokens travel.
+        let token = match serde_json::from_value::<ChangeEvent>(topic.clone()) {
+            Ok(ChangeEvent::Updated { uri }) => match ResourceUri::parse(&uri) {
+                Ok(uri) => Layered::bounded_by(
+                    &i.shared[mount].mount,
+                    i.cfg.lease_ttl,
+                    "the cluster's lease_ttl_ms",
+                )
+                .change_token(&uri)
+                .await
+                .map(|t| i.seal.change_token(&t)),
+                Err(_) => None,
+            },
+            _ => None,
+        };
+        if let Some(reply) = msg.reply {
+            let answer = serde_json::to_vec(&json!({ "token": token })).expect("json");
+            let _ = i.publish(Kind::Answer, reply.to_string(), &answer).await;
+        }
+        return;
+    }
     let events = |key: &str| -> Vec<ChangeEvent> {
         v.get(key)
             .and_then(Value::as_array)

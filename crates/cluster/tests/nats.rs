@@ -1030,3 +1030,181 @@ async fn a_change_event_replayed_after_its_window_reaches_nobody() {
     assert_eq!(drain(&mut fc, Duration::from_millis(500)).await, vec![]);
     assert_eq!(rejected(&c_seal, "event"), 1);
 }
+
+/// A files provider whose change token, as S3's, SQL's and api's, is what its own watch of
+/// a resource last saw: none for a resource this replica does not watch.
+struct TokenWhileWatched {
+    files: Arc<dyn mcpr_core::Provider>,
+    watched: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
+}
+
+/// Counts one watch of a URI down when dropped.
+struct Unwatched {
+    watched: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
+    uri: String,
+    _inner: mcpr_core::WatchGuard,
+}
+
+impl Drop for Unwatched {
+    fn drop(&mut self) {
+        let mut w = self.watched.lock().unwrap();
+        if let Some(n) = w.get_mut(&self.uri) {
+            *n -= 1;
+            if *n == 0 {
+                w.remove(&self.uri);
+            }
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl mcpr_core::Provider for TokenWhileWatched {
+    fn info(&self) -> &mcpr_core::ProviderInfo {
+        self.files.info()
+    }
+
+    async fn read(
+        &self,
+        uri: &mcpr_core::ResourceUri,
+        limits: &mcpr_core::ReadLimits,
+    ) -> mcpr_core::Result<mcpr_core::ReadOutput> {
+        self.files.read(uri, limits).await
+    }
+
+    async fn watch(
+        &self,
+        uri: &mcpr_core::ResourceUri,
+        sink: ChangeSink,
+    ) -> mcpr_core::Result<mcpr_core::WatchGuard> {
+        let inner = self.files.watch(uri, sink).await?;
+        *self
+            .watched
+            .lock()
+            .unwrap()
+            .entry(uri.as_str().to_owned())
+            .or_default() += 1;
+        Ok(mcpr_core::WatchGuard::new(Unwatched {
+            watched: self.watched.clone(),
+            uri: uri.as_str().to_owned(),
+            _inner: inner,
+        }))
+    }
+
+    async fn change_token(&self, uri: &mcpr_core::ResourceUri) -> Option<String> {
+        if !self.watched.lock().unwrap().contains_key(uri.as_str()) {
+            return None;
+        }
+        self.files.change_token(uri).await
+    }
+}
+
+/// A listen compares a resource's change token taken before its acknowledgment with one
+/// taken once its watch is in place, so a change in between is told. A replica that is not
+/// the watcher of a shared S3, SQL or api mount has no watch of its own, hence no token:
+/// it asks the watcher, whose token moves with the source.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_does_not_watch_takes_change_tokens_from_the_watcher() {
+    use mcpr_core::Watching as _;
+    let Some(nats) = start_nats().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::write(root.join("a.txt"), "v0").unwrap();
+    let ttl = Duration::from_millis(900);
+    let provider = || -> Arc<dyn mcpr_core::Provider> {
+        Arc::new(TokenWhileWatched {
+            files: files(&root),
+            watched: Arc::default(),
+        })
+    };
+    let (pa, pb) = (provider(), provider());
+    let a = join_as(nats.port(), "t9", "ra", pa.clone(), ttl, 100).await;
+    assert!(
+        eventually(Duration::from_secs(5), || holds(&a)).await,
+        "the first replica never took the lease"
+    );
+    let b = join_as(nats.port(), "t9", "rb", pb.clone(), ttl, 100).await;
+    let ready =
+        |j: &mcpr_cluster::Joined| j.watching.cluster().is_some_and(|c| c.problem.is_none());
+    assert!(
+        eventually(Duration::from_secs(5), || ready(&b)).await,
+        "the second replica never joined"
+    );
+    assert!(!holds(&b));
+    let uri =
+        mcpr_core::ResourceUri::parse(&format!("file://{}", root.join("a.txt").display())).unwrap();
+    // Nobody watches it yet: no token anywhere, as on one replica.
+    assert_eq!(b.watching.change_token(MOUNT, &pb, &uri).await, None);
+    // A client of the second replica subscribes: the watcher watches it; this replica's
+    // provider still does not, and its token is the watcher's.
+    let sink = ChangeSink::new(Arc::new(b.bus.clone()), MOUNT);
+    let _watch = b.watching.watch(MOUNT, &pb, &uri, sink).await.unwrap();
+    assert_eq!(
+        pb.change_token(&uri).await,
+        None,
+        "its own provider has none"
+    );
+    let before = b.watching.change_token(MOUNT, &pb, &uri).await;
+    assert!(before.is_some(), "no token from the watcher");
+    assert_eq!(
+        before,
+        a.watching.change_token(MOUNT, &pa, &uri).await,
+        "the same token as the watcher's own (hashed alike)"
+    );
+    // The source changes: the token moves (the file's size and mtime).
+    std::fs::write(root.join("a.txt"), "v1 longer").unwrap();
+    let after = b.watching.change_token(MOUNT, &pb, &uri).await;
+    assert!(after.is_some());
+    assert_ne!(before, after, "the token did not move with the change");
+}
+
+/// The watcher keeps the interests of a replica it no longer hears for a minute (a replica
+/// cut off lives on); a replica that stops says goodbye, and the watches only it wanted end
+/// at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_leaves_ends_the_watches_only_it_wanted() {
+    let Some(nats) = start_nats().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::write(root.join("a.txt"), "v0").unwrap();
+    let ttl = Duration::from_millis(900);
+    let (pa, pb) = (files(&root), files(&root));
+    let a = join_as(nats.port(), "t10", "ra", pa, ttl, 100).await;
+    assert!(
+        eventually(Duration::from_secs(5), || holds(&a)).await,
+        "the first replica never took the lease"
+    );
+    let b = join_as(nats.port(), "t10", "rb", pb.clone(), ttl, 100).await;
+    let ready = |j: &mcpr_cluster::Joined| {
+        use mcpr_core::Watching as _;
+        j.watching.cluster().is_some_and(|c| c.problem.is_none())
+    };
+    assert!(
+        eventually(Duration::from_secs(5), || ready(&b)).await,
+        "the second replica never joined"
+    );
+    let uri =
+        mcpr_core::ResourceUri::parse(&format!("file://{}", root.join("a.txt").display())).unwrap();
+    let sink = ChangeSink::new(Arc::new(b.bus.clone()), MOUNT);
+    let watch = {
+        use mcpr_core::Watching as _;
+        b.watching.watch(MOUNT, &pb, &uri, sink).await.unwrap()
+    };
+    assert_eq!(a.watching.running(MOUNT), 1);
+    // Its subscription stays (a client still holds it): the goodbye alone ends the watch.
+    b.watching.leave().await;
+    let began = tokio::time::Instant::now();
+    assert!(
+        eventually(Duration::from_secs(2), || a.watching.running(MOUNT) == 0).await,
+        "the watcher still runs the watch of a replica that left"
+    );
+    assert!(
+        began.elapsed() < ttl,
+        "ended only after {:?}",
+        began.elapsed()
+    );
+    drop(watch);
+}

@@ -369,6 +369,20 @@ pub trait Watching: Send + Sync + 'static {
         sink: ChangeSink,
     ) -> crate::Result<WatchGuard>;
 
+    /// The change token of `uri` ([`crate::Provider::change_token`]) as seen where its watch
+    /// runs: in this process, the provider's. A cluster asks the replica watching a shared
+    /// mount when this one has none (sources whose token is what their own watch last saw:
+    /// S3, SQL, api), so a listen compares tokens on every replica as on one.
+    async fn change_token(
+        &self,
+        mount: &str,
+        provider: &Arc<dyn crate::Provider>,
+        uri: &crate::ResourceUri,
+    ) -> Option<String> {
+        let _ = mount;
+        provider.change_token(uri).await
+    }
+
     /// The cluster's state for `/readyz` and `/metrics`; `None` when there is no cluster.
     fn cluster(&self) -> Option<ClusterStatus> {
         None

@@ -317,6 +317,26 @@ impl<'a> Layered<'a> {
         .ok()
         .flatten()
     }
+
+    /// [`Layered::change_token`] as `watching` sees it: where the watch of a cluster's
+    /// shared mount runs on another replica, that replica's token (see
+    /// [`Watching::change_token`]).
+    pub async fn change_token_via(
+        &self,
+        watching: &dyn Watching,
+        uri: &ResourceUri,
+    ) -> Option<String> {
+        self.checked(Op::Watch, call::CHANGE_TOKEN, Some(uri))
+            .ok()?;
+        self.bounded(call::CHANGE_TOKEN, Some(uri.as_str()), async {
+            Ok(watching
+                .change_token(&self.mount.name, &self.mount.provider, uri)
+                .await)
+        })
+        .await
+        .ok()
+        .flatten()
+    }
 }
 
 /// Run `fut` for at most `limit`; past it, a [`ErrorKind::Timeout`] error about `uri` (or

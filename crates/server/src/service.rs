@@ -434,10 +434,14 @@ impl Service {
         Layered::new(mount, self.state.settings.request_timeout)
     }
 
-    /// The current change token of `uri` from the mount that owns it, through the layer.
+    /// The current change token of `uri` from the mount that owns it, through the layer, as
+    /// the watching seam sees it (a cluster's shared mount: the token of the replica that
+    /// watches it, where this one's provider has none).
     async fn change_token(&self, uri: &ResourceUri) -> Option<String> {
         let mount = self.state.router.route(uri)?;
-        self.layered(mount).change_token(uri).await
+        self.layered(mount)
+            .change_token_via(self.state.registry.watching(), uri)
+            .await
     }
 
     /// The mount owning `uri` if the caller may see it. A mount the caller's grant does not
@@ -1134,7 +1138,10 @@ impl Service {
             let (target, mount) = self.listenable(u)?;
             let name = ResourceUri::parse(u).ok()?;
             Some(async move {
-                let token = self.layered(mount).change_token(&target).await;
+                let token = self
+                    .layered(mount)
+                    .change_token_via(self.state.registry.watching(), &target)
+                    .await;
                 (name, token)
             })
         }))
