@@ -157,6 +157,36 @@ fn updates_within(watch: &Lines, uri: &str, within: Duration) -> usize {
     n
 }
 
+/// How many lines of `watch` name each of `uris`: counted until each was named (within
+/// `first`) and then [`QUIET`] passed without another line, or `first` passed.
+fn updates_until_quiet(watch: &Lines, uris: &[String], first: Duration) -> Vec<usize> {
+    let deadline = Instant::now() + first;
+    let mut n = vec![0; uris.len()];
+    loop {
+        let wait = if n.iter().all(|c| *c > 0) {
+            QUIET
+        } else {
+            match deadline.checked_duration_since(Instant::now()) {
+                Some(left) => left,
+                None => return n,
+            }
+        };
+        let Some(l) = watch.next_within(wait) else {
+            return n;
+        };
+        for (uri, c) in uris.iter().zip(&mut n) {
+            // `up+file:///…/f01.md` is not a prefix of another URI of these tests.
+            if l.contains(uri.as_str()) {
+                *c += 1;
+            }
+        }
+    }
+}
+
+/// How long a duplicate notice is waited for: several of the server's debounce periods and
+/// of the gateway's relay windows.
+const QUIET: Duration = Duration::from_secs(3);
+
 /// A change made upstream reaches a watch through the gateway exactly once: after the
 /// subscription is proven live (a poke answered) and the pokes have settled, one more
 /// change gives one line and no second.
@@ -345,9 +375,10 @@ fn http_upstream_with_a_token_survives_a_restart() {
     std::fs::write(&watched, "changed while the upstream was down\n").unwrap();
 
     let _upstream = http_upstream(&up_cfg, port, token);
-    assert!(
-        updates_within(&watch, &uri, Duration::from_secs(40)) >= 1,
-        "the reconnect announces the URI; gateway stderr: {}",
+    assert_eq!(
+        updates_until_quiet(&watch, std::slice::from_ref(&uri), Duration::from_secs(40)),
+        [1],
+        "the reconnect announces the URI once; watch stderr: {}",
         watch.stderr()
     );
     assert_eq!(
@@ -356,6 +387,185 @@ fn http_upstream_with_a_token_survives_a_restart() {
     );
     drop(watch);
     drop(gateway);
+}
+
+/// Our binary as a stdio upstream of two mounts, one reached in each era, two files
+/// watched on each through a gateway over HTTP: the upstream processes killed, the gateway
+/// starts them again, subscribes every URI again and announces each exactly once (what
+/// changed while nobody watched is unknown; a second notice per URI is noise).
+#[test]
+fn a_restarted_stdio_upstream_announces_each_watched_uri_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = files(&tmp.path().join("up"), 2).canonicalize().unwrap();
+    let local = files(&tmp.path().join("local"), 1);
+    let up_cfg = upstream_config(tmp.path(), &root, false);
+    let mount = |name: &str, protocol: &str| {
+        format!(
+            "[[mount]]\nkind = \"mcp\"\nname = \"{name}\"\ncommand = {:?}\nargs = [\"serve\", \"--config\", {:?}]\nprotocol = \"{protocol}\"\n\n",
+            bin().display().to_string(),
+            up_cfg.display().to_string()
+        )
+    };
+    let gw = gateway_config(
+        tmp.path(),
+        &local,
+        &(mount("old", "legacy") + &mount("new", "2026-07-28")),
+    );
+    let (gateway, url) = gateway_http(&gw, "unused");
+    let uris: Vec<String> = ["old", "new"]
+        .iter()
+        .flat_map(|m| ["f00.md", "f01.md"].map(|f| format!("{m}+{}", file_uri(&root.join(f)))))
+        .collect();
+    let mut watch = Command::new(bin());
+    watch.arg("watch").args(&uris).args(["--url", &url]);
+    let watch = Lines::spawn(watch);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !watch.stderr().contains("watching") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        watch.stderr().contains("watching 4 resources"),
+        "{}",
+        watch.stderr()
+    );
+    // Every subscription live: a change of each file reaches the watch under both mounts.
+    let mut n = 0;
+    for f in ["f00.md", "f01.md"] {
+        for m in ["old", "new"] {
+            let uri = format!("{m}+{}", file_uri(&root.join(f)));
+            watch.poke_until(
+                || {
+                    n += 1;
+                    std::fs::write(root.join(f), format!("poke {n}\n")).unwrap();
+                },
+                |l| l.contains(&uri),
+            );
+        }
+    }
+    while watch.next_within(QUIET).is_some() {}
+
+    let upstreams: Vec<String> = processes_with(&up_cfg.display().to_string())
+        .into_iter()
+        .filter(|p| !p.contains(mcpr_provider_mcp::guard::GUARD_ARG))
+        .map(|p| p.split(':').next().unwrap().to_owned())
+        .collect();
+    assert_eq!(upstreams.len(), 2, "one upstream per mount: {upstreams:?}");
+    for pid in &upstreams {
+        assert!(
+            Command::new("kill")
+                .args(["-KILL", pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+    }
+    assert_eq!(
+        updates_until_quiet(&watch, &uris, Duration::from_secs(20)),
+        [1, 1, 1, 1],
+        "{uris:?}; watch stderr: {}",
+        watch.stderr()
+    );
+    // And the subscriptions are live again: a change is heard once more.
+    changes_arrive_once(&watch, &root.join("f01.md"), &uris[3]);
+    drop(watch);
+    drop(gateway);
+    no_orphan(&up_cfg.display().to_string());
+}
+
+/// The upstream's subscriptions follow the clients' (our binary as an HTTP upstream, whose
+/// `/metrics` count what it holds; one mount reached in each era): two watches of a URI, one
+/// in each downstream era, hold one upstream subscription per mount; the first to leave
+/// leaves it in place (the other still hears changes), the last closes it upstream
+/// (`resources/unsubscribe`, the listen stream ended) while the gateway runs on.
+#[test]
+fn the_last_watch_leaving_closes_the_upstream_subscription() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = files(&tmp.path().join("up"), 2).canonicalize().unwrap();
+    let local = files(&tmp.path().join("local"), 1);
+    let up_cfg = upstream_config(tmp.path(), &root, false);
+    let port = free_port();
+    let _upstream = http_upstream(&up_cfg, port, "unused");
+    let mount = |name: &str, protocol: &str| {
+        format!(
+            "[[mount]]\nkind = \"mcp\"\nname = \"{name}\"\nurl = \"http://127.0.0.1:{port}/mcp\"\nprotocol = \"{protocol}\"\n\n"
+        )
+    };
+    let gw = gateway_config(
+        tmp.path(),
+        &local,
+        &(mount("old", "legacy") + &mount("new", "2026-07-28")),
+    );
+    let (_gateway, url) = gateway_http(&gw, "unused");
+    let up_addr = format!("127.0.0.1:{port}");
+    let held = || -> u64 {
+        let metrics = http_get(&up_addr, "/metrics");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("mcp_subscriptions ")?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no mcp_subscriptions: {metrics}"))
+    };
+    // `want` reached within 10 s, and still so a second later.
+    let settles_at = |want: u64, when: &str| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while held() != want {
+            assert!(
+                Instant::now() < deadline,
+                "{when}: {} held upstream, want {want}",
+                held()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::thread::sleep(Duration::from_secs(1));
+        assert_eq!(held(), want, "{when}");
+    };
+    let file = root.join("f00.md");
+    let uris = ["old", "new"].map(|m| format!("{m}+{}", file_uri(&file)));
+    let start = |protocol: &str| {
+        let mut c = Command::new(bin());
+        c.args(["watch", "--protocol", protocol])
+            .args(&uris)
+            .args(["--url", &url]);
+        let w = Lines::spawn(c);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !w.stderr().contains("watching") && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(
+            w.stderr().contains("watching 2 resources"),
+            "{}",
+            w.stderr()
+        );
+        w
+    };
+    let first = start("legacy");
+    let second = start("2026-07-28");
+    settles_at(2, "two watches of one URI on each mount");
+    // Ctrl-C: the client ends its session or stream as a user's would.
+    let interrupt = |w: &Lines| {
+        let pid = w.child.0.id().to_string();
+        assert!(
+            Command::new("kill")
+                .args(["-INT", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+    };
+    interrupt(&first);
+    settles_at(2, "one watch left on each mount");
+    let mut n = 0;
+    for uri in &uris {
+        second.poke_until(
+            || {
+                n += 1;
+                std::fs::write(&file, format!("poke {n}\n")).unwrap();
+            },
+            |l| l.contains(uri.as_str()),
+        );
+    }
+    interrupt(&second);
+    settles_at(0, "no watch left");
+    drop((first, second));
 }
 
 /// The upstream's SEP-2640 skills through the gateway, in both upstream eras: listed by the
