@@ -1167,36 +1167,6 @@ fn the_read_cache_keeps_public_answers_until_a_notice_or_the_ttl() {
     assert_eq!(cat(&s0), "after the ttl\n", "past the upstream's ttlMs");
 }
 
-/// One 2026-07-28 request `method` with `params` to the endpoint `url` (`http://…/mcp`),
-/// over a plain connection: its JSON-RPC answer, SSE or JSON.
-fn post_modern(url: &str, method: &str, mut params: Value) -> Value {
-    let (addr, path) = url
-        .trim_start_matches("http://")
-        .split_once('/')
-        .expect("host/path");
-    params["_meta"] = serde_json::json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {},
-        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"}});
-    let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
-        .to_string();
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    write!(
-        s,
-        "POST /{path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Protocol-Version: 2026-07-28\r\nMcp-Method: {method}\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out.lines()
-        .filter_map(|l| {
-            serde_json::from_str::<Value>(l.strip_prefix("data:").unwrap_or(l).trim()).ok()
-        })
-        .find(|v| v["id"] == 1)
-        .unwrap_or_else(|| panic!("no answer to {method}: {out}"))
-}
-
 /// A listing and a directory read relay the upstream's `ttlMs` and `cacheScope` like a read
 /// does: our binary as a 2026-07-28 upstream whose listing says 3 s and `private` (its
 /// mounts' strictest) and whose directory read says 3 s (the skills mount's, which offers
@@ -1237,14 +1207,14 @@ fn a_listing_relays_the_upstreams_ttl_capped_by_the_mount() {
         .unwrap();
         let gw_path = gw.display().to_string();
         let (_gateway, url) = client_common::our_http_server(&["serve", "--config", &gw_path]);
-        let list = post_modern(&url, "resources/list", serde_json::json!({}));
+        let list = client_common::post_modern(&url, "resources/list", serde_json::json!({}));
         for f in [a.join("f00.md"), b.join("f00.md")] {
             let uri = format!("up+{}", file_uri(&f));
             assert!(list.to_string().contains(&uri), "{uri}: {list}");
         }
         assert_eq!(list["result"]["ttlMs"], want, "{list}");
         assert_eq!(list["result"]["cacheScope"], "private", "{list}");
-        let dir = post_modern(
+        let dir = client_common::post_modern(
             &url,
             "resources/directory/read",
             serde_json::json!({"uri": format!("up+{}", file_uri(&alpha))}),

@@ -199,3 +199,154 @@ fn a_hostile_upstream_costs_only_its_own_requests() {
     drop(watch);
     drop(gateway);
 }
+
+/// A stdio upstream whose listing is what its `MODE` asks: `cycle` walks pages of one entry
+/// whose cursors go A, B, then A again (a cycle no single page of ours sees whole); `wide`
+/// answers one page of 10,001 entries, the last named by 300 characters. Both offer 1,500
+/// templates, the first named with a control character and 300 characters more.
+const PAGED: &str = r#"
+import json, os, sys
+mode = os.environ["MODE"]
+def send(obj):
+    sys.stdout.write(json.dumps(obj) + "\n"); sys.stdout.flush()
+for line in sys.stdin:
+    msg = json.loads(line)
+    method, mid = msg.get("method"), msg.get("id")
+    if mid is None:
+        continue
+    p = msg.get("params") or {}
+    if method == "initialize":
+        send({"jsonrpc": "2.0", "id": mid, "result": {"protocolVersion": p.get("protocolVersion", "2025-11-25"),
+              "capabilities": {"resources": {}}, "serverInfo": {"name": mode, "version": "1"}}})
+    elif method == "ping":
+        send({"jsonrpc": "2.0", "id": mid, "result": {}})
+    elif method == "resources/templates/list":
+        send({"jsonrpc": "2.0", "id": mid, "result": {"resourceTemplates": [
+            {"uriTemplate": "t://%d/{id}" % i, "name": ("first\u001b" + "n" * 300) if i == 0 else "t%d" % i}
+            for i in range(1500)]}})
+    elif method == "resources/list" and mode == "cycle":
+        nxt = {None: "A", "A": "B", "B": "A"}[p.get("cursor")]
+        n = {None: 1, "A": 2, "B": 3}[p.get("cursor")]
+        send({"jsonrpc": "2.0", "id": mid, "result": {"resources": [{"uri": "x://%d" % n, "name": "e%d" % n}], "nextCursor": nxt}})
+    elif method == "resources/list":
+        rs = [{"uri": "x://%d" % i, "name": "e%d" % i} for i in range(10000)]
+        rs.append({"uri": "x://long", "name": "L" * 300})
+        send({"jsonrpc": "2.0", "id": mid, "result": {"resources": rs}})
+    else:
+        send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32601, "message": "no " + str(method)}})
+"#;
+
+/// A hostile upstream's listing is bounded however it pages: a cursor cycle that spans our
+/// pages (A, B, A again) ends the listing with the mount named, rather than the client
+/// paging forever; a page over the entry limit (10,000) is refused naming it, the listing
+/// of the other mounts going on. Templates are capped at 1,000, their names cleaned and cut.
+#[test]
+fn an_upstreams_cursor_cycle_and_oversized_page_end_the_listing() {
+    let Some(python) = python().or_else(|| absent("python3", "not on PATH")) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let script = tmp.path().join("paged.py");
+    std::fs::write(&script, PAGED).unwrap();
+    let local = tmp.path().join("local");
+    std::fs::create_dir(&local).unwrap();
+    std::fs::write(local.join("a.md"), "local\n").unwrap();
+    let mut config = format!(
+        "[server]\npage_size = 1\n\n[[mount]]\nkind = \"files\"\nroot = {:?}\n",
+        local.display().to_string()
+    );
+    for mode in ["cycle", "wide"] {
+        config.push_str(&format!(
+            "\n[[mount]]\nkind = \"mcp\"\nname = \"{mode}\"\ncommand = {python:?}\nargs = [{:?}]\nenv = {{ MODE = \"{mode}\" }}\nprotocol = \"legacy\"\n",
+            script.display().to_string()
+        ));
+    }
+    let gw = tmp.path().join("gateway.toml");
+    std::fs::write(&gw, config).unwrap();
+    let gw = gw.display().to_string();
+    let (_gateway, url) = our_http_server(&["serve", "--config", &gw]);
+    let client = |args: &[&str]| {
+        let mut c = Command::new(bin());
+        c.args(args).args(["--url", &url]);
+        run(c)
+    };
+
+    // A client that follows every cursor it is given (our terminal client would stop at a
+    // cursor repeated, others do not): the listing ends within a bounded number of pages.
+    let mut uris = Vec::new();
+    let mut left_out = Vec::new();
+    let mut cursor: Option<String> = None;
+    for page in 0.. {
+        assert!(page < 40, "the listing never ends: {uris:?}");
+        let params = match &cursor {
+            Some(c) => serde_json::json!({ "cursor": c }),
+            None => serde_json::json!({}),
+        };
+        let answer = client_common::post_modern(&url, "resources/list", params);
+        let result = &answer["result"];
+        for r in result["resources"].as_array().expect("a page") {
+            uris.push(r["uri"].as_str().unwrap().to_owned());
+        }
+        if let Some(gone) = result["_meta"]["io.github.mcp-resources/unavailable"].as_array() {
+            left_out.extend(
+                gone.iter()
+                    .map(|g| g["message"].as_str().unwrap().to_owned()),
+            );
+        }
+        match result["nextCursor"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => break,
+        }
+    }
+    let local_uri = format!("file://{}", local.join("a.md").display());
+    // The cycle's entries until it was known for one (each entry at most a few times: the
+    // cycle may be walked again before it is known; the page that found it is refused
+    // whole), none of the oversized page.
+    assert_eq!(uris[0], local_uri, "{uris:?}");
+    assert!(
+        uris[1..].iter().all(|u| u.starts_with("cycle+x://")) && uris.len() <= 1 + 12,
+        "{uris:?}"
+    );
+    for want in ["cycle+x://1", "cycle+x://2"] {
+        assert!(uris.iter().any(|u| u == want), "{want}: {uris:?}");
+    }
+    assert!(
+        left_out
+            .iter()
+            .any(|m| m.contains("mcp mount \"cycle\"") && m.contains("never end")),
+        "{left_out:?}"
+    );
+    assert!(
+        left_out.iter().any(|m| m.contains("mcp mount \"wide\"")
+            && m.contains("10001 entries, more than the limit of 10000")),
+        "{left_out:?}"
+    );
+
+    let out = client(&["templates", "--json"]).ok();
+    let templates: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for mode in ["cycle", "wide"] {
+        let theirs: Vec<&Value> = templates
+            .iter()
+            .filter(|t| {
+                t["uriTemplate"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with(&format!("{mode}+"))
+            })
+            .collect();
+        assert_eq!(theirs.len(), 1000, "{mode}: at most 1,000 templates");
+        let first = theirs
+            .iter()
+            .find(|t| t["uriTemplate"] == format!("{mode}+t://0/{{id}}"))
+            .unwrap_or_else(|| panic!("{mode}: {theirs:?}"));
+        let name = first["name"].as_str().unwrap();
+        assert!(
+            name.starts_with("firstnnn") && !name.contains('\u{1b}'),
+            "{name}"
+        );
+        assert_eq!(name.chars().count(), 256, "{name}");
+    }
+}

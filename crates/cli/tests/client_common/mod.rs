@@ -347,3 +347,35 @@ impl CuttingProxy {
         }
     }
 }
+
+/// One 2026-07-28 request `method` with `params` to the endpoint `url` (`http://…/mcp`),
+/// over a plain connection: its JSON-RPC answer, SSE or JSON.
+pub fn post_modern(url: &str, method: &str, mut params: serde_json::Value) -> serde_json::Value {
+    let (addr, path) = url
+        .trim_start_matches("http://")
+        .split_once('/')
+        .expect("host/path");
+    params["_meta"] = serde_json::json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"}});
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+        .to_string();
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    use std::io::Write as _;
+    write!(
+        s,
+        "POST /{path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Protocol-Version: 2026-07-28\r\nMcp-Method: {method}\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out.lines()
+        .filter_map(|l| {
+            serde_json::from_str::<serde_json::Value>(l.strip_prefix("data:").unwrap_or(l).trim())
+                .ok()
+        })
+        .find(|v| v["id"] == 1)
+        .unwrap_or_else(|| panic!("no answer to {method}: {out}"))
+}
