@@ -568,6 +568,80 @@ fn the_last_watch_leaving_closes_the_upstream_subscription() {
     drop((first, second));
 }
 
+/// Our `max_read_bytes` (2,000 here) holds for a read through the gateway: an upstream
+/// answer above it, text or blob, is refused whole with the limit named, never cut; and
+/// the tool bridge (`tools = true`) serves the gateway's URIs like any other, a tools-only
+/// client listing and reading the upstream's resources (and meeting the same limit).
+#[test]
+fn reads_through_the_gateway_keep_our_read_limit_and_reach_the_tool_bridge() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = files(&tmp.path().join("up"), 1).canonicalize().unwrap();
+    std::fs::write(root.join("big.md"), "t".repeat(3000)).unwrap();
+    std::fs::write(root.join("big.bin"), [0u8, 0xff].repeat(1500)).unwrap();
+    let up_cfg = upstream_config(tmp.path(), &root, false);
+    let gw = tmp.path().join("gateway.toml");
+    std::fs::write(
+        &gw,
+        format!(
+            "[server]\nmax_read_bytes = 2000\ntools = true\n\n[[mount]]\nkind = \"mcp\"\nname = \"up\"\ncommand = {:?}\nargs = [\"serve\", \"--config\", {:?}]\n",
+            bin().display().to_string(),
+            up_cfg.display().to_string()
+        ),
+    )
+    .unwrap();
+    let ours = |f: &str| format!("up+{}", file_uri(&root.join(f)));
+    for big in ["big.md", "big.bin"] {
+        let out = run(via(
+            &gw,
+            &[
+                "cat",
+                &ours(big),
+                "-o",
+                tmp.path().join("out").to_str().unwrap(),
+            ],
+        ));
+        assert_ne!(out.code, Some(0), "{big}: {out:?}");
+        assert!(
+            out.stderr.contains("max_read_bytes") && out.stderr.contains("2000"),
+            "{big}: {}",
+            out.stderr
+        );
+        assert!(!tmp.path().join("out").exists(), "{big}: nothing written");
+    }
+    assert_eq!(run(via(&gw, &["cat", &ours("f00.md")])).ok(), "file 0\n");
+
+    let listed = run(via(&gw, &["call", "list_resources", "--arg", "prefix=up+"])).ok();
+    for f in ["f00.md", "big.md", "big.bin"] {
+        assert!(listed.contains(&ours(f)), "{f}: {listed}");
+    }
+    let read = run(via(
+        &gw,
+        &[
+            "call",
+            "read_resource",
+            "--arg",
+            &format!("uri={}", ours("f00.md")),
+        ],
+    ))
+    .ok();
+    assert_eq!(read, "file 0\n");
+    let big = run(via(
+        &gw,
+        &[
+            "call",
+            "read_resource",
+            "--arg",
+            &format!("uri={}", ours("big.md")),
+        ],
+    ));
+    assert_eq!(big.code, Some(5), "a tool error: {big:?}");
+    let said = format!("{}{}", big.text(), big.stderr);
+    assert!(
+        said.contains("max_read_bytes") && said.contains("2000"),
+        "{said}"
+    );
+}
+
 /// The upstream's SEP-2640 skills through the gateway, in both upstream eras: listed by the
 /// terminal client under the mount's `skills_prefix` with the upstream's digests, pulled
 /// (the client checks every file against the manifest) into the same tree; and, with the
