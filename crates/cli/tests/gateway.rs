@@ -1045,6 +1045,156 @@ fn an_upstream_printing_its_env_leaks_no_secret_into_our_log() {
     }
 }
 
+/// A stdio upstream's process, from its start to our end: it gets `PATH`, `HOME` and its
+/// configured `env`, nothing of ours (a canary in the gateway's environment stays there;
+/// read from `/proc/PID/environ` of the upstream and of its guard); what it writes on stderr
+/// reaches our log line by line, marked with the mount, a 100 kB line cut (and said to be)
+/// and a flood of 500 lines bounded, the count of those left out logged though the upstream
+/// writes nothing more; and a SIGTERM to the gateway takes the upstream and its guard along.
+#[test]
+fn a_stdio_upstream_gets_only_its_env_is_logged_bounded_and_ends_with_us() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = files(&tmp.path().join("up"), 1);
+    let local = files(&tmp.path().join("local"), 1);
+    let up_cfg = upstream_config(tmp.path(), &root, false);
+    let noisy_cfg = tmp.path().join("noisy.toml");
+    std::fs::copy(&up_cfg, &noisy_cfg).unwrap();
+    let noise = "head -c 100000 /dev/zero | tr '\\\\0' x >&2; echo ' END-OF-HUGE' >&2; i=0; while [ $i -lt 500 ]; do echo \\\"flood $i\\\" >&2; i=$((i+1)); done; exec \\\"$0\\\" serve --config \\\"$1\\\"";
+    let gw = gateway_config(
+        tmp.path(),
+        &local,
+        &format!(
+            "[[mount]]\nkind = \"mcp\"\nname = \"clean\"\ncommand = {bin:?}\nargs = [\"serve\", \"--config\", {:?}]\nenv = {{ CONFIGURED = \"yes\" }}\n\n[[mount]]\nkind = \"mcp\"\nname = \"noisy\"\ncommand = \"sh\"\nargs = [\"-c\", \"{noise}\", {bin:?}, {:?}]\n",
+            up_cfg.display().to_string(),
+            noisy_cfg.display().to_string(),
+            bin = bin().display().to_string(),
+        ),
+    );
+    let log = tmp.path().join("gateway.log");
+    let mut serve = traced_gateway(&gw, &log);
+    serve
+        .env("RUST_LOG", "info")
+        .env("GATEWAY_CANARY", "canary-of-the-gateway-5e1f");
+    let mut gateway = Guard(serve.spawn().unwrap());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let connected = |text: &str| text.matches("connected to the upstream").count() == 2;
+    while !connected(&std::fs::read_to_string(&log).unwrap()) {
+        assert!(
+            Instant::now() < deadline,
+            "{}",
+            std::fs::read_to_string(&log).unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // The environment, as each process of the clean mount was started with it.
+    let ours: Vec<String> = processes_with(&up_cfg.display().to_string())
+        .into_iter()
+        .map(|p| p.split(':').next().unwrap().to_owned())
+        .collect();
+    assert_eq!(ours.len(), 2, "the upstream and its guard: {ours:?}");
+    for pid in &ours {
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+        let mut names: Vec<String> = environ
+            .split(|b| *b == 0)
+            .filter(|v| !v.is_empty())
+            .map(|v| {
+                String::from_utf8_lossy(v)
+                    .split('=')
+                    .next()
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect();
+        names.sort();
+        let text = String::from_utf8_lossy(&environ);
+        assert!(!text.contains("canary-of-the-gateway"), "{pid}: {text}");
+        assert!(text.contains("CONFIGURED=yes"), "{pid}: {text}");
+        assert!(
+            names
+                .iter()
+                .all(|n| ["CONFIGURED", "HOME", "PATH"].contains(&n.as_str())),
+            "{pid}: {names:?}"
+        );
+    }
+
+    // Stderr: the huge line cut, the flood bounded, the rest counted, both marked.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let text = loop {
+        let text = std::fs::read_to_string(&log).unwrap();
+        if text.contains("more lines not logged") {
+            break text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no count of the lines left out: {text}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let relayed: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("upstream stderr") && l.contains("noisy"))
+        .collect();
+    let huge: Vec<&&str> = relayed.iter().filter(|l| l.contains("xxxx")).collect();
+    assert_eq!(huge.len(), 1, "{huge:?}");
+    assert!(
+        huge[0].len() < 2048 + 200 && huge[0].contains("[cut at 2048 bytes]"),
+        "{}",
+        huge[0]
+    );
+    assert!(
+        !relayed.iter().any(|l| l.contains("END-OF-HUGE")),
+        "the rest of the line is dropped"
+    );
+    let flood = relayed.iter().filter(|l| l.contains("flood ")).count();
+    assert!((1..200).contains(&flood), "{flood} flood lines logged");
+    let left_out: u64 = relayed
+        .iter()
+        .filter_map(|l| {
+            l.split("upstream stderr: ")
+                .nth(1)?
+                .split(' ')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum();
+    assert!(
+        flood as u64 + left_out >= 500,
+        "{flood} logged and {left_out} counted of 500"
+    );
+
+    // SIGTERM: our end takes every upstream process along, none left running.
+    let pids: Vec<String> = processes_with(&tmp.path().display().to_string())
+        .into_iter()
+        .map(|p| p.split(':').next().unwrap().to_owned())
+        .filter(|p| *p != gateway.0.id().to_string())
+        .collect();
+    assert_eq!(pids.len(), 4, "two upstreams and their guards: {pids:?}");
+    let term = Command::new("kill")
+        .args(["-TERM", &gateway.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while gateway.0.try_wait().unwrap().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the gateway did not end on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left: Vec<&String> = pids.iter().filter(|p| client_common::running(p)).collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "left running: {left:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// A gateway's pass-through prefix that overlaps another mount's URIs is refused at start,
 /// naming both mounts.
 #[test]

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use client_common::{Out, absent, bin, our_http_server, run, within_memory_budget};
+use client_common::{Out, absent, bin, our_http_server, run, running, within_memory_budget};
 
 const UPSTREAM: &str = r#"
 import json, os, sys, time
@@ -497,14 +497,6 @@ fn a_connection_ended_by_the_gateway_leaves_no_helper_behind() {
         assert!(Instant::now() < deadline, "never connected again");
         std::thread::sleep(Duration::from_millis(100));
     }
-}
-
-/// Whether process `pid` still runs (a zombie waiting for a parent to reap it does not).
-fn running(pid: &str) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| Some(s.rsplit_once(')')?.1.trim_start().starts_with(['Z', 'X'])))
-        .is_some_and(|dead| !dead)
 }
 
 /// The gateway killed with SIGKILL, which runs no code of ours: within 2 s its stdio

@@ -379,3 +379,11 @@ pub fn post_modern(url: &str, method: &str, mut params: serde_json::Value) -> se
         .find(|v| v["id"] == 1)
         .unwrap_or_else(|| panic!("no answer to {method}: {out}"))
 }
+
+/// Whether process `pid` still runs (a zombie waiting for a parent to reap it does not).
+pub fn running(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| Some(s.rsplit_once(')')?.1.trim_start().starts_with(['Z', 'X'])))
+        .is_some_and(|dead| !dead)
+}
