@@ -905,6 +905,91 @@ fn server_everything_behind_the_gateway() {
     );
 }
 
+/// Between the gateway and `server-everything`: every line passed through, and after the
+/// gateway's first `resources/subscribe`, a call of the server's `toggle-subscriber-updates`
+/// tool (its simulated updates are opt-in, per session), whose answer is kept from the
+/// gateway. The server then sends `notifications/resources/updated` for what the session
+/// subscribed to at once and every 5 s.
+const EVERYTHING_UPDATES: &str = r#"
+import json, subprocess, sys, threading
+up = subprocess.Popen(sys.argv[1:], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+lock = threading.Lock()
+def to_upstream(line):
+    with lock:
+        up.stdin.write(line); up.stdin.flush()
+def from_upstream():
+    for line in up.stdout:
+        try:
+            if json.loads(line).get("id") == "toggle":
+                continue
+        except Exception:
+            pass
+        sys.stdout.buffer.write(line); sys.stdout.buffer.flush()
+threading.Thread(target=from_upstream, daemon=True).start()
+toggled = False
+for line in sys.stdin.buffer:
+    to_upstream(line)
+    try:
+        msg = json.loads(line)
+    except Exception:
+        continue
+    if msg.get("method") == "resources/subscribe" and not toggled:
+        toggled = True
+        call = {"jsonrpc": "2.0", "id": "toggle", "method": "tools/call",
+                "params": {"name": "toggle-subscriber-updates", "arguments": {}}}
+        to_upstream((json.dumps(call) + "\n").encode())
+up.stdin.close()
+up.wait()
+"#;
+
+/// `server-everything`'s own subscription updates (see [`EVERYTHING_UPDATES`]) reach a
+/// watch through the gateway under our URI, one line per notice: two arrive about 5 s
+/// apart, as the server sends them.
+#[test]
+fn server_everythings_updates_are_relayed_through_the_gateway() {
+    let Some((node, entry)) = client_common::npm_server("@modelcontextprotocol/server-everything")
+    else {
+        return;
+    };
+    let Some(python) = client_common::python3().or_else(|| absent("python3", "not on PATH")) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let proxy = tmp.path().join("toggle.py");
+    std::fs::write(&proxy, EVERYTHING_UPDATES).unwrap();
+    let local = files(&tmp.path().join("local"), 1);
+    let gw = gateway_config(
+        tmp.path(),
+        &local,
+        &format!(
+            "[[mount]]\nkind = \"mcp\"\nname = \"everything\"\ncommand = {python:?}\nargs = [{:?}, {:?}, {:?}, \"stdio\"]\nprotocol = \"legacy\"\n",
+            proxy.display().to_string(),
+            node.display().to_string(),
+            entry.display().to_string()
+        ),
+    );
+    let doc = "everything+demo://resource/static/document/architecture.md";
+    let watch = watching(via(&gw, &["watch", doc]));
+    let mut at = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while at.len() < 2 {
+        let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+            break;
+        };
+        match watch.next_within(left) {
+            Some(l) if l.contains(doc) => at.push(Instant::now()),
+            Some(_) => {}
+            None => break,
+        }
+    }
+    assert_eq!(at.len(), 2, "updates heard; stderr: {}", watch.stderr());
+    let gap = at[1] - at[0];
+    assert!(
+        (Duration::from_millis(3500)..Duration::from_millis(6500)).contains(&gap),
+        "one line per notice, 5 s apart: {gap:?}"
+    );
+}
+
 /// At `RUST_LOG=trace` (every dependency: rmcp, reqwest, hyper), the gateway's log holds
 /// neither a stdio upstream's `env` value nor an HTTP upstream's header value, with both
 /// upstreams listed, read and subscribed; and `check-config` shows neither.

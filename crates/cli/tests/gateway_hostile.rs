@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use client_common::{Lines, absent, bin, our_http_server, run, within_memory_budget};
+use client_common::{Lines, absent, bin, our_http_server, python3, run, within_memory_budget};
 use serde_json::Value;
 
 const UPSTREAM: &str = r#"
@@ -67,19 +67,9 @@ for line in sys.stdin:
 /// notice of a flood, or requests that kept their state past their timeout, would grow past it.
 const BUDGET_MIB: u64 = 96;
 
-/// The real Python interpreter (not a shim that needs our environment), or `None`.
-fn python() -> Option<String> {
-    let out = Command::new("python3")
-        .args(["-c", "import sys; print(sys.executable)"])
-        .output()
-        .ok()?;
-    let p = String::from_utf8(out.stdout).ok()?.trim().to_owned();
-    (out.status.success() && !p.is_empty()).then_some(p)
-}
-
 #[test]
 fn a_hostile_upstream_costs_only_its_own_requests() {
-    let Some(python) = python().or_else(|| absent("python3", "not on PATH")) else {
+    let Some(python) = python3().or_else(|| absent("python3", "not on PATH")) else {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
@@ -242,7 +232,7 @@ for line in sys.stdin:
 /// of the other mounts going on. Templates are capped at 1,000, their names cleaned and cut.
 #[test]
 fn an_upstreams_cursor_cycle_and_oversized_page_end_the_listing() {
-    let Some(python) = python().or_else(|| absent("python3", "not on PATH")) else {
+    let Some(python) = python3().or_else(|| absent("python3", "not on PATH")) else {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();

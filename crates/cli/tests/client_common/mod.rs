@@ -387,3 +387,13 @@ pub fn running(pid: &str) -> bool {
         .and_then(|s| Some(s.rsplit_once(')')?.1.trim_start().starts_with(['Z', 'X'])))
         .is_some_and(|dead| !dead)
 }
+
+/// The real Python interpreter (not a shim that needs our environment), or `None`.
+pub fn python3() -> Option<String> {
+    let out = Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .ok()?;
+    let p = String::from_utf8(out.stdout).ok()?.trim().to_owned();
+    (out.status.success() && !p.is_empty()).then_some(p)
+}
