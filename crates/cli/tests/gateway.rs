@@ -992,7 +992,9 @@ fn server_everythings_updates_are_relayed_through_the_gateway() {
 
 /// At `RUST_LOG=trace` (every dependency: rmcp, reqwest, hyper), the gateway's log holds
 /// neither a stdio upstream's `env` value nor an HTTP upstream's header value, with both
-/// upstreams listed, read and subscribed; and `check-config` shows neither.
+/// upstreams listed, read and subscribed; and neither is in `check-config`, the errors
+/// clients get (a resource missing upstream, the HTTP upstream gone), `/metrics`, or
+/// `/readyz` naming the mount down.
 #[test]
 fn secrets_stay_out_of_the_trace_log() {
     let tmp = tempfile::tempdir().unwrap();
@@ -1001,7 +1003,7 @@ fn secrets_stay_out_of_the_trace_log() {
     let up_cfg = upstream_config(tmp.path(), &root, true);
     let port = free_port();
     let token = "t0ken-in-a-header-4b1d";
-    let _upstream = http_upstream(&up_cfg, port, token);
+    let upstream = http_upstream(&up_cfg, port, token);
     let plain_cfg = tmp.path().join("plain.toml");
     std::fs::write(
         &plain_cfg,
@@ -1062,11 +1064,46 @@ fn secrets_stay_out_of_the_trace_log() {
         c
     })
     .ok();
+    // What clients and operators see: errors (a resource missing upstream, then the HTTP
+    // upstream gone), /metrics, and /readyz while it is down.
+    let addr = url.trim_start_matches("http://").trim_end_matches("/mcp");
+    let cat = |uri: &str| {
+        let mut c = Command::new(bin());
+        c.args(["cat", uri, "--url", &url]);
+        run(c)
+    };
+    let mut seen = vec![http_get(addr, "/metrics")];
+    for name in ["web", "pipe"] {
+        let out = cat(&format!("{name}+{}", file_uri(&root.join("nope.md"))));
+        assert_eq!(out.code, Some(4), "{out:?}");
+        seen.push(out.stderr);
+    }
+    drop(upstream);
+    let down = format!("web+{}", file_uri(&root.join("f01.md")));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let ready = http_get(addr, "/readyz");
+        if ready.contains("NOT READY mcp web: ") {
+            seen.push(ready);
+            break;
+        }
+        assert!(Instant::now() < deadline, "{ready}");
+        let _ = cat(&down);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let out = cat(&down);
+    assert_ne!(out.code, Some(0), "{out:?}");
+    assert!(out.stderr.contains("mcp mount \"web\""), "{}", out.stderr);
+    seen.push(out.stderr);
+    seen.push(http_get(addr, "/metrics"));
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(text.contains("TRACE"), "a trace log");
     for secret in [token, "env-s3cret-value-9c2e"] {
         assert!(!text.contains(secret), "{secret} in the log");
         assert!(!check.contains(secret), "{secret} in check-config: {check}");
+        for s in &seen {
+            assert!(!s.contains(secret), "{secret} in {s}");
+        }
     }
 }
 
