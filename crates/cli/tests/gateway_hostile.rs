@@ -191,7 +191,8 @@ fn a_hostile_upstream_costs_only_its_own_requests() {
 }
 
 /// A stdio upstream whose listing is what its `MODE` asks: `cycle` walks pages of one entry
-/// whose cursors go A, B, then A again (a cycle no single page of ours sees whole); `wide`
+/// whose cursors go A, B, then A again (a cycle no single page of ours sees whole), the
+/// first entry named with a control character and 300 characters more; `wide`
 /// answers one page of 10,001 entries, the last named by 300 characters. Both offer 1,500
 /// templates, the first named with a control character and 300 characters more.
 const PAGED: &str = r#"
@@ -217,7 +218,8 @@ for line in sys.stdin:
     elif method == "resources/list" and mode == "cycle":
         nxt = {None: "A", "A": "B", "B": "A"}[p.get("cursor")]
         n = {None: 1, "A": 2, "B": 3}[p.get("cursor")]
-        send({"jsonrpc": "2.0", "id": mid, "result": {"resources": [{"uri": "x://%d" % n, "name": "e%d" % n}], "nextCursor": nxt}})
+        name = "e%d" % n if n > 1 else "e1\u0007" + "m" * 300
+        send({"jsonrpc": "2.0", "id": mid, "result": {"resources": [{"uri": "x://%d" % n, "name": name}], "nextCursor": nxt}})
     elif method == "resources/list":
         rs = [{"uri": "x://%d" % i, "name": "e%d" % i} for i in range(10000)]
         rs.append({"uri": "x://long", "name": "L" * 300})
@@ -229,7 +231,8 @@ for line in sys.stdin:
 /// A hostile upstream's listing is bounded however it pages: a cursor cycle that spans our
 /// pages (A, B, A again) ends the listing with the mount named, rather than the client
 /// paging forever; a page over the entry limit (10,000) is refused naming it, the listing
-/// of the other mounts going on. Templates are capped at 1,000, their names cleaned and cut.
+/// of the other mounts going on. Names are cleaned and cut to 256 characters; templates are
+/// capped at 1,000, their names cleaned and cut too.
 #[test]
 fn an_upstreams_cursor_cycle_and_oversized_page_end_the_listing() {
     let Some(python) = python3().or_else(|| absent("python3", "not on PATH")) else {
@@ -264,6 +267,7 @@ fn an_upstreams_cursor_cycle_and_oversized_page_end_the_listing() {
     // A client that follows every cursor it is given (our terminal client would stop at a
     // cursor repeated, others do not): the listing ends within a bounded number of pages.
     let mut uris = Vec::new();
+    let mut names = Vec::new();
     let mut left_out = Vec::new();
     let mut cursor: Option<String> = None;
     for page in 0.. {
@@ -276,6 +280,7 @@ fn an_upstreams_cursor_cycle_and_oversized_page_end_the_listing() {
         let result = &answer["result"];
         for r in result["resources"].as_array().expect("a page") {
             uris.push(r["uri"].as_str().unwrap().to_owned());
+            names.push(r["name"].as_str().unwrap().to_owned());
         }
         if let Some(gone) = result["_meta"]["io.github.mcp-resources/unavailable"].as_array() {
             left_out.extend(
@@ -297,6 +302,9 @@ fn an_upstreams_cursor_cycle_and_oversized_page_end_the_listing() {
         uris[1..].iter().all(|u| u.starts_with("cycle+x://")) && uris.len() <= 1 + 12,
         "{uris:?}"
     );
+    // A name loses its control characters and is cut to 256 characters.
+    assert!(names[1].starts_with("e1mmm"), "{}", names[1]);
+    assert_eq!(names[1].chars().count(), 256, "{}", names[1]);
     for want in ["cycle+x://1", "cycle+x://2"] {
         assert!(uris.iter().any(|u| u == want), "{want}: {uris:?}");
     }
