@@ -69,6 +69,16 @@ fn gateway_config(dir: &Path, local: &Path, mounts: &str) -> PathBuf {
     path
 }
 
+/// A `[[mount]]` table of kind `mcp` named `name` whose stdio upstream is our binary
+/// serving the config `up_cfg`, with `more` (TOML lines of the mount) added.
+fn our_stdio_mount(name: &str, up_cfg: &Path, more: &str) -> String {
+    format!(
+        "[[mount]]\nkind = \"mcp\"\nname = \"{name}\"\ncommand = {:?}\nargs = [\"serve\", \"--config\", {:?}]\n{more}",
+        bin().display().to_string(),
+        up_cfg.display().to_string()
+    )
+}
+
 /// `ls --json` URIs, in order.
 fn uris(out: &str) -> Vec<String> {
     out.lines()
@@ -128,15 +138,20 @@ fn no_orphan(needle: &str) {
     }
 }
 
-/// A `watch` through the gateway, once it says it is watching.
+/// A `watch` of one resource through the gateway, once it says it is watching.
 fn watching(cmd: Command) -> Lines {
+    watching_n(cmd, "1 resource")
+}
+
+/// A `watch` through the gateway, once it says it is watching `what` ("4 resources").
+fn watching_n(cmd: Command, what: &str) -> Lines {
     let watch = Lines::spawn(cmd);
     let deadline = Instant::now() + Duration::from_secs(20);
     while !watch.stderr().contains("watching") && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(
-        watch.stderr().contains("watching 1 resource"),
+        watch.stderr().contains(&format!("watching {what}")),
         "{}",
         watch.stderr()
     );
@@ -187,10 +202,8 @@ fn updates_until_quiet(watch: &Lines, uris: &[String], first: Duration) -> Vec<u
 /// of the gateway's relay windows.
 const QUIET: Duration = Duration::from_secs(3);
 
-/// A change made upstream reaches a watch through the gateway exactly once: after the
-/// subscription is proven live (a poke answered) and the pokes have settled, one more
-/// change gives one line and no second.
-fn changes_arrive_once(watch: &Lines, file: &Path, uri: &str) {
+/// `file` changed (again and again) until `watch` names `uri`: its subscription is live.
+fn heard_after_pokes(watch: &Lines, file: &Path, uri: &str) {
     let mut n = 0;
     watch.poke_until(
         || {
@@ -199,6 +212,13 @@ fn changes_arrive_once(watch: &Lines, file: &Path, uri: &str) {
         },
         |l| l.contains(uri),
     );
+}
+
+/// A change made upstream reaches a watch through the gateway exactly once: after the
+/// subscription is proven live (a poke answered) and the pokes have settled, one more
+/// change gives one line and no second.
+fn changes_arrive_once(watch: &Lines, file: &Path, uri: &str) {
+    heard_after_pokes(watch, file, uri);
     // Let the pokes that crossed the subscription's start drain.
     while watch.next_within(Duration::from_millis(1500)).is_some() {}
     std::fs::write(file, "the one change\n").unwrap();
@@ -400,11 +420,7 @@ fn a_restarted_stdio_upstream_announces_each_watched_uri_once() {
     let local = files(&tmp.path().join("local"), 1);
     let up_cfg = upstream_config(tmp.path(), &root, false);
     let mount = |name: &str, protocol: &str| {
-        format!(
-            "[[mount]]\nkind = \"mcp\"\nname = \"{name}\"\ncommand = {:?}\nargs = [\"serve\", \"--config\", {:?}]\nprotocol = \"{protocol}\"\n\n",
-            bin().display().to_string(),
-            up_cfg.display().to_string()
-        )
+        our_stdio_mount(name, &up_cfg, &format!("protocol = \"{protocol}\"\n\n"))
     };
     let gw = gateway_config(
         tmp.path(),
@@ -418,27 +434,14 @@ fn a_restarted_stdio_upstream_announces_each_watched_uri_once() {
         .collect();
     let mut watch = Command::new(bin());
     watch.arg("watch").args(&uris).args(["--url", &url]);
-    let watch = Lines::spawn(watch);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !watch.stderr().contains("watching") && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert!(
-        watch.stderr().contains("watching 4 resources"),
-        "{}",
-        watch.stderr()
-    );
+    let watch = watching_n(watch, "4 resources");
     // Every subscription live: a change of each file reaches the watch under both mounts.
-    let mut n = 0;
     for f in ["f00.md", "f01.md"] {
         for m in ["old", "new"] {
-            let uri = format!("{m}+{}", file_uri(&root.join(f)));
-            watch.poke_until(
-                || {
-                    n += 1;
-                    std::fs::write(root.join(f), format!("poke {n}\n")).unwrap();
-                },
-                |l| l.contains(&uri),
+            heard_after_pokes(
+                &watch,
+                &root.join(f),
+                &format!("{m}+{}", file_uri(&root.join(f))),
             );
         }
     }
@@ -525,17 +528,7 @@ fn the_last_watch_leaving_closes_the_upstream_subscription() {
         c.args(["watch", "--protocol", protocol])
             .args(&uris)
             .args(["--url", &url]);
-        let w = Lines::spawn(c);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !w.stderr().contains("watching") && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        assert!(
-            w.stderr().contains("watching 2 resources"),
-            "{}",
-            w.stderr()
-        );
-        w
+        watching_n(c, "2 resources")
     };
     let first = start("legacy");
     let second = start("2026-07-28");
@@ -553,15 +546,8 @@ fn the_last_watch_leaving_closes_the_upstream_subscription() {
     };
     interrupt(&first);
     settles_at(2, "one watch left on each mount");
-    let mut n = 0;
     for uri in &uris {
-        second.poke_until(
-            || {
-                n += 1;
-                std::fs::write(&file, format!("poke {n}\n")).unwrap();
-            },
-            |l| l.contains(uri.as_str()),
-        );
+        heard_after_pokes(&second, &file, uri);
     }
     interrupt(&second);
     settles_at(0, "no watch left");
@@ -580,13 +566,10 @@ fn reads_through_the_gateway_keep_our_read_limit_and_reach_the_tool_bridge() {
     std::fs::write(root.join("big.bin"), [0u8, 0xff].repeat(1500)).unwrap();
     let up_cfg = upstream_config(tmp.path(), &root, false);
     let gw = tmp.path().join("gateway.toml");
+    let mount = our_stdio_mount("up", &up_cfg, "");
     std::fs::write(
         &gw,
-        format!(
-            "[server]\nmax_read_bytes = 2000\ntools = true\n\n[[mount]]\nkind = \"mcp\"\nname = \"up\"\ncommand = {:?}\nargs = [\"serve\", \"--config\", {:?}]\n",
-            bin().display().to_string(),
-            up_cfg.display().to_string()
-        ),
+        format!("[server]\nmax_read_bytes = 2000\ntools = true\n\n{mount}"),
     )
     .unwrap();
     let ours = |f: &str| format!("up+{}", file_uri(&root.join(f)));
@@ -614,26 +597,12 @@ fn reads_through_the_gateway_keep_our_read_limit_and_reach_the_tool_bridge() {
     for f in ["f00.md", "big.md", "big.bin"] {
         assert!(listed.contains(&ours(f)), "{f}: {listed}");
     }
-    let read = run(via(
-        &gw,
-        &[
-            "call",
-            "read_resource",
-            "--arg",
-            &format!("uri={}", ours("f00.md")),
-        ],
-    ))
-    .ok();
-    assert_eq!(read, "file 0\n");
-    let big = run(via(
-        &gw,
-        &[
-            "call",
-            "read_resource",
-            "--arg",
-            &format!("uri={}", ours("big.md")),
-        ],
-    ));
+    let read_tool = |f: &str| {
+        let uri = format!("uri={}", ours(f));
+        run(via(&gw, &["call", "read_resource", "--arg", &uri]))
+    };
+    assert_eq!(read_tool("f00.md").ok(), "file 0\n");
+    let big = read_tool("big.md");
     assert_eq!(big.code, Some(5), "a tool error: {big:?}");
     let said = format!("{}{}", big.text(), big.stderr);
     assert!(

@@ -7,15 +7,21 @@
 mod client_common;
 
 use std::io::{Read as _, Write as _};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use client_common::{Lines, absent, bin, our_http_server, python3, run, within_memory_budget};
 use serde_json::Value;
 
+/// The hostile upstream. With `MODE` set in its environment it lists otherwise: `cycle`
+/// walks pages of one entry whose cursors go A, B, then A again (a cycle no single page of
+/// ours sees whole), the first entry named with a control character and 300 characters
+/// more; `wide` answers one page of 10,001 entries. Either offers 1,500 templates, the
+/// first named with a control character and 300 characters more.
 const UPSTREAM: &str = r#"
-import json, sys
+import json, os, sys
+mode = os.environ.get("MODE", "hostile")
 out = sys.stdout
 def send(obj):
     out.write(json.dumps(obj) + "\n"); out.flush()
@@ -32,8 +38,21 @@ for line in sys.stdin:
         send({"jsonrpc": "2.0", "id": mid, "result": {"protocolVersion": p.get("protocolVersion", "2025-11-25"),
               "capabilities": {"resources": {"subscribe": True, "listChanged": True}},
               "serverInfo": {"name": "hostile", "version": "6.6.6"}}})
+    elif method == "resources/templates/list" and mode != "hostile":
+        send({"jsonrpc": "2.0", "id": mid, "result": {"resourceTemplates": [
+            {"uriTemplate": "t://%d/{id}" % i, "name": ("first\u001b" + "n" * 300) if i == 0 else "t%d" % i}
+            for i in range(1500)]}})
     elif method == "resources/templates/list":
         send({"jsonrpc": "2.0", "id": mid, "result": {"resourceTemplates": []}})
+    elif method == "resources/list" and mode == "cycle":
+        nxt = {None: "A", "A": "B", "B": "A"}[p.get("cursor")]
+        n = {None: 1, "A": 2, "B": 3}[p.get("cursor")]
+        name = "e%d" % n if n > 1 else "e1\u0007" + "m" * 300
+        send({"jsonrpc": "2.0", "id": mid, "result": {"resources": [{"uri": "x://%d" % n, "name": name}], "nextCursor": nxt}})
+    elif method == "resources/list" and mode == "wide":
+        rs = [{"uri": "x://%d" % i, "name": "e%d" % i} for i in range(10000)]
+        rs.append({"uri": "x://long", "name": "L" * 300})
+        send({"jsonrpc": "2.0", "id": mid, "result": {"resources": rs}})
     elif method == "resources/list":
         send({"jsonrpc": "2.0", "id": mid, "result": {"resources": [
             {"uri": "x://ok", "name": "ok\u001b[31mred\u0007", "description": "d" * 20000},
@@ -67,17 +86,25 @@ for line in sys.stdin:
 /// notice of a flood, or requests that kept their state past their timeout, would grow past it.
 const BUDGET_MIB: u64 = 96;
 
-#[test]
-fn a_hostile_upstream_costs_only_its_own_requests() {
-    let Some(python) = python3().or_else(|| absent("python3", "not on PATH")) else {
-        return;
-    };
+/// Python, a temporary folder with [`UPSTREAM`] in it, and a local mount's folder (with
+/// `a.md`) and its file URI; `None` (a skip) without python3.
+fn hostile_setup() -> Option<(String, tempfile::TempDir, PathBuf, PathBuf, String)> {
+    let python = python3().or_else(|| absent("python3", "not on PATH"))?;
     let tmp = tempfile::tempdir().unwrap();
     let script = tmp.path().join("hostile.py");
     std::fs::write(&script, UPSTREAM).unwrap();
     let local = tmp.path().join("local");
     std::fs::create_dir(&local).unwrap();
     std::fs::write(local.join("a.md"), "local\n").unwrap();
+    let uri = format!("file://{}", local.join("a.md").display());
+    Some((python, tmp, script, local, uri))
+}
+
+#[test]
+fn a_hostile_upstream_costs_only_its_own_requests() {
+    let Some((python, tmp, script, local, local_uri)) = hostile_setup() else {
+        return;
+    };
     let gw = tmp.path().join("gateway.toml");
     std::fs::write(
         &gw,
@@ -144,14 +171,7 @@ fn a_hostile_upstream_costs_only_its_own_requests() {
         "an oversized answer and a request never answered",
     );
     assert_eq!(run(via(&gw, &["cat", "h+x://ok"])).ok(), "fine");
-    assert_eq!(
-        run(via(
-            &gw,
-            &["cat", &format!("file://{}", local.join("a.md").display())]
-        ))
-        .ok(),
-        "local\n"
-    );
+    assert_eq!(run(via(&gw, &["cat", &local_uri])).ok(), "local\n");
 
     // 20,000 notices for one URI reach the client merged: a handful of lines, not a flood.
     let watch = Lines::spawn(via(&gw, &["watch", "h+x://flood"]));
@@ -190,44 +210,6 @@ fn a_hostile_upstream_costs_only_its_own_requests() {
     drop(gateway);
 }
 
-/// A stdio upstream whose listing is what its `MODE` asks: `cycle` walks pages of one entry
-/// whose cursors go A, B, then A again (a cycle no single page of ours sees whole), the
-/// first entry named with a control character and 300 characters more; `wide`
-/// answers one page of 10,001 entries, the last named by 300 characters. Both offer 1,500
-/// templates, the first named with a control character and 300 characters more.
-const PAGED: &str = r#"
-import json, os, sys
-mode = os.environ["MODE"]
-def send(obj):
-    sys.stdout.write(json.dumps(obj) + "\n"); sys.stdout.flush()
-for line in sys.stdin:
-    msg = json.loads(line)
-    method, mid = msg.get("method"), msg.get("id")
-    if mid is None:
-        continue
-    p = msg.get("params") or {}
-    if method == "initialize":
-        send({"jsonrpc": "2.0", "id": mid, "result": {"protocolVersion": p.get("protocolVersion", "2025-11-25"),
-              "capabilities": {"resources": {}}, "serverInfo": {"name": mode, "version": "1"}}})
-    elif method == "ping":
-        send({"jsonrpc": "2.0", "id": mid, "result": {}})
-    elif method == "resources/templates/list":
-        send({"jsonrpc": "2.0", "id": mid, "result": {"resourceTemplates": [
-            {"uriTemplate": "t://%d/{id}" % i, "name": ("first\u001b" + "n" * 300) if i == 0 else "t%d" % i}
-            for i in range(1500)]}})
-    elif method == "resources/list" and mode == "cycle":
-        nxt = {None: "A", "A": "B", "B": "A"}[p.get("cursor")]
-        n = {None: 1, "A": 2, "B": 3}[p.get("cursor")]
-        name = "e%d" % n if n > 1 else "e1\u0007" + "m" * 300
-        send({"jsonrpc": "2.0", "id": mid, "result": {"resources": [{"uri": "x://%d" % n, "name": name}], "nextCursor": nxt}})
-    elif method == "resources/list":
-        rs = [{"uri": "x://%d" % i, "name": "e%d" % i} for i in range(10000)]
-        rs.append({"uri": "x://long", "name": "L" * 300})
-        send({"jsonrpc": "2.0", "id": mid, "result": {"resources": rs}})
-    else:
-        send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32601, "message": "no " + str(method)}})
-"#;
-
 /// A hostile upstream's listing is bounded however it pages: a cursor cycle that spans our
 /// pages (A, B, A again) ends the listing with the mount named, rather than the client
 /// paging forever; a page over the entry limit (10,000) is refused naming it, the listing
@@ -235,15 +217,9 @@ for line in sys.stdin:
 /// capped at 1,000, their names cleaned and cut too.
 #[test]
 fn an_upstreams_cursor_cycle_and_oversized_page_end_the_listing() {
-    let Some(python) = python3().or_else(|| absent("python3", "not on PATH")) else {
+    let Some((python, tmp, script, local, local_uri)) = hostile_setup() else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    let script = tmp.path().join("paged.py");
-    std::fs::write(&script, PAGED).unwrap();
-    let local = tmp.path().join("local");
-    std::fs::create_dir(&local).unwrap();
-    std::fs::write(local.join("a.md"), "local\n").unwrap();
     let mut config = format!(
         "[server]\npage_size = 1\n\n[[mount]]\nkind = \"files\"\nroot = {:?}\n",
         local.display().to_string()
@@ -293,7 +269,6 @@ fn an_upstreams_cursor_cycle_and_oversized_page_end_the_listing() {
             None => break,
         }
     }
-    let local_uri = format!("file://{}", local.join("a.md").display());
     // The cycle's entries until it was known for one (each entry at most a few times: the
     // cycle may be walked again before it is known; the page that found it is refused
     // whole), none of the oversized page.
