@@ -86,6 +86,22 @@ for line in sys.stdin:
 /// notice of a flood, or requests that kept their state past their timeout, would grow past it.
 const BUDGET_MIB: u64 = 96;
 
+/// The counter `name` of the (one) mcp mount on the gateway's `/metrics` (at `url`).
+fn counter(url: &str, name: &str) -> u64 {
+    let addr = url.trim_start_matches("http://").trim_end_matches("/mcp");
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut metrics = String::new();
+    s.read_to_string(&mut metrics).unwrap();
+    metrics
+        .lines()
+        .find(|l| l.starts_with(&format!("{name}{{")))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {name}: {metrics}"))
+}
+
 /// Python, a temporary folder with [`UPSTREAM`] in it, and a local mount's folder (with
 /// `a.md`) and its file URI; `None` (a skip) without python3.
 fn hostile_setup() -> Option<(String, tempfile::TempDir, PathBuf, PathBuf, String)> {
@@ -191,18 +207,7 @@ fn a_hostile_upstream_costs_only_its_own_requests() {
         "{got} lines; {}",
         watch.stderr()
     );
-    let addr = url.trim_start_matches("http://").trim_end_matches("/mcp");
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut metrics = String::new();
-    s.read_to_string(&mut metrics).unwrap();
-    let merged: u64 = metrics
-        .lines()
-        .find(|l| l.starts_with("mcpr_mcp_notifications_merged_total{"))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no merged counter: {metrics}"));
+    let merged = counter(&url, "mcpr_mcp_notifications_merged_total");
     // The flood may still be arriving: thousands merged is the point, not the exact count.
     assert!(merged > 5_000, "{merged} merged; {got} relayed");
     within_memory_budget(pid, BUDGET_MIB, "a flood of 20,000 notices");
@@ -322,4 +327,49 @@ fn an_upstreams_cursor_cycle_and_oversized_page_end_the_listing() {
         );
         assert_eq!(name.chars().count(), 256, "{name}");
     }
+}
+
+/// Without `max_notifications_per_second`, the default bound holds: of 20,000 notices for
+/// one URI sent at once, at most 1,000 a second are relayed to our subscribers, the rest
+/// merged into the one waiting.
+#[test]
+fn a_flood_is_relayed_at_most_1000_a_second_by_default() {
+    let Some((python, tmp, script, local, _)) = hostile_setup() else {
+        return;
+    };
+    let gw = tmp.path().join("gateway.toml");
+    std::fs::write(
+        &gw,
+        format!(
+            "[[mount]]\nkind = \"files\"\nroot = {:?}\n\n[[mount]]\nkind = \"mcp\"\nname = \"h\"\ncommand = {python:?}\nargs = [{:?}]\nprotocol = \"legacy\"\n",
+            local.display().to_string(),
+            script.display().to_string()
+        ),
+    )
+    .unwrap();
+    let gw = gw.display().to_string();
+    let (_gateway, url) = our_http_server(&["serve", "--config", &gw]);
+    let mut c = Command::new(bin());
+    c.args(["watch", "h+x://flood", "--url", &url]);
+    let watch = Lines::spawn(c);
+    let started = Instant::now();
+    // Until the whole flood is in (relayed or merged), within 10 s.
+    let (relayed, merged) = loop {
+        let relayed = counter(&url, "mcpr_mcp_notifications_relayed_total");
+        let merged = counter(&url, "mcpr_mcp_notifications_merged_total");
+        if relayed + merged >= 20_000 || started.elapsed() > Duration::from_secs(10) {
+            break (relayed, merged);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let secs = started.elapsed().as_secs() + 1;
+    assert!(
+        relayed + merged >= 20_000,
+        "{relayed} relayed, {merged} merged; {}",
+        watch.stderr()
+    );
+    assert!(
+        (1..=1000 * secs).contains(&relayed),
+        "{relayed} relayed in under {secs} s"
+    );
 }
