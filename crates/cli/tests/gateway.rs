@@ -1362,19 +1362,6 @@ fn a_python_sdk_server_behind_the_gateway() {
     }
 }
 
-/// A counter of the gateway's `/metrics` (at `url`) for the mount labelled `mcp {name}: …`.
-fn mount_counter(url: &str, counter: &str, name: &str) -> u64 {
-    let addr = url.trim_start_matches("http://").trim_end_matches("/mcp");
-    let metrics = http_get(addr, "/metrics");
-    let label = format!("mount=\"mcp {name}: ");
-    metrics
-        .lines()
-        .find(|l| l.starts_with(&format!("{counter}{{")) && l.contains(&label))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {counter} of mount {name}: {metrics}"))
-}
-
 /// The read cache (`ttl_ms > 0`), our binary as a 2026-07-28 stdio upstream behind a gateway
 /// served over HTTP (one process, one cache): a second read within the TTL does not reach
 /// the upstream (a file changed upstream still reads as it was, counted as a hit); an
@@ -1423,8 +1410,8 @@ fn the_read_cache_keeps_public_answers_until_a_notice_or_the_ttl() {
         c.args(["cat", uri, "--url", &url]);
         run(c).ok()
     };
-    let hits = || mount_counter(&url, "mcpr_mcp_cache_hits_total", "up");
-    let misses = || mount_counter(&url, "mcpr_mcp_cache_misses_total", "up");
+    let hits = || client_common::mount_counter(&url, "mcpr_mcp_cache_hits_total", "up");
+    let misses = || client_common::mount_counter(&url, "mcpr_mcp_cache_misses_total", "up");
 
     // Public: the second read is the first's answer, though the file changed in between.
     let f0 = format!("up+{}", file_uri(&public.join("f00.md")));
@@ -1567,7 +1554,7 @@ fn an_http_upstreams_oversized_answer_is_refused_naming_the_limit() {
     };
     let small = format!("up+{}", file_uri(&root.join("f00.md")));
     assert_eq!(cat(&small).ok(), "file 0\n");
-    let connects = mount_counter(&url, "mcpr_mcp_connects_total", "up");
+    let connects = client_common::mount_counter(&url, "mcpr_mcp_connects_total", "up");
     let big = cat(&format!("up+{}", file_uri(&root.join("big.md"))));
     assert_ne!(big.code, Some(0), "{big:?}");
     assert!(
@@ -1579,7 +1566,7 @@ fn an_http_upstreams_oversized_answer_is_refused_naming_the_limit() {
     );
     assert_eq!(cat(&small).ok(), "file 0\n");
     assert_eq!(
-        mount_counter(&url, "mcpr_mcp_connects_total", "up"),
+        client_common::mount_counter(&url, "mcpr_mcp_connects_total", "up"),
         connects,
         "the same connection"
     );

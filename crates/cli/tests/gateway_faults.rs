@@ -163,22 +163,7 @@ impl Setup {
 
     /// A counter of the gateway's `/metrics` for the mcp mount.
     fn counter(&self, name: &str) -> u64 {
-        use std::io::{Read as _, Write as _};
-        let addr = self
-            .url
-            .trim_start_matches("http://")
-            .trim_end_matches("/mcp");
-        let mut s = std::net::TcpStream::connect(addr).unwrap();
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-            .unwrap();
-        let mut metrics = String::new();
-        s.read_to_string(&mut metrics).unwrap();
-        metrics
-            .lines()
-            .find(|l| l.starts_with(&format!("{name}{{")) && l.contains("mount=\"mcp slow: "))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no {name}: {metrics}"))
+        client_common::mount_counter(&self.url, name, "slow")
     }
 }
 

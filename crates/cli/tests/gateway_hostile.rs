@@ -6,8 +6,6 @@
 
 mod client_common;
 
-use std::io::{Read as _, Write as _};
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -86,25 +84,18 @@ for line in sys.stdin:
 /// notice of a flood, or requests that kept their state past their timeout, would grow past it.
 const BUDGET_MIB: u64 = 96;
 
-/// The counter `name` of the (one) mcp mount on the gateway's `/metrics` (at `url`).
-fn counter(url: &str, name: &str) -> u64 {
-    let addr = url.trim_start_matches("http://").trim_end_matches("/mcp");
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut metrics = String::new();
-    s.read_to_string(&mut metrics).unwrap();
-    metrics
-        .lines()
-        .find(|l| l.starts_with(&format!("{name}{{")))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {name}: {metrics}"))
+/// A gateway over HTTP (`server` its `[server]` table, or empty) with a local files mount
+/// (`a.md`) and, for each `(name, more)` of `mounts`, an mcp mount `name` of [`UPSTREAM`]
+/// in the legacy era with `more` added to its settings.
+struct Hostile {
+    _tmp: tempfile::TempDir,
+    gateway: client_common::Guard,
+    url: String,
+    local_uri: String,
 }
 
-/// Python, a temporary folder with [`UPSTREAM`] in it, and a local mount's folder (with
-/// `a.md`) and its file URI; `None` (a skip) without python3.
-fn hostile_setup() -> Option<(String, tempfile::TempDir, PathBuf, PathBuf, String)> {
+/// The [`Hostile`] gateway, or `None` (a skip) without python3.
+fn hostile_gateway(server: &str, mounts: &[(&str, &str)]) -> Option<Hostile> {
     let python = python3().or_else(|| absent("python3", "not on PATH"))?;
     let tmp = tempfile::tempdir().unwrap();
     let script = tmp.path().join("hostile.py");
@@ -112,40 +103,56 @@ fn hostile_setup() -> Option<(String, tempfile::TempDir, PathBuf, PathBuf, Strin
     let local = tmp.path().join("local");
     std::fs::create_dir(&local).unwrap();
     std::fs::write(local.join("a.md"), "local\n").unwrap();
-    let uri = format!("file://{}", local.join("a.md").display());
-    Some((python, tmp, script, local, uri))
+    let mut config = format!(
+        "{server}[[mount]]\nkind = \"files\"\nroot = {:?}\n",
+        local.display().to_string()
+    );
+    for (name, more) in mounts {
+        config.push_str(&format!(
+            "\n[[mount]]\nkind = \"mcp\"\nname = \"{name}\"\ncommand = {python:?}\nargs = [{:?}]\nprotocol = \"legacy\"\n{more}",
+            script.display().to_string()
+        ));
+    }
+    let gw = tmp.path().join("gateway.toml");
+    std::fs::write(&gw, config).unwrap();
+    let gw = gw.display().to_string();
+    let (gateway, url) = our_http_server(&["serve", "--config", &gw]);
+    Some(Hostile {
+        local_uri: format!("file://{}", local.join("a.md").display()),
+        _tmp: tmp,
+        gateway,
+        url,
+    })
 }
 
 #[test]
 fn a_hostile_upstream_costs_only_its_own_requests() {
-    let Some((python, tmp, script, local, local_uri)) = hostile_setup() else {
-        return;
-    };
-    let gw = tmp.path().join("gateway.toml");
-    std::fs::write(
-        &gw,
-        format!(
-            "[[mount]]\nkind = \"files\"\nroot = {:?}\n\n[[mount]]\nkind = \"mcp\"\nname = \"h\"\ncommand = {:?}\nargs = [{:?}]\nprotocol = \"legacy\"\ntimeout_ms = 1500\nmax_message_bytes = \"1MiB\"\nmax_notifications_per_second = 20\n",
-            local.display().to_string(),
-            python,
-            script.display().to_string()
-        ),
-    )
-    .unwrap();
-
     // One gateway over HTTP, so that every request below meets the connection that lived
     // through the faults before it.
-    let gw_path = gw.to_str().unwrap().to_owned();
-    let (gateway, url) = our_http_server(&["serve", "--config", &gw_path]);
+    let Some(Hostile {
+        _tmp,
+        gateway,
+        url,
+        local_uri,
+    }) = hostile_gateway(
+        "",
+        &[(
+            "h",
+            "timeout_ms = 1500\nmax_message_bytes = \"1MiB\"\nmax_notifications_per_second = 20\n",
+        )],
+    )
+    else {
+        return;
+    };
     let pid = gateway.0.id();
-    let via = |_: &Path, args: &[&str]| {
+    let via = |args: &[&str]| {
         let mut c = Command::new(bin());
         c.args(args).args(["--url", &url]);
         c
     };
     // Names lose their control characters, descriptions are cut, a URI that does not parse
     // is left out.
-    let listed = run(via(&gw, &["ls", "--json"])).ok();
+    let listed = run(via(&["ls", "--json"])).ok();
     let entries: Vec<Value> = listed
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -163,7 +170,7 @@ fn a_hostile_upstream_costs_only_its_own_requests() {
     // An answer over max_message_bytes is refused at once, naming the limit; one with a
     // wrong id times out alone; the same connection then answers the next.
     let started = Instant::now();
-    let big = run(via(&gw, &["cat", "h+x://big"]));
+    let big = run(via(&["cat", "h+x://big"]));
     assert_ne!(big.code, Some(0), "{big:?}");
     assert!(
         big.stderr.contains("mcp mount \"h\"")
@@ -177,7 +184,7 @@ fn a_hostile_upstream_costs_only_its_own_requests() {
         "not a timeout: {}",
         big.stderr
     );
-    let lie = run(via(&gw, &["cat", "h+x://wrong-id"]));
+    let lie = run(via(&["cat", "h+x://wrong-id"]));
     assert_eq!(lie.code, Some(4), "{lie:?}");
     assert!(lie.stderr.contains("did not answer"), "{}", lie.stderr);
     assert!(started.elapsed() < Duration::from_secs(15));
@@ -186,11 +193,11 @@ fn a_hostile_upstream_costs_only_its_own_requests() {
         BUDGET_MIB,
         "an oversized answer and a request never answered",
     );
-    assert_eq!(run(via(&gw, &["cat", "h+x://ok"])).ok(), "fine");
-    assert_eq!(run(via(&gw, &["cat", &local_uri])).ok(), "local\n");
+    assert_eq!(run(via(&["cat", "h+x://ok"])).ok(), "fine");
+    assert_eq!(run(via(&["cat", &local_uri])).ok(), "local\n");
 
     // 20,000 notices for one URI reach the client merged: a handful of lines, not a flood.
-    let watch = Lines::spawn(via(&gw, &["watch", "h+x://flood"]));
+    let watch = Lines::spawn(via(&["watch", "h+x://flood"]));
     let mut got = 0;
     let deadline = Instant::now() + Duration::from_secs(6);
     while let Some(left) = deadline.checked_duration_since(Instant::now()) {
@@ -207,7 +214,7 @@ fn a_hostile_upstream_costs_only_its_own_requests() {
         "{got} lines; {}",
         watch.stderr()
     );
-    let merged = counter(&url, "mcpr_mcp_notifications_merged_total");
+    let merged = client_common::mount_counter(&url, "mcpr_mcp_notifications_merged_total", "h");
     // The flood may still be arriving: thousands merged is the point, not the exact count.
     assert!(merged > 5_000, "{merged} merged; {got} relayed");
     within_memory_budget(pid, BUDGET_MIB, "a flood of 20,000 notices");
@@ -222,23 +229,21 @@ fn a_hostile_upstream_costs_only_its_own_requests() {
 /// capped at 1,000, their names cleaned and cut too.
 #[test]
 fn an_upstreams_cursor_cycle_and_oversized_page_end_the_listing() {
-    let Some((python, tmp, script, local, local_uri)) = hostile_setup() else {
+    let Some(Hostile {
+        _tmp,
+        gateway: _gateway,
+        url,
+        local_uri,
+    }) = hostile_gateway(
+        "[server]\npage_size = 1\n\n",
+        &[
+            ("cycle", "env = { MODE = \"cycle\" }\n"),
+            ("wide", "env = { MODE = \"wide\" }\n"),
+        ],
+    )
+    else {
         return;
     };
-    let mut config = format!(
-        "[server]\npage_size = 1\n\n[[mount]]\nkind = \"files\"\nroot = {:?}\n",
-        local.display().to_string()
-    );
-    for mode in ["cycle", "wide"] {
-        config.push_str(&format!(
-            "\n[[mount]]\nkind = \"mcp\"\nname = \"{mode}\"\ncommand = {python:?}\nargs = [{:?}]\nenv = {{ MODE = \"{mode}\" }}\nprotocol = \"legacy\"\n",
-            script.display().to_string()
-        ));
-    }
-    let gw = tmp.path().join("gateway.toml");
-    std::fs::write(&gw, config).unwrap();
-    let gw = gw.display().to_string();
-    let (_gateway, url) = our_http_server(&["serve", "--config", &gw]);
     let client = |args: &[&str]| {
         let mut c = Command::new(bin());
         c.args(args).args(["--url", &url]);
@@ -334,29 +339,24 @@ fn an_upstreams_cursor_cycle_and_oversized_page_end_the_listing() {
 /// merged into the one waiting.
 #[test]
 fn a_flood_is_relayed_at_most_1000_a_second_by_default() {
-    let Some((python, tmp, script, local, _)) = hostile_setup() else {
+    let Some(Hostile {
+        _tmp,
+        gateway: _gateway,
+        url,
+        ..
+    }) = hostile_gateway("", &[("h", "")])
+    else {
         return;
     };
-    let gw = tmp.path().join("gateway.toml");
-    std::fs::write(
-        &gw,
-        format!(
-            "[[mount]]\nkind = \"files\"\nroot = {:?}\n\n[[mount]]\nkind = \"mcp\"\nname = \"h\"\ncommand = {python:?}\nargs = [{:?}]\nprotocol = \"legacy\"\n",
-            local.display().to_string(),
-            script.display().to_string()
-        ),
-    )
-    .unwrap();
-    let gw = gw.display().to_string();
-    let (_gateway, url) = our_http_server(&["serve", "--config", &gw]);
     let mut c = Command::new(bin());
     c.args(["watch", "h+x://flood", "--url", &url]);
     let watch = Lines::spawn(c);
     let started = Instant::now();
     // Until the whole flood is in (relayed or merged), within 10 s.
     let (relayed, merged) = loop {
-        let relayed = counter(&url, "mcpr_mcp_notifications_relayed_total");
-        let merged = counter(&url, "mcpr_mcp_notifications_merged_total");
+        let relayed =
+            client_common::mount_counter(&url, "mcpr_mcp_notifications_relayed_total", "h");
+        let merged = client_common::mount_counter(&url, "mcpr_mcp_notifications_merged_total", "h");
         if relayed + merged >= 20_000 || started.elapsed() > Duration::from_secs(10) {
             break (relayed, merged);
         }

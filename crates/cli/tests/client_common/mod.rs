@@ -397,3 +397,22 @@ pub fn python3() -> Option<String> {
     let p = String::from_utf8(out.stdout).ok()?.trim().to_owned();
     (out.status.success() && !p.is_empty()).then_some(p)
 }
+
+/// A counter of the gateway's `/metrics` (its endpoint `url`) for the mount labelled
+/// `mcp {name}: …`.
+pub fn mount_counter(url: &str, counter: &str, name: &str) -> u64 {
+    use std::io::Write as _;
+    let addr = url.trim_start_matches("http://").trim_end_matches("/mcp");
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut metrics = String::new();
+    s.read_to_string(&mut metrics).unwrap();
+    let label = format!("mount=\"mcp {name}: ");
+    metrics
+        .lines()
+        .find(|l| l.starts_with(&format!("{counter}{{")) && l.contains(&label))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {counter} of mount {name}: {metrics}"))
+}
