@@ -69,6 +69,16 @@ fn gateway_config(dir: &Path, local: &Path, mounts: &str) -> PathBuf {
     path
 }
 
+/// A `[[mount]]` table of kind `mcp` named `name` whose stdio upstream is our binary
+/// serving the config `up_cfg`, with `more` (TOML lines of the mount) added.
+fn our_stdio_mount(name: &str, up_cfg: &Path, more: &str) -> String {
+    format!(
+        "[[mount]]\nkind = \"mcp\"\nname = \"{name}\"\ncommand = {:?}\nargs = [\"serve\", \"--config\", {:?}]\n{more}",
+        bin().display().to_string(),
+        up_cfg.display().to_string()
+    )
+}
+
 /// `ls --json` URIs, in order.
 fn uris(out: &str) -> Vec<String> {
     out.lines()
@@ -128,15 +138,20 @@ fn no_orphan(needle: &str) {
     }
 }
 
-/// A `watch` through the gateway, once it says it is watching.
+/// A `watch` of one resource through the gateway, once it says it is watching.
 fn watching(cmd: Command) -> Lines {
+    watching_n(cmd, "1 resource")
+}
+
+/// A `watch` through the gateway, once it says it is watching `what` ("4 resources").
+fn watching_n(cmd: Command, what: &str) -> Lines {
     let watch = Lines::spawn(cmd);
     let deadline = Instant::now() + Duration::from_secs(20);
     while !watch.stderr().contains("watching") && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(
-        watch.stderr().contains("watching 1 resource"),
+        watch.stderr().contains(&format!("watching {what}")),
         "{}",
         watch.stderr()
     );
@@ -157,10 +172,38 @@ fn updates_within(watch: &Lines, uri: &str, within: Duration) -> usize {
     n
 }
 
-/// A change made upstream reaches a watch through the gateway exactly once: after the
-/// subscription is proven live (a poke answered) and the pokes have settled, one more
-/// change gives one line and no second.
-fn changes_arrive_once(watch: &Lines, file: &Path, uri: &str) {
+/// How many lines of `watch` name each of `uris`: counted until each was named (within
+/// `first`) and then [`QUIET`] passed without another line, or `first` passed.
+fn updates_until_quiet(watch: &Lines, uris: &[String], first: Duration) -> Vec<usize> {
+    let deadline = Instant::now() + first;
+    let mut n = vec![0; uris.len()];
+    loop {
+        let wait = if n.iter().all(|c| *c > 0) {
+            QUIET
+        } else {
+            match deadline.checked_duration_since(Instant::now()) {
+                Some(left) => left,
+                None => return n,
+            }
+        };
+        let Some(l) = watch.next_within(wait) else {
+            return n;
+        };
+        for (uri, c) in uris.iter().zip(&mut n) {
+            // `up+file:///…/f01.md` is not a prefix of another URI of these tests.
+            if l.contains(uri.as_str()) {
+                *c += 1;
+            }
+        }
+    }
+}
+
+/// How long a duplicate notice is waited for: several of the server's debounce periods and
+/// of the gateway's relay windows.
+const QUIET: Duration = Duration::from_secs(3);
+
+/// `file` changed (again and again) until `watch` names `uri`: its subscription is live.
+fn heard_after_pokes(watch: &Lines, file: &Path, uri: &str) {
     let mut n = 0;
     watch.poke_until(
         || {
@@ -169,6 +212,13 @@ fn changes_arrive_once(watch: &Lines, file: &Path, uri: &str) {
         },
         |l| l.contains(uri),
     );
+}
+
+/// A change made upstream reaches a watch through the gateway exactly once: after the
+/// subscription is proven live (a poke answered) and the pokes have settled, one more
+/// change gives one line and no second.
+fn changes_arrive_once(watch: &Lines, file: &Path, uri: &str) {
+    heard_after_pokes(watch, file, uri);
     // Let the pokes that crossed the subscription's start drain.
     while watch.next_within(Duration::from_millis(1500)).is_some() {}
     std::fs::write(file, "the one change\n").unwrap();
@@ -345,9 +395,10 @@ fn http_upstream_with_a_token_survives_a_restart() {
     std::fs::write(&watched, "changed while the upstream was down\n").unwrap();
 
     let _upstream = http_upstream(&up_cfg, port, token);
-    assert!(
-        updates_within(&watch, &uri, Duration::from_secs(40)) >= 1,
-        "the reconnect announces the URI; gateway stderr: {}",
+    assert_eq!(
+        updates_until_quiet(&watch, std::slice::from_ref(&uri), Duration::from_secs(40)),
+        [1],
+        "the reconnect announces the URI once; watch stderr: {}",
         watch.stderr()
     );
     assert_eq!(
@@ -356,6 +407,208 @@ fn http_upstream_with_a_token_survives_a_restart() {
     );
     drop(watch);
     drop(gateway);
+}
+
+/// Our binary as a stdio upstream of two mounts, one reached in each era, two files
+/// watched on each through a gateway over HTTP: the upstream processes killed, the gateway
+/// starts them again, subscribes every URI again and announces each exactly once (what
+/// changed while nobody watched is unknown; a second notice per URI is noise).
+#[test]
+fn a_restarted_stdio_upstream_announces_each_watched_uri_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = files(&tmp.path().join("up"), 2).canonicalize().unwrap();
+    let local = files(&tmp.path().join("local"), 1);
+    let up_cfg = upstream_config(tmp.path(), &root, false);
+    let mount = |name: &str, protocol: &str| {
+        our_stdio_mount(name, &up_cfg, &format!("protocol = \"{protocol}\"\n\n"))
+    };
+    let gw = gateway_config(
+        tmp.path(),
+        &local,
+        &(mount("old", "legacy") + &mount("new", "2026-07-28")),
+    );
+    let (gateway, url) = gateway_http(&gw, "unused");
+    let uris: Vec<String> = ["old", "new"]
+        .iter()
+        .flat_map(|m| ["f00.md", "f01.md"].map(|f| format!("{m}+{}", file_uri(&root.join(f)))))
+        .collect();
+    let mut watch = Command::new(bin());
+    watch.arg("watch").args(&uris).args(["--url", &url]);
+    let watch = watching_n(watch, "4 resources");
+    // Every subscription live: a change of each file reaches the watch under both mounts.
+    for f in ["f00.md", "f01.md"] {
+        for m in ["old", "new"] {
+            heard_after_pokes(
+                &watch,
+                &root.join(f),
+                &format!("{m}+{}", file_uri(&root.join(f))),
+            );
+        }
+    }
+    while watch.next_within(QUIET).is_some() {}
+
+    let upstreams: Vec<String> = processes_with(&up_cfg.display().to_string())
+        .into_iter()
+        .filter(|p| !p.contains(mcpr_provider_mcp::guard::GUARD_ARG))
+        .map(|p| p.split(':').next().unwrap().to_owned())
+        .collect();
+    assert_eq!(upstreams.len(), 2, "one upstream per mount: {upstreams:?}");
+    for pid in &upstreams {
+        assert!(
+            Command::new("kill")
+                .args(["-KILL", pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+    }
+    assert_eq!(
+        updates_until_quiet(&watch, &uris, Duration::from_secs(20)),
+        [1, 1, 1, 1],
+        "{uris:?}; watch stderr: {}",
+        watch.stderr()
+    );
+    // And the subscriptions are live again: a change is heard once more.
+    changes_arrive_once(&watch, &root.join("f01.md"), &uris[3]);
+    drop(watch);
+    drop(gateway);
+    no_orphan(&up_cfg.display().to_string());
+}
+
+/// The upstream's subscriptions follow the clients' (our binary as an HTTP upstream, whose
+/// `/metrics` count what it holds; one mount reached in each era): two watches of a URI, one
+/// in each downstream era, hold one upstream subscription per mount; the first to leave
+/// leaves it in place (the other still hears changes), the last closes it upstream
+/// (`resources/unsubscribe`, the listen stream ended) while the gateway runs on.
+#[test]
+fn the_last_watch_leaving_closes_the_upstream_subscription() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = files(&tmp.path().join("up"), 2).canonicalize().unwrap();
+    let local = files(&tmp.path().join("local"), 1);
+    let up_cfg = upstream_config(tmp.path(), &root, false);
+    let port = free_port();
+    let _upstream = http_upstream(&up_cfg, port, "unused");
+    let mount = |name: &str, protocol: &str| {
+        format!(
+            "[[mount]]\nkind = \"mcp\"\nname = \"{name}\"\nurl = \"http://127.0.0.1:{port}/mcp\"\nprotocol = \"{protocol}\"\n\n"
+        )
+    };
+    let gw = gateway_config(
+        tmp.path(),
+        &local,
+        &(mount("old", "legacy") + &mount("new", "2026-07-28")),
+    );
+    let (_gateway, url) = gateway_http(&gw, "unused");
+    let up_addr = format!("127.0.0.1:{port}");
+    let held = || -> u64 {
+        let metrics = http_get(&up_addr, "/metrics");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("mcp_subscriptions ")?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no mcp_subscriptions: {metrics}"))
+    };
+    // `want` reached within 10 s, and still so a second later.
+    let settles_at = |want: u64, when: &str| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while held() != want {
+            assert!(
+                Instant::now() < deadline,
+                "{when}: {} held upstream, want {want}",
+                held()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::thread::sleep(Duration::from_secs(1));
+        assert_eq!(held(), want, "{when}");
+    };
+    let file = root.join("f00.md");
+    let uris = ["old", "new"].map(|m| format!("{m}+{}", file_uri(&file)));
+    let start = |protocol: &str| {
+        let mut c = Command::new(bin());
+        c.args(["watch", "--protocol", protocol])
+            .args(&uris)
+            .args(["--url", &url]);
+        watching_n(c, "2 resources")
+    };
+    let first = start("legacy");
+    let second = start("2026-07-28");
+    settles_at(2, "two watches of one URI on each mount");
+    // Ctrl-C: the client ends its session or stream as a user's would.
+    let interrupt = |w: &Lines| {
+        let pid = w.child.0.id().to_string();
+        assert!(
+            Command::new("kill")
+                .args(["-INT", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+    };
+    interrupt(&first);
+    settles_at(2, "one watch left on each mount");
+    for uri in &uris {
+        heard_after_pokes(&second, &file, uri);
+    }
+    interrupt(&second);
+    settles_at(0, "no watch left");
+    drop((first, second));
+}
+
+/// Our `max_read_bytes` (2,000 here) holds for a read through the gateway: an upstream
+/// answer above it, text or blob, is refused whole with the limit named, never cut; and
+/// the tool bridge (`tools = true`) serves the gateway's URIs like any other, a tools-only
+/// client listing and reading the upstream's resources (and meeting the same limit).
+#[test]
+fn reads_through_the_gateway_keep_our_read_limit_and_reach_the_tool_bridge() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = files(&tmp.path().join("up"), 1).canonicalize().unwrap();
+    std::fs::write(root.join("big.md"), "t".repeat(3000)).unwrap();
+    std::fs::write(root.join("big.bin"), [0u8, 0xff].repeat(1500)).unwrap();
+    let up_cfg = upstream_config(tmp.path(), &root, false);
+    let gw = tmp.path().join("gateway.toml");
+    let mount = our_stdio_mount("up", &up_cfg, "");
+    std::fs::write(
+        &gw,
+        format!("[server]\nmax_read_bytes = 2000\ntools = true\n\n{mount}"),
+    )
+    .unwrap();
+    let ours = |f: &str| format!("up+{}", file_uri(&root.join(f)));
+    for big in ["big.md", "big.bin"] {
+        let out = run(via(
+            &gw,
+            &[
+                "cat",
+                &ours(big),
+                "-o",
+                tmp.path().join("out").to_str().unwrap(),
+            ],
+        ));
+        assert_ne!(out.code, Some(0), "{big}: {out:?}");
+        assert!(
+            out.stderr.contains("max_read_bytes") && out.stderr.contains("2000"),
+            "{big}: {}",
+            out.stderr
+        );
+        assert!(!tmp.path().join("out").exists(), "{big}: nothing written");
+    }
+    assert_eq!(run(via(&gw, &["cat", &ours("f00.md")])).ok(), "file 0\n");
+
+    let listed = run(via(&gw, &["call", "list_resources", "--arg", "prefix=up+"])).ok();
+    for f in ["f00.md", "big.md", "big.bin"] {
+        assert!(listed.contains(&ours(f)), "{f}: {listed}");
+    }
+    let read_tool = |f: &str| {
+        let uri = format!("uri={}", ours(f));
+        run(via(&gw, &["call", "read_resource", "--arg", &uri]))
+    };
+    assert_eq!(read_tool("f00.md").ok(), "file 0\n");
+    let big = read_tool("big.md");
+    assert_eq!(big.code, Some(5), "a tool error: {big:?}");
+    let said = format!("{}{}", big.text(), big.stderr);
+    assert!(
+        said.contains("max_read_bytes") && said.contains("2000"),
+        "{said}"
+    );
 }
 
 /// The upstream's SEP-2640 skills through the gateway, in both upstream eras: listed by the
@@ -621,9 +874,96 @@ fn server_everything_behind_the_gateway() {
     );
 }
 
+/// Between the gateway and `server-everything`: every line passed through, and after the
+/// gateway's first `resources/subscribe`, a call of the server's `toggle-subscriber-updates`
+/// tool (its simulated updates are opt-in, per session), whose answer is kept from the
+/// gateway. The server then sends `notifications/resources/updated` for what the session
+/// subscribed to at once and every 5 s.
+const EVERYTHING_UPDATES: &str = r#"
+import json, subprocess, sys, threading
+up = subprocess.Popen(sys.argv[1:], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+lock = threading.Lock()
+def to_upstream(line):
+    with lock:
+        up.stdin.write(line); up.stdin.flush()
+def from_upstream():
+    for line in up.stdout:
+        try:
+            if json.loads(line).get("id") == "toggle":
+                continue
+        except Exception:
+            pass
+        sys.stdout.buffer.write(line); sys.stdout.buffer.flush()
+threading.Thread(target=from_upstream, daemon=True).start()
+toggled = False
+for line in sys.stdin.buffer:
+    to_upstream(line)
+    try:
+        msg = json.loads(line)
+    except Exception:
+        continue
+    if msg.get("method") == "resources/subscribe" and not toggled:
+        toggled = True
+        call = {"jsonrpc": "2.0", "id": "toggle", "method": "tools/call",
+                "params": {"name": "toggle-subscriber-updates", "arguments": {}}}
+        to_upstream((json.dumps(call) + "\n").encode())
+up.stdin.close()
+up.wait()
+"#;
+
+/// `server-everything`'s own subscription updates (see [`EVERYTHING_UPDATES`]) reach a
+/// watch through the gateway under our URI, one line per notice: two arrive about 5 s
+/// apart, as the server sends them.
+#[test]
+fn server_everythings_updates_are_relayed_through_the_gateway() {
+    let Some((node, entry)) = client_common::npm_server("@modelcontextprotocol/server-everything")
+    else {
+        return;
+    };
+    let Some(python) = client_common::python3().or_else(|| absent("python3", "not on PATH")) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let proxy = tmp.path().join("toggle.py");
+    std::fs::write(&proxy, EVERYTHING_UPDATES).unwrap();
+    let local = files(&tmp.path().join("local"), 1);
+    let gw = gateway_config(
+        tmp.path(),
+        &local,
+        &format!(
+            "[[mount]]\nkind = \"mcp\"\nname = \"everything\"\ncommand = {python:?}\nargs = [{:?}, {:?}, {:?}, \"stdio\"]\nprotocol = \"legacy\"\n",
+            proxy.display().to_string(),
+            node.display().to_string(),
+            entry.display().to_string()
+        ),
+    );
+    let doc = "everything+demo://resource/static/document/architecture.md";
+    let watch = watching(via(&gw, &["watch", doc]));
+    let mut at = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while at.len() < 2 {
+        let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+            break;
+        };
+        match watch.next_within(left) {
+            Some(l) if l.contains(doc) => at.push(Instant::now()),
+            Some(_) => {}
+            None => break,
+        }
+    }
+    assert_eq!(at.len(), 2, "updates heard; stderr: {}", watch.stderr());
+    let gap = at[1] - at[0];
+    assert!(
+        (Duration::from_millis(3500)..Duration::from_millis(6500)).contains(&gap),
+        "one line per notice, 5 s apart: {gap:?}"
+    );
+}
+
 /// At `RUST_LOG=trace` (every dependency: rmcp, reqwest, hyper), the gateway's log holds
 /// neither a stdio upstream's `env` value nor an HTTP upstream's header value, with both
-/// upstreams listed, read and subscribed; and `check-config` shows neither.
+/// upstreams listed, read and subscribed; and neither is in `check-config`, the errors
+/// clients get (a resource missing upstream, the HTTP upstream gone), `/metrics`, or
+/// `/readyz` naming the mount down.
 #[test]
 fn secrets_stay_out_of_the_trace_log() {
     let tmp = tempfile::tempdir().unwrap();
@@ -632,7 +972,7 @@ fn secrets_stay_out_of_the_trace_log() {
     let up_cfg = upstream_config(tmp.path(), &root, true);
     let port = free_port();
     let token = "t0ken-in-a-header-4b1d";
-    let _upstream = http_upstream(&up_cfg, port, token);
+    let upstream = http_upstream(&up_cfg, port, token);
     let plain_cfg = tmp.path().join("plain.toml");
     std::fs::write(
         &plain_cfg,
@@ -693,11 +1033,46 @@ fn secrets_stay_out_of_the_trace_log() {
         c
     })
     .ok();
+    // What clients and operators see: errors (a resource missing upstream, then the HTTP
+    // upstream gone), /metrics, and /readyz while it is down.
+    let addr = url.trim_start_matches("http://").trim_end_matches("/mcp");
+    let cat = |uri: &str| {
+        let mut c = Command::new(bin());
+        c.args(["cat", uri, "--url", &url]);
+        run(c)
+    };
+    let mut seen = vec![http_get(addr, "/metrics")];
+    for name in ["web", "pipe"] {
+        let out = cat(&format!("{name}+{}", file_uri(&root.join("nope.md"))));
+        assert_eq!(out.code, Some(4), "{out:?}");
+        seen.push(out.stderr);
+    }
+    drop(upstream);
+    let down = format!("web+{}", file_uri(&root.join("f01.md")));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let ready = http_get(addr, "/readyz");
+        if ready.contains("NOT READY mcp web: ") {
+            seen.push(ready);
+            break;
+        }
+        assert!(Instant::now() < deadline, "{ready}");
+        let _ = cat(&down);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let out = cat(&down);
+    assert_ne!(out.code, Some(0), "{out:?}");
+    assert!(out.stderr.contains("mcp mount \"web\""), "{}", out.stderr);
+    seen.push(out.stderr);
+    seen.push(http_get(addr, "/metrics"));
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(text.contains("TRACE"), "a trace log");
     for secret in [token, "env-s3cret-value-9c2e"] {
         assert!(!text.contains(secret), "{secret} in the log");
         assert!(!check.contains(secret), "{secret} in check-config: {check}");
+        for s in &seen {
+            assert!(!s.contains(secret), "{secret} in {s}");
+        }
     }
 }
 
@@ -758,6 +1133,156 @@ fn an_upstream_printing_its_env_leaks_no_secret_into_our_log() {
             relayed.iter().any(|l| l.contains(want)),
             "{want}: {relayed:#?}"
         );
+    }
+}
+
+/// A stdio upstream's process, from its start to our end: it gets `PATH`, `HOME` and its
+/// configured `env`, nothing of ours (a canary in the gateway's environment stays there;
+/// read from `/proc/PID/environ` of the upstream and of its guard); what it writes on stderr
+/// reaches our log line by line, marked with the mount, a 100 kB line cut (and said to be)
+/// and a flood of 500 lines bounded, the count of those left out logged though the upstream
+/// writes nothing more; and a SIGTERM to the gateway takes the upstream and its guard along.
+#[test]
+fn a_stdio_upstream_gets_only_its_env_is_logged_bounded_and_ends_with_us() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = files(&tmp.path().join("up"), 1);
+    let local = files(&tmp.path().join("local"), 1);
+    let up_cfg = upstream_config(tmp.path(), &root, false);
+    let noisy_cfg = tmp.path().join("noisy.toml");
+    std::fs::copy(&up_cfg, &noisy_cfg).unwrap();
+    let noise = "head -c 100000 /dev/zero | tr '\\\\0' x >&2; echo ' END-OF-HUGE' >&2; i=0; while [ $i -lt 500 ]; do echo \\\"flood $i\\\" >&2; i=$((i+1)); done; exec \\\"$0\\\" serve --config \\\"$1\\\"";
+    let gw = gateway_config(
+        tmp.path(),
+        &local,
+        &format!(
+            "[[mount]]\nkind = \"mcp\"\nname = \"clean\"\ncommand = {bin:?}\nargs = [\"serve\", \"--config\", {:?}]\nenv = {{ CONFIGURED = \"yes\" }}\n\n[[mount]]\nkind = \"mcp\"\nname = \"noisy\"\ncommand = \"sh\"\nargs = [\"-c\", \"{noise}\", {bin:?}, {:?}]\n",
+            up_cfg.display().to_string(),
+            noisy_cfg.display().to_string(),
+            bin = bin().display().to_string(),
+        ),
+    );
+    let log = tmp.path().join("gateway.log");
+    let mut serve = traced_gateway(&gw, &log);
+    serve
+        .env("RUST_LOG", "info")
+        .env("GATEWAY_CANARY", "canary-of-the-gateway-5e1f");
+    let mut gateway = Guard(serve.spawn().unwrap());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let connected = |text: &str| text.matches("connected to the upstream").count() == 2;
+    while !connected(&std::fs::read_to_string(&log).unwrap()) {
+        assert!(
+            Instant::now() < deadline,
+            "{}",
+            std::fs::read_to_string(&log).unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // The environment, as each process of the clean mount was started with it.
+    let ours: Vec<String> = processes_with(&up_cfg.display().to_string())
+        .into_iter()
+        .map(|p| p.split(':').next().unwrap().to_owned())
+        .collect();
+    assert_eq!(ours.len(), 2, "the upstream and its guard: {ours:?}");
+    for pid in &ours {
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+        let mut names: Vec<String> = environ
+            .split(|b| *b == 0)
+            .filter(|v| !v.is_empty())
+            .map(|v| {
+                String::from_utf8_lossy(v)
+                    .split('=')
+                    .next()
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect();
+        names.sort();
+        let text = String::from_utf8_lossy(&environ);
+        assert!(!text.contains("canary-of-the-gateway"), "{pid}: {text}");
+        assert!(text.contains("CONFIGURED=yes"), "{pid}: {text}");
+        assert!(
+            names
+                .iter()
+                .all(|n| ["CONFIGURED", "HOME", "PATH"].contains(&n.as_str())),
+            "{pid}: {names:?}"
+        );
+    }
+
+    // Stderr: the huge line cut, the flood bounded, the rest counted, both marked.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let text = loop {
+        let text = std::fs::read_to_string(&log).unwrap();
+        if text.contains("more lines not logged") {
+            break text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no count of the lines left out: {text}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let relayed: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("upstream stderr") && l.contains("noisy"))
+        .collect();
+    let huge: Vec<&&str> = relayed.iter().filter(|l| l.contains("xxxx")).collect();
+    assert_eq!(huge.len(), 1, "{huge:?}");
+    assert!(
+        huge[0].len() < 2048 + 200 && huge[0].contains("[cut at 2048 bytes]"),
+        "{}",
+        huge[0]
+    );
+    assert!(
+        !relayed.iter().any(|l| l.contains("END-OF-HUGE")),
+        "the rest of the line is dropped"
+    );
+    let flood = relayed.iter().filter(|l| l.contains("flood ")).count();
+    assert!((1..200).contains(&flood), "{flood} flood lines logged");
+    let left_out: u64 = relayed
+        .iter()
+        .filter_map(|l| {
+            l.split("upstream stderr: ")
+                .nth(1)?
+                .split(' ')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum();
+    assert!(
+        flood as u64 + left_out >= 500,
+        "{flood} logged and {left_out} counted of 500"
+    );
+
+    // SIGTERM: our end takes every upstream process along, none left running.
+    let pids: Vec<String> = processes_with(&tmp.path().display().to_string())
+        .into_iter()
+        .map(|p| p.split(':').next().unwrap().to_owned())
+        .filter(|p| *p != gateway.0.id().to_string())
+        .collect();
+    assert_eq!(pids.len(), 4, "two upstreams and their guards: {pids:?}");
+    let term = Command::new("kill")
+        .args(["-TERM", &gateway.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while gateway.0.try_wait().unwrap().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the gateway did not end on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left: Vec<&String> = pids.iter().filter(|p| client_common::running(p)).collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "left running: {left:?}");
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
@@ -837,19 +1362,6 @@ fn a_python_sdk_server_behind_the_gateway() {
     }
 }
 
-/// A counter of the gateway's `/metrics` (at `url`) for the mount labelled `mcp {name}: …`.
-fn mount_counter(url: &str, counter: &str, name: &str) -> u64 {
-    let addr = url.trim_start_matches("http://").trim_end_matches("/mcp");
-    let metrics = http_get(addr, "/metrics");
-    let label = format!("mount=\"mcp {name}: ");
-    metrics
-        .lines()
-        .find(|l| l.starts_with(&format!("{counter}{{")) && l.contains(&label))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {counter} of mount {name}: {metrics}"))
-}
-
 /// The read cache (`ttl_ms > 0`), our binary as a 2026-07-28 stdio upstream behind a gateway
 /// served over HTTP (one process, one cache): a second read within the TTL does not reach
 /// the upstream (a file changed upstream still reads as it was, counted as a hit); an
@@ -898,8 +1410,8 @@ fn the_read_cache_keeps_public_answers_until_a_notice_or_the_ttl() {
         c.args(["cat", uri, "--url", &url]);
         run(c).ok()
     };
-    let hits = || mount_counter(&url, "mcpr_mcp_cache_hits_total", "up");
-    let misses = || mount_counter(&url, "mcpr_mcp_cache_misses_total", "up");
+    let hits = || client_common::mount_counter(&url, "mcpr_mcp_cache_hits_total", "up");
+    let misses = || client_common::mount_counter(&url, "mcpr_mcp_cache_misses_total", "up");
 
     // Public: the second read is the first's answer, though the file changed in between.
     let f0 = format!("up+{}", file_uri(&public.join("f00.md")));
@@ -957,36 +1469,6 @@ fn the_read_cache_keeps_public_answers_until_a_notice_or_the_ttl() {
     assert_eq!(cat(&s0), "after the ttl\n", "past the upstream's ttlMs");
 }
 
-/// One 2026-07-28 request `method` with `params` to the endpoint `url` (`http://…/mcp`),
-/// over a plain connection: its JSON-RPC answer, SSE or JSON.
-fn post_modern(url: &str, method: &str, mut params: Value) -> Value {
-    let (addr, path) = url
-        .trim_start_matches("http://")
-        .split_once('/')
-        .expect("host/path");
-    params["_meta"] = serde_json::json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {},
-        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"}});
-    let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
-        .to_string();
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    write!(
-        s,
-        "POST /{path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Protocol-Version: 2026-07-28\r\nMcp-Method: {method}\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out.lines()
-        .filter_map(|l| {
-            serde_json::from_str::<Value>(l.strip_prefix("data:").unwrap_or(l).trim()).ok()
-        })
-        .find(|v| v["id"] == 1)
-        .unwrap_or_else(|| panic!("no answer to {method}: {out}"))
-}
-
 /// A listing and a directory read relay the upstream's `ttlMs` and `cacheScope` like a read
 /// does: our binary as a 2026-07-28 upstream whose listing says 3 s and `private` (its
 /// mounts' strictest) and whose directory read says 3 s (the skills mount's, which offers
@@ -1027,14 +1509,14 @@ fn a_listing_relays_the_upstreams_ttl_capped_by_the_mount() {
         .unwrap();
         let gw_path = gw.display().to_string();
         let (_gateway, url) = client_common::our_http_server(&["serve", "--config", &gw_path]);
-        let list = post_modern(&url, "resources/list", serde_json::json!({}));
+        let list = client_common::post_modern(&url, "resources/list", serde_json::json!({}));
         for f in [a.join("f00.md"), b.join("f00.md")] {
             let uri = format!("up+{}", file_uri(&f));
             assert!(list.to_string().contains(&uri), "{uri}: {list}");
         }
         assert_eq!(list["result"]["ttlMs"], want, "{list}");
         assert_eq!(list["result"]["cacheScope"], "private", "{list}");
-        let dir = post_modern(
+        let dir = client_common::post_modern(
             &url,
             "resources/directory/read",
             serde_json::json!({"uri": format!("up+{}", file_uri(&alpha))}),
@@ -1072,7 +1554,7 @@ fn an_http_upstreams_oversized_answer_is_refused_naming_the_limit() {
     };
     let small = format!("up+{}", file_uri(&root.join("f00.md")));
     assert_eq!(cat(&small).ok(), "file 0\n");
-    let connects = mount_counter(&url, "mcpr_mcp_connects_total", "up");
+    let connects = client_common::mount_counter(&url, "mcpr_mcp_connects_total", "up");
     let big = cat(&format!("up+{}", file_uri(&root.join("big.md"))));
     assert_ne!(big.code, Some(0), "{big:?}");
     assert!(
@@ -1084,7 +1566,7 @@ fn an_http_upstreams_oversized_answer_is_refused_naming_the_limit() {
     );
     assert_eq!(cat(&small).ok(), "file 0\n");
     assert_eq!(
-        mount_counter(&url, "mcpr_mcp_connects_total", "up"),
+        client_common::mount_counter(&url, "mcpr_mcp_connects_total", "up"),
         connects,
         "the same connection"
     );

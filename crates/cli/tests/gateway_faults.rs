@@ -14,7 +14,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use client_common::{Out, absent, bin, our_http_server, run, within_memory_budget};
+use client_common::{
+    Out, absent, bin, our_http_server, python3, run, running, within_memory_budget,
+};
 
 const UPSTREAM: &str = r#"
 import json, os, sys, time
@@ -75,16 +77,6 @@ for line in sys.stdin:
 
 /// The request timeout of the gateway mount (`timeout_ms`).
 const TIMEOUT: Duration = Duration::from_secs(15);
-
-/// The real Python interpreter (not a shim that needs our environment), or `None`.
-fn python() -> Option<String> {
-    let out = Command::new("python3")
-        .args(["-c", "import sys; print(sys.executable)"])
-        .output()
-        .ok()?;
-    let p = String::from_utf8(out.stdout).ok()?.trim().to_owned();
-    (out.status.success() && !p.is_empty()).then_some(p)
-}
 
 /// A gateway over HTTP with a local files mount and the mount `slow` of the Python upstream
 /// (`max_message_bytes` as given); returns the gateway, its URL, the marks folder and the
@@ -171,22 +163,7 @@ impl Setup {
 
     /// A counter of the gateway's `/metrics` for the mcp mount.
     fn counter(&self, name: &str) -> u64 {
-        use std::io::{Read as _, Write as _};
-        let addr = self
-            .url
-            .trim_start_matches("http://")
-            .trim_end_matches("/mcp");
-        let mut s = std::net::TcpStream::connect(addr).unwrap();
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-            .unwrap();
-        let mut metrics = String::new();
-        s.read_to_string(&mut metrics).unwrap();
-        metrics
-            .lines()
-            .find(|l| l.starts_with(&format!("{name}{{")) && l.contains("mount=\"mcp slow: "))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no {name}: {metrics}"))
+        client_common::mount_counter(&self.url, name, "slow")
     }
 }
 
@@ -215,7 +192,7 @@ fn started(cmd: Command) -> std::thread::JoinHandle<(Out, Duration)> {
 /// starts the upstream again and reads and listings through it work as before.
 #[test]
 fn an_upstream_killed_mid_read_and_mid_list_costs_only_its_mount() {
-    let Some(python) = python().or_else(|| absent("python3", "not on PATH")) else {
+    let Some(python) = python3().or_else(|| absent("python3", "not on PATH")) else {
         return;
     };
     let s = setup(&python, "32MiB");
@@ -302,7 +279,7 @@ const HUGE_BUDGET_MIB: u64 = 128;
 /// local mount serves throughout.
 #[test]
 fn a_huge_answer_is_refused_naming_the_limit_within_a_memory_budget() {
-    let Some(python) = python().or_else(|| absent("python3", "not on PATH")) else {
+    let Some(python) = python3().or_else(|| absent("python3", "not on PATH")) else {
         return;
     };
     let s = setup(&python, "16MiB");
@@ -399,7 +376,7 @@ fn script_gateway(
     more: &str,
     prepare: impl FnOnce(&Path),
 ) -> Option<(tempfile::TempDir, PathBuf, client_common::Guard, String)> {
-    let python = python().or_else(|| absent("python3", "not on PATH"))?;
+    let python = python3().or_else(|| absent("python3", "not on PATH"))?;
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join(format!("{mount}.py"));
     std::fs::write(&path, script).unwrap();
@@ -497,14 +474,6 @@ fn a_connection_ended_by_the_gateway_leaves_no_helper_behind() {
         assert!(Instant::now() < deadline, "never connected again");
         std::thread::sleep(Duration::from_millis(100));
     }
-}
-
-/// Whether process `pid` still runs (a zombie waiting for a parent to reap it does not).
-fn running(pid: &str) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| Some(s.rsplit_once(')')?.1.trim_start().starts_with(['Z', 'X'])))
-        .is_some_and(|dead| !dead)
 }
 
 /// The gateway killed with SIGKILL, which runs no code of ours: within 2 s its stdio

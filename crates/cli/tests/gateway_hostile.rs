@@ -6,16 +6,20 @@
 
 mod client_common;
 
-use std::io::{Read as _, Write as _};
-use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use client_common::{Lines, absent, bin, our_http_server, run, within_memory_budget};
+use client_common::{Lines, absent, bin, our_http_server, python3, run, within_memory_budget};
 use serde_json::Value;
 
+/// The hostile upstream. With `MODE` set in its environment it lists otherwise: `cycle`
+/// walks pages of one entry whose cursors go A, B, then A again (a cycle no single page of
+/// ours sees whole), the first entry named with a control character and 300 characters
+/// more; `wide` answers one page of 10,001 entries. Either offers 1,500 templates, the
+/// first named with a control character and 300 characters more.
 const UPSTREAM: &str = r#"
-import json, sys
+import json, os, sys
+mode = os.environ.get("MODE", "hostile")
 out = sys.stdout
 def send(obj):
     out.write(json.dumps(obj) + "\n"); out.flush()
@@ -32,8 +36,21 @@ for line in sys.stdin:
         send({"jsonrpc": "2.0", "id": mid, "result": {"protocolVersion": p.get("protocolVersion", "2025-11-25"),
               "capabilities": {"resources": {"subscribe": True, "listChanged": True}},
               "serverInfo": {"name": "hostile", "version": "6.6.6"}}})
+    elif method == "resources/templates/list" and mode != "hostile":
+        send({"jsonrpc": "2.0", "id": mid, "result": {"resourceTemplates": [
+            {"uriTemplate": "t://%d/{id}" % i, "name": ("first\u001b" + "n" * 300) if i == 0 else "t%d" % i}
+            for i in range(1500)]}})
     elif method == "resources/templates/list":
         send({"jsonrpc": "2.0", "id": mid, "result": {"resourceTemplates": []}})
+    elif method == "resources/list" and mode == "cycle":
+        nxt = {None: "A", "A": "B", "B": "A"}[p.get("cursor")]
+        n = {None: 1, "A": 2, "B": 3}[p.get("cursor")]
+        name = "e%d" % n if n > 1 else "e1\u0007" + "m" * 300
+        send({"jsonrpc": "2.0", "id": mid, "result": {"resources": [{"uri": "x://%d" % n, "name": name}], "nextCursor": nxt}})
+    elif method == "resources/list" and mode == "wide":
+        rs = [{"uri": "x://%d" % i, "name": "e%d" % i} for i in range(10000)]
+        rs.append({"uri": "x://long", "name": "L" * 300})
+        send({"jsonrpc": "2.0", "id": mid, "result": {"resources": rs}})
     elif method == "resources/list":
         send({"jsonrpc": "2.0", "id": mid, "result": {"resources": [
             {"uri": "x://ok", "name": "ok\u001b[31mred\u0007", "description": "d" * 20000},
@@ -67,52 +84,75 @@ for line in sys.stdin:
 /// notice of a flood, or requests that kept their state past their timeout, would grow past it.
 const BUDGET_MIB: u64 = 96;
 
-/// The real Python interpreter (not a shim that needs our environment), or `None`.
-fn python() -> Option<String> {
-    let out = Command::new("python3")
-        .args(["-c", "import sys; print(sys.executable)"])
-        .output()
-        .ok()?;
-    let p = String::from_utf8(out.stdout).ok()?.trim().to_owned();
-    (out.status.success() && !p.is_empty()).then_some(p)
+/// A gateway over HTTP (`server` its `[server]` table, or empty) with a local files mount
+/// (`a.md`) and, for each `(name, more)` of `mounts`, an mcp mount `name` of [`UPSTREAM`]
+/// in the legacy era with `more` added to its settings.
+struct Hostile {
+    _tmp: tempfile::TempDir,
+    gateway: client_common::Guard,
+    url: String,
+    local_uri: String,
 }
 
-#[test]
-fn a_hostile_upstream_costs_only_its_own_requests() {
-    let Some(python) = python().or_else(|| absent("python3", "not on PATH")) else {
-        return;
-    };
+/// The [`Hostile`] gateway, or `None` (a skip) without python3.
+fn hostile_gateway(server: &str, mounts: &[(&str, &str)]) -> Option<Hostile> {
+    let python = python3().or_else(|| absent("python3", "not on PATH"))?;
     let tmp = tempfile::tempdir().unwrap();
     let script = tmp.path().join("hostile.py");
     std::fs::write(&script, UPSTREAM).unwrap();
     let local = tmp.path().join("local");
     std::fs::create_dir(&local).unwrap();
     std::fs::write(local.join("a.md"), "local\n").unwrap();
-    let gw = tmp.path().join("gateway.toml");
-    std::fs::write(
-        &gw,
-        format!(
-            "[[mount]]\nkind = \"files\"\nroot = {:?}\n\n[[mount]]\nkind = \"mcp\"\nname = \"h\"\ncommand = {:?}\nargs = [{:?}]\nprotocol = \"legacy\"\ntimeout_ms = 1500\nmax_message_bytes = \"1MiB\"\nmax_notifications_per_second = 20\n",
-            local.display().to_string(),
-            python,
+    let mut config = format!(
+        "{server}[[mount]]\nkind = \"files\"\nroot = {:?}\n",
+        local.display().to_string()
+    );
+    for (name, more) in mounts {
+        config.push_str(&format!(
+            "\n[[mount]]\nkind = \"mcp\"\nname = \"{name}\"\ncommand = {python:?}\nargs = [{:?}]\nprotocol = \"legacy\"\n{more}",
             script.display().to_string()
-        ),
-    )
-    .unwrap();
+        ));
+    }
+    let gw = tmp.path().join("gateway.toml");
+    std::fs::write(&gw, config).unwrap();
+    let gw = gw.display().to_string();
+    let (gateway, url) = our_http_server(&["serve", "--config", &gw]);
+    Some(Hostile {
+        local_uri: format!("file://{}", local.join("a.md").display()),
+        _tmp: tmp,
+        gateway,
+        url,
+    })
+}
 
+#[test]
+fn a_hostile_upstream_costs_only_its_own_requests() {
     // One gateway over HTTP, so that every request below meets the connection that lived
     // through the faults before it.
-    let gw_path = gw.to_str().unwrap().to_owned();
-    let (gateway, url) = our_http_server(&["serve", "--config", &gw_path]);
+    let Some(Hostile {
+        _tmp,
+        gateway,
+        url,
+        local_uri,
+    }) = hostile_gateway(
+        "",
+        &[(
+            "h",
+            "timeout_ms = 1500\nmax_message_bytes = \"1MiB\"\nmax_notifications_per_second = 20\n",
+        )],
+    )
+    else {
+        return;
+    };
     let pid = gateway.0.id();
-    let via = |_: &Path, args: &[&str]| {
+    let via = |args: &[&str]| {
         let mut c = Command::new(bin());
         c.args(args).args(["--url", &url]);
         c
     };
     // Names lose their control characters, descriptions are cut, a URI that does not parse
     // is left out.
-    let listed = run(via(&gw, &["ls", "--json"])).ok();
+    let listed = run(via(&["ls", "--json"])).ok();
     let entries: Vec<Value> = listed
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -130,7 +170,7 @@ fn a_hostile_upstream_costs_only_its_own_requests() {
     // An answer over max_message_bytes is refused at once, naming the limit; one with a
     // wrong id times out alone; the same connection then answers the next.
     let started = Instant::now();
-    let big = run(via(&gw, &["cat", "h+x://big"]));
+    let big = run(via(&["cat", "h+x://big"]));
     assert_ne!(big.code, Some(0), "{big:?}");
     assert!(
         big.stderr.contains("mcp mount \"h\"")
@@ -144,7 +184,7 @@ fn a_hostile_upstream_costs_only_its_own_requests() {
         "not a timeout: {}",
         big.stderr
     );
-    let lie = run(via(&gw, &["cat", "h+x://wrong-id"]));
+    let lie = run(via(&["cat", "h+x://wrong-id"]));
     assert_eq!(lie.code, Some(4), "{lie:?}");
     assert!(lie.stderr.contains("did not answer"), "{}", lie.stderr);
     assert!(started.elapsed() < Duration::from_secs(15));
@@ -153,18 +193,11 @@ fn a_hostile_upstream_costs_only_its_own_requests() {
         BUDGET_MIB,
         "an oversized answer and a request never answered",
     );
-    assert_eq!(run(via(&gw, &["cat", "h+x://ok"])).ok(), "fine");
-    assert_eq!(
-        run(via(
-            &gw,
-            &["cat", &format!("file://{}", local.join("a.md").display())]
-        ))
-        .ok(),
-        "local\n"
-    );
+    assert_eq!(run(via(&["cat", "h+x://ok"])).ok(), "fine");
+    assert_eq!(run(via(&["cat", &local_uri])).ok(), "local\n");
 
     // 20,000 notices for one URI reach the client merged: a handful of lines, not a flood.
-    let watch = Lines::spawn(via(&gw, &["watch", "h+x://flood"]));
+    let watch = Lines::spawn(via(&["watch", "h+x://flood"]));
     let mut got = 0;
     let deadline = Instant::now() + Duration::from_secs(6);
     while let Some(left) = deadline.checked_duration_since(Instant::now()) {
@@ -181,21 +214,162 @@ fn a_hostile_upstream_costs_only_its_own_requests() {
         "{got} lines; {}",
         watch.stderr()
     );
-    let addr = url.trim_start_matches("http://").trim_end_matches("/mcp");
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut metrics = String::new();
-    s.read_to_string(&mut metrics).unwrap();
-    let merged: u64 = metrics
-        .lines()
-        .find(|l| l.starts_with("mcpr_mcp_notifications_merged_total{"))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no merged counter: {metrics}"));
+    let merged = client_common::mount_counter(&url, "mcpr_mcp_notifications_merged_total", "h");
     // The flood may still be arriving: thousands merged is the point, not the exact count.
     assert!(merged > 5_000, "{merged} merged; {got} relayed");
     within_memory_budget(pid, BUDGET_MIB, "a flood of 20,000 notices");
     drop(watch);
     drop(gateway);
+}
+
+/// A hostile upstream's listing is bounded however it pages: a cursor cycle that spans our
+/// pages (A, B, A again) ends the listing with the mount named, rather than the client
+/// paging forever; a page over the entry limit (10,000) is refused naming it, the listing
+/// of the other mounts going on. Names are cleaned and cut to 256 characters; templates are
+/// capped at 1,000, their names cleaned and cut too.
+#[test]
+fn an_upstreams_cursor_cycle_and_oversized_page_end_the_listing() {
+    let Some(Hostile {
+        _tmp,
+        gateway: _gateway,
+        url,
+        local_uri,
+    }) = hostile_gateway(
+        "[server]\npage_size = 1\n\n",
+        &[
+            ("cycle", "env = { MODE = \"cycle\" }\n"),
+            ("wide", "env = { MODE = \"wide\" }\n"),
+        ],
+    )
+    else {
+        return;
+    };
+    let client = |args: &[&str]| {
+        let mut c = Command::new(bin());
+        c.args(args).args(["--url", &url]);
+        run(c)
+    };
+
+    // A client that follows every cursor it is given (our terminal client would stop at a
+    // cursor repeated, others do not): the listing ends within a bounded number of pages.
+    let mut uris = Vec::new();
+    let mut names = Vec::new();
+    let mut left_out = Vec::new();
+    let mut cursor: Option<String> = None;
+    for page in 0.. {
+        assert!(page < 40, "the listing never ends: {uris:?}");
+        let params = match &cursor {
+            Some(c) => serde_json::json!({ "cursor": c }),
+            None => serde_json::json!({}),
+        };
+        let answer = client_common::post_modern(&url, "resources/list", params);
+        let result = &answer["result"];
+        for r in result["resources"].as_array().expect("a page") {
+            uris.push(r["uri"].as_str().unwrap().to_owned());
+            names.push(r["name"].as_str().unwrap().to_owned());
+        }
+        if let Some(gone) = result["_meta"]["io.github.mcp-resources/unavailable"].as_array() {
+            left_out.extend(
+                gone.iter()
+                    .map(|g| g["message"].as_str().unwrap().to_owned()),
+            );
+        }
+        match result["nextCursor"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => break,
+        }
+    }
+    // The cycle's entries until it was known for one (each entry at most a few times: the
+    // cycle may be walked again before it is known; the page that found it is refused
+    // whole), none of the oversized page.
+    assert_eq!(uris[0], local_uri, "{uris:?}");
+    assert!(
+        uris[1..].iter().all(|u| u.starts_with("cycle+x://")) && uris.len() <= 1 + 12,
+        "{uris:?}"
+    );
+    // A name loses its control characters and is cut to 256 characters.
+    assert!(names[1].starts_with("e1mmm"), "{}", names[1]);
+    assert_eq!(names[1].chars().count(), 256, "{}", names[1]);
+    for want in ["cycle+x://1", "cycle+x://2"] {
+        assert!(uris.iter().any(|u| u == want), "{want}: {uris:?}");
+    }
+    assert!(
+        left_out
+            .iter()
+            .any(|m| m.contains("mcp mount \"cycle\"") && m.contains("never end")),
+        "{left_out:?}"
+    );
+    assert!(
+        left_out.iter().any(|m| m.contains("mcp mount \"wide\"")
+            && m.contains("10001 entries, more than the limit of 10000")),
+        "{left_out:?}"
+    );
+
+    let out = client(&["templates", "--json"]).ok();
+    let templates: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for mode in ["cycle", "wide"] {
+        let theirs: Vec<&Value> = templates
+            .iter()
+            .filter(|t| {
+                t["uriTemplate"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with(&format!("{mode}+"))
+            })
+            .collect();
+        assert_eq!(theirs.len(), 1000, "{mode}: at most 1,000 templates");
+        let first = theirs
+            .iter()
+            .find(|t| t["uriTemplate"] == format!("{mode}+t://0/{{id}}"))
+            .unwrap_or_else(|| panic!("{mode}: {theirs:?}"));
+        let name = first["name"].as_str().unwrap();
+        assert!(
+            name.starts_with("firstnnn") && !name.contains('\u{1b}'),
+            "{name}"
+        );
+        assert_eq!(name.chars().count(), 256, "{name}");
+    }
+}
+
+/// Without `max_notifications_per_second`, the default bound holds: of 20,000 notices for
+/// one URI sent at once, at most 1,000 a second are relayed to our subscribers, the rest
+/// merged into the one waiting.
+#[test]
+fn a_flood_is_relayed_at_most_1000_a_second_by_default() {
+    let Some(Hostile {
+        _tmp,
+        gateway: _gateway,
+        url,
+        ..
+    }) = hostile_gateway("", &[("h", "")])
+    else {
+        return;
+    };
+    let mut c = Command::new(bin());
+    c.args(["watch", "h+x://flood", "--url", &url]);
+    let watch = Lines::spawn(c);
+    let started = Instant::now();
+    // Until the whole flood is in (relayed or merged), within 10 s.
+    let (relayed, merged) = loop {
+        let relayed =
+            client_common::mount_counter(&url, "mcpr_mcp_notifications_relayed_total", "h");
+        let merged = client_common::mount_counter(&url, "mcpr_mcp_notifications_merged_total", "h");
+        if relayed + merged >= 20_000 || started.elapsed() > Duration::from_secs(10) {
+            break (relayed, merged);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let secs = started.elapsed().as_secs() + 1;
+    assert!(
+        relayed + merged >= 20_000,
+        "{relayed} relayed, {merged} merged; {}",
+        watch.stderr()
+    );
+    assert!(
+        (1..=1000 * secs).contains(&relayed),
+        "{relayed} relayed in under {secs} s"
+    );
 }

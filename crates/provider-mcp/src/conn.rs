@@ -815,13 +815,15 @@ pub(crate) async fn refresh_templates(shared: Weak<Shared>) {
     }
 }
 
-/// Relay queued changes to the sinks, at most `max_notifications_per_second`.
+/// Relay queued changes to the sinks, at most `max_notifications_per_second` in any one
+/// second: the times of the last that many relays are kept, and the next waits until the
+/// oldest of them is a second old. (A window reset every second let twice the limit through
+/// around a reset: a full window's worth at its end, another at the next one's start.)
 pub(crate) async fn relay(shared: Weak<Shared>) {
-    let mut window = Instant::now();
-    let mut sent = 0u32;
+    let mut recent: VecDeque<Instant> = VecDeque::new();
     loop {
         let Some(s) = shared.upgrade() else { return };
-        let limit = s.config.max_notifications_per_second;
+        let limit = s.config.max_notifications_per_second as usize;
         let next = {
             let mut q = lock(&s.queue);
             let p = q.order.pop_front();
@@ -846,22 +848,17 @@ pub(crate) async fn relay(shared: Weak<Shared>) {
             }
             continue;
         };
-        if window.elapsed() >= Duration::from_secs(1) {
-            window = Instant::now();
-            sent = 0;
+        while recent.len() >= limit.max(1) {
+            let oldest = recent.pop_front().expect("not empty");
+            let rest = Duration::from_secs(1).saturating_sub(oldest.elapsed());
+            if !rest.is_zero() {
+                // Meanwhile, more of the same URI merge into the one queued after the change
+                // in hand. The provider aborts this task when dropped, sleeping or not.
+                tokio::time::sleep(rest).await;
+            }
         }
-        if sent >= limit {
-            let rest = Duration::from_secs(1).saturating_sub(window.elapsed());
-            drop(s);
-            tokio::time::sleep(rest).await;
-            window = Instant::now();
-            sent = 0;
-            let Some(s2) = shared.upgrade() else { return };
-            deliver(&s2, p);
-        } else {
-            deliver(&s, p);
-        }
-        sent += 1;
+        deliver(&s, p);
+        recent.push_back(Instant::now());
     }
 }
 

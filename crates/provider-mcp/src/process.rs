@@ -244,8 +244,11 @@ impl Drop for Child {
 }
 
 /// Copy `stderr` to our log a line at a time, each line cut to [`MAX_STDERR_LINE`] bytes
-/// and stripped of control characters, every secret of `masks` in it masked (a secret's
-/// start before the cut included), at most [`MAX_STDERR_LINES_PER_SECOND`] a second.
+/// (and said to be cut) and stripped of control characters, every secret of `masks` in it
+/// masked (a secret's start before the cut included), at most
+/// [`MAX_STDERR_LINES_PER_SECOND`] a second. The lines left out of a second are counted and
+/// the count logged when the second ends, whether or not the upstream writes again, and a
+/// last line without its newline is logged at the end.
 async fn log_stderr(mount: String, stderr: ChildStderr, masks: Masks) {
     let mut reader = BufReader::new(stderr);
     // Whether the line in hand lost bytes past the bound.
@@ -254,46 +257,88 @@ async fn log_stderr(mount: String, stderr: ChildStderr, masks: Masks) {
     let mut window = Instant::now();
     let mut logged = 0u32;
     let mut dropped = 0u64;
+    let said_dropped = |dropped: u64| {
+        tracing::warn!(mount = %mount, "upstream stderr: {dropped} more lines not logged (more than {MAX_STDERR_LINES_PER_SECOND} a second)");
+    };
     loop {
-        let (done, used) = match reader.fill_buf().await {
-            Ok([]) | Err(_) => break,
-            Ok(buf) => match buf.iter().position(|&b| b == b'\n') {
-                Some(i) => {
-                    let room = MAX_STDERR_LINE.saturating_sub(line.len());
-                    truncated |= i > room;
-                    line.extend_from_slice(&buf[..i.min(room)]);
-                    (true, i + 1)
-                }
-                None => {
-                    let room = MAX_STDERR_LINE.saturating_sub(line.len());
-                    truncated |= buf.len() > room;
-                    line.extend_from_slice(&buf[..buf.len().min(room)]);
-                    (false, buf.len())
-                }
-            },
+        let window_ends = tokio::time::Instant::from_std(window + Duration::from_secs(1));
+        let read = tokio::select! {
+            r = reader.fill_buf() => Some(match r {
+                Ok([]) | Err(_) => None,
+                Ok(buf) => Some(match buf.iter().position(|&b| b == b'\n') {
+                    Some(i) => {
+                        let room = MAX_STDERR_LINE.saturating_sub(line.len());
+                        truncated |= i > room;
+                        line.extend_from_slice(&buf[..i.min(room)]);
+                        (true, i + 1)
+                    }
+                    None => {
+                        let room = MAX_STDERR_LINE.saturating_sub(line.len());
+                        truncated |= buf.len() > room;
+                        line.extend_from_slice(&buf[..buf.len().min(room)]);
+                        (false, buf.len())
+                    }
+                }),
+            }),
+            // Only waited for while lines were left out: their count is due at the window's end.
+            () = tokio::time::sleep_until(window_ends), if dropped > 0 => None,
         };
-        reader.consume(used);
+        let done = match read {
+            // The window ended with lines left out.
+            None => {
+                said_dropped(dropped);
+                window = Instant::now();
+                logged = 0;
+                dropped = 0;
+                continue;
+            }
+            Some(None) => {
+                // The end: a last line without its newline, then the count.
+                if !line.is_empty() && logged < MAX_STDERR_LINES_PER_SECOND {
+                    log_line(&mount, &line, truncated, &masks);
+                } else if !line.is_empty() {
+                    dropped += 1;
+                }
+                if dropped > 0 {
+                    said_dropped(dropped);
+                }
+                return;
+            }
+            Some(Some((done, used))) => {
+                reader.consume(used);
+                done
+            }
+        };
         if !done {
             continue;
         }
         if window.elapsed() >= Duration::from_secs(1) {
             if dropped > 0 {
-                tracing::warn!(mount = %mount, "upstream stderr: {dropped} more lines not logged (more than {MAX_STDERR_LINES_PER_SECOND} a second)");
+                said_dropped(dropped);
             }
             window = Instant::now();
             logged = 0;
             dropped = 0;
         }
         if logged < MAX_STDERR_LINES_PER_SECOND {
-            let text = without_controls(&String::from_utf8_lossy(&line));
-            let text = cut(masks.apply(&text, truncated), MAX_STDERR_LINE + MASK.len());
-            tracing::info!(mount = %mount, "upstream stderr: {text}");
+            log_line(&mount, &line, truncated, &masks);
             logged += 1;
         } else {
             dropped += 1;
         }
         line.clear();
         truncated = false;
+    }
+}
+
+/// Log one stderr line of the upstream of `mount` (bounded, masked, its cut said).
+fn log_line(mount: &str, line: &[u8], truncated: bool, masks: &Masks) {
+    let text = without_controls(&String::from_utf8_lossy(line));
+    let text = cut(masks.apply(&text, truncated), MAX_STDERR_LINE + MASK.len());
+    if truncated {
+        tracing::info!(mount = %mount, "upstream stderr: {text} [cut at {MAX_STDERR_LINE} bytes]");
+    } else {
+        tracing::info!(mount = %mount, "upstream stderr: {text}");
     }
 }
 

@@ -347,3 +347,72 @@ impl CuttingProxy {
         }
     }
 }
+
+/// One 2026-07-28 request `method` with `params` to the endpoint `url` (`http://…/mcp`),
+/// over a plain connection: its JSON-RPC answer, SSE or JSON.
+pub fn post_modern(url: &str, method: &str, mut params: serde_json::Value) -> serde_json::Value {
+    let (addr, path) = url
+        .trim_start_matches("http://")
+        .split_once('/')
+        .expect("host/path");
+    params["_meta"] = serde_json::json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"}});
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+        .to_string();
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    use std::io::Write as _;
+    write!(
+        s,
+        "POST /{path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Protocol-Version: 2026-07-28\r\nMcp-Method: {method}\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out.lines()
+        .filter_map(|l| {
+            serde_json::from_str::<serde_json::Value>(l.strip_prefix("data:").unwrap_or(l).trim())
+                .ok()
+        })
+        .find(|v| v["id"] == 1)
+        .unwrap_or_else(|| panic!("no answer to {method}: {out}"))
+}
+
+/// Whether process `pid` still runs (a zombie waiting for a parent to reap it does not).
+pub fn running(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| Some(s.rsplit_once(')')?.1.trim_start().starts_with(['Z', 'X'])))
+        .is_some_and(|dead| !dead)
+}
+
+/// The real Python interpreter (not a shim that needs our environment), or `None`.
+pub fn python3() -> Option<String> {
+    let out = Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .ok()?;
+    let p = String::from_utf8(out.stdout).ok()?.trim().to_owned();
+    (out.status.success() && !p.is_empty()).then_some(p)
+}
+
+/// A counter of the gateway's `/metrics` (its endpoint `url`) for the mount labelled
+/// `mcp {name}: …`.
+pub fn mount_counter(url: &str, counter: &str, name: &str) -> u64 {
+    use std::io::Write as _;
+    let addr = url.trim_start_matches("http://").trim_end_matches("/mcp");
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut metrics = String::new();
+    s.read_to_string(&mut metrics).unwrap();
+    let label = format!("mount=\"mcp {name}: ");
+    metrics
+        .lines()
+        .find(|l| l.starts_with(&format!("{counter}{{")) && l.contains(&label))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {counter} of mount {name}: {metrics}"))
+}
