@@ -14,15 +14,26 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-/// A running moto server. Started under `sh` reading its stdin: when the test process ends
-/// (however it ends) the pipe closes and the shell stops moto. Dropping it stops moto.
+/// A running moto server. Dropping it stops moto.
 pub struct Moto {
     port: u16,
     bin: PathBuf,
     /// Whether requests must be signed by a known IAM user (moto's
     /// `INITIAL_NO_AUTH_ACTION_COUNT=0`); any test key is then refused.
     auth: bool,
-    child: Option<Child>,
+    shell: Option<Shell>,
+}
+
+/// The `sh` that runs moto and reads its stdin: when the test process ends (however it ends)
+/// the pipe closes and the shell stops moto. Dropping it closes the pipe and waits until the
+/// shell has killed moto and waited for it, so the port is closed.
+struct Shell(Child);
+
+impl Drop for Shell {
+    fn drop(&mut self) {
+        drop(self.0.stdin.take());
+        let _ = self.0.wait();
+    }
 }
 
 impl Moto {
@@ -42,12 +53,12 @@ impl Moto {
     fn start_fresh(bin: PathBuf, auth: bool) -> Self {
         for _ in 0..3 {
             let port = free_port();
-            if let Some(child) = launch(&bin, port, auth) {
+            if let Some(shell) = launch(&bin, port, auth) {
                 return Self {
                     port,
                     bin,
                     auth,
-                    child: Some(child),
+                    shell: Some(shell),
                 };
             }
         }
@@ -61,7 +72,7 @@ impl Moto {
             port,
             bin,
             auth: false,
-            child: None,
+            shell: None,
         };
         m.restart();
         m
@@ -72,22 +83,18 @@ impl Moto {
     /// the port while this one was down (the test's mounts cannot follow it elsewhere).
     pub fn restart(&mut self) {
         self.stop();
-        let child = launch(&self.bin, self.port, self.auth).unwrap_or_else(|| {
+        let shell = launch(&self.bin, self.port, self.auth).unwrap_or_else(|| {
             panic!(
                 "moto_server could not listen on port {}: another server took it",
                 self.port
             )
         });
-        self.child = Some(child);
+        self.shell = Some(shell);
     }
 
     /// Stop it; when this returns, moto has exited and its port is closed.
     pub fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            // Closing stdin makes the shell kill moto and wait for it.
-            drop(c.stdin.take());
-            let _ = c.wait();
-        }
+        self.shell = None;
     }
 
     /// Its loopback port.
@@ -128,12 +135,6 @@ impl Moto {
     }
 }
 
-impl Drop for Moto {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
 /// A loopback port nothing listens on right now (something may by the time it is used).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -146,7 +147,7 @@ pub fn free_port() -> u16 {
 /// request loads the S3 backend); `None` when another server holds the port. That moto bound
 /// the port is read from its own output, not from a connection: another server (another moto
 /// too) answering there is no sign that this one does.
-fn launch(bin: &Path, port: u16, auth: bool) -> Option<Child> {
+fn launch(bin: &Path, port: u16, auth: bool) -> Option<Shell> {
     static N: AtomicUsize = AtomicUsize::new(0);
     let log = std::env::temp_dir().join(format!(
         "mcpr-moto-{}-{}.log",
@@ -162,13 +163,14 @@ fn launch(bin: &Path, port: u16, auth: bool) -> Option<Child> {
     if auth {
         cmd.env("INITIAL_NO_AUTH_ACTION_COUNT", "0");
     }
-    let mut child = cmd
-        .args(["-c", &script])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start moto_server");
+    let shell = Shell(
+        cmd.args(["-c", &script])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start moto_server"),
+    );
     // werkzeug's lines: this after binding the port, or "Address already in use" and exit.
     let listening = format!("Running on http://127.0.0.1:{port}");
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -189,15 +191,13 @@ fn launch(bin: &Path, port: u16, auth: bool) -> Option<Child> {
     // moto keeps writing its request log into the unlinked file, freed when it exits.
     let _ = std::fs::remove_file(&log);
     if !bound {
-        drop(child.stdin.take());
-        let _ = child.wait();
         return None;
     }
     // With credentials checked the unsigned creation is refused, an answer all the same.
     let probe = format!("/mcpr-ready-{port}");
     while Instant::now() < deadline {
         match exchange(port, "PUT", &probe, "", b"") {
-            Ok(answer) if answer.starts_with("HTTP/1.1 ") => return Some(child),
+            Ok(answer) if answer.starts_with("HTTP/1.1 ") => return Some(shell),
             _ => std::thread::sleep(Duration::from_millis(100)),
         }
     }
