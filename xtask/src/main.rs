@@ -487,7 +487,7 @@ impl Drop for Phases {
 /// nothing compiles again but a feature's own crates. A plain `cargo build -p mcp-resources`
 /// resolves features for that package alone and without dev-dependencies: tokio's `test-util`
 /// (mcpr-core's dev-dependency), async-nats's `jetstream` and `kv` (the cluster's), rustix's
-/// `param` (the bench driver's) were off there, so tokio and the 50 crates above it were
+/// `param` (the bench driver's) were off there, so tokio and the 47 crates above it were
 /// compiled a second time (221 s on 2 loaded cores). `--workspace` unifies features over every
 /// member as the test build does, and `--examples` (there are none) makes cargo count the
 /// dev-dependencies as it does for test targets. The binary is the one the Rust tests run; it
