@@ -110,11 +110,10 @@ fn test(args: &[String]) -> Result<(), String> {
     if rust_only {
         return Ok(());
     }
-    // The Python suite drives the same binary a user runs.
+    // The Python suite drives the binary the Rust tests ran (the files-only build replaced it
+    // in target/debug: it is put back, nothing compiles).
     phases.time("binary build", || {
-        run(cargo_cmd()
-            .current_dir(&root)
-            .args(["build", "-p", "mcp-resources"]))
+        build_like_tests(&root, &["mcp-resources"], &[])
     })?;
     phases.time("python e2e", || {
         run(Command::new(&python)
@@ -481,6 +480,29 @@ impl Drop for Phases {
             self.started.elapsed().as_secs_f64()
         );
     }
+}
+
+/// `cargo build` of the workspace's binaries `bins` (with `features` on top, `package/feature`)
+/// as the test build compiles them, so that after `cargo test --workspace --all-targets`
+/// nothing compiles again but a feature's own crates. A plain `cargo build -p mcp-resources`
+/// resolves features for that package alone and without dev-dependencies: tokio's `test-util`
+/// (mcpr-core's dev-dependency), async-nats's `jetstream` and `kv` (the cluster's), rustix's
+/// `param` (the bench driver's) were off there, so tokio and the 47 crates above it were
+/// compiled a second time (221 s on 2 loaded cores). `--workspace` unifies features over every
+/// member as the test build does, and `--examples` (there are none) makes cargo count the
+/// dev-dependencies as it does for test targets. The binary is the one the Rust tests run; it
+/// differs from a user's `cargo build -p mcp-resources` only in those dependencies' features.
+fn build_like_tests(root: &Path, bins: &[&str], features: &[&str]) -> Result<(), String> {
+    let mut cmd = cargo_cmd();
+    cmd.current_dir(root)
+        .args(["build", "--workspace", "--examples"]);
+    for bin in bins {
+        cmd.args(["--bin", bin]);
+    }
+    for feature in features {
+        cmd.args(["--features", feature]);
+    }
+    run(&mut cmd)
 }
 
 /// The cargo that runs this task (`$CARGO`), for a build of the workspace, without the
@@ -959,15 +981,10 @@ fn conformance() -> Result<(), String> {
 }
 
 /// The binary with the suite's fixtures, a test-only provider compiled in only for the
-/// conformance run, in `target/debug/mcp-resources`.
+/// conformance run, in `target/debug/mcp-resources`: after the test build, only that provider
+/// and the binary's own crate compile.
 fn conformance_build(root: &Path) -> Result<(), String> {
-    run(cargo_cmd().current_dir(root).args([
-        "build",
-        "-p",
-        "mcp-resources",
-        "--features",
-        "conformance",
-    ]))
+    build_like_tests(root, &["mcp-resources"], &["mcp-resources/conformance"])
 }
 
 /// The scenarios of [`SCENARIOS`] that the gateway pass runs: those about resources (every
@@ -1201,9 +1218,8 @@ fn conformance_client() -> Result<(), String> {
             .arg(&prefix)
             .arg(CONFORMANCE_PKG))?;
     }
-    run(cargo_cmd()
-        .current_dir(&root)
-        .args(["build", "-p", "mcp-resources"]))?;
+    // The binary without the conformance fixtures, which the server run put in its place.
+    build_like_tests(&root, &["mcp-resources"], &[])?;
     let client = root.join("tests/conformance/client.sh");
     let expected = client_expected(&root)?;
     let scratch = root.join("target/conformance-client");
@@ -1505,15 +1521,19 @@ fn soak(args: &[String]) -> Result<(), String> {
     if !pass.iter().any(|a| a == "--minutes") {
         return Err("soak: --minutes N is required (CI: 3)".into());
     }
-    // One package per build: built together, their dependencies' features would be unified
-    // into a combination nothing else builds, and CI would compile the dependencies again.
-    for package in ["mcp-resources", "mcpr-bench"] {
-        let mut build = cargo_cmd();
-        build.current_dir(&root).args(["build", "-p", package]);
-        if release {
-            build.arg("--release");
-        }
-        run(&mut build)?;
+    if release {
+        // The release build `cargo xtask bench` makes, with the features a user's has.
+        run(cargo_cmd().current_dir(&root).args([
+            "build",
+            "--release",
+            "-p",
+            "mcp-resources",
+            "-p",
+            "mcpr-bench",
+        ]))?;
+    } else {
+        // In CI, what `cargo xtask test` built: nothing compiles.
+        build_like_tests(&root, &["mcp-resources", "mcpr-bench"], &[])?;
     }
     let bin = root.join(if release {
         "target/release"

@@ -198,22 +198,18 @@ async fn heard_exactly(stream: &Heard, want: &[(&str, usize)]) -> Vec<String> {
 
 /// The last sequence of JetStream stream `name`.
 async fn log_last_seq(nats: &async_nats::Client, name: &str) -> u64 {
-    let info = js_api(nats, format!("$JS.API.STREAM.INFO.{name}"), Value::Null).await;
+    let info = stream_api(nats, "INFO", name).await;
     info["state"]["last_seq"]
         .as_u64()
         .unwrap_or_else(|| panic!("no last_seq: {info}"))
 }
 
-/// Send a `$JS.API` request as a client of the replicas' NATS account: its JSON answer.
-async fn js_api(nats: &async_nats::Client, subject: String, body: Value) -> Value {
-    // `null`: no body (JetStream refuses `null` where it wants none).
-    let body = if body.is_null() {
-        String::new()
-    } else {
-        body.to_string()
-    };
+/// A `$JS.API.STREAM.<op>.<stream>` request (`INFO`, `DELETE`, `PURGE`; they take no body)
+/// as a client of the replicas' NATS account: its JSON answer.
+async fn stream_api(nats: &async_nats::Client, op: &str, stream: &str) -> Value {
+    let subject = format!("$JS.API.STREAM.{op}.{stream}");
     let reply = nats
-        .request(subject.clone(), body.into())
+        .request(subject.clone(), "".into())
         .await
         .unwrap_or_else(|e| panic!("{subject}: {e}"));
     serde_json::from_slice(&reply.payload).unwrap()
@@ -326,23 +322,14 @@ async fn deleted_and_purged_streams_are_recreated_counted_and_watched_within_a_t
 
     // 1. The lease stream deleted: the holder finds it missing at its next renewal and
     // creates it again, keeping the lease; a watcher throughout, one TTL on.
-    let deleted = js_api(
-        &vandal,
-        format!("$JS.API.STREAM.DELETE.{leases}"),
-        Value::Null,
-    )
-    .await;
+    let deleted = stream_api(&vandal, "DELETE", &leases).await;
     assert_eq!(deleted["success"], true, "{deleted}");
     let started = Instant::now();
     wait_for("the lease stream again", TTL * 2, async || {
-        js_api(
-            &vandal,
-            format!("$JS.API.STREAM.INFO.{leases}"),
-            Value::Null,
-        )
-        .await
-        .get("error")
-        .is_none()
+        stream_api(&vandal, "INFO", &leases)
+            .await
+            .get("error")
+            .is_none()
     })
     .await;
     eprintln!("lease stream back after {:?}", started.elapsed());
@@ -360,24 +347,14 @@ async fn deleted_and_purged_streams_are_recreated_counted_and_watched_within_a_t
 
     // 2. The lease stream purged (the stream kept, its records gone): the holder writes its
     // record again and nobody else takes the empty subject, so one watcher throughout.
-    let purged = js_api(
-        &vandal,
-        format!("$JS.API.STREAM.PURGE.{leases}"),
-        Value::Null,
-    )
-    .await;
+    let purged = stream_api(&vandal, "PURGE", &leases).await;
     assert_eq!(purged["success"], true, "{purged}");
     let watcher = one_watcher_throughout(&replicas, &mount, TTL).await;
     assert_eq!(
         watcher, first,
         "the watcher kept its lease through the purge"
     );
-    let info = js_api(
-        &vandal,
-        format!("$JS.API.STREAM.INFO.{leases}"),
-        Value::Null,
-    )
-    .await;
+    let info = stream_api(&vandal, "INFO", &leases).await;
     assert!(
         info["state"]["messages"].as_u64().unwrap_or(0) > 0,
         "no lease record after the purge: {info}"
@@ -393,12 +370,7 @@ async fn deleted_and_purged_streams_are_recreated_counted_and_watched_within_a_t
     // holds: replica 0 its first session's handshake and the roamer's handshake and
     // subscriptions, replica 1 its first session's handshake.
     let sessions_stream = format!("MCPR_{cluster}_SESSIONS");
-    let deleted = js_api(
-        &vandal,
-        format!("$JS.API.STREAM.DELETE.{sessions_stream}"),
-        Value::Null,
-    )
-    .await;
+    let deleted = stream_api(&vandal, "DELETE", &sessions_stream).await;
     assert_eq!(deleted["success"], true, "{deleted}");
     let started = Instant::now();
     replicas[1]
@@ -428,12 +400,7 @@ async fn deleted_and_purged_streams_are_recreated_counted_and_watched_within_a_t
     // holds (replica 0 now holds four records, replica 1 two); then the roamer, created on
     // replica 0, is continued on replica 1, and its subscription made on replica 0 holds
     // there.
-    let purged = js_api(
-        &vandal,
-        format!("$JS.API.STREAM.PURGE.{sessions_stream}"),
-        Value::Null,
-    )
-    .await;
+    let purged = stream_api(&vandal, "PURGE", &sessions_stream).await;
     assert_eq!(purged["success"], true, "{purged}");
     let started = Instant::now();
     let took = tokio::join!(
@@ -476,12 +443,7 @@ async fn deleted_and_purged_streams_are_recreated_counted_and_watched_within_a_t
         .last_event_id()
         .expect("an event id on the roamer's stream");
     roamed.close();
-    let deleted = js_api(
-        &vandal,
-        format!("$JS.API.STREAM.DELETE.{events_stream}"),
-        Value::Null,
-    )
-    .await;
+    let deleted = stream_api(&vandal, "DELETE", &events_stream).await;
     assert_eq!(deleted["success"], true, "{deleted}");
     change_reaches(&file, 6, &uri, &[(&heard[0], 6), (&heard[1], 6)]).await;
     wait_for("the log's recreation", Duration::from_secs(5), async || {
@@ -532,12 +494,7 @@ async fn deleted_and_purged_streams_are_recreated_counted_and_watched_within_a_t
         async || log_last_seq(&vandal, &events_stream).await > logged,
     )
     .await;
-    let purged = js_api(
-        &vandal,
-        format!("$JS.API.STREAM.PURGE.{events_stream}"),
-        Value::Null,
-    )
-    .await;
+    let purged = stream_api(&vandal, "PURGE", &events_stream).await;
     assert_eq!(purged["success"], true, "{purged}");
     let logged = log_last_seq(&vandal, &events_stream).await;
     change_reaches(&file, 7, &uri, &[(&heard[0], 7), (&heard[1], 7)]).await;
@@ -582,12 +539,7 @@ async fn deleted_and_purged_streams_are_recreated_counted_and_watched_within_a_t
     let before = replicas[survivor].recreated("leases").await;
     replicas[holder].kill();
     let died = Instant::now();
-    let deleted = js_api(
-        &vandal,
-        format!("$JS.API.STREAM.DELETE.{leases}"),
-        Value::Null,
-    )
-    .await;
+    let deleted = stream_api(&vandal, "DELETE", &leases).await;
     assert_eq!(deleted["success"], true, "{deleted}");
     let elected = loop {
         if replicas[survivor].watches(&mount).await {

@@ -8,9 +8,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use async_trait::async_trait;
-use common::{config, create_bucket, enc, moto, put, put_many, unique_bucket, writer};
+use common::{config, create_bucket, enc, put, put_many, unique_bucket, writer};
 use mcpr_core::Provider;
 use mcpr_provider_s3::S3Provider;
+use mcpr_testkit::moto::moto;
 use mcpr_testkit::{Fixture, default_malformed_positions, run_suite};
 use object_store::aws::AmazonS3;
 

@@ -17,9 +17,10 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{create_bucket, moto, put, unique_bucket, writer};
+use common::{create_bucket, put, unique_bucket, writer};
 use mcpr_core::{ContentsBody, PageRequest, Provider, ReadLimits, ResourceUri};
 use mcpr_provider_s3::{S3Config, S3Provider};
+use mcpr_testkit::moto::moto;
 
 /// Run the ignored test `name` in a child process with `env` on top of a cleared AWS
 /// environment and `HOME` = `home`; its output when it fails.
@@ -146,7 +147,7 @@ async fn container_credentials_are_used_and_endpoint_variables_ignored() {
     let token = home.join("eks-token");
     std::fs::write(&token, "pod-identity-token").unwrap();
     let (url, seen) = credentials_server();
-    let dead = format!("http://127.0.0.1:{}", common::free_port());
+    let dead = format!("http://127.0.0.1:{}", mcpr_testkit::moto::free_port());
     let out = run_child(
         "child_lists_without_configured_keys",
         &home,

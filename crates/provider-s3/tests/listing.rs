@@ -17,9 +17,10 @@ mod common;
 
 use std::time::Instant;
 
-use common::{config, create_bucket, moto, put_many, unique_bucket, writer};
+use common::{config, create_bucket, put_many, unique_bucket, writer};
 use mcpr_core::{PageRequest, Provider};
 use mcpr_provider_s3::S3Provider;
+use mcpr_testkit::moto::moto;
 
 /// Keys whose order is not their insertion order, some nested.
 fn keys(n: usize) -> Vec<String> {

@@ -11,15 +11,13 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{
-    KEY_ID, Moto, SECRET, config, create_bucket, free_port, moto_bin_or_skip, put, unique_bucket,
-    writer,
-};
+use common::{KEY_ID, SECRET, config, create_bucket, put, unique_bucket, writer};
 use mcpr_core::{
     ChangeBus, ChangeEvent, ChangeSink, Error, ErrorKind, LocalBus, PageRequest, Provider,
     ReadLimits, ResourceUri,
 };
 use mcpr_provider_s3::S3Provider;
+use mcpr_testkit::moto::{Moto, binary_or_skip, free_port};
 
 const BIG: ReadLimits = ReadLimits { max_bytes: 1 << 30 };
 
@@ -54,7 +52,7 @@ async fn ready_within(p: &S3Provider, within: Duration) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_at_start_then_recovers() {
-    let Some(bin) = moto_bin_or_skip() else {
+    let Some(bin) = binary_or_skip() else {
         return;
     };
     let port = free_port();
@@ -96,7 +94,7 @@ async fn unreachable_at_start_then_recovers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stopped_mid_test_clear_errors_then_recovery() {
-    let Some(bin) = moto_bin_or_skip() else {
+    let Some(bin) = binary_or_skip() else {
         return;
     };
     let mut m = Moto::start(bin);
@@ -148,7 +146,7 @@ async fn stopped_mid_test_clear_errors_then_recovery() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_bucket_is_named() {
-    let Some(bin) = moto_bin_or_skip() else {
+    let Some(bin) = binary_or_skip() else {
         return;
     };
     let m = Moto::start(bin);
@@ -177,12 +175,12 @@ async fn missing_bucket_is_named() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_credentials_are_named_never_shown() {
-    let Some(bin) = moto_bin_or_skip() else {
+    let Some(bin) = binary_or_skip() else {
         return;
     };
     // With authentication on, moto refuses keys it does not know (InvalidAccessKeyId, and
     // its error body echoes the key id: the message must not).
-    let m = Moto::start_with(bin, free_port(), true);
+    let m = Moto::start_checking_credentials(bin);
     let endpoint = m.endpoint();
     let bucket = unique_bucket("denied");
     let p = S3Provider::new(config(&endpoint, &bucket)).await.unwrap();
@@ -366,7 +364,7 @@ async fn updated_within(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn internal_errors_then_recovery_under_a_subscription() {
-    let Some(bin) = moto_bin_or_skip() else {
+    let Some(bin) = binary_or_skip() else {
         return;
     };
     let m = Moto::start(bin);
@@ -374,7 +372,7 @@ async fn internal_errors_then_recovery_under_a_subscription() {
     create_bucket(&m.endpoint(), &bucket).await;
     let store = writer(&m.endpoint(), &bucket);
     put(&store, "w.txt", b"v1").await;
-    let proxy = Erroring::start(m.port).await;
+    let proxy = Erroring::start(m.port()).await;
     let p = S3Provider::new(config(&proxy.endpoint, &bucket))
         .await
         .unwrap();

@@ -7,12 +7,13 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{config, create_bucket, delete, enc, moto, put, put_many, unique_bucket, writer};
+use common::{config, create_bucket, delete, enc, put, put_many, unique_bucket, writer};
 use mcpr_core::{
     ChangeBus, ChangeEvent, ChangeSink, CompletionRequest, ContentsBody, ErrorKind, LocalBus,
     PageRequest, Provider, ReadLimits, ResourceUri,
 };
 use mcpr_provider_s3::S3Provider;
+use mcpr_testkit::moto::moto;
 use serde_json::Value;
 
 const BIG: ReadLimits = ReadLimits { max_bytes: 1 << 30 };
@@ -519,7 +520,7 @@ async fn folder_markers_and_unservable_keys_never_fail_a_page() {
         ("empty-folder/", b""),
         ("z.txt", b"z"),
     ] {
-        common::put_raw(&m.endpoint(), &bucket, raw, body);
+        m.put(&bucket, raw, body);
     }
     let p = S3Provider::new(config(&m.endpoint(), &bucket))
         .await

@@ -19,7 +19,7 @@
 //!   expanding to URIs under the mount's prefixes.
 //!
 //! [`skills`] holds the skills checks (SEP-2640) a server's tests run over files, git and s3
-//! mounts, and [`moto`] a shared S3-compatible server for tests outside the s3 provider.
+//! mounts, and [`moto`] moto's S3-compatible server for tests (the s3 provider's among them).
 
 mod checks;
 pub mod moto;

@@ -1,26 +1,107 @@
-//! A real S3-compatible server for tests outside the s3 provider's own (the skills checks
-//! over an s3 mount): moto's `moto_server` on a random loopback port, one per test binary,
-//! with unsigned bucket creation and object writes (moto accepts them) over plain HTTP/1.1,
-//! so a test needs no S3 client of its own.
+//! A real S3-compatible server for tests: moto's `moto_server` on a loopback port, with
+//! unsigned bucket creation and object writes (moto accepts them) over plain HTTP/1.1, so a
+//! test needs no S3 client of its own. [`moto`] is one server shared by a test binary; a test
+//! that stops, restarts or checks credentials starts one of its own ([`Moto::start`]).
 //!
 //! `moto_server` is found at `$MCPR_MOTO`, then the project venv (`.cache/venv/bin`), then
 //! `PATH`. Without it a test says SKIPPED and passes, except under `CI=true`, where it fails.
 
 use std::io::{Read as _, Write as _};
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-/// A running moto server. Started under `sh` reading its stdin: when the test process
-/// ends (however it ends) the pipe closes and the shell stops moto.
+/// A running moto server. Dropping it stops moto.
 pub struct Moto {
     port: u16,
-    _child: Child,
+    bin: PathBuf,
+    /// Whether requests must be signed by a known IAM user (moto's
+    /// `INITIAL_NO_AUTH_ACTION_COUNT=0`); any test key is then refused.
+    auth: bool,
+    shell: Option<Shell>,
+}
+
+/// The `sh` that runs moto and reads its stdin: when the test process ends (however it ends)
+/// the pipe closes and the shell stops moto. Dropping it closes the pipe and waits until the
+/// shell has killed moto and waited for it, so the port is closed.
+struct Shell(Child);
+
+impl Drop for Shell {
+    fn drop(&mut self) {
+        drop(self.0.stdin.take());
+        let _ = self.0.wait();
+    }
 }
 
 impl Moto {
+    /// moto `bin` on a free port of its own, ready.
+    pub fn start(bin: PathBuf) -> Self {
+        Self::start_fresh(bin, false)
+    }
+
+    /// [`start`](Self::start), with moto refusing every request not signed by a user it
+    /// knows (so every test key is refused, as a real store refuses a revoked one).
+    pub fn start_checking_credentials(bin: PathBuf) -> Self {
+        Self::start_fresh(bin, true)
+    }
+
+    /// The port picked free can be taken by another server (of this test binary, another
+    /// moto too) before moto binds it; moto then says so and exits, and a new port is tried.
+    fn start_fresh(bin: PathBuf, auth: bool) -> Self {
+        for _ in 0..3 {
+            let port = free_port();
+            if let Some(shell) = launch(&bin, port, auth) {
+                return Self {
+                    port,
+                    bin,
+                    auth,
+                    shell: Some(shell),
+                };
+            }
+        }
+        panic!("moto_server did not get a port of its own in three tries");
+    }
+
+    /// moto `bin` on `port`, for a test that needs the port before the server (a mount set
+    /// up while its store is down); a failure if another server took the port first.
+    pub fn start_on(bin: PathBuf, port: u16) -> Self {
+        let mut m = Self {
+            port,
+            bin,
+            auth: false,
+            shell: None,
+        };
+        m.restart();
+        m
+    }
+
+    /// Start it again on the same port (after [`stop`](Self::stop)): moto keeps everything
+    /// in memory, so a restarted server has no buckets. A failure if another server took
+    /// the port while this one was down (the test's mounts cannot follow it elsewhere).
+    pub fn restart(&mut self) {
+        self.stop();
+        let shell = launch(&self.bin, self.port, self.auth).unwrap_or_else(|| {
+            panic!(
+                "moto_server could not listen on port {}: another server took it",
+                self.port
+            )
+        });
+        self.shell = Some(shell);
+    }
+
+    /// Stop it; when this returns, moto has exited and its port is closed.
+    pub fn stop(&mut self) {
+        self.shell = None;
+    }
+
+    /// Its loopback port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// The endpoint URL, `http://127.0.0.1:PORT`.
     pub fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
@@ -37,8 +118,8 @@ impl Moto {
         );
     }
 
-    /// Put `body` at `key` of `bucket` (a new object or over one); `key` is sent as written
-    /// (keep it to URL-safe characters and `/`).
+    /// Put `body` at `key` of `bucket` (a new object or over one); `key` is sent as written,
+    /// unnormalised (`a//b`, `a/./b` and `reports/` stay what they are).
     pub fn put(&self, bucket: &str, key: &str, body: &[u8]) {
         self.request("PUT", &format!("/{bucket}/{key}"), "", body);
     }
@@ -52,6 +133,75 @@ impl Moto {
             answer.lines().next().unwrap_or("no answer")
         );
     }
+}
+
+/// A loopback port nothing listens on right now (something may by the time it is used).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port()
+}
+
+/// moto on `port`, once it listens there and has answered a bucket creation (its first
+/// request loads the S3 backend); `None` when another server holds the port. That moto bound
+/// the port is read from its own output, not from a connection: another server (another moto
+/// too) answering there is no sign that this one does.
+fn launch(bin: &Path, port: u16, auth: bool) -> Option<Shell> {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let log = std::env::temp_dir().join(format!(
+        "mcpr-moto-{}-{}.log",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let script = format!(
+        "'{}' -H 127.0.0.1 -p {port} >'{}' 2>&1 & m=$!; read _; kill $m; wait $m",
+        bin.display(),
+        log.display()
+    );
+    let mut cmd = Command::new("sh");
+    if auth {
+        cmd.env("INITIAL_NO_AUTH_ACTION_COUNT", "0");
+    }
+    let shell = Shell(
+        cmd.args(["-c", &script])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start moto_server"),
+    );
+    // werkzeug's lines: this after binding the port, or "Address already in use" and exit.
+    let listening = format!("Running on http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let bound = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains(&listening) {
+            break true;
+        }
+        if text.contains("in use") {
+            break false;
+        }
+        if Instant::now() > deadline {
+            let _ = std::fs::remove_file(&log);
+            panic!("moto_server did not listen on port {port} within 30 s: {text}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // moto keeps writing its request log into the unlinked file, freed when it exits.
+    let _ = std::fs::remove_file(&log);
+    if !bound {
+        return None;
+    }
+    // With credentials checked the unsigned creation is refused, an answer all the same.
+    let probe = format!("/mcpr-ready-{port}");
+    while Instant::now() < deadline {
+        match exchange(port, "PUT", &probe, "", b"") {
+            Ok(answer) if answer.starts_with("HTTP/1.1 ") => return Some(shell),
+            _ => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+    panic!("moto_server listened on port {port} but answered no request within 30 s");
 }
 
 /// One HTTP/1.1 request to `127.0.0.1:port`, the answer whole (the connection is closed).
@@ -91,70 +241,23 @@ fn binary() -> Option<PathBuf> {
         .find(|p| p.exists())
 }
 
-fn start(bin: PathBuf) -> Moto {
-    // The port is free when picked and taken by moto a moment later; another server of the
-    // same test binary may take it first (a listener that answers, then goes). So moto is
-    // ready only once an S3 request is answered as moto answers it; else a new port.
-    for _ in 0..3 {
-        if let Some(moto) = try_start(&bin) {
-            return moto;
-        }
+/// The `moto_server` binary for a test's own [`Moto`]; `None` (after saying SKIPPED) when
+/// moto is not installed, a panic instead under `CI=true`.
+pub fn binary_or_skip() -> Option<PathBuf> {
+    let bin = binary();
+    if bin.is_none() {
+        assert!(
+            !std::env::var("CI").is_ok_and(|v| v == "true"),
+            "moto_server is required under CI=true: install it with `.cache/venv/bin/pip install -r tests/e2e/requirements.txt` or set MCPR_MOTO"
+        );
+        eprintln!("SKIPPED: moto_server not found (MCPR_MOTO, .cache/venv/bin, PATH)");
     }
-    panic!("moto_server did not answer on a port of its own in three tries");
+    bin
 }
 
-/// moto on a fresh port, once it answers a bucket creation; `None` when something else
-/// answered on that port or nothing did within 30 s.
-fn try_start(bin: &std::path::Path) -> Option<Moto> {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
-        .port();
-    let script = format!(
-        "'{}' -H 127.0.0.1 -p {port} >/dev/null 2>&1 & m=$!; read _; kill $m",
-        bin.display()
-    );
-    let child = Command::new("sh")
-        .args(["-c", &script])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start moto_server");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let probe = format!("/mcpr-ready-{port}");
-    while Instant::now() < deadline {
-        match exchange(port, "PUT", &probe, "", b"") {
-            Ok(answer) if answer.starts_with("HTTP/1.1 200") => {
-                return Some(Moto {
-                    port,
-                    _child: child,
-                });
-            }
-            // Something that is not moto answered: the port was taken first.
-            Ok(_) => break,
-            Err(_) => std::thread::sleep(Duration::from_millis(100)),
-        }
-    }
-    // Dropping the child closes its stdin: the shell stops this moto, if it started.
-    drop(child);
-    None
-}
-
-/// The shared moto server of this test binary; `None` (after saying SKIPPED) when moto is
-/// not installed, a panic instead under `CI=true`.
+/// The shared moto server of this test binary; `None` as [`binary_or_skip`] says.
 pub fn moto() -> Option<&'static Moto> {
     static MOTO: OnceLock<Option<Moto>> = OnceLock::new();
-    MOTO.get_or_init(|| match binary() {
-        Some(bin) => Some(start(bin)),
-        None => {
-            assert!(
-                !std::env::var("CI").is_ok_and(|v| v == "true"),
-                "moto_server is required under CI=true: install it with `.cache/venv/bin/pip install -r tests/e2e/requirements.txt` or set MCPR_MOTO"
-            );
-            eprintln!("SKIPPED: moto_server not found (MCPR_MOTO, .cache/venv/bin, PATH)");
-            None
-        }
-    })
-    .as_ref()
+    MOTO.get_or_init(|| binary_or_skip().map(Moto::start))
+        .as_ref()
 }
