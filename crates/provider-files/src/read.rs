@@ -351,7 +351,10 @@ pub(crate) fn read_direct(
 ///   mount, files of at most `INLINE_READ_MAX` bytes: a file deleted and never read again
 ///   holds at most that much disk until the map lets it go (it is emptied whenever full).
 #[derive(Default)]
-pub(crate) struct Kept(Mutex<HashMap<Box<[u8]>, (Identity, Arc<OwnedFd>)>>);
+pub(crate) struct Kept(Mutex<HashMap<Box<[u8]>, KeptFd>>);
+
+/// A kept descriptor and the identity its file had when it was read.
+type KeptFd = (Identity, Arc<OwnedFd>);
 
 /// Descriptors kept at most per mount.
 pub(crate) const KEPT: usize = 64;
