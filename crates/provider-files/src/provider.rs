@@ -38,6 +38,8 @@ pub(crate) struct Inner {
     /// stays silent (see `crate::remote`). Then every read goes to the blocking pool, where
     /// the request timeout bounds it.
     pub(crate) in_place: bool,
+    /// Descriptors of the small files read in place last (`crate::read::Kept`).
+    pub(crate) kept: crate::read::Kept,
 }
 
 /// How far [`Inner::read_start`] took a read.
@@ -362,6 +364,7 @@ impl FilesProvider {
             config,
             dir_cache: Default::default(),
             scans: Arc::new(tokio::sync::Semaphore::new(DIR_SCANS)),
+            kept: Default::default(),
         });
         let watcher = Watcher::new(inner.clone());
         Ok(Self {

@@ -6,10 +6,14 @@
 //! [`mcpr_core::window`], shared with every provider that reads ranges; this module adds the
 //! sandboxed open and the directory `after` key.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::Read;
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
+use std::sync::{Arc, Mutex};
 
+use mcpr_core::sync::lock;
 use mcpr_core::window::{READ_IN_WINDOWS, trim_to_utf8, window_meta};
 use mcpr_core::{
     Contents, ContentsBody, Error, ErrorKind, Limit, ReadLimits, ResourceUri, Result, Window,
@@ -203,10 +207,10 @@ fn changed_while_read(uri: &str) -> Error {
     .with_uri(uri)
 }
 
-/// The common read in four or five system calls: the whole of a small regular file whose
-/// path has no symlink at all. `None` leaves the request to [`read_path`] (after
-/// `Inner::resolve`), which handles links, directories, windows, limits and every error; so
-/// anything unusual here is not an answer but a fall-back.
+/// The common read in three system calls (five the first time a file is read): the whole
+/// of a small regular file whose path has no symlink at all. `None` leaves the request to
+/// [`read_path`] (after `Inner::resolve`), which handles links, directories, windows, limits
+/// and every error; so anything unusual here is not an answer but a fall-back.
 ///
 /// `rel` must be the decoded URI path with the deny rules already checked on it. The calls,
 /// and what each buys:
@@ -214,17 +218,18 @@ fn changed_while_read(uri: &str) -> Error {
 ///   are not opened (opening a device can act on it, opening a FIFO lets a writer waiting in
 ///   its own `open` go), and it gives the size and the identity (inode, device, size, times)
 ///   the read is checked against. Only an entry swapped in the moment between this `statx`
-///   and the `openat2` is opened before its type is seen; no identity is kept across reads,
-///   which would widen that moment to the time since the path was last read.
-/// - `openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`: the kernel refuses it if any
-///   component is a link or the path leaves the root, so what is opened is at `rel` itself
-///   and the rules checked on `rel` are the rules of the real path (no link resolution, no
-///   `/proc/self/fd` check needed).
+///   and the `openat2` is opened before its type is seen.
+/// - When the descriptor of the file this identity names is kept from an earlier read
+///   ([`Kept`]), nothing is opened: the read uses it. Otherwise `openat2` with
+///   `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`: the kernel refuses it if any component is a
+///   link or the path leaves the root, so what is opened is at `rel` itself and the rules
+///   checked on `rel` are the rules of the real path (no link resolution, no `/proc/self/fd`
+///   check needed). The descriptor is then kept for the next read of `rel`.
 /// - `pread` into a buffer one byte larger than the size, so a short read is the end.
-/// - `statx` of the descriptor: the same identity as before means the file opened is the one
+/// - `statx` of the descriptor: the same identity as before means the file read is the one
 ///   checked (an entry swapped in between has another inode or times) and nothing rewrote
 ///   it since before the open, the read included.
-/// - `close`.
+/// - `close`, only of a descriptor not kept (or when [`Kept`] lets one go).
 ///
 /// A reader that trusted the tree would make four: `openat`, `fstat`, `read`, `close`.
 pub(crate) fn read_direct(
@@ -239,45 +244,65 @@ pub(crate) fn read_direct(
     }
     let cap = INLINE_READ_MAX.min(limits.max_bytes);
     let path = rel.as_path();
-    let st = rustix::fs::statx(
+    let key = rel.as_bytes();
+    let Ok(st) = rustix::fs::statx(
         &inner.root,
         path,
         // Never trigger an automount just to decide whether to try this path.
         AtFlags::SYMLINK_NOFOLLOW | AtFlags::NO_AUTOMOUNT,
         IDENTITY,
-    )
-    .ok()?;
+    ) else {
+        // Gone (or unreadable): a descriptor kept for it would hold a deleted file.
+        inner.kept.forget(key);
+        return None;
+    };
     if !is_small_file(&st, cap) {
+        inner.kept.forget(key);
         return None;
     }
     let before = Identity::of(&st);
-    let fd = rustix::fs::openat2(
-        &inner.root,
-        path,
-        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
-        Mode::empty(),
-        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
-    );
-    // Gone, or a link now: the general path says which.
-    let Ok(fd) = fd else {
-        return None;
+    let (fd, kept) = match inner.kept.get(key, &before) {
+        Some(fd) => (fd, true),
+        None => {
+            let fd = rustix::fs::openat2(
+                &inner.root,
+                path,
+                OFlags::RDONLY
+                    | OFlags::NONBLOCK
+                    | OFlags::NOCTTY
+                    | OFlags::CLOEXEC
+                    | OFlags::NOFOLLOW,
+                Mode::empty(),
+                ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+            );
+            // Gone, or a link now: the general path says which.
+            let Ok(fd) = fd else {
+                inner.kept.forget(key);
+                return None;
+            };
+            (Arc::new(fd), false)
+        }
     };
     let size = before.size as usize;
     // One byte of room past the size: a read that stops short of filling the buffer at the
     // size is the end of a regular file, so no extra read just to see 0. `pread`, not `read`:
     // on a FIFO swapped in since the `statx`, it fails instead of taking bytes that are
-    // waiting in it.
+    // waiting in it (and a kept descriptor is read by several threads at once).
     // Read into the buffer's spare room: zeroing it first cost a `calloc` and a `memset` of
     // the file's size on every read.
     let mut buf: Vec<u8> = Vec::with_capacity(size + 1);
     loop {
         let (len, want) = (buf.len(), buf.capacity() - buf.len());
-        let n = match rustix::io::pread(&fd, rustix::buffer::spare_capacity(&mut buf), len as u64) {
+        let n = match rustix::io::pread(&*fd, rustix::buffer::spare_capacity(&mut buf), len as u64)
+        {
             Ok(n) => n,
             Err(rustix::io::Errno::INTR) => continue,
             // Not a regular file any more (a directory or a FIFO swapped in since it was
             // checked), or a real I/O error: the general path says which, in its words.
-            Err(_) => return None,
+            Err(_) => {
+                inner.kept.forget(key);
+                return None;
+            }
         };
         if buf.len() == buf.capacity() {
             // It grew since the stat: the general path reads it under the limits.
@@ -290,13 +315,90 @@ pub(crate) fn read_direct(
     let len = buf.len();
     // Another file than the one checked, or rewritten in place since: the general path
     // opens and reads it again.
-    let after = rustix::fs::statx(&fd, "", AtFlags::EMPTY_PATH, IDENTITY).ok()?;
-    drop(fd);
-    if Identity::of(&after) != before || len as u64 != before.size {
+    let after = rustix::fs::statx(&*fd, "", AtFlags::EMPTY_PATH, IDENTITY).ok();
+    if after.is_none_or(|after| Identity::of(&after) != before) || len as u64 != before.size {
+        inner.kept.forget(key);
         return None;
+    }
+    if !kept {
+        inner.kept.put(key, before, fd);
     }
     let ext_mime = mime_by_extension(rel.as_bytes());
     Some(Ok(vec![make_contents(uri.as_str(), buf, ext_mime, None)]))
+}
+
+/// The descriptors of the small regular files [`read_direct`] read last, kept open so the
+/// next read of the same path opens and closes nothing: `openat2` and `close` were two
+/// of its five system calls, and the costlier two (a path walk checked beneath the root, a
+/// `struct file` made and released).
+///
+/// What keeps this safe:
+/// - A kept descriptor is used only after a fresh `statx` of the path, on every read, shows
+///   a regular file with the very identity (device, inode, mode, size, modification and
+///   status-change times) the descriptor was kept with. Nothing is opened without that
+///   `statx` first, so a FIFO, socket or device node put in a path's place is never opened
+///   (an identity kept in place of that `statx` would let one be opened before its type is
+///   seen).
+/// - While the descriptor is open its inode cannot be freed, so its number names no other
+///   file: the same device and inode is the same file, the one `openat2` opened beneath the
+///   root with no link in its path. A path that reaches it another way since (a directory
+///   of it replaced by a link to where it moved) reads that same unchanged file; no other
+///   file can be reached so. A change of its mode, owner or content changes its
+///   status-change time, and the path is opened again (and checked again).
+/// - The `statx` of the descriptor after the read still shows that nothing rewrote it during
+///   the read.
+/// - A path found gone, changed or unusable lets its descriptor go. At most [`KEPT`] per
+///   mount, files of at most `INLINE_READ_MAX` bytes: a file deleted and never read again
+///   holds at most that much disk until the map lets it go (it is emptied whenever full).
+#[derive(Default)]
+pub(crate) struct Kept(Mutex<HashMap<Box<[u8]>, KeptFd>>);
+
+/// A kept descriptor and the identity its file had when it was read.
+type KeptFd = (Identity, Arc<OwnedFd>);
+
+/// Descriptors kept at most per mount.
+pub(crate) const KEPT: usize = 64;
+/// Longer paths are not kept.
+const KEPT_KEY: usize = 256;
+
+impl Kept {
+    /// The descriptor kept for `path`, if it was kept with the identity `now`.
+    fn get(&self, path: &[u8], now: &Identity) -> Option<Arc<OwnedFd>> {
+        let map = lock(&self.0);
+        let (id, fd) = map.get(path)?;
+        (id == now).then(|| fd.clone())
+    }
+
+    /// Keeps `fd`, read as `id`, for the next read of `path`.
+    fn put(&self, path: &[u8], id: Identity, fd: Arc<OwnedFd>) {
+        if path.len() > KEPT_KEY {
+            return;
+        }
+        let mut map = lock(&self.0);
+        // Emptied when full: a bounded size with no per-entry bookkeeping; a working set
+        // larger than that opens its files again. Closed outside the lock.
+        let full = (map.len() >= KEPT).then(|| std::mem::take(&mut *map));
+        let old = map.insert(path.into(), (id, fd));
+        drop(map);
+        drop((full, old));
+    }
+
+    /// The descriptor kept for `path`, whatever its identity (tests).
+    #[cfg(test)]
+    fn fd(&self, path: &[u8]) -> Option<Arc<OwnedFd>> {
+        lock(&self.0).get(path).map(|(_, fd)| fd.clone())
+    }
+
+    /// Lets the descriptor kept for `path` go (closed outside the lock).
+    fn forget(&self, path: &[u8]) {
+        let mut map = lock(&self.0);
+        if map.is_empty() {
+            return;
+        }
+        let gone = map.remove(path);
+        drop(map);
+        drop(gone);
+    }
 }
 
 /// Whether `st` is a regular file of at most `cap` bytes with every field of the identity
@@ -425,4 +527,94 @@ pub(crate) fn sniff_file(inner: &Inner, rel: &RelPath) -> Option<&'static str> {
 /// MIME type from the file name's extension, when it has a known one.
 pub(crate) fn mime_by_extension(path: &[u8]) -> Option<&'static str> {
     mcpr_core::mime::by_extension(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{FilesConfig, FilesProvider};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+
+    /// A kept descriptor serves the next read of its path only while a fresh `statx` shows
+    /// the very file it was kept with: a file renamed into the path is opened (and kept in
+    /// its stead), and a FIFO put there is never opened (a writer waiting in its `open`
+    /// stays waiting) and lets the descriptor go, as does a path gone.
+    #[test]
+    fn a_kept_descriptor_serves_only_the_file_it_was_kept_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let f = root.join("a.txt");
+        std::fs::write(&f, "first").unwrap();
+        let provider = FilesProvider::new(FilesConfig::new(&root)).unwrap();
+        let inner = provider.inner_for_tests();
+        let rel = RelPath::from_bytes(b"a.txt").unwrap();
+        let uri = ResourceUri::parse(&crate::encode_path_uri(&f)).unwrap();
+        let limits = ReadLimits { max_bytes: 1 << 20 };
+        let read = || match read_direct(inner, &rel, &uri, &limits) {
+            Some(Ok(c)) => match &c[0].body {
+                ContentsBody::Text(t) => Some(t.clone()),
+                ContentsBody::Blob(_) => None,
+            },
+            _ => None,
+        };
+        assert_eq!(read().as_deref(), Some("first"));
+        let kept = inner.kept.fd(b"a.txt").expect("kept after a read");
+        assert_eq!(read().as_deref(), Some("first"));
+        let again = inner.kept.fd(b"a.txt").unwrap();
+        assert!(
+            Arc::ptr_eq(&kept, &again),
+            "the second read opened the file again"
+        );
+        drop(again);
+
+        std::fs::write(root.join("b.txt"), "second").unwrap();
+        std::fs::rename(root.join("b.txt"), &f).unwrap();
+        assert_eq!(read().as_deref(), Some("second"));
+        let now = inner.kept.fd(b"a.txt").unwrap();
+        assert!(
+            !Arc::ptr_eq(&kept, &now),
+            "a file renamed in was read through the old one"
+        );
+        drop((kept, now));
+
+        std::fs::remove_file(&f).unwrap();
+        let made = std::process::Command::new("mkfifo").arg(&f).status();
+        assert!(made.unwrap().success());
+        let released = Arc::new(AtomicBool::new(false));
+        let writer = {
+            let (f, released) = (f.clone(), released.clone());
+            std::thread::spawn(move || {
+                let w = std::fs::OpenOptions::new().write(true).open(&f);
+                released.store(true, Ordering::SeqCst);
+                w
+            })
+        };
+        // The writer is in its `open` (or about to be): give it time to get there.
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(read(), None);
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(
+            !released.load(Ordering::SeqCst),
+            "the FIFO was opened: the writer waiting in its open was let go"
+        );
+        assert!(
+            inner.kept.fd(b"a.txt").is_none(),
+            "a FIFO's path kept a descriptor"
+        );
+        // Let the writer go.
+        let reader = std::fs::File::open(&f).unwrap();
+        writer.join().unwrap().unwrap();
+        drop(reader);
+
+        std::fs::remove_file(&f).unwrap();
+        std::fs::write(&f, "third").unwrap();
+        assert_eq!(read().as_deref(), Some("third"));
+        std::fs::remove_file(&f).unwrap();
+        assert_eq!(read(), None);
+        assert!(
+            inner.kept.fd(b"a.txt").is_none(),
+            "a deleted file's descriptor was kept"
+        );
+    }
 }
