@@ -482,6 +482,19 @@ impl Drop for Phases {
     }
 }
 
+/// The release binaries `cargo xtask bench` measures (and `soak --release` runs), built with
+/// the features a user's `cargo build --release -p mcp-resources` has.
+fn build_release(root: &Path) -> Result<(), String> {
+    run(cargo_cmd().current_dir(root).args([
+        "build",
+        "--release",
+        "-p",
+        "mcp-resources",
+        "-p",
+        "mcpr-bench",
+    ]))
+}
+
 /// `cargo build` of the workspace's binaries `bins` (with `features` on top, `package/feature`)
 /// as the test build compiles them, so that after `cargo test --workspace --all-targets`
 /// nothing compiles again but a feature's own crates. A plain `cargo build -p mcp-resources`
@@ -1459,14 +1472,7 @@ fn bench(args: &[String]) -> Result<(), String> {
             other => return Err(format!("bench: unknown argument {other}")),
         }
     }
-    run(cargo_cmd().current_dir(&root).args([
-        "build",
-        "--release",
-        "-p",
-        "mcp-resources",
-        "-p",
-        "mcpr-bench",
-    ]))?;
+    build_release(&root)?;
     let cache = root.join(".cache/bench");
     std::fs::create_dir_all(&cache)
         .map_err(|e| format!("cannot create {}: {e}", cache.display()))?;
@@ -1522,15 +1528,7 @@ fn soak(args: &[String]) -> Result<(), String> {
         return Err("soak: --minutes N is required (CI: 3)".into());
     }
     if release {
-        // The release build `cargo xtask bench` makes, with the features a user's has.
-        run(cargo_cmd().current_dir(&root).args([
-            "build",
-            "--release",
-            "-p",
-            "mcp-resources",
-            "-p",
-            "mcpr-bench",
-        ]))?;
+        build_release(&root)?;
     } else {
         // In CI, what `cargo xtask test` built: nothing compiles.
         build_like_tests(&root, &["mcp-resources", "mcpr-bench"], &[])?;
