@@ -39,7 +39,7 @@ pub(crate) struct Inner {
     /// the request timeout bounds it.
     pub(crate) in_place: bool,
     /// Descriptors of the small files read in place last (`crate::read::Kept`).
-    pub(crate) kept: crate::read::Kept,
+    pub(crate) kept: Arc<crate::read::Kept>,
 }
 
 /// How far [`Inner::read_start`] took a read.
@@ -364,7 +364,7 @@ impl FilesProvider {
             config,
             dir_cache: Default::default(),
             scans: Arc::new(tokio::sync::Semaphore::new(DIR_SCANS)),
-            kept: Default::default(),
+            kept: crate::read::Kept::new(),
         });
         let watcher = Watcher::new(inner.clone());
         Ok(Self {

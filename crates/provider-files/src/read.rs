@@ -348,13 +348,28 @@ pub(crate) fn read_direct(
 /// - The `statx` of the descriptor after the read still shows that nothing rewrote it during
 ///   the read.
 /// - A path found gone, changed or unusable lets its descriptor go. At most [`KEPT`] per
-///   mount, files of at most `INLINE_READ_MAX` bytes: a file deleted and never read again
-///   holds at most that much disk until the map lets it go (it is emptied whenever full).
-#[derive(Default)]
-pub(crate) struct Kept(Mutex<HashMap<Box<[u8]>, KeptFd>>);
+///   mount, files of at most `INLINE_READ_MAX` bytes, and none for longer than two
+///   [`KEPT_IDLE`] periods without a read: one thread for the process lets idle ones go
+///   ([`Kept::sweep`]), so a mount that is not being read holds no descriptor (a file deleted
+///   meanwhile is not held on disk, the tree can be unmounted, and a process's descriptor
+///   count comes back where it was once reads stop).
+pub(crate) struct Kept {
+    map: Mutex<HashMap<Box<[u8]>, KeptFd>>,
+}
 
-/// A kept descriptor and the identity its file had when it was read.
-type KeptFd = (Identity, Arc<OwnedFd>);
+/// A kept descriptor, the identity its file had when it was read, and whether it was read
+/// since the last sweep.
+struct KeptFd {
+    id: Identity,
+    fd: Arc<OwnedFd>,
+    used: bool,
+}
+
+/// How often idle kept descriptors are let go: one not read for a whole period is closed.
+pub(crate) const KEPT_IDLE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The kept maps of every files mount of the process, for the sweeping thread.
+static SWEPT: Mutex<Vec<std::sync::Weak<Kept>>> = Mutex::new(Vec::new());
 
 /// Descriptors kept at most per mount.
 pub(crate) const KEPT: usize = 64;
@@ -362,11 +377,58 @@ pub(crate) const KEPT: usize = 64;
 const KEPT_KEY: usize = 256;
 
 impl Kept {
+    /// An empty map, swept by the process's sweeping thread (started with the first).
+    pub(crate) fn new() -> Arc<Self> {
+        let kept = Arc::new(Self {
+            map: Mutex::new(HashMap::new()),
+        });
+        let mut swept = lock(&SWEPT);
+        if swept.is_empty() {
+            // Without this thread an idle mount would keep its descriptors for good; if it
+            // cannot start, reads still work and descriptors stay bounded by `KEPT`.
+            let _ = std::thread::Builder::new()
+                .name("mcpr-kept-sweep".into())
+                .spawn(|| {
+                    loop {
+                        std::thread::sleep(KEPT_IDLE);
+                        let live: Vec<Arc<Kept>> = {
+                            let mut swept = lock(&SWEPT);
+                            swept.retain(|w| w.strong_count() > 0);
+                            swept.iter().filter_map(|w| w.upgrade()).collect()
+                        };
+                        for k in live {
+                            k.sweep();
+                        }
+                    }
+                });
+        }
+        swept.push(Arc::downgrade(&kept));
+        kept
+    }
+
+    /// Lets go every descriptor not read since the last sweep (closed outside the lock).
+    fn sweep(&self) {
+        let mut map = lock(&self.map);
+        let mut idle = Vec::new();
+        map.retain(|_, k| {
+            let keep = std::mem::take(&mut k.used);
+            if !keep {
+                idle.push(k.fd.clone());
+            }
+            keep
+        });
+        drop(map);
+        drop(idle);
+    }
+
     /// The descriptor kept for `path`, if it was kept with the identity `now`.
     fn get(&self, path: &[u8], now: &Identity) -> Option<Arc<OwnedFd>> {
-        let map = lock(&self.0);
-        let (id, fd) = map.get(path)?;
-        (id == now).then(|| fd.clone())
+        let mut map = lock(&self.map);
+        let k = map.get_mut(path)?;
+        (k.id == *now).then(|| {
+            k.used = true;
+            k.fd.clone()
+        })
     }
 
     /// Keeps `fd`, read as `id`, for the next read of `path`.
@@ -374,11 +436,11 @@ impl Kept {
         if path.len() > KEPT_KEY {
             return;
         }
-        let mut map = lock(&self.0);
+        let mut map = lock(&self.map);
         // Emptied when full: a bounded size with no per-entry bookkeeping; a working set
         // larger than that opens its files again. Closed outside the lock.
         let full = (map.len() >= KEPT).then(|| std::mem::take(&mut *map));
-        let old = map.insert(path.into(), (id, fd));
+        let old = map.insert(path.into(), KeptFd { id, fd, used: true });
         drop(map);
         drop((full, old));
     }
@@ -386,12 +448,12 @@ impl Kept {
     /// The descriptor kept for `path`, whatever its identity (tests).
     #[cfg(test)]
     fn fd(&self, path: &[u8]) -> Option<Arc<OwnedFd>> {
-        lock(&self.0).get(path).map(|(_, fd)| fd.clone())
+        lock(&self.map).get(path).map(|k| k.fd.clone())
     }
 
     /// Lets the descriptor kept for `path` go (closed outside the lock).
     fn forget(&self, path: &[u8]) {
-        let mut map = lock(&self.0);
+        let mut map = lock(&self.map);
         if map.is_empty() {
             return;
         }
@@ -540,6 +602,41 @@ mod tests {
     /// the very file it was kept with: a file renamed into the path is opened (and kept in
     /// its stead), and a FIFO put there is never opened (a writer waiting in its `open`
     /// stays waiting) and lets the descriptor go, as does a path gone.
+    #[test]
+    fn an_idle_kept_descriptor_is_let_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let f = root.join("a.txt");
+        std::fs::write(&f, "first").unwrap();
+        let provider = FilesProvider::new(FilesConfig::new(&root)).unwrap();
+        let inner = provider.inner_for_tests();
+        let rel = RelPath::from_bytes(b"a.txt").unwrap();
+        let uri = ResourceUri::parse(&crate::encode_path_uri(&f)).unwrap();
+        let limits = ReadLimits { max_bytes: 1 << 20 };
+        let read = || {
+            assert!(matches!(
+                read_direct(inner, &rel, &uri, &limits),
+                Some(Ok(_))
+            ))
+        };
+        read();
+        inner.kept.sweep();
+        assert!(
+            inner.kept.fd(b"a.txt").is_some(),
+            "read since the last sweep"
+        );
+        read();
+        inner.kept.sweep();
+        assert!(inner.kept.fd(b"a.txt").is_some(), "read again since");
+        inner.kept.sweep();
+        assert!(
+            inner.kept.fd(b"a.txt").is_none(),
+            "a descriptor not read for a whole period was kept"
+        );
+        read();
+        assert!(inner.kept.fd(b"a.txt").is_some(), "kept again once read");
+    }
+
     #[test]
     fn a_kept_descriptor_serves_only_the_file_it_was_kept_for() {
         let dir = tempfile::tempdir().unwrap();
