@@ -370,6 +370,8 @@ pub(crate) const KEPT_IDLE: std::time::Duration = std::time::Duration::from_secs
 
 /// The kept maps of every files mount of the process, for the sweeping thread.
 static SWEPT: Mutex<Vec<std::sync::Weak<Kept>>> = Mutex::new(Vec::new());
+/// Starts the sweeping thread once per process, whatever the mounts made and dropped since.
+static SWEEPER: std::sync::Once = std::sync::Once::new();
 
 /// Descriptors kept at most per mount.
 pub(crate) const KEPT: usize = 64;
@@ -382,8 +384,8 @@ impl Kept {
         let kept = Arc::new(Self {
             map: Mutex::new(HashMap::new()),
         });
-        let mut swept = lock(&SWEPT);
-        if swept.is_empty() {
+        lock(&SWEPT).push(Arc::downgrade(&kept));
+        SWEEPER.call_once(|| {
             // Without this thread an idle mount would keep its descriptors for good; if it
             // cannot start, reads still work and descriptors stay bounded by `KEPT`.
             let _ = std::thread::Builder::new()
@@ -401,22 +403,16 @@ impl Kept {
                         }
                     }
                 });
-        }
-        swept.push(Arc::downgrade(&kept));
+        });
         kept
     }
 
     /// Lets go every descriptor not read since the last sweep (closed outside the lock).
     fn sweep(&self) {
         let mut map = lock(&self.map);
-        let mut idle = Vec::new();
-        map.retain(|_, k| {
-            let keep = std::mem::take(&mut k.used);
-            if !keep {
-                idle.push(k.fd.clone());
-            }
-            keep
-        });
+        let idle: Vec<_> = map
+            .extract_if(|_, k| !std::mem::take(&mut k.used))
+            .collect();
         drop(map);
         drop(idle);
     }
@@ -598,27 +594,39 @@ mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::Duration;
 
-    /// A kept descriptor serves the next read of its path only while a fresh `statx` shows
-    /// the very file it was kept with: a file renamed into the path is opened (and kept in
-    /// its stead), and a FIFO put there is never opened (a writer waiting in its `open`
-    /// stays waiting) and lets the descriptor go, as does a path gone.
-    #[test]
-    fn an_idle_kept_descriptor_is_let_go() {
+    /// A files mount over a new temporary root holding `a.txt` ("first"): the directory (kept
+    /// alive), the file's path and the provider.
+    fn one_file() -> (tempfile::TempDir, std::path::PathBuf, FilesProvider) {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().canonicalize().unwrap();
         let f = root.join("a.txt");
         std::fs::write(&f, "first").unwrap();
         let provider = FilesProvider::new(FilesConfig::new(&root)).unwrap();
-        let inner = provider.inner_for_tests();
+        (dir, f, provider)
+    }
+
+    /// The direct read of `a.txt` at `f`: its text, `None` when the direct read leaves it to
+    /// the general path (or it is not text).
+    fn read_a(provider: &FilesProvider, f: &std::path::Path) -> Option<String> {
         let rel = RelPath::from_bytes(b"a.txt").unwrap();
-        let uri = ResourceUri::parse(&crate::encode_path_uri(&f)).unwrap();
+        let uri = ResourceUri::parse(&crate::encode_path_uri(f)).unwrap();
         let limits = ReadLimits { max_bytes: 1 << 20 };
-        let read = || {
-            assert!(matches!(
-                read_direct(inner, &rel, &uri, &limits),
-                Some(Ok(_))
-            ))
-        };
+        match read_direct(provider.inner_for_tests(), &rel, &uri, &limits) {
+            Some(Ok(c)) => match &c[0].body {
+                ContentsBody::Text(t) => Some(t.clone()),
+                ContentsBody::Blob(_) => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// A kept descriptor is let go by the sweep after a whole period without a read, and only
+    /// then.
+    #[test]
+    fn an_idle_kept_descriptor_is_let_go() {
+        let (_dir, f, provider) = one_file();
+        let inner = provider.inner_for_tests();
+        let read = || assert_eq!(read_a(&provider, &f).as_deref(), Some("first"));
         read();
         inner.kept.sweep();
         assert!(
@@ -637,24 +645,16 @@ mod tests {
         assert!(inner.kept.fd(b"a.txt").is_some(), "kept again once read");
     }
 
+    /// A kept descriptor serves the next read of its path only while a fresh `statx` shows
+    /// the very file it was kept with: a file renamed into the path is opened (and kept in
+    /// its stead), and a FIFO put there is never opened (a writer waiting in its `open`
+    /// stays waiting) and lets the descriptor go, as does a path gone.
     #[test]
     fn a_kept_descriptor_serves_only_the_file_it_was_kept_for() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().canonicalize().unwrap();
-        let f = root.join("a.txt");
-        std::fs::write(&f, "first").unwrap();
-        let provider = FilesProvider::new(FilesConfig::new(&root)).unwrap();
+        let (_dir, f, provider) = one_file();
+        let root = f.parent().unwrap();
         let inner = provider.inner_for_tests();
-        let rel = RelPath::from_bytes(b"a.txt").unwrap();
-        let uri = ResourceUri::parse(&crate::encode_path_uri(&f)).unwrap();
-        let limits = ReadLimits { max_bytes: 1 << 20 };
-        let read = || match read_direct(inner, &rel, &uri, &limits) {
-            Some(Ok(c)) => match &c[0].body {
-                ContentsBody::Text(t) => Some(t.clone()),
-                ContentsBody::Blob(_) => None,
-            },
-            _ => None,
-        };
+        let read = || read_a(&provider, &f);
         assert_eq!(read().as_deref(), Some("first"));
         let kept = inner.kept.fd(b"a.txt").expect("kept after a read");
         assert_eq!(read().as_deref(), Some("first"));
