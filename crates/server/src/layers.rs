@@ -308,14 +308,8 @@ impl<'a> Layered<'a> {
     /// the token did not come in time (then a change during set-up can only be missed the
     /// way it would be for a provider without tokens, never wrongly reported).
     pub async fn change_token(&self, uri: &ResourceUri) -> Option<String> {
-        self.checked(Op::Watch, call::CHANGE_TOKEN, Some(uri))
-            .ok()?;
-        self.bounded(call::CHANGE_TOKEN, Some(uri.as_str()), async {
-            Ok(self.provider().change_token(uri).await)
-        })
-        .await
-        .ok()
-        .flatten()
+        // Local watching asks the mount's own provider.
+        self.change_token_via(&mcpr_core::LocalWatching, uri).await
     }
 
     /// [`Layered::change_token`] as `watching` sees it: where the watch of a cluster's
