@@ -697,6 +697,194 @@ fn a_modern_upstreams_refused_or_ended_listen_is_not_passed_off_as_live() {
     assert_eq!(listens, 2, "the stream the upstream ended was opened again");
 }
 
+/// A 2026-07-28 upstream that acknowledges a listen for list changes only after the
+/// seconds in the mark `ack-delay` (read at each such listen; a listen of URIs alone is
+/// acknowledged at once), as a slow or hung upstream would; a read of `x://bump` answers,
+/// then sends `list_changed` on every list listen acknowledged so far (a listen hears
+/// changes from its acknowledgment on) and counts them in the mark `bumps`.
+const LIST_ACKS: &str = r#"
+import json, os, sys, threading, time
+marks = sys.argv[1]
+lock = threading.Lock()
+lists = []
+def send(obj):
+    with lock:
+        sys.stdout.write(json.dumps(obj) + "\n"); sys.stdout.flush()
+def answer(mid, result):
+    result["resultType"] = "complete"
+    send({"jsonrpc": "2.0", "id": mid, "result": result})
+def ack(mid, wanted, delay):
+    time.sleep(delay)
+    with lock:
+        if wanted.get("resourcesListChanged"):
+            lists.append(mid)
+        sys.stdout.write(json.dumps({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+            "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": mid}, "notifications": wanted}}) + "\n")
+        sys.stdout.flush()
+bumps = 0
+for line in sys.stdin:
+    try:
+        msg = json.loads(line)
+    except Exception:
+        continue
+    method, mid = msg.get("method"), msg.get("id")
+    if mid is None:
+        continue
+    p = msg.get("params") or {}
+    if method == "server/discover":
+        answer(mid, {"supportedVersions": ["2026-07-28"], "ttlMs": 0, "cacheScope": "private",
+              "capabilities": {"resources": {"subscribe": True, "listChanged": True}},
+              "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "list-acks", "version": "1"}}})
+    elif method == "resources/templates/list":
+        answer(mid, {"resourceTemplates": []})
+    elif method == "resources/list":
+        answer(mid, {"resources": [{"uri": "x://a", "name": "a"}, {"uri": "x://bump", "name": "bump"}]})
+    elif method == "resources/read":
+        answer(mid, {"contents": [{"uri": p.get("uri"), "text": "bumped"}]})
+        if p.get("uri") == "x://bump":
+            with lock:
+                for sid in lists:
+                    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "method": "notifications/resources/list_changed",
+                        "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": sid}}}) + "\n")
+                sys.stdout.flush()
+            bumps += 1
+            with open(os.path.join(marks, "bumps"), "w") as f:
+                f.write("%d %d" % (bumps, len(lists)))
+    elif method == "subscriptions/listen":
+        wanted = dict(p.get("notifications") or {})
+        delay = 0.0
+        if wanted.get("resourcesListChanged"):
+            with open(os.path.join(marks, "ack-delay")) as f:
+                delay = float(f.read())
+        threading.Thread(target=ack, args=(mid, wanted, delay), daemon=True).start()
+    else:
+        send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32601, "message": "no " + str(method)}})
+"#;
+
+/// A gateway over HTTP on [`LIST_ACKS`] (mount `s`, its list listen acknowledged after
+/// `ack_delay`), and a 2026-07-28 `watch` of `s+x://a` through it (list changes included)
+/// once it says it is watching: the temporary folder, the marks folder, the gateway, its
+/// URL, the watch, and how long the watch took to be acknowledged from its start.
+#[allow(clippy::type_complexity)]
+fn list_ack_gateway(
+    ack_delay: &str,
+) -> Option<(
+    tempfile::TempDir,
+    PathBuf,
+    client_common::Guard,
+    String,
+    client_common::Lines,
+    Duration,
+)> {
+    let (tmp, marks, gateway, url) = script_gateway(LIST_ACKS, "s", "2026-07-28", "", |m| {
+        std::fs::write(m.join("ack-delay"), ack_delay).unwrap()
+    })?;
+    // The mount is connected (its listing answers) before the watch is timed.
+    let mut ls = Command::new(bin());
+    ls.args(["ls", "--url", &url]);
+    assert!(run(ls).ok().contains("s+x://bump"));
+    let mut c = Command::new(bin());
+    c.args([
+        "watch",
+        "--protocol",
+        "2026-07-28",
+        "s+x://a",
+        "--url",
+        &url,
+    ]);
+    let started = Instant::now();
+    let watch = client_common::Lines::spawn(c);
+    while !watch.stderr().contains("watching") {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "never watching: {}",
+            watch.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let took = started.elapsed();
+    Some((tmp, marks, gateway, url, watch, took))
+}
+
+/// The `list_changed` lines of `watch` within `within` (no more counted after it).
+fn list_changes_within(watch: &client_common::Lines, within: Duration) -> usize {
+    let deadline = Instant::now() + within;
+    let mut n = 0;
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        match watch.next_within(left) {
+            Some(l) if l == "list_changed" => n += 1,
+            Some(_) => {}
+            None => break,
+        }
+    }
+    n
+}
+
+/// A read of `x://bump` through the gateway at `url`: the upstream's list changes.
+fn bump(url: &str) {
+    let mut c = Command::new(bin());
+    c.args(["cat", "s+x://bump", "--url", url]);
+    assert_eq!(run(c).ok(), "bumped");
+}
+
+/// A client's listen for list changes through a 2026-07-28 upstream is acknowledged once
+/// the upstream's list listen is (here half a second after it was asked): a list change
+/// made upstream right after the client's acknowledgment reaches the client. Were the
+/// client acknowledged first, the change would be made before the upstream listened.
+#[test]
+fn a_list_change_right_after_the_listen_is_acknowledged_is_relayed() {
+    let Some((_tmp, marks, _gateway, url, watch, took)) = list_ack_gateway("0.5") else {
+        return;
+    };
+    bump(&url);
+    // The upstream sent its change on the one list listen it had acknowledged by then.
+    assert_eq!(
+        std::fs::read_to_string(marks.join("bumps")).unwrap(),
+        "1 1",
+        "the upstream was not listening yet when the client was acknowledged (after {took:?})"
+    );
+    // The first tells a fresh listener the list may have changed while its watch started;
+    // the second is the change made after the acknowledgment.
+    let heard = list_changes_within(&watch, Duration::from_secs(3));
+    assert_eq!(heard, 2, "stderr: {}", watch.stderr());
+}
+
+/// An upstream that takes 6 s to acknowledge a list listen holds a client's listen about a
+/// second (the gateway's wait for it), not 6 s (nor the 30 s request timeout); the listen
+/// becoming live later is announced with one `list_changed`, since a change meanwhile went
+/// unheard; and changes after it are relayed.
+#[test]
+fn a_late_list_listen_holds_a_client_a_second_and_is_announced_once_live() {
+    let Some((_tmp, marks, _gateway, url, watch, took)) = list_ack_gateway("6") else {
+        return;
+    };
+    // A second of waiting, and the process start and connection of the watch.
+    assert!(
+        took < Duration::from_secs(3),
+        "the client waited {took:?} for its listen"
+    );
+    // Made before the upstream listens: unheard, and covered by the announcement.
+    bump(&url);
+    assert_eq!(std::fs::read_to_string(marks.join("bumps")).unwrap(), "1 0");
+    // The fresh listener's own, at once.
+    assert_eq!(list_changes_within(&watch, Duration::from_secs(3)), 1);
+    // The upstream's acknowledgment 6 s after the listen was asked: announced once.
+    assert_eq!(
+        list_changes_within(&watch, Duration::from_secs(6)),
+        1,
+        "stderr: {}",
+        watch.stderr()
+    );
+    bump(&url);
+    assert_eq!(std::fs::read_to_string(marks.join("bumps")).unwrap(), "2 1");
+    assert_eq!(
+        list_changes_within(&watch, Duration::from_secs(3)),
+        1,
+        "stderr: {}",
+        watch.stderr()
+    );
+}
+
 /// Three upstreams that never answer (each gateway mount waits up to 15 s for its first
 /// connection attempt at start): they are waited for at once, so the server serves after
 /// about one wait, not three; the mounts are still mounted in the configuration's order.

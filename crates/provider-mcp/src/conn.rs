@@ -42,6 +42,15 @@ const HUNG_AFTER: u32 = 3;
 const HEARTBEAT: Duration = Duration::from_secs(5);
 /// The most template pages asked of the upstream at connect.
 const MAX_TEMPLATE_PAGES: usize = 100;
+/// How long a new list watch waits (at most; the request timeout when shorter) for a
+/// 2026-07-28 upstream to acknowledge its list listen. What asks for the list watch waits
+/// that long: a client's `subscriptions/listen` for list changes, or a legacy client's
+/// first listing after `initialize`. An upstream answers a listen in milliseconds when it
+/// answers at all, so a second covers a slow one, while one that hangs holds a new listener
+/// for this second rather than the whole request timeout (30 s by default); an
+/// acknowledgment later than this is announced once with a list change instead (a listener
+/// told too early hears one then, so nothing changed meanwhile is lost).
+const LIST_ACK_WAIT: Duration = Duration::from_secs(1);
 
 /// The protocol era a connection speaks, fixed by its handshake.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,6 +112,31 @@ struct ListWatch {
     id: u64,
     sinks: HashMap<u64, ChangeSink>,
     listen: Option<tokio::task::AbortHandle>,
+    /// How far the 2026-07-28 list listen of the current connection got; `None` when none
+    /// is being opened (no connection, or a legacy one, whose session carries list changes
+    /// from the start).
+    ack: Option<Arc<tokio::sync::watch::Sender<ListAck>>>,
+}
+
+/// How far a list listen got, shared by the task opening it and the watches waiting for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ListPhase {
+    /// Asked, not acknowledged yet (or asked again after a failure).
+    Opening,
+    /// Acknowledged with list changes: changes from now on are heard.
+    Live,
+    /// The upstream will not report list changes (an error, or an acknowledgment without
+    /// them); asking again would not change that.
+    Refused,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct ListAck {
+    phase: ListPhase,
+    /// Someone was told the list is watched before the listen was live: the task announces
+    /// a list change once it is. Set and read under the channel's lock, so an acknowledgment
+    /// racing a waiter giving up is either in time or announced, never neither.
+    late: bool,
 }
 
 #[derive(Default)]
@@ -480,7 +514,7 @@ impl Shared {
                 .resource_subscriptions
                 .as_ref()
                 .is_some_and(|uris| uris.iter().any(|u| u == up)),
-            Listened::List => ack.resources_list_changed == Some(true),
+            Listened::List(_) => ack.resources_list_changed == Some(true),
         };
         if !accepted {
             return Err(Error::unsupported(format!(
@@ -488,7 +522,7 @@ impl Shared {
                 self.name(),
                 match what {
                     Listened::Uri(up) => format!("{:?}", self.map.ours(up)),
-                    Listened::List => "its resource list".to_owned(),
+                    Listened::List(_) => "its resource list".to_owned(),
                 }
             )));
         }
@@ -538,7 +572,8 @@ impl Shared {
         });
     }
 
-    /// Report list changes to `sink` until [`Shared::unwatch_list`] with the returned id.
+    /// Report list changes to `sink` until [`Shared::unwatch_list`] with the returned id;
+    /// [`Shared::list_live`] then waits for the upstream's list listen.
     pub(crate) fn watch_list(self: &Arc<Self>, sink: ChangeSink) -> u64 {
         let id = {
             let mut w = lock(&self.watches);
@@ -554,37 +589,76 @@ impl Shared {
                         id,
                         sinks: HashMap::from([(id, sink)]),
                         listen: None,
+                        ack: None,
                     })
                 }
             }
             id
         };
         if let Ok(conn) = self.conn() {
-            self.establish_list(&conn, id);
+            self.establish_list(&conn, id, false);
         }
         id
     }
 
-    fn establish_list(self: &Arc<Self>, conn: &Arc<Conn>, id: u64) {
+    /// Wait until the list listen of a 2026-07-28 upstream is live, refused, or
+    /// [`LIST_ACK_WAIT`] (the request timeout when shorter) has passed; after that, the
+    /// listen is announced with one list change once it is live, so whoever was told the
+    /// list is watched misses no change made before the upstream's acknowledgment.
+    pub(crate) async fn list_live(&self) {
+        let Some(ack) = lock(&self.watches)
+            .list
+            .as_ref()
+            .and_then(|l| l.ack.clone())
+        else {
+            return;
+        };
+        let bound = self.config.timeout.min(LIST_ACK_WAIT);
+        let mut rx = ack.subscribe();
+        if tokio::time::timeout(bound, rx.wait_for(|a| a.phase != ListPhase::Opening))
+            .await
+            .is_err()
+        {
+            ack.send_if_modified(|a| {
+                if a.phase == ListPhase::Opening {
+                    a.late = true;
+                }
+                // Nobody waits on `late`: the listen task reads it.
+                false
+            });
+            tracing::debug!(mount = %self.name(), "the upstream did not acknowledge the list listen within {}; it is announced once it does", error::human(bound));
+        }
+    }
+
+    /// Open the upstream list listen of list watch `id` over `conn` in the background (a
+    /// legacy session carries list changes unasked). `late`: announce a list change once
+    /// the listen is live (after a reconnect: changes while there was none are unknown).
+    fn establish_list(self: &Arc<Self>, conn: &Arc<Conn>, id: u64, late: bool) {
         if conn.era == Era::Legacy {
-            // A legacy upstream sends `list_changed` on the session unasked.
+            if let Some(list) = lock(&self.watches).list.as_mut() {
+                list.ack = None;
+            }
             return;
         }
         let filter = SubscriptionFilter::builder()
             .resources_list_changed()
             .build();
+        let ack = Arc::new(tokio::sync::watch::Sender::new(ListAck {
+            phase: ListPhase::Opening,
+            late,
+        }));
         let task = tokio::spawn(listen(
             Arc::downgrade(self),
             conn.clone(),
             filter,
-            Listened::List,
+            Listened::List(ack.clone()),
             None,
-            // A reconnect announces the list itself (`reestablish`).
             false,
         ));
         let mut w = lock(&self.watches);
         match &mut w.list {
             Some(list) if list.id == id => {
+                list.ack = Some(ack);
                 if let Some(old) = list.listen.replace(task.abort_handle()) {
                     old.abort();
                 }
@@ -680,12 +754,14 @@ impl Shared {
         }
         let list = lock(&self.watches).list.as_ref().map(|l| l.id);
         if let Some(id) = list {
-            self.establish_list(conn, id);
+            // A 2026-07-28 list listen announces itself once live: announced now, a change
+            // between this and the upstream's acknowledgment would be lost.
+            self.establish_list(conn, id, true);
         }
         for (up, _) in &uris {
             self.upstream_updated(up);
         }
-        if list.is_some() {
+        if list.is_some() && conn.era == Era::Legacy {
             self.upstream_list_changed();
         }
     }
@@ -724,11 +800,12 @@ impl ClientHandler for Handler {
     }
 }
 
-/// What one listen stream carries: one URI's updates, or the list's changes.
+/// What one listen stream carries: one URI's updates, or the list's changes (with how far
+/// its opening got, for the watches waiting on it).
 #[derive(Debug, Clone)]
-pub(crate) enum Listened {
+enum Listened {
     Uri(String),
-    List,
+    List(Arc<tokio::sync::watch::Sender<ListAck>>),
 }
 
 /// One `subscriptions/listen` stream on a 2026-07-28 upstream (`first`, when the caller
@@ -736,7 +813,8 @@ pub(crate) enum Listened {
 /// (rmcp ends it then), is opened again while the connection and the watch live, and each
 /// stream opened again is announced once (an `updated`, or a list change), as after a
 /// reconnect: what changed while none was open is unknown. `announce` says whether the
-/// first stream opened here is announced too.
+/// first stream opened here is announced too; a list stream is also announced when a watch
+/// gave up waiting for it (see [`ListAck::late`]).
 async fn listen(
     shared: Weak<Shared>,
     conn: Arc<Conn>,
@@ -752,10 +830,21 @@ async fn listen(
             None => {
                 let Some(s) = shared.upgrade() else { return };
                 let opened = s.open_listen(&conn, &filter, &what).await;
-                if opened.is_ok() && announce {
+                let mut tell = announce;
+                if let Listened::List(ack) = &what {
+                    ack.send_modify(|a| match &opened {
+                        Ok(_) => {
+                            tell |= a.late;
+                            a.phase = ListPhase::Live;
+                        }
+                        Err(e) if !e.is_temporary() => a.phase = ListPhase::Refused,
+                        Err(_) => {}
+                    });
+                }
+                if opened.is_ok() && tell {
                     match &what {
                         Listened::Uri(up) => s.upstream_updated(up),
-                        Listened::List => s.upstream_list_changed(),
+                        Listened::List(_) => s.upstream_list_changed(),
                     }
                 }
                 opened

@@ -344,11 +344,14 @@ impl Provider for McpProvider {
 
     async fn watch_list(&self, sink: ChangeSink) -> Result<WatchGuard> {
         let id = self.shared.watch_list(sink);
-        Ok(WatchGuard::new(Release {
+        // The guard first: a caller that stops waiting releases the watch with it.
+        let guard = WatchGuard::new(Release {
             shared: Arc::downgrade(&self.shared),
             up: None,
             id,
-        }))
+        });
+        self.shared.list_live().await;
+        Ok(guard)
     }
 
     async fn relayed_skills(&self) -> Result<Option<Vec<mcpr_core::RelayedSkill>>> {
