@@ -1,15 +1,25 @@
-//! Upstreams cut off from the built binary, each for 30 s: an S3 store (moto), a PostgreSQL
-//! database and an HTTP api, each reached through a loopback TCP relay the test owns, beside a
-//! files mount that is never cut. A cut is a blackhole, the hard case: the relay stops
-//! forwarding in both directions and accepts new connections without answering, sockets kept
-//! open, so requests hang rather than being refused. On heal the S3 and api relays forward
-//! again, and connections that were stuck resume where they stopped, bytes sent during the
-//! cut included: a real partition of 30 s is far inside TCP's retransmission window (about
-//! 15 minutes with Linux's defaults), so the connections a server held across it live on.
-//! The PostgreSQL relay resets both ends of every connection that lived through the cut
-//! instead, as after a longer partition or a NAT or firewall that forgot the connections
-//! meanwhile: the first packet after the heal meets a reset. That is the case where a
-//! database pool must notice its connections are dead rather than wait on them.
+//! Upstreams cut off from the built binary, each for 30 s, by cutting a link in network
+//! namespaces: an S3 store (moto), a PostgreSQL database and an HTTP api, beside a files
+//! mount that is never cut. The server runs in a namespace of its own (`ip netns exec`)
+//! with four veth links to the test's namespace: a client link, never cut, for the test's
+//! requests, `/readyz`, `/healthz` and the listening streams; and one link per upstream,
+//! cut with `ip link set DEV down` at the test's end and healed with `up`. The kernel here
+//! has no `sch_netem`, so a cut is a cut, not a slow or lossy link: the server's end only
+//! loses its carrier and its packets are dropped: nothing comes back, no refusal, no reset,
+//! and its requests hang. Once its neighbour entry for the upstream has failed (about 3 s),
+//! its own kernel fails a new connection with "No route to host", as on a real network
+//! where the upstream's host vanished from the link. The api's server listens on its
+//! link's address in the test's namespace; moto and PostgreSQL listen on loopback there,
+//! so each is reached through a plain forwarding relay bound to its link's address (the
+//! relay is never cut, only the link).
+//!
+//! At each heal the report gives the server's connections to that upstream (`ss` in its
+//! namespace). Every run so far found none established: only connections it had given up
+//! (FIN-WAIT-1), new attempts (SYN-SENT) and TIME-WAIT. With a read every second, every
+//! connection the cut catches carries a request, which the server abandons at its timeout,
+//! closing the connection; recovery is new connections. So the case of connections that
+//! live through the cut and meet a reset after it (a far end or a NAT that forgot them) is
+//! not staged: no connection would be there to meet it.
 //!
 //! The cuts are staggered (S3 0–30 s, PostgreSQL 7–37 s, api 33–63 s), so the windows overlap
 //! and each upstream is also the only one cut for a while. Checked at fixed sample points,
@@ -29,20 +39,24 @@
 //!   server's own probe;
 //! - `/healthz` answers at every sample and the log holds no panic.
 //!
-//! Needs `moto_server` and PostgreSQL at 127.0.0.1:5432: without either the test says
-//! SKIPPED and passes, except under `CI=true`, where it fails.
+//! Needs root and `ip netns`, `moto_server` and PostgreSQL at 127.0.0.1:5432: without any
+//! of them the test says SKIPPED and passes, except under `CI=true`, where it fails.
+//! Namespaces and veths have names unique to the process, and are removed however the test
+//! ends (a guard); ones left by a process that no longer exists (killed) are removed at
+//! start.
 
+mod netns_common;
 mod stream_common;
 
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use netns_common::{End, Namespaces, absent, namespaces_usable, set_link, veth};
 use serde_json::{Value, json};
 use stream_common::{Replica, install_crypto, messages};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
 
 /// The server's `request_timeout_ms`.
 const TIMEOUT: Duration = Duration::from_millis(2000);
@@ -73,116 +87,89 @@ const API_AT: u64 = 33;
 /// first read there has failed), the api alone.
 const LISTED_AT: [f64; 5] = [3.5, 20.5, 31.5, 35.5, 45.5];
 const PG_ADMIN: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+/// This test's namespaces start with this, then the process id.
+const PREFIX: &str = "mcprc";
+/// The upstream links, numbered as in [`Links`].
+const S3_LINK: u8 = 1;
+const PG_LINK: u8 = 2;
+const API_LINK: u8 = 3;
 
-fn absent(what: &str, e: impl std::fmt::Display) {
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{what} is required under CI=true and could not be used: {e}");
-    }
-    eprintln!("SKIPPED: {what} is not available here ({e})");
+/// The server's namespace and its links: link 0 the client link, links 1 to 3 the
+/// upstreams'. Link `k` is `10.<octet>.<k>.0/24`, `.1` the test's end, `.2` the server's.
+/// Dropping it deletes the namespace, and every link with it.
+struct Links {
+    _namespaces: Namespaces,
+    server: String,
+    octet: u8,
 }
 
-/// A loopback TCP relay to `target` that can be cut (see the module's comment).
-struct Relay {
-    addr: SocketAddr,
-    cut: watch::Sender<bool>,
-}
-
-/// What a relay does at the heal with the connections that lived through its cut.
-#[derive(Clone, Copy, PartialEq)]
-enum AtHeal {
-    /// Forward again where they stopped: a partition TCP rides out.
-    Resume,
-    /// Reset both ends: a partition long enough, or a NAT or firewall that forgot the
-    /// connections meanwhile, so the first packet after it meets a reset.
-    Reset,
-}
-
-impl Relay {
-    async fn start(target: SocketAddr, at_heal: AtHeal) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (cut, _) = watch::channel(false);
-        let on = cut.clone();
-        tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                let mut healed = on.subscribe();
-                tokio::spawn(async move {
-                    // Accepted (the kernel did that anyway) but not answered while cut.
-                    if *healed.borrow_and_update() {
-                        if at_heal == AtHeal::Reset {
-                            // A handshake the cut swallowed: the client meets a reset at
-                            // the heal.
-                            let _ = healed.wait_for(|c| !*c).await;
-                            let _ = client.set_zero_linger();
-                            return;
-                        }
-                        if healed.wait_for(|c| !*c).await.is_err() {
-                            return;
-                        }
-                    }
-                    let Ok(upstream) = TcpStream::connect(target).await else {
-                        return;
-                    };
-                    if at_heal == AtHeal::Reset {
-                        // Closing then sends a reset, not an orderly end.
-                        let _ = client.set_zero_linger();
-                        let _ = upstream.set_zero_linger();
-                    }
-                    let (cr, cw) = client.into_split();
-                    let (ur, uw) = upstream.into_split();
-                    let there = tokio::spawn(pipe(cr, uw, healed.clone()));
-                    let back = tokio::spawn(pipe(ur, cw, healed.clone()));
-                    if at_heal == AtHeal::Reset {
-                        // Through a cut and its heal, then both halves dropped: reset.
-                        if healed.wait_for(|c| *c).await.is_ok() {
-                            let _ = healed.wait_for(|c| !*c).await;
-                        }
-                        there.abort();
-                        back.abort();
-                    }
-                });
-            }
-        });
-        Self { addr, cut }
-    }
-
-    fn port(&self) -> u16 {
-        self.addr.port()
-    }
-
-    fn set_cut(&self, cut: bool) {
-        self.cut.send_replace(cut);
-    }
-}
-
-/// One direction of a relayed connection. Bytes read while cut (or a read that was waiting
-/// when the cut began) are held until the heal, like packets a partition drops and TCP
-/// retransmits after it; an end of stream is passed on the same way.
-async fn pipe(
-    mut from: tokio::net::tcp::OwnedReadHalf,
-    mut to: tokio::net::tcp::OwnedWriteHalf,
-    mut healed: watch::Receiver<bool>,
-) {
-    let mut buf = vec![0u8; 16 * 1024];
-    loop {
-        let n = from.read(&mut buf).await.unwrap_or(0);
-        if healed.wait_for(|c| !*c).await.is_err() {
-            return;
+impl Links {
+    fn build() -> Result<Self, String> {
+        let pid = std::process::id();
+        // 20..=99: clear of partition.rs's 100..=249.
+        let octet = u8::try_from(20 + pid % 80).unwrap_or(99);
+        let mut namespaces = Namespaces::new(PREFIX);
+        let server = namespaces.add("server")?;
+        let links = Self {
+            _namespaces: namespaces,
+            server,
+            octet,
+        };
+        for k in 0..=3 {
+            veth(
+                End {
+                    dev: &links.dev(k),
+                    ns: None,
+                    addr: &format!("{}/24", links.ours(k)),
+                },
+                End {
+                    dev: &format!("mcu{pid:x}{k}b"),
+                    ns: Some(&links.server),
+                    addr: &format!("10.{octet}.{k}.2/24"),
+                },
+            )?;
         }
-        if n == 0 {
-            let _ = to.shutdown().await;
-            return;
-        }
-        if to.write_all(&buf[..n]).await.is_err() {
-            return;
-        }
+        Ok(links)
+    }
+
+    /// The test's end of link `k` (cut there: the server's end only loses its carrier).
+    fn dev(&self, k: u8) -> String {
+        format!("mcu{:x}{k}a", std::process::id())
+    }
+
+    /// The test's address on link `k`: where the server reaches upstream `k`.
+    fn ours(&self, k: u8) -> Ipv4Addr {
+        Ipv4Addr::new(10, self.octet, k, 1)
+    }
+
+    /// Where the server listens, on the client link.
+    fn server_addr(&self) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::new(10, self.octet, 0, 2), 8080))
     }
 }
 
-/// The api's upstream: answers every GET with a small JSON body that must not be cached (so
-/// a read during the cut asks the upstream), over keep-alive connections.
-async fn api_upstream() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+/// A plain TCP relay from `at` (a link's address in the test's namespace) to `target` on
+/// loopback, for an upstream that listens on loopback only. It only forwards: a cut is the
+/// link's. Its address.
+async fn relay(at: Ipv4Addr, target: SocketAddr) -> SocketAddr {
+    let listener = TcpListener::bind((at, 0)).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                if let Ok(mut upstream) = TcpStream::connect(target).await {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// The api's upstream, on `at`: answers every GET with a small JSON body that must not be
+/// cached (so a read during the cut asks the upstream), over keep-alive connections.
+async fn api_upstream(at: Ipv4Addr) -> SocketAddr {
+    let listener = TcpListener::bind((at, 0)).await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
         while let Ok((mut s, _)) = listener.accept().await {
@@ -288,12 +275,14 @@ impl Drop for Pg {
     }
 }
 
-/// One cut upstream: its mount's name as listings and `/readyz` give it, a URI to read, and
-/// its cut's window in seconds after the first cut.
+/// One cut upstream: its mount's name as listings and `/readyz` give it, a URI to read, the
+/// test's end of its link and its address there, and its cut's window in seconds after the
+/// first cut.
 struct Cut {
     mount: &'static str,
     uri: String,
-    relay: Relay,
+    dev: String,
+    addr: Ipv4Addr,
     at: u64,
 }
 
@@ -381,6 +370,33 @@ async fn recovery(r: Arc<Replica>, http: reqwest::Client, sid: String, uri: Stri
     }
 }
 
+/// The server's TCP connections (in namespace `ns`) to `upstream`, by state, as `ss` gives
+/// them: for the report, to tell which connections a heal found (those established live
+/// through the cut and resume, or meet a reset if their far end forgot them).
+fn connections(ns: &str, upstream: Ipv4Addr) -> String {
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", ns, "ss", "-Htan", "dst"])
+        .arg(upstream.to_string())
+        .output();
+    let Ok(out) = out else {
+        return "unknown (no ss)".into();
+    };
+    let mut states: std::collections::BTreeMap<String, usize> = Default::default();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        if let Some(state) = line.split_whitespace().next() {
+            *states.entry(state.to_owned()).or_default() += 1;
+        }
+    }
+    if states.is_empty() {
+        return "none".into();
+    }
+    states
+        .iter()
+        .map(|(s, n)| format!("{n} {s}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// `/readyz` and its time, `/healthz` alongside.
 async fn readyz(r: &Replica) -> (u16, String, Duration) {
     let sent = Instant::now();
@@ -391,6 +407,18 @@ async fn readyz(r: &Replica) -> (u16, String, Duration) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cut_upstreams_cost_only_their_mounts_and_come_back() {
     install_crypto();
+    if let Err(e) = namespaces_usable() {
+        absent("root and `ip netns`", e);
+        return;
+    }
+    // Declared before the server, dropped after it: the namespace goes once it has exited.
+    let links = match Links::build() {
+        Ok(l) => l,
+        Err(e) => {
+            absent("veth pairs in network namespaces", e);
+            return;
+        }
+    };
     let Some(moto) = mcpr_testkit::moto::moto() else {
         return;
     };
@@ -405,9 +433,9 @@ async fn cut_upstreams_cost_only_their_mounts_and_come_back() {
         .trim_start_matches("http://")
         .parse()
         .unwrap();
-    let s3 = Relay::start(moto_addr, AtHeal::Resume).await;
-    let pg_relay = Relay::start("127.0.0.1:5432".parse().unwrap(), AtHeal::Reset).await;
-    let api = Relay::start(api_upstream().await, AtHeal::Resume).await;
+    let s3 = relay(links.ours(S3_LINK), moto_addr).await;
+    let pg_relay = relay(links.ours(PG_LINK), "127.0.0.1:5432".parse().unwrap()).await;
+    let api = api_upstream(links.ours(API_LINK)).await;
 
     let dir = tempfile::tempdir().unwrap();
     let files = dir.path().join("files");
@@ -415,22 +443,29 @@ async fn cut_upstreams_cost_only_their_mounts_and_come_back() {
     std::fs::write(files.join("f.txt"), "from files\n").unwrap();
     let config = format!(
         "[server]\nrequest_timeout_ms = {}\n\
+         [http]\nallowed_hosts = [\"{}\"]\n\
          [[mount]]\nkind = \"files\"\nroot = \"{}\"\n\
-         [[mount]]\nkind = \"s3\"\nbucket = \"{bucket}\"\nregion = \"us-east-1\"\nendpoint = \"http://127.0.0.1:{}\"\nallow_http = true\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\n\
+         [[mount]]\nkind = \"s3\"\nbucket = \"{bucket}\"\nregion = \"us-east-1\"\nendpoint = \"http://{}\"\nallow_http = true\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\n\
          [[mount]]\nkind = \"postgres\"\nname = \"pgcut\"\nurl = \"{}\"\n\
          [[mount]]\nkind = \"api\"\nname = \"upcut\"\nallow_private = true\ntimeout_ms = {}\n\
-         [[mount.endpoint]]\nuri = \"api://upcut/status\"\nurl = \"http://127.0.0.1:{}/status\"\n",
+         [[mount.endpoint]]\nuri = \"api://upcut/status\"\nurl = \"http://{api}/status\"\n",
         TIMEOUT.as_millis(),
+        links.server_addr().ip(),
         files.display(),
-        s3.port(),
-        pg.url(&format!("127.0.0.1:{}", pg_relay.port())),
+        s3,
+        pg.url(&pg_relay.to_string()),
         API_TIMEOUT.as_millis(),
-        api.port(),
     );
     let cfg = dir.path().join("cut.toml");
     std::fs::write(&cfg, config).unwrap();
-    let r = Arc::new(Replica::start(&cfg, dir.path().join("server.log")));
+    let r = Arc::new(Replica::start_in_namespace(
+        &links.server,
+        links.server_addr(),
+        &cfg,
+        dir.path().join("server.log"),
+    ));
     let http = reqwest::Client::builder()
+        .no_proxy()
         .timeout(Duration::from_secs(20))
         .build()
         .unwrap();
@@ -440,19 +475,22 @@ async fn cut_upstreams_cost_only_their_mounts_and_come_back() {
         Cut {
             mount: "s3://mcpr-cut-",
             uri: format!("s3://{bucket}/a.txt"),
-            relay: s3,
+            dev: links.dev(S3_LINK),
+            addr: links.ours(S3_LINK),
             at: S3_AT,
         },
         Cut {
             mount: "pgcut",
             uri: "db://pgcut/tables/t".into(),
-            relay: pg_relay,
+            dev: links.dev(PG_LINK),
+            addr: links.ours(PG_LINK),
             at: PG_AT,
         },
         Cut {
             mount: "upcut",
             uri: "api://upcut/status".into(),
-            relay: api,
+            dev: links.dev(API_LINK),
+            addr: links.ours(API_LINK),
             at: API_AT,
         },
     ]);
@@ -471,7 +509,7 @@ async fn cut_upstreams_cost_only_their_mounts_and_come_back() {
         "{listed}"
     );
     // The streams' client has no overall timeout: it would end them.
-    let streams = reqwest::Client::new();
+    let streams = reqwest::Client::builder().no_proxy().build().unwrap();
     let listen = r
         .listen_to(&streams, json!({"resourcesListChanged": true}))
         .await;
@@ -501,6 +539,7 @@ async fn cut_upstreams_cost_only_their_mounts_and_come_back() {
     // The cuts and heals, on schedule; after each heal, how long until a read works again.
     let schedule = {
         let (cuts, r, http, sid) = (cuts.clone(), r.clone(), http.clone(), sid.clone());
+        let server = links.server.clone();
         tokio::spawn(async move {
             let mut events: Vec<(Duration, usize, bool)> = Vec::new();
             for (i, c) in cuts.iter().enumerate() {
@@ -511,12 +550,14 @@ async fn cut_upstreams_cost_only_their_mounts_and_come_back() {
             let mut recoveries = Vec::new();
             for (when, i, cut) in events {
                 tokio::time::sleep_until((t0 + when).into()).await;
-                cuts[i].relay.set_cut(cut);
-                if !cut {
+                // What the server holds to the upstream when the link comes back.
+                let held = (!cut).then(|| connections(&server, cuts[i].addr));
+                set_link(None, &cuts[i].dev, !cut);
+                if let Some(held) = held {
                     let (r, http, sid) = (r.clone(), http.clone(), sid.clone());
                     let uri = cuts[i].uri.clone();
                     recoveries.push(tokio::spawn(async move {
-                        (uri.clone(), recovery(r, http, sid, uri).await)
+                        (uri.clone(), recovery(r, http, sid, uri).await, held)
                     }));
                 }
             }
@@ -612,10 +653,10 @@ async fn cut_upstreams_cost_only_their_mounts_and_come_back() {
             }
         }
         let back = back.unwrap_or_else(|| panic!("{} never read again: {mine:?}", c.mount));
-        let first = recovered
+        let (first, held) = recovered
             .iter()
-            .find(|(uri, _)| *uri == c.uri)
-            .map(|(_, d)| *d)
+            .find(|(uri, _, _)| *uri == c.uri)
+            .map(|(_, d, held)| (*d, held.clone()))
             .unwrap();
         assert!(
             back <= RECOVERED_WITHIN.as_secs_f64(),
@@ -647,7 +688,7 @@ async fn cut_upstreams_cost_only_their_mounts_and_come_back() {
             .cloned()
             .unwrap_or_default();
         report.push_str(&format!(
-            "{}: failed reads took at most {:.2} s ({said:?}), good reads at most {:.3} s, read again {:.3} s after the heal\n",
+            "{}: failed reads took at most {:.2} s ({said:?}), good reads at most {:.3} s, read again {:.3} s after the heal; the server's connections to it at the heal: {held}\n",
             c.mount,
             slowest_cut.as_secs_f64(),
             slowest_ok.as_secs_f64(),

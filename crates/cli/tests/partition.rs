@@ -37,12 +37,15 @@
 //! to the process and the test and are removed however the test ends (a guard); ones left by a process
 //! that no longer exists (killed) are removed at start.
 
+mod netns_common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
+use netns_common::{End, Namespaces, absent, namespaces_usable, set_link, veth};
 use serde_json::{Value, json};
 
 const BIN: &str = env!("CARGO_BIN_EXE_mcp-resources");
@@ -51,29 +54,6 @@ const TTL_MS: u64 = 1000;
 const CLUSTER_SECRET: &str = "partition-secret-n0t-for-logs-0123456789";
 /// Namespaces of this test start with this, then the process id.
 const PREFIX: &str = "mcprp";
-
-fn absent(what: &str, e: impl std::fmt::Display) {
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{what} is required under CI=true and could not be used: {e}");
-    }
-    eprintln!("SKIPPED: {what} is not available here ({e})");
-}
-
-fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|e| format!("ip: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
-}
 
 fn nats_bin() -> Option<PathBuf> {
     std::env::var_os("MCPR_NATS_SERVER")
@@ -90,8 +70,7 @@ fn nats_bin() -> Option<PathBuf> {
         .find(|p| p.exists())
 }
 
-/// The namespaces and links of one test run. Dropping it deletes the namespaces, which
-/// takes every veth with them (a pair dies with either end).
+/// The namespaces and links of one test run; dropping it deletes them.
 struct Net {
     /// Which of this process's concurrent tests built it: in every name and address, so
     /// their namespaces, veths and client links never collide.
@@ -99,7 +78,7 @@ struct Net {
     tag: String,
     /// The second octet of every address here (10.<octet>.x.y).
     octet: u8,
-    namespaces: Vec<String>,
+    namespaces: Namespaces,
 }
 
 impl Net {
@@ -107,7 +86,6 @@ impl Net {
     /// link from each replica to this namespace. `slot` (0 to 2) tells this process's
     /// concurrent clusters apart.
     fn build(replicas: usize, slot: u8) -> Result<Self, String> {
-        Self::sweep_leftovers();
         let pid = std::process::id();
         let tag = format!("{:03x}{slot}", pid & 0xfff);
         // Three slots per process: 100..=249, and no two processes whose ids differ by
@@ -117,70 +95,43 @@ impl Net {
             slot,
             tag,
             octet,
-            namespaces: Vec::new(),
+            namespaces: Namespaces::new(PREFIX),
         };
-        let nats = net.ns("nats");
-        ip(&["netns", "add", &nats])?;
-        net.namespaces.push(nats.clone());
-        ip(&["-n", &nats, "link", "set", "lo", "up"])?;
+        let nats = net.namespaces.add(&format!("{slot}nats"))?;
         for k in 0..replicas {
-            let r = net.ns(&format!("r{k}"));
-            ip(&["netns", "add", &r])?;
-            net.namespaces.push(r.clone());
-            ip(&["-n", &r, "link", "set", "lo", "up"])?;
+            let r = net.namespaces.add(&format!("{slot}r{k}"))?;
             // Bus link: `a` in the NATS namespace, `b` in the replica's.
-            let (a, b) = (net.bus_dev(k), format!("pb{}{k}b", net.tag));
-            ip(&["link", "add", &a, "type", "veth", "peer", "name", &b])?;
-            ip(&["link", "set", &a, "netns", &nats])?;
-            ip(&["link", "set", &b, "netns", &r])?;
-            ip(&[
-                "-n",
-                &nats,
-                "addr",
-                "add",
-                &format!("10.{octet}.{k}.1/24"),
-                "dev",
-                &a,
-            ])?;
-            ip(&[
-                "-n",
-                &r,
-                "addr",
-                "add",
-                &format!("10.{octet}.{k}.2/24"),
-                "dev",
-                &b,
-            ])?;
-            ip(&["-n", &nats, "link", "set", &a, "up"])?;
-            ip(&["-n", &r, "link", "set", &b, "up"])?;
+            veth(
+                End {
+                    dev: &net.bus_dev(k),
+                    ns: Some(&nats),
+                    addr: &format!("10.{octet}.{k}.1/24"),
+                },
+                End {
+                    dev: &format!("pb{}{k}b", net.tag),
+                    ns: Some(&r),
+                    addr: &format!("10.{octet}.{k}.2/24"),
+                },
+            )?;
             // Client link: `a` here, `b` in the replica's namespace.
-            let (a, b) = (format!("pc{}{k}a", net.tag), format!("pc{}{k}b", net.tag));
-            ip(&["link", "add", &a, "type", "veth", "peer", "name", &b])?;
-            ip(&["link", "set", &b, "netns", &r])?;
-            ip(&[
-                "addr",
-                "add",
-                &format!("10.{octet}.{}.1/24", 100 + k),
-                "dev",
-                &a,
-            ])?;
-            ip(&[
-                "-n",
-                &r,
-                "addr",
-                "add",
-                &format!("10.{octet}.{}.2/24", 100 + k),
-                "dev",
-                &b,
-            ])?;
-            ip(&["link", "set", &a, "up"])?;
-            ip(&["-n", &r, "link", "set", &b, "up"])?;
+            veth(
+                End {
+                    dev: &format!("pc{}{k}a", net.tag),
+                    ns: None,
+                    addr: &format!("10.{octet}.{}.1/24", 100 + k),
+                },
+                End {
+                    dev: &format!("pc{}{k}b", net.tag),
+                    ns: Some(&r),
+                    addr: &format!("10.{octet}.{}.2/24", 100 + k),
+                },
+            )?;
         }
         Ok(net)
     }
 
     fn ns(&self, name: &str) -> String {
-        format!("{PREFIX}-{}-{}{name}", std::process::id(), self.slot)
+        self.namespaces.name(&format!("{}{name}", self.slot))
     }
 
     /// The NATS end of replica `k`'s bus link.
@@ -190,40 +141,7 @@ impl Net {
 
     /// Cut (`false`) or heal (`true`) replica `k`'s bus link.
     fn bus_link(&self, k: usize, up: bool) {
-        ip(&[
-            "-n",
-            &self.ns("nats"),
-            "link",
-            "set",
-            &self.bus_dev(k),
-            if up { "up" } else { "down" },
-        ])
-        .unwrap();
-    }
-
-    /// Namespaces of runs whose process is gone (killed before its guard ran).
-    fn sweep_leftovers() {
-        let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else {
-            return;
-        };
-        for line in String::from_utf8_lossy(&out.stdout).lines() {
-            let name = line.split_whitespace().next().unwrap_or("");
-            let Some(rest) = name.strip_prefix(&format!("{PREFIX}-")) else {
-                continue;
-            };
-            let pid = rest.split('-').next().unwrap_or("");
-            if !pid.is_empty() && !Path::new(&format!("/proc/{pid}")).exists() {
-                let _ = ip(&["netns", "del", name]);
-            }
-        }
-    }
-}
-
-impl Drop for Net {
-    fn drop(&mut self) {
-        for ns in &self.namespaces {
-            let _ = ip(&["netns", "del", ns]);
-        }
+        set_link(Some(&self.ns("nats")), &self.bus_dev(k), up);
     }
 }
 
@@ -494,22 +412,6 @@ fn rewrite(path: &Path, content: &str) {
 
 fn file_uri(p: &Path) -> String {
     format!("file://{}", p.display())
-}
-
-/// Whether this process may build namespaces: root, and `ip netns` works.
-fn namespaces_usable() -> Result<(), String> {
-    let uid = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Uid:"))
-                .and_then(|l| l.split_whitespace().next().map(str::to_owned))
-        })
-        .unwrap_or_default();
-    if uid != "0" {
-        return Err(format!("not root (uid {uid})"));
-    }
-    ip(&["netns", "list"])
 }
 
 /// NATS in `net`'s `nats` namespace and three replicas of one cluster, one in each replica

@@ -41,10 +41,38 @@ impl Replica {
 
     /// [`Replica::start`] of another build of the binary (an older release's).
     pub fn start_binary(bin: &Path, config: &Path, log: PathBuf) -> Self {
-        let port = free_port();
-        let child = Command::new(bin)
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()));
+        Self::spawn(Command::new(bin), addr, &[], config, log)
+    }
+
+    /// The built binary run in network namespace `ns` (`ip netns exec`, which execs it, so
+    /// the child is the server), serving HTTP on `addr` there, reached from this namespace
+    /// over a link of the test's. That address is not loopback: the server is told the
+    /// link is private (`--insecure-no-auth`), and `config` must allow the address as a
+    /// `Host`.
+    pub fn start_in_namespace(
+        ns: &str,
+        addr: std::net::SocketAddr,
+        config: &Path,
+        log: PathBuf,
+    ) -> Self {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", ns, env!("CARGO_BIN_EXE_mcp-resources")]);
+        Self::spawn(cmd, addr, &["--insecure-no-auth"], config, log)
+    }
+
+    /// `cmd serve` on `addr` with `extra` arguments, once it accepts connections.
+    fn spawn(
+        mut cmd: Command,
+        addr: std::net::SocketAddr,
+        extra: &[&str],
+        config: &Path,
+        log: PathBuf,
+    ) -> Self {
+        let child = cmd
             .args(["serve", "--log-level", "info", "--http"])
-            .arg(format!("127.0.0.1:{port}"))
+            .arg(addr.to_string())
+            .args(extra)
             .arg("--config")
             .arg(config)
             .env_remove("RUST_LOG")
@@ -53,13 +81,13 @@ impl Replica {
             .spawn()
             .unwrap();
         let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        while std::net::TcpStream::connect(addr).is_err() {
             assert!(Instant::now() < deadline, "{} did not start", log.display());
             std::thread::sleep(Duration::from_millis(20));
         }
         Self {
             child: Some(child),
-            base: format!("http://127.0.0.1:{port}"),
+            base: format!("http://{addr}"),
             log,
         }
     }
@@ -76,7 +104,13 @@ impl Replica {
     }
 
     pub async fn get(&self, path: &str) -> (u16, String) {
-        let r = reqwest::get(format!("{}{path}", self.base)).await.unwrap();
+        // No proxy: a replica may be on a link of the test's (see `start_in_namespace`).
+        let http = reqwest::Client::builder().no_proxy().build().unwrap();
+        let r = http
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .unwrap();
         (r.status().as_u16(), r.text().await.unwrap())
     }
 
