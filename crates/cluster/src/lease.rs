@@ -367,7 +367,7 @@ struct Place<'a> {
 impl Place<'_> {
     /// Write `me` if the subject's last sequence is `expected` (0: no message, and this
     /// replica does not hold the lease); the new sequence. When another record is there, it
-    /// is looked at: ours (a write whose answer was lost) is kept, a valid one of another
+    /// is looked at: ours (a write whose answer was lost) is written over, a valid one of another
     /// replica means the lease is taken, and one that does not verify or is stale is nobody's
     /// (see the module docs; `other_holds`: another replica said it renewed within the TTL).
     /// A missing stream is created again.
@@ -432,7 +432,11 @@ impl Place<'_> {
                         .seal
                         .open_record(Kind::Lease, self.subject, &data, self.ttl)
                     {
-                        Some(holder) if holder == me.as_bytes() => return Ok(seq),
+                        // Ours, but stored when? Perhaps by a write sent long before
+                        // this one (a holder that let go finding its own record not yet
+                        // expired): written over at once, so that the record held is one
+                        // sent now, and it cannot expire earlier than the caller counts.
+                        Some(holder) if holder == me.as_bytes() => seq,
                         Some(_) => return Err(WriteError::Taken),
                         // A replica of the previous release holds it: never overwritten
                         // (remembered, its replicas keep this one standing aside).
