@@ -12,7 +12,7 @@
 //! - a cut longer than the TTL loses none of the cut replica's subscriptions: the watcher
 //!   keeps its interests (it starts no watch again after the heal), and a file only its
 //!   client watches is heard once after the heal;
-//! - cutting the watcher moves the lease without two holders at any sample;
+//! - cutting the watcher moves the lease, and no sample shows two holders;
 //! - NATS cut from every replica for 20 s: each degrades within two TTLs and serves its
 //!   own clients, a change made during the cut reaches every stream once by 5 s after the
 //!   heal, and the cluster is whole again after it (one watcher, every replica ready);
@@ -28,6 +28,13 @@
 //! one replica's bus link flapping for a minute in a mix of outages (0.15 to 4 s) while a
 //! file changes every 0.5 s: every change reaches every stream exactly once, and no sample
 //! shows two lease holders.
+//!
+//! The samples only look every 20 ms or so; the proof that a lease never has two holders is
+//! over each whole run ([`no_two_holders_ever`]): every replica logs each holding of the
+//! shared mount's lease as an interval, from a moment read before it starts acting as the
+//! mount's watcher to one read after its watches are dropped, on the host's monotonic clock
+//! (libfaketime shifts the wall clocks only, so the skewed replicas' intervals compare as
+//! they are), and no two replicas' intervals may overlap.
 //!
 //! Needs root and `ip netns` (and `nats-server`): without them the test says SKIPPED and
 //! passes, except under `CI=true`, where it fails.
@@ -372,6 +379,140 @@ async fn holders(http: &reqwest::Client, replicas: &[Replica], mount: &str) -> V
         }
     }
     out
+}
+
+/// One replica's holding of a shared mount's lease as it logged it (`run_watcher` in
+/// `crates/cluster/src/watch.rs`), on the host's monotonic clock in µs (libfaketime shifts
+/// the replicas' wall clocks, never that one): from a moment read before it started acting
+/// as the mount's watcher to one read after its watches were dropped (`None`: still holding
+/// where its log ends).
+#[derive(Debug)]
+struct Holding {
+    replica: usize,
+    since: u64,
+    until: Option<u64>,
+    revision: String,
+    why: String,
+}
+
+const HOLDING: &str = "cluster: this replica now watches the mount";
+const LET_GO: &str = "cluster: this replica no longer watches the mount";
+
+/// The value of field `name` in a log line of the default format (`name=value`, or
+/// `name="value"` for a string).
+fn log_field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
+    let at = line.find(&format!(" {name}="))? + name.len() + 2;
+    let rest = &line[at..];
+    match rest.strip_prefix('"') {
+        Some(quoted) => quoted.split('"').next(),
+        None => rest.split(' ').next(),
+    }
+}
+
+/// Every holding of `mount`'s lease logged by the replicas `0..replicas` in `dir`, in the
+/// order each logged them. A line it cannot read, or a holding that starts while the
+/// replica's previous one has not ended, fails the test.
+fn holdings(dir: &Path, replicas: usize, mount: &str) -> Vec<Holding> {
+    let mut out = Vec::new();
+    for k in 0..replicas {
+        let log = std::fs::read_to_string(dir.join(format!("r{k}.log"))).unwrap();
+        let mut open: Option<Holding> = None;
+        for line in log.lines() {
+            let started = line.contains(HOLDING);
+            if !(started || line.contains(LET_GO)) || log_field(line, "mount") != Some(mount) {
+                continue;
+            }
+            let us = |name: &str| -> u64 {
+                log_field(line, name)
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or_else(|| panic!("replica {k}: no {name} in {line:?}"))
+            };
+            if started {
+                assert!(open.is_none(), "replica {k}: {line:?} while holding");
+                open = Some(Holding {
+                    replica: k,
+                    since: us("since_monotonic_us"),
+                    until: None,
+                    revision: log_field(line, "revision").unwrap_or("?").to_owned(),
+                    why: String::new(),
+                });
+            } else {
+                let mut h = open
+                    .take()
+                    .unwrap_or_else(|| panic!("replica {k}: {line:?} without holding"));
+                h.until = Some(us("until_monotonic_us"));
+                h.why = log_field(line, "why").unwrap_or("?").to_owned();
+                out.push(h);
+            }
+        }
+        out.extend(open);
+    }
+    out
+}
+
+/// The proof over the whole run, where the samples of [`holders`] only look now and then:
+/// no two replicas' holdings of `mount`'s lease overlap, at any moment of the logs so far
+/// (each holding drawn conservatively: from before its watching to after it). How many
+/// holdings, and the narrowest gap between one replica letting go and another taking over
+/// (µs), for the report.
+fn no_two_holders_ever(dir: &Path, mount: &str) -> (usize, Option<u64>) {
+    let mut all = holdings(dir, 3, mount);
+    all.sort_by_key(|h| h.since);
+    let listed = || {
+        let zero = all.first().map_or(0, |h| h.since);
+        all.iter()
+            .map(|h| {
+                let at = |us: u64| format!("{:.3} ms", (us - zero) as f64 / 1000.0);
+                format!(
+                    "replica {} (revision {}) from {} to {}{}",
+                    h.replica,
+                    h.revision,
+                    at(h.since),
+                    h.until.map_or("the end".to_owned(), at),
+                    if h.why.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", h.why)
+                    }
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n  ")
+    };
+    assert!(!all.is_empty(), "no holding of {mount} logged");
+    let mut gap: Option<u64> = None;
+    for (i, a) in all.iter().enumerate() {
+        for b in &all[i + 1..] {
+            if a.replica == b.replica {
+                continue;
+            }
+            // Sorted: `b` starts no earlier than `a`; they overlap unless `a` ended first.
+            let ended = a.until.filter(|u| *u <= b.since);
+            assert!(
+                ended.is_some(),
+                "two holders of {mount}: replicas {} and {} (ms from the first holding):\n  {}",
+                a.replica,
+                b.replica,
+                listed()
+            );
+            if let Some(u) = ended {
+                gap = Some(gap.map_or(b.since - u, |g| g.min(b.since - u)));
+            }
+        }
+    }
+    (all.len(), gap)
+}
+
+/// [`no_two_holders_ever`], said of the run `what`.
+fn report_no_two_holders(what: &str, dir: &Path, mount: &str) {
+    let (n, gap) = no_two_holders_ever(dir, mount);
+    eprintln!(
+        "{what}: {n} holdings of the lease logged, no two at once; the narrowest handover: {}",
+        gap.map_or("none".to_owned(), |us| format!(
+            "{:.3} ms from one replica's watches dropped to the next one's start",
+            us as f64 / 1000.0
+        ))
+    );
 }
 
 /// On a failure, the tails of the logs in `dir` (replicas and NATS), to see why.
@@ -900,6 +1041,7 @@ async fn a_partitioned_replica_notices_keeps_serving_and_rejoins() {
     // takes part only within 5 s of it (half the 10 s that sealed messages tolerate between
     // two replicas). Shifted while they run, as an NTP step would.
     if faketime.is_none() {
+        report_no_two_holders("the outages (no clocks)", dir.path(), &mount);
         return;
     }
     let offset = async |k: usize| {
@@ -1057,6 +1199,7 @@ async fn a_partitioned_replica_notices_keeps_serving_and_rejoins() {
     expect_heard(&s, &all, &least, &least, Duration::from_secs(5)).await;
     assert_eq!(holders(&http, &replicas, &mount).await.len(), 1);
     eprintln!("every clock set right: the whole cluster taking part again after {back:?}");
+    report_no_two_holders("the outages and the clocks", dir.path(), &mount);
 }
 
 /// The two outages that take a minute, each on a cluster of its own (slots 1 and 2), at
@@ -1244,6 +1387,7 @@ async fn long_cuts(net: &Net, nats_bin: &Path) {
         logged(dir.path(), "nats.log", "Stale Client Connection"),
         report.join("\n  ")
     );
+    report_no_two_holders("the long cuts", dir.path(), &mount);
 }
 
 /// How the flapping link goes: (down, up) in ms, in turn, for [`FLAP_FOR`] (16.5 s a round).
@@ -1471,6 +1615,7 @@ async fn a_flapping_link(net: &Net, nats_bin: &Path) {
         logged(dir.path(), &flapper, "NATS connection lost") - lost_before,
         one[0]
     );
+    report_no_two_holders("the flapping link", dir.path(), &mount);
 }
 
 /// The file replica `k`'s libfaketime reads its clock's shift from (see [`start_cluster`]).

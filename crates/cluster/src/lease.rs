@@ -33,6 +33,14 @@
 //! quarters of a TTL after that renewal (a twelfth of a TTL after the holder let go, for its
 //! watches to stop), so when the holder died and its record went with the stream (deleted
 //! or purged), another replica holds the lease within one TTL of the death.
+//!
+//! The watcher (`run_watcher` in `watch.rs`) stops at once when the lease is let go, even in
+//! the middle of starting a watch, and logs each of its holdings of a mount (target
+//! `mcpr_cluster::lease`, at info): "now watches the mount" with the record's revision and a
+//! moment read before it starts acting, "no longer watches the mount" with why and a moment
+//! read after its watches were dropped, each on the wall clock (to the microsecond) and the
+//! host's monotonic clock ([`moment`]). Those intervals are what this replica can attest to;
+//! the partition test proves with them that no two replicas' intervals ever overlap.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -48,6 +56,9 @@ use crate::seal::{Kind, Seal, Stream};
 /// See the module docs. Dropping it stops renewing (the lease then expires on its own).
 pub struct Lease {
     held: watch::Receiver<bool>,
+    /// The revision (stream sequence) of the record this replica last wrote, and why it
+    /// last let the lease go: for the watcher's log lines, set before `held` changes.
+    note: Arc<std::sync::Mutex<(u64, &'static str)>>,
     /// Whether a write was tried while allowed (won, or found taken): until then, not
     /// holding says nothing of whether this replica will.
     decided: Arc<std::sync::atomic::AtomicBool>,
@@ -125,6 +136,8 @@ impl Lease {
         allowed: watch::Receiver<bool>,
     ) -> Self {
         let (tx, held) = watch::channel(false);
+        let note = Arc::new(std::sync::Mutex::new((0, "")));
+        let noted = note.clone();
         let decided = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let decision = decided.clone();
         let mut allowed = allowed;
@@ -194,6 +207,17 @@ impl Lease {
                 if !matches!(written, Err(WriteError::Aside)) {
                     decision.store(true, Ordering::SeqCst);
                 }
+                let why = match &written {
+                    Ok(_) => "",
+                    Err(WriteError::Taken) => "another replica's record is on the lease",
+                    Err(WriteError::Aside) => {
+                        "told to stand aside (its clock is off, or an older release runs)"
+                    }
+                    Err(WriteError::Unreachable(_)) => {
+                        "no renewal confirmed within two thirds of the lease TTL"
+                    }
+                };
+                let was_held = sequence.is_some();
                 sequence = match written {
                     Ok(seq) => {
                         renewed = sent;
@@ -221,6 +245,11 @@ impl Lease {
                         keep
                     }
                 };
+                match sequence {
+                    Some(seq) => mcpr_core::sync::lock(&noted).0 = seq,
+                    None if was_held => mcpr_core::sync::lock(&noted).1 = why,
+                    None => {}
+                }
                 tx.send_if_modified(|h| {
                     let now = sequence.is_some();
                     std::mem::replace(h, now) != now
@@ -273,9 +302,20 @@ impl Lease {
         });
         Self {
             held,
+            note,
             decided,
             task,
         }
+    }
+
+    /// The revision (stream sequence) of the record this replica last wrote.
+    pub fn revision(&self) -> u64 {
+        mcpr_core::sync::lock(&self.note).0
+    }
+
+    /// Why this replica last let the lease go (empty before it ever did).
+    pub fn why_let_go(&self) -> &'static str {
+        mcpr_core::sync::lock(&self.note).1
     }
 
     /// Whether this replica tried to take or keep the lease since it was allowed to: once
@@ -293,6 +333,19 @@ impl Lease {
     pub fn changes(&self) -> watch::Receiver<bool> {
         self.held.clone()
     }
+}
+
+/// This moment as the watcher's log lines of its holding give it: the wall clock (RFC 3339,
+/// to the microsecond) and the host's monotonic clock in microseconds. The second is the
+/// same clock for every process of one host and no wall-clock step moves it (an NTP step, a
+/// clock set wrong): intervals logged with it by replicas on one host compare exactly, as the
+/// partition test compares them to prove that no two replicas ever watched a mount at once.
+pub(crate) fn moment() -> (String, u64) {
+    let wall = humantime::format_rfc3339_micros(std::time::SystemTime::now()).to_string();
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    let us = u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000
+        + u64::try_from(t.tv_nsec).unwrap_or(0) / 1_000;
+    (wall, us)
 }
 
 fn stream_name(cluster: &str) -> String {
@@ -314,7 +367,7 @@ struct Place<'a> {
 impl Place<'_> {
     /// Write `me` if the subject's last sequence is `expected` (0: no message, and this
     /// replica does not hold the lease); the new sequence. When another record is there, it
-    /// is looked at: ours (a write whose answer was lost) is kept, a valid one of another
+    /// is looked at: ours (a write whose answer was lost) is written over, a valid one of another
     /// replica means the lease is taken, and one that does not verify or is stale is nobody's
     /// (see the module docs; `other_holds`: another replica said it renewed within the TTL).
     /// A missing stream is created again.
@@ -379,7 +432,11 @@ impl Place<'_> {
                         .seal
                         .open_record(Kind::Lease, self.subject, &data, self.ttl)
                     {
-                        Some(holder) if holder == me.as_bytes() => return Ok(seq),
+                        // Ours, but stored when? Perhaps by a write sent long before
+                        // this one (a holder that let go finding its own record not yet
+                        // expired): written over at once, so that the record held is one
+                        // sent now, and it cannot expire earlier than the caller counts.
+                        Some(holder) if holder == me.as_bytes() => seq,
                         Some(_) => return Err(WriteError::Taken),
                         // A replica of the previous release holds it: never overwritten
                         // (remembered, its replicas keep this one standing aside).

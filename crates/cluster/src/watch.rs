@@ -1148,6 +1148,9 @@ async fn run_watcher(
         }
         let Some(i) = inner.upgrade() else { return };
         let m = &i.shared[&mount];
+        // Read before the subscription through which this replica starts acting as the
+        // mount's watcher: the interval it logs covers all of its watching.
+        let (since, since_us) = crate::lease::moment();
         let sub = i.client.subscribe(i.subject("want", &m.token)).await;
         let mut sub = match sub {
             Ok(s) => s,
@@ -1159,63 +1162,89 @@ async fn run_watcher(
             }
         };
         m.held.store(true, Ordering::SeqCst);
-        tracing::info!(mount = %mount, "cluster: this replica now watches the mount");
+        tracing::info!(
+            target: "mcpr_cluster::lease",
+            mount = %mount,
+            revision = lease.revision(),
+            since = %since,
+            since_monotonic_us = since_us,
+            "cluster: this replica now watches the mount"
+        );
         let _ = i.client.flush().await;
         let sync = i.subject("sync", &m.token);
         let _ = i.publish(Kind::Sync, sync.clone(), b"").await;
         let mut book = Book::default();
         let mut sweep = tokio::time::interval(ttl / 3);
         epoch.mark_unchanged();
-        loop {
-            tokio::select! {
-                msg = sub.next() => {
-                    let Some(msg) = msg else { break };
-                    handle_want(&i, &mount, &mut book, msg).await;
-                    m.running.store(book.topics.len(), Ordering::SeqCst);
-                }
-                changed = held.changed() => {
-                    if changed.is_err() || !*held.borrow() {
-                        break;
+        let acting = async {
+            loop {
+                tokio::select! {
+                    msg = sub.next() => {
+                        let Some(msg) = msg else {
+                            return "its subscription to the interests ended";
+                        };
+                        handle_want(&i, &mount, &mut book, msg).await;
+                        m.running.store(book.topics.len(), Ordering::SeqCst);
                     }
-                }
-                changed = epoch.changed() => {
-                    if changed.is_err() {
-                        break;
-                    }
-                    // Interests announced while this replica was disconnected were lost.
-                    let _ = i.publish(Kind::Sync, sync.clone(), b"").await;
-                }
-                _ = sweep.tick() => {
-                    let alive = lock(&i.alive).clone();
-                    let keep = forget_after(ttl);
-                    let fresh = |r: &String| alive.get(r).is_some_and(|t| t.elapsed() <= keep);
-                    // A replica silent that long is taken for gone (a replica that stops
-                    // says so, `ClusterWatching::leave`; one killed cannot). If it was only
-                    // cut off, it is asked for its interests (a sync) once it is heard
-                    // again, and it announces them on its reconnect: never lost for good.
-                    if book.forget_silent(fresh) {
+                    changed = epoch.changed() => {
+                        if changed.is_err() {
+                            return "the cluster connection is gone";
+                        }
+                        // Interests announced while this replica was disconnected were lost.
                         let _ = i.publish(Kind::Sync, sync.clone(), b"").await;
                     }
-                    // Watches replayed by a sync that failed for a passing reason (a
-                    // database down during a handover) are tried again, so the
-                    // subscriptions they serve do not stay silent.
-                    let pending: Vec<ChangeEvent> = book.retry.keys().cloned().collect();
-                    for t in pending {
-                        if let Ok(guard) = start_replayed(&i, &mount, &t).await {
-                            let replicas = book.retry.remove(&t).unwrap_or_default();
-                            book.topics.insert(t, Watched { replicas, _guard: guard });
+                    _ = sweep.tick() => {
+                        let alive = lock(&i.alive).clone();
+                        let keep = forget_after(ttl);
+                        let fresh = |r: &String| alive.get(r).is_some_and(|t| t.elapsed() <= keep);
+                        // A replica silent that long is taken for gone (a replica that stops
+                        // says so, `ClusterWatching::leave`; one killed cannot). If it was only
+                        // cut off, it is asked for its interests (a sync) once it is heard
+                        // again, and it announces them on its reconnect: never lost for good.
+                        if book.forget_silent(fresh) {
+                            let _ = i.publish(Kind::Sync, sync.clone(), b"").await;
                         }
+                        // Watches replayed by a sync that failed for a passing reason (a
+                        // database down during a handover) are tried again, so the
+                        // subscriptions they serve do not stay silent.
+                        let pending: Vec<ChangeEvent> = book.retry.keys().cloned().collect();
+                        for t in pending {
+                            if let Ok(guard) = start_replayed(&i, &mount, &t).await {
+                                let replicas = book.retry.remove(&t).unwrap_or_default();
+                                book.topics.insert(t, Watched { replicas, _guard: guard });
+                            }
+                        }
+                        m.running.store(book.topics.len(), Ordering::SeqCst);
                     }
-                    m.running.store(book.topics.len(), Ordering::SeqCst);
                 }
             }
-        }
+        };
+        // The lease let go ends the watching at once, even in the middle of starting a
+        // watch (a provider slow to answer, NATS slow to take a reply): the lease task lets
+        // go a third of a TTL before its record can expire, and that third is for the
+        // watches to stop, not for a provider to finish.
+        let why = tokio::select! {
+            why = acting => why,
+            lost = held.wait_for(|h| !*h) => match lost {
+                Ok(_) => lease.why_let_go(),
+                Err(_) => "the lease task ended",
+            },
+        };
         m.held.store(false, Ordering::SeqCst);
         m.running.store(0, Ordering::SeqCst);
-        tracing::info!(mount = %mount, "cluster: this replica no longer watches the mount");
-        // Dropping the subscriber and the guards ends this replica's watches of the mount.
+        // Dropping the subscriber and the guards ends this replica's watches of the mount;
+        // the time is read after, so the interval logged covers them.
         drop(sub);
         drop(book);
+        let (until, until_us) = crate::lease::moment();
+        tracing::info!(
+            target: "mcpr_cluster::lease",
+            mount = %mount,
+            why,
+            until = %until,
+            until_monotonic_us = until_us,
+            "cluster: this replica no longer watches the mount"
+        );
     }
 }
 
