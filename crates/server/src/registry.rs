@@ -391,30 +391,40 @@ impl Registry {
 
     /// Start every mount's list watch (after [`Registry::register_list_listener`] said so).
     pub async fn acquire_list_watches(&self) {
-        let mut guards = Vec::new();
-        for m in self.router.mounts() {
-            if !declares(m, Op::WatchList) {
-                continue;
-            }
-            let interest = self.bus.interest(
-                &m.name,
-                &ChangeEvent::ListChanged {
-                    mount: m.name.to_string(),
-                },
-            );
-            match Layered::new(m, self.timeout)
-                .watch_list(
-                    &*self.watching,
-                    ChangeSink::new(self.bus.clone(), m.name.clone()),
-                )
-                .await
-            {
-                Ok(g) => guards.push((g, interest)),
-                Err(e) => {
-                    tracing::warn!(mount = %m.provider.info().label, error = %e, "cannot watch for list changes")
+        // All at once: a mount whose upstream is slow to acknowledge its watch (a gateway
+        // mount waits up to a second) holds the first listing up by its own wait, not by the
+        // sum of every such mount's.
+        let starts = self
+            .router
+            .mounts()
+            .iter()
+            .filter(|m| declares(m, Op::WatchList))
+            .map(|m| async move {
+                let interest = self.bus.interest(
+                    &m.name,
+                    &ChangeEvent::ListChanged {
+                        mount: m.name.to_string(),
+                    },
+                );
+                match Layered::new(m, self.timeout)
+                    .watch_list(
+                        &*self.watching,
+                        ChangeSink::new(self.bus.clone(), m.name.clone()),
+                    )
+                    .await
+                {
+                    Ok(g) => Some((g, interest)),
+                    Err(e) => {
+                        tracing::warn!(mount = %m.provider.info().label, error = %e, "cannot watch for list changes");
+                        None
+                    }
                 }
-            }
-        }
+            });
+        let guards: Vec<_> = futures::future::join_all(starts)
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
         let mut inner = lock(&self.inner);
         inner.list_acquiring = false;
         let unused = if inner.list_refs > 0 {
