@@ -239,6 +239,14 @@ type ScopedProvider = (Arc<dyn Provider>, Option<String>);
 /// few enough that a long configuration does not dial every source in the same instant.
 const OPEN_AT_ONCE: usize = 8;
 
+/// The HTTP runtime's workers, spares aside.
+const HTTP_WORKERS: usize = 2;
+/// Its spare workers, each taking one read in place at a time with no thread hand-off. On
+/// the 2-vCPU bench machine two read 107 % of the release before the hand-off, one 99 %, and
+/// four workers with one slot no more than three (docs/performance.md): the gain is the
+/// slots. Two reads that hang then leave the two workers above.
+const HTTP_SPARE_WORKERS: usize = 2;
+
 async fn build_providers(cfg: &Config) -> anyhow::Result<Vec<ScopedProvider>> {
     // The sources on this machine first: opening them contacts nothing, and a gateway's
     // pass-through prefixes are checked against their URIs before any upstream starts.
@@ -411,10 +419,12 @@ fn serve(
     );
     // stdio has one client on one pipe: a single runtime thread answers it without waking a
     // second worker for every request (a futex round trip each); blocking work
-    // still goes to the blocking pool. HTTP serves many connections on two workers.
-    let rt = if http_settings.is_some() {
+    // still goes to the blocking pool. HTTP serves many connections on two workers, with
+    // two spares for reads in place (`HttpSettings::spare_workers`): a read that hangs holds
+    // a spare, never one of the two.
+    let rt = if let Some(settings) = &http_settings {
         let mut b = tokio::runtime::Builder::new_multi_thread();
-        b.worker_threads(2);
+        b.worker_threads(HTTP_WORKERS + settings.spare_workers);
         b
     } else {
         tokio::runtime::Builder::new_current_thread()
@@ -638,6 +648,7 @@ fn http_settings(
 ) -> anyhow::Result<mcpr_server::http::HttpSettings> {
     use mcpr_server::http::{AuthSettings, HttpSettings, StaticToken};
     let mut s = HttpSettings::new(addr);
+    s.spare_workers = HTTP_SPARE_WORKERS;
     s.insecure_no_auth = insecure_no_auth;
     if let Some(h) = &cfg.http {
         if let Some(p) = &h.path {

@@ -3,7 +3,8 @@
 //! A read in place ([`crate::service::Service::read_now`]) is a plain call with no timer:
 //! nothing can interrupt it once it runs. Both transports run it on a thread a watchdog
 //! looks at every [`tick`]: the HTTP direct path on reader threads of its own
-//! (`http/in_place.rs`), the stdio transport on the thread that reads stdin
+//! (`http/in_place.rs`; a read it runs on a spare runtime worker instead holds that worker's
+//! slot, so the spares bound those), the stdio transport on the thread that reads stdin
 //! (`stdio/reader.rs`). A thread in one read for longer than [`slow_after`] is replaced: a
 //! new thread takes its place at once, so what was queued behind the read (other requests,
 //! and over stdio every ping and cancellation) goes on, and the stuck thread ends once its
@@ -12,8 +13,8 @@
 //! does. Replaced threads whose read has not returned are counted ([`Stuck`]); past
 //! [`MAX_STUCK`] of them no read is taken in place any more: reads go the bounded path (a
 //! task and a timer, which cannot hold a thread) until some return. So a stuck `stat`
-//! costs its own request and a parked thread, never a runtime worker or the stdin reader,
-//! and the threads a client can park are bounded.
+//! costs its own request and a parked thread (or an HTTP spare worker), never a worker the
+//! runtime needs or the stdin reader, and the threads a client can park are bounded.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;

@@ -1,5 +1,6 @@
 //! A read in place that hangs costs its own request over HTTP, not a runtime worker: with
-//! more such reads at once than the runtime has workers, each answers the request timeout's
+//! more such reads at once than the runtime has workers (spares included; a read in place
+//! runs on a spare worker while one is free, else on a reader thread), each answers the request timeout's
 //! error (the words of the bounded path and of stdio) once the timeout is over, `/healthz`
 //! answers meanwhile, and reads of another mount go on, taken directly as before.
 
@@ -75,8 +76,33 @@ async fn direct_reads(http: &reqwest::Client, base: &str) -> u64 {
         .unwrap()
 }
 
+/// The binary's HTTP runtime: two workers and two spares, each of which takes one read in
+/// place at a time; the other reads go to the reader threads.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hung_reads_in_place_cost_their_own_requests_only() {
+    let on = hung_reads(2).await;
+    let on_workers = on.iter().filter(|t| *t == "server-worker").count();
+    let on_readers = on.iter().filter(|t| *t == "mcpr-read-in-place").count();
+    assert_eq!(
+        (on_workers, on_readers),
+        (2, HUNG - 2),
+        "the hung reads ran on {on:?}"
+    );
+}
+
+/// With no spare worker, every read in place goes to the reader threads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_no_spare_worker_every_read_in_place_is_on_a_reader_thread() {
+    let on = hung_reads(0).await;
+    assert!(
+        on.len() == HUNG && on.iter().all(|t| t == "mcpr-read-in-place"),
+        "the hung reads ran on {on:?}"
+    );
+}
+
+/// More hung reads at once than the server's runtime has workers (two, and `spare` spares):
+/// each costs only its own request. Returns the names of the threads they hung on.
+async fn hung_reads(spare: usize) -> Vec<String> {
     let (slow_dir, fine_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let slow_root = slow_dir.path().canonicalize().unwrap();
     let fine_root = fine_dir.path().canonicalize().unwrap();
@@ -94,17 +120,18 @@ async fn hung_reads_in_place_cost_their_own_requests_only() {
         ..Settings::default()
     };
     let state = ServerState::new(settings, vec![hanging.clone(), fine]);
-    // The server on a runtime of its own with two workers, as the binary's HTTP runtime has:
-    // if hung reads held its workers, the client here (on the test's runtime, with a timeout)
-    // would fail rather than freeze with it.
+    // The server on a runtime of its own: if hung reads held its workers, the client here (on
+    // the test's runtime, with a timeout) would fail rather than freeze with it.
     let server_rt = ServerRuntime(Some(
         tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
+            .worker_threads(2 + spare)
+            .thread_name("server-worker")
             .enable_all()
             .build()
             .unwrap(),
     ));
-    let settings = HttpSettings::new("127.0.0.1:0".parse().unwrap());
+    let mut settings = HttpSettings::new("127.0.0.1:0".parse().unwrap());
+    settings.spare_workers = spare;
     let base = server_rt
         .handle()
         .spawn(common::spawn_http(state, settings))
@@ -134,7 +161,7 @@ async fn hung_reads_in_place_cost_their_own_requests_only() {
             tokio::spawn(async move { (read(&http, &base, id, &hang).await, start.elapsed()) })
         })
         .collect();
-    // Until every hung read has reached a reader thread.
+    // Until every hung read has reached a spare worker or a reader thread.
     tokio::time::sleep(Duration::from_millis(200)).await;
 
     // Meanwhile the runtime serves everything else.
@@ -186,4 +213,6 @@ async fn hung_reads_in_place_cost_their_own_requests_only() {
         (200, &Value::from("late")),
         "{v}"
     );
+    let on = mcpr_core::sync::lock(&hanging.hung_on).clone();
+    on
 }

@@ -267,22 +267,24 @@ async fn a_panic_over_http_costs_one_request() {
     // reqwest needs a process-wide TLS provider even for plain http URLs.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let (_dir, a, p, provider, state) = fixture();
-    let base = common::spawn_http(
-        state,
-        mcpr_server::http::HttpSettings::new("127.0.0.1:0".parse().unwrap()),
-    )
-    .await;
     let http = reqwest::Client::new();
-    // On the direct path, more than once on each of the runtime's two workers.
-    for _ in 0..4 {
-        let (status, v) = call(
-            &http,
-            &base,
-            "resources/read",
-            serde_json::json!({"uri": p}),
-        )
-        .await;
-        assert_eq!((status, code(&v)), (200, -32603), "{v}");
+    // On the direct path, more than once on each of the runtime's two workers: without a
+    // spare worker the reads in place run on the reader threads, with one in a task on it.
+    let mut base = String::new();
+    for spare in [0, 1] {
+        let mut settings = mcpr_server::http::HttpSettings::new("127.0.0.1:0".parse().unwrap());
+        settings.spare_workers = spare;
+        base = common::spawn_http(state.clone(), settings).await;
+        for _ in 0..4 {
+            let (status, v) = call(
+                &http,
+                &base,
+                "resources/read",
+                serde_json::json!({"uri": p}),
+            )
+            .await;
+            assert_eq!((status, code(&v)), (200, -32603), "spare {spare}: {v}");
+        }
     }
     // On rmcp's dispatch.
     provider.panic_lists.store(true, Ordering::SeqCst);

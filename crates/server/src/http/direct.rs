@@ -26,7 +26,8 @@ use std::task::{Context, Poll};
 use axum::body::Body;
 use axum::response::Response;
 use bytes::Bytes;
-use futures::future::BoxFuture;
+use futures::FutureExt as _;
+use futures::future::{BoxFuture, Either};
 use http::{HeaderMap, Method, Request, StatusCode, header};
 use http_body_util::BodyExt as _;
 use rmcp::model::{
@@ -234,10 +235,10 @@ impl<M: SessionManager> DirectRead<M> {
 }
 
 impl<M: SessionManager> DirectRead<M> {
-    /// The read done in place ([`McpHandler::read_now`]) on one of the reader threads
-    /// of [`InPlaceReads`], not on this runtime worker: a read that hangs costs this request,
-    /// answered with the timeout error once the request timeout is over, and not the worker
-    /// with every connection it serves. `Err` gives the request back when the read would
+    /// The read done in place ([`McpHandler::read_now`]) where [`InPlaceReads`] has room:
+    /// in a task of its own on a spare worker, or on a reader thread, never in this task, so
+    /// that a read that hangs costs this request, answered with the timeout error once the
+    /// request timeout is over, and not the worker with every connection it serves. `Err` gives the request back when the read would
     /// wait or reads are not taken in place now: it goes the bounded path.
     // The request given back is moved, not copied, and only when the read would wait.
     #[allow(clippy::result_large_err)]
@@ -266,15 +267,27 @@ impl<M: SessionManager> DirectRead<M> {
         let (uri, id_kept) = (params.uri.clone(), id.clone());
         let handler = self.handler.clone();
         let grant = grant.cloned();
-        let rx = readers.run(move || {
-            match handler.read_now::<Wire>(&params, grant.as_ref(), &id, Era::Modern) {
-                Some(answer) => Ok(answer),
-                None => Err((params, id)),
-            }
-        });
+        let read = move || match handler.read_now::<Wire>(&params, grant.as_ref(), &id, Era::Modern)
+        {
+            Some(answer) => Ok(answer),
+            None => Err((params, id)),
+        };
+        // On a spare worker when one is free: a task of its own, so that this one can answer
+        // the timeout if the read hangs; else on a reader thread.
+        // `Err(())`: the read panicked, its answer with it.
+        let done = match readers.worker_slot() {
+            Some(slot) => Either::Left(
+                tokio::spawn(async move {
+                    let _slot = slot;
+                    read()
+                })
+                .map(|r| r.map_err(drop)),
+            ),
+            None => Either::Right(readers.run(read).map(|r| r.map_err(drop))),
+        };
         // Not raced with shutdown as `read_later` is: the timeout bounds it, and the server
         // cuts off what outlives the shutdown grace.
-        let e = match tokio::time::timeout(timeout, rx).await {
+        let e = match tokio::time::timeout(timeout, done).await {
             Ok(Ok(done)) => return done,
             Ok(Err(_)) => crate::layers::panicked("resources/read").with_uri(&uri),
             Err(_) => {

@@ -1,13 +1,21 @@
-//! The threads that do the HTTP direct path's reads in place, so that a read that hangs costs
-//! its own request rather than a runtime worker.
+//! Where the HTTP direct path's reads in place run, so that a read that hangs costs its own
+//! request rather than the runtime.
 //!
 //! A read in place ([`crate::service::Service::read_now`]) is a plain call with no timer:
 //! nothing can interrupt it once it runs. On a runtime worker, one stuck in `statx` on a dead
 //! disk (or in a provider's `read_now` that blocks) holds that worker for good, with every
-//! connection it was serving; the HTTP runtime has two, so two such reads froze `/healthz`.
-//! Here the read runs on one of a few reader threads instead, and the request's task awaits
-//! its answer for at most the request timeout, then answers the timeout error as a read on
-//! the bounded path does.
+//! connection it was serving; with two workers, two such reads froze `/healthz`. So a read in
+//! place runs in a task or on a thread of its own, and the request's task awaits its answer
+//! for at most the request timeout, then answers the timeout error as a read on the bounded
+//! path does. Two places take it:
+//! - **A spare worker.** The runtime may have workers beyond those it needs
+//!   (`HttpSettings::spare_workers`); as many reads as it has spares run at once in a task of
+//!   their own on a worker, each holding a slot ([`WorkerSlot`]) until it returns. That costs
+//!   a task and no thread hand-off. One that hangs keeps its slot, so at most the spares are
+//!   ever in such reads, stuck or not, and the workers the runtime needs serve on.
+//! - **A reader thread**, when no slot is free: one of a few threads, woken for it (a futex
+//!   round trip and a context switch, about 4 to 10 µs a read on a 2-vCPU VM, which is why
+//!   the slots come first).
 //!
 //! A watchdog replaces a reader that has been in one read longer than
 //! [`hung::slow_after`]: a new thread takes its place at once, so the reads queued behind it
@@ -18,7 +26,7 @@
 //! policy is the stdio transport's too ([`crate::hung`]).
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -39,6 +47,18 @@ type Job = Box<dyn FnOnce() + Send>;
 /// The reader threads; dropping this ends them (a reader in a read ends when it returns).
 pub(crate) struct InPlaceReads {
     shared: Arc<Shared>,
+    /// Free slots for a read on a spare runtime worker.
+    worker_slots: Arc<AtomicUsize>,
+}
+
+/// A read's hold on a spare worker, given back when dropped: when the read returns, panics or
+/// its task is dropped at shutdown.
+pub(crate) struct WorkerSlot(Arc<AtomicUsize>);
+
+impl Drop for WorkerSlot {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::Release);
+    }
 }
 
 struct Shared {
@@ -74,12 +94,22 @@ struct Slot {
 }
 
 impl InPlaceReads {
-    /// `readers` threads and their watchdog, entering `rt`.
+    /// `readers` threads and their watchdog, entering `rt`, and `spare_workers` slots for
+    /// reads on `rt`'s workers: at most one fewer than it has, so that one worker at least is
+    /// never in a read in place whatever the setting (none on a current-thread runtime).
     pub(crate) fn start(
         readers: usize,
+        spare_workers: usize,
         request_timeout: Duration,
         rt: tokio::runtime::Handle,
     ) -> std::io::Result<Self> {
+        let workers = match rt.runtime_flavor() {
+            tokio::runtime::RuntimeFlavor::MultiThread => rt.metrics().num_workers(),
+            _ => 0,
+        };
+        let worker_slots = Arc::new(AtomicUsize::new(
+            spare_workers.min(workers.saturating_sub(1)),
+        ));
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue {
                 jobs: VecDeque::new(),
@@ -93,7 +123,10 @@ impl InPlaceReads {
             rt,
             closed: AtomicBool::new(false),
         });
-        let this = Self { shared };
+        let this = Self {
+            shared,
+            worker_slots,
+        };
         for _ in 0..readers.max(1) {
             // On failure `this` is dropped, which ends the readers already started.
             spawn_reader(&this.shared)?;
@@ -109,6 +142,14 @@ impl InPlaceReads {
     /// stuck (then read on the bounded path).
     pub(crate) fn accepting(&self) -> bool {
         self.shared.stuck.accepting()
+    }
+
+    /// A slot for one read on a spare worker, if one is free.
+    pub(crate) fn worker_slot(&self) -> Option<WorkerSlot> {
+        self.worker_slots
+            .fetch_update(Ordering::Acquire, Ordering::Relaxed, |n| n.checked_sub(1))
+            .ok()
+            .map(|_| WorkerSlot(self.worker_slots.clone()))
     }
 
     /// Runs `job` on a reader thread; its result comes on the receiver. A job whose
@@ -253,6 +294,7 @@ mod tests {
     async fn a_stuck_reader_is_replaced_and_the_cap_refuses_in_place_reads() {
         let reads = InPlaceReads::start(
             1,
+            0,
             Duration::from_millis(40),
             tokio::runtime::Handle::current(),
         )
@@ -295,6 +337,7 @@ mod tests {
     async fn a_job_whose_request_left_is_skipped_and_a_panic_drops_only_its_answer() {
         let reads = InPlaceReads::start(
             1,
+            0,
             Duration::from_secs(30),
             tokio::runtime::Handle::current(),
         )

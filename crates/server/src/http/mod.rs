@@ -76,6 +76,12 @@ pub struct HttpSettings {
     /// service (see `direct.rs`); off sends every request through rmcp. On by default; off
     /// exists so a test can compare the two paths.
     pub direct_reads: bool,
+    /// Workers of the runtime `serve` runs on beyond the ones it needs. As many direct reads
+    /// in place as there are spares run on a worker at once, with no hand-off to a reader
+    /// thread; one that hangs holds a spare until it returns, and the other reads go to the
+    /// reader threads meanwhile (see `in_place.rs`). Zero (the default) sends every read in
+    /// place to the reader threads. The binary's HTTP runtime has two workers and two spares.
+    pub spare_workers: usize,
     /// Where legacy sessions' handshakes live beyond this process. `None` (the default) keeps
     /// them in rmcp's in-process session manager only; with a store, a session created by
     /// another process sharing it is restored here on its first request (rmcp replays the
@@ -102,6 +108,7 @@ impl HttpSettings {
             json_response: true,
             limits: HttpLimits::default(),
             direct_reads: true,
+            spare_workers: 0,
             session_store: None,
             session_hub: None,
         }
@@ -240,6 +247,7 @@ pub async fn serve(
             in_place: Some(
                 in_place::InPlaceReads::start(
                     in_place::readers(),
+                    settings.spare_workers,
                     state.settings.request_timeout,
                     tokio::runtime::Handle::current(),
                 )

@@ -104,6 +104,8 @@ pub struct Hanging {
     wake: std::sync::Condvar,
     /// Reads in place that hung and have ended.
     pub ended: std::sync::atomic::AtomicUsize,
+    /// The names of the threads the hung reads ran on, in order.
+    pub hung_on: std::sync::Mutex<Vec<String>>,
 }
 
 impl Hanging {
@@ -114,6 +116,7 @@ impl Hanging {
             released: std::sync::Mutex::new(false),
             wake: std::sync::Condvar::new(),
             ended: std::sync::atomic::AtomicUsize::new(0),
+            hung_on: std::sync::Mutex::new(Vec::new()),
         }
     }
 
@@ -151,6 +154,8 @@ impl Provider for Hanging {
     ) -> Option<mcpr_core::Result<mcpr_core::ReadOutput>> {
         let released = mcpr_core::sync::lock(&self.released);
         if (self.hangs)(uri.as_str()) && !*released {
+            let thread = std::thread::current().name().unwrap_or("").to_owned();
+            mcpr_core::sync::lock(&self.hung_on).push(thread);
             // One flag: a poisoned lock still holds a usable value.
             drop(
                 self.wake
