@@ -365,7 +365,8 @@ impl Drop for KillAfter {
     }
 }
 
-/// A gateway over HTTP whose one mount `mount` runs the Python upstream `script` (a stdio
+/// A gateway over HTTP whose one mount `mount` runs the Python upstream `script` (after
+/// [`client_common::PY_UPSTREAM`]; a stdio
 /// server given a marks folder as its argument, spoken to in the era `protocol`), with
 /// `more` added to the mount's settings; `prepare` fills the marks folder before the gateway starts. The temporary
 /// folder, the marks folder, the gateway and its URL; `None` (a skip) without python3.
@@ -379,7 +380,7 @@ fn script_gateway(
     let python = python3().or_else(|| absent("python3", "not on PATH"))?;
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join(format!("{mount}.py"));
-    std::fs::write(&path, script).unwrap();
+    std::fs::write(&path, [client_common::PY_UPSTREAM, script].concat()).unwrap();
     let marks = tmp.path().join("marks");
     std::fs::create_dir(&marks).unwrap();
     prepare(&marks);
@@ -586,28 +587,12 @@ fn an_upstreams_changed_templates_are_served() {
 /// after acknowledging it (an error answer, as a restart of its own would); it counts the
 /// listens for `x://a` in the mark `listens-a`. It never sends an `updated`.
 const LISTENER: &str = r#"
-import json, os, sys, threading, time
 marks = sys.argv[1]
-lock = threading.Lock()
-def send(obj):
-    with lock:
-        sys.stdout.write(json.dumps(obj) + "\n"); sys.stdout.flush()
-def answer(mid, result):
-    result["resultType"] = "complete"
-    send({"jsonrpc": "2.0", "id": mid, "result": result})
 def end_later(mid):
     time.sleep(1)
     send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32603, "message": "the stream is over"}})
 listens_a = 0
-for line in sys.stdin:
-    try:
-        msg = json.loads(line)
-    except Exception:
-        continue
-    method, mid = msg.get("method"), msg.get("id")
-    if mid is None:
-        continue
-    p = msg.get("params") or {}
+for method, mid, p in requests():
     if method == "server/discover":
         answer(mid, {"supportedVersions": ["2026-07-28"], "ttlMs": 0, "cacheScope": "private",
               "capabilities": {"resources": {"subscribe": True, "listChanged": True}},
@@ -703,16 +688,8 @@ fn a_modern_upstreams_refused_or_ended_listen_is_not_passed_off_as_live() {
 /// then sends `list_changed` on every list listen acknowledged so far (a listen hears
 /// changes from its acknowledgment on) and counts them in the mark `bumps`.
 const LIST_ACKS: &str = r#"
-import json, os, sys, threading, time
 marks = sys.argv[1]
-lock = threading.Lock()
 lists = []
-def send(obj):
-    with lock:
-        sys.stdout.write(json.dumps(obj) + "\n"); sys.stdout.flush()
-def answer(mid, result):
-    result["resultType"] = "complete"
-    send({"jsonrpc": "2.0", "id": mid, "result": result})
 def ack(mid, wanted, delay):
     time.sleep(delay)
     with lock:
@@ -722,15 +699,7 @@ def ack(mid, wanted, delay):
             "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": mid}, "notifications": wanted}}) + "\n")
         sys.stdout.flush()
 bumps = 0
-for line in sys.stdin:
-    try:
-        msg = json.loads(line)
-    except Exception:
-        continue
-    method, mid = msg.get("method"), msg.get("id")
-    if mid is None:
-        continue
-    p = msg.get("params") or {}
+for method, mid, p in requests():
     if method == "server/discover":
         answer(mid, {"supportedVersions": ["2026-07-28"], "ttlMs": 0, "cacheScope": "private",
               "capabilities": {"resources": {"subscribe": True, "listChanged": True}},

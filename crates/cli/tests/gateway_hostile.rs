@@ -12,21 +12,17 @@ use std::time::{Duration, Instant};
 use client_common::{Lines, absent, bin, our_http_server, python3, run, within_memory_budget};
 use serde_json::Value;
 
-/// The hostile upstream. With `MODE` set in its environment it lists otherwise: `cycle`
-/// walks pages of one entry whose cursors go A, B, then A again (a cycle no single page of
-/// ours sees whole), the first entry named with a control character and 300 characters
-/// more; `wide` answers one page of 10,001 entries. Either offers 1,500 templates, the
-/// first named with a control character and 300 characters more. A subscribe of
-/// `x://flood` is followed by 20,000 `updated` notices at once; one of `x://steady` by
-/// [`STEADY_RATE`] a second for [`STEADY_SECS`], sent every 5 ms.
+/// The hostile upstream (run after [`client_common::PY_UPSTREAM`]). With `MODE` set in its
+/// environment it lists otherwise: `cycle` walks pages of one entry whose cursors go A, B,
+/// then A again (a cycle no single page of ours sees whole), the first entry named with a
+/// control character and 300 characters more; `wide` answers one page of 10,001 entries.
+/// Either offers 1,500 templates, the first named with a control character and 300
+/// characters more. A subscribe of `x://flood` is followed by 20,000 `updated` notices at
+/// once; one of `x://steady` by [`STEADY_RATE`] a second for [`STEADY_SECS`], sent every 5
+/// ms.
 const UPSTREAM: &str = r#"
-import json, os, sys, threading, time
 mode = os.environ.get("MODE", "hostile")
 out = sys.stdout
-lock = threading.Lock()
-def send(obj):
-    with lock:
-        out.write(json.dumps(obj) + "\n"); out.flush()
 def steady(rate, secs):
     start, n = time.monotonic(), 0
     while time.monotonic() - start < secs:
@@ -37,15 +33,7 @@ def steady(rate, secs):
                 n += 1
             out.flush()
         time.sleep(0.005)
-for line in sys.stdin:
-    try:
-        msg = json.loads(line)
-    except Exception:
-        continue
-    method, mid = msg.get("method"), msg.get("id")
-    if mid is None:
-        continue
-    p = msg.get("params") or {}
+for method, mid, p in requests():
     if method == "initialize":
         send({"jsonrpc": "2.0", "id": mid, "result": {"protocolVersion": p.get("protocolVersion", "2025-11-25"),
               "capabilities": {"resources": {"subscribe": True, "listChanged": True}},
@@ -127,7 +115,8 @@ fn hostile_gateway(server: &str, mounts: &[(&str, &str)]) -> Option<Hostile> {
     let python = python3().or_else(|| absent("python3", "not on PATH"))?;
     let tmp = tempfile::tempdir().unwrap();
     let script = tmp.path().join("hostile.py");
-    let upstream = UPSTREAM
+    let upstream = [client_common::PY_UPSTREAM, UPSTREAM]
+        .concat()
         .replace(
             "(STEADY_RATE, STEADY_SECS)",
             &format!("({STEADY_RATE}, {STEADY_SECS})"),

@@ -389,6 +389,29 @@ pub fn running(pid: &str) -> bool {
 }
 
 /// The real Python interpreter (not a shim that needs our environment), or `None`.
+/// The start of a scripted upstream in Python, put before the script's own text:
+/// `send(obj)` writes one JSON-RPC line (under `lock`: a script's threads write too),
+/// `answer(mid, result)` a complete 2026-07-28 result, and `requests()` yields the
+/// `(method, id, params)` of each request read from stdin, skipping lines that are not JSON
+/// and notifications.
+pub const PY_UPSTREAM: &str = r#"import json, os, sys, threading, time
+lock = threading.Lock()
+def send(obj):
+    with lock:
+        sys.stdout.write(json.dumps(obj) + "\n"); sys.stdout.flush()
+def answer(mid, result):
+    result["resultType"] = "complete"
+    send({"jsonrpc": "2.0", "id": mid, "result": result})
+def requests():
+    for line in sys.stdin:
+        try:
+            msg = json.loads(line)
+        except Exception:
+            continue
+        if msg.get("id") is not None:
+            yield msg.get("method"), msg.get("id"), msg.get("params") or {}
+"#;
+
 pub fn python3() -> Option<String> {
     let out = Command::new("python3")
         .args(["-c", "import sys; print(sys.executable)"])
