@@ -213,6 +213,5 @@ async fn hung_reads(spare: usize) -> Vec<String> {
         (200, &Value::from("late")),
         "{v}"
     );
-    let on = mcpr_core::sync::lock(&hanging.hung_on).clone();
-    on
+    mcpr_core::sync::lock(&hanging.hung_on).clone()
 }
