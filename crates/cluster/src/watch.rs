@@ -53,8 +53,12 @@
 //! `max_watches` (the budget its own registry keeps to) are refused on the watcher.
 //!
 //! Only the watcher publishes a shared mount's events, so each change reaches each replica
-//! once; around a handover or a NATS restart two replicas may briefly both watch, and a new
-//! watcher says of each resource that it may have changed (nobody watched in between). Each
+//! once. A handover never has two watchers at once: the holder stops before its record can
+//! expire (the partition test proves it from the replicas' logs of their holdings, see
+//! `lease.rs`); only when NATS loses the lease stream itself (a restart without storage, a
+//! deleted stream) may two replicas briefly both watch, until the old holder's next renewal
+//! finds the new record. A new watcher says of each resource that it may have changed
+//! (nobody watched in between). Each
 //! event about one resource carries the source's change token read after it ([`Tokened`]),
 //! and a replica drops one whose token it delivered last (`bus.rs`): a second notice of a
 //! state already announced never reaches its clients, a change is never dropped. Sources
