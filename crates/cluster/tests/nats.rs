@@ -18,6 +18,16 @@ async fn start_nats() -> Option<NatsServer> {
 /// The secret every replica of these tests shares.
 const SECRET: &[u8] = b"the test cluster's secret, 32+ bytes";
 
+/// A NATS server of the test's own and a folder holding `a.txt` ("v0"), with its
+/// canonical path; `None` (the test skips) without `nats-server`.
+async fn nats_and_root() -> Option<(NatsServer, tempfile::TempDir, std::path::PathBuf)> {
+    let nats = start_nats().await?;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::write(root.join("a.txt"), "v0").unwrap();
+    Some((nats, dir, root))
+}
+
 fn seal() -> Arc<Seal> {
     Arc::new(Seal::new(SECRET).unwrap())
 }
@@ -404,12 +414,9 @@ fn holds(joined: &mcpr_cluster::Joined) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forged_lease_record_does_not_stop_watching() {
     use mcpr_core::Watching as _;
-    let Some(nats) = start_nats().await else {
+    let Some((nats, _dir, root)) = nats_and_root().await else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().canonicalize().unwrap();
-    std::fs::write(root.join("a.txt"), "v0").unwrap();
     let ttl = Duration::from_millis(900);
 
     // Another client of the NATS account writes the mount's lease record every 100 ms
@@ -682,12 +689,9 @@ impl mcpr_core::Provider for StuckWatch {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watch_that_never_starts_holds_the_watcher_only_for_the_lease_ttl() {
     use mcpr_core::Watching as _;
-    let Some(nats) = start_nats().await else {
+    let Some((nats, _dir, root)) = nats_and_root().await else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().canonicalize().unwrap();
-    std::fs::write(root.join("a.txt"), "v0").unwrap();
     std::fs::write(root.join("stuck.txt"), "v0").unwrap();
     let ttl = Duration::from_millis(900);
     let files: Arc<dyn mcpr_core::Provider> = Arc::new(
@@ -847,12 +851,9 @@ fn rejected_of(joined: &mcpr_cluster::Joined, kind: &str) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replayed_interest_removal_does_not_unwatch_a_subscriber() {
-    let Some(nats) = start_nats().await else {
+    let Some((nats, _dir, root)) = nats_and_root().await else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().canonicalize().unwrap();
-    std::fs::write(root.join("a.txt"), "v0").unwrap();
     // Another client of the NATS account listens to the interests (it may: they are signed,
     // not encrypted).
     let attacker = client(nats.port()).await;
@@ -900,12 +901,9 @@ async fn a_replayed_interest_removal_does_not_unwatch_a_subscriber() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbage_on_a_lease_subject_hands_nothing_over_and_notifies_nobody() {
-    let Some(nats) = start_nats().await else {
+    let Some((nats, _dir, root)) = nats_and_root().await else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().canonicalize().unwrap();
-    std::fs::write(root.join("a.txt"), "v0").unwrap();
     let ttl = Duration::from_millis(900);
     let mut p = pair(nats.port(), "t9", &root, ttl).await;
     let _watch = p.watch().await;
@@ -940,12 +938,9 @@ async fn garbage_on_a_lease_subject_hands_nothing_over_and_notifies_nobody() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_lease_stream_is_created_again_and_the_watcher_kept_within_the_ttl() {
-    let Some(nats) = start_nats().await else {
+    let Some((nats, _dir, root)) = nats_and_root().await else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().canonicalize().unwrap();
-    std::fs::write(root.join("a.txt"), "v0").unwrap();
     let ttl = Duration::from_millis(900);
     let mut p = pair(nats.port(), "t10", &root, ttl).await;
     let _watch = p.watch().await;
@@ -1105,12 +1100,9 @@ impl mcpr_core::Provider for TokenWhileWatched {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_that_does_not_watch_takes_change_tokens_from_the_watcher() {
     use mcpr_core::Watching as _;
-    let Some(nats) = start_nats().await else {
+    let Some((nats, _dir, root)) = nats_and_root().await else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().canonicalize().unwrap();
-    std::fs::write(root.join("a.txt"), "v0").unwrap();
     let ttl = Duration::from_millis(900);
     let provider = || -> Arc<dyn mcpr_core::Provider> {
         Arc::new(TokenWhileWatched {
@@ -1164,12 +1156,9 @@ async fn a_replica_that_does_not_watch_takes_change_tokens_from_the_watcher() {
 /// at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_that_leaves_ends_the_watches_only_it_wanted() {
-    let Some(nats) = start_nats().await else {
+    let Some((nats, _dir, root)) = nats_and_root().await else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().canonicalize().unwrap();
-    std::fs::write(root.join("a.txt"), "v0").unwrap();
     let ttl = Duration::from_millis(900);
     let (pa, pb) = (files(&root), files(&root));
     let a = join_as(nats.port(), "t10", "ra", pa, ttl, 100).await;
