@@ -354,6 +354,26 @@ impl Inner {
             .map_err(|e| e.to_string())
     }
 
+    /// Ask the watcher of the mount whose subjects carry `token`: `payload` sealed as a
+    /// `want`, and its reply within `within` (`Err(None)`: none came in time).
+    async fn ask_watcher(
+        &self,
+        token: &str,
+        payload: &Value,
+        within: Duration,
+    ) -> Result<async_nats::Message, Option<async_nats::RequestError>> {
+        let subject = self.subject("want", token);
+        let sealed = self.seal.seal(
+            Kind::Want,
+            &subject,
+            &serde_json::to_vec(payload).expect("json"),
+        );
+        match tokio::time::timeout(within, self.client.request(subject, sealed)).await {
+            Ok(reply) => reply.map_err(Some),
+            Err(_) => Err(None),
+        }
+    }
+
     fn touch(&self, replica: &str) {
         lock(&self.alive).insert(replica.to_owned(), Instant::now());
     }
@@ -425,15 +445,8 @@ impl Inner {
         }
         let payload = json!({"replica": self.cfg.replica, "add": [topic]});
         let within = self.cfg.lease_ttl + Duration::from_secs(2);
-        let subject = self.subject("want", &m.token);
-        let sealed = self.seal.seal(
-            Kind::Want,
-            &subject,
-            &serde_json::to_vec(&payload).expect("json"),
-        );
-        let reply = tokio::time::timeout(within, self.client.request(subject, sealed)).await;
-        match reply {
-            Ok(Ok(msg)) => match self
+        match self.ask_watcher(&m.token, &payload, within).await {
+            Ok(msg) => match self
                 .seal
                 .receive(Kind::Answer, &msg.subject, &msg.payload)
                 .map(serde_json::from_slice::<Value>)
@@ -457,11 +470,11 @@ impl Inner {
             },
             // No watcher yet, or it is slow: the interest stays recorded and is replayed
             // when a watcher syncs.
-            Ok(Err(e)) => {
+            Err(Some(e)) => {
                 tracing::debug!(error = %e, "cluster: no watcher answered");
                 Ok(guard)
             }
-            Err(_) => Ok(guard),
+            Err(None) => Ok(guard),
         }
     }
 
@@ -475,17 +488,8 @@ impl Inner {
             uri: uri.as_str().to_owned(),
         };
         let payload = json!({"replica": self.cfg.replica, "token_of": topic});
-        let subject = self.subject("want", &m.token);
-        let sealed = self.seal.seal(
-            Kind::Want,
-            &subject,
-            &serde_json::to_vec(&payload).expect("json"),
-        );
         let within = (self.cfg.lease_ttl / 2).min(Duration::from_secs(1));
-        let msg = tokio::time::timeout(within, self.client.request(subject, sealed))
-            .await
-            .ok()?
-            .ok()?;
+        let msg = self.ask_watcher(&m.token, &payload, within).await.ok()?;
         let answer = self
             .seal
             .receive(Kind::Answer, &msg.subject, &msg.payload)?;
