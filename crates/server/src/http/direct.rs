@@ -238,8 +238,9 @@ impl<M: SessionManager> DirectRead<M> {
     /// The read done in place ([`McpHandler::read_now`]) where [`InPlaceReads`] has room:
     /// in a task of its own on a spare worker, or on a reader thread, never in this task, so
     /// that a read that hangs costs this request, answered with the timeout error once the
-    /// request timeout is over, and not the worker with every connection it serves. `Err` gives the request back when the read would
-    /// wait or reads are not taken in place now: it goes the bounded path.
+    /// request timeout is over, and not the worker with every connection it serves. `Err`
+    /// gives the request back when the read would wait or reads are not taken in place now:
+    /// it goes the bounded path.
     // The request given back is moved, not copied, and only when the read would wait.
     #[allow(clippy::result_large_err)]
     async fn read_in_place(
