@@ -102,10 +102,14 @@ fn test(args: &[String]) -> Result<(), String> {
     // The terminal client's tests run against a server that is not ours; with CI=true they
     // fail without it, so it is installed before any test runs.
     phases.time("node packages", || client_test_server(&root))?;
+    // Before the test build, which puts this release's binary back in target/debug.
+    let previous = phases.time("previous release: build", || previous_release(&root))?;
     // What `cargo test --workspace --all-targets` runs, built first on its own (the log tells
     // the build's time from the run's), then run by [`run_tests`].
     let binaries = phases.time("rust tests: build", || build_tests(&root))?;
-    phases.time("rust tests: run", || run_tests(&binaries, jobs))?;
+    phases.time("rust tests: run", || {
+        run_tests(&binaries, jobs, previous.as_deref())
+    })?;
     phases.time("files-only build", || files_only(&root))?;
     if rust_only {
         return Ok(());
@@ -286,7 +290,7 @@ const TEST_JOBS: usize = 1;
 /// threads), `jobs` at a time ([`TEST_JOBS`] unless `--jobs`) and those of [`RUN_ALONE`] alone after them; prints each
 /// one's output whole when it ends, after `cargo test`'s `Running` line, and the totals.
 /// Every binary runs even when one fails, as with `--no-fail-fast`.
-fn run_tests(binaries: &[TestBinary], jobs: usize) -> Result<(), String> {
+fn run_tests(binaries: &[TestBinary], jobs: usize, previous: Option<&Path>) -> Result<(), String> {
     let root = root();
     let logs = root.join("target/xtask-tests");
     let _ = std::fs::remove_dir_all(&logs);
@@ -305,8 +309,13 @@ fn run_tests(binaries: &[TestBinary], jobs: usize) -> Result<(), String> {
         .partition(|b| RUN_ALONE.contains(&b.key().as_str()));
     let started = std::time::Instant::now();
     let mut totals = TestTotals::default();
-    run_pool(&root, &logs, &pooled, jobs, &mut totals)?;
-    run_pool(&root, &logs, &alone, 1, &mut totals)?;
+    let pool = Pool {
+        root: &root,
+        logs: &logs,
+        previous,
+    };
+    pool.run(&pooled, jobs, &mut totals)?;
+    pool.run(&alone, 1, &mut totals)?;
     println!(
         "xtask: rust tests: {} binaries, {} passed, {} failed, {} ignored, in {:.0} s",
         binaries.len(),
@@ -333,85 +342,99 @@ struct TestTotals {
     failed_binaries: Vec<String>,
 }
 
-/// Runs `binaries`, `jobs` at a time, adding their results to `totals`.
-fn run_pool(
-    root: &Path,
-    logs: &Path,
-    binaries: &[&TestBinary],
-    jobs: usize,
-    totals: &mut TestTotals,
-) -> Result<(), String> {
-    let mut queue = binaries.iter();
-    let mut running: Vec<(
-        &TestBinary,
-        std::process::Child,
-        PathBuf,
-        std::time::Instant,
-    )> = Vec::new();
-    loop {
-        while running.len() < jobs {
-            let Some(b) = queue.next() else { break };
-            let log = logs.join(format!(
-                "{}-{}.log",
-                b.package,
-                b.executable
-                    .file_name()
-                    .map(|f| f.to_string_lossy().into_owned())
-                    .unwrap_or_default()
-            ));
-            let out = std::fs::File::create(&log)
-                .map_err(|e| format!("cannot create {}: {e}", log.display()))?;
-            let mut cmd = Command::new(&b.executable);
-            without_package_vars(&mut cmd);
-            cmd.current_dir(&b.dir)
-                .env("CARGO_MANIFEST_DIR", &b.dir)
-                .env("CARGO_MANIFEST_PATH", b.dir.join("Cargo.toml"))
-                .env("CARGO_PKG_NAME", &b.package)
-                .env("CARGO_CRATE_NAME", b.name.replace('-', "_"))
-                .stdin(std::process::Stdio::null())
-                .stdout(out.try_clone().map_err(|e| e.to_string())?)
-                .stderr(out);
-            let child = cmd
-                .spawn()
-                .map_err(|e| format!("cannot run {}: {e}", b.executable.display()))?;
-            running.push((b, child, log, std::time::Instant::now()));
-        }
-        if running.is_empty() {
-            return Ok(());
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        let mut i = 0;
-        while i < running.len() {
-            let status = running[i]
-                .1
-                .try_wait()
-                .map_err(|e| format!("{}: {e}", running[i].0.executable.display()))?;
-            let Some(status) = status else {
-                i += 1;
-                continue;
-            };
-            let (b, _, log, since) = running.swap_remove(i);
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            println!("{}", b.running_line(root));
-            print!("{text}");
-            let result = text
-                .lines()
-                .rev()
-                .find_map(|l| l.strip_prefix("test result: "))
-                .map(result_counts);
-            if let Some((passed, failed, ignored)) = result {
-                totals.passed += passed;
-                totals.failed += failed;
-                totals.ignored += ignored;
+/// Where and how [`Pool::run`] runs test binaries.
+struct Pool<'a> {
+    root: &'a Path,
+    logs: &'a Path,
+    /// The previous release's binary ([`previous_release`]), given to every test binary as
+    /// `MCPR_OLD_BINARY`.
+    previous: Option<&'a Path>,
+}
+
+impl Pool<'_> {
+    /// Runs `binaries`, `jobs` at a time, adding their results to `totals`.
+    fn run(
+        &self,
+        binaries: &[&TestBinary],
+        jobs: usize,
+        totals: &mut TestTotals,
+    ) -> Result<(), String> {
+        let (root, logs) = (self.root, self.logs);
+        let mut queue = binaries.iter();
+        let mut running: Vec<(
+            &TestBinary,
+            std::process::Child,
+            PathBuf,
+            std::time::Instant,
+        )> = Vec::new();
+        loop {
+            while running.len() < jobs {
+                let Some(b) = queue.next() else { break };
+                let log = logs.join(format!(
+                    "{}-{}.log",
+                    b.package,
+                    b.executable
+                        .file_name()
+                        .map(|f| f.to_string_lossy().into_owned())
+                        .unwrap_or_default()
+                ));
+                let out = std::fs::File::create(&log)
+                    .map_err(|e| format!("cannot create {}: {e}", log.display()))?;
+                let mut cmd = Command::new(&b.executable);
+                without_package_vars(&mut cmd);
+                cmd.current_dir(&b.dir)
+                    .env("CARGO_MANIFEST_DIR", &b.dir)
+                    .env("CARGO_MANIFEST_PATH", b.dir.join("Cargo.toml"))
+                    .env("CARGO_PKG_NAME", &b.package)
+                    .env("CARGO_CRATE_NAME", b.name.replace('-', "_"))
+                    .stdin(std::process::Stdio::null())
+                    .stdout(out.try_clone().map_err(|e| e.to_string())?)
+                    .stderr(out);
+                if let Some(previous) = self.previous {
+                    cmd.env("MCPR_OLD_BINARY", previous);
+                }
+                let child = cmd
+                    .spawn()
+                    .map_err(|e| format!("cannot run {}: {e}", b.executable.display()))?;
+                running.push((b, child, log, std::time::Instant::now()));
             }
-            println!(
-                "xtask: {} {} in {:.1} s",
-                b.key(),
-                if status.success() { "ok" } else { "FAILED" },
-                since.elapsed().as_secs_f64()
-            );
-            if !status.success() || result.is_none() {
-                totals.failed_binaries.push(b.key());
+            if running.is_empty() {
+                return Ok(());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            let mut i = 0;
+            while i < running.len() {
+                let status = running[i]
+                    .1
+                    .try_wait()
+                    .map_err(|e| format!("{}: {e}", running[i].0.executable.display()))?;
+                let Some(status) = status else {
+                    i += 1;
+                    continue;
+                };
+                let (b, _, log, since) = running.swap_remove(i);
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                println!("{}", b.running_line(root));
+                print!("{text}");
+                let result = text
+                    .lines()
+                    .rev()
+                    .find_map(|l| l.strip_prefix("test result: "))
+                    .map(result_counts);
+                if let Some((passed, failed, ignored)) = result {
+                    totals.passed += passed;
+                    totals.failed += failed;
+                    totals.ignored += ignored;
+                }
+                println!(
+                    "xtask: {} {} in {:.1} s",
+                    b.key(),
+                    if status.success() { "ok" } else { "FAILED" },
+                    since.elapsed().as_secs_f64()
+                );
+                if !status.success() || result.is_none() {
+                    totals.failed_binaries.push(b.key());
+                }
             }
         }
     }
@@ -484,6 +507,73 @@ impl Drop for Phases {
 
 /// The release binaries `cargo xtask bench` measures (and `soak --release` runs), built with
 /// the features a user's `cargo build --release -p mcp-resources` has.
+/// The release before the cluster's partition work (issue #46), whose replicas this one's
+/// must stand beside during a rolling upgrade: `crates/cli/tests/cluster_upgrade.rs` runs it.
+const PREVIOUS_RELEASE: &str = "5ab539d732460a6851891f44120c024ed0644b81";
+
+/// The binary of [`PREVIOUS_RELEASE`], built once into `.cache/previous-release/<commit>/`.
+/// Its source comes out of this clone's history (`git archive`) and is built with
+/// `CARGO_TARGET_DIR` set to this workspace's `target`, so that every dependency the two
+/// releases share is compiled once: only the old release's own crates are, with rustix and
+/// the gix crates over it (whose features differ there): 45 s on 2 cores, where a target of
+/// its own took 9 minutes for the dependencies. That build puts the
+/// old binary in `target/debug`; the test build right after puts this one back, nothing
+/// compiled. A clone without that commit (a shallow one) skips, saying so: the upgrade test
+/// then runs against the played previous replica alone.
+fn previous_release(root: &Path) -> Result<Option<PathBuf>, String> {
+    let dest = root
+        .join(".cache/previous-release")
+        .join(PREVIOUS_RELEASE)
+        .join("mcp-resources");
+    if dest.exists() {
+        return Ok(Some(dest));
+    }
+    let present = Command::new("git")
+        .current_dir(root)
+        .args(["cat-file", "-e", &format!("{PREVIOUS_RELEASE}^{{commit}}")])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !present {
+        eprintln!(
+            "xtask: previous release: SKIPPED: commit {PREVIOUS_RELEASE} is not in this clone's \
+             history (a shallow clone?); cluster_upgrade runs only its played previous replica"
+        );
+        return Ok(None);
+    }
+    let src = root.join("target/previous-release-src");
+    let _ = std::fs::remove_dir_all(&src);
+    std::fs::create_dir_all(&src).map_err(|e| format!("cannot create {}: {e}", src.display()))?;
+    run(Command::new("sh").current_dir(root).args([
+        "-c",
+        &format!(
+            "git archive --format=tar {PREVIOUS_RELEASE} | tar -x -C '{}'",
+            src.display()
+        ),
+    ]))?;
+    // As `build_like_tests`: features unified over the old workspace's members and their
+    // dev-dependencies, as its test build had them, which is what this workspace's test
+    // build compiled the shared dependencies with.
+    let mut cmd = cargo_cmd();
+    cmd.current_dir(&src)
+        .env("CARGO_TARGET_DIR", root.join("target"))
+        .args([
+            "build",
+            "--locked",
+            "--workspace",
+            "--examples",
+            "--bin",
+            "mcp-resources",
+        ]);
+    run(&mut cmd)?;
+    let built = root.join("target/debug/mcp-resources");
+    std::fs::create_dir_all(dest.parent().unwrap_or(root))
+        .map_err(|e| format!("cannot create {}: {e}", dest.display()))?;
+    std::fs::copy(&built, &dest).map_err(|e| format!("cannot copy {}: {e}", built.display()))?;
+    let _ = std::fs::remove_dir_all(&src);
+    Ok(Some(dest))
+}
+
 fn build_release(root: &Path) -> Result<(), String> {
     run(cargo_cmd().current_dir(root).args([
         "build",

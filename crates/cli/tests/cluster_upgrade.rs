@@ -4,12 +4,13 @@
 //! subjects, `/readyz` not ready naming the old replica, legacy sessions refused, its own
 //! clients' subscriptions watched by itself), and takes over once the old one is gone.
 //!
-//! CI cannot afford building the previous release, so the first test plays its part: a
-//! NATS client that sends what a format-2 replica sends and the new one listens to (its
-//! heartbeats, and its record on the shared mount's lease), sealed as that release sealed.
-//! The second, ignored, runs the real previous binary named by `MCPR_OLD_BINARY`
-//! (`git worktree add ../old 5ab539d && cargo build -p mcp-resources` there) and also checks
-//! the old replica's side: it keeps its lease, hears every change once, refuses nothing.
+//! The first test plays the previous release's part: a NATS client that sends what a
+//! format-2 replica sends and the new one listens to (its heartbeats, and its record on the
+//! shared mount's lease), sealed as that release sealed. The second runs the real previous
+//! binary named by `MCPR_OLD_BINARY`, which `cargo xtask test` builds from this clone's
+//! history (commit 5ab539d, `previous_release` in xtask) and names, and also checks the old
+//! replica's side: it keeps its lease, hears every change once, refuses nothing. Without
+//! `MCPR_OLD_BINARY` (a plain `cargo test`, or a shallow clone) it says SKIPPED and passes.
 //!
 //! `nats-server` missing: the tests say SKIPPED and pass, except under `CI=true`, where
 //! they fail.
@@ -460,12 +461,19 @@ async fn a_new_replica_stands_aside_while_a_replica_of_the_previous_format_runs(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the previous release's binary: MCPR_OLD_BINARY=/path/to/mcp-resources"]
 async fn a_new_replica_stands_aside_while_the_previous_release_runs() {
     let Some(bin) = std::env::var_os("MCPR_OLD_BINARY").map(PathBuf::from) else {
-        eprintln!("SKIPPED: set MCPR_OLD_BINARY to the previous release's mcp-resources");
+        eprintln!(
+            "SKIPPED: MCPR_OLD_BINARY does not name the previous release's mcp-resources \
+             (`cargo xtask test` builds and names it)"
+        );
         return;
     };
+    assert!(
+        bin.is_file(),
+        "MCPR_OLD_BINARY={} is not a file",
+        bin.display()
+    );
     let Some(nats) = NatsServer::started() else {
         return;
     };
