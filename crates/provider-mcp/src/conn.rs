@@ -604,7 +604,9 @@ impl Shared {
     /// Wait until the list listen of a 2026-07-28 upstream is live, refused, or
     /// [`LIST_ACK_WAIT`] (the request timeout when shorter) has passed; after that, the
     /// listen is announced with one list change once it is live, so whoever was told the
-    /// list is watched misses no change made before the upstream's acknowledgment.
+    /// list is watched misses no change made before the upstream's acknowledgment. Before
+    /// the first connection there is nothing to wait for: the mount is listed unavailable
+    /// meanwhile, and the connection's `reestablish` opens the listen with that announcement.
     pub(crate) async fn list_live(&self) {
         let Some(ack) = lock(&self.watches)
             .list
