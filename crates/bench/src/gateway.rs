@@ -4,6 +4,9 @@
 //! from a write of a file the upstream serves to the `updated` notice at a client of the
 //! gateway, next to the same notice from the upstream directly.
 //!
+//! Beside them, the relay floor (`relay.rs`): the direct read through a process that passes
+//! bytes unread, the least any gateway costs here.
+//!
 //! The sides take turns for a few rounds so that a slow moment of the machine lands on each
 //! side alike; throughput is each side's median round, latency all its rounds' samples.
 
@@ -105,15 +108,33 @@ pub fn gateway(env: &Env) -> Vec<Row> {
         let through = format!("{MOUNT}+{uri}");
         let direct_req = read_req(&uri);
         let through_req = read_req(&through);
-        let sides: [(&Path, &(dyn Fn(u64) -> String + Sync)); 3] = [
-            (&upstream, &direct_req),
-            (&plain, &through_req),
-            (&cached, &through_req),
+        // The relay floor runs the same upstream, behind `mcpr-bench relay`.
+        let relay = || {
+            let mut c = std::process::Command::new(&env.me);
+            c.arg("relay")
+                .arg(&env.server)
+                .args(["serve", "--log-level", "error", "--config"])
+                .arg(&upstream);
+            c
+        };
+        let (direct_cmd, plain_cmd, cached_cmd) = (
+            || env.ours(&upstream),
+            || env.ours(&plain),
+            || env.ours(&cached),
+        );
+        // Each side: how its server starts, the request it is asked, its config (for errors).
+        type Cmd<'a> = &'a dyn Fn() -> std::process::Command;
+        type Req<'a> = &'a (dyn Fn(u64) -> String + Sync);
+        let sides: [(Cmd, Req, &Path); 4] = [
+            (&direct_cmd, &direct_req, &upstream),
+            (&relay, &direct_req, &upstream),
+            (&plain_cmd, &through_req, &plain),
+            (&cached_cmd, &through_req, &cached),
         ];
-        let mut measured: [Side; 3] = Default::default();
+        let mut measured: [Side; 4] = Default::default();
         for _ in 0..if env.quick { 1 } else { 3 } {
-            for ((config, req), side) in sides.iter().zip(measured.iter_mut()) {
-                let mut s = StdioServer::spawn(&mut env.ours(config), false)?;
+            for ((cmd, req, config), side) in sides.iter().zip(measured.iter_mut()) {
+                let mut s = StdioServer::spawn(&mut cmd(), false)?;
                 let _w = Watchdog::arm(s.pid(), Duration::from_secs(120));
                 s.initialize()?;
                 let o = load::stdio(&mut s, req, TEXT_1K_HEAD, false, env.plan())?;
@@ -127,14 +148,17 @@ pub fn gateway(env: &Env) -> Vec<Row> {
                 side.add(o);
             }
         }
-        let [mut direct, mut plain, mut cached] = measured;
+        let [mut direct, mut floor, mut plain, mut cached] = measured;
         let (d50, d_rps) = (direct.latency.p50_us(), direct.median_rps());
+        let (f50, f_rps) = (floor.latency.p50_us(), floor.median_rps());
         let note_direct = "resources/read of file://…/f1k.txt asked of our server directly over stdio (the upstream: a files mount with ttl_ms = 60000, release build): the cost of going to the source, and our own file read";
+        let note_floor = "the relay floor: the same direct read with `mcpr-bench relay` between the driver and the upstream, passing bytes both ways unread (one read and one write per chunk): one more pipe and one more process each way, what any stdio gateway costs at least on this machine";
         let note_plain = "the same read as up+file://…/f1k.txt through an mcp mount (ttl_ms = 0) whose stdio upstream is that server: one upstream request per read";
         let note_cached = "the same read through an mcp mount with ttl_ms = 60000: served from the mount's read cache (the upstream allows 60 s), answered in place as our own file read is; against that file read (direct)";
         let mut out = Vec::new();
         for (subject, side, note) in [
             ("direct (upstream)", &mut direct, note_direct),
+            ("relay floor", &mut floor, note_floor),
             ("gateway", &mut plain, note_plain),
             ("gateway cached", &mut cached, note_cached),
         ] {
@@ -147,8 +171,14 @@ pub fn gateway(env: &Env) -> Vec<Row> {
             let mut r_rps =
                 Row::new(S, subject, "throughput (32 in flight)", rps, "req/s").note(note);
             if subject != "direct (upstream)" {
-                r50 = r50.compare(format!("{} µs over direct", signed(p50 - d50)));
-                r_rps = r_rps.compare(format!("{:.0} % of direct", 100.0 * rps / d_rps));
+                let mut c50 = format!("{} µs over direct", signed(p50 - d50));
+                let mut c_rps = format!("{:.0} % of direct", 100.0 * rps / d_rps);
+                if subject == "gateway" {
+                    c50 += &format!("; {} µs over the relay floor", signed(p50 - f50));
+                    c_rps += &format!("; {:.0} % of the relay floor", 100.0 * rps / f_rps);
+                }
+                r50 = r50.compare(c50);
+                r_rps = r_rps.compare(c_rps);
             }
             match subject {
                 "gateway" => {

@@ -10,6 +10,8 @@
 //! machine's floors (`machine_floor.rs`): the same answers with rustix calls only.
 //! `mcpr-bench blob-echo DIR FILE` is the blob floor (`blob_floor.rs`): `FILE` read, base64'd
 //! and written as our `resources/read` answer, with buffers reused.
+//! `mcpr-bench relay CMD…` is the relay floor (`relay.rs`): the cheapest gateway there is, a
+//! process between the client and CMD passing bytes both ways unread.
 //! `cargo xtask bench` builds, installs the peers and calls `run`; see docs/performance.md.
 //! `mcpr-bench soak …` is the soak (`soak.rs`), run by `cargo xtask soak`.
 
@@ -25,6 +27,7 @@ mod load;
 mod machine_floor;
 mod plot;
 mod proc;
+mod relay;
 mod report;
 mod scenarios;
 mod skills_pull;
@@ -99,6 +102,12 @@ enum Cli {
         /// The file, relative to DIR.
         file: String,
     },
+    /// The relay floor: run CMD and pass stdin to it and its stdout back, bytes unread.
+    Relay {
+        /// The upstream and its arguments.
+        #[arg(trailing_var_arg = true, required = true)]
+        cmd: Vec<String>,
+    },
     /// Run the benchmark scenarios (`cargo xtask bench`).
     Run(RunArgs),
     /// Drive one stdio server with `resources/read` of URI, 32 in flight for SECONDS, and
@@ -158,6 +167,7 @@ fn main() -> ExitCode {
             mime,
         } => http_floor::serve(&addr, &dir, &file, &mime),
         Cli::BlobEcho { dir, file } => blob_floor::blob_echo(&dir, &file),
+        Cli::Relay { cmd } => relay::relay(&cmd),
         Cli::Run(a) => run(a),
         Cli::DriveHttp { seconds, addr, uri } => scenarios::drive_http(&addr, &uri, seconds),
         Cli::Drive {
