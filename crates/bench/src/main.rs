@@ -316,7 +316,7 @@ struct RunArgs {
     #[arg(long, value_name = "REASON")]
     no_opendal: Option<String>,
     /// Only these scenarios: stdio, http, list, skills, blob, notify, memory, startup, sqlite,
-    /// git, api, s3, cluster, skills-pull.
+    /// git, api, s3, gateway, cluster, skills-pull.
     #[arg(long, value_delimiter = ',')]
     only: Option<Vec<String>>,
     /// An earlier `mcp-resources` binary to compare with: it takes turns with --server in the
