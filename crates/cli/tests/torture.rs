@@ -553,6 +553,8 @@ fn stdio_one_hundred_thousand_subscriptions() {
 struct Http {
     child: Child,
     addr: String,
+    /// The server's stderr (`--log-level error`), shown when an answer fails.
+    stderr: tempfile::NamedTempFile,
 }
 
 impl Http {
@@ -563,12 +565,13 @@ impl Http {
             .unwrap()
             .port();
         let addr = format!("127.0.0.1:{port}");
+        let stderr = tempfile::NamedTempFile::new().unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_mcp-resources"))
             .args(["serve", "--log-level", "error", "--http", &addr])
             .arg(root)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(stderr.reopen().unwrap())
             .spawn()
             .expect("the binary starts");
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -576,11 +579,35 @@ impl Http {
             assert!(Instant::now() < deadline, "no HTTP listener on {addr}");
             std::thread::sleep(Duration::from_millis(50));
         }
-        Self { child, addr }
+        Self {
+            child,
+            addr,
+            stderr,
+        }
     }
 
+    /// [`post`], failing with the server's state and stderr beside the reason: one run
+    /// (of dozens) got an empty answer to its first request, and nothing said why.
     fn post(&self, headers: &[(&str, &str)], body: &[u8]) -> (u16, Option<Value>) {
-        post(&self.addr, headers, body)
+        let tried = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            post(&self.addr, headers, body)
+        }));
+        tried.unwrap_or_else(|e| {
+            let why = e
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            // Not reaped until dropped: an ended server is a zombie ("Z").
+            let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id()));
+            let state = stat
+                .ok()
+                .and_then(|s| s.rsplit_once(") ").map(|(_, r)| r.chars().next()))
+                .flatten()
+                .unwrap_or('?');
+            let log = std::fs::read_to_string(self.stderr.path()).unwrap_or_default();
+            panic!("{why}; the server's state: {state}; its stderr: {log:?}")
+        })
     }
 
     fn rss(&self) -> u64 {
