@@ -53,6 +53,15 @@ use tokio::time::Instant;
 use crate::js::JsError;
 use crate::seal::{Kind, Seal, Stream};
 
+/// What lets a replica take part in a lease ([`Lease::compete_while`]).
+pub struct Allowed {
+    /// The replica's standing, told on every change (its clock measured and right, no
+    /// replica of the previous release heard).
+    pub verdict: watch::Receiver<bool>,
+    /// Whether its clock still holds, asked before every write ([`Lease::compete_while`]).
+    pub clock_holds: Arc<dyn Fn() -> bool + Send + Sync>,
+}
+
 /// See the module docs. Dropping it stops renewing (the lease then expires on its own).
 pub struct Lease {
     held: watch::Receiver<bool>,
@@ -118,14 +127,19 @@ impl Lease {
         replica: &str,
         ttl: Duration,
     ) -> Self {
-        let (_always, allowed) = watch::channel(true);
+        let (_always, verdict) = watch::channel(true);
+        let allowed = Allowed {
+            verdict,
+            clock_holds: Arc::new(|| true),
+        };
         Self::compete_while(client, seal, cluster, mount, replica, ttl, allowed)
     }
 
-    /// [`Lease::compete`], standing aside while `allowed` is false: a replica whose clock
+    /// [`Lease::compete`], standing aside while `allowed` says no: a replica whose clock
     /// is too far off must not hold a lease, because the others would take its records for
-    /// stale ones and overwrite them (two holders). A holder told to stand aside lets go at
-    /// once and stops renewing; its record then expires on its own.
+    /// stale ones and overwrite them (two holders), and it would take theirs for stale ones.
+    /// A holder told to stand aside lets go at once and stops renewing; its record then
+    /// expires on its own.
     pub fn compete_while(
         client: async_nats::Client,
         seal: Arc<Seal>,
@@ -133,8 +147,12 @@ impl Lease {
         mount: &str,
         replica: &str,
         ttl: Duration,
-        allowed: watch::Receiver<bool>,
+        allowed: Allowed,
     ) -> Self {
+        let Allowed {
+            verdict: allowed,
+            clock_holds,
+        } = allowed;
         let (tx, held) = watch::channel(false);
         let note = Arc::new(std::sync::Mutex::new((0, "")));
         let noted = note.clone();
@@ -186,7 +204,9 @@ impl Lease {
                 // the holder's next renewal found it.
                 let holder_live =
                     sequence.is_none() && notice_at.is_some_and(|t| t.elapsed() < hold_for);
-                let written = if !*allowed.borrow() {
+                // The clock is asked at every write, not only told on a change: stepped
+                // since its last measurement, it makes live records look expired at once.
+                let written = if !*allowed.borrow() || !clock_holds() {
                     // Standing aside: no write, and a lease held is let go below.
                     Err(WriteError::Aside)
                 } else if holder_live {

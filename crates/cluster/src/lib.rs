@@ -19,7 +19,7 @@ mod watch;
 pub use async_nats::Client as NatsClient;
 pub use bus::NatsBus;
 pub use config::{ClusterConfig, LEASE_TTL_MS, default_replica};
-pub use lease::Lease;
+pub use lease::{Allowed, Lease};
 pub use seal::{CLOCK_SKEW, Kind, MESSAGE_MAX_AGE, MIN_SECRET_BYTES, Seal};
 pub use sessions::NatsSessionStore;
 pub use watch::{ClusterMount, ClusterWatching, Joined, join};

@@ -81,7 +81,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::seal::{Kind, Seal};
-use crate::{ClusterConfig, Lease};
+use crate::{Allowed, ClusterConfig, Lease};
 
 /// The most bytes of interests sent in one message; NATS's default `max_payload` is 1 MiB.
 const CHUNK_BYTES: usize = 512 * 1024;
@@ -133,6 +133,9 @@ struct Inner {
     skew: Mutex<Option<String>>,
     /// This replica's clock minus the NATS server's, in ms, as last measured.
     clock_offset: Mutex<Option<i64>>,
+    /// When it was measured: this replica's wall clock (ms) and monotonic clock then, so
+    /// that a step of the wall clock since (NTP, an operator) shows ([`clock_holds`]).
+    clock_read_at: Mutex<Option<(u64, tokio::time::Instant)>>,
     /// Why this replica stands aside for replicas of the previous release, while it does.
     older: Mutex<Option<String>>,
     /// Whether this replica has listened long enough, since it first connected, to have
@@ -268,6 +271,7 @@ pub async fn join(
         alive: Mutex::new(HashMap::new()),
         skew: Mutex::new(None),
         clock_offset: Mutex::new(None),
+        clock_read_at: Mutex::new(None),
         older: Mutex::new(None),
         listened: AtomicBool::new(false),
         lease_allowed: watch::channel(false).0,
@@ -825,7 +829,9 @@ fn clock_limit_ms() -> i64 {
 }
 
 /// Compare this replica's clock with the NATS server's every TTL (at least every second):
-/// write a record into the lease stream and read back when the server stored it.
+/// write a record into the lease stream and read back when the server stored it. Until the
+/// first measurement the leases wait for it ([`allow_leases`]), so it is tried again every
+/// twentieth of a TTL until it succeeds, not a period later.
 async fn measure_clock(inner: std::sync::Weak<Inner>) {
     loop {
         let Some(i) = inner.upgrade() else { return };
@@ -840,8 +846,12 @@ async fn measure_clock(inner: std::sync::Weak<Inner>) {
                 }
             }
         }
+        let pause = match *lock(&i.clock_offset) {
+            Some(_) => period,
+            None => (i.cfg.lease_ttl / 20).max(Duration::from_millis(10)),
+        };
         drop(i);
-        tokio::time::sleep(period).await;
+        tokio::time::sleep(pause).await;
     }
 }
 
@@ -875,6 +885,7 @@ async fn clock_offset(i: &Inner, within: Duration) -> std::result::Result<Option
 /// Record the measured `offset`; beyond [`clock_limit_ms`], name it (`/readyz`, a warning
 /// once) and stand aside from the leases until it is back within.
 fn judge_clock(i: &Inner, offset: i64) {
+    *lock(&i.clock_read_at) = Some((crate::seal::now_ms(), tokio::time::Instant::now()));
     *lock(&i.clock_offset) = Some(offset);
     let limit = clock_limit_ms();
     let was = i.skewed();
@@ -903,11 +914,43 @@ fn judge_clock(i: &Inner, offset: i64) {
     }
 }
 
-/// Whether this replica may hold leases now (its clock right, not standing aside), told to
-/// the leases (and the re-announcement) only on a change: every receiver wakes on a send,
-/// and an unchanged verdict every TTL would re-announce every interest every TTL.
+/// Whether this replica's clock is still within [`clock_limit_ms`] of the NATS server's:
+/// its last measured offset plus however far its wall clock has moved since, against its
+/// monotonic clock. A lease asks this before every write, because a clock stepped 40 s
+/// ahead makes the holder's record look expired at once, while the next measurement is up
+/// to a period away: a replica whose clock was stepped took the lease from its live holder
+/// in that moment (two holders for 28 ms), before its measurement told it to stand aside.
+fn clock_holds(i: &Inner) -> bool {
+    let Some(offset) = *lock(&i.clock_offset) else {
+        return false;
+    };
+    let Some((wall, at)) = *lock(&i.clock_read_at) else {
+        return false;
+    };
+    let elapsed = u64::try_from(at.elapsed().as_millis()).unwrap_or(u64::MAX);
+    offset_now(offset, wall, elapsed, crate::seal::now_ms()).abs() <= clock_limit_ms()
+}
+
+/// The clock's offset now: `offset` as measured when the wall clock read `wall`, plus how
+/// much further the wall clock (now `wall_now`) moved than the monotonic clock did
+/// (`elapsed`, ms) since.
+fn offset_now(offset: i64, wall: u64, elapsed: u64, wall_now: u64) -> i64 {
+    let i = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    let stepped = i(wall_now)
+        .saturating_sub(i(wall))
+        .saturating_sub(i(elapsed));
+    offset.saturating_add(stepped)
+}
+
+/// Whether this replica may hold leases now (its clock measured and right, not standing
+/// aside), told to the leases (and the re-announcement) only on a change: every receiver
+/// wakes on a send, and an unchanged verdict every TTL would re-announce every interest every
+/// TTL. Not before the first measurement: a replica started with its clock 40 s ahead took
+/// the lease from its live holder (whose record looked stale to it) in the moment before
+/// its clock was first read, and two replicas held it for 28 ms.
 fn allow_leases(i: &Inner) {
-    let allowed = !i.skewed() && !i.aside();
+    let measured = lock(&i.clock_offset).is_some();
+    let allowed = measured && !i.skewed() && !i.aside();
     i.lease_allowed.send_if_modified(|a| {
         let changed = *a != allowed;
         *a = allowed;
@@ -1139,7 +1182,13 @@ async fn run_watcher(
                 &mount,
                 &i.cfg.replica,
                 i.cfg.lease_ttl,
-                i.lease_allowed.subscribe(),
+                Allowed {
+                    verdict: i.lease_allowed.subscribe(),
+                    clock_holds: {
+                        let inner = inner.clone();
+                        Arc::new(move || inner.upgrade().is_some_and(|i| clock_holds(&i)))
+                    },
+                },
             ),
             i.cfg.lease_ttl,
         )
@@ -1725,6 +1774,19 @@ fn error_from_json(v: &Value) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wall_clock_step_since_the_measurement_moves_the_offset() {
+        let t = 1_800_000_000_000u64;
+        // Both clocks advanced alike: the offset measured.
+        assert_eq!(offset_now(300, t, 5_000, t + 5_000), 300);
+        // Stepped 40 s ahead 2 s later, and 20 s back.
+        assert_eq!(offset_now(0, t, 2_000, t + 42_000), 40_000);
+        assert_eq!(offset_now(100, t, 2_000, t - 18_000), -19_900);
+        assert!(offset_now(0, t, 2_000, t + 42_000).abs() > clock_limit_ms());
+        // Drift of a few ms, as between two measurements, stays within.
+        assert!(offset_now(1_000, t, 1_000, t + 1_003).abs() <= clock_limit_ms());
+    }
 
     fn up(uri: &str) -> ChangeEvent {
         ChangeEvent::Updated { uri: uri.into() }

@@ -197,6 +197,54 @@ async fn one_lease_holder_and_a_takeover_within_the_ttl() {
     eprintln!("takeover after {took:?} (ttl {ttl:?})");
 }
 
+/// A replica asks whether its clock holds before every lease write, not only when its
+/// standing changes: with its standing good throughout, it takes no free lease while its
+/// clock does not hold, takes it once it does, and lets it go within a renewal period of
+/// its clock failing again (a clock stepped between two measurements).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_whose_clock_does_not_hold_takes_no_lease_and_lets_one_go() {
+    let Some(nats) = start_nats().await else {
+        return;
+    };
+    let ttl = Duration::from_millis(600);
+    let c = client(nats.port()).await;
+    Lease::prepare(&c, "clk", ttl).await.unwrap();
+    let holds = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (_verdict, verdict) = tokio::sync::watch::channel(true);
+    let allowed = mcpr_cluster::Allowed {
+        verdict,
+        clock_holds: {
+            let holds = holds.clone();
+            Arc::new(move || holds.load(std::sync::atomic::Ordering::SeqCst))
+        },
+    };
+    let lease = Lease::compete_while(c, seal(), "clk", "db://shop/", "r1", ttl, allowed);
+    tokio::time::sleep(ttl * 3).await;
+    assert!(!lease.held(), "held a lease while its clock did not hold");
+    holds.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        eventually(ttl * 3, || lease.held()).await,
+        "no lease once its clock held"
+    );
+    holds.store(false, std::sync::atomic::Ordering::SeqCst);
+    let started = tokio::time::Instant::now();
+    assert!(
+        eventually(ttl * 2, || !lease.held()).await,
+        "kept the lease after its clock stopped holding"
+    );
+    // Let go at its next write, a third of a TTL at most, with room for a loaded machine.
+    assert!(
+        started.elapsed() < ttl,
+        "let go after {:?}",
+        started.elapsed()
+    );
+    assert!(
+        lease.why_let_go().contains("stand aside"),
+        "{}",
+        lease.why_let_go()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_nats_restart_interests_are_subscribed_again() {
     let Some(mut nats) = start_nats().await else {
