@@ -544,13 +544,21 @@ fn previous_release(root: &Path) -> Result<Option<PathBuf>, String> {
     let src = root.join("target/previous-release-src");
     let _ = std::fs::remove_dir_all(&src);
     std::fs::create_dir_all(&src).map_err(|e| format!("cannot create {}: {e}", src.display()))?;
-    run(Command::new("sh").current_dir(root).args([
-        "-c",
-        &format!(
-            "git archive --format=tar {PREVIOUS_RELEASE} | tar -x -C '{}'",
-            src.display()
-        ),
-    ]))?;
+    // `git archive | tar -x`, the pipe made here rather than by a shell (no quoting).
+    let mut archive = Command::new("git")
+        .current_dir(root)
+        .args(["archive", "--format=tar", PREVIOUS_RELEASE])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run git archive: {e}"))?;
+    let tar = archive.stdout.take().ok_or("git archive: no output")?;
+    run(Command::new("tar").arg("-x").arg("-C").arg(&src).stdin(tar))?;
+    let status = archive.wait().map_err(|e| format!("git archive: {e}"))?;
+    if !status.success() {
+        return Err(format!(
+            "git archive {PREVIOUS_RELEASE} failed with {status}"
+        ));
+    }
     // As `build_like_tests`: features unified over the old workspace's members and their
     // dev-dependencies, as its test build had them, which is what this workspace's test
     // build compiled the shared dependencies with.
