@@ -103,7 +103,7 @@ fn test(args: &[String]) -> Result<(), String> {
     // fail without it, so it is installed before any test runs.
     phases.time("node packages", || client_test_server(&root))?;
     // Before the test build, which puts this release's binary back in target/debug.
-    let previous = phases.time("previous release: build", || previous_release(&root))?;
+    let previous = phases.time("previous release", || previous_release(&root))?;
     // What `cargo test --workspace --all-targets` runs, built first on its own (the log tells
     // the build's time from the run's), then run by [`run_tests`].
     let binaries = phases.time("rust tests: build", || build_tests(&root))?;
