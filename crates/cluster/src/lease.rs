@@ -150,7 +150,7 @@ impl Lease {
         allowed: Allowed,
     ) -> Self {
         let Allowed {
-            verdict: allowed,
+            verdict: mut allowed,
             clock_holds,
         } = allowed;
         let (tx, held) = watch::channel(false);
@@ -158,7 +158,6 @@ impl Lease {
         let noted = note.clone();
         let decided = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let decision = decided.clone();
-        let mut allowed = allowed;
         let token = crate::token(mount, 12);
         let subject = format!("mcpr.{cluster}.lease.{token}");
         let notices = format!("mcpr.{cluster}.holder.{token}");

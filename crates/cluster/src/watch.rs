@@ -131,11 +131,8 @@ struct Inner {
     alive: Mutex<HashMap<String, Instant>>,
     /// Why this replica's clock keeps it out of the leases, when it does.
     skew: Mutex<Option<String>>,
-    /// This replica's clock minus the NATS server's, in ms, as last measured.
-    clock_offset: Mutex<Option<i64>>,
-    /// When it was measured: this replica's wall clock (ms) and monotonic clock then, so
-    /// that a step of the wall clock since (NTP, an operator) shows ([`clock_holds`]).
-    clock_read_at: Mutex<Option<(u64, tokio::time::Instant)>>,
+    /// This replica's clock against the NATS server's, as last measured.
+    clock: Mutex<Option<ClockReading>>,
     /// Why this replica stands aside for replicas of the previous release, while it does.
     older: Mutex<Option<String>>,
     /// Whether this replica has listened long enough, since it first connected, to have
@@ -270,8 +267,7 @@ pub async fn join(
         lease_problem: Mutex::new(None),
         alive: Mutex::new(HashMap::new()),
         skew: Mutex::new(None),
-        clock_offset: Mutex::new(None),
-        clock_read_at: Mutex::new(None),
+        clock: Mutex::new(None),
         older: Mutex::new(None),
         listened: AtomicBool::new(false),
         lease_allowed: watch::channel(false).0,
@@ -656,7 +652,7 @@ impl Watching for ClusterWatching {
             watchers,
             rejected: self.inner.seal.rejected(),
             standalone,
-            clock_offset_ms: *lock(&self.inner.clock_offset),
+            clock_offset_ms: lock(&self.inner.clock).map(|c| c.offset_ms),
             streams_recreated: self.inner.seal.streams_recreated(),
             session_records_restored: self.inner.seal.records_restored(),
         })
@@ -821,6 +817,17 @@ async fn stand_alone(inner: std::sync::Weak<Inner>, poke: Arc<tokio::sync::Notif
     }
 }
 
+/// A measurement of this replica's clock ([`judge_clock`]).
+#[derive(Clone, Copy)]
+struct ClockReading {
+    /// This replica's clock minus the NATS server's, in ms.
+    offset_ms: i64,
+    /// This replica's wall clock (ms) and monotonic clock when it was taken, so that a step
+    /// of the wall clock since (NTP, an operator) shows ([`clock_holds`]).
+    wall_ms: u64,
+    at: Instant,
+}
+
 /// How far (in ms) a replica's clock may be from the NATS server's: two replicas within it
 /// are within [`crate::CLOCK_SKEW`] of each other, which their sealed messages and records
 /// tolerate.
@@ -846,7 +853,7 @@ async fn measure_clock(inner: std::sync::Weak<Inner>) {
                 }
             }
         }
-        let pause = match *lock(&i.clock_offset) {
+        let pause = match *lock(&i.clock) {
             Some(_) => period,
             None => (i.cfg.lease_ttl / 20).max(Duration::from_millis(10)),
         };
@@ -885,8 +892,11 @@ async fn clock_offset(i: &Inner, within: Duration) -> std::result::Result<Option
 /// Record the measured `offset`; beyond [`clock_limit_ms`], name it (`/readyz`, a warning
 /// once) and stand aside from the leases until it is back within.
 fn judge_clock(i: &Inner, offset: i64) {
-    *lock(&i.clock_read_at) = Some((crate::seal::now_ms(), tokio::time::Instant::now()));
-    *lock(&i.clock_offset) = Some(offset);
+    *lock(&i.clock) = Some(ClockReading {
+        offset_ms: offset,
+        wall_ms: crate::seal::now_ms(),
+        at: Instant::now(),
+    });
     let limit = clock_limit_ms();
     let was = i.skewed();
     if offset.abs() > limit {
@@ -921,14 +931,11 @@ fn judge_clock(i: &Inner, offset: i64) {
 /// to a period away: a replica whose clock was stepped took the lease from its live holder
 /// in that moment (two holders for 28 ms), before its measurement told it to stand aside.
 fn clock_holds(i: &Inner) -> bool {
-    let Some(offset) = *lock(&i.clock_offset) else {
+    let Some(c) = *lock(&i.clock) else {
         return false;
     };
-    let Some((wall, at)) = *lock(&i.clock_read_at) else {
-        return false;
-    };
-    let elapsed = u64::try_from(at.elapsed().as_millis()).unwrap_or(u64::MAX);
-    offset_now(offset, wall, elapsed, crate::seal::now_ms()).abs() <= clock_limit_ms()
+    let elapsed = u64::try_from(c.at.elapsed().as_millis()).unwrap_or(u64::MAX);
+    offset_now(c.offset_ms, c.wall_ms, elapsed, crate::seal::now_ms()).abs() <= clock_limit_ms()
 }
 
 /// The clock's offset now: `offset` as measured when the wall clock read `wall`, plus how
@@ -945,11 +952,10 @@ fn offset_now(offset: i64, wall: u64, elapsed: u64, wall_now: u64) -> i64 {
 /// Whether this replica may hold leases now (its clock measured and right, not standing
 /// aside), told to the leases (and the re-announcement) only on a change: every receiver
 /// wakes on a send, and an unchanged verdict every TTL would re-announce every interest every
-/// TTL. Not before the first measurement: a replica started with its clock 40 s ahead took
-/// the lease from its live holder (whose record looked stale to it) in the moment before
-/// its clock was first read, and two replicas held it for 28 ms.
+/// TTL. Not before the first measurement: until then nothing says its clock is right, and a
+/// clock far off takes live records for expired ones ([`clock_holds`]).
 fn allow_leases(i: &Inner) {
-    let measured = lock(&i.clock_offset).is_some();
+    let measured = lock(&i.clock).is_some();
     let allowed = measured && !i.skewed() && !i.aside();
     i.lease_allowed.send_if_modified(|a| {
         let changed = *a != allowed;
