@@ -309,13 +309,8 @@ fn run_tests(binaries: &[TestBinary], jobs: usize, previous: Option<&Path>) -> R
         .partition(|b| RUN_ALONE.contains(&b.key().as_str()));
     let started = std::time::Instant::now();
     let mut totals = TestTotals::default();
-    let pool = Pool {
-        root: &root,
-        logs: &logs,
-        previous,
-    };
-    pool.run(&pooled, jobs, &mut totals)?;
-    pool.run(&alone, 1, &mut totals)?;
+    run_pool(&root, &logs, &pooled, jobs, previous, &mut totals)?;
+    run_pool(&root, &logs, &alone, 1, previous, &mut totals)?;
     println!(
         "xtask: rust tests: {} binaries, {} passed, {} failed, {} ignored, in {:.0} s",
         binaries.len(),
@@ -342,99 +337,90 @@ struct TestTotals {
     failed_binaries: Vec<String>,
 }
 
-/// Where and how [`Pool::run`] runs test binaries.
-struct Pool<'a> {
-    root: &'a Path,
-    logs: &'a Path,
-    /// The previous release's binary ([`previous_release`]), given to every test binary as
-    /// `MCPR_OLD_BINARY`.
-    previous: Option<&'a Path>,
-}
-
-impl Pool<'_> {
-    /// Runs `binaries`, `jobs` at a time, adding their results to `totals`.
-    fn run(
-        &self,
-        binaries: &[&TestBinary],
-        jobs: usize,
-        totals: &mut TestTotals,
-    ) -> Result<(), String> {
-        let (root, logs) = (self.root, self.logs);
-        let mut queue = binaries.iter();
-        let mut running: Vec<(
-            &TestBinary,
-            std::process::Child,
-            PathBuf,
-            std::time::Instant,
-        )> = Vec::new();
-        loop {
-            while running.len() < jobs {
-                let Some(b) = queue.next() else { break };
-                let log = logs.join(format!(
-                    "{}-{}.log",
-                    b.package,
-                    b.executable
-                        .file_name()
-                        .map(|f| f.to_string_lossy().into_owned())
-                        .unwrap_or_default()
-                ));
-                let out = std::fs::File::create(&log)
-                    .map_err(|e| format!("cannot create {}: {e}", log.display()))?;
-                let mut cmd = Command::new(&b.executable);
-                without_package_vars(&mut cmd);
-                cmd.current_dir(&b.dir)
-                    .env("CARGO_MANIFEST_DIR", &b.dir)
-                    .env("CARGO_MANIFEST_PATH", b.dir.join("Cargo.toml"))
-                    .env("CARGO_PKG_NAME", &b.package)
-                    .env("CARGO_CRATE_NAME", b.name.replace('-', "_"))
-                    .stdin(std::process::Stdio::null())
-                    .stdout(out.try_clone().map_err(|e| e.to_string())?)
-                    .stderr(out);
-                if let Some(previous) = self.previous {
-                    cmd.env("MCPR_OLD_BINARY", previous);
-                }
-                let child = cmd
-                    .spawn()
-                    .map_err(|e| format!("cannot run {}: {e}", b.executable.display()))?;
-                running.push((b, child, log, std::time::Instant::now()));
+/// Runs `binaries`, `jobs` at a time, adding their results to `totals`; `previous` (the
+/// previous release's binary, [`previous_release`]) is given to each as `MCPR_OLD_BINARY`.
+fn run_pool(
+    root: &Path,
+    logs: &Path,
+    binaries: &[&TestBinary],
+    jobs: usize,
+    previous: Option<&Path>,
+    totals: &mut TestTotals,
+) -> Result<(), String> {
+    let mut queue = binaries.iter();
+    let mut running: Vec<(
+        &TestBinary,
+        std::process::Child,
+        PathBuf,
+        std::time::Instant,
+    )> = Vec::new();
+    loop {
+        while running.len() < jobs {
+            let Some(b) = queue.next() else { break };
+            let log = logs.join(format!(
+                "{}-{}.log",
+                b.package,
+                b.executable
+                    .file_name()
+                    .map(|f| f.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            ));
+            let out = std::fs::File::create(&log)
+                .map_err(|e| format!("cannot create {}: {e}", log.display()))?;
+            let mut cmd = Command::new(&b.executable);
+            without_package_vars(&mut cmd);
+            cmd.current_dir(&b.dir)
+                .env("CARGO_MANIFEST_DIR", &b.dir)
+                .env("CARGO_MANIFEST_PATH", b.dir.join("Cargo.toml"))
+                .env("CARGO_PKG_NAME", &b.package)
+                .env("CARGO_CRATE_NAME", b.name.replace('-', "_"))
+                .stdin(std::process::Stdio::null())
+                .stdout(out.try_clone().map_err(|e| e.to_string())?)
+                .stderr(out);
+            if let Some(previous) = previous {
+                cmd.env("MCPR_OLD_BINARY", previous);
             }
-            if running.is_empty() {
-                return Ok(());
+            let child = cmd
+                .spawn()
+                .map_err(|e| format!("cannot run {}: {e}", b.executable.display()))?;
+            running.push((b, child, log, std::time::Instant::now()));
+        }
+        if running.is_empty() {
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let mut i = 0;
+        while i < running.len() {
+            let status = running[i]
+                .1
+                .try_wait()
+                .map_err(|e| format!("{}: {e}", running[i].0.executable.display()))?;
+            let Some(status) = status else {
+                i += 1;
+                continue;
+            };
+            let (b, _, log, since) = running.swap_remove(i);
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            println!("{}", b.running_line(root));
+            print!("{text}");
+            let result = text
+                .lines()
+                .rev()
+                .find_map(|l| l.strip_prefix("test result: "))
+                .map(result_counts);
+            if let Some((passed, failed, ignored)) = result {
+                totals.passed += passed;
+                totals.failed += failed;
+                totals.ignored += ignored;
             }
-            std::thread::sleep(std::time::Duration::from_millis(100));
-            let mut i = 0;
-            while i < running.len() {
-                let status = running[i]
-                    .1
-                    .try_wait()
-                    .map_err(|e| format!("{}: {e}", running[i].0.executable.display()))?;
-                let Some(status) = status else {
-                    i += 1;
-                    continue;
-                };
-                let (b, _, log, since) = running.swap_remove(i);
-                let text = std::fs::read_to_string(&log).unwrap_or_default();
-                println!("{}", b.running_line(root));
-                print!("{text}");
-                let result = text
-                    .lines()
-                    .rev()
-                    .find_map(|l| l.strip_prefix("test result: "))
-                    .map(result_counts);
-                if let Some((passed, failed, ignored)) = result {
-                    totals.passed += passed;
-                    totals.failed += failed;
-                    totals.ignored += ignored;
-                }
-                println!(
-                    "xtask: {} {} in {:.1} s",
-                    b.key(),
-                    if status.success() { "ok" } else { "FAILED" },
-                    since.elapsed().as_secs_f64()
-                );
-                if !status.success() || result.is_none() {
-                    totals.failed_binaries.push(b.key());
-                }
+            println!(
+                "xtask: {} {} in {:.1} s",
+                b.key(),
+                if status.success() { "ok" } else { "FAILED" },
+                since.elapsed().as_secs_f64()
+            );
+            if !status.success() || result.is_none() {
+                totals.failed_binaries.push(b.key());
             }
         }
     }
@@ -505,8 +491,6 @@ impl Drop for Phases {
     }
 }
 
-/// The release binaries `cargo xtask bench` measures (and `soak --release` runs), built with
-/// the features a user's `cargo build --release -p mcp-resources` has.
 /// The release before the cluster's partition work (issue #46), whose replicas this one's
 /// must stand beside during a rolling upgrade: `crates/cli/tests/cluster_upgrade.rs` runs it.
 const PREVIOUS_RELEASE: &str = "5ab539d732460a6851891f44120c024ed0644b81";
@@ -562,18 +546,9 @@ fn previous_release(root: &Path) -> Result<Option<PathBuf>, String> {
     // As `build_like_tests`: features unified over the old workspace's members and their
     // dev-dependencies, as its test build had them, which is what this workspace's test
     // build compiled the shared dependencies with.
-    let mut cmd = cargo_cmd();
-    cmd.current_dir(&src)
+    run(build_like_tests_cmd(&src, &["mcp-resources"], &[])
         .env("CARGO_TARGET_DIR", root.join("target"))
-        .args([
-            "build",
-            "--locked",
-            "--workspace",
-            "--examples",
-            "--bin",
-            "mcp-resources",
-        ]);
-    run(&mut cmd)?;
+        .arg("--locked"))?;
     let built = root.join("target/debug/mcp-resources");
     std::fs::create_dir_all(dest.parent().unwrap_or(root))
         .map_err(|e| format!("cannot create {}: {e}", dest.display()))?;
@@ -582,6 +557,8 @@ fn previous_release(root: &Path) -> Result<Option<PathBuf>, String> {
     Ok(Some(dest))
 }
 
+/// The release binaries `cargo xtask bench` measures (and `soak --release` runs), built with
+/// the features a user's `cargo build --release -p mcp-resources` has.
 fn build_release(root: &Path) -> Result<(), String> {
     run(cargo_cmd().current_dir(root).args([
         "build",
@@ -604,8 +581,13 @@ fn build_release(root: &Path) -> Result<(), String> {
 /// dev-dependencies as it does for test targets. The binary is the one the Rust tests run; it
 /// differs from a user's `cargo build -p mcp-resources` only in those dependencies' features.
 fn build_like_tests(root: &Path, bins: &[&str], features: &[&str]) -> Result<(), String> {
+    run(&mut build_like_tests_cmd(root, bins, features))
+}
+
+/// The command [`build_like_tests`] runs, in workspace `dir`.
+fn build_like_tests_cmd(dir: &Path, bins: &[&str], features: &[&str]) -> Command {
     let mut cmd = cargo_cmd();
-    cmd.current_dir(root)
+    cmd.current_dir(dir)
         .args(["build", "--workspace", "--examples"]);
     for bin in bins {
         cmd.args(["--bin", bin]);
@@ -613,7 +595,7 @@ fn build_like_tests(root: &Path, bins: &[&str], features: &[&str]) -> Result<(),
     for feature in features {
         cmd.args(["--features", feature]);
     }
-    run(&mut cmd)
+    cmd
 }
 
 /// The cargo that runs this task (`$CARGO`), for a build of the workspace, without the
