@@ -7,6 +7,8 @@
 //! Raw bytes on the wire, no MCP client library: the point is input no client would send.
 //! Every wait has a deadline, so a hang fails the test instead of stalling CI.
 
+mod client_common;
+
 use std::collections::HashSet;
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::TcpStream;
@@ -598,15 +600,9 @@ impl Http {
                 .cloned()
                 .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
                 .unwrap_or_default();
-            // Not reaped until dropped: an ended server is a zombie ("Z").
-            let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id()));
-            let state = stat
-                .ok()
-                .and_then(|s| s.rsplit_once(") ").map(|(_, r)| r.chars().next()))
-                .flatten()
-                .unwrap_or('?');
+            let running = client_common::running(&self.child.id().to_string());
             let log = std::fs::read_to_string(self.stderr.path()).unwrap_or_default();
-            panic!("{why}; the server's state: {state}; its stderr: {log:?}")
+            panic!("{why}; the server is running: {running}; its stderr: {log:?}")
         })
     }
 
