@@ -103,15 +103,17 @@ struct Watch {
     id: u64,
     ours: String,
     sinks: HashMap<u64, ChangeSink>,
-    /// The 2026-07-28 listen stream that carries its updates.
-    listen: Option<tokio::task::AbortHandle>,
+    /// The 2026-07-28 listen stream that carries its updates, and the connection (its
+    /// generation) it listens on.
+    listen: Option<(tokio::task::AbortHandle, u64)>,
 }
 
 /// The list watches: one upstream list subscription for all of them.
 struct ListWatch {
     id: u64,
     sinks: HashMap<u64, ChangeSink>,
-    listen: Option<tokio::task::AbortHandle>,
+    /// The task of the list listen, and the connection (its generation) it listens on.
+    listen: Option<(tokio::task::AbortHandle, u64)>,
     /// How far the 2026-07-28 list listen of the current connection got; `None` when none
     /// is being opened (no connection, or a legacy one, whose session carries list changes
     /// from the start).
@@ -473,7 +475,9 @@ impl Shared {
             let mut w = lock(&self.watches);
             match w.uris.get_mut(up) {
                 Some(watch) if watch.id == id => {
-                    if let Some(old) = watch.listen.replace(task.abort_handle()) {
+                    if let Some((old, _)) =
+                        watch.listen.replace((task.abort_handle(), conn.generation))
+                    {
                         old.abort();
                     }
                 }
@@ -538,7 +542,7 @@ impl Shared {
             .get_mut(up)
             .is_some_and(|watch| watch.sinks.remove(&id).is_some() && watch.sinks.is_empty());
         let mut watch = if last { w.uris.remove(up) } else { None }?;
-        if let Some(l) = watch.listen.take() {
+        if let Some((l, _)) = watch.listen.take() {
             // Dropping the stream's handle cancels the listen upstream.
             l.abort();
         }
@@ -642,6 +646,17 @@ impl Shared {
             }
             return;
         }
+        // A watch made just after the connection came up opened its listen on it already;
+        // the connection's `reestablish` then finds it, and does not open a second one
+        // (cancelling the first, which an upstream may have acknowledged by then).
+        if lock(&self.watches).list.as_ref().is_some_and(|l| {
+            l.id == id
+                && l.listen
+                    .as_ref()
+                    .is_some_and(|(_, g)| *g == conn.generation)
+        }) {
+            return;
+        }
         let filter = SubscriptionFilter::builder()
             .resources_list_changed()
             .build();
@@ -661,7 +676,8 @@ impl Shared {
         match &mut w.list {
             Some(list) if list.id == id => {
                 list.ack = Some(ack);
-                if let Some(old) = list.listen.replace(task.abort_handle()) {
+                if let Some((old, _)) = list.listen.replace((task.abort_handle(), conn.generation))
+                {
                     old.abort();
                 }
             }
@@ -678,7 +694,8 @@ impl Shared {
             .is_some_and(|l| l.sinks.remove(&id).is_some() && l.sinks.is_empty());
         if last
             && let Some(ListWatch {
-                listen: Some(h), ..
+                listen: Some((h, _)),
+                ..
             }) = w.list.take()
         {
             h.abort();
@@ -745,9 +762,15 @@ impl Shared {
                 break;
             }
             let _turn = self.turn(up).await;
-            // Released meanwhile (its unsubscribe waits for this turn), or released and
-            // watched again (that watch subscribed itself).
-            if lock(&self.watches).uris.get(up).is_none_or(|w| w.id != *id) {
+            // Released meanwhile (its unsubscribe waits for this turn), released and
+            // watched again (that watch subscribed itself), or watched first just after the
+            // connection came up (its listen is on this connection already).
+            if lock(&self.watches).uris.get(up).is_none_or(|w| {
+                w.id != *id
+                    || w.listen
+                        .as_ref()
+                        .is_some_and(|(_, g)| *g == conn.generation)
+            }) {
                 continue;
             }
             if let Err(e) = self.establish(conn, up, *id).await {
@@ -998,11 +1021,9 @@ async fn connect(shared: &Arc<Shared>) -> std::result::Result<Running, String> {
         Upstream::Stdio { command, args, env } => {
             let (mut child, stdout, stdin) = Child::spawn(&c.name, command, args, env)?;
             // Our bound first, so that an oversized answer fails its request naming the
-            // limit; rmcp's, the same, drops the line we cut off.
+            // limit; the transport's, the same, drops the line we cut off.
             let stdout = crate::frame::Bounded::new(stdout, &c.name, c.max_message_bytes);
-            let transport =
-                rmcp::transport::async_rw::AsyncRwTransport::<RoleClient, _, _>::new(stdout, stdin)
-                    .with_max_line_length(max);
+            let transport = crate::stdio::UpstreamStdio::new(stdout, stdin, max);
             match tokio::time::timeout(limit, serve_client_with_lifecycle(handler, transport, mode))
                 .await
             {

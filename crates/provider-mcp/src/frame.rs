@@ -4,8 +4,9 @@
 //! for that id takes its place, so the request it answered fails at once naming the limit
 //! instead of waiting out the timeout.
 //!
-//! rmcp's own line limit (set to the same size) drops the cut-off line: what is passed on of
-//! it fills rmcp's buffer to exactly the limit and the newline added after it takes it over.
+//! The transport's own line limit (`crate::stdio`, set to the same size) drops the cut-off
+//! line: what is passed on of it is exactly the limit long, and the newline added after it
+//! takes it over.
 
 use std::io;
 use std::pin::Pin;

@@ -20,6 +20,7 @@ mod list;
 mod process;
 mod provider;
 mod skills;
+mod stdio;
 mod uri;
 
 pub use config::{
