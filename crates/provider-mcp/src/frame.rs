@@ -65,7 +65,7 @@ impl<R> Bounded<R> {
     /// Pass `input` on into `out`, bounding each line.
     fn process(&mut self, mut input: &[u8]) {
         while !input.is_empty() {
-            let newline = input.iter().position(|b| *b == b'\n');
+            let newline = memchr::memchr(b'\n', input);
             let (seg, rest) = input.split_at(newline.map_or(input.len(), |i| i + 1));
             input = rest;
             if self.swallowing {

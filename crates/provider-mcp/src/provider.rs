@@ -174,12 +174,14 @@ impl Provider for McpProvider {
         }
         let ticket = cache.map(|c| c.begin());
         let conn = self.shared.conn().map_err(|e| e.with_uri(ours))?;
+        // rmcp's request future is large; boxed, the timeout around it and this read's own
+        // (boxed) future move a pointer instead of copying it at each step.
         let res = self
             .shared
             .call(
                 "resources/read",
                 Some(ours),
-                conn.peer.read_resource(ReadResourceRequestParams::new(up)),
+                Box::pin(conn.peer.read_resource(ReadResourceRequestParams::new(up))),
             )
             .await
             .map_err(|e| match e.uri {

@@ -127,7 +127,7 @@ impl<R, W> UpstreamStdio<R, W> {
     /// The next whole line in the buffer (without its newline), if there is one.
     fn next_line(&mut self) -> Option<(usize, usize)> {
         let from = self.start + self.scanned;
-        match self.buf[from..].iter().position(|b| *b == b'\n') {
+        match memchr::memchr(b'\n', &self.buf[from..]) {
             Some(i) => {
                 let (line, end) = (self.start, from + i);
                 self.start = end + 1;
@@ -338,13 +338,26 @@ where
         item: TxJsonRpcMessage<RoleClient>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
         self.note(&item);
-        let queued = serde_json::to_vec(&item).map(|mut json| {
-            json.push(b'\n');
+        // Encoded straight into the pending bytes, which keep their room from one batch
+        // to the next.
+        let queued = {
             let mut p = lock(&self.out.pending);
-            if p.failed.is_none() {
-                p.bytes.extend_from_slice(&json);
+            let before = p.bytes.len();
+            match serde_json::to_writer(&mut p.bytes, &item) {
+                Ok(()) if p.failed.is_none() => {
+                    p.bytes.push(b'\n');
+                    Ok(())
+                }
+                Ok(()) => {
+                    p.bytes.truncate(before);
+                    Ok(())
+                }
+                Err(e) => {
+                    p.bytes.truncate(before);
+                    Err(e)
+                }
             }
-        });
+        };
         let out = self.out.clone();
         async move {
             queued.map_err(io::Error::from)?;
