@@ -1381,4 +1381,73 @@ for line in sys.stdin:
             assert_eq!(subscribed().await, "", "round {round}: released");
         }
     }
+
+    /// A 2026-07-28 upstream that counts the listens for list changes it was asked for and
+    /// serves the count at any URI.
+    const LISTENS: &str = r#"
+import json, sys
+listens = 0
+def send(obj):
+    sys.stdout.write(json.dumps(obj) + "\n"); sys.stdout.flush()
+for line in sys.stdin:
+    msg = json.loads(line)
+    method, mid, p = msg.get("method"), msg.get("id"), msg.get("params") or {}
+    if mid is None:
+        continue
+    if method == "server/discover":
+        send({"jsonrpc": "2.0", "id": mid, "result": {"resultType": "complete", "supportedVersions": ["2026-07-28"],
+              "ttlMs": 0, "cacheScope": "private", "capabilities": {"resources": {"subscribe": True, "listChanged": True}},
+              "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "listens", "version": "1"}}}})
+    elif method == "subscriptions/listen":
+        wanted = p.get("notifications") or {}
+        if wanted.get("resourcesListChanged"):
+            listens += 1
+        send({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+              "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": mid}, "notifications": wanted}})
+    elif method == "resources/read":
+        send({"jsonrpc": "2.0", "id": mid, "result": {"resultType": "complete",
+              "contents": [{"uri": p["uri"], "text": str(listens)}]}})
+    elif method == "resources/templates/list":
+        send({"jsonrpc": "2.0", "id": mid, "result": {"resultType": "complete", "resourceTemplates": []}})
+    else:
+        send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32601, "message": "no " + str(method)}})
+"#;
+
+    /// A list watch made while a connection is up opens its listen on it; the connection's
+    /// re-establishment, when it runs after that watch (they race at every connect), finds
+    /// the listen and opens no second one (which would cancel the first, perhaps already
+    /// acknowledged: an upstream that ignores the cancellation then sends every list change
+    /// twice).
+    #[tokio::test]
+    async fn a_list_listen_already_on_the_connection_is_not_opened_again() {
+        let Some(python) = python() else { return };
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("listens.py");
+        std::fs::write(&script, LISTENS).unwrap();
+        let mut config = McpConfig::new(
+            "m",
+            Upstream::Stdio {
+                command: python,
+                args: vec![script.display().to_string()],
+                env: Vec::new(),
+            },
+        );
+        config.protocol = Protocol::Modern;
+        let provider = crate::McpProvider::start(config).await.unwrap();
+        let shared = provider.shared.clone();
+        let conn = shared.conn().expect("connected");
+        let sink = ChangeSink::new(Arc::new(LocalBus::new(16)), "m");
+        let id = shared.watch_list(sink);
+        shared.list_live().await;
+        // What `reestablish` does for the list watch when it runs after the watch.
+        shared.establish_list(&conn, id, true);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let limits = ReadLimits { max_bytes: 1 << 20 };
+        let count = ResourceUri::parse("m+x://count").unwrap();
+        let out = provider.read(&count, &limits).await.unwrap();
+        match &out.contents[0].body {
+            mcpr_core::ContentsBody::Text(t) => assert_eq!(t, "1", "list listens opened"),
+            other => panic!("{other:?}"),
+        }
+    }
 }

@@ -24,7 +24,7 @@ use crate::uri::clean_name;
 
 /// The `mcp` provider of one mount: another MCP server's resources as ours.
 pub struct McpProvider {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
     info: ProviderInfo,
     tasks: Vec<tokio::task::AbortHandle>,
 }
