@@ -411,8 +411,9 @@ where
     }
 
     async fn close(&mut self) -> Result<(), Self::Error> {
-        // What is pending goes out first (an answer of ours the decode queued).
-        let _ = self.out.flush().await;
+        // What is pending goes out first (an answer of ours the decode queued), unless the
+        // upstream has stopped reading: closing never waits on it for long.
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), self.out.flush()).await;
         let mut writer = self.out.writer.lock().await;
         if let Some(mut w) = writer.take() {
             let _ = w.shutdown().await;
