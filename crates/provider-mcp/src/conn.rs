@@ -1255,15 +1255,10 @@ mod tests {
     /// A legacy upstream that keeps the set of URIs it is subscribed to and serves it at
     /// `x://state`, one per line.
     const SUBSCRIBED: &str = r#"
-import json, sys
 subs = set()
 def send(mid, result):
     sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": mid, "result": result}) + "\n"); sys.stdout.flush()
-for line in sys.stdin:
-    msg = json.loads(line)
-    method, mid, p = msg.get("method"), msg.get("id"), msg.get("params") or {}
-    if mid is None:
-        continue
+for method, mid, p in requests():
     if method == "initialize":
         send(mid, {"protocolVersion": p.get("protocolVersion"), "serverInfo": {"name": "subs", "version": "1"},
                    "capabilities": {"resources": {"subscribe": True}}})
@@ -1302,19 +1297,37 @@ for line in sys.stdin:
     /// A mount `m` on the legacy upstream [`SUBSCRIBED`] (with the folder holding its script),
     /// or `None` where there is no Python.
     async fn subscribed() -> Option<(tempfile::TempDir, crate::McpProvider)> {
+        on_script(SUBSCRIBED, Protocol::Legacy).await
+    }
+
+    /// What every upstream script starts with: the requests it is sent (notices skipped).
+    const PY_REQUESTS: &str = r#"import json, sys
+def requests():
+    for line in sys.stdin:
+        msg = json.loads(line)
+        if msg.get("id") is not None:
+            yield msg.get("method"), msg.get("id"), msg.get("params") or {}
+"#;
+
+    /// A mount `m` on the Python upstream `script` (after [`PY_REQUESTS`]) in era `protocol`
+    /// (with the folder holding the script), or `None` where there is no Python.
+    async fn on_script(
+        script: &str,
+        protocol: Protocol,
+    ) -> Option<(tempfile::TempDir, crate::McpProvider)> {
         let python = python()?;
         let dir = tempfile::tempdir().unwrap();
-        let script = dir.path().join("subs.py");
-        std::fs::write(&script, SUBSCRIBED).unwrap();
+        let path = dir.path().join("upstream.py");
+        std::fs::write(&path, [PY_REQUESTS, script].concat()).unwrap();
         let mut config = McpConfig::new(
             "m",
             Upstream::Stdio {
                 command: python,
-                args: vec![script.display().to_string()],
+                args: vec![path.display().to_string()],
                 env: Vec::new(),
             },
         );
-        config.protocol = Protocol::Legacy;
+        config.protocol = protocol;
         let provider = crate::McpProvider::start(config).await.unwrap();
         Some((dir, provider))
     }
@@ -1385,15 +1398,10 @@ for line in sys.stdin:
     /// A 2026-07-28 upstream that counts the listens for list changes it was asked for and
     /// serves the count at any URI.
     const LISTENS: &str = r#"
-import json, sys
 listens = 0
 def send(obj):
     sys.stdout.write(json.dumps(obj) + "\n"); sys.stdout.flush()
-for line in sys.stdin:
-    msg = json.loads(line)
-    method, mid, p = msg.get("method"), msg.get("id"), msg.get("params") or {}
-    if mid is None:
-        continue
+for method, mid, p in requests():
     if method == "server/discover":
         send({"jsonrpc": "2.0", "id": mid, "result": {"resultType": "complete", "supportedVersions": ["2026-07-28"],
               "ttlMs": 0, "cacheScope": "private", "capabilities": {"resources": {"subscribe": True, "listChanged": True}},
@@ -1420,20 +1428,9 @@ for line in sys.stdin:
     /// twice).
     #[tokio::test]
     async fn a_list_listen_already_on_the_connection_is_not_opened_again() {
-        let Some(python) = python() else { return };
-        let dir = tempfile::tempdir().unwrap();
-        let script = dir.path().join("listens.py");
-        std::fs::write(&script, LISTENS).unwrap();
-        let mut config = McpConfig::new(
-            "m",
-            Upstream::Stdio {
-                command: python,
-                args: vec![script.display().to_string()],
-                env: Vec::new(),
-            },
-        );
-        config.protocol = Protocol::Modern;
-        let provider = crate::McpProvider::start(config).await.unwrap();
+        let Some((_dir, provider)) = on_script(LISTENS, Protocol::Modern).await else {
+            return;
+        };
         let shared = provider.shared.clone();
         let conn = shared.conn().expect("connected");
         let sink = ChangeSink::new(Arc::new(LocalBus::new(16)), "m");
