@@ -103,17 +103,38 @@ struct Watch {
     id: u64,
     ours: String,
     sinks: HashMap<u64, ChangeSink>,
-    /// The 2026-07-28 listen stream that carries its updates, and the connection (its
-    /// generation) it listens on.
-    listen: Option<(tokio::task::AbortHandle, u64)>,
+    /// The 2026-07-28 listen stream that carries its updates.
+    listen: Option<Listen>,
+}
+
+/// A listen stream's task, and the connection (its generation) it listens on.
+struct Listen {
+    task: tokio::task::AbortHandle,
+    generation: u64,
+}
+
+/// Whether `slot` holds a listen on `conn` already: a watch made just after the connection
+/// came up opened it, and the connection's `reestablish` must not open a second one
+/// (cancelling the first, which an upstream may have acknowledged by then).
+fn listens_on(slot: &Option<Listen>, conn: &Conn) -> bool {
+    slot.as_ref()
+        .is_some_and(|l| l.generation == conn.generation)
+}
+
+/// Put `task`, listening on `conn`, in `slot`, ending the listen it replaces.
+fn replace_listen(slot: &mut Option<Listen>, task: tokio::task::AbortHandle, conn: &Conn) {
+    let generation = conn.generation;
+    if let Some(old) = slot.replace(Listen { task, generation }) {
+        old.task.abort();
+    }
 }
 
 /// The list watches: one upstream list subscription for all of them.
 struct ListWatch {
     id: u64,
     sinks: HashMap<u64, ChangeSink>,
-    /// The task of the list listen, and the connection (its generation) it listens on.
-    listen: Option<(tokio::task::AbortHandle, u64)>,
+    /// The task of the list listen.
+    listen: Option<Listen>,
     /// How far the 2026-07-28 list listen of the current connection got; `None` when none
     /// is being opened (no connection, or a legacy one, whose session carries list changes
     /// from the start).
@@ -475,11 +496,7 @@ impl Shared {
             let mut w = lock(&self.watches);
             match w.uris.get_mut(up) {
                 Some(watch) if watch.id == id => {
-                    if let Some((old, _)) =
-                        watch.listen.replace((task.abort_handle(), conn.generation))
-                    {
-                        old.abort();
-                    }
+                    replace_listen(&mut watch.listen, task.abort_handle(), conn)
                 }
                 _ => task.abort(),
             }
@@ -542,9 +559,9 @@ impl Shared {
             .get_mut(up)
             .is_some_and(|watch| watch.sinks.remove(&id).is_some() && watch.sinks.is_empty());
         let mut watch = if last { w.uris.remove(up) } else { None }?;
-        if let Some((l, _)) = watch.listen.take() {
+        if let Some(l) = watch.listen.take() {
             // Dropping the stream's handle cancels the listen upstream.
-            l.abort();
+            l.task.abort();
         }
         Some(watch)
     }
@@ -646,15 +663,11 @@ impl Shared {
             }
             return;
         }
-        // A watch made just after the connection came up opened its listen on it already;
-        // the connection's `reestablish` then finds it, and does not open a second one
-        // (cancelling the first, which an upstream may have acknowledged by then).
-        if lock(&self.watches).list.as_ref().is_some_and(|l| {
-            l.id == id
-                && l.listen
-                    .as_ref()
-                    .is_some_and(|(_, g)| *g == conn.generation)
-        }) {
+        if lock(&self.watches)
+            .list
+            .as_ref()
+            .is_some_and(|l| l.id == id && listens_on(&l.listen, conn))
+        {
             return;
         }
         let filter = SubscriptionFilter::builder()
@@ -676,10 +689,7 @@ impl Shared {
         match &mut w.list {
             Some(list) if list.id == id => {
                 list.ack = Some(ack);
-                if let Some((old, _)) = list.listen.replace((task.abort_handle(), conn.generation))
-                {
-                    old.abort();
-                }
+                replace_listen(&mut list.listen, task.abort_handle(), conn);
             }
             _ => task.abort(),
         }
@@ -694,11 +704,10 @@ impl Shared {
             .is_some_and(|l| l.sinks.remove(&id).is_some() && l.sinks.is_empty());
         if last
             && let Some(ListWatch {
-                listen: Some((h, _)),
-                ..
+                listen: Some(l), ..
             }) = w.list.take()
         {
-            h.abort();
+            l.task.abort();
         }
     }
 
@@ -765,12 +774,11 @@ impl Shared {
             // Released meanwhile (its unsubscribe waits for this turn), released and
             // watched again (that watch subscribed itself), or watched first just after the
             // connection came up (its listen is on this connection already).
-            if lock(&self.watches).uris.get(up).is_none_or(|w| {
-                w.id != *id
-                    || w.listen
-                        .as_ref()
-                        .is_some_and(|(_, g)| *g == conn.generation)
-            }) {
+            if lock(&self.watches)
+                .uris
+                .get(up)
+                .is_none_or(|w| w.id != *id || listens_on(&w.listen, conn))
+            {
                 continue;
             }
             if let Err(e) = self.establish(conn, up, *id).await {
