@@ -180,14 +180,7 @@ impl<R, W> UpstreamStdio<R, W> {
                             ErrorData::invalid_request("Invalid request", None),
                             None,
                         );
-                        if let Ok(mut json) = serde_json::to_vec(&answer) {
-                            json.push(b'\n');
-                            let mut p = lock(&self.out.pending);
-                            if p.failed.is_none() {
-                                p.bytes.extend_from_slice(&json);
-                                self.answered = true;
-                            }
-                        }
+                        self.answered |= self.out.queue(&answer).unwrap_or(false);
                     }
                 }
                 None
@@ -280,6 +273,22 @@ impl<'de> Visitor<'de> for ReadAnswer<'_> {
     }
 }
 
+impl<W> Output<W> {
+    /// Encode `item` straight into the pending bytes, which keep their room from one batch
+    /// to the next; whether it was queued (not once writing has failed).
+    fn queue(&self, item: &TxJsonRpcMessage<RoleClient>) -> serde_json::Result<bool> {
+        let mut p = lock(&self.pending);
+        let before = p.bytes.len();
+        let encoded = serde_json::to_writer(&mut p.bytes, item);
+        if encoded.is_err() || p.failed.is_some() {
+            p.bytes.truncate(before);
+            return encoded.map(|()| false);
+        }
+        p.bytes.push(b'\n');
+        Ok(true)
+    }
+}
+
 impl<W: AsyncWrite + Unpin> Output<W> {
     /// Write everything pending, unless another send is doing it; the error that ended
     /// writing, if any.
@@ -338,26 +347,8 @@ where
         item: TxJsonRpcMessage<RoleClient>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
         self.note(&item);
-        // Encoded straight into the pending bytes, which keep their room from one batch
-        // to the next.
-        let queued = {
-            let mut p = lock(&self.out.pending);
-            let before = p.bytes.len();
-            match serde_json::to_writer(&mut p.bytes, &item) {
-                Ok(()) if p.failed.is_none() => {
-                    p.bytes.push(b'\n');
-                    Ok(())
-                }
-                Ok(()) => {
-                    p.bytes.truncate(before);
-                    Ok(())
-                }
-                Err(e) => {
-                    p.bytes.truncate(before);
-                    Err(e)
-                }
-            }
-        };
+        // Not queued after a failed write: `flush` then answers that failure.
+        let queued = self.out.queue(&item);
         let out = self.out.clone();
         async move {
             queued.map_err(io::Error::from)?;
